@@ -1,0 +1,452 @@
+#include "bench/runner.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "src/base/assert.h"
+#include "src/base/histogram.h"
+
+namespace shoal::bench {
+namespace {
+
+constexpr uint64_t kNsPerSec = 1'000'000'000;
+
+// Single-writer counter bump: the owning thread is the only writer, so a relaxed load+store
+// publishes the new value without a locked read-modify-write on the data path.
+inline void bump(std::atomic<uint64_t>& counter, uint64_t n = 1) {
+  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+// What a worker thread publishes for the live line. Cumulative since the thread started
+// (warmup included); the main thread diffs successive samples.
+struct LiveCounters {
+  std::atomic<uint64_t> committed{0};
+  std::atomic<uint64_t> conflict_aborts{0};
+  std::atomic<uint64_t> failed{0};
+  std::array<std::atomic<uint64_t>, Histogram::kBucketCount> latency_buckets{};
+};
+
+struct TypeTally {
+  uint64_t committed = 0;
+  uint64_t user_aborts = 0;
+  uint64_t conflict_aborts = 0;
+  uint64_t failed = 0;
+};
+
+// Everything one worker thread owns. Written only by that thread until it is joined.
+struct alignas(64) ThreadState {
+  explicit ThreadState(size_t types) : tally(types), latency(types) {}
+  LiveCounters live;
+  std::vector<TypeTally> tally;   // measured phase only, per type
+  std::vector<Histogram> latency;  // measured phase only, per type
+  uint64_t last_end_ns = 0;
+};
+
+// Start/stop coordination between the main thread and the workers.
+struct RunClock {
+  std::atomic<uint32_t> ready{0};
+  std::atomic<bool> go{false};
+  uint64_t measure_start_ns = 0;  // written before `go` is released
+  uint64_t deadline_ns = 0;
+};
+
+void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& options,
+                 uint32_t index, std::mutex& setup_mu, RunClock& clock, ThreadState& state) {
+  Env& env = engine.env();
+  txn::Worker* worker = nullptr;
+  std::unique_ptr<Client> client;
+  {
+    // Setup is serialized: make_worker / make_client need not be thread-safe.
+    std::lock_guard<std::mutex> lock(setup_mu);
+    worker = engine.make_worker();
+    client = workload.make_client(*worker, index, options.seed * 1'000'003 + index);
+  }
+  clock.ready.fetch_add(1, std::memory_order_acq_rel);
+  // Bounded by the main thread, which releases `go` once every worker is ready.
+  while (!clock.go.load(std::memory_order_acquire)) std::this_thread::yield();
+
+  const size_t types = state.tally.size();
+  const uint64_t measure_start_ns = clock.measure_start_ns;
+  const uint64_t deadline_ns = clock.deadline_ns;
+  uint64_t aborts_before = worker->stats().conflict_aborts;
+  uint64_t now_ns = env.now_ns();
+  while (now_ns < deadline_ns) {
+    const uint64_t start_ns = now_ns;
+    const Outcome outcome = client->run_one();
+    now_ns = env.now_ns();
+    const uint64_t aborts_now = worker->stats().conflict_aborts;
+    const uint64_t retries = aborts_now - aborts_before;
+    aborts_before = aborts_now;
+    SHOAL_ASSERT(outcome.type < types, "workload returned txn type %u of %zu",
+                 static_cast<unsigned>(outcome.type), types);
+    const bool completed = outcome.status.ok() || outcome.status.is_user_abort();
+    const uint64_t latency_ns = now_ns - start_ns;
+    if (retries != 0) bump(state.live.conflict_aborts, retries);
+    if (completed) {
+      bump(state.live.committed);
+      bump(state.live.latency_buckets[Histogram::bucket_of(latency_ns)]);
+    } else {
+      bump(state.live.failed);
+    }
+    if (start_ns < measure_start_ns) continue;  // warmup: live line only
+    TypeTally& tally = state.tally[outcome.type];
+    tally.conflict_aborts += retries;
+    if (completed) {
+      ++tally.committed;
+      if (outcome.status.is_user_abort()) ++tally.user_aborts;
+      state.latency[outcome.type].record(latency_ns);
+    } else {
+      ++tally.failed;
+    }
+  }
+  state.last_end_ns = now_ns;
+}
+
+// Load progress: a redrawn bar on a terminal, a line per 10% otherwise.
+class LoadProgress {
+ public:
+  LoadProgress(std::FILE* out, std::string name, Env& env)
+      : out_(out), name_(std::move(name)), env_(env), start_ns_(env.now_ns()) {
+    tty_ = out_ != nullptr && isatty(fileno(out_)) != 0;
+  }
+
+  void update(double fraction) {
+    if (out_ == nullptr) return;
+    fraction = std::clamp(fraction, 0.0, 1.0);
+    const uint64_t now_ns = env_.now_ns();
+    if (tty_) {
+      if (now_ns - last_draw_ns_ < kNsPerSec / 10 && fraction < 1.0) return;  // ≤ 10 redraws/s
+      last_draw_ns_ = now_ns;
+      constexpr int kWidth = 30;
+      const int filled = static_cast<int>(fraction * kWidth);
+      fmt::print(out_, "\rloading {} [{}{}] {:3.0f}%  {:.1f} s", name_, std::string(filled, '#'),
+                 std::string(kWidth - filled, ' '), fraction * 100, seconds(now_ns));
+      std::fflush(out_);
+      drawn_ = true;
+    } else {
+      const int decile = static_cast<int>(fraction * 10);
+      if (decile <= last_decile_) return;
+      last_decile_ = decile;
+      fmt::print(out_, "loading {}: {}% ({:.1f} s)\n", name_, decile * 10, seconds(now_ns));
+      std::fflush(out_);
+    }
+  }
+
+  void finish(uint64_t rss_bytes) {
+    if (out_ == nullptr) return;
+    if (drawn_) fmt::print(out_, "\n");
+    fmt::print(out_, "loaded {} in {:.2f} s, RSS {:.1f} MiB\n", name_, seconds(env_.now_ns()),
+               static_cast<double>(rss_bytes) / (1 << 20));
+    std::fflush(out_);
+  }
+
+  double seconds(uint64_t now_ns) const {
+    return static_cast<double>(now_ns - start_ns_) / kNsPerSec;
+  }
+
+ private:
+  std::FILE* out_;
+  std::string name_;
+  Env& env_;
+  uint64_t start_ns_;
+  uint64_t last_draw_ns_ = 0;
+  int last_decile_ = 0;
+  bool tty_ = false;
+  bool drawn_ = false;
+};
+
+// The live line: diffs of the workers' cumulative counters over the last interval.
+class LiveSampler {
+ public:
+  explicit LiveSampler(const std::vector<std::unique_ptr<ThreadState>>& states)
+      : states_(states), prev_buckets_(Histogram::kBucketCount, 0) {}
+
+  void print(std::FILE* out, double elapsed_s, double interval_s, bool warmup) {
+    uint64_t committed = 0, aborts = 0, failed = 0;
+    for (const auto& s : states_) {
+      committed += s->live.committed.load(std::memory_order_relaxed);
+      aborts += s->live.conflict_aborts.load(std::memory_order_relaxed);
+      failed += s->live.failed.load(std::memory_order_relaxed);
+    }
+    window_->reset();
+    for (size_t i = 0; i < Histogram::kBucketCount; ++i) {
+      uint64_t total = 0;
+      for (const auto& s : states_) total += s->live.latency_buckets[i].load(std::memory_order_relaxed);
+      // A bucket's samples are counted at its midpoint: within the histogram's precision.
+      window_->record_n(Histogram::bucket_low(i) + (Histogram::bucket_width(i) - 1) / 2,
+                        total - prev_buckets_[i]);
+      prev_buckets_[i] = total;
+    }
+    const double per_s = 1.0 / std::max(interval_s, 1e-9);
+    fmt::print(out, "[{:5.1f}s{}] committed/s {:>10.0f}  aborts/s {:>9.0f}{}  p50 {:.1f} us  p99 {:.1f} us\n",
+               elapsed_s, warmup ? " warmup" : "", static_cast<double>(committed - prev_committed_) * per_s,
+               static_cast<double>(aborts - prev_aborts_) * per_s,
+               failed != prev_failed_ ? fmt::format("  failed/s {:.0f}", (failed - prev_failed_) * per_s) : "",
+               window_->percentile(50) / 1e3, window_->percentile(99) / 1e3);
+    std::fflush(out);
+    prev_committed_ = committed;
+    prev_aborts_ = aborts;
+    prev_failed_ = failed;
+  }
+
+ private:
+  const std::vector<std::unique_ptr<ThreadState>>& states_;
+  std::vector<uint64_t> prev_buckets_;
+  std::unique_ptr<Histogram> window_ = std::make_unique<Histogram>();
+  uint64_t prev_committed_ = 0, prev_aborts_ = 0, prev_failed_ = 0;
+};
+
+LatencyUs summarize(const Histogram& h) {
+  LatencyUs l;
+  l.p50 = h.percentile(50) / 1e3;
+  l.p90 = h.percentile(90) / 1e3;
+  l.p99 = h.percentile(99) / 1e3;
+  l.p999 = h.percentile(99.9) / 1e3;
+  l.mean = h.mean() / 1e3;
+  l.max = h.max() / 1e3;
+  return l;
+}
+
+nlohmann::json latency_json(const LatencyUs& l) {
+  return {{"p50", l.p50}, {"p90", l.p90},   {"p99", l.p99},
+          {"p999", l.p999}, {"mean", l.mean}, {"max", l.max}};
+}
+
+Status check_options(const RunOptions& o) {
+  if (!(o.seconds > 0) || !std::isfinite(o.seconds)) {
+    return Status::InvalidArgument(fmt::format("seconds must be > 0, not {}", o.seconds));
+  }
+  if (o.workers < 1 || o.workers > kMaxWorkers) {
+    return Status::InvalidArgument(
+        fmt::format("workers must be in [1, {}], not {}", kMaxWorkers, o.workers));
+  }
+  if (!(o.warmup_s >= 0) || !std::isfinite(o.warmup_s)) {
+    return Status::InvalidArgument(fmt::format("warmup must be >= 0, not {}", o.warmup_s));
+  }
+  if (!o.json_path.empty()) {
+    // Fail before a long load rather than after the run; "a" neither truncates nor needs
+    // the file to exist.
+    std::FILE* f = std::fopen(o.json_path.c_str(), "a");
+    if (f == nullptr) return Status::IOError("cannot write JSON to " + o.json_path);
+    std::fclose(f);
+  }
+  return Status::Ok();
+}
+
+// Starts the workers, prints live lines until the deadline, joins them.
+void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& options,
+                 std::vector<std::unique_ptr<ThreadState>>& states, uint64_t* measure_start_ns) {
+  Env& env = engine.env();
+  const size_t types = workload.txn_types().size();
+  for (uint32_t i = 0; i < options.workers; ++i) states.push_back(std::make_unique<ThreadState>(types));
+  std::mutex setup_mu;
+  RunClock clock;
+  std::vector<std::thread> threads;
+  threads.reserve(options.workers);
+  for (uint32_t i = 0; i < options.workers; ++i) {
+    threads.emplace_back(worker_main, std::ref(workload), std::ref(engine), std::cref(options), i,
+                         std::ref(setup_mu), std::ref(clock), std::ref(*states[i]));
+  }
+  // Bounded: every worker increments `ready` once after its (finite) setup.
+  while (clock.ready.load(std::memory_order_acquire) < options.workers) env.sleep_ns(1'000'000);
+  const uint64_t start_ns = env.now_ns();
+  clock.measure_start_ns = start_ns + static_cast<uint64_t>(options.warmup_s * kNsPerSec);
+  clock.deadline_ns = clock.measure_start_ns + static_cast<uint64_t>(options.seconds * kNsPerSec);
+  clock.go.store(true, std::memory_order_release);
+
+  LiveSampler sampler(states);
+  uint64_t last_tick_ns = start_ns;
+  for (uint64_t now_ns = env.now_ns(); now_ns < clock.deadline_ns; now_ns = env.now_ns()) {
+    const uint64_t next_tick_ns = last_tick_ns + kNsPerSec;
+    env.sleep_ns(std::min(next_tick_ns, clock.deadline_ns) - now_ns);
+    const uint64_t woke_ns = env.now_ns();
+    if (woke_ns < next_tick_ns) continue;  // reached the deadline, not a full second
+    if (options.progress != nullptr) {
+      sampler.print(options.progress, static_cast<double>(woke_ns - start_ns) / kNsPerSec,
+                    static_cast<double>(woke_ns - last_tick_ns) / kNsPerSec,
+                    woke_ns < clock.measure_start_ns);
+    }
+    last_tick_ns = woke_ns;
+  }
+  for (auto& t : threads) t.join();
+  *measure_start_ns = clock.measure_start_ns;
+}
+
+void aggregate(const Workload& workload, const std::vector<std::unique_ptr<ThreadState>>& states,
+               uint64_t measure_start_ns, RunResult& r) {
+  const std::vector<std::string> names = workload.txn_types();
+  auto all = std::make_unique<Histogram>();
+  auto per_type = std::make_unique<Histogram>();
+  uint64_t last_end_ns = measure_start_ns;
+  for (const auto& s : states) last_end_ns = std::max(last_end_ns, s->last_end_ns);
+  for (size_t t = 0; t < names.size(); ++t) {
+    TypeResult tr;
+    tr.name = names[t];
+    per_type->reset();
+    for (const auto& s : states) {
+      const TypeTally& x = s->tally[t];
+      tr.committed += x.committed;
+      tr.user_aborts += x.user_aborts;
+      tr.conflict_aborts += x.conflict_aborts;
+      tr.failed += x.failed;
+      per_type->merge(s->latency[t]);
+    }
+    tr.latency_us = summarize(*per_type);
+    all->merge(*per_type);
+    r.committed += tr.committed;
+    r.user_aborts += tr.user_aborts;
+    r.conflict_aborts += tr.conflict_aborts;
+    r.failed += tr.failed;
+    r.per_type.push_back(std::move(tr));
+  }
+  r.latency_us = summarize(*all);
+  r.seconds = static_cast<double>(last_end_ns - measure_start_ns) / kNsPerSec;
+  const double seconds = std::max(r.seconds, 1e-9);
+  r.committed_per_sec = static_cast<double>(r.committed) / seconds;
+  r.aborts_per_sec = static_cast<double>(r.conflict_aborts) / seconds;
+}
+
+Status write_json(const RunResult& r, const std::string& path) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return Status::IOError("cannot write JSON to " + path);
+  // `replace`: check failure texts are not guaranteed UTF-8; never throw on them.
+  out << r.to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  out.flush();
+  if (!out) return Status::IOError("error writing JSON to " + path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint64_t current_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size_pages = 0, resident_pages = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size_pages, &resident_pages);
+  std::fclose(f);
+  if (n != 2) return 0;
+  return static_cast<uint64_t>(resident_pages) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+uint64_t peak_rss_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+nlohmann::json RunResult::to_json() const {
+  nlohmann::json j;
+  j["workload"] = workload;
+  j["workers"] = workers;
+  j["seconds"] = seconds;
+  j["load_seconds"] = load_seconds;
+  j["committed"] = committed;
+  j["user_aborts"] = user_aborts;
+  j["conflict_aborts"] = conflict_aborts;
+  j["failed"] = failed;
+  j["committed_per_sec"] = committed_per_sec;
+  j["aborts_per_sec"] = aborts_per_sec;
+  j["latency_us"] = latency_json(latency_us);
+  nlohmann::json types = nlohmann::json::object();
+  for (const TypeResult& t : per_type) {
+    types[t.name] = {{"committed", t.committed},
+                     {"user_aborts", t.user_aborts},
+                     {"aborts", t.conflict_aborts},
+                     {"failed", t.failed},
+                     {"latency_us", latency_json(t.latency_us)}};
+  }
+  j["per_type"] = std::move(types);
+  if (!checked) {
+    j["consistency"] = "skipped";
+  } else if (check_failures.empty()) {
+    j["consistency"] = "ok";
+  } else {
+    j["consistency"] = check_failures;
+  }
+  j["rss_bytes"] = rss_bytes;
+  j["peak_rss_bytes"] = peak_rss_bytes;
+  return j;
+}
+
+std::string RunResult::to_table() const {
+  std::string s = fmt::format("\n{}: {} worker{}, {:.2f} s measured, load {:.2f} s\n", workload,
+                              workers, workers == 1 ? "" : "s", seconds, load_seconds);
+  s += fmt::format("{:<14} {:>12} {:>11} {:>11} {:>8} {:>9} {:>9} {:>9} {:>9}\n", "type",
+                   "committed", "user_abort", "conflicts", "failed", "p50_us", "p90_us", "p99_us",
+                   "p999_us");
+  auto row = [&s](const std::string& name, uint64_t c, uint64_t u, uint64_t a, uint64_t f,
+                  const LatencyUs& l) {
+    s += fmt::format("{:<14} {:>12} {:>11} {:>11} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f}\n",
+                     name, c, u, a, f, l.p50, l.p90, l.p99, l.p999);
+  };
+  for (const TypeResult& t : per_type) {
+    row(t.name, t.committed, t.user_aborts, t.conflict_aborts, t.failed, t.latency_us);
+  }
+  row("total", committed, user_aborts, conflict_aborts, failed, latency_us);
+  s += fmt::format("throughput: {:.0f} committed/s, {:.0f} aborts/s", committed_per_sec,
+                   aborts_per_sec);
+  if (failed != 0) s += fmt::format(", {} failed", failed);
+  s += fmt::format("\nmemory: RSS after load {:.1f} MiB, peak RSS {:.1f} MiB\n",
+                   static_cast<double>(rss_bytes) / (1 << 20),
+                   static_cast<double>(peak_rss_bytes) / (1 << 20));
+  if (!checked) {
+    s += "consistency: skipped\n";
+  } else if (check_failures.empty()) {
+    s += "consistency: ok\n";
+  } else {
+    s += fmt::format("consistency: FAILED ({} condition{})\n", check_failures.size(),
+                     check_failures.size() == 1 ? "" : "s");
+    for (const std::string& f : check_failures) s += "  - " + f + "\n";
+  }
+  return s;
+}
+
+Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
+                                const RunOptions& options) {
+  SHOAL_TRY(check_options(options));
+  RunResult r;
+  r.workload = workload.name();
+  r.workers = options.workers;
+  Env& env = engine.env();
+
+  LoadProgress progress(options.progress, r.workload, env);
+  const uint64_t load_start_ns = env.now_ns();
+  LoadOptions load_options;
+  load_options.workers = options.workers;
+  load_options.warehouses = options.warehouses;
+  load_options.seed = options.seed;
+  SHOAL_TRY(workload.load(engine, load_options, [&progress](double f) { progress.update(f); }));
+  r.load_seconds = static_cast<double>(env.now_ns() - load_start_ns) / kNsPerSec;
+  r.rss_bytes = current_rss_bytes();
+  progress.finish(r.rss_bytes);
+
+  std::vector<std::unique_ptr<ThreadState>> states;
+  uint64_t measure_start_ns = 0;
+  run_workers(workload, engine, options, states, &measure_start_ns);
+  aggregate(workload, states, measure_start_ns, r);
+  r.peak_rss_bytes = peak_rss_bytes();
+
+  if (options.check) {
+    r.checked = true;
+    r.check_failures = workload.check(engine);
+  }
+  if (options.report != nullptr) {
+    fmt::print(options.report, "{}", r.to_table());
+    std::fflush(options.report);
+  }
+  if (!options.json_path.empty()) SHOAL_TRY(write_json(r, options.json_path));
+  return r;
+}
+
+}  // namespace shoal::bench

@@ -1,0 +1,96 @@
+// The benchmark runner behind `shoal bench`: loads a Workload into an Engine, drives it from
+// N worker threads for a fixed time, and reports throughput, latency, memory and consistency.
+//
+// Threads: run_benchmark() is called by one thread (the "main" thread), which loads, starts
+// the workers, prints one live line per second, joins them and builds the report. Each worker
+// thread owns its Worker, Client and histograms. The live line reads per-thread counters that
+// the owning thread publishes with relaxed atomic stores (single writer, no locks, no RMW), so
+// the data path never waits on the main thread.
+//
+// Counting: `committed` counts Ok and UserAbort outcomes (a deliberate rollback is completed
+// business, as in TPC-C); user aborts are also reported separately. `conflict_aborts` are the
+// Worker's retries (TxnStats::conflict_aborts), attributed to the type of the transaction that
+// retried. `failed` counts outcomes that are neither (retries exhausted, other errors).
+// Latency is per run_one() call, retries included, and only for committed outcomes.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/workload.h"
+#include "shoal/status.h"
+#include "src/txn/engine.h"
+
+namespace shoal::bench {
+
+struct RunOptions {
+  double seconds = 10;   // measured duration; REQUIRES: > 0
+  uint32_t workers = 1;  // REQUIRES: in [1, kMaxWorkers]
+  double warmup_s = 0;   // run this long before measuring (results discarded); REQUIRES: >= 0
+  std::string json_path;  // empty: no JSON file
+  bool check = false;     // run Workload::check() after the run
+  uint32_t warehouses = 1;  // passed to Workload::load (TPC-C scale)
+  uint64_t seed = 1;
+  // Load progress and live lines; nullptr is silent. A tty gets a redrawn progress bar,
+  // anything else periodic lines.
+  std::FILE* progress = stderr;
+  // The final table; nullptr prints nothing.
+  std::FILE* report = stdout;
+};
+
+inline constexpr uint32_t kMaxWorkers = 1024;
+
+struct LatencyUs {
+  double p50 = 0, p90 = 0, p99 = 0, p999 = 0, mean = 0, max = 0;
+};
+
+struct TypeResult {
+  std::string name;
+  uint64_t committed = 0;  // Ok + UserAbort
+  uint64_t user_aborts = 0;
+  uint64_t conflict_aborts = 0;
+  uint64_t failed = 0;
+  LatencyUs latency_us;
+};
+
+struct RunResult {
+  std::string workload;
+  uint32_t workers = 0;
+  double seconds = 0;  // measured wall time
+  double load_seconds = 0;
+  uint64_t committed = 0;  // Ok + UserAbort, all types
+  uint64_t user_aborts = 0;
+  uint64_t conflict_aborts = 0;
+  uint64_t failed = 0;
+  double committed_per_sec = 0;
+  double aborts_per_sec = 0;  // conflict aborts per second
+  LatencyUs latency_us;       // all types
+  std::vector<TypeResult> per_type;
+  uint64_t rss_bytes = 0;  // resident set right after load
+  uint64_t peak_rss_bytes = 0;
+  bool checked = false;
+  std::vector<std::string> check_failures;  // empty when consistent (or not checked)
+
+  bool consistent() const { return check_failures.empty(); }
+  // The JSON document written to RunOptions::json_path (see the field list in runner.cc).
+  nlohmann::json to_json() const;
+  // The human-readable final report.
+  std::string to_table() const;
+};
+
+// Loads `workload` into `engine` and runs it. Errors: InvalidArgument for bad options,
+// the load's Status, IOError if the JSON file cannot be written (checked before loading).
+// A failed consistency check is not an error: see RunResult::consistent().
+// REQUIRES: `engine` is fresh (no tables); no other thread uses it during the call.
+Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
+                                const RunOptions& options);
+
+// Memory of this process, from /proc/self/statm (current) and getrusage (peak).
+uint64_t current_rss_bytes();
+uint64_t peak_rss_bytes();
+
+}  // namespace shoal::bench

@@ -1,0 +1,110 @@
+// TPC-C (revision 5.11) as a bench::Workload: the nine tables (plus the CUSTOMER-by-name and
+// ORDER-by-customer secondary indexes), the loader of clause 4.3.3, the five transactions in
+// the standard mix (45/43/4/4/4), and the twelve consistency conditions of clause 3.3.2.
+//
+// Threads: load() and check() run with no transactions in flight; load() may use
+// LoadOptions::workers threads internally (each loads different warehouses). One Client per
+// runner thread; client i is bound to home warehouse i % W + 1 (and, for StockLevel, to a
+// fixed district, as clause 2.8.1.2 asks of a terminal).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/tpcc/tpcc_random.h"
+#include "bench/tpcc/tpcc_schema.h"
+#include "bench/tpcc/tpcc_txns.h"
+#include "bench/workload.h"
+
+namespace shoal::bench {
+
+struct TpccOptions {
+  uint32_t warehouses = 1;  // LoadOptions::warehouses overrides it when non-zero
+  // Percentages of the mix, in TxnType order; must sum to 100 (clause 5.2.3 minimums).
+  uint32_t mix_percent[tpcc::kTxnTypes] = {45, 43, 4, 4, 4};
+  // Percent of NewOrders with an unused item id (rolled back), of remote order lines (when
+  // W > 1), of remote Payment customers (when W > 1), of by-last-name customer selections.
+  uint32_t invalid_item_percent = 1;
+  uint32_t remote_item_percent = 1;
+  uint32_t remote_payment_percent = 15;
+  uint32_t by_last_name_percent = 60;
+};
+
+// The consistency conditions over a quiescent engine loaded by TPC-C: one human-readable line
+// per violation, empty when all hold. Condition 11 holds as stated only in the initial state:
+// with after_load it is checked as stated (count(ORDER) - count(NEW-ORDER) = 2100 per district);
+// otherwise in the form that Delivery preserves, count(ORDER) - count(NEW-ORDER) = 2100 +
+// sum(C_DELIVERY_CNT) over the district's customers (each Delivery removes one NEW-ORDER row
+// and counts one delivery for the order's customer). Also checks that the two secondary
+// indexes agree with their tables.
+std::vector<std::string> check_tpcc_conditions(txn::Engine& engine, bool after_load);
+
+class TpccWorkload;
+
+// One runner thread's terminal. Generates inputs by the specification's rules (clauses
+// 2.4.1-2.8.1) into fixed buffers and runs them through its Worker.
+class TpccClient final : public Client {
+ public:
+  TpccClient(TpccWorkload& workload, txn::Worker& worker, uint32_t worker_index, uint64_t seed,
+             uint64_t history_source);
+  Outcome run_one() override;
+  // Runs one transaction of the given type (tests drive each type directly).
+  Outcome run_type(tpcc::TxnType type);
+
+  // Input generation, exposed for tests.
+  void make_new_order(tpcc::NewOrderArgs* args);
+  void make_payment(tpcc::PaymentArgs* args);
+  void make_order_status(tpcc::OrderStatusArgs* args);
+  void make_delivery(tpcc::DeliveryArgs* args);
+  void make_stock_level(tpcc::StockLevelArgs* args);
+  uint32_t home_warehouse() const { return home_w_; }
+
+ private:
+  tpcc::CustomerSelector make_customer_selector();
+  uint32_t other_warehouse();
+  uint64_t now_us();
+
+  TpccWorkload& workload_;
+  txn::Worker& worker_;
+  Rng rng_;
+  uint32_t warehouses_;
+  uint32_t home_w_;
+  uint32_t stock_level_d_;
+  uint64_t history_source_;
+  uint64_t history_seq_ = 0;
+};
+
+class TpccWorkload final : public Workload {
+ public:
+  explicit TpccWorkload(const TpccOptions& options);
+  std::string name() const override { return "tpcc"; }
+  std::vector<std::string> txn_types() const override;
+  Status load(txn::Engine& engine, const LoadOptions& options,
+              const std::function<void(double)>& progress) override;
+  std::unique_ptr<Client> make_client(txn::Worker& worker, uint32_t worker_index,
+                                      uint64_t seed) override;
+  std::vector<std::string> check(txn::Engine& engine) override {
+    return check_tpcc_conditions(engine, /*after_load=*/false);
+  }
+
+  const TpccOptions& options() const { return options_; }
+  const tpcc::Tables& tables() const { return tables_; }
+  const tpcc::NurandConstants& nurand() const { return nurand_; }
+  uint32_t warehouses() const { return warehouses_; }
+
+ private:
+  TpccOptions options_;
+  uint32_t warehouses_;
+  tpcc::Tables tables_;
+  tpcc::NurandConstants nurand_;
+  // HISTORY key sources: 0 is the loader, each Client takes the next (keys stay unique even
+  // when several Clients share a worker index over time).
+  std::atomic<uint64_t> next_history_source_{1};
+};
+
+std::unique_ptr<Workload> make_tpcc_workload(const TpccOptions& options);
+
+}  // namespace shoal::bench

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package Shoal needs to build, test and benchmark. Idempotent: does
+# nothing when all are present. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev libtomlplusplus-dev
+  libabsl-dev libxxhash-dev libmimalloc-dev liburing-dev nlohmann-json3-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+sudo_cmd=""
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo_cmd apt-get update -q
+$sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"

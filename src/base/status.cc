@@ -1,0 +1,49 @@
+#include "shoal/status.h"
+
+#include <cstdarg>
+
+namespace shoal {
+
+std::string_view code_name(Code code) {
+  switch (code) {
+    case Code::kOk: return "OK";
+    case Code::kNotFound: return "NotFound";
+    case Code::kAlreadyExists: return "AlreadyExists";
+    case Code::kAborted: return "Aborted";
+    case Code::kUserAbort: return "UserAbort";
+    case Code::kInvalidArgument: return "InvalidArgument";
+    case Code::kCorruption: return "Corruption";
+    case Code::kIOError: return "IOError";
+    case Code::kUnavailable: return "Unavailable";
+    case Code::kTimeout: return "Timeout";
+    case Code::kNotSupported: return "NotSupported";
+  }
+  return "Unknown";
+}
+
+std::string Status::to_string() const {
+  std::string out(code_name(code_));
+  if (!msg_.empty()) {
+    out += ": ";
+    out += msg_;
+  }
+  return out;
+}
+
+namespace detail {
+void assert_fail(const char* cond, const char* file, int line, const char* fmt, ...) {
+  std::fprintf(stderr, "shoal: assertion failed at %s:%d: %s", file, line, cond);
+  if (fmt != nullptr && fmt[0] != '\0') {
+    std::fputs(": ", stderr);
+    va_list args;
+    va_start(args, fmt);
+    std::vfprintf(stderr, fmt, args);
+    va_end(args);
+  }
+  std::fputc('\n', stderr);
+  std::fflush(stderr);
+  std::abort();
+}
+}  // namespace detail
+
+}  // namespace shoal

@@ -1,0 +1,289 @@
+#include "src/txn/engine.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+namespace shoal::txn {
+
+namespace {
+constexpr size_t kScratchWords = TableBase::kValueBytesMax / 8 + 1;
+// Conflict retries back off with a growing, bounded pause so two workers hammering one
+// district row stop colliding in lockstep.
+constexpr uint32_t kBackoffPausesMax = 1 << 12;
+}  // namespace
+
+// ---- Txn ----
+
+Txn::Txn(Engine* engine, uint64_t seed)
+    : engine_(engine), rng_(seed), bufs_(std::make_unique<TxnBuffers>()) {
+  bufs_->scratch.resize(kScratchWords);
+  bufs_->reads.reserve(256);
+  bufs_->writes.reserve(64);
+  bufs_->nodes.reserve(64);
+}
+
+Txn::~Txn() = default;
+
+void Txn::begin() {
+  TxnBuffers& b = *bufs_;
+  b.reads.clear();
+  b.writes.clear();
+  b.nodes.clear();
+  b.arena.reset();
+  b.max_seen_version = 0;
+  b.last_table = nullptr;
+  b.last_rec = nullptr;
+  deps_.clear();
+  b.guard.emplace();
+}
+
+WriteEntry* Txn::find_write(const Record* rec) {
+  for (WriteEntry& w : bufs_->writes) {
+    if (w.rec == rec) return &w;
+  }
+  return nullptr;
+}
+
+uint64_t* Txn::buffer_value(const void* value, uint32_t size_bytes) {
+  const uint32_t nwords = Record::words_for(size_bytes == 0 ? 1 : size_bytes);
+  uint64_t* copy = bufs_->arena.allocate_words(nwords);
+  copy[nwords - 1] = 0;
+  std::memcpy(copy, value, size_bytes);
+  return copy;
+}
+
+void Txn::record_node(const void* leaf, uint64_t version, uint64_t (*current)(const void*)) {
+  for (NodeEntry& n : bufs_->nodes) {
+    if (n.leaf == leaf) {
+      // Seen twice: the first observation stands; a different version now is a conflict that
+      // validation will catch.
+      return;
+    }
+  }
+  bufs_->nodes.push_back(NodeEntry{leaf, version, current});
+}
+
+void Txn::note_own_insert(const void* leaf, uint64_t before, uint64_t after) {
+  // Our own insert changed the leaf: if we had seen exactly the version before it, the change
+  // is ours and not a phantom, so move our observation forward (Silo does the same).
+  for (NodeEntry& n : bufs_->nodes) {
+    if (n.leaf == leaf && n.version == before) n.version = after;
+  }
+}
+
+namespace {
+void release_locks(std::vector<WriteEntry>& writes, size_t locked) {
+  for (size_t i = 0; i < locked; ++i) writes[i].rec->unlock();
+}
+}  // namespace
+
+Status Txn::commit() {
+  TxnBuffers& b = *bufs_;
+  std::vector<WriteEntry>& writes = b.writes;
+  // 1. Lock the write set in address order (a global order: no deadlock).
+  std::sort(writes.begin(), writes.end(),
+            [](const WriteEntry& x, const WriteEntry& y) { return x.rec < y.rec; });
+  for (size_t i = 0; i < writes.size(); ++i) {
+    WriteEntry& w = writes[i];
+    uint64_t observed = 0;
+    if (!w.rec->try_lock(&observed)) {
+      release_locks(writes, i);
+      return Status::Aborted("lock");
+    }
+    const bool absent = observed & Tid::kAbsent;
+    // A remove may target our own insert's placeholder (absent); present records only leave
+    // by being unlinked, so for removes "not unlinked" is the whole check.
+    bool state_ok = !(observed & Tid::kUnlinked);
+    if (w.kind == WriteKind::kInsert) state_ok = state_ok && absent;
+    if (w.kind == WriteKind::kPut) state_ok = state_ok && !absent;
+    if (!state_ok) {
+      release_locks(writes, i + 1);
+      return Status::Aborted("write target changed");
+    }
+    b.max_seen_version = std::max(b.max_seen_version, Tid::version(observed));
+  }
+  // 2. The epoch is read after the locks are taken (Silo's serialization point).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const uint64_t epoch = engine_->epoch();
+  // 3. Validate reads and nodes.
+  if (!validate()) {
+    release_locks(writes, writes.size());
+    return Status::Aborted("validation");
+  }
+  // 4. Install with a TID above everything seen, in the current epoch.
+  uint64_t tid = std::max({last_tid_ + 1, b.max_seen_version + 1, Tid::make(epoch, 0)});
+  SHOAL_ASSERT(tid <= Tid::kVersionMask, "TID overflow");
+  install(tid);
+  last_tid_ = tid;
+  deps_.raise(engine_->options().shard_id, tid);
+  return Status::Ok();
+}
+
+bool Txn::validate() {
+  TxnBuffers& b = *bufs_;
+  const bool skip_reads = engine_->options().unsafe_skip_read_validation;
+  for (const ReadEntry& r : b.reads) {
+    if (skip_reads) break;
+    const uint64_t now = r.rec->word.load(std::memory_order_acquire);
+    if ((now & ~Tid::kLock) != r.observed) return false;
+    if ((now & Tid::kLock) && !locked_by_me(r.rec)) return false;
+  }
+  for (const NodeEntry& n : b.nodes) {
+    if (n.current(n.leaf) != n.version) return false;
+  }
+  return true;
+}
+
+bool Txn::locked_by_me(const Record* rec) const {
+  const auto& writes = bufs_->writes;  // sorted by address during commit
+  auto it = std::lower_bound(writes.begin(), writes.end(), rec,
+                             [](const WriteEntry& w, const Record* r) { return w.rec < r; });
+  return it != writes.end() && it->rec == rec;
+}
+
+void Txn::install(uint64_t tid) {
+  TxnBuffers& b = *bufs_;
+  const bool keep_chains = engine_->options().keep_version_chains;
+  for (WriteEntry& w : b.writes) {
+    Record* rec = w.rec;
+    if (w.kind == WriteKind::kRemove) {
+      // Dead records leave the index at once so scans (TPC-C Delivery over NEW-ORDER) never
+      // wade through tombstones; readers holding the pointer see kUnlinked and fail validation.
+      rec->word.store(tid | Tid::kAbsent | Tid::kUnlinked | Tid::kLock, std::memory_order_release);
+      const bool removed = w.ops->remove(w.tree, w.key_words, rec);
+      SHOAL_ASSERT(removed, "a locked, present record was missing from its index");
+      rec->unlock();
+      ebr::retire(rec, &Record::free);
+      continue;
+    }
+    if (Record::words_for(w.size_bytes) > rec->capacity_words) {
+      install_grown(w, tid);
+      continue;
+    }
+    if (keep_chains && !(rec->word.load(std::memory_order_relaxed) & Tid::kAbsent)) {
+      push_old_version(rec);
+    }
+    rec->write_locked(w.value, w.size_bytes);
+    rec->unlock_with(tid);
+  }
+}
+
+void Txn::push_old_version(Record* rec) {
+  Record* old = Record::make(rec->size_bytes, rec->word.load(std::memory_order_relaxed) & ~Tid::kLock);
+  std::memcpy(old->data, rec->data, rec->size_bytes);
+  old->older = rec->older;
+  old->deps = rec->deps != nullptr ? new DepVec(*rec->deps) : nullptr;
+  rec->older = old;
+}
+
+void Txn::install_grown(WriteEntry& w, uint64_t tid) {
+  // The value outgrew its record: publish a bigger one in the index and retire the old one.
+  Record* old = w.rec;
+  Record* grown = Record::make(w.size_bytes, tid | Tid::kLock);
+  grown->write_locked(w.value, w.size_bytes);
+  const bool replaced = w.ops->replace(w.tree, w.key_words, grown);
+  SHOAL_ASSERT(replaced, "a locked, present record was missing from its index");
+  grown->unlock_with(tid);
+  old->word.store(tid | Tid::kAbsent | Tid::kUnlinked, std::memory_order_release);
+  ebr::retire(old, &Record::free);
+}
+
+void Txn::abort() {
+  TxnBuffers& b = *bufs_;
+  // Placeholders this transaction put in the index and nobody committed over are removed, so
+  // aborted inserts leave nothing behind.
+  for (WriteEntry& w : b.writes) {
+    if (!w.fresh) continue;
+    uint64_t observed = 0;
+    if (!w.rec->try_lock(&observed)) continue;  // someone else is committing it
+    if ((observed & Tid::kStateMask) == Tid::kAbsent && Tid::version(observed) == 0) {
+      w.rec->word.store(Tid::kAbsent | Tid::kUnlinked | Tid::kLock, std::memory_order_release);
+      const bool removed = w.ops->remove(w.tree, w.key_words, w.rec);
+      SHOAL_ASSERT(removed, "placeholder missing from its index");
+      w.rec->unlock();
+      ebr::retire(w.rec, &Record::free);
+    } else {
+      w.rec->unlock();
+    }
+  }
+}
+
+void Txn::end() { bufs_->guard.reset(); }
+
+// ---- Worker ----
+
+Worker::Worker(Engine* engine, uint32_t id, uint64_t seed)
+    : engine_(engine), id_(id), txn_(engine, seed) {}
+
+Status Worker::run(Procedure proc, const void* args, void* result) {
+  const uint32_t retries_max = engine_->options().max_retries;
+  uint32_t backoff = 1;
+  for (uint32_t attempt = 0;; ++attempt) {
+    txn_.begin();
+    Status s = proc(txn_, args, result);
+    if (s.ok()) s = txn_.commit();
+    if (!s.ok()) txn_.abort();
+    txn_.end();
+    if ((++runs_ & 63) == 0) ebr::quiesce();
+    if (s.ok()) {
+      ++stats_.committed;
+      return s;
+    }
+    if (s.is_user_abort()) {
+      ++stats_.user_aborts;
+      return s;
+    }
+    if (!s.is_aborted()) return s;
+    ++stats_.conflict_aborts;
+    if (attempt + 1 >= retries_max) return Status::Aborted("retries exhausted");
+    for (uint32_t i = 0; i < backoff; ++i) _mm_pause();
+    backoff = std::min(backoff * 2, kBackoffPausesMax);
+  }
+}
+
+// ---- Engine ----
+
+Engine::Engine(EngineOptions options, Env* env) : options_(options), env_(env) {
+  ticker_ = std::thread([this] {
+    const uint64_t slice_ns = std::min<uint64_t>(options_.epoch_interval_ns, 5'000'000);
+    uint64_t next_ns = env_->now_ns() + options_.epoch_interval_ns;
+    while (!stop_.load(std::memory_order_acquire)) {
+      env_->sleep_ns(slice_ns);
+      if (env_->now_ns() >= next_ns) {
+        epoch_.fetch_add(1, std::memory_order_acq_rel);
+        next_ns += options_.epoch_interval_ns;
+      }
+    }
+  });
+}
+
+Engine::~Engine() {
+  stop_.store(true, std::memory_order_release);
+  ticker_.join();
+  workers_.clear();
+  tables_.clear();
+  ebr::drain_all_for_tests();
+}
+
+TableBase* Engine::find_table(const std::string& name) const {
+  for (const auto& t : tables_) {
+    if (t->name() == name) return t.get();
+  }
+  return nullptr;
+}
+
+Worker* Engine::make_worker() {
+  const uint32_t id = next_worker_id_.fetch_add(1);
+  std::lock_guard<std::mutex> lock(workers_mu_);
+  workers_.push_back(std::unique_ptr<Worker>(new Worker(this, id, env_->seed())));
+  return workers_.back().get();
+}
+
+size_t Engine::memory_bytes() const {
+  size_t total = 0;
+  for (const auto& t : tables_) total += t->memory_bytes();
+  return total;
+}
+
+}  // namespace shoal::txn

@@ -1,0 +1,267 @@
+// The single-shard transactional engine: tables over the concurrent index, Silo-style OCC.
+//
+// Threads: an Engine is shared by all worker threads. Each worker thread owns one Worker (and
+// its Txn); a Txn is never touched by two threads. Tables are created before workers start
+// (REQUIRES: no concurrent transactions during create_table / bulk load).
+//
+// A transaction is a registered stored procedure: a function of (Txn&, args) that reads and
+// writes through the Txn. Worker::run executes it, commits with Silo's protocol and retries
+// on conflict (bounded). Commit protocol (design section 3, steps 1-6 on one shard):
+//   1. lock the write set in a global order (record address);
+//   2. read the global epoch; compute the commit TID (> every TID read or overwritten, > this
+//      worker's previous TID, in the current epoch);
+//   3. validate the read set (TID unchanged, not locked by others) and the node set (leaf
+//      versions unchanged: no phantoms);
+//   4. install the writes with the new TID and dependency vector, unlocking each record.
+// Serializable: the commit TID order is a serial order of committed transactions.
+//
+// Reads copy values out (the caller's buffer); writes are buffered in the Txn until commit.
+// A transaction sees its own writes.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/status.h"
+#include "src/base/ebr.h"
+#include "src/base/env.h"
+#include "src/index/btree.h"
+#include "src/index/key.h"
+#include "src/txn/depvec.h"
+#include "src/txn/record.h"
+
+namespace shoal::txn {
+
+class Engine;
+class Txn;
+// A transaction's read, write and node sets (defined in engine_impl.h).
+struct ReadEntry;
+struct WriteEntry;
+struct NodeEntry;
+struct TxnBuffers;
+
+// A table: an ordered map from Key<K> to variable-size values (at most kValueBytesMax).
+class TableBase {
+ public:
+  static constexpr uint32_t kValueBytesMax = 4096;
+  TableBase(std::string name, uint32_t id) : name_(std::move(name)), id_(id) {}
+  virtual ~TableBase() = default;
+  const std::string& name() const { return name_; }
+  uint32_t id() const { return id_; }
+  virtual size_t key_words() const = 0;
+  virtual size_t record_count() const = 0;
+  virtual size_t memory_bytes() const = 0;
+
+ private:
+  std::string name_;
+  uint32_t id_;
+};
+
+template <size_t K>
+class Table final : public TableBase {
+ public:
+  using KeyT = Key<K>;
+  using TableBase::TableBase;
+  ~Table() override;
+  size_t key_words() const override { return K; }
+  size_t record_count() const override { return index_.size(); }
+  size_t memory_bytes() const override { return index_.memory_bytes() + record_bytes_.load(); }
+
+  // Non-transactional insert for loaders. REQUIRES: no concurrent transactions on this table.
+  Status load(const KeyT& key, const void* value, uint32_t size_bytes);
+  template <typename T>
+  Status load(const KeyT& key, const T& value) {
+    return load(key, &value, sizeof(T));
+  }
+
+  // Non-transactional read of the latest committed value, for checks after a run.
+  // REQUIRES: quiescent (no concurrent transactions).
+  Status peek(const KeyT& key, void* out, uint32_t size_bytes) const;
+  // Visits the newest version of key, then each older one kept in its chain: fn(data, word).
+  // REQUIRES: quiescent.
+  Status peek_chain_for_tests(const KeyT& key,
+                              const std::function<void(const void*, uint64_t)>& fn) const;
+  // Non-transactional ascending scan of committed values in [lo, hi]; fn(key, value, size)
+  // returns false to stop. REQUIRES: quiescent.
+  void for_each(const KeyT& lo, const KeyT& hi,
+                const std::function<bool(const KeyT&, const void*, uint32_t)>& fn) const;
+
+ private:
+  friend class Txn;
+  friend class Engine;
+  BTree<K> index_;
+  std::atomic<size_t> record_bytes_{0};
+};
+
+struct EngineOptions {
+  // How often the global epoch advances (Silo: 40 ms).
+  uint64_t epoch_interval_ns = 40'000'000;
+  // Keep chains of older versions (needed by snapshot reads on followers).
+  bool keep_version_chains = false;
+  // Conflict retries before Worker::run gives up with Aborted.
+  uint32_t max_retries = 1000;
+  // Our shard id in dependency vectors.
+  uint32_t shard_id = 0;
+  // Test-only: skip read validation (so the serializability checker can be shown to catch it).
+  bool unsafe_skip_read_validation = false;
+};
+
+// A stored procedure: reads `args`, may write `result`; returns Ok to commit, UserAbort to roll
+// back deliberately, Aborted (from a Txn call) to retry.
+using Procedure = Status (*)(Txn& txn, const void* args, void* result);
+
+struct TxnStats {
+  uint64_t committed = 0;
+  uint64_t conflict_aborts = 0;  // each retry counts once
+  uint64_t user_aborts = 0;
+};
+
+// Per-transaction state. Reused across transactions by its Worker; memory is kept between
+// transactions, so steady state does not allocate.
+class Txn {
+ public:
+  // Reads key into out (size_bytes = capacity of out; the value's size must equal it unless
+  // `size_out` is given). NotFound if absent; Aborted on a detected conflict.
+  template <size_t K>
+  Status get(Table<K>& table, const Key<K>& key, void* out, uint32_t size_bytes,
+             uint32_t* size_out = nullptr);
+  template <typename T, size_t K>
+  Status get(Table<K>& table, const Key<K>& key, T* out) {
+    return get(table, key, out, sizeof(T));
+  }
+  // Overwrites an existing key. NotFound if absent.
+  template <size_t K>
+  Status put(Table<K>& table, const Key<K>& key, const void* value, uint32_t size_bytes);
+  template <typename T, size_t K>
+  Status put(Table<K>& table, const Key<K>& key, const T& value) {
+    return put(table, key, &value, sizeof(T));
+  }
+  // Inserts a new key. AlreadyExists if present.
+  template <size_t K>
+  Status insert(Table<K>& table, const Key<K>& key, const void* value, uint32_t size_bytes);
+  template <typename T, size_t K>
+  Status insert(Table<K>& table, const Key<K>& key, const T& value) {
+    return insert(table, key, &value, sizeof(T));
+  }
+  // Deletes a key. NotFound if absent.
+  template <size_t K>
+  Status remove(Table<K>& table, const Key<K>& key);
+
+  // Ascending scan over [lo, hi]: fn(const Key<K>&, const void* value, uint32_t size) -> bool
+  // (false stops). At most `limit` entries. The range is protected against phantoms up to the
+  // last key delivered (or hi).
+  template <size_t K, typename Fn>
+  Status scan(Table<K>& table, const Key<K>& lo, const Key<K>& hi, size_t limit, Fn&& fn);
+  // Descending scan from hi down to lo.
+  template <size_t K, typename Fn>
+  Status rscan(Table<K>& table, const Key<K>& hi, const Key<K>& lo, size_t limit, Fn&& fn);
+
+  // The transaction's dependency vector so far (merged over every version read).
+  const DepVec& deps() const { return deps_; }
+  // The commit TID of the last committed transaction of this Txn object.
+  uint64_t last_commit_tid() const { return last_tid_; }
+  Rng& rng() { return rng_; }
+  Engine& engine() { return *engine_; }
+
+ private:
+  friend class Engine;
+  friend class Worker;
+
+  explicit Txn(Engine* engine, uint64_t seed);
+  ~Txn();
+  void begin();
+  Status commit();
+  // REQUIRES: commit() failed or was not called; no locks held.
+  void abort();
+  void end();
+  bool validate();
+  bool locked_by_me(const Record* rec) const;
+  void install(uint64_t tid);
+  void push_old_version(Record* rec);
+  void install_grown(WriteEntry& w, uint64_t tid);
+  // Implementation helpers, defined in engine_impl.h.
+  // Stable-reads rec into words and records the read; returns the word (kLock set: conflict).
+  uint64_t observe(Record* rec, uint64_t* words, uint32_t* size_out);
+  Status read_record(Record* rec, void* out, uint32_t size_bytes, uint32_t* size_out);
+  template <bool kReverse, size_t K, typename Fn>
+  Status scan_impl(Table<K>& table, const Key<K>& from, const Key<K>& to, size_t limit, Fn& fn);
+  WriteEntry* find_write(const Record* rec);
+  uint64_t* buffer_value(const void* value, uint32_t size_bytes);
+  void record_node(const void* leaf, uint64_t version, uint64_t (*current)(const void*));
+  void note_own_insert(const void* leaf, uint64_t before, uint64_t after);
+
+  Engine* engine_;
+  Rng rng_;
+  std::unique_ptr<TxnBuffers> bufs_;
+  DepVec deps_;
+  uint64_t last_tid_ = 0;
+};
+
+// One per worker thread: its Txn, its statistics, and the retry loop.
+class Worker {
+ public:
+  // Runs procedure `proc` to commit, retrying on conflicts (at most max_retries).
+  // Returns Ok (committed), UserAbort (rolled back by the procedure), Aborted (gave up), or
+  // the procedure's other error.
+  Status run(Procedure proc, const void* args, void* result = nullptr);
+  const TxnStats& stats() const { return stats_; }
+  Txn& txn() { return txn_; }
+  uint32_t id() const { return id_; }
+
+ private:
+  friend class Engine;
+  Worker(Engine* engine, uint32_t id, uint64_t seed);
+  Engine* engine_;
+  uint32_t id_;
+  Txn txn_;
+  TxnStats stats_;
+  uint64_t runs_ = 0;
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions options = {}, Env* env = &RealEnv::instance());
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // REQUIRES: called before transactions run; name unique.
+  template <size_t K>
+  Table<K>* create_table(const std::string& name);
+  TableBase* find_table(const std::string& name) const;
+  const std::vector<std::unique_ptr<TableBase>>& tables() const { return tables_; }
+
+  // Each worker thread takes one Worker. REQUIRES: called before the thread starts its work.
+  Worker* make_worker();
+
+  // The global epoch (advanced by a background ticker, or by tests).
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  void advance_epoch_for_tests() { epoch_.fetch_add(1, std::memory_order_acq_rel); }
+
+  const EngineOptions& options() const { return options_; }
+  Env& env() { return *env_; }
+  size_t memory_bytes() const;
+
+ private:
+  friend class Txn;
+  EngineOptions options_;
+  Env* env_;
+  std::atomic<uint64_t> epoch_{1};
+  std::atomic<bool> stop_{false};
+  std::thread ticker_;
+  std::vector<std::unique_ptr<TableBase>> tables_;
+  std::mutex workers_mu_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<uint32_t> next_worker_id_{0};
+};
+
+}  // namespace shoal::txn
+
+#include "src/txn/engine_impl.h"

@@ -1,0 +1,359 @@
+// Template bodies of src/txn/engine.h. Include engine.h, not this file.
+#pragma once
+
+#include <algorithm>
+#include <optional>
+
+#include "src/base/arena.h"
+
+namespace shoal::txn {
+
+// Per-K operations a Txn needs on a table after it has forgotten the table's type: unlinking a
+// deleted record, swapping in a larger record, re-reading a leaf version.
+struct TableOps {
+  bool (*remove)(void* tree, const uint64_t* key_words, const void* expected);
+  bool (*replace)(void* tree, const uint64_t* key_words, void* value);
+  uint64_t (*leaf_version)(const void* leaf);
+};
+
+template <size_t K>
+struct TableOpsFor {
+  static Key<K> key_of(const uint64_t* words) {
+    Key<K> k;
+    std::copy(words, words + K, k.w.begin());
+    return k;
+  }
+  static bool remove(void* tree, const uint64_t* key_words, const void* expected) {
+    return static_cast<BTree<K>*>(tree)->remove(key_of(key_words), expected);
+  }
+  static bool replace(void* tree, const uint64_t* key_words, void* value) {
+    return static_cast<BTree<K>*>(tree)->update(key_of(key_words), value);
+  }
+  static constexpr TableOps ops{&remove, &replace, &BTree<K>::leaf_version};
+};
+
+enum class WriteKind : uint8_t { kPut, kInsert, kRemove };
+
+struct ReadEntry {
+  Record* rec;
+  uint64_t observed;  // version word without the lock bit
+};
+
+struct WriteEntry {
+  Record* rec;
+  uint64_t* value;  // arena copy; nullptr for kRemove
+  uint32_t size_bytes;
+  WriteKind kind;
+  bool fresh;  // this transaction created rec (an absent placeholder) in the index
+  void* tree;
+  const TableOps* ops;
+  const uint64_t* key_words;  // arena copy
+};
+
+struct NodeEntry {
+  const void* leaf;
+  uint64_t version;
+  uint64_t (*current)(const void*);
+};
+
+struct TxnBuffers {
+  std::vector<ReadEntry> reads;
+  std::vector<WriteEntry> writes;
+  std::vector<NodeEntry> nodes;
+  Arena arena;
+  std::optional<ebr::Guard> guard;
+  uint64_t max_seen_version = 0;  // largest TID read or overwritten
+  // The last record found by get(), so that the usual get-then-put skips a second lookup.
+  const void* last_table = nullptr;
+  uint64_t last_key[8] = {};
+  Record* last_rec = nullptr;
+  std::vector<uint64_t> scratch;  // one value's words, for scans
+};
+
+template <size_t K>
+Status Table<K>::load(const KeyT& key, const void* value, uint32_t size_bytes) {
+  SHOAL_ASSERT(size_bytes <= kValueBytesMax, "value of %u bytes", size_bytes);
+  Record* rec = Record::make(size_bytes, Tid::make(1, 0));
+  rec->write_locked(value, size_bytes);
+  ebr::Guard guard;
+  typename BTree<K>::NodeRef before{};
+  uint64_t after = 0;
+  if (index_.insert_if_absent(key, rec, &before, &after) != nullptr) {
+    Record::free(rec);
+    return Status::AlreadyExists("load: duplicate key in table " + name());
+  }
+  record_bytes_.fetch_add(Record::alloc_bytes(rec->capacity_words), std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+template <size_t K>
+Status Table<K>::peek(const KeyT& key, void* out, uint32_t size_bytes) const {
+  ebr::Guard guard;
+  auto* rec = static_cast<Record*>(index_.get(key, nullptr));
+  if (rec == nullptr) return Status::NotFound();
+  const uint64_t word = rec->word.load(std::memory_order_acquire);
+  if (word & Tid::kStateMask) return Status::NotFound();
+  std::memcpy(out, rec->data, std::min(size_bytes, rec->size_bytes));
+  return Status::Ok();
+}
+
+template <size_t K>
+Status Table<K>::peek_chain_for_tests(const KeyT& key,
+                                      const std::function<void(const void*, uint64_t)>& fn) const {
+  ebr::Guard guard;
+  auto* rec = static_cast<const Record*>(index_.get(key, nullptr));
+  if (rec == nullptr) return Status::NotFound();
+  for (int depth = 0; rec != nullptr && depth < (1 << 20); ++depth, rec = rec->older) {
+    fn(rec->data, rec->word.load(std::memory_order_acquire));
+  }
+  return Status::Ok();
+}
+
+template <size_t K>
+void Table<K>::for_each(const KeyT& lo, const KeyT& hi,
+                        const std::function<bool(const KeyT&, const void*, uint32_t)>& fn) const {
+  ebr::Guard guard;
+  index_.scan(
+      lo, hi,
+      [&](const KeyT& key, void* value) {
+        auto* rec = static_cast<Record*>(value);
+        if (rec->word.load(std::memory_order_acquire) & Tid::kStateMask) return true;
+        return fn(key, rec->data, rec->size_bytes);
+      },
+      [](const typename BTree<K>::NodeRef&) {});
+}
+
+template <size_t K>
+Table<K>::~Table() {
+  // Records are owned by the table; the tree frees its own nodes.
+  ebr::Guard guard;
+  std::vector<Record*> recs;
+  index_.scan(
+      KeyT::min(), KeyT::max(),
+      [&](const KeyT&, void* value) {
+        recs.push_back(static_cast<Record*>(value));
+        return true;
+      },
+      [](const typename BTree<K>::NodeRef&) {});
+  for (Record* r : recs) Record::free(r);
+}
+
+template <size_t K>
+Table<K>* Engine::create_table(const std::string& name) {
+  SHOAL_ASSERT(find_table(name) == nullptr, "table %s exists", name.c_str());
+  auto table = std::make_unique<Table<K>>(name, static_cast<uint32_t>(tables_.size()));
+  Table<K>* raw = table.get();
+  tables_.push_back(std::move(table));
+  return raw;
+}
+
+// ---- Txn reads ----
+
+inline uint64_t Txn::observe(Record* rec, uint64_t* words, uint32_t* size_out) {
+  TxnBuffers& b = *bufs_;
+  const uint64_t word = rec->stable_read(words, size_out);
+  if (word & Tid::kLock) return word;
+  b.reads.push_back(ReadEntry{rec, word});
+  b.max_seen_version = std::max(b.max_seen_version, Tid::version(word));
+  if (rec->deps != nullptr) deps_.merge(*rec->deps);
+  return word;
+}
+
+inline Status Txn::read_record(Record* rec, void* out, uint32_t size_bytes, uint32_t* size_out) {
+  uint64_t* words = bufs_->scratch.data();
+  uint32_t got = 0;
+  const uint64_t word = observe(rec, words, &got);
+  if (word & Tid::kLock) return Status::Aborted();
+  if (word & Tid::kStateMask) return Status::NotFound();
+  if (size_out != nullptr) {
+    *size_out = got;
+  } else if (got != size_bytes) {
+    return Status::InvalidArgument("value size mismatch");
+  }
+  std::memcpy(out, words, std::min(got, size_bytes));
+  return Status::Ok();
+}
+
+template <size_t K>
+Status Txn::get(Table<K>& table, const Key<K>& key, void* out, uint32_t size_bytes,
+                uint32_t* size_out) {
+  TxnBuffers& b = *bufs_;
+  typename BTree<K>::NodeRef leaf;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    auto* rec = static_cast<Record*>(table.index_.get(key, &leaf));
+    if (rec == nullptr) {
+      record_node(leaf.leaf, leaf.version, &BTree<K>::leaf_version);
+      return Status::NotFound();
+    }
+    if (!b.writes.empty()) {
+      if (WriteEntry* w = find_write(rec)) {
+        if (w->kind == WriteKind::kRemove) return Status::NotFound();
+        if (size_out != nullptr) *size_out = w->size_bytes;
+        std::memcpy(out, w->value, std::min(size_bytes, w->size_bytes));
+        return Status::Ok();
+      }
+    }
+    if (rec->word.load(std::memory_order_acquire) & Tid::kUnlinked) continue;  // look up again
+    Status s = read_record(rec, out, size_bytes, size_out);
+    if (s.ok()) {
+      b.last_table = &table;
+      std::copy(key.w.begin(), key.w.end(), b.last_key);
+      b.last_rec = rec;
+    }
+    return s;
+  }
+  return Status::Aborted();
+}
+
+// ---- Txn writes ----
+
+template <size_t K>
+Status Txn::put(Table<K>& table, const Key<K>& key, const void* value, uint32_t size_bytes) {
+  SHOAL_ASSERT(size_bytes <= TableBase::kValueBytesMax, "value of %u bytes", size_bytes);
+  TxnBuffers& b = *bufs_;
+  Record* rec = nullptr;
+  if (b.last_table == &table && std::equal(key.w.begin(), key.w.end(), b.last_key)) {
+    rec = b.last_rec;
+  } else {
+    typename BTree<K>::NodeRef leaf;
+    rec = static_cast<Record*>(table.index_.get(key, &leaf));
+    if (rec == nullptr) {
+      record_node(leaf.leaf, leaf.version, &BTree<K>::leaf_version);
+      return Status::NotFound();
+    }
+  }
+  if (WriteEntry* w = b.writes.empty() ? nullptr : find_write(rec)) {
+    if (w->kind == WriteKind::kRemove) return Status::NotFound();
+    w->value = buffer_value(value, size_bytes);
+    w->size_bytes = size_bytes;
+    return Status::Ok();
+  }
+  const uint64_t word = rec->word.load(std::memory_order_acquire);
+  if (word & Tid::kStateMask) return Status::NotFound();
+  uint64_t* key_copy = b.arena.allocate_words(K);
+  std::copy(key.w.begin(), key.w.end(), key_copy);
+  b.writes.push_back(WriteEntry{rec, buffer_value(value, size_bytes), size_bytes, WriteKind::kPut,
+                                false, &table.index_, &TableOpsFor<K>::ops, key_copy});
+  return Status::Ok();
+}
+
+template <size_t K>
+Status Txn::insert(Table<K>& table, const Key<K>& key, const void* value, uint32_t size_bytes) {
+  SHOAL_ASSERT(size_bytes <= TableBase::kValueBytesMax, "value of %u bytes", size_bytes);
+  TxnBuffers& b = *bufs_;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    typename BTree<K>::NodeRef leaf;
+    auto* rec = static_cast<Record*>(table.index_.get(key, &leaf));
+    bool fresh = false;
+    if (rec == nullptr) {
+      Record* mine = Record::make(size_bytes, Tid::kAbsent);
+      typename BTree<K>::NodeRef before{};
+      uint64_t after = 0;
+      if (table.index_.insert_if_absent(key, mine, &before, &after) != nullptr) {
+        Record::free(mine);  // lost a race with another inserter; never published
+        continue;
+      }
+      table.record_bytes_.fetch_add(Record::alloc_bytes(mine->capacity_words),
+                                    std::memory_order_relaxed);
+      note_own_insert(before.leaf, before.version, after);
+      rec = mine;
+      fresh = true;
+    } else if (WriteEntry* w = b.writes.empty() ? nullptr : find_write(rec)) {
+      if (w->kind != WriteKind::kRemove) return Status::AlreadyExists();
+      w->kind = WriteKind::kPut;  // delete then insert in one transaction: an overwrite
+      w->value = buffer_value(value, size_bytes);
+      w->size_bytes = size_bytes;
+      return Status::Ok();
+    } else {
+      const uint64_t word = rec->word.load(std::memory_order_acquire);
+      if (word & Tid::kUnlinked) continue;
+      if (word & Tid::kLock) return Status::Aborted();
+      // Present: a read of existence. Absent: we take the placeholder over.
+      b.reads.push_back(ReadEntry{rec, word});
+      b.max_seen_version = std::max(b.max_seen_version, Tid::version(word));
+      if (!(word & Tid::kAbsent)) return Status::AlreadyExists();
+    }
+    uint64_t* key_copy = b.arena.allocate_words(K);
+    std::copy(key.w.begin(), key.w.end(), key_copy);
+    b.writes.push_back(WriteEntry{rec, buffer_value(value, size_bytes), size_bytes,
+                                  WriteKind::kInsert, fresh, &table.index_, &TableOpsFor<K>::ops,
+                                  key_copy});
+    return Status::Ok();
+  }
+  return Status::Aborted();
+}
+
+template <size_t K>
+Status Txn::remove(Table<K>& table, const Key<K>& key) {
+  TxnBuffers& b = *bufs_;
+  typename BTree<K>::NodeRef leaf;
+  auto* rec = static_cast<Record*>(table.index_.get(key, &leaf));
+  if (rec == nullptr) {
+    record_node(leaf.leaf, leaf.version, &BTree<K>::leaf_version);
+    return Status::NotFound();
+  }
+  if (WriteEntry* w = b.writes.empty() ? nullptr : find_write(rec)) {
+    if (w->kind == WriteKind::kRemove) return Status::NotFound();
+    w->kind = WriteKind::kRemove;
+    w->value = nullptr;
+    return Status::Ok();
+  }
+  const uint64_t word = rec->word.load(std::memory_order_acquire);
+  if (word & Tid::kStateMask) return Status::NotFound();
+  uint64_t* key_copy = b.arena.allocate_words(K);
+  std::copy(key.w.begin(), key.w.end(), key_copy);
+  b.writes.push_back(WriteEntry{rec, nullptr, 0, WriteKind::kRemove, false, &table.index_,
+                                &TableOpsFor<K>::ops, key_copy});
+  return Status::Ok();
+}
+
+// ---- Txn scans ----
+
+template <bool kReverse, size_t K, typename Fn>
+Status Txn::scan_impl(Table<K>& table, const Key<K>& from, const Key<K>& to, size_t limit,
+                      Fn& fn) {
+  if (limit == 0) return Status::Ok();
+  TxnBuffers& b = *bufs_;
+  size_t delivered = 0;
+  Status status;
+  auto on_leaf = [&](const typename BTree<K>::NodeRef& ref) {
+    record_node(ref.leaf, ref.version, &BTree<K>::leaf_version);
+  };
+  auto on_entry = [&](const Key<K>& key, void* value) -> bool {
+    auto* rec = static_cast<Record*>(value);
+    const void* data = b.scratch.data();
+    uint32_t size = 0;
+    if (WriteEntry* w = b.writes.empty() ? nullptr : find_write(rec)) {
+      if (w->kind == WriteKind::kRemove) return true;
+      data = w->value;
+      size = w->size_bytes;
+    } else {
+      const uint64_t word = observe(rec, b.scratch.data(), &size);
+      if (word & Tid::kLock) {
+        status = Status::Aborted();
+        return false;
+      }
+      if (word & Tid::kStateMask) return true;
+    }
+    ++delivered;
+    return fn(key, data, size) && delivered < limit;
+  };
+  if constexpr (kReverse) {
+    table.index_.rscan(from, to, on_entry, on_leaf);
+  } else {
+    table.index_.scan(from, to, on_entry, on_leaf);
+  }
+  return status;
+}
+
+template <size_t K, typename Fn>
+Status Txn::scan(Table<K>& table, const Key<K>& lo, const Key<K>& hi, size_t limit, Fn&& fn) {
+  return scan_impl<false>(table, lo, hi, limit, fn);
+}
+
+template <size_t K, typename Fn>
+Status Txn::rscan(Table<K>& table, const Key<K>& hi, const Key<K>& lo, size_t limit, Fn&& fn) {
+  return scan_impl<true>(table, hi, lo, limit, fn);
+}
+
+}  // namespace shoal::txn

@@ -1,0 +1,308 @@
+#include "src/txn/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+namespace shoal::txn {
+namespace {
+
+struct Account {
+  int64_t balance;
+  uint64_t pad[3];
+};
+
+// Tests scale down under sanitizers (SHOAL_TEST_SCALE=small).
+int scaled(int n) {
+  const char* s = std::getenv("SHOAL_TEST_SCALE");
+  return (s != nullptr && std::string(s) == "small") ? std::max(1, n / 10) : n;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    engine_ = std::make_unique<Engine>(options_);
+    table_ = engine_->create_table<1>("accounts");
+  }
+  EngineOptions options_;
+  std::unique_ptr<Engine> engine_;
+  Table<1>* table_ = nullptr;
+};
+
+// A procedure built from a lambda: args points at the callable.
+template <typename F>
+Status run_fn(Worker* w, F&& fn) {
+  return w->run([](Txn& t, const void* args, void*) { return (*static_cast<const F*>(args))(t); },
+                &fn);
+}
+
+TEST_F(EngineTest, InsertGetPutRemove) {
+  Worker* w = engine_->make_worker();
+  Table<1>& t = *table_;
+  ASSERT_TRUE(run_fn(w, [&](Txn& txn) { return txn.insert(t, key1(7), Account{100, {}}); }).ok());
+  Account a{};
+  ASSERT_TRUE(run_fn(w, [&](Txn& txn) { return txn.get(t, key1(7), &a); }).ok());
+  EXPECT_EQ(a.balance, 100);
+  EXPECT_TRUE(run_fn(w, [&](Txn& txn) { return txn.insert(t, key1(7), Account{1, {}}); })
+                  .code() == Code::kAlreadyExists);
+  ASSERT_TRUE(run_fn(w, [&](Txn& txn) { return txn.put(t, key1(7), Account{55, {}}); }).ok());
+  ASSERT_TRUE(t.peek(key1(7), &a, sizeof(a)).ok());
+  EXPECT_EQ(a.balance, 55);
+  ASSERT_TRUE(run_fn(w, [&](Txn& txn) { return txn.remove(t, key1(7)); }).ok());
+  EXPECT_TRUE(t.peek(key1(7), &a, sizeof(a)).is_not_found());
+  EXPECT_TRUE(run_fn(w, [&](Txn& txn) { return txn.get(t, key1(7), &a); }).is_not_found());
+  EXPECT_TRUE(run_fn(w, [&](Txn& txn) { return txn.put(t, key1(7), a); }).is_not_found());
+  // A removed key can be inserted again.
+  ASSERT_TRUE(run_fn(w, [&](Txn& txn) { return txn.insert(t, key1(7), Account{9, {}}); }).ok());
+  EXPECT_EQ(t.record_count(), 1u);
+}
+
+TEST_F(EngineTest, ReadsOwnWritesAndScansThem) {
+  Worker* w = engine_->make_worker();
+  Table<1>& t = *table_;
+  for (uint64_t k = 0; k < 10; ++k) ASSERT_TRUE(t.load(key1(k * 2), Account{int64_t(k), {}}).ok());
+  Status s = run_fn(w, [&](Txn& txn) -> Status {
+    SHOAL_TRY(txn.put(t, key1(4), Account{1000, {}}));
+    SHOAL_TRY(txn.insert(t, key1(5), Account{500, {}}));
+    SHOAL_TRY(txn.remove(t, key1(6)));
+    Account a{};
+    SHOAL_TRY(txn.get(t, key1(4), &a));
+    EXPECT_EQ(a.balance, 1000);
+    std::vector<std::pair<uint64_t, int64_t>> seen;
+    SHOAL_TRY(txn.scan(t, key1(3), key1(9), 100, [&](const Key1& k, const void* v, uint32_t) {
+      seen.emplace_back(k.w[0], static_cast<const Account*>(v)->balance);
+      return true;
+    }));
+    std::vector<std::pair<uint64_t, int64_t>> want{{4, 1000}, {5, 500}, {8, 4}};
+    EXPECT_EQ(seen, want);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  std::vector<uint64_t> rev;
+  ASSERT_TRUE(run_fn(w, [&](Txn& txn) {
+                return txn.rscan(t, key1(100), key1(0), 3, [&](const Key1& k, const void*, uint32_t) {
+                  rev.push_back(k.w[0]);
+                  return true;
+                });
+              }).ok());
+  EXPECT_EQ(rev, (std::vector<uint64_t>{18, 16, 14}));
+}
+
+TEST_F(EngineTest, UserAbortLeavesNoTrace) {
+  Worker* w = engine_->make_worker();
+  Table<1>& t = *table_;
+  ASSERT_TRUE(t.load(key1(1), Account{10, {}}).ok());
+  Status s = run_fn(w, [&](Txn& txn) -> Status {
+    SHOAL_TRY(txn.put(t, key1(1), Account{99, {}}));
+    SHOAL_TRY(txn.insert(t, key1(2), Account{99, {}}));
+    return Status::UserAbort();
+  });
+  EXPECT_TRUE(s.is_user_abort());
+  EXPECT_EQ(w->stats().user_aborts, 1u);
+  Account a{};
+  ASSERT_TRUE(t.peek(key1(1), &a, sizeof(a)).ok());
+  EXPECT_EQ(a.balance, 10);
+  EXPECT_TRUE(t.peek(key1(2), &a, sizeof(a)).is_not_found());
+  EXPECT_EQ(t.record_count(), 1u) << "the aborted insert's placeholder must leave the index";
+}
+
+// Interleaves two transactions on one thread: `inner` commits on worker B while worker A's
+// transaction is between its reads and its commit.
+TEST_F(EngineTest, ReadWriteConflictAbortsAndRetries) {
+  Worker* a = engine_->make_worker();
+  Worker* b = engine_->make_worker();
+  Table<1>& t = *table_;
+  ASSERT_TRUE(t.load(key1(1), Account{10, {}}).ok());
+  ASSERT_TRUE(t.load(key1(2), Account{0, {}}).ok());
+  int attempts = 0;
+  Status s = run_fn(a, [&](Txn& txn) -> Status {
+    Account x{};
+    SHOAL_TRY(txn.get(t, key1(1), &x));
+    if (attempts++ == 0) {
+      Status inner = run_fn(b, [&](Txn& tb) { return tb.put(t, key1(1), Account{20, {}}); });
+      EXPECT_TRUE(inner.ok());
+    }
+    return txn.put(t, key1(2), Account{x.balance, {}});
+  });
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(attempts, 2);
+  EXPECT_EQ(a->stats().conflict_aborts, 1u);
+  Account y{};
+  ASSERT_TRUE(t.peek(key1(2), &y, sizeof(y)).ok());
+  EXPECT_EQ(y.balance, 20) << "the retry must see the committed write";
+}
+
+TEST_F(EngineTest, PhantomInsertIntoScannedRangeAborts) {
+  Worker* a = engine_->make_worker();
+  Worker* b = engine_->make_worker();
+  Table<1>& t = *table_;
+  for (uint64_t k = 0; k < 100; k += 10) ASSERT_TRUE(t.load(key1(k), Account{1, {}}).ok());
+  int attempts = 0;
+  int64_t counted = 0;
+  Status s = run_fn(a, [&](Txn& txn) -> Status {
+    counted = 0;
+    SHOAL_TRY(txn.scan(t, key1(0), key1(99), 1000, [&](const Key1&, const void* v, uint32_t) {
+      counted += static_cast<const Account*>(v)->balance;
+      return true;
+    }));
+    if (attempts++ == 0) {
+      EXPECT_TRUE(run_fn(b, [&](Txn& tb) { return tb.insert(t, key1(55), Account{1, {}}); }).ok());
+    }
+    return txn.put(t, key1(0), Account{counted, {}});
+  });
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(attempts, 2);
+  EXPECT_EQ(counted, 11);
+}
+
+TEST_F(EngineTest, MissedGetIsProtectedAgainstLaterInsert) {
+  Worker* a = engine_->make_worker();
+  Worker* b = engine_->make_worker();
+  Table<1>& t = *table_;
+  ASSERT_TRUE(t.load(key1(1), Account{0, {}}).ok());
+  int attempts = 0;
+  Status s = run_fn(a, [&](Txn& txn) -> Status {
+    Account x{};
+    Status g = txn.get(t, key1(42), &x);
+    if (!g.is_not_found()) return Status::UserAbort("key 42 must be absent on the first try");
+    if (attempts++ == 0) {
+      EXPECT_TRUE(run_fn(b, [&](Txn& tb) { return tb.insert(t, key1(42), Account{1, {}}); }).ok());
+    }
+    return txn.put(t, key1(1), Account{1, {}});
+  });
+  EXPECT_TRUE(s.is_user_abort()) << "the retry sees key 42: " << s.to_string();
+  EXPECT_EQ(attempts, 1);
+  EXPECT_EQ(a->stats().conflict_aborts, 1u);
+}
+
+TEST_F(EngineTest, CommitTidsIncreaseAndDominateReads) {
+  Worker* w = engine_->make_worker();
+  Table<1>& t = *table_;
+  ASSERT_TRUE(t.load(key1(1), Account{0, {}}).ok());
+  uint64_t prev = 0;
+  for (int i = 0; i < 100; ++i) {
+    if (i % 10 == 0) engine_->advance_epoch_for_tests();
+    ASSERT_TRUE(run_fn(w, [&](Txn& txn) -> Status {
+                  Account a{};
+                  SHOAL_TRY(txn.get(t, key1(1), &a));
+                  ++a.balance;
+                  return txn.put(t, key1(1), a);
+                }).ok());
+    const uint64_t tid = w->txn().last_commit_tid();
+    EXPECT_GT(tid, prev);
+    EXPECT_GE(Tid::epoch(tid), engine_->epoch() - 1);
+    EXPECT_EQ(w->txn().deps().get(0), tid);
+    prev = tid;
+  }
+}
+
+TEST(EngineChains, KeepsOlderVersions) {
+  EngineOptions options;
+  options.keep_version_chains = true;
+  Engine engine(options);
+  Table<1>* t = engine.create_table<1>("t");
+  ASSERT_TRUE(t->load(key1(1), Account{0, {}}).ok());
+  Worker* w = engine.make_worker();
+  for (int64_t v = 1; v <= 5; ++v) {
+    ASSERT_TRUE(run_fn(w, [&](Txn& txn) { return txn.put(*t, key1(1), Account{v, {}}); }).ok());
+  }
+  std::vector<int64_t> chain;
+  ASSERT_TRUE(t->peek_chain_for_tests(key1(1), [&](const void* data, uint64_t) {
+                chain.push_back(static_cast<const Account*>(data)->balance);
+              }).ok());
+  EXPECT_EQ(chain, (std::vector<int64_t>{5, 4, 3, 2, 1, 0}));
+}
+
+// Money moves between accounts on two threads while read-only audits sum every account; a
+// committed audit must always see the invariant total.
+TEST(EngineConcurrent, ConcurrentBankTransfersKeepTotal) {
+  Engine engine;
+  Table<1>* t = engine.create_table<1>("bank");
+  constexpr int kAccounts = 64;
+  constexpr int64_t kInitial = 1000;
+  for (int i = 0; i < kAccounts; ++i) ASSERT_TRUE(t->load(key1(i), Account{kInitial, {}}).ok());
+  const int transfers = scaled(20000);
+  std::atomic<int> bad_audits{0};
+  auto body = [&](int seed) {
+    Worker* w = engine.make_worker();
+    Rng rng(seed);
+    for (int i = 0; i < transfers; ++i) {
+      if (i % 16 == 0) {
+        int64_t sum = 0;
+        Status s = run_fn(w, [&](Txn& txn) {
+          sum = 0;
+          return txn.scan(*t, key1(0), key1(kAccounts), kAccounts,
+                          [&](const Key1&, const void* v, uint32_t) {
+                            sum += static_cast<const Account*>(v)->balance;
+                            return true;
+                          });
+        });
+        if (s.ok() && sum != kAccounts * kInitial) bad_audits.fetch_add(1);
+        continue;
+      }
+      const uint64_t from = rng.uniform(0, kAccounts - 1);
+      const uint64_t to = (from + 1 + rng.uniform(0, kAccounts - 2)) % kAccounts;
+      const int64_t amount = static_cast<int64_t>(rng.uniform(1, 50));
+      Status s = run_fn(w, [&](Txn& txn) -> Status {
+        Account a{}, b{};
+        SHOAL_TRY(txn.get(*t, key1(from), &a));
+        SHOAL_TRY(txn.get(*t, key1(to), &b));
+        if (a.balance < amount) return Status::UserAbort();
+        a.balance -= amount;
+        b.balance += amount;
+        SHOAL_TRY(txn.put(*t, key1(from), a));
+        return txn.put(*t, key1(to), b);
+      });
+      ASSERT_TRUE(s.ok() || s.is_user_abort()) << s.to_string();
+    }
+  };
+  std::thread t1(body, 1), t2(body, 2);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(bad_audits.load(), 0);
+  int64_t total = 0;
+  t->for_each(key1(0), key1(kAccounts), [&](const Key1&, const void* v, uint32_t) {
+    total += static_cast<const Account*>(v)->balance;
+    return true;
+  });
+  EXPECT_EQ(total, kAccounts * kInitial);
+}
+
+// Inserts and deletes race on overlapping keys; every key ends either present exactly once or
+// absent, and the counts add up.
+TEST(EngineConcurrent, ConcurrentInsertRemoveChurn) {
+  Engine engine;
+  Table<1>* t = engine.create_table<1>("churn");
+  const int ops = scaled(20000);
+  std::atomic<int64_t> net{0};
+  auto body = [&](int seed) {
+    Worker* w = engine.make_worker();
+    Rng rng(seed);
+    for (int i = 0; i < ops; ++i) {
+      const uint64_t k = rng.uniform(0, 255);
+      if (rng.uniform(0, 1) == 0) {
+        Status s = run_fn(w, [&](Txn& txn) { return txn.insert(*t, key1(k), Account{1, {}}); });
+        if (s.ok()) net.fetch_add(1);
+      } else {
+        Status s = run_fn(w, [&](Txn& txn) { return txn.remove(*t, key1(k)); });
+        if (s.ok()) net.fetch_sub(1);
+      }
+    }
+  };
+  std::thread t1(body, 3), t2(body, 4);
+  t1.join();
+  t2.join();
+  int64_t present = 0;
+  t->for_each(key1(0), key1(1000), [&](const Key1&, const void*, uint32_t) {
+    ++present;
+    return true;
+  });
+  EXPECT_EQ(present, net.load());
+  EXPECT_EQ(static_cast<int64_t>(t->record_count()), present);
+}
+
+}  // namespace
+}  // namespace shoal::txn

@@ -1,0 +1,99 @@
+#include "src/txn/record.h"
+
+#include <immintrin.h>
+
+#include <cstdlib>
+#include <new>
+
+namespace shoal::txn {
+
+namespace {
+// How long a reader or a committer waits on a locked record before calling it a conflict.
+// Locks are held only for a commit's install, a few hundred nanoseconds.
+constexpr int kSpinMax = 1 << 14;
+}  // namespace
+
+Record* Record::make(uint32_t size_bytes, uint64_t initial_word) {
+  const uint32_t cap = words_for(size_bytes == 0 ? 1 : size_bytes);
+  void* mem = std::malloc(alloc_bytes(cap));
+  SHOAL_ASSERT(mem != nullptr, "out of memory allocating a record of %u bytes", size_bytes);
+  auto* rec = static_cast<Record*>(mem);
+  new (&rec->word) std::atomic<uint64_t>(initial_word);
+  rec->size_bytes = size_bytes;
+  rec->capacity_words = cap;
+  rec->older = nullptr;
+  rec->deps = nullptr;
+  return rec;
+}
+
+void Record::free(void* p) {
+  auto* rec = static_cast<Record*>(p);
+  // Version chains hang off the newest version and die with it.
+  Record* older = rec->older;
+  for (int depth = 0; older != nullptr; ++depth) {
+    SHOAL_ASSERT(depth < (1 << 20), "version chain cycle");
+    Record* next = older->older;
+    delete older->deps;
+    std::free(older);
+    older = next;
+  }
+  delete rec->deps;
+  std::free(rec);
+}
+
+uint64_t Record::stable_read(uint64_t* out, uint32_t* size_out) const {
+  uint64_t w1 = 0;
+  for (int spins = 0; spins < kSpinMax; ++spins) {
+    w1 = word.load(std::memory_order_acquire);
+    if (w1 & Tid::kLock) {
+      _mm_pause();
+      continue;
+    }
+    uint32_t size = std::atomic_ref<uint32_t>(const_cast<uint32_t&>(size_bytes))
+                        .load(std::memory_order_relaxed);
+    const uint32_t nwords = std::min(words_for(size), capacity_words);
+    atomic_copy_words(out, data, nwords);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (word.load(std::memory_order_relaxed) == w1) {
+      *size_out = size;
+      return w1;
+    }
+  }
+  return w1 | Tid::kLock;
+}
+
+void Record::write_locked(const void* src, uint32_t size_bytes_new) {
+  SHOAL_ASSERT(words_for(size_bytes_new) <= capacity_words, "record overflow: %u bytes into %u words",
+               size_bytes_new, capacity_words);
+  std::atomic_thread_fence(std::memory_order_release);
+  const uint32_t full = size_bytes_new / 8;
+  uint64_t tail = 0;
+  std::memcpy(&tail, static_cast<const char*>(src) + full * 8, size_bytes_new - full * 8);
+  // The source may be an unaligned user struct: go through memcpy into a word at a time.
+  for (uint32_t i = 0; i < full; ++i) {
+    uint64_t w;
+    std::memcpy(&w, static_cast<const char*>(src) + i * 8, 8);
+    std::atomic_ref<uint64_t>(data[i]).store(w, std::memory_order_relaxed);
+  }
+  if (full * 8 != size_bytes_new) std::atomic_ref<uint64_t>(data[full]).store(tail, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(size_bytes).store(size_bytes_new, std::memory_order_relaxed);
+}
+
+bool Record::try_lock(uint64_t* observed) {
+  uint64_t w = word.load(std::memory_order_relaxed);
+  for (int spins = 0; spins < kSpinMax; ++spins) {
+    if (!(w & Tid::kLock)) {
+      if (word.compare_exchange_weak(w, w | Tid::kLock, std::memory_order_acquire,
+                                     std::memory_order_relaxed)) {
+        *observed = w;
+        return true;
+      }
+      continue;
+    }
+    _mm_pause();
+    w = word.load(std::memory_order_relaxed);
+  }
+  return false;
+}
+
+}  // namespace shoal::txn
