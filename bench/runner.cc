@@ -48,7 +48,7 @@ struct TypeTally {
 struct alignas(64) ThreadState {
   explicit ThreadState(size_t types) : tally(types), latency(types) {}
   LiveCounters live;
-  std::vector<TypeTally> tally;   // measured phase only, per type
+  std::vector<TypeTally> tally;    // measured phase only, per type
   std::vector<Histogram> latency;  // measured phase only, per type
   uint64_t last_end_ns = 0;
 };
@@ -61,8 +61,8 @@ struct RunClock {
   uint64_t deadline_ns = 0;
 };
 
-void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& options,
-                 uint32_t index, std::mutex& setup_mu, RunClock& clock, ThreadState& state) {
+void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& options, uint32_t index,
+                 std::mutex& setup_mu, RunClock& clock, ThreadState& state) {
   Env& env = engine.env();
   txn::Worker* worker = nullptr;
   std::unique_ptr<Client> client;
@@ -117,7 +117,11 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
 class LoadProgress {
  public:
   LoadProgress(std::FILE* out, std::string name, Env& env)
-      : out_(out), name_(std::move(name)), env_(env), start_ns_(env.now_ns()) {
+      : out_(out),
+        name_(std::move(name)),
+        env_(env),
+        start_ns_(env.now_ns()),
+        last_draw_ns_(start_ns_) {
     tty_ = out_ != nullptr && isatty(fileno(out_)) != 0;
   }
 
@@ -135,10 +139,10 @@ class LoadProgress {
       std::fflush(out_);
       drawn_ = true;
     } else {
-      const int decile = static_cast<int>(fraction * 10);
-      if (decile <= last_decile_) return;
-      last_decile_ = decile;
-      fmt::print(out_, "loading {}: {}% ({:.1f} s)\n", name_, decile * 10, seconds(now_ns));
+      // Logs and pipes: a line every 2 s, so short loads print only the final line.
+      if (now_ns - last_draw_ns_ < 2 * kNsPerSec || fraction >= 1.0) return;
+      last_draw_ns_ = now_ns;
+      fmt::print(out_, "loading {}: {:.0f}% ({:.1f} s)\n", name_, fraction * 100, seconds(now_ns));
       std::fflush(out_);
     }
   }
@@ -160,8 +164,7 @@ class LoadProgress {
   std::string name_;
   Env& env_;
   uint64_t start_ns_;
-  uint64_t last_draw_ns_ = 0;
-  int last_decile_ = 0;
+  uint64_t last_draw_ns_;
   bool tty_ = false;
   bool drawn_ = false;
 };
@@ -182,18 +185,23 @@ class LiveSampler {
     window_->reset();
     for (size_t i = 0; i < Histogram::kBucketCount; ++i) {
       uint64_t total = 0;
-      for (const auto& s : states_) total += s->live.latency_buckets[i].load(std::memory_order_relaxed);
+      for (const auto& s : states_)
+        total += s->live.latency_buckets[i].load(std::memory_order_relaxed);
       // A bucket's samples are counted at its midpoint: within the histogram's precision.
       window_->record_n(Histogram::bucket_low(i) + (Histogram::bucket_width(i) - 1) / 2,
                         total - prev_buckets_[i]);
       prev_buckets_[i] = total;
     }
     const double per_s = 1.0 / std::max(interval_s, 1e-9);
-    fmt::print(out, "[{:5.1f}s{}] committed/s {:>10.0f}  aborts/s {:>9.0f}{}  p50 {:.1f} us  p99 {:.1f} us\n",
-               elapsed_s, warmup ? " warmup" : "", static_cast<double>(committed - prev_committed_) * per_s,
-               static_cast<double>(aborts - prev_aborts_) * per_s,
-               failed != prev_failed_ ? fmt::format("  failed/s {:.0f}", (failed - prev_failed_) * per_s) : "",
-               window_->percentile(50) / 1e3, window_->percentile(99) / 1e3);
+    fmt::print(
+        out,
+        "[{:5.1f}s{}] committed/s {:>10.0f}  aborts/s {:>9.0f}{}  p50 {:.1f} us  p99 {:.1f} us\n",
+        elapsed_s, warmup ? " warmup" : "",
+        static_cast<double>(committed - prev_committed_) * per_s,
+        static_cast<double>(aborts - prev_aborts_) * per_s,
+        failed != prev_failed_ ? fmt::format("  failed/s {:.0f}", (failed - prev_failed_) * per_s)
+                               : "",
+        window_->percentile(50) / 1e3, window_->percentile(99) / 1e3);
     std::fflush(out);
     prev_committed_ = committed;
     prev_aborts_ = aborts;
@@ -219,7 +227,7 @@ LatencyUs summarize(const Histogram& h) {
 }
 
 nlohmann::json latency_json(const LatencyUs& l) {
-  return {{"p50", l.p50}, {"p90", l.p90},   {"p99", l.p99},
+  return {{"p50", l.p50},   {"p90", l.p90},   {"p99", l.p99},
           {"p999", l.p999}, {"mean", l.mean}, {"max", l.max}};
 }
 
@@ -249,7 +257,8 @@ void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& opti
                  std::vector<std::unique_ptr<ThreadState>>& states, uint64_t* measure_start_ns) {
   Env& env = engine.env();
   const size_t types = workload.txn_types().size();
-  for (uint32_t i = 0; i < options.workers; ++i) states.push_back(std::make_unique<ThreadState>(types));
+  for (uint32_t i = 0; i < options.workers; ++i)
+    states.push_back(std::make_unique<ThreadState>(types));
   std::mutex setup_mu;
   RunClock clock;
   std::vector<std::thread> threads;
@@ -265,19 +274,28 @@ void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& opti
   clock.deadline_ns = clock.measure_start_ns + static_cast<uint64_t>(options.seconds * kNsPerSec);
   clock.go.store(true, std::memory_order_release);
 
+  // Ticks at whole seconds from the start (warmup included), so a run of N seconds prints N
+  // lines.
   LiveSampler sampler(states);
   uint64_t last_tick_ns = start_ns;
-  for (uint64_t now_ns = env.now_ns(); now_ns < clock.deadline_ns; now_ns = env.now_ns()) {
-    const uint64_t next_tick_ns = last_tick_ns + kNsPerSec;
-    env.sleep_ns(std::min(next_tick_ns, clock.deadline_ns) - now_ns);
-    const uint64_t woke_ns = env.now_ns();
-    if (woke_ns < next_tick_ns) continue;  // reached the deadline, not a full second
-    if (options.progress != nullptr) {
-      sampler.print(options.progress, static_cast<double>(woke_ns - start_ns) / kNsPerSec,
-                    static_cast<double>(woke_ns - last_tick_ns) / kNsPerSec,
-                    woke_ns < clock.measure_start_ns);
+  uint64_t ticks = 0;
+  // Bounded: every pass either prints a tick, sleeps towards the next tick or the deadline,
+  // or ends the loop at the deadline.
+  for (;;) {
+    const uint64_t now_ns = env.now_ns();
+    const uint64_t next_tick_ns = start_ns + (ticks + 1) * kNsPerSec;
+    if (now_ns >= next_tick_ns) {
+      ticks = (now_ns - start_ns) / kNsPerSec;  // skips ticks missed while descheduled
+      if (options.progress != nullptr) {
+        sampler.print(options.progress, static_cast<double>(now_ns - start_ns) / kNsPerSec,
+                      static_cast<double>(now_ns - last_tick_ns) / kNsPerSec,
+                      now_ns < clock.measure_start_ns);
+      }
+      last_tick_ns = now_ns;
+      continue;
     }
-    last_tick_ns = woke_ns;
+    if (now_ns >= clock.deadline_ns) break;
+    env.sleep_ns(std::min(next_tick_ns, clock.deadline_ns) - now_ns);
   }
   for (auto& t : threads) t.join();
   *measure_start_ns = clock.measure_start_ns;
@@ -387,7 +405,7 @@ std::string RunResult::to_table() const {
                    "p999_us");
   auto row = [&s](const std::string& name, uint64_t c, uint64_t u, uint64_t a, uint64_t f,
                   const LatencyUs& l) {
-    s += fmt::format("{:<14} {:>12} {:>11} {:>11} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f}\n",
+    s += fmt::format("{:<14} {:>12} {:>11} {:>11} {:>8} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f}\n",
                      name, c, u, a, f, l.p50, l.p90, l.p99, l.p999);
   };
   for (const TypeResult& t : per_type) {

@@ -28,11 +28,11 @@
 namespace shoal::bench {
 
 struct RunOptions {
-  double seconds = 10;   // measured duration; REQUIRES: > 0
-  uint32_t workers = 1;  // REQUIRES: in [1, kMaxWorkers]
-  double warmup_s = 0;   // run this long before measuring (results discarded); REQUIRES: >= 0
-  std::string json_path;  // empty: no JSON file
-  bool check = false;     // run Workload::check() after the run
+  double seconds = 10;      // measured duration; REQUIRES: > 0
+  uint32_t workers = 1;     // REQUIRES: in [1, kMaxWorkers]
+  double warmup_s = 0;      // run this long before measuring (results discarded); REQUIRES: >= 0
+  std::string json_path;    // empty: no JSON file
+  bool check = false;       // run Workload::check() after the run
   uint32_t warehouses = 1;  // passed to Workload::load (TPC-C scale)
   uint64_t seed = 1;
   // Load progress and live lines; nullptr is silent. A tty gets a redrawn progress bar,
@@ -86,8 +86,7 @@ struct RunResult {
 // the load's Status, IOError if the JSON file cannot be written (checked before loading).
 // A failed consistency check is not an error: see RunResult::consistent().
 // REQUIRES: `engine` is fresh (no tables); no other thread uses it during the call.
-Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
-                                const RunOptions& options);
+Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine, const RunOptions& options);
 
 // Memory of this process, from /proc/self/statm (current) and getrusage (peak).
 uint64_t current_rss_bytes();

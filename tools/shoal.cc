@@ -1,1 +1,201 @@
-int main() { return 0; }
+// The `shoal` command. Subcommands:
+//   shoal bench tpcc|micro|ycsb [options]   load a workload into an in-process engine and run it
+// (`server` and `cluster` will join as siblings of `bench`.)
+//
+// Exit codes: 0 success; 2 bad command line; 1 the run failed (load error, unwritable JSON);
+// 3 --check found a consistency failure.
+//
+// Threads: main() parses on the main thread; the benchmark runner starts its own workers.
+#include <cctype>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "bench/micro/micro.h"
+#include "bench/runner.h"
+#include "bench/tpcc/tpcc.h"
+#include "bench/ycsb/ycsb.h"
+#include "src/txn/engine.h"
+
+namespace shoal {
+namespace {
+
+constexpr int kExitRunFailed = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitInconsistent = 3;
+
+struct BenchFlags {
+  bench::RunOptions run;
+  uint32_t warehouses = 1;
+  bench::MicroOptions micro;
+  bench::YcsbOptions ycsb;
+  std::string ycsb_workload = "A";
+  std::string unknown_workload;  // a bench positional that matched no workload subcommand
+};
+
+struct BenchCommands {
+  CLI::App* bench = nullptr;
+  CLI::App* tpcc = nullptr;
+  CLI::App* micro = nullptr;
+  CLI::App* ycsb = nullptr;
+};
+
+// A validator with a plain message: "--workers: must be in [1, 1024], not 0". CLI11's own
+// Range prints the type's full limits (e.g. 1.8e308 digits for doubles) and cannot say
+// "not a number".
+template <typename T>
+CLI::Validator number_in(T lo, T hi, bool lo_open, std::string range_text) {
+  return CLI::Validator(
+      [=](std::string& input) -> std::string {
+        T value{};
+        // CLI11's unsigned conversion would wrap "-5" around to a huge value.
+        const bool negative_unsigned = std::is_unsigned_v<T> && !input.empty() && input[0] == '-';
+        if (negative_unsigned || !CLI::detail::lexical_cast(input, value)) {
+          if (negative_unsigned && input.size() > 1) {
+            return fmt::format("must be {}, not {}", range_text, input);
+          }
+          return fmt::format("'{}' is not a {}", input,
+                             std::is_integral_v<T> ? "whole number" : "number");
+        }
+        const bool below = lo_open ? !(value > lo) : !(value >= lo);
+        if (below || !(value <= hi)) return fmt::format("must be {}, not {}", range_text, input);
+        return std::string();
+      },
+      range_text);
+}
+
+// Options shared by every workload live on `bench`; the workload subcommands fall through to
+// them, so `shoal bench micro --seconds 5` and `shoal bench --seconds 5 micro` both work.
+BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
+  BenchCommands c;
+  c.bench = app.add_subcommand("bench", "Load a workload into an in-process engine and run it");
+  // Not require_subcommand(): its error ("A subcommand is required") would also be the answer
+  // to a misspelt workload. A word that is no workload lands in this positional instead.
+  c.bench->add_option("workload", f.unknown_workload, "tpcc, micro or ycsb")
+      ->check(CLI::IsMember({"tpcc", "micro", "ycsb"}));
+  c.bench->add_option("--workers", f.run.workers, "Worker threads")
+      ->check(
+          number_in(1u, bench::kMaxWorkers, false, fmt::format("in [1, {}]", bench::kMaxWorkers)))
+      ->capture_default_str();
+  c.bench->add_option("--seconds", f.run.seconds, "Measured run time in seconds (> 0)")
+      ->check(number_in(0.0, 1e7, true, "> 0 (and at most 1e7)"))
+      ->capture_default_str();
+  c.bench->add_option("--warmup", f.run.warmup_s, "Seconds to run before measuring (>= 0)")
+      ->check(number_in(0.0, 1e7, false, "in [0, 1e7]"))
+      ->capture_default_str();
+  c.bench->add_flag("--check", f.run.check,
+                    "Check the workload's consistency conditions after the run "
+                    "(exit 3 if one fails)");
+  c.bench->add_option("--json", f.run.json_path, "Write the results as JSON to this file");
+  c.bench->add_option("--seed", f.run.seed, "Seed for data and transaction inputs")
+      ->check(number_in(uint64_t{0}, ~uint64_t{0}, false, "a whole number >= 0"))
+      ->capture_default_str();
+
+  c.tpcc = c.bench->add_subcommand("tpcc", "TPC-C: the 5-transaction mix over W warehouses");
+  c.tpcc->add_option("--warehouses", f.warehouses, "Number of warehouses (>= 1)")
+      ->check(number_in(1u, 100'000u, false, "in [1, 100000]"))
+      ->capture_default_str();
+
+  c.micro = c.bench->add_subcommand(
+      "micro", "Mako's microbenchmark: each transaction reads and writes 4 random keys");
+  c.micro->add_option("--keys", f.micro.keys, "Keys in the table (>= 4)")
+      ->check(number_in(uint64_t{4}, uint64_t{1'000'000'000'000}, false, "in [4, 1e12]"))
+      ->capture_default_str();
+
+  c.ycsb = c.bench->add_subcommand("ycsb", "YCSB core workloads A, B, C, F (Zipfian keys)");
+  c.ycsb
+      ->add_option("--workload", f.ycsb_workload,
+                   "A: 50% read/50% update, B: 95/5, C: read only, F: 50% read/50% rmw")
+      ->check(CLI::IsMember({"A", "B", "C", "F"}, CLI::ignore_case))
+      ->capture_default_str();
+  c.ycsb->add_option("--records", f.ycsb.records, "Records in the table (>= 2)")
+      ->check(number_in(uint64_t{2}, uint64_t{1'000'000'000'000}, false, "in [2, 1e12]"))
+      ->capture_default_str();
+  c.ycsb->add_option("--theta", f.ycsb.theta, "Zipfian skew in [0, 1)")
+      ->check(number_in(0.0, 0.999999, false, "in [0, 1)"))
+      ->capture_default_str();
+  for (CLI::App* sub : {c.tpcc, c.micro, c.ycsb}) sub->fallthrough();
+  return c;
+}
+
+// The workload chosen on the command line; null with a message on stderr if none fits.
+std::unique_ptr<bench::Workload> make_workload(const BenchCommands& c, BenchFlags& f) {
+  Result<std::unique_ptr<bench::Workload>> w = Status::InvalidArgument("no workload selected");
+  if (c.tpcc->parsed()) {
+    bench::TpccOptions options;
+    options.warehouses = f.warehouses;
+    w = make_tpcc_workload(options);
+  } else if (c.micro->parsed()) {
+    w = bench::make_micro_workload(f.micro);
+  } else if (c.ycsb->parsed()) {
+    f.ycsb.workload =
+        static_cast<char>(std::toupper(static_cast<unsigned char>(f.ycsb_workload.at(0))));
+    w = bench::make_ycsb_workload(f.ycsb);
+  }
+  if (!w.ok() || *w == nullptr) {
+    fmt::print(stderr, "shoal: error: {}\n",
+               w.ok() ? "workload could not be created" : w.status().to_string());
+    return nullptr;
+  }
+  return std::move(w).value();
+}
+
+int run_bench(const BenchCommands& c, BenchFlags& f) {
+  std::unique_ptr<bench::Workload> workload = make_workload(c, f);
+  if (workload == nullptr) return kExitUsage;
+  f.run.warehouses = f.warehouses;
+  txn::Engine engine;
+  Result<bench::RunResult> result = bench::run_benchmark(*workload, engine, f.run);
+  if (!result.ok()) {
+    fmt::print(stderr, "shoal: error: {}\n", result.status().to_string());
+    return kExitRunFailed;
+  }
+  if (!result->consistent()) {
+    fmt::print(stderr, "shoal: consistency check FAILED ({} condition(s))\n",
+               result->check_failures.size());
+    return kExitInconsistent;
+  }
+  return 0;
+}
+
+// CLI11 errors as one line on stderr ("shoal: error: --workers: Value 0 not in range ...").
+int usage_error(const CLI::ParseError& e) {
+  std::string what = e.what();
+  for (char& ch : what) {
+    if (ch == '\n') ch = ' ';
+  }
+  fmt::print(stderr, "shoal: error: {} (see --help)\n", what);
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace shoal
+
+int main(int argc, char** argv) {
+  CLI::App app{"shoal: an in-memory serializable transactional key-value store", "shoal"};
+  app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 ok, 1 run failed, 2 bad command line, 3 consistency check failed.\n"
+      "Example: shoal bench micro --keys 100000 --workers 2 --seconds 5 --json out.json");
+  shoal::BenchFlags flags;
+  const shoal::BenchCommands commands = shoal::add_bench_command(app, flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help: printed on stdout, success
+    return shoal::usage_error(e);
+  }
+  if (commands.bench->parsed()) {
+    if (commands.bench->get_subcommands().empty()) {
+      std::fputs("shoal: error: bench needs a workload: tpcc, micro or ycsb (see --help)\n",
+                 stderr);
+      return shoal::kExitUsage;
+    }
+    return shoal::run_bench(commands, flags);
+  }
+  return shoal::kExitUsage;  // unreachable: a subcommand is required
+}

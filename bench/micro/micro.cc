@@ -129,7 +129,8 @@ class MicroWorkload final : public Workload {
       return true;
     });
     if (records != options_.keys) {
-      failures.push_back(fmt::format("record count: {} records, expected {}", records, options_.keys));
+      failures.push_back(
+          fmt::format("record count: {} records, expected {}", records, options_.keys));
     }
     if (sum != commits * kKeysPerTxn) {
       failures.push_back(fmt::format("counter sum: {} increments, expected {} (4 x {} commits)",
@@ -149,8 +150,8 @@ class MicroWorkload final : public Workload {
 
 Result<std::unique_ptr<Workload>> make_micro_workload(const MicroOptions& options) {
   if (options.keys < kKeysPerTxn) {
-    return Status::InvalidArgument(fmt::format("micro: --keys must be >= {}, not {}",
-                                               kKeysPerTxn, options.keys));
+    return Status::InvalidArgument(
+        fmt::format("micro: --keys must be >= {}, not {}", kKeysPerTxn, options.keys));
   }
   return std::unique_ptr<Workload>(std::make_unique<MicroWorkload>(options));
 }

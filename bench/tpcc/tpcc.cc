@@ -21,10 +21,9 @@ bool find_tables(const txn::Engine& engine, Tables* out) {
   out->stock = get1(kStockTable);
   out->customer_name = static_cast<txn::Table<4>*>(engine.find_table(kCustomerNameTable));
   out->order_customer = static_cast<txn::Table<2>*>(engine.find_table(kOrderCustomerTable));
-  txn::TableBase* all[] = {out->warehouse, out->district,       out->customer,
-                           out->history,   out->new_order,      out->order,
-                           out->order_line, out->item,          out->stock,
-                           out->customer_name, out->order_customer};
+  txn::TableBase* all[] = {out->warehouse, out->district,      out->customer,      out->history,
+                           out->new_order, out->order,         out->order_line,    out->item,
+                           out->stock,     out->customer_name, out->order_customer};
   for (txn::TableBase* table : all) {
     if (table == nullptr) return false;
   }
@@ -50,7 +49,9 @@ TpccClient::TpccClient(TpccWorkload& workload, txn::Worker& worker, uint32_t wor
                static_cast<unsigned long long>(history_source));
 }
 
-uint64_t TpccClient::now_us() { return worker_.txn().engine().env().wall_us(); }
+uint64_t TpccClient::now_us() {
+  return worker_.txn().engine().env().wall_us();
+}
 
 uint32_t TpccClient::other_warehouse() {
   SHOAL_DCHECK(warehouses_ > 1);

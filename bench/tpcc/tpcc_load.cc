@@ -23,8 +23,7 @@ struct LoadProgress {
   uint64_t total_rows = 0;
 };
 
-void random_address(Rng& rng, char* street_1, char* street_2, char* city, char* state,
-                    char* zip) {
+void random_address(Rng& rng, char* street_1, char* street_2, char* city, char* state, char* zip) {
   random_astring(rng, 10, 20, street_1, 20);
   random_astring(rng, 10, 20, street_2, 20);
   random_astring(rng, 10, 20, city, 20);
@@ -94,8 +93,8 @@ Status load_customer(const Tables& t, uint32_t w, uint32_t d, uint32_t c, uint32
   row.delivery_cnt = 0;
   random_astring(rng, 300, 500, row.data, sizeof(row.data));
   SHOAL_TRY(t.customer->load(customer_key(w, d, c), row));
-  SHOAL_TRY(t.customer_name->load(customer_name_key(w, d, last_num, row.first, c),
-                                  CustomerNameValue{c}));
+  SHOAL_TRY(
+      t.customer_name->load(customer_name_key(w, d, last_num, row.first, c), CustomerNameValue{c}));
 
   HistoryRow h;
   std::memset(&h, 0, sizeof(h));
@@ -110,8 +109,8 @@ Status load_customer(const Tables& t, uint32_t w, uint32_t d, uint32_t c, uint32
   return t.history->load(history_key(0, seq), h);
 }
 
-Status load_order(const Tables& t, uint32_t w, uint32_t d, uint32_t o, uint32_t c,
-                  uint64_t now_us, Rng& rng, uint64_t* rows) {
+Status load_order(const Tables& t, uint32_t w, uint32_t d, uint32_t o, uint32_t c, uint64_t now_us,
+                  Rng& rng, uint64_t* rows) {
   const bool delivered = o < kFirstUndeliveredOrderId;
   OrderRow order;
   std::memset(&order, 0, sizeof(order));
@@ -147,8 +146,8 @@ Status load_order(const Tables& t, uint32_t w, uint32_t d, uint32_t o, uint32_t 
   return Status::Ok();
 }
 
-Status load_district(const Tables& t, uint32_t w, uint32_t d, uint32_t c_last_load,
-                     uint64_t now_us, Rng& rng, LoadProgress* progress) {
+Status load_district(const Tables& t, uint32_t w, uint32_t d, uint32_t c_last_load, uint64_t now_us,
+                     Rng& rng, LoadProgress* progress) {
   DistrictRow dr;
   std::memset(&dr, 0, sizeof(dr));
   dr.id = static_cast<uint8_t>(d);
@@ -227,8 +226,8 @@ Status TpccWorkload::load(txn::Engine& engine, const LoadOptions& options,
   LoadProgress prog;
   // Per warehouse: stock + warehouse, and per district ~ 3 rows per customer, 2 per order,
   // ~10 order lines per order, 900 new orders.
-  const uint64_t per_district = 3 * kCustomersPerDistrict + 12 * kInitialOrdersPerDistrict +
-                                kInitialNewOrdersPerDistrict;
+  const uint64_t per_district =
+      3 * kCustomersPerDistrict + 12 * kInitialOrdersPerDistrict + kInitialNewOrdersPerDistrict;
   prog.total_rows = kItems + warehouses_ * (kItems + 1 + kDistrictsPerWarehouse * per_district);
   const uint64_t now_us = engine.env().wall_us();
   const uint32_t tasks = warehouses_ + 1;

@@ -30,7 +30,7 @@ inline constexpr uint32_t kInitialNewOrdersPerDistrict = 900;
 inline constexpr uint32_t kFirstUndeliveredOrderId = 2101;  // orders >= this start undelivered
 inline constexpr uint32_t kMinOrderLines = 5;
 inline constexpr uint32_t kMaxOrderLines = 15;
-inline constexpr uint32_t kLastNames = 1000;  // syllable numbers 0..999
+inline constexpr uint32_t kLastNames = 1000;       // syllable numbers 0..999
 inline constexpr uint32_t kMaxWarehouses = 65535;  // 16 bits in the packed keys
 
 struct WarehouseRow {
@@ -158,18 +158,32 @@ static_assert(std::is_trivially_copyable_v<CustomerRow> && std::is_trivially_cop
 constexpr uint64_t pack_wd(uint32_t w, uint32_t d, uint64_t x = 0, uint32_t y = 0) {
   return (uint64_t{w} << 48) | (uint64_t{d} << 40) | (x << 8) | y;
 }
-constexpr Key<1> warehouse_key(uint32_t w) { return key1(w); }
-constexpr Key<1> district_key(uint32_t w, uint32_t d) { return key1(pack_wd(w, d)); }
-constexpr Key<1> customer_key(uint32_t w, uint32_t d, uint32_t c) { return key1(pack_wd(w, d, c)); }
-constexpr Key<1> order_key(uint32_t w, uint32_t d, uint32_t o) { return key1(pack_wd(w, d, o)); }
+constexpr Key<1> warehouse_key(uint32_t w) {
+  return key1(w);
+}
+constexpr Key<1> district_key(uint32_t w, uint32_t d) {
+  return key1(pack_wd(w, d));
+}
+constexpr Key<1> customer_key(uint32_t w, uint32_t d, uint32_t c) {
+  return key1(pack_wd(w, d, c));
+}
+constexpr Key<1> order_key(uint32_t w, uint32_t d, uint32_t o) {
+  return key1(pack_wd(w, d, o));
+}
 constexpr Key<1> order_line_key(uint32_t w, uint32_t d, uint32_t o, uint32_t ol) {
   return key1(pack_wd(w, d, o, ol));
 }
-constexpr Key<1> item_key(uint32_t i) { return key1(i); }
-constexpr Key<1> stock_key(uint32_t w, uint32_t i) { return key1((uint64_t{w} << 48) | i); }
+constexpr Key<1> item_key(uint32_t i) {
+  return key1(i);
+}
+constexpr Key<1> stock_key(uint32_t w, uint32_t i) {
+  return key1((uint64_t{w} << 48) | i);
+}
 // HISTORY has no primary key in the specification; ours is (source << 48 | sequence), where
 // source 0 is the loader (sequence = packed w, d, c) and each Client has its own source.
-constexpr Key<1> history_key(uint64_t source, uint64_t seq) { return key1((source << 48) | seq); }
+constexpr Key<1> history_key(uint64_t source, uint64_t seq) {
+  return key1((source << 48) | seq);
+}
 inline constexpr uint64_t kHistorySeqMask = (uint64_t{1} << 48) - 1;
 
 // CUSTOMER by (W, D, C_LAST, C_FIRST): word 0 (w, d, last-name number), words 1-2 C_FIRST

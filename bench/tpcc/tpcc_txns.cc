@@ -21,6 +21,14 @@ inline Status must_exist(Status s) {
   return s;
 }
 
+// NewOrder's keys come from D_NEXT_O_ID, so an insert meeting an existing key means our read of
+// the district is already stale (a concurrent NewOrder committed that id): retry.
+inline Status must_be_new(Status s) {
+  if (s.code() == Code::kAlreadyExists) [[unlikely]]
+    return Status::Aborted();
+  return s;
+}
+
 // Resolves a CustomerSelector to a customer id (clause 2.5.2.2: by last name, the row at
 // position ceil(n / 2) of the matching customers sorted by C_FIRST).
 Status resolve_customer(Txn& txn, const Tables& t, uint32_t w, uint32_t d,
@@ -78,11 +86,12 @@ Status new_order(Txn& txn, const void* args_ptr, void* result_ptr) {
   SHOAL_TRY(must_exist(txn.get(*t.customer, customer_key(a.w_id, a.d_id, a.c_id), &c)));
 
   const OrderRow order{a.entry_d_us, o_id, a.c_id, a.w_id, a.d_id, 0, a.ol_cnt, a.all_local};
-  SHOAL_TRY(txn.insert(*t.order, order_key(a.w_id, a.d_id, o_id), order));
-  SHOAL_TRY(txn.insert(*t.order_customer, order_customer_key(a.w_id, a.d_id, a.c_id, o_id),
-                       OrderCustomerValue{o_id}));
-  SHOAL_TRY(txn.insert(*t.new_order, order_key(a.w_id, a.d_id, o_id),
-                       NewOrderRow{o_id, a.w_id, a.d_id}));
+  SHOAL_TRY(must_be_new(txn.insert(*t.order, order_key(a.w_id, a.d_id, o_id), order)));
+  SHOAL_TRY(
+      must_be_new(txn.insert(*t.order_customer, order_customer_key(a.w_id, a.d_id, a.c_id, o_id),
+                             OrderCustomerValue{o_id})));
+  SHOAL_TRY(must_be_new(txn.insert(*t.new_order, order_key(a.w_id, a.d_id, o_id),
+                                   NewOrderRow{o_id, a.w_id, a.d_id})));
 
   int64_t sum_cents = 0;
   for (uint32_t n = 0; n < a.ol_cnt; ++n) {
@@ -109,7 +118,8 @@ Status new_order(Txn& txn, const void* args_ptr, void* result_ptr) {
     ol.number = static_cast<uint8_t>(n + 1);
     ol.quantity = in.quantity;
     std::memcpy(ol.dist_info, s.dist[a.d_id - 1], sizeof(ol.dist_info));
-    SHOAL_TRY(txn.insert(*t.order_line, order_line_key(a.w_id, a.d_id, o_id, n + 1), ol));
+    SHOAL_TRY(
+        must_be_new(txn.insert(*t.order_line, order_line_key(a.w_id, a.d_id, o_id, n + 1), ol)));
     sum_cents += ol.amount_cents;
     const bool original =
         has_original(item.data, sizeof(item.data)) && has_original(s.data, sizeof(s.data));
@@ -117,9 +127,9 @@ Status new_order(Txn& txn, const void* args_ptr, void* result_ptr) {
   }
   r.o_id = o_id;
   // Output only: a double is exact enough for display (clause 2.4.3.3).
-  r.total_cents = static_cast<int64_t>(static_cast<double>(sum_cents) *
-                                       (1.0 - c.discount_bp / 10000.0) *
-                                       (1.0 + (w.tax_bp + d.tax_bp) / 10000.0));
+  r.total_cents =
+      static_cast<int64_t>(static_cast<double>(sum_cents) * (1.0 - c.discount_bp / 10000.0) *
+                           (1.0 + (w.tax_bp + d.tax_bp) / 10000.0));
   return Status::Ok();
 }
 
@@ -223,8 +233,8 @@ Status order_status(Txn& txn, const void* args_ptr, void* result_ptr) {
                        SHOAL_ASSERT(size == sizeof(OrderLineRow), "order line of %u bytes", size);
                        OrderLineRow ol;
                        std::memcpy(&ol, v, sizeof(ol));
-                       r.lines[r.ol_cnt++] = {ol.i_id, ol.supply_w_id, ol.quantity,
-                                              ol.amount_cents, ol.delivery_d_us};
+                       r.lines[r.ol_cnt++] = {ol.i_id, ol.supply_w_id, ol.quantity, ol.amount_cents,
+                                              ol.delivery_d_us};
                        return r.ol_cnt < kMaxOrderLines;
                      }));
   return Status::Ok();
@@ -238,8 +248,8 @@ Status deliver_district(Txn& txn, const DeliveryArgs& a, uint32_t d_id, uint32_t
   const Tables& t = *a.tables;
   const uint32_t w_id = a.w_id;
   uint32_t o_id = 0;
-  SHOAL_TRY(txn.scan(*t.new_order, order_key(w_id, d_id, 0), order_key(w_id, d_id, ~uint32_t{0}),
-                     1, [&](const Key<1>& key, const void*, uint32_t) {
+  SHOAL_TRY(txn.scan(*t.new_order, order_key(w_id, d_id, 0), order_key(w_id, d_id, ~uint32_t{0}), 1,
+                     [&](const Key<1>& key, const void*, uint32_t) {
                        o_id = static_cast<uint32_t>((key.w[0] >> 8) & 0xffffffffu);
                        return false;
                      }));
@@ -306,8 +316,8 @@ Status stock_level(Txn& txn, const void* args_ptr, void* result_ptr) {
                      order_line_key(a.w_id, a.d_id, d.next_o_id - 1, 0xff),
                      kLastOrders * kMaxOrderLines, [&](const Key<1>&, const void* v, uint32_t) {
                        uint32_t i_id;
-                       std::memcpy(&i_id, static_cast<const char*>(v) +
-                                              offsetof(OrderLineRow, i_id),
+                       std::memcpy(&i_id,
+                                   static_cast<const char*>(v) + offsetof(OrderLineRow, i_id),
                                    sizeof(i_id));
                        items[n++] = i_id;
                        return n < kLastOrders * kMaxOrderLines;

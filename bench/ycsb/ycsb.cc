@@ -24,8 +24,8 @@ uint64_t Zipfian::next(Rng& rng) const {
   const double uz = u * zetan_;
   if (uz < 1.0) return 0;
   if (uz < 1.0 + half_pow_theta_) return 1;
-  const auto rank = static_cast<uint64_t>(static_cast<double>(items_) *
-                                          std::pow(eta_ * u - eta_ + 1.0, alpha_));
+  const auto rank =
+      static_cast<uint64_t>(static_cast<double>(items_) * std::pow(eta_ * u - eta_ + 1.0, alpha_));
   return rank < items_ ? rank : items_ - 1;  // guard against rounding at u -> 1
 }
 
@@ -46,8 +46,8 @@ enum class Op : uint8_t { kRead, kUpdate, kReadModifyWrite };
 struct YcsbArgs {
   txn::Table<1>* table;
   uint64_t key;
-  uint32_t field;                   // rmw: which field to change
-  char value[kYcsbValueBytes];      // update: the new record; rmw: the new field in [0, 10)
+  uint32_t field;               // rmw: which field to change
+  char value[kYcsbValueBytes];  // update: the new record; rmw: the new field in [0, 10)
 };
 
 Status ycsb_read(txn::Txn& txn, const void* raw, void* /*result*/) {
@@ -81,17 +81,20 @@ struct Mix {
 
 Mix mix_of(char letter) {
   switch (letter) {
-    case 'A': return {0.5, Op::kUpdate};
-    case 'B': return {0.95, Op::kUpdate};
-    case 'C': return {1.0, Op::kUpdate};
-    default: return {0.5, Op::kReadModifyWrite};  // 'F'
+    case 'A':
+      return {0.5, Op::kUpdate};
+    case 'B':
+      return {0.95, Op::kUpdate};
+    case 'C':
+      return {1.0, Op::kUpdate};
+    default:
+      return {0.5, Op::kReadModifyWrite};  // 'F'
   }
 }
 
 class YcsbClient final : public Client {
  public:
-  YcsbClient(txn::Worker& worker, txn::Table<1>* table, const Zipfian& zipf, Mix mix,
-             uint64_t seed)
+  YcsbClient(txn::Worker& worker, txn::Table<1>* table, const Zipfian& zipf, Mix mix, uint64_t seed)
       : worker_(worker), table_(table), zipf_(zipf), mix_(mix), rng_(seed) {}
 
   Outcome run_one() override {
@@ -172,8 +175,8 @@ class YcsbWorkload final : public Workload {
           fmt::format("record count: {} records, expected {}", records, options_.records));
     }
     if (bad_sizes != 0) {
-      failures.push_back(fmt::format("value size: {} records not {} bytes", bad_sizes,
-                                     kYcsbValueBytes));
+      failures.push_back(
+          fmt::format("value size: {} records not {} bytes", bad_sizes, kYcsbValueBytes));
     }
     return failures;
   }

@@ -25,9 +25,9 @@
 namespace shoal::bench {
 
 struct YcsbOptions {
-  char workload = 'A';             // one of A, B, C, F
-  uint64_t records = 1'000'000;    // REQUIRES: >= 2
-  double theta = 0.99;             // Zipfian skew; REQUIRES: in [0, 1)
+  char workload = 'A';           // one of A, B, C, F
+  uint64_t records = 1'000'000;  // REQUIRES: >= 2
+  double theta = 0.99;           // Zipfian skew; REQUIRES: in [0, 1)
 };
 
 inline constexpr uint32_t kYcsbFields = 10;

@@ -107,7 +107,7 @@ Status Txn::commit() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint64_t epoch = engine_->epoch();
   // 3. Validate reads and nodes.
-  if (!validate()) {
+  if (!validate(/*holding_locks=*/true)) {
     release_locks(writes, writes.size());
     return Status::Aborted("validation");
   }
@@ -120,14 +120,14 @@ Status Txn::commit() {
   return Status::Ok();
 }
 
-bool Txn::validate() {
+bool Txn::validate(bool holding_locks) {
   TxnBuffers& b = *bufs_;
   const bool skip_reads = engine_->options().unsafe_skip_read_validation;
   for (const ReadEntry& r : b.reads) {
     if (skip_reads) break;
     const uint64_t now = r.rec->word.load(std::memory_order_acquire);
     if ((now & ~Tid::kLock) != r.observed) return false;
-    if ((now & Tid::kLock) && !locked_by_me(r.rec)) return false;
+    if ((now & Tid::kLock) && !(holding_locks && locked_by_me(r.rec))) return false;
   }
   for (const NodeEntry& n : b.nodes) {
     if (n.current(n.leaf) != n.version) return false;
@@ -222,7 +222,13 @@ Status Worker::run(Procedure proc, const void* args, void* result) {
   for (uint32_t attempt = 0;; ++attempt) {
     txn_.begin();
     Status s = proc(txn_, args, result);
-    if (s.ok()) s = txn_.commit();
+    if (s.ok()) {
+      s = txn_.commit();
+    } else if (!s.is_aborted() && !txn_.validate(/*holding_locks=*/false)) {
+      // The procedure gave up (NotFound, AlreadyExists, UserAbort, ...) on reads that were
+      // not a consistent snapshot: its answer is meaningless, so run it again.
+      s = Status::Aborted("inconsistent reads");
+    }
     if (!s.ok()) txn_.abort();
     txn_.end();
     if ((++runs_ & 63) == 0) ebr::quiesce();

@@ -181,7 +181,8 @@ class Txn {
   // REQUIRES: commit() failed or was not called; no locks held.
   void abort();
   void end();
-  bool validate();
+  // True when every read and node observation still holds.
+  bool validate(bool holding_locks);
   bool locked_by_me(const Record* rec) const;
   void install(uint64_t tid);
   void push_old_version(Record* rec);

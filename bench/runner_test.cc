@@ -1,0 +1,298 @@
+#include "bench/runner.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "bench/micro/micro.h"
+#include "bench/ycsb/ycsb.h"
+
+namespace shoal::bench {
+namespace {
+
+// A counter table: "incr" adds 1 to the shared counter (two workers conflict on it);
+// every 4th transaction is "rollback", which reads the counter and rolls back deliberately.
+struct CounterArgs {
+  txn::Table<1>* table;
+};
+
+Status incr(txn::Txn& txn, const void* raw, void*) {
+  auto* table = static_cast<const CounterArgs*>(raw)->table;
+  uint64_t v = 0;
+  SHOAL_TRY(txn.get(*table, key1(0), &v));
+  return txn.put(*table, key1(0), v + 1);
+}
+
+Status rollback(txn::Txn& txn, const void* raw, void*) {
+  auto* table = static_cast<const CounterArgs*>(raw)->table;
+  uint64_t v = 0;
+  SHOAL_TRY(txn.get(*table, key1(0), &v));
+  SHOAL_TRY(txn.put(*table, key1(0), v + 1000));
+  return Status::UserAbort();
+}
+
+class CounterWorkload final : public Workload {
+ public:
+  explicit CounterWorkload(bool report_failure = false) : report_failure_(report_failure) {}
+  std::string name() const override { return "counter"; }
+  std::vector<std::string> txn_types() const override { return {"incr", "rollback"}; }
+  Status load(txn::Engine& engine, const LoadOptions&,
+              const std::function<void(double)>& progress) override {
+    table_ = engine.create_table<1>("counter");
+    progress(0.5);
+    SHOAL_TRY(table_->load(key1(0), uint64_t{0}));
+    progress(1.0);
+    return Status::Ok();
+  }
+  std::unique_ptr<Client> make_client(txn::Worker& worker, uint32_t, uint64_t) override {
+    class C final : public Client {
+     public:
+      C(CounterWorkload& w, txn::Worker& worker) : w_(w), worker_(worker) {}
+      Outcome run_one() override {
+        CounterArgs args{w_.table_};
+        const bool roll = (++n_ % 4) == 0;
+        Outcome o{roll ? 1u : 0u, worker_.run(roll ? &rollback : &incr, &args)};
+        if (!roll && o.status.ok()) w_.incr_ok_.fetch_add(1);
+        if (roll && o.status.is_user_abort()) w_.rollbacks_.fetch_add(1);
+        return o;
+      }
+
+     private:
+      CounterWorkload& w_;
+      txn::Worker& worker_;
+      uint64_t n_ = 0;
+    };
+    return std::make_unique<C>(*this, worker);
+  }
+  std::vector<std::string> check(txn::Engine&) override {
+    uint64_t v = 0;
+    EXPECT_TRUE(table_->peek(key1(0), &v, sizeof v).ok());
+    std::vector<std::string> failures;
+    if (v != incr_ok_.load()) failures.push_back("counter != committed increments");
+    if (report_failure_) failures.push_back("deliberate failure \"quoted\"");
+    return failures;
+  }
+
+  txn::Table<1>* table_ = nullptr;
+  std::atomic<uint64_t> incr_ok_{0};
+  std::atomic<uint64_t> rollbacks_{0};
+  bool report_failure_;
+};
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          (name + "." + std::to_string(::getpid()) + ".json"))
+      .string();
+}
+
+RunOptions quiet(double seconds, uint32_t workers) {
+  RunOptions o;
+  o.seconds = seconds;
+  o.workers = workers;
+  o.progress = nullptr;
+  o.report = nullptr;
+  return o;
+}
+
+TEST(RunnerTest, CountsMatchTheDatabaseAndJson) {
+  CounterWorkload w;
+  txn::Engine engine;
+  RunOptions o = quiet(0.3, 2);
+  o.check = true;
+  o.json_path = temp_path("runner_test");
+  Result<RunResult> r = run_benchmark(w, engine, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->per_type.size(), 2u);
+  const TypeResult& inc = r->per_type[0];
+  const TypeResult& rb = r->per_type[1];
+  EXPECT_EQ(inc.name, "incr");
+  EXPECT_GT(inc.committed, 0u);
+  EXPECT_EQ(inc.committed, w.incr_ok_.load());
+  EXPECT_EQ(rb.committed, w.rollbacks_.load());
+  EXPECT_EQ(rb.user_aborts, rb.committed);  // every rollback is a user abort
+  EXPECT_EQ(inc.user_aborts, 0u);
+  EXPECT_EQ(r->committed, inc.committed + rb.committed);
+  EXPECT_EQ(r->user_aborts, rb.user_aborts);
+  EXPECT_EQ(r->failed, 0u);
+  EXPECT_TRUE(r->checked);
+  EXPECT_TRUE(r->consistent());
+  EXPECT_GT(r->seconds, 0.29);
+  EXPECT_GT(r->committed_per_sec, 0);
+  EXPECT_GT(r->rss_bytes, 0u);
+  EXPECT_GE(r->peak_rss_bytes, r->rss_bytes);
+  EXPECT_GT(r->latency_us.p50, 0);
+  EXPECT_LE(r->latency_us.p50, r->latency_us.p99);
+  EXPECT_LE(r->latency_us.p99, r->latency_us.p999);
+
+  std::ifstream in(o.json_path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["workload"], "counter");
+  EXPECT_EQ(j["workers"], 2);
+  EXPECT_EQ(j["committed"], r->committed);
+  EXPECT_EQ(j["consistency"], "ok");
+  for (const char* key : {"seconds", "committed_per_sec", "aborts_per_sec", "rss_bytes",
+                          "peak_rss_bytes", "load_seconds"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  for (const char* p : {"p50", "p90", "p99", "p999"}) EXPECT_TRUE(j["latency_us"].contains(p));
+  ASSERT_TRUE(j["per_type"].contains("incr"));
+  ASSERT_TRUE(j["per_type"].contains("rollback"));
+  EXPECT_EQ(j["per_type"]["incr"]["committed"], inc.committed);
+  EXPECT_EQ(j["per_type"]["rollback"]["user_aborts"], rb.user_aborts);
+  EXPECT_EQ(j["per_type"]["incr"]["aborts"], inc.conflict_aborts);
+  EXPECT_TRUE(j["per_type"]["incr"]["latency_us"].contains("p999"));
+  std::filesystem::remove(o.json_path);
+}
+
+TEST(RunnerTest, ReportsCheckFailuresAndSkippedCheck) {
+  {
+    CounterWorkload w(/*report_failure=*/true);
+    txn::Engine engine;
+    RunOptions o = quiet(0.1, 1);
+    o.check = true;
+    o.json_path = temp_path("runner_test_fail");
+    Result<RunResult> r = run_benchmark(w, engine, o);
+    ASSERT_TRUE(r.ok());
+    EXPECT_FALSE(r->consistent());
+    ASSERT_EQ(r->check_failures.size(), 1u);
+    EXPECT_NE(r->to_table().find("FAILED"), std::string::npos);
+    std::ifstream in(o.json_path);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    ASSERT_TRUE(j["consistency"].is_array());
+    EXPECT_EQ(j["consistency"][0], "deliberate failure \"quoted\"");
+    std::filesystem::remove(o.json_path);
+  }
+  {
+    CounterWorkload w;
+    txn::Engine engine;
+    Result<RunResult> r = run_benchmark(w, engine, quiet(0.1, 1));
+    ASSERT_TRUE(r.ok());
+    EXPECT_FALSE(r->checked);
+    EXPECT_EQ(r->to_json()["consistency"], "skipped");
+  }
+}
+
+TEST(RunnerTest, WarmupIsNotCounted) {
+  CounterWorkload w;
+  txn::Engine engine;
+  RunOptions o = quiet(0.2, 1);
+  o.warmup_s = 0.2;
+  Result<RunResult> r = run_benchmark(w, engine, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_GT(r->per_type[0].committed, 0u);
+  EXPECT_LT(r->per_type[0].committed, w.incr_ok_.load());  // warmup commits excluded
+  EXPECT_LT(r->seconds, 0.35);
+}
+
+TEST(RunnerTest, RejectsBadOptions) {
+  CounterWorkload w;
+  txn::Engine engine;
+  EXPECT_EQ(run_benchmark(w, engine, quiet(0, 1)).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(run_benchmark(w, engine, quiet(-1, 1)).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(run_benchmark(w, engine, quiet(1, 0)).status().code(), Code::kInvalidArgument);
+  RunOptions o = quiet(1, 1);
+  o.json_path = "/nonexistent-dir/x.json";
+  EXPECT_EQ(run_benchmark(w, engine, o).status().code(), Code::kIOError);
+  EXPECT_EQ(w.table_, nullptr);  // rejected before loading
+}
+
+TEST(RunnerTest, ProgressAndLiveLines) {
+  CounterWorkload w;
+  txn::Engine engine;
+  RunOptions o = quiet(1.2, 1);
+  std::FILE* progress = std::tmpfile();
+  std::FILE* report = std::tmpfile();
+  ASSERT_NE(progress, nullptr);
+  ASSERT_NE(report, nullptr);
+  o.progress = progress;
+  o.report = report;
+  ASSERT_TRUE(run_benchmark(w, engine, o).ok());
+  auto slurp = [](std::FILE* f) {
+    std::rewind(f);
+    std::string s;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+    std::fclose(f);
+    return s;
+  };
+  const std::string p = slurp(progress);
+  const std::string t = slurp(report);
+  EXPECT_NE(p.find("loaded counter"), std::string::npos) << p;
+  EXPECT_NE(p.find("committed/s"), std::string::npos) << p;  // one live line at 1 s
+  EXPECT_NE(p.find("p99"), std::string::npos) << p;
+  EXPECT_NE(t.find("incr"), std::string::npos) << t;
+  EXPECT_NE(t.find("consistency: skipped"), std::string::npos) << t;
+}
+
+TEST(MicroTest, SumInvariantHoldsAfterRun) {
+  Result<std::unique_ptr<Workload>> w = make_micro_workload({.keys = 1000});
+  ASSERT_TRUE(w.ok());
+  txn::Engine engine;
+  RunOptions o = quiet(0.3, 2);
+  o.check = true;
+  Result<RunResult> r = run_benchmark(**w, engine, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_GT(r->committed, 0u);
+  EXPECT_TRUE(r->consistent()) << r->check_failures[0];
+  EXPECT_FALSE(make_micro_workload({.keys = 3}).ok());
+}
+
+TEST(YcsbTest, AllWorkloadsRunAndCheck) {
+  for (char letter : {'A', 'B', 'C', 'F'}) {
+    Result<std::unique_ptr<Workload>> w =
+        make_ycsb_workload({.workload = letter, .records = 2000, .theta = 0.99});
+    ASSERT_TRUE(w.ok());
+    txn::Engine engine;
+    RunOptions o = quiet(0.1, 2);
+    o.check = true;
+    Result<RunResult> r = run_benchmark(**w, engine, o);
+    ASSERT_TRUE(r.ok()) << letter;
+    EXPECT_GT(r->committed, 0u) << letter;
+    EXPECT_TRUE(r->consistent()) << letter;
+    EXPECT_EQ(r->per_type.size(), letter == 'C' ? 1u : 2u) << letter;
+    if (letter == 'C') {
+      EXPECT_EQ(r->per_type[0].name, "read");
+    }
+    if (letter == 'F') {
+      EXPECT_EQ(r->per_type[1].name, "rmw");
+    }
+  }
+  EXPECT_FALSE(make_ycsb_workload({.workload = 'D'}).ok());
+  EXPECT_FALSE(make_ycsb_workload({.workload = 'A', .records = 1000, .theta = 1.0}).ok());
+}
+
+// The Zipfian generator's rank frequencies follow 1/rank^theta (checked loosely at theta
+// 0.99), ranks stay in range, and scrambling stays in range.
+TEST(YcsbTest, ZipfianShape) {
+  constexpr uint64_t kItems = 1000;
+  Zipfian z(kItems, 0.99);
+  Rng rng(11);
+  std::vector<uint64_t> hits(kItems, 0);
+  constexpr int kDraws = 500'000;
+  for (int i = 0; i < kDraws; ++i) {
+    const uint64_t r = z.next(rng);
+    ASSERT_LT(r, kItems);
+    ++hits[r];
+  }
+  // Expected share of rank 0 is 1/zeta(items, theta); of rank 1, 2^-theta of that.
+  double zeta = 0;
+  for (uint64_t i = 1; i <= kItems; ++i) zeta += std::pow(static_cast<double>(i), -0.99);
+  const double p0 = static_cast<double>(hits[0]) / kDraws;
+  EXPECT_NEAR(p0, 1.0 / zeta, 0.01);
+  EXPECT_NEAR(static_cast<double>(hits[1]) / hits[0], std::pow(0.5, 0.99), 0.05);
+  EXPECT_GT(hits[10], hits[100]);
+  // Scrambling keeps the range and moves the hot key away from 0.
+  Rng rng2(11);
+  for (int i = 0; i < 1000; ++i) ASSERT_LT(scrambled_zipfian(z, rng2), kItems);
+  EXPECT_NE(fnv1a64(0) % kItems, 0u);
+}
+
+}  // namespace
+}  // namespace shoal::bench

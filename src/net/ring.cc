@@ -1,0 +1,332 @@
+#include "src/net/ring.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+
+#include <fmt/format.h>
+
+namespace shoal::net {
+
+namespace {
+
+inline void store_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+inline void store_u64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint64_t load_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+RingControl* control_of(std::span<uint8_t> region) {
+  return reinterpret_cast<RingControl*>(region.data());
+}
+
+}  // namespace
+
+void seal_frame(uint8_t* dst, uint64_t pos, uint32_t flags, uint32_t imm, uint64_t epoch,
+                uint32_t payload_bytes) {
+  SHOAL_DCHECK((flags & ~(kFlagMore | kFlagWrite | kFlagControl)) == 0);
+  SHOAL_DCHECK(payload_bytes <= kLengthMask);
+  const uint32_t length_flags = flags | payload_bytes;
+  store_u32(dst, length_flags);
+  store_u32(dst + 4, imm);
+  store_u64(dst + 8, epoch);
+  // Zero the alignment padding so no stale bytes from an earlier lap leak to the peer.
+  const size_t padded = round_up8(payload_bytes);
+  if (padded != payload_bytes) {
+    std::memset(dst + kFrameHeaderBytes + payload_bytes, 0, padded - payload_bytes);
+  }
+  store_u64(dst + kFrameHeaderBytes + padded, frame_canary(pos, length_flags, imm, epoch));
+}
+
+void encode_frame(uint8_t* dst, uint64_t pos, uint32_t flags, uint32_t imm, uint64_t epoch,
+                  std::span<const uint8_t> payload) {
+  if (!payload.empty()) std::memcpy(dst + kFrameHeaderBytes, payload.data(), payload.size());
+  seal_frame(dst, pos, flags, imm, epoch, static_cast<uint32_t>(payload.size()));
+}
+
+Result<Frame> decode_frame(std::span<const uint8_t> input, uint64_t pos,
+                           uint32_t max_payload_bytes) {
+  Frame frame;
+  if (input.size() < kFrameHeaderBytes) return frame;  // incomplete
+  const uint8_t* p = input.data();
+  const uint32_t length_flags = load_u32(p);
+  if (length_flags & kFlagPad) {
+    return Status::Corruption(
+        fmt::format("frame at stream position {}: pad marker (0x{:08x}) where a frame must start",
+                    pos, length_flags));
+  }
+  const uint32_t flags = length_flags & kFlagMask;
+  // One-sided writes land whole in the peer's ring; they are never fragments or control.
+  if ((flags & kFlagWrite) && (flags & (kFlagMore | kFlagControl))) {
+    return Status::Corruption(
+        fmt::format("frame at stream position {}: invalid flag combination 0x{:08x}", pos, flags));
+  }
+  const uint32_t length = length_flags & kLengthMask;
+  if (length > max_payload_bytes) {
+    return Status::Corruption(
+        fmt::format("frame at stream position {}: length {} exceeds the limit of {} bytes", pos,
+                    length, max_payload_bytes));
+  }
+  const size_t total = frame_bytes(length);
+  if (input.size() < total) return frame;  // incomplete
+  frame.flags = flags;
+  frame.imm = load_u32(p + 4);
+  frame.epoch = load_u64(p + 8);
+  const uint64_t canary = load_u64(p + kFrameHeaderBytes + round_up8(length));
+  if (canary != frame_canary(pos, length_flags, frame.imm, frame.epoch)) {
+    return Status::Corruption(fmt::format(
+        "frame at stream position {} (length {}): canary mismatch; corrupted header, torn write "
+        "or stale bytes",
+        pos, length));
+  }
+  frame.payload = p + kFrameHeaderBytes;
+  frame.payload_bytes = length;
+  frame.frame_bytes = static_cast<uint32_t>(total);
+  return frame;
+}
+
+void ring_init(std::span<uint8_t> region, size_t data_bytes) {
+  SHOAL_ASSERT(std::has_single_bit(data_bytes) && data_bytes >= kRingMinDataBytes,
+               "ring data_bytes %zu must be a power of two >= %zu", data_bytes,
+               kRingMinDataBytes);
+  SHOAL_ASSERT(region.size() >= ring_region_bytes(data_bytes), "ring region too small");
+  SHOAL_ASSERT(reinterpret_cast<uintptr_t>(region.data()) % 64 == 0, "ring region misaligned");
+  auto* ctl = new (region.data()) RingControl{};
+  ctl->magic = RingControl::kMagic;
+  ctl->version = RingControl::kVersion;
+  ctl->data_bytes = data_bytes;
+  ctl->fence_epoch.store(0, std::memory_order_relaxed);
+  ctl->tail.store(0, std::memory_order_relaxed);
+  ctl->head.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+Status ring_validate(std::span<const uint8_t> region) {
+  if (region.size() < sizeof(RingControl)) return Status::Corruption("ring region too small");
+  const auto* ctl = reinterpret_cast<const RingControl*>(region.data());
+  if (ctl->magic != RingControl::kMagic || ctl->version != RingControl::kVersion) {
+    return Status::Corruption("ring region: bad magic or version");
+  }
+  const uint64_t n = ctl->data_bytes;
+  if (!std::has_single_bit(n) || n < kRingMinDataBytes || ring_region_bytes(n) > region.size()) {
+    return Status::Corruption(fmt::format("ring region: bad data_bytes {}", n));
+  }
+  return Status::Ok();
+}
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {
+  timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000ULL),
+              static_cast<long>(timeout_ns % 1'000'000'000ULL)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+          0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer
+
+RingProducer::RingProducer(std::span<uint8_t> region)
+    : ctl_(control_of(region)),
+      data_(region.data() + sizeof(RingControl)),
+      data_bytes_(ctl_->data_bytes) {
+  tail_ = ctl_->tail.load(std::memory_order_acquire);
+  cached_head_ = ctl_->head.load(std::memory_order_acquire);
+  max_payload_bytes_ = static_cast<uint32_t>(
+      std::min<uint64_t>(data_bytes_ / 4 - kFrameHeaderBytes - kFrameCanaryBytes, kLengthMask));
+}
+
+void RingProducer::publish() {
+  ctl_->tail.store(tail_, std::memory_order_release);
+  // Dekker with wait_for_data(): either the consumer sees the new tail after raising its flag,
+  // or we see the flag here. The fence costs ~20 ns; a lost wake-up would cost a timeout.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ctl_->consumer_sleeping.load(std::memory_order_relaxed)) [[unlikely]] {
+    ctl_->wake_seq.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(&ctl_->wake_seq);
+  }
+}
+
+uint8_t* RingProducer::ask_for_credit() {
+  // Asks the consumer to write head back eagerly instead of once per quarter ring.
+  if (!asked_for_credit_) {
+    asked_for_credit_ = true;
+    ctl_->producer_waiting.store(1, std::memory_order_seq_cst);
+  }
+  return nullptr;
+}
+
+uint8_t* RingProducer::try_reserve(uint32_t payload_bytes) {
+  SHOAL_DCHECK(reserved_bytes_ == UINT32_MAX);
+  SHOAL_ASSERT(payload_bytes <= max_payload_bytes_, "payload %u above ring limit %u",
+               payload_bytes, max_payload_bytes_);
+  const uint64_t need = frame_bytes(payload_bytes);
+  const uint64_t left = data_bytes_ - (tail_ & (data_bytes_ - 1));
+  if (need > left) {
+    // Pad to the end first and publish it, so the consumer can release the pad even when the
+    // ring is otherwise empty (else a large frame could wait forever for credit).
+    if (credit() < left) {
+      cached_head_ = ctl_->head.load(std::memory_order_acquire);
+      if (credit() < left) return ask_for_credit();
+    }
+    store_u32(data_ + (tail_ & (data_bytes_ - 1)), kFlagPad);
+    tail_ += left;
+    publish();
+  }
+  if (credit() < need) {
+    cached_head_ = ctl_->head.load(std::memory_order_acquire);
+    if (credit() < need) return ask_for_credit();
+  }
+  if (asked_for_credit_) [[unlikely]] {
+    asked_for_credit_ = false;
+    ctl_->producer_waiting.store(0, std::memory_order_relaxed);
+  }
+  reserved_bytes_ = payload_bytes;
+  return data_ + (tail_ & (data_bytes_ - 1)) + kFrameHeaderBytes;
+}
+
+void RingProducer::commit(uint32_t flags, uint32_t imm, uint64_t epoch, uint32_t payload_bytes) {
+  SHOAL_ASSERT(reserved_bytes_ == payload_bytes, "commit of %u bytes, reserved %u", payload_bytes,
+               reserved_bytes_);
+  reserved_bytes_ = UINT32_MAX;
+  seal_frame(data_ + (tail_ & (data_bytes_ - 1)), tail_, flags, imm, epoch, payload_bytes);
+  tail_ += frame_bytes(payload_bytes);
+  publish();
+}
+
+bool RingProducer::try_push(uint32_t flags, uint32_t imm, uint64_t epoch,
+                            std::span<const uint8_t> payload) {
+  const auto n = static_cast<uint32_t>(payload.size());
+  uint8_t* dst = try_reserve(n);
+  if (dst == nullptr) return false;
+  if (n != 0) std::memcpy(dst, payload.data(), n);
+  commit(flags, imm, epoch, n);
+  return true;
+}
+
+void RingProducer::wait_for_credit(uint64_t timeout_ns) {
+  // 2 = asleep: the consumer must wake us (1 only asks it to write head back eagerly).
+  asked_for_credit_ = true;
+  ctl_->producer_waiting.store(2, std::memory_order_seq_cst);
+  const uint32_t seq = ctl_->credit_seq.load(std::memory_order_seq_cst);
+  const uint64_t head = ctl_->head.load(std::memory_order_seq_cst);
+  if (head == cached_head_) futex_wait(&ctl_->credit_seq, seq, timeout_ns);
+  ctl_->producer_waiting.store(1, std::memory_order_relaxed);
+}
+
+void RingProducer::publish_raw_for_test(uint64_t bytes) {
+  tail_ += bytes;
+  publish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumer
+
+RingConsumer::RingConsumer(std::span<uint8_t> region)
+    : ctl_(control_of(region)),
+      data_(region.data() + sizeof(RingControl)),
+      data_bytes_(ctl_->data_bytes) {
+  cursor_ = released_ = published_head_ = ctl_->head.load(std::memory_order_acquire);
+  cached_tail_ = cursor_;
+  max_payload_bytes_ = static_cast<uint32_t>(
+      std::min<uint64_t>(data_bytes_ / 4 - kFrameHeaderBytes - kFrameCanaryBytes, kLengthMask));
+}
+
+Result<Frame> RingConsumer::next() {
+  // Bounded: each iteration consumes a pad or a fenced frame; give the caller control back
+  // after a burst of them rather than looping over a ring's worth here.
+  for (int skips = 0; skips < 64; ++skips) {
+    if (cursor_ == cached_tail_) {
+      cached_tail_ = ctl_->tail.load(std::memory_order_acquire);
+      if (cursor_ == cached_tail_) {
+        if (released_ != published_head_ &&
+            ctl_->producer_waiting.load(std::memory_order_relaxed) != 0) {
+          flush_credit();
+        }
+        return Frame{};
+      }
+    }
+    if ((cached_tail_ & 7) != 0 || cached_tail_ - released_ > data_bytes_ ||
+        cached_tail_ < cursor_) {
+      return Status::Corruption(fmt::format(
+          "ring: producer tail {} is misaligned or outside [{}, {}]", cached_tail_, cursor_,
+          released_ + data_bytes_));
+    }
+    const uint64_t offset = cursor_ & (data_bytes_ - 1);
+    const uint64_t left = data_bytes_ - offset;
+    const uint64_t avail = std::min(cached_tail_ - cursor_, left);
+    if (load_u32(data_ + offset) == kFlagPad) {
+      if (cached_tail_ - cursor_ < left) {
+        return Status::Corruption(fmt::format(
+            "ring: pad at position {} covers {} bytes but only {} are published", cursor_, left,
+            cached_tail_ - cursor_));
+      }
+      cursor_ += left;
+      continue;
+    }
+    auto frame = decode_frame({data_ + offset, avail}, cursor_, max_payload_bytes_);
+    if (!frame.ok()) return frame.status();
+    if (frame->frame_bytes == 0) {
+      return Status::Corruption(fmt::format(
+          "ring: truncated frame at position {}: {} bytes published before the tail or the wrap",
+          cursor_, avail));
+    }
+    cursor_ += frame->frame_bytes;
+    if ((frame->flags & kFlagWrite) && frame->epoch < fence_epoch()) {
+      ++fenced_drops_;  // a write that raced our fence: refused, its bytes released later
+      continue;
+    }
+    return frame;
+  }
+  return Frame{};
+}
+
+void RingConsumer::release() {
+  released_ = cursor_;
+  if (released_ - published_head_ >= data_bytes_ / 4 ||
+      ctl_->producer_waiting.load(std::memory_order_relaxed) != 0) {
+    flush_credit();
+  }
+}
+
+void RingConsumer::flush_credit() {
+  if (released_ == published_head_) return;
+  published_head_ = released_;
+  ctl_->head.store(released_, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ctl_->producer_waiting.load(std::memory_order_relaxed) == 2) {
+    ctl_->credit_seq.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(&ctl_->credit_seq);
+  }
+}
+
+void RingConsumer::set_fence_epoch(uint64_t epoch) {
+  SHOAL_ASSERT(epoch >= fence_epoch(), "fence epoch moves backwards");
+  ctl_->fence_epoch.store(epoch, std::memory_order_release);
+}
+
+void RingConsumer::wait_for_data(uint64_t timeout_ns) {
+  if (has_data()) return;
+  flush_credit();  // the producer may be waiting for exactly these bytes
+  ctl_->consumer_sleeping.store(1, std::memory_order_seq_cst);
+  const uint32_t seq = ctl_->wake_seq.load(std::memory_order_seq_cst);
+  if (ctl_->tail.load(std::memory_order_seq_cst) == cursor_) {
+    futex_wait(&ctl_->wake_seq, seq, timeout_ns);
+  }
+  ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace shoal::net

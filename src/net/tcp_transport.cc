@@ -1,0 +1,456 @@
+#include "src/net/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace shoal::net {
+
+namespace {
+
+constexpr uint32_t kControlFence = 1;  // control frame: epoch = the sender's new fence
+
+Status errno_status(const char* what, int err) {
+  if (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ECONNABORTED) {
+    return Status::Unavailable(fmt::format("tcp peer gone ({}: {})", what, std::strerror(err)));
+  }
+  return Status::IOError(fmt::format("{}: {}", what, std::strerror(err)));
+}
+
+Result<sockaddr_in> parse_address(const std::string& host, uint16_t port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    return Status::InvalidArgument(fmt::format("'{}' is not an IPv4 address", host));
+  }
+  return addr;
+}
+
+Status make_fast(int fd) {
+  const int one = 1;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 ||
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) {
+    return errno_status("tcp setsockopt/fcntl", errno);
+  }
+  return Status::Ok();
+}
+
+// Connects a blocking socket, retrying refusals (the listener may be restarting) until the
+// deadline. Returns the fd.
+Result<int> dial(const sockaddr_in& addr, uint64_t timeout_ms) {
+  const uint64_t deadline = mono_ns() + timeout_ms * 1'000'000;
+  for (;;) {  // bounded by the deadline
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return errno_status("socket", errno);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+    const int err = errno;
+    ::close(fd);
+    if (err != ECONNREFUSED || mono_ns() >= deadline) return errno_status("tcp connect", err);
+    usleep(1000);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Setup and teardown (cold paths)
+
+Result<TcpEndpoint> TcpEndpoint::adopt(int fd, const EndpointOptions& options) {
+  TcpEndpoint ep;
+  ep.fd_ = fd;
+  if (options.tcp_buffer_bytes < 64 * 1024 || options.tcp_buffer_bytes > (size_t{1} << 30)) {
+    return Status::InvalidArgument("tcp_buffer_bytes must be in [64 KiB, 1 GiB]");
+  }
+  SHOAL_TRY(make_fast(fd));
+  ep.options_ = options;
+  ep.max_payload_bytes_ = static_cast<uint32_t>(options.tcp_buffer_bytes / 4 - kFrameHeaderBytes -
+                                                kFrameCanaryBytes);
+  ep.out_ = std::make_unique<uint8_t[]>(options.tcp_buffer_bytes);
+  ep.in_ = std::make_unique<uint8_t[]>(options.tcp_buffer_bytes);
+  ep.assembler_ = MessageAssembler(options.max_message_bytes);
+  return ep;
+}
+
+Result<TcpEndpoint> TcpEndpoint::connect(const std::string& host, uint16_t port,
+                                         const EndpointOptions& options, uint64_t timeout_ms) {
+  auto addr = parse_address(host, port);
+  if (!addr.ok()) return addr.status();
+  auto fd = dial(*addr, timeout_ms);
+  if (!fd.ok()) return fd.status();
+  auto ep = adopt(*fd, options);
+  if (!ep.ok()) return ep.status();
+  ep->connector_ = true;
+  ep->remote_ = *addr;
+  return ep;
+}
+
+Result<std::pair<TcpEndpoint, TcpEndpoint>> TcpEndpoint::pair(const EndpointOptions& options) {
+  auto listener = TcpListener::listen("127.0.0.1", 0, options);
+  if (!listener.ok()) return listener.status();
+  auto b = connect("127.0.0.1", listener->port(), options);
+  if (!b.ok()) return b.status();
+  auto a = listener->accept();
+  if (!a.ok()) return a.status();
+  return std::make_pair(std::move(*a), std::move(*b));
+}
+
+TcpEndpoint& TcpEndpoint::operator=(TcpEndpoint&& other) noexcept {
+  if (this == &other) return *this;
+  close();
+  options_ = other.options_;
+  fd_ = std::exchange(other.fd_, -1);
+  connector_ = other.connector_;
+  remote_ = other.remote_;
+  max_payload_bytes_ = other.max_payload_bytes_;
+  out_ = std::move(other.out_);
+  out_len_ = other.out_len_;
+  tx_pos_ = other.tx_pos_;
+  in_ = std::move(other.in_);
+  in_begin_ = other.in_begin_;
+  in_cursor_ = other.in_cursor_;
+  in_end_ = other.in_end_;
+  rx_pos_ = other.rx_pos_;
+  peer_closed_ = other.peer_closed_;
+  fence_epoch_ = other.fence_epoch_;
+  peer_fence_epoch_ = other.peer_fence_epoch_;
+  fenced_drops_ = other.fenced_drops_;
+  assembler_ = std::move(other.assembler_);
+  batch_outstanding_ = other.batch_outstanding_;
+  failed_ = std::move(other.failed_);
+  return *this;
+}
+
+void TcpEndpoint::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (failed_.ok()) failed_ = Status::Unavailable("tcp endpoint closed");
+}
+
+void TcpEndpoint::reset_stream() {
+  out_len_ = 0;
+  tx_pos_ = 0;
+  in_begin_ = in_cursor_ = in_end_ = 0;
+  rx_pos_ = 0;
+  peer_closed_ = false;
+  assembler_ = MessageAssembler(options_.max_message_bytes);
+  batch_outstanding_ = false;
+  failed_ = Status::Ok();
+}
+
+Status TcpEndpoint::reconnect(uint64_t timeout_ms) {
+  SHOAL_ASSERT(connector_, "reconnect() on an accepted endpoint");
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  auto fd = dial(remote_, timeout_ms);
+  if (!fd.ok()) return fail(fd.status());
+  fd_ = *fd;
+  reset_stream();  // a new stream: positions restart at 0; the peer fence we knew is kept
+  SHOAL_TRY(make_fast(fd_));
+  if (fence_epoch_ != 0) SHOAL_TRY(set_fence_epoch(fence_epoch_));
+  return Status::Ok();
+}
+
+Status TcpEndpoint::fail(Status status) {
+  if (failed_.ok()) failed_ = std::move(status);
+  return failed_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sending
+
+Status TcpEndpoint::write_all(iovec* iov, int count) {
+  const uint64_t start = mono_ns();
+  while (count > 0) {  // bounded by send_timeout_ns
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(count);
+    const ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) return fail(errno_status("tcp sendmsg", errno));
+      if (mono_ns() - start >= options_.send_timeout_ns) {
+        return fail(Status::Timeout("tcp send: socket buffer full for send_timeout_ns"));
+      }
+      pollfd p{fd_, POLLOUT, 0};
+      ::poll(&p, 1, 10);
+      continue;
+    }
+    auto left = static_cast<size_t>(n);
+    while (count > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --count;
+    }
+    if (count > 0) {
+      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return Status::Ok();
+}
+
+Status TcpEndpoint::flush() {
+  if (!failed_.ok()) return failed_;
+  if (out_len_ == 0) return Status::Ok();
+  iovec iov{out_.get(), out_len_};
+  out_len_ = 0;
+  return write_all(&iov, 1);
+}
+
+Status TcpEndpoint::append_frame(uint32_t flags, uint32_t imm, uint64_t epoch,
+                                 std::span<const uint8_t> payload) {
+  const size_t bytes = frame_bytes(payload.size());
+  if (payload.size() < kGatherBytes) {
+    if (out_len_ + bytes > options_.tcp_buffer_bytes) SHOAL_TRY(flush());
+    encode_frame(out_.get() + out_len_, tx_pos_, flags, imm, epoch, payload);
+    out_len_ += bytes;
+    tx_pos_ += bytes;
+    if (out_len_ >= options_.tcp_buffer_bytes / 2) return flush();
+    return Status::Ok();
+  }
+  // Large payload: no copy. Header and trailer are built beside the caller's bytes.
+  SHOAL_TRY(flush());
+  const auto n = static_cast<uint32_t>(payload.size());
+  const uint32_t length_flags = flags | n;
+  uint8_t header[kFrameHeaderBytes];
+  std::memcpy(header, &length_flags, 4);
+  std::memcpy(header + 4, &imm, 4);
+  std::memcpy(header + 8, &epoch, 8);
+  uint8_t trailer[8 + kFrameCanaryBytes] = {};
+  const size_t pad = round_up8(n) - n;
+  const uint64_t canary = frame_canary(tx_pos_, length_flags, imm, epoch);
+  std::memcpy(trailer + pad, &canary, 8);
+  iovec iov[3] = {{header, sizeof(header)},
+                  {const_cast<uint8_t*>(payload.data()), payload.size()},
+                  {trailer, pad + kFrameCanaryBytes}};
+  tx_pos_ += bytes;
+  return write_all(iov, 3);
+}
+
+Status TcpEndpoint::send(uint32_t session, std::span<const uint8_t> bytes) {
+  if (!failed_.ok()) return failed_;
+  if (bytes.size() > options_.max_message_bytes) {
+    return Status::InvalidArgument(fmt::format("message of {} bytes above max_message_bytes {}",
+                                               bytes.size(), options_.max_message_bytes));
+  }
+  size_t offset = 0;
+  do {  // bounded: max_message_bytes / max_payload_bytes_ iterations
+    const size_t n = std::min<size_t>(max_payload_bytes_, bytes.size() - offset);
+    const bool more = offset + n < bytes.size();
+    SHOAL_TRY(append_frame(more ? kFlagMore : 0, session, 0, bytes.subspan(offset, n)));
+    offset += n;
+  } while (offset < bytes.size());
+  return Status::Ok();
+}
+
+Status TcpEndpoint::write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes) {
+  if (!failed_.ok()) return failed_;
+  if (bytes.size() > max_payload_bytes_) {
+    return Status::InvalidArgument(fmt::format("one-sided write of {} bytes above the limit {}",
+                                               bytes.size(), max_payload_bytes_));
+  }
+  if (epoch < peer_fence_epoch_) {
+    return Status::Aborted(fmt::format("write epoch {} below the peer's fence {}: stale writer fenced",
+                                       epoch, peer_fence_epoch_));
+  }
+  return append_frame(kFlagWrite, imm, epoch, bytes);
+}
+
+Status TcpEndpoint::set_fence_epoch(uint64_t epoch) {
+  if (!failed_.ok()) return failed_;
+  if (epoch < fence_epoch_) return Status::InvalidArgument("fence epochs only move forward");
+  fence_epoch_ = epoch;
+  SHOAL_TRY(append_frame(kFlagControl, kControlFence, epoch, {}));
+  return flush();
+}
+
+Status TcpEndpoint::inject_raw_for_test(std::span<const uint8_t> bytes) {
+  SHOAL_TRY(flush());
+  iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+  return write_all(&iov, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receiving
+
+Status TcpEndpoint::fill() {
+  if (peer_closed_) return Status::Ok();
+  if (in_end_ == options_.tcp_buffer_bytes) {
+    // Compact only when no completion points into the buffer.
+    if (in_begin_ != in_cursor_ || in_cursor_ == 0) return Status::Ok();
+    const size_t live = in_end_ - in_cursor_;
+    std::memmove(in_.get(), in_.get() + in_cursor_, live);
+    in_begin_ = in_cursor_ = 0;
+    in_end_ = live;
+  }
+  for (;;) {  // retries EINTR only
+    const ssize_t n = recv(fd_, in_.get() + in_end_, options_.tcp_buffer_bytes - in_end_, 0);
+    if (n > 0) {
+      in_end_ += static_cast<size_t>(n);
+      return Status::Ok();
+    }
+    if (n == 0) {
+      peer_closed_ = true;
+      return Status::Ok();
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) return Status::Ok();
+    if (errno == ECONNRESET) {
+      peer_closed_ = true;
+      return Status::Ok();
+    }
+    return errno_status("tcp recv", errno);
+  }
+}
+
+bool TcpEndpoint::frame_ready() const {
+  const size_t avail = in_end_ - in_cursor_;
+  if (avail < kFrameHeaderBytes) return false;
+  uint32_t length_flags;
+  std::memcpy(&length_flags, in_.get() + in_cursor_, 4);
+  const uint32_t length = length_flags & kLengthMask;
+  // A malformed length is "ready": poll() must see it and report Corruption.
+  return length > max_payload_bytes_ || avail >= frame_bytes(length);
+}
+
+Result<Frame> TcpEndpoint::next_frame() {
+  for (int round = 0; round < 64; ++round) {
+    auto f = decode_frame({in_.get() + in_cursor_, in_end_ - in_cursor_}, rx_pos_,
+                          max_payload_bytes_);
+    if (!f.ok()) return f.status();
+    if (f->frame_bytes != 0) {
+      in_cursor_ += f->frame_bytes;
+      rx_pos_ += f->frame_bytes;
+      if ((f->flags & kFlagWrite) && f->epoch < fence_epoch_) {
+        ++fenced_drops_;  // the writer had not yet seen our fence
+        continue;
+      }
+      return f;
+    }
+    const size_t partial = in_end_ - in_cursor_;
+    if (peer_closed_) {
+      if (partial == 0) return Status::Unavailable("tcp peer closed the connection");
+      return Status::Corruption(fmt::format(
+          "tcp: truncated frame at stream position {}: peer closed after {} of its bytes",
+          rx_pos_, partial));
+    }
+    const size_t before = in_end_;
+    SHOAL_TRY(fill());
+    if (in_end_ == before && !peer_closed_) return Frame{};  // nothing more for now
+  }
+  return Frame{};
+}
+
+void TcpEndpoint::release_consumed() {
+  in_begin_ = in_cursor_;
+  if (in_begin_ == in_end_) in_begin_ = in_cursor_ = in_end_ = 0;
+}
+
+void TcpEndpoint::on_control(const Frame& frame) {
+  if (frame.imm == kControlFence) {
+    peer_fence_epoch_ = std::max(peer_fence_epoch_, frame.epoch);
+  }
+  // Unknown control types are ignored: a newer peer may send more of them.
+}
+
+Result<size_t> TcpEndpoint::poll(Completion* out, size_t max) {
+  if (!failed_.ok()) [[unlikely]] return failed_;
+  SHOAL_ASSERT(!batch_outstanding_, "poll() before release() of the previous batch");
+  if (out_len_ != 0) SHOAL_TRY(flush());
+  auto n = poll_frames(*this, assembler_, out, max);
+  if (!n.ok()) {
+    // Deliver what this batch already holds; the failure surfaces on the next call.
+    return fail(n.status());
+  }
+  batch_outstanding_ = *n > 0;
+  return n;
+}
+
+void TcpEndpoint::release() {
+  assembler_.release();
+  release_consumed();
+  batch_outstanding_ = false;
+}
+
+Status TcpEndpoint::wait(uint64_t timeout_ns) {
+  if (!failed_.ok()) return failed_;
+  SHOAL_TRY(flush());
+  const uint64_t start = mono_ns();
+  const uint64_t spin_end = start + std::min(options_.spin_ns, timeout_ns);
+  for (uint32_t i = 0;; ++i) {  // spin on recv; bounded by spin_ns
+    if (frame_ready() || peer_closed_) return Status::Ok();
+    if (Status s = fill(); !s.ok()) return fail(std::move(s));
+    if ((i & 15) == 15 && mono_ns() >= spin_end) break;
+  }
+  const uint64_t deadline = start + timeout_ns;
+  for (;;) {  // block in poll(2); bounded by the deadline
+    if (frame_ready() || peer_closed_) return Status::Ok();
+    const uint64_t now = mono_ns();
+    if (now >= deadline) return Status::Timeout("");
+    pollfd p{fd_, POLLIN, 0};
+    const uint64_t slice_ms = std::min<uint64_t>((deadline - now + 999'999) / 1'000'000, 100);
+    ::poll(&p, 1, static_cast<int>(slice_ms));
+    if (Status s = fill(); !s.ok()) return fail(std::move(s));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listener
+
+Result<TcpListener> TcpListener::listen(const std::string& host, uint16_t port,
+                                        const EndpointOptions& options) {
+  auto addr = parse_address(host, port);
+  if (!addr.ok()) return addr.status();
+  TcpListener l;
+  l.options_ = options;
+  l.fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (l.fd_ < 0) return errno_status("socket", errno);
+  const int one = 1;
+  setsockopt(l.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(l.fd_, reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
+    return errno_status("tcp bind", errno);
+  }
+  if (::listen(l.fd_, 128) != 0) return errno_status("tcp listen", errno);
+  sockaddr_in bound{};
+  socklen_t len = sizeof(bound);
+  getsockname(l.fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  l.port_ = ntohs(bound.sin_port);
+  return l;
+}
+
+TcpListener& TcpListener::operator=(TcpListener&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    options_ = other.options_;
+    fd_ = std::exchange(other.fd_, -1);
+    port_ = other.port_;
+  }
+  return *this;
+}
+
+TcpListener::~TcpListener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<TcpEndpoint> TcpListener::accept(uint64_t timeout_ms) {
+  pollfd p{fd_, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(timeout_ms)) <= 0) {
+    return Status::Timeout("tcp accept: no connection");
+  }
+  const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return errno_status("tcp accept", errno);
+  return TcpEndpoint::adopt(fd, options_);
+}
+
+}  // namespace shoal::net

@@ -1,0 +1,133 @@
+// TCP transport (satisfies TransportEndpoint): the same frames as the rings (src/net/ring.h)
+// on a kernel TCP stream, the canary bound to the stream position of each frame.
+//
+// Sending: frames are encoded into a bounded send buffer and written with one sendmsg per
+// batch at flush(), poll() or wait() (or when the buffer fills), so a burst of small messages
+// costs one system call. Frames with payloads >= kGatherBytes skip the copy: header, the
+// caller's payload and the canary go out in one gathered sendmsg. TCP_NODELAY is set.
+//
+// Receiving: a bounded receive buffer (tcp_buffer_bytes; frames carry at most a quarter of
+// it) read with non-blocking recv; completions point into it until release(). Larger messages
+// are fragmented and reassembled exactly as on shm.
+//
+// One-sided writes are frames flagged kFlagWrite that the receiver checks against its fence;
+// set_fence_epoch() also sends a control frame, so the writer refuses stale writes itself once
+// it has polled that frame.
+//
+// Failures: peer close/reset -> Unavailable (after every complete frame it sent is delivered);
+// EOF inside a frame -> Corruption (truncated); malformed frames -> Corruption. Both are
+// final; reconnect() (connecting side only) starts a fresh stream: frames in flight on the old
+// one are lost, so the layer above retries (at-most-once delivery per connection).
+//
+// A blocking send (socket buffer full) waits for POLLOUT up to send_timeout_ns without
+// reading: two sides that both flood each other without polling can stall until that timeout.
+//
+// Threads: an endpoint is owned by one thread.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <string>
+#include <utility>
+
+#include "src/net/transport.h"
+
+namespace shoal::net {
+
+class TcpEndpoint {
+ public:
+  static constexpr size_t kGatherBytes = 16 * 1024;
+
+  // Connects to host:port (IPv4 dotted quad), retrying refused connections until timeout_ms.
+  [[nodiscard]] static Result<TcpEndpoint> connect(const std::string& host, uint16_t port,
+                                                   const EndpointOptions& options = {},
+                                                   uint64_t timeout_ms = 5000);
+  // Both ends of a loopback connection in this process (fork() after this for two processes).
+  [[nodiscard]] static Result<std::pair<TcpEndpoint, TcpEndpoint>> pair(
+      const EndpointOptions& options = {});
+
+  TcpEndpoint() = default;
+  TcpEndpoint(TcpEndpoint&& other) noexcept { *this = std::move(other); }
+  TcpEndpoint& operator=(TcpEndpoint&& other) noexcept;
+  ~TcpEndpoint() { close(); }
+
+  [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes);
+  [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm,
+                                      std::span<const uint8_t> bytes);
+  [[nodiscard]] Status set_fence_epoch(uint64_t epoch);
+  [[nodiscard]] Status flush();
+  [[nodiscard]] Result<size_t> poll(Completion* out, size_t max);
+  void release();
+  [[nodiscard]] Status wait(uint64_t timeout_ns);
+  [[nodiscard]] Status inject_raw_for_test(std::span<const uint8_t> bytes);
+  // Drops the current connection and connects again to the same address.
+  // REQUIRES: this endpoint was made by connect() (or is pair().second).
+  [[nodiscard]] Status reconnect(uint64_t timeout_ms = 5000);
+
+  size_t max_message_bytes() const { return options_.max_message_bytes; }
+  size_t max_write_bytes() const { return max_payload_bytes_; }
+  uint64_t fenced_drops() const { return fenced_drops_; }
+  void close();
+
+  // poll_frames() source interface.
+  Result<Frame> next_frame();
+  void release_consumed();
+  void on_control(const Frame& frame);
+  void defer_error(Status status) { fail(std::move(status)).ignore(); }
+
+ private:
+  friend class TcpListener;
+  static Result<TcpEndpoint> adopt(int fd, const EndpointOptions& options);
+  void reset_stream();
+  [[nodiscard]] Status append_frame(uint32_t flags, uint32_t imm, uint64_t epoch,
+                                    std::span<const uint8_t> payload);
+  [[nodiscard]] Status write_all(iovec* iov, int count);
+  // One non-blocking recv into the receive buffer. Sets peer_closed_ on EOF.
+  [[nodiscard]] Status fill();
+  bool frame_ready() const;
+  Status fail(Status status);
+
+  EndpointOptions options_;
+  int fd_ = -1;
+  bool connector_ = false;
+  sockaddr_in remote_{};
+  uint32_t max_payload_bytes_ = 0;
+  std::unique_ptr<uint8_t[]> out_;
+  size_t out_len_ = 0;
+  uint64_t tx_pos_ = 0;  // stream position of the next frame we send
+  std::unique_ptr<uint8_t[]> in_;
+  size_t in_begin_ = 0;   // first byte still owned by the caller (unreleased)
+  size_t in_cursor_ = 0;  // next frame to decode
+  size_t in_end_ = 0;     // end of received bytes
+  uint64_t rx_pos_ = 0;   // stream position of in_[in_cursor_]
+  bool peer_closed_ = false;
+  uint64_t fence_epoch_ = 0;
+  uint64_t peer_fence_epoch_ = 0;
+  uint64_t fenced_drops_ = 0;
+  MessageAssembler assembler_{0};
+  bool batch_outstanding_ = false;
+  Status failed_;
+};
+
+class TcpListener {
+ public:
+  // Listens on host:port; port 0 picks a free port (see port()).
+  [[nodiscard]] static Result<TcpListener> listen(const std::string& host, uint16_t port,
+                                                  const EndpointOptions& options = {});
+  TcpListener() = default;
+  TcpListener(TcpListener&& other) noexcept
+      : options_(other.options_), fd_(std::exchange(other.fd_, -1)), port_(other.port_) {}
+  TcpListener& operator=(TcpListener&& other) noexcept;
+  ~TcpListener();
+  uint16_t port() const { return port_; }
+  [[nodiscard]] Result<TcpEndpoint> accept(uint64_t timeout_ms = 5000);
+
+ private:
+  EndpointOptions options_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+static_assert(TransportEndpoint<TcpEndpoint>);
+
+}  // namespace shoal::net

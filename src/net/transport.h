@@ -1,0 +1,156 @@
+// The Transport concept: what every Shoal transport endpoint (shm, tcp; later uring, verbs,
+// sim) provides, checked at compile time so the data path makes no virtual calls.
+//
+// An endpoint is one end of a reliable, ordered, bidirectional link between two processes.
+// Many logical sessions share one endpoint: every message carries a 32-bit session tag
+// (the frame's imm), and order is preserved per endpoint, hence per session.
+//
+//   send(session, bytes)       two-sided message, 0 B .. max_message_bytes (8 MiB by default);
+//                              fragmented into ring-sized frames and reassembled by the peer.
+//   write_with_imm(epoch, imm, bytes)
+//                              one-sided write of one frame into the peer's receive ring; the
+//                              peer sees a kWrite completion carrying imm. Refused with
+//                              Status::Aborted when epoch is below the peer's fence, and dropped
+//                              by the peer if the fence rose while the write was in flight.
+//   set_fence_epoch(epoch)     raises this side's fence (fences only move forward).
+//   flush()                    makes buffered sends visible (tcp batches until flush/poll/wait).
+//   poll(out, max)             batched polled completions; never blocks.
+//   release()                  ends the batch: returns the batch's bytes to the transport.
+//   wait(timeout_ns)           adaptive: spin, then block (futex / poll) until data may be
+//                              ready. Ok: data may be ready; Timeout; Unavailable: peer gone.
+//
+// Buffer ownership at each hand-off:
+//   - send()/write_with_imm(): the caller's bytes are copied into the peer's ring (shm) or
+//     the socket buffer (tcp) before the call returns; the caller keeps its buffer.
+//   - poll(): completion bytes point into the receive ring (shm), the socket receive buffer
+//     (tcp), or the endpoint's reassembly buffer for fragmented messages. They are the
+//     caller's, read-only, until release(); after that they belong to the transport again.
+//     REQUIRES: release() before the next poll() whenever poll() returned completions.
+//
+// Errors: Corruption (malformed or truncated frame; the endpoint is then closed for good),
+// Unavailable (the peer died or closed; reported after every frame it published before that
+// was delivered), Timeout (a send waited send_timeout_ns for credit), InvalidArgument.
+//
+// Threads: an endpoint is owned by one thread. Both ends may live in one process (tests) or
+// in two (fork, or rendezvous by name).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "shoal/status.h"
+#include "src/net/ring.h"
+
+namespace shoal::net {
+
+struct Completion {
+  enum class Kind : uint8_t { kRecv, kWrite };
+  Kind kind = Kind::kRecv;
+  uint32_t imm = 0;    // kRecv: the session tag; kWrite: the immediate
+  uint64_t epoch = 0;  // kWrite: the writer's epoch
+  std::span<const uint8_t> bytes;
+};
+
+struct EndpointOptions {
+  size_t ring_bytes = size_t{1} << 20;         // shm: data bytes of each direction's ring
+  size_t tcp_buffer_bytes = size_t{1} << 20;   // tcp: receive buffer; frames <= a quarter
+  size_t max_message_bytes = size_t{8} << 20;  // largest message send() accepts / reassembles
+  uint64_t spin_ns = 50'000;                   // busy-poll this long before blocking
+  uint64_t send_timeout_ns = 10'000'000'000;   // send() gives up waiting for credit after this
+};
+
+template <typename E>
+concept TransportEndpoint = requires(E& e, const E& ce, std::span<const uint8_t> bytes,
+                                     Completion* out, uint32_t u32, uint64_t u64, size_t n) {
+  { e.send(u32, bytes) } -> std::same_as<Status>;
+  { e.write_with_imm(u64, u32, bytes) } -> std::same_as<Status>;
+  { e.set_fence_epoch(u64) } -> std::same_as<Status>;
+  { e.flush() } -> std::same_as<Status>;
+  { e.poll(out, n) } -> std::same_as<Result<size_t>>;
+  { e.release() } -> std::same_as<void>;
+  { e.wait(u64) } -> std::same_as<Status>;
+  { ce.max_message_bytes() } -> std::same_as<size_t>;
+  { ce.max_write_bytes() } -> std::same_as<size_t>;
+  // Test hook: puts raw bytes on the wire / into the peer's ring, bypassing the encoder.
+  { e.inject_raw_for_test(bytes) } -> std::same_as<Status>;
+};
+
+// Reassembles fragmented messages (frames with kFlagMore, then a final frame without) into
+// one contiguous buffer. The buffer grows on the first large message up to max_message_bytes
+// (a cold path) and is then reused. Owned by the endpoint's thread.
+class MessageAssembler {
+ public:
+  enum class Step { kInPlace, kAbsorbed, kComplete };
+  explicit MessageAssembler(size_t max_message_bytes) : max_bytes_(max_message_bytes) {}
+
+  // kInPlace: a whole message in one frame (deliver the frame's payload as is); kAbsorbed:
+  // copied, more fragments follow; kComplete: message() holds the whole message.
+  // REQUIRES: !holding() (a completed message was released).
+  [[nodiscard]] Result<Step> feed(const Frame& frame);
+  std::span<const uint8_t> message() const { return {buf_.get(), size_}; }
+  bool holding() const { return complete_; }
+  void release() {
+    complete_ = false;
+    size_ = 0;
+  }
+
+ private:
+  size_t max_bytes_;
+  std::unique_ptr<uint8_t[]> buf_;
+  size_t capacity_ = 0;
+  size_t size_ = 0;
+  bool active_ = false;    // inside a fragmented message
+  bool complete_ = false;  // message() is pending delivery/release
+};
+
+// The poll loop shared by every endpoint. Source provides:
+//   Result<Frame> next_frame();       next decoded frame (frame_bytes == 0: none)
+//   void release_consumed();          return consumed frame bytes now (nothing is pinned)
+//   void on_control(const Frame&);    transport control frames
+//   void defer_error(Status);         remember a failure to report on the next call
+template <typename Source>
+[[nodiscard]] Result<size_t> poll_frames(Source& src, MessageAssembler& assembler,
+                                         Completion* out, size_t max) {
+  size_t n = 0;
+  while (n < max) {
+    auto next = src.next_frame();
+    if (!next.ok()) {
+      if (n == 0) return next.status();
+      src.defer_error(next.status());  // deliver the good frames first; fail on the next call
+      break;
+    }
+    const Frame& f = *next;
+    if (f.frame_bytes == 0) break;
+    if (f.flags & kFlagControl) {
+      src.on_control(f);
+      if (n == 0) src.release_consumed();
+      continue;
+    }
+    if (f.flags & kFlagWrite) {
+      out[n++] = {Completion::Kind::kWrite, f.imm, f.epoch, {f.payload, f.payload_bytes}};
+      continue;
+    }
+    auto step = assembler.feed(f);
+    if (!step.ok()) return step.status();
+    if (*step == MessageAssembler::Step::kInPlace) {
+      out[n++] = {Completion::Kind::kRecv, f.imm, f.epoch, {f.payload, f.payload_bytes}};
+    } else if (*step == MessageAssembler::Step::kAbsorbed) {
+      // Copied out: free the ring space now so an 8 MiB message streams through a 1 MiB ring.
+      if (n == 0) src.release_consumed();
+    } else {
+      if (n == 0) src.release_consumed();
+      out[n++] = {Completion::Kind::kRecv, f.imm, f.epoch, assembler.message()};
+      break;  // the reassembly buffer is pinned until release()
+    }
+  }
+  return n;
+}
+
+// Monotonic nanoseconds (vDSO clock_gettime; ~20 ns). Used on slow paths only.
+uint64_t mono_ns();
+inline void cpu_relax() { __builtin_ia32_pause(); }
+
+}  // namespace shoal::net

@@ -1,0 +1,396 @@
+// Conformance suite every TransportEndpoint must pass. Peers that must be able to die run in a
+// fork()ed child; a child reports failure through its exit code (gtest asserts are not used
+// there) and ends with _exit so it never runs the parent's test machinery.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "src/base/env.h"
+#include "src/net/shm_transport.h"
+#include "src/net/tcp_transport.h"
+
+namespace shoal::net {
+namespace {
+
+constexpr uint64_t kSecondNs = 1'000'000'000;
+constexpr uint32_t kQuitSession = 0xfffffff0;
+
+std::span<const uint8_t> as_bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+std::vector<uint8_t> pattern(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  Rng rng(seed);
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t x = rng.next();
+    std::memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
+  }
+  return v;
+}
+
+struct Received {
+  Completion::Kind kind;
+  uint32_t imm;
+  uint64_t epoch;
+  std::vector<uint8_t> bytes;
+};
+
+// Waits for one completion and copies it out (then releases it).
+template <typename E>
+Status recv_one(E& ep, Received* out, uint64_t timeout_ns = 10 * kSecondNs) {
+  const uint64_t deadline = mono_ns() + timeout_ns;
+  for (;;) {  // bounded by the deadline
+    Completion c;
+    auto n = ep.poll(&c, 1);
+    if (!n.ok()) return n.status();
+    if (*n == 1) {
+      *out = {c.kind, c.imm, c.epoch, {c.bytes.begin(), c.bytes.end()}};
+      ep.release();
+      return Status::Ok();
+    }
+    const uint64_t now = mono_ns();
+    if (now >= deadline) return Status::Timeout("recv_one");
+    Status s = ep.wait(deadline - now);
+    if (!s.ok() && s.code() != Code::kTimeout) return s;
+  }
+}
+
+// Forks a child that runs fn(child_end) and exits with its return value. The parent's copy of
+// the child's end is closed so that the child's death is visible.
+template <typename E, typename Fn>
+pid_t spawn_peer(E& child_end, Fn fn) {
+  const pid_t pid = fork();
+  SHOAL_CHECK(pid >= 0);
+  if (pid == 0) _exit(fn(child_end));
+  child_end.close();
+  return pid;
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+EndpointOptions small_options() {
+  EndpointOptions o;
+  o.ring_bytes = 64 * 1024;  // small rings: exercise wrap-around and credit constantly
+  o.tcp_buffer_bytes = 64 * 1024;
+  return o;
+}
+
+template <typename E>
+class TransportConformance : public ::testing::Test {};
+using Transports = ::testing::Types<ShmEndpoint, TcpEndpoint>;
+class TransportNames {
+ public:
+  template <typename T>
+  static std::string GetName(int) {
+    return std::is_same_v<T, ShmEndpoint> ? "shm" : "tcp";
+  }
+};
+TYPED_TEST_SUITE(TransportConformance, Transports, TransportNames);
+
+TYPED_TEST(TransportConformance, PerSessionOrderingAcrossManySessions) {
+  auto link = TypeParam::pair(small_options());
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  constexpr uint32_t kMessages = 30000, kSessions = 64;
+  const pid_t pid = spawn_peer(b, [&](TypeParam& ep) {
+    Rng rng(1);
+    uint32_t seq[kSessions] = {};
+    for (uint32_t i = 0; i < kMessages; ++i) {
+      const auto session = static_cast<uint32_t>(rng.uniform(0, kSessions - 1));
+      auto body = pattern(8 + rng.uniform(0, 300), i);
+      std::memcpy(body.data(), &seq[session], 4);
+      ++seq[session];
+      if (!ep.send(session, body).ok()) return 1;
+    }
+    if (!ep.flush().ok()) return 2;
+    Received quit;  // stay alive until the parent has everything
+    return recv_one(ep, &quit).ok() && quit.imm == kQuitSession ? 0 : 3;
+  });
+  Rng rng(1);
+  uint32_t want[kSessions] = {};
+  for (uint32_t i = 0; i < kMessages; ++i) {
+    Received r;
+    ASSERT_TRUE(recv_one(a, &r).ok()) << i;
+    const auto session = static_cast<uint32_t>(rng.uniform(0, kSessions - 1));
+    auto body = pattern(8 + rng.uniform(0, 300), i);
+    std::memcpy(body.data(), &want[session], 4);
+    ASSERT_EQ(r.imm, session) << i;
+    ASSERT_EQ(r.bytes, body) << "message " << i << " session " << session;
+    ++want[session];
+  }
+  ASSERT_TRUE(a.send(kQuitSession, {}).ok());
+  ASSERT_TRUE(a.flush().ok());
+  EXPECT_EQ(wait_child(pid), 0);
+}
+
+TYPED_TEST(TransportConformance, EchoSizesFromOneByteTo8MiB) {
+  auto link = TypeParam::pair();
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  const pid_t pid = spawn_peer(b, [](TypeParam& ep) {
+    for (int i = 0; i < 100; ++i) {  // echo until told to quit
+      Received r;
+      if (!recv_one(ep, &r).ok()) return 1;
+      if (r.imm == kQuitSession) return 0;
+      if (!ep.send(r.imm, r.bytes).ok()) return 2;
+      if (!ep.flush().ok()) return 3;
+    }
+    return 4;
+  });
+  const size_t frag = a.max_write_bytes();
+  const size_t sizes[] = {1,        7,        8,        63,       64,          65,
+                          4095,     4096,     65536,    frag - 1, frag,        frag + 1,
+                          2 * frag, 1u << 20, 3333333,  8u << 20, a.max_message_bytes()};
+  for (size_t size : sizes) {
+    const auto body = pattern(size, size);
+    ASSERT_TRUE(a.send(static_cast<uint32_t>(size), body).ok());
+    ASSERT_TRUE(a.flush().ok());
+    Received r;
+    Status s = recv_one(a, &r);
+    ASSERT_TRUE(s.ok()) << size << ": " << s.to_string();
+    EXPECT_EQ(r.imm, static_cast<uint32_t>(size));
+    ASSERT_EQ(r.bytes.size(), size);
+    EXPECT_TRUE(r.bytes == body) << "payload differs at size " << size;
+  }
+  // Over the limit: refused up front, the link stays usable.
+  std::vector<uint8_t> too_big(a.max_message_bytes() + 1);
+  EXPECT_EQ(a.send(1, too_big).code(), Code::kInvalidArgument);
+  ASSERT_TRUE(a.send(kQuitSession, {}).ok());
+  ASSERT_TRUE(a.flush().ok());
+  EXPECT_EQ(wait_child(pid), 0);
+}
+
+TYPED_TEST(TransportConformance, ManyEndpointsInterleaved) {
+  constexpr int kLinks = 24, kMessages = 50;
+  std::vector<std::pair<TypeParam, TypeParam>> links;
+  for (int i = 0; i < kLinks; ++i) {
+    auto link = TypeParam::pair(small_options());
+    ASSERT_TRUE(link.ok()) << link.status().to_string();
+    links.push_back(std::move(*link));
+  }
+  for (int m = 0; m < kMessages; ++m) {
+    for (int i = 0; i < kLinks; ++i) {
+      const std::string body = std::to_string(i) + ":" + std::to_string(m);
+      ASSERT_TRUE(links[i].first.send(static_cast<uint32_t>(m), as_bytes(body)).ok());
+    }
+  }
+  for (auto& link : links) ASSERT_TRUE(link.first.flush().ok());
+  for (int i = 0; i < kLinks; ++i) {
+    for (int m = 0; m < kMessages; ++m) {
+      Received r;
+      ASSERT_TRUE(recv_one(links[i].second, &r).ok());
+      EXPECT_EQ(r.imm, static_cast<uint32_t>(m));
+      const std::string body = std::to_string(i) + ":" + std::to_string(m);
+      EXPECT_EQ(std::string(r.bytes.begin(), r.bytes.end()), body);
+    }
+  }
+}
+
+TYPED_TEST(TransportConformance, PeerDeathIsUnavailableAfterItsMessages) {
+  auto link = TypeParam::pair();
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  const pid_t pid = spawn_peer(b, [](TypeParam& ep) {
+    for (uint32_t i = 0; i < 3; ++i) {
+      if (!ep.send(i, as_bytes("last words")).ok()) return 1;
+    }
+    if (!ep.flush().ok()) return 2;
+    raise(SIGKILL);  // no clean shutdown
+    return 3;
+  });
+  for (uint32_t i = 0; i < 3; ++i) {
+    Received r;
+    ASSERT_TRUE(recv_one(a, &r).ok());
+    EXPECT_EQ(r.imm, i);
+  }
+  const uint64_t start = mono_ns();
+  Received r;
+  Status s = recv_one(a, &r, 5 * kSecondNs);
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.to_string();
+  EXPECT_LT(mono_ns() - start, 2 * kSecondNs);  // noticed promptly, not by a long timeout
+  // Stays failed.
+  Completion c;
+  EXPECT_EQ(a.poll(&c, 1).status().code(), Code::kUnavailable);
+  EXPECT_EQ(wait_child(pid), 128 + SIGKILL);
+}
+
+// Frames for the malformed-input cases, built at stream position 32 (after one 2-byte message).
+std::vector<uint8_t> frame_at_32(size_t payload_bytes) {
+  std::vector<uint8_t> f(frame_bytes(payload_bytes));
+  encode_frame(f.data(), 32, 0, 5, 0, pattern(payload_bytes, 9));
+  return f;
+}
+
+TYPED_TEST(TransportConformance, MalformedFramesAreRejectedWithoutCrashing) {
+  enum Case { kGarbage, kBadCanary, kHugeLength, kBadFlags, kWrongPosition, kTruncated };
+  for (int kind = kGarbage; kind <= kTruncated; ++kind) {
+    SCOPED_TRACE(kind);
+    auto link = TypeParam::pair();
+    ASSERT_TRUE(link.ok()) << link.status().to_string();
+    auto& [a, b] = *link;
+    ASSERT_TRUE(a.send(1, as_bytes("ok")).ok());  // delivered before the bad bytes
+    std::vector<uint8_t> bad = frame_at_32(40);
+    if (kind == kGarbage) bad = pattern(64, 77);
+    if (kind == kBadCanary) bad.back() ^= 0x40;
+    if (kind == kHugeLength) bad[3] = 0x0f;  // length ~ 250 MiB
+    if (kind == kBadFlags) bad[3] = 0x20 | 0x40;  // write + more
+    if (kind == kWrongPosition) {
+      bad.assign(frame_bytes(40), 0);
+      encode_frame(bad.data(), 0, 0, 5, 0, pattern(40, 9));
+    }
+    if (kind == kTruncated) bad.resize(24);
+    ASSERT_TRUE(a.inject_raw_for_test(bad).ok());
+    if (kind == kTruncated) a.close();
+    Received r;
+    ASSERT_TRUE(recv_one(b, &r).ok());
+    EXPECT_EQ(std::string(r.bytes.begin(), r.bytes.end()), "ok");
+    Status s = recv_one(b, &r, 5 * kSecondNs);
+    EXPECT_EQ(s.code(), Code::kCorruption) << s.to_string();
+    EXPECT_FALSE(s.message().empty());
+    if (kind == kTruncated) {
+      EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
+    }
+    EXPECT_EQ(b.send(1, as_bytes("x")).code(), s.code());  // the endpoint stays failed
+  }
+}
+
+TYPED_TEST(TransportConformance, OneSidedWritesAndStaleEpochFence) {
+  auto link = TypeParam::pair();
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  ASSERT_TRUE(a.write_with_imm(1, 11, as_bytes("log batch 1")).ok());
+  std::vector<uint8_t> too_big(a.max_write_bytes() + 1);
+  EXPECT_EQ(a.write_with_imm(1, 12, too_big).code(), Code::kInvalidArgument);
+  ASSERT_TRUE(a.flush().ok());
+  Received r;
+  ASSERT_TRUE(recv_one(b, &r).ok());
+  EXPECT_EQ(r.kind, Completion::Kind::kWrite);
+  EXPECT_EQ(r.imm, 11u);
+  EXPECT_EQ(r.epoch, 1u);
+  EXPECT_EQ(std::string(r.bytes.begin(), r.bytes.end()), "log batch 1");
+
+  // b fences epoch 5. A writer that has not heard yet is refused or its write is dropped.
+  ASSERT_TRUE(b.set_fence_epoch(5).ok());
+  Status raced = a.write_with_imm(3, 13, as_bytes("stale"));
+  EXPECT_TRUE(raced.ok() || raced.code() == Code::kAborted) << raced.to_string();
+  ASSERT_TRUE(a.send(7, as_bytes("after")).ok());
+  ASSERT_TRUE(a.flush().ok());
+  ASSERT_TRUE(recv_one(b, &r).ok());
+  EXPECT_EQ(r.kind, Completion::Kind::kRecv);  // the stale write never surfaces
+  EXPECT_EQ(std::string(r.bytes.begin(), r.bytes.end()), "after");
+  EXPECT_EQ(b.fenced_drops(), raced.ok() ? 1u : 0u);
+
+  // Once the writer has heard from b (after the fence), a stale write is refused up front.
+  ASSERT_TRUE(b.send(0, as_bytes("sync")).ok());
+  ASSERT_TRUE(b.flush().ok());
+  ASSERT_TRUE(recv_one(a, &r).ok());
+  Status stale = a.write_with_imm(4, 14, as_bytes("stale"));
+  EXPECT_EQ(stale.code(), Code::kAborted) << stale.to_string();
+  ASSERT_TRUE(a.write_with_imm(5, 15, as_bytes("current")).ok());
+  ASSERT_TRUE(a.flush().ok());
+  ASSERT_TRUE(recv_one(b, &r).ok());
+  EXPECT_EQ(r.imm, 15u);
+  EXPECT_EQ(r.epoch, 5u);
+  EXPECT_EQ(b.set_fence_epoch(4).code(), Code::kInvalidArgument);
+}
+
+TYPED_TEST(TransportConformance, BatchedPollReturnsManyCompletions) {
+  auto link = TypeParam::pair();
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  for (uint32_t i = 0; i < 100; ++i) ASSERT_TRUE(a.send(i, as_bytes("m")).ok());
+  ASSERT_TRUE(a.flush().ok());
+  Completion batch[32];
+  uint32_t got = 0;
+  size_t largest = 0;
+  const uint64_t deadline = mono_ns() + 5 * kSecondNs;
+  while (got < 100 && mono_ns() < deadline) {
+    auto n = b.poll(batch, 32);
+    ASSERT_TRUE(n.ok()) << n.status().to_string();
+    largest = std::max(largest, *n);
+    for (size_t i = 0; i < *n; ++i) EXPECT_EQ(batch[i].imm, got++);
+    b.release();
+    if (*n == 0) b.wait(kSecondNs).ignore();
+  }
+  EXPECT_EQ(got, 100u);
+  EXPECT_GT(largest, 1u);
+}
+
+// ---- transport-specific: rendezvous and reconnect.
+
+TEST(ShmTransportTest, RendezvousByNameAcrossProcesses) {
+  const std::string name = "shoal-test-" + std::to_string(getpid());
+  auto listener = ShmListener::listen(name);
+  ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto ep = ShmEndpoint::connect(name);
+    if (!ep.ok()) _exit(1);
+    Received r;
+    if (!recv_one(*ep, &r).ok()) _exit(2);
+    if (!ep->send(r.imm + 1, r.bytes).ok()) _exit(3);
+    if (!recv_one(*ep, &r).ok()) _exit(4);  // wait for the parent's goodbye
+    _exit(0);
+  }
+  auto ep = listener->accept();
+  ASSERT_TRUE(ep.ok()) << ep.status().to_string();
+  ASSERT_TRUE(ep->send(41, as_bytes("hello")).ok());
+  Received r;
+  ASSERT_TRUE(recv_one(*ep, &r).ok());
+  EXPECT_EQ(r.imm, 42u);
+  ASSERT_TRUE(ep->send(0, as_bytes("bye")).ok());
+  EXPECT_EQ(wait_child(pid), 0);
+}
+
+TEST(ShmTransportTest, IdleWaiterSleepsInsteadOfSpinning) {
+  auto link = ShmEndpoint::pair();
+  ASSERT_TRUE(link.ok());
+  auto& [a, b] = *link;
+  timespec cpu0, cpu1;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+  EXPECT_EQ(b.wait(300'000'000).code(), Code::kTimeout);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+  const double cpu_ms =
+      (cpu1.tv_sec - cpu0.tv_sec) * 1e3 + (cpu1.tv_nsec - cpu0.tv_nsec) / 1e6;
+  EXPECT_LT(cpu_ms, 30.0) << "an idle wait burned the CPU";
+  (void)a;
+}
+
+TEST(TcpTransportTest, ReconnectAfterTheServerSideDrops) {
+  auto listener = TcpListener::listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  auto client = TcpEndpoint::connect("127.0.0.1", listener->port());
+  ASSERT_TRUE(client.ok());
+  {
+    auto server = listener->accept();
+    ASSERT_TRUE(server.ok());
+    ASSERT_TRUE(client->send(1, as_bytes("one")).ok());
+    ASSERT_TRUE(client->flush().ok());
+    Received r;
+    ASSERT_TRUE(recv_one(*server, &r).ok());
+  }  // the server side goes away
+  Received r;
+  EXPECT_EQ(recv_one(*client, &r, 5 * kSecondNs).code(), Code::kUnavailable);
+  ASSERT_TRUE(client->reconnect().ok());
+  auto server = listener->accept();
+  ASSERT_TRUE(server.ok());
+  ASSERT_TRUE(client->send(2, as_bytes("two")).ok());
+  ASSERT_TRUE(client->flush().ok());
+  ASSERT_TRUE(recv_one(*server, &r).ok());
+  EXPECT_EQ(r.imm, 2u);
+  EXPECT_EQ(std::string(r.bytes.begin(), r.bytes.end()), "two");
+}
+
+}  // namespace
+}  // namespace shoal::net
