@@ -188,8 +188,8 @@ class Txn {
   void push_old_version(Record* rec);
   void install_grown(WriteEntry& w, uint64_t tid);
   // Implementation helpers, defined in engine_impl.h.
-  // Stable-reads rec into words and records the read; returns the word (kLock set: conflict).
-  uint64_t observe(Record* rec, uint64_t* words, uint32_t* size_out);
+  // Stable-reads rec into out and records the read; returns the word (kLock set: conflict).
+  uint64_t observe(Record* rec, void* out, uint32_t out_bytes, uint32_t* size_out);
   Status read_record(Record* rec, void* out, uint32_t size_bytes, uint32_t* size_out);
   template <bool kReverse, size_t K, typename Fn>
   Status scan_impl(Table<K>& table, const Key<K>& from, const Key<K>& to, size_t limit, Fn& fn);

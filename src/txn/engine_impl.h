@@ -149,9 +149,9 @@ Table<K>* Engine::create_table(const std::string& name) {
 
 // ---- Txn reads ----
 
-inline uint64_t Txn::observe(Record* rec, uint64_t* words, uint32_t* size_out) {
+inline uint64_t Txn::observe(Record* rec, void* out, uint32_t out_bytes, uint32_t* size_out) {
   TxnBuffers& b = *bufs_;
-  const uint64_t word = rec->stable_read(words, size_out);
+  const uint64_t word = rec->stable_read(out, out_bytes, size_out);
   if (word & Tid::kLock) return word;
   b.reads.push_back(ReadEntry{rec, word});
   b.max_seen_version = std::max(b.max_seen_version, Tid::version(word));
@@ -160,9 +160,8 @@ inline uint64_t Txn::observe(Record* rec, uint64_t* words, uint32_t* size_out) {
 }
 
 inline Status Txn::read_record(Record* rec, void* out, uint32_t size_bytes, uint32_t* size_out) {
-  uint64_t* words = bufs_->scratch.data();
   uint32_t got = 0;
-  const uint64_t word = observe(rec, words, &got);
+  const uint64_t word = observe(rec, out, size_bytes, &got);
   if (word & Tid::kLock) return Status::Aborted();
   if (word & Tid::kStateMask) return Status::NotFound();
   if (size_out != nullptr) {
@@ -170,7 +169,6 @@ inline Status Txn::read_record(Record* rec, void* out, uint32_t size_bytes, uint
   } else if (got != size_bytes) {
     return Status::InvalidArgument("value size mismatch");
   }
-  std::memcpy(out, words, std::min(got, size_bytes));
   return Status::Ok();
 }
 
@@ -328,7 +326,7 @@ Status Txn::scan_impl(Table<K>& table, const Key<K>& from, const Key<K>& to, siz
       data = w->value;
       size = w->size_bytes;
     } else {
-      const uint64_t word = observe(rec, b.scratch.data(), &size);
+      const uint64_t word = observe(rec, b.scratch.data(), TableBase::kValueBytesMax, &size);
       if (word & Tid::kLock) {
         status = Status::Aborted();
         return false;

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 
@@ -41,7 +42,8 @@ void Record::free(void* p) {
   std::free(rec);
 }
 
-uint64_t Record::stable_read(uint64_t* out, uint32_t* size_out) const {
+uint64_t Record::stable_read(void* out, uint32_t out_bytes, uint32_t* size_out) const {
+  char* dst = static_cast<char*>(out);
   uint64_t w1 = 0;
   for (int spins = 0; spins < kSpinMax; ++spins) {
     w1 = word.load(std::memory_order_acquire);
@@ -49,10 +51,21 @@ uint64_t Record::stable_read(uint64_t* out, uint32_t* size_out) const {
       _mm_pause();
       continue;
     }
-    uint32_t size = std::atomic_ref<uint32_t>(const_cast<uint32_t&>(size_bytes))
-                        .load(std::memory_order_relaxed);
-    const uint32_t nwords = std::min(words_for(size), capacity_words);
-    atomic_copy_words(out, data, nwords);
+    const uint32_t size = std::atomic_ref<uint32_t>(const_cast<uint32_t&>(size_bytes))
+                              .load(std::memory_order_relaxed);
+    const uint32_t copy_bytes = std::min({size, out_bytes, capacity_words * 8});
+    const uint32_t full = copy_bytes / 8;
+    // Straight into the caller's buffer, word by word (atomic loads: see the header).
+    for (uint32_t i = 0; i < full; ++i) {
+      const uint64_t v = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(data[i]))
+                             .load(std::memory_order_relaxed);
+      std::memcpy(dst + i * 8, &v, 8);
+    }
+    if (full * 8 != copy_bytes) {
+      const uint64_t v = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(data[full]))
+                             .load(std::memory_order_relaxed);
+      std::memcpy(dst + full * 8, &v, copy_bytes - full * 8);
+    }
     std::atomic_thread_fence(std::memory_order_acquire);
     if (word.load(std::memory_order_relaxed) == w1) {
       *size_out = size;

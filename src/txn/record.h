@@ -50,10 +50,11 @@ struct Record {
   }
   static uint32_t words_for(uint32_t size_bytes) { return (size_bytes + 7) / 8; }
 
-  // Copies the stable value into `out` (capacity_words words at least) and returns the
-  // version word it belongs to. Spins (bounded) while the record is locked; returns a word
-  // with kLock set if it stayed locked, which the caller treats as a conflict.
-  uint64_t stable_read(uint64_t* out, uint32_t* size_out) const;
+  // Copies the stable value (at most out_bytes of it) into `out` and returns the version word
+  // it belongs to; *size_out is the value's full size. Spins (bounded) while the record is
+  // locked; returns a word with kLock set if it stayed locked, which callers treat as a
+  // conflict.
+  uint64_t stable_read(void* out, uint32_t out_bytes, uint32_t* size_out) const;
 
   // REQUIRES: the caller holds the lock bit (or the record is unpublished);
   // size_bytes <= capacity. Reads exactly size_bytes from src.
