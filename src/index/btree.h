@@ -222,6 +222,7 @@ class BasicBTree {
 
   // --- reads ---
   const Leaf* find_leaf(const KeyT& k, uint64_t* version) const;
+  static void prefetch_node(const Node* node);
   bool descend_path(const KeyT& k, Path* path) const;
   static bool read_snapshot(const Leaf* leaf, const KeyT& from, const KeyT& to, Snapshot* s);
 
@@ -471,6 +472,13 @@ size_t SHOAL_BTREE::memory_bytes() const {
 // child pointer was read until after the child's version was read, so at that version the leaf
 // was the one covering k.
 SHOAL_BTREE_TEMPLATE
+inline void SHOAL_BTREE::prefetch_node(const Node* node) {
+  constexpr size_t kBytes = kLeafBytes > kInnerBytes ? kLeafBytes : kInnerBytes;
+  const char* p = reinterpret_cast<const char*>(node);
+  for (size_t off = 0; off < kBytes; off += 64) __builtin_prefetch(p + off);
+}
+
+SHOAL_BTREE_TEMPLATE
 inline const typename SHOAL_BTREE::Leaf* SHOAL_BTREE::find_leaf(const KeyT& k,
                                                                 uint64_t* version) const {
   for (uint64_t attempt = 0;; ++attempt) {
@@ -487,6 +495,9 @@ inline const typename SHOAL_BTREE::Leaf* SHOAL_BTREE::find_leaf(const KeyT& k,
         valid = false;
         break;
       }
+      // Fetch all of the child's cache lines at once: its binary search would otherwise take
+      // one dependent miss per halving.
+      prefetch_node(child);
       const uint64_t cv = child->version.load(std::memory_order_acquire);
       if (in->version.load(std::memory_order_acquire) != v || !btree_detail::is_stable(cv)) {
         valid = false;
