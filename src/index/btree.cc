@@ -28,10 +28,4 @@ void backoff_slow(uint64_t attempt) {
   }
 }
 
-size_t counter_stripe() {
-  static std::atomic<size_t> next{0};
-  thread_local const size_t stripe = next.fetch_add(1, std::memory_order_relaxed) % kCounterStripes;
-  return stripe;
-}
-
 }  // namespace shoal::btree_detail

@@ -37,6 +37,7 @@
 
 #include "src/base/assert.h"
 #include "src/base/ebr.h"
+#include "src/base/striped_counter.h"
 #include "src/index/key.h"
 
 namespace shoal {
@@ -46,7 +47,6 @@ namespace btree_detail {
 inline constexpr uint64_t kObsoleteBit = 1;
 inline constexpr uint64_t kLockedBit = 2;
 inline constexpr size_t kMaxHeight = 32;
-inline constexpr size_t kCounterStripes = 8;
 
 // Node fields are read while writers change them, and validated afterwards by the version.
 // Acquire loads / release stores make that race well-defined (and visible to TSan) without
@@ -72,10 +72,6 @@ inline void backoff(uint64_t attempt) {
   if (attempt != 0) [[unlikely]]
     backoff_slow(attempt);
 }
-
-// Stripe of the size counter for the calling thread, so concurrent inserts do not all bounce
-// one cache line.
-size_t counter_stripe();
 
 }  // namespace btree_detail
 
@@ -243,16 +239,10 @@ class BasicBTree {
   bool absorb_into_succ(Leaf* e, Leaf* locked[2]);
   static void inner_erase(Inner* in, size_t key_idx, size_t child_idx);
 
-  void add_size(int64_t delta) {
-    size_stripes_[btree_detail::counter_stripe()].v.fetch_add(delta, std::memory_order_relaxed);
-  }
-
-  struct alignas(64) Stripe {
-    std::atomic<int64_t> v{0};
-  };
+  void add_size(int64_t delta) { size_.add(delta); }
 
   std::atomic<Node*> root_;
-  Stripe size_stripes_[btree_detail::kCounterStripes];
+  StripedCounter size_;
   std::atomic<int64_t> memory_bytes_{0};
 };
 
@@ -455,8 +445,7 @@ SHOAL_BTREE::~BasicBTree() {
 
 SHOAL_BTREE_TEMPLATE
 size_t SHOAL_BTREE::size() const {
-  int64_t total = 0;
-  for (const Stripe& s : size_stripes_) total += s.v.load(std::memory_order_relaxed);
+  const int64_t total = size_.sum();
   return total > 0 ? static_cast<size_t>(total) : 0;
 }
 

@@ -76,6 +76,12 @@ namespace {
 void release_locks(std::vector<WriteEntry>& writes, size_t locked) {
   for (size_t i = 0; i < locked; ++i) writes[i].rec->unlock();
 }
+
+// Hands a record that left its index to EBR, and takes it off its table's memory count.
+void retire_record(Record* rec, StripedCounter* table_bytes) {
+  table_bytes->add(-static_cast<int64_t>(Record::alloc_bytes(rec->capacity_words)));
+  ebr::retire(rec, &Record::free);
+}
 }  // namespace
 
 Status Txn::commit() {
@@ -154,7 +160,7 @@ void Txn::install(uint64_t tid) {
       const bool removed = w.ops->remove(w.tree, w.key_words, rec);
       SHOAL_ASSERT(removed, "a locked, present record was missing from its index");
       rec->unlock();
-      ebr::retire(rec, &Record::free);
+      retire_record(rec, w.table_bytes);
       continue;
     }
     if (Record::words_for(w.size_bytes) > rec->capacity_words) {
@@ -186,7 +192,8 @@ void Txn::install_grown(WriteEntry& w, uint64_t tid) {
   SHOAL_ASSERT(replaced, "a locked, present record was missing from its index");
   grown->unlock_with(tid);
   old->word.store(tid | Tid::kAbsent | Tid::kUnlinked, std::memory_order_release);
-  ebr::retire(old, &Record::free);
+  w.table_bytes->add(static_cast<int64_t>(Record::alloc_bytes(grown->capacity_words)));
+  retire_record(old, w.table_bytes);
 }
 
 void Txn::abort() {
@@ -202,7 +209,7 @@ void Txn::abort() {
       const bool removed = w.ops->remove(w.tree, w.key_words, w.rec);
       SHOAL_ASSERT(removed, "placeholder missing from its index");
       w.rec->unlock();
-      ebr::retire(w.rec, &Record::free);
+      retire_record(w.rec, w.table_bytes);
     } else {
       w.rec->unlock();
     }

@@ -32,6 +32,7 @@
 #include "shoal/status.h"
 #include "src/base/ebr.h"
 #include "src/base/env.h"
+#include "src/base/striped_counter.h"
 #include "src/index/btree.h"
 #include "src/index/key.h"
 #include "src/txn/depvec.h"
@@ -72,7 +73,9 @@ class Table final : public TableBase {
   ~Table() override;
   size_t key_words() const override { return K; }
   size_t record_count() const override { return index_.size(); }
-  size_t memory_bytes() const override { return index_.memory_bytes() + record_bytes_.load(); }
+  size_t memory_bytes() const override {
+    return index_.memory_bytes() + static_cast<size_t>(record_bytes_.sum());
+  }
 
   // Non-transactional insert for loaders. REQUIRES: no concurrent transactions on this table.
   Status load(const KeyT& key, const void* value, uint32_t size_bytes);
@@ -97,7 +100,7 @@ class Table final : public TableBase {
   friend class Txn;
   friend class Engine;
   BTree<K> index_;
-  std::atomic<size_t> record_bytes_{0};
+  StripedCounter record_bytes_;
 };
 
 struct EngineOptions {

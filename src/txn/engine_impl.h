@@ -48,6 +48,7 @@ struct WriteEntry {
   void* tree;
   const TableOps* ops;
   const uint64_t* key_words;  // arena copy
+  StripedCounter* table_bytes;  // the table's record bytes, for records this write frees
 };
 
 struct NodeEntry {
@@ -82,7 +83,7 @@ Status Table<K>::load(const KeyT& key, const void* value, uint32_t size_bytes) {
     Record::free(rec);
     return Status::AlreadyExists("load: duplicate key in table " + name());
   }
-  record_bytes_.fetch_add(Record::alloc_bytes(rec->capacity_words), std::memory_order_relaxed);
+  record_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(rec->capacity_words)));
   return Status::Ok();
 }
 
@@ -231,7 +232,7 @@ Status Txn::put(Table<K>& table, const Key<K>& key, const void* value, uint32_t 
   uint64_t* key_copy = b.arena.allocate_words(K);
   std::copy(key.w.begin(), key.w.end(), key_copy);
   b.writes.push_back(WriteEntry{rec, buffer_value(value, size_bytes), size_bytes, WriteKind::kPut,
-                                false, &table.index_, &TableOpsFor<K>::ops, key_copy});
+                                false, &table.index_, &TableOpsFor<K>::ops, key_copy, &table.record_bytes_});
   return Status::Ok();
 }
 
@@ -251,8 +252,7 @@ Status Txn::insert(Table<K>& table, const Key<K>& key, const void* value, uint32
         Record::free(mine);  // lost a race with another inserter; never published
         continue;
       }
-      table.record_bytes_.fetch_add(Record::alloc_bytes(mine->capacity_words),
-                                    std::memory_order_relaxed);
+      table.record_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(mine->capacity_words)));
       note_own_insert(before.leaf, before.version, after);
       rec = mine;
       fresh = true;
@@ -275,7 +275,7 @@ Status Txn::insert(Table<K>& table, const Key<K>& key, const void* value, uint32
     std::copy(key.w.begin(), key.w.end(), key_copy);
     b.writes.push_back(WriteEntry{rec, buffer_value(value, size_bytes), size_bytes,
                                   WriteKind::kInsert, fresh, &table.index_, &TableOpsFor<K>::ops,
-                                  key_copy});
+                                  key_copy, &table.record_bytes_});
     return Status::Ok();
   }
   return Status::Aborted();
@@ -301,7 +301,7 @@ Status Txn::remove(Table<K>& table, const Key<K>& key) {
   uint64_t* key_copy = b.arena.allocate_words(K);
   std::copy(key.w.begin(), key.w.end(), key_copy);
   b.writes.push_back(WriteEntry{rec, nullptr, 0, WriteKind::kRemove, false, &table.index_,
-                                &TableOpsFor<K>::ops, key_copy});
+                                &TableOpsFor<K>::ops, key_copy, &table.record_bytes_});
   return Status::Ok();
 }
 
