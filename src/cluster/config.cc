@@ -1,0 +1,367 @@
+#include "src/cluster/config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+// Configuration parsing is a cold path; toml++ is used header-only and without exceptions so
+// that every error is a Status.
+#define TOML_HEADER_ONLY 1
+#define TOML_EXCEPTIONS 0
+#include <toml++/toml.h>
+
+namespace shoal::cluster {
+
+std::string_view transport_name(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::kTcp:
+      return "tcp";
+    case TransportKind::kShm:
+      return "shm";
+    case TransportKind::kUring:
+      return "uring";
+    case TransportKind::kSim:
+      return "sim";
+  }
+  return "?";
+}
+
+const Shard* ClusterConfig::shard_for_partition(uint64_t key) const {
+  for (const Shard& s : shards) {
+    if (key >= s.partition_lo && key < s.partition_hi) return &s;
+  }
+  return nullptr;
+}
+
+const Region* ClusterConfig::find_region(std::string_view region_name) const {
+  for (const Region& r : regions) {
+    if (r.name == region_name) return &r;
+  }
+  return nullptr;
+}
+
+double ClusterConfig::one_way_ms(std::string_view a, std::string_view b) const {
+  if (a == b) return 0;
+  for (const WanLink& l : wan) {
+    if ((l.from == a && l.to == b) || (l.from == b && l.to == a)) return l.one_way_ms;
+  }
+  return 0;
+}
+
+namespace {
+
+Status field_error(const std::string& field, const std::string& what) {
+  return Status::InvalidArgument(field + ": " + what);
+}
+
+Status validate_regions_and_wan(const ClusterConfig& c) {
+  if (c.regions.empty()) return field_error("region", "at least one region is required");
+  std::set<std::string> names;
+  for (size_t i = 0; i < c.regions.size(); ++i) {
+    const std::string field = fmt::format("region[{}].name", i);
+    if (c.regions[i].name.empty()) return field_error(field, "must not be empty");
+    if (!names.insert(c.regions[i].name).second) {
+      return field_error(field, "duplicate region '" + c.regions[i].name + "'");
+    }
+  }
+  for (size_t i = 0; i < c.wan.size(); ++i) {
+    const WanLink& l = c.wan[i];
+    const std::string field = fmt::format("wan[{}]", i);
+    if (!names.count(l.from))
+      return field_error(field + ".from", "unknown region '" + l.from + "'");
+    if (!names.count(l.to)) return field_error(field + ".to", "unknown region '" + l.to + "'");
+    if (!(l.one_way_ms >= 0 && l.one_way_ms <= 10'000)) {
+      return field_error(field + ".one_way_ms", "must be in [0, 10000]");
+    }
+    if (!(l.jitter_ms >= 0 && l.jitter_ms <= l.one_way_ms + 1e-9)) {
+      return field_error(field + ".jitter_ms", "must be in [0, one_way_ms]");
+    }
+  }
+  return Status::Ok();
+}
+
+Status validate_replica(const ClusterConfig& c, const std::string& field, const Replica& r,
+                        std::set<std::pair<std::string, uint16_t>>* endpoints) {
+  if (c.find_region(r.region) == nullptr) {
+    return field_error(field + ".region", "unknown region '" + r.region + "'");
+  }
+  if (r.host.empty()) return field_error(field + ".host", "must not be empty");
+  if (r.port == 0) return field_error(field + ".port", "must be in [1, 65535]");
+  if (!endpoints->insert({r.host, r.port}).second) {
+    return field_error(field, fmt::format("address {}:{} is used twice", r.host, r.port));
+  }
+  return Status::Ok();
+}
+
+Status validate_shards(const ClusterConfig& c) {
+  if (c.shards.empty()) return field_error("shard", "at least one shard is required");
+  std::set<std::pair<std::string, uint16_t>> endpoints;
+  std::vector<const Shard*> by_range;
+  for (size_t i = 0; i < c.shards.size(); ++i) {
+    const Shard& s = c.shards[i];
+    const std::string field = fmt::format("shard[{}]", i);
+    if (s.id != i)
+      return field_error(field + ".id", fmt::format("must be {} (ids are 0..S-1 in order)", i));
+    if (s.partition_lo >= s.partition_hi) {
+      return field_error(field + ".partition", "partition_lo must be below partition_hi");
+    }
+    if (s.replicas.size() != c.replicas_per_shard) {
+      return field_error(field + ".replica", fmt::format("has {} replicas, cluster.replicas is {}",
+                                                         s.replicas.size(), c.replicas_per_shard));
+    }
+    std::set<std::string> regions;
+    for (size_t r = 0; r < s.replicas.size(); ++r) {
+      const std::string rf = fmt::format("{}.replica[{}]", field, r);
+      SHOAL_TRY(validate_replica(c, rf, s.replicas[r], &endpoints));
+      if (!regions.insert(s.replicas[r].region).second) {
+        return field_error(rf + ".region",
+                           "two replicas of one shard in region '" + s.replicas[r].region + "'");
+      }
+    }
+    by_range.push_back(&s);
+  }
+  std::sort(by_range.begin(), by_range.end(),
+            [](const Shard* a, const Shard* b) { return a->partition_lo < b->partition_lo; });
+  for (size_t i = 1; i < by_range.size(); ++i) {
+    if (by_range[i]->partition_lo < by_range[i - 1]->partition_hi) {
+      return field_error(fmt::format("shard[{}].partition", by_range[i]->id),
+                         fmt::format("overlaps shard {}", by_range[i - 1]->id));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ClusterConfig::validate() const {
+  if (name.empty()) return field_error("cluster.name", "must not be empty");
+  if (workers_per_shard < 1 || workers_per_shard > 256) {
+    return field_error("cluster.workers", "must be in [1, 256]");
+  }
+  if (replicas_per_shard < 1 || replicas_per_shard > 7) {
+    return field_error("cluster.replicas", "must be in [1, 7]");
+  }
+  SHOAL_TRY(validate_regions_and_wan(*this));
+  return validate_shards(*this);
+}
+
+// ---- TOML ----
+
+namespace {
+
+using NodeView = toml::node_view<const toml::node>;
+
+// Typos in a config should not silently fall back to defaults.
+Status reject_unknown_keys(const toml::table& t, const std::string& where,
+                           std::initializer_list<std::string_view> allowed) {
+  for (const auto& [key, value] : t) {
+    if (std::find(allowed.begin(), allowed.end(), key.str()) == allowed.end()) {
+      return field_error(
+          where.empty() ? std::string(key.str()) : where + "." + std::string(key.str()),
+          "unknown key");
+    }
+  }
+  return Status::Ok();
+}
+
+Status read_string(NodeView v, const std::string& field, std::string* out) {
+  if (!v) return Status::Ok();
+  auto s = v.value<std::string>();
+  if (!s || !v.is_string()) return field_error(field, "expected a string");
+  *out = *s;
+  return Status::Ok();
+}
+
+Status read_uint(NodeView v, const std::string& field, uint64_t lo, uint64_t hi, uint64_t* out) {
+  if (!v) return Status::Ok();
+  if (!v.is_integer()) return field_error(field, "expected an integer");
+  const int64_t x = *v.value<int64_t>();
+  if (x < 0 || static_cast<uint64_t>(x) < lo || static_cast<uint64_t>(x) > hi) {
+    return field_error(field, fmt::format("must be in [{}, {}], not {}", lo, hi, x));
+  }
+  *out = static_cast<uint64_t>(x);
+  return Status::Ok();
+}
+
+Status read_double(NodeView v, const std::string& field, double* out) {
+  if (!v) return Status::Ok();
+  if (!v.is_number()) return field_error(field, "expected a number");
+  *out = *v.value<double>();
+  return Status::Ok();
+}
+
+template <typename Fn>
+Status for_each_table_in_array(NodeView v, const std::string& field, Fn&& fn) {
+  if (!v) return Status::Ok();
+  const toml::array* arr = v.as_array();
+  if (arr == nullptr) return field_error(field, "expected an array of tables ([[" + field + "]])");
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const toml::table* t = (*arr)[i].as_table();
+    const std::string f = fmt::format("{}[{}]", field, i);
+    if (t == nullptr) return field_error(f, "expected a table");
+    SHOAL_TRY(fn(*t, f));
+  }
+  return Status::Ok();
+}
+
+Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
+  const toml::table* t = root["cluster"].as_table();
+  if (t == nullptr) return field_error("cluster", "missing [cluster] table");
+  SHOAL_TRY(reject_unknown_keys(*t, "cluster", {"name", "transport", "workers", "replicas"}));
+  NodeView v{*t};
+  SHOAL_TRY(read_string(v["name"], "cluster.name", &c->name));
+  std::string transport = std::string(transport_name(c->transport));
+  SHOAL_TRY(read_string(v["transport"], "cluster.transport", &transport));
+  if (transport == "tcp")
+    c->transport = TransportKind::kTcp;
+  else if (transport == "shm")
+    c->transport = TransportKind::kShm;
+  else if (transport == "uring")
+    c->transport = TransportKind::kUring;
+  else if (transport == "sim")
+    c->transport = TransportKind::kSim;
+  else
+    return field_error("cluster.transport", "'" + transport + "' is not tcp, shm, uring or sim");
+  uint64_t workers = c->workers_per_shard, replicas = c->replicas_per_shard;
+  SHOAL_TRY(read_uint(v["workers"], "cluster.workers", 1, 256, &workers));
+  SHOAL_TRY(read_uint(v["replicas"], "cluster.replicas", 1, 7, &replicas));
+  c->workers_per_shard = static_cast<uint32_t>(workers);
+  c->replicas_per_shard = static_cast<uint32_t>(replicas);
+  return Status::Ok();
+}
+
+Status parse_shard(const toml::table& t, const std::string& f, ClusterConfig* c) {
+  SHOAL_TRY(reject_unknown_keys(t, f, {"id", "partition_lo", "partition_hi", "replica"}));
+  NodeView v{t};
+  Shard s;
+  uint64_t id = c->shards.size();
+  SHOAL_TRY(read_uint(v["id"], f + ".id", 0, 1 << 20, &id));
+  if (!v["partition_lo"] || !v["partition_hi"]) {
+    return field_error(f, "partition_lo and partition_hi are required");
+  }
+  SHOAL_TRY(read_uint(v["partition_lo"], f + ".partition_lo", 0, UINT64_MAX >> 1, &s.partition_lo));
+  SHOAL_TRY(read_uint(v["partition_hi"], f + ".partition_hi", 0, UINT64_MAX >> 1, &s.partition_hi));
+  s.id = static_cast<uint32_t>(id);
+  SHOAL_TRY(for_each_table_in_array(
+      v["replica"], f + ".replica", [&](const toml::table& rt, const std::string& rf) -> Status {
+        SHOAL_TRY(reject_unknown_keys(rt, rf, {"region", "host", "port"}));
+        NodeView rv{rt};
+        Replica r;
+        uint64_t port = 0;
+        SHOAL_TRY(read_string(rv["region"], rf + ".region", &r.region));
+        SHOAL_TRY(read_string(rv["host"], rf + ".host", &r.host));
+        SHOAL_TRY(read_uint(rv["port"], rf + ".port", 1, 65535, &port));
+        r.port = static_cast<uint16_t>(port);
+        s.replicas.push_back(std::move(r));
+        return Status::Ok();
+      }));
+  c->shards.push_back(std::move(s));
+  return Status::Ok();
+}
+
+Status parse_root(const toml::table& root, ClusterConfig* c) {
+  SHOAL_TRY(reject_unknown_keys(root, "", {"cluster", "region", "wan", "shard"}));
+  SHOAL_TRY(parse_cluster_table(root, c));
+  NodeView v{root};
+  SHOAL_TRY(for_each_table_in_array(
+      v["region"], "region", [&](const toml::table& t, const std::string& f) -> Status {
+        SHOAL_TRY(reject_unknown_keys(t, f, {"name"}));
+        Region r;
+        SHOAL_TRY(read_string(NodeView{t}["name"], f + ".name", &r.name));
+        c->regions.push_back(std::move(r));
+        return Status::Ok();
+      }));
+  SHOAL_TRY(for_each_table_in_array(
+      v["wan"], "wan", [&](const toml::table& t, const std::string& f) -> Status {
+        SHOAL_TRY(reject_unknown_keys(t, f, {"from", "to", "one_way_ms", "jitter_ms"}));
+        NodeView wv{t};
+        WanLink l;
+        SHOAL_TRY(read_string(wv["from"], f + ".from", &l.from));
+        SHOAL_TRY(read_string(wv["to"], f + ".to", &l.to));
+        SHOAL_TRY(read_double(wv["one_way_ms"], f + ".one_way_ms", &l.one_way_ms));
+        SHOAL_TRY(read_double(wv["jitter_ms"], f + ".jitter_ms", &l.jitter_ms));
+        c->wan.push_back(std::move(l));
+        return Status::Ok();
+      }));
+  return for_each_table_in_array(
+      v["shard"], "shard",
+      [&](const toml::table& t, const std::string& f) { return parse_shard(t, f, c); });
+}
+
+}  // namespace
+
+Result<ClusterConfig> parse_config(std::string_view toml_text, std::string_view origin) {
+  toml::parse_result parsed = toml::parse(toml_text, origin);
+  if (!parsed) {
+    const auto& err = parsed.error();
+    return Status::InvalidArgument(fmt::format("{}:{}:{}: {}", origin, err.source().begin.line,
+                                               err.source().begin.column, err.description()));
+  }
+  ClusterConfig c;
+  Status s = parse_root(parsed.table(), &c);
+  if (s.ok()) s = c.validate();
+  if (!s.ok()) return Status::InvalidArgument(fmt::format("{}: {}", origin, s.message()));
+  return c;
+}
+
+Result<ClusterConfig> load_config_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::InvalidArgument("cannot read config file '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path);
+}
+
+std::string ClusterConfig::to_toml() const {
+  std::string out =
+      fmt::format("[cluster]\nname = \"{}\"\ntransport = \"{}\"\nworkers = {}\nreplicas = {}\n",
+                  name, transport_name(transport), workers_per_shard, replicas_per_shard);
+  for (const Region& r : regions) out += fmt::format("\n[[region]]\nname = \"{}\"\n", r.name);
+  for (const WanLink& l : wan) {
+    out += fmt::format("\n[[wan]]\nfrom = \"{}\"\nto = \"{}\"\none_way_ms = {}\njitter_ms = {}\n",
+                       l.from, l.to, l.one_way_ms, l.jitter_ms);
+  }
+  for (const Shard& s : shards) {
+    out += fmt::format("\n[[shard]]\nid = {}\npartition_lo = {}\npartition_hi = {}\n", s.id,
+                       s.partition_lo, s.partition_hi);
+    for (const Replica& r : s.replicas) {
+      out += fmt::format("[[shard.replica]]\nregion = \"{}\"\nhost = \"{}\"\nport = {}\n", r.region,
+                         r.host, r.port);
+    }
+  }
+  return out;
+}
+
+Result<ClusterConfig> make_local_config(uint32_t shards, uint32_t replicas, uint32_t workers,
+                                        uint64_t partitions, uint16_t base_port) {
+  if (shards == 0 || partitions < shards) {
+    return Status::InvalidArgument(
+        fmt::format("{} partitions cannot be split over {} shards", partitions, shards));
+  }
+  if (uint64_t{base_port} + uint64_t{shards} * replicas > 65535) {
+    return Status::InvalidArgument("ports past 65535: lower the base port");
+  }
+  ClusterConfig c;
+  c.name = "local";
+  c.workers_per_shard = workers;
+  c.replicas_per_shard = replicas;
+  for (uint32_t r = 0; r < replicas; ++r) c.regions.push_back(Region{fmt::format("region-{}", r)});
+  uint16_t port = base_port;
+  for (uint32_t s = 0; s < shards; ++s) {
+    Shard shard;
+    shard.id = s;
+    shard.partition_lo = 1 + partitions * s / shards;
+    shard.partition_hi = 1 + partitions * (s + 1) / shards;
+    for (uint32_t r = 0; r < replicas; ++r) {
+      shard.replicas.push_back(Replica{c.regions[r].name, "127.0.0.1", port++});
+    }
+    c.shards.push_back(std::move(shard));
+  }
+  SHOAL_TRY(c.validate());
+  return c;
+}
+
+}  // namespace shoal::cluster

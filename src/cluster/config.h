@@ -1,0 +1,82 @@
+// Cluster configuration: which shards exist, which workload partition keys each owns, where
+// their replicas run (region, address), the transport, and the WAN delays between regions.
+//
+// Loaded once at start-up from a TOML file (docs/CONFIGURATION.md) and then read-only, so any
+// thread may read it. Every check that can fail on user input returns InvalidArgument naming
+// the field ("shard[1].replica[0].region: unknown region 'eu'"); a ClusterConfig that exists
+// has passed validate().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shoal/status.h"
+
+namespace shoal::cluster {
+
+enum class TransportKind : uint8_t { kTcp, kShm, kUring, kSim };
+std::string_view transport_name(TransportKind kind);
+
+struct Region {
+  std::string name;
+};
+
+// One-way delay between two regions (applied in both directions) by the WAN shaper.
+struct WanLink {
+  std::string from;
+  std::string to;
+  double one_way_ms = 0;
+  double jitter_ms = 0;
+};
+
+struct Replica {
+  std::string region;
+  std::string host;
+  uint16_t port = 0;
+};
+
+// A shard owns the workload partition keys [partition_lo, partition_hi) (TPC-C: warehouse
+// ids). Replica 0 is the leader at start.
+struct Shard {
+  uint32_t id = 0;
+  uint64_t partition_lo = 0;
+  uint64_t partition_hi = 0;
+  std::vector<Replica> replicas;
+};
+
+struct ClusterConfig {
+  std::string name = "shoal";
+  TransportKind transport = TransportKind::kTcp;
+  uint32_t workers_per_shard = 1;
+  uint32_t replicas_per_shard = 1;
+  std::vector<Region> regions;
+  std::vector<WanLink> wan;
+  std::vector<Shard> shards;
+
+  // The shard owning a partition key; nullptr if none does.
+  const Shard* shard_for_partition(uint64_t key) const;
+  const Region* find_region(std::string_view name) const;
+  // One-way delay in ms between two regions (0 within a region or when not configured).
+  double one_way_ms(std::string_view a, std::string_view b) const;
+
+  // Checks every cross-field rule; the first violation, naming its field.
+  [[nodiscard]] Status validate() const;
+  // TOML text that parse() reads back to an equal config.
+  std::string to_toml() const;
+};
+
+// Parses TOML text (`origin` names it in messages, e.g. the file path) and validates it.
+[[nodiscard]] Result<ClusterConfig> parse_config(std::string_view toml_text,
+                                                 std::string_view origin = "config");
+[[nodiscard]] Result<ClusterConfig> load_config_file(const std::string& path);
+
+// A local cluster on 127.0.0.1: `shards` shards, each with `replicas` replicas in as many
+// regions (region-0 holds every leader), partition keys 1..partitions split evenly, ports
+// from base_port up.
+[[nodiscard]] Result<ClusterConfig> make_local_config(uint32_t shards, uint32_t replicas,
+                                                      uint32_t workers, uint64_t partitions,
+                                                      uint16_t base_port);
+
+}  // namespace shoal::cluster

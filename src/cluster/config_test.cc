@@ -1,0 +1,124 @@
+#include "src/cluster/config.h"
+
+#include <gtest/gtest.h>
+
+namespace shoal::cluster {
+namespace {
+
+constexpr const char* kGood = R"(
+[cluster]
+name = "geo"
+transport = "shm"
+workers = 2
+replicas = 3
+
+[[region]]
+name = "us"
+[[region]]
+name = "eu"
+[[region]]
+name = "ap"
+
+[[wan]]
+from = "us"
+to = "eu"
+one_way_ms = 40.0
+jitter_ms = 2.0
+
+[[shard]]
+id = 0
+partition_lo = 1
+partition_hi = 3
+[[shard.replica]]
+region = "us"
+host = "127.0.0.1"
+port = 7000
+[[shard.replica]]
+region = "eu"
+host = "127.0.0.1"
+port = 7001
+[[shard.replica]]
+region = "ap"
+host = "127.0.0.1"
+port = 7002
+)";
+
+TEST(ClusterConfig, ParsesAGoodFile) {
+  auto c = parse_config(kGood);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->name, "geo");
+  EXPECT_EQ(c->transport, TransportKind::kShm);
+  EXPECT_EQ(c->workers_per_shard, 2u);
+  ASSERT_EQ(c->shards.size(), 1u);
+  EXPECT_EQ(c->shards[0].replicas[1].region, "eu");
+  EXPECT_EQ(c->shard_for_partition(2), &c->shards[0]);
+  EXPECT_EQ(c->shard_for_partition(3), nullptr);
+  EXPECT_DOUBLE_EQ(c->one_way_ms("eu", "us"), 40.0);
+  EXPECT_DOUBLE_EQ(c->one_way_ms("ap", "us"), 0.0);
+}
+
+TEST(ClusterConfig, RoundTripsThroughToml) {
+  auto c = make_local_config(3, 3, 2, 10, 9000);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto again = parse_config(c->to_toml());
+  ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << c->to_toml();
+  EXPECT_EQ(again->to_toml(), c->to_toml());
+  // Partitions 1..10 split over 3 shards, no gaps.
+  for (uint64_t w = 1; w <= 10; ++w) EXPECT_NE(again->shard_for_partition(w), nullptr) << w;
+}
+
+// Each bad config must fail with a message naming the offending field.
+struct BadCase {
+  std::string from, to, expect;
+};
+
+TEST(ClusterConfig, BadConfigsNameTheField) {
+  const std::vector<BadCase> cases = {
+      {"transport = \"shm\"", "transport = \"carrier-pigeon\"", "cluster.transport"},
+      {"workers = 2", "workers = 0", "cluster.workers"},
+      {"workers = 2", "workers = \"two\"", "cluster.workers: expected an integer"},
+      {"region = \"eu\"\nhost", "region = \"mars\"\nhost",
+       "shard[0].replica[1].region: unknown region 'mars'"},
+      {"port = 7001", "port = 7000", "address 127.0.0.1:7000 is used twice"},
+      {"port = 7002", "port = 70000", "shard[0].replica[2].port"},
+      {"partition_hi = 3", "partition_hi = 1", "shard[0].partition"},
+      {"replicas = 3", "replicas = 2", "has 3 replicas, cluster.replicas is 2"},
+      {"jitter_ms = 2.0", "jitter_ms = 99.0", "wan[0].jitter_ms"},
+      {"to = \"eu\"", "to = \"moon\"", "wan[0].to: unknown region 'moon'"},
+      {"name = \"geo\"", "name = \"geo\"\ncolour = \"blue\"", "cluster.colour: unknown key"},
+      {"[cluster]", "[clutser]", "unknown key"},
+      {"id = 0", "id = 4", "shard[0].id"},
+      {"name = \"geo\"", "name = ", "config:"},  // a TOML syntax error, with line and column
+  };
+  for (const BadCase& bc : cases) {
+    std::string text = kGood;
+    const size_t at = text.find(bc.from);
+    ASSERT_NE(at, std::string::npos) << bc.from;
+    text.replace(at, bc.from.size(), bc.to);
+    auto c = parse_config(text);
+    ASSERT_FALSE(c.ok()) << "accepted: " << bc.to;
+    EXPECT_EQ(c.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(bc.expect), std::string::npos)
+        << "message '" << c.status().message() << "' lacks '" << bc.expect << "'";
+  }
+}
+
+TEST(ClusterConfig, OverlappingShardsAreRejected) {
+  auto c = make_local_config(2, 1, 1, 4, 9100);
+  ASSERT_TRUE(c.ok());
+  c->shards[1].partition_lo = 2;
+  Status s = c->validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("shard[1].partition: overlaps shard 0"), std::string::npos)
+      << s.message();
+}
+
+TEST(ClusterConfig, MissingFileIsAClearError) {
+  auto c = load_config_file("/nonexistent/shoal.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("/nonexistent/shoal.toml"), std::string::npos);
+  EXPECT_FALSE(make_local_config(4, 1, 1, 2, 9000).ok());
+}
+
+}  // namespace
+}  // namespace shoal::cluster
