@@ -85,6 +85,14 @@ void retire_record(Record* rec, StripedCounter* table_bytes) {
 }  // namespace
 
 Status Txn::commit() {
+  uint64_t tid = 0;
+  SHOAL_TRY(certify(&tid));
+  deps_.raise(engine_->options().shard_id, tid);
+  install_and_unlock(tid);
+  return Status::Ok();
+}
+
+Status Txn::certify(uint64_t* proposed_tid) {
   TxnBuffers& b = *bufs_;
   std::vector<WriteEntry>& writes = b.writes;
   // 1. Lock the write set in address order (a global order: no deadlock).
@@ -117,13 +125,20 @@ Status Txn::commit() {
     release_locks(writes, writes.size());
     return Status::Aborted("validation");
   }
-  // 4. Install with a TID above everything seen, in the current epoch.
-  uint64_t tid = std::max({last_tid_ + 1, b.max_seen_version + 1, Tid::make(epoch, 0)});
-  SHOAL_ASSERT(tid <= Tid::kVersionMask, "TID overflow");
+  // 4. A TID above everything seen and this worker's last, in the current epoch.
+  *proposed_tid = std::max({last_tid_ + 1, b.max_seen_version + 1, Tid::make(epoch, 0)});
+  SHOAL_ASSERT(*proposed_tid <= Tid::kVersionMask, "TID overflow");
+  return Status::Ok();
+}
+
+void Txn::install_and_unlock(uint64_t tid) {
+  SHOAL_ASSERT(tid > last_tid_, "commit TIDs of a worker must increase");
   install(tid);
   last_tid_ = tid;
-  deps_.raise(engine_->options().shard_id, tid);
-  return Status::Ok();
+}
+
+void Txn::release_certified() {
+  release_locks(bufs_->writes, bufs_->writes.size());
 }
 
 bool Txn::validate(bool holding_locks) {
@@ -176,7 +191,8 @@ void Txn::install(uint64_t tid) {
 }
 
 void Txn::push_old_version(Record* rec) {
-  Record* old = Record::make(rec->size_bytes, rec->word.load(std::memory_order_relaxed) & ~Tid::kLock);
+  Record* old =
+      Record::make(rec->size_bytes, rec->word.load(std::memory_order_relaxed) & ~Tid::kLock);
   std::memcpy(old->data, rec->data, rec->size_bytes);
   old->older = rec->older;
   old->deps = rec->deps != nullptr ? new DepVec(*rec->deps) : nullptr;
@@ -216,7 +232,9 @@ void Txn::abort() {
   }
 }
 
-void Txn::end() { bufs_->guard.reset(); }
+void Txn::end() {
+  bufs_->guard.reset();
+}
 
 // ---- Worker ----
 

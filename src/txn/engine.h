@@ -166,6 +166,25 @@ class Txn {
   template <size_t K, typename Fn>
   Status rscan(Table<K>& table, const Key<K>& hi, const Key<K>& lo, size_t limit, Fn&& fn);
 
+  // ---- Lifecycle: Worker::run drives these; a 2PC participant drives them itself. ----
+  // Starts a transaction (takes the EBR guard). REQUIRES: the previous one ended.
+  void begin();
+  // certify() then install_and_unlock() with the proposed TID.
+  Status commit();
+  // Transaction certification, the participant's half of two-phase commit: locks the write
+  // set, validates reads and nodes, and proposes a TID for this shard. On Ok the locks are
+  // held until install_and_unlock() or release_certified(); on error nothing is held.
+  Status certify(uint64_t* proposed_tid);
+  // Installs the writes at `tid` and releases the locks. REQUIRES: certify() returned Ok and
+  // tid >= the TID it proposed (a coordinator may raise it to the transaction's vector entry).
+  void install_and_unlock(uint64_t tid);
+  // Gives up a certified transaction: releases its locks (then call abort()).
+  void release_certified();
+  // REQUIRES: commit() failed or was not called; no locks held.
+  void abort();
+  // Ends the transaction (drops the EBR guard).
+  void end();
+
   // The transaction's dependency vector so far (merged over every version read).
   const DepVec& deps() const { return deps_; }
   // The commit TID of the last committed transaction of this Txn object.
@@ -176,14 +195,9 @@ class Txn {
  private:
   friend class Engine;
   friend class Worker;
-
   explicit Txn(Engine* engine, uint64_t seed);
   ~Txn();
-  void begin();
-  Status commit();
-  // REQUIRES: commit() failed or was not called; no locks held.
-  void abort();
-  void end();
+
   // True when every read and node observation still holds.
   bool validate(bool holding_locks);
   bool locked_by_me(const Record* rec) const;

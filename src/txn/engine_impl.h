@@ -47,7 +47,7 @@ struct WriteEntry {
   bool fresh;  // this transaction created rec (an absent placeholder) in the index
   void* tree;
   const TableOps* ops;
-  const uint64_t* key_words;  // arena copy
+  const uint64_t* key_words;    // arena copy
   StripedCounter* table_bytes;  // the table's record bytes, for records this write frees
 };
 
@@ -232,7 +232,8 @@ Status Txn::put(Table<K>& table, const Key<K>& key, const void* value, uint32_t 
   uint64_t* key_copy = b.arena.allocate_words(K);
   std::copy(key.w.begin(), key.w.end(), key_copy);
   b.writes.push_back(WriteEntry{rec, buffer_value(value, size_bytes), size_bytes, WriteKind::kPut,
-                                false, &table.index_, &TableOpsFor<K>::ops, key_copy, &table.record_bytes_});
+                                false, &table.index_, &TableOpsFor<K>::ops, key_copy,
+                                &table.record_bytes_});
   return Status::Ok();
 }
 
@@ -308,8 +309,7 @@ Status Txn::remove(Table<K>& table, const Key<K>& key) {
 // ---- Txn scans ----
 
 template <bool kReverse, size_t K, typename Fn>
-Status Txn::scan_impl(Table<K>& table, const Key<K>& from, const Key<K>& to, size_t limit,
-                      Fn& fn) {
+Status Txn::scan_impl(Table<K>& table, const Key<K>& from, const Key<K>& to, size_t limit, Fn& fn) {
   if (limit == 0) return Status::Ok();
   TxnBuffers& b = *bufs_;
   size_t delivered = 0;

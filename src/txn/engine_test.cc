@@ -46,8 +46,9 @@ TEST_F(EngineTest, InsertGetPutRemove) {
   Account a{};
   ASSERT_TRUE(run_fn(w, [&](Txn& txn) { return txn.get(t, key1(7), &a); }).ok());
   EXPECT_EQ(a.balance, 100);
-  EXPECT_TRUE(run_fn(w, [&](Txn& txn) { return txn.insert(t, key1(7), Account{1, {}}); })
-                  .code() == Code::kAlreadyExists);
+  EXPECT_TRUE(run_fn(w, [&](Txn& txn) {
+                return txn.insert(t, key1(7), Account{1, {}});
+              }).code() == Code::kAlreadyExists);
   ASSERT_TRUE(run_fn(w, [&](Txn& txn) { return txn.put(t, key1(7), Account{55, {}}); }).ok());
   ASSERT_TRUE(t.peek(key1(7), &a, sizeof(a)).ok());
   EXPECT_EQ(a.balance, 55);
@@ -83,10 +84,11 @@ TEST_F(EngineTest, ReadsOwnWritesAndScansThem) {
   ASSERT_TRUE(s.ok()) << s.to_string();
   std::vector<uint64_t> rev;
   ASSERT_TRUE(run_fn(w, [&](Txn& txn) {
-                return txn.rscan(t, key1(100), key1(0), 3, [&](const Key1& k, const void*, uint32_t) {
-                  rev.push_back(k.w[0]);
-                  return true;
-                });
+                return txn.rscan(t, key1(100), key1(0), 3,
+                                 [&](const Key1& k, const void*, uint32_t) {
+                                   rev.push_back(k.w[0]);
+                                   return true;
+                                 });
               }).ok());
   EXPECT_EQ(rev, (std::vector<uint64_t>{18, 16, 14}));
 }
@@ -199,6 +201,41 @@ TEST_F(EngineTest, CommitTidsIncreaseAndDominateReads) {
   }
 }
 
+// The participant's half of 2PC: certify holds the locks, so a concurrent writer of the same
+// record cannot commit until install_and_unlock (at a coordinator-raised TID) or release.
+TEST_F(EngineTest, CertifyHoldsLocksUntilInstallOrRelease) {
+  Worker* a = engine_->make_worker();
+  Worker* b = engine_->make_worker();
+  Table<1>& t = *table_;
+  ASSERT_TRUE(t.load(key1(1), Account{0, {}}).ok());
+  for (bool install : {true, false}) {
+    Txn& txn = a->txn();
+    txn.begin();
+    ASSERT_TRUE(txn.put(t, key1(1), Account{install ? 7 : 8, {}}).ok());
+    uint64_t proposed = 0;
+    ASSERT_TRUE(txn.certify(&proposed).ok());
+    // While certified, another writer's commit cannot take the lock.
+    Txn& other = b->txn();
+    other.begin();
+    ASSERT_TRUE(other.put(t, key1(1), Account{99, {}}).ok());
+    uint64_t other_tid = 0;
+    EXPECT_TRUE(other.certify(&other_tid).is_aborted());
+    other.abort();
+    other.end();
+    if (install) {
+      txn.install_and_unlock(proposed + 1000);
+      EXPECT_EQ(txn.last_commit_tid(), proposed + 1000);
+    } else {
+      txn.release_certified();
+      txn.abort();
+    }
+    txn.end();
+    Account v{};
+    ASSERT_TRUE(t.peek(key1(1), &v, sizeof(v)).ok());
+    EXPECT_EQ(v.balance, 7) << "install=" << install;
+  }
+}
+
 TEST(EngineChains, KeepsOlderVersions) {
   EngineOptions options;
   options.keep_version_chains = true;
@@ -211,8 +248,8 @@ TEST(EngineChains, KeepsOlderVersions) {
   }
   std::vector<int64_t> chain;
   ASSERT_TRUE(t->peek_chain_for_tests(key1(1), [&](const void* data, uint64_t) {
-                chain.push_back(static_cast<const Account*>(data)->balance);
-              }).ok());
+                 chain.push_back(static_cast<const Account*>(data)->balance);
+               }).ok());
   EXPECT_EQ(chain, (std::vector<int64_t>{5, 4, 3, 2, 1, 0}));
 }
 

@@ -57,8 +57,8 @@ uint64_t Record::stable_read(void* out, uint32_t out_bytes, uint32_t* size_out) 
     const uint32_t full = copy_bytes / 8;
     // Straight into the caller's buffer, word by word (atomic loads: see the header).
     for (uint32_t i = 0; i < full; ++i) {
-      const uint64_t v = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(data[i]))
-                             .load(std::memory_order_relaxed);
+      const uint64_t v =
+          std::atomic_ref<uint64_t>(const_cast<uint64_t&>(data[i])).load(std::memory_order_relaxed);
       std::memcpy(dst + i * 8, &v, 8);
     }
     if (full * 8 != copy_bytes) {
@@ -76,8 +76,8 @@ uint64_t Record::stable_read(void* out, uint32_t out_bytes, uint32_t* size_out) 
 }
 
 void Record::write_locked(const void* src, uint32_t size_bytes_new) {
-  SHOAL_ASSERT(words_for(size_bytes_new) <= capacity_words, "record overflow: %u bytes into %u words",
-               size_bytes_new, capacity_words);
+  SHOAL_ASSERT(words_for(size_bytes_new) <= capacity_words,
+               "record overflow: %u bytes into %u words", size_bytes_new, capacity_words);
   std::atomic_thread_fence(std::memory_order_release);
   const uint32_t full = size_bytes_new / 8;
   uint64_t tail = 0;
@@ -88,7 +88,8 @@ void Record::write_locked(const void* src, uint32_t size_bytes_new) {
     std::memcpy(&w, static_cast<const char*>(src) + i * 8, 8);
     std::atomic_ref<uint64_t>(data[i]).store(w, std::memory_order_relaxed);
   }
-  if (full * 8 != size_bytes_new) std::atomic_ref<uint64_t>(data[full]).store(tail, std::memory_order_relaxed);
+  if (full * 8 != size_bytes_new)
+    std::atomic_ref<uint64_t>(data[full]).store(tail, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(size_bytes).store(size_bytes_new, std::memory_order_relaxed);
 }
 

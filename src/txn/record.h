@@ -63,14 +63,17 @@ struct Record {
   // Takes the lock bit, spinning a bounded time; false if it stayed locked (a conflict).
   bool try_lock(uint64_t* observed);
   // Publishes `new_word` (without kLock), releasing the lock.
-  void unlock_with(uint64_t new_word) { word.store(new_word & ~Tid::kLock, std::memory_order_release); }
+  void unlock_with(uint64_t new_word) {
+    word.store(new_word & ~Tid::kLock, std::memory_order_release);
+  }
   void unlock() { word.fetch_and(~Tid::kLock, std::memory_order_release); }
 };
 
 // Word-wise relaxed atomic copy: the seqlock data path.
 inline void atomic_copy_words(uint64_t* dst, const uint64_t* src, uint32_t nwords) {
   for (uint32_t i = 0; i < nwords; ++i) {
-    dst[i] = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(src[i])).load(std::memory_order_relaxed);
+    dst[i] =
+        std::atomic_ref<uint64_t>(const_cast<uint64_t&>(src[i])).load(std::memory_order_relaxed);
   }
 }
 inline void atomic_store_words(uint64_t* dst, const uint64_t* src, uint32_t nwords) {
