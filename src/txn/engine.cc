@@ -93,9 +93,14 @@ Status Txn::commit() {
 }
 
 Status Txn::certify(uint64_t* proposed_tid) {
+  SHOAL_TRY(lock_write_set());
+  return validate_read_set(proposed_tid);
+}
+
+Status Txn::lock_write_set() {
   TxnBuffers& b = *bufs_;
   std::vector<WriteEntry>& writes = b.writes;
-  // 1. Lock the write set in address order (a global order: no deadlock).
+  // Address order is a global order: two transactions never wait on each other in a cycle.
   std::sort(writes.begin(), writes.end(),
             [](const WriteEntry& x, const WriteEntry& y) { return x.rec < y.rec; });
   for (size_t i = 0; i < writes.size(); ++i) {
@@ -117,15 +122,19 @@ Status Txn::certify(uint64_t* proposed_tid) {
     }
     b.max_seen_version = std::max(b.max_seen_version, Tid::version(observed));
   }
-  // 2. The epoch is read after the locks are taken (Silo's serialization point).
+  return Status::Ok();
+}
+
+Status Txn::validate_read_set(uint64_t* proposed_tid) {
+  TxnBuffers& b = *bufs_;
+  // The epoch is read after the locks are taken (Silo's serialization point).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint64_t epoch = engine_->epoch();
-  // 3. Validate reads and nodes.
   if (!validate(/*holding_locks=*/true)) {
-    release_locks(writes, writes.size());
+    release_locks(b.writes, b.writes.size());
     return Status::Aborted("validation");
   }
-  // 4. A TID above everything seen and this worker's last, in the current epoch.
+  // A TID above everything seen and this worker's last, in the current epoch.
   *proposed_tid = std::max({last_tid_ + 1, b.max_seen_version + 1, Tid::make(epoch, 0)});
   SHOAL_ASSERT(*proposed_tid <= Tid::kVersionMask, "TID overflow");
   return Status::Ok();

@@ -171,10 +171,16 @@ class Txn {
   void begin();
   // certify() then install_and_unlock() with the proposed TID.
   Status commit();
-  // Transaction certification, the participant's half of two-phase commit: locks the write
-  // set, validates reads and nodes, and proposes a TID for this shard. On Ok the locks are
-  // held until install_and_unlock() or release_certified(); on error nothing is held.
+  // Transaction certification, the participant's half of two-phase commit: lock_write_set()
+  // then validate_read_set(). Across shards a coordinator must finish locking on every
+  // participant before any of them validates (else write skew slips between shards), so the
+  // two steps are also offered apart. On Ok the locks are held until install_and_unlock() or
+  // release_certified(); on error nothing is held.
   Status certify(uint64_t* proposed_tid);
+  Status lock_write_set();
+  // Validates reads and nodes and proposes a TID for this shard. REQUIRES: lock_write_set()
+  // returned Ok.
+  Status validate_read_set(uint64_t* proposed_tid);
   // Installs the writes at `tid` and releases the locks. REQUIRES: certify() returned Ok and
   // tid >= the TID it proposed (a coordinator may raise it to the transaction's vector entry).
   void install_and_unlock(uint64_t tid);
