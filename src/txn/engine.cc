@@ -181,10 +181,10 @@ void Txn::install(uint64_t tid) {
       // Dead records leave the index at once so scans (TPC-C Delivery over NEW-ORDER) never
       // wade through tombstones; readers holding the pointer see kUnlinked and fail validation.
       rec->word.store(tid | Tid::kAbsent | Tid::kUnlinked | Tid::kLock, std::memory_order_release);
-      const bool removed = w.ops->remove(w.tree, w.key_words, rec);
+      const bool removed = w.ops->remove(w.table, w.key_words, rec);
       SHOAL_ASSERT(removed, "a locked, present record was missing from its index");
       rec->unlock();
-      retire_record(rec, w.table_bytes);
+      retire_record(rec, &w.table->record_bytes_);
       continue;
     }
     if (Record::words_for(w.size_bytes) > rec->capacity_words) {
@@ -213,12 +213,12 @@ void Txn::install_grown(WriteEntry& w, uint64_t tid) {
   Record* old = w.rec;
   Record* grown = Record::make(w.size_bytes, tid | Tid::kLock);
   grown->write_locked(w.value, w.size_bytes);
-  const bool replaced = w.ops->replace(w.tree, w.key_words, grown);
+  const bool replaced = w.ops->replace(w.table, w.key_words, grown);
   SHOAL_ASSERT(replaced, "a locked, present record was missing from its index");
   grown->unlock_with(tid);
   old->word.store(tid | Tid::kAbsent | Tid::kUnlinked, std::memory_order_release);
-  w.table_bytes->add(static_cast<int64_t>(Record::alloc_bytes(grown->capacity_words)));
-  retire_record(old, w.table_bytes);
+  w.table->record_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(grown->capacity_words)));
+  retire_record(old, &w.table->record_bytes_);
 }
 
 void Txn::abort() {
@@ -231,10 +231,10 @@ void Txn::abort() {
     if (!w.rec->try_lock(&observed)) continue;  // someone else is committing it
     if ((observed & Tid::kStateMask) == Tid::kAbsent && Tid::version(observed) == 0) {
       w.rec->word.store(Tid::kAbsent | Tid::kUnlinked | Tid::kLock, std::memory_order_release);
-      const bool removed = w.ops->remove(w.tree, w.key_words, w.rec);
+      const bool removed = w.ops->remove(w.table, w.key_words, w.rec);
       SHOAL_ASSERT(removed, "placeholder missing from its index");
       w.rec->unlock();
-      retire_record(w.rec, w.table_bytes);
+      retire_record(w.rec, &w.table->record_bytes_);
     } else {
       w.rec->unlock();
     }

@@ -42,6 +42,8 @@ namespace shoal::txn {
 
 class Engine;
 class Txn;
+template <size_t K>
+struct TableOpsFor;
 // A transaction's read, write and node sets (defined in engine_impl.h).
 struct ReadEntry;
 struct WriteEntry;
@@ -60,9 +62,35 @@ class TableBase {
   virtual size_t record_count() const = 0;
   virtual size_t memory_bytes() const = 0;
 
+  // Untyped access for code that knows a table only by id (remote requests, log replay):
+  // keys are key_words() 64-bit words. The same semantics as the typed Txn calls.
+  virtual Status txn_get(Txn& txn, const uint64_t* key_words, void* out, uint32_t out_bytes,
+                         uint32_t* size_out) = 0;
+  virtual Status txn_put(Txn& txn, const uint64_t* key_words, const void* value,
+                         uint32_t size_bytes) = 0;
+  virtual Status txn_insert(Txn& txn, const uint64_t* key_words, const void* value,
+                            uint32_t size_bytes) = 0;
+  virtual Status txn_remove(Txn& txn, const uint64_t* key_words) = 0;
+
+ protected:
+  friend class Txn;
+  StripedCounter record_bytes_;  // bytes of records (and their headers) in this table
+
  private:
   std::string name_;
   uint32_t id_;
+};
+
+// What a committed transaction wrote, for logging and shipping (valid until the Txn's next
+// begin()).
+enum class WriteKind : uint8_t { kPut, kInsert, kRemove };
+struct WriteView {
+  uint32_t table_id;
+  const uint64_t* key_words;
+  uint32_t key_word_count;
+  WriteKind kind;
+  const void* value;  // nullptr for kRemove
+  uint32_t size_bytes;
 };
 
 template <size_t K>
@@ -75,6 +103,18 @@ class Table final : public TableBase {
   size_t record_count() const override { return index_.size(); }
   size_t memory_bytes() const override {
     return index_.memory_bytes() + static_cast<size_t>(record_bytes_.sum());
+  }
+  Status txn_get(Txn& txn, const uint64_t* key_words, void* out, uint32_t out_bytes,
+                 uint32_t* size_out) override;
+  Status txn_put(Txn& txn, const uint64_t* key_words, const void* value,
+                 uint32_t size_bytes) override;
+  Status txn_insert(Txn& txn, const uint64_t* key_words, const void* value,
+                    uint32_t size_bytes) override;
+  Status txn_remove(Txn& txn, const uint64_t* key_words) override;
+  static KeyT key_of(const uint64_t* words) {
+    KeyT k;
+    std::copy(words, words + K, k.w.begin());
+    return k;
   }
 
   // Non-transactional insert for loaders. REQUIRES: no concurrent transactions on this table.
@@ -99,8 +139,8 @@ class Table final : public TableBase {
  private:
   friend class Txn;
   friend class Engine;
+  friend struct TableOpsFor<K>;
   BTree<K> index_;
-  StripedCounter record_bytes_;
 };
 
 struct EngineOptions {
@@ -190,6 +230,10 @@ class Txn {
   void abort();
   // Ends the transaction (drops the EBR guard).
   void end();
+
+  // Visits the write set: fn(const WriteView&). After commit() it is what was installed.
+  template <typename Fn>
+  void for_each_write(Fn&& fn) const;
 
   // The transaction's dependency vector so far (merged over every version read).
   const DepVec& deps() const { return deps_; }

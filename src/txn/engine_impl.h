@@ -11,28 +11,22 @@ namespace shoal::txn {
 // Per-K operations a Txn needs on a table after it has forgotten the table's type: unlinking a
 // deleted record, swapping in a larger record, re-reading a leaf version.
 struct TableOps {
-  bool (*remove)(void* tree, const uint64_t* key_words, const void* expected);
-  bool (*replace)(void* tree, const uint64_t* key_words, void* value);
+  bool (*remove)(TableBase* table, const uint64_t* key_words, const void* expected);
+  bool (*replace)(TableBase* table, const uint64_t* key_words, void* value);
   uint64_t (*leaf_version)(const void* leaf);
 };
 
 template <size_t K>
 struct TableOpsFor {
-  static Key<K> key_of(const uint64_t* words) {
-    Key<K> k;
-    std::copy(words, words + K, k.w.begin());
-    return k;
+  static BTree<K>& tree(TableBase* table) { return static_cast<Table<K>*>(table)->index_; }
+  static bool remove(TableBase* table, const uint64_t* key_words, const void* expected) {
+    return tree(table).remove(Table<K>::key_of(key_words), expected);
   }
-  static bool remove(void* tree, const uint64_t* key_words, const void* expected) {
-    return static_cast<BTree<K>*>(tree)->remove(key_of(key_words), expected);
-  }
-  static bool replace(void* tree, const uint64_t* key_words, void* value) {
-    return static_cast<BTree<K>*>(tree)->update(key_of(key_words), value);
+  static bool replace(TableBase* table, const uint64_t* key_words, void* value) {
+    return tree(table).update(Table<K>::key_of(key_words), value);
   }
   static constexpr TableOps ops{&remove, &replace, &BTree<K>::leaf_version};
 };
-
-enum class WriteKind : uint8_t { kPut, kInsert, kRemove };
 
 struct ReadEntry {
   Record* rec;
@@ -45,10 +39,10 @@ struct WriteEntry {
   uint32_t size_bytes;
   WriteKind kind;
   bool fresh;  // this transaction created rec (an absent placeholder) in the index
-  void* tree;
+  TableBase* table;
   const TableOps* ops;
-  const uint64_t* key_words;    // arena copy
-  StripedCounter* table_bytes;  // the table's record bytes, for records this write frees
+  const uint64_t* key_words;  // arena copy
+  uint32_t key_word_count;
 };
 
 struct NodeEntry {
@@ -232,8 +226,7 @@ Status Txn::put(Table<K>& table, const Key<K>& key, const void* value, uint32_t 
   uint64_t* key_copy = b.arena.allocate_words(K);
   std::copy(key.w.begin(), key.w.end(), key_copy);
   b.writes.push_back(WriteEntry{rec, buffer_value(value, size_bytes), size_bytes, WriteKind::kPut,
-                                false, &table.index_, &TableOpsFor<K>::ops, key_copy,
-                                &table.record_bytes_});
+                                false, &table, &TableOpsFor<K>::ops, key_copy, K});
   return Status::Ok();
 }
 
@@ -275,8 +268,8 @@ Status Txn::insert(Table<K>& table, const Key<K>& key, const void* value, uint32
     uint64_t* key_copy = b.arena.allocate_words(K);
     std::copy(key.w.begin(), key.w.end(), key_copy);
     b.writes.push_back(WriteEntry{rec, buffer_value(value, size_bytes), size_bytes,
-                                  WriteKind::kInsert, fresh, &table.index_, &TableOpsFor<K>::ops,
-                                  key_copy, &table.record_bytes_});
+                                  WriteKind::kInsert, fresh, &table, &TableOpsFor<K>::ops, key_copy,
+                                  K});
     return Status::Ok();
   }
   return Status::Aborted();
@@ -301,8 +294,8 @@ Status Txn::remove(Table<K>& table, const Key<K>& key) {
   if (word & Tid::kStateMask) return Status::NotFound();
   uint64_t* key_copy = b.arena.allocate_words(K);
   std::copy(key.w.begin(), key.w.end(), key_copy);
-  b.writes.push_back(WriteEntry{rec, nullptr, 0, WriteKind::kRemove, false, &table.index_,
-                                &TableOpsFor<K>::ops, key_copy, &table.record_bytes_});
+  b.writes.push_back(WriteEntry{rec, nullptr, 0, WriteKind::kRemove, false, &table,
+                                &TableOpsFor<K>::ops, key_copy, K});
   return Status::Ok();
 }
 
@@ -352,6 +345,35 @@ Status Txn::scan(Table<K>& table, const Key<K>& lo, const Key<K>& hi, size_t lim
 template <size_t K, typename Fn>
 Status Txn::rscan(Table<K>& table, const Key<K>& hi, const Key<K>& lo, size_t limit, Fn&& fn) {
   return scan_impl<true>(table, hi, lo, limit, fn);
+}
+
+// ---- untyped table access ----
+
+template <size_t K>
+Status Table<K>::txn_get(Txn& txn, const uint64_t* key_words, void* out, uint32_t out_bytes,
+                         uint32_t* size_out) {
+  return txn.get(*this, key_of(key_words), out, out_bytes, size_out);
+}
+template <size_t K>
+Status Table<K>::txn_put(Txn& txn, const uint64_t* key_words, const void* value,
+                         uint32_t size_bytes) {
+  return txn.put(*this, key_of(key_words), value, size_bytes);
+}
+template <size_t K>
+Status Table<K>::txn_insert(Txn& txn, const uint64_t* key_words, const void* value,
+                            uint32_t size_bytes) {
+  return txn.insert(*this, key_of(key_words), value, size_bytes);
+}
+template <size_t K>
+Status Table<K>::txn_remove(Txn& txn, const uint64_t* key_words) {
+  return txn.remove(*this, key_of(key_words));
+}
+
+template <typename Fn>
+void Txn::for_each_write(Fn&& fn) const {
+  for (const WriteEntry& w : bufs_->writes) {
+    fn(WriteView{w.table->id(), w.key_words, w.key_word_count, w.kind, w.value, w.size_bytes});
+  }
 }
 
 }  // namespace shoal::txn

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <thread>
@@ -234,6 +235,45 @@ TEST_F(EngineTest, CertifyHoldsLocksUntilInstallOrRelease) {
     ASSERT_TRUE(t.peek(key1(1), &v, sizeof(v)).ok());
     EXPECT_EQ(v.balance, 7) << "install=" << install;
   }
+}
+
+// Remote requests and log replay know tables only by id: the untyped calls must behave like
+// the typed ones, and the write set must read back exactly what was written.
+TEST_F(EngineTest, UntypedAccessAndWriteSetView) {
+  Worker* w = engine_->make_worker();
+  TableBase* base = engine_->find_table("accounts");
+  ASSERT_NE(base, nullptr);
+  ASSERT_TRUE(table_->load(key1(3), Account{30, {}}).ok());
+  Txn& txn = w->txn();
+  txn.begin();
+  const uint64_t k3 = 3, k4 = 4;
+  Account a{};
+  uint32_t size = 0;
+  ASSERT_TRUE(base->txn_get(txn, &k3, &a, sizeof(a), &size).ok());
+  EXPECT_EQ(a.balance, 30);
+  EXPECT_EQ(size, sizeof(Account));
+  a.balance = 31;
+  ASSERT_TRUE(base->txn_put(txn, &k3, &a, sizeof(a)).ok());
+  ASSERT_TRUE(base->txn_insert(txn, &k4, &a, sizeof(a)).ok());
+  EXPECT_EQ(base->txn_insert(txn, &k4, &a, sizeof(a)).code(), Code::kAlreadyExists);
+  std::vector<std::pair<uint64_t, WriteKind>> seen;
+  ASSERT_TRUE(txn.commit().ok());
+  txn.for_each_write([&](const WriteView& v) {
+    EXPECT_EQ(v.table_id, base->id());
+    EXPECT_EQ(v.key_word_count, 1u);
+    EXPECT_EQ(v.size_bytes, sizeof(Account));
+    EXPECT_EQ(static_cast<const Account*>(v.value)->balance, 31);
+    seen.emplace_back(v.key_words[0], v.kind);
+  });
+  txn.end();
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, WriteKind>>{{3, WriteKind::kPut},
+                                                               {4, WriteKind::kInsert}}));
+  txn.begin();
+  ASSERT_TRUE(base->txn_remove(txn, &k4).ok());
+  ASSERT_TRUE(txn.commit().ok());
+  txn.end();
+  EXPECT_TRUE(table_->peek(key1(4), &a, sizeof(a)).is_not_found());
 }
 
 TEST(EngineChains, KeepsOlderVersions) {
