@@ -93,11 +93,11 @@ Status Txn::commit() {
 }
 
 Status Txn::certify(uint64_t* proposed_tid) {
-  SHOAL_TRY(lock_write_set());
-  return validate_read_set(proposed_tid);
+  SHOAL_TRY(lock_write_set(proposed_tid));
+  return validate_read_set();
 }
 
-Status Txn::lock_write_set() {
+Status Txn::lock_write_set(uint64_t* proposed_tid) {
   TxnBuffers& b = *bufs_;
   std::vector<WriteEntry>& writes = b.writes;
   // Address order is a global order: two transactions never wait on each other in a cycle.
@@ -122,21 +122,21 @@ Status Txn::lock_write_set() {
     }
     b.max_seen_version = std::max(b.max_seen_version, Tid::version(observed));
   }
+  // The epoch is read after the locks are taken (Silo's serialization point). The TID is
+  // above everything this shard saw (reads are complete: execution has ended) and above this
+  // worker's last, in the current epoch.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const uint64_t epoch = engine_->epoch();
+  *proposed_tid = std::max({last_tid_ + 1, b.max_seen_version + 1, Tid::make(epoch, 0)});
+  SHOAL_ASSERT(*proposed_tid <= Tid::kVersionMask, "TID overflow");
   return Status::Ok();
 }
 
-Status Txn::validate_read_set(uint64_t* proposed_tid) {
-  TxnBuffers& b = *bufs_;
-  // The epoch is read after the locks are taken (Silo's serialization point).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  const uint64_t epoch = engine_->epoch();
+Status Txn::validate_read_set() {
   if (!validate(/*holding_locks=*/true)) {
-    release_locks(b.writes, b.writes.size());
+    release_locks(bufs_->writes, bufs_->writes.size());
     return Status::Aborted("validation");
   }
-  // A TID above everything seen and this worker's last, in the current epoch.
-  *proposed_tid = std::max({last_tid_ + 1, b.max_seen_version + 1, Tid::make(epoch, 0)});
-  SHOAL_ASSERT(*proposed_tid <= Tid::kVersionMask, "TID overflow");
   return Status::Ok();
 }
 

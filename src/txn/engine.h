@@ -170,6 +170,13 @@ struct TxnStats {
 // transactions, so steady state does not allocate.
 class Txn {
  public:
+  // One per in-flight transaction; Workers own one, a 2PC participant one per remote
+  // transaction it serves. Owned and used by one thread at a time.
+  explicit Txn(Engine* engine, uint64_t seed);
+  ~Txn();
+  Txn(const Txn&) = delete;
+  Txn& operator=(const Txn&) = delete;
+
   // Reads key into out (size_bytes = capacity of out; the value's size must equal it unless
   // `size_out` is given). NotFound if absent; Aborted on a detected conflict.
   template <size_t K>
@@ -217,10 +224,11 @@ class Txn {
   // two steps are also offered apart. On Ok the locks are held until install_and_unlock() or
   // release_certified(); on error nothing is held.
   Status certify(uint64_t* proposed_tid);
-  Status lock_write_set();
-  // Validates reads and nodes and proposes a TID for this shard. REQUIRES: lock_write_set()
-  // returned Ok.
-  Status validate_read_set(uint64_t* proposed_tid);
+  // Locks the write set and proposes this shard's commit TID (its timestamp in 2PC).
+  // REQUIRES: execution (every read this shard serves) has ended.
+  Status lock_write_set(uint64_t* proposed_tid);
+  // Validates reads and nodes. REQUIRES: lock_write_set() returned Ok.
+  Status validate_read_set();
   // Installs the writes at `tid` and releases the locks. REQUIRES: certify() returned Ok and
   // tid >= the TID it proposed (a coordinator may raise it to the transaction's vector entry).
   void install_and_unlock(uint64_t tid);
@@ -245,8 +253,6 @@ class Txn {
  private:
   friend class Engine;
   friend class Worker;
-  explicit Txn(Engine* engine, uint64_t seed);
-  ~Txn();
 
   // True when every read and node observation still holds.
   bool validate(bool holding_locks);
