@@ -87,8 +87,7 @@ void retire_record(Record* rec, StripedCounter* table_bytes) {
 Status Txn::commit() {
   uint64_t tid = 0;
   SHOAL_TRY(certify(&tid));
-  deps_.raise(engine_->options().shard_id, tid);
-  install_and_unlock(tid);
+  install_and_unlock(tid, nullptr);
   return Status::Ok();
 }
 
@@ -140,7 +139,9 @@ Status Txn::validate_read_set() {
   return Status::Ok();
 }
 
-void Txn::install_and_unlock(uint64_t tid) {
+void Txn::install_and_unlock(uint64_t tid, const DepVec* vector) {
+  if (vector != nullptr) deps_.merge(*vector);
+  deps_.raise(engine_->options().shard_id, tid);
   SHOAL_ASSERT(tid > last_tid_, "commit TIDs of a worker must increase");
   install(tid);
   last_tid_ = tid;
@@ -195,7 +196,22 @@ void Txn::install(uint64_t tid) {
       push_old_version(rec);
     }
     rec->write_locked(w.value, w.size_bytes);
+    set_version_deps(rec);
     rec->unlock_with(tid);
+  }
+}
+
+void Txn::set_version_deps(Record* rec) {
+  // Versions that depend only on their own shard (every single-shard transaction) carry no
+  // vector at all: the TID in the version word is the whole story.
+  const uint32_t own = engine_->options().shard_id;
+  const auto& e = deps_.entries();
+  const bool remote = e.size() > 1 || (e.size() == 1 && e[0].shard != own);
+  if (!remote && rec->deps.load(std::memory_order_relaxed) == nullptr) return;
+  const DepVec* fresh = remote ? new DepVec(deps_) : nullptr;
+  const DepVec* old = rec->deps.exchange(fresh, std::memory_order_acq_rel);
+  if (old != nullptr) {
+    ebr::retire(const_cast<DepVec*>(old), [](void* p) { delete static_cast<DepVec*>(p); });
   }
 }
 
@@ -204,7 +220,8 @@ void Txn::push_old_version(Record* rec) {
       Record::make(rec->size_bytes, rec->word.load(std::memory_order_relaxed) & ~Tid::kLock);
   std::memcpy(old->data, rec->data, rec->size_bytes);
   old->older = rec->older;
-  old->deps = rec->deps != nullptr ? new DepVec(*rec->deps) : nullptr;
+  const DepVec* d = rec->deps.load(std::memory_order_relaxed);
+  old->deps.store(d != nullptr ? new DepVec(*d) : nullptr, std::memory_order_relaxed);
   rec->older = old;
 }
 
@@ -213,6 +230,7 @@ void Txn::install_grown(WriteEntry& w, uint64_t tid) {
   Record* old = w.rec;
   Record* grown = Record::make(w.size_bytes, tid | Tid::kLock);
   grown->write_locked(w.value, w.size_bytes);
+  set_version_deps(grown);
   const bool replaced = w.ops->replace(w.table, w.key_words, grown);
   SHOAL_ASSERT(replaced, "a locked, present record was missing from its index");
   grown->unlock_with(tid);
@@ -285,6 +303,7 @@ Status Worker::run(Procedure proc, const void* args, void* result) {
 // ---- Engine ----
 
 Engine::Engine(EngineOptions options, Env* env) : options_(options), env_(env) {
+  if (!options_.epoch_ticker) return;
   ticker_ = std::thread([this] {
     const uint64_t slice_ns = std::min<uint64_t>(options_.epoch_interval_ns, 5'000'000);
     uint64_t next_ns = env_->now_ns() + options_.epoch_interval_ns;
@@ -300,7 +319,7 @@ Engine::Engine(EngineOptions options, Env* env) : options_(options), env_(env) {
 
 Engine::~Engine() {
   stop_.store(true, std::memory_order_release);
-  ticker_.join();
+  if (ticker_.joinable()) ticker_.join();
   workers_.clear();
   tables_.clear();
   ebr::drain_all_for_tests();

@@ -146,6 +146,9 @@ class Table final : public TableBase {
 struct EngineOptions {
   // How often the global epoch advances (Silo: 40 ms).
   uint64_t epoch_interval_ns = 40'000'000;
+  // Run the background epoch ticker. Off under the simulator, which advances epochs itself
+  // (advance_epoch_for_tests) so runs stay deterministic.
+  bool epoch_ticker = true;
   // Keep chains of older versions (needed by snapshot reads on followers).
   bool keep_version_chains = false;
   // Conflict retries before Worker::run gives up with Aborted.
@@ -229,9 +232,11 @@ class Txn {
   Status lock_write_set(uint64_t* proposed_tid);
   // Validates reads and nodes. REQUIRES: lock_write_set() returned Ok.
   Status validate_read_set();
-  // Installs the writes at `tid` and releases the locks. REQUIRES: certify() returned Ok and
-  // tid >= the TID it proposed (a coordinator may raise it to the transaction's vector entry).
-  void install_and_unlock(uint64_t tid);
+  // Installs the writes at `tid` and releases the locks; each new version carries the
+  // transaction's dependency vector (merged with `vector`, the coordinator's, if given).
+  // REQUIRES: certify() returned Ok and tid >= the TID it proposed (a coordinator may raise
+  // it to the transaction's vector entry for this shard).
+  void install_and_unlock(uint64_t tid, const DepVec* vector);
   // Gives up a certified transaction: releases its locks (then call abort()).
   void release_certified();
   // REQUIRES: commit() failed or was not called; no locks held.
@@ -259,6 +264,7 @@ class Txn {
   bool locked_by_me(const Record* rec) const;
   void install(uint64_t tid);
   void push_old_version(Record* rec);
+  void set_version_deps(Record* rec);
   void install_grown(WriteEntry& w, uint64_t tid);
   // Implementation helpers, defined in engine_impl.h.
   // Stable-reads rec into out and records the read; returns the word (kLock set: conflict).

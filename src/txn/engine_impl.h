@@ -150,7 +150,7 @@ inline uint64_t Txn::observe(Record* rec, void* out, uint32_t out_bytes, uint32_
   if (word & Tid::kLock) return word;
   b.reads.push_back(ReadEntry{rec, word});
   b.max_seen_version = std::max(b.max_seen_version, Tid::version(word));
-  if (rec->deps != nullptr) deps_.merge(*rec->deps);
+  if (const DepVec* d = rec->deps.load(std::memory_order_acquire)) deps_.merge(*d);
   return word;
 }
 

@@ -224,7 +224,7 @@ TEST_F(EngineTest, CertifyHoldsLocksUntilInstallOrRelease) {
     other.abort();
     other.end();
     if (install) {
-      txn.install_and_unlock(proposed + 1000);
+      txn.install_and_unlock(proposed + 1000, nullptr);
       EXPECT_EQ(txn.last_commit_tid(), proposed + 1000);
     } else {
       txn.release_certified();

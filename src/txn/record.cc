@@ -23,7 +23,7 @@ Record* Record::make(uint32_t size_bytes, uint64_t initial_word) {
   rec->size_bytes = size_bytes;
   rec->capacity_words = cap;
   rec->older = nullptr;
-  rec->deps = nullptr;
+  new (&rec->deps) std::atomic<const DepVec*>(nullptr);
   return rec;
 }
 
@@ -34,11 +34,11 @@ void Record::free(void* p) {
   for (int depth = 0; older != nullptr; ++depth) {
     SHOAL_ASSERT(depth < (1 << 20), "version chain cycle");
     Record* next = older->older;
-    delete older->deps;
+    delete older->deps.load(std::memory_order_relaxed);
     std::free(older);
     older = next;
   }
-  delete rec->deps;
+  delete rec->deps.load(std::memory_order_relaxed);
   std::free(rec);
 }
 

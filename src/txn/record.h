@@ -40,7 +40,9 @@ struct Record {
   uint32_t size_bytes;      // valid bytes in data
   uint32_t capacity_words;  // data capacity, in 8-byte words
   Record* older;            // previous version when chains are kept, else nullptr
-  const DepVec* deps;       // remote dependencies of this version; nullptr: only the local TID
+  // Dependencies of this version beyond its own shard's TID (nullptr: none). Replaced only
+  // under the lock; the old vector is retired through EBR, so readers load it atomically.
+  std::atomic<const DepVec*> deps;
   alignas(8) uint64_t data[];
 
   static Record* make(uint32_t size_bytes, uint64_t initial_word);
