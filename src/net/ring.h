@@ -35,10 +35,12 @@
 //     is short, so a full ring makes try_reserve() fail (backpressure), never overwrite.
 //   - Head write-back is lazy: the consumer publishes head when it has released a quarter of
 //     the ring since the last write-back, when the producer has raised producer_waiting (it
-//     found the ring full), or on flush_credit() (before it blocks). One remote store per
-//     quarter ring instead of one per record.
+//     found the ring full; checked on release(), on an empty next() and by service_credit()
+//     in spin loops), or on flush_credit() (before it blocks). One remote store per quarter
+//     ring instead of one per record.
 //   - Publication: the producer writes header, payload and canary, then stores tail with
 //     release; the consumer loads tail with acquire, so everything below tail is complete.
+//     A producer may seal several frames and publish them with one tail store (batching).
 //   - Epoch fence: fence_epoch is written by the consumer's owner only. Frames carrying
 //     kFlagWrite with epoch < fence_epoch are dropped by the consumer (counted in
 //     fenced_drops()); a producer checks the fence before writing so a stale writer learns at
@@ -46,7 +48,9 @@
 //   - Sleeping: a consumer that found nothing for a while sets consumer_sleeping, re-checks
 //     tail, and futex-waits on wake_seq; a producer that published a frame wakes it only when
 //     the flag is set (one load on the fast path). The producer waits for credit the same way
-//     on credit_seq / producer_waiting.
+//     on credit_seq / producer_waiting. A consumer that blocks in an event loop instead (on
+//     many sources at once) sets consumer_sleeping = kSleepDoorbell: the producer then writes
+//     the consumer's doorbell eventfd (set_doorbell_fd) instead of waking the futex.
 //
 // OWNERSHIP of bytes: [head, tail) belongs to the consumer (it reads frames in place; a
 // payload pointer stays valid until it releases past that frame); [tail, head + data_bytes)
@@ -79,7 +83,9 @@ inline constexpr size_t kFrameHeaderBytes = 16;
 inline constexpr size_t kFrameCanaryBytes = 8;
 inline constexpr size_t kFrameAlignBytes = 8;
 
-constexpr size_t round_up8(size_t n) { return (n + 7) & ~size_t{7}; }
+constexpr size_t round_up8(size_t n) {
+  return (n + 7) & ~size_t{7};
+}
 constexpr size_t frame_bytes(size_t payload_bytes) {
   return kFrameHeaderBytes + round_up8(payload_bytes) + kFrameCanaryBytes;
 }
@@ -112,6 +118,15 @@ void encode_frame(uint8_t* dst, uint64_t pos, uint32_t flags, uint32_t imm, uint
 // Writes header, padding and canary around a payload already placed at dst + 16.
 void seal_frame(uint8_t* dst, uint64_t pos, uint32_t flags, uint32_t imm, uint64_t epoch,
                 uint32_t payload_bytes);
+
+// Outcome of decode_frame_fast(); everything after kIncomplete is corruption.
+enum class Decode : uint8_t { kFrame, kIncomplete, kPad, kBadFlags, kTooLong, kBadCanary };
+// The data-path decoder: no Status, no allocation. Fills *out only for kFrame.
+[[nodiscard]] Decode decode_frame_fast(std::span<const uint8_t> input, uint64_t pos,
+                                       uint32_t max_payload_bytes, Frame* out);
+// The Corruption status (with position and cause) for a decode_frame_fast() failure. Cold.
+[[nodiscard]] Status decode_error(Decode result, std::span<const uint8_t> input, uint64_t pos,
+                                  uint32_t max_payload_bytes);
 
 // Decodes the frame at the start of `input`, which sits at stream position `pos`.
 // Returns a Frame with frame_bytes == 0 when `input` is a valid but incomplete prefix, and
@@ -146,7 +161,9 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
 inline constexpr size_t kRingMinDataBytes = 4096;
 // Bytes a region needs for a ring with data_bytes of records.
-constexpr size_t ring_region_bytes(size_t data_bytes) { return sizeof(RingControl) + data_bytes; }
+constexpr size_t ring_region_bytes(size_t data_bytes) {
+  return sizeof(RingControl) + data_bytes;
+}
 
 // Formats a fresh, empty ring in `region`.
 // REQUIRES: region is 64-byte aligned and ring_region_bytes(data_bytes) long; data_bytes is a
@@ -176,11 +193,26 @@ class RingProducer {
   // except, possibly, a published wrap pad). REQUIRES: payload_bytes <= max_payload_bytes();
   // no reservation outstanding.
   uint8_t* try_reserve(uint32_t payload_bytes);
-  // Seals the reserved frame and publishes it (tail store; wakes a sleeping consumer).
-  // REQUIRES: a reservation of exactly payload_bytes is outstanding.
-  void commit(uint32_t flags, uint32_t imm, uint64_t epoch, uint32_t payload_bytes);
+  // Seals the reserved frame. With publish_now (the default) it is published at once (tail
+  // store, wake-up check); otherwise it waits for flush(), which lets a sender batch many
+  // frames behind one tail store and one fence (the doorbell batching of RDMA NICs).
+  // Unpublished bytes are published anyway once they reach an eighth of the ring, and before
+  // try_reserve() reports a full ring. REQUIRES: a reservation of at least payload_bytes (a
+  // frame may end up shorter than reserved).
+  void commit(uint32_t flags, uint32_t imm, uint64_t epoch, uint32_t payload_bytes,
+              bool publish_now = true);
+  // Abandons the outstanding reservation (nothing becomes visible).
+  void cancel() { reserved_bytes_ = UINT32_MAX; }
   // try_reserve + copy + commit. False when the ring is full.
-  bool try_push(uint32_t flags, uint32_t imm, uint64_t epoch, std::span<const uint8_t> payload);
+  bool try_push(uint32_t flags, uint32_t imm, uint64_t epoch, std::span<const uint8_t> payload,
+                bool publish_now = true);
+  // Publishes every committed frame.
+  void flush() {
+    if (tail_ != published_tail_) publish();
+  }
+
+  // The consumer's eventfd, written when it sleeps in doorbell mode (-1: none). Not owned.
+  void set_doorbell_fd(int fd) { doorbell_fd_ = fd; }
 
   // Sleeps until the consumer may have returned credit (or timeout_ns). Call after a failed
   // try_reserve and a spin; raises producer_waiting so the consumer writes head back at once.
@@ -195,16 +227,19 @@ class RingProducer {
  private:
   uint64_t credit() const { return cached_head_ + data_bytes_ - tail_; }
   void publish();
+  void wake_consumer(uint32_t how);
   uint8_t* ask_for_credit();
 
   RingControl* ctl_ = nullptr;
   uint8_t* data_ = nullptr;
   uint64_t data_bytes_ = 0;
   uint64_t tail_ = 0;
+  uint64_t published_tail_ = 0;
   uint64_t cached_head_ = 0;
   uint32_t max_payload_bytes_ = 0;
   uint32_t reserved_bytes_ = UINT32_MAX;  // UINT32_MAX: no reservation
   bool asked_for_credit_ = false;         // we raised producer_waiting
+  int doorbell_fd_ = -1;
 };
 
 class RingConsumer {
@@ -222,10 +257,21 @@ class RingConsumer {
   // ring is empty. Skips pads and fenced one-sided writes. Corruption when the published bytes
   // do not hold a valid frame; the ring is then unusable (the caller closes the endpoint).
   [[nodiscard]] Result<Frame> next();
+  // The same without Result on the data path: true and *out for a frame; false when the ring
+  // is empty, or false with *error set on corruption.
+  [[nodiscard]] bool next_into(Frame* out, Status* error);
   // Returns every byte before the read cursor to the producer (lazily, see header comment).
   void release();
   // Publishes head now (before blocking, or when the caller wants credit returned at once).
   void flush_credit();
+  // Publishes head if the producer has asked for credit (one load of the line that holds
+  // tail, which a spinning consumer has in cache anyway). For spin loops.
+  void service_credit() {
+    if (released_ != published_head_ && ctl_->producer_waiting.load(std::memory_order_relaxed) != 0)
+        [[unlikely]] {
+      flush_credit();
+    }
+  }
 
   // Raises the epoch fence: one-sided writes with a lower epoch are refused from now on.
   // REQUIRES: epoch >= the current fence (fences only move forward).
@@ -235,6 +281,17 @@ class RingConsumer {
 
   // Sleeps until a producer publishes (or timeout_ns); returns at once if data is pending.
   void wait_for_data(uint64_t timeout_ns);
+  // Doorbell mode, for a caller that blocks elsewhere (epoll/poll on the doorbell eventfd):
+  // returns false when data is already pending (do not block); else the producer will ring
+  // the doorbell on its next publish. REQUIRES: end_doorbell_wait() after the wait.
+  [[nodiscard]] bool begin_doorbell_wait();
+  void end_doorbell_wait() {
+    ctl_->consumer_sleeping.store(kSleepAwake, std::memory_order_relaxed);
+  }
+
+  static constexpr uint32_t kSleepAwake = 0;
+  static constexpr uint32_t kSleepFutex = 1;
+  static constexpr uint32_t kSleepDoorbell = 2;
 
  private:
   RingControl* ctl_ = nullptr;

@@ -1,4 +1,5 @@
 #include "src/net/ring.h"
+#include "src/net/transport.h"
 
 #include <gtest/gtest.h>
 
@@ -190,10 +191,10 @@ TEST(RingTest, CorruptedCanaryAndLengthRejected) {
     RingConsumer cons(r.span());
     ASSERT_TRUE(prod.try_push(0, 1, 0, pattern(40, 1)));
     auto data = prod.raw_data_for_test();
-    if (mode == 0) data[16 + 40] ^= 0xff;           // canary
-    if (mode == 1) data[0] = 48;                     // length grows: canary looked up elsewhere
-    if (mode == 2) data[2] = 0x7f;                   // length far beyond the limit
-    if (mode == 3) prod.publish_raw_for_test(24);    // garbage published after the frame
+    if (mode == 0) data[16 + 40] ^= 0xff;          // canary
+    if (mode == 1) data[0] = 48;                   // length grows: canary looked up elsewhere
+    if (mode == 2) data[2] = 0x7f;                 // length far beyond the limit
+    if (mode == 3) prod.publish_raw_for_test(24);  // garbage published after the frame
     auto f = cons.next();
     if (mode == 3) {
       ASSERT_TRUE(f.ok());
@@ -254,6 +255,38 @@ TEST(RingTest, ConcurrentProducerConsumerWithSleeping) {
     cons.release();
   }
   producer.join();
+}
+
+}  // namespace
+}  // namespace shoal::net
+
+namespace shoal::net {
+namespace {
+
+TEST(MessageAssemblerTest, ReassemblesAndRejectsForeignFragments) {
+  MessageAssembler assembler(100);
+  const uint8_t part[40] = {1, 2, 3};
+  Frame first{kFlagMore, 7, 0, part, 40, 72};
+  Frame last{0, 7, 0, part, 40, 72};
+  auto s1 = assembler.feed(first);
+  ASSERT_TRUE(s1.ok());
+  EXPECT_EQ(*s1, MessageAssembler::Step::kAbsorbed);
+  auto s2 = assembler.feed(last);
+  ASSERT_TRUE(s2.ok());
+  EXPECT_EQ(*s2, MessageAssembler::Step::kComplete);
+  EXPECT_EQ(assembler.message().size(), 80u);
+  assembler.release();
+  // A single-frame message is delivered in place.
+  auto s3 = assembler.feed(last);
+  ASSERT_TRUE(s3.ok());
+  EXPECT_EQ(*s3, MessageAssembler::Step::kInPlace);
+  // Another session's frame inside a fragmented message, and a message above the limit.
+  ASSERT_TRUE(assembler.feed(first).ok());
+  Frame foreign{0, 8, 0, part, 40, 72};
+  EXPECT_EQ(assembler.feed(foreign).status().code(), Code::kCorruption);
+  MessageAssembler small(60);
+  ASSERT_TRUE(small.feed(first).ok());
+  EXPECT_EQ(small.feed(last).status().code(), Code::kCorruption);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -21,6 +22,7 @@ namespace {
 constexpr uint64_t kHelloMagic = 0x53686f616c53686dULL;  // "ShoalShm"
 constexpr uint64_t kPageBytes = 4096;
 constexpr uint64_t kMaxSleepSliceNs = 10'000'000;  // peer liveness is rechecked this often
+constexpr uint64_t kLivenessCheckNs = 1'000'000;   // by an idle poll() (one poll(2) syscall)
 
 struct Hello {
   uint64_t magic;
@@ -41,6 +43,9 @@ Status check_options(const EndpointOptions& o) {
     return Status::InvalidArgument(
         fmt::format("ring_bytes {} must be a power of two in [4 KiB, 1 GiB]", o.ring_bytes));
   }
+  if (o.max_message_bytes > kMaxMessageBytesLimit) {
+    return Status::InvalidArgument("max_message_bytes above 1 GiB");
+  }
   return Status::Ok();
 }
 
@@ -53,34 +58,37 @@ sockaddr_un abstract_address(const std::string& name, socklen_t* len) {
   return addr;
 }
 
-// Sends `hello` with `fd` attached as SCM_RIGHTS.
-Status send_fd(int sock, int fd, const Hello& hello) {
+// Sends `hello` with `fds` (at most kMaxFds) attached as SCM_RIGHTS.
+constexpr size_t kMaxFds = 2;
+Status send_fds(int sock, std::span<const int> fds, const Hello& hello) {
+  SHOAL_CHECK(!fds.empty() && fds.size() <= kMaxFds);
   iovec iov{const_cast<Hello*>(&hello), sizeof(hello)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxFds * sizeof(int))] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+  std::memcpy(CMSG_DATA(c), fds.data(), fds.size() * sizeof(int));
   if (sendmsg(sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello))) {
     return errno_status("shm rendezvous: sendmsg");
   }
   return Status::Ok();
 }
 
-// Receives a Hello and its memfd; returns the fd.
-Result<int> recv_fd(int sock, Hello* hello, uint64_t timeout_ms) {
+// Receives a Hello carrying exactly out.size() fds.
+Status recv_fds(int sock, std::span<Fd> out, Hello* hello, uint64_t timeout_ms) {
+  SHOAL_CHECK(!out.empty() && out.size() <= kMaxFds);
   pollfd p{sock, POLLIN, 0};
   if (::poll(&p, 1, static_cast<int>(timeout_ms)) <= 0) {
-    return Status::Timeout("shm rendezvous: no hello from the listener");
+    return Status::Timeout("shm rendezvous: no hello from the peer");
   }
   iovec iov{hello, sizeof(*hello)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxFds * sizeof(int))] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -88,25 +96,37 @@ Result<int> recv_fd(int sock, Hello* hello, uint64_t timeout_ms) {
   msg.msg_controllen = sizeof(control);
   const ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (n != static_cast<ssize_t>(sizeof(*hello)) || c == nullptr || c->cmsg_type != SCM_RIGHTS) {
+  if (c == nullptr || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
+    return Status::Corruption("shm rendezvous: hello without file descriptors");
+  }
+  const size_t got = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+  int fds[kMaxFds] = {-1, -1};
+  std::memcpy(fds, CMSG_DATA(c), std::min(got, kMaxFds) * sizeof(int));
+  for (size_t i = 0; i < std::min(got, kMaxFds); ++i) {
+    if (i < out.size()) {
+      out[i] = Fd(fds[i]);
+    } else {
+      ::close(fds[i]);
+    }
+  }
+  if (n != static_cast<ssize_t>(sizeof(*hello)) || got != out.size() ||
+      hello->magic != kHelloMagic) {
     return Status::Corruption("shm rendezvous: malformed hello");
   }
-  int fd;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
-  if (hello->magic != kHelloMagic) {
-    ::close(fd);
-    return Status::Corruption("shm rendezvous: bad hello magic");
-  }
+  return Status::Ok();
+}
+
+Result<Fd> make_eventfd() {
+  Fd fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!fd.ok()) return errno_status("eventfd");
   return fd;
 }
 
-Result<int> make_memfd(size_t ring_bytes) {
-  const int fd = memfd_create("shoal-shm", MFD_CLOEXEC);
-  if (fd < 0) return errno_status("memfd_create");
-  if (ftruncate(fd, static_cast<off_t>(2 * ring_slot_bytes(ring_bytes))) != 0) {
-    Status s = errno_status("ftruncate memfd");
-    ::close(fd);
-    return s;
+Result<Fd> make_memfd(size_t ring_bytes) {
+  Fd fd(memfd_create("shoal-shm", MFD_CLOEXEC));
+  if (!fd.ok()) return errno_status("memfd_create");
+  if (ftruncate(fd.get(), static_cast<off_t>(2 * ring_slot_bytes(ring_bytes))) != 0) {
+    return errno_status("ftruncate memfd");
   }
   return fd;
 }
@@ -116,27 +136,24 @@ Result<int> make_memfd(size_t ring_bytes) {
 // ---------------------------------------------------------------------------------------------
 // Setup and teardown (cold paths)
 
-Result<ShmEndpoint> ShmEndpoint::attach(int memfd, int sock, size_t ring_bytes, int side,
+Result<ShmEndpoint> ShmEndpoint::attach(Fd memfd, Fd sock, Fd doorbell, size_t ring_bytes, int side,
                                         bool init, const EndpointOptions& options) {
+  if (!memfd.ok() || !sock.ok() || !doorbell.ok()) return errno_status("shm: dup");
   const size_t slot = ring_slot_bytes(ring_bytes);
-  struct stat st{};
-  if (fstat(memfd, &st) != 0 || static_cast<size_t>(st.st_size) < 2 * slot) {
-    ::close(memfd);
-    ::close(sock);
+  struct stat st {};
+  if (fstat(memfd.get(), &st) != 0 || static_cast<size_t>(st.st_size) < 2 * slot) {
     return Status::Corruption("shm: memfd smaller than its two rings");
   }
-  void* p = mmap(nullptr, 2 * slot, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-  ::close(memfd);  // the mapping keeps the memory alive
-  if (p == MAP_FAILED) {
-    ::close(sock);
-    return errno_status("shm: mmap");
-  }
+  // The mapping keeps the memory alive after memfd closes.
+  void* p = mmap(nullptr, 2 * slot, PROT_READ | PROT_WRITE, MAP_SHARED, memfd.get(), 0);
+  if (p == MAP_FAILED) return errno_status("shm: mmap");
   ShmEndpoint ep;
   ep.options_ = options;
   ep.options_.ring_bytes = ring_bytes;
   ep.map_ = static_cast<uint8_t*>(p);
   ep.map_bytes_ = 2 * slot;
-  ep.sock_ = sock;
+  ep.sock_ = sock.release();
+  ep.doorbell_fd_ = doorbell.release();
   std::span<uint8_t> rings[2] = {{ep.map_, slot}, {ep.map_ + slot, slot}};
   for (auto& r : rings) {
     if (init) ring_init(r, ring_bytes);
@@ -148,28 +165,56 @@ Result<ShmEndpoint> ShmEndpoint::attach(int memfd, int sock, size_t ring_bytes, 
   return ep;
 }
 
+void ShmEndpoint::set_peer_doorbell(Fd fd) {
+  if (peer_doorbell_fd_ >= 0) ::close(peer_doorbell_fd_);
+  peer_doorbell_fd_ = fd.release();
+  tx_.set_doorbell_fd(peer_doorbell_fd_);
+}
+
 Result<std::pair<ShmEndpoint, ShmEndpoint>> ShmEndpoint::pair(const EndpointOptions& options) {
   SHOAL_TRY(check_options(options));
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return errno_status("socketpair");
   }
+  Fd sock_a(sv[0]), sock_b(sv[1]);
   auto memfd = make_memfd(options.ring_bytes);
-  if (!memfd.ok()) {
-    ::close(sv[0]);
-    ::close(sv[1]);
-    return memfd.status();
-  }
-  const int fd2 = dup(*memfd);
-  auto a = attach(*memfd, sv[0], options.ring_bytes, 0, true, options);
-  if (!a.ok()) {
-    ::close(fd2);
-    ::close(sv[1]);
-    return a.status();
-  }
-  auto b = attach(fd2, sv[1], options.ring_bytes, 1, false, options);
+  auto bell_a = make_eventfd();
+  auto bell_b = make_eventfd();
+  if (!memfd.ok()) return memfd.status();
+  if (!bell_a.ok()) return bell_a.status();
+  if (!bell_b.ok()) return bell_b.status();
+  Fd peer_of_a(dup(bell_b->get())), peer_of_b(dup(bell_a->get()));
+  auto a = attach(Fd(dup(memfd->get())), std::move(sock_a), std::move(*bell_a), options.ring_bytes,
+                  0, true, options);
+  if (!a.ok()) return a.status();
+  auto b = attach(std::move(*memfd), std::move(sock_b), std::move(*bell_b), options.ring_bytes, 1,
+                  false, options);
   if (!b.ok()) return b.status();
+  if (!peer_of_a.ok() || !peer_of_b.ok()) return errno_status("shm: dup");
+  a->set_peer_doorbell(std::move(peer_of_a));
+  b->set_peer_doorbell(std::move(peer_of_b));
   return std::make_pair(std::move(*a), std::move(*b));
+}
+
+// The connecting side: receives the memfd and the listener's doorbell, answers with its own.
+Result<ShmEndpoint> ShmEndpoint::handshake(Fd sock, const EndpointOptions& options,
+                                           uint64_t timeout_ms) {
+  Hello hello{};
+  Fd fds[2];  // memfd, the listener's doorbell
+  SHOAL_TRY(recv_fds(sock.get(), fds, &hello, timeout_ms));
+  EndpointOptions theirs = options;
+  theirs.ring_bytes = hello.ring_bytes;
+  SHOAL_TRY(check_options(theirs));
+  auto bell = make_eventfd();
+  if (!bell.ok()) return bell.status();
+  const int mine = bell->get();
+  SHOAL_TRY(send_fds(sock.get(), {&mine, 1}, Hello{kHelloMagic, hello.ring_bytes}));
+  auto ep = attach(std::move(fds[0]), std::move(sock), std::move(*bell), hello.ring_bytes, 1, false,
+                   options);
+  if (!ep.ok()) return ep.status();
+  ep->set_peer_doorbell(std::move(fds[1]));
+  return ep;
 }
 
 Result<ShmEndpoint> ShmEndpoint::connect(const std::string& name, const EndpointOptions& options,
@@ -178,26 +223,12 @@ Result<ShmEndpoint> ShmEndpoint::connect(const std::string& name, const Endpoint
   socklen_t len;
   const sockaddr_un addr = abstract_address(name, &len);
   for (;;) {  // bounded by the deadline: the listener may not be up yet
-    const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (sock < 0) return errno_status("socket");
-    if (::connect(sock, reinterpret_cast<const sockaddr*>(&addr), len) == 0) {
-      Hello hello{};
-      auto fd = recv_fd(sock, &hello, timeout_ms);
-      if (!fd.ok()) {
-        ::close(sock);
-        return fd.status();
-      }
-      EndpointOptions theirs = options;
-      theirs.ring_bytes = hello.ring_bytes;
-      if (Status s = check_options(theirs); !s.ok()) {
-        ::close(*fd);
-        ::close(sock);
-        return s;
-      }
-      return attach(*fd, sock, hello.ring_bytes, 1, false, options);
+    Fd sock(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    if (!sock.ok()) return errno_status("socket");
+    if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len) == 0) {
+      return handshake(std::move(sock), options, timeout_ms);
     }
     const int err = errno;
-    ::close(sock);
     if ((err != ECONNREFUSED && err != ENOENT) || mono_ns() >= deadline) {
       errno = err;
       return errno_status("shm connect");
@@ -213,20 +244,29 @@ ShmEndpoint& ShmEndpoint::operator=(ShmEndpoint&& other) noexcept {
   map_ = std::exchange(other.map_, nullptr);
   map_bytes_ = std::exchange(other.map_bytes_, 0);
   sock_ = std::exchange(other.sock_, -1);
+  doorbell_fd_ = std::exchange(other.doorbell_fd_, -1);
+  peer_doorbell_fd_ = std::exchange(other.peer_doorbell_fd_, -1);
   tx_ = other.tx_;
   rx_ = other.rx_;
   assembler_ = std::move(other.assembler_);
   batch_outstanding_ = other.batch_outstanding_;
+  reserved_ = other.reserved_;
+  last_liveness_check_ns_ = other.last_liveness_check_ns_;
   empty_polls_ = other.empty_polls_;
   failed_ = std::move(other.failed_);
   return *this;
 }
 
 void ShmEndpoint::close() {
-  if (map_ != nullptr) munmap(map_, map_bytes_);
-  if (sock_ >= 0) ::close(sock_);
+  if (map_ != nullptr) {
+    tx_.flush();  // frames sent before close() still reach the peer
+    munmap(map_, map_bytes_);
+  }
+  for (int* fd : {&sock_, &doorbell_fd_, &peer_doorbell_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
   map_ = nullptr;
-  sock_ = -1;
   if (failed_.ok()) failed_ = Status::Unavailable("shm endpoint closed");
 }
 
@@ -250,16 +290,33 @@ Status ShmEndpoint::check_peer() {
   return Status::Ok();
 }
 
+void Fd::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+bool ShmEndpoint::prepare_to_block() {
+  if (!failed_.ok()) return false;  // let poll() report it
+  tx_.flush();
+  return rx_.begin_doorbell_wait();
+}
+
+void ShmEndpoint::end_block() {
+  rx_.end_doorbell_wait();
+  uint64_t count;
+  [[maybe_unused]] const ssize_t n = ::read(doorbell_fd_, &count, sizeof(count));  // drain
+}
+
 // ---------------------------------------------------------------------------------------------
 // Data path
 
-Status ShmEndpoint::push(uint32_t flags, uint32_t imm, uint64_t epoch,
-                         std::span<const uint8_t> payload) {
-  if (tx_.try_push(flags, imm, epoch, payload)) [[likely]] return Status::Ok();
+Result<uint8_t*> ShmEndpoint::reserve_blocking(uint32_t bytes) {
+  if (uint8_t* p = tx_.try_reserve(bytes)) [[likely]]
+    return p;
   // Out of credit: spin, then sleep on the credit futex; recheck the peer between sleeps.
   const uint64_t start = mono_ns();
   for (uint64_t spins = 0;; ++spins) {
-    if (tx_.try_push(flags, imm, epoch, payload)) return Status::Ok();
+    if (uint8_t* p = tx_.try_reserve(bytes)) return p;
     if ((spins & 63) != 0) {
       cpu_relax();
       continue;
@@ -274,8 +331,52 @@ Status ShmEndpoint::push(uint32_t flags, uint32_t imm, uint64_t epoch,
   }
 }
 
+Status ShmEndpoint::push(uint32_t flags, uint32_t imm, uint64_t epoch,
+                         std::span<const uint8_t> payload) {
+  const auto n = static_cast<uint32_t>(payload.size());
+  auto dst = reserve_blocking(n);
+  if (!dst.ok()) return dst.status();
+  if (n != 0) std::memcpy(*dst, payload.data(), n);
+  tx_.commit(flags, imm, epoch, n, /*publish_now=*/false);
+  return Status::Ok();
+}
+
+Result<std::span<uint8_t>> ShmEndpoint::reserve(size_t bytes) {
+  if (!failed_.ok()) return failed_;
+  SHOAL_ASSERT(!reserved_, "reserve() with a reservation outstanding");
+  if (bytes > tx_.max_payload_bytes()) {
+    return Status::InvalidArgument(fmt::format("reserve of {} bytes above max_write_bytes {}",
+                                               bytes, tx_.max_payload_bytes()));
+  }
+  auto p = reserve_blocking(static_cast<uint32_t>(bytes));
+  if (!p.ok()) return p.status();
+  reserved_ = true;
+  return std::span<uint8_t>(*p, bytes);
+}
+
+Status ShmEndpoint::commit_send(uint32_t session, size_t bytes) {
+  SHOAL_ASSERT(reserved_, "commit_send() without reserve()");
+  reserved_ = false;
+  tx_.commit(0, session, 0, static_cast<uint32_t>(bytes), false);
+  return failed_;
+}
+
+Status ShmEndpoint::commit_write(uint64_t epoch, uint32_t imm, size_t bytes) {
+  SHOAL_ASSERT(reserved_, "commit_write() without reserve()");
+  const uint64_t fence = tx_.fence_epoch();
+  if (epoch < fence) {
+    cancel();
+    return Status::Aborted(
+        fmt::format("write epoch {} below the peer's fence {}: stale writer fenced", epoch, fence));
+  }
+  reserved_ = false;
+  tx_.commit(kFlagWrite, imm, epoch, static_cast<uint32_t>(bytes), false);
+  return failed_;
+}
+
 Status ShmEndpoint::send(uint32_t session, std::span<const uint8_t> bytes) {
   if (!failed_.ok()) return failed_;
+  SHOAL_ASSERT(!reserved_, "%s", "send() while a reserve() is outstanding");
   if (bytes.size() > options_.max_message_bytes) {
     return Status::InvalidArgument(fmt::format("message of {} bytes above max_message_bytes {}",
                                                bytes.size(), options_.max_message_bytes));
@@ -297,6 +398,7 @@ Status ShmEndpoint::send(uint32_t session, std::span<const uint8_t> bytes) {
 
 Status ShmEndpoint::write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes) {
   if (!failed_.ok()) return failed_;
+  SHOAL_ASSERT(!reserved_, "%s", "write_with_imm() while a reserve() is outstanding");
   if (bytes.size() > tx_.max_payload_bytes()) {
     return Status::InvalidArgument(fmt::format("one-sided write of {} bytes above the limit {}",
                                                bytes.size(), tx_.max_payload_bytes()));
@@ -316,18 +418,23 @@ Status ShmEndpoint::set_fence_epoch(uint64_t epoch) {
   return Status::Ok();
 }
 
-Result<Frame> ShmEndpoint::next_frame() { return rx_.next(); }
-
 Result<size_t> ShmEndpoint::poll(Completion* out, size_t max) {
-  if (!failed_.ok()) [[unlikely]] return failed_;
+  if (!failed_.ok()) [[unlikely]]
+    return failed_;
   SHOAL_ASSERT(!batch_outstanding_, "poll() before release() of the previous batch");
+  tx_.flush();  // publishes committed frames only, never an outstanding reservation
   auto n = poll_frames(*this, assembler_, out, max);
   if (!n.ok()) return fail(n.status());
   batch_outstanding_ = *n > 0;
-  if (*n == 0 && (++empty_polls_ & 1023) == 0) {
-    // Idle: is the peer still there? Frames it published before dying were delivered first.
-    Status s = check_peer();
-    if (!s.ok() && !rx_.has_data()) return fail(std::move(s));
+  if (*n == 0 && (++empty_polls_ & 63) == 0) [[unlikely]] {
+    // Idle: is the peer still there? At most once per interval, and the clock is read only
+    // every 64 empty polls. Frames it published before dying were delivered first.
+    const uint64_t now = mono_ns();
+    if (now - last_liveness_check_ns_ >= kLivenessCheckNs) {
+      last_liveness_check_ns_ = now;
+      Status s = check_peer();
+      if (!s.ok() && !rx_.has_data()) return fail(std::move(s));
+    }
   }
   return n;
 }
@@ -340,10 +447,14 @@ void ShmEndpoint::release() {
 
 Status ShmEndpoint::wait(uint64_t timeout_ns) {
   if (!failed_.ok()) return failed_;
+  tx_.flush();
   if (rx_.has_data()) return Status::Ok();
   const uint64_t start = mono_ns();
   const uint64_t spin_end = start + std::min(options_.spin_ns, timeout_ns);
   do {  // spin: a message usually arrives within microseconds when the peer is busy
+    // A producer that ran out of credit while we spin would otherwise wait for the
+    // quarter-ring write-back that only more reading triggers.
+    rx_.service_credit();
     for (int i = 0; i < 64; ++i) {
       if (rx_.has_data()) return Status::Ok();
       cpu_relax();
@@ -361,6 +472,7 @@ Status ShmEndpoint::wait(uint64_t timeout_ns) {
 }
 
 Status ShmEndpoint::inject_raw_for_test(std::span<const uint8_t> bytes) {
+  tx_.flush();
   auto data = tx_.raw_data_for_test();
   const uint64_t offset = tx_.tail() & (data.size() - 1);
   SHOAL_ASSERT(offset + round_up8(bytes.size()) <= data.size(), "inject: no room before wrap");
@@ -405,22 +517,24 @@ Result<ShmEndpoint> ShmListener::accept(uint64_t timeout_ms) {
   if (::poll(&p, 1, static_cast<int>(timeout_ms)) <= 0) {
     return Status::Timeout("shm accept: no connection");
   }
-  const int sock = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-  if (sock < 0) return errno_status("shm accept");
+  Fd sock(accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
+  if (!sock.ok()) return errno_status("shm accept");
   auto memfd = make_memfd(options_.ring_bytes);
-  if (!memfd.ok()) {
-    ::close(sock);
-    return memfd.status();
-  }
-  const int shared = dup(*memfd);
-  auto ep = ShmEndpoint::attach(*memfd, sock, options_.ring_bytes, 0, true, options_);
-  if (!ep.ok()) {
-    ::close(shared);
-    return ep.status();
-  }
-  Status s = send_fd(sock, shared, Hello{kHelloMagic, options_.ring_bytes});
-  ::close(shared);
-  if (!s.ok()) return s;
+  if (!memfd.ok()) return memfd.status();
+  auto bell = make_eventfd();
+  if (!bell.ok()) return bell.status();
+  const int sock_fd = sock.get();
+  const int shared[2] = {memfd->get(), bell->get()};
+  // Format the rings before the peer can map them, then hand over memfd and doorbell.
+  Fd memfd_copy(dup(memfd->get())), bell_copy(dup(bell->get()));
+  auto ep = ShmEndpoint::attach(std::move(memfd_copy), std::move(sock), std::move(bell_copy),
+                                options_.ring_bytes, 0, true, options_);
+  if (!ep.ok()) return ep.status();
+  SHOAL_TRY(send_fds(sock_fd, shared, Hello{kHelloMagic, options_.ring_bytes}));
+  Hello reply{};
+  Fd peer_bell[1];
+  SHOAL_TRY(recv_fds(sock_fd, peer_bell, &reply, timeout_ms));
+  ep->set_peer_doorbell(std::move(peer_bell[0]));
   return ep;
 }
 

@@ -3,13 +3,17 @@
 // One memfd per endpoint pair holds two rings (src/net/ring.h), one per direction; each side
 // is the only producer of one ring and the only consumer of the other. A send or a one-sided
 // write is a memcpy straight into the peer's receive ring (the RDMA WRITE_WITH_IMM of this
-// transport); the peer decodes frames in place and returns credit lazily.
+// transport); the peer decodes frames in place and returns credit lazily. Frames written by
+// send()/write_with_imm() become visible to the peer at flush(), poll() or wait() (or when an
+// eighth of the ring is pending), so a burst costs one tail store and one fence.
 //
 // Rendezvous: the accepting side creates the memfd and passes it over a unix-domain socket
 // with SCM_RIGHTS (ShmListener / ShmEndpoint::connect, abstract socket names), or pair() makes
-// both ends over a socketpair (tests, fork). The socket then carries no data: it stays open
-// only so that a peer's death (even SIGKILL) shows up as a hang-up, which this side checks
-// when it is idle (every 1024 empty polls, and between futex sleeps), never per message.
+// both ends over a socketpair (tests, fork). Each side also passes its doorbell eventfd, which
+// the peer writes only when this side blocks in an event loop (prepare_to_block()). The socket then
+// carries no data: it stays open only so that a peer's death (even SIGKILL) shows up as a hang-up,
+// which this side checks when it is idle (every 64th empty poll(), at most once per
+// millisecond, and between futex sleeps), never per message.
 //
 // Adaptive waiting: wait() spins spin_ns on the ring's tail, then futex-waits on a word in the
 // shared control block; the peer's producer issues FUTEX_WAKE only when the sleeping flag is
@@ -25,6 +29,28 @@
 #include "src/net/transport.h"
 
 namespace shoal::net {
+
+// An owned file descriptor (closed on destruction). Cold paths only.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~Fd() { reset(); }
+  bool ok() const { return fd_ >= 0; }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset();
+
+ private:
+  int fd_;
+};
 
 class ShmEndpoint {
  public:
@@ -42,14 +68,34 @@ class ShmEndpoint {
   ~ShmEndpoint() { close(); }
 
   [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes);
-  [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm,
-                                      std::span<const uint8_t> bytes);
+  [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes);
+  // Zero-copy send into the peer's ring. REQUIRES: bytes <= max_write_bytes().
+  [[nodiscard]] Result<std::span<uint8_t>> reserve(size_t bytes);
+  [[nodiscard]] Status commit_send(uint32_t session, size_t bytes);
+  [[nodiscard]] Status commit_write(uint64_t epoch, uint32_t imm, size_t bytes);
+  void cancel() {
+    tx_.cancel();
+    reserved_ = false;
+  }
   [[nodiscard]] Status set_fence_epoch(uint64_t epoch);
-  [[nodiscard]] Status flush() { return failed_; }  // sends are published at once
+  // Publishes buffered sends (one tail store and one fence for the whole batch).
+  [[nodiscard]] Status flush() {
+    tx_.flush();
+    return failed_;
+  }
   [[nodiscard]] Result<size_t> poll(Completion* out, size_t max);
   void release();
   [[nodiscard]] Status wait(uint64_t timeout_ns);
   [[nodiscard]] Status inject_raw_for_test(std::span<const uint8_t> bytes);
+
+  // Event-loop integration (BlockableEndpoint): block in poll/epoll on wait_fd() (readable
+  // when the peer published after prepare_to_block()) and liveness_fd() (hang-up when the
+  // peer is gone), between prepare_to_block() -- false: work is pending, do not block -- and
+  // end_block().
+  int wait_fd() const { return doorbell_fd_; }
+  int liveness_fd() const { return sock_; }
+  [[nodiscard]] bool prepare_to_block();
+  void end_block();
 
   size_t max_message_bytes() const { return options_.max_message_bytes; }
   size_t max_write_bytes() const { return tx_.max_payload_bytes(); }
@@ -59,7 +105,7 @@ class ShmEndpoint {
   void close();
 
   // poll_frames() source interface.
-  Result<Frame> next_frame();
+  bool next_frame(Frame* out, Status* error) { return rx_.next_into(out, error); }
   void release_consumed() { rx_.release(); }
   void on_control(const Frame&) {}
   void defer_error(Status status) { fail(std::move(status)).ignore(); }
@@ -67,11 +113,17 @@ class ShmEndpoint {
  private:
   friend class ShmListener;
   // Maps `memfd` (already sized) and attaches to ring `side` as producer (0: ring 0).
-  [[nodiscard]] static Result<ShmEndpoint> attach(int memfd, int sock, size_t ring_bytes,
+  // `doorbell` is this side's eventfd; the peer's is added with set_peer_doorbell().
+  [[nodiscard]] static Result<ShmEndpoint> attach(Fd memfd, Fd sock, Fd doorbell, size_t ring_bytes,
                                                   int side, bool init,
                                                   const EndpointOptions& options);
+  [[nodiscard]] static Result<ShmEndpoint> handshake(Fd sock, const EndpointOptions& options,
+                                                     uint64_t timeout_ms);
+  void set_peer_doorbell(Fd fd);
   [[nodiscard]] Status push(uint32_t flags, uint32_t imm, uint64_t epoch,
                             std::span<const uint8_t> payload);
+  // Waits (spin, then futex) until try_reserve(bytes) succeeds; returns the payload pointer.
+  [[nodiscard]] Result<uint8_t*> reserve_blocking(uint32_t bytes);
   [[nodiscard]] Status check_peer();
   Status fail(Status status);
 
@@ -79,10 +131,14 @@ class ShmEndpoint {
   uint8_t* map_ = nullptr;
   size_t map_bytes_ = 0;
   int sock_ = -1;
+  int doorbell_fd_ = -1;       // our eventfd: the peer rings it when we block in a loop
+  int peer_doorbell_fd_ = -1;  // the peer's eventfd, rung by tx_
   RingProducer tx_;
   RingConsumer rx_;
   MessageAssembler assembler_{0};
   bool batch_outstanding_ = false;
+  bool reserved_ = false;
+  uint64_t last_liveness_check_ns_ = 0;
   uint32_t empty_polls_ = 0;
   Status failed_;
 };
@@ -105,6 +161,7 @@ class ShmListener {
   int fd_ = -1;
 };
 
-static_assert(TransportEndpoint<ShmEndpoint>);
+static_assert(ZeroCopyEndpoint<ShmEndpoint>);
+static_assert(BlockableEndpoint<ShmEndpoint>);
 
 }  // namespace shoal::net

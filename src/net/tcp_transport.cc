@@ -72,10 +72,13 @@ Result<TcpEndpoint> TcpEndpoint::adopt(int fd, const EndpointOptions& options) {
   if (options.tcp_buffer_bytes < 64 * 1024 || options.tcp_buffer_bytes > (size_t{1} << 30)) {
     return Status::InvalidArgument("tcp_buffer_bytes must be in [64 KiB, 1 GiB]");
   }
+  if (options.max_message_bytes > kMaxMessageBytesLimit) {
+    return Status::InvalidArgument("max_message_bytes above 1 GiB");
+  }
   SHOAL_TRY(make_fast(fd));
   ep.options_ = options;
-  ep.max_payload_bytes_ = static_cast<uint32_t>(options.tcp_buffer_bytes / 4 - kFrameHeaderBytes -
-                                                kFrameCanaryBytes);
+  ep.max_payload_bytes_ =
+      static_cast<uint32_t>(options.tcp_buffer_bytes / 4 - kFrameHeaderBytes - kFrameCanaryBytes);
   ep.out_ = std::make_unique<uint8_t[]>(options.tcp_buffer_bytes);
   ep.in_ = std::make_unique<uint8_t[]>(options.tcp_buffer_bytes);
   ep.assembler_ = MessageAssembler(options.max_message_bytes);
@@ -127,6 +130,7 @@ TcpEndpoint& TcpEndpoint::operator=(TcpEndpoint&& other) noexcept {
   fenced_drops_ = other.fenced_drops_;
   assembler_ = std::move(other.assembler_);
   batch_outstanding_ = other.batch_outstanding_;
+  reserved_ = other.reserved_;
   failed_ = std::move(other.failed_);
   return *this;
 }
@@ -145,6 +149,7 @@ void TcpEndpoint::reset_stream() {
   peer_closed_ = false;
   assembler_ = MessageAssembler(options_.max_message_bytes);
   batch_outstanding_ = false;
+  reserved_ = false;
   failed_ = Status::Ok();
 }
 
@@ -202,7 +207,8 @@ Status TcpEndpoint::write_all(iovec* iov, int count) {
 
 Status TcpEndpoint::flush() {
   if (!failed_.ok()) return failed_;
-  if (out_len_ == 0) return Status::Ok();
+  // A reserved frame pins the buffer (the caller holds a pointer into it) until committed.
+  if (out_len_ == 0 || reserved_) return Status::Ok();
   iovec iov{out_.get(), out_len_};
   out_len_ = 0;
   return write_all(&iov, 1);
@@ -210,6 +216,7 @@ Status TcpEndpoint::flush() {
 
 Status TcpEndpoint::append_frame(uint32_t flags, uint32_t imm, uint64_t epoch,
                                  std::span<const uint8_t> payload) {
+  SHOAL_ASSERT(!reserved_, "%s", "a send while a reserve() is outstanding");
   const size_t bytes = frame_bytes(payload.size());
   if (payload.size() < kGatherBytes) {
     if (out_len_ + bytes > options_.tcp_buffer_bytes) SHOAL_TRY(flush());
@@ -261,10 +268,45 @@ Status TcpEndpoint::write_with_imm(uint64_t epoch, uint32_t imm, std::span<const
                                                bytes.size(), max_payload_bytes_));
   }
   if (epoch < peer_fence_epoch_) {
-    return Status::Aborted(fmt::format("write epoch {} below the peer's fence {}: stale writer fenced",
-                                       epoch, peer_fence_epoch_));
+    return Status::Aborted(fmt::format(
+        "write epoch {} below the peer's fence {}: stale writer fenced", epoch, peer_fence_epoch_));
   }
   return append_frame(kFlagWrite, imm, epoch, bytes);
+}
+
+Result<std::span<uint8_t>> TcpEndpoint::reserve(size_t bytes) {
+  if (!failed_.ok()) return failed_;
+  SHOAL_ASSERT(!reserved_, "reserve() with a reservation outstanding");
+  if (bytes > max_payload_bytes_) {
+    return Status::InvalidArgument(
+        fmt::format("reserve of {} bytes above max_write_bytes {}", bytes, max_payload_bytes_));
+  }
+  if (out_len_ + frame_bytes(bytes) > options_.tcp_buffer_bytes) SHOAL_TRY(flush());
+  reserved_ = true;
+  return std::span<uint8_t>(out_.get() + out_len_ + kFrameHeaderBytes, bytes);
+}
+
+Status TcpEndpoint::seal_reserved(uint32_t flags, uint32_t imm, uint64_t epoch, size_t bytes) {
+  SHOAL_ASSERT(reserved_, "commit without reserve()");
+  reserved_ = false;
+  seal_frame(out_.get() + out_len_, tx_pos_, flags, imm, epoch, static_cast<uint32_t>(bytes));
+  out_len_ += frame_bytes(bytes);
+  tx_pos_ += frame_bytes(bytes);
+  if (out_len_ >= options_.tcp_buffer_bytes / 2) return flush();
+  return failed_;
+}
+
+Status TcpEndpoint::commit_send(uint32_t session, size_t bytes) {
+  return seal_reserved(0, session, 0, bytes);
+}
+
+Status TcpEndpoint::commit_write(uint64_t epoch, uint32_t imm, size_t bytes) {
+  if (epoch < peer_fence_epoch_) {
+    cancel();
+    return Status::Aborted(fmt::format(
+        "write epoch {} below the peer's fence {}: stale writer fenced", epoch, peer_fence_epoch_));
+  }
+  return seal_reserved(kFlagWrite, imm, epoch, bytes);
 }
 
 Status TcpEndpoint::set_fence_epoch(uint64_t epoch) {
@@ -324,32 +366,39 @@ bool TcpEndpoint::frame_ready() const {
   return length > max_payload_bytes_ || avail >= frame_bytes(length);
 }
 
-Result<Frame> TcpEndpoint::next_frame() {
+bool TcpEndpoint::next_frame(Frame* out, Status* error) {
   for (int round = 0; round < 64; ++round) {
-    auto f = decode_frame({in_.get() + in_cursor_, in_end_ - in_cursor_}, rx_pos_,
-                          max_payload_bytes_);
-    if (!f.ok()) return f.status();
-    if (f->frame_bytes != 0) {
-      in_cursor_ += f->frame_bytes;
-      rx_pos_ += f->frame_bytes;
-      if ((f->flags & kFlagWrite) && f->epoch < fence_epoch_) {
+    const std::span<const uint8_t> input(in_.get() + in_cursor_, in_end_ - in_cursor_);
+    const Decode d = decode_frame_fast(input, rx_pos_, max_payload_bytes_, out);
+    if (d == Decode::kFrame) {
+      in_cursor_ += out->frame_bytes;
+      rx_pos_ += out->frame_bytes;
+      if ((out->flags & kFlagWrite) && out->epoch < fence_epoch_) [[unlikely]] {
         ++fenced_drops_;  // the writer had not yet seen our fence
         continue;
       }
-      return f;
+      return true;
     }
-    const size_t partial = in_end_ - in_cursor_;
+    if (d != Decode::kIncomplete) [[unlikely]] {
+      *error = decode_error(d, input, rx_pos_, max_payload_bytes_);
+      return false;
+    }
     if (peer_closed_) {
-      if (partial == 0) return Status::Unavailable("tcp peer closed the connection");
-      return Status::Corruption(fmt::format(
-          "tcp: truncated frame at stream position {}: peer closed after {} of its bytes",
-          rx_pos_, partial));
+      *error = input.empty() ? Status::Unavailable("tcp peer closed the connection")
+                             : Status::Corruption(fmt::format(
+                                   "tcp: truncated frame at stream position {}: peer closed after "
+                                   "{} of its bytes",
+                                   rx_pos_, input.size()));
+      return false;
     }
     const size_t before = in_end_;
-    SHOAL_TRY(fill());
-    if (in_end_ == before && !peer_closed_) return Frame{};  // nothing more for now
+    if (Status s = fill(); !s.ok()) {
+      *error = std::move(s);
+      return false;
+    }
+    if (in_end_ == before && !peer_closed_) return false;  // nothing more for now
   }
-  return Frame{};
+  return false;
 }
 
 void TcpEndpoint::release_consumed() {
@@ -365,7 +414,8 @@ void TcpEndpoint::on_control(const Frame& frame) {
 }
 
 Result<size_t> TcpEndpoint::poll(Completion* out, size_t max) {
-  if (!failed_.ok()) [[unlikely]] return failed_;
+  if (!failed_.ok()) [[unlikely]]
+    return failed_;
   SHOAL_ASSERT(!batch_outstanding_, "poll() before release() of the previous batch");
   if (out_len_ != 0) SHOAL_TRY(flush());
   auto n = poll_frames(*this, assembler_, out, max);
@@ -381,6 +431,11 @@ void TcpEndpoint::release() {
   assembler_.release();
   release_consumed();
   batch_outstanding_ = false;
+}
+
+bool TcpEndpoint::prepare_to_block() {
+  if (!failed_.ok() || !flush().ok()) return false;  // let poll() report it
+  return !(frame_ready() || peer_closed_);
 }
 
 Status TcpEndpoint::wait(uint64_t timeout_ns) {

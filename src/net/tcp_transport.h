@@ -52,8 +52,12 @@ class TcpEndpoint {
   ~TcpEndpoint() { close(); }
 
   [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes);
-  [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm,
-                                      std::span<const uint8_t> bytes);
+  [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes);
+  // Zero-copy send into the send buffer. REQUIRES: bytes <= max_write_bytes().
+  [[nodiscard]] Result<std::span<uint8_t>> reserve(size_t bytes);
+  [[nodiscard]] Status commit_send(uint32_t session, size_t bytes);
+  [[nodiscard]] Status commit_write(uint64_t epoch, uint32_t imm, size_t bytes);
+  void cancel() { reserved_ = false; }
   [[nodiscard]] Status set_fence_epoch(uint64_t epoch);
   [[nodiscard]] Status flush();
   [[nodiscard]] Result<size_t> poll(Completion* out, size_t max);
@@ -64,13 +68,20 @@ class TcpEndpoint {
   // REQUIRES: this endpoint was made by connect() (or is pair().second).
   [[nodiscard]] Status reconnect(uint64_t timeout_ms = 5000);
 
+  // Event-loop integration (BlockableEndpoint): the socket is both the wait and the liveness
+  // fd. prepare_to_block() flushes and returns false when a frame is already buffered.
+  int wait_fd() const { return fd_; }
+  int liveness_fd() const { return fd_; }
+  [[nodiscard]] bool prepare_to_block();
+  void end_block() {}
+
   size_t max_message_bytes() const { return options_.max_message_bytes; }
   size_t max_write_bytes() const { return max_payload_bytes_; }
   uint64_t fenced_drops() const { return fenced_drops_; }
   void close();
 
   // poll_frames() source interface.
-  Result<Frame> next_frame();
+  bool next_frame(Frame* out, Status* error);
   void release_consumed();
   void on_control(const Frame& frame);
   void defer_error(Status status) { fail(std::move(status)).ignore(); }
@@ -82,6 +93,8 @@ class TcpEndpoint {
   [[nodiscard]] Status append_frame(uint32_t flags, uint32_t imm, uint64_t epoch,
                                     std::span<const uint8_t> payload);
   [[nodiscard]] Status write_all(iovec* iov, int count);
+  // Seals the frame reserved at out_ + out_len_ and flushes when half the buffer is pending.
+  [[nodiscard]] Status seal_reserved(uint32_t flags, uint32_t imm, uint64_t epoch, size_t bytes);
   // One non-blocking recv into the receive buffer. Sets peer_closed_ on EOF.
   [[nodiscard]] Status fill();
   bool frame_ready() const;
@@ -106,6 +119,7 @@ class TcpEndpoint {
   uint64_t fenced_drops_ = 0;
   MessageAssembler assembler_{0};
   bool batch_outstanding_ = false;
+  bool reserved_ = false;
   Status failed_;
 };
 
@@ -128,6 +142,7 @@ class TcpListener {
   uint16_t port_ = 0;
 };
 
-static_assert(TransportEndpoint<TcpEndpoint>);
+static_assert(ZeroCopyEndpoint<TcpEndpoint>);
+static_assert(BlockableEndpoint<TcpEndpoint>);
 
 }  // namespace shoal::net

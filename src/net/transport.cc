@@ -18,10 +18,18 @@ Result<MessageAssembler::Step> MessageAssembler::feed(const Frame& frame) {
   SHOAL_ASSERT(!complete_, "MessageAssembler::feed with an unreleased message");
   const bool more = (frame.flags & kFlagMore) != 0;
   if (!active_ && !more) return Step::kInPlace;
+  if (!active_) {
+    imm_ = frame.imm;
+  } else if (frame.imm != imm_) {
+    // One sender writes a message's fragments back to back: another session in between
+    // means the stream is not what the sender wrote.
+    return Status::Corruption(
+        fmt::format("fragment of session {} inside a message of session {}", frame.imm, imm_));
+  }
   if (size_ + frame.payload_bytes > max_bytes_) {
-    return Status::Corruption(fmt::format(
-        "fragmented message grows past max_message_bytes {} (at {} + {} bytes)", max_bytes_, size_,
-        frame.payload_bytes));
+    return Status::Corruption(
+        fmt::format("fragmented message grows past max_message_bytes {} (at {} + {} bytes)",
+                    max_bytes_, size_, frame.payload_bytes));
   }
   if (size_ + frame.payload_bytes > capacity_) {
     // Cold path: first message this large. Grow geometrically, bounded by max_bytes_.

@@ -12,8 +12,13 @@
 //                              peer sees a kWrite completion carrying imm. Refused with
 //                              Status::Aborted when epoch is below the peer's fence, and dropped
 //                              by the peer if the fence rose while the write was in flight.
+//   reserve(bytes) -> span     (ZeroCopyEndpoint) space for one frame of <= max_write_bytes,
+//                              directly in the peer's ring (shm) or the send buffer (tcp);
+//   commit_send(session, n)    then seal the first n bytes as a message, or
+//   commit_write(epoch, imm, n)  as a one-sided write (fence checked here), or cancel().
 //   set_fence_epoch(epoch)     raises this side's fence (fences only move forward).
-//   flush()                    makes buffered sends visible (tcp batches until flush/poll/wait).
+//   flush()                    makes buffered sends visible; every transport may batch sends
+//                              until flush(), poll() or wait() (one doorbell per batch).
 //   poll(out, max)             batched polled completions; never blocks.
 //   release()                  ends the batch: returns the batch's bytes to the transport.
 //   wait(timeout_ns)           adaptive: spin, then block (futex / poll) until data may be
@@ -22,6 +27,9 @@
 // Buffer ownership at each hand-off:
 //   - send()/write_with_imm(): the caller's bytes are copied into the peer's ring (shm) or
 //     the socket buffer (tcp) before the call returns; the caller keeps its buffer.
+//   - reserve(): the returned span belongs to the caller until commit_*() or cancel(), then
+//     to the transport (shm: to the peer, who reads it in place). One reservation at a time;
+//     no other send may run while it is outstanding.
 //   - poll(): completion bytes point into the receive ring (shm), the socket receive buffer
 //     (tcp), or the endpoint's reassembly buffer for fragmented messages. They are the
 //     caller's, read-only, until release(); after that they belong to the transport again.
@@ -54,10 +62,12 @@ struct Completion {
   std::span<const uint8_t> bytes;
 };
 
+inline constexpr size_t kMaxMessageBytesLimit = size_t{1} << 30;
+
 struct EndpointOptions {
   size_t ring_bytes = size_t{1} << 20;         // shm: data bytes of each direction's ring
   size_t tcp_buffer_bytes = size_t{1} << 20;   // tcp: receive buffer; frames <= a quarter
-  size_t max_message_bytes = size_t{8} << 20;  // largest message send() accepts / reassembles
+  size_t max_message_bytes = size_t{8} << 20;  // largest message; <= kMaxMessageBytesLimit
   uint64_t spin_ns = 50'000;                   // busy-poll this long before blocking
   uint64_t send_timeout_ns = 10'000'000'000;   // send() gives up waiting for credit after this
 };
@@ -78,6 +88,28 @@ concept TransportEndpoint = requires(E& e, const E& ce, std::span<const uint8_t>
   { e.inject_raw_for_test(bytes) } -> std::same_as<Status>;
 };
 
+// A transport that can hand out send space in place (shm: in the peer's ring; tcp: in the
+// send buffer). Separate from TransportEndpoint so simpler endpoints (sim) need not offer it.
+template <typename E>
+concept ZeroCopyEndpoint = TransportEndpoint<E> &&
+    requires(E& e, uint32_t u32, uint64_t u64, size_t n) {
+  { e.reserve(n) } -> std::same_as<Result<std::span<uint8_t>>>;
+  { e.commit_send(u32, n) } -> std::same_as<Status>;
+  { e.commit_write(u64, u32, n) } -> std::same_as<Status>;
+  { e.cancel() } -> std::same_as<void>;
+};
+
+// A transport an event loop can block on together with other sources: poll(2)/epoll for
+// POLLIN on wait_fd() and liveness_fd() between prepare_to_block() (false: work is pending,
+// do not block) and end_block(). The loop then polls the endpoint as usual.
+template <typename E>
+concept BlockableEndpoint = TransportEndpoint<E> && requires(E& e, const E& ce) {
+  { ce.wait_fd() } -> std::same_as<int>;
+  { ce.liveness_fd() } -> std::same_as<int>;
+  { e.prepare_to_block() } -> std::same_as<bool>;
+  { e.end_block() } -> std::same_as<void>;
+};
+
 // Reassembles fragmented messages (frames with kFlagMore, then a final frame without) into
 // one contiguous buffer. The buffer grows on the first large message up to max_message_bytes
 // (a cold path) and is then reused. Owned by the endpoint's thread.
@@ -92,6 +124,7 @@ class MessageAssembler {
   [[nodiscard]] Result<Step> feed(const Frame& frame);
   std::span<const uint8_t> message() const { return {buf_.get(), size_}; }
   bool holding() const { return complete_; }
+  bool active() const { return active_; }
   void release() {
     complete_ = false;
     size_ = 0;
@@ -102,29 +135,30 @@ class MessageAssembler {
   std::unique_ptr<uint8_t[]> buf_;
   size_t capacity_ = 0;
   size_t size_ = 0;
+  uint32_t imm_ = 0;       // session of the message being reassembled
   bool active_ = false;    // inside a fragmented message
   bool complete_ = false;  // message() is pending delivery/release
 };
 
 // The poll loop shared by every endpoint. Source provides:
-//   Result<Frame> next_frame();       next decoded frame (frame_bytes == 0: none)
+//   bool next_frame(Frame*, Status*);  next decoded frame; false: none now, or *error set
 //   void release_consumed();          return consumed frame bytes now (nothing is pinned)
 //   void on_control(const Frame&);    transport control frames
 //   void defer_error(Status);         remember a failure to report on the next call
 template <typename Source>
-[[nodiscard]] Result<size_t> poll_frames(Source& src, MessageAssembler& assembler,
-                                         Completion* out, size_t max) {
+[[nodiscard]] Result<size_t> poll_frames(Source& src, MessageAssembler& assembler, Completion* out,
+                                         size_t max) {
   size_t n = 0;
+  Frame f;
+  Status error;
   while (n < max) {
-    auto next = src.next_frame();
-    if (!next.ok()) {
-      if (n == 0) return next.status();
-      src.defer_error(next.status());  // deliver the good frames first; fail on the next call
+    if (!src.next_frame(&f, &error)) {
+      if (error.ok()) break;
+      if (n == 0) return error;
+      src.defer_error(std::move(error));  // deliver the good frames first; fail on the next call
       break;
     }
-    const Frame& f = *next;
-    if (f.frame_bytes == 0) break;
-    if (f.flags & kFlagControl) {
+    if (f.flags & kFlagControl) [[unlikely]] {
       src.on_control(f);
       if (n == 0) src.release_consumed();
       continue;
@@ -133,11 +167,13 @@ template <typename Source>
       out[n++] = {Completion::Kind::kWrite, f.imm, f.epoch, {f.payload, f.payload_bytes}};
       continue;
     }
+    if (!(f.flags & kFlagMore) && !assembler.active()) [[likely]] {  // whole message: in place
+      out[n++] = {Completion::Kind::kRecv, f.imm, f.epoch, {f.payload, f.payload_bytes}};
+      continue;
+    }
     auto step = assembler.feed(f);
     if (!step.ok()) return step.status();
-    if (*step == MessageAssembler::Step::kInPlace) {
-      out[n++] = {Completion::Kind::kRecv, f.imm, f.epoch, {f.payload, f.payload_bytes}};
-    } else if (*step == MessageAssembler::Step::kAbsorbed) {
+    if (*step == MessageAssembler::Step::kAbsorbed) {
       // Copied out: free the ring space now so an 8 MiB message streams through a 1 MiB ring.
       if (n == 0) src.release_consumed();
     } else {
@@ -151,6 +187,8 @@ template <typename Source>
 
 // Monotonic nanoseconds (vDSO clock_gettime; ~20 ns). Used on slow paths only.
 uint64_t mono_ns();
-inline void cpu_relax() { __builtin_ia32_pause(); }
+inline void cpu_relax() {
+  __builtin_ia32_pause();
+}
 
 }  // namespace shoal::net

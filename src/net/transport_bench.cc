@@ -5,7 +5,8 @@
 //     tcp transport vs bare blocking TCP (and bare busy-polling TCP).
 //   - pipelined 64 B messages per second over shm (one producer core, one consumer core) vs
 //     the bare SPSC ring.
-// Usage: net_bench [scale]   (scale multiplies the iteration counts; default 1)
+// Usage: net_bench [scale [pipelined]]   (scale multiplies the iteration counts; default 1;
+//        "pipelined" runs only the throughput part)
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string_view>
 
 #include "src/base/histogram.h"
 #include "src/net/shm_transport.h"
@@ -92,8 +94,8 @@ struct RawPort {  // one side's view: sends on tx, receives on rx
 };
 
 RawRing* map_raw_rings() {
-  void* p = mmap(nullptr, 2 * sizeof(RawRing), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                 -1, 0);
+  void* p =
+      mmap(nullptr, 2 * sizeof(RawRing), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   SHOAL_CHECK(p != MAP_FAILED);
   auto* rings = static_cast<RawRing*>(p);
   new (&rings[0]) RawRing();
@@ -192,8 +194,10 @@ void transport_pingpong(std::pair<E, E>& link, int iters, Histogram* h) {
                 });
 }
 
-double shm_pipelined(uint64_t count) {
-  auto link = ShmEndpoint::pair();
+double shm_pipelined(uint64_t count, size_t ring_bytes) {
+  EndpointOptions options;
+  options.ring_bytes = ring_bytes;
+  auto link = ShmEndpoint::pair(options);
   SHOAL_CHECK(link.ok());
   void* shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   auto* result_ns = new (shared) std::atomic<uint64_t>(0);
@@ -219,7 +223,12 @@ double shm_pipelined(uint64_t count) {
       [&] {
         link->second.close();
         uint8_t msg[kMsgBytes] = {1};
-        for (uint64_t i = 0; i < count; ++i) SHOAL_CHECK(link->first.send(1, msg).ok());
+        for (uint64_t i = 0; i < count; ++i) {
+          SHOAL_CHECK(link->first.send(1, msg).ok());
+          // An event loop flushes once per turn; here, once per 32 messages.
+          if ((i & 31) == 31) SHOAL_CHECK(link->first.flush().ok());
+        }
+        SHOAL_CHECK(link->first.flush().ok());
       });
   const double rate = static_cast<double>(count) * 1e9 / static_cast<double>(result_ns->load());
   munmap(shared, 4096);
@@ -284,10 +293,9 @@ void raw_tcp_pingpong(int iters, bool spin, Histogram* h) {
   close(c);
 }
 
-int run(int scale) {
+void run_pingpong(int scale) {
   const int shm_iters = 200'000 * scale;
   const int tcp_iters = 30'000 * scale;
-  const uint64_t pipe_count = 20'000'000ULL * static_cast<uint64_t>(scale);
   std::printf("64 B ping-pong round trip (2 processes, %ld online CPUs)\n",
               sysconf(_SC_NPROCESSORS_ONLN));
   auto h = std::make_unique<Histogram>();
@@ -318,13 +326,22 @@ int run(int scale) {
   }
   print_latency("tcp transport", *h);
   const double tcp_p50 = static_cast<double>(h->percentile(50));
-  std::printf("  ratios (p50): shm/raw-spsc %.2fx   tcp/raw-blocking %.2fx   tcp/raw-polled %.2fx\n",
-              shm_p50 / raw_shm_p50, tcp_p50 / raw_tcp_p50, tcp_p50 / raw_tcp_spin_p50);
+  std::printf(
+      "  ratios (p50): shm/raw-spsc %.2fx   tcp/raw-blocking %.2fx   tcp/raw-polled %.2fx\n",
+      shm_p50 / raw_shm_p50, tcp_p50 / raw_tcp_p50, tcp_p50 / raw_tcp_spin_p50);
+}
+
+int run(int scale, bool pipelined_only) {
+  const uint64_t pipe_count = 20'000'000ULL * static_cast<uint64_t>(scale);
+  if (!pipelined_only) run_pingpong(scale);
   std::printf("pipelined 64 B messages, one producer core -> one consumer core\n");
   const double raw_rate = raw_spsc_pipelined(pipe_count);
   std::printf("  %-34s %8.2f M msgs/s\n", "raw SPSC shared-memory ring", raw_rate / 1e6);
-  const double shm_rate = shm_pipelined(pipe_count);
-  std::printf("  %-34s %8.2f M msgs/s\n", "shm transport", shm_rate / 1e6);
+  for (size_t ring_kib : {64, 256, 1024}) {
+    const double shm_rate = shm_pipelined(pipe_count, ring_kib * 1024);
+    std::printf("  shm transport, %4zu KiB ring         %8.2f M msgs/s\n", ring_kib,
+                shm_rate / 1e6);
+  }
   return 0;
 }
 
@@ -333,5 +350,6 @@ int run(int scale) {
 
 int main(int argc, char** argv) {
   const int scale = argc > 1 ? std::max(1, std::atoi(argv[1])) : 1;
-  return shoal::net::run(scale);
+  const bool pipelined_only = argc > 2 && std::string_view(argv[2]) == "pipelined";
+  return shoal::net::run(scale, pipelined_only);
 }

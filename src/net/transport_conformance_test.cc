@@ -2,16 +2,20 @@
 // fork()ed child; a child reports failure through its exit code (gtest asserts are not used
 // there) and ends with _exit so it never runs the parent's test machinery.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/base/env.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
+#include "src/net/wan_shaper.h"
 
 namespace shoal::net {
 namespace {
@@ -87,12 +91,14 @@ EndpointOptions small_options() {
 
 template <typename E>
 class TransportConformance : public ::testing::Test {};
-using Transports = ::testing::Types<ShmEndpoint, TcpEndpoint>;
+using Transports = ::testing::Types<ShmEndpoint, TcpEndpoint, WanShaped<ShmEndpoint>>;
 class TransportNames {
  public:
   template <typename T>
   static std::string GetName(int) {
-    return std::is_same_v<T, ShmEndpoint> ? "shm" : "tcp";
+    if (std::is_same_v<T, ShmEndpoint>) return "shm";
+    if (std::is_same_v<T, TcpEndpoint>) return "tcp";
+    return "shm_wan";
   }
 };
 TYPED_TEST_SUITE(TransportConformance, Transports, TransportNames);
@@ -148,9 +154,23 @@ TYPED_TEST(TransportConformance, EchoSizesFromOneByteTo8MiB) {
     return 4;
   });
   const size_t frag = a.max_write_bytes();
-  const size_t sizes[] = {1,        7,        8,        63,       64,          65,
-                          4095,     4096,     65536,    frag - 1, frag,        frag + 1,
-                          2 * frag, 1u << 20, 3333333,  8u << 20, a.max_message_bytes()};
+  const size_t sizes[] = {1,
+                          7,
+                          8,
+                          63,
+                          64,
+                          65,
+                          4095,
+                          4096,
+                          65536,
+                          frag - 1,
+                          frag,
+                          frag + 1,
+                          2 * frag,
+                          1u << 20,
+                          3333333,
+                          8u << 20,
+                          a.max_message_bytes()};
   for (size_t size : sizes) {
     const auto body = pattern(size, size);
     ASSERT_TRUE(a.send(static_cast<uint32_t>(size), body).ok());
@@ -242,7 +262,7 @@ TYPED_TEST(TransportConformance, MalformedFramesAreRejectedWithoutCrashing) {
     std::vector<uint8_t> bad = frame_at_32(40);
     if (kind == kGarbage) bad = pattern(64, 77);
     if (kind == kBadCanary) bad.back() ^= 0x40;
-    if (kind == kHugeLength) bad[3] = 0x0f;  // length ~ 250 MiB
+    if (kind == kHugeLength) bad[3] = 0x0f;       // length ~ 250 MiB
     if (kind == kBadFlags) bad[3] = 0x20 | 0x40;  // write + more
     if (kind == kWrongPosition) {
       bad.assign(frame_bytes(40), 0);
@@ -304,6 +324,44 @@ TYPED_TEST(TransportConformance, OneSidedWritesAndStaleEpochFence) {
   EXPECT_EQ(b.set_fence_epoch(4).code(), Code::kInvalidArgument);
 }
 
+TYPED_TEST(TransportConformance, ZeroCopyReserveAndCommit) {
+  auto link = TypeParam::pair();
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  auto span = a.reserve(100);
+  ASSERT_TRUE(span.ok());
+  ASSERT_EQ(span->size(), 100u);
+  std::memcpy(span->data(), "in place", 8);
+  ASSERT_TRUE(a.poll(nullptr, 0).ok());   // polling with a reservation outstanding is allowed
+  ASSERT_TRUE(a.commit_send(3, 8).ok());  // shorter than reserved
+  auto cancelled = a.reserve(10);
+  ASSERT_TRUE(cancelled.ok());
+  a.cancel();
+  ASSERT_TRUE(b.set_fence_epoch(2).ok());
+  ASSERT_TRUE(b.send(0, as_bytes("sync")).ok());
+  ASSERT_TRUE(b.flush().ok());
+  Received r;
+  ASSERT_TRUE(recv_one(a, &r).ok());  // a has now seen b's fence
+  auto w = a.reserve(5);
+  ASSERT_TRUE(w.ok());
+  std::memcpy(w->data(), "stale", 5);
+  EXPECT_EQ(a.commit_write(1, 9, 5).code(), Code::kAborted);
+  w = a.reserve(5);
+  ASSERT_TRUE(w.ok());
+  std::memcpy(w->data(), "fresh", 5);
+  ASSERT_TRUE(a.commit_write(2, 9, 5).ok());
+  EXPECT_EQ(a.reserve(a.max_write_bytes() + 1).status().code(), Code::kInvalidArgument);
+  ASSERT_TRUE(a.flush().ok());
+  ASSERT_TRUE(recv_one(b, &r).ok());
+  EXPECT_EQ(r.kind, Completion::Kind::kRecv);
+  EXPECT_EQ(r.imm, 3u);
+  EXPECT_EQ(std::string(r.bytes.begin(), r.bytes.end()), "in place");
+  ASSERT_TRUE(recv_one(b, &r).ok());
+  EXPECT_EQ(r.kind, Completion::Kind::kWrite);
+  EXPECT_EQ(std::string(r.bytes.begin(), r.bytes.end()), "fresh");
+  EXPECT_EQ(b.fenced_drops(), 0u);
+}
+
 TYPED_TEST(TransportConformance, BatchedPollReturnsManyCompletions) {
   auto link = TypeParam::pair();
   ASSERT_TRUE(link.ok()) << link.status().to_string();
@@ -324,6 +382,48 @@ TYPED_TEST(TransportConformance, BatchedPollReturnsManyCompletions) {
   }
   EXPECT_EQ(got, 100u);
   EXPECT_GT(largest, 1u);
+}
+
+// An event loop blocks in poll(2) on several endpoints' fds at once; data or the peer's death
+// must wake it, and an idle wait must not burn the CPU.
+template <typename E>
+int block_on(E& ep, int timeout_ms) {
+  if (!ep.prepare_to_block()) return 1;  // work pending: a loop would not block
+  pollfd fds[2] = {{ep.wait_fd(), POLLIN, 0}, {ep.liveness_fd(), POLLIN | POLLRDHUP, 0}};
+  const int r = ::poll(fds, 2, timeout_ms);
+  ep.end_block();
+  return r;
+}
+
+TYPED_TEST(TransportConformance, EventLoopBlocksOnWaitFds) {
+  auto link = TypeParam::pair();
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  // Nothing pending: blocks for the whole timeout.
+  const uint64_t t0 = mono_ns();
+  EXPECT_EQ(block_on(b, 100), 0);
+  EXPECT_GE(mono_ns() - t0, 90'000'000u);
+  // Data from another thread wakes it.
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(a.send(4, as_bytes("wake up")).ok());
+    EXPECT_TRUE(a.flush().ok());
+  });
+  const uint64_t t1 = mono_ns();
+  EXPECT_GT(block_on(b, 5000), 0);
+  EXPECT_LT(mono_ns() - t1, 2'000'000'000u);
+  sender.join();
+  Received r;
+  ASSERT_TRUE(recv_one(b, &r).ok());
+  EXPECT_EQ(std::string(r.bytes.begin(), r.bytes.end()), "wake up");
+  // The peer's death wakes it too.
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    a.close();
+  });
+  EXPECT_GT(block_on(b, 5000), 0);
+  closer.join();
+  EXPECT_EQ(recv_one(b, &r, 5 * kSecondNs).code(), Code::kUnavailable);
 }
 
 // ---- transport-specific: rendezvous and reconnect.
@@ -350,6 +450,7 @@ TEST(ShmTransportTest, RendezvousByNameAcrossProcesses) {
   ASSERT_TRUE(recv_one(*ep, &r).ok());
   EXPECT_EQ(r.imm, 42u);
   ASSERT_TRUE(ep->send(0, as_bytes("bye")).ok());
+  ASSERT_TRUE(ep->flush().ok());
   EXPECT_EQ(wait_child(pid), 0);
 }
 
@@ -361,8 +462,7 @@ TEST(ShmTransportTest, IdleWaiterSleepsInsteadOfSpinning) {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
   EXPECT_EQ(b.wait(300'000'000).code(), Code::kTimeout);
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
-  const double cpu_ms =
-      (cpu1.tv_sec - cpu0.tv_sec) * 1e3 + (cpu1.tv_nsec - cpu0.tv_nsec) / 1e6;
+  const double cpu_ms = (cpu1.tv_sec - cpu0.tv_sec) * 1e3 + (cpu1.tv_nsec - cpu0.tv_nsec) / 1e6;
   EXPECT_LT(cpu_ms, 30.0) << "an idle wait burned the CPU";
   (void)a;
 }

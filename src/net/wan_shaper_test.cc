@@ -1,0 +1,103 @@
+#include "src/net/wan_shaper.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "src/net/shm_transport.h"
+
+namespace shoal::net {
+namespace {
+
+// An Env whose clock the test moves by hand.
+class ManualEnv final : public Env {
+ public:
+  uint64_t now_ns() override { return now; }
+  uint64_t wall_us() override { return now / 1000; }
+  void sleep_ns(uint64_t ns) override { now += ns; }
+  uint64_t seed() override { return 42; }
+  uint64_t now = 1'000'000;
+};
+
+std::span<const uint8_t> as_bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+TEST(WanShaperTest, HoldsEachMessageForDelayPlusJitterInOrder) {
+  auto inner = ShmEndpoint::pair();
+  ASSERT_TRUE(inner.ok());
+  ManualEnv env;
+  constexpr LinkShape kShape{50'000'000, 5'000'000};  // 50 ms +- 5 ms one way
+  WanShaped<ShmEndpoint> a(std::move(inner->first), kShape, env);
+  WanShaped<ShmEndpoint> b(std::move(inner->second), kShape, env);
+  constexpr uint32_t kCount = 200;
+  for (uint32_t i = 0; i < kCount; ++i) {
+    ASSERT_TRUE(a.send(i, as_bytes("m" + std::to_string(i))).ok());
+  }
+  ASSERT_TRUE(a.flush().ok());
+  const uint64_t sent_at = env.now;
+  Completion c[16];
+  auto none = b.poll(c, 16);  // ingests everything, delivers nothing yet
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0u);
+  EXPECT_GE(b.next_due_ns(), sent_at + kShape.one_way_delay_ns);
+  EXPECT_LE(b.next_due_ns(), sent_at + kShape.one_way_delay_ns + kShape.jitter_ns);
+  uint32_t got = 0;
+  while (got < kCount && env.now < sent_at + 100'000'000) {  // step virtual time by 100 us
+    env.now += 100'000;
+    for (;;) {  // drain everything due at this instant (16 at a time)
+      auto n = b.poll(c, 16);
+      ASSERT_TRUE(n.ok());
+      for (size_t i = 0; i < *n; ++i, ++got) {
+        ASSERT_EQ(c[i].imm, got);  // jitter never reorders
+        EXPECT_GE(env.now, sent_at + kShape.one_way_delay_ns);
+        EXPECT_LE(env.now, sent_at + kShape.one_way_delay_ns + kShape.jitter_ns + 100'000);
+      }
+      b.release();
+      if (*n == 0) break;
+    }
+  }
+  EXPECT_EQ(got, kCount);
+}
+
+TEST(WanShaperTest, RealTimeRoundTripIsTwiceTheOneWayDelay) {
+  auto inner = ShmEndpoint::pair();
+  ASSERT_TRUE(inner.ok());
+  WanMatrix wan(3);
+  wan.set(0, 1, {5'000'000, 1'000'000});  // regions 0 and 1: 5 ms +- 1 ms
+  wan.set(0, 2, {40'000'000, 0});
+  EXPECT_EQ(wan.between(1, 0).one_way_delay_ns, 5'000'000u);
+  EXPECT_EQ(wan.between(2, 0).one_way_delay_ns, 40'000'000u);
+  WanShaped<ShmEndpoint> a(std::move(inner->first), wan.between(1, 0));
+  WanShaped<ShmEndpoint> b(std::move(inner->second), wan.between(0, 1));
+  for (int i = 0; i < 5; ++i) {
+    const uint64_t t0 = mono_ns();
+    ASSERT_TRUE(a.send(1, as_bytes("ping")).ok());
+    ASSERT_TRUE(a.flush().ok());
+    Completion c;
+    size_t n = 0;
+    while (n == 0) {  // b echoes
+      ASSERT_TRUE(b.wait(1'000'000'000).ok());
+      auto r = b.poll(&c, 1);
+      ASSERT_TRUE(r.ok());
+      n = *r;
+    }
+    ASSERT_TRUE(b.send(c.imm, c.bytes).ok());
+    b.release();
+    ASSERT_TRUE(b.flush().ok());
+    n = 0;
+    while (n == 0) {
+      ASSERT_TRUE(a.wait(1'000'000'000).ok());
+      auto r = a.poll(&c, 1);
+      ASSERT_TRUE(r.ok());
+      n = *r;
+    }
+    a.release();
+    const uint64_t rtt = mono_ns() - t0;
+    EXPECT_GE(rtt, 10'000'000u);
+    EXPECT_LT(rtt, 12'000'000u + 5'000'000u);  // 2 x (5 + 1) ms, plus scheduling slack
+  }
+}
+
+}  // namespace
+}  // namespace shoal::net

@@ -1,0 +1,96 @@
+// TransportReceiver<E>: lets a coroutine on the per-core EventLoop (src/runtime) co_await the
+// next completion of a transport endpoint (src/net):
+//
+//   auto rx = TransportReceiver<ShmEndpoint>::create(loop, endpoint);   // cold path
+//   Result<net::Completion> c = co_await (*rx)->next();
+//
+// The receiver registers itself as one of the loop's pollers; each loop iteration polls the
+// endpoint only while a coroutine waits, and resumes it with the first completion of a batch
+// (later ones are handed out by the following next() calls without polling). The bytes of a
+// completion stay valid until the next co_await next(): the batch is released then, as the
+// transport contract requires (release() before the next poll()).
+//
+// Threads: owned by the loop's thread; one waiting coroutine at a time. Errors from the
+// endpoint (Unavailable, Corruption) are returned by next() and stay sticky.
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include "src/net/transport.h"
+#include "src/runtime/event_loop.h"
+
+namespace shoal::rt {
+
+template <net::TransportEndpoint E>
+class TransportReceiver {
+ public:
+  // REQUIRES: on the loop's thread; `endpoint` and `loop` outlive the receiver.
+  [[nodiscard]] static Result<std::unique_ptr<TransportReceiver>> create(EventLoop& loop,
+                                                                         E& endpoint) {
+    std::unique_ptr<TransportReceiver> rx(new TransportReceiver(loop, endpoint));
+    SHOAL_TRY(loop.add_poller(&TransportReceiver::poll_fn, rx.get()));
+    return rx;
+  }
+  ~TransportReceiver() {
+    loop_.remove_poller(this);
+    if (batch_live_) ep_.release();
+  }
+  TransportReceiver(const TransportReceiver&) = delete;
+  TransportReceiver& operator=(const TransportReceiver&) = delete;
+
+  struct NextAwaiter {
+    TransportReceiver* rx;
+    bool await_ready() { return rx->try_fill(); }
+    void await_suspend(std::coroutine_handle<> h) {
+      SHOAL_ASSERT(!rx->waiter_, "%s", "two coroutines wait on one TransportReceiver");
+      rx->waiter_ = h;
+    }
+    Result<net::Completion> await_resume() {
+      if (!rx->error_.ok()) return rx->error_;
+      return rx->batch_[rx->index_++];
+    }
+  };
+  NextAwaiter next() { return {this}; }
+
+ private:
+  static constexpr size_t kBatch = 32;
+
+  TransportReceiver(EventLoop& loop, E& endpoint) : loop_(loop), ep_(endpoint) {}
+
+  // True when a completion (or an error) is ready for the awaiter.
+  bool try_fill() {
+    if (!error_.ok() || index_ < count_) return true;
+    if (batch_live_) {
+      ep_.release();  // the previous completion's bytes go back to the transport
+      batch_live_ = false;
+    }
+    auto n = ep_.poll(batch_, kBatch);
+    if (!n.ok()) {
+      error_ = n.status();
+      return true;
+    }
+    count_ = *n;
+    index_ = 0;
+    batch_live_ = count_ > 0;
+    return count_ > 0;
+  }
+
+  static bool poll_fn(void* ctx) {
+    auto* self = static_cast<TransportReceiver*>(ctx);
+    if (!self->waiter_ || !self->try_fill()) return false;
+    self->loop_.schedule(std::exchange(self->waiter_, {}));
+    return true;
+  }
+
+  EventLoop& loop_;
+  E& ep_;
+  net::Completion batch_[kBatch];
+  size_t count_ = 0;
+  size_t index_ = 0;
+  bool batch_live_ = false;
+  std::coroutine_handle<> waiter_;
+  Status error_;
+};
+
+}  // namespace shoal::rt

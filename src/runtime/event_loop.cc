@@ -1,0 +1,259 @@
+#include "src/runtime/event_loop.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+
+namespace shoal::rt {
+
+namespace detail {
+Root::promise_type::~promise_type() {
+  if (loop != nullptr) loop->unlink_root(this);
+}
+}  // namespace detail
+
+namespace {
+// Min-heap order for std::push_heap (which builds a max-heap on `less`).
+struct TimerLater {
+  template <typename T>
+  bool operator()(const T& a, const T& b) const {
+    return a.deadline_ns != b.deadline_ns ? a.deadline_ns > b.deadline_ns : a.id > b.id;
+  }
+};
+
+detail::Root run_root(Task<void> task) {
+  co_await task;
+}
+
+void cpu_relax() {
+  __builtin_ia32_pause();
+}
+}  // namespace
+
+EventLoop::EventLoop(Env& env, LoopOptions options)
+    : env_(env), options_(options), owner_(std::this_thread::get_id()) {
+  SHOAL_ASSERT(options_.max_tasks > 0 && options_.ready_batch > 0, "%s", "bad LoopOptions");
+  ready_.resize(std::bit_ceil(uint64_t{options_.max_tasks} + kReadySlack));
+  timers_.reserve(options_.max_timers);
+  pollers_.reserve(options_.max_pollers);
+  posts_.resize(std::bit_ceil(uint64_t{std::max<uint32_t>(options_.post_capacity, 1)}));
+  event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  SHOAL_ASSERT(event_fd_ >= 0, "%s", "eventfd failed");
+}
+
+EventLoop::~EventLoop() {
+  // Destroying a root destroys the Task it awaits, hence the whole suspended chain.
+  while (roots_ != nullptr) {
+    auto h = std::coroutine_handle<detail::Root::promise_type>::from_promise(*roots_);
+    h.destroy();  // the promise destructor unlinks it
+  }
+  close(event_fd_);
+}
+
+void EventLoop::check_thread() {
+  SHOAL_DCHECK(std::this_thread::get_id() == owner_);
+}
+
+Status EventLoop::spawn(Task<void> task) {
+  check_thread();
+  SHOAL_ASSERT(task.valid(), "%s", "spawn of an empty Task");
+  if (live_tasks_ >= options_.max_tasks) {
+    return Status::Unavailable("event loop: max_tasks live tasks");
+  }
+  detail::Root root = run_root(std::move(task));
+  auto& p = root.handle.promise();
+  p.loop = this;
+  p.next = roots_;
+  if (roots_ != nullptr) roots_->prev = &p;
+  roots_ = &p;
+  ++live_tasks_;
+  schedule(root.handle);
+  return Status::Ok();
+}
+
+void EventLoop::unlink_root(detail::Root::promise_type* p) {
+  if (p->prev != nullptr) p->prev->next = p->next;
+  if (p->next != nullptr) p->next->prev = p->prev;
+  if (roots_ == p) roots_ = p->next;
+  --live_tasks_;
+}
+
+void EventLoop::schedule(std::coroutine_handle<> h) {
+  check_thread();
+  SHOAL_ASSERT(ready_tail_ - ready_head_ < ready_.size(), "%s",
+               "ready queue overflow: a task was scheduled twice or does not belong here");
+  ready_[ready_tail_++ & (ready_.size() - 1)] = h;
+}
+
+Result<uint64_t> EventLoop::add_timer(uint64_t deadline_ns, TimerFn fn, void* ctx, uint64_t arg) {
+  check_thread();
+  if (timers_.size() >= options_.max_timers) {
+    return Status::Unavailable("event loop: max_timers pending");
+  }
+  const uint64_t id = next_timer_id_++;
+  timers_.push_back({deadline_ns, id, fn, ctx, arg});
+  std::push_heap(timers_.begin(), timers_.end(), TimerLater{});
+  return id;
+}
+
+void EventLoop::cancel_timer(uint64_t id) {
+  check_thread();
+  for (size_t i = 0; i < timers_.size(); ++i) {
+    if (timers_[i].id != id) continue;
+    timers_[i] = timers_.back();
+    timers_.pop_back();
+    std::make_heap(timers_.begin(), timers_.end(), TimerLater{});
+    return;
+  }
+}
+
+Status EventLoop::add_poller(PollFn fn, void* ctx, DeadlineFn deadline) {
+  check_thread();
+  if (pollers_.size() >= options_.max_pollers) {
+    return Status::Unavailable("event loop: max_pollers registered");
+  }
+  pollers_.push_back({fn, ctx, deadline});
+  return Status::Ok();
+}
+
+void EventLoop::remove_poller(void* ctx) {
+  check_thread();
+  std::erase_if(pollers_, [ctx](const Poller& p) { return p.ctx == ctx; });
+}
+
+Status EventLoop::post(PostFn fn, void* ctx) {
+  {
+    std::lock_guard<std::mutex> lock(post_mu_);
+    if (post_tail_ - post_head_ >= options_.post_capacity) {
+      return Status::Unavailable("event loop: post queue full");
+    }
+    posts_[post_tail_++ & (posts_.size() - 1)] = {fn, ctx};
+    posts_pending_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  // Dekker pairing with block(): we published the post (seq_cst) before reading sleeping_;
+  // the loop publishes sleeping_ before re-reading posts_pending_. One of us sees the other.
+  if (sleeping_.load(std::memory_order_seq_cst)) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof(one));
+  }
+  return Status::Ok();
+}
+
+void EventLoop::stop() {
+  stop_.store(true, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst)) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof(one));
+  }
+}
+
+bool EventLoop::run_posts() {
+  if (posts_pending_.load(std::memory_order_acquire) == 0) return false;
+  // Take a bounded batch under the lock, run it outside (a post may post again).
+  Post batch[64];
+  size_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(post_mu_);
+    while (n < 64 && post_head_ != post_tail_)
+      batch[n++] = posts_[post_head_++ & (posts_.size() - 1)];
+    posts_pending_.fetch_sub(static_cast<uint32_t>(n), std::memory_order_relaxed);
+  }
+  for (size_t i = 0; i < n; ++i) batch[i].fn(batch[i].ctx);
+  stats_.posts_run += n;
+  return n != 0;
+}
+
+bool EventLoop::run_timers(uint64_t now_ns) {
+  // Only timers due at entry: a timer that adds a due timer runs it next iteration (bounded).
+  size_t budget = timers_.size();
+  bool did = false;
+  while (budget-- > 0 && !timers_.empty() && timers_.front().deadline_ns <= now_ns) {
+    std::pop_heap(timers_.begin(), timers_.end(), TimerLater{});
+    const Timer t = timers_.back();
+    timers_.pop_back();
+    t.fn(t.ctx, t.arg);
+    ++stats_.timers_fired;
+    did = true;
+  }
+  return did;
+}
+
+bool EventLoop::run_ready() {
+  uint32_t n = 0;
+  while (n < options_.ready_batch && ready_head_ != ready_tail_) {
+    std::coroutine_handle<> h = ready_[ready_head_++ & (ready_.size() - 1)];
+    h.resume();
+    ++n;
+  }
+  stats_.resumes += n;
+  return n != 0;
+}
+
+bool EventLoop::run_once() {
+  check_thread();
+  ++stats_.iterations;
+  bool did = run_posts();
+  did |= run_timers(env_.now_ns());
+  did |= run_ready();
+  for (size_t i = 0; i < pollers_.size(); ++i) did |= pollers_[i].fn(pollers_[i].ctx);
+  return did;
+}
+
+uint64_t EventLoop::next_deadline_ns() {
+  uint64_t d = timers_.empty() ? kNever : timers_.front().deadline_ns;
+  for (const Poller& p : pollers_) {
+    if (p.deadline != nullptr) d = std::min(d, p.deadline(p.ctx));
+  }
+  return d;
+}
+
+void EventLoop::block(uint64_t now_ns) {
+  const uint64_t deadline = next_deadline_ns();
+  uint64_t timeout_ns = deadline > now_ns ? deadline - now_ns : 0;
+  // Pollers (transports) cannot ring our eventfd, so sleep in slices while any exist.
+  if (!pollers_.empty()) timeout_ns = std::min(timeout_ns, options_.max_block_ns);
+  timeout_ns = std::min<uint64_t>(timeout_ns, 1'000'000'000);  // stop() check at least 1/s
+  if (timeout_ns == 0 || has_ready()) return;
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (posts_pending_.load(std::memory_order_seq_cst) == 0 && !stop_.load()) {
+    ++stats_.blocks;
+    pollfd pfd{event_fd_, POLLIN, 0};
+    timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000),
+                static_cast<long>(timeout_ns % 1'000'000'000)};
+    if (ppoll(&pfd, 1, &ts, nullptr) > 0) {
+      uint64_t v;
+      if (read(event_fd_, &v, sizeof(v)) > 0) ++stats_.eventfd_wakes;
+    }
+  }
+  sleeping_.store(false, std::memory_order_relaxed);
+}
+
+void EventLoop::run() {
+  owner_ = std::this_thread::get_id();  // the loop may be built on one thread, run on another
+  uint64_t idle_since_ns = 0;
+  bool idle = false;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    if (run_once()) {
+      idle = false;
+      continue;
+    }
+    const uint64_t now = env_.now_ns();
+    if (!idle) {
+      idle = true;
+      idle_since_ns = now;
+    }
+    if (now - idle_since_ns < options_.spin_ns) {
+      cpu_relax();
+      continue;
+    }
+    block(now);
+    idle = false;  // after a wake-up, spin again before the next sleep
+  }
+  stop_.store(false);  // a stop() before run() is not lost; the next run() starts afresh
+}
+
+}  // namespace shoal::rt

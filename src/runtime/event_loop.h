@@ -1,0 +1,226 @@
+// EventLoop: one per worker thread (core). Runs coroutine tasks, timers and transport pollers.
+//
+// One iteration (run_once) does, in this order: drain cross-thread posts, fire due timers,
+// resume up to ready_batch ready tasks, call every poller once. run() repeats it; when an
+// iteration finds no work the loop spins for spin_ns (an empty pass costs ~25 ns)
+// and then blocks on an eventfd with ppoll(timeout = next timer, capped by max_block_ns while
+// pollers exist, since a transport cannot ring our eventfd). post() from any thread rings the
+// eventfd only when the loop announced it is asleep (one atomic load on the fast path).
+//
+// Time comes from the Env given at construction: RealEnv on real threads, SimEnv under the
+// simulator, where the simulator calls run_once() itself and never run() (virtual time does
+// not pass while a loop spins).
+//
+// Threads: every method except post() and stop() must be called on the owning thread (the one
+// that calls run()/run_once(); checked in debug builds). Invariants: a task is in the ready
+// queue at most once; the ready queue holds at most max_tasks + kReadySlack handles, and
+// spawn() refuses beyond max_tasks live tasks, so schedule() never overflows; timers fire in
+// (deadline, insertion order).
+// Allocation: none per iteration; spawn() allocates the coroutine frames (the task's and a
+// 64-byte root frame). Timer heap, ready ring, poller table and post ring are sized up front.
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "shoal/status.h"
+#include "src/base/env.h"
+#include "src/runtime/task.h"
+
+namespace shoal::rt {
+
+class EventLoop;
+
+struct LoopOptions {
+  uint32_t max_tasks = 4096;          // live spawned (root) tasks; spawn() refuses beyond
+  uint32_t max_timers = 65536;        // pending timers; add_timer() refuses beyond
+  uint32_t max_pollers = 16;          // registered pollers
+  uint32_t post_capacity = 4096;      // cross-thread posts waiting to run; post() refuses beyond
+  uint32_t ready_batch = 256;         // tasks resumed per iteration before pollers run again
+  uint64_t spin_ns = 50'000;          // idle spin before blocking (0: block at once)
+  uint64_t max_block_ns = 1'000'000;  // one sleep's cap while pollers are registered
+};
+
+// Counters, owned by the loop thread (read them there, or after the loop stopped).
+struct LoopStats {
+  uint64_t iterations = 0;
+  uint64_t resumes = 0;
+  uint64_t timers_fired = 0;
+  uint64_t posts_run = 0;
+  uint64_t blocks = 0;         // times the loop went to sleep on the eventfd
+  uint64_t eventfd_wakes = 0;  // post() calls that had to write the eventfd
+};
+
+using TimerFn = void (*)(void* ctx, uint64_t arg);
+using PostFn = void (*)(void* ctx);
+// Polls one source; returns true when it did work (so the loop keeps spinning).
+using PollFn = bool (*)(void* ctx);
+// Earliest virtual/real time at which a poller needs to run even without input
+// (e.g. a WAN shaper releasing a held message); UINT64_MAX: none.
+using DeadlineFn = uint64_t (*)(void* ctx);
+
+inline constexpr uint64_t kNever = UINT64_MAX;
+inline constexpr uint32_t kReadySlack = 64;
+
+namespace detail {
+// The root coroutine of a spawned task: awaits the Task, is linked into its loop's list of live
+// roots (so the loop can destroy unfinished ones), and frees itself when done.
+struct Root {
+  struct promise_type {
+    EventLoop* loop = nullptr;
+    promise_type* prev = nullptr;
+    promise_type* next = nullptr;
+    Root get_return_object() noexcept {
+      return Root{std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { SHOAL_ASSERT(false, "%s", "exception in a root task"); }
+    ~promise_type();  // unlinks from the loop
+  };
+  std::coroutine_handle<promise_type> handle;
+};
+}  // namespace detail
+
+class EventLoop {
+ public:
+  explicit EventLoop(Env& env, LoopOptions options = {});
+  // Destroys unfinished spawned tasks without resuming them. REQUIRES: owning thread; nothing
+  // else (RPC endpoints, other loops) still holds handles of this loop's tasks.
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  Env& env() { return env_; }
+  uint64_t now_ns() { return env_.now_ns(); }
+  const LoopStats& stats() const { return stats_; }
+  uint32_t live_tasks() const { return live_tasks_; }
+
+  // Starts `task` as a detached root on this loop (it first runs on the next iteration).
+  // Unavailable when max_tasks tasks are live (backpressure; the task is destroyed unrun).
+  [[nodiscard]] Status spawn(Task<void> task);
+  // Makes a suspended task runnable. REQUIRES: owning thread; h belongs to a live task of this
+  // loop and is not already queued.
+  void schedule(std::coroutine_handle<> h);
+
+  // One-shot timer: fn(ctx, arg) runs on this loop at or after deadline_ns. Returns an id for
+  // cancel_timer(). Unavailable when max_timers are pending.
+  [[nodiscard]] Result<uint64_t> add_timer(uint64_t deadline_ns, TimerFn fn, void* ctx,
+                                           uint64_t arg = 0);
+  // Cancels a pending timer (no-op if it already fired). O(pending timers): a cold path.
+  void cancel_timer(uint64_t id);
+
+  // Awaitables, for tasks running on this loop. They resume with the add_timer() Status.
+  struct SleepAwaiter {
+    EventLoop* loop;
+    uint64_t deadline_ns;
+    Status status;
+    bool await_ready() { return loop->now_ns() >= deadline_ns; }
+    bool await_suspend(std::coroutine_handle<> h) {
+      auto id = loop->add_timer(
+          deadline_ns,
+          [](void* ctx, uint64_t arg) {
+            static_cast<EventLoop*>(ctx)->schedule(
+                std::coroutine_handle<>::from_address(reinterpret_cast<void*>(arg)));
+          },
+          loop, reinterpret_cast<uint64_t>(h.address()));
+      if (id.ok()) return true;
+      status = id.status();  // timer table full: resume at once with the error
+      return false;
+    }
+    Status await_resume() { return std::move(status); }
+  };
+  struct YieldAwaiter {
+    EventLoop* loop;
+    bool await_ready() noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) { loop->schedule(h); }
+    void await_resume() noexcept {}
+  };
+  SleepAwaiter sleep_until(uint64_t deadline_ns) { return {this, deadline_ns, Status::Ok()}; }
+  SleepAwaiter sleep_for(uint64_t duration_ns) { return sleep_until(now_ns() + duration_ns); }
+  // Re-queues the current task behind every other ready task.
+  YieldAwaiter yield() { return {this}; }
+
+  [[nodiscard]] Status add_poller(PollFn fn, void* ctx, DeadlineFn deadline = nullptr);
+  // Removes every poller registered with ctx.
+  void remove_poller(void* ctx);
+
+  // Any thread: runs fn(ctx) on this loop soon; wakes the loop if it sleeps. Unavailable when
+  // post_capacity posts are pending.
+  [[nodiscard]] Status post(PostFn fn, void* ctx);
+  // Any thread: resumes h on this loop (a continuation handed across cores).
+  [[nodiscard]] Status post_resume(std::coroutine_handle<> h) {
+    return post([](void* p) { std::coroutine_handle<>::from_address(p).resume(); }, h.address());
+  }
+
+  // One non-blocking iteration. Returns true when it did any work.
+  bool run_once();
+  // Runs iterations with adaptive spin/block until stop(). REQUIRES: a real-time Env.
+  void run();
+  // Any thread: makes run() return after the current iteration.
+  void stop();
+  // Earliest timer or poller deadline (kNever if none). Owning thread.
+  uint64_t next_deadline_ns();
+  bool has_ready() const { return ready_head_ != ready_tail_; }
+
+ private:
+  friend struct detail::Root::promise_type;
+  struct Timer {
+    uint64_t deadline_ns;
+    uint64_t id;  // insertion order; also the cancel handle
+    TimerFn fn;
+    void* ctx;
+    uint64_t arg;
+  };
+  struct Poller {
+    PollFn fn;
+    void* ctx;
+    DeadlineFn deadline;
+  };
+  struct Post {
+    PostFn fn;
+    void* ctx;
+  };
+
+  bool run_posts();
+  bool run_timers(uint64_t now_ns);
+  bool run_ready();
+  void block(uint64_t now_ns);
+  void unlink_root(detail::Root::promise_type* p);
+  void check_thread();
+
+  Env& env_;
+  LoopOptions options_;
+  LoopStats stats_;
+  std::thread::id owner_;
+
+  // Ready ring (power-of-two capacity).
+  std::vector<std::coroutine_handle<>> ready_;
+  uint64_t ready_head_ = 0;
+  uint64_t ready_tail_ = 0;
+
+  std::vector<Timer> timers_;  // min-heap on (deadline_ns, id)
+  uint64_t next_timer_id_ = 1;
+
+  std::vector<Poller> pollers_;
+
+  detail::Root::promise_type* roots_ = nullptr;  // intrusive list of live roots
+  uint32_t live_tasks_ = 0;
+
+  // Cross-thread posts: a bounded ring under a mutex (posting is not on the per-message path).
+  std::mutex post_mu_;
+  std::vector<Post> posts_;
+  uint64_t post_head_ = 0;
+  uint64_t post_tail_ = 0;
+  std::atomic<uint32_t> posts_pending_{0};
+  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> stop_{false};
+  int event_fd_ = -1;
+};
+
+}  // namespace shoal::rt

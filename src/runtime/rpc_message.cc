@@ -1,0 +1,104 @@
+#include "src/runtime/rpc_message.h"
+
+#include <algorithm>
+#include <bit>
+
+#include <fmt/format.h>
+
+namespace shoal::rt {
+
+namespace {
+template <typename T>
+void put_le(uint8_t* dst, T v) {
+  static_assert(std::endian::native == std::endian::little, "big-endian hosts need byte swaps");
+  std::memcpy(dst, &v, sizeof(v));
+}
+template <typename T>
+T get_le(const uint8_t* src) {
+  T v;
+  std::memcpy(&v, src, sizeof(v));
+  return v;
+}
+}  // namespace
+
+void encode_rpc_header(const RpcHeader& h, uint8_t* dst) {
+  put_le<uint16_t>(dst + 0, kRpcMagic);
+  dst[2] = kRpcVersion;
+  dst[3] = static_cast<uint8_t>(h.kind);
+  put_le<uint16_t>(dst + 4, h.method);
+  dst[6] = static_cast<uint8_t>(h.code);
+  dst[7] = h.flags;
+  put_le<uint32_t>(dst + 8, h.session);
+  put_le<uint32_t>(dst + 12, h.payload_bytes);
+  put_le<uint64_t>(dst + 16, h.rpc_id);
+}
+
+Result<RpcHeader> decode_rpc_header(std::span<const uint8_t> msg) {
+  if (msg.size() < kRpcHeaderBytes) {
+    return Status::Corruption(fmt::format("rpc message of {} bytes < header", msg.size()));
+  }
+  const uint8_t* p = msg.data();
+  if (get_le<uint16_t>(p) != kRpcMagic || p[2] != kRpcVersion) {
+    return Status::Corruption("rpc header: bad magic or version");
+  }
+  RpcHeader h;
+  if (p[3] != static_cast<uint8_t>(RpcKind::kRequest) &&
+      p[3] != static_cast<uint8_t>(RpcKind::kResponse)) {
+    return Status::Corruption(fmt::format("rpc header: unknown kind {}", p[3]));
+  }
+  h.kind = static_cast<RpcKind>(p[3]);
+  h.method = get_le<uint16_t>(p + 4);
+  if (p[6] > static_cast<uint8_t>(Code::kNotSupported)) {
+    return Status::Corruption(fmt::format("rpc header: unknown status code {}", p[6]));
+  }
+  h.code = static_cast<Code>(p[6]);
+  h.flags = p[7];
+  h.session = get_le<uint32_t>(p + 8);
+  h.payload_bytes = get_le<uint32_t>(p + 12);
+  h.rpc_id = get_le<uint64_t>(p + 16);
+  if (h.payload_bytes != msg.size() - kRpcHeaderBytes) {
+    return Status::Corruption(fmt::format("rpc header: payload_bytes {} but {} bytes follow",
+                                          h.payload_bytes, msg.size() - kRpcHeaderBytes));
+  }
+  return h;
+}
+
+Status status_from_code(Code code, std::string msg) {
+  switch (code) {
+    case Code::kOk:
+      return Status::Ok();
+    case Code::kNotFound:
+      return Status::NotFound(std::move(msg));
+    case Code::kAlreadyExists:
+      return Status::AlreadyExists(std::move(msg));
+    case Code::kAborted:
+      return Status::Aborted(std::move(msg));
+    case Code::kUserAbort:
+      return Status::UserAbort(std::move(msg));
+    case Code::kInvalidArgument:
+      return Status::InvalidArgument(std::move(msg));
+    case Code::kCorruption:
+      return Status::Corruption(std::move(msg));
+    case Code::kIOError:
+      return Status::IOError(std::move(msg));
+    case Code::kUnavailable:
+      return Status::Unavailable(std::move(msg));
+    case Code::kTimeout:
+      return Status::Timeout(std::move(msg));
+    case Code::kNotSupported:
+      return Status::NotSupported(std::move(msg));
+  }
+  return Status::Corruption("unknown status code");
+}
+
+void MsgBuffer::reserve(size_t payload_capacity) {
+  if (data_ != nullptr && payload_capacity <= cap_) return;
+  // Grow geometrically so a buffer reused for growing messages settles quickly.
+  const size_t cap = std::max({payload_capacity, 2 * cap_, size_t{64}});
+  auto bigger = std::make_unique<uint8_t[]>(cap + kRpcHeaderBytes);
+  if (data_ != nullptr) std::memcpy(bigger.get(), data_.get(), kRpcHeaderBytes + size_);
+  data_ = std::move(bigger);
+  cap_ = cap;
+}
+
+}  // namespace shoal::rt

@@ -1,0 +1,156 @@
+// Task<T>: a minimal lazy C++20 coroutine for the per-core runtime.
+//
+// Contract:
+//   - Lazy: creating a Task runs nothing; the body starts when it is co_awaited (or spawned on
+//     an EventLoop, src/runtime/event_loop.h, which owns detached root tasks).
+//   - Awaiting uses symmetric transfer in both directions (start: caller -> child; finish:
+//     child -> caller), so arbitrarily deep chains of co_await never grow the machine stack.
+//   - A Task owns its coroutine frame and destroys it in its destructor; co_await on a Task
+//     moves the result out of the frame (await once). REQUIRES: a Task is awaited at most once.
+//   - No exceptions: errors travel as Status / Result<T> values; an exception escaping a body
+//     is a broken invariant and aborts.
+// Threads: a Task runs on the thread of the loop that resumes it; it is not thread-safe.
+// Allocation: every coroutine frame is one heap allocation (operator new of the promise); this
+// is the runtime's only per-task allocation (see docs/RUNTIME.md).
+#pragma once
+
+#include <coroutine>
+#include <optional>
+#include <utility>
+
+#include "src/base/assert.h"
+
+namespace shoal::rt {
+
+template <typename T = void>
+class Task;
+
+namespace detail {
+
+struct TaskPromiseBase {
+  // Who resumes when this task finishes; noop for a task nobody awaits (never happens for
+  // Task: spawned tasks are awaited by their detached root).
+  std::coroutine_handle<> continuation = std::noop_coroutine();
+
+  std::suspend_always initial_suspend() noexcept { return {}; }
+
+  struct FinalAwaiter {
+    bool await_ready() noexcept { return false; }
+    template <typename P>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> self) noexcept {
+      return self.promise().continuation;  // symmetric transfer back to the awaiter
+    }
+    void await_resume() noexcept {}
+  };
+  FinalAwaiter final_suspend() noexcept { return {}; }
+
+  void unhandled_exception() noexcept {
+    SHOAL_ASSERT(false, "%s", "an exception escaped a shoal::rt::Task (the runtime never throws)");
+  }
+};
+
+template <typename Promise>
+struct TaskAwaiter {
+  std::coroutine_handle<Promise> child;
+  bool await_ready() noexcept { return false; }
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept {
+    child.promise().continuation = caller;
+    return child;  // symmetric transfer into the child
+  }
+};
+
+}  // namespace detail
+
+template <typename T>
+class [[nodiscard]] Task {
+ public:
+  struct promise_type : detail::TaskPromiseBase {
+    std::optional<T> value;
+    Task get_return_object() noexcept {
+      return Task(std::coroutine_handle<promise_type>::from_promise(*this));
+    }
+    template <typename U>
+    void return_value(U&& v) {
+      value.emplace(std::forward<U>(v));
+    }
+  };
+  using Handle = std::coroutine_handle<promise_type>;
+
+  Task() = default;
+  Task(Task&& other) noexcept : h_(std::exchange(other.h_, {})) {}
+  Task& operator=(Task&& other) noexcept {
+    if (this != &other) {
+      if (h_) h_.destroy();
+      h_ = std::exchange(other.h_, {});
+    }
+    return *this;
+  }
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+  ~Task() {
+    if (h_) h_.destroy();
+  }
+
+  bool valid() const { return static_cast<bool>(h_); }
+  bool done() const { return h_ && h_.done(); }
+
+  // REQUIRES: valid(); awaited once.
+  auto operator co_await() noexcept {
+    SHOAL_ASSERT(h_ && !h_.done(), "%s", "co_await on an empty or finished Task");
+    struct Awaiter : detail::TaskAwaiter<promise_type> {
+      T await_resume() {
+        SHOAL_ASSERT(this->child.promise().value.has_value(), "%s", "Task finished without value");
+        return std::move(*this->child.promise().value);
+      }
+    };
+    return Awaiter{{h_}};
+  }
+
+ private:
+  explicit Task(Handle h) : h_(h) {}
+  Handle h_;
+};
+
+template <>
+class [[nodiscard]] Task<void> {
+ public:
+  struct promise_type : detail::TaskPromiseBase {
+    Task get_return_object() noexcept {
+      return Task(std::coroutine_handle<promise_type>::from_promise(*this));
+    }
+    void return_void() noexcept {}
+  };
+  using Handle = std::coroutine_handle<promise_type>;
+
+  Task() = default;
+  Task(Task&& other) noexcept : h_(std::exchange(other.h_, {})) {}
+  Task& operator=(Task&& other) noexcept {
+    if (this != &other) {
+      if (h_) h_.destroy();
+      h_ = std::exchange(other.h_, {});
+    }
+    return *this;
+  }
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+  ~Task() {
+    if (h_) h_.destroy();
+  }
+
+  bool valid() const { return static_cast<bool>(h_); }
+  bool done() const { return h_ && h_.done(); }
+
+  auto operator co_await() noexcept {
+    SHOAL_ASSERT(h_ && !h_.done(), "%s", "co_await on an empty or finished Task");
+    struct Awaiter : detail::TaskAwaiter<promise_type> {
+      void await_resume() noexcept {}
+    };
+    return Awaiter{{h_}};
+  }
+
+ private:
+  explicit Task(Handle h) : h_(h) {}
+  Handle h_;
+};
+
+}  // namespace shoal::rt
