@@ -1,0 +1,282 @@
+// Replication log format, version 1: the bytes a stream's leader writes once and every replica
+// sends, keeps, persists and replays as they are (design section 4, lesson 4). The layout is
+// specified byte by byte in docs/LOG_FORMAT.md; this header is its only encoder and decoder.
+//
+// An entry is a fixed 64-byte header followed by `payload_bytes` of transaction records. All
+// integers are little-endian, every record and every write starts 8-byte aligned, and padding
+// bytes are zero, so identical batches are byte-identical on every replica.
+//
+// Threads: a LogBatchBuilder is owned by the worker thread of its stream. A LogEntryView is an
+// immutable view; any thread may read it while the underlying bytes stay alive.
+//
+// Invariants:
+//  - A builder never allocates and never writes outside the buffer it was given.
+//  - A LogEntryView exists only for bytes that passed LogEntryView::parse(): magic, version,
+//    lengths, checksum and the structure of every record. Iterating it afterwards cannot read
+//    out of bounds, so replay code needs no error paths.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "shoal/status.h"
+#include "src/base/env.h"
+#include "src/txn/depvec.h"
+
+namespace shoal::repl {
+
+static_assert(std::endian::native == std::endian::little,
+              "the log format is little-endian and decoded in place; big-endian hosts would "
+              "need byte swaps in the load/store helpers");
+
+inline constexpr uint32_t kLogMagic = 0x474c4853;    // "SHLG" in file byte order
+inline constexpr uint16_t kLogFormatVersion = 1;     // what this binary writes
+inline constexpr uint16_t kLogFormatMinVersion = 1;  // oldest version this binary reads
+inline constexpr size_t kLogHeaderBytes = 64;
+inline constexpr size_t kLogRecordHeaderBytes = 16;
+inline constexpr size_t kLogWriteHeaderBytes = 16;
+inline constexpr uint32_t kLogKeyWordsMax = 8;  // Key<K> has at most 8 words
+// Hard ceiling on one entry; readers also take a (smaller) configured bound.
+inline constexpr uint32_t kLogEntryBytesMax = 1u << 30;
+
+// Header flag bits. Unknown bits in a checksum-valid header are refused (NotSupported): they
+// mean a newer writer relied on a feature this reader does not know.
+inline constexpr uint16_t kLogFlagNoop = 1u << 0;  // epoch-change no-op (design 5.2): 0 records
+inline constexpr uint16_t kLogFlagsKnown = kLogFlagNoop;
+
+enum class WriteOp : uint8_t { kPut = 1, kInsert = 2, kRemove = 3 };
+
+// Where an entry belongs: one slot of one stream of one shard.
+struct LogEntryId {
+  uint32_t shard = 0;
+  uint32_t stream = 0;
+  uint64_t epoch = 0;
+  uint64_t sequence = 0;  // the Paxos slot
+};
+
+// Little-endian loads and stores on possibly unaligned bytes (memcpy: no aliasing questions).
+inline uint16_t load_u16(const std::byte* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline uint32_t load_u32(const std::byte* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline uint64_t load_u64(const std::byte* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store_u16(std::byte* p, uint16_t v) {
+  std::memcpy(p, &v, sizeof v);
+}
+inline void store_u32(std::byte* p, uint32_t v) {
+  std::memcpy(p, &v, sizeof v);
+}
+inline void store_u64(std::byte* p, uint64_t v) {
+  std::memcpy(p, &v, sizeof v);
+}
+inline constexpr size_t pad8(size_t n) {
+  return (n + 7) & ~size_t{7};
+}
+
+// One write of a transaction, as the builder takes it. `key` is 1..8 words; `value` is empty
+// for kRemove.
+struct TxnWrite {
+  uint32_t table_id = 0;
+  WriteOp op = WriteOp::kPut;
+  std::span<const uint64_t> key;
+  std::span<const std::byte> value;
+};
+
+// Bytes one record takes in a payload.
+size_t log_record_bytes(size_t dep_count, std::span<const TxnWrite> writes);
+inline size_t log_dep_bytes(size_t dep_count) {
+  return pad8(dep_count * 12);
+}
+inline size_t log_write_bytes(size_t key_words, size_t value_bytes) {
+  return kLogWriteHeaderBytes + key_words * 8 + pad8(value_bytes);
+}
+
+// ---- Building ------------------------------------------------------------------------------
+
+struct BatchLimits {
+  uint32_t batch_txns_max = 400;          // Mako's TPC-C batch
+  uint32_t batch_bytes_max = 1u << 20;    // whole entry, header included
+  uint64_t batch_age_ns_max = 1'000'000;  // seal an open batch after 1 ms
+};
+
+enum class AppendResult : uint8_t {
+  kOk,
+  kFull,       // no room (bytes or count) left in this batch: seal it and append to the next
+  kNeverFits,  // larger than an empty batch could hold: a configuration or caller error
+};
+
+// Encodes transaction records straight into a caller-provided buffer (typically a registered
+// buffer of the transport or WAL pool), then seals the header and checksum. Written once: the
+// sealed bytes are what goes on the wire, into follower logs and onto disk.
+class LogBatchBuilder {
+ public:
+  LogBatchBuilder() = default;
+  LogBatchBuilder(const LogBatchBuilder&) = delete;
+  LogBatchBuilder& operator=(const LogBatchBuilder&) = delete;
+
+  // Starts a new batch in `buffer`. The entry may use min(buffer.size(), batch_bytes_max).
+  // REQUIRES: buffer 8-byte aligned; it holds at least a header and one empty record; the
+  // buffer outlives the batch.
+  void reset(std::span<std::byte> buffer, const LogEntryId& id, const BatchLimits& limits);
+
+  // Appends one transaction record: commit TID, sparse dependency entries (any order; copied
+  // as given) and writes. On kFull/kNeverFits the batch is unchanged.
+  // REQUIRES: an open (reset, not sealed) batch; each key 1..8 words; remove has no value.
+  [[nodiscard]] AppendResult append(uint64_t commit_tid, std::span<const txn::DepEntry> deps,
+                                    std::span<const TxnWrite> writes);
+
+  // Writes the header (min/max TID, counts, flags) and the checksum; returns the entry bytes,
+  // a prefix of the buffer. The builder is closed until the next reset().
+  // REQUIRES: an open batch. An empty batch is valid (a heartbeat or, with kLogFlagNoop, the
+  // epoch-change no-op).
+  std::span<const std::byte> seal(uint16_t flags = 0);
+
+  bool open() const { return open_; }
+  uint32_t txn_count() const { return txn_count_; }
+  size_t entry_bytes() const { return used_bytes_; }
+  size_t capacity_bytes() const { return capacity_bytes_; }
+  // True once an append was refused as kFull: the policy seals on bytes.
+  bool refused_full() const { return refused_full_; }
+  const LogEntryId& id() const { return id_; }
+
+ private:
+  std::byte* buf_ = nullptr;
+  size_t capacity_bytes_ = 0;
+  size_t used_bytes_ = 0;
+  uint32_t txn_count_ = 0;
+  uint32_t txns_max_ = 0;
+  uint64_t min_tid_ = 0;
+  uint64_t max_tid_ = 0;
+  LogEntryId id_;
+  bool open_ = false;
+  bool refused_full_ = false;
+};
+
+// When to seal: count >= batch_txns_max, bytes (the next record did not fit), or the first
+// record is batch_age_ns_max old by the injected clock. Owned by the stream's worker thread.
+class BatchPolicy {
+ public:
+  enum class Reason : uint8_t { kNone, kCount, kBytes, kAge };
+
+  // REQUIRES: env outlives the policy.
+  BatchPolicy(const BatchLimits& limits, Env* env) : limits_(limits), env_(env) {}
+
+  // Call after each successful append; the first record of a batch starts its age.
+  void note_append(const LogBatchBuilder& builder);
+  // Call after seal(): the next batch starts empty and ageless.
+  void note_sealed() { first_append_ns_ = 0; }
+  [[nodiscard]] Reason should_seal(const LogBatchBuilder& builder);
+  // When the open batch must be sealed by age; 0 if it is empty. For the event loop's timer.
+  uint64_t deadline_ns() const {
+    return first_append_ns_ == 0 ? 0 : first_append_ns_ + limits_.batch_age_ns_max;
+  }
+
+ private:
+  BatchLimits limits_;
+  Env* env_;
+  uint64_t first_append_ns_ = 0;  // 0: no record yet (a real clock never reads 0 twice)
+};
+
+// ---- Reading -------------------------------------------------------------------------------
+
+struct WriteView {
+  uint32_t table_id;
+  WriteOp op;
+  uint32_t key_word_count;
+  const std::byte* key_bytes;  // key_word_count * 8 bytes, little-endian words
+  std::span<const std::byte> value;
+
+  uint64_t key_word(uint32_t i) const { return load_u64(key_bytes + 8 * size_t{i}); }
+};
+
+// A record inside a validated entry. Cheap to copy (two pointers' worth).
+class RecordView {
+ public:
+  uint64_t commit_tid() const { return load_u64(p_); }
+  uint32_t record_bytes() const { return load_u32(p_ + 8); }
+  uint32_t dep_count() const { return load_u16(p_ + 12); }
+  uint32_t write_count() const { return load_u16(p_ + 14); }
+  // REQUIRES: i < dep_count()
+  txn::DepEntry dep(uint32_t i) const;
+
+  // Calls fn(const WriteView&) for each write, in order.
+  template <typename Fn>
+  void for_each_write(Fn&& fn) const {
+    const std::byte* w = p_ + kLogRecordHeaderBytes + log_dep_bytes(dep_count());
+    for (uint32_t i = 0, n = write_count(); i < n; ++i) {
+      const WriteView v = decode_write(w);
+      fn(v);
+      w += log_write_bytes(v.key_word_count, v.value.size());
+    }
+  }
+
+ private:
+  friend class LogEntryView;
+  explicit RecordView(const std::byte* p) : p_(p) {}
+  static WriteView decode_write(const std::byte* w);
+  const std::byte* p_;
+};
+
+// A validated entry, viewed in place (no copy). Valid while the bytes it was parsed from live.
+class LogEntryView {
+ public:
+  // Validates `bytes` as one entry starting at bytes[0] (trailing bytes beyond the entry are
+  // allowed and ignored; entry_bytes() says where it ends). `offset` is where bytes[0] sits in
+  // the caller's stream or file, for error messages. Errors:
+  //  - Corruption: bad magic, lengths, checksum or record structure (message has the offset);
+  //    also a header cut short ("truncated"), which a WAL scan treats as a torn tail.
+  //  - NotSupported: a version newer than this reader, or unknown flags in a valid entry.
+  // REQUIRES: bytes.data() 8-byte aligned.
+  [[nodiscard]] static Result<LogEntryView> parse(std::span<const std::byte> bytes,
+                                                  uint64_t offset = 0,
+                                                  uint32_t entry_bytes_max = kLogEntryBytesMax);
+
+  // Header-only checks (magic, version, lengths) on at least kLogHeaderBytes; returns the whole
+  // entry's size so a reader knows how many more bytes to fetch before parse().
+  [[nodiscard]] static Result<size_t> peek_entry_bytes(
+      std::span<const std::byte> header, uint64_t offset = 0,
+      uint32_t entry_bytes_max = kLogEntryBytesMax);
+
+  uint16_t format_version() const { return load_u16(p_ + 4); }
+  uint16_t flags() const { return load_u16(p_ + 6); }
+  LogEntryId id() const;
+  uint32_t payload_bytes() const { return load_u32(p_ + 32); }
+  uint32_t record_count() const { return load_u32(p_ + 36); }
+  uint64_t min_tid() const { return load_u64(p_ + 40); }
+  uint64_t max_tid() const { return load_u64(p_ + 48); }
+  uint64_t checksum() const { return load_u64(p_ + 56); }
+  size_t entry_bytes() const { return kLogHeaderBytes + payload_bytes(); }
+  std::span<const std::byte> bytes() const { return {p_, entry_bytes()}; }
+
+  template <typename Fn>
+  void for_each_record(Fn&& fn) const {
+    const std::byte* r = p_ + kLogHeaderBytes;
+    for (uint32_t i = 0, n = record_count(); i < n; ++i) {
+      const RecordView v(r);
+      fn(v);
+      r += v.record_bytes();
+    }
+  }
+
+ private:
+  explicit LogEntryView(const std::byte* p) : p_(p) {}
+  const std::byte* p_;
+};
+
+// XXH3-64 of header bytes [0, 56) followed by the payload: what the checksum field holds.
+uint64_t log_entry_checksum(const std::byte* entry, size_t payload_bytes);
+
+}  // namespace shoal::repl

@@ -1,0 +1,371 @@
+#include "src/repl/wal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace shoal::repl {
+
+namespace {
+
+Status io_error(std::string_view what, const std::string& path, int err) {
+  return Status::IOError(fmt::format("{} {}: {}", what, path, strerror(err)));
+}
+
+// Makes a new file's directory entry durable, so a synced WAL is not lost with its name.
+void sync_parent_dir(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return;
+  (void)::fsync(dfd);
+  ::close(dfd);
+}
+
+// A read window over the file for recovery: entries are fetched by (offset, length) and read
+// in large chunks, so a log of many small entries costs few syscalls. Bytes handed out stay
+// valid until the next fetch. The buffer is made of u64 words: views decode it in place.
+class ScanWindow {
+ public:
+  static constexpr size_t kChunkBytes = 1 << 20;
+  ScanWindow(int fd, uint64_t file_bytes) : fd_(fd), file_bytes_(file_bytes) {}
+
+  // Bytes [off, off + n) of the file, or fewer if the file ends first. Errors are I/O errors.
+  // REQUIRES: off is 8-aligned (every entry size is a multiple of 8).
+  Result<std::span<const std::byte>> fetch(uint64_t off, size_t n) {
+    if (off >= base_ && off + n <= base_ + len_) return span_at(off, n);
+    const size_t keep = (off >= base_ && off < base_ + len_) ? base_ + len_ - off : 0;
+    std::byte* data = bytes();
+    if (keep != 0) std::memmove(data, data + (off - base_), keep);
+    base_ = off;
+    len_ = keep;
+    const size_t want = std::max(n, kChunkBytes);
+    const size_t avail = off >= file_bytes_ ? 0 : file_bytes_ - off;
+    const size_t target = std::min(want, avail);
+    if (words_.size() * 8 < target) words_.resize((target + 7) / 8);  // grows to one entry
+    data = bytes();
+    while (len_ < target) {
+      const ssize_t got =
+          ::pread(fd_, data + len_, target - len_, static_cast<off_t>(base_ + len_));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0)
+        return Status::IOError(fmt::format("read at {}: {}", base_ + len_, strerror(errno)));
+      if (got == 0) break;
+      len_ += static_cast<size_t>(got);
+    }
+    return span_at(off, std::min<size_t>(n, len_));
+  }
+
+ private:
+  std::byte* bytes() { return reinterpret_cast<std::byte*>(words_.data()); }
+  std::span<const std::byte> span_at(uint64_t off, size_t n) {
+    return {bytes() + (off - base_), n};
+  }
+
+  int fd_;
+  uint64_t file_bytes_;
+  std::vector<uint64_t> words_;
+  uint64_t base_ = 0;
+  size_t len_ = 0;
+};
+
+// Why a valid entry may not follow the ones before it, or "" if it may.
+std::string order_problem(const LogEntryView& e, const WalRecovery& r, const LogEntryId& first) {
+  if (r.entries_kept == 0) return "";
+  const LogEntryId id = e.id();
+  if (id.shard != first.shard || id.stream != first.stream) {
+    return fmt::format("entry of shard {} stream {} in the log of shard {} stream {}", id.shard,
+                       id.stream, first.shard, first.stream);
+  }
+  if (id.sequence <= r.last_sequence) {
+    return fmt::format("sequence {} does not follow {}", id.sequence, r.last_sequence);
+  }
+  if (id.epoch < r.last_epoch) {
+    return fmt::format("epoch {} after epoch {}", id.epoch, r.last_epoch);
+  }
+  return "";
+}
+
+}  // namespace
+
+// ---- io_uring ---------------------------------------------------------------------------------
+
+struct Wal::Ring {
+  io_uring ring;
+  ~Ring() { io_uring_queue_exit(&ring); }
+};
+
+Wal::Wal(std::string path, int fd, const WalOptions& options)
+    : path_(std::move(path)), fd_(fd), options_(options) {}
+
+Wal::~Wal() {
+  ring_.reset();  // before the fd: the ring holds it as a fixed file
+  if (fd_ < 0) return;
+  // Unlock explicitly: the kernel tears an io_uring down asynchronously and its file reference
+  // (which keeps the flock) can outlive close(), so a reopen right after could be refused.
+  (void)::flock(fd_, LOCK_UN);
+  ::close(fd_);
+}
+
+Result<std::unique_ptr<Wal>> Wal::open(const std::string& path, const WalOptions& options) {
+  SHOAL_ASSERT(options.ring_entries >= 2 && options.ring_entries <= 4096, "ring_entries %u",
+               options.ring_entries);
+  struct stat st;
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error("open WAL", path, errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      return Status::Unavailable(fmt::format("WAL {} is open in another process", path));
+    }
+    return io_error("lock WAL", path, err);
+  }
+  if (!existed) sync_parent_dir(path);
+  std::unique_ptr<Wal> wal(new Wal(path, fd, options));
+  if (options.use_io_uring) wal->setup_ring();
+  return wal;
+}
+
+void Wal::setup_ring() {
+  auto r = std::make_unique<Ring>();
+  int rc = io_uring_queue_init(options_.ring_entries, &r->ring, 0);
+  if (rc < 0) {
+    fmt::print(stderr, "wal {}: io_uring unavailable ({}); using pwrite\n", path_, strerror(-rc));
+    return;
+  }
+  rc = io_uring_register_files(&r->ring, &fd_, 1);
+  if (rc < 0) {
+    fmt::print(stderr, "wal {}: io_uring cannot register the file ({}); using pwrite\n", path_,
+               strerror(-rc));
+    return;  // ~Ring exits the queue
+  }
+  ring_ = std::move(r);
+}
+
+Status Wal::register_buffers(std::span<const iovec> buffers) {
+  SHOAL_ASSERT(registered_.empty(), "register_buffers() called twice");
+  if (!ring_ || buffers.empty()) return Status::Ok();
+  const int rc = io_uring_register_buffers(&ring_->ring, buffers.data(),
+                                           static_cast<unsigned>(buffers.size()));
+  if (rc < 0) {
+    // Typically RLIMIT_MEMLOCK: appends still work, with plain WRITE instead of WRITE_FIXED.
+    if (!options_.quiet) {
+      fmt::print(stderr,
+                 "wal {}: cannot register {} buffers ({}); appends copy through the "
+                 "page cache without fixed buffers\n",
+                 path_, buffers.size(), strerror(-rc));
+    }
+    return Status::Ok();
+  }
+  registered_.assign(buffers.begin(), buffers.end());
+  return Status::Ok();
+}
+
+// ---- Recovery ---------------------------------------------------------------------------------
+
+Result<WalRecovery> Wal::recover(const ReplayFn& replay) {
+  SHOAL_ASSERT(!recovered_, "recover() called twice");
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) return io_error("stat WAL", path_, errno);
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  ScanWindow window(fd_, file_bytes);
+  WalRecovery report;
+  LogEntryId first;
+  uint64_t off = 0;
+  std::string reason;
+  while (off < file_bytes) {
+    Result<std::span<const std::byte>> head = window.fetch(off, kLogHeaderBytes);
+    if (!head.ok()) return head.status();
+    Result<size_t> size = LogEntryView::peek_entry_bytes(*head, off, options_.entry_bytes_max);
+    if (!size.ok() && size.status().code() == Code::kNotSupported) return size.status();
+    if (!size.ok()) {
+      reason = size.status().message();
+      break;
+    }
+    Result<std::span<const std::byte>> bytes = window.fetch(off, *size);
+    if (!bytes.ok()) return bytes.status();
+    Result<LogEntryView> entry = LogEntryView::parse(*bytes, off, options_.entry_bytes_max);
+    if (!entry.ok() && entry.status().code() == Code::kNotSupported) return entry.status();
+    if (!entry.ok()) {
+      reason = entry.status().message();
+      break;
+    }
+    reason = order_problem(*entry, report, first);
+    if (!reason.empty()) {
+      reason = fmt::format("log entry at offset {}: {}", off, reason);
+      break;
+    }
+    SHOAL_TRY(replay(*entry));
+    if (report.entries_kept == 0) first = entry->id();
+    ++report.entries_kept;
+    report.last_sequence = entry->id().sequence;
+    report.last_epoch = entry->id().epoch;
+    off += *size;
+  }
+  report.bytes_kept = off;
+  if (off < file_bytes) SHOAL_TRY(cut_tail(off, file_bytes, reason, &report));
+  end_offset_ = off;
+  recovered_ = true;
+  return report;
+}
+
+Status Wal::cut_tail(uint64_t good_end, uint64_t file_bytes, const std::string& reason,
+                     WalRecovery* report) {
+  report->bytes_cut = file_bytes - good_end;
+  report->cut_reason = reason;
+  if (!options_.quiet) {
+    fmt::print(stderr, "wal {}: cutting {} bytes at offset {} ({}); kept {} entries, {} bytes\n",
+               path_, report->bytes_cut, good_end, reason, report->entries_kept, good_end);
+  }
+  if (::ftruncate(fd_, static_cast<off_t>(good_end)) != 0) {
+    return io_error("truncate WAL", path_, errno);
+  }
+  // The cut must be durable before new entries land after it, or a crash could resurrect the
+  // bad tail behind them.
+  if (::fdatasync(fd_) != 0) return io_error("sync WAL", path_, errno);
+  return Status::Ok();
+}
+
+// ---- Appends ----------------------------------------------------------------------------------
+
+Status Wal::append(std::span<const WalWrite> group) {
+  SHOAL_ASSERT(recovered_, "append() before recover()");
+  if (!failed_.ok()) return failed_;
+  for (const WalWrite& w : group) {
+    SHOAL_ASSERT(w.bytes.size() >= kLogHeaderBytes && w.bytes.size() % 8 == 0,
+                 "not a sealed entry (%zu bytes)", w.bytes.size());
+    SHOAL_DCHECK(load_u32(w.bytes.data()) == kLogMagic);
+  }
+  Status s = ring_ ? append_uring(group) : append_pwrite(group);
+  if (!s.ok()) failed_ = s;
+  return s;
+}
+
+Status Wal::sync() {
+  if (::fdatasync(fd_) != 0) return io_error("sync WAL", path_, errno);
+  return Status::Ok();
+}
+
+namespace {
+
+constexpr uint64_t kUringSyncTag = ~uint64_t{0};
+
+Status pwrite_all(int fd, const std::byte* p, size_t n, uint64_t off, const std::string& path) {
+  while (n > 0) {
+    const ssize_t rc = ::pwrite(fd, p, n, static_cast<off_t>(off));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return io_error("write WAL", path, errno);
+    p += rc;
+    n -= static_cast<size_t>(rc);
+    off += static_cast<uint64_t>(rc);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Wal::append_pwrite(std::span<const WalWrite> group) {
+  for (const WalWrite& w : group) {
+    SHOAL_TRY(pwrite_all(fd_, w.bytes.data(), w.bytes.size(), end_offset_, path_));
+    end_offset_ += w.bytes.size();
+    if (options_.fsync == FsyncPolicy::kAlways) SHOAL_TRY(sync());
+  }
+  if (options_.fsync == FsyncPolicy::kBatch && !group.empty()) SHOAL_TRY(sync());
+  return Status::Ok();
+}
+
+// Submits the group in chunks that fit the ring: each entry is one WRITE (WRITE_FIXED from a
+// registered buffer) on the fixed file; kAlways links an fdatasync after each write, kBatch
+// puts one drained fdatasync after the group's last write. Completions carry the entry index.
+Status Wal::append_uring(std::span<const WalWrite> group) {
+  io_uring* ring = &ring_->ring;
+  const bool always = options_.fsync == FsyncPolicy::kAlways;
+  const size_t per_chunk = std::max<size_t>(1, (options_.ring_entries - 1) / (always ? 2 : 1));
+  for (size_t begin = 0; begin < group.size(); begin += per_chunk) {
+    const size_t end = std::min(group.size(), begin + per_chunk);
+    const bool last_chunk = end == group.size();
+    unsigned submitted = 0;
+    uint64_t off = end_offset_;
+    for (size_t i = begin; i < end; ++i) {
+      const WalWrite& w = group[i];
+      io_uring_sqe* sqe = io_uring_get_sqe(ring);
+      SHOAL_ASSERT(sqe != nullptr, "io_uring submission queue full");
+      const bool fixed =
+          w.buffer_index >= 0 && static_cast<size_t>(w.buffer_index) < registered_.size();
+      if (fixed) {
+        io_uring_prep_write_fixed(sqe, 0, w.bytes.data(), static_cast<unsigned>(w.bytes.size()),
+                                  off, w.buffer_index);
+      } else {
+        io_uring_prep_write(sqe, 0, w.bytes.data(), static_cast<unsigned>(w.bytes.size()), off);
+      }
+      sqe->flags |= IOSQE_FIXED_FILE | (always ? IOSQE_IO_LINK : 0);
+      io_uring_sqe_set_data64(sqe, i);
+      ++submitted;
+      off += w.bytes.size();
+      if (always || (last_chunk && i + 1 == end && options_.fsync == FsyncPolicy::kBatch)) {
+        io_uring_sqe* s = io_uring_get_sqe(ring);
+        SHOAL_ASSERT(s != nullptr, "io_uring submission queue full");
+        io_uring_prep_fsync(s, 0, IORING_FSYNC_DATASYNC);
+        s->flags |= IOSQE_FIXED_FILE | (always ? 0 : IOSQE_IO_DRAIN);
+        io_uring_sqe_set_data64(s, kUringSyncTag);
+        ++submitted;
+      }
+    }
+    SHOAL_TRY(reap(group, begin, end_offset_, submitted));
+    end_offset_ = off;
+  }
+  return Status::Ok();
+}
+
+// Submits what append_uring queued and waits for all `count` completions (all of them, even
+// after an error, so the ring is empty for the next group). A short write is finished with
+// pwrite; regular files rarely do that, but the kernel is allowed to.
+Status Wal::reap(std::span<const WalWrite> group, size_t begin, uint64_t base_off, unsigned count) {
+  io_uring* ring = &ring_->ring;
+  int rc;
+  do {
+    rc = io_uring_submit_and_wait(ring, count);
+  } while (rc == -EINTR);
+  if (rc < 0) return io_error("io_uring submit for WAL", path_, -rc);
+  Status first_error;
+  bool short_write = false;
+  for (unsigned done = 0; done < count; ++done) {
+    io_uring_cqe* cqe = nullptr;
+    do {
+      rc = io_uring_wait_cqe(ring, &cqe);
+    } while (rc == -EINTR);
+    if (rc < 0) return io_error("io_uring wait for WAL", path_, -rc);
+    const uint64_t tag = io_uring_cqe_get_data64(cqe);
+    const int res = cqe->res;
+    io_uring_cqe_seen(ring, cqe);
+    if (res < 0) {
+      if (first_error.ok() && res != -ECANCELED) first_error = io_error("write WAL", path_, -res);
+      continue;
+    }
+    if (tag == kUringSyncTag) continue;
+    const WalWrite& w = group[tag];
+    if (static_cast<size_t>(res) == w.bytes.size()) continue;
+    uint64_t off = base_off;  // rare path: find the entry's offset
+    for (size_t i = begin; i < tag; ++i) off += group[i].bytes.size();
+    const size_t written = static_cast<size_t>(res);
+    SHOAL_TRY(
+        pwrite_all(fd_, w.bytes.data() + written, w.bytes.size() - written, off + written, path_));
+    short_write = true;
+  }
+  if (!first_error.ok()) return first_error;
+  if (short_write && options_.fsync != FsyncPolicy::kNone) SHOAL_TRY(sync());
+  return Status::Ok();
+}
+
+}  // namespace shoal::repl

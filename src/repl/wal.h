@@ -1,0 +1,121 @@
+// Write-ahead log of one replication stream on one replica: a single file holding sealed log
+// entries (src/repl/log_format.h) back to back, byte for byte as they were built or received.
+//
+// Appends take the very buffers the builder or the transport filled (no copy, no re-encoding)
+// and write them with io_uring: a fixed file and, when the caller registered its buffer pool,
+// WRITE_FIXED on registered buffers. Where io_uring cannot be set up (a container or kernel
+// without it) the WAL says so once on stderr and uses pwrite; the file is the same.
+//
+// Durability is set by FsyncPolicy: kNone (the OS decides; a crash may lose a suffix), kBatch
+// (one fdatasync after each appended group), kAlways (an fdatasync after every entry).
+//
+// Recovery (recover(), once, before any append) scans from offset 0, validates each entry, and
+// stops at the first one that is truncated, corrupted, or out of order (shard/stream differ
+// from the first entry, sequence not increasing, epoch decreasing). It truncates the file there
+// (the new end is fsynced), prints offset and reason on stderr, and reports what was kept and
+// cut. A bad entry is never delivered. One exception: an entry of a newer format version stops
+// recovery with NotSupported and the file is left untouched, so an older binary never destroys
+// a newer binary's log.
+//
+// Threads: a Wal is owned by its stream's worker thread; no method is thread-safe. One process
+// holds the file at a time (flock).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shoal/status.h"
+#include "src/repl/log_format.h"
+
+namespace shoal::repl {
+
+enum class FsyncPolicy : uint8_t { kNone, kBatch, kAlways };
+
+struct WalOptions {
+  FsyncPolicy fsync = FsyncPolicy::kBatch;
+  bool use_io_uring = true;                      // false: pwrite always (tests, or to compare)
+  uint32_t ring_entries = 64;                    // io_uring submission queue depth
+  uint32_t entry_bytes_max = kLogEntryBytesMax;  // recovery refuses larger entries as corrupt
+  bool quiet = false;                            // no stderr lines (tests that expect a cut)
+};
+
+// One entry to append: its sealed bytes and, if they lie in a buffer registered with
+// register_buffers(), that buffer's index (-1: not registered).
+struct WalWrite {
+  std::span<const std::byte> bytes;
+  int buffer_index = -1;
+};
+
+struct WalRecovery {
+  uint64_t entries_kept = 0;
+  uint64_t bytes_kept = 0;
+  uint64_t bytes_cut = 0;      // 0 when the file ended cleanly
+  uint64_t last_sequence = 0;  // of the last kept entry (0 when none)
+  uint64_t last_epoch = 0;
+  std::string cut_reason;  // empty when nothing was cut
+};
+
+class Wal {
+ public:
+  // Opens (creating if absent) the WAL file at `path` and takes an exclusive lock on it.
+  [[nodiscard]] static Result<std::unique_ptr<Wal>> open(const std::string& path,
+                                                         const WalOptions& options);
+  ~Wal();
+  Wal(const Wal&) = delete;
+  Wal& operator=(const Wal&) = delete;
+
+  // Replays every valid entry in order through `replay` (the view points into a scan buffer
+  // and is valid only during the call), cuts a bad tail, and makes the WAL appendable. A
+  // non-ok status from `replay` stops recovery and is returned; nothing is truncated then.
+  // REQUIRES: called once, before append().
+  using ReplayFn = std::function<Status(const LogEntryView&)>;
+  [[nodiscard]] Result<WalRecovery> recover(const ReplayFn& replay);
+
+  // Registers the caller's buffer pool with io_uring so appends from it use WRITE_FIXED.
+  // A no-op returning Ok on the pwrite path. REQUIRES: at most once; the memory outlives the Wal.
+  [[nodiscard]] Status register_buffers(std::span<const iovec> buffers);
+
+  // Appends a group of sealed entries at the end of the file, in order, and returns when they
+  // are written (and, by policy, synced). A failure leaves the Wal failed: later appends return
+  // the same error; the torn tail is cut by recovery at the next open.
+  // REQUIRES: recover() done; each entry a sealed entry (size a multiple of 8, >= 64 bytes).
+  [[nodiscard]] Status append(std::span<const WalWrite> group);
+  [[nodiscard]] Status append(std::span<const std::byte> entry, int buffer_index = -1) {
+    const WalWrite w{entry, buffer_index};
+    return append({&w, 1});
+  }
+
+  // fdatasync now, whatever the policy.
+  [[nodiscard]] Status sync();
+
+  bool uses_io_uring() const { return ring_ != nullptr; }
+  uint64_t end_offset() const { return end_offset_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Ring;  // io_uring state; nullptr on the pwrite path
+  Wal(std::string path, int fd, const WalOptions& options);
+  void setup_ring();
+  Status append_pwrite(std::span<const WalWrite> group);
+  Status append_uring(std::span<const WalWrite> group);
+  Status reap(std::span<const WalWrite> group, size_t begin, uint64_t base_off, unsigned count);
+  Status cut_tail(uint64_t good_end, uint64_t file_bytes, const std::string& reason,
+                  WalRecovery* report);
+
+  std::string path_;
+  int fd_ = -1;
+  WalOptions options_;
+  std::unique_ptr<Ring> ring_;
+  std::vector<iovec> registered_;
+  uint64_t end_offset_ = 0;
+  bool recovered_ = false;
+  Status failed_;  // ok until an append fails
+};
+
+}  // namespace shoal::repl

@@ -1,0 +1,297 @@
+// WAL: restart from the log with each fsync policy and write path, torn and corrupted tails cut
+// (never replayed), appends continuing after the cut, and the refusals (newer format, lock).
+#include "src/repl/wal.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+namespace shoal::repl {
+namespace {
+
+// Sealed entries, each in its own 8-aligned buffer (as a buffer pool would hold them).
+struct Entries {
+  std::vector<std::vector<uint64_t>> bufs;
+  std::vector<std::span<const std::byte>> sealed;
+};
+
+Entries make_entries(size_t n, uint64_t first_sequence, uint64_t seed, uint32_t stream = 0) {
+  Entries out;
+  Rng rng(seed);
+  out.bufs.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    out.bufs[i].resize(2048);
+    std::span<std::byte> buf{reinterpret_cast<std::byte*>(out.bufs[i].data()), 2048 * 8};
+    LogBatchBuilder b;
+    b.reset(buf, {1, stream, 1, first_sequence + i}, BatchLimits{});
+    const size_t txns = rng.uniform(0, 6);
+    for (size_t t = 0; t < txns; ++t) {
+      uint64_t key[2] = {rng.next(), rng.next()};
+      std::vector<std::byte> value(rng.uniform(0, 300), std::byte{0x5a});
+      const TxnWrite w{3, WriteOp::kPut, key, value};
+      const txn::DepEntry dep{1, first_sequence + i};
+      EXPECT_EQ(b.append(first_sequence + i, {&dep, 1}, {&w, 1}), AppendResult::kOk);
+    }
+    out.sealed.push_back(b.seal());
+  }
+  return out;
+}
+
+class WalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/shoal_wal_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/stream0.wal";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<Wal> open_wal(WalOptions o) {
+    auto w = Wal::open(path_, o);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
+    return w.ok() ? std::move(*w) : nullptr;
+  }
+  // Reopens and recovers, collecting the sequences and checksums replayed.
+  WalRecovery reopen(WalOptions o, std::vector<uint64_t>* seqs = nullptr,
+                     std::vector<uint64_t>* sums = nullptr, std::unique_ptr<Wal>* keep = nullptr) {
+    auto w = open_wal(o);
+    auto r = w->recover([&](const LogEntryView& e) {
+      if (seqs) seqs->push_back(e.id().sequence);
+      if (sums) sums->push_back(e.checksum());
+      return Status::Ok();
+    });
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (keep) *keep = std::move(w);
+    return r.ok() ? *r : WalRecovery{};
+  }
+  uint64_t file_bytes() { return std::filesystem::file_size(path_); }
+  void write_at(uint64_t off, const void* p, size_t n) {
+    const int fd = ::open(path_.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, p, n, static_cast<off_t>(off)), static_cast<ssize_t>(n));
+    ::close(fd);
+  }
+  // Appends `e` in groups of 1..7 entries.
+  void append_all(Wal& wal, const Entries& e) {
+    for (size_t i = 0; i < e.sealed.size();) {
+      const size_t n = std::min<size_t>(e.sealed.size() - i, 1 + i % 7);
+      std::vector<WalWrite> group;
+      for (size_t j = i; j < i + n; ++j) group.push_back({e.sealed[j]});
+      ASSERT_TRUE(wal.append(group).ok());
+      i += n;
+    }
+  }
+
+  std::string dir_, path_;
+};
+
+struct Mode {
+  FsyncPolicy fsync;
+  bool uring;
+};
+
+std::string mode_name(const ::testing::TestParamInfo<Mode>& info) {
+  static const char* const kPolicy[] = {"None", "Batch", "Always"};
+  return std::string(kPolicy[static_cast<int>(info.param.fsync)]) +
+         (info.param.uring ? "Uring" : "Pwrite");
+}
+
+class WalRestart : public WalTest, public ::testing::WithParamInterface<Mode> {};
+
+TEST_P(WalRestart, AppendReopenRecoverAll) {
+  const WalOptions o{GetParam().fsync, GetParam().uring, 8};  // small ring: chunked groups
+  const Entries e = make_entries(150, 1, 7);
+  {
+    auto wal = open_wal(o);
+    EXPECT_EQ(wal->uses_io_uring(), GetParam().uring);  // io_uring works on this machine
+    auto r = wal->recover([](const LogEntryView&) { return Status::Ok(); });
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->entries_kept, 0u);
+    append_all(*wal, e);
+    uint64_t total = 0;
+    for (auto s : e.sealed) total += s.size();
+    EXPECT_EQ(wal->end_offset(), total);
+  }
+  std::vector<uint64_t> seqs, sums;
+  const WalRecovery r = reopen(o, &seqs, &sums);
+  EXPECT_EQ(r.entries_kept, 150u);
+  EXPECT_EQ(r.bytes_cut, 0u);
+  EXPECT_TRUE(r.cut_reason.empty());
+  EXPECT_EQ(r.last_sequence, 150u);
+  ASSERT_EQ(seqs.size(), 150u);
+  for (size_t i = 0; i < 150; ++i) {
+    EXPECT_EQ(seqs[i], i + 1);
+    EXPECT_EQ(sums[i], LogEntryView::parse(e.sealed[i])->checksum());  // the same bytes
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policies, WalRestart,
+    ::testing::Values(Mode{FsyncPolicy::kNone, true}, Mode{FsyncPolicy::kBatch, true},
+                      Mode{FsyncPolicy::kAlways, true}, Mode{FsyncPolicy::kNone, false},
+                      Mode{FsyncPolicy::kBatch, false}, Mode{FsyncPolicy::kAlways, false}),
+    mode_name);
+
+TEST_F(WalTest, RegisteredBuffersWriteFixed) {
+  const Entries e = make_entries(20, 1, 3);
+  std::vector<iovec> iov;
+  for (const auto& b : e.bufs) iov.push_back({const_cast<uint64_t*>(b.data()), b.size() * 8});
+  {
+    auto wal = open_wal({FsyncPolicy::kBatch, true});
+    ASSERT_TRUE(wal->register_buffers(iov).ok());
+    ASSERT_TRUE(wal->recover([](const LogEntryView&) { return Status::Ok(); }).ok());
+    for (size_t i = 0; i < e.sealed.size(); ++i) {
+      ASSERT_TRUE(wal->append(e.sealed[i], static_cast<int>(i)).ok());
+    }
+  }
+  EXPECT_EQ(reopen({}).entries_kept, 20u);
+}
+
+// Writes `n` entries with the pwrite path and returns their end offsets.
+std::vector<uint64_t> fill(WalTest* t, std::unique_ptr<Wal> wal, const Entries& e) {
+  std::vector<uint64_t> ends;
+  auto r = wal->recover([](const LogEntryView&) { return Status::Ok(); });
+  EXPECT_TRUE(r.ok());
+  for (auto s : e.sealed) {
+    EXPECT_TRUE(wal->append(s).ok());
+    ends.push_back(wal->end_offset());
+  }
+  (void)t;
+  return ends;
+}
+
+TEST_F(WalTest, TornTailCutThenAppendsFollowTheGoodPrefix) {
+  const WalOptions quiet{FsyncPolicy::kBatch, true, 64, kLogEntryBytesMax, true};
+  const Entries e = make_entries(10, 1, 9);
+  const auto ends = fill(this, open_wal(quiet), e);
+  // Cut the last entry in the middle of its payload.
+  const uint64_t good = ends[8];
+  ASSERT_EQ(::truncate(path_.c_str(), static_cast<off_t>(good + 100)), 0);
+  std::unique_ptr<Wal> wal;
+  std::vector<uint64_t> seqs;
+  const WalRecovery r = reopen(quiet, &seqs, nullptr, &wal);
+  EXPECT_EQ(r.entries_kept, 9u);
+  EXPECT_EQ(r.bytes_kept, good);
+  EXPECT_EQ(r.bytes_cut, 100u);
+  EXPECT_NE(r.cut_reason.find("truncated entry"), std::string::npos) << r.cut_reason;
+  EXPECT_EQ(file_bytes(), good);  // the file itself was cut
+  EXPECT_EQ(seqs.back(), 9u);
+  // New entries land right after the good prefix.
+  const Entries more = make_entries(3, 10, 10);
+  for (auto s : more.sealed) ASSERT_TRUE(wal->append(s).ok());
+  wal.reset();
+  seqs.clear();
+  const WalRecovery r2 = reopen(quiet, &seqs);
+  EXPECT_EQ(r2.entries_kept, 12u);
+  EXPECT_EQ(r2.bytes_cut, 0u);
+  EXPECT_EQ(seqs.back(), 12u);
+}
+
+TEST_F(WalTest, EveryTruncationLengthKeepsTheWholeEntriesBeforeIt) {
+  const WalOptions quiet{FsyncPolicy::kNone, false, 64, kLogEntryBytesMax, true};
+  const Entries e = make_entries(3, 1, 4);
+  const auto ends = fill(this, open_wal(quiet), e);
+  std::vector<char> full(ends.back());
+  {
+    std::ifstream in(path_, std::ios::binary);
+    in.read(full.data(), static_cast<std::streamsize>(full.size()));
+  }
+  for (uint64_t len = 0; len <= ends.back(); ++len) {
+    {
+      std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+      out.write(full.data(), static_cast<std::streamsize>(len));
+    }
+    size_t whole = 0;
+    while (whole < ends.size() && ends[whole] <= len) ++whole;
+    const WalRecovery r = reopen(quiet);
+    ASSERT_EQ(r.entries_kept, whole) << len;
+    const uint64_t good = whole == 0 ? 0 : ends[whole - 1];
+    ASSERT_EQ(r.bytes_cut, len - good) << len;
+    ASSERT_EQ(file_bytes(), good) << len;
+  }
+}
+
+TEST_F(WalTest, CorruptedLastEntryIsCutNotReplayed) {
+  const WalOptions quiet{FsyncPolicy::kBatch, true, 64, kLogEntryBytesMax, true};
+  const Entries e = make_entries(5, 1, 5);
+  const auto ends = fill(this, open_wal(quiet), e);
+  const std::byte junk{0xff};
+  write_at(ends[3] + kLogHeaderBytes + 5, &junk, 1);  // a payload byte of entry 5
+  std::vector<uint64_t> seqs;
+  const WalRecovery r = reopen(quiet, &seqs);
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{1, 2, 3, 4}));
+  EXPECT_NE(r.cut_reason.find("checksum mismatch"), std::string::npos) << r.cut_reason;
+  EXPECT_NE(r.cut_reason.find("offset " + std::to_string(ends[3])), std::string::npos);
+  EXPECT_EQ(file_bytes(), ends[3]);
+}
+
+TEST_F(WalTest, ZeroFilledTailAndStaleEntriesAreCut) {
+  const WalOptions quiet{FsyncPolicy::kNone, true, 64, kLogEntryBytesMax, true};
+  const Entries e = make_entries(4, 1, 6);
+  const auto ends = fill(this, open_wal(quiet), e);
+  // A crash after the file grew but before data landed leaves zeros.
+  std::vector<char> zeros(4096, 0);
+  write_at(ends.back(), zeros.data(), zeros.size());
+  WalRecovery r = reopen(quiet);
+  EXPECT_EQ(r.entries_kept, 4u);
+  EXPECT_NE(r.cut_reason.find("bad magic"), std::string::npos) << r.cut_reason;
+  // A valid entry with an old sequence after the tail (a stale block) is cut too.
+  write_at(ends.back(), e.sealed[1].data(), e.sealed[1].size());
+  r = reopen(quiet);
+  EXPECT_EQ(r.entries_kept, 4u);
+  EXPECT_NE(r.cut_reason.find("sequence 2 does not follow 4"), std::string::npos) << r.cut_reason;
+  // So is an entry of another stream.
+  const Entries other = make_entries(1, 5, 6, /*stream=*/9);
+  write_at(ends.back(), other.sealed[0].data(), other.sealed[0].size());
+  r = reopen(quiet);
+  EXPECT_EQ(r.entries_kept, 4u);
+  EXPECT_NE(r.cut_reason.find("shard 1 stream 9"), std::string::npos) << r.cut_reason;
+  EXPECT_EQ(file_bytes(), ends.back());
+}
+
+TEST_F(WalTest, NewerFormatStopsRecoveryAndTouchesNothing) {
+  const Entries e = make_entries(3, 1, 8);
+  const auto ends = fill(this, open_wal({}), e);
+  std::vector<uint64_t> words(e.sealed[2].size() / 8);
+  std::memcpy(words.data(), e.sealed[2].data(), e.sealed[2].size());
+  auto* p = reinterpret_cast<std::byte*>(words.data());
+  store_u16(p + 4, kLogFormatVersion + 1);
+  store_u64(p + 56, log_entry_checksum(p, e.sealed[2].size() - kLogHeaderBytes));
+  write_at(ends[1], p, e.sealed[2].size());
+  auto wal = open_wal({});
+  auto r = wal->recover([](const LogEntryView&) { return Status::Ok(); });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kNotSupported);
+  EXPECT_NE(r.status().message().find("version 2 is newer than this reader's 1"),
+            std::string::npos);
+  EXPECT_EQ(file_bytes(), ends[2]);
+}
+
+TEST_F(WalTest, ReplayErrorStopsWithoutCutting) {
+  const Entries e = make_entries(3, 1, 2);
+  const auto ends = fill(this, open_wal({}), e);
+  auto wal = open_wal({});
+  int seen = 0;
+  auto r = wal->recover([&](const LogEntryView&) {
+    return ++seen == 2 ? Status::Unavailable("replay target full") : Status::Ok();
+  });
+  EXPECT_EQ(r.status().code(), Code::kUnavailable);
+  EXPECT_EQ(file_bytes(), ends.back());
+}
+
+TEST_F(WalTest, SecondOpenOfTheSameFileRefused) {
+  auto first = open_wal({});
+  auto second = Wal::open(path_, {});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), Code::kUnavailable);
+}
+
+}  // namespace
+}  // namespace shoal::repl
