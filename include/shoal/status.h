@@ -110,3 +110,11 @@ class [[nodiscard]] Result {
     if (!shoal_try_status_.ok()) [[unlikely]]     \
       return shoal_try_status_;                   \
   } while (0)
+
+// SHOAL_TRY for coroutines: co_returns early from the enclosing coroutine when `expr` is not ok.
+#define SHOAL_CO_TRY(expr)                        \
+  do {                                            \
+    ::shoal::Status shoal_try_status_ = (expr);   \
+    if (!shoal_try_status_.ok()) [[unlikely]]     \
+      co_return shoal_try_status_;                \
+  } while (0)

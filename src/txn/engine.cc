@@ -25,6 +25,8 @@ Txn::Txn(Engine* engine, uint64_t seed)
 
 Txn::~Txn() = default;
 
+uint64_t Txn::max_seen_version() const { return bufs_->max_seen_version; }
+
 void Txn::begin() {
   TxnBuffers& b = *bufs_;
   b.reads.clear();

@@ -250,6 +250,8 @@ class Txn {
 
   // The transaction's dependency vector so far (merged over every version read).
   const DepVec& deps() const { return deps_; }
+  // The largest version this transaction has read or overwritten so far.
+  uint64_t max_seen_version() const;
   // The commit TID of the last committed transaction of this Txn object.
   uint64_t last_commit_tid() const { return last_tid_; }
   Rng& rng() { return rng_; }

@@ -1,0 +1,184 @@
+#include "src/dist/coordinator.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace shoal::dist {
+
+// ---- DistTxn ----
+
+void DistTxn::reset(TxnId id, uint64_t epoch) {
+  id_ = id;
+  epoch_ = epoch;
+  touched_.clear();
+  writes_.clear();
+  values_.reset();
+  vector_.clear();
+}
+
+void DistTxn::touch(uint32_t shard) {
+  if (std::find(touched_.begin(), touched_.end(), shard) == touched_.end()) {
+    touched_.push_back(shard);
+  }
+}
+
+DistTxn::Buffered* DistTxn::find_buffered(uint32_t shard, uint32_t table_id, const uint64_t* key,
+                                          uint32_t key_word_count) {
+  for (Buffered& b : writes_) {
+    if (b.shard == shard && b.write.table_id == table_id &&
+        b.write.key_word_count == key_word_count &&
+        std::equal(key, key + key_word_count, b.write.key)) {
+      return &b;
+    }
+  }
+  return nullptr;
+}
+
+Status DistTxn::buffer(uint32_t shard, uint32_t table_id, const uint64_t* key,
+                       uint32_t key_word_count, txn::WriteKind kind, const void* value,
+                       uint32_t size_bytes) {
+  if (shard >= coordinator_->shard_count()) return Status::InvalidArgument("no such shard");
+  if (key_word_count == 0 || key_word_count > 8) return Status::InvalidArgument("key words");
+  if (size_bytes > txn::TableBase::kValueBytesMax) return Status::InvalidArgument("value size");
+  void* copy = nullptr;
+  if (value != nullptr) {
+    copy = values_.allocate(size_bytes == 0 ? 1 : size_bytes);
+    std::memcpy(copy, value, size_bytes);
+  }
+  if (Buffered* b = find_buffered(shard, table_id, key, key_word_count)) {
+    // A second write to one key: inserting then updating stays an insert.
+    if (!(b->write.kind == txn::WriteKind::kInsert && kind == txn::WriteKind::kPut)) {
+      b->write.kind = kind;
+    }
+    b->write.value = copy;
+    b->write.size_bytes = size_bytes;
+    return Status::Ok();
+  }
+  if (writes_.size() >= kWritesMax) return Status::InvalidArgument("too many writes");
+  touch(shard);
+  Buffered b;
+  b.shard = shard;
+  b.write.table_id = table_id;
+  b.write.key_word_count = key_word_count;
+  std::copy(key, key + key_word_count, b.write.key);
+  b.write.kind = kind;
+  b.write.value = copy;
+  b.write.size_bytes = size_bytes;
+  writes_.push_back(b);
+  return Status::Ok();
+}
+
+rt::Task<Status> DistTxn::get(uint32_t shard, uint32_t table_id, const uint64_t* key,
+                              uint32_t key_word_count, void* out, uint32_t out_bytes,
+                              uint32_t* size_out) {
+  if (shard >= coordinator_->shard_count()) co_return Status::InvalidArgument("no such shard");
+  if (const Buffered* b = find_buffered(shard, table_id, key, key_word_count)) {
+    if (b->write.kind == txn::WriteKind::kRemove) co_return Status::NotFound();
+    std::memcpy(out, b->write.value, std::min(out_bytes, b->write.size_bytes));
+    if (size_out != nullptr) *size_out = b->write.size_bytes;
+    co_return Status::Ok();
+  }
+  touch(shard);
+  co_return co_await coordinator_->links_[shard]->read(id_, epoch_, table_id, key, key_word_count,
+                                                       out, out_bytes, size_out);
+}
+
+// ---- Coordinator ----
+
+Coordinator::Coordinator(CoordinatorOptions options, std::vector<ShardLink*> links,
+                         const uint64_t* epoch)
+    : options_(options), links_(std::move(links)), epoch_(epoch) {
+  SHOAL_ASSERT(!links_.empty() && links_.size() <= DistTxn::kShardsMax, "%zu shard links",
+               links_.size());
+  SHOAL_ASSERT(options_.shard_id < links_.size(), "own shard %u out of range", options_.shard_id);
+}
+
+rt::Task<Status> Coordinator::run(DistTxn& txn, DistProcedure proc, const void* args,
+                                  void* result) {
+  txn.coordinator_ = this;
+  for (uint32_t attempt = 0; attempt < options_.max_retries; ++attempt) {
+    txn.reset(make_txn_id(options_.shard_id, options_.worker_id, next_seq_++), *epoch_);
+    Status s = co_await proc(txn, args, result);
+    if (s.ok()) s = co_await commit(txn);
+    if (s.ok()) {
+      ++stats_.committed;
+      if (txn.touched_.size() > 1) ++stats_.cross_shard;
+      co_return s;
+    }
+    co_await abort_all(txn);
+    if (s.is_user_abort()) {
+      ++stats_.user_aborts;
+      co_return s;
+    }
+    if (!s.is_aborted()) {
+      ++stats_.failed;
+      co_return s;
+    }
+    ++stats_.conflict_aborts;
+  }
+  ++stats_.failed;
+  co_return Status::Aborted("retries exhausted");
+}
+
+rt::Task<Status> Coordinator::lock_all(DistTxn& txn, std::vector<uint64_t>* proposed) {
+  // Group the buffered writes by shard; remote shards lock first, our own last (Mako).
+  std::stable_sort(
+      txn.writes_.begin(), txn.writes_.end(),
+      [](const DistTxn::Buffered& a, const DistTxn::Buffered& b) { return a.shard < b.shard; });
+  std::vector<StagedWrite> staged;
+  staged.reserve(txn.writes_.size());
+  for (const DistTxn::Buffered& b : txn.writes_) staged.push_back(b.write);
+  const uint32_t own = options_.shard_id;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < txn.writes_.size();) {
+      const uint32_t shard = txn.writes_[i].shard;
+      size_t j = i;
+      while (j < txn.writes_.size() && txn.writes_[j].shard == shard) ++j;
+      if ((pass == 0) == (shard != own)) {
+        uint64_t tid = 0;
+        Status s = co_await links_[shard]->lock(txn.id_, txn.epoch_, &staged[i], j - i, &tid);
+        if (!s.ok()) co_return s;
+        proposed->push_back(tid);
+        txn.vector_.raise(shard, tid);
+      }
+      i = j;
+    }
+  }
+  co_return Status::Ok();
+}
+
+rt::Task<Status> Coordinator::commit(DistTxn& txn) {
+  std::vector<uint64_t> proposed;
+  if (!txn.writes_.empty()) {
+    Status s = co_await lock_all(txn, &proposed);
+    if (!s.ok()) co_return s;
+  }
+  // Validate everywhere only now that every lock is held.
+  for (uint32_t shard : txn.touched_) {
+    txn::DepVec deps;
+    Status s = co_await links_[shard]->validate(txn.id_, txn.epoch_, &deps);
+    if (!s.ok()) co_return s;
+    txn.vector_.merge(deps);
+  }
+  // The vector's entry for a written shard is at least its proposal (raised in lock_all) and
+  // at least every dependency on that shard, so installing there keeps the vector above
+  // everything the transaction read.
+  uint32_t last_shard = UINT32_MAX;
+  for (const DistTxn::Buffered& b : txn.writes_) {
+    if (b.shard == last_shard) continue;
+    last_shard = b.shard;
+    Status s = co_await links_[b.shard]->install(txn.id_, txn.epoch_, txn.vector_.get(b.shard),
+                                                 txn.vector_);
+    SHOAL_ASSERT(s.ok(), "install refused after validation: %s", s.to_string().c_str());
+  }
+  co_return Status::Ok();
+}
+
+rt::Task<void> Coordinator::abort_all(DistTxn& txn) {
+  for (uint32_t shard : txn.touched_) {
+    Status s = co_await links_[shard]->abort(txn.id_);
+    s.ignore();  // an unreachable shard drops the transaction when the coordinator's epoch ends
+  }
+}
+
+}  // namespace shoal::dist

@@ -1,0 +1,140 @@
+// The coordinator side of Shoal's distributed transactions: runs a stored procedure as a
+// coroutine, sends its reads to the shards that own the keys, buffers its writes, and
+// certifies across shards (design section 3):
+//   1. lock     every shard with writes (remote ones first, the coordinator's own last);
+//               each proposes its TID
+//   2. validate every shard touched, only after all locks are held (locking and validating
+//               shard by shard would let write skew slip between shards)
+//   3. install  at each shard's entry of the vector = max(read dependencies, proposals);
+//               the writes are visible at once (speculatively: replication comes later)
+// Any failure aborts every participant. Conflicts retry the procedure, bounded.
+//
+// Non-blocking: a transaction waiting on a shard suspends its coroutine; the worker's loop runs
+// other transactions meanwhile (as many as the caller spawns: the bound is the caller's).
+// Threads: a Coordinator and its DistTxns belong to one worker loop.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "shoal/status.h"
+#include "src/base/arena.h"
+#include "src/dist/participant.h"
+#include "src/runtime/task.h"
+#include "src/txn/depvec.h"
+
+namespace shoal::dist {
+
+// How a coordinator reaches one shard's participant: in-process (LocalLink, for the simulator
+// and for the coordinator's own shard) or over RPC. A virtual call per message is noise next
+// to the message itself; the transport below stays free of virtual calls.
+class ShardLink {
+ public:
+  virtual ~ShardLink() = default;
+  // Pointers passed in stay valid until the returned task completes.
+  virtual rt::Task<Status> read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
+                                uint32_t key_word_count, void* out, uint32_t out_bytes,
+                                uint32_t* size_out) = 0;
+  virtual rt::Task<Status> lock(TxnId id, uint64_t epoch, const StagedWrite* writes, size_t count,
+                                uint64_t* proposed_tid) = 0;
+  virtual rt::Task<Status> validate(TxnId id, uint64_t epoch, txn::DepVec* deps) = 0;
+  virtual rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid,
+                                   const txn::DepVec& vector) = 0;
+  virtual rt::Task<Status> abort(TxnId id) = 0;
+};
+
+class Coordinator;
+
+// A transaction's handle inside a procedure. Keys name their shard explicitly: the workload
+// knows its partitioning (TPC-C by warehouse, the microbenchmark by key range).
+class DistTxn {
+ public:
+  static constexpr uint32_t kShardsMax = 1024;
+  static constexpr uint32_t kWritesMax = 4096;
+
+  rt::Task<Status> get(uint32_t shard, uint32_t table_id, const uint64_t* key,
+                       uint32_t key_word_count, void* out, uint32_t out_bytes,
+                       uint32_t* size_out = nullptr);
+  Status put(uint32_t shard, uint32_t table_id, const uint64_t* key, uint32_t key_word_count,
+             const void* value, uint32_t size_bytes) {
+    return buffer(shard, table_id, key, key_word_count, txn::WriteKind::kPut, value, size_bytes);
+  }
+  Status insert(uint32_t shard, uint32_t table_id, const uint64_t* key, uint32_t key_word_count,
+                const void* value, uint32_t size_bytes) {
+    return buffer(shard, table_id, key, key_word_count, txn::WriteKind::kInsert, value, size_bytes);
+  }
+  Status remove(uint32_t shard, uint32_t table_id, const uint64_t* key, uint32_t key_word_count) {
+    return buffer(shard, table_id, key, key_word_count, txn::WriteKind::kRemove, nullptr, 0);
+  }
+
+  TxnId id() const { return id_; }
+  // After a commit: the transaction's dependency vector (one entry per shard it wrote, plus
+  // what its reads depended on).
+  const txn::DepVec& vector() const { return vector_; }
+  // Shards this transaction touched so far.
+  const std::vector<uint32_t>& shards() const { return touched_; }
+
+ private:
+  friend class Coordinator;
+  struct Buffered {
+    uint32_t shard;
+    StagedWrite write;
+  };
+  Status buffer(uint32_t shard, uint32_t table_id, const uint64_t* key, uint32_t key_word_count,
+                txn::WriteKind kind, const void* value, uint32_t size_bytes);
+  Buffered* find_buffered(uint32_t shard, uint32_t table_id, const uint64_t* key,
+                          uint32_t key_word_count);
+  void touch(uint32_t shard);
+  void reset(TxnId id, uint64_t epoch);
+
+  Coordinator* coordinator_ = nullptr;
+  TxnId id_ = 0;
+  uint64_t epoch_ = 0;
+  std::vector<uint32_t> touched_;
+  std::vector<Buffered> writes_;
+  Arena values_;
+  txn::DepVec vector_;
+};
+
+using DistProcedure = rt::Task<Status> (*)(DistTxn& txn, const void* args, void* result);
+
+struct CoordinatorOptions {
+  uint32_t shard_id = 0;  // the coordinator's own shard (ids in TxnIds)
+  uint32_t worker_id = 0;
+  uint32_t max_retries = 100;
+};
+
+struct CoordinatorStats {
+  uint64_t committed = 0;
+  uint64_t conflict_aborts = 0;
+  uint64_t user_aborts = 0;
+  uint64_t failed = 0;
+  uint64_t cross_shard = 0;  // committed transactions that touched more than one shard
+};
+
+class Coordinator {
+ public:
+  // links[s] reaches shard s. `epoch` is the cluster epoch as this worker knows it.
+  Coordinator(CoordinatorOptions options, std::vector<ShardLink*> links, const uint64_t* epoch);
+
+  // Runs `proc` to commit: Ok, UserAbort, Aborted (retries exhausted), Unavailable (a shard is
+  // gone), or the procedure's own error. `txn` is caller-owned so many can be in flight.
+  rt::Task<Status> run(DistTxn& txn, DistProcedure proc, const void* args, void* result);
+
+  const CoordinatorStats& stats() const { return stats_; }
+  size_t shard_count() const { return links_.size(); }
+
+ private:
+  friend class DistTxn;
+  rt::Task<Status> commit(DistTxn& txn);
+  rt::Task<Status> lock_all(DistTxn& txn, std::vector<uint64_t>* proposed);
+  rt::Task<void> abort_all(DistTxn& txn);
+
+  CoordinatorOptions options_;
+  std::vector<ShardLink*> links_;
+  const uint64_t* epoch_;
+  uint64_t next_seq_ = 1;
+  CoordinatorStats stats_;
+};
+
+}  // namespace shoal::dist
