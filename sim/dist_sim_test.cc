@@ -39,6 +39,7 @@ struct Cluster {
     for (uint32_t s = 0; s < shards; ++s) {
       txn::EngineOptions o;
       o.epoch_ticker = false;
+      o.lock_wait_spins_max = 16;  // locks live for round trips here: fail fast, retry
       o.shard_id = s;
       o.unsafe_skip_read_validation = skip_validation;
       engines.push_back(std::make_unique<txn::Engine>(o, &env));
@@ -199,10 +200,10 @@ SimRunResult run_cluster(uint64_t seed, bool skip_validation, uint32_t shards = 
 
 TEST(DistSim, TransfersAcrossShardsAreSerializableOverManySeeds) {
   const uint64_t base = SimEnv::seed_from_env(1);
-  // 100 seeds by default; SHOAL_TEST_SCALE=small (sanitizer builds) runs 10.
+  // 500 seeds by default; SHOAL_TEST_SCALE=small (sanitizer builds) runs 20.
   const char* scale = std::getenv("SHOAL_TEST_SCALE");
   const bool small = scale != nullptr && std::string(scale) == "small";
-  const int seeds = std::getenv("SHOAL_SIM_SEED") != nullptr ? 1 : (small ? 10 : 100);
+  const int seeds = std::getenv("SHOAL_SIM_SEED") != nullptr ? 1 : (small ? 20 : 500);
   uint64_t committed = 0, cross = 0, conflicts = 0;
   for (int i = 0; i < seeds; ++i) {
     const uint64_t seed = base + i;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
 namespace shoal::dist {
 
 // ---- DistTxn ----
@@ -98,23 +100,34 @@ rt::Task<Status> Coordinator::run(DistTxn& txn, DistProcedure proc, const void* 
   txn.coordinator_ = this;
   for (uint32_t attempt = 0; attempt < options_.max_retries; ++attempt) {
     txn.reset(make_txn_id(options_.shard_id, options_.worker_id, next_seq_++), *epoch_);
+    bool decided = false;
     Status s = co_await proc(txn, args, result);
-    if (s.ok()) s = co_await commit(txn);
+    if (s.ok()) s = co_await commit(txn, &decided);
     if (s.ok()) {
       ++stats_.committed;
       if (txn.touched_.size() > 1) ++stats_.cross_shard;
       co_return s;
     }
-    co_await abort_all(txn);
+    if (decided) {  // C2: committed; some install unconfirmed. Never abort now.
+      ++stats_.in_doubt;
+      co_return s;
+    }
+    co_await abort_all(txn);  // C1
     if (s.is_user_abort()) {
       ++stats_.user_aborts;
       co_return s;
     }
-    if (!s.is_aborted()) {
-      ++stats_.failed;
-      co_return s;
+    if (s.is_aborted()) {
+      ++stats_.conflict_aborts;
+      continue;
     }
-    ++stats_.conflict_aborts;
+    if (s.code() == Code::kTimeout) {
+      ++stats_.timeouts;  // the message or its answer was lost; a new attempt may get through
+      continue;
+    }
+    if (s.code() == Code::kUnavailable) ++stats_.unavailable;
+    ++stats_.failed;
+    co_return s;
   }
   ++stats_.failed;
   co_return Status::Aborted("retries exhausted");
@@ -147,7 +160,7 @@ rt::Task<Status> Coordinator::lock_all(DistTxn& txn, std::vector<uint64_t>* prop
   co_return Status::Ok();
 }
 
-rt::Task<Status> Coordinator::commit(DistTxn& txn) {
+rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
   std::vector<uint64_t> proposed;
   if (!txn.writes_.empty()) {
     Status s = co_await lock_all(txn, &proposed);
@@ -160,24 +173,36 @@ rt::Task<Status> Coordinator::commit(DistTxn& txn) {
     if (!s.ok()) co_return s;
     txn.vector_.merge(deps);
   }
+  *decided = true;  // C1: every shard voted yes
+  co_return co_await install_all(txn);
+}
+
+rt::Task<Status> Coordinator::install_all(DistTxn& txn) {
   // The vector's entry for a written shard is at least its proposal (raised in lock_all) and
   // at least every dependency on that shard, so installing there keeps the vector above
-  // everything the transaction read.
+  // everything the transaction read. Every shard gets its install even when one fails (C2).
+  Status first_failure;
   uint32_t last_shard = UINT32_MAX;
   for (const DistTxn::Buffered& b : txn.writes_) {
     if (b.shard == last_shard) continue;
     last_shard = b.shard;
     Status s = co_await links_[b.shard]->install(txn.id_, txn.epoch_, txn.vector_.get(b.shard),
                                                  txn.vector_);
-    SHOAL_ASSERT(s.ok(), "install refused after validation: %s", s.to_string().c_str());
+    if (!s.ok() && first_failure.ok()) {
+      first_failure = Status::Unavailable(
+          fmt::format("transaction {:#x} committed, but its install at shard {} is in doubt: {}",
+                      txn.id_, b.shard, s.to_string()));
+    }
   }
-  co_return Status::Ok();
+  co_return first_failure;
 }
 
 rt::Task<void> Coordinator::abort_all(DistTxn& txn) {
   for (uint32_t shard : txn.touched_) {
-    Status s = co_await links_[shard]->abort(txn.id_);
-    s.ignore();  // an unreachable shard drops the transaction when the coordinator's epoch ends
+    Status s = co_await links_[shard]->abort(txn.id_, txn.epoch_);
+    // Unreachable or never acknowledged: that shard's lease (F4) ends what is not prepared,
+    // and a prepared context there waits for failover (F3).
+    s.ignore();
   }
 }
 

@@ -7,7 +7,21 @@
 //               shard by shard would let write skew slip between shards)
 //   3. install  at each shard's entry of the vector = max(read dependencies, proposals);
 //               the writes are visible at once (speculatively: replication comes later)
-// Any failure aborts every participant. Conflicts retry the procedure, bounded.
+// Any failure before the decision aborts every participant. Conflicts (Aborted) and lost
+// messages (Timeout) retry the procedure with a new transaction id, bounded by max_retries.
+//
+// Fault rules on the coordinator side (the participant's are in participant.h):
+//   C1 The decision to commit is taken when every validate answered Ok, never earlier. Before
+//      it, any failure (Aborted, Timeout: the request may or may not have run, Unavailable:
+//      the shard is gone) aborts the transaction on every shard it touched or meant to write,
+//      including shards whose request timed out (their lock may have been taken).
+//   C2 After the decision the transaction is committed: every written shard gets its install
+//      (the link retries it until acknowledged; installs are idempotent by id), and no abort
+//      is ever sent for it. If a shard cannot be reached for its install (Unavailable, or the
+//      link's retries run out) the outcome there is in doubt: run() returns Unavailable saying
+//      so, the other shards are installed, and resolving the in-doubt shard is recovery's job.
+//   C3 Each attempt uses a fresh TxnId, so requests of an aborted attempt (late, duplicated)
+//      can never be mistaken for the retry's: participants refuse them (tombstones).
 //
 // Non-blocking: a transaction waiting on a shard suspends its coroutine; the worker's loop runs
 // other transactions meanwhile (as many as the caller spawns: the bound is the caller's).
@@ -26,8 +40,15 @@
 namespace shoal::dist {
 
 // How a coordinator reaches one shard's participant: in-process (LocalLink, for the simulator
-// and for the coordinator's own shard) or over RPC. A virtual call per message is noise next
-// to the message itself; the transport below stays free of virtual calls.
+// and for the coordinator's own shard) or over RPC (RpcLink). A virtual call per message is
+// noise next to the message itself; the transport below stays free of virtual calls.
+// Contract for implementations:
+//   read/lock/validate: sent at most once; Timeout means the outcome is unknown (it may have
+//     run), Unavailable means the shard is unreachable for good; otherwise the participant's
+//     own Status.
+//   install/abort: retried by the link until acknowledged (participants make both idempotent);
+//     Ok only once the participant answered, Unavailable when the shard is gone, Timeout when
+//     the link's bounded retries ran out.
 class ShardLink {
  public:
   virtual ~ShardLink() = default;
@@ -40,7 +61,7 @@ class ShardLink {
   virtual rt::Task<Status> validate(TxnId id, uint64_t epoch, txn::DepVec* deps) = 0;
   virtual rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid,
                                    const txn::DepVec& vector) = 0;
-  virtual rt::Task<Status> abort(TxnId id) = 0;
+  virtual rt::Task<Status> abort(TxnId id, uint64_t epoch) = 0;
 };
 
 class Coordinator;
@@ -110,6 +131,9 @@ struct CoordinatorStats {
   uint64_t user_aborts = 0;
   uint64_t failed = 0;
   uint64_t cross_shard = 0;  // committed transactions that touched more than one shard
+  uint64_t timeouts = 0;     // attempts lost to a Timeout (then retried, C1)
+  uint64_t unavailable = 0;  // transactions failed because a shard was gone
+  uint64_t in_doubt = 0;     // committed, but an install was not acknowledged (C2)
 };
 
 class Coordinator {
@@ -118,7 +142,8 @@ class Coordinator {
   Coordinator(CoordinatorOptions options, std::vector<ShardLink*> links, const uint64_t* epoch);
 
   // Runs `proc` to commit: Ok, UserAbort, Aborted (retries exhausted), Unavailable (a shard is
-  // gone), or the procedure's own error. `txn` is caller-owned so many can be in flight.
+  // gone; message names it and says whether the outcome is in doubt, C2), or the procedure's
+  // own error. `txn` is caller-owned so many can be in flight.
   rt::Task<Status> run(DistTxn& txn, DistProcedure proc, const void* args, void* result);
 
   const CoordinatorStats& stats() const { return stats_; }
@@ -126,7 +151,9 @@ class Coordinator {
 
  private:
   friend class DistTxn;
-  rt::Task<Status> commit(DistTxn& txn);
+  // Sets *decided once the commit decision is taken (C1); from then on never abort.
+  rt::Task<Status> commit(DistTxn& txn, bool* decided);
+  rt::Task<Status> install_all(DistTxn& txn);
   rt::Task<Status> lock_all(DistTxn& txn, std::vector<uint64_t>* proposed);
   rt::Task<void> abort_all(DistTxn& txn);
 

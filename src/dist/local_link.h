@@ -56,7 +56,8 @@ class LocalLink final : public ShardLink {
     Status s = participant_.install(id, epoch, tid, vector);
     co_return s;
   }
-  rt::Task<Status> abort(TxnId id) override {
+  rt::Task<Status> abort(TxnId id, uint64_t epoch) override {
+    (void)epoch;
     SHOAL_CO_TRY(co_await hop());
     participant_.abort(id);
     co_return Status::Ok();

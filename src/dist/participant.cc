@@ -2,22 +2,26 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace shoal::dist {
 
-Participant::Participant(txn::Engine& engine, uint32_t shard_id, uint32_t inflight_max)
-    : engine_(engine), shard_id_(shard_id), inflight_max_(inflight_max) {
-  SHOAL_ASSERT(inflight_max > 0, "%s", "a participant needs room for one transaction");
-  slots_.resize(inflight_max);
-  free_slots_.reserve(inflight_max);
-  for (uint32_t i = inflight_max; i-- > 0;) free_slots_.push_back(i);
-  active_.reserve(inflight_max);
+Participant::Participant(txn::Engine& engine, uint32_t shard_id, ParticipantOptions options)
+    : engine_(engine), shard_id_(shard_id), options_(options) {
+  SHOAL_ASSERT(options_.inflight_max > 0, "%s", "a participant needs room for one transaction");
+  SHOAL_ASSERT(options_.tombstones_max > 0, "%s", "a participant needs room for one tombstone");
+  slots_.resize(options_.inflight_max);
+  free_slots_.reserve(options_.inflight_max);
+  for (uint32_t i = options_.inflight_max; i-- > 0;) free_slots_.push_back(i);
+  active_.reserve(options_.inflight_max);
+  scratch_ids_.reserve(options_.inflight_max);
 }
 
 Participant::~Participant() {
   // Leave no locks behind (a coordinator that vanished mid-protocol).
-  std::vector<TxnId> ids;
-  for (const auto& [id, index] : active_) ids.push_back(id);
-  for (TxnId id : ids) abort(id);
+  scratch_ids_.clear();
+  for (const auto& [id, index] : active_) scratch_ids_.push_back(id);
+  for (TxnId id : scratch_ids_) abort(id);
 }
 
 void Participant::advance_epoch(uint64_t epoch) {
@@ -32,16 +36,63 @@ Status Participant::check_epoch(uint64_t epoch) const {
   return Status::Ok();
 }
 
+Status Participant::check_not_ended(TxnId id) {
+  if (tombstones_.empty()) return Status::Ok();
+  drop_expired_tombstones(now_ns());
+  if (tombstones_.find(id) == tombstones_.end()) return Status::Ok();
+  ++stats_.refused_ended;
+  return Status::Aborted(fmt::format("transaction {:#x} already ended at shard {}", id, shard_id_));
+}
+
+void Participant::drop_expired_tombstones(uint64_t now_ns) {
+  while (!tombstone_fifo_.empty() && tombstone_fifo_.front().second <= now_ns) {
+    const auto [id, expires_ns] = tombstone_fifo_.front();
+    tombstone_fifo_.pop_front();
+    auto it = tombstones_.find(id);
+    if (it != tombstones_.end() && it->second.expires_ns == expires_ns) tombstones_.erase(it);
+  }
+}
+
+void Participant::bury(TxnId id, Ended how) {
+  const uint64_t now = now_ns();
+  drop_expired_tombstones(now);
+  // Bounded: evict the oldest. An evicted id loses F1's protection early; F4's lease still
+  // ends any context a late request re-creates for it.
+  while (tombstone_fifo_.size() >= options_.tombstones_max) {
+    const auto [old_id, expires_ns] = tombstone_fifo_.front();
+    tombstone_fifo_.pop_front();
+    auto it = tombstones_.find(old_id);
+    if (it != tombstones_.end() && it->second.expires_ns == expires_ns) {
+      tombstones_.erase(it);
+      ++stats_.tombstones_evicted;
+    }
+  }
+  const uint64_t expires_ns = now + options_.tombstone_ns;
+  auto [it, fresh] = tombstones_.try_emplace(id, Tombstone{how, expires_ns});
+  if (!fresh) {
+    // A commit is never downgraded by a late abort.
+    if (it->second.how != Ended::kCommitted) it->second.how = how;
+    it->second.expires_ns = expires_ns;
+  }
+  tombstone_fifo_.emplace_back(id, expires_ns);
+}
+
 Participant::Slot* Participant::slot_for(TxnId id, bool start, Status* status) {
   auto it = active_.find(id);
-  if (it != active_.end()) return &slots_[it->second];
+  if (it != active_.end()) {
+    Slot* slot = &slots_[it->second];
+    slot->last_contact_ns = now_ns();
+    return slot;
+  }
   if (!start) {
     *status = Status::Aborted(fmt::format("transaction {:#x} unknown at shard {}", id, shard_id_));
     return nullptr;
   }
+  *status = check_not_ended(id);
+  if (!status->ok()) return nullptr;
   if (free_slots_.empty()) {
-    *status = Status::Unavailable(
-        fmt::format("shard {} has {} remote transactions in flight", shard_id_, inflight_max_));
+    *status = Status::Aborted(fmt::format("shard {} busy: {} remote transactions in flight",
+                                          shard_id_, options_.inflight_max));
     return nullptr;
   }
   const uint32_t index = free_slots_.back();
@@ -51,11 +102,12 @@ Participant::Slot* Participant::slot_for(TxnId id, bool start, Status* status) {
   slot.txn->begin();
   slot.phase = Phase::kExecuting;
   slot.in_use = true;
+  slot.last_contact_ns = now_ns();
   active_.emplace(id, index);
   return &slot;
 }
 
-void Participant::finish(TxnId id, Slot* slot) {
+void Participant::finish(TxnId id, Slot* slot, Ended how) {
   slot->txn->end();
   slot->in_use = false;
   auto it = active_.find(id);
@@ -63,6 +115,7 @@ void Participant::finish(TxnId id, Slot* slot) {
                static_cast<unsigned long long>(id));
   free_slots_.push_back(it->second);
   active_.erase(it);
+  bury(id, how);
 }
 
 Status Participant::read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
@@ -105,7 +158,10 @@ Status Participant::lock(TxnId id, uint64_t epoch, const StagedWrite* writes, si
   Status status;
   Slot* slot = slot_for(id, /*start=*/true, &status);
   if (slot == nullptr) return status;
-  if (slot->phase != Phase::kExecuting) return Status::Aborted("locked twice");
+  if (slot->phase != Phase::kExecuting) {
+    abort(id);  // the coordinator lost track of this transaction: end it rather than guess
+    return Status::Aborted("locked twice");
+  }
   for (size_t i = 0; i < count; ++i) {
     status = stage(*slot->txn, writes[i]);
     if (!status.ok()) {
@@ -116,10 +172,11 @@ Status Participant::lock(TxnId id, uint64_t epoch, const StagedWrite* writes, si
   status = slot->txn->lock_write_set(proposed_tid);
   if (!status.ok()) {
     slot->txn->abort();  // nothing is held after a failed lock step
-    finish(id, slot);
+    finish(id, slot, Ended::kAborted);
     return status;
   }
   slot->phase = Phase::kLocked;
+  slot->proposed_tid = *proposed_tid;
   return Status::Ok();
 }
 
@@ -129,8 +186,17 @@ Status Participant::validate(TxnId id, uint64_t epoch, txn::DepVec* deps) {
     abort(id);
     return status;
   }
+  // A validate never starts a context: an unknown id expired (F4) or never reached us, and
+  // an ended one must stay ended (F1). Either way the vote is no.
   Slot* slot = slot_for(id, /*start=*/false, &status);
-  if (slot == nullptr) return status;
+  if (slot == nullptr) {
+    bury(id, Ended::kAborted);
+    return status;
+  }
+  if (slot->phase == Phase::kPrepared) {
+    abort(id);
+    return Status::Aborted("validated twice");
+  }
   if (slot->phase == Phase::kLocked) {
     status = slot->txn->validate_read_set();  // releases the locks when it fails
   } else {
@@ -146,32 +212,81 @@ Status Participant::validate(TxnId id, uint64_t epoch, txn::DepVec* deps) {
   }
   if (!status.ok() || slot->phase != Phase::kLocked) {
     slot->txn->abort();
-    finish(id, slot);
+    finish(id, slot, status.ok() ? Ended::kCommitted : Ended::kAborted);
+    return status;
   }
+  slot->phase = Phase::kPrepared;  // F3: only the coordinator ends it now
   return status;
 }
 
 Status Participant::install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector) {
-  Status status;
-  Slot* slot = slot_for(id, /*start=*/false, &status);
-  if (slot == nullptr) return status;
-  // No epoch check here: a transaction that passed validation is committed by its
-  // coordinator's decision; refusing the install would leave a hole in it.
+  // No epoch check: a transaction that passed validation is committed by its coordinator's
+  // decision; refusing the install would leave a hole in it.
   (void)epoch;
-  SHOAL_ASSERT(slot->phase == Phase::kLocked, "install before lock of %llx",
-               static_cast<unsigned long long>(id));
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    drop_expired_tombstones(now_ns());
+    auto t = tombstones_.find(id);
+    if (t != tombstones_.end() && t->second.how == Ended::kAborted) {
+      return Status::InvalidArgument(
+          fmt::format("install of transaction {:#x}, aborted at shard {}", id, shard_id_));
+    }
+    ++stats_.repeated_installs;  // F2 (tombstone says committed) or F5 (tombstone expired)
+    return Status::Ok();
+  }
+  Slot* slot = &slots_[it->second];
+  if (slot->phase != Phase::kPrepared) {
+    return Status::InvalidArgument(fmt::format(
+        "install of transaction {:#x} before its validation at shard {}", id, shard_id_));
+  }
+  if (tid < slot->proposed_tid) {
+    return Status::InvalidArgument(fmt::format(
+        "install of transaction {:#x} at TID {:#x} below the proposed {:#x} at shard {}", id, tid,
+        slot->proposed_tid, shard_id_));
+  }
   slot->txn->install_and_unlock(tid, &vector);
-  finish(id, slot);
+  finish(id, slot, Ended::kCommitted);
   return Status::Ok();
 }
 
 void Participant::abort(TxnId id) {
   auto it = active_.find(id);
-  if (it == active_.end()) return;
+  if (it == active_.end()) {
+    if (tombstones_.find(id) == tombstones_.end()) ++stats_.early_aborts;
+    bury(id, Ended::kAborted);  // F1: refuse the lock this abort may have overtaken
+    return;
+  }
   Slot* slot = &slots_[it->second];
-  if (slot->phase == Phase::kLocked) slot->txn->release_certified();
+  if (slot->phase != Phase::kExecuting) slot->txn->release_certified();
   slot->txn->abort();
-  finish(id, slot);
+  finish(id, slot, Ended::kAborted);
+}
+
+size_t Participant::expire_idle() {
+  const uint64_t now = now_ns();
+  scratch_ids_.clear();
+  for (const auto& [id, index] : active_) {
+    const Slot& slot = slots_[index];
+    if (slot.phase != Phase::kPrepared && now - slot.last_contact_ns >= options_.lease_ns) {
+      scratch_ids_.push_back(id);
+    }
+  }
+  // Deterministic order (the map's iteration order is an implementation detail).
+  std::sort(scratch_ids_.begin(), scratch_ids_.end());
+  for (TxnId id : scratch_ids_) abort(id);
+  stats_.expired += scratch_ids_.size();
+  return scratch_ids_.size();
+}
+
+uint64_t Participant::next_expiry_ns() const {
+  uint64_t next = UINT64_MAX;
+  for (const auto& [id, index] : active_) {
+    const Slot& slot = slots_[index];
+    if (slot.phase != Phase::kPrepared) {
+      next = std::min(next, slot.last_contact_ns + options_.lease_ns);
+    }
+  }
+  return next;
 }
 
 }  // namespace shoal::dist

@@ -1,24 +1,50 @@
-// The participant side of Shoal's distributed transactions (design section 3, steps 1-6): one
-// per shard worker. It serves a remote coordinator's reads, takes its buffered writes, and
-// runs the shard's part of certification on a txn::Txn of its own per remote transaction.
+// The participant side of Shoal's distributed transactions: one per shard worker. It serves a
+// remote coordinator's reads, takes its buffered writes, and runs the shard's part of
+// certification on a txn::Txn of its own per remote transaction (design section 3, steps 1-6).
 //
 // Protocol, per transaction and participant:
 //   read*            execution: served from this shard, recorded for validation
 //   lock(writes)     stages the writes, locks them, proposes this shard's TID (timestamp)
-//   validate         checks every read this shard served; only after every participant locked
+//   validate         checks every read this shard served; only after every participant locked.
+//                    Ok is this shard's "yes" vote: from then on the context is *prepared*.
 //   install(vector)  installs at the vector's entry for this shard, unlocks: visible at once
-//   abort            at any point: releases whatever is held
-// A read-only participant gets validate then finish (install with no writes).
+//   abort            at any point before install: releases whatever is held
+// A read-only participant gets validate and is finished by it (nothing to install).
 //
-// Every request carries the coordinator's epoch; a request from an older epoch than the
-// participant's is refused (Aborted, "stale epoch"), so a deposed coordinator cannot touch
-// data after a failover.
+// Fault rules (the network may delay, lose, duplicate and reorder; RPC retransmits):
+//   F1 Tombstones. Every transaction that ends here (aborted, installed, finished read-only,
+//      expired) leaves a tombstone for `tombstone_ns` (bounded: `tombstones_max`, oldest
+//      evicted first). A later read/lock/validate for a tombstoned id is refused (Aborted), so
+//      a late or duplicated request never re-creates a context or takes a lock. An abort for
+//      an id never seen here also leaves a tombstone: an abort that overtakes the lock it
+//      chases wins.
+//   F2 Idempotent ends. abort() is a no-op on an ended id. install() on an id installed
+//      before (tombstone "committed") answers Ok again, so a coordinator may retry installs
+//      until one is acknowledged.
+//   F3 Prepared contexts never end on their own. After a successful validate with writes the
+//      locks stay until the coordinator's install or abort; only the coordinator knows whether
+//      every other shard voted yes. (A coordinator that dies leaves them in doubt until
+//      failover resolves them: an epoch change, outside this layer.)
+//   F4 Leases. A context that is not prepared (executing, or locked but not yet validated) and
+//      has heard nothing from its coordinator for `lease_ns` is aborted by expire_idle(). This
+//      is safe because the coordinator cannot commit without this shard's validate vote, which
+//      it will now refuse (F1). It bounds what a vanished coordinator or a lost abort holds.
+//   F5 install of an id with no context and no tombstone answers Ok: prepared contexts only
+//      end by install or by the coordinator's abort (F3), and a coordinator never sends both
+//      for one id, so such an id was installed and its tombstone has since expired.
 //
-// Threads: owned by one worker thread; every call runs there. Bounds: at most
-// `inflight_max` remote transactions at once (Unavailable beyond: backpressure).
+// Epochs: every request carries the coordinator's epoch; read/lock/validate from an older
+// epoch than the participant's are refused (Aborted, "stale epoch"), so a deposed coordinator
+// cannot start or certify work after a failover. install and abort are not epoch-checked: an
+// install completes a decision already taken, an abort only releases.
+//
+// Threads: owned by one worker thread; every call runs there. Bounds: at most `inflight_max`
+// live contexts (Aborted "busy" beyond: the coordinator retries; not Unavailable, which means
+// the shard is gone), at most `tombstones_max` tombstones. Time comes from the engine's Env.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -44,9 +70,31 @@ struct StagedWrite {
   uint32_t size_bytes = 0;
 };
 
+struct ParticipantOptions {
+  uint32_t inflight_max = 1024;
+  // F4: a context that is not prepared expires after this long without coordinator contact.
+  // Must exceed what a live coordinator may spend between two messages to this shard
+  // (locking the other shards: a few RPC timeouts).
+  uint64_t lease_ns = 500'000'000;
+  // F1: how long ended ids are remembered. Must exceed the longest a request can live in the
+  // network and in RPC retransmission (the RPC deadline plus the network's delay bound).
+  uint64_t tombstone_ns = 10'000'000'000;
+  uint32_t tombstones_max = 1 << 16;
+};
+
+struct ParticipantStats {
+  uint64_t refused_ended = 0;      // late read/lock/validate for a tombstoned id (F1)
+  uint64_t early_aborts = 0;       // aborts for ids never seen here (F1)
+  uint64_t repeated_installs = 0;  // F2 / F5
+  uint64_t expired = 0;            // leases run out (F4)
+  uint64_t tombstones_evicted = 0;
+};
+
 class Participant {
  public:
-  Participant(txn::Engine& engine, uint32_t shard_id, uint32_t inflight_max = 1024);
+  Participant(txn::Engine& engine, uint32_t shard_id, ParticipantOptions options);
+  Participant(txn::Engine& engine, uint32_t shard_id, uint32_t inflight_max = 1024)
+      : Participant(engine, shard_id, ParticipantOptions{.inflight_max = inflight_max}) {}
   ~Participant();
 
   uint32_t shard_id() const { return shard_id_; }
@@ -58,39 +106,70 @@ class Participant {
   [[nodiscard]] Status read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
                             uint32_t key_word_count, void* out, uint32_t out_bytes,
                             uint32_t* size_out);
-  // Stages the writes, locks them, and proposes this shard's TID.
+  // Stages the writes, locks them, and proposes this shard's TID. On error nothing is held
+  // and the transaction is ended here.
   [[nodiscard]] Status lock(TxnId id, uint64_t epoch, const StagedWrite* writes, size_t count,
                             uint64_t* proposed_tid);
-  // Validates the reads served here; on Ok *deps holds what they depend on. A participant
-  // that only served reads (never locked) is finished after a successful validate.
+  // Validates the reads served here; on Ok *deps holds what they depend on and a context with
+  // writes is prepared (F3). A participant that only served reads is finished by it. On error
+  // the transaction is ended here.
   [[nodiscard]] Status validate(TxnId id, uint64_t epoch, txn::DepVec* deps);
-  // Installs at `tid` with the transaction's vector and forgets the transaction.
+  // Installs at `tid` with the transaction's vector and ends the transaction. Idempotent (F2,
+  // F5). InvalidArgument if the transaction is not prepared here or `tid` is below the TID
+  // this shard proposed (protocol violations: refused, never asserted).
   [[nodiscard]] Status install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector);
-  // Releases everything held for `id` (no-op for an unknown id: aborts may race finishes).
+  // Releases everything held for `id` and tombstones it (F1). Idempotent.
   void abort(TxnId id);
 
+  // F4: aborts contexts that are not prepared and idle for lease_ns. Returns how many.
+  size_t expire_idle();
+  // The earliest time expire_idle() could end something; UINT64_MAX when nothing can expire.
+  uint64_t next_expiry_ns() const;
+
   size_t active() const { return active_.size(); }
+  size_t tombstones() const { return tombstones_.size(); }
+  const ParticipantStats& stats() const { return stats_; }
+  const ParticipantOptions& options() const { return options_; }
 
  private:
-  enum class Phase : uint8_t { kExecuting, kLocked };
+  enum class Phase : uint8_t { kExecuting, kLocked, kPrepared };
+  enum class Ended : uint8_t { kAborted, kCommitted };
   struct Slot {
     std::unique_ptr<txn::Txn> txn;
     Phase phase = Phase::kExecuting;
     bool in_use = false;
+    uint64_t last_contact_ns = 0;
+    uint64_t proposed_tid = 0;  // install must not go below it (Txn::install_and_unlock)
+  };
+  struct Tombstone {
+    Ended how;
+    uint64_t expires_ns;
   };
   [[nodiscard]] Status check_epoch(uint64_t epoch) const;
+  // Refuses ended ids (F1).
+  [[nodiscard]] Status check_not_ended(TxnId id);
   // The context of `id`, started if `start` and absent; nullptr with *status set otherwise.
   Slot* slot_for(TxnId id, bool start, Status* status);
-  void finish(TxnId id, Slot* slot);
+  // Ends the context (releasing nothing: the caller did) and tombstones the id.
+  void finish(TxnId id, Slot* slot, Ended how);
+  void bury(TxnId id, Ended how);
+  void drop_expired_tombstones(uint64_t now_ns);
   [[nodiscard]] Status stage(txn::Txn& txn, const StagedWrite& w);
+  uint64_t now_ns() { return engine_.env().now_ns(); }
 
   txn::Engine& engine_;
   uint32_t shard_id_;
-  uint32_t inflight_max_;
+  ParticipantOptions options_;
   uint64_t epoch_ = 1;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
   std::unordered_map<TxnId, uint32_t> active_;
+  // F1: id -> outcome, with a FIFO of (id, expiry) to age them out; an id buried twice has
+  // two FIFO entries and only the one matching its current expiry removes it.
+  std::unordered_map<TxnId, Tombstone> tombstones_;
+  std::deque<std::pair<TxnId, uint64_t>> tombstone_fifo_;
+  std::vector<TxnId> scratch_ids_;
+  ParticipantStats stats_;
 };
 
 }  // namespace shoal::dist

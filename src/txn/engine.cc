@@ -25,7 +25,9 @@ Txn::Txn(Engine* engine, uint64_t seed)
 
 Txn::~Txn() = default;
 
-uint64_t Txn::max_seen_version() const { return bufs_->max_seen_version; }
+uint64_t Txn::max_seen_version() const {
+  return bufs_->max_seen_version;
+}
 
 void Txn::begin() {
   TxnBuffers& b = *bufs_;
@@ -107,7 +109,7 @@ Status Txn::lock_write_set(uint64_t* proposed_tid) {
   for (size_t i = 0; i < writes.size(); ++i) {
     WriteEntry& w = writes[i];
     uint64_t observed = 0;
-    if (!w.rec->try_lock(&observed)) {
+    if (!w.rec->try_lock(&observed, engine_->options().lock_wait_spins_max)) {
       release_locks(writes, i);
       return Status::Aborted("lock");
     }
@@ -248,7 +250,8 @@ void Txn::abort() {
   for (WriteEntry& w : b.writes) {
     if (!w.fresh) continue;
     uint64_t observed = 0;
-    if (!w.rec->try_lock(&observed)) continue;  // someone else is committing it
+    if (!w.rec->try_lock(&observed, engine_->options().lock_wait_spins_max))
+      continue;  // someone else is committing it
     if ((observed & Tid::kStateMask) == Tid::kAbsent && Tid::version(observed) == 0) {
       w.rec->word.store(Tid::kAbsent | Tid::kUnlinked | Tid::kLock, std::memory_order_release);
       const bool removed = w.ops->remove(w.table, w.key_words, w.rec);

@@ -151,6 +151,11 @@ struct EngineOptions {
   bool epoch_ticker = true;
   // Keep chains of older versions (needed by snapshot reads on followers).
   bool keep_version_chains = false;
+  // How long (in pause instructions, ~10-40 ns each) a reader or a committer waits on a locked
+  // record before calling it a conflict. On one shard locks live for an install (well under a
+  // microsecond), so a short wait beats an abort; across shards they live for network round
+  // trips, and a worker's event loop must not stall on them: distributed setups set this low.
+  uint32_t lock_wait_spins_max = 1 << 12;
   // Conflict retries before Worker::run gives up with Aborted.
   uint32_t max_retries = 1000;
   // Our shard id in dependency vectors.

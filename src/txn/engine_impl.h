@@ -146,7 +146,8 @@ Table<K>* Engine::create_table(const std::string& name) {
 
 inline uint64_t Txn::observe(Record* rec, void* out, uint32_t out_bytes, uint32_t* size_out) {
   TxnBuffers& b = *bufs_;
-  const uint64_t word = rec->stable_read(out, out_bytes, size_out);
+  const uint64_t word =
+      rec->stable_read(out, out_bytes, size_out, engine_->options().lock_wait_spins_max);
   if (word & Tid::kLock) return word;
   b.reads.push_back(ReadEntry{rec, word});
   b.max_seen_version = std::max(b.max_seen_version, Tid::version(word));

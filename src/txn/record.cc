@@ -8,12 +8,6 @@
 
 namespace shoal::txn {
 
-namespace {
-// How long a reader or a committer waits on a locked record before calling it a conflict.
-// Locks are held only for a commit's install, a few hundred nanoseconds.
-constexpr int kSpinMax = 1 << 14;
-}  // namespace
-
 Record* Record::make(uint32_t size_bytes, uint64_t initial_word) {
   const uint32_t cap = words_for(size_bytes == 0 ? 1 : size_bytes);
   void* mem = std::malloc(alloc_bytes(cap));
@@ -42,10 +36,12 @@ void Record::free(void* p) {
   std::free(rec);
 }
 
-uint64_t Record::stable_read(void* out, uint32_t out_bytes, uint32_t* size_out) const {
+uint64_t Record::stable_read(void* out, uint32_t out_bytes, uint32_t* size_out,
+                             uint32_t spins_max) const {
   char* dst = static_cast<char*>(out);
   uint64_t w1 = 0;
-  for (int spins = 0; spins < kSpinMax; ++spins) {
+  // One more round than spins_max: with spins_max == 0 an unlocked record is still read.
+  for (uint32_t round = 0; round <= spins_max; ++round) {
     w1 = word.load(std::memory_order_acquire);
     if (w1 & Tid::kLock) {
       _mm_pause();
@@ -93,9 +89,9 @@ void Record::write_locked(const void* src, uint32_t size_bytes_new) {
   std::atomic_ref<uint32_t>(size_bytes).store(size_bytes_new, std::memory_order_relaxed);
 }
 
-bool Record::try_lock(uint64_t* observed) {
+bool Record::try_lock(uint64_t* observed, uint32_t spins_max) {
   uint64_t w = word.load(std::memory_order_relaxed);
-  for (int spins = 0; spins < kSpinMax; ++spins) {
+  for (uint32_t round = 0; round <= spins_max; ++round) {
     if (!(w & Tid::kLock)) {
       if (word.compare_exchange_weak(w, w | Tid::kLock, std::memory_order_acquire,
                                      std::memory_order_relaxed)) {

@@ -53,17 +53,18 @@ struct Record {
   static uint32_t words_for(uint32_t size_bytes) { return (size_bytes + 7) / 8; }
 
   // Copies the stable value (at most out_bytes of it) into `out` and returns the version word
-  // it belongs to; *size_out is the value's full size. Spins (bounded) while the record is
-  // locked; returns a word with kLock set if it stayed locked, which callers treat as a
-  // conflict.
-  uint64_t stable_read(void* out, uint32_t out_bytes, uint32_t* size_out) const;
+  // it belongs to; *size_out is the value's full size. Spins at most spins_max pauses while the
+  // record is locked; returns a word with kLock set if it stayed locked, which callers treat
+  // as a conflict.
+  uint64_t stable_read(void* out, uint32_t out_bytes, uint32_t* size_out, uint32_t spins_max) const;
 
   // REQUIRES: the caller holds the lock bit (or the record is unpublished);
   // size_bytes <= capacity. Reads exactly size_bytes from src.
   void write_locked(const void* src, uint32_t size_bytes);
 
-  // Takes the lock bit, spinning a bounded time; false if it stayed locked (a conflict).
-  bool try_lock(uint64_t* observed);
+  // Takes the lock bit, spinning at most spins_max pauses; false if it stayed locked (a
+  // conflict).
+  bool try_lock(uint64_t* observed, uint32_t spins_max);
   // Publishes `new_word` (without kLock), releasing the lock.
   void unlock_with(uint64_t new_word) {
     word.store(new_word & ~Tid::kLock, std::memory_order_release);

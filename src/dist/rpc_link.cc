@@ -1,0 +1,361 @@
+#include "src/dist/rpc_link.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace shoal::dist {
+namespace {
+
+constexpr uint32_t kKeyWordsMax = 8;
+constexpr size_t kWriteHeaderBytes = 12;  // table u32, key_words u8, kind u8, reserved u16, size
+constexpr size_t kDepEntryBytes = 12;     // shard u32, ts u64
+
+// Appends fixed-size little-endian fields into a buffer sized in advance.
+class Writer {
+ public:
+  explicit Writer(std::span<uint8_t> dst) : dst_(dst) {}
+  template <typename T>
+  void put(T v) {
+    SHOAL_ASSERT(pos_ + sizeof(T) <= dst_.size(), "%s", "wire writer overflow");
+    std::memcpy(dst_.data() + pos_, &v, sizeof(T));
+    pos_ += sizeof(T);
+  }
+  void bytes(const void* p, size_t n) {
+    SHOAL_ASSERT(pos_ + n <= dst_.size(), "%s", "wire writer overflow");
+    if (n != 0) std::memcpy(dst_.data() + pos_, p, n);
+    pos_ += n;
+  }
+  bool full() const { return pos_ == dst_.size(); }
+
+ private:
+  std::span<uint8_t> dst_;
+  size_t pos_ = 0;
+};
+
+// Reads fields with bounds checks: a read past the end fails (and stays failed).
+class Reader {
+ public:
+  explicit Reader(std::span<const uint8_t> src) : src_(src) {}
+  template <typename T>
+  [[nodiscard]] bool get(T* v) {
+    if (src_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(v, src_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  [[nodiscard]] bool bytes(size_t n, const uint8_t** p) {
+    if (src_.size() - pos_ < n) return false;
+    *p = src_.data() + pos_;
+    pos_ += n;
+    return true;
+  }
+  size_t left() const { return src_.size() - pos_; }
+  std::span<const uint8_t> rest() const { return src_.subspan(pos_); }
+
+ private:
+  std::span<const uint8_t> src_;
+  size_t pos_ = 0;
+};
+
+Status truncated(const char* what) {
+  return Status::Corruption(fmt::format("dist wire: truncated {}", what));
+}
+Status trailing(const char* what, size_t n) {
+  return Status::Corruption(fmt::format("dist wire: {} trailing bytes after {}", n, what));
+}
+
+void encode_vector(const txn::DepVec& v, Writer& w) {
+  w.put(static_cast<uint32_t>(v.size()));
+  for (const txn::DepEntry& e : v.entries()) {
+    w.put(e.shard);
+    w.put(e.ts);
+  }
+}
+
+// Reads a vector that must end the message.
+Status decode_vector(Reader& r, txn::DepVec* out, const char* what) {
+  uint32_t count = 0;
+  if (!r.get(&count)) return truncated(what);
+  if (count > DistTxn::kShardsMax) {
+    return Status::InvalidArgument(
+        fmt::format("dist wire: {} with {} vector entries", what, count));
+  }
+  if (r.left() != size_t{count} * kDepEntryBytes) {
+    return r.left() < size_t{count} * kDepEntryBytes
+               ? truncated(what)
+               : trailing(what, r.left() - size_t{count} * kDepEntryBytes);
+  }
+  out->clear();
+  for (uint32_t i = 0; i < count; ++i) {
+    txn::DepEntry e{};
+    if (!r.get(&e.shard) || !r.get(&e.ts)) return truncated(what);
+    out->raise(e.shard, e.ts);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+namespace wire {
+
+Status encode_read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
+                   uint32_t key_word_count, uint32_t out_bytes, bool want_size,
+                   rt::MsgBuffer* out) {
+  if (key_word_count == 0 || key_word_count > kKeyWordsMax) {
+    return Status::InvalidArgument(fmt::format("read with {}-word key", key_word_count));
+  }
+  out->resize(kTxnHeaderBytes + 16 + size_t{key_word_count} * 8);
+  Writer w(out->payload());
+  w.put(id);
+  w.put(epoch);
+  w.put(table_id);
+  w.put(key_word_count);
+  w.put(std::min<uint32_t>(out_bytes, txn::TableBase::kValueBytesMax));
+  w.put(want_size ? kReadWantSize : uint32_t{0});
+  w.bytes(key, size_t{key_word_count} * 8);
+  return Status::Ok();
+}
+
+Status encode_lock(TxnId id, uint64_t epoch, const StagedWrite* writes, size_t count,
+                   rt::MsgBuffer* out) {
+  if (count > DistTxn::kWritesMax) {
+    return Status::InvalidArgument(fmt::format("lock with {} writes", count));
+  }
+  size_t bytes = kTxnHeaderBytes + 4;
+  for (size_t i = 0; i < count; ++i) {
+    const StagedWrite& sw = writes[i];
+    if (sw.key_word_count == 0 || sw.key_word_count > kKeyWordsMax ||
+        sw.size_bytes > txn::TableBase::kValueBytesMax) {
+      return Status::InvalidArgument("lock: write out of bounds");
+    }
+    bytes += kWriteHeaderBytes + size_t{sw.key_word_count} * 8 +
+             (sw.kind == txn::WriteKind::kRemove ? 0 : sw.size_bytes);
+  }
+  out->resize(bytes);
+  Writer w(out->payload());
+  w.put(id);
+  w.put(epoch);
+  w.put(static_cast<uint32_t>(count));
+  for (size_t i = 0; i < count; ++i) {
+    const StagedWrite& sw = writes[i];
+    const uint32_t size = sw.kind == txn::WriteKind::kRemove ? 0 : sw.size_bytes;
+    w.put(sw.table_id);
+    w.put(static_cast<uint8_t>(sw.key_word_count));
+    w.put(static_cast<uint8_t>(sw.kind));
+    w.put(uint16_t{0});
+    w.put(size);
+    w.bytes(sw.key, size_t{sw.key_word_count} * 8);
+    w.bytes(sw.value, size);
+  }
+  SHOAL_ASSERT(w.full(), "%s", "lock request size miscounted");
+  return Status::Ok();
+}
+
+void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out) {
+  out->resize(kTxnHeaderBytes);
+  Writer w(out->payload());
+  w.put(id);
+  w.put(epoch);
+}
+
+Status encode_install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
+                      rt::MsgBuffer* out) {
+  if (vector.size() > DistTxn::kShardsMax) {
+    return Status::InvalidArgument(fmt::format("install with {} vector entries", vector.size()));
+  }
+  out->resize(kTxnHeaderBytes + 8 + 4 + vector.size() * kDepEntryBytes);
+  Writer w(out->payload());
+  w.put(id);
+  w.put(epoch);
+  w.put(tid);
+  encode_vector(vector, w);
+  return Status::Ok();
+}
+
+Status decode_read_reply(std::span<const uint8_t> reply, void* out, uint32_t out_bytes,
+                         uint32_t* size_out) {
+  Reader r(reply);
+  uint32_t size = 0;
+  if (!r.get(&size)) return truncated("read reply");
+  const size_t copied = std::min<size_t>(size, out_bytes);
+  if (size > txn::TableBase::kValueBytesMax) {
+    return Status::InvalidArgument(fmt::format("dist wire: read reply of {} bytes", size));
+  }
+  if (r.left() != copied) {
+    return r.left() < copied ? truncated("read reply") : trailing("read reply", r.left() - copied);
+  }
+  if (copied != 0) std::memcpy(out, r.rest().data(), copied);
+  if (size_out != nullptr) *size_out = size;
+  return Status::Ok();
+}
+
+Status decode_lock_reply(std::span<const uint8_t> reply, uint64_t* proposed_tid) {
+  Reader r(reply);
+  if (!r.get(proposed_tid)) return truncated("lock reply");
+  if (r.left() != 0) return trailing("lock reply", r.left());
+  return Status::Ok();
+}
+
+Status decode_validate_reply(std::span<const uint8_t> reply, txn::DepVec* deps) {
+  Reader r(reply);
+  return decode_vector(r, deps, "validate reply");
+}
+
+Status decode_empty_reply(std::span<const uint8_t> reply) {
+  if (!reply.empty()) return trailing("empty reply", reply.size());
+  return Status::Ok();
+}
+
+}  // namespace wire
+
+// ---- ParticipantService ----
+
+ParticipantService::ParticipantService(Participant& participant, rt::EventLoop& loop)
+    : participant_(participant), loop_(loop) {}
+
+ParticipantService::~ParticipantService() {
+  if (expiry_armed_) loop_.cancel_timer(expiry_timer_);
+}
+
+Status ParticipantService::serve(uint16_t method, std::span<const uint8_t> request,
+                                 rt::MsgBuffer* response) {
+  Reader r(request);
+  TxnId id = 0;
+  uint64_t epoch = 0;
+  Status s;
+  if (method < wire::kMethodFirst || method > wire::kMethodLast) {
+    s = Status::NotSupported(fmt::format("dist wire: method {}", method));
+  } else if (!r.get(&id) || !r.get(&epoch)) {
+    s = truncated("request header");
+  } else {
+    response->resize(0);
+    switch (method) {
+      case wire::kRead:
+        s = serve_read(id, epoch, r.rest(), response);
+        break;
+      case wire::kLock:
+        s = serve_lock(id, epoch, r.rest(), response);
+        break;
+      case wire::kValidate:
+        s = serve_validate(id, epoch, r.rest(), response);
+        break;
+      case wire::kInstall:
+        s = serve_install(id, epoch, r.rest());
+        break;
+      default:  // kAbort
+        s = r.left() == 0 ? Status::Ok() : trailing("abort", r.left());
+        if (s.ok()) participant_.abort(id);
+        break;
+    }
+  }
+  if (s.code() == Code::kCorruption || s.code() == Code::kInvalidArgument ||
+      s.code() == Code::kNotSupported) {
+    ++malformed_;
+  }
+  arm_expiry();
+  return s;
+}
+
+Status ParticipantService::serve_read(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
+                                      rt::MsgBuffer* out) {
+  Reader r(rest);
+  uint32_t table_id = 0, key_words = 0, out_bytes = 0, flags = 0;
+  if (!r.get(&table_id) || !r.get(&key_words) || !r.get(&out_bytes) || !r.get(&flags)) {
+    return truncated("read");
+  }
+  if (key_words == 0 || key_words > kKeyWordsMax || out_bytes > txn::TableBase::kValueBytesMax ||
+      (flags & ~wire::kReadWantSize) != 0) {
+    return Status::InvalidArgument("dist wire: read fields out of range");
+  }
+  if (r.left() != size_t{key_words} * 8) {
+    return r.left() < size_t{key_words} * 8 ? truncated("read") : trailing("read", r.left());
+  }
+  uint64_t key[kKeyWordsMax];
+  std::memcpy(key, r.rest().data(), size_t{key_words} * 8);
+  out->resize(4 + size_t{out_bytes});
+  uint32_t size = out_bytes;
+  const bool want_size = (flags & wire::kReadWantSize) != 0;
+  SHOAL_TRY(participant_.read(id, epoch, table_id, key, key_words, out->payload().data() + 4,
+                              out_bytes, want_size ? &size : nullptr));
+  std::memcpy(out->payload().data(), &size, 4);
+  out->resize(4 + std::min(size, out_bytes));
+  return Status::Ok();
+}
+
+Status ParticipantService::serve_lock(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
+                                      rt::MsgBuffer* out) {
+  Reader r(rest);
+  uint32_t count = 0;
+  if (!r.get(&count)) return truncated("lock");
+  // Each write takes at least its header and one key word: bound the loop by the bytes too.
+  if (count > DistTxn::kWritesMax || size_t{count} * (kWriteHeaderBytes + 8) > r.left()) {
+    return Status::InvalidArgument(fmt::format("dist wire: lock with {} writes", count));
+  }
+  writes_.resize(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    StagedWrite& w = writes_[i];
+    uint8_t key_words = 0, kind = 0;
+    uint16_t reserved = 0;
+    const uint8_t* p = nullptr;
+    if (!r.get(&w.table_id) || !r.get(&key_words) || !r.get(&kind) || !r.get(&reserved) ||
+        !r.get(&w.size_bytes)) {
+      return truncated("lock write");
+    }
+    if (key_words == 0 || key_words > kKeyWordsMax ||
+        kind > static_cast<uint8_t>(txn::WriteKind::kRemove) || reserved != 0 ||
+        w.size_bytes > txn::TableBase::kValueBytesMax) {
+      return Status::InvalidArgument("dist wire: lock write fields out of range");
+    }
+    w.key_word_count = key_words;
+    w.kind = static_cast<txn::WriteKind>(kind);
+    if (!r.bytes(size_t{key_words} * 8, &p)) return truncated("lock key");
+    std::memcpy(w.key, p, size_t{key_words} * 8);
+    if (!r.bytes(w.size_bytes, &p)) return truncated("lock value");
+    w.value = p;  // points into the request payload, valid for this call (as lock() requires)
+  }
+  if (r.left() != 0) return trailing("lock", r.left());
+  uint64_t tid = 0;
+  SHOAL_TRY(participant_.lock(id, epoch, writes_.data(), writes_.size(), &tid));
+  out->resize(8);
+  std::memcpy(out->payload().data(), &tid, 8);
+  return Status::Ok();
+}
+
+Status ParticipantService::serve_validate(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
+                                          rt::MsgBuffer* out) {
+  if (!rest.empty()) return trailing("validate", rest.size());
+  txn::DepVec deps;
+  SHOAL_TRY(participant_.validate(id, epoch, &deps));
+  out->resize(4 + deps.size() * kDepEntryBytes);
+  Writer w(out->payload());
+  encode_vector(deps, w);
+  return Status::Ok();
+}
+
+Status ParticipantService::serve_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest) {
+  Reader r(rest);
+  uint64_t tid = 0;
+  if (!r.get(&tid)) return truncated("install");
+  txn::DepVec vector;
+  SHOAL_TRY(decode_vector(r, &vector, "install"));
+  return participant_.install(id, epoch, tid, vector);
+}
+
+void ParticipantService::arm_expiry() {
+  if (expiry_armed_) return;
+  const uint64_t due_ns = participant_.next_expiry_ns();
+  if (due_ns == UINT64_MAX) return;  // nothing can expire: no timer keeps the loop busy
+  auto timer = loop_.add_timer(due_ns, &expiry_thunk, this);
+  if (!timer.ok()) return;  // timers full: the next request re-arms
+  expiry_armed_ = true;
+  expiry_timer_ = *timer;
+}
+
+void ParticipantService::expiry_thunk(void* self, uint64_t) {
+  auto* me = static_cast<ParticipantService*>(self);
+  me->expiry_armed_ = false;
+  me->participant_.expire_idle();
+  me->arm_expiry();
+}
+
+}  // namespace shoal::dist

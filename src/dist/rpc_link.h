@@ -1,0 +1,232 @@
+// The distributed transaction protocol over RPC: RpcLink<E>, a ShardLink that encodes each
+// coordinator request into an RPC call on an rt::RpcEndpoint<E>, and ParticipantService, which
+// decodes them on the shard's side and calls its Participant.
+//
+// WIRE FORMAT (the RPC payload; little-endian; every request starts with txn id u64, epoch u64):
+//   method       request after (txn id, epoch)                     Ok response
+//   kRead    40  table u32, key_words u32, out_bytes u32,           size u32, then
+//                flags u32 (bit 0: caller wants the size), keys     min(size, out_bytes) bytes
+//   kLock    41  count u32, then count writes: table u32,           proposed TID u64
+//                key_words u8, kind u8, reserved u16 (0), size u32,
+//                keys (key_words u64), value (size bytes)
+//   kValidate 42 -                                                  count u32, (shard u32, ts u64)*
+//   kInstall 43  tid u64, count u32, (shard u32, ts u64)*            -
+//   kAbort   44  -                                                  -
+// A non-Ok participant Status travels as the RPC response code (its message stays behind).
+// Bounds, checked before any loop or copy: key_words 1..8, out_bytes and size <= the engine's
+// kValueBytesMax, writes <= DistTxn::kWritesMax, vector entries <= DistTxn::kShardsMax, a
+// request no larger than the transport's message limit. Decoding never reads past the payload:
+// a short or overlong message is Corruption, an out-of-range field InvalidArgument.
+//
+// Fault handling (rules F1-F5 in participant.h, C1-C3 in coordinator.h): read/lock/validate
+// are one RPC call each (the RPC layer retransmits and deduplicates within the call; after its
+// deadline the call fails with Timeout and the coordinator aborts). install and abort are
+// retried with fresh calls until the participant answers, at most `end_attempts_max` times,
+// stopping early when the endpoint reports the shard gone (Unavailable).
+//
+// Threads: an RpcLink and the coordinator using it run on the loop owning the RpcEndpoint; a
+// ParticipantService and its Participant on the shard's loop. Handlers run to completion
+// without suspending, so requests for one participant never interleave.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "shoal/status.h"
+#include "src/dist/coordinator.h"
+#include "src/dist/participant.h"
+#include "src/runtime/event_loop.h"
+#include "src/runtime/rpc.h"
+#include "src/txn/depvec.h"
+
+namespace shoal::dist {
+
+static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
+
+namespace wire {
+
+enum Method : uint16_t { kRead = 40, kLock = 41, kValidate = 42, kInstall = 43, kAbort = 44 };
+inline constexpr uint16_t kMethodFirst = kRead;
+inline constexpr uint16_t kMethodLast = kAbort;
+inline constexpr size_t kTxnHeaderBytes = 16;  // txn id, epoch
+inline constexpr uint32_t kReadWantSize = 1;
+
+// Request encoders: fill *out (resized to fit). InvalidArgument for out-of-bound fields.
+[[nodiscard]] Status encode_read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
+                                 uint32_t key_word_count, uint32_t out_bytes, bool want_size,
+                                 rt::MsgBuffer* out);
+[[nodiscard]] Status encode_lock(TxnId id, uint64_t epoch, const StagedWrite* writes, size_t count,
+                                 rt::MsgBuffer* out);
+void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidate, kAbort
+[[nodiscard]] Status encode_install(TxnId id, uint64_t epoch, uint64_t tid,
+                                    const txn::DepVec& vector, rt::MsgBuffer* out);
+
+// Response decoders (the coordinator's side). Corruption/InvalidArgument on malformed input.
+[[nodiscard]] Status decode_read_reply(std::span<const uint8_t> reply, void* out,
+                                       uint32_t out_bytes, uint32_t* size_out);
+[[nodiscard]] Status decode_lock_reply(std::span<const uint8_t> reply, uint64_t* proposed_tid);
+[[nodiscard]] Status decode_validate_reply(std::span<const uint8_t> reply, txn::DepVec* deps);
+[[nodiscard]] Status decode_empty_reply(std::span<const uint8_t> reply);
+
+}  // namespace wire
+
+// The shard side: decodes requests and runs them on the Participant. Also runs the
+// participant's lease expiry (F4) on the shard's loop while it has contexts.
+class ParticipantService {
+ public:
+  ParticipantService(Participant& participant, rt::EventLoop& loop);
+  ~ParticipantService();
+  ParticipantService(const ParticipantService&) = delete;
+  ParticipantService& operator=(const ParticipantService&) = delete;
+
+  // Registers the protocol's handlers on `rpc` (one service may serve many coordinators'
+  // endpoints). REQUIRES: rpc runs on this service's loop and outlives no longer than it.
+  template <net::TransportEndpoint E>
+  void attach(rt::RpcEndpoint<E>& rpc) {
+    for (uint16_t m = wire::kMethodFirst; m <= wire::kMethodLast; ++m) {
+      rpc.handle(m, [this](rt::RpcRequest& r) -> rt::Task<Status> {
+        co_return serve(r.method, r.payload, r.response);
+      });
+    }
+  }
+
+  // Decodes one request, runs it, writes the reply payload into *response. Never crashes on
+  // malformed input: Corruption / InvalidArgument / NotSupported (unknown method).
+  [[nodiscard]] Status serve(uint16_t method, std::span<const uint8_t> request,
+                             rt::MsgBuffer* response);
+
+  uint64_t malformed() const { return malformed_; }
+
+ private:
+  Status serve_read(TxnId id, uint64_t epoch, std::span<const uint8_t> rest, rt::MsgBuffer* out);
+  Status serve_lock(TxnId id, uint64_t epoch, std::span<const uint8_t> rest, rt::MsgBuffer* out);
+  Status serve_validate(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
+                        rt::MsgBuffer* out);
+  Status serve_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest);
+  void arm_expiry();
+  static void expiry_thunk(void* self, uint64_t);
+
+  Participant& participant_;
+  rt::EventLoop& loop_;
+  std::vector<StagedWrite> writes_;  // decoded lock request (reused; bounded by kWritesMax)
+  bool expiry_armed_ = false;
+  uint64_t expiry_timer_ = 0;
+  uint64_t malformed_ = 0;
+};
+
+struct RpcLinkOptions {
+  uint32_t shard = 0;          // the shard this link reaches (for messages)
+  uint32_t first_session = 0;  // transactions spread over [first_session, +session_count)
+  uint32_t session_count = 8;
+  uint64_t call_timeout_ns = 50'000'000;  // per read/lock/validate call, and per end attempt
+  uint32_t end_attempts_max = 200;        // install/abort attempts before giving up (Timeout)
+};
+
+// The coordinator side. REQUIRES: every call from tasks on the RpcEndpoint's loop; the
+// endpoint outlives the link.
+template <net::TransportEndpoint E>
+class RpcLink final : public ShardLink {
+ public:
+  RpcLink(rt::RpcEndpoint<E>& rpc, RpcLinkOptions options) : rpc_(rpc), options_(options) {
+    SHOAL_ASSERT(options_.session_count > 0 && options_.end_attempts_max > 0, "%s",
+                 "bad RpcLinkOptions");
+  }
+
+  rt::Task<Status> read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
+                        uint32_t key_word_count, void* out, uint32_t out_bytes,
+                        uint32_t* size_out) override {
+    rt::MsgBuffer req = rpc_.buffer(0);
+    SHOAL_CO_TRY(wire::encode_read(id, epoch, table_id, key, key_word_count, out_bytes,
+                                   size_out != nullptr, &req));
+    auto reply =
+        co_await rpc_.call(session_for(id), wire::kRead, std::move(req), options_.call_timeout_ns);
+    if (!reply.ok()) co_return annotate(reply.status());
+    Status s = wire::decode_read_reply(reply->payload(), out, out_bytes, size_out);
+    rpc_.recycle(std::move(*reply));
+    co_return s;
+  }
+  rt::Task<Status> lock(TxnId id, uint64_t epoch, const StagedWrite* writes, size_t count,
+                        uint64_t* proposed_tid) override {
+    rt::MsgBuffer req = rpc_.buffer(0);
+    SHOAL_CO_TRY(wire::encode_lock(id, epoch, writes, count, &req));
+    auto reply =
+        co_await rpc_.call(session_for(id), wire::kLock, std::move(req), options_.call_timeout_ns);
+    if (!reply.ok()) co_return annotate(reply.status());
+    Status s = wire::decode_lock_reply(reply->payload(), proposed_tid);
+    rpc_.recycle(std::move(*reply));
+    co_return s;
+  }
+  rt::Task<Status> validate(TxnId id, uint64_t epoch, txn::DepVec* deps) override {
+    rt::MsgBuffer req = rpc_.buffer(0);
+    wire::encode_txn_only(id, epoch, &req);
+    auto reply = co_await rpc_.call(session_for(id), wire::kValidate, std::move(req),
+                                    options_.call_timeout_ns);
+    if (!reply.ok()) co_return annotate(reply.status());
+    Status s = wire::decode_validate_reply(reply->payload(), deps);
+    rpc_.recycle(std::move(*reply));
+    co_return s;
+  }
+  rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid,
+                           const txn::DepVec& vector) override {
+    rt::MsgBuffer req = rpc_.buffer(0);
+    SHOAL_CO_TRY(wire::encode_install(id, epoch, tid, vector, &req));
+    co_return co_await call_until_answered(id, wire::kInstall, std::move(req));
+  }
+  rt::Task<Status> abort(TxnId id, uint64_t epoch) override {
+    rt::MsgBuffer req = rpc_.buffer(0);
+    wire::encode_txn_only(id, epoch, &req);
+    co_return co_await call_until_answered(id, wire::kAbort, std::move(req));
+  }
+
+ private:
+  uint32_t session_for(TxnId id) const {
+    return options_.first_session + static_cast<uint32_t>(id % options_.session_count);
+  }
+  // Names the shard in transport-level failures, so a client sees which shard is gone.
+  Status annotate(const Status& s) const {
+    if (s.code() == Code::kUnavailable) {
+      return Status::Unavailable(
+          fmt::format("shard {} unreachable: {}", options_.shard, s.message()));
+    }
+    if (s.code() == Code::kTimeout) {
+      return Status::Timeout(fmt::format("shard {}: {}", options_.shard, s.message()));
+    }
+    return s;
+  }
+  // install/abort: each attempt is a fresh call (the RPC layer's dedup covers one call only;
+  // the participant's idempotence covers the rest). Ends on any answer from the participant.
+  rt::Task<Status> call_until_answered(TxnId id, uint16_t method, rt::MsgBuffer request) {
+    Status last;
+    for (uint32_t attempt = 0; attempt < options_.end_attempts_max; ++attempt) {
+      rt::MsgBuffer req = rpc_.buffer(0);
+      req.assign(request.payload());
+      auto reply =
+          co_await rpc_.call(session_for(id), method, std::move(req), options_.call_timeout_ns);
+      if (reply.ok()) {
+        Status s = wire::decode_empty_reply(reply->payload());
+        rpc_.recycle(std::move(*reply));
+        rpc_.recycle(std::move(request));
+        co_return s;
+      }
+      last = annotate(reply.status());
+      if (last.code() != Code::kTimeout) break;  // answered with an error, or shard gone
+    }
+    rpc_.recycle(std::move(request));
+    if (last.code() == Code::kTimeout) {
+      co_return Status::Timeout(
+          fmt::format("shard {}: method {} for {:#x} unanswered after {} "
+                      "attempts",
+                      options_.shard, method, id, options_.end_attempts_max));
+    }
+    co_return last;
+  }
+
+  rt::RpcEndpoint<E>& rpc_;
+  RpcLinkOptions options_;
+};
+
+}  // namespace shoal::dist
