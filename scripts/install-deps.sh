@@ -6,6 +6,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev libtomlplusplus-dev
   libabsl-dev libxxhash-dev libmimalloc-dev liburing-dev nlohmann-json3-dev
+  # The libFuzzer targets (src/net/fuzz, src/repl/fuzz) build with clang and its runtime.
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,12 +1,37 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds, runs every test in a release build, then the
 # engine's tests under AddressSanitizer+UBSan and the concurrency tests (names containing
-# "Concurrent") under ThreadSanitizer. SHOAL_SKIP_SANITIZERS=1 runs the release suite only.
+# "Concurrent") under ThreadSanitizer. After the release suite, each libFuzzer target runs for
+# SHOAL_FUZZ_SECONDS (default 10); a crash fails the script. SHOAL_SKIP_SANITIZERS=1 skips the
+# sanitizer builds, SHOAL_SKIP_FUZZ=1 the fuzzers.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+
+# The fuzzers need clang (skipped, with a message, without it). They run from build/fuzz so
+# that libFuzzer's reproducers (crash-*, written to the working directory) and the corpora stay
+# out of the source tree.
+run_fuzzers() {
+  if ! command -v clang++ >/dev/null 2>&1; then
+    echo "run-tests: clang++ not found: skipping the fuzzers (scripts/install-deps.sh installs it)" >&2
+    return 0
+  fi
+  local seconds="${SHOAL_FUZZ_SECONDS:-10}"
+  mkdir -p "$root/build/fuzz"
+  for script in src/net/fuzz/build.sh src/repl/fuzz/build.sh; do
+    echo "run-tests: $script: fuzzing for $seconds s" >&2
+    if ! (cd "$root/build/fuzz" && "$root/$script" "$seconds"); then
+      echo "run-tests: $script FAILED (a crash leaves its input in build/fuzz/crash-*)" >&2
+      return 1
+    fi
+  done
+}
+
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh" release
 (cd "$root/build/release" && ctest --output-on-failure -j 2 --timeout 600)
+if [ "${SHOAL_SKIP_FUZZ:-0}" != "1" ]; then
+  run_fuzzers
+fi
 if [ "${SHOAL_SKIP_SANITIZERS:-0}" != "1" ]; then
   export SHOAL_TEST_SCALE=small
   sanitized=(base_test index_test txn_test sim_test workloads_test cluster_test)

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "sim/sim_network.h"
+#include "src/net/wan_shaper.h"
 #include "src/runtime/rpc.h"
-#include "src/runtime/wan_shaper.h"
 
 namespace shoal::sim {
 namespace {
@@ -411,10 +411,12 @@ TEST(SimRpc, WanShaperAddsOneWayDelayBothWays) {
   Cluster c(16, 2, no);
   auto pair = c.net.connect(0, 1);
   ASSERT_TRUE(pair.ok());
-  rt::WanMatrix wan(2);
-  wan.set_both(0, 1, {25 * kMs, 2 * kMs});
-  using Shaped = rt::WanShaper<SimEndpoint>;
-  Shaped s0(pair->first, c.env, wan, 0, 1), s1(pair->second, c.env, wan, 1, 0);
+  net::WanMatrix wan(2);
+  wan.set(0, 1, {25 * kMs, 2 * kMs});
+  using Shaped = net::WanShaped<SimEndpoint>;
+  // Each side delays what it receives: node 0 receives from region 1 and vice versa.
+  Shaped s0(std::move(pair->first), wan.between(1, 0), c.env);
+  Shaped s1(std::move(pair->second), wan.between(0, 1), c.env);
   RpcEndpoint<Shaped> r0(*c.loops[0], s0), r1(*c.loops[1], s1);
   ASSERT_TRUE(r0.start().ok() && r1.start().ok());
   r1.handle(kEcho, echo_handler());

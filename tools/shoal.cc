@@ -1,5 +1,7 @@
 // The `shoal` command. Subcommands:
 //   shoal bench tpcc|micro|ycsb [options]   load a workload into an in-process engine and run it
+//   shoal bench transport [options]         RPC latency/throughput per transport beside raw
+//                                           baselines (bench/transport/transport.h)
 // (`server` and `cluster` will join as siblings of `bench`.)
 //
 // Exit codes: 0 success; 2 bad command line; 1 the run failed (load error, unwritable JSON);
@@ -18,6 +20,7 @@
 #include "bench/micro/micro.h"
 #include "bench/runner.h"
 #include "bench/tpcc/tpcc.h"
+#include "bench/transport/transport.h"
 #include "bench/ycsb/ycsb.h"
 #include "src/txn/engine.h"
 
@@ -34,6 +37,8 @@ struct BenchFlags {
   bench::MicroOptions micro;
   bench::YcsbOptions ycsb;
   std::string ycsb_workload = "A";
+  std::string transport = "all";  // shm, tcp, uring or all
+  int transport_iterations = bench::transport::Options{}.iterations;
   std::string unknown_workload;  // a bench positional that matched no workload subcommand
 };
 
@@ -42,6 +47,7 @@ struct BenchCommands {
   CLI::App* tpcc = nullptr;
   CLI::App* micro = nullptr;
   CLI::App* ycsb = nullptr;
+  CLI::App* transport = nullptr;
 };
 
 // A validator with a plain message: "--workers: must be in [1, 1024], not 0". CLI11's own
@@ -68,6 +74,30 @@ CLI::Validator number_in(T lo, T hi, bool lo_open, std::string range_text) {
       range_text);
 }
 
+// `bench transport`: its own --transport and --iterations; --seconds (pipelined time per
+// transport and size; default 1 s here, not the workloads' 10 s) and --json come from `bench`.
+void add_transport_command(BenchCommands& c, BenchFlags& f) {
+  c.transport = c.bench->add_subcommand(
+      "transport",
+      "RPC ping-pong latency and pipelined throughput (64 B, 64 KiB, 1 MiB) per transport, "
+      "each beside a raw baseline measured in the same run");
+  c.transport
+      ->add_option("--transport", f.transport, "Transport to measure: shm, tcp, uring or all")
+      ->check(CLI::IsMember({"shm", "tcp", "uring", "all"}))
+      ->capture_default_str();
+  c.transport
+      ->add_option("--iterations", f.transport_iterations,
+                   "64 B ping-pong round trips (64 KiB: 1/8 of them, 1 MiB: 1/64)")
+      ->check(number_in(bench::transport::kMinIterations, bench::transport::kMaxIterations, false,
+                        fmt::format("in [{}, {}]", bench::transport::kMinIterations,
+                                    bench::transport::kMaxIterations)))
+      ->capture_default_str();
+  c.transport->footer(
+      "Also (bench options): --seconds S  pipelined run per transport and size (default 1 here)\n"
+      "                      --json PATH  results as JSON (rpc.p50_us, raw.p50_us, "
+      "pipelined.rpcs_per_sec_per_core, ...)");
+}
+
 // Options shared by every workload live on `bench`; the workload subcommands fall through to
 // them, so `shoal bench micro --seconds 5` and `shoal bench --seconds 5 micro` both work.
 BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
@@ -75,8 +105,8 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
   c.bench = app.add_subcommand("bench", "Load a workload into an in-process engine and run it");
   // Not require_subcommand(): its error ("A subcommand is required") would also be the answer
   // to a misspelt workload. A word that is no workload lands in this positional instead.
-  c.bench->add_option("workload", f.unknown_workload, "tpcc, micro or ycsb")
-      ->check(CLI::IsMember({"tpcc", "micro", "ycsb"}));
+  c.bench->add_option("workload", f.unknown_workload, "tpcc, micro, ycsb or transport")
+      ->check(CLI::IsMember({"tpcc", "micro", "ycsb", "transport"}));
   c.bench->add_option("--workers", f.run.workers, "Worker threads")
       ->check(
           number_in(1u, bench::kMaxWorkers, false, fmt::format("in [1, {}]", bench::kMaxWorkers)))
@@ -118,7 +148,8 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
   c.ycsb->add_option("--theta", f.ycsb.theta, "Zipfian skew in [0, 1)")
       ->check(number_in(0.0, 0.999999, false, "in [0, 1)"))
       ->capture_default_str();
-  for (CLI::App* sub : {c.tpcc, c.micro, c.ycsb}) sub->fallthrough();
+  add_transport_command(c, f);
+  for (CLI::App* sub : {c.tpcc, c.micro, c.ycsb, c.transport}) sub->fallthrough();
   return c;
 }
 
@@ -162,6 +193,33 @@ int run_bench(const BenchCommands& c, BenchFlags& f) {
   return 0;
 }
 
+// Bench options that mean nothing to `bench transport` are refused rather than ignored.
+int run_transport_bench(const BenchCommands& c, const BenchFlags& f) {
+  for (const char* flag : {"--workers", "--warmup", "--check", "--seed"}) {
+    if (c.bench->count(flag) > 0) {
+      fmt::print(stderr, "shoal: error: {} does not apply to bench transport (see --help)\n", flag);
+      return kExitUsage;
+    }
+  }
+  bench::transport::Options options;
+  if (f.transport == "all") {
+    options.transports.assign(std::begin(bench::transport::kTransportNames),
+                              std::end(bench::transport::kTransportNames));
+  } else {
+    options.transports = {f.transport};
+  }
+  options.iterations = f.transport_iterations;
+  options.pipelined_seconds = c.bench->count("--seconds") > 0 ? f.run.seconds : 1.0;
+  options.json_path = f.run.json_path;
+  Result<bench::transport::Report> report = bench::transport::run(options);
+  if (!report.ok()) {
+    fmt::print(stderr, "shoal: error: {}\n", report.status().to_string());
+    return report.status().code() == Code::kInvalidArgument ? kExitUsage : kExitRunFailed;
+  }
+  std::fputs(report->to_table().c_str(), stdout);
+  return 0;
+}
+
 // CLI11 errors as one line on stderr ("shoal: error: --workers: Value 0 not in range ...").
 int usage_error(const CLI::ParseError& e) {
   std::string what = e.what();
@@ -180,7 +238,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer(
       "Exit codes: 0 ok, 1 run failed, 2 bad command line, 3 consistency check failed.\n"
-      "Example: shoal bench micro --keys 100000 --workers 2 --seconds 5 --json out.json");
+      "Example: shoal bench micro --keys 100000 --workers 2 --seconds 5 --json out.json\n"
+      "         shoal bench transport --transport shm --iterations 20000 --json transport.json");
   shoal::BenchFlags flags;
   const shoal::BenchCommands commands = shoal::add_bench_command(app, flags);
   try {
@@ -191,10 +250,12 @@ int main(int argc, char** argv) {
   }
   if (commands.bench->parsed()) {
     if (commands.bench->get_subcommands().empty()) {
-      std::fputs("shoal: error: bench needs a workload: tpcc, micro or ycsb (see --help)\n",
-                 stderr);
+      std::fputs(
+          "shoal: error: bench needs a workload: tpcc, micro, ycsb or transport (see --help)\n",
+          stderr);
       return shoal::kExitUsage;
     }
+    if (commands.transport->parsed()) return shoal::run_transport_bench(commands, flags);
     return shoal::run_bench(commands, flags);
   }
   return shoal::kExitUsage;  // unreachable: a subcommand is required

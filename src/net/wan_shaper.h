@@ -10,7 +10,12 @@
 // never decrease, so jitter does not reorder; reordering is the simulator's job).
 //
 // Sends go straight to the inner endpoint. Time comes from an Env (RealEnv, or the simulator's
-// virtual clock); jitter from an Rng seeded by it.
+// virtual clock); jitter from an Rng seeded by it. Nothing happens between calls: whoever owns
+// the shaper must poll it at next_due_ns() (an EventLoop does, through the poller deadline).
+//
+// This is the project's only WAN shaper. An earlier sender-side one (src/runtime) was dropped:
+// holding on the sending side loses what a sender wrote before it died, which a real WAN
+// still delivers.
 //
 // Bounds: at most max_held completions and max_held_bytes held; beyond, the shaper stops
 // draining the inner endpoint, whose own credit then pushes back on the sender. Memory: each
@@ -20,8 +25,13 @@
 // Threads: owned by one thread, like the endpoint it wraps.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstring>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,22 +45,68 @@ struct LinkShape {
   uint64_t jitter_ns = 0;  // uniform extra delay in [0, jitter_ns]
 };
 
-// One-way delays between regions. REQUIRES: region ids < regions().
+// One-way delay and jitter per ordered region pair (the WAN's configuration side), regions
+// optionally named. Within a region, and for pairs never set, the shape is zero.
+// REQUIRES: region ids < regions() (asserted).
 class WanMatrix {
  public:
   explicit WanMatrix(size_t regions) : regions_(regions), shapes_(regions * regions) {}
+  explicit WanMatrix(std::vector<std::string> names)
+      : regions_(names.size()), shapes_(regions_ * regions_), names_(std::move(names)) {}
   // Sets both directions between a and b.
   void set(size_t a, size_t b, LinkShape shape) {
-    shapes_[a * regions_ + b] = shape;
-    shapes_[b * regions_ + a] = shape;
+    set_one_way(a, b, shape);
+    set_one_way(b, a, shape);
   }
-  LinkShape between(size_t from, size_t to) const { return shapes_[from * regions_ + to]; }
+  void set_one_way(size_t from, size_t to, LinkShape shape) { shapes_[index(from, to)] = shape; }
+  // The shape a receiver in `to` gives its WanShaped for traffic from `from`.
+  LinkShape between(size_t from, size_t to) const { return shapes_[index(from, to)]; }
   size_t regions() const { return regions_; }
+  // Region id of a name given at construction; NotFound otherwise.
+  [[nodiscard]] Result<size_t> region(std::string_view name) const {
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (names_[i] == name) return i;
+    }
+    return Status::NotFound(fmt::format("wan: unknown region '{}'", name));
+  }
+  std::string_view name(size_t region) const {
+    return region < names_.size() ? std::string_view(names_[region]) : std::string_view();
+  }
 
  private:
+  size_t index(size_t from, size_t to) const {
+    SHOAL_ASSERT(from < regions_ && to < regions_, "wan region pair (%zu, %zu) out of range", from,
+                 to);
+    return from * regions_ + to;
+  }
   size_t regions_;
   std::vector<LinkShape> shapes_;
+  std::vector<std::string> names_;
 };
+
+// Builds a WanMatrix from a cluster configuration without src/net depending on src/cluster:
+// any Config with `regions[i].name` and `wan[i].{from, to, one_way_ms, jitter_ms}` (that is
+// cluster::ClusterConfig; each link applies in both directions, as config.h documents).
+// InvalidArgument naming the link when it names an unknown region or a negative delay.
+template <typename Config>
+[[nodiscard]] Result<WanMatrix> wan_matrix_from_config(const Config& config) {
+  std::vector<std::string> names;
+  names.reserve(config.regions.size());
+  for (const auto& r : config.regions) names.emplace_back(r.name);
+  WanMatrix m(std::move(names));
+  for (size_t i = 0; i < config.wan.size(); ++i) {
+    const auto& l = config.wan[i];
+    auto from = m.region(l.from);
+    auto to = m.region(l.to);
+    if (!from.ok() || !to.ok() || !(l.one_way_ms >= 0) || !(l.jitter_ms >= 0)) {
+      return Status::InvalidArgument(
+          fmt::format("wan[{}] {} -> {}: unknown region or negative delay", i, l.from, l.to));
+    }
+    m.set(*from, *to,
+          {static_cast<uint64_t>(l.one_way_ms * 1e6), static_cast<uint64_t>(l.jitter_ms * 1e6)});
+  }
+  return m;
+}
 
 struct ShaperOptions {
   size_t max_held = 4096;
@@ -154,16 +210,24 @@ class WanShaped {
       if (!s.ok() && s.code() != Code::kTimeout) deferred_ = std::move(s);
     }
   }
-  // Event-loop integration: block on the inner fds only when nothing is held (a held
-  // completion needs a timer, which the loop's own deadline handling provides: next_due_ns).
+  // Event-loop integration. False (do not block) when a held completion is due or a failure
+  // is ready to report; otherwise the inner endpoint decides, and the loop also wakes at
+  // next_due_ns() (its poller deadline) for completions still held. Caveat: while the hold
+  // queue is full, or a dead peer's failure waits behind held completions, the inner fds stay
+  // readable and a loop polls until the next completion is due (bounded by the delay).
   int wait_fd() const requires BlockableEndpoint<E> { return inner_.wait_fd(); }
   int liveness_fd() const requires BlockableEndpoint<E> { return inner_.liveness_fd(); }
   [[nodiscard]] bool prepare_to_block() requires BlockableEndpoint<E> {
-    return count_ == 0 && deferred_.ok() && inner_.prepare_to_block();
+    if (count_ == 0 && !deferred_.ok()) return false;
+    if (count_ > 0 && at(0).due_ns <= env_->now_ns()) return false;
+    return inner_.prepare_to_block();
   }
   void end_block() requires BlockableEndpoint<E> { inner_.end_block(); }
-  // When the next held completion becomes due (UINT64_MAX: none held).
+  // When the next held completion becomes due (UINT64_MAX: none held). An event loop must
+  // poll at that time even without input: give it as the poller's deadline (RpcEndpoint and
+  // rt::TransportReceiver do), which is also what drives the shaper under virtual time.
   uint64_t next_due_ns() const { return count_ > 0 ? at(0).due_ns : UINT64_MAX; }
+  size_t held_messages() const { return count_; }
 
  private:
   static constexpr size_t kKeepBytes = 64 * 1024;

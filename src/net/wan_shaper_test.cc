@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "src/net/shm_transport.h"
 
@@ -97,6 +98,35 @@ TEST(WanShaperTest, RealTimeRoundTripIsTwiceTheOneWayDelay) {
     EXPECT_GE(rtt, 10'000'000u);
     EXPECT_LT(rtt, 12'000'000u + 5'000'000u);  // 2 x (5 + 1) ms, plus scheduling slack
   }
+}
+
+// The shape of cluster::ClusterConfig's fields, without depending on src/cluster.
+struct FakeConfig {
+  struct Region {
+    std::string name;
+  };
+  struct Link {
+    std::string from, to;
+    double one_way_ms = 0, jitter_ms = 0;
+  };
+  std::vector<Region> regions;
+  std::vector<Link> wan;
+};
+
+TEST(WanShaperTest, MatrixFromConfigNamesRegionsAndSetsBothDirections) {
+  FakeConfig c{{{"us"}, {"eu"}, {"ap"}}, {{"us", "eu", 40.0, 2.5}, {"eu", "ap", 90.0, 0}}};
+  auto m = wan_matrix_from_config(c);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->regions(), 3u);
+  EXPECT_EQ(*m->region("eu"), 1u);
+  EXPECT_EQ(m->name(2), "ap");
+  EXPECT_EQ(m->between(0, 1).one_way_delay_ns, 40'000'000u);
+  EXPECT_EQ(m->between(1, 0).jitter_ns, 2'500'000u);
+  EXPECT_EQ(m->between(2, 1).one_way_delay_ns, 90'000'000u);
+  EXPECT_EQ(m->between(0, 2).one_way_delay_ns, 0u);  // not configured
+  EXPECT_EQ(m->region("mars").status().code(), Code::kNotFound);
+  c.wan.push_back({"us", "mars", 1.0, 0});
+  EXPECT_EQ(wan_matrix_from_config(c).status().code(), Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -10,6 +10,11 @@
 // completion stay valid until the next co_await next(): the batch is released then, as the
 // transport contract requires (release() before the next poll()).
 //
+// Sleeping: for a net::BlockableEndpoint the receiver also registers the endpoint's wait fds
+// (PollerWake), so a loop whose coroutine waits here sleeps until data or the peer's death
+// arrives, not in 1 ms slices; fds are watched only while a coroutine waits (otherwise unread
+// data would keep waking the loop). A WAN shaper's next_due_ns() is the poller's deadline.
+//
 // Threads: owned by the loop's thread; one waiting coroutine at a time. Errors from the
 // endpoint (Unavailable, Corruption) are returned by next() and stay sticky.
 #pragma once
@@ -18,6 +23,7 @@
 #include <utility>
 
 #include "src/net/transport.h"
+#include "src/runtime/endpoint_wake.h"
 #include "src/runtime/event_loop.h"
 
 namespace shoal::rt {
@@ -29,7 +35,9 @@ class TransportReceiver {
   [[nodiscard]] static Result<std::unique_ptr<TransportReceiver>> create(EventLoop& loop,
                                                                          E& endpoint) {
     std::unique_ptr<TransportReceiver> rx(new TransportReceiver(loop, endpoint));
-    SHOAL_TRY(loop.add_poller(&TransportReceiver::poll_fn, rx.get()));
+    PollerWake wake;
+    if constexpr (kEndpointCanWake<E>) wake = {&prepare_wake, &end_wake};
+    SHOAL_TRY(loop.add_poller(&TransportReceiver::poll_fn, rx.get(), &due_ns, wake));
     return rx;
   }
   ~TransportReceiver() {
@@ -83,8 +91,25 @@ class TransportReceiver {
     return true;
   }
 
+  static uint64_t due_ns(void* ctx) {
+    return endpoint_due_ns(static_cast<TransportReceiver*>(ctx)->ep_);
+  }
+  static bool prepare_wake(void* ctx, int fds[kMaxPollerFds]) {
+    auto* self = static_cast<TransportReceiver*>(ctx);
+    if (!self->waiter_ || !self->error_.ok()) return true;  // nobody to wake: watch nothing
+    if (self->index_ < self->count_) return false;          // handed out on the next poll
+    self->armed_ = arm_endpoint(self->ep_, fds);
+    return self->armed_;
+  }
+  static void end_wake(void* ctx) {
+    auto* self = static_cast<TransportReceiver*>(ctx);
+    if (self->armed_) disarm_endpoint(self->ep_);
+    self->armed_ = false;
+  }
+
   EventLoop& loop_;
   E& ep_;
+  bool armed_ = false;  // the endpoint is prepared to block; end_block() is owed
   net::Completion batch_[kBatch];
   size_t count_ = 0;
   size_t index_ = 0;

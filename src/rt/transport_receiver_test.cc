@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
@@ -87,6 +89,35 @@ TEST(TransportReceiverTest, PeerDeathResumesTheWaiterWithUnavailable) {
   ASSERT_TRUE(loop.spawn(close_later(&loop, &link->second)).ok());
   loop.run();
   EXPECT_EQ(got.code(), Code::kUnavailable) << got.to_string();
+}
+
+// A coroutine waiting in next() on a sleeping loop is resumed when the peer sends, through the
+// endpoint's wait fd (max_block_ns is raised so 1 ms slices cannot be what wakes the loop).
+TEST(TransportReceiverTest, SleepingLoopResumesTheWaiterWhenThePeerSends) {
+  auto link = net::TcpEndpoint::pair();
+  ASSERT_TRUE(link.ok());
+  LoopOptions o;
+  o.max_block_ns = 10'000'000'000;
+  EventLoop loop(RealEnv::instance(), o);
+  auto rx = TransportReceiver<net::TcpEndpoint>::create(loop, link->first);
+  ASSERT_TRUE(rx.ok());
+  std::atomic<uint64_t> resumed_ns{0};
+  ASSERT_TRUE(loop.spawn([](EventLoop* loop, TransportReceiver<net::TcpEndpoint>* rx,
+                            std::atomic<uint64_t>* at) -> Task<void> {
+                    auto c = co_await rx->next();
+                    EXPECT_TRUE(c.ok());
+                    at->store(net::mono_ns());
+                    loop->stop();
+                  }(&loop, rx->get(), &resumed_ns))
+                  .ok());
+  std::thread t([&] { loop.run(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the loop is asleep by now
+  const uint64_t sent_ns = net::mono_ns();
+  ASSERT_TRUE(link->second.send(3, as_bytes("wake")).ok());
+  ASSERT_TRUE(link->second.flush().ok());
+  t.join();
+  EXPECT_GE(loop.stats().fd_wakes, 1u);
+  EXPECT_LT(resumed_ns.load() - sent_ns, 200'000'000u);
 }
 
 }  // namespace

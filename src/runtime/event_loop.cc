@@ -40,9 +40,11 @@ EventLoop::EventLoop(Env& env, LoopOptions options)
   ready_.resize(std::bit_ceil(uint64_t{options_.max_tasks} + kReadySlack));
   timers_.reserve(options_.max_timers);
   pollers_.reserve(options_.max_pollers);
+  wait_fds_.resize(1 + size_t{options_.max_pollers} * kMaxPollerFds);
   posts_.resize(std::bit_ceil(uint64_t{std::max<uint32_t>(options_.post_capacity, 1)}));
   event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   SHOAL_ASSERT(event_fd_ >= 0, "%s", "eventfd failed");
+  wait_fds_[0] = {event_fd_, POLLIN, 0};
 }
 
 EventLoop::~EventLoop() {
@@ -111,18 +113,23 @@ void EventLoop::cancel_timer(uint64_t id) {
   }
 }
 
-Status EventLoop::add_poller(PollFn fn, void* ctx, DeadlineFn deadline) {
+Status EventLoop::add_poller(PollFn fn, void* ctx, DeadlineFn deadline, PollerWake wake) {
   check_thread();
   if (pollers_.size() >= options_.max_pollers) {
     return Status::Unavailable("event loop: max_pollers registered");
   }
-  pollers_.push_back({fn, ctx, deadline});
+  pollers_.push_back({fn, ctx, deadline, wake, false});
+  if (wake.prepare == nullptr) ++pollers_without_wake_;
   return Status::Ok();
 }
 
 void EventLoop::remove_poller(void* ctx) {
   check_thread();
-  std::erase_if(pollers_, [ctx](const Poller& p) { return p.ctx == ctx; });
+  std::erase_if(pollers_, [this, ctx](const Poller& p) {
+    if (p.ctx != ctx) return false;
+    if (p.wake.prepare == nullptr) --pollers_without_wake_;
+    return true;
+  });
 }
 
 Status EventLoop::post(PostFn fn, void* ctx) {
@@ -211,23 +218,68 @@ uint64_t EventLoop::next_deadline_ns() {
   return d;
 }
 
-void EventLoop::block(uint64_t now_ns) {
+uint64_t EventLoop::sleep_timeout_ns(uint64_t now_ns) {
   const uint64_t deadline = next_deadline_ns();
   uint64_t timeout_ns = deadline > now_ns ? deadline - now_ns : 0;
-  // Pollers (transports) cannot ring our eventfd, so sleep in slices while any exist.
-  if (!pollers_.empty()) timeout_ns = std::min(timeout_ns, options_.max_block_ns);
-  timeout_ns = std::min<uint64_t>(timeout_ns, 1'000'000'000);  // stop() check at least 1/s
+  // A poller that cannot wake us may have input we would not see: sleep in slices then.
+  if (pollers_without_wake_ > 0) timeout_ns = std::min(timeout_ns, options_.max_block_ns);
+  return std::min<uint64_t>(timeout_ns, 1'000'000'000);  // stop() check at least 1/s
+}
+
+// Asks every poller whether the loop may sleep, collecting their fds behind the eventfd.
+// False (and nothing left armed) when one of them has input pending.
+bool EventLoop::arm_pollers(size_t* nfds) {
+  size_t n = 1;
+  for (Poller& p : pollers_) {
+    if (p.wake.prepare == nullptr) continue;
+    int fds[kMaxPollerFds] = {-1, -1};
+    if (!p.wake.prepare(p.ctx, fds)) {
+      disarm_pollers();
+      return false;
+    }
+    p.armed = true;
+    for (int fd : fds) {
+      if (fd >= 0) wait_fds_[n++] = {fd, POLLIN | POLLRDHUP, 0};
+    }
+  }
+  *nfds = n;
+  return true;
+}
+
+void EventLoop::disarm_pollers() {
+  for (Poller& p : pollers_) {
+    if (!p.armed) continue;
+    p.armed = false;
+    if (p.wake.end != nullptr) p.wake.end(p.ctx);
+  }
+}
+
+void EventLoop::sleep_on_fds(size_t nfds, uint64_t timeout_ns) {
+  ++stats_.blocks;
+  timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000),
+              static_cast<long>(timeout_ns % 1'000'000'000)};
+  if (ppoll(wait_fds_.data(), nfds, &ts, nullptr) <= 0) return;  // timeout or EINTR
+  if (wait_fds_[0].revents != 0) {
+    uint64_t v;
+    if (read(event_fd_, &v, sizeof(v)) > 0) ++stats_.eventfd_wakes;
+  }
+  for (size_t i = 1; i < nfds; ++i) {
+    if (wait_fds_[i].revents != 0) {
+      ++stats_.fd_wakes;
+      break;
+    }
+  }
+}
+
+void EventLoop::block(uint64_t now_ns) {
+  const uint64_t timeout_ns = sleep_timeout_ns(now_ns);
   if (timeout_ns == 0 || has_ready()) return;
   sleeping_.store(true, std::memory_order_seq_cst);
-  if (posts_pending_.load(std::memory_order_seq_cst) == 0 && !stop_.load()) {
-    ++stats_.blocks;
-    pollfd pfd{event_fd_, POLLIN, 0};
-    timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000),
-                static_cast<long>(timeout_ns % 1'000'000'000)};
-    if (ppoll(&pfd, 1, &ts, nullptr) > 0) {
-      uint64_t v;
-      if (read(event_fd_, &v, sizeof(v)) > 0) ++stats_.eventfd_wakes;
-    }
+  // Dekker pairing with post(): sleeping_ is published before posts_pending_ is re-read.
+  size_t nfds = 0;
+  if (posts_pending_.load(std::memory_order_seq_cst) == 0 && !stop_.load() && arm_pollers(&nfds)) {
+    sleep_on_fds(nfds, timeout_ns);
+    disarm_pollers();
   }
   sleeping_.store(false, std::memory_order_relaxed);
 }

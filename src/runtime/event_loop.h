@@ -2,10 +2,12 @@
 //
 // One iteration (run_once) does, in this order: drain cross-thread posts, fire due timers,
 // resume up to ready_batch ready tasks, call every poller once. run() repeats it; when an
-// iteration finds no work the loop spins for spin_ns (an empty pass costs ~25 ns)
-// and then blocks on an eventfd with ppoll(timeout = next timer, capped by max_block_ns while
-// pollers exist, since a transport cannot ring our eventfd). post() from any thread rings the
-// eventfd only when the loop announced it is asleep (one atomic load on the fast path).
+// iteration finds no work the loop spins for spin_ns (an empty pass costs ~25 ns) and then
+// blocks in ppoll on its eventfd plus the wake fds of its pollers (PollerWake: a transport's
+// wait/liveness fds), timeout = next timer or poller deadline. Only while some poller has no
+// PollerWake (it cannot wake us) is one sleep capped at max_block_ns. post() from any thread
+// rings the eventfd only when the loop announced it is asleep (one atomic load on the fast
+// path).
 //
 // Time comes from the Env given at construction: RealEnv on real threads, SimEnv under the
 // simulator, where the simulator calls run_once() itself and never run() (virtual time does
@@ -19,6 +21,8 @@
 // Allocation: none per iteration; spawn() allocates the coroutine frames (the task's and a
 // 64-byte root frame). Timer heap, ready ring, poller table and post ring are sized up front.
 #pragma once
+
+#include <poll.h>
 
 #include <atomic>
 #include <coroutine>
@@ -42,7 +46,7 @@ struct LoopOptions {
   uint32_t post_capacity = 4096;      // cross-thread posts waiting to run; post() refuses beyond
   uint32_t ready_batch = 256;         // tasks resumed per iteration before pollers run again
   uint64_t spin_ns = 50'000;          // idle spin before blocking (0: block at once)
-  uint64_t max_block_ns = 1'000'000;  // one sleep's cap while pollers are registered
+  uint64_t max_block_ns = 1'000'000;  // one sleep's cap while a poller without PollerWake exists
 };
 
 // Counters, owned by the loop thread (read them there, or after the loop stopped).
@@ -53,6 +57,7 @@ struct LoopStats {
   uint64_t posts_run = 0;
   uint64_t blocks = 0;         // times the loop went to sleep on the eventfd
   uint64_t eventfd_wakes = 0;  // post() calls that had to write the eventfd
+  uint64_t fd_wakes = 0;       // sleeps ended by a poller's wake fd
 };
 
 using TimerFn = void (*)(void* ctx, uint64_t arg);
@@ -62,6 +67,22 @@ using PollFn = bool (*)(void* ctx);
 // Earliest virtual/real time at which a poller needs to run even without input
 // (e.g. a WAN shaper releasing a held message); UINT64_MAX: none.
 using DeadlineFn = uint64_t (*)(void* ctx);
+
+// How a poller lets its source wake a sleeping loop (a transport that can signal an fd).
+// Before sleeping, the loop calls prepare(ctx, fds) with fds[] preset to -1:
+//   - false: input is already pending; the loop does not sleep (and does not call end);
+//   - true: the loop may sleep until any fd the poller wrote into fds[] is readable or hung
+//     up (it may write none: "nothing can arrive that needs me"). After the sleep the loop
+//     calls end(ctx) (may be null), before any poller runs again.
+// A poller registered without one may have input the loop cannot see, so while any exists a
+// sleep is capped at LoopOptions::max_block_ns.
+inline constexpr size_t kMaxPollerFds = 2;
+using PrepareWakeFn = bool (*)(void* ctx, int fds[kMaxPollerFds]);
+using EndWakeFn = void (*)(void* ctx);
+struct PollerWake {
+  PrepareWakeFn prepare = nullptr;  // null: this poller cannot wake the loop
+  EndWakeFn end = nullptr;
+};
 
 inline constexpr uint64_t kNever = UINT64_MAX;
 inline constexpr uint32_t kReadySlack = 64;
@@ -146,7 +167,11 @@ class EventLoop {
   // Re-queues the current task behind every other ready task.
   YieldAwaiter yield() { return {this}; }
 
-  [[nodiscard]] Status add_poller(PollFn fn, void* ctx, DeadlineFn deadline = nullptr);
+  // Registers a poller: fn runs every iteration; deadline (optional) says when it must run
+  // even without input; wake (optional) lets the loop sleep until its source has input.
+  // Unavailable when max_pollers are registered.
+  [[nodiscard]] Status add_poller(PollFn fn, void* ctx, DeadlineFn deadline = nullptr,
+                                  PollerWake wake = {});
   // Removes every poller registered with ctx.
   void remove_poller(void* ctx);
 
@@ -181,6 +206,8 @@ class EventLoop {
     PollFn fn;
     void* ctx;
     DeadlineFn deadline;
+    PollerWake wake;
+    bool armed;  // prepare() returned true for the current sleep; end() is owed
   };
   struct Post {
     PostFn fn;
@@ -191,6 +218,10 @@ class EventLoop {
   bool run_timers(uint64_t now_ns);
   bool run_ready();
   void block(uint64_t now_ns);
+  uint64_t sleep_timeout_ns(uint64_t now_ns);
+  bool arm_pollers(size_t* nfds);
+  void disarm_pollers();
+  void sleep_on_fds(size_t nfds, uint64_t timeout_ns);
   void unlink_root(detail::Root::promise_type* p);
   void check_thread();
 
@@ -208,6 +239,9 @@ class EventLoop {
   uint64_t next_timer_id_ = 1;
 
   std::vector<Poller> pollers_;
+  uint32_t pollers_without_wake_ = 0;
+  // ppoll set: [0] the eventfd, then the armed pollers' fds. Sized at construction.
+  std::vector<pollfd> wait_fds_;
 
   detail::Root::promise_type* roots_ = nullptr;  // intrusive list of live roots
   uint32_t live_tasks_ = 0;

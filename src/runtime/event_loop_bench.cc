@@ -4,7 +4,13 @@
 //   - one-way post -> callback latency into a spinning vs a sleeping loop;
 //   - single-thread costs: an empty iteration, spawn+run+finish of a task, a timer add+fire,
 //     a co_await of a ready child task.
+//   - transport wake-up: a loop that serves one shm or tcp endpoint and is asleep between
+//     messages; latency from the peer's send to the loop's poller seeing the message;
+//   - idle: a loop serving one idle endpoint for N seconds (measure its CPU with time -v).
 // Usage: runtime_bench [iterations]   (default 20000). Threads are pinned to CPUs 0 and 1.
+//        runtime_bench wake shm|tcp [samples [fds|slices]]
+//        runtime_bench idle shm|tcp [seconds [fds|slices]]
+//        (fds: the poller registers the endpoint's wait fds, the default; slices: it does not)
 #include <sched.h>
 
 #include <algorithm>
@@ -14,6 +20,14 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
+
+#include <cstring>
+#include <string>
+
+#include "src/net/shm_transport.h"
+#include "src/net/tcp_transport.h"
+#include "src/runtime/endpoint_wake.h"
 #include "src/runtime/event_loop.h"
 
 namespace shoal::rt {
@@ -161,12 +175,124 @@ void single_thread_costs(int iterations) {
               static_cast<double>(env.now_ns() - t0) / iterations);
 }
 
+// A poller that drains one endpoint; each message carries its send time (Env ns), and the
+// poller records now - send time for the sender to collect.
+template <typename E>
+struct StampPoller {
+  E* ep;
+  Env* env;
+  std::atomic<uint64_t> lat_ns{0};  // 0: nothing arrived yet; else latency + 1
+  static bool poll(void* self) {
+    auto* p = static_cast<StampPoller*>(self);
+    net::Completion c[16];
+    auto n = p->ep->poll(c, 16);
+    SHOAL_CHECK(n.ok());
+    if (*n == 0) return false;
+    const uint64_t now = p->env->now_ns();
+    for (size_t i = 0; i < *n; ++i) {
+      uint64_t sent_ns = 0;
+      std::memcpy(&sent_ns, c[i].bytes.data(), sizeof(sent_ns));
+      p->lat_ns.store(now - sent_ns + 1);
+    }
+    p->ep->release();
+    return true;
+  }
+};
+
+// with_fds: register the endpoint's wait fds (the loop sleeps until input); without, the
+// loop cannot see input while asleep and sleeps in max_block_ns slices (the old behaviour).
+template <typename E>
+Status register_stamp_poller(EventLoop& loop, StampPoller<E>& p, bool with_fds) {
+  PollerWake wake;
+  if (with_fds) {
+    wake.prepare = [](void* self, int fds[kMaxPollerFds]) {
+      return arm_endpoint(*static_cast<StampPoller<E>*>(self)->ep, fds);
+    };
+    wake.end = [](void* self) { disarm_endpoint(*static_cast<StampPoller<E>*>(self)->ep); };
+  }
+  return loop.add_poller(&StampPoller<E>::poll, &p, nullptr, wake);
+}
+
+// The loop (CPU 0) serves endpoint b; the main thread (CPU 1) sends a timestamp on a every
+// 2 ms, long after the loop's 50 us spin has ended, so every sample is a wake-up from sleep.
+template <typename E>
+void transport_wake(int samples, bool with_fds, const char* label) {
+  auto link = E::pair();
+  SHOAL_CHECK(link.ok());
+  auto& [a, b] = *link;
+  RealEnv env;
+  EventLoop loop(env);
+  StampPoller<E> p{&b, &env};
+  SHOAL_CHECK(register_stamp_poller(loop, p, with_fds).ok());
+  std::thread t([&] {
+    pin_to(0);
+    loop.run();
+  });
+  pin_to(1);
+  std::vector<uint64_t> lat;
+  for (int i = 0; i < samples; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    p.lat_ns.store(0);
+    const uint64_t sent_ns = env.now_ns();
+    SHOAL_CHECK(a.send(1, {reinterpret_cast<const uint8_t*>(&sent_ns), sizeof(sent_ns)}).ok());
+    SHOAL_CHECK(a.flush().ok());
+    while (p.lat_ns.load() == 0) {
+    }
+    lat.push_back(p.lat_ns.load() - 1);
+  }
+  loop.stop();
+  t.join();
+  report(label, lat);
+  std::printf("  loop blocks %lu, fd wakes %lu, iterations %lu\n", loop.stats().blocks,
+              loop.stats().fd_wakes, loop.stats().iterations);
+}
+
+// A loop serving one endpoint that never receives anything, for `seconds`; prints its own CPU
+// time (run under /usr/bin/time -v to see the process's too).
+template <typename E>
+void transport_idle(int seconds, bool with_fds) {
+  auto link = E::pair();
+  SHOAL_CHECK(link.ok());
+  RealEnv env;
+  EventLoop loop(env);
+  StampPoller<E> p{&link->second, &env};
+  SHOAL_CHECK(register_stamp_poller(loop, p, with_fds).ok());
+  std::thread t([&] {
+    loop.run();
+    rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    std::printf(
+        "idle loop thread: %d s wall, user %.3f s, sys %.3f s, blocks %lu, iterations %lu\n",
+        seconds, ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
+        ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6, loop.stats().blocks,
+        loop.stats().iterations);
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  loop.stop();
+  t.join();
+}
+
 }  // namespace
 }  // namespace shoal::rt
 
 int main(int argc, char** argv) {
-  const int n = argc > 1 ? std::atoi(argv[1]) : 20000;
   using namespace shoal::rt;
+  if (argc > 2 && (std::strcmp(argv[1], "wake") == 0 || std::strcmp(argv[1], "idle") == 0)) {
+    using shoal::net::ShmEndpoint;
+    using shoal::net::TcpEndpoint;
+    const bool wake = std::strcmp(argv[1], "wake") == 0;
+    const bool shm = std::strcmp(argv[2], "shm") == 0;
+    const int arg = argc > 3 ? std::atoi(argv[3]) : (wake ? 1000 : 2);
+    const bool fds = !(argc > 4 && std::strcmp(argv[4], "slices") == 0);
+    const char* label = fds ? "message -> loop asleep on the endpoint's wait fds"
+                            : "message -> loop asleep in 1 ms slices";
+    if (wake && shm) transport_wake<ShmEndpoint>(arg, fds, label);
+    if (wake && !shm) transport_wake<TcpEndpoint>(arg, fds, label);
+    if (!wake && shm) transport_idle<ShmEndpoint>(arg, fds);
+    if (!wake && !shm) transport_idle<TcpEndpoint>(arg, fds);
+    return 0;
+  }
+  const int n = argc > 1 ? std::atoi(argv[1]) : 20000;
   single_thread_costs(n);
   one_way(1'000'000'000, n, 0, "post -> run, target loop spinning");
   one_way(0, n / 10, 100, "post -> run, target loop asleep (eventfd wake)");

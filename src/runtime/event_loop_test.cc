@@ -1,13 +1,19 @@
 // Task and EventLoop: results through await chains, deep recursion without stack growth,
 // timers in deadline order (real and manual time), spawn backpressure, teardown of unfinished
-// tasks, cross-thread post waking a blocked loop.
+// tasks, cross-thread post waking a blocked loop; a loop asleep on a transport's wait fds
+// waking when the peer sends, and an idle loop with a transport that does not spin.
 #include "src/runtime/event_loop.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <thread>
 #include <vector>
+
+#include "src/net/shm_transport.h"
+#include "src/net/tcp_transport.h"
+#include "src/runtime/endpoint_wake.h"
 
 namespace shoal::rt {
 namespace {
@@ -216,6 +222,122 @@ TEST(EventLoop, PostResumeMovesTaskAcrossLoops) {
   b.stop();
   tb.join();
   EXPECT_EQ(ran_on_b, b_id);
+}
+
+// A poller that counts what it receives on one endpoint; with_wake registers the endpoint's
+// wait fds with the loop (otherwise the loop can only sleep in max_block_ns slices).
+template <typename E>
+struct CountingPoller {
+  E* ep;
+  std::atomic<int> received{0};
+  std::atomic<bool> failed{false};
+  static bool poll(void* self) {
+    auto* p = static_cast<CountingPoller*>(self);
+    if (p->failed.load()) return false;
+    net::Completion c[8];
+    auto n = p->ep->poll(c, 8);
+    if (!n.ok()) {
+      p->failed.store(true);
+      return true;
+    }
+    if (*n == 0) return false;
+    p->ep->release();
+    p->received.fetch_add(static_cast<int>(*n));
+    return true;
+  }
+  static bool prepare(void* self, int fds[kMaxPollerFds]) {
+    auto* p = static_cast<CountingPoller*>(self);
+    return p->failed.load() || arm_endpoint(*p->ep, fds);  // failed: nothing to wait for
+  }
+  static void end(void* self) {
+    auto* p = static_cast<CountingPoller*>(self);
+    if (!p->failed.load()) disarm_endpoint(*p->ep);
+  }
+  Status register_on(EventLoop& loop, bool with_wake) {
+    PollerWake wake;
+    if (with_wake) wake = {&prepare, &end};
+    return loop.add_poller(&poll, this, nullptr, wake);
+  }
+};
+
+// Waits (bounded) until pred() holds; returns how long that took.
+template <typename Pred>
+uint64_t wait_until(Env& env, Pred pred, uint64_t limit_ns) {
+  const uint64_t t0 = env.now_ns();
+  while (!pred() && env.now_ns() - t0 < limit_ns) std::this_thread::yield();
+  return env.now_ns() - t0;
+}
+
+// A sleeping loop wakes for the peer's message through the endpoint's wait fd, and for the
+// peer's death through its liveness fd. max_block_ns is raised so that slices cannot be what
+// wakes it: without the fds each wake-up would take up to the 1 s stop() check.
+template <typename E>
+void wakes_on_message_and_death() {
+  auto link = E::pair();
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  RealEnv env;
+  LoopOptions o;
+  o.max_block_ns = 10'000'000'000;
+  EventLoop loop(env, o);
+  CountingPoller<E> p{&b};
+  ASSERT_TRUE(p.register_on(loop, true).ok());
+  std::thread t([&] { loop.run(); });
+  for (int i = 1; i <= 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the loop falls asleep
+    ASSERT_TRUE(a.send(1, {}).ok());
+    ASSERT_TRUE(a.flush().ok());
+    const uint64_t took = wait_until(
+        env, [&] { return p.received.load() == i; }, 2'000'000'000);
+    EXPECT_LT(took, 200'000'000u) << "message " << i << " did not wake the loop";
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  a.close();
+  const uint64_t took = wait_until(
+      env, [&] { return p.failed.load(); }, 2'000'000'000);
+  EXPECT_LT(took, 200'000'000u) << "the peer's death did not wake the loop";
+  loop.stop();
+  t.join();
+  EXPECT_EQ(p.received.load(), 5);
+  EXPECT_TRUE(p.failed.load());
+  EXPECT_GE(loop.stats().fd_wakes, 5u);
+}
+
+TEST(EventLoop, SleepingLoopWakesWhenShmPeerSendsOrDies) {
+  wakes_on_message_and_death<net::ShmEndpoint>();
+}
+TEST(EventLoop, SleepingLoopWakesWhenTcpPeerSendsOrDies) {
+  wakes_on_message_and_death<net::TcpEndpoint>();
+}
+
+// A loop serving an idle endpoint sleeps until its 1 s stop() check: a handful of sleeps and
+// almost no CPU in 300 ms. Without the wait fds it sleeps in 1 ms slices (about 300 sleeps).
+TEST(EventLoop, IdleLoopWithTransportDoesNotSpin) {
+  for (const bool with_wake : {true, false}) {
+    auto link = net::ShmEndpoint::pair();
+    ASSERT_TRUE(link.ok());
+    RealEnv env;
+    EventLoop loop(env);
+    CountingPoller<net::ShmEndpoint> p{&link->second};
+    ASSERT_TRUE(p.register_on(loop, with_wake).ok());
+    uint64_t cpu_us = 0;
+    std::thread t([&] {
+      loop.run();
+      rusage ru;
+      getrusage(RUSAGE_THREAD, &ru);
+      cpu_us = ru.ru_utime.tv_sec * 1'000'000 + ru.ru_utime.tv_usec +
+               ru.ru_stime.tv_sec * 1'000'000 + ru.ru_stime.tv_usec;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    loop.stop();
+    t.join();
+    if (with_wake) {
+      EXPECT_LE(loop.stats().blocks, 3u);
+      EXPECT_LT(cpu_us, 20'000u) << "idle loop used " << cpu_us << " us of CPU in 300 ms";
+    } else {
+      EXPECT_GE(loop.stats().blocks, 50u);  // the slices this change removes where it can
+    }
+  }
 }
 
 }  // namespace

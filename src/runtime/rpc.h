@@ -31,6 +31,11 @@
 // outstanding call and every window waiter completes with that status, later calls fail at
 // once. Handlers that are still running finish, but their responses are not sent.
 //
+// Sleeping: start() registers the transport's poller with the endpoint's deadline (a WAN
+// shaper's next held message) and, for a BlockableEndpoint, its wait fds, so an idle loop
+// sleeps until the transport has input instead of in max_block_ns slices. A failed endpoint
+// watches no fd (it never polls again, and a dead peer's hang-up would keep waking the loop).
+//
 // Threads: owned by the loop's thread; call() only from tasks on that loop.
 // Allocation: each served request spawns one handler task (coroutine frames: heap); message
 // buffers come from a bounded pool (steady state: no allocation); error paths format
@@ -47,6 +52,7 @@
 #include <fmt/format.h>
 
 #include "src/net/transport.h"
+#include "src/runtime/endpoint_wake.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc_message.h"
 
@@ -173,12 +179,19 @@ class RpcEndpoint {
 
   static bool poll_thunk(void* self) { return static_cast<RpcEndpoint*>(self)->poll_once(); }
   static uint64_t deadline_thunk(void* self) {
+    return endpoint_due_ns(static_cast<RpcEndpoint*>(self)->transport_);
+  }
+  static bool prepare_wake_thunk(void* self, int fds[kMaxPollerFds]) {
     auto* me = static_cast<RpcEndpoint*>(self);
-    if constexpr (requires { me->transport_.next_due_ns(); }) {
-      return me->transport_.next_due_ns();
-    } else {
-      return kNever;
-    }
+    if (!me->failed_.ok()) return true;  // never polls again: nothing to wait for
+    if (me->needs_flush_) return false;  // let poll_once() flush (and see its status) first
+    me->armed_ = arm_endpoint(me->transport_, fds);
+    return me->armed_;
+  }
+  static void end_wake_thunk(void* self) {
+    auto* me = static_cast<RpcEndpoint*>(self);
+    if (me->armed_) disarm_endpoint(me->transport_);
+    me->armed_ = false;
   }
   static void tick_thunk(void* self, uint64_t) {
     auto* me = static_cast<RpcEndpoint*>(self);
@@ -213,6 +226,7 @@ class RpcEndpoint {
   bool started_ = false;
   bool needs_flush_ = false;
   bool tick_armed_ = false;
+  bool armed_ = false;  // the transport is prepared to block; end_block() is owed
   uint64_t tick_id_ = 0;
   Status failed_;
 };
@@ -243,7 +257,9 @@ RpcEndpoint<E>::~RpcEndpoint() {
 template <net::TransportEndpoint E>
 Status RpcEndpoint<E>::start() {
   SHOAL_ASSERT(!started_, "%s", "RpcEndpoint::start twice");
-  SHOAL_TRY(loop_.add_poller(&poll_thunk, this, &deadline_thunk));
+  PollerWake wake;
+  if constexpr (kEndpointCanWake<E>) wake = {&prepare_wake_thunk, &end_wake_thunk};
+  SHOAL_TRY(loop_.add_poller(&poll_thunk, this, &deadline_thunk, wake));
   started_ = true;
   return Status::Ok();
 }
