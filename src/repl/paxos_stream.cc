@@ -1,0 +1,716 @@
+// PaxosStream: see paxos_stream.h for the contract and docs/REPLICATION.md for the wire format.
+#include "src/repl/paxos_stream.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace shoal::repl {
+namespace {
+
+// Wire header (48 bytes, little-endian), then entry_count entries of 24 bytes + value padded
+// to 8. Layout documented in docs/REPLICATION.md.
+constexpr uint16_t kMsgMagic = 0x5850;  // "PX"
+constexpr uint8_t kMsgVersion = 1;
+constexpr size_t kMsgHeaderBytes = 48;
+constexpr size_t kEntryHeaderBytes = 24;
+constexpr uint32_t kFlagComplete = 1;  // paxos_promise: every held slot >= from_slot included
+constexpr uint32_t kEntryChosen = 1;
+
+enum MsgType : uint8_t {
+  kPaxosPrepare = 1,
+  kPaxosPromise = 2,
+  kPaxosAccept = 3,  // with no entries: the leader's heartbeat
+  kPaxosAccepted = 4,
+  kPaxosReject = 5,
+  kPaxosLearn = 6,
+  kPaxosHeartbeat = 7,  // a non-leader's liveness beacon
+  kMsgTypeMax = 7,
+};
+
+uint64_t stream_key(const PaxosOptions& o) {
+  return (uint64_t{o.shard} << 32) | o.stream;
+}
+
+}  // namespace
+
+struct PaxosStream::Msg {
+  uint8_t type = 0;
+  uint32_t from = 0;
+  Ballot ballot = 0;
+  uint64_t chosen_index = 0;  // the sender's
+  uint64_t arg = 0;           // prepare/promise: from_slot; reject: the rejected ballot
+  uint32_t flags = 0;
+  uint32_t entry_count = 0;
+  std::span<const std::byte> entries;  // validated: entry_count well-formed entries
+
+  struct Entry {
+    uint64_t slot;
+    Ballot ballot;
+    bool chosen;
+    std::span<const std::byte> value;
+  };
+  // Calls fn(const Entry&) for each entry. Bounds were checked by decode().
+  template <typename Fn>
+  void for_each(Fn&& fn) const {
+    const std::byte* p = entries.data();
+    for (uint32_t i = 0; i < entry_count; ++i) {
+      const uint32_t len = load_u32(p + 16);
+      fn(Entry{load_u64(p),
+               load_u64(p + 8),
+               (load_u32(p + 20) & kEntryChosen) != 0,
+               {p + kEntryHeaderBytes, len}});
+      p += kEntryHeaderBytes + pad8(len);
+    }
+  }
+};
+
+// ---- EntryBuffer / PaxosAcceptorStore --------------------------------------------------------
+
+EntryBuffer::EntryBuffer(std::span<const std::byte> bytes)
+    : words_(new uint64_t[(bytes.size() + 7) / 8]), size_bytes_(bytes.size()) {
+  if (!bytes.empty()) std::memcpy(words_.get(), bytes.data(), bytes.size());
+}
+
+bool EntryBuffer::same_bytes(std::span<const std::byte> other) const {
+  return other.size() == size_bytes_ &&
+         (size_bytes_ == 0 || std::memcmp(words_.get(), other.data(), size_bytes_) == 0);
+}
+
+const PaxosSlot* PaxosAcceptorStore::find(uint64_t slot) const {
+  if (slot < base_ || slot - base_ >= slots_.size()) return nullptr;
+  return &slots_[slot - base_];
+}
+
+PaxosSlot& PaxosAcceptorStore::at(uint64_t slot) {
+  SHOAL_ASSERT(slot >= base_, "slot %lu below the store's first slot %lu", slot, base_);
+  if (slot - base_ >= slots_.size()) slots_.resize(slot - base_ + 1);
+  return slots_[slot - base_];
+}
+
+Status PaxosAcceptorStore::promise(Ballot b) {
+  if (b <= promised_) return Status::Ok();
+  if (hooks_.on_promise) SHOAL_TRY(hooks_.on_promise(b));
+  promised_ = b;
+  return Status::Ok();
+}
+
+Status PaxosAcceptorStore::accept(uint64_t slot, Ballot b, std::span<const std::byte> bytes) {
+  PaxosSlot& s = at(slot);
+  SHOAL_ASSERT(!s.chosen, "accept into chosen slot %lu", slot);
+  if (hooks_.on_accept) SHOAL_TRY(hooks_.on_accept(slot, b, bytes));
+  // Same bytes (a retransmission, or a leader re-proposing what it holds): raise the ballot
+  // only; this also covers `bytes` pointing into the slot itself.
+  if (!s.value.same_bytes(bytes)) s.value = EntryBuffer(bytes);
+  s.accepted = b;
+  return Status::Ok();
+}
+
+void PaxosAcceptorStore::mark_chosen(uint64_t slot) {
+  PaxosSlot& s = at(slot);
+  SHOAL_ASSERT(!s.value.empty(), "slot %lu chosen without a value", slot);
+  s.chosen = true;
+}
+
+void PaxosAcceptorStore::learn(uint64_t slot, std::span<const std::byte> bytes) {
+  PaxosSlot& s = at(slot);
+  if (s.chosen) {
+    SHOAL_ASSERT(s.value.same_bytes(bytes),
+                 "Paxos safety violated: two different values chosen for slot %lu", slot);
+    return;
+  }
+  if (!s.value.same_bytes(bytes)) s.value = EntryBuffer(bytes);
+  s.chosen = true;
+}
+
+uint64_t PaxosAcceptorStore::advance() {
+  // Bounded by the slots held.
+  while (const PaxosSlot* s = find(chosen_index_ + 1)) {
+    if (!s->chosen) break;
+    ++chosen_index_;
+  }
+  return chosen_index_;
+}
+
+void PaxosAcceptorStore::trim() {
+  while (!slots_.empty() && base_ + retain_ <= chosen_index_) {
+    slots_.pop_front();
+    ++base_;
+  }
+}
+
+// ---- PaxosStream: setup, propose, tick -------------------------------------------------------
+
+PaxosStream::PaxosStream(Env& env, PaxosTransport& transport, PaxosAcceptorStore& store,
+                         const PaxosOptions& options, ChosenFn on_chosen)
+    : env_(env),
+      transport_(transport),
+      store_(store),
+      options_(options),
+      on_chosen_(std::move(on_chosen)) {
+  SHOAL_ASSERT(options_.replica_count >= 1 && options_.replica_count <= kPaxosReplicasMax,
+               "replica_count %u", options_.replica_count);
+  SHOAL_ASSERT(options_.replica_id < options_.replica_count, "replica_id %u", options_.replica_id);
+  SHOAL_ASSERT(options_.max_entries_per_message > 0 && options_.pipeline_slots > 0, "%s",
+               "PaxosOptions bounds must be > 0");
+  const uint64_t now = env_.now_ns();
+  // Assume everyone alive at start: replica 0 wins the first election without a race.
+  leader_heard_ns_ = now;
+  peer_heard_ns_.fill(now);
+  delivered_ = store_.chosen_index();
+  max_round_seen_ = ballot_round(store_.promised());
+  next_slot_ = store_.chosen_index() + 1;
+  inflight_base_ = next_slot_;
+}
+
+uint32_t PaxosStream::pipeline_room() const {
+  if (role_ != PaxosRole::kLeader) return 0;
+  const uint64_t outstanding = next_slot_ - 1 - store_.chosen_index();
+  return outstanding >= options_.pipeline_slots
+             ? 0
+             : static_cast<uint32_t>(options_.pipeline_slots - outstanding);
+}
+
+Status PaxosStream::verify_entry(uint64_t slot, std::span<const std::byte> bytes) const {
+  auto view = LogEntryView::parse(bytes, 0, options_.max_message_bytes);
+  if (!view.ok()) return view.status();
+  const LogEntryId id = view->id();
+  if (id.shard != options_.shard || id.stream != options_.stream || id.sequence != slot ||
+      view->entry_bytes() != bytes.size()) {
+    return Status::InvalidArgument(fmt::format(
+        "entry (shard {} stream {} sequence {}, {} bytes) does not fit slot {} of "
+        "shard {} stream {}",
+        id.shard, id.stream, id.sequence, bytes.size(), slot, options_.shard, options_.stream));
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> PaxosStream::propose(std::span<const std::byte> entry) {
+  if (role_ != PaxosRole::kLeader) return Status::Unavailable("paxos: not the leader");
+  if (pipeline_room() == 0) return Status::Unavailable("paxos: pipeline full");
+  if (entry.size() + kMsgHeaderBytes + kEntryHeaderBytes > options_.max_message_bytes) {
+    return Status::InvalidArgument(
+        fmt::format("entry of {} bytes exceeds a message", entry.size()));
+  }
+  {
+    EntryBuffer aligned(entry);  // parse needs 8-byte alignment; the caller's may not have it
+    SHOAL_TRY(verify_entry(next_slot_, aligned.span()));
+  }
+  const uint64_t slot = next_slot_;
+  SHOAL_ASSERT(inflight_base_ + inflight_.size() == slot, "inflight covers [%lu, +%zu), next %lu",
+               inflight_base_, inflight_.size(), slot);
+  SHOAL_TRY(store_.accept(slot, ballot_, entry));
+  ++next_slot_;
+  inflight_.push_back({});
+  ++stats_.proposed;
+  count_ack(slot, options_.replica_id);
+  const uint64_t now = env_.now_ns();
+  inflight_[slot - inflight_base_].last_sent_ns = now;
+  begin(kPaxosAccept, ballot_, 0);
+  add_entry(slot, ballot_, false, store_.find(slot)->value.span());
+  for (uint32_t p = 0; p < options_.replica_count; ++p) {
+    if (p != options_.replica_id) send_to(p);
+  }
+  deliver_chosen();  // a single replica chooses at once
+  return slot;
+}
+
+void PaxosStream::tick() {
+  const uint64_t now = env_.now_ns();
+  if (role_ == PaxosRole::kLeader) {
+    leader_tick(now);
+    return;
+  }
+  if (now >= next_heartbeat_ns_) {
+    next_heartbeat_ns_ = now + options_.heartbeat_ns;
+    begin(kPaxosHeartbeat, store_.promised(), 0);
+    for (uint32_t p = 0; p < options_.replica_count; ++p) {
+      if (p != options_.replica_id) send_to(p);
+    }
+  }
+  if (role_ == PaxosRole::kCandidate) {
+    if (now >= phase1_deadline_ns_) {
+      role_ = PaxosRole::kFollower;  // this attempt failed; maybe retry below
+      merged_.clear();
+    } else if (now >= prepare_sent_ns_ + options_.retransmit_ns) {
+      send_prepares(/*only_missing=*/true);
+      return;
+    } else {
+      return;
+    }
+  }
+  if (now - leader_heard_ns_ > options_.election_timeout_ns && lowest_live(now)) start_election();
+}
+
+bool PaxosStream::peer_alive(uint32_t peer, uint64_t now_ns) const {
+  return now_ns - peer_heard_ns_[peer] <= options_.election_timeout_ns;
+}
+
+bool PaxosStream::lowest_live(uint64_t now_ns) const {
+  for (uint32_t p = 0; p < options_.replica_id; ++p) {
+    if (peer_alive(p, now_ns)) return false;
+  }
+  return true;
+}
+
+void PaxosStream::leader_tick(uint64_t now) {
+  // A leader that has not heard a majority for an election timeout cannot choose anything;
+  // stepping down tells the local proposer (is_leader()) and lets another replica take over.
+  uint32_t heard = 1;
+  for (uint32_t p = 0; p < options_.replica_count; ++p) {
+    if (p != options_.replica_id && peer_alive(p, now)) ++heard;
+  }
+  if (heard < majority()) {
+    step_down();
+    return;
+  }
+  const bool heartbeat = now >= next_heartbeat_ns_;
+  if (heartbeat) next_heartbeat_ns_ = now + options_.heartbeat_ns;
+  send_due_accepts(now, heartbeat);
+  // Catch-up only for slots chosen at least one retransmit period ago: a follower is normally
+  // one commit index behind and marks those itself from the next accept.
+  if (now >= learn_mark_ns_ + options_.retransmit_ns) {
+    learn_mark_ns_ = now;
+    learn_mark_prev_ = learn_mark_;
+    learn_mark_ = store_.chosen_index();
+  }
+  for (uint32_t p = 0; p < options_.replica_count; ++p) {
+    if (p != options_.replica_id && peer_chosen_[p] < learn_mark_prev_ &&
+        now >= peer_learn_ns_[p] + options_.retransmit_ns) {
+      send_learn(p, now);
+    }
+  }
+}
+
+void PaxosStream::send_due_accepts(uint64_t now, bool heartbeat) {
+  for (uint32_t p = 0; p < options_.replica_count; ++p) {
+    if (p != options_.replica_id) send_accepts(p, now, heartbeat);
+  }
+  for (Inflight& f : inflight_) {
+    if (!f.chosen && now >= f.last_sent_ns + options_.retransmit_ns) f.last_sent_ns = now;
+  }
+}
+
+// Sends `peer` the unacknowledged slots whose (re)transmission is due, batched; with nothing
+// due and `heartbeat`, an empty accept that carries the commit index.
+void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
+  begin(kPaxosAccept, ballot_, 0);
+  bool sent_any = false;
+  for (size_t i = 0; i < inflight_.size(); ++i) {
+    const Inflight& f = inflight_[i];
+    if (f.chosen || (f.acks >> peer & 1) != 0 || now < f.last_sent_ns + options_.retransmit_ns) {
+      continue;
+    }
+    const uint64_t slot = inflight_base_ + i;
+    const PaxosSlot* s = store_.find(slot);
+    if (s == nullptr || s->value.empty()) continue;
+    if (!add_entry(slot, ballot_, false, s->value.span())) {
+      send_to(peer);
+      sent_any = true;
+      begin(kPaxosAccept, ballot_, 0);
+      if (!add_entry(slot, ballot_, false, s->value.span())) continue;
+    }
+    ++stats_.retransmits;
+  }
+  if (out_entries_ > 0 || (heartbeat && !sent_any)) send_to(peer);
+}
+
+void PaxosStream::send_learn(uint32_t peer, uint64_t now) {
+  peer_learn_ns_[peer] = now;
+  const uint64_t from = peer_chosen_[peer] + 1;
+  if (from < store_.first_slot()) {
+    ++stats_.catchup_unavailable;  // trimmed: needs the WAL (not in this version)
+    return;
+  }
+  begin(kPaxosLearn, ballot_, 0);
+  for (uint64_t slot = from; slot <= store_.chosen_index(); ++slot) {
+    const PaxosSlot* s = store_.find(slot);
+    if (!add_entry(slot, s->accepted, true, s->value.span())) break;
+    ++stats_.catchup_entries_sent;
+  }
+  send_to(peer);
+}
+
+// ---- elections and phase 1 -------------------------------------------------------------------
+
+void PaxosStream::start_election() {
+  const uint64_t round = std::max(max_round_seen_, ballot_round(store_.promised())) + 1;
+  const Ballot b = make_ballot(round, options_.replica_id);
+  if (!store_.promise(b).ok()) return;  // could not persist: try again next timeout
+  max_round_seen_ = round;
+  ballot_ = b;
+  role_ = PaxosRole::kCandidate;
+  ++stats_.elections;
+  promise_mask_ = 1u << options_.replica_id;
+  phase1_incomplete_ = false;
+  phase1_from_slot_ = store_.chosen_index() + 1;
+  phase1_max_slot_ = store_.last_slot();  // our own accepted slots count as a promise
+  merged_.clear();
+  const uint64_t now = env_.now_ns();
+  phase1_deadline_ns_ = now + options_.election_timeout_ns;
+  leader_heard_ns_ = now;
+  send_prepares(/*only_missing=*/false);
+  if (std::popcount(promise_mask_) >= static_cast<int>(majority())) finish_phase1();
+}
+
+void PaxosStream::send_prepares(bool only_missing) {
+  prepare_sent_ns_ = env_.now_ns();
+  begin(kPaxosPrepare, ballot_, phase1_from_slot_);
+  for (uint32_t p = 0; p < options_.replica_count; ++p) {
+    if (p == options_.replica_id || (only_missing && (promise_mask_ >> p & 1) != 0)) continue;
+    send_to(p);
+  }
+}
+
+void PaxosStream::handle_prepare(const Msg& m) {
+  if (m.ballot < store_.promised()) {
+    begin(kPaxosReject, store_.promised(), m.ballot);
+    ++stats_.rejects_sent;
+    send_to(m.from);
+    return;
+  }
+  if (!store_.promise(m.ballot).ok()) return;  // not durable: stay silent
+  if (ballot_ != m.ballot && role_ != PaxosRole::kFollower) step_down();
+  leader_heard_ns_ = env_.now_ns();  // someone is taking over: do not compete for a while
+  // Everything held from from_slot on, bounded; `complete` when nothing was left out.
+  begin(kPaxosPromise, m.ballot, m.arg);
+  bool complete = m.arg >= store_.first_slot();
+  for (uint64_t slot = std::max(m.arg, store_.first_slot()); complete && slot <= store_.last_slot();
+       ++slot) {
+    const PaxosSlot* s = store_.find(slot);
+    if (s->value.empty()) continue;
+    complete = add_entry(slot, s->accepted, s->chosen, s->value.span());
+  }
+  if (complete) store_u32(out_.data() + 44, kFlagComplete);
+  send_to(m.from);
+}
+
+void PaxosStream::handle_promise(const Msg& m) {
+  if (role_ != PaxosRole::kCandidate || m.ballot != ballot_ || m.arg != phase1_from_slot_) return;
+  m.for_each([&](const Msg::Entry& e) {
+    if (e.slot < store_.first_slot() || e.slot <= store_.chosen_index()) return;
+    if (!verify_entry(e.slot, EntryBuffer(e.value).span()).ok()) {
+      ++stats_.bad_entries;
+      return;
+    }
+    if (e.chosen) {
+      store_.learn(e.slot, e.value);  // a chosen value is final: keep it at once
+      return;
+    }
+    phase1_max_slot_ = std::max(phase1_max_slot_, e.slot);
+    Merged& g = merged_[e.slot];
+    if (e.ballot > g.ballot) g = Merged{e.ballot, EntryBuffer(e.value)};
+  });
+  if ((m.flags & kFlagComplete) == 0) phase1_incomplete_ = true;
+  promise_mask_ |= 1u << m.from;
+  deliver_chosen();
+  if (std::popcount(promise_mask_) >= static_cast<int>(majority())) finish_phase1();
+}
+
+void PaxosStream::finish_phase1() {
+  if (phase1_incomplete_) {
+    // Some acceptor had more than one message could carry: we learned the chosen part; ask
+    // again from our new chosen index (same ballot, acceptors promise it again). No progress
+    // (the acceptor trimmed what we lack): wait for the deadline instead of spinning.
+    phase1_incomplete_ = false;
+    if (store_.chosen_index() + 1 == phase1_from_slot_) {
+      ++stats_.catchup_unavailable;
+      return;
+    }
+    promise_mask_ = 1u << options_.replica_id;
+    phase1_from_slot_ = store_.chosen_index() + 1;
+    merged_.clear();
+    send_prepares(/*only_missing=*/false);
+    return;
+  }
+  role_ = PaxosRole::kLeader;
+  ++stats_.became_leader;
+  const uint64_t chosen = store_.chosen_index();
+  const uint64_t top = std::max({phase1_max_slot_, store_.last_slot(), chosen});
+  inflight_.clear();
+  inflight_base_ = chosen + 1;
+  next_slot_ = top + 1;
+  inflight_.resize(top - chosen);
+  peer_chosen_.fill(chosen);  // optimistic until the first replies say otherwise
+  peer_learn_ns_.fill(0);
+  learn_mark_ = learn_mark_prev_ = chosen;
+  for (uint64_t slot = chosen + 1; slot <= top; ++slot) repropose(slot);
+  merged_.clear();
+  deliver_chosen();
+  const uint64_t now = env_.now_ns();
+  next_heartbeat_ns_ = now + options_.heartbeat_ns;
+  learn_mark_ns_ = now;
+  send_due_accepts(now, /*heartbeat=*/true);
+}
+
+// Phase 2 for one slot after phase 1: the highest-ballot value a promise (or our own store)
+// reported, else a no-op. Values already chosen stay as they are.
+void PaxosStream::repropose(uint64_t slot) {
+  Inflight& f = inflight_[slot - inflight_base_];
+  const PaxosSlot* own = store_.find(slot);
+  if (own != nullptr && own->chosen) {
+    f.chosen = true;
+    return;
+  }
+  auto it = merged_.find(slot);
+  const bool own_wins = own != nullptr && !own->value.empty() &&
+                        (it == merged_.end() || own->accepted >= it->second.ballot);
+  Status st;
+  if (own_wins) {
+    st = store_.accept(slot, ballot_, own->value.span());
+    ++stats_.reproposed;
+  } else if (it != merged_.end()) {
+    st = store_.accept(slot, ballot_, it->second.value.span());
+    ++stats_.reproposed;
+  } else {
+    alignas(8) std::byte buf[kLogHeaderBytes + kLogRecordHeaderBytes];
+    LogBatchBuilder b;
+    b.reset(buf, {options_.shard, options_.stream, options_.epoch, slot}, BatchLimits{});
+    st = store_.accept(slot, ballot_, b.seal(kLogFlagNoop));
+    ++stats_.noops_proposed;
+  }
+  if (st.ok()) count_ack(slot, options_.replica_id);
+}
+
+void PaxosStream::step_down() {
+  if (role_ == PaxosRole::kFollower) return;
+  role_ = PaxosRole::kFollower;
+  ++stats_.stepped_down;
+  inflight_.clear();
+  merged_.clear();
+  next_slot_ = store_.chosen_index() + 1;
+  inflight_base_ = next_slot_;
+  leader_heard_ns_ = env_.now_ns();  // give the new leader an election timeout to show up
+}
+
+void PaxosStream::handle_reject(const Msg& m) {
+  if (role_ != PaxosRole::kFollower && m.arg == ballot_ && m.ballot > ballot_) step_down();
+}
+
+// ---- phase 2 ---------------------------------------------------------------------------------
+
+void PaxosStream::handle_accept(const Msg& m) {
+  if (m.ballot < store_.promised()) {
+    begin(kPaxosReject, store_.promised(), m.ballot);
+    ++stats_.rejects_sent;
+    send_to(m.from);
+    return;
+  }
+  if (!store_.promise(m.ballot).ok()) return;
+  if (ballot_ != m.ballot && role_ != PaxosRole::kFollower) step_down();
+  leader_heard_ns_ = env_.now_ns();
+  // Reply with the slots now held in m.ballot; acks are entries without values.
+  std::vector<uint64_t>& acked = acked_;  // reused; at most max_entries_per_message
+  acked.clear();
+  m.for_each([&](const Msg::Entry& e) {
+    if (e.slot < store_.first_slot()) return;
+    if (e.slot > store_.chosen_index() + options_.accept_window_slots) {
+      ++stats_.out_of_window;  // catch-up first; the leader retransmits
+      return;
+    }
+    const PaxosSlot* s = store_.find(e.slot);
+    if (s != nullptr && s->chosen) {
+      // Vote only for the chosen bytes themselves: acking other bytes would forge a vote.
+      if (s->value.same_bytes(e.value)) acked.push_back(e.slot);
+      return;
+    }
+    EntryBuffer copy(e.value);  // the acceptor's one copy: aligned, validated in place
+    if (!verify_entry(e.slot, copy.span()).ok()) {
+      ++stats_.bad_entries;
+      return;
+    }
+    if (store_.accept(e.slot, m.ballot, copy.span()).ok()) acked.push_back(e.slot);
+  });
+  apply_commit(m.ballot, m.chosen_index);
+  begin(kPaxosAccepted, m.ballot, 0);
+  for (uint64_t slot : acked) add_entry(slot, m.ballot, false, {});
+  send_to(m.from);
+}
+
+// Slots up to the leader's chosen index that we hold accepted in the leader's ballot hold
+// the leader's value, which is the chosen one.
+void PaxosStream::apply_commit(Ballot b, uint64_t commit_index) {
+  const uint64_t last = std::min(commit_index, store_.last_slot());
+  for (uint64_t slot = store_.chosen_index() + 1; slot <= last; ++slot) {
+    const PaxosSlot* s = store_.find(slot);
+    if (s != nullptr && !s->chosen && !s->value.empty() && s->accepted == b) {
+      store_.mark_chosen(slot);
+    }
+  }
+  deliver_chosen();
+}
+
+void PaxosStream::handle_accepted(const Msg& m) {
+  if (role_ != PaxosRole::kLeader || m.ballot != ballot_) return;
+  peer_chosen_[m.from] = m.chosen_index;
+  m.for_each([&](const Msg::Entry& e) { count_ack(e.slot, m.from); });
+  deliver_chosen();
+}
+
+void PaxosStream::count_ack(uint64_t slot, uint32_t replica) {
+  if (slot < inflight_base_ || slot - inflight_base_ >= inflight_.size()) return;
+  Inflight& f = inflight_[slot - inflight_base_];
+  f.acks |= 1u << replica;
+  if (!f.chosen && std::popcount(f.acks) >= static_cast<int>(majority())) {
+    f.chosen = true;
+    store_.mark_chosen(slot);
+  }
+}
+
+void PaxosStream::handle_learn(const Msg& m) {
+  m.for_each([&](const Msg::Entry& e) {
+    if (!e.chosen || e.slot <= store_.chosen_index() || e.slot < store_.first_slot()) return;
+    // A leader's next_slot_ is above every chosen slot (phase 1 saw them); keep it that way.
+    if (role_ == PaxosRole::kLeader && e.slot >= next_slot_) return;
+    if (e.slot > store_.chosen_index() + options_.accept_window_slots) return;
+    EntryBuffer copy(e.value);
+    if (!verify_entry(e.slot, copy.span()).ok()) {
+      ++stats_.bad_entries;
+      return;
+    }
+    store_.learn(e.slot, copy.span());
+  });
+  deliver_chosen();
+}
+
+void PaxosStream::handle_heartbeat(const Msg& m) {
+  if (role_ == PaxosRole::kLeader) {
+    peer_chosen_[m.from] = m.chosen_index;
+    if (m.ballot > ballot_) step_down();  // that replica promised a newer candidate
+  }
+}
+
+void PaxosStream::deliver_chosen() {
+  const uint64_t chosen = store_.advance();
+  for (uint64_t slot = delivered_ + 1; slot <= chosen; ++slot) {
+    ++stats_.chosen;
+    if (on_chosen_) on_chosen_(slot, store_.find(slot)->value.span());
+  }
+  delivered_ = chosen;
+  store_.trim();
+  if (role_ == PaxosRole::kLeader) {
+    while (!inflight_.empty() && inflight_base_ <= chosen) {
+      inflight_.pop_front();
+      ++inflight_base_;
+    }
+    if (inflight_.empty()) inflight_base_ = std::max(inflight_base_, chosen + 1);
+  }
+}
+
+// ---- messages ----------------------------------------------------------------------------------
+
+void PaxosStream::on_message(uint32_t from, std::span<const std::byte> bytes) {
+  auto m = decode(bytes, options_);
+  if (!m.ok() || m->from != from) {
+    ++stats_.malformed;
+    return;
+  }
+  ++stats_.messages_received;
+  peer_heard_ns_[from] = env_.now_ns();
+  max_round_seen_ = std::max(max_round_seen_, ballot_round(m->ballot));
+  switch (m->type) {
+    case kPaxosPrepare:
+      handle_prepare(*m);
+      break;
+    case kPaxosPromise:
+      handle_promise(*m);
+      break;
+    case kPaxosAccept:
+      handle_accept(*m);
+      break;
+    case kPaxosAccepted:
+      handle_accepted(*m);
+      break;
+    case kPaxosReject:
+      handle_reject(*m);
+      break;
+    case kPaxosLearn:
+      handle_learn(*m);
+      break;
+    case kPaxosHeartbeat:
+      handle_heartbeat(*m);
+      break;
+    default:
+      ++stats_.malformed;
+      break;
+  }
+}
+
+void PaxosStream::begin(uint8_t type, Ballot b, uint64_t arg) {
+  out_.assign(kMsgHeaderBytes, std::byte{0});
+  std::byte* h = out_.data();
+  store_u16(h, kMsgMagic);
+  h[2] = std::byte{kMsgVersion};
+  h[3] = std::byte{type};
+  store_u32(h + 4, options_.replica_id);
+  store_u64(h + 8, stream_key(options_));
+  store_u64(h + 16, b);
+  store_u64(h + 24, store_.chosen_index());
+  store_u64(h + 32, arg);
+  out_entries_ = 0;
+}
+
+// False (message unchanged) when the entry would break the per-message bounds.
+bool PaxosStream::add_entry(uint64_t slot, Ballot b, bool chosen,
+                            std::span<const std::byte> value) {
+  const size_t need = kEntryHeaderBytes + pad8(value.size());
+  if (out_entries_ >= options_.max_entries_per_message ||
+      out_.size() + need > options_.max_message_bytes) {
+    return false;
+  }
+  const size_t at = out_.size();
+  out_.resize(at + need, std::byte{0});
+  std::byte* e = out_.data() + at;
+  store_u64(e, slot);
+  store_u64(e + 8, b);
+  store_u32(e + 16, static_cast<uint32_t>(value.size()));
+  store_u32(e + 20, chosen ? kEntryChosen : 0);
+  if (!value.empty()) std::memcpy(e + kEntryHeaderBytes, value.data(), value.size());
+  ++out_entries_;
+  store_u32(out_.data() + 40, out_entries_);
+  return true;
+}
+
+void PaxosStream::send_to(uint32_t peer) {
+  ++stats_.messages_sent;
+  transport_.send(peer, out_);
+}
+
+// Validates the header and walks every entry so handlers can iterate without checks.
+Result<PaxosStream::Msg> PaxosStream::decode(std::span<const std::byte> b, const PaxosOptions& o) {
+  if (b.size() < kMsgHeaderBytes || b.size() > o.max_message_bytes) {
+    return Status::Corruption("paxos message size");
+  }
+  const std::byte* h = b.data();
+  PaxosStream::Msg m;
+  m.type = static_cast<uint8_t>(h[3]);
+  m.from = load_u32(h + 4);
+  m.ballot = load_u64(h + 16);
+  m.chosen_index = load_u64(h + 24);
+  m.arg = load_u64(h + 32);
+  m.entry_count = load_u32(h + 40);
+  m.flags = load_u32(h + 44);
+  if (load_u16(h) != kMsgMagic || static_cast<uint8_t>(h[2]) != kMsgVersion || m.type == 0 ||
+      m.type > kMsgTypeMax || m.from >= o.replica_count || m.from == o.replica_id ||
+      load_u64(h + 8) != stream_key(o) || m.entry_count > o.max_entries_per_message) {
+    return Status::Corruption("paxos message header");
+  }
+  // Walk the entries once: each header and value must lie inside the message, and the last
+  // entry must end exactly at the message end.
+  size_t off = kMsgHeaderBytes;
+  for (uint32_t i = 0; i < m.entry_count; ++i) {
+    if (b.size() - off < kEntryHeaderBytes) return Status::Corruption("paxos entry header");
+    const uint64_t len = load_u32(h + off + 16);
+    if (load_u64(h + off) == 0 || (b.size() - off - kEntryHeaderBytes) < pad8(len)) {
+      return Status::Corruption("paxos entry value");
+    }
+    off += kEntryHeaderBytes + pad8(len);
+  }
+  if (off != b.size()) return Status::Corruption("paxos message trailing bytes");
+  m.entries = b.subspan(kMsgHeaderBytes);
+  return m;
+}
+
+}  // namespace shoal::repl

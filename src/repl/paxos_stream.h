@@ -1,0 +1,306 @@
+// PaxosStream: one Multi-Paxos log stream (one worker core of one shard) among R replicas.
+//
+// The stream decides, slot by slot, which sealed log entry (src/repl/log_format.h) sits at
+// each position of the stream's log. Values are opaque bytes as LogBatchBuilder sealed them;
+// every replica keeps exactly the bytes it received (validated in place, never re-encoded).
+//
+// Shape: a deterministic state machine. It never reads a clock or a socket on its own: time
+// comes from the injected Env, messages go out through PaxosTransport::send() and come in
+// through on_message(), and the owner calls tick() periodically (every ~1 ms; the owner's
+// EventLoop timer, or the test). The same code therefore runs on real transports, in the
+// simulator (sim/paxos_sim_test.cc) and in hand-stepped unit tests (paxos_stream_test.cc).
+//
+// Protocol (names carry a `paxos_` qualifier: "prepare/commit" also exist in the txn layer):
+//  - Ballot = (round, replica id), packed so integer order is ballot order.
+//  - Election: when no leader has been heard for election_timeout_ns, the lowest-id replica
+//    that hears no lower-id replica alive (every replica broadcasts a heartbeat) becomes a
+//    candidate: a fresh ballot, then paxos_prepare(ballot, from_slot = chosen_index + 1).
+//  - paxos_promise: an acceptor with promised <= ballot promises and returns every slot it
+//    holds from from_slot on (accepted with their ballot, or chosen). Bounded per message; an
+//    incomplete promise makes the candidate learn the chosen entries and prepare again from its
+//    new chosen index.
+//  - With a majority of promises the candidate leads: for every slot above its chosen index
+//    up to the highest slot reported it re-proposes the highest-ballot accepted value, or a
+//    no-op entry (kLogFlagNoop) for a hole; then new proposals take the following slots.
+//  - paxos_accept(ballot, chosen_index, entries): the fast path of each entry (and, empty,
+//    the leader's heartbeat). An acceptor with promised <= ballot stores the bytes and answers
+//    paxos_accepted; otherwise paxos_reject with its promise (the old leader steps down).
+//  - A slot is chosen when a majority accepted it in the leader's ballot. The leader's chosen
+//    index rides on every accept/heartbeat; a follower marks slot s chosen when it holds s
+//    accepted in that same ballot. Slots it lacks come by paxos_learn (catch-up): the leader
+//    sends chosen entries from the follower's reported chosen index on.
+//
+// Safety argument (the classic one): a value is chosen in ballot b only if a majority accepted
+// it in b; any later ballot's phase 1 talks to a majority, which intersects that one, and
+// adopts the highest-ballot accepted value, so every later proposal for the slot carries the
+// chosen value (by induction over ballots). Acceptors never accept below their promise, and a
+// ballot has a single proposer that proposes one value per slot, so "accepted in ballot b" on
+// a follower equals the leader's value for b (which is why commit marking compares ballots).
+// Learned (chosen) bytes overwrite accepted ones, never the other way; an acceptor that holds
+// a slot chosen acknowledges an accept for it only when the bytes are identical. A candidate
+// never writes other acceptors' values into its own store under their old ballots (that would
+// forge acceptances); it re-proposes them in its own ballot.
+//
+// Durability: PaxosAcceptorStore is the acceptor's durable state (promise, accepted/chosen
+// slots). In this version it lives in memory and outlives a PaxosStream (the simulator
+// "restarts" a replica by building a new stream over the same store). Its PersistHooks are
+// where the WAL (src/repl/wal.h) will append the same bytes before an acknowledgement leaves.
+// An acceptor that forgets its promise or accepted values after a crash breaks safety.
+//
+// Threads: one stream per worker thread; no method is thread-safe. The transport's send()
+// and the chosen callback must not call back into the stream.
+// Bounds: leader pipeline (pipeline_slots outstanding proposals), acceptor window (slots above
+// chosen_index + accept_window_slots are refused), entries and bytes per message, retained
+// chosen slots per store (older ones are dropped: catch-up of a replica that lags further
+// needs the WAL, see docs/REPLICATION.md).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "shoal/status.h"
+#include "src/base/env.h"
+#include "src/repl/log_format.h"
+
+namespace shoal::repl {
+
+// Ballot = round << 8 | replica: comparing integers compares (round, replica). 0 = none.
+using Ballot = uint64_t;
+inline constexpr uint32_t kPaxosReplicasMax = 16;
+inline constexpr Ballot make_ballot(uint64_t round, uint32_t replica) {
+  return (round << 8) | replica;
+}
+inline constexpr uint64_t ballot_round(Ballot b) {
+  return b >> 8;
+}
+inline constexpr uint32_t ballot_replica(Ballot b) {
+  return static_cast<uint32_t>(b & 0xff);
+}
+
+struct PaxosOptions {
+  uint32_t shard = 0;  // entries must carry this shard and stream id
+  uint32_t stream = 0;
+  uint64_t epoch = 0;  // written into the no-op entries that fill holes
+  uint32_t replica_id = 0;
+  uint32_t replica_count = 3;
+  uint32_t pipeline_slots = 64;        // leader: proposed and not yet chosen
+  uint32_t accept_window_slots = 256;  // acceptor: refuse slots > chosen_index + this
+  uint32_t max_entries_per_message = 64;
+  uint32_t max_message_bytes = 4u << 20;
+  uint64_t heartbeat_ns = 5'000'000;
+  uint64_t retransmit_ns = 10'000'000;  // re-send unanswered accepts / prepares / catch-up
+  uint64_t election_timeout_ns = 50'000'000;
+};
+
+// Sends one message to a replica. Best effort: it may be lost, duplicated or reordered (the
+// protocol retransmits). `message` is valid only during the call. REQUIRES: does not call
+// back into the stream. A virtual call per message: negligible next to a network send.
+class PaxosTransport {
+ public:
+  virtual ~PaxosTransport() = default;
+  virtual void send(uint32_t to_replica, std::span<const std::byte> message) = 0;
+};
+
+// An owned copy of one entry's bytes, 8-byte aligned (LogEntryView::parse needs that).
+class EntryBuffer {
+ public:
+  EntryBuffer() = default;
+  explicit EntryBuffer(std::span<const std::byte> bytes);
+  std::span<const std::byte> span() const {
+    return {reinterpret_cast<const std::byte*>(words_.get()), size_bytes_};
+  }
+  bool empty() const { return size_bytes_ == 0; }
+  bool same_bytes(std::span<const std::byte> other) const;
+
+ private:
+  std::unique_ptr<uint64_t[]> words_;
+  size_t size_bytes_ = 0;
+};
+
+// Durable hooks: where the WAL appends (and syncs) before the acceptor answers. A non-ok
+// status makes the acceptor drop the request unanswered (the proposer retransmits).
+struct PersistHooks {
+  std::function<Status(Ballot promised)> on_promise;
+  std::function<Status(uint64_t slot, Ballot accepted, std::span<const std::byte> entry)> on_accept;
+};
+
+struct PaxosSlot {
+  Ballot accepted = 0;  // ballot the value was accepted in (0: learned as chosen only)
+  bool chosen = false;
+  EntryBuffer value;  // empty: nothing accepted here
+};
+
+// One acceptor's durable state: the promise and the slots [first_slot(), last_slot()].
+// Slots are numbered from 1. Owned by the stream's thread; outlives the PaxosStream objects
+// built over it (restart). Bound: at most retain_chosen_slots chosen slots below the chosen
+// index plus the accept window above it.
+class PaxosAcceptorStore {
+ public:
+  explicit PaxosAcceptorStore(uint64_t retain_chosen_slots = uint64_t{1} << 16)
+      : retain_(retain_chosen_slots) {}
+  void set_hooks(PersistHooks hooks) { hooks_ = std::move(hooks); }
+
+  Ballot promised() const { return promised_; }
+  // Every slot <= chosen_index() is chosen and held (or was trimmed after delivery).
+  uint64_t chosen_index() const { return chosen_index_; }
+  uint64_t first_slot() const { return base_; }
+  uint64_t last_slot() const { return base_ + slots_.size() - 1; }  // first_slot()-1: none
+  const PaxosSlot* find(uint64_t slot) const;
+
+  [[nodiscard]] Status promise(Ballot b);
+  // Stores `bytes` as accepted in ballot b (or only raises the ballot when they are the bytes
+  // already held). REQUIRES: slot >= first_slot(); not chosen; bytes validated by the caller.
+  [[nodiscard]] Status accept(uint64_t slot, Ballot b, std::span<const std::byte> bytes);
+  // Marks a held slot chosen. REQUIRES: it holds a value.
+  void mark_chosen(uint64_t slot);
+  // Stores chosen bytes (catch-up). A slot already chosen must hold the same bytes: anything
+  // else is a Paxos safety violation and aborts. REQUIRES: slot >= first_slot().
+  void learn(uint64_t slot, std::span<const std::byte> bytes);
+  // Moves chosen_index over the chosen prefix; returns the new value.
+  uint64_t advance();
+  // Drops chosen slots beyond the retention below chosen_index. Call after delivery.
+  void trim();
+
+ private:
+  PaxosSlot& at(uint64_t slot);  // grows the deque; REQUIRES: slot >= base_
+
+  uint64_t retain_;
+  PersistHooks hooks_;
+  Ballot promised_ = 0;
+  uint64_t chosen_index_ = 0;
+  uint64_t base_ = 1;
+  std::deque<PaxosSlot> slots_;  // slots_[i] is slot base_ + i
+};
+
+struct PaxosStats {
+  uint64_t proposed = 0, chosen = 0, elections = 0, became_leader = 0, stepped_down = 0;
+  uint64_t noops_proposed = 0, reproposed = 0, rejects_sent = 0, malformed = 0;
+  uint64_t out_of_window = 0, bad_entries = 0, retransmits = 0, catchup_entries_sent = 0;
+  uint64_t catchup_unavailable = 0, messages_sent = 0, messages_received = 0;
+};
+
+enum class PaxosRole : uint8_t { kFollower, kCandidate, kLeader };
+
+class PaxosStream {
+ public:
+  // Called once per slot, in slot order, when the slot joins the chosen prefix.
+  using ChosenFn = std::function<void(uint64_t slot, std::span<const std::byte> entry)>;
+
+  // Slots already chosen in `store` (a restart) are not delivered again.
+  // REQUIRES: env, transport and store outlive the stream; replica_count in
+  // [1, kPaxosReplicasMax]; replica_id < replica_count.
+  PaxosStream(Env& env, PaxosTransport& transport, PaxosAcceptorStore& store,
+              const PaxosOptions& options, ChosenFn on_chosen);
+  PaxosStream(const PaxosStream&) = delete;
+  PaxosStream& operator=(const PaxosStream&) = delete;
+
+  // Leader only: puts a sealed entry at next_slot() and starts phase 2. Errors: Unavailable
+  // (not the leader, or the pipeline is full: see pipeline_room()), InvalidArgument (not a
+  // valid entry, other shard/stream, sequence != next_slot(), too large for a message).
+  // Whether the entry ends up chosen at that slot is known from the chosen callback: a leader
+  // change may fill the slot with another value or a no-op (the caller proposes again).
+  [[nodiscard]] Result<uint64_t> propose(std::span<const std::byte> entry);
+
+  void on_message(uint32_t from_replica, std::span<const std::byte> message);
+  // Heartbeats, retransmission, catch-up, elections. Call every ~1 ms (<< heartbeat_ns).
+  void tick();
+
+  PaxosRole role() const { return role_; }
+  bool is_leader() const { return role_ == PaxosRole::kLeader; }
+  uint64_t next_slot() const { return next_slot_; }
+  uint32_t pipeline_room() const;
+  uint64_t chosen_index() const { return store_.chosen_index(); }
+  Ballot ballot() const { return ballot_; }
+  uint32_t replica_id() const { return options_.replica_id; }
+  const PaxosStats& stats() const { return stats_; }
+
+ private:
+  struct Msg;           // a decoded message (paxos_stream.cc)
+  struct Inflight {     // leader: one slot between chosen_index and next_slot
+    uint32_t acks = 0;  // bit per replica
+    uint64_t last_sent_ns = 0;
+    bool chosen = false;
+  };
+  struct Merged {  // candidate: the highest-ballot value a promise reported for a slot
+    Ballot ballot = 0;
+    EntryBuffer value;
+  };
+
+  [[nodiscard]] static Result<Msg> decode(std::span<const std::byte> bytes,
+                                          const PaxosOptions& options);
+  void handle_prepare(const Msg& m);
+  void handle_promise(const Msg& m);
+  void handle_accept(const Msg& m);
+  void handle_accepted(const Msg& m);
+  void handle_reject(const Msg& m);
+  void handle_learn(const Msg& m);
+  void handle_heartbeat(const Msg& m);
+
+  void start_election();
+  void send_prepares(bool only_missing);
+  void finish_phase1();
+  void repropose(uint64_t slot);
+  void step_down();
+  void leader_tick(uint64_t now_ns);
+  void send_due_accepts(uint64_t now_ns, bool heartbeat);
+  void send_accepts(uint32_t peer, uint64_t now_ns, bool heartbeat);
+  void send_learn(uint32_t peer, uint64_t now_ns);
+  void count_ack(uint64_t slot, uint32_t replica);
+  void apply_commit(Ballot b, uint64_t commit_index);
+  void deliver_chosen();
+  bool lowest_live(uint64_t now_ns) const;
+  bool peer_alive(uint32_t peer, uint64_t now_ns) const;
+  [[nodiscard]] Status verify_entry(uint64_t slot, std::span<const std::byte> bytes) const;
+  // Message building into out_ (header, then entries); flush sends to one replica.
+  void begin(uint8_t type, Ballot b, uint64_t arg);
+  bool add_entry(uint64_t slot, Ballot b, bool chosen, std::span<const std::byte> value);
+  void send_to(uint32_t peer);
+  uint32_t majority() const { return options_.replica_count / 2 + 1; }
+
+  Env& env_;
+  PaxosTransport& transport_;
+  PaxosAcceptorStore& store_;
+  PaxosOptions options_;
+  ChosenFn on_chosen_;
+  PaxosStats stats_;
+
+  PaxosRole role_ = PaxosRole::kFollower;
+  Ballot ballot_ = 0;  // candidate/leader: our own ballot
+  uint64_t max_round_seen_ = 0;
+  uint64_t delivered_ = 0;  // last slot handed to on_chosen_
+  uint64_t leader_heard_ns_ = 0;
+  uint64_t next_heartbeat_ns_ = 0;
+  std::array<uint64_t, kPaxosReplicasMax> peer_heard_ns_{};
+  std::array<uint64_t, kPaxosReplicasMax> peer_chosen_{};
+  std::array<uint64_t, kPaxosReplicasMax> peer_learn_ns_{};
+  uint64_t learn_mark_ = 0;       // leader: chosen index at the last catch-up period
+  uint64_t learn_mark_prev_ = 0;  // ... and at the one before (catch-up sends below it)
+  uint64_t learn_mark_ns_ = 0;
+  std::vector<uint64_t> acked_;  // handle_accept's reply list, reused
+
+  // Candidate (phase 1).
+  uint64_t phase1_from_slot_ = 0;
+  uint32_t promise_mask_ = 0;
+  bool phase1_incomplete_ = false;
+  uint64_t phase1_max_slot_ = 0;
+  uint64_t phase1_deadline_ns_ = 0;
+  uint64_t prepare_sent_ns_ = 0;
+  std::map<uint64_t, Merged> merged_;  // bounded by promise sizes
+
+  // Leader (phase 2).
+  uint64_t next_slot_ = 1;
+  uint64_t inflight_base_ = 1;  // slot of inflight_[0]
+  std::deque<Inflight> inflight_;
+
+  // Outgoing message under construction (reused: no allocation once grown).
+  std::vector<std::byte> out_;
+  uint32_t out_entries_ = 0;
+};
+
+}  // namespace shoal::repl
