@@ -2,7 +2,12 @@
 //   shoal bench tpcc|micro|ycsb [options]   load a workload into an in-process engine and run it
 //   shoal bench transport [options]         RPC latency/throughput per transport beside raw
 //                                           baselines (bench/transport/transport.h)
-// (`server` and `cluster` will join as siblings of `bench`.)
+//   shoal bench micro --shards N | --cluster FILE [--cross-shard-pct P ...]
+//                                           the microbenchmark across shard server processes
+//   shoal server --config FILE --shard N    one shard server (src/server/shard_server.h)
+//   shoal cluster up|status|down|check --config FILE
+//                                           manage a cluster of shard servers
+//                                           (src/server/cluster_ctl.h)
 //
 // Exit codes: 0 success; 2 bad command line; 1 the run failed (load error, unwritable JSON);
 // 3 --check found a consistency failure.
@@ -22,6 +27,8 @@
 #include "bench/tpcc/tpcc.h"
 #include "bench/transport/transport.h"
 #include "bench/ycsb/ycsb.h"
+#include "src/server/cluster_ctl.h"
+#include "src/server/shard_server.h"
 #include "src/txn/engine.h"
 
 namespace shoal {
@@ -40,6 +47,19 @@ struct BenchFlags {
   std::string transport = "all";  // shm, tcp, uring or all
   int transport_iterations = bench::transport::Options{}.iterations;
   std::string unknown_workload;  // a bench positional that matched no workload subcommand
+  // `bench micro` across shard processes (--shards or --cluster).
+  server::DistBenchOptions dist;
+};
+
+struct ServerCommands {
+  CLI::App* server = nullptr;
+  CLI::App* cluster = nullptr;
+  CLI::App* up = nullptr;
+  CLI::App* status = nullptr;
+  CLI::App* down = nullptr;
+  CLI::App* check = nullptr;
+  server::ServerOptions server_options;
+  server::ClusterOptions cluster_options;
 };
 
 struct BenchCommands {
@@ -98,6 +118,24 @@ void add_transport_command(BenchCommands& c, BenchFlags& f) {
       "pipelined.rpcs_per_sec_per_core, ...)");
 }
 
+// `bench micro` across shard processes: any of these but --keys selects the distributed run.
+void add_dist_micro_options(CLI::App* micro, server::DistBenchOptions& d) {
+  micro->add_option("--shards", d.shards, "Start a local cluster of N shard servers for the run")
+      ->check(number_in(1u, 64u, false, "in [1, 64]"));
+  micro->add_option("--cluster", d.cluster_path, "Run against the running cluster in this config");
+  micro
+      ->add_option("--cross-shard-pct", d.cross_shard_pct,
+                   "Percent of transactions touching a second shard (needs --shards/--cluster)")
+      ->check(number_in(0u, 100u, false, "in [0, 100]"))
+      ->capture_default_str();
+  micro->add_option("--inflight", d.inflight, "Transactions in flight per worker (coroutines)")
+      ->check(number_in(1u, 1024u, false, "in [1, 1024]"))
+      ->capture_default_str();
+  micro->add_option("--keys-per-shard", d.keys_per_partition, "Keys per shard (local cluster)")
+      ->check(number_in(uint64_t{4}, uint64_t{1'000'000'000}, false, "in [4, 1e9]"))
+      ->capture_default_str();
+}
+
 // Options shared by every workload live on `bench`; the workload subcommands fall through to
 // them, so `shoal bench micro --seconds 5` and `shoal bench --seconds 5 micro` both work.
 BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
@@ -135,6 +173,7 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
   c.micro->add_option("--keys", f.micro.keys, "Keys in the table (>= 4)")
       ->check(number_in(uint64_t{4}, uint64_t{1'000'000'000'000}, false, "in [4, 1e12]"))
       ->capture_default_str();
+  add_dist_micro_options(c.micro, f.dist);
 
   c.ycsb = c.bench->add_subcommand("ycsb", "YCSB core workloads A, B, C, F (Zipfian keys)");
   c.ycsb
@@ -151,6 +190,91 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
   add_transport_command(c, f);
   for (CLI::App* sub : {c.tpcc, c.micro, c.ycsb, c.transport}) sub->fallthrough();
   return c;
+}
+
+ServerCommands add_server_commands(CLI::App& app) {
+  ServerCommands c;
+  c.server = app.add_subcommand("server", "Run one shard server (until SIGTERM)");
+  auto& so = c.server_options;
+  c.server->add_option("--config", so.config_path, "Cluster config (TOML)")->required();
+  c.server->add_option("--shard", so.shard, "This server's shard id")
+      ->required()
+      ->check(number_in(0u, 65535u, false, "in [0, 65535]"));
+  c.server->add_option("--workers", so.workers, "Worker threads (default: the config's)")
+      ->check(number_in(1u, 64u, false, "in [1, 64]"));
+  c.server
+      ->add_option("--keys-per-partition", so.keys_per_partition, "Micro keys per config partition")
+      ->check(number_in(uint64_t{1}, uint64_t{1'000'000'000}, false, "in [1, 1e9]"))
+      ->capture_default_str();
+  c.server
+      ->add_option("--connect-timeout-ms", so.connect_timeout_ms,
+                   "How long to keep dialing the other shards at start-up")
+      ->capture_default_str();
+  c.cluster = app.add_subcommand("cluster", "Start, inspect and stop a cluster of shard servers");
+  c.cluster->require_subcommand(1);
+  auto& co = c.cluster_options;
+  c.up = c.cluster->add_subcommand("up", "Start one server per shard; wait until all answer");
+  c.status = c.cluster->add_subcommand("status", "Which shards answer");
+  c.down = c.cluster->add_subcommand("down", "Stop the servers (SIGTERM, then SIGKILL)");
+  c.check = c.cluster->add_subcommand("check", "Read every key of every shard (no locks left)");
+  for (CLI::App* sub : {c.up, c.status, c.down, c.check}) {
+    sub->add_option("--config", co.config_path, "Cluster config (TOML)")->required();
+  }
+  for (CLI::App* sub : {c.up, c.down}) {
+    sub->add_option("--run-dir", co.run_dir, "Pid and log directory (default .shoal/<name>)");
+  }
+  c.up->add_option("--workers", co.workers, "Worker threads per shard (default: the config's)")
+      ->check(number_in(1u, 64u, false, "in [1, 64]"));
+  c.up->add_option("--keys-per-partition", co.keys_per_partition, "Micro keys per config partition")
+      ->check(number_in(uint64_t{1}, uint64_t{1'000'000'000}, false, "in [1, 1e9]"))
+      ->capture_default_str();
+  return c;
+}
+
+int run_server_commands(const ServerCommands& c) {
+  Status s;
+  if (c.server->parsed()) {
+    s = server::run_server(c.server_options);
+  } else if (c.up->parsed()) {
+    s = server::cluster_up(c.cluster_options);
+  } else if (c.status->parsed()) {
+    s = server::cluster_status(c.cluster_options);
+  } else if (c.down->parsed()) {
+    s = server::cluster_down(c.cluster_options);
+  } else if (c.check->parsed()) {
+    s = server::cluster_check(c.cluster_options);
+  }
+  if (s.ok()) return 0;
+  fmt::print(stderr, "shoal: error: {}\n", s.to_string());
+  return s.code() == Code::kInvalidArgument ? kExitUsage : kExitRunFailed;
+}
+
+// `bench micro` with --shards or --cluster: the distributed run.
+int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
+  const bool local = c.micro->count("--shards") > 0;
+  const bool remote = c.micro->count("--cluster") > 0;
+  if (local && remote) {
+    fmt::print(stderr, "shoal: error: --shards and --cluster exclude each other\n");
+    return kExitUsage;
+  }
+  if (c.micro->count("--keys") > 0 || c.bench->count("--warmup") > 0) {
+    fmt::print(stderr, "shoal: error: {} does not apply across shards (see --help)\n",
+               c.micro->count("--keys") > 0 ? "--keys (use --keys-per-shard)" : "--warmup");
+    return kExitUsage;
+  }
+  if (f.dist.cross_shard_pct > 0 && local && f.dist.shards < 2) {
+    fmt::print(stderr, "shoal: error: --cross-shard-pct: needs --shards >= 2\n");
+    return kExitUsage;
+  }
+  f.dist.workers = f.run.workers;
+  f.dist.seconds = f.run.seconds;
+  f.dist.seed = f.run.seed;
+  f.dist.json_path = f.run.json_path;
+  Status s = server::run_dist_bench(f.dist);
+  if (s.ok()) return 0;
+  fmt::print(stderr, "shoal: error: {}\n", s.to_string());
+  if (s.code() == Code::kCorruption) return kExitInconsistent;
+  return s.code() == Code::kInvalidArgument ? kExitUsage : kExitRunFailed;
 }
 
 // The workload chosen on the command line; null with a message on stderr if none fits.
@@ -239,9 +363,11 @@ int main(int argc, char** argv) {
   app.footer(
       "Exit codes: 0 ok, 1 run failed, 2 bad command line, 3 consistency check failed.\n"
       "Example: shoal bench micro --keys 100000 --workers 2 --seconds 5 --json out.json\n"
-      "         shoal bench transport --transport shm --iterations 20000 --json transport.json");
+      "         shoal bench transport --transport shm --iterations 20000 --json transport.json\n"
+      "         shoal bench micro --shards 2 --cross-shard-pct 100 --seconds 5");
   shoal::BenchFlags flags;
   const shoal::BenchCommands commands = shoal::add_bench_command(app, flags);
+  shoal::ServerCommands server_commands = shoal::add_server_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -256,7 +382,19 @@ int main(int argc, char** argv) {
       return shoal::kExitUsage;
     }
     if (commands.transport->parsed()) return shoal::run_transport_bench(commands, flags);
+    const bool dist = commands.micro->parsed() && (commands.micro->count("--shards") > 0 ||
+                                                   commands.micro->count("--cluster") > 0);
+    if (dist) return shoal::run_dist_bench(commands, flags);
+    for (const char* flag : {"--cross-shard-pct", "--inflight", "--keys-per-shard"}) {
+      if (commands.micro->parsed() && commands.micro->count(flag) > 0) {
+        fmt::print(stderr, "shoal: error: {}: needs --shards or --cluster\n", flag);
+        return shoal::kExitUsage;
+      }
+    }
     return shoal::run_bench(commands, flags);
+  }
+  if (server_commands.server->parsed() || server_commands.cluster->parsed()) {
+    return shoal::run_server_commands(server_commands);
   }
   return shoal::kExitUsage;  // unreachable: a subcommand is required
 }

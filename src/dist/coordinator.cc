@@ -119,6 +119,14 @@ rt::Task<Status> Coordinator::run(DistTxn& txn, DistProcedure proc, const void* 
     }
     if (s.is_aborted()) {
       ++stats_.conflict_aborts;
+      if (options_.backoff_loop != nullptr) {
+        const uint64_t d = std::min(options_.backoff_max_ns,
+                                    options_.backoff_min_ns << std::min<uint32_t>(attempt, 20));
+        // A cheap hash of the id spreads retries of transactions that collided together.
+        const uint64_t mix = (txn.id_ * 0x9e3779b97f4a7c15ULL) >> 32;
+        const uint64_t delay = d / 2 + (d / 2 == 0 ? 0 : mix % (d / 2 + 1));
+        (co_await options_.backoff_loop->sleep_for(delay)).ignore();  // full timers: no wait
+      }
       continue;
     }
     if (s.code() == Code::kTimeout) {

@@ -34,6 +34,7 @@
 #include "shoal/status.h"
 #include "src/base/arena.h"
 #include "src/dist/participant.h"
+#include "src/runtime/event_loop.h"
 #include "src/runtime/task.h"
 #include "src/txn/depvec.h"
 
@@ -123,6 +124,13 @@ struct CoordinatorOptions {
   uint32_t shard_id = 0;  // the coordinator's own shard (ids in TxnIds)
   uint32_t worker_id = 0;
   uint32_t max_retries = 100;
+  // Optional backoff after a conflict (Aborted) attempt: sleep on `backoff_loop` for a
+  // pseudo-random time in [d/2, d], d = min(backoff_max_ns, backoff_min_ns << attempt).
+  // Without it a retry re-reads the same keys at once, and a lock held for network round
+  // trips burns through max_retries in a few milliseconds. Off (nullptr) by default.
+  rt::EventLoop* backoff_loop = nullptr;
+  uint64_t backoff_min_ns = 20'000;
+  uint64_t backoff_max_ns = 2'000'000;
 };
 
 struct CoordinatorStats {

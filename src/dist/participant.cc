@@ -262,6 +262,17 @@ void Participant::abort(TxnId id) {
   finish(id, slot, Ended::kAborted);
 }
 
+size_t Participant::abort_coordinated_by(uint32_t coordinator_shard) {
+  scratch_ids_.clear();
+  for (const auto& [id, index] : active_) {
+    if ((id >> 48) == coordinator_shard) scratch_ids_.push_back(id);
+  }
+  std::sort(scratch_ids_.begin(), scratch_ids_.end());  // deterministic order
+  for (TxnId id : scratch_ids_) abort(id);
+  stats_.orphaned += scratch_ids_.size();
+  return scratch_ids_.size();
+}
+
 size_t Participant::expire_idle() {
   const uint64_t now = now_ns();
   scratch_ids_.clear();

@@ -87,6 +87,7 @@ struct ParticipantStats {
   uint64_t early_aborts = 0;       // aborts for ids never seen here (F1)
   uint64_t repeated_installs = 0;  // F2 / F5
   uint64_t expired = 0;            // leases run out (F4)
+  uint64_t orphaned = 0;           // aborted because their coordinator's shard died (F6)
   uint64_t tombstones_evicted = 0;
 };
 
@@ -123,6 +124,14 @@ class Participant {
 
   // F4: aborts contexts that are not prepared and idle for lease_ns. Returns how many.
   size_t expire_idle();
+  // F6 (coordinator death, presumed abort): aborts every context, prepared ones included,
+  // whose TxnId names `coordinator_shard` as its coordinator. For a shard server whose link to
+  // that shard failed for good (its process is gone). Safe when no other surviving shard can
+  // hold an install of the same transaction: true with two shards, and in general while the
+  // dead coordinator's decision could only have reached its own (lost) shard. With three or
+  // more shards a commit installed on a third shard before the crash would be broken here;
+  // resolving that needs the epoch change and recovery of issue 5. Returns how many.
+  size_t abort_coordinated_by(uint32_t coordinator_shard);
   // The earliest time expire_idle() could end something; UINT64_MAX when nothing can expire.
   uint64_t next_expiry_ns() const;
 

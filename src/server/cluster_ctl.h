@@ -1,0 +1,59 @@
+// `shoal cluster up|status|down|check` and `shoal bench micro --shards N | --cluster FILE`:
+// starting shard server processes, finding out which answer, stopping them, and driving the
+// distributed microbenchmark from outside.
+//
+// Run directory (`cluster up`/`down`): <run_dir>/shard-<i>.pid and shard-<i>.log per shard;
+// run_dir defaults to .shoal/<cluster name>/. `down` signals only pids whose command line is a
+// `shoal server` (a stale pid file must not kill an unrelated process that reused the pid).
+// Stopping is SIGTERM, then SIGKILL after stop_timeout_ms.
+//
+// Benchmark: the servers generate the load themselves (shard_server.h); the controller sends
+// kStart to every shard, waits, polls kStats until every shard is done or gone, scans every
+// surviving shard (no key left locked; counter sum), and prints one report. A local run
+// (--shards) starts its own servers on free loopback ports in a temporary directory, as
+// children that die with it (PR_SET_PDEATHSIG), and always stops them, on errors too.
+//
+// Threads: all of this runs on the calling (main) thread; it forks but starts no threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shoal/status.h"
+
+namespace shoal::server {
+
+struct ClusterOptions {
+  std::string config_path;
+  std::string run_dir;   // empty: .shoal/<cluster name>
+  uint32_t workers = 0;  // 0: the config's workers_per_shard
+  uint64_t keys_per_partition = 1'000'000;
+  uint64_t ready_timeout_ms = 60'000;
+  uint64_t stop_timeout_ms = 10'000;
+};
+
+// Each prints its table to stdout; a non-Ok Status is the one-line reason for exit code 1.
+[[nodiscard]] Status cluster_up(const ClusterOptions& options);
+[[nodiscard]] Status cluster_status(const ClusterOptions& options);
+[[nodiscard]] Status cluster_down(const ClusterOptions& options);
+// Reads every key of every shard with fresh transactions: Unavailable when a shard does not
+// answer, Aborted when a key is unreadable (a lock left behind).
+[[nodiscard]] Status cluster_check(const ClusterOptions& options);
+
+struct DistBenchOptions {
+  std::string cluster_path;  // non-empty: run against this running cluster
+  uint32_t shards = 2;       // local run: shards to start
+  uint32_t workers = 1;      // local run: workers per shard
+  uint32_t cross_shard_pct = 0;
+  uint32_t inflight = 128;  // per worker: 32 leaves cross-shard runs latency-bound
+  double seconds = 10;
+  uint64_t keys_per_partition = 1'000'000;  // local run
+  uint64_t seed = 1;
+  std::string json_path;
+};
+
+// Exit-code-shaped outcome: Ok; Unavailable (a shard went away or transactions failed: the
+// report says which); Corruption (consistency check failed); other errors from setup.
+[[nodiscard]] Status run_dist_bench(const DistBenchOptions& options);
+
+}  // namespace shoal::server

@@ -1,0 +1,64 @@
+// The control plane of a shard server: a handful of RPC methods that `shoal cluster` and
+// `shoal bench micro --shards/--cluster` call, and ControlClient, the synchronous client
+// the command line uses.
+//
+// WIRE: the control methods share the data RPC endpoint of every accepted connection (ids
+// 60..63, beside the transaction protocol's 40..44). Requests and replies are JSON text
+// (human-debuggable, and off the data path), at most kControlBytesMax bytes each:
+//   kPing   60  {}                                   {"shard", "workers", "keys_lo", "keys_hi",
+//                                                     "pid", "running"}
+//   kStart  61  {"seconds", "cross_shard_pct",       {} or InvalidArgument (already running,
+//                "inflight", "seed"}                     bad field)
+//   kStats  62  {}                                   {"done", "committed", ..., histograms}
+//   kScan   63  {}                                   {"keys", "unreadable", "counter_sum"}
+//
+// Threads: ControlClient owns a private EventLoop and runs it only inside call(); use it from
+// one thread. Every call is bounded by its timeout; a shard that is gone answers Unavailable
+// naming the shard.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shoal/status.h"
+#include "src/cluster/config.h"
+
+namespace shoal::server {
+
+enum ControlMethod : uint16_t { kPing = 60, kStart = 61, kStats = 62, kScan = 63 };
+inline constexpr size_t kControlBytesMax = 1 << 20;
+
+// Parses a JSON control payload; InvalidArgument on malformed text or an oversized payload.
+[[nodiscard]] Result<nlohmann::json> parse_control(std::string_view text);
+
+class ControlClient {
+ public:
+  explicit ControlClient(const cluster::ClusterConfig& config);
+  ~ControlClient();
+  ControlClient(const ControlClient&) = delete;
+  ControlClient& operator=(const ControlClient&) = delete;
+
+  // Connects to shard `shard`'s leader (once; later calls reuse the connection), retrying
+  // refused connections for up to timeout_ms. Unavailable naming the shard and address.
+  [[nodiscard]] Status connect(uint32_t shard, uint64_t timeout_ms);
+  // One control call; connects first if needed. Unavailable/Timeout name the shard.
+  [[nodiscard]] Result<nlohmann::json> call(uint32_t shard, ControlMethod method,
+                                            const nlohmann::json& request, uint64_t timeout_ms);
+  // Drops the connection to `shard` (the next call reconnects).
+  void disconnect(uint32_t shard);
+
+ private:
+  struct Conn;
+  std::string address(uint32_t shard) const;
+
+  const cluster::ClusterConfig& config_;
+  struct LoopHolder;
+  std::unique_ptr<LoopHolder> loop_;
+  std::vector<std::unique_ptr<Conn>> conns_;  // per shard; null when not connected
+};
+
+}  // namespace shoal::server

@@ -1,0 +1,340 @@
+// run_dist_bench (declared in cluster_ctl.h): the controller of the distributed
+// microbenchmark. See cluster_ctl.h for the flow.
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench/runner.h"
+#include "src/base/env.h"
+#include "src/cluster/config.h"
+#include "src/net/tcp_transport.h"
+#include "src/server/cluster_ctl.h"
+#include "src/server/control.h"
+#include "src/server/dist_micro.h"
+#include "src/server/process.h"
+
+namespace shoal::server {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kCallTimeoutMs = 5000;
+constexpr uint64_t kCollectGraceMs = 60'000;  // after the run: servers finish in-flight work
+
+void sleep_ms(uint64_t ms) {
+  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * kMs)};
+  nanosleep(&ts, nullptr);
+}
+
+uint64_t now_ms() {
+  return RealEnv::instance().now_ns() / kMs;
+}
+
+// A local cluster owned by this run: stopped (and its directory removed when clean) on every
+// exit path, by destruction.
+struct LocalCluster {
+  std::string dir;
+  cluster::ClusterConfig config;
+  std::vector<ServerProcess> procs;
+  bool keep_dir = false;
+  ~LocalCluster() {
+    if (!procs.empty()) stop_servers(procs, 10'000);
+    std::error_code ec;
+    if (!dir.empty() && !keep_dir) fs::remove_all(dir, ec);
+  }
+};
+
+// Free loopback ports: bind port 0 for each shard, then release them right before the
+// servers start (a small race with other programs, far smaller than a fixed base port).
+Result<std::vector<uint16_t>> free_ports(uint32_t count) {
+  std::vector<net::TcpListener> held;
+  std::vector<uint16_t> ports;
+  for (uint32_t i = 0; i < count; ++i) {
+    auto l = net::TcpListener::listen("127.0.0.1", 0);
+    if (!l.ok()) return l.status();
+    ports.push_back(l->port());
+    held.push_back(std::move(*l));
+  }
+  return ports;
+}
+
+Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
+  auto config = cluster::make_local_config(o.shards, 1, o.workers, o.shards, 10000);
+  if (!config.ok()) return config.status();
+  lc->config = std::move(*config);
+  auto ports = free_ports(o.shards);
+  if (!ports.ok()) return ports.status();
+  for (uint32_t s = 0; s < o.shards; ++s) lc->config.shards[s].replicas[0].port = (*ports)[s];
+  lc->config.name = fmt::format("bench-{}", getpid());
+  SHOAL_TRY(lc->config.validate());
+  lc->dir = (fs::temp_directory_path() / fmt::format("shoal-bench-{}", getpid())).string();
+  std::error_code ec;
+  fs::create_directories(lc->dir, ec);
+  if (ec) return Status::IOError(fmt::format("{}: {}", lc->dir, ec.message()));
+  const std::string config_path = lc->dir + "/cluster.toml";
+  std::ofstream(config_path) << lc->config.to_toml();
+  SpawnOptions so;
+  so.config_path = config_path;
+  so.log_dir = lc->dir;
+  so.workers = o.workers;
+  so.keys_per_partition = o.keys_per_partition;
+  so.die_with_parent = true;
+  auto procs = spawn_servers(lc->config, so);
+  if (!procs.ok()) return procs.status();
+  lc->procs = std::move(*procs);
+  return Status::Ok();
+}
+
+struct ShardOutcome {
+  bool done = false;
+  bool gone = false;
+  std::string error;  // why it is gone
+  MicroStats stats;
+  uint64_t orphaned = 0;
+};
+
+// Polls kStats until every shard is done or gone (bounded by deadline_ms).
+void collect(ControlClient& client, uint32_t shards, uint64_t deadline_ms,
+             std::vector<ShardOutcome>* out) {
+  out->assign(shards, ShardOutcome{});
+  for (;;) {
+    bool pending = false;
+    for (uint32_t s = 0; s < shards; ++s) {
+      ShardOutcome& so = (*out)[s];
+      if (so.done || so.gone) continue;
+      auto reply = client.call(s, kStats, nlohmann::json::object(), kCallTimeoutMs);
+      if (!reply.ok()) {
+        if (reply.status().code() == Code::kUnavailable) {
+          so.gone = true;
+          so.error = reply.status().to_string();
+        } else {
+          pending = true;  // slow answer: ask again
+        }
+        continue;
+      }
+      if (!reply->value("done", false)) {
+        pending = true;
+        continue;
+      }
+      auto stats = MicroStats::from_json(reply->value("stats", nlohmann::json::object()));
+      if (!stats.ok()) {
+        so.gone = true;
+        so.error = stats.status().to_string();
+        continue;
+      }
+      so.done = true;
+      so.stats = std::move(*stats);
+      so.orphaned = reply->value("orphaned", uint64_t{0});
+    }
+    if (!pending) return;
+    if (now_ms() >= deadline_ms) {
+      for (auto& so : *out) {
+        if (!so.done && !so.gone) {
+          so.gone = true;
+          so.error = "no final stats before the deadline";
+        }
+      }
+      return;
+    }
+    sleep_ms(100);
+  }
+}
+
+bench::LatencyUs latency_of(const Histogram& h) {
+  bench::LatencyUs l;
+  l.p50 = static_cast<double>(h.percentile(50)) / 1e3;
+  l.p90 = static_cast<double>(h.percentile(90)) / 1e3;
+  l.p99 = static_cast<double>(h.percentile(99)) / 1e3;
+  l.p999 = static_cast<double>(h.percentile(99.9)) / 1e3;
+  l.mean = h.mean() / 1e3;
+  l.max = static_cast<double>(h.max()) / 1e3;
+  return l;
+}
+
+bench::RunResult make_result(const DistBenchOptions& o, uint32_t shards, uint32_t workers,
+                             const MicroStats& t) {
+  bench::RunResult r;
+  r.workload = "micro-dist";
+  r.workers = shards * workers;
+  r.seconds = o.seconds;
+  r.committed = t.committed;
+  r.conflict_aborts = t.conflict_aborts;
+  r.failed = t.failed;
+  r.committed_per_sec = static_cast<double>(t.committed) / o.seconds;
+  r.aborts_per_sec = static_cast<double>(t.conflict_aborts) / o.seconds;
+  Histogram all = t.latency_local;
+  all.merge(t.latency_cross);
+  r.latency_us = latency_of(all);
+  bench::TypeResult local{"rmw4-local",
+                          t.committed - t.committed_cross,
+                          0,
+                          0,
+                          t.failed - t.failed_cross,
+                          latency_of(t.latency_local)};
+  bench::TypeResult cross{"rmw4-cross",   t.committed_cross,          0, 0,
+                          t.failed_cross, latency_of(t.latency_cross)};
+  r.per_type = {local, cross};
+  r.rss_bytes = bench::current_rss_bytes();
+  r.peak_rss_bytes = bench::peak_rss_bytes();
+  return r;
+}
+
+// Scans every surviving shard: no key may be unreadable; with every shard alive and no
+// failed transaction, the counters must sum to 4 x committed.
+void check(ControlClient& client, const std::vector<ShardOutcome>& shards, const MicroStats& t,
+           bench::RunResult* r) {
+  r->checked = true;
+  uint64_t sum = 0;
+  bool all_alive = true;
+  for (uint32_t s = 0; s < shards.size(); ++s) {
+    if (shards[s].gone) {
+      all_alive = false;
+      continue;
+    }
+    auto scan = client.call(s, kScan, nlohmann::json::object(), 120'000);
+    if (!scan.ok()) {
+      r->check_failures.push_back(fmt::format("shard {} scan: {}", s, scan.status().to_string()));
+      all_alive = false;
+      continue;
+    }
+    sum += scan->value("counter_sum", uint64_t{0});
+    if (const uint64_t bad = scan->value("unreadable", uint64_t{0}); bad != 0) {
+      r->check_failures.push_back(fmt::format("shard {}: {} keys unreadable (locks left): {}", s,
+                                              bad, scan->value("first_unreadable", "")));
+    }
+  }
+  if (!all_alive || t.failed != 0) {
+    std::fputs(
+        "counter sum not checked: a shard was lost or transactions failed (only "
+        "\"no key left locked\" on the surviving shards)\n",
+        stdout);
+  } else if (sum != kMicroKeysPerTxn * t.committed) {
+    r->check_failures.push_back(fmt::format("counter sum: {} increments, expected {} (4 x {})", sum,
+                                            kMicroKeysPerTxn * t.committed, t.committed));
+  }
+}
+
+Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, uint32_t workers,
+              const std::vector<ShardOutcome>& shards, const MicroStats& total,
+              bench::RunResult& r) {
+  std::string text = r.to_table();
+  text.insert(0, fmt::format("\nshards: {}, {} worker{} each, {} in flight per worker, "
+                             "{}% cross-shard requested, {:.1f}% of commits cross-shard",
+                             config.shards.size(), workers, workers == 1 ? "" : "s", o.inflight,
+                             o.cross_shard_pct,
+                             total.committed ? 100.0 * static_cast<double>(total.committed_cross) /
+                                                   static_cast<double>(total.committed)
+                                             : 0.0));
+  nlohmann::json j = r.to_json();
+  j["shards"] = config.shards.size();
+  j["workers_per_shard"] = workers;
+  j["inflight"] = o.inflight;
+  j["cross_shard_pct"] = o.cross_shard_pct;
+  j["committed_cross"] = total.committed_cross;
+  j["unavailable"] = total.unavailable;
+  nlohmann::json per_shard = nlohmann::json::array();
+  std::vector<std::string> gone;
+  std::string first_gone_error;
+  for (uint32_t s = 0; s < shards.size(); ++s) {
+    const ShardOutcome& so = shards[s];
+    per_shard.push_back({{"shard", s},
+                         {"status", so.gone ? "unavailable" : "ok"},
+                         {"error", so.gone ? so.error : so.stats.first_error},
+                         {"committed", so.stats.committed},
+                         {"failed", so.stats.failed},
+                         {"released_orphans", so.orphaned}});
+    text += fmt::format(
+        "shard {}: {}\n", s,
+        so.gone
+            ? "UNAVAILABLE: " + so.error
+            : fmt::format("{} committed, {} failed{}", so.stats.committed, so.stats.failed,
+                          so.stats.first_error.empty() ? std::string()
+                                                       : " (first: " + so.stats.first_error + ")"));
+    if (so.gone) {
+      gone.push_back(fmt::format("shard {}", s));
+      if (first_gone_error.empty()) first_gone_error = so.error;
+    }
+  }
+  j["per_shard"] = per_shard;
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+  if (!o.json_path.empty()) {
+    std::ofstream f(o.json_path);
+    f << j.dump(2) << "\n";
+    if (!f) return Status::IOError(fmt::format("--json: cannot write {}", o.json_path));
+  }
+  if (!gone.empty()) {
+    return Status::Unavailable(
+        fmt::format("{} unavailable during the run ({}); {} transactions "
+                    "failed",
+                    fmt::join(gone, ", "), first_gone_error, total.failed));
+  }
+  if (total.failed != 0) {
+    return Status::Unavailable(
+        fmt::format("{} transactions failed (first: {})", total.failed, total.first_error));
+  }
+  if (!r.consistent()) return Status::Corruption("consistency check failed");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status run_dist_bench(const DistBenchOptions& o) {
+  LocalCluster local;
+  cluster::ClusterConfig remote;
+  const cluster::ClusterConfig* config = nullptr;
+  if (!o.cluster_path.empty()) {
+    auto c = cluster::load_config_file(o.cluster_path);
+    if (!c.ok()) return c.status();
+    remote = std::move(*c);
+    config = &remote;
+  } else {
+    fmt::print(stderr, "starting {} local shard servers ({} keys each)...\n", o.shards,
+               o.keys_per_partition);
+    SHOAL_TRY(start_local(o, &local));
+    config = &local.config;
+  }
+  ControlClient client(*config);
+  const uint32_t shards = static_cast<uint32_t>(config->shards.size());
+  if (!local.procs.empty()) {
+    if (Status s = wait_ready(client, local.procs, 120'000); !s.ok()) {
+      local.keep_dir = true;  // keep the logs the error points at
+      return s;
+    }
+  }
+  uint32_t workers = 0;
+  for (uint32_t s = 0; s < shards; ++s) {
+    auto pong = client.call(s, kPing, nlohmann::json::object(), kCallTimeoutMs);
+    if (!pong.ok()) return pong.status();
+    workers = pong->value("workers", 0u);
+  }
+  MicroParams params{o.seconds, o.cross_shard_pct, o.inflight, o.seed};
+  for (uint32_t s = 0; s < shards; ++s) {
+    auto started = client.call(s, kStart, params.to_json(), kCallTimeoutMs);
+    if (!started.ok()) return started.status();
+  }
+  fmt::print(stderr, "running micro on {} shards for {:.1f} s ({}% cross-shard)...\n", shards,
+             o.seconds, o.cross_shard_pct);
+  sleep_ms(static_cast<uint64_t>(o.seconds * 1000));
+  std::vector<ShardOutcome> outcomes;
+  collect(client, shards, now_ms() + kCollectGraceMs, &outcomes);
+  MicroStats total;
+  for (const auto& so : outcomes) total.merge(so.stats);
+  bench::RunResult r = make_result(o, shards, workers, total);
+  check(client, outcomes, total, &r);
+  Status s = report(o, *config, workers, outcomes, total, r);
+  if (!s.ok() && !local.dir.empty()) {
+    local.keep_dir = true;
+    fmt::print(stderr, "server logs kept in {}\n", local.dir);
+  }
+  return s;
+}
+
+}  // namespace shoal::server

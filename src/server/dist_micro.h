@@ -1,0 +1,97 @@
+// Mako's microbenchmark across shard processes: the key layout, the distributed stored
+// procedure, how a transaction picks its keys, and the statistics a shard reports.
+//
+// Keys: shard s owns the global keys [(partition_lo - 1) * K, (partition_hi - 1) * K) where K
+// is keys_per_partition (partitions are 1-based in the config). One table (id 0, one 8-byte
+// key word, 32-byte values whose first word is a counter). Each transaction reads 4 distinct
+// keys and writes each back with its counter incremented. A local transaction draws all 4
+// from its coordinator's shard; a cross-shard one (probability cross_shard_pct %) draws 2
+// from its own shard and 2 from one other shard chosen uniformly (so it locks, validates and
+// installs on two shards: the 2PC path).
+// Consistency: sum of every counter over all shards == 4 x committed transactions.
+//
+// Threads: MicroStats and Rng are owned by one worker loop; the functions are pure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "shoal/status.h"
+#include "src/base/env.h"
+#include "src/base/histogram.h"
+#include "src/cluster/config.h"
+#include "src/dist/coordinator.h"
+
+namespace shoal::server {
+
+inline constexpr uint32_t kMicroTableId = 0;
+inline constexpr uint32_t kMicroKeysPerTxn = 4;
+
+struct MicroValue {
+  uint64_t counter;  // incremented by every committed transaction that writes the key
+  char payload[24];  // filler, as in the single-shard microbenchmark
+};
+static_assert(sizeof(MicroValue) == 32);
+
+class KeyLayout {
+ public:
+  KeyLayout(const cluster::ClusterConfig& config, uint64_t keys_per_partition)
+      : config_(&config), keys_per_partition_(keys_per_partition) {}
+  uint64_t lo(uint32_t shard) const {
+    return (config_->shards[shard].partition_lo - 1) * keys_per_partition_;
+  }
+  uint64_t hi(uint32_t shard) const {
+    return (config_->shards[shard].partition_hi - 1) * keys_per_partition_;
+  }
+  uint32_t shard_count() const { return static_cast<uint32_t>(config_->shards.size()); }
+  uint64_t keys_per_partition() const { return keys_per_partition_; }
+
+ private:
+  const cluster::ClusterConfig* config_;
+  uint64_t keys_per_partition_;
+};
+
+// What a server runs when told to start (kStart's request).
+struct MicroParams {
+  double seconds = 10;
+  uint32_t cross_shard_pct = 0;  // [0, 100]
+  uint32_t inflight = 128;       // coroutine transactions in flight per worker, [1, 1024]
+  uint64_t seed = 1;
+  nlohmann::json to_json() const;
+  // InvalidArgument naming the field that is missing or out of range.
+  [[nodiscard]] static Result<MicroParams> from_json(const nlohmann::json& j);
+};
+
+struct MicroArgs {
+  uint64_t keys[kMicroKeysPerTxn];
+  uint32_t shards[kMicroKeysPerTxn];
+};
+
+// Picks the keys of one transaction coordinated by `home` (see the header comment).
+// REQUIRES: every shard owns >= 4 keys; cross only when shard_count() > 1.
+void pick_keys(const KeyLayout& layout, uint32_t home, bool cross, Rng& rng, MicroArgs* out);
+
+// The stored procedure: args is a MicroArgs; no result.
+rt::Task<Status> dist_rmw4(dist::DistTxn& txn, const void* args, void* result);
+
+// A worker's (or a shard's, or the cluster's) outcome counts and latencies.
+struct MicroStats {
+  uint64_t committed = 0;
+  uint64_t committed_cross = 0;
+  uint64_t conflict_aborts = 0;  // retried attempts (the coordinator's count)
+  uint64_t failed = 0;           // transactions that gave up (any non-Ok final status)
+  uint64_t unavailable = 0;      // of those: a shard was gone
+  uint64_t failed_cross = 0;
+  std::string first_error;  // the first failure's text, for the report
+  Histogram latency_local;  // ns, committed local transactions (retries included)
+  Histogram latency_cross;  // ns, committed cross-shard transactions
+
+  void merge(const MicroStats& other);
+  // Histograms travel as sparse [bucket, count] pairs.
+  nlohmann::json to_json() const;
+  [[nodiscard]] static Result<MicroStats> from_json(const nlohmann::json& j);
+};
+
+}  // namespace shoal::server

@@ -1,0 +1,189 @@
+#include "src/server/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <deque>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "src/base/env.h"
+
+namespace shoal::server {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+void sleep_ms(uint64_t ms) {
+  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * kMs)};
+  nanosleep(&ts, nullptr);
+}
+
+uint64_t now_ms() {
+  return RealEnv::instance().now_ns() / kMs;
+}
+
+// The child side of spawn: only async-signal-safe calls until exec.
+[[noreturn]] void exec_child(const char* exe, char* const* argv, const char* log, bool die_with,
+                             pid_t parent) {
+  if (die_with) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(126);  // the parent died before prctl took effect
+  } else {
+    setsid();  // outlives `cluster up`; not in the terminal's process group
+  }
+  const int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+  }
+  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+  execv(exe, argv);
+  _exit(127);
+}
+
+}  // namespace
+
+Result<std::string> self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return Status::IOError(fmt::format("readlink /proc/self/exe: errno {}", errno));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& config,
+                                                 const SpawnOptions& options) {
+  auto exe = self_exe();
+  if (!exe.ok()) return exe.status();
+  std::vector<ServerProcess> procs;
+  for (uint32_t s = 0; s < config.shards.size(); ++s) {
+    std::vector<std::string> args = {*exe,
+                                     "server",
+                                     "--config",
+                                     options.config_path,
+                                     "--shard",
+                                     std::to_string(s),
+                                     "--keys-per-partition",
+                                     std::to_string(options.keys_per_partition)};
+    if (options.workers != 0) {
+      args.push_back("--workers");
+      args.push_back(std::to_string(options.workers));
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ServerProcess p;
+    p.shard = s;
+    p.child = true;
+    p.log_path = fmt::format("{}/shard-{}.log", options.log_dir, s);
+    const pid_t parent = getpid();
+    p.pid = fork();
+    if (p.pid < 0) {
+      stop_servers(procs, 2000);
+      return Status::IOError(fmt::format("fork for shard {}: errno {}", s, errno));
+    }
+    if (p.pid == 0) {
+      exec_child(args[0].c_str(), argv.data(), p.log_path.c_str(), options.die_with_parent, parent);
+    }
+    procs.push_back(std::move(p));
+  }
+  return procs;
+}
+
+std::string tail_file(const std::string& path, size_t lines) {
+  std::ifstream in(path);
+  std::deque<std::string> last;
+  for (std::string line; std::getline(in, line);) {
+    last.push_back(line);
+    if (last.size() > lines) last.pop_front();
+  }
+  std::string out;
+  for (const auto& l : last) out += (out.empty() ? "" : " | ") + l;
+  return out;
+}
+
+bool alive(const ServerProcess& p) {
+  if (p.pid <= 0) return false;
+  if (p.child) {
+    int status = 0;
+    const pid_t r = waitpid(p.pid, &status, WNOHANG);
+    return r == 0;  // r == pid: exited and reaped now; -1: already reaped
+  }
+  if (kill(p.pid, 0) != 0 && errno != EPERM) return false;
+  // A zombie waiting for its (adoptive) parent to reap it has stopped running.
+  std::ifstream stat(fmt::format("/proc/{}/stat", p.pid));
+  std::string text;
+  std::getline(stat, text);
+  const size_t paren = text.rfind(')');
+  return !(paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z');
+}
+
+Status wait_ready(ControlClient& client, const std::vector<ServerProcess>& procs,
+                  uint64_t timeout_ms) {
+  const uint64_t deadline = now_ms() + timeout_ms;
+  std::vector<bool> ready(procs.size(), false);
+  size_t ready_count = 0;
+  Status last;
+  while (ready_count < procs.size()) {
+    for (size_t i = 0; i < procs.size(); ++i) {
+      if (ready[i]) continue;
+      const ServerProcess& p = procs[i];
+      if (!alive(p)) {
+        return Status::Unavailable(fmt::format("shard {} (pid {}) exited during start-up; {}: {}",
+                                               p.shard, p.pid, p.log_path,
+                                               tail_file(p.log_path, 3)));
+      }
+      auto pong = client.call(p.shard, kPing, nlohmann::json::object(), 500);
+      if (pong.ok()) {
+        ready[i] = true;
+        ++ready_count;
+      } else {
+        last = pong.status();
+        client.disconnect(p.shard);  // not listening yet, or still dialing its peers
+      }
+    }
+    if (ready_count == procs.size()) break;
+    if (now_ms() >= deadline) {
+      return Status::Timeout(fmt::format("{} of {} shards not ready after {} ms (last: {})",
+                                         procs.size() - ready_count, procs.size(), timeout_ms,
+                                         last.to_string()));
+    }
+    sleep_ms(50);
+  }
+  return Status::Ok();
+}
+
+size_t stop_servers(const std::vector<ServerProcess>& procs, uint64_t timeout_ms) {
+  for (const auto& p : procs) {
+    if (alive(p)) kill(p.pid, SIGTERM);
+  }
+  auto wait_all = [&procs](uint64_t ms) {
+    const uint64_t deadline = now_ms() + ms;
+    for (;;) {
+      bool any = false;
+      for (const auto& p : procs) any = any || alive(p);
+      if (!any || now_ms() >= deadline) return any;
+      sleep_ms(20);
+    }
+  };
+  if (!wait_all(timeout_ms)) return 0;
+  size_t killed = 0;
+  for (const auto& p : procs) {
+    if (alive(p)) {
+      kill(p.pid, SIGKILL);
+      ++killed;
+    }
+  }
+  wait_all(5000);
+  return killed;
+}
+
+}  // namespace shoal::server

@@ -1,0 +1,57 @@
+// Shard server processes seen from a controller: spawn them (fork + exec of this binary),
+// wait until they answer kPing, and stop them (SIGTERM, then SIGKILL after a deadline).
+//
+// Threads: the calling thread only. REQUIRES: spawn() from a process without other threads
+// (between fork and exec the child only calls async-signal-safe functions anyway).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shoal/status.h"
+#include "src/cluster/config.h"
+#include "src/server/control.h"
+
+namespace shoal::server {
+
+struct ServerProcess {
+  uint32_t shard = 0;
+  pid_t pid = -1;
+  bool child = false;  // ours to waitpid (else: reaped by whoever adopted it)
+  std::string log_path;
+};
+
+struct SpawnOptions {
+  std::string config_path;  // absolute
+  std::string log_dir;
+  uint32_t workers = 0;
+  uint64_t keys_per_partition = 1'000'000;
+  bool die_with_parent = false;  // PR_SET_PDEATHSIG; else the child starts its own session
+};
+
+// This executable's path (/proc/self/exe).
+[[nodiscard]] Result<std::string> self_exe();
+
+// Starts one `shoal server` per shard, stdout/stderr to <log_dir>/shard-<i>.log.
+[[nodiscard]] Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& config,
+                                                               const SpawnOptions& options);
+
+// Polls every shard with kPing until all answer or timeout_ms passes. A child that exits
+// meanwhile fails it at once, quoting the end of its log.
+[[nodiscard]] Status wait_ready(ControlClient& client, const std::vector<ServerProcess>& procs,
+                                uint64_t timeout_ms);
+
+// True while `p` runs (a child that exited is reaped here).
+bool alive(const ServerProcess& p);
+
+// SIGTERM to every process, wait up to timeout_ms, then SIGKILL what is left and wait again.
+// Returns how many needed SIGKILL.
+size_t stop_servers(const std::vector<ServerProcess>& procs, uint64_t timeout_ms);
+
+// The last `lines` lines of a file ("" when unreadable), for error messages.
+std::string tail_file(const std::string& path, size_t lines);
+
+}  // namespace shoal::server

@@ -1,0 +1,221 @@
+// Integration tests of the shard server processes through the built `shoal` binary
+// (SHOAL_BINARY, set by CMake): a 2-shard micro run at 0% and 100% cross-shard, a bad config,
+// the cluster up/status/down round trip, and a shard killed mid-run.
+//
+// Robustness on a loaded 2-core machine: every child runs under a deadline and is killed
+// (and reaped) when it passes; ports come from the kernel (bind to port 0); each test works
+// in its own temporary directory; TearDown stops any cluster a failed test left running.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace shoal::server {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Outcome {
+  int exit_code = -1;  // -1: killed at the deadline
+  std::string output;  // stdout + stderr
+};
+
+// Runs `shoal args...` with output to `log`; kills it if it outlives `timeout_s`.
+pid_t start(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> all = {SHOAL_BINARY};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = freopen(log.c_str(), "w", stdout);
+    if (f != nullptr) dup2(fileno(stdout), STDERR_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+Outcome finish(pid_t pid, const std::string& log, double timeout_s) {
+  Outcome o;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (Clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  o.output = ss.str();
+  return o;
+}
+
+uint16_t free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+class ServerCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           fmt::format("shoal-cli-{}-{}", getpid(),
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!config_.empty()) run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 30);
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string run_dir() const { return path("run"); }
+  Outcome run(const std::vector<std::string>& args, double timeout_s) {
+    const std::string log = path(fmt::format("out-{}.log", runs_++));
+    return finish(start(args, log), log, timeout_s);
+  }
+  // A 2-shard config on free ports.
+  std::string write_config(uint32_t shards = 2) {
+    std::string toml =
+        "[cluster]\nname = \"clitest\"\ntransport = \"tcp\"\nworkers = 1\n"
+        "replicas = 1\n\n[[region]]\nname = \"r0\"\n";
+    for (uint32_t s = 0; s < shards; ++s) {
+      toml += fmt::format(
+          "\n[[shard]]\nid = {}\npartition_lo = {}\npartition_hi = {}\n[[shard.replica]]\n"
+          "region = \"r0\"\nhost = \"127.0.0.1\"\nport = {}\n",
+          s, s + 1, s + 2, free_port());
+    }
+    config_ = path("cluster.toml");
+    std::ofstream(config_) << toml;
+    return config_;
+  }
+  Outcome up() {
+    return run({"cluster", "up", "--config", config_, "--run-dir", run_dir(),
+                "--keys-per-partition", "20000"},
+               90);
+  }
+
+  fs::path dir_;
+  std::string config_;
+  int runs_ = 0;
+};
+
+nlohmann::json read_json(const std::string& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+TEST_F(ServerCli, MicroTwoShardsLocalAndCrossShardAreConsistent) {
+  for (const char* pct : {"0", "100"}) {
+    const std::string json = path(fmt::format("micro-{}.json", pct));
+    Outcome o = run({"bench", "micro", "--shards", "2", "--cross-shard-pct", pct, "--seconds", "2",
+                     "--keys-per-shard", "20000", "--json", json},
+                    120);
+    ASSERT_EQ(o.exit_code, 0) << o.output;
+    EXPECT_NE(o.output.find("consistency: ok"), std::string::npos) << o.output;
+    nlohmann::json j = read_json(json);
+    ASSERT_FALSE(j.is_discarded()) << o.output;
+    EXPECT_EQ(j["consistency"], "ok");
+    EXPECT_GT(j["committed"].get<uint64_t>(), 100u);
+    EXPECT_EQ(j["failed"].get<uint64_t>(), 0u);
+    if (std::string(pct) == "100") {
+      EXPECT_EQ(j["committed_cross"].get<uint64_t>(), j["committed"].get<uint64_t>());
+    } else {
+      EXPECT_EQ(j["committed_cross"].get<uint64_t>(), 0u);
+    }
+  }
+}
+
+TEST_F(ServerCli, BadConfigFailsNamingTheField) {
+  const std::string bad = path("bad.toml");
+  std::ofstream(bad)
+      << "[cluster]\nname = \"x\"\n\n[[region]]\nname = \"r0\"\n\n[[shard]]\nid = 0\n"
+         "partition_lo = 3\npartition_hi = 1\n[[shard.replica]]\nregion = \"r0\"\n"
+         "host = \"127.0.0.1\"\nport = 1\n";
+  Outcome o = run({"server", "--config", bad, "--shard", "0"}, 30);
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.output.find("shoal: error:"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("shard[0].partition"), std::string::npos) << o.output;
+  o = run({"cluster", "up", "--config", path("missing.toml")}, 30);
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.output.find("missing.toml"), std::string::npos) << o.output;
+}
+
+TEST_F(ServerCli, ClusterUpStatusDownRoundTrip) {
+  write_config();
+  Outcome o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = run({"cluster", "status", "--config", config_}, 30);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("shard 1"), std::string::npos) << o.output;
+  o = up();  // a second `up` refuses: the cluster runs
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("already running"), std::string::npos) << o.output;
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("stopped 2 servers"), std::string::npos) << o.output;
+  o = run({"cluster", "status", "--config", config_}, 30);
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("DOWN"), std::string::npos) << o.output;
+}
+
+TEST_F(ServerCli, KilledShardFailsTransactionsAndSurvivorKeepsNoLocks) {
+  write_config();
+  Outcome o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string log = path("bench.log");
+  const pid_t bench = start({"bench", "micro", "--cluster", config_, "--cross-shard-pct", "50",
+                             "--seconds", "4", "--json", path("kill.json")},
+                            log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  long victim = 0;
+  std::ifstream(run_dir() + "/shard-1.pid") >> victim;
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(static_cast<pid_t>(victim), SIGKILL), 0);
+  o = finish(bench, log, 90);
+  EXPECT_EQ(o.exit_code, 1) << o.output;  // reported, not hung
+  EXPECT_NE(o.output.find("shard 1 unavailable"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("shard 1 unreachable"), std::string::npos) << o.output;
+  o = run({"cluster", "status", "--config", config_}, 30);
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.output.find("shard 0   127.0.0.1"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("lost shards 1"), std::string::npos) << o.output;
+  o = run({"cluster", "check", "--config", config_}, 60);
+  EXPECT_NE(o.output.find("20000 keys, 0 unreadable"), std::string::npos) << o.output;
+}
+
+}  // namespace
+}  // namespace shoal::server

@@ -1,0 +1,564 @@
+#include "src/server/shard_server.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "src/base/env.h"
+#include "src/cluster/config.h"
+#include "src/dist/coordinator.h"
+#include "src/dist/local_link.h"
+#include "src/dist/participant.h"
+#include "src/dist/rpc_link.h"
+#include "src/index/key.h"
+#include "src/net/tcp_transport.h"
+#include "src/runtime/event_loop.h"
+#include "src/runtime/rpc.h"
+#include "src/server/control.h"
+#include "src/server/dist_micro.h"
+#include "src/txn/engine.h"
+
+namespace shoal::server {
+namespace {
+
+using Rpc = rt::RpcEndpoint<net::TcpEndpoint>;
+using Link = dist::RpcLink<net::TcpEndpoint>;
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint32_t kIncomingMax = 64;         // accepted connections per worker (bounded)
+constexpr uint64_t kHealthTickNs = 20 * kMs;  // peer-death check and reaping period
+constexpr uint32_t kShardsMax = 64;           // down_mask_ is one bit per shard
+constexpr uint64_t kAcceptSliceMs = 100;      // main thread: how often it sees a signal
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) {
+  g_stop.store(true);
+}
+
+// Both ends of every data connection use the same window (rpc.h REQUIRES). TCP is reliable:
+// no retransmission; a generous deadline, since a loaded 2-core box can stall a peer for
+// tens of ms, and a shard that is gone is reported at once by the socket (Unavailable).
+rt::RpcOptions data_rpc_options() {
+  rt::RpcOptions o;
+  o.max_sessions = 16;
+  o.window = 8;
+  o.timeout_ns = 2000 * kMs;
+  o.max_pooled_buffers = 1024;
+  return o;
+}
+
+class ShardServer;
+
+struct Peer {  // a connection this worker dialed to another shard: its coordinator's link
+  uint32_t shard = 0;
+  net::TcpEndpoint tcp;
+  std::unique_ptr<Rpc> rpc;
+  std::unique_ptr<Link> link;
+  bool down = false;
+};
+
+struct Incoming {  // a connection handed to this worker: remote coordinators or control
+  net::TcpEndpoint tcp;
+  std::unique_ptr<Rpc> rpc;
+  uint64_t failed_seen_ns = 0;
+};
+
+// One worker: everything here is owned by its loop thread, except the fields marked shared.
+// Members are destroyed bottom-up: coordinator, connections, links, service, participant,
+// then the loop (which destroys suspended load tasks without resuming them).
+struct Worker {
+  ShardServer* server = nullptr;
+  uint32_t index = 0;
+  std::unique_ptr<rt::EventLoop> loop;
+  std::unique_ptr<dist::Participant> participant;
+  std::unique_ptr<dist::ParticipantService> service;
+  Rng link_rng{1};
+  std::unique_ptr<dist::LocalLink> self_link;
+  std::vector<std::unique_ptr<Peer>> peers;  // by shard; null for our own
+  std::vector<std::unique_ptr<Incoming>> incoming;
+  std::unique_ptr<dist::Coordinator> coordinator;
+  uint64_t epoch = 1;
+
+  // Load state (loop thread).
+  MicroParams params;
+  uint64_t load_end_ns = 0;
+  uint32_t clients_running = 0;
+  uint64_t aborts_base = 0;
+  MicroStats stats;
+
+  // Shared: written by the loop thread before done.store(release); read after an acquire.
+  MicroStats published;
+  dist::ParticipantStats published_participant;
+  std::atomic<bool> done{true};
+
+  std::thread thread;
+
+  void adopt(net::TcpEndpoint tcp);
+  void attach_control(Rpc& rpc);
+  void start_load();
+  void record(bool cross, const Status& s, uint64_t latency_ns);
+  void publish();
+  void health();
+  void teardown();
+  static void health_thunk(void* self, uint64_t);
+};
+
+class ShardServer {
+ public:
+  [[nodiscard]] Status init(const ServerOptions& options);
+  [[nodiscard]] Status serve();
+
+  const cluster::ClusterConfig& config() const { return config_; }
+  const KeyLayout& layout() const { return *layout_; }
+  uint32_t shard() const { return options_.shard; }
+  txn::Engine& engine() { return *engine_; }
+
+  // Control handlers (any worker's loop thread).
+  Status on_ping(rt::MsgBuffer* out);
+  Status on_start(std::span<const uint8_t> request, rt::MsgBuffer* out);
+  Status on_stats(rt::MsgBuffer* out);
+  Status on_scan(rt::MsgBuffer* out);
+
+  void note_down(uint32_t shard) { down_mask_.fetch_or(uint64_t{1} << shard); }
+  void load_finished() { running_.fetch_sub(1); }
+
+ private:
+  [[nodiscard]] Status load_table();
+  [[nodiscard]] Status make_worker(uint32_t index, uint64_t deadline_ns);
+  [[nodiscard]] Status dial(Worker& w, uint32_t shard, uint64_t deadline_ns);
+  void accept_loop();
+  void stop_workers();
+
+  ServerOptions options_;
+  cluster::ClusterConfig config_;
+  std::unique_ptr<KeyLayout> layout_;
+  std::unique_ptr<txn::Engine> engine_;
+  txn::Table<1>* table_ = nullptr;
+  net::TcpListener listener_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<uint32_t> running_{0};  // workers with a load in flight
+  std::atomic<uint64_t> down_mask_{0};
+};
+
+void reply_json(const nlohmann::json& j, rt::MsgBuffer* out) {
+  const std::string text = j.dump();
+  out->assign({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Start-up
+
+Status ShardServer::init(const ServerOptions& options) {
+  options_ = options;
+  auto config = cluster::load_config_file(options.config_path);
+  if (!config.ok()) return config.status();
+  config_ = std::move(*config);
+  if (options.shard >= config_.shards.size()) {
+    return Status::InvalidArgument(fmt::format("--shard: {} not in the config ({} shard{})",
+                                               options.shard, config_.shards.size(),
+                                               config_.shards.size() == 1 ? "" : "s"));
+  }
+  if (config_.shards.size() > kShardsMax) {
+    return Status::InvalidArgument(
+        fmt::format("shards: {} shards, at most {} supported", config_.shards.size(), kShardsMax));
+  }
+  if (options_.workers == 0) options_.workers = config_.workers_per_shard;
+  layout_ = std::make_unique<KeyLayout>(config_, options.keys_per_partition);
+  for (uint32_t s = 0; s < config_.shards.size(); ++s) {
+    if (layout_->hi(s) - layout_->lo(s) < kMicroKeysPerTxn) {
+      return Status::InvalidArgument(fmt::format(
+          "--keys-per-partition: shard {} would own fewer than {} keys", s, kMicroKeysPerTxn));
+    }
+  }
+  SHOAL_TRY(load_table());
+  const cluster::Replica& me = config_.shards[options_.shard].replicas.at(0);
+  auto listener = net::TcpListener::listen(me.host, me.port);
+  if (!listener.ok()) {
+    return Status::IOError(fmt::format("shard[{}].replica[0]: cannot listen on {}:{}: {}",
+                                       options_.shard, me.host, me.port,
+                                       listener.status().to_string()));
+  }
+  listener_ = std::move(*listener);
+  const uint64_t deadline_ns = RealEnv::instance().now_ns() + options_.connect_timeout_ms * kMs;
+  for (uint32_t w = 0; w < options_.workers; ++w) SHOAL_TRY(make_worker(w, deadline_ns));
+  return Status::Ok();
+}
+
+Status ShardServer::load_table() {
+  txn::EngineOptions eo;
+  eo.shard_id = options_.shard;
+  eo.lock_wait_spins_max = 16;  // locks live for network round trips: fail fast, retry
+  engine_ = std::make_unique<txn::Engine>(eo);
+  table_ = engine_->create_table<1>("micro");
+  const uint64_t lo = layout_->lo(options_.shard), hi = layout_->hi(options_.shard);
+  MicroValue v{};
+  for (char& c : v.payload) c = 'x';
+  for (uint64_t k = lo; k < hi; ++k) SHOAL_TRY(table_->load(key1(k), v));
+  return Status::Ok();
+}
+
+Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
+  auto w = std::make_unique<Worker>();
+  w->server = this;
+  w->index = index;
+  rt::LoopOptions lo;
+  lo.max_pollers = kIncomingMax + kShardsMax + 8;
+  w->loop = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
+  dist::ParticipantOptions po;
+  po.inflight_max = 8192;          // every remote worker's in-flight transactions, with room
+  po.lease_ns = 2000 * kMs;        // > a live coordinator's gap on a loaded machine
+  po.tombstone_ns = 10'000 * kMs;  // > the RPC deadline
+  w->participant = std::make_unique<dist::Participant>(*engine_, options_.shard, po);
+  w->service = std::make_unique<dist::ParticipantService>(*w->participant, *w->loop);
+  w->self_link = std::make_unique<dist::LocalLink>(*w->participant, *w->loop, w->link_rng, 0, 0);
+  w->peers.resize(config_.shards.size());
+  std::vector<dist::ShardLink*> links(config_.shards.size());
+  for (uint32_t s = 0; s < config_.shards.size(); ++s) {
+    if (s == options_.shard) {
+      links[s] = w->self_link.get();
+      continue;
+    }
+    SHOAL_TRY(dial(*w, s, deadline_ns));
+    links[s] = w->peers[s]->link.get();
+  }
+  dist::CoordinatorOptions co;
+  co.shard_id = options_.shard;
+  co.worker_id = index;
+  co.max_retries = 100;
+  co.backoff_loop = w->loop.get();
+  w->coordinator = std::make_unique<dist::Coordinator>(co, links, &w->epoch);
+  workers_.push_back(std::move(w));
+  return Status::Ok();
+}
+
+Status ShardServer::dial(Worker& w, uint32_t shard, uint64_t deadline_ns) {
+  const cluster::Replica& r = config_.shards[shard].replicas.at(0);
+  const uint64_t now = RealEnv::instance().now_ns();
+  const uint64_t left_ms = deadline_ns > now ? (deadline_ns - now) / kMs : 0;
+  auto tcp = net::TcpEndpoint::connect(r.host, r.port, {}, std::max<uint64_t>(left_ms, 1));
+  if (!tcp.ok()) {
+    return Status::Unavailable(
+        fmt::format("shard {} at {}:{} did not accept a connection within "
+                    "{} ms: {}",
+                    shard, r.host, r.port, options_.connect_timeout_ms, tcp.status().to_string()));
+  }
+  auto peer = std::make_unique<Peer>();
+  peer->shard = shard;
+  peer->tcp = std::move(*tcp);
+  peer->rpc = std::make_unique<Rpc>(*w.loop, peer->tcp, data_rpc_options());
+  SHOAL_TRY(peer->rpc->start());
+  dist::RpcLinkOptions lo;
+  lo.shard = shard;
+  lo.session_count = 8;  // <= data_rpc_options().max_sessions
+  lo.call_timeout_ns = 2000 * kMs;
+  lo.end_attempts_max = 20;
+  peer->link = std::make_unique<Link>(*peer->rpc, lo);
+  w.peers[shard] = std::move(peer);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Serving
+
+Status ShardServer::serve() {
+  // Signals go to the main thread only: workers block them (the mask is inherited).
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  for (auto& w : workers_) {
+    Worker* wp = w.get();
+    auto timer = wp->loop->add_timer(wp->loop->now_ns() + kHealthTickNs, &Worker::health_thunk, wp);
+    if (!timer.ok()) return timer.status();
+    wp->thread = std::thread([wp] {
+      wp->loop->run();
+      wp->teardown();
+    });
+  }
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  const cluster::Replica& me = config_.shards[options_.shard].replicas.at(0);
+  fmt::print(stderr, "shoal server: shard {} ready on {}:{} ({} worker{}, keys [{}, {}))\n",
+             options_.shard, me.host, me.port, options_.workers, options_.workers == 1 ? "" : "s",
+             layout_->lo(options_.shard), layout_->hi(options_.shard));
+  accept_loop();
+  stop_workers();
+  fmt::print(stderr, "shoal server: shard {} stopped\n", options_.shard);
+  return Status::Ok();
+}
+
+struct Handoff {
+  Worker* worker;
+  net::TcpEndpoint tcp;
+};
+
+void ShardServer::accept_loop() {
+  uint32_t next = 0;
+  while (!g_stop.load()) {
+    auto tcp = listener_.accept(kAcceptSliceMs);
+    if (!tcp.ok()) continue;  // no connection in this slice (or EINTR from a signal)
+    Worker* w = workers_[next++ % workers_.size()].get();
+    auto* h = new Handoff{w, std::move(*tcp)};
+    Status s = w->loop->post(
+        [](void* ctx) {
+          std::unique_ptr<Handoff> h(static_cast<Handoff*>(ctx));
+          h->worker->adopt(std::move(h->tcp));
+        },
+        h);
+    if (!s.ok()) delete h;  // the worker's post queue is full: drop the connection
+  }
+}
+
+void ShardServer::stop_workers() {
+  for (auto& w : workers_) w->loop->stop();
+  for (auto& w : workers_) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+void Worker::teardown() {
+  coordinator.reset();
+  incoming.clear();
+  peers.clear();
+  self_link.reset();
+  service.reset();
+  participant.reset();
+  loop.reset();
+}
+
+void Worker::adopt(net::TcpEndpoint tcp) {
+  if (incoming.size() >= kIncomingMax) {
+    fmt::print(stderr, "shoal server: shard {}: worker {} refuses a connection ({} open)\n",
+               server->shard(), index, incoming.size());
+    return;  // closes it
+  }
+  auto in = std::make_unique<Incoming>();
+  in->tcp = std::move(tcp);
+  in->rpc = std::make_unique<Rpc>(*loop, in->tcp, data_rpc_options());
+  if (!in->rpc->start().ok()) return;
+  service->attach(*in->rpc);
+  attach_control(*in->rpc);
+  incoming.push_back(std::move(in));
+}
+
+void Worker::attach_control(Rpc& rpc) {
+  ShardServer* s = server;
+  rpc.handle(kPing,
+             [s](rt::RpcRequest& r) -> rt::Task<Status> { co_return s->on_ping(r.response); });
+  rpc.handle(kStart, [s](rt::RpcRequest& r) -> rt::Task<Status> {
+    co_return s->on_start(r.payload, r.response);
+  });
+  rpc.handle(kStats,
+             [s](rt::RpcRequest& r) -> rt::Task<Status> { co_return s->on_stats(r.response); });
+  rpc.handle(kScan,
+             [s](rt::RpcRequest& r) -> rt::Task<Status> { co_return s->on_scan(r.response); });
+}
+
+// Marks links to dead shards (releasing what they coordinated here) and frees connections
+// that have been closed for two ticks (no handler of theirs can still be queued by then:
+// a failed endpoint spawns nothing, and spawned handlers run within an iteration).
+void Worker::health() {
+  for (auto& p : peers) {
+    if (p == nullptr || p->down || p->rpc->status().ok()) continue;
+    p->down = true;
+    server->note_down(p->shard);
+    const size_t released = participant->abort_coordinated_by(p->shard);
+    fmt::print(stderr,
+               "shoal server: shard {} worker {}: shard {} unreachable ({}); released {} of its "
+               "transactions\n",
+               server->shard(), index, p->shard, p->rpc->status().to_string(), released);
+  }
+  const uint64_t now = loop->now_ns();
+  std::erase_if(incoming, [now](const std::unique_ptr<Incoming>& in) {
+    if (in->rpc->status().ok()) return false;
+    if (in->failed_seen_ns == 0) in->failed_seen_ns = now;
+    return now - in->failed_seen_ns >= 2 * kHealthTickNs;
+  });
+}
+
+void Worker::health_thunk(void* self, uint64_t) {
+  auto* w = static_cast<Worker*>(self);
+  w->health();
+  auto id = w->loop->add_timer(w->loop->now_ns() + kHealthTickNs, &Worker::health_thunk, w);
+  SHOAL_ASSERT(id.ok(), "health timer: %s", id.status().to_string().c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load: `inflight` coroutine clients per worker, each running transactions back to back.
+
+rt::Task<void> load_client(Worker* w, uint64_t seed) {
+  dist::DistTxn txn;
+  Rng rng(seed);
+  MicroArgs args;
+  const KeyLayout& layout = w->server->layout();
+  const uint32_t home = w->server->shard();
+  const bool can_cross = layout.shard_count() > 1;
+  while (w->loop->now_ns() < w->load_end_ns) {
+    const bool cross = can_cross && rng.uniform(0, 99) < w->params.cross_shard_pct;
+    pick_keys(layout, home, cross, rng, &args);
+    const uint64_t start_ns = w->loop->now_ns();
+    Status s = co_await w->coordinator->run(txn, &dist_rmw4, &args, nullptr);
+    w->record(cross, s, w->loop->now_ns() - start_ns);
+    // A shard that is gone fails cross-shard transactions at once: yield so the loop's
+    // pollers and timers keep their turn even then.
+    if (!s.ok()) co_await w->loop->yield();
+  }
+  if (--w->clients_running == 0) w->publish();
+}
+
+void Worker::start_load() {
+  stats = MicroStats{};
+  aborts_base = coordinator->stats().conflict_aborts;
+  load_end_ns = loop->now_ns() + static_cast<uint64_t>(params.seconds * 1e9);
+  clients_running = 0;
+  for (uint32_t i = 0; i < params.inflight; ++i) {
+    const uint64_t seed =
+        params.seed * 0x9e3779b97f4a7c15ULL + server->shard() * 65536ULL + index * 1024ULL + i;
+    if (!loop->spawn(load_client(this, seed)).ok()) break;  // task table full: fewer clients
+    ++clients_running;
+  }
+  if (clients_running == 0) publish();
+}
+
+void Worker::record(bool cross, const Status& s, uint64_t latency_ns) {
+  if (s.ok()) {
+    ++stats.committed;
+    if (cross) {
+      ++stats.committed_cross;
+      stats.latency_cross.record(latency_ns);
+    } else {
+      stats.latency_local.record(latency_ns);
+    }
+    return;
+  }
+  ++stats.failed;
+  if (cross) ++stats.failed_cross;
+  if (s.code() == Code::kUnavailable) ++stats.unavailable;
+  if (stats.first_error.empty()) stats.first_error = s.to_string();
+}
+
+void Worker::publish() {
+  stats.conflict_aborts = coordinator->stats().conflict_aborts - aborts_base;
+  published = stats;
+  published_participant = participant->stats();
+  done.store(true, std::memory_order_release);
+  server->load_finished();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Control handlers
+
+Status ShardServer::on_ping(rt::MsgBuffer* out) {
+  nlohmann::json down = nlohmann::json::array();
+  const uint64_t mask = down_mask_.load();
+  for (uint32_t s = 0; s < kShardsMax; ++s) {
+    if (mask & (uint64_t{1} << s)) down.push_back(s);
+  }
+  reply_json({{"shard", options_.shard},
+              {"workers", options_.workers},
+              {"keys_lo", layout_->lo(options_.shard)},
+              {"keys_hi", layout_->hi(options_.shard)},
+              {"pid", static_cast<int64_t>(getpid())},
+              {"running", running_.load() > 0},
+              {"unreachable", down}},
+             out);
+  return Status::Ok();
+}
+
+Status ShardServer::on_start(std::span<const uint8_t> request, rt::MsgBuffer* out) {
+  auto j = parse_control({reinterpret_cast<const char*>(request.data()), request.size()});
+  if (!j.ok()) return j.status();
+  auto params = MicroParams::from_json(*j);
+  if (!params.ok()) return params.status();
+  uint32_t idle = 0;
+  if (!running_.compare_exchange_strong(idle, static_cast<uint32_t>(workers_.size()))) {
+    return Status::InvalidArgument("a load is already running");
+  }
+  for (auto& w : workers_) {
+    w->done.store(false);
+    w->params = *params;  // read by the worker only in the posted start (post orders it)
+  }
+  for (auto& w : workers_) {
+    Status s = w->loop->post([](void* ctx) { static_cast<Worker*>(ctx)->start_load(); }, w.get());
+    if (!s.ok()) {
+      w->done.store(true);  // that worker runs nothing; the rest report
+      running_.fetch_sub(1);
+    }
+  }
+  reply_json(nlohmann::json::object(), out);
+  return Status::Ok();
+}
+
+Status ShardServer::on_stats(rt::MsgBuffer* out) {
+  bool done = true;
+  for (auto& w : workers_) done = done && w->done.load(std::memory_order_acquire);
+  nlohmann::json j = {{"shard", options_.shard}, {"done", done}};
+  if (done) {
+    MicroStats total;
+    uint64_t orphaned = 0, expired = 0;
+    for (auto& w : workers_) {
+      total.merge(w->published);
+      orphaned += w->published_participant.orphaned;
+      expired += w->published_participant.expired;
+    }
+    j["stats"] = total.to_json();
+    j["orphaned"] = orphaned;
+    j["expired"] = expired;
+  }
+  reply_json(j, out);
+  return Status::Ok();
+}
+
+// Reads every key of this shard with fresh transactions (a lock left behind fails the read)
+// and sums the counters: the survivors' "no locks kept" check and the consistency check.
+Status ShardServer::on_scan(rt::MsgBuffer* out) {
+  constexpr uint64_t kKeysPerTxn = 4096;  // bounds a read set
+  const uint64_t lo = layout_->lo(options_.shard), hi = layout_->hi(options_.shard);
+  txn::Txn t(engine_.get(), 7);
+  uint64_t unreadable = 0, sum = 0;
+  std::string first;
+  for (uint64_t base = lo; base < hi; base += kKeysPerTxn) {
+    t.begin();
+    for (uint64_t k = base; k < std::min(hi, base + kKeysPerTxn); ++k) {
+      MicroValue v{};
+      Status s = engine_->tables()[kMicroTableId]->txn_get(t, &k, &v, sizeof v, nullptr);
+      if (s.ok()) {
+        sum += v.counter;
+      } else if (unreadable++ == 0) {
+        first = fmt::format("key {}: {}", k, s.to_string());
+      }
+    }
+    t.abort();
+  }
+  reply_json({{"shard", options_.shard},
+              {"keys", hi - lo},
+              {"unreadable", unreadable},
+              {"first_unreadable", first},
+              {"counter_sum", sum}},
+             out);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status run_server(const ServerOptions& options) {
+  struct sigaction sa {};
+  sa.sa_handler = &on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a peer that dies mid-send is an error status, not a signal
+  ShardServer server;
+  SHOAL_TRY(server.init(options));
+  return server.serve();
+}
+
+}  // namespace shoal::server

@@ -1,0 +1,47 @@
+// `shoal server`: one process per shard (leader replica only; replication is issue 5).
+//
+// Start-up, in order: load and validate the config; build the Engine and load this shard's
+// micro table (KeyLayout in dist_micro.h); listen on the shard's configured address; from each
+// worker, dial every other shard (refused connections are retried until connect_timeout_ms,
+// so shards may start in any order: a dial completes in the peer's listen backlog before it
+// accepts); then start the worker threads and accept connections. A shard answers kPing only
+// once all of this is done, which is what "ready" means to `shoal cluster up`.
+//
+// Per worker thread: one EventLoop running everything of that worker: its Participant and
+// ParticipantService (serving remote coordinators over every connection it was handed), its
+// Coordinator with one RpcLink per other shard (over connections it dialed itself) and a
+// LocalLink to its own participant, the control handlers, and, after kStart, the load:
+// `inflight` coroutine transactions. No helper thread does transaction work; the main thread
+// only accepts connections (hands each to a worker, round robin) and watches for SIGTERM/INT.
+// Idle loops block in ppoll on their sockets (TcpEndpoint is a BlockableEndpoint).
+//
+// Peer death: when a worker's link to shard X fails for good (Unavailable: the process is
+// gone), its coordinator fails every transaction needing X with Unavailable naming X, and its
+// participant releases every transaction X coordinated (Participant::abort_coordinated_by,
+// rule F6 there: presumed abort, safe with 2 shards; see that comment for >= 3).
+//
+// Threads: run_server() is called on the main thread and returns after SIGTERM/SIGINT.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shoal/status.h"
+
+namespace shoal::server {
+
+struct ServerOptions {
+  std::string config_path;
+  uint32_t shard = 0;
+  uint32_t workers = 0;  // 0: the config's workers_per_shard
+  uint64_t keys_per_partition = 1'000'000;
+  uint64_t connect_timeout_ms = 30'000;  // dialing the other shards at start-up
+  // Exit when the parent process dies (servers owned by a `shoal bench` run).
+  bool die_with_parent = false;
+};
+
+// Runs the shard until SIGTERM or SIGINT. Errors: InvalidArgument (config, naming the field;
+// shard out of range), Unavailable (a peer never accepted, naming it), IOError (listen).
+[[nodiscard]] Status run_server(const ServerOptions& options);
+
+}  // namespace shoal::server
