@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include "src/net/socket_util.h"
+
 namespace shoal::net {
 
 namespace {
@@ -21,20 +23,7 @@ namespace {
 constexpr uint32_t kControlFence = 1;  // control frame: epoch = the sender's new fence
 
 Status errno_status(const char* what, int err) {
-  if (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ECONNABORTED) {
-    return Status::Unavailable(fmt::format("tcp peer gone ({}: {})", what, std::strerror(err)));
-  }
-  return Status::IOError(fmt::format("{}: {}", what, std::strerror(err)));
-}
-
-Result<sockaddr_in> parse_address(const std::string& host, uint16_t port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    return Status::InvalidArgument(fmt::format("'{}' is not an IPv4 address", host));
-  }
-  return addr;
+  return socket_errno_status("tcp", what, err);
 }
 
 Status make_fast(int fd) {
@@ -44,21 +33,6 @@ Status make_fast(int fd) {
     return errno_status("tcp setsockopt/fcntl", errno);
   }
   return Status::Ok();
-}
-
-// Connects a blocking socket, retrying refusals (the listener may be restarting) until the
-// deadline. Returns the fd.
-Result<int> dial(const sockaddr_in& addr, uint64_t timeout_ms) {
-  const uint64_t deadline = mono_ns() + timeout_ms * 1'000'000;
-  for (;;) {  // bounded by the deadline
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return errno_status("socket", errno);
-    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
-    const int err = errno;
-    ::close(fd);
-    if (err != ECONNREFUSED || mono_ns() >= deadline) return errno_status("tcp connect", err);
-    usleep(1000);
-  }
 }
 
 }  // namespace
@@ -87,9 +61,9 @@ Result<TcpEndpoint> TcpEndpoint::adopt(int fd, const EndpointOptions& options) {
 
 Result<TcpEndpoint> TcpEndpoint::connect(const std::string& host, uint16_t port,
                                          const EndpointOptions& options, uint64_t timeout_ms) {
-  auto addr = parse_address(host, port);
+  auto addr = parse_ipv4(host, port);
   if (!addr.ok()) return addr.status();
-  auto fd = dial(*addr, timeout_ms);
+  auto fd = dial_tcp(*addr, timeout_ms, "tcp");
   if (!fd.ok()) return fd.status();
   auto ep = adopt(*fd, options);
   if (!ep.ok()) return ep.status();
@@ -157,7 +131,7 @@ Status TcpEndpoint::reconnect(uint64_t timeout_ms) {
   SHOAL_ASSERT(connector_, "reconnect() on an accepted endpoint");
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  auto fd = dial(remote_, timeout_ms);
+  auto fd = dial_tcp(remote_, timeout_ms, "tcp");
   if (!fd.ok()) return fail(fd.status());
   fd_ = *fd;
   reset_stream();  // a new stream: positions restart at 0; the peer fence we knew is kept
@@ -465,7 +439,7 @@ Status TcpEndpoint::wait(uint64_t timeout_ns) {
 
 Result<TcpListener> TcpListener::listen(const std::string& host, uint16_t port,
                                         const EndpointOptions& options) {
-  auto addr = parse_address(host, port);
+  auto addr = parse_ipv4(host, port);
   if (!addr.ok()) return addr.status();
   TcpListener l;
   l.options_ = options;

@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "src/net/socket_util.h"
+
 // Older uapi headers lack the SEND_ZC usage report (kernel 6.2); the values are ABI.
 #ifndef IORING_SEND_ZC_REPORT_USAGE
 #define IORING_SEND_ZC_REPORT_USAGE (1U << 3)
@@ -41,10 +43,7 @@ uint64_t user_data(uint64_t tag, uint32_t slot) {
 }
 
 Status errno_status(const char* what, int err) {
-  if (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ECONNABORTED) {
-    return Status::Unavailable(fmt::format("uring peer gone ({}: {})", what, std::strerror(err)));
-  }
-  return Status::IOError(fmt::format("{}: {}", what, std::strerror(err)));
+  return socket_errno_status("uring", what, err);
 }
 
 unsigned mode_flags(UringMode mode) {
@@ -65,19 +64,6 @@ void log_mode_once(UringMode mode, const std::string& fallback_note) {
   const uint32_t bit = 1u << static_cast<uint32_t>(mode);
   if ((logged.fetch_or(bit) & bit) != 0) return;
   fmt::print(stderr, "uring transport: io_uring mode {}{}\n", uring_mode_name(mode), fallback_note);
-}
-
-Result<int> dial(const sockaddr_in& addr, uint64_t timeout_ms) {
-  const uint64_t deadline = mono_ns() + timeout_ms * 1'000'000;
-  for (;;) {  // bounded by the deadline
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return errno_status("socket", errno);
-    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
-    const int err = errno;
-    ::close(fd);
-    if (err != ECONNREFUSED || mono_ns() >= deadline) return errno_status("uring connect", err);
-    usleep(1000);
-  }
 }
 
 struct SendSlot {
@@ -696,13 +682,9 @@ Result<UringEndpoint> UringEndpoint::adopt(int fd, const EndpointOptions& option
 Result<UringEndpoint> UringEndpoint::connect(const std::string& host, uint16_t port,
                                              const EndpointOptions& options,
                                              const UringOptions& uring, uint64_t timeout_ms) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    return Status::InvalidArgument(fmt::format("'{}' is not an IPv4 address", host));
-  }
-  auto fd = dial(addr, timeout_ms);
+  auto addr = parse_ipv4(host, port);
+  if (!addr.ok()) return addr.status();
+  auto fd = dial_tcp(*addr, timeout_ms, "uring");
   if (!fd.ok()) return fd.status();
   return adopt(*fd, options, uring);
 }
