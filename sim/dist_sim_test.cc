@@ -42,6 +42,7 @@ struct Cluster {
       o.lock_wait_spins_max = 16;  // locks live for round trips here: fail fast, retry
       o.shard_id = s;
       o.unsafe_skip_read_validation = skip_validation;
+      o.keep_version_chains = true;  // the dominance check below finds the versions read
       engines.push_back(std::make_unique<txn::Engine>(o, &env));
       auto* table = engines.back()->create_table<1>("accounts");
       for (uint64_t k = 0; k < keys_per_shard; ++k) {
@@ -115,7 +116,14 @@ rt::Task<Status> bank_txn(dist::DistTxn& txn, const void* args_ptr, void* result
   co_return Status::Ok();
 }
 
+// A committed transaction's reads (key, seq) and its final dependency vector.
+struct CommittedVector {
+  std::vector<std::pair<uint64_t, uint64_t>> reads;
+  txn::DepVec vector;
+};
+
 struct RunTotals {
+  std::vector<CommittedVector> vectors;
   uint64_t committed = 0;
   uint64_t cross_shard = 0;
   uint64_t conflicts = 0;
@@ -146,9 +154,44 @@ rt::Task<void> client(Cluster* c, dist::Coordinator* coord, HistoryRecorder::Thr
     TxnResult result;
     Status s = co_await coord->run(txn, &bank_txn, &args, &result);
     if (!s.ok()) continue;
+    CommittedVector cv;
+    for (const Op& op : result.record.ops) {
+      if (op.kind == OpKind::kRead) cv.reads.emplace_back(op.key, op.version);
+    }
+    cv.vector = txn.vector();
+    totals->vectors.push_back(std::move(cv));
     log->append(std::move(result.record));
     totals->committed++;
   }
+}
+
+// Every committed transaction's vector must dominate every version it read: that version's
+// TID on its shard, and the version's own dependency vector (design section 3, step 2).
+void check_vectors_dominate_reads(Cluster& c, const std::vector<CommittedVector>& vectors) {
+  uint64_t checked = 0, checked_deps = 0;
+  for (const CommittedVector& cv : vectors) {
+    for (const auto& [key, seq] : cv.reads) {
+      const uint32_t shard = c.shard_of(key);
+      auto* table = static_cast<txn::Table<1>*>(c.engines[shard]->find_table("accounts"));
+      bool found = false;
+      auto visit = [&](const void* data, uint64_t word, const txn::DepVec* deps) {
+        if (found || static_cast<const Account*>(data)->seq != seq) return;
+        found = true;
+        EXPECT_GE(cv.vector.get(shard), txn::Tid::version(word))
+            << "vector misses the read version of key " << key;
+        if (deps != nullptr) {
+          EXPECT_TRUE(cv.vector.dominates(*deps)) << "vector misses what key " << key << " read";
+          ++checked_deps;
+        }
+        ++checked;
+      };
+      Status st = table->peek_chain_for_tests(key1(key), visit);
+      ASSERT_TRUE(st.ok());
+      ASSERT_TRUE(found) << "version " << seq << " of key " << key << " not in its chain";
+    }
+  }
+  EXPECT_GT(checked, 0u);
+  EXPECT_GT(checked_deps, 0u) << "no version read carried a cross-shard vector";
 }
 
 struct SimRunResult {
@@ -194,6 +237,7 @@ SimRunResult run_cluster(uint64_t seed, bool skip_validation, uint32_t shards = 
       return true;
     });
   }
+  check_vectors_dominate_reads(c, out.totals.vectors);
   out.history = recorder.merge();
   return out;
 }

@@ -127,10 +127,11 @@ class Table final : public TableBase {
   // Non-transactional read of the latest committed value, for checks after a run.
   // REQUIRES: quiescent (no concurrent transactions).
   Status peek(const KeyT& key, void* out, uint32_t size_bytes) const;
-  // Visits the newest version of key, then each older one kept in its chain: fn(data, word).
+  // Visits the newest version of key, then each older one kept in its chain:
+  // fn(data, word, deps) (deps nullptr: the version depends on this shard only).
   // REQUIRES: quiescent.
-  Status peek_chain_for_tests(const KeyT& key,
-                              const std::function<void(const void*, uint64_t)>& fn) const;
+  Status peek_chain_for_tests(
+      const KeyT& key, const std::function<void(const void*, uint64_t, const DepVec*)>& fn) const;
   // Non-transactional ascending scan of committed values in [lo, hi]; fn(key, value, size)
   // returns false to stop. REQUIRES: quiescent.
   void for_each(const KeyT& lo, const KeyT& hi,

@@ -93,13 +93,14 @@ Status Table<K>::peek(const KeyT& key, void* out, uint32_t size_bytes) const {
 }
 
 template <size_t K>
-Status Table<K>::peek_chain_for_tests(const KeyT& key,
-                                      const std::function<void(const void*, uint64_t)>& fn) const {
+Status Table<K>::peek_chain_for_tests(
+    const KeyT& key, const std::function<void(const void*, uint64_t, const DepVec*)>& fn) const {
   ebr::Guard guard;
   auto* rec = static_cast<const Record*>(index_.get(key, nullptr));
   if (rec == nullptr) return Status::NotFound();
   for (int depth = 0; rec != nullptr && depth < (1 << 20); ++depth, rec = rec->older) {
-    fn(rec->data, rec->word.load(std::memory_order_acquire));
+    fn(rec->data, rec->word.load(std::memory_order_acquire),
+       rec->deps.load(std::memory_order_acquire));
   }
   return Status::Ok();
 }

@@ -287,7 +287,7 @@ TEST(EngineChains, KeepsOlderVersions) {
     ASSERT_TRUE(run_fn(w, [&](Txn& txn) { return txn.put(*t, key1(1), Account{v, {}}); }).ok());
   }
   std::vector<int64_t> chain;
-  ASSERT_TRUE(t->peek_chain_for_tests(key1(1), [&](const void* data, uint64_t) {
+  ASSERT_TRUE(t->peek_chain_for_tests(key1(1), [&](const void* data, uint64_t, const DepVec*) {
                  chain.push_back(static_cast<const Account*>(data)->balance);
                }).ok());
   EXPECT_EQ(chain, (std::vector<int64_t>{5, 4, 3, 2, 1, 0}));
