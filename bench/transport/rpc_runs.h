@@ -107,15 +107,17 @@ rt::Task<void> pingpong_caller(CallPlan<E>* plan) {
 
 template <net::TransportEndpoint E>
 rt::Task<void> pipelined_caller(CallPlan<E>* plan, uint32_t session) {
-  // Bounded by stop_at_ns (every call completes or times out) or the first error.
-  while (plan->error.ok() && net::mono_ns() < plan->stop_at_ns) {
+  // Bounded by stop_at_ns (every call completes or times out) or the first error. The loop's
+  // iteration clock, not a clock read per call (two reads would be ~6% of a 64 B call): the run
+  // window is then exact to within one loop iteration.
+  while (plan->error.ok() && plan->loop->iteration_now_ns() < plan->stop_at_ns) {
     auto response =
         co_await plan->rpc->call(session, plan->method, plan->rpc->buffer(plan->request_bytes));
     if (Status s = plan->take(response); !s.ok()) {
       plan->error = std::move(s);
       break;
     }
-    const uint64_t now = net::mono_ns();
+    const uint64_t now = plan->loop->iteration_now_ns();
     if (now >= plan->measure_from_ns && now < plan->stop_at_ns) ++plan->measured_rpcs;
   }
   plan->caller_done();

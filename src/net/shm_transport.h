@@ -126,6 +126,8 @@ class ShmEndpoint {
   [[nodiscard]] Result<uint8_t*> reserve_blocking(uint32_t bytes);
   [[nodiscard]] Status check_peer();
   Status fail(Status status);
+  void prefault();
+  void prefault_once();
 
   EndpointOptions options_;
   uint8_t* map_ = nullptr;
@@ -138,6 +140,7 @@ class ShmEndpoint {
   MessageAssembler assembler_{0};
   bool batch_outstanding_ = false;
   bool reserved_ = false;
+  bool prefaulted_ = false;  // prefault_once() ran: the first poll()/send in this process
   uint64_t last_liveness_check_ns_ = 0;
   uint32_t empty_polls_ = 0;
   Status failed_;

@@ -91,8 +91,7 @@ Status status_from_code(Code code, std::string msg) {
   return Status::Corruption("unknown status code");
 }
 
-void MsgBuffer::reserve(size_t payload_capacity) {
-  if (data_ != nullptr && payload_capacity <= cap_) return;
+void MsgBuffer::grow(size_t payload_capacity) {
   // Grow geometrically so a buffer reused for growing messages settles quickly.
   const size_t cap = std::max({payload_capacity, 2 * cap_, size_t{64}});
   auto bigger = std::make_unique<uint8_t[]>(cap + kRpcHeaderBytes);

@@ -88,9 +88,15 @@ class MsgBuffer {
   uint8_t* header() { return data_.get(); }
   // Header + payload, as handed to the transport.
   std::span<const uint8_t> wire() const { return {data_.get(), kRpcHeaderBytes + size_}; }
-  void reserve(size_t payload_capacity);
+  // Inline: a pooled buffer almost always has room already, and this runs several times per RPC.
+  void reserve(size_t payload_capacity) {
+    if (data_ == nullptr || payload_capacity > cap_) [[unlikely]]
+      grow(payload_capacity);
+  }
 
  private:
+  void grow(size_t payload_capacity);
+
   std::unique_ptr<uint8_t[]> data_;
   size_t cap_ = 0;   // payload capacity (storage is cap_ + kRpcHeaderBytes)
   size_t size_ = 0;  // payload bytes

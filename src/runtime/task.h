@@ -10,11 +10,15 @@
 //   - No exceptions: errors travel as Status / Result<T> values; an exception escaping a body
 //     is a broken invariant and aborts.
 // Threads: a Task runs on the thread of the loop that resumes it; it is not thread-safe.
-// Allocation: every coroutine frame is one heap allocation (operator new of the promise); this
-// is the runtime's only per-task allocation (see docs/RUNTIME.md).
+// Allocation: every coroutine frame comes from the promise's operator new: frames up to
+// kPooledFrameBytes are recycled through a bounded per-thread free list per 64-byte size class
+// (allocate_frame / free_frame), so steady-state tasks (an RPC handler per request) do not call
+// malloc; larger frames, and every frame in sanitizer builds, use the heap (docs/RUNTIME.md).
 #pragma once
 
 #include <coroutine>
+#include <cstddef>
+#include <new>
 #include <optional>
 #include <utility>
 
@@ -27,7 +31,72 @@ class Task;
 
 namespace detail {
 
+// Frame pool. Per thread rather than per loop: operator new cannot see the loop, and one loop
+// runs on one thread, so this is the same list without a lookup. A frame freed on another
+// thread (a task moved with post_resume) joins that thread's list; any block of a class fits.
+inline constexpr size_t kFrameClassBytes = 64;
+inline constexpr size_t kFrameClasses = 16;
+inline constexpr size_t kPooledFrameBytes = kFrameClassBytes * kFrameClasses;  // 1 KiB
+inline constexpr size_t kMaxCachedFrameBytes = size_t{256} << 10;  // per thread, all classes
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kPoolFrames = false;  // sanitizers must see each frame's lifetime
+#else
+inline constexpr bool kPoolFrames = true;
+#endif
+
+struct FrameCache {
+  struct Free {
+    Free* next;
+  };
+  Free* head[kFrameClasses] = {};
+  size_t cached_bytes = 0;
+  // Set by the destructor: frames freed later in thread exit (a static EventLoop's tasks) go
+  // straight back to the heap.
+  bool closed = false;
+  FrameCache() = default;
+  FrameCache(const FrameCache&) = delete;
+  FrameCache& operator=(const FrameCache&) = delete;
+  ~FrameCache() {  // thread exit: hand the cached frames back to the heap
+    closed = true;
+    for (size_t c = 0; c < kFrameClasses; ++c) {
+      while (Free* f = head[c]) {
+        head[c] = f->next;
+        ::operator delete(f, (c + 1) * kFrameClassBytes);
+      }
+    }
+  }
+};
+inline thread_local FrameCache t_frame_cache;
+
+inline void* allocate_frame(size_t bytes) {
+  const size_t c = (bytes - 1) / kFrameClassBytes;  // a frame is never empty
+  if (!kPoolFrames || c >= kFrameClasses) return ::operator new(bytes);
+  FrameCache& cache = t_frame_cache;
+  if (FrameCache::Free* f = cache.head[c]) {
+    cache.head[c] = f->next;
+    cache.cached_bytes -= (c + 1) * kFrameClassBytes;
+    return f;
+  }
+  return ::operator new((c + 1) * kFrameClassBytes);
+}
+
+// REQUIRES: bytes is what allocate_frame() was given for p.
+inline void free_frame(void* p, size_t bytes) {
+  const size_t c = (bytes - 1) / kFrameClassBytes;
+  if (!kPoolFrames || c >= kFrameClasses) return ::operator delete(p, bytes);
+  const size_t class_bytes = (c + 1) * kFrameClassBytes;
+  FrameCache& cache = t_frame_cache;
+  if (cache.closed || cache.cached_bytes + class_bytes > kMaxCachedFrameBytes) {
+    return ::operator delete(p, class_bytes);  // bounded: beyond the cap frames go back
+  }
+  cache.head[c] = new (p) FrameCache::Free{cache.head[c]};
+  cache.cached_bytes += class_bytes;
+}
+
 struct TaskPromiseBase {
+  static void* operator new(size_t bytes) { return allocate_frame(bytes); }
+  static void operator delete(void* p, size_t bytes) { free_frame(p, bytes); }
+
   // Who resumes when this task finishes; noop for a task nobody awaits (never happens for
   // Task: spawned tasks are awaited by their detached root).
   std::coroutine_handle<> continuation = std::noop_coroutine();
