@@ -48,8 +48,13 @@ Status DistTxn::buffer(uint32_t shard, uint32_t table_id, const uint64_t* key,
     std::memcpy(copy, value, size_bytes);
   }
   if (Buffered* b = find_buffered(shard, table_id, key, key_word_count)) {
-    // A second write to one key: inserting then updating stays an insert.
-    if (!(b->write.kind == txn::WriteKind::kInsert && kind == txn::WriteKind::kPut)) {
+    // A second write to one key, merged as the engine merges them: inserting then updating
+    // stays an insert; removing then inserting is an overwrite. (Inserting then removing
+    // stays a remove of a key the shard does not have: it fails there with NotFound.)
+    using txn::WriteKind;
+    if (b->write.kind == WriteKind::kRemove && kind == WriteKind::kInsert) {
+      b->write.kind = WriteKind::kPut;
+    } else if (!(b->write.kind == WriteKind::kInsert && kind == WriteKind::kPut)) {
       b->write.kind = kind;
     }
     b->write.value = copy;
@@ -189,17 +194,23 @@ rt::Task<Status> Coordinator::install_all(DistTxn& txn) {
   // The vector's entry for a written shard is at least its proposal (raised in lock_all) and
   // at least every dependency on that shard, so installing there keeps the vector above
   // everything the transaction read. Every shard gets its install even when one fails (C2).
+  // Remote shards install first and our own shard last, as they lock: if this process dies
+  // midway, its own writes were never visible, so a survivor that releases the transaction
+  // (Participant::abort_coordinated_by) cannot strand a reader of them.
   Status first_failure;
-  uint32_t last_shard = UINT32_MAX;
-  for (const DistTxn::Buffered& b : txn.writes_) {
-    if (b.shard == last_shard) continue;
-    last_shard = b.shard;
-    Status s = co_await links_[b.shard]->install(txn.id_, txn.epoch_, txn.vector_.get(b.shard),
-                                                 txn.vector_);
-    if (!s.ok() && first_failure.ok()) {
-      first_failure = Status::Unavailable(
-          fmt::format("transaction {:#x} committed, but its install at shard {} is in doubt: {}",
-                      txn.id_, b.shard, s.to_string()));
+  const uint32_t own = options_.shard_id;
+  for (int pass = 0; pass < 2; ++pass) {
+    uint32_t last_shard = UINT32_MAX;
+    for (const DistTxn::Buffered& b : txn.writes_) {
+      if (b.shard == last_shard || (pass == 0) != (b.shard != own)) continue;
+      last_shard = b.shard;
+      Status s = co_await links_[b.shard]->install(txn.id_, txn.epoch_, txn.vector_.get(b.shard),
+                                                   txn.vector_);
+      if (!s.ok() && first_failure.ok()) {
+        first_failure = Status::Unavailable(
+            fmt::format("transaction {:#x} committed, but its install at shard {} is in doubt: {}",
+                        txn.id_, b.shard, s.to_string()));
+      }
     }
   }
   co_return first_failure;

@@ -159,7 +159,9 @@ Status Participant::lock(TxnId id, uint64_t epoch, const StagedWrite* writes, si
   Slot* slot = slot_for(id, /*start=*/true, &status);
   if (slot == nullptr) return status;
   if (slot->phase != Phase::kExecuting) {
-    abort(id);  // the coordinator lost track of this transaction: end it rather than guess
+    // The coordinator lost track of this transaction: end it rather than guess, unless it
+    // already voted yes here (F3: then only the coordinator's decision ends it).
+    if (slot->phase != Phase::kPrepared) abort(id);
     return Status::Aborted("locked twice");
   }
   for (size_t i = 0; i < count; ++i) {
@@ -183,7 +185,7 @@ Status Participant::lock(TxnId id, uint64_t epoch, const StagedWrite* writes, si
 Status Participant::validate(TxnId id, uint64_t epoch, txn::DepVec* deps) {
   Status status = check_epoch(epoch);
   if (!status.ok()) {
-    abort(id);
+    abort_unless_prepared(id);
     return status;
   }
   // A validate never starts a context: an unknown id expired (F4) or never reached us, and
@@ -194,8 +196,7 @@ Status Participant::validate(TxnId id, uint64_t epoch, txn::DepVec* deps) {
     return status;
   }
   if (slot->phase == Phase::kPrepared) {
-    abort(id);
-    return Status::Aborted("validated twice");
+    return Status::Aborted("validated twice");  // F3: the first yes vote stands
   }
   if (slot->phase == Phase::kLocked) {
     status = slot->txn->validate_read_set();  // releases the locks when it fails
@@ -239,6 +240,10 @@ Status Participant::install(TxnId id, uint64_t epoch, uint64_t tid, const txn::D
     return Status::InvalidArgument(fmt::format(
         "install of transaction {:#x} before its validation at shard {}", id, shard_id_));
   }
+  if (tid > txn::Tid::kVersionMask) {
+    return Status::InvalidArgument(
+        fmt::format("install of transaction {:#x} at TID {:#x}: not a version", id, tid));
+  }
   if (tid < slot->proposed_tid) {
     return Status::InvalidArgument(fmt::format(
         "install of transaction {:#x} at TID {:#x} below the proposed {:#x} at shard {}", id, tid,
@@ -260,6 +265,12 @@ void Participant::abort(TxnId id) {
   if (slot->phase != Phase::kExecuting) slot->txn->release_certified();
   slot->txn->abort();
   finish(id, slot, Ended::kAborted);
+}
+
+void Participant::abort_unless_prepared(TxnId id) {
+  auto it = active_.find(id);
+  if (it != active_.end() && slots_[it->second].phase == Phase::kPrepared) return;
+  abort(id);
 }
 
 size_t Participant::abort_coordinated_by(uint32_t coordinator_shard) {

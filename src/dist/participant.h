@@ -124,13 +124,15 @@ class Participant {
 
   // F4: aborts contexts that are not prepared and idle for lease_ns. Returns how many.
   size_t expire_idle();
+  // abort(), except that a context that voted yes (prepared) waits for its decision (F3).
+  void abort_unless_prepared(TxnId id);
   // F6 (coordinator death, presumed abort): aborts every context, prepared ones included,
   // whose TxnId names `coordinator_shard` as its coordinator. For a shard server whose link to
-  // that shard failed for good (its process is gone). Safe when no other surviving shard can
-  // hold an install of the same transaction: true with two shards, and in general while the
-  // dead coordinator's decision could only have reached its own (lost) shard. With three or
-  // more shards a commit installed on a third shard before the crash would be broken here;
-  // resolving that needs the epoch change and recovery of issue 5. Returns how many.
+  // that shard failed for good (its process is gone). Coordinators install remote shards first
+  // and their own last, so with two shards a prepared survivor means the dead shard never
+  // showed the writes: aborting is safe. With three or more shards a commit installed on a
+  // third shard before the crash would be broken here; resolving that needs the epoch change
+  // and recovery of issue 5. Returns how many.
   size_t abort_coordinated_by(uint32_t coordinator_shard);
   // The earliest time expire_idle() could end something; UINT64_MAX when nothing can expire.
   uint64_t next_expiry_ns() const;
