@@ -34,8 +34,13 @@ struct alignas(64) Slot {
   std::atomic<uint64_t> announce{kIdle};
   std::atomic<bool> owned{false};
   std::atomic<size_t> pending{0};
-  // Owner-only fields.
+  // Owner-only fields. Live guards entered at `low` (count_low, > 0 while depth > 0) or at
+  // low + 1 (count_high): the slot announces low, so the global epoch cannot pass low + 1 and
+  // a new guard always enters at one of the two.
   uint32_t depth = 0;
+  uint64_t low = 0;
+  uint32_t count_low = 0;
+  uint32_t count_high = 0;
   size_t quiesce_at = kQuiesceEvery;
   std::mutex mu;
   std::vector<Retired> list;  // epochs nondecreasing; live entries are [head, size)
@@ -107,6 +112,8 @@ Slot* register_thread() {
            !g_slot_high.compare_exchange_weak(high, i + 1, std::memory_order_seq_cst)) {
     }
     s.depth = 0;
+    s.count_low = 0;
+    s.count_high = 0;
     s.quiesce_at = kQuiesceEvery;
     t_slot = &s;
     t_exit.armed = true;
@@ -216,8 +223,19 @@ void free_orphans(uint64_t safe_epoch) {
 
 Guard::Guard() {
   Slot* s = my_slot();
-  if (s->depth++ != 0) return;
   const uint64_t e = g_epoch.load(std::memory_order_relaxed);
+  entry_epoch_ = e;
+  if (s->depth++ != 0) {
+    // Guards of coroutines on one thread end in any order, so each counts under the epoch it
+    // entered at and the slot announces the oldest (see ~Guard()).
+    SHOAL_ASSERT(e == s->low || e == s->low + 1, "ebr: guard entered at %llu, slot at %llu",
+                 static_cast<unsigned long long>(e), static_cast<unsigned long long>(s->low));
+    (e == s->low ? s->count_low : s->count_high)++;
+    return;
+  }
+  s->low = e;
+  s->count_low = 1;
+  s->count_high = 0;
 #if defined(__SANITIZE_THREAD__)
   s->announce.exchange(e, std::memory_order_seq_cst);
 #else
@@ -230,7 +248,19 @@ Guard::Guard() {
 Guard::~Guard() {
   Slot* s = t_slot;
   SHOAL_DCHECK(s != nullptr && s->depth > 0);
-  if (--s->depth == 0) s->announce.store(kIdle, std::memory_order_release);
+  (entry_epoch_ == s->low ? s->count_low : s->count_high)--;
+  if (--s->depth == 0) {
+    s->announce.store(kIdle, std::memory_order_release);
+    return;
+  }
+  if (s->count_low == 0) {
+    // The oldest guards are gone: announce the newer epoch so the global one can move on
+    // while younger guards (other in-flight transactions on this thread) are still alive.
+    s->low += 1;
+    s->count_low = s->count_high;
+    s->count_high = 0;
+    s->announce.store(s->low, std::memory_order_release);
+  }
 }
 
 void retire(void* p, void (*free_fn)(void*)) {

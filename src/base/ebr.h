@@ -11,8 +11,9 @@
 // entered at E blocks the epoch at E+1; an object tagged T is freed once the epoch is >= T+2,
 // when no critical section that could have seen it (entered at <= T) is still running.
 //
-// Threads: every function may be called from any thread. Guard nests (only the outermost one
-// announces), so library code may take a Guard while its caller holds one. A thread that
+// Threads: every function may be called from any thread. Guards nest and may end in any order
+// (coroutine transactions on one thread): the slot announces the oldest epoch among its live
+// guards, so the epoch keeps advancing while a thread always has some guard open. A thread that
 // exits hands its unfreed objects to a global orphan list that quiesce() frees later.
 //
 // Costs: entering a Guard is one store plus one full fence; retire() appends to a
@@ -23,17 +24,22 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace shoal::ebr {
 
 // RAII critical section for the calling thread. Pointers to nodes/records loaded while a
-// Guard is alive stay valid (not freed) until the Guard ends. Reentrant: nesting only counts.
+// Guard is alive stay valid (not freed) until the Guard ends. Reentrant, in any order.
+// REQUIRES: destroyed on the thread that constructed it.
 class Guard {
  public:
   Guard();
   ~Guard();
   Guard(const Guard&) = delete;
   Guard& operator=(const Guard&) = delete;
+
+ private:
+  uint64_t entry_epoch_;
 };
 
 // Schedules free_fn(p) once no thread can still hold a reference taken before now. Callable

@@ -63,6 +63,27 @@ TEST_F(EbrTest, NestedGuardsCountDepth) {
   EXPECT_EQ(pending_count(), 1u);
 }
 
+// Coroutine transactions on one thread end their guards in any order. Once the oldest guard
+// ends, the thread must announce the younger one's epoch, so memory retired before that
+// younger guard began is freed while it is still open (not only when every guard is gone).
+TEST_F(EbrTest, GuardsEndingOutOfOrderLetReclamationProceed) {
+  auto* older = new Guard;
+  retire(new int(1), &count_free);
+  for (int i = 0; i < 10; ++i) quiesce();  // the epoch moves at most one past `older`
+  EXPECT_EQ(g_freed.load(), 0);
+  auto* younger = new Guard;  // entered after the retirement's epoch
+  delete older;
+  EXPECT_EQ(quiesce_until_empty(), 0u) << "reclamation stuck behind a guard that ended";
+  EXPECT_EQ(g_freed.load(), 1);
+  // And the younger guard still protects what is retired while it is open.
+  retire(new int(2), &count_free);
+  for (int i = 0; i < 10; ++i) quiesce();
+  EXPECT_EQ(g_freed.load(), 1);
+  delete younger;
+  EXPECT_EQ(quiesce_until_empty(), 0u);
+  EXPECT_EQ(g_freed.load(), 2);
+}
+
 std::atomic<bool> g_flag_freed{false};
 void flag_free(void* p) {
   g_flag_freed.store(true, std::memory_order_release);
