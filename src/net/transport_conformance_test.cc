@@ -15,73 +15,14 @@
 #include "src/base/env.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
+#include "src/net/transport_test_util.h"
 #include "src/net/uring_transport.h"
 #include "src/net/wan_shaper.h"
 
 namespace shoal::net {
 namespace {
 
-constexpr uint64_t kSecondNs = 1'000'000'000;
-constexpr uint32_t kQuitSession = 0xfffffff0;
-
-std::span<const uint8_t> as_bytes(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-std::vector<uint8_t> pattern(size_t n, uint64_t seed) {
-  std::vector<uint8_t> v(n);
-  Rng rng(seed);
-  for (size_t i = 0; i < n; i += 8) {
-    const uint64_t x = rng.next();
-    std::memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
-  }
-  return v;
-}
-
-struct Received {
-  Completion::Kind kind;
-  uint32_t imm;
-  uint64_t epoch;
-  std::vector<uint8_t> bytes;
-};
-
-// Waits for one completion and copies it out (then releases it).
-template <typename E>
-Status recv_one(E& ep, Received* out, uint64_t timeout_ns = 10 * kSecondNs) {
-  const uint64_t deadline = mono_ns() + timeout_ns;
-  for (;;) {  // bounded by the deadline
-    Completion c;
-    auto n = ep.poll(&c, 1);
-    if (!n.ok()) return n.status();
-    if (*n == 1) {
-      *out = {c.kind, c.imm, c.epoch, {c.bytes.begin(), c.bytes.end()}};
-      ep.release();
-      return Status::Ok();
-    }
-    const uint64_t now = mono_ns();
-    if (now >= deadline) return Status::Timeout("recv_one");
-    Status s = ep.wait(deadline - now);
-    if (!s.ok() && s.code() != Code::kTimeout) return s;
-  }
-}
-
-// Forks a child that runs fn(child_end) and exits with its return value. The parent's copy of
-// the child's end is closed so that the child's death is visible.
-template <typename E, typename Fn>
-pid_t spawn_peer(E& child_end, Fn fn) {
-  const pid_t pid = fork();
-  SHOAL_CHECK(pid >= 0);
-  if (pid == 0) _exit(fn(child_end));
-  child_end.close();
-  return pid;
-}
-
-int wait_child(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + WTERMSIG(status);
-}
+using namespace ::shoal::net::test_util;  // NOLINT: test helpers
 
 EndpointOptions small_options() {
   EndpointOptions o;

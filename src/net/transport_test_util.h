@@ -1,0 +1,86 @@
+// Helpers shared by the transport tests (conformance suite and per-transport tests): test
+// payloads, receiving one completion with a deadline, and forked peers. Test code only.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "src/base/assert.h"
+#include "src/base/env.h"
+#include "src/net/transport.h"
+
+namespace shoal::net::test_util {
+
+inline constexpr uint64_t kSecondNs = 1'000'000'000;
+// A forked echo peer stops when it receives a message on this session.
+inline constexpr uint32_t kQuitSession = 0xfffffff0;
+
+inline std::span<const uint8_t> as_bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// n pseudo-random bytes determined by seed, so a receiver can check what it got.
+inline std::vector<uint8_t> pattern(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  Rng rng(seed);
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t x = rng.next();
+    std::memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
+  }
+  return v;
+}
+
+struct Received {
+  Completion::Kind kind;
+  uint32_t imm;
+  uint64_t epoch;
+  std::vector<uint8_t> bytes;
+};
+
+// Waits for one completion and copies it out (then releases it).
+template <typename E>
+Status recv_one(E& ep, Received* out, uint64_t timeout_ns = 10 * kSecondNs) {
+  const uint64_t deadline = mono_ns() + timeout_ns;
+  for (;;) {  // bounded by the deadline
+    Completion c;
+    auto n = ep.poll(&c, 1);
+    if (!n.ok()) return n.status();
+    if (*n == 1) {
+      *out = {c.kind, c.imm, c.epoch, {c.bytes.begin(), c.bytes.end()}};
+      ep.release();
+      return Status::Ok();
+    }
+    const uint64_t now = mono_ns();
+    if (now >= deadline) return Status::Timeout("recv_one");
+    Status s = ep.wait(deadline - now);
+    if (!s.ok() && s.code() != Code::kTimeout) return s;
+  }
+}
+
+// Forks a child that runs fn(child_end) and exits with its return value. The parent's copy of
+// the child's end is closed so that the child's death is visible.
+template <typename E, typename Fn>
+pid_t spawn_peer(E& child_end, Fn fn) {
+  const pid_t pid = fork();
+  SHOAL_CHECK(pid >= 0);
+  if (pid == 0) _exit(fn(child_end));
+  child_end.close();
+  return pid;
+}
+
+// The child's exit code, or 128 + the signal that killed it.
+inline int wait_child(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+}  // namespace shoal::net::test_util
