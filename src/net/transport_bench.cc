@@ -2,7 +2,8 @@
 // machine has two or more. Every transport number is printed beside a raw baseline measured
 // in the same run:
 //   - 64 B ping-pong round trip p50/p99: shm transport vs a bare SPSC shared-memory ring;
-//     tcp transport vs bare blocking TCP (and bare busy-polling TCP).
+//     tcp transport vs bare blocking TCP (and bare busy-polling TCP); uring transport in each
+//     ring mode vs the tcp transport.
 //   - pipelined 64 B messages per second over shm (one producer core, one consumer core) vs
 //     the bare SPSC ring.
 // Usage: net_bench [scale [pipelined]]   (scale multiplies the iteration counts; default 1;
@@ -19,11 +20,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "src/base/histogram.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
+#include "src/net/uring_transport.h"
 
 namespace shoal::net {
 namespace {
@@ -293,6 +296,31 @@ void raw_tcp_pingpong(int iters, bool spin, Histogram* h) {
   close(c);
 }
 
+// The uring transport in each ring mode, beside the tcp transport: a default ring pays an
+// inter-processor interrupt per completion, which DEFER_TASKRUN avoids.
+void run_uring_pingpong(int iters, double tcp_p50, Histogram* h) {
+  std::string why;
+  if (!UringEndpoint::supported(&why)) {
+    std::printf("  uring transport: skipped (%s)\n", why.c_str());
+    return;
+  }
+  for (UringMode mode : {UringMode::kDeferTaskrun, UringMode::kCoopTaskrun, UringMode::kDefault}) {
+    UringOptions u;
+    u.mode = mode;
+    auto link = UringEndpoint::pair({}, u);
+    if (!link.ok()) {
+      std::printf("  uring %s: %s\n", uring_mode_name(mode), link.status().to_string().c_str());
+      continue;
+    }
+    h->reset();
+    transport_pingpong(*link, iters, h);
+    const std::string name = std::string("uring transport, ") + uring_mode_name(mode);
+    print_latency(name.c_str(), *h);
+    std::printf("  ratio (p50): uring/tcp-transport %.2fx\n",
+                static_cast<double>(h->percentile(50)) / tcp_p50);
+  }
+}
+
 void run_pingpong(int scale) {
   const int shm_iters = 200'000 * scale;
   const int tcp_iters = 30'000 * scale;
@@ -329,6 +357,7 @@ void run_pingpong(int scale) {
   std::printf(
       "  ratios (p50): shm/raw-spsc %.2fx   tcp/raw-blocking %.2fx   tcp/raw-polled %.2fx\n",
       shm_p50 / raw_shm_p50, tcp_p50 / raw_tcp_p50, tcp_p50 / raw_tcp_spin_p50);
+  run_uring_pingpong(tcp_iters, tcp_p50, h.get());
 }
 
 int run(int scale, bool pipelined_only) {
