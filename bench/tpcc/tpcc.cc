@@ -185,6 +185,43 @@ Outcome TpccClient::run_one() {
   return run_type(static_cast<TxnType>(type));
 }
 
+void TpccClient::make_input(TpccInput* in) {
+  const uint32_t* mix = workload_.options().mix_percent;
+  uint32_t x = static_cast<uint32_t>(rng_.uniform(1, 100));
+  uint32_t type = 0;
+  while (type + 1 < kTxnTypes && x > mix[type]) x -= mix[type++];
+  in->type = static_cast<TxnType>(type);
+  switch (in->type) {
+    case kNewOrder:
+      in->new_order = NewOrderArgs{};
+      make_new_order(&in->new_order);
+      break;
+    case kPayment:
+      in->payment = PaymentArgs{};
+      make_payment(&in->payment);
+      break;
+    case kOrderStatus:
+      in->order_status = OrderStatusArgs{};
+      make_order_status(&in->order_status);
+      break;
+    case kDelivery:
+      in->delivery = DeliveryArgs{};
+      make_delivery(&in->delivery);
+      break;
+    default:
+      in->stock_level = StockLevelArgs{};
+      make_stock_level(&in->stock_level);
+      break;
+  }
+}
+
+void TpccClient::bind_home(uint32_t w, uint32_t d) {
+  SHOAL_ASSERT(w >= 1 && w <= warehouses_ && d >= 1 && d <= kDistrictsPerWarehouse,
+               "home %u/%u out of range", w, d);
+  home_w_ = w;
+  stock_level_d_ = d;
+}
+
 // ---- TpccWorkload ----
 
 TpccWorkload::TpccWorkload(const TpccOptions& options)

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "bench/tpcc/tpcc_random.h"
@@ -31,7 +32,22 @@ struct TpccOptions {
   uint32_t remote_item_percent = 1;
   uint32_t remote_payment_percent = 15;
   uint32_t by_last_name_percent = 60;
+  // Warehouses [load_first_warehouse, load_last_warehouse] are loaded (with ITEM); 0 means
+  // all. A shard of a partitioned cluster loads its own; `warehouses` stays the cluster's.
+  uint32_t load_first_warehouse = 0;
+  uint32_t load_last_warehouse = 0;
 };
+
+// sum(H_AMOUNT) over the HISTORY rows of this engine that count for warehouses it does not
+// hold: a shard of a partitioned cluster keeps a Payment's HISTORY row with the customer, so
+// the paying warehouse's conditions 8 and 9 (and, were rows kept elsewhere, a customer's
+// condition 10) need these sums from the other shards.
+struct ForeignPayments {
+  std::unordered_map<uint64_t, int64_t> by_warehouse;  // key: H_W_ID
+  std::unordered_map<uint64_t, int64_t> by_district;   // key: pack_wd(H_W_ID, H_D_ID)
+  std::unordered_map<uint64_t, int64_t> by_customer;   // key: pack_wd(H_C_W_ID, H_C_D_ID, H_C_ID)
+};
+ForeignPayments foreign_payments(txn::Engine& engine);
 
 // The consistency conditions over a quiescent engine loaded by TPC-C: one human-readable line
 // per violation, empty when all hold. Condition 11 holds as stated only in the initial state:
@@ -40,7 +56,22 @@ struct TpccOptions {
 // sum(C_DELIVERY_CNT) over the district's customers (each Delivery removes one NEW-ORDER row
 // and counts one delivery for the order's customer). Also checks that the two secondary
 // indexes agree with their tables.
-std::vector<std::string> check_tpcc_conditions(txn::Engine& engine, bool after_load);
+// `foreign` adds other shards' payments of this engine's customers (may be nullptr).
+std::vector<std::string> check_tpcc_conditions(txn::Engine& engine, bool after_load,
+                                               const ForeignPayments* foreign = nullptr);
+
+// One transaction's generated input: its type and the matching args.
+struct TpccInput {
+  tpcc::TxnType type = tpcc::kNewOrder;
+  union {
+    tpcc::NewOrderArgs new_order;
+    tpcc::PaymentArgs payment;
+    tpcc::OrderStatusArgs order_status;
+    tpcc::DeliveryArgs delivery;
+    tpcc::StockLevelArgs stock_level;
+  };
+  TpccInput() : new_order() {}
+};
 
 class TpccWorkload;
 
@@ -53,6 +84,11 @@ class TpccClient final : public Client {
   Outcome run_one() override;
   // Runs one transaction of the given type (tests drive each type directly).
   Outcome run_type(tpcc::TxnType type);
+  // Draws the next transaction of the mix and its input (run_one without running it).
+  void make_input(TpccInput* in);
+  // Binds this terminal to home warehouse `w` (default: worker_index % W + 1) and StockLevel
+  // district `d`. REQUIRES: w in [1, W], d in [1, 10].
+  void bind_home(uint32_t w, uint32_t d);
 
   // Input generation, exposed for tests.
   void make_new_order(tpcc::NewOrderArgs* args);

@@ -65,8 +65,13 @@ struct HistorySums {
   std::unordered_map<uint64_t, int64_t> by_customer;   // (H_C_W_ID, H_C_D_ID, H_C_ID)
 };
 
-HistorySums sum_history(const Tables& t) {
+HistorySums sum_history(const Tables& t, const ForeignPayments* foreign) {
   HistorySums s;
+  if (foreign != nullptr) {
+    s.by_warehouse = foreign->by_warehouse;
+    s.by_district = foreign->by_district;
+    s.by_customer = foreign->by_customer;
+  }
   t.history->for_each(Key<1>::min(), Key<1>::max(),
                       [&](const Key<1>&, const void* v, uint32_t size) {
                         const auto h = as_row<HistoryRow>(v, size);
@@ -311,11 +316,40 @@ int64_t check_district(const Tables& t, uint32_t w, uint32_t d, const HistorySum
 
 }  // namespace
 
-std::vector<std::string> check_tpcc_conditions(txn::Engine& engine, bool after_load) {
+ForeignPayments foreign_payments(txn::Engine& engine) {
+  ForeignPayments out;
+  Tables t;
+  if (!find_tables(engine, &t)) return out;
+  std::unordered_map<uint32_t, bool> local;  // warehouse id -> present here
+  auto is_local = [&](uint32_t w) {
+    auto [it, fresh] = local.try_emplace(w, false);
+    if (fresh) {
+      WarehouseRow row;
+      it->second = t.warehouse->peek(warehouse_key(w), &row, sizeof(row)).ok();
+    }
+    return it->second;
+  };
+  t.history->for_each(Key<1>::min(), Key<1>::max(),
+                      [&](const Key<1>&, const void* v, uint32_t size) {
+                        const auto h = as_row<HistoryRow>(v, size);
+                        if (!is_local(h.w_id)) {
+                          out.by_warehouse[h.w_id] += h.amount_cents;
+                          out.by_district[pack_wd(h.w_id, h.d_id)] += h.amount_cents;
+                        }
+                        if (!is_local(h.c_w_id)) {
+                          out.by_customer[pack_wd(h.c_w_id, h.c_d_id, h.c_id)] += h.amount_cents;
+                        }
+                        return true;
+                      });
+  return out;
+}
+
+std::vector<std::string> check_tpcc_conditions(txn::Engine& engine, bool after_load,
+                                               const ForeignPayments* foreign) {
   Tables t;
   if (!find_tables(engine, &t)) return {"tpcc: the engine does not hold the TPC-C tables"};
   Failures f;
-  const HistorySums h = sum_history(t);
+  const HistorySums h = sum_history(t, foreign);
   std::vector<WarehouseRow> warehouses;
   t.warehouse->for_each(Key<1>::min(), Key<1>::max(),
                         [&](const Key<1>&, const void* v, uint32_t size) {

@@ -9,6 +9,8 @@
 #include <numeric>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "bench/tpcc/tpcc.h"
 
 namespace shoal::bench {
@@ -228,9 +230,18 @@ Status TpccWorkload::load(txn::Engine& engine, const LoadOptions& options,
   // ~10 order lines per order, 900 new orders.
   const uint64_t per_district =
       3 * kCustomersPerDistrict + 12 * kInitialOrdersPerDistrict + kInitialNewOrdersPerDistrict;
-  prog.total_rows = kItems + warehouses_ * (kItems + 1 + kDistrictsPerWarehouse * per_district);
   const uint64_t now_us = engine.env().wall_us();
-  const uint32_t tasks = warehouses_ + 1;
+  const uint32_t first_w = options_.load_first_warehouse == 0 ? 1 : options_.load_first_warehouse;
+  const uint32_t last_w =
+      options_.load_last_warehouse == 0 ? warehouses_ : options_.load_last_warehouse;
+  if (first_w > last_w || last_w > warehouses_) {
+    return Status::InvalidArgument(fmt::format(
+        "tpcc: warehouses to load [{}, {}] not within [1, {}]", first_w, last_w, warehouses_));
+  }
+  prog.total_rows = kItems + (last_w - first_w + 1) *
+                                 (kItems + 1 + kDistrictsPerWarehouse * per_district);
+  // Task 0 loads ITEM, task i > 0 warehouse first_w + i - 1.
+  const uint32_t tasks = last_w - first_w + 2;
   const uint32_t threads = std::clamp<uint32_t>(options.workers, 1, tasks);
   std::atomic<uint32_t> next_task{0};
   std::atomic<uint32_t> running{threads};
@@ -238,7 +249,8 @@ Status TpccWorkload::load(txn::Engine& engine, const LoadOptions& options,
   Status first_error;
   auto loader = [&] {
     for (uint32_t task = next_task++; task < tasks; task = next_task++) {
-      Status s = load_task(tables_, task, options.seed, nurand_.c_last_load, now_us, &prog);
+      const uint32_t what = task == 0 ? 0 : first_w + task - 1;
+      Status s = load_task(tables_, what, options.seed, nurand_.c_last_load, now_us, &prog);
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(mu);
         if (first_error.ok()) first_error = std::move(s);

@@ -68,12 +68,11 @@ void update_stock(StockRow* s, uint32_t quantity, bool remote) {
 
 }  // namespace
 
-Status new_order(Txn& txn, const void* args_ptr, void* result_ptr) {
-  const auto& a = *static_cast<const NewOrderArgs*>(args_ptr);
-  const Tables& t = *a.tables;
-  NewOrderResult scratch_result;
-  auto& r = result_ptr != nullptr ? *static_cast<NewOrderResult*>(result_ptr) : scratch_result;
+namespace {
 
+// NewOrder's body; order lines in remote_mask take their stock outcome from remote[n].
+Status new_order_core(Txn& txn, const Tables& t, const NewOrderArgs& a, NewOrderResult& r,
+                      uint32_t remote_mask, const RemoteStockLine* remote) {
   WarehouseRow w;
   SHOAL_TRY(must_exist(txn.get(*t.warehouse, warehouse_key(a.w_id), &w)));
   DistrictRow d;
@@ -101,13 +100,20 @@ Status new_order(Txn& txn, const void* args_ptr, void* result_ptr) {
     // The unused item id: the specification's rollback after the failed item look-up.
     if (is.is_not_found()) return Status::UserAbort();
     SHOAL_TRY(is);
-    StockRow s;
-    const Key<1> sk = stock_key(in.supply_w_id, in.i_id);
-    SHOAL_TRY(must_exist(txn.get(*t.stock, sk, &s)));
-    update_stock(&s, in.quantity, in.supply_w_id != a.w_id);
-    SHOAL_TRY(must_exist(txn.put(*t.stock, sk, s)));
-
     OrderLineRow ol;
+    bool stock_original = false;
+    if ((remote_mask >> n) & 1) {
+      std::memcpy(ol.dist_info, remote[n].dist_info, sizeof(ol.dist_info));
+      stock_original = remote[n].original != 0;
+    } else {
+      StockRow s;
+      const Key<1> sk = stock_key(in.supply_w_id, in.i_id);
+      SHOAL_TRY(must_exist(txn.get(*t.stock, sk, &s)));
+      update_stock(&s, in.quantity, in.supply_w_id != a.w_id);
+      SHOAL_TRY(must_exist(txn.put(*t.stock, sk, s)));
+      std::memcpy(ol.dist_info, s.dist[a.d_id - 1], sizeof(ol.dist_info));
+      stock_original = has_original(s.data, sizeof(s.data));
+    }
     ol.amount_cents = static_cast<int64_t>(in.quantity) * item.price_cents;
     ol.delivery_d_us = 0;
     ol.o_id = o_id;
@@ -117,12 +123,10 @@ Status new_order(Txn& txn, const void* args_ptr, void* result_ptr) {
     ol.d_id = a.d_id;
     ol.number = static_cast<uint8_t>(n + 1);
     ol.quantity = in.quantity;
-    std::memcpy(ol.dist_info, s.dist[a.d_id - 1], sizeof(ol.dist_info));
     SHOAL_TRY(
         must_be_new(txn.insert(*t.order_line, order_line_key(a.w_id, a.d_id, o_id, n + 1), ol)));
     sum_cents += ol.amount_cents;
-    const bool original =
-        has_original(item.data, sizeof(item.data)) && has_original(s.data, sizeof(s.data));
+    const bool original = has_original(item.data, sizeof(item.data)) && stock_original;
     r.brand_generic[n] = original ? 'B' : 'G';
   }
   r.o_id = o_id;
@@ -130,6 +134,46 @@ Status new_order(Txn& txn, const void* args_ptr, void* result_ptr) {
   r.total_cents =
       static_cast<int64_t>(static_cast<double>(sum_cents) * (1.0 - c.discount_bp / 10000.0) *
                            (1.0 + (w.tax_bp + d.tax_bp) / 10000.0));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status new_order(Txn& txn, const void* args_ptr, void* result_ptr) {
+  const auto& a = *static_cast<const NewOrderArgs*>(args_ptr);
+  NewOrderResult scratch_result;
+  auto& r = result_ptr != nullptr ? *static_cast<NewOrderResult*>(result_ptr) : scratch_result;
+  return new_order_core(txn, *a.tables, a, r, 0, nullptr);
+}
+
+Status new_order_home(Txn& txn, const Tables& t, const NewOrderHomeArgs& a, NewOrderResult* r) {
+  if (a.order.ol_cnt > kMaxOrderLines || a.order.d_id < 1 ||
+      a.order.d_id > kDistrictsPerWarehouse) {
+    return Status::InvalidArgument("new_order_home: order out of range");
+  }
+  return new_order_core(txn, t, a.order, *r, a.remote_mask, a.remote);
+}
+
+Status new_order_stock(Txn& txn, const Tables& t, const StockFragmentArgs& a,
+                       StockFragmentResult* r) {
+  if (a.count > kMaxOrderLines || a.d_id < 1 || a.d_id > kDistrictsPerWarehouse) {
+    return Status::InvalidArgument("new_order_stock: lines out of range");
+  }
+  for (uint32_t n = 0; n < a.count; ++n) {
+    const NewOrderItem& in = a.items[n];
+    ItemRow item;
+    const Status is = txn.get(*t.item, item_key(in.i_id), &item);
+    if (is.is_not_found()) return Status::UserAbort();  // the unused item id, as at home
+    SHOAL_TRY(is);
+    StockRow s;
+    const Key<1> sk = stock_key(in.supply_w_id, in.i_id);
+    SHOAL_TRY(must_exist(txn.get(*t.stock, sk, &s)));
+    update_stock(&s, in.quantity, in.supply_w_id != a.home_w_id);
+    SHOAL_TRY(must_exist(txn.put(*t.stock, sk, s)));
+    RemoteStockLine& line = r->lines[n];
+    std::memcpy(line.dist_info, s.dist[a.d_id - 1], sizeof(line.dist_info));
+    line.original = has_original(s.data, sizeof(s.data)) ? 1 : 0;
+  }
   return Status::Ok();
 }
 
@@ -150,21 +194,12 @@ void prepend_payment_data(CustomerRow* c, const PaymentArgs& a, uint32_t c_id) {
 
 }  // namespace
 
-Status payment(Txn& txn, const void* args_ptr, void* result_ptr) {
-  const auto& a = *static_cast<const PaymentArgs*>(args_ptr);
-  const Tables& t = *a.tables;
-
-  WarehouseRow w;
-  const Key<1> wk = warehouse_key(a.w_id);
-  SHOAL_TRY(must_exist(txn.get(*t.warehouse, wk, &w)));
-  w.ytd_cents += a.amount_cents;
-  SHOAL_TRY(must_exist(txn.put(*t.warehouse, wk, w)));
-  DistrictRow d;
-  const Key<1> dk = district_key(a.w_id, a.d_id);
-  SHOAL_TRY(must_exist(txn.get(*t.district, dk, &d)));
-  d.ytd_cents += a.amount_cents;
-  SHOAL_TRY(must_exist(txn.put(*t.district, dk, d)));
-
+Status payment_customer(Txn& txn, const Tables& t, const PaymentCustomerArgs& args,
+                        PaymentResult* r) {
+  const PaymentArgs& a = args.payment;
+  if (a.c_d_id < 1 || a.c_d_id > kDistrictsPerWarehouse) {
+    return Status::InvalidArgument("payment_customer: district out of range");
+  }
   uint32_t c_id = 0;
   SHOAL_TRY(resolve_customer(txn, t, a.c_w_id, a.c_d_id, a.customer, &c_id));
   CustomerRow c;
@@ -186,17 +221,46 @@ Status payment(Txn& txn, const void* args_ptr, void* result_ptr) {
   h.d_id = a.d_id;
   // H_DATA = W_NAME, four spaces, D_NAME (clause 2.5.2.2).
   std::memset(h.data, 0, sizeof(h.data));
-  const size_t wn = fixed_len(w.name);
-  std::memcpy(h.data, w.name, wn);
+  const size_t wn = fixed_len(args.w_name);
+  std::memcpy(h.data, args.w_name, wn);
   std::memcpy(h.data + wn, "    ", 4);
-  std::memcpy(h.data + wn + 4, d.name, fixed_len(d.name));
+  std::memcpy(h.data + wn + 4, args.d_name, fixed_len(args.d_name));
   SHOAL_TRY(txn.insert(*t.history, history_key(a.history_source, a.history_seq), h));
+  r->c_id = c_id;
+  r->c_balance_cents = c.balance_cents;
+  return Status::Ok();
+}
 
-  if (result_ptr != nullptr) {
-    auto& r = *static_cast<PaymentResult*>(result_ptr);
-    r.c_id = c_id;
-    r.c_balance_cents = c.balance_cents;
+Status payment_home(Txn& txn, const Tables& t, const PaymentArgs& a, PaymentHomeResult* r) {
+  if (a.d_id < 1 || a.d_id > kDistrictsPerWarehouse) {
+    return Status::InvalidArgument("payment_home: district out of range");
   }
+  WarehouseRow w;
+  const Key<1> wk = warehouse_key(a.w_id);
+  SHOAL_TRY(must_exist(txn.get(*t.warehouse, wk, &w)));
+  w.ytd_cents += a.amount_cents;
+  SHOAL_TRY(must_exist(txn.put(*t.warehouse, wk, w)));
+  DistrictRow d;
+  const Key<1> dk = district_key(a.w_id, a.d_id);
+  SHOAL_TRY(must_exist(txn.get(*t.district, dk, &d)));
+  d.ytd_cents += a.amount_cents;
+  SHOAL_TRY(must_exist(txn.put(*t.district, dk, d)));
+  std::memcpy(r->w_name, w.name, sizeof(r->w_name));
+  std::memcpy(r->d_name, d.name, sizeof(r->d_name));
+  return Status::Ok();
+}
+
+Status payment(Txn& txn, const void* args_ptr, void* result_ptr) {
+  const auto& a = *static_cast<const PaymentArgs*>(args_ptr);
+  PaymentHomeResult names;
+  SHOAL_TRY(payment_home(txn, *a.tables, a, &names));
+  PaymentCustomerArgs c;
+  c.payment = a;
+  std::memcpy(c.w_name, names.w_name, sizeof(c.w_name));
+  std::memcpy(c.d_name, names.d_name, sizeof(c.d_name));
+  PaymentResult r;
+  SHOAL_TRY(payment_customer(txn, *a.tables, c, &r));
+  if (result_ptr != nullptr) *static_cast<PaymentResult*>(result_ptr) = r;
   return Status::Ok();
 }
 

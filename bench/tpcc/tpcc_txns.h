@@ -116,6 +116,60 @@ struct StockLevelResult {
   uint32_t low_stock = 0;
 };
 
+// ---- Cross-shard pieces (warehouses partitioned over shards) ----
+// NewOrder and Payment are the transactions that may touch a second warehouse. Across shards
+// they run as fragments on the shard owning each row (src/dist: DistTxn::exec): the remote
+// stock lines of a NewOrder, the remote customer of a Payment; the rest runs on the home shard
+// with the remote results as input. Local transactions use the procedures below unchanged.
+// Every struct here is trivially copyable and pointer-free (it crosses processes as bytes).
+
+// What the home part of NewOrder needs of a stock line another shard updated.
+struct RemoteStockLine {
+  char dist_info[24];  // S_DIST_xx of the order's district
+  uint8_t original;    // S_DATA contains "ORIGINAL"
+  uint8_t pad[7];
+};
+struct StockFragmentArgs {
+  uint16_t home_w_id = 0;  // the order's warehouse (S_REMOTE_CNT counts lines of others)
+  uint8_t d_id = 0;
+  uint8_t count = 0;  // <= kMaxOrderLines
+  uint32_t pad = 0;
+  NewOrderItem items[kMaxOrderLines] = {};
+};
+struct StockFragmentResult {
+  RemoteStockLine lines[kMaxOrderLines] = {};
+};
+struct NewOrderHomeArgs {
+  NewOrderArgs order;        // `tables` is ignored: the home shard uses its own
+  uint32_t remote_mask = 0;  // bit n: order line n's stock was updated elsewhere, see remote[n]
+  RemoteStockLine remote[kMaxOrderLines] = {};
+};
+// Payment's customer part, with what it needs of the home part for the HISTORY row.
+struct PaymentCustomerArgs {
+  PaymentArgs payment;  // `tables` is ignored
+  char w_name[10] = {};
+  char d_name[10] = {};
+};
+struct PaymentHomeResult {
+  char w_name[10] = {};
+  char d_name[10] = {};
+};
+
+// Updates the stock rows of `a.items` on this shard (reading ITEM for the invalid-item
+// rollback: UserAbort) and returns what the home part needs of each, in order.
+[[nodiscard]] Status new_order_stock(txn::Txn& txn, const Tables& t, const StockFragmentArgs& a,
+                                     StockFragmentResult* r);
+// NewOrder on its home shard, with the stock lines in `a.remote_mask` already done elsewhere.
+[[nodiscard]] Status new_order_home(txn::Txn& txn, const Tables& t, const NewOrderHomeArgs& a,
+                                    NewOrderResult* r);
+// Payment's customer part on the customer's shard: select, balance update, and the HISTORY
+// row (which lives with its customer: a cross-shard Payment needs nothing back from there).
+[[nodiscard]] Status payment_customer(txn::Txn& txn, const Tables& t, const PaymentCustomerArgs& a,
+                                      PaymentResult* r);
+// Payment's warehouse and district part on the home shard; returns their names for H_DATA.
+[[nodiscard]] Status payment_home(txn::Txn& txn, const Tables& t, const PaymentArgs& a,
+                                  PaymentHomeResult* r);
+
 // The procedures (Procedure signature). `result` may be nullptr.
 [[nodiscard]] Status new_order(txn::Txn& txn, const void* args, void* result);
 [[nodiscard]] Status payment(txn::Txn& txn, const void* args, void* result);

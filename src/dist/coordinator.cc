@@ -13,6 +13,12 @@ void DistTxn::reset(TxnId id, uint64_t epoch) {
   id_ = id;
   epoch_ = epoch;
   touched_.clear();
+  fragment_written_.clear();
+  locked_early_.clear();
+  written_.clear();
+  last_agent_ = UINT32_MAX;
+  deferred_shard_ = UINT32_MAX;
+  deferred_ = FragmentCall{};
   writes_.clear();
   values_.reset();
   vector_.clear();
@@ -90,6 +96,44 @@ rt::Task<Status> DistTxn::get(uint32_t shard, uint32_t table_id, const uint64_t*
                                                        out, out_bytes, size_out);
 }
 
+rt::Task<Status> DistTxn::exec(uint32_t shard, uint32_t fragment, std::span<const uint8_t> args,
+                               std::span<uint8_t> out, uint32_t* out_size, bool last_on_shard) {
+  if (shard >= coordinator_->shard_count()) co_return Status::InvalidArgument("no such shard");
+  touch(shard);
+  uint32_t size = 0;
+  bool wrote = false;
+  uint64_t tid = 0;
+  Status s = co_await coordinator_->links_[shard]->exec(id_, epoch_, fragment, args, out, &size,
+                                                        &wrote, last_on_shard ? &tid : nullptr);
+  if (!s.ok()) co_return s;
+  if (wrote && std::find(fragment_written_.begin(), fragment_written_.end(), shard) ==
+                   fragment_written_.end()) {
+    fragment_written_.push_back(shard);
+  }
+  if (wrote && last_on_shard) {
+    locked_early_.push_back(shard);
+    vector_.raise(shard, tid);
+  }
+  if (out_size != nullptr) *out_size = size;
+  co_return Status::Ok();
+}
+
+Status DistTxn::exec_at_commit(uint32_t shard, uint32_t fragment, std::span<const uint8_t> args) {
+  if (shard >= coordinator_->shard_count()) return Status::InvalidArgument("no such shard");
+  if (deferred_shard_ != UINT32_MAX) return Status::InvalidArgument("a second exec_at_commit");
+  if (std::find(touched_.begin(), touched_.end(), shard) != touched_.end() ||
+      shard == coordinator_->options_.shard_id) {
+    return Status::InvalidArgument("exec_at_commit on a shard the transaction touched");
+  }
+  if (args.size() > kFragmentBytesMax) return Status::InvalidArgument("fragment arguments");
+  void* copy = values_.allocate(args.empty() ? 1 : args.size());
+  if (!args.empty()) std::memcpy(copy, args.data(), args.size());
+  deferred_shard_ = shard;
+  deferred_.fragment = fragment;
+  deferred_.args = {static_cast<const uint8_t*>(copy), args.size()};
+  return Status::Ok();
+}
+
 // ---- Coordinator ----
 
 Coordinator::Coordinator(CoordinatorOptions options, std::vector<ShardLink*> links,
@@ -146,45 +190,91 @@ rt::Task<Status> Coordinator::run(DistTxn& txn, DistProcedure proc, const void* 
   co_return Status::Aborted("retries exhausted");
 }
 
-rt::Task<Status> Coordinator::lock_all(DistTxn& txn, std::vector<uint64_t>* proposed) {
-  // Group the buffered writes by shard; remote shards lock first, our own last (Mako).
+void Coordinator::order_written_shards(DistTxn& txn) {
+  // Group the buffered writes by shard (lock ships each shard's slice).
   std::stable_sort(
       txn.writes_.begin(), txn.writes_.end(),
       [](const DistTxn::Buffered& a, const DistTxn::Buffered& b) { return a.shard < b.shard; });
+  txn.written_ = txn.fragment_written_;
+  for (const DistTxn::Buffered& b : txn.writes_) {
+    if (std::find(txn.written_.begin(), txn.written_.end(), b.shard) == txn.written_.end()) {
+      txn.written_.push_back(b.shard);
+    }
+  }
+  // Remote shards first, our own last (Mako): see install_all for why.
+  const uint32_t own = options_.shard_id;
+  std::sort(txn.written_.begin(), txn.written_.end(), [own](uint32_t a, uint32_t b) {
+    return (a == own) != (b == own) ? b == own : a < b;
+  });
+}
+
+rt::Task<Status> Coordinator::lock_all(DistTxn& txn) {
   std::vector<StagedWrite> staged;
   staged.reserve(txn.writes_.size());
   for (const DistTxn::Buffered& b : txn.writes_) staged.push_back(b.write);
-  const uint32_t own = options_.shard_id;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t i = 0; i < txn.writes_.size();) {
-      const uint32_t shard = txn.writes_[i].shard;
-      size_t j = i;
-      while (j < txn.writes_.size() && txn.writes_[j].shard == shard) ++j;
-      if ((pass == 0) == (shard != own)) {
-        uint64_t tid = 0;
-        Status s = co_await links_[shard]->lock(txn.id_, txn.epoch_, &staged[i], j - i, &tid);
-        if (!s.ok()) co_return s;
-        proposed->push_back(tid);
-        txn.vector_.raise(shard, tid);
-      }
-      i = j;
+  for (uint32_t shard : txn.written_) {
+    if (std::find(txn.locked_early_.begin(), txn.locked_early_.end(), shard) !=
+        txn.locked_early_.end()) {
+      continue;  // its exec locked it
     }
+    const auto first = std::lower_bound(
+        txn.writes_.begin(), txn.writes_.end(), shard,
+        [](const DistTxn::Buffered& b, uint32_t s) { return b.shard < s; });
+    size_t i = static_cast<size_t>(first - txn.writes_.begin()), j = i;
+    while (j < txn.writes_.size() && txn.writes_[j].shard == shard) ++j;
+    uint64_t tid = 0;
+    Status s = co_await links_[shard]->lock(txn.id_, txn.epoch_, staged.data() + i, j - i, &tid);
+    if (!s.ok()) co_return s;
+    txn.vector_.raise(shard, tid);
   }
   co_return Status::Ok();
 }
 
 rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
-  std::vector<uint64_t> proposed;
-  if (!txn.writes_.empty()) {
-    Status s = co_await lock_all(txn, &proposed);
+  order_written_shards(txn);
+  if (!txn.written_.empty()) {
+    Status s = co_await lock_all(txn);
     if (!s.ok()) co_return s;
   }
-  // Validate everywhere only now that every lock is held.
+  // C4: the last remote shard with writes is the last agent (F7): it validates after every
+  // other participant voted yes and installs at once.
+  const uint32_t own = options_.shard_id;
+  txn.last_agent_ = txn.deferred_shard_;  // F8's shard, if any, decides
+  for (uint32_t shard : txn.written_) {
+    if (shard != own && txn.last_agent_ == UINT32_MAX) txn.last_agent_ = shard;
+  }
+  if (txn.deferred_shard_ != UINT32_MAX) {
+    txn.touch(txn.deferred_shard_);
+    txn.written_.insert(txn.written_.begin(), txn.deferred_shard_);  // excluded from install_all
+  }
+  // Validate everywhere only now that every lock is held; our own shard first (no round
+  // trip: a conflict there saves the remote ones).
+  std::stable_partition(txn.touched_.begin(), txn.touched_.end(),
+                        [own](uint32_t s) { return s == own; });
   for (uint32_t shard : txn.touched_) {
+    if (shard == txn.last_agent_) continue;
     txn::DepVec deps;
     Status s = co_await links_[shard]->validate(txn.id_, txn.epoch_, &deps);
     if (!s.ok()) co_return s;
     txn.vector_.merge(deps);
+  }
+  if (txn.last_agent_ != UINT32_MAX) {
+    txn::DepVec deps;
+    uint64_t tid = 0;
+    Status s = co_await links_[txn.last_agent_]->validate_install(
+        txn.id_, txn.epoch_, txn.vector_, &deps, &tid,
+        txn.last_agent_ == txn.deferred_shard_ ? &txn.deferred_ : nullptr);
+    if (s.code() == Code::kUnavailable || s.code() == Code::kTimeout) {
+      // Decided there or not: we cannot know. Release the rest (C4) and say so.
+      ++stats_.in_doubt;
+      co_return Status::Unavailable(
+          fmt::format("transaction {:#x} in doubt: shard {} took its commit decision and did "
+                      "not answer ({}); the other shards released it",
+                      txn.id_, txn.last_agent_, s.to_string()));
+    }
+    if (!s.ok()) co_return s;  // it voted no: nothing installed anywhere
+    txn.vector_.merge(deps);
+    txn.vector_.raise(txn.last_agent_, tid);
   }
   *decided = true;  // C1: every shard voted yes
   co_return co_await install_all(txn);
@@ -198,19 +288,14 @@ rt::Task<Status> Coordinator::install_all(DistTxn& txn) {
   // midway, its own writes were never visible, so a survivor that releases the transaction
   // (Participant::abort_coordinated_by) cannot strand a reader of them.
   Status first_failure;
-  const uint32_t own = options_.shard_id;
-  for (int pass = 0; pass < 2; ++pass) {
-    uint32_t last_shard = UINT32_MAX;
-    for (const DistTxn::Buffered& b : txn.writes_) {
-      if (b.shard == last_shard || (pass == 0) != (b.shard != own)) continue;
-      last_shard = b.shard;
-      Status s = co_await links_[b.shard]->install(txn.id_, txn.epoch_, txn.vector_.get(b.shard),
-                                                   txn.vector_);
-      if (!s.ok() && first_failure.ok()) {
-        first_failure = Status::Unavailable(
-            fmt::format("transaction {:#x} committed, but its install at shard {} is in doubt: {}",
-                        txn.id_, b.shard, s.to_string()));
-      }
+  for (uint32_t shard : txn.written_) {
+    if (shard == txn.last_agent_) continue;  // installed by its validate_install (F7)
+    Status s = co_await links_[shard]->install(txn.id_, txn.epoch_, txn.vector_.get(shard),
+                                               txn.vector_);
+    if (!s.ok() && first_failure.ok()) {
+      first_failure = Status::Unavailable(
+          fmt::format("transaction {:#x} committed, but its install at shard {} is in doubt: {}",
+                      txn.id_, shard, s.to_string()));
     }
   }
   co_return first_failure;

@@ -1,5 +1,7 @@
 #include "src/dist/participant.h"
 
+#include "src/txn/engine_impl.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -53,7 +55,7 @@ void Participant::drop_expired_tombstones(uint64_t now_ns) {
   }
 }
 
-void Participant::bury(TxnId id, Ended how) {
+void Participant::bury(TxnId id, Ended how, uint64_t tid) {
   const uint64_t now = now_ns();
   drop_expired_tombstones(now);
   // Bounded: evict the oldest. An evicted id loses F1's protection early; F4's lease still
@@ -68,10 +70,13 @@ void Participant::bury(TxnId id, Ended how) {
     }
   }
   const uint64_t expires_ns = now + options_.tombstone_ns;
-  auto [it, fresh] = tombstones_.try_emplace(id, Tombstone{how, expires_ns});
+  auto [it, fresh] = tombstones_.try_emplace(id, Tombstone{how, expires_ns, tid});
   if (!fresh) {
     // A commit is never downgraded by a late abort.
-    if (it->second.how != Ended::kCommitted) it->second.how = how;
+    if (it->second.how != Ended::kCommitted) {
+      it->second.how = how;
+      it->second.tid = tid;
+    }
     it->second.expires_ns = expires_ns;
   }
   tombstone_fifo_.emplace_back(id, expires_ns);
@@ -107,7 +112,7 @@ Participant::Slot* Participant::slot_for(TxnId id, bool start, Status* status) {
   return &slot;
 }
 
-void Participant::finish(TxnId id, Slot* slot, Ended how) {
+void Participant::finish(TxnId id, Slot* slot, Ended how, uint64_t tid) {
   slot->txn->end();
   slot->in_use = false;
   auto it = active_.find(id);
@@ -115,7 +120,7 @@ void Participant::finish(TxnId id, Slot* slot, Ended how) {
                static_cast<unsigned long long>(id));
   free_slots_.push_back(it->second);
   active_.erase(it);
-  bury(id, how);
+  bury(id, how, tid);
 }
 
 Status Participant::read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
@@ -132,6 +137,41 @@ Status Participant::read(TxnId id, uint64_t epoch, uint32_t table_id, const uint
   if (slot == nullptr) return status;
   if (slot->phase != Phase::kExecuting) return Status::Aborted("read after lock");
   return tables[table_id]->txn_get(*slot->txn, key, out, out_bytes, size_out);
+}
+
+Status Participant::exec(TxnId id, uint64_t epoch, uint32_t fragment,
+                         std::span<const uint8_t> args, std::span<uint8_t> out, uint32_t* out_size,
+                         bool* wrote, uint64_t* proposed_tid) {
+  SHOAL_TRY(check_epoch(epoch));
+  if (fragments_ == nullptr || fragment >= kFragmentsMax || fragments_->fns[fragment] == nullptr) {
+    return Status::InvalidArgument(
+        fmt::format("shard {}: no fragment {} registered", shard_id_, fragment));
+  }
+  if (args.size() > kFragmentBytesMax || out.size() > kFragmentBytesMax) {
+    return Status::InvalidArgument(fmt::format("shard {}: fragment {} with {} / {} bytes",
+                                               shard_id_, fragment, args.size(), out.size()));
+  }
+  Status status;
+  Slot* slot = slot_for(id, /*start=*/true, &status);
+  if (slot == nullptr) return status;
+  if (slot->phase != Phase::kExecuting) return Status::Aborted("fragment after lock");
+  *out_size = 0;
+  SHOAL_TRY(fragments_->fns[fragment](*slot->txn, fragments_->ctx, args, out, out_size));
+  SHOAL_ASSERT(*out_size <= out.size(), "fragment %u wrote %u of %zu bytes", fragment, *out_size,
+               out.size());
+  bool any = false;
+  slot->txn->for_each_write([&](const txn::WriteView&) { any = true; });
+  *wrote = any;
+  if (proposed_tid == nullptr || !any) return Status::Ok();
+  status = slot->txn->lock_write_set(proposed_tid);
+  if (!status.ok()) {
+    slot->txn->abort();  // nothing is held after a failed lock step
+    finish(id, slot, Ended::kAborted);
+    return status;
+  }
+  slot->phase = Phase::kLocked;
+  slot->proposed_tid = *proposed_tid;
+  return Status::Ok();
 }
 
 Status Participant::stage(txn::Txn& txn, const StagedWrite& w) {
@@ -250,7 +290,83 @@ Status Participant::install(TxnId id, uint64_t epoch, uint64_t tid, const txn::D
         slot->proposed_tid, shard_id_));
   }
   slot->txn->install_and_unlock(tid, &vector);
-  finish(id, slot, Ended::kCommitted);
+  finish(id, slot, Ended::kCommitted, tid);
+  return Status::Ok();
+}
+
+Status Participant::validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
+                                     txn::DepVec* deps, uint64_t* tid,
+                                     const FragmentCall* fragment) {
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    drop_expired_tombstones(now_ns());
+    auto t = tombstones_.find(id);
+    if (t != tombstones_.end() && t->second.how == Ended::kCommitted) {
+      ++stats_.repeated_installs;  // F7: our answer was lost; the TID is remembered
+      deps->clear();
+      *tid = t->second.tid;
+      return Status::Ok();
+    }
+    if (fragment == nullptr || t != tombstones_.end()) {
+      bury(id, Ended::kAborted);  // refuse whatever of it is still in flight (F1)
+      return Status::Aborted(
+          fmt::format("transaction {:#x} ended or unknown at shard {}", id, shard_id_));
+    }
+  }
+  Slot* slot = nullptr;
+  if (fragment != nullptr) {
+    // F8: run the fragment and lock what it wrote, then go on as a locked context.
+    uint32_t out_size = 0;
+    bool wrote = false;
+    uint64_t proposed = 0;
+    scratch_out_.resize(kFragmentBytesMax);  // its result stays here: nobody waits for it
+    Status status = exec(id, epoch, fragment->fragment, fragment->args, scratch_out_, &out_size,
+                         &wrote, &proposed);
+    if (!status.ok()) {
+      if (active_.count(id) != 0) abort(id);  // F8: a failed fragment ends the context
+      return status;
+    }
+    slot = slot_for(id, /*start=*/false, &status);
+    if (slot == nullptr) return status;
+    if (slot->phase == Phase::kExecuting) {  // nothing written anywhere here: lock the empty set
+      status = slot->txn->lock_write_set(&slot->proposed_tid);
+      if (!status.ok()) {
+        slot->txn->abort();
+        finish(id, slot, Ended::kAborted);
+        return status;
+      }
+      slot->phase = Phase::kLocked;
+    }
+  } else {
+    slot = &slots_[it->second];
+  }
+  if (slot->phase != Phase::kLocked) {
+    return Status::InvalidArgument(fmt::format(
+        "validate_install of transaction {:#x} not locked at shard {}", id, shard_id_));
+  }
+  Status status = check_epoch(epoch);
+  if (status.ok()) status = slot->txn->validate_read_set();  // releases the locks on failure
+  else slot->txn->release_certified();
+  if (!status.ok()) {
+    slot->txn->abort();
+    finish(id, slot, Ended::kAborted);
+    return status;
+  }
+  *deps = slot->txn->deps();
+  deps->raise(shard_id_, slot->txn->max_seen_version());
+  *tid = std::max(vector.get(shard_id_), slot->proposed_tid);
+  if (*tid > txn::Tid::kVersionMask) {
+    slot->txn->release_certified();
+    slot->txn->abort();
+    finish(id, slot, Ended::kAborted);
+    return Status::InvalidArgument(
+        fmt::format("validate_install of transaction {:#x} at TID {:#x}: not a version", id, *tid));
+  }
+  txn::DepVec full = vector;
+  full.merge(*deps);
+  full.raise(shard_id_, *tid);
+  slot->txn->install_and_unlock(*tid, &full);
+  finish(id, slot, Ended::kCommitted, *tid);
   return Status::Ok();
 }
 

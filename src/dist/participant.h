@@ -32,6 +32,17 @@
 //   F5 install of an id with no context and no tombstone answers Ok: prepared contexts only
 //      end by install or by the coordinator's abort (F3), and a coordinator never sends both
 //      for one id, so such an id was installed and its tombstone has since expired.
+//   F7 Last agent. validate_install() is validate() and install() in one step, for the
+//      participant that votes last: every other participant already voted yes, so its own
+//      vote decides the transaction, and it installs at once (one round trip instead of two,
+//      and the coordinator's own locks are held for that one round trip). Idempotent like
+//      install: a repeat for an id it installed answers Ok with the same TID (kept in the
+//      tombstone); for an id it aborted, Aborted.
+//   F8 One-shot last agent. validate_install() may carry a fragment: the participant runs it
+//      (starting the context if this is the transaction's first contact), locks what it
+//      wrote, then validates and installs as F7: a remote shard's whole part of a
+//      transaction in one round trip, when the procedure needs nothing back from it. A
+//      fragment that fails ends the context here (Aborted / UserAbort / its error).
 //
 // Epochs: every request carries the coordinator's epoch; read/lock/validate from an older
 // epoch than the participant's are refused (Aborted, "stale epoch"), so a deposed coordinator
@@ -46,6 +57,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -59,6 +71,26 @@ using TxnId = uint64_t;
 inline TxnId make_txn_id(uint32_t shard, uint32_t worker, uint64_t seq) {
   return (uint64_t{shard} << 48) | (uint64_t{worker & 0xff} << 40) | (seq & ((1ULL << 40) - 1));
 }
+
+// A fragment: a piece of a stored procedure that runs on the shard owning its rows, inside the
+// transaction's context there (its reads are validated and its writes buffered like any
+// other). The workload registers a table of them on every shard; the coordinator names one by
+// id and ships its arguments as bytes (no pointers: they may cross processes). `ctx` is the
+// table's context (e.g. the shard's TPC-C tables). On Ok *out_size <= out.size() bytes of out
+// are the result. Fragments run to completion without suspending.
+using Fragment = Status (*)(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args,
+                            std::span<uint8_t> out, uint32_t* out_size);
+inline constexpr uint32_t kFragmentsMax = 16;
+inline constexpr uint32_t kFragmentBytesMax = 8192;  // arguments and results, each
+struct FragmentTable {
+  const void* ctx = nullptr;
+  Fragment fns[kFragmentsMax] = {};
+};
+// A fragment to run, with its arguments (F8).
+struct FragmentCall {
+  uint32_t fragment = 0;
+  std::span<const uint8_t> args;
+};
 
 // One buffered write, as the coordinator ships it with lock().
 struct StagedWrite {
@@ -85,7 +117,7 @@ struct ParticipantOptions {
 struct ParticipantStats {
   uint64_t refused_ended = 0;      // late read/lock/validate for a tombstoned id (F1)
   uint64_t early_aborts = 0;       // aborts for ids never seen here (F1)
-  uint64_t repeated_installs = 0;  // F2 / F5
+  uint64_t repeated_installs = 0;  // F2 / F5 / F7
   uint64_t expired = 0;            // leases run out (F4)
   uint64_t orphaned = 0;           // aborted because their coordinator's shard died (F6)
   uint64_t tombstones_evicted = 0;
@@ -107,6 +139,20 @@ class Participant {
   [[nodiscard]] Status read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
                             uint32_t key_word_count, void* out, uint32_t out_bytes,
                             uint32_t* size_out);
+  // Runs fragment `fragment` of the registered table on the context of `id` (starting it on
+  // first contact). *wrote tells whether the context now holds writes (the coordinator then
+  // sends lock, even with no writes of its own for this shard). An error leaves the context
+  // to the coordinator's abort, as a failed read does. InvalidArgument for an unknown fragment
+  // or oversized arguments. With `proposed_tid` (the coordinator will not execute here again)
+  // a fragment that wrote also locks at once, as lock() with no further writes would, saving
+  // the coordinator a round trip; on a failed lock nothing is held and the transaction is
+  // ended here.
+  [[nodiscard]] Status exec(TxnId id, uint64_t epoch, uint32_t fragment,
+                            std::span<const uint8_t> args, std::span<uint8_t> out,
+                            uint32_t* out_size, bool* wrote, uint64_t* proposed_tid = nullptr);
+  // The fragments exec() runs. REQUIRES: `table` outlives the participant.
+  void set_fragments(const FragmentTable* table) { fragments_ = table; }
+
   // Stages the writes, locks them, and proposes this shard's TID. On error nothing is held
   // and the transaction is ended here.
   [[nodiscard]] Status lock(TxnId id, uint64_t epoch, const StagedWrite* writes, size_t count,
@@ -119,6 +165,15 @@ class Participant {
   // F5). InvalidArgument if the transaction is not prepared here or `tid` is below the TID
   // this shard proposed (protocol violations: refused, never asserted).
   [[nodiscard]] Status install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector);
+  // F7: validates the reads served here and, if they hold, installs at
+  // *tid = max(vector[this shard], the proposed TID) with `vector` merged with what the reads
+  // depend on (returned in *deps). REQUIRES of the coordinator: every other participant voted
+  // yes. Aborted (with everything released) when validation fails; InvalidArgument when the
+  // context is not locked.
+  // With `fragment` (F8) it first runs the fragment and locks its writes.
+  [[nodiscard]] Status validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
+                                        txn::DepVec* deps, uint64_t* tid,
+                                        const FragmentCall* fragment = nullptr);
   // Releases everything held for `id` and tombstones it (F1). Idempotent.
   void abort(TxnId id);
 
@@ -155,6 +210,7 @@ class Participant {
   struct Tombstone {
     Ended how;
     uint64_t expires_ns;
+    uint64_t tid = 0;  // the installed TID (F7 repeats answer with it)
   };
   [[nodiscard]] Status check_epoch(uint64_t epoch) const;
   // Refuses ended ids (F1).
@@ -162,8 +218,8 @@ class Participant {
   // The context of `id`, started if `start` and absent; nullptr with *status set otherwise.
   Slot* slot_for(TxnId id, bool start, Status* status);
   // Ends the context (releasing nothing: the caller did) and tombstones the id.
-  void finish(TxnId id, Slot* slot, Ended how);
-  void bury(TxnId id, Ended how);
+  void finish(TxnId id, Slot* slot, Ended how, uint64_t tid = 0);
+  void bury(TxnId id, Ended how, uint64_t tid = 0);
   void drop_expired_tombstones(uint64_t now_ns);
   [[nodiscard]] Status stage(txn::Txn& txn, const StagedWrite& w);
   uint64_t now_ns() { return engine_.env().now_ns(); }
@@ -180,6 +236,8 @@ class Participant {
   std::unordered_map<TxnId, Tombstone> tombstones_;
   std::deque<std::pair<TxnId, uint64_t>> tombstone_fifo_;
   std::vector<TxnId> scratch_ids_;
+  const FragmentTable* fragments_ = nullptr;
+  std::vector<uint8_t> scratch_out_;  // F8 fragments' results
   ParticipantStats stats_;
 };
 

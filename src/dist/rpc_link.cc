@@ -9,6 +9,7 @@ namespace {
 constexpr uint32_t kKeyWordsMax = 8;
 constexpr size_t kWriteHeaderBytes = 12;  // table u32, key_words u8, kind u8, reserved u16, size
 constexpr size_t kDepEntryBytes = 12;     // shard u32, ts u64
+constexpr uint32_t kNoFragment = ~uint32_t{0};
 
 // Appends fixed-size little-endian fields into a buffer sized in advance.
 class Writer {
@@ -158,6 +159,24 @@ void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out) {
   w.put(epoch);
 }
 
+Status encode_exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
+                   uint32_t out_bytes, bool lock_after, rt::MsgBuffer* out) {
+  if (args.size() > kFragmentBytesMax || out_bytes > kFragmentBytesMax) {
+    return Status::InvalidArgument(
+        fmt::format("exec with {} argument / {} result bytes", args.size(), out_bytes));
+  }
+  out->resize(kTxnHeaderBytes + 16 + args.size());
+  Writer w(out->payload());
+  w.put(id);
+  w.put(epoch);
+  w.put(fragment);
+  w.put(out_bytes);
+  w.put(static_cast<uint32_t>(args.size()));
+  w.put(lock_after ? kExecLockAfter : uint32_t{0});
+  w.bytes(args.data(), args.size());
+  return Status::Ok();
+}
+
 Status encode_install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
                       rt::MsgBuffer* out) {
   if (vector.size() > DistTxn::kShardsMax) {
@@ -168,6 +187,27 @@ Status encode_install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec&
   w.put(id);
   w.put(epoch);
   w.put(tid);
+  encode_vector(vector, w);
+  return Status::Ok();
+}
+
+Status encode_validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
+                               const FragmentCall* fragment, rt::MsgBuffer* out) {
+  const size_t args = fragment != nullptr ? fragment->args.size() : 0;
+  if (vector.size() > DistTxn::kShardsMax || args > kFragmentBytesMax) {
+    return Status::InvalidArgument(fmt::format(
+        "validate_install with {} vector entries, {} argument bytes", vector.size(), args));
+  }
+  const size_t padded = (args + 7) & ~size_t{7};
+  out->resize(kTxnHeaderBytes + 8 + padded + 4 + vector.size() * kDepEntryBytes);
+  Writer w(out->payload());
+  w.put(id);
+  w.put(epoch);
+  w.put(fragment != nullptr ? fragment->fragment : kNoFragment);
+  w.put(static_cast<uint32_t>(args));
+  if (args != 0) w.bytes(fragment->args.data(), args);
+  const uint8_t zeros[8] = {};
+  w.bytes(zeros, padded - args);
   encode_vector(vector, w);
   return Status::Ok();
 }
@@ -201,8 +241,33 @@ Status decode_validate_reply(std::span<const uint8_t> reply, txn::DepVec* deps) 
   return decode_vector(r, deps, "validate reply");
 }
 
+Status decode_validate_install_reply(std::span<const uint8_t> reply, txn::DepVec* deps,
+                                     uint64_t* tid) {
+  Reader r(reply);
+  if (!r.get(tid)) return truncated("validate_install reply");
+  return decode_vector(r, deps, "validate_install reply");
+}
+
 Status decode_empty_reply(std::span<const uint8_t> reply) {
   if (!reply.empty()) return trailing("empty reply", reply.size());
+  return Status::Ok();
+}
+
+Status decode_exec_reply(std::span<const uint8_t> reply, std::span<uint8_t> out,
+                         uint32_t* out_size, bool* wrote, uint64_t* proposed_tid) {
+  Reader r(reply);
+  uint32_t flags = 0, size = 0;
+  if (!r.get(&flags) || !r.get(proposed_tid) || !r.get(&size)) return truncated("exec reply");
+  if ((flags & ~kExecWrote) != 0 || size > out.size()) {
+    return Status::InvalidArgument(
+        fmt::format("dist wire: exec reply flags {:#x}, {} of {} bytes", flags, size, out.size()));
+  }
+  if (r.left() != size) {
+    return r.left() < size ? truncated("exec reply") : trailing("exec reply", r.left() - size);
+  }
+  if (size != 0) std::memcpy(out.data(), r.rest().data(), size);
+  *out_size = size;
+  *wrote = (flags & kExecWrote) != 0;
   return Status::Ok();
 }
 
@@ -241,6 +306,12 @@ Status ParticipantService::serve(uint16_t method, std::span<const uint8_t> reque
         break;
       case wire::kInstall:
         s = serve_install(id, epoch, r.rest());
+        break;
+      case wire::kExec:
+        s = serve_exec(id, epoch, r.rest(), response);
+        break;
+      case wire::kValidateInstall:
+        s = serve_validate_install(id, epoch, r.rest(), response);
         break;
       default:  // kAbort
         s = r.left() == 0 ? Status::Ok() : trailing("abort", r.left());
@@ -339,6 +410,62 @@ Status ParticipantService::serve_install(TxnId id, uint64_t epoch, std::span<con
   txn::DepVec vector;
   SHOAL_TRY(decode_vector(r, &vector, "install"));
   return participant_.install(id, epoch, tid, vector);
+}
+
+Status ParticipantService::serve_exec(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
+                                      rt::MsgBuffer* out) {
+  Reader r(rest);
+  uint32_t fragment = 0, out_bytes = 0, args_bytes = 0, flags = 0;
+  if (!r.get(&fragment) || !r.get(&out_bytes) || !r.get(&args_bytes) || !r.get(&flags)) {
+    return truncated("exec");
+  }
+  if (out_bytes > kFragmentBytesMax || args_bytes > kFragmentBytesMax ||
+      (flags & ~wire::kExecLockAfter) != 0) {
+    return Status::InvalidArgument("dist wire: exec fields out of range");
+  }
+  if (r.left() != args_bytes) {
+    return r.left() < args_bytes ? truncated("exec") : trailing("exec", r.left() - args_bytes);
+  }
+  constexpr size_t kHead = 16;  // flags u32, proposed TID u64, size u32
+  out->resize(kHead + size_t{out_bytes});
+  uint32_t size = 0;
+  bool wrote = false;
+  uint64_t tid = 0;
+  SHOAL_TRY(participant_.exec(id, epoch, fragment, r.rest(),
+                              out->payload().subspan(kHead, out_bytes), &size, &wrote,
+                              (flags & wire::kExecLockAfter) != 0 ? &tid : nullptr));
+  const uint32_t reply_flags = wrote ? wire::kExecWrote : 0;
+  std::memcpy(out->payload().data(), &reply_flags, 4);
+  std::memcpy(out->payload().data() + 4, &tid, 8);
+  std::memcpy(out->payload().data() + 12, &size, 4);
+  out->resize(kHead + size_t{size});
+  return Status::Ok();
+}
+
+Status ParticipantService::serve_validate_install(TxnId id, uint64_t epoch,
+                                                  std::span<const uint8_t> rest,
+                                                  rt::MsgBuffer* out) {
+  Reader r(rest);
+  uint32_t fragment = 0, args_bytes = 0;
+  const uint8_t* args = nullptr;
+  if (!r.get(&fragment) || !r.get(&args_bytes)) return truncated("validate_install");
+  if (args_bytes > kFragmentBytesMax || (fragment == kNoFragment && args_bytes != 0)) {
+    return Status::InvalidArgument("dist wire: validate_install fields out of range");
+  }
+  const size_t padded = (size_t{args_bytes} + 7) & ~size_t{7};
+  if (!r.bytes(padded, &args)) return truncated("validate_install arguments");
+  txn::DepVec vector;
+  SHOAL_TRY(decode_vector(r, &vector, "validate_install"));
+  txn::DepVec deps;
+  uint64_t tid = 0;
+  const FragmentCall call{fragment, {args, args_bytes}};
+  SHOAL_TRY(participant_.validate_install(id, epoch, vector, &deps, &tid,
+                                          fragment == kNoFragment ? nullptr : &call));
+  out->resize(8 + 4 + deps.size() * kDepEntryBytes);
+  Writer w(out->payload());
+  w.put(tid);
+  encode_vector(deps, w);
+  return Status::Ok();
 }
 
 void ParticipantService::arm_expiry() {

@@ -12,6 +12,14 @@
 //   kValidate 42 -                                                  count u32, (shard u32, ts u64)*
 //   kInstall 43  tid u64, count u32, (shard u32, ts u64)*            -
 //   kAbort   44  -                                                  -
+//   kExec    45  fragment u32, out_bytes u32, args_bytes u32,        flags u32 (bit 0: the
+//                flags u32 (bit 0: lock after), args                context holds writes),
+//                                                                   proposed TID u64 (0 when
+//                                                                   not locked), size u32,
+//                                                                   size bytes
+//   kValidateInstall 46  fragment u32 (~0: none), args_bytes u32,      tid u64, count u32,
+//                        args padded to 8, then the vector as          (shard u32, ts u64)*
+//                        kInstall's: count u32, (shard u32, ts u64)*
 // A non-Ok participant Status travels as the RPC response code (its message stays behind).
 // Bounds, checked before any loop or copy: key_words 1..8, out_bytes and size <= the engine's
 // kValueBytesMax, writes <= DistTxn::kWritesMax, vector entries <= DistTxn::kShardsMax, a
@@ -49,9 +57,19 @@ static_assert(std::endian::native == std::endian::little, "the wire format is li
 
 namespace wire {
 
-enum Method : uint16_t { kRead = 40, kLock = 41, kValidate = 42, kInstall = 43, kAbort = 44 };
+enum Method : uint16_t {
+  kRead = 40,
+  kLock = 41,
+  kValidate = 42,
+  kInstall = 43,
+  kAbort = 44,
+  kExec = 45,
+  kValidateInstall = 46,
+};
 inline constexpr uint16_t kMethodFirst = kRead;
-inline constexpr uint16_t kMethodLast = kAbort;
+inline constexpr uint16_t kMethodLast = kValidateInstall;
+inline constexpr uint32_t kExecWrote = 1;       // reply flag
+inline constexpr uint32_t kExecLockAfter = 1;   // request flag
 inline constexpr size_t kTxnHeaderBytes = 16;  // txn id, epoch
 inline constexpr uint32_t kReadWantSize = 1;
 
@@ -62,8 +80,13 @@ inline constexpr uint32_t kReadWantSize = 1;
 [[nodiscard]] Status encode_lock(TxnId id, uint64_t epoch, const StagedWrite* writes, size_t count,
                                  rt::MsgBuffer* out);
 void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidate, kAbort
+[[nodiscard]] Status encode_exec(TxnId id, uint64_t epoch, uint32_t fragment,
+                                 std::span<const uint8_t> args, uint32_t out_bytes,
+                                 bool lock_after, rt::MsgBuffer* out);
 [[nodiscard]] Status encode_install(TxnId id, uint64_t epoch, uint64_t tid,
                                     const txn::DepVec& vector, rt::MsgBuffer* out);
+[[nodiscard]] Status encode_validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
+                                             const FragmentCall* fragment, rt::MsgBuffer* out);
 
 // Response decoders (the coordinator's side). Corruption/InvalidArgument on malformed input.
 [[nodiscard]] Status decode_read_reply(std::span<const uint8_t> reply, void* out,
@@ -71,6 +94,10 @@ void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidat
 [[nodiscard]] Status decode_lock_reply(std::span<const uint8_t> reply, uint64_t* proposed_tid);
 [[nodiscard]] Status decode_validate_reply(std::span<const uint8_t> reply, txn::DepVec* deps);
 [[nodiscard]] Status decode_empty_reply(std::span<const uint8_t> reply);
+[[nodiscard]] Status decode_validate_install_reply(std::span<const uint8_t> reply,
+                                                   txn::DepVec* deps, uint64_t* tid);
+[[nodiscard]] Status decode_exec_reply(std::span<const uint8_t> reply, std::span<uint8_t> out,
+                                       uint32_t* out_size, bool* wrote, uint64_t* proposed_tid);
 
 }  // namespace wire
 
@@ -107,6 +134,9 @@ class ParticipantService {
   Status serve_validate(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
                         rt::MsgBuffer* out);
   Status serve_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest);
+  Status serve_exec(TxnId id, uint64_t epoch, std::span<const uint8_t> rest, rt::MsgBuffer* out);
+  Status serve_validate_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
+                                rt::MsgBuffer* out);
   void arm_expiry();
   static void expiry_thunk(void* self, uint64_t);
 
@@ -149,6 +179,21 @@ class RpcLink final : public ShardLink {
     rpc_.recycle(std::move(*reply));
     co_return s;
   }
+  rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment,
+                        std::span<const uint8_t> args, std::span<uint8_t> out, uint32_t* out_size,
+                        bool* wrote, uint64_t* proposed_tid) override {
+    rt::MsgBuffer req = rpc_.buffer(0);
+    SHOAL_CO_TRY(wire::encode_exec(id, epoch, fragment, args, static_cast<uint32_t>(out.size()),
+                                   proposed_tid != nullptr, &req));
+    auto reply =
+        co_await rpc_.call(session_for(id), wire::kExec, std::move(req), options_.call_timeout_ns);
+    if (!reply.ok()) co_return annotate(reply.status());
+    uint64_t tid = 0;
+    Status s = wire::decode_exec_reply(reply->payload(), out, out_size, wrote, &tid);
+    if (proposed_tid != nullptr) *proposed_tid = tid;
+    rpc_.recycle(std::move(*reply));
+    co_return s;
+  }
   rt::Task<Status> lock(TxnId id, uint64_t epoch, const StagedWrite* writes, size_t count,
                         uint64_t* proposed_tid) override {
     rt::MsgBuffer req = rpc_.buffer(0);
@@ -181,6 +226,13 @@ class RpcLink final : public ShardLink {
     wire::encode_txn_only(id, epoch, &req);
     co_return co_await call_until_answered(id, wire::kAbort, std::move(req));
   }
+  rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
+                                    txn::DepVec* deps, uint64_t* tid,
+                                    const FragmentCall* fragment) override {
+    rt::MsgBuffer req = rpc_.buffer(0);
+    SHOAL_CO_TRY(wire::encode_validate_install(id, epoch, vector, fragment, &req));
+    co_return co_await call_until_answered(id, wire::kValidateInstall, std::move(req), deps, tid);
+  }
 
  private:
   uint32_t session_for(TxnId id) const {
@@ -197,9 +249,11 @@ class RpcLink final : public ShardLink {
     }
     return s;
   }
-  // install/abort: each attempt is a fresh call (the RPC layer's dedup covers one call only;
-  // the participant's idempotence covers the rest). Ends on any answer from the participant.
-  rt::Task<Status> call_until_answered(TxnId id, uint16_t method, rt::MsgBuffer request) {
+  // install/abort/validate_install: each attempt is a fresh call (the RPC layer's dedup covers
+  // one call only; the participant's idempotence covers the rest). Ends on any answer from
+  // the participant. validate_install's reply fills *deps and *tid.
+  rt::Task<Status> call_until_answered(TxnId id, uint16_t method, rt::MsgBuffer request,
+                                       txn::DepVec* deps = nullptr, uint64_t* tid = nullptr) {
     Status last;
     for (uint32_t attempt = 0; attempt < options_.end_attempts_max; ++attempt) {
       rt::MsgBuffer req = rpc_.buffer(0);
@@ -207,7 +261,9 @@ class RpcLink final : public ShardLink {
       auto reply =
           co_await rpc_.call(session_for(id), method, std::move(req), options_.call_timeout_ns);
       if (reply.ok()) {
-        Status s = wire::decode_empty_reply(reply->payload());
+        Status s = method == wire::kValidateInstall
+                       ? wire::decode_validate_install_reply(reply->payload(), deps, tid)
+                       : wire::decode_empty_reply(reply->payload());
         rpc_.recycle(std::move(*reply));
         rpc_.recycle(std::move(request));
         co_return s;

@@ -77,6 +77,7 @@ Status cluster_up(const ClusterOptions& o) {
   so.log_dir = dir;
   so.workers = o.workers;
   so.keys_per_partition = o.keys_per_partition;
+  so.workload = o.workload;
   auto procs = spawn_servers(*config, so);
   if (!procs.ok()) return procs.status();
   for (const auto& p : *procs) {

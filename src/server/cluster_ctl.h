@@ -8,8 +8,10 @@
 // Stopping is SIGTERM, then SIGKILL after stop_timeout_ms.
 //
 // Benchmark: the servers generate the load themselves (shard_server.h); the controller sends
-// kStart to every shard, waits, polls kStats until every shard is done or gone, scans every
-// surviving shard (no key left locked; counter sum), and prints one report. A local run
+// kStart to every shard, waits, polls kStats until every shard is done or gone, checks
+// (micro: scans every surviving shard for keys left locked and sums the counters; TPC-C: the
+// consistency conditions on every shard, each with the other shards' Payments of its
+// customers), and prints one report. A local run
 // (--shards) starts its own servers on free loopback ports in a temporary directory, as
 // children that die with it (PR_SET_PDEATHSIG), and always stops them, on errors too.
 //
@@ -27,6 +29,7 @@ struct ClusterOptions {
   std::string config_path;
   std::string run_dir;   // empty: .shoal/<cluster name>
   uint32_t workers = 0;  // 0: the config's workers_per_shard
+  std::string workload = "micro";  // what the servers load: micro or tpcc
   uint64_t keys_per_partition = 1'000'000;
   uint64_t ready_timeout_ms = 60'000;
   uint64_t stop_timeout_ms = 10'000;
@@ -41,6 +44,9 @@ struct ClusterOptions {
 [[nodiscard]] Status cluster_check(const ClusterOptions& options);
 
 struct DistBenchOptions {
+  std::string workload = "micro";  // micro or tpcc (dist_tpcc.h)
+  uint32_t warehouses = 2;         // tpcc, local run: partitions of the config
+  std::string transport = "shm";   // local run: between shard processes (tcp or shm)
   std::string cluster_path;  // non-empty: run against this running cluster
   uint32_t shards = 2;       // local run: shards to start
   uint32_t workers = 1;      // local run: workers per shard

@@ -18,6 +18,7 @@
 #include "src/server/cluster_ctl.h"
 #include "src/server/control.h"
 #include "src/server/dist_micro.h"
+#include "src/server/dist_tpcc.h"
 #include "src/server/process.h"
 
 namespace shoal::server {
@@ -66,9 +67,17 @@ Result<std::vector<uint16_t>> free_ports(uint32_t count) {
 }
 
 Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
-  auto config = cluster::make_local_config(o.shards, 1, o.workers, o.shards, 10000);
+  const bool tpcc = o.workload == "tpcc";
+  if (tpcc && o.warehouses < o.shards) {
+    return Status::InvalidArgument(fmt::format(
+        "--warehouses: {} warehouses cannot fill {} shards", o.warehouses, o.shards));
+  }
+  auto config =
+      cluster::make_local_config(o.shards, 1, o.workers, tpcc ? o.warehouses : o.shards, 10000);
   if (!config.ok()) return config.status();
   lc->config = std::move(*config);
+  lc->config.transport =
+      o.transport == "tcp" ? cluster::TransportKind::kTcp : cluster::TransportKind::kShm;
   auto ports = free_ports(o.shards);
   if (!ports.ok()) return ports.status();
   for (uint32_t s = 0; s < o.shards; ++s) lc->config.shards[s].replicas[0].port = (*ports)[s];
@@ -85,6 +94,7 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.log_dir = lc->dir;
   so.workers = o.workers;
   so.keys_per_partition = o.keys_per_partition;
+  so.workload = o.workload;
   so.die_with_parent = true;
   auto procs = spawn_servers(lc->config, so);
   if (!procs.ok()) return procs.status();
@@ -161,7 +171,8 @@ bench::LatencyUs latency_of(const Histogram& h) {
 bench::RunResult make_result(const DistBenchOptions& o, uint32_t shards, uint32_t workers,
                              const MicroStats& t) {
   bench::RunResult r;
-  r.workload = "micro-dist";
+  r.workload = o.workload + "-dist";
+  r.user_aborts = t.user_aborts;
   r.workers = shards * workers;
   r.seconds = o.seconds;
   r.committed = t.committed;
@@ -181,6 +192,22 @@ bench::RunResult make_result(const DistBenchOptions& o, uint32_t shards, uint32_
   bench::TypeResult cross{"rmw4-cross",   t.committed_cross,          0, 0,
                           t.failed_cross, latency_of(t.latency_cross)};
   r.per_type = {local, cross};
+  if (o.workload == "tpcc") {
+    r.per_type.clear();
+    const char* names[] = {"NewOrder", "Payment", "OrderStatus", "Delivery", "StockLevel"};
+    for (uint32_t i = 0; i < 5; ++i) {
+      bench::TypeResult tr;
+      tr.name = names[i];
+      tr.committed = t.committed_by_type[i];
+      tr.failed = t.failed_by_type[i];
+      r.per_type.push_back(tr);
+    }
+    // Latency is kept per placement, not per type: the split that matters across shards.
+    local.name = "(local)";
+    cross.name = "(cross-shard)";
+    r.per_type.push_back(local);
+    r.per_type.push_back(cross);
+  }
   r.rss_bytes = bench::current_rss_bytes();
   r.peak_rss_bytes = bench::peak_rss_bytes();
   return r;
@@ -221,22 +248,74 @@ void check(ControlClient& client, const std::vector<ShardOutcome>& shards, const
   }
 }
 
+// TPC-C across shards: each shard's HISTORY sums for other shards' customers go to the shard
+// owning the customer, which checks the conditions of its warehouses with them added in.
+void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
+                const std::vector<ShardOutcome>& shards, bench::RunResult* r) {
+  r->checked = true;
+  for (const ShardOutcome& so : shards) {
+    if (so.gone) {
+      std::fputs("consistency not checked: a shard was lost\n", stdout);
+      return;
+    }
+  }
+  const WarehouseMap map(config);
+  const uint32_t n = static_cast<uint32_t>(shards.size());
+  std::vector<nlohmann::json> payments(n, nlohmann::json::array());
+  for (uint32_t s = 0; s < n; ++s) {
+    auto reply = client.call(s, kScan, {{"step", "payments"}}, 120'000);
+    if (!reply.ok()) {
+      r->check_failures.push_back(fmt::format("shard {}: {}", s, reply.status().to_string()));
+      return;
+    }
+    for (const auto& p : reply->value("payments", nlohmann::json::array())) {
+      if (!p.is_array() || p.size() != 3) continue;
+      const uint64_t key = p[1].get<uint64_t>();
+      // Kind 0 keys are warehouse ids; the others pack the warehouse in their top 16 bits.
+      const uint32_t w = static_cast<uint32_t>(p[0].get<int>() == 0 ? key : key >> 48);
+      if (w >= 1 && w <= map.warehouses()) payments[map.shard_of(w)].push_back(p);
+    }
+  }
+  for (uint32_t s = 0; s < n; ++s) {
+    auto reply = client.call(s, kScan, {{"step", "check"}, {"payments", payments[s]}}, 600'000);
+    if (!reply.ok()) {
+      r->check_failures.push_back(fmt::format("shard {}: {}", s, reply.status().to_string()));
+      continue;
+    }
+    for (const auto& f : reply->value("failures", nlohmann::json::array())) {
+      r->check_failures.push_back(fmt::format("shard {}: {}", s, f.get<std::string>()));
+    }
+  }
+}
+
 Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, uint32_t workers,
               const std::vector<ShardOutcome>& shards, const MicroStats& total,
               bench::RunResult& r) {
   std::string text = r.to_table();
-  text.insert(0, fmt::format("\nshards: {}, {} worker{} each, {} in flight per worker, "
-                             "{}% cross-shard requested, {:.1f}% of commits cross-shard",
-                             config.shards.size(), workers, workers == 1 ? "" : "s", o.inflight,
-                             o.cross_shard_pct,
+  const std::string requested =
+      o.workload == "tpcc" ? fmt::format("TPC-C over {} warehouses", WarehouseMap(config).warehouses())
+                           : fmt::format("{}% cross-shard requested", o.cross_shard_pct);
+  text.insert(0, fmt::format("\nshards: {} over {}, {} worker{} each, {} in flight per worker, "
+                             "{}, {:.1f}% of commits cross-shard",
+                             config.shards.size(), cluster::transport_name(config.transport),
+                             workers, workers == 1 ? "" : "s", o.inflight,
+                             requested,
                              total.committed ? 100.0 * static_cast<double>(total.committed_cross) /
                                                    static_cast<double>(total.committed)
                                              : 0.0));
   nlohmann::json j = r.to_json();
   j["shards"] = config.shards.size();
   j["workers_per_shard"] = workers;
+  j["transport"] = cluster::transport_name(config.transport);
   j["inflight"] = o.inflight;
-  j["cross_shard_pct"] = o.cross_shard_pct;
+  if (o.workload == "tpcc") {
+    j["warehouses"] = WarehouseMap(config).warehouses();
+    j["consistency"] = r.checked ? (r.consistent() ? "ok" : "failed") : "not checked";
+  } else {
+    j["cross_shard_pct"] = o.cross_shard_pct;
+  }
+  j["committed_per_sec_per_worker"] =
+      r.committed_per_sec / static_cast<double>(config.shards.size() * workers);
   j["committed_cross"] = total.committed_cross;
   j["unavailable"] = total.unavailable;
   nlohmann::json per_shard = nlohmann::json::array();
@@ -296,8 +375,13 @@ Status run_dist_bench(const DistBenchOptions& o) {
     remote = std::move(*c);
     config = &remote;
   } else {
-    fmt::print(stderr, "starting {} local shard servers ({} keys each)...\n", o.shards,
-               o.keys_per_partition);
+    if (o.workload == "tpcc") {
+      fmt::print(stderr, "starting {} local shard servers ({} warehouses in all)...\n", o.shards,
+                 o.warehouses);
+    } else {
+      fmt::print(stderr, "starting {} local shard servers ({} keys each)...\n", o.shards,
+                 o.keys_per_partition);
+    }
     SHOAL_TRY(start_local(o, &local));
     config = &local.config;
   }
@@ -314,21 +398,30 @@ Status run_dist_bench(const DistBenchOptions& o) {
     auto pong = client.call(s, kPing, nlohmann::json::object(), kCallTimeoutMs);
     if (!pong.ok()) return pong.status();
     workers = pong->value("workers", 0u);
+    const std::string loaded = pong->value("workload", "micro");
+    if (loaded != o.workload) {
+      return Status::InvalidArgument(fmt::format(
+          "shard {} serves workload '{}', not '{}' (start the cluster with --workload {})", s,
+          loaded, o.workload, o.workload));
+    }
   }
   MicroParams params{o.seconds, o.cross_shard_pct, o.inflight, o.seed};
   for (uint32_t s = 0; s < shards; ++s) {
     auto started = client.call(s, kStart, params.to_json(), kCallTimeoutMs);
     if (!started.ok()) return started.status();
   }
-  fmt::print(stderr, "running micro on {} shards for {:.1f} s ({}% cross-shard)...\n", shards,
-             o.seconds, o.cross_shard_pct);
+  fmt::print(stderr, "running {} on {} shards for {:.1f} s...\n", o.workload, shards, o.seconds);
   sleep_ms(static_cast<uint64_t>(o.seconds * 1000));
   std::vector<ShardOutcome> outcomes;
   collect(client, shards, now_ms() + kCollectGraceMs, &outcomes);
   MicroStats total;
   for (const auto& so : outcomes) total.merge(so.stats);
   bench::RunResult r = make_result(o, shards, workers, total);
-  check(client, outcomes, total, &r);
+  if (o.workload == "tpcc") {
+    check_tpcc(client, *config, outcomes, &r);
+  } else {
+    check(client, outcomes, total, &r);
+  }
   Status s = report(o, *config, workers, outcomes, total, r);
   if (!s.ok() && !local.dir.empty()) {
     local.keep_dir = true;

@@ -93,6 +93,11 @@ void MicroStats::merge(const MicroStats& o) {
   failed += o.failed;
   unavailable += o.unavailable;
   failed_cross += o.failed_cross;
+  user_aborts += o.user_aborts;
+  for (uint32_t t = 0; t < kTypesMax; ++t) {
+    committed_by_type[t] += o.committed_by_type[t];
+    failed_by_type[t] += o.failed_by_type[t];
+  }
   if (first_error.empty()) first_error = o.first_error;
   latency_local.merge(o.latency_local);
   latency_cross.merge(o.latency_cross);
@@ -132,6 +137,9 @@ nlohmann::json MicroStats::to_json() const {
           {"failed", failed},
           {"unavailable", unavailable},
           {"failed_cross", failed_cross},
+          {"user_aborts", user_aborts},
+          {"committed_by_type", committed_by_type},
+          {"failed_by_type", failed_by_type},
           {"first_error", first_error},
           {"latency_local", histogram_json(latency_local)},
           {"latency_cross", histogram_json(latency_cross)}};
@@ -155,6 +163,21 @@ Result<MicroStats> MicroStats::from_json(const nlohmann::json& j) {
   SHOAL_TRY(count("unavailable", &s.unavailable));
   SHOAL_TRY(count("failed_cross", &s.failed_cross));
   if (auto e = j.find("first_error"); e != j.end() && e->is_string()) s.first_error = *e;
+  if (auto u = j.find("user_aborts"); u != j.end() && u->is_number_unsigned()) s.user_aborts = *u;
+  for (const char* name : {"committed_by_type", "failed_by_type"}) {
+    auto it = j.find(name);
+    if (it == j.end()) continue;
+    if (!it->is_array() || it->size() != kTypesMax) {
+      return Status::InvalidArgument(fmt::format("stats.{}: not a list of {}", name, kTypesMax));
+    }
+    uint64_t* dst = name[0] == 'c' ? s.committed_by_type : s.failed_by_type;
+    for (uint32_t t = 0; t < kTypesMax; ++t) {
+      if (!(*it)[t].is_number_unsigned()) {
+        return Status::InvalidArgument(fmt::format("stats.{}[{}]: not a count", name, t));
+      }
+      dst[t] = (*it)[t].get<uint64_t>();
+    }
+  }
   SHOAL_TRY(histogram_from(j.value("latency_local", nlohmann::json::array()), "latency_local",
                            &s.latency_local));
   SHOAL_TRY(histogram_from(j.value("latency_cross", nlohmann::json::array()), "latency_cross",

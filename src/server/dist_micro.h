@@ -76,9 +76,14 @@ void pick_keys(const KeyLayout& layout, uint32_t home, bool cross, Rng& rng, Mic
 // The stored procedure: args is a MicroArgs; no result.
 rt::Task<Status> dist_rmw4(dist::DistTxn& txn, const void* args, void* result);
 
-// A worker's (or a shard's, or the cluster's) outcome counts and latencies.
+// A worker's (or a shard's, or the cluster's) outcome counts and latencies, for the
+// microbenchmark and for TPC-C across shards (which also counts by transaction type).
 struct MicroStats {
-  uint64_t committed = 0;
+  static constexpr uint32_t kTypesMax = 8;
+  uint64_t committed = 0;  // includes user aborts (TPC-C's rollbacks: completed business)
+  uint64_t user_aborts = 0;
+  uint64_t committed_by_type[kTypesMax] = {};
+  uint64_t failed_by_type[kTypesMax] = {};
   uint64_t committed_cross = 0;
   uint64_t conflict_aborts = 0;  // retried attempts (the coordinator's count)
   uint64_t failed = 0;           // transactions that gave up (any non-Ok final status)

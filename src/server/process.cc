@@ -72,7 +72,9 @@ Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& c
                                      "--shard",
                                      std::to_string(s),
                                      "--keys-per-partition",
-                                     std::to_string(options.keys_per_partition)};
+                                     std::to_string(options.keys_per_partition),
+                                     "--workload",
+                                     options.workload};
     if (options.workers != 0) {
       args.push_back("--workers");
       args.push_back(std::to_string(options.workers));

@@ -28,6 +28,7 @@ struct SpawnOptions {
   std::string config_path;  // absolute
   std::string log_dir;
   uint32_t workers = 0;
+  std::string workload = "micro";  // `shoal server --workload`
   uint64_t keys_per_partition = 1'000'000;
   bool die_with_parent = false;  // PR_SET_PDEATHSIG; else the child starts its own session
 };

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -19,18 +20,18 @@
 #include "src/dist/participant.h"
 #include "src/dist/rpc_link.h"
 #include "src/index/key.h"
+#include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
 #include "src/server/control.h"
 #include "src/server/dist_micro.h"
+#include "src/server/dist_tpcc.h"
 #include "src/txn/engine.h"
 
 namespace shoal::server {
 namespace {
 
-using Rpc = rt::RpcEndpoint<net::TcpEndpoint>;
-using Link = dist::RpcLink<net::TcpEndpoint>;
 
 constexpr uint64_t kMs = 1'000'000;
 constexpr uint32_t kIncomingMax = 64;         // accepted connections per worker (bounded)
@@ -57,18 +58,35 @@ rt::RpcOptions data_rpc_options() {
 
 class ShardServer;
 
-struct Peer {  // a connection this worker dialed to another shard: its coordinator's link
+// A connection this worker dialed to another shard: its coordinator's link there. Over the
+// config's transport (tcp, or shm between processes of one host).
+struct Peer {
+  virtual ~Peer() = default;
+  virtual dist::ShardLink* link() = 0;
+  virtual Status status() const = 0;
   uint32_t shard = 0;
-  net::TcpEndpoint tcp;
-  std::unique_ptr<Rpc> rpc;
-  std::unique_ptr<Link> link;
   bool down = false;
 };
+template <typename E>
+struct PeerOver final : Peer {  // members destroyed bottom-up: link, rpc, endpoint
+  dist::ShardLink* link() override { return rpc_link.get(); }
+  Status status() const override { return rpc->status(); }
+  E endpoint;
+  std::unique_ptr<rt::RpcEndpoint<E>> rpc;
+  std::unique_ptr<dist::RpcLink<E>> rpc_link;
+};
 
-struct Incoming {  // a connection handed to this worker: remote coordinators or control
-  net::TcpEndpoint tcp;
-  std::unique_ptr<Rpc> rpc;
+// A connection handed to this worker: remote coordinators, or control (always tcp).
+struct Incoming {
+  virtual ~Incoming() = default;
+  virtual Status status() const = 0;
   uint64_t failed_seen_ns = 0;
+};
+template <typename E>
+struct IncomingOver final : Incoming {
+  Status status() const override { return rpc->status(); }
+  E endpoint;
+  std::unique_ptr<rt::RpcEndpoint<E>> rpc;
 };
 
 // One worker: everything here is owned by its loop thread, except the fields marked shared.
@@ -86,6 +104,7 @@ struct Worker {
   std::vector<std::unique_ptr<Incoming>> incoming;
   std::unique_ptr<dist::Coordinator> coordinator;
   uint64_t epoch = 1;
+  std::unique_ptr<TpccShardContext> tpcc;  // TPC-C terminals' shared state (workload tpcc)
 
   // Load state (loop thread).
   MicroParams params;
@@ -101,18 +120,35 @@ struct Worker {
 
   std::thread thread;
 
-  void adopt(net::TcpEndpoint tcp);
-  void attach_control(Rpc& rpc);
+  template <typename E>
+  void adopt(E endpoint);
+
   void start_load();
-  void record(bool cross, const Status& s, uint64_t latency_ns);
+  void record(bool cross, const Status& s, uint64_t latency_ns, uint32_t type = 0);
   void publish();
   void health();
   void teardown();
   static void health_thunk(void* self, uint64_t);
 };
 
+// The control methods (control.h) on an endpoint.
+template <typename E>
+void attach_control(ShardServer* s, rt::RpcEndpoint<E>& rpc);
+
+// Transport shm: the control connections (tcp) get a loop of their own, so the workers poll
+// nothing but shared memory (a tcp endpoint costs a recv system call per poll). Control is
+// off the data path; this thread does no transaction work. Owned by its thread once started.
+struct ControlPlane {
+  ShardServer* server = nullptr;
+  std::unique_ptr<rt::EventLoop> loop;
+  std::vector<std::unique_ptr<IncomingOver<net::TcpEndpoint>>> conns;
+  std::thread thread;
+  void adopt(net::TcpEndpoint tcp);
+};
+
 class ShardServer {
  public:
+  ~ShardServer() { stop_shm_acceptor(); }
   [[nodiscard]] Status init(const ServerOptions& options);
   [[nodiscard]] Status serve();
 
@@ -120,29 +156,54 @@ class ShardServer {
   const KeyLayout& layout() const { return *layout_; }
   uint32_t shard() const { return options_.shard; }
   txn::Engine& engine() { return *engine_; }
+  bool is_tpcc() const { return tpcc_ != nullptr; }
+  bench::TpccWorkload& tpcc() { return *tpcc_; }
+  const WarehouseMap& warehouses() const { return *warehouse_map_; }
 
   // Control handlers (any worker's loop thread).
   Status on_ping(rt::MsgBuffer* out);
   Status on_start(std::span<const uint8_t> request, rt::MsgBuffer* out);
   Status on_stats(rt::MsgBuffer* out);
-  Status on_scan(rt::MsgBuffer* out);
+  Status on_scan(std::span<const uint8_t> request, rt::MsgBuffer* out);
+  Status on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out);
 
   void note_down(uint32_t shard) { down_mask_.fetch_or(uint64_t{1} << shard); }
   void load_finished() { running_.fetch_sub(1); }
 
  private:
   [[nodiscard]] Status load_table();
+  [[nodiscard]] Status load_tpcc();
   [[nodiscard]] Status make_worker(uint32_t index, uint64_t deadline_ns);
   [[nodiscard]] Status dial(Worker& w, uint32_t shard, uint64_t deadline_ns);
+  template <typename E>
+  [[nodiscard]] Status attach_peer(Worker& w, uint32_t shard, E endpoint);
+  // The shm rendezvous name of a shard (an abstract unix socket: per cluster and address).
+  std::string shm_name(uint32_t shard) const;
   void accept_loop();
   void stop_workers();
+  [[nodiscard]] Status start_shm_acceptor();
+  void stop_shm_acceptor();
+  template <typename E>
+  void hand_to_worker(E endpoint, uint32_t* next);
 
   ServerOptions options_;
   cluster::ClusterConfig config_;
   std::unique_ptr<KeyLayout> layout_;
   std::unique_ptr<txn::Engine> engine_;
   txn::Table<1>* table_ = nullptr;
+  std::unique_ptr<bench::TpccWorkload> tpcc_;
+  std::unique_ptr<WarehouseMap> warehouse_map_;
+  dist::FragmentTable fragments_;
   net::TcpListener listener_;
+  net::ShmListener shm_listener_;  // transport shm: data connections from other shards
+  // Transport shm: accepts from init() on (peers dial while we still dial them, and an shm
+  // connect waits for the accepting side to share its rings), parking connections in
+  // shm_pending_ until accept_loop() hands them to workers.
+  std::thread shm_acceptor_;
+  std::atomic<bool> shm_stop_{false};
+  std::mutex shm_mu_;
+  std::vector<net::ShmEndpoint> shm_pending_;
+  std::unique_ptr<ControlPlane> control_;  // transport shm only
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint32_t> running_{0};  // workers with a load in flight
   std::atomic<uint64_t> down_mask_{0};
@@ -172,13 +233,20 @@ Status ShardServer::init(const ServerOptions& options) {
   }
   if (options_.workers == 0) options_.workers = config_.workers_per_shard;
   layout_ = std::make_unique<KeyLayout>(config_, options.keys_per_partition);
-  for (uint32_t s = 0; s < config_.shards.size(); ++s) {
-    if (layout_->hi(s) - layout_->lo(s) < kMicroKeysPerTxn) {
-      return Status::InvalidArgument(fmt::format(
-          "--keys-per-partition: shard {} would own fewer than {} keys", s, kMicroKeysPerTxn));
+  if (options_.workload == "tpcc") {
+    SHOAL_TRY(load_tpcc());
+  } else if (options_.workload == "micro") {
+    for (uint32_t s = 0; s < config_.shards.size(); ++s) {
+      if (layout_->hi(s) - layout_->lo(s) < kMicroKeysPerTxn) {
+        return Status::InvalidArgument(fmt::format(
+            "--keys-per-partition: shard {} would own fewer than {} keys", s, kMicroKeysPerTxn));
+      }
     }
+    SHOAL_TRY(load_table());
+  } else {
+    return Status::InvalidArgument(
+        fmt::format("--workload: '{}' is not micro or tpcc", options_.workload));
   }
-  SHOAL_TRY(load_table());
   const cluster::Replica& me = config_.shards[options_.shard].replicas.at(0);
   auto listener = net::TcpListener::listen(me.host, me.port);
   if (!listener.ok()) {
@@ -187,6 +255,7 @@ Status ShardServer::init(const ServerOptions& options) {
                                        listener.status().to_string()));
   }
   listener_ = std::move(*listener);
+  if (config_.transport == cluster::TransportKind::kShm) SHOAL_TRY(start_shm_acceptor());
   const uint64_t deadline_ns = RealEnv::instance().now_ns() + options_.connect_timeout_ms * kMs;
   for (uint32_t w = 0; w < options_.workers; ++w) SHOAL_TRY(make_worker(w, deadline_ns));
   return Status::Ok();
@@ -205,6 +274,35 @@ Status ShardServer::load_table() {
   return Status::Ok();
 }
 
+Status ShardServer::load_tpcc() {
+  warehouse_map_ = std::make_unique<WarehouseMap>(config_);
+  const WarehouseMap& map = *warehouse_map_;
+  if (map.warehouses() > bench::tpcc::kMaxWarehouses) {
+    return Status::InvalidArgument(fmt::format("shards: partitions are warehouses, at most {}",
+                                               bench::tpcc::kMaxWarehouses));
+  }
+  txn::EngineOptions eo;
+  eo.shard_id = options_.shard;
+  eo.lock_wait_spins_max = 16;  // locks live for network round trips: fail fast, retry
+  // No replication yet: every version is as stable as it gets once installed, so the
+  // vectorized watermark covers every dependency at once (EngineOptions).
+  eo.track_dependencies = false;
+  engine_ = std::make_unique<txn::Engine>(eo);
+  bench::TpccOptions to;
+  to.warehouses = map.warehouses();
+  to.load_first_warehouse = map.first(options_.shard);
+  to.load_last_warehouse = map.last(options_.shard);
+  if (getenv("SHOAL_EXP_LOCAL")) { to.remote_item_percent = 0; to.remote_payment_percent = 0; }
+  tpcc_ = std::make_unique<bench::TpccWorkload>(to);
+  bench::LoadOptions lo;
+  lo.workers = options_.workers;
+  lo.warehouses = map.warehouses();
+  lo.seed = 1;  // every shard: the same ITEM rows and NURand constants
+  SHOAL_TRY(tpcc_->load(*engine_, lo, nullptr));
+  fragments_ = make_tpcc_fragments(&tpcc_->tables());
+  return Status::Ok();
+}
+
 Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   auto w = std::make_unique<Worker>();
   w->server = this;
@@ -217,8 +315,9 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   po.lease_ns = 2000 * kMs;        // > a live coordinator's gap on a loaded machine
   po.tombstone_ns = 10'000 * kMs;  // > the RPC deadline
   w->participant = std::make_unique<dist::Participant>(*engine_, options_.shard, po);
+  if (tpcc_ != nullptr) w->participant->set_fragments(&fragments_);
   w->service = std::make_unique<dist::ParticipantService>(*w->participant, *w->loop);
-  w->self_link = std::make_unique<dist::LocalLink>(*w->participant, *w->loop, w->link_rng, 0, 0);
+  w->self_link = dist::LocalLink::make_direct(*w->participant, *w->loop, w->link_rng);
   w->peers.resize(config_.shards.size());
   std::vector<dist::ShardLink*> links(config_.shards.size());
   for (uint32_t s = 0; s < config_.shards.size(); ++s) {
@@ -227,7 +326,7 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
       continue;
     }
     SHOAL_TRY(dial(*w, s, deadline_ns));
-    links[s] = w->peers[s]->link.get();
+    links[s] = w->peers[s]->link();
   }
   dist::CoordinatorOptions co;
   co.shard_id = options_.shard;
@@ -235,32 +334,67 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   co.max_retries = 100;
   co.backoff_loop = w->loop.get();
   w->coordinator = std::make_unique<dist::Coordinator>(co, links, &w->epoch);
+  if (tpcc_ != nullptr) {
+    w->tpcc = std::make_unique<TpccShardContext>();
+    w->tpcc->workload = tpcc_.get();
+    w->tpcc->map = warehouse_map_.get();
+    w->tpcc->shard = options_.shard;
+    w->tpcc->coordinator = w->coordinator.get();
+    w->tpcc->local = engine_->make_worker();
+    w->tpcc->loop = w->loop.get();
+  }
   workers_.push_back(std::move(w));
   return Status::Ok();
+}
+
+std::string ShardServer::shm_name(uint32_t shard) const {
+  const cluster::Replica& r = config_.shards[shard].replicas.at(0);
+  return fmt::format("shoal-{}-{}-{}", config_.name, r.host, r.port);
 }
 
 Status ShardServer::dial(Worker& w, uint32_t shard, uint64_t deadline_ns) {
   const cluster::Replica& r = config_.shards[shard].replicas.at(0);
   const uint64_t now = RealEnv::instance().now_ns();
-  const uint64_t left_ms = deadline_ns > now ? (deadline_ns - now) / kMs : 0;
-  auto tcp = net::TcpEndpoint::connect(r.host, r.port, {}, std::max<uint64_t>(left_ms, 1));
+  const uint64_t left_ms = std::max<uint64_t>(deadline_ns > now ? (deadline_ns - now) / kMs : 0, 1);
+  if (config_.transport == cluster::TransportKind::kShm) {
+    // The peer's shm acceptor runs from its start-up on (init), so this cannot wait on a
+    // peer that is itself still dialing.
+    Result<net::ShmEndpoint> shm = Status::Unavailable("not tried");
+    for (;;) {
+      shm = net::ShmEndpoint::connect(shm_name(shard), {}, left_ms);
+      if (shm.ok() || RealEnv::instance().now_ns() >= deadline_ns) break;
+      RealEnv::instance().sleep_ns(20 * kMs);  // not listening yet: it is still loading
+    }
+    if (!shm.ok()) {
+      return Status::Unavailable(fmt::format("shard {} (shm {}) did not accept within {} ms: {}",
+                                             shard, shm_name(shard), options_.connect_timeout_ms,
+                                             shm.status().to_string()));
+    }
+    return attach_peer(w, shard, std::move(*shm));
+  }
+  auto tcp = net::TcpEndpoint::connect(r.host, r.port, {}, left_ms);
   if (!tcp.ok()) {
     return Status::Unavailable(
         fmt::format("shard {} at {}:{} did not accept a connection within "
                     "{} ms: {}",
                     shard, r.host, r.port, options_.connect_timeout_ms, tcp.status().to_string()));
   }
-  auto peer = std::make_unique<Peer>();
+  return attach_peer(w, shard, std::move(*tcp));
+}
+
+template <typename E>
+Status ShardServer::attach_peer(Worker& w, uint32_t shard, E endpoint) {
+  auto peer = std::make_unique<PeerOver<E>>();
   peer->shard = shard;
-  peer->tcp = std::move(*tcp);
-  peer->rpc = std::make_unique<Rpc>(*w.loop, peer->tcp, data_rpc_options());
+  peer->endpoint = std::move(endpoint);
+  peer->rpc = std::make_unique<rt::RpcEndpoint<E>>(*w.loop, peer->endpoint, data_rpc_options());
   SHOAL_TRY(peer->rpc->start());
   dist::RpcLinkOptions lo;
   lo.shard = shard;
   lo.session_count = 8;  // <= data_rpc_options().max_sessions
   lo.call_timeout_ns = 2000 * kMs;
   lo.end_attempts_max = 20;
-  peer->link = std::make_unique<Link>(*peer->rpc, lo);
+  peer->rpc_link = std::make_unique<dist::RpcLink<E>>(*peer->rpc, lo);
   w.peers[shard] = std::move(peer);
   return Status::Ok();
 }
@@ -284,6 +418,19 @@ Status ShardServer::serve() {
       wp->teardown();
     });
   }
+  if (config_.transport == cluster::TransportKind::kShm) {
+    control_ = std::make_unique<ControlPlane>();
+    control_->server = this;
+    rt::LoopOptions lo;
+    lo.max_pollers = kIncomingMax + 8;
+    control_->loop = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
+    ControlPlane* cp = control_.get();
+    cp->thread = std::thread([cp] {
+      cp->loop->run();
+      cp->conns.clear();
+      cp->loop.reset();
+    });
+  }
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
   const cluster::Replica& me = config_.shards[options_.shard].replicas.at(0);
   fmt::print(stderr, "shoal server: shard {} ready on {}:{} ({} worker{}, keys [{}, {}))\n",
@@ -295,29 +442,97 @@ Status ShardServer::serve() {
   return Status::Ok();
 }
 
+template <typename E>
 struct Handoff {
   Worker* worker;
-  net::TcpEndpoint tcp;
+  E endpoint;
 };
+
+template <typename E>
+void ShardServer::hand_to_worker(E endpoint, uint32_t* next) {
+  Worker* w = workers_[(*next)++ % workers_.size()].get();
+  auto* h = new Handoff<E>{w, std::move(endpoint)};
+  Status s = w->loop->post(
+      [](void* ctx) {
+        std::unique_ptr<Handoff<E>> h(static_cast<Handoff<E>*>(ctx));
+        h->worker->adopt(std::move(h->endpoint));
+      },
+      h);
+  if (!s.ok()) delete h;  // the worker's post queue is full: drop the connection
+}
+
+void ControlPlane::adopt(net::TcpEndpoint tcp) {
+  std::erase_if(conns, [](const auto& c) { return !c->status().ok(); });
+  if (conns.size() >= kIncomingMax) return;  // closes it
+  auto in = std::make_unique<IncomingOver<net::TcpEndpoint>>();
+  in->endpoint = std::move(tcp);
+  in->rpc = std::make_unique<rt::RpcEndpoint<net::TcpEndpoint>>(*loop, in->endpoint,
+                                                                data_rpc_options());
+  if (!in->rpc->start().ok()) return;
+  attach_control(server, *in->rpc);
+  conns.push_back(std::move(in));
+}
 
 void ShardServer::accept_loop() {
   uint32_t next = 0;
   while (!g_stop.load()) {
     auto tcp = listener_.accept(kAcceptSliceMs);
-    if (!tcp.ok()) continue;  // no connection in this slice (or EINTR from a signal)
-    Worker* w = workers_[next++ % workers_.size()].get();
-    auto* h = new Handoff{w, std::move(*tcp)};
-    Status s = w->loop->post(
-        [](void* ctx) {
-          std::unique_ptr<Handoff> h(static_cast<Handoff*>(ctx));
-          h->worker->adopt(std::move(h->tcp));
-        },
-        h);
-    if (!s.ok()) delete h;  // the worker's post queue is full: drop the connection
+    if (tcp.ok() && control_ != nullptr) {
+      struct ControlHandoff {
+        ControlPlane* plane;
+        net::TcpEndpoint tcp;
+      };
+      auto* h = new ControlHandoff{control_.get(), std::move(*tcp)};
+      Status s = control_->loop->post(
+          [](void* ctx) {
+            std::unique_ptr<ControlHandoff> h(static_cast<ControlHandoff*>(ctx));
+            h->plane->adopt(std::move(h->tcp));
+          },
+          h);
+      if (!s.ok()) delete h;  // its post queue is full: drop the connection
+    } else if (tcp.ok()) {
+      hand_to_worker(std::move(*tcp), &next);
+    }
+    // else: no connection in this slice (or EINTR from a signal)
+    std::vector<net::ShmEndpoint> shm;
+    {
+      std::lock_guard<std::mutex> lock(shm_mu_);
+      shm.swap(shm_pending_);
+    }
+    for (auto& e : shm) hand_to_worker(std::move(e), &next);
   }
 }
 
+Status ShardServer::start_shm_acceptor() {
+  const std::string name = shm_name(options_.shard);
+  auto listener = net::ShmListener::listen(name);
+  if (!listener.ok()) {
+    return Status::IOError(fmt::format("shard[{}]: cannot listen on shm {}: {}", options_.shard,
+                                       name, listener.status().to_string()));
+  }
+  shm_listener_ = std::move(*listener);
+  shm_acceptor_ = std::thread([this] {
+    while (!shm_stop_.load()) {
+      auto e = shm_listener_.accept(kAcceptSliceMs);
+      if (!e.ok()) continue;  // nobody in this slice, or a peer that gave up mid-handshake
+      std::lock_guard<std::mutex> lock(shm_mu_);
+      if (shm_pending_.size() < kIncomingMax * 4) shm_pending_.push_back(std::move(*e));
+    }
+  });
+  return Status::Ok();
+}
+
+void ShardServer::stop_shm_acceptor() {
+  shm_stop_.store(true);
+  if (shm_acceptor_.joinable()) shm_acceptor_.join();
+}
+
 void ShardServer::stop_workers() {
+  stop_shm_acceptor();
+  if (control_ != nullptr) {
+    control_->loop->stop();
+    if (control_->thread.joinable()) control_->thread.join();
+  }
   for (auto& w : workers_) w->loop->stop();
   for (auto& w : workers_) {
     if (w->thread.joinable()) w->thread.join();
@@ -334,23 +549,24 @@ void Worker::teardown() {
   loop.reset();
 }
 
-void Worker::adopt(net::TcpEndpoint tcp) {
+template <typename E>
+void Worker::adopt(E endpoint) {
   if (incoming.size() >= kIncomingMax) {
     fmt::print(stderr, "shoal server: shard {}: worker {} refuses a connection ({} open)\n",
                server->shard(), index, incoming.size());
     return;  // closes it
   }
-  auto in = std::make_unique<Incoming>();
-  in->tcp = std::move(tcp);
-  in->rpc = std::make_unique<Rpc>(*loop, in->tcp, data_rpc_options());
+  auto in = std::make_unique<IncomingOver<E>>();
+  in->endpoint = std::move(endpoint);
+  in->rpc = std::make_unique<rt::RpcEndpoint<E>>(*loop, in->endpoint, data_rpc_options());
   if (!in->rpc->start().ok()) return;
   service->attach(*in->rpc);
-  attach_control(*in->rpc);
+  attach_control(server, *in->rpc);
   incoming.push_back(std::move(in));
 }
 
-void Worker::attach_control(Rpc& rpc) {
-  ShardServer* s = server;
+template <typename E>
+void attach_control(ShardServer* s, rt::RpcEndpoint<E>& rpc) {
   rpc.handle(kPing,
              [s](rt::RpcRequest& r) -> rt::Task<Status> { co_return s->on_ping(r.response); });
   rpc.handle(kStart, [s](rt::RpcRequest& r) -> rt::Task<Status> {
@@ -358,8 +574,9 @@ void Worker::attach_control(Rpc& rpc) {
   });
   rpc.handle(kStats,
              [s](rt::RpcRequest& r) -> rt::Task<Status> { co_return s->on_stats(r.response); });
-  rpc.handle(kScan,
-             [s](rt::RpcRequest& r) -> rt::Task<Status> { co_return s->on_scan(r.response); });
+  rpc.handle(kScan, [s](rt::RpcRequest& r) -> rt::Task<Status> {
+    co_return s->on_scan(r.payload, r.response);
+  });
 }
 
 // Marks links to dead shards (releasing what they coordinated here) and frees connections
@@ -367,18 +584,18 @@ void Worker::attach_control(Rpc& rpc) {
 // a failed endpoint spawns nothing, and spawned handlers run within an iteration).
 void Worker::health() {
   for (auto& p : peers) {
-    if (p == nullptr || p->down || p->rpc->status().ok()) continue;
+    if (p == nullptr || p->down || p->status().ok()) continue;
     p->down = true;
     server->note_down(p->shard);
     const size_t released = participant->abort_coordinated_by(p->shard);
     fmt::print(stderr,
                "shoal server: shard {} worker {}: shard {} unreachable ({}); released {} of its "
                "transactions\n",
-               server->shard(), index, p->shard, p->rpc->status().to_string(), released);
+               server->shard(), index, p->shard, p->status().to_string(), released);
   }
   const uint64_t now = loop->now_ns();
   std::erase_if(incoming, [now](const std::unique_ptr<Incoming>& in) {
-    if (in->rpc->status().ok()) return false;
+    if (in->status().ok()) return false;
     if (in->failed_seen_ns == 0) in->failed_seen_ns = now;
     return now - in->failed_seen_ns >= 2 * kHealthTickNs;
   });
@@ -414,6 +631,33 @@ rt::Task<void> load_client(Worker* w, uint64_t seed) {
   if (--w->clients_running == 0) w->publish();
 }
 
+// A TPC-C terminal: home warehouse and StockLevel district spread over this shard's own.
+rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
+  ShardServer& server = *w->server;
+  const WarehouseMap& map = server.warehouses();
+  const uint32_t first = map.first(server.shard());
+  const uint32_t count = map.last(server.shard()) - first + 1;
+  const uint32_t n = w->index * w->params.inflight + terminal;
+  // HISTORY keys: source (16 bits) = shard and terminal, unique in the cluster (a row lives
+  // with its customer, on any shard). on_start bounds terminals per shard below 1024.
+  bench::TpccClient client(server.tpcc(), *w->tpcc->local, n, seed,
+                           uint64_t{server.shard()} * 1024 + n + 1);
+  client.bind_home(first + n % count, (n / count) % bench::tpcc::kDistrictsPerWarehouse + 1);
+  dist::DistTxn dtxn;
+  bench::TpccInput in;
+  while (w->loop->now_ns() < w->load_end_ns) {
+    client.make_input(&in);
+    const uint64_t start_ns = w->loop->now_ns();
+    TpccOutcome out = co_await run_tpcc_txn(*w->tpcc, dtxn, in);
+    w->stats.conflict_aborts += out.conflicts;
+    w->record(out.cross, out.status, w->loop->now_ns() - start_ns, in.type);
+    // Local transactions never suspend: yield so pollers (remote coordinators' requests,
+    // replies to our own) and the other terminals keep their turn.
+    co_await w->loop->yield();
+  }
+  if (--w->clients_running == 0) w->publish();
+}
+
 void Worker::start_load() {
   stats = MicroStats{};
   aborts_base = coordinator->stats().conflict_aborts;
@@ -422,15 +666,19 @@ void Worker::start_load() {
   for (uint32_t i = 0; i < params.inflight; ++i) {
     const uint64_t seed =
         params.seed * 0x9e3779b97f4a7c15ULL + server->shard() * 65536ULL + index * 1024ULL + i;
-    if (!loop->spawn(load_client(this, seed)).ok()) break;  // task table full: fewer clients
+    rt::Task<void> client = tpcc ? tpcc_client(this, i, seed) : load_client(this, seed);
+    if (!loop->spawn(std::move(client)).ok()) break;  // task table full: fewer clients
     ++clients_running;
   }
   if (clients_running == 0) publish();
 }
 
-void Worker::record(bool cross, const Status& s, uint64_t latency_ns) {
-  if (s.ok()) {
+void Worker::record(bool cross, const Status& s, uint64_t latency_ns, uint32_t type) {
+  type = std::min(type, MicroStats::kTypesMax - 1);
+  if (s.ok() || s.is_user_abort()) {
     ++stats.committed;
+    ++stats.committed_by_type[type];
+    if (s.is_user_abort()) ++stats.user_aborts;
     if (cross) {
       ++stats.committed_cross;
       stats.latency_cross.record(latency_ns);
@@ -440,6 +688,7 @@ void Worker::record(bool cross, const Status& s, uint64_t latency_ns) {
     return;
   }
   ++stats.failed;
+  ++stats.failed_by_type[type];
   if (cross) ++stats.failed_cross;
   if (s.code() == Code::kUnavailable) ++stats.unavailable;
   if (stats.first_error.empty()) stats.first_error = s.to_string();
@@ -464,6 +713,7 @@ Status ShardServer::on_ping(rt::MsgBuffer* out) {
   }
   reply_json({{"shard", options_.shard},
               {"workers", options_.workers},
+              {"workload", options_.workload},
               {"keys_lo", layout_->lo(options_.shard)},
               {"keys_hi", layout_->hi(options_.shard)},
               {"pid", static_cast<int64_t>(getpid())},
@@ -478,6 +728,11 @@ Status ShardServer::on_start(std::span<const uint8_t> request, rt::MsgBuffer* ou
   if (!j.ok()) return j.status();
   auto params = MicroParams::from_json(*j);
   if (!params.ok()) return params.status();
+  if (tpcc_ != nullptr && workers_.size() * params->inflight >= 1024) {
+    return Status::InvalidArgument(fmt::format(
+        "start.inflight: {} workers x {} terminals: at most 1023 per shard", workers_.size(),
+        params->inflight));
+  }
   uint32_t idle = 0;
   if (!running_.compare_exchange_strong(idle, static_cast<uint32_t>(workers_.size()))) {
     return Status::InvalidArgument("a load is already running");
@@ -519,7 +774,12 @@ Status ShardServer::on_stats(rt::MsgBuffer* out) {
 
 // Reads every key of this shard with fresh transactions (a lock left behind fails the read)
 // and sums the counters: the survivors' "no locks kept" check and the consistency check.
-Status ShardServer::on_scan(rt::MsgBuffer* out) {
+Status ShardServer::on_scan(std::span<const uint8_t> request, rt::MsgBuffer* out) {
+  if (tpcc_ != nullptr) {
+    auto j = parse_control({reinterpret_cast<const char*>(request.data()), request.size()});
+    if (!j.ok()) return j.status();
+    return on_scan_tpcc(*j, out);
+  }
   constexpr uint64_t kKeysPerTxn = 4096;  // bounds a read set
   const uint64_t lo = layout_->lo(options_.shard), hi = layout_->hi(options_.shard);
   txn::Txn t(engine_.get(), 7);
@@ -544,6 +804,47 @@ Status ShardServer::on_scan(rt::MsgBuffer* out) {
               {"first_unreadable", first},
               {"counter_sum", sum}},
              out);
+  return Status::Ok();
+}
+
+// TPC-C's check in two steps (the controller runs them, see dist_controller.cc):
+//   {"step": "payments"}: the HISTORY sums this shard holds for other shards' warehouses, as
+//      [[kind, key, cents], ...] (kind 0: by warehouse, 1: by district, 2: by customer; keys as
+//      in bench::ForeignPayments)
+//   {"step": "check", "payments": [...]}: the consistency conditions over this shard's
+//      warehouses with those sums (from every other shard) added in.
+Status ShardServer::on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out) {
+  const std::string step = request.is_object() ? request.value("step", "") : "";
+  if (step == "payments") {
+    const bench::ForeignPayments f = bench::foreign_payments(*engine_);
+    nlohmann::json entries = nlohmann::json::array();
+    int kind = 0;
+    for (const auto* m : {&f.by_warehouse, &f.by_district, &f.by_customer}) {
+      for (const auto& [key, cents] : *m) entries.push_back(nlohmann::json::array({kind, key, cents}));
+      ++kind;
+    }
+    reply_json({{"shard", options_.shard}, {"payments", entries}}, out);
+    return Status::Ok();
+  }
+  if (step != "check") return Status::InvalidArgument("scan.step: must be payments or check");
+  bench::ForeignPayments foreign;
+  const auto entries = request.find("payments");
+  if (entries != request.end()) {
+    if (!entries->is_array()) return Status::InvalidArgument("scan.payments: not a list");
+    for (const auto& e : *entries) {
+      if (!e.is_array() || e.size() != 3 || !e[0].is_number_unsigned() || e[0].get<int>() > 2 ||
+          !e[1].is_number_unsigned() || !e[2].is_number()) {
+        return Status::InvalidArgument("scan.payments: bad [kind, key, cents] entry");
+      }
+      auto* m = e[0].get<int>() == 0   ? &foreign.by_warehouse
+                : e[0].get<int>() == 1 ? &foreign.by_district
+                                       : &foreign.by_customer;
+      (*m)[e[1].get<uint64_t>()] += e[2].get<int64_t>();
+    }
+  }
+  const std::vector<std::string> failures =
+      bench::check_tpcc_conditions(*engine_, /*after_load=*/false, &foreign);
+  reply_json({{"shard", options_.shard}, {"failures", failures}}, out);
   return Status::Ok();
 }
 

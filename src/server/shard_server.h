@@ -1,7 +1,7 @@
 // `shoal server`: one process per shard (leader replica only; replication is issue 5).
 //
 // Start-up, in order: load and validate the config; build the Engine and load this shard's
-// micro table (KeyLayout in dist_micro.h); listen on the shard's configured address; from each
+// data (the micro table, KeyLayout in dist_micro.h, or its TPC-C warehouses, dist_tpcc.h); listen on the shard's configured address; from each
 // worker, dial every other shard (refused connections are retried until connect_timeout_ms,
 // so shards may start in any order: a dial completes in the peer's listen backlog before it
 // accepts); then start the worker threads and accept connections. A shard answers kPing only
@@ -34,6 +34,9 @@ struct ServerOptions {
   std::string config_path;
   uint32_t shard = 0;
   uint32_t workers = 0;  // 0: the config's workers_per_shard
+  // What the shard loads and runs: "micro" (Mako's microbenchmark; partitions are key ranges
+  // of keys_per_partition keys) or "tpcc" (partitions are warehouses; dist_tpcc.h).
+  std::string workload = "micro";
   uint64_t keys_per_partition = 1'000'000;
   uint64_t connect_timeout_ms = 30'000;  // dialing the other shards at start-up
   // Exit when the parent process dies (servers owned by a `shoal bench` run).

@@ -208,6 +208,7 @@ void Txn::install(uint64_t tid) {
 void Txn::set_version_deps(Record* rec) {
   // Versions that depend only on their own shard (every single-shard transaction) carry no
   // vector at all: the TID in the version word is the whole story.
+  if (!engine_->options().track_dependencies) return;  // no version ever carries one
   const uint32_t own = engine_->options().shard_id;
   const auto& e = deps_.entries();
   const bool remote = e.size() > 1 || (e.size() == 1 && e[0].shard != own);

@@ -161,6 +161,12 @@ struct EngineOptions {
   uint32_t max_retries = 1000;
   // Our shard id in dependency vectors.
   uint32_t shard_id = 0;
+  // Track dependency vectors on versions (design section 3): a version written by a
+  // transaction that depends on other shards carries the vector, and readers merge it. Off
+  // when nothing consumes them: a cluster without replication has its vectorized watermark at
+  // the head of every shard, so every entry is covered at once and would only cost an
+  // allocation per written record and a pointer chase per read.
+  bool track_dependencies = true;
   // Test-only: skip read validation (so the serializability checker can be shown to catch it).
   bool unsafe_skip_read_validation = false;
 };

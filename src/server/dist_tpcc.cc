@@ -1,0 +1,197 @@
+#include "src/server/dist_tpcc.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "src/base/ebr.h"
+
+namespace shoal::server {
+
+using namespace bench::tpcc;  // NOLINT: the TPC-C vocabulary throughout
+using bench::TpccInput;
+
+namespace {
+
+// Fragment adapters: arguments arrive as bytes (they may have crossed processes), so sizes
+// are checked before the typed piece runs on the shard's own tables.
+template <typename Args>
+Status parse_args(std::span<const uint8_t> bytes, Args* out) {
+  if (bytes.size() != sizeof(Args)) {
+    return Status::InvalidArgument(fmt::format("tpcc fragment: {} argument bytes, expected {}",
+                                               bytes.size(), sizeof(Args)));
+  }
+  std::memcpy(out, bytes.data(), sizeof(Args));
+  return Status::Ok();
+}
+
+template <typename Args, typename Out, Status (*Fn)(txn::Txn&, const Tables&, const Args&, Out*)>
+Status typed_fragment(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args,
+                      std::span<uint8_t> out, uint32_t* out_size) {
+  Args a;
+  SHOAL_TRY(parse_args(args, &a));
+  if (out.size() < sizeof(Out)) return Status::InvalidArgument("tpcc fragment: result too small");
+  Out r{};
+  SHOAL_TRY(Fn(txn, *static_cast<const Tables*>(ctx), a, &r));
+  std::memcpy(out.data(), &r, sizeof(Out));
+  *out_size = sizeof(Out);
+  return Status::Ok();
+}
+
+// What a distributed procedure gets: the terminal's context and its input.
+struct DistArgs {
+  const TpccShardContext* ctx;
+  const TpccInput* in;
+};
+
+rt::Task<Status> dist_new_order(dist::DistTxn& txn, const void* args, void*) {
+  const auto& x = *static_cast<const DistArgs*>(args);
+  const NewOrderArgs& a = x.in->new_order;
+  const uint32_t home = x.ctx->shard;
+  NewOrderHomeArgs h;
+  h.order = a;
+  h.order.tables = nullptr;
+  // One stock fragment per remote shard, carrying that shard's order lines.
+  for (uint32_t n = 0; n < a.ol_cnt; ++n) {
+    const uint32_t shard = x.ctx->map->shard_of(a.items[n].supply_w_id);
+    if (shard == home || ((h.remote_mask >> n) & 1)) continue;
+    StockFragmentArgs sa;
+    sa.home_w_id = a.w_id;
+    sa.d_id = a.d_id;
+    uint8_t line_of[kMaxOrderLines];
+    for (uint32_t m = n; m < a.ol_cnt; ++m) {
+      if (x.ctx->map->shard_of(a.items[m].supply_w_id) != shard) continue;
+      line_of[sa.count] = static_cast<uint8_t>(m);
+      sa.items[sa.count++] = a.items[m];
+      h.remote_mask |= 1u << m;
+    }
+    StockFragmentResult sr;
+    SHOAL_CO_TRY(co_await txn.exec(shard, kFragNewOrderStock, sa, &sr, /*last_on_shard=*/true));
+    for (uint32_t k = 0; k < sa.count; ++k) h.remote[line_of[k]] = sr.lines[k];
+  }
+  NewOrderResult r;
+  co_return co_await txn.exec(home, kFragNewOrderHome, h, &r);
+}
+
+// The home part here, then the customer's part (its update and the HISTORY row) runs on its
+// shard as the commit's last step: one round trip (participant.h F8).
+rt::Task<Status> dist_payment(dist::DistTxn& txn, const void* args, void*) {
+  const auto& x = *static_cast<const DistArgs*>(args);
+  PaymentCustomerArgs c;
+  c.payment = x.in->payment;
+  c.payment.tables = nullptr;
+  PaymentHomeResult names;
+  SHOAL_CO_TRY(co_await txn.exec(x.ctx->shard, kFragPaymentHome, c.payment, &names));
+  std::memcpy(c.w_name, names.w_name, sizeof(c.w_name));
+  std::memcpy(c.d_name, names.d_name, sizeof(c.d_name));
+  co_return txn.exec_at_commit(x.ctx->map->shard_of(c.payment.c_w_id), kFragPaymentCustomer, c);
+}
+
+// Which procedure runs `in`, and whether it leaves the home shard.
+bool crosses_shards(const TpccShardContext& ctx, const TpccInput& in) {
+  if (in.type == kPayment) return ctx.map->shard_of(in.payment.c_w_id) != ctx.shard;
+  if (in.type != kNewOrder) return false;
+  for (uint32_t n = 0; n < in.new_order.ol_cnt; ++n) {
+    if (ctx.map->shard_of(in.new_order.items[n].supply_w_id) != ctx.shard) return true;
+  }
+  return false;
+}
+
+txn::Procedure local_procedure(TxnType type) {
+  switch (type) {
+    case kNewOrder:
+      return &new_order;
+    case kPayment:
+      return &payment;
+    case kOrderStatus:
+      return &order_status;
+    case kDelivery:
+      return &delivery;
+    default:
+      return &stock_level;
+  }
+}
+
+// One attempt on the worker's Txn: begin, run, commit; nothing held afterwards.
+Status attempt_local(txn::Txn& txn, txn::Procedure proc, const void* args) {
+  txn.begin();
+  Status s = proc(txn, args, nullptr);
+  if (s.ok()) s = txn.commit();
+  if (!s.ok()) txn.abort();
+  txn.end();
+  return s;
+}
+
+rt::Task<TpccOutcome> run_local(TpccShardContext& ctx, const TpccInput& in) {
+  TpccOutcome out;
+  const txn::Procedure proc = local_procedure(in.type);
+  const void* args = &in.new_order;  // every member of the union starts at its address
+  for (uint32_t attempt = 0; attempt < ctx.local_retries_max; ++attempt) {
+    out.status = attempt_local(ctx.local->txn(), proc, args);
+    if ((++ctx.local_runs & 63) == 0) ebr::quiesce();  // as txn::Worker::run does
+    if (!out.status.is_aborted()) co_return out;
+    ++out.conflicts;
+    // The lock in the way may be a remote coordinator's, released by a message this loop
+    // has yet to read: let the loop run before trying again.
+    if (attempt < 4) {
+      co_await ctx.loop->yield();
+    } else {
+      (co_await ctx.loop->sleep_for(uint64_t{20'000} << std::min<uint32_t>(attempt - 4, 6)))
+          .ignore();
+    }
+  }
+  out.status = Status::Aborted("retries exhausted");
+  co_return out;
+}
+
+}  // namespace
+
+dist::FragmentTable make_tpcc_fragments(const Tables* tables) {
+  dist::FragmentTable t;
+  t.ctx = tables;
+  t.fns[kFragNewOrderStock] =
+      &typed_fragment<StockFragmentArgs, StockFragmentResult, &new_order_stock>;
+  t.fns[kFragNewOrderHome] = &typed_fragment<NewOrderHomeArgs, NewOrderResult, &new_order_home>;
+  t.fns[kFragPaymentCustomer] =
+      &typed_fragment<PaymentCustomerArgs, PaymentResult, &payment_customer>;
+  t.fns[kFragPaymentHome] = &typed_fragment<PaymentArgs, PaymentHomeResult, &payment_home>;
+  return t;
+}
+
+WarehouseMap::WarehouseMap(const cluster::ClusterConfig& config) {
+  uint64_t last = 0;
+  for (const auto& s : config.shards) last = std::max(last, s.partition_hi - 1);
+  shard_of_.assign(last + 1, 0);
+  for (uint32_t s = 0; s < config.shards.size(); ++s) {
+    for (uint64_t w = config.shards[s].partition_lo; w < config.shards[s].partition_hi; ++w) {
+      shard_of_[w] = s;
+    }
+  }
+}
+
+uint32_t WarehouseMap::first(uint32_t shard) const {
+  for (uint32_t w = 1; w < shard_of_.size(); ++w) {
+    if (shard_of_[w] == shard) return w;
+  }
+  return 0;
+}
+
+uint32_t WarehouseMap::last(uint32_t shard) const {
+  for (uint32_t w = static_cast<uint32_t>(shard_of_.size()) - 1; w >= 1; --w) {
+    if (shard_of_[w] == shard) return w;
+  }
+  return 0;
+}
+
+rt::Task<TpccOutcome> run_tpcc_txn(TpccShardContext& ctx, dist::DistTxn& dtxn, TpccInput& in) {
+  if (!crosses_shards(ctx, in)) co_return co_await run_local(ctx, in);
+  TpccOutcome out;
+  out.cross = true;
+  const DistArgs args{&ctx, &in};
+  const dist::DistProcedure proc = in.type == kPayment ? &dist_payment : &dist_new_order;
+  // Its conflict retries are counted by the coordinator (CoordinatorStats).
+  out.status = co_await ctx.coordinator->run(dtxn, proc, &args, nullptr);
+  co_return out;
+}
+
+}  // namespace shoal::server
