@@ -47,8 +47,9 @@ struct BenchFlags {
   std::string transport = "all";  // shm, tcp, uring or all
   int transport_iterations = bench::transport::Options{}.iterations;
   std::string unknown_workload;  // a bench positional that matched no workload subcommand
-  // `bench micro` across shard processes (--shards or --cluster).
+  // `bench micro` / `bench tpcc` across shard processes (--shards or --cluster).
   server::DistBenchOptions dist;
+  server::DistBenchOptions tpcc_dist;
 };
 
 struct ServerCommands {
@@ -131,9 +132,55 @@ void add_dist_micro_options(CLI::App* micro, server::DistBenchOptions& d) {
   micro->add_option("--inflight", d.inflight, "Transactions in flight per worker (coroutines)")
       ->check(number_in(1u, 1024u, false, "in [1, 1024]"))
       ->capture_default_str();
+  micro->add_option("--transport", d.transport, "Between the local shard servers: shm or tcp")
+      ->check(CLI::IsMember({"shm", "tcp"}))
+      ->capture_default_str();
   micro->add_option("--keys-per-shard", d.keys_per_partition, "Keys per shard (local cluster)")
       ->check(number_in(uint64_t{4}, uint64_t{1'000'000'000}, false, "in [4, 1e9]"))
       ->capture_default_str();
+}
+
+// `bench tpcc` across shard processes: --shards N >= 2 or --cluster selects the distributed run.
+void add_dist_tpcc_options(CLI::App* tpcc, server::DistBenchOptions& d) {
+  tpcc->add_option("--shards", d.shards,
+                   "Start a local cluster of N shard servers, warehouses split among them "
+                   "(1: in-process)")
+      ->check(number_in(1u, 64u, false, "in [1, 64]"));
+  tpcc->add_option("--cluster", d.cluster_path,
+                   "Run against the running cluster in this config (started --workload tpcc)");
+  tpcc->add_option("--inflight", d.inflight,
+                   "Terminals per worker across shards (coroutines; default 8)")
+      ->check(number_in(1u, 1024u, false, "in [1, 1024]"));
+  tpcc->add_option("--transport", d.transport, "Between the local shard servers: shm or tcp")
+      ->check(CLI::IsMember({"shm", "tcp"}))
+      ->capture_default_str();
+  tpcc->add_flag("--baseline", d.baseline,
+                 "First run single-shard TPC-C in-process (1 warehouse, 1 worker, same seconds) "
+                 "and report each worker's throughput against it");
+}
+
+// The single-shard, single-worker TPC-C figure that --baseline compares a cluster run with,
+// measured here, before the servers start, on the same machine. 0 when it fails (reported).
+double measure_tpcc_baseline(const BenchFlags& f) {
+  bench::TpccOptions options;
+  options.warehouses = 1;
+  auto workload = make_tpcc_workload(options);
+  txn::Engine engine;
+  bench::RunOptions ro;
+  ro.seconds = f.run.seconds;
+  ro.workers = 1;
+  ro.warehouses = 1;
+  ro.seed = f.run.seed;
+  ro.progress = nullptr;
+  ro.report = nullptr;
+  fmt::print(stderr, "baseline: single-shard TPC-C, 1 warehouse, 1 worker, {:.1f} s...\n",
+             f.run.seconds);
+  Result<bench::RunResult> r = bench::run_benchmark(*workload, engine, ro);
+  if (!r.ok()) {
+    fmt::print(stderr, "baseline failed: {}\n", r.status().to_string());
+    return 0;
+  }
+  return r->committed_per_sec;
 }
 
 // Options shared by every workload live on `bench`; the workload subcommands fall through to
@@ -167,6 +214,7 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
   c.tpcc->add_option("--warehouses", f.warehouses, "Number of warehouses (>= 1)")
       ->check(number_in(1u, 100'000u, false, "in [1, 100000]"))
       ->capture_default_str();
+  add_dist_tpcc_options(c.tpcc, f.tpcc_dist);
 
   c.micro = c.bench->add_subcommand(
       "micro", "Mako's microbenchmark: each transaction reads and writes 4 random keys");
@@ -206,6 +254,9 @@ ServerCommands add_server_commands(CLI::App& app) {
       ->add_option("--keys-per-partition", so.keys_per_partition, "Micro keys per config partition")
       ->check(number_in(uint64_t{1}, uint64_t{1'000'000'000}, false, "in [1, 1e9]"))
       ->capture_default_str();
+  c.server->add_option("--workload", so.workload, "What to load and run: micro or tpcc")
+      ->check(CLI::IsMember({"micro", "tpcc"}))
+      ->capture_default_str();
   c.server
       ->add_option("--connect-timeout-ms", so.connect_timeout_ms,
                    "How long to keep dialing the other shards at start-up")
@@ -225,6 +276,11 @@ ServerCommands add_server_commands(CLI::App& app) {
   }
   c.up->add_option("--workers", co.workers, "Worker threads per shard (default: the config's)")
       ->check(number_in(1u, 64u, false, "in [1, 64]"));
+  c.up->add_option("--workload", co.workload,
+                   "What the servers load: micro (partitions = key ranges) or tpcc "
+                   "(partitions = warehouses)")
+      ->check(CLI::IsMember({"micro", "tpcc"}))
+      ->capture_default_str();
   c.up->add_option("--keys-per-partition", co.keys_per_partition, "Micro keys per config partition")
       ->check(number_in(uint64_t{1}, uint64_t{1'000'000'000}, false, "in [1, 1e9]"))
       ->capture_default_str();
@@ -249,28 +305,39 @@ int run_server_commands(const ServerCommands& c) {
   return s.code() == Code::kInvalidArgument ? kExitUsage : kExitRunFailed;
 }
 
-// `bench micro` with --shards or --cluster: the distributed run.
+// `bench micro|tpcc` with --shards or --cluster: the distributed run.
 int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
-  const bool local = c.micro->count("--shards") > 0;
-  const bool remote = c.micro->count("--cluster") > 0;
+  const bool tpcc = c.tpcc->parsed();
+  CLI::App* sub = tpcc ? c.tpcc : c.micro;
+  server::DistBenchOptions& d = tpcc ? f.tpcc_dist : f.dist;
+  const bool local = sub->count("--shards") > 0;
+  const bool remote = sub->count("--cluster") > 0;
   if (local && remote) {
     fmt::print(stderr, "shoal: error: --shards and --cluster exclude each other\n");
     return kExitUsage;
   }
-  if (c.micro->count("--keys") > 0 || c.bench->count("--warmup") > 0) {
+  if ((!tpcc && c.micro->count("--keys") > 0) || c.bench->count("--warmup") > 0) {
     fmt::print(stderr, "shoal: error: {} does not apply across shards (see --help)\n",
-               c.micro->count("--keys") > 0 ? "--keys (use --keys-per-shard)" : "--warmup");
+               c.bench->count("--warmup") > 0 ? "--warmup" : "--keys (use --keys-per-shard)");
     return kExitUsage;
   }
-  if (f.dist.cross_shard_pct > 0 && local && f.dist.shards < 2) {
+  if (!tpcc && d.cross_shard_pct > 0 && local && d.shards < 2) {
     fmt::print(stderr, "shoal: error: --cross-shard-pct: needs --shards >= 2\n");
     return kExitUsage;
   }
-  f.dist.workers = f.run.workers;
-  f.dist.seconds = f.run.seconds;
-  f.dist.seed = f.run.seed;
-  f.dist.json_path = f.run.json_path;
-  Status s = server::run_dist_bench(f.dist);
+  if (tpcc) {
+    d.workload = "tpcc";
+    d.warehouses = f.warehouses;
+    // Local TPC-C transactions run start to commit without suspending: a few terminals keep
+    // the cross-shard ones overlapped without delaying the loop's polling for long.
+    if (sub->count("--inflight") == 0) d.inflight = 8;
+    if (d.baseline) d.baseline_committed_per_sec = measure_tpcc_baseline(f);
+  }
+  d.workers = f.run.workers;
+  d.seconds = f.run.seconds;
+  d.seed = f.run.seed;
+  d.json_path = f.run.json_path;
+  Status s = server::run_dist_bench(d);
   if (s.ok()) return 0;
   fmt::print(stderr, "shoal: error: {}\n", s.to_string());
   if (s.code() == Code::kCorruption) return kExitInconsistent;
@@ -382,9 +449,18 @@ int main(int argc, char** argv) {
       return shoal::kExitUsage;
     }
     if (commands.transport->parsed()) return shoal::run_transport_bench(commands, flags);
-    const bool dist = commands.micro->parsed() && (commands.micro->count("--shards") > 0 ||
-                                                   commands.micro->count("--cluster") > 0);
+    const bool dist = (commands.micro->parsed() && (commands.micro->count("--shards") > 0 ||
+                                                    commands.micro->count("--cluster") > 0)) ||
+                      (commands.tpcc->parsed() && ((flags.tpcc_dist.shards >= 2 &&
+                                                    commands.tpcc->count("--shards") > 0) ||
+                                                   commands.tpcc->count("--cluster") > 0));
     if (dist) return shoal::run_dist_bench(commands, flags);
+    for (const char* flag : {"--inflight", "--baseline", "--transport"}) {
+      if (commands.tpcc->parsed() && commands.tpcc->count(flag) > 0) {
+        fmt::print(stderr, "shoal: error: {}: needs --shards >= 2 or --cluster\n", flag);
+        return shoal::kExitUsage;
+      }
+    }
     for (const char* flag : {"--cross-shard-pct", "--inflight", "--keys-per-shard"}) {
       if (commands.micro->parsed() && commands.micro->count(flag) > 0) {
         fmt::print(stderr, "shoal: error: {}: needs --shards or --cluster\n", flag);

@@ -47,6 +47,8 @@ struct DistBenchOptions {
   std::string workload = "micro";  // micro or tpcc (dist_tpcc.h)
   uint32_t warehouses = 2;         // tpcc, local run: partitions of the config
   std::string transport = "shm";   // local run: between shard processes (tcp or shm)
+  bool baseline = false;           // tpcc: measure a single-shard run first (the CLI does)
+  double baseline_committed_per_sec = 0;  // > 0: report per-worker throughput against it
   std::string cluster_path;  // non-empty: run against this running cluster
   uint32_t shards = 2;       // local run: shards to start
   uint32_t workers = 1;      // local run: workers per shard

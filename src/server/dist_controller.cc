@@ -200,6 +200,7 @@ bench::RunResult make_result(const DistBenchOptions& o, uint32_t shards, uint32_
       tr.name = names[i];
       tr.committed = t.committed_by_type[i];
       tr.failed = t.failed_by_type[i];
+      tr.latency_us = latency_of(t.latency_by_type[i]);
       r.per_type.push_back(tr);
     }
     // Latency is kept per placement, not per type: the split that matters across shards.
@@ -208,8 +209,9 @@ bench::RunResult make_result(const DistBenchOptions& o, uint32_t shards, uint32_
     r.per_type.push_back(local);
     r.per_type.push_back(cross);
   }
-  r.rss_bytes = bench::current_rss_bytes();
-  r.peak_rss_bytes = bench::peak_rss_bytes();
+  // The shard servers' memory, summed over shards (not this controller's).
+  r.rss_bytes = t.rss_bytes;
+  r.peak_rss_bytes = t.peak_rss_bytes;
   return r;
 }
 
@@ -314,8 +316,18 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
   } else {
     j["cross_shard_pct"] = o.cross_shard_pct;
   }
-  j["committed_per_sec_per_worker"] =
+  const double per_worker =
       r.committed_per_sec / static_cast<double>(config.shards.size() * workers);
+  j["committed_per_sec_per_worker"] = per_worker;
+  if (o.baseline_committed_per_sec > 0) {
+    const double ratio = per_worker / o.baseline_committed_per_sec;
+    j["baseline_committed_per_sec"] = o.baseline_committed_per_sec;
+    j["per_worker_vs_baseline"] = ratio;
+    text += fmt::format(
+        "per worker: {:.0f} committed/s = {:.1f}% of the single-shard, single-worker baseline "
+        "({:.0f}/s, measured in this run)\n",
+        per_worker, 100 * ratio, o.baseline_committed_per_sec);
+  }
   j["committed_cross"] = total.committed_cross;
   j["unavailable"] = total.unavailable;
   nlohmann::json per_shard = nlohmann::json::array();

@@ -101,6 +101,9 @@ void MicroStats::merge(const MicroStats& o) {
   if (first_error.empty()) first_error = o.first_error;
   latency_local.merge(o.latency_local);
   latency_cross.merge(o.latency_cross);
+  for (uint32_t t = 0; t < kTypesMax; ++t) latency_by_type[t].merge(o.latency_by_type[t]);
+  rss_bytes += o.rss_bytes;
+  peak_rss_bytes += o.peak_rss_bytes;
 }
 
 namespace {
@@ -131,6 +134,8 @@ Status histogram_from(const nlohmann::json& pairs, const char* field, Histogram*
 }  // namespace
 
 nlohmann::json MicroStats::to_json() const {
+  nlohmann::json by_type = nlohmann::json::array();
+  for (const Histogram& h : latency_by_type) by_type.push_back(histogram_json(h));
   return {{"committed", committed},
           {"committed_cross", committed_cross},
           {"conflict_aborts", conflict_aborts},
@@ -142,7 +147,10 @@ nlohmann::json MicroStats::to_json() const {
           {"failed_by_type", failed_by_type},
           {"first_error", first_error},
           {"latency_local", histogram_json(latency_local)},
-          {"latency_cross", histogram_json(latency_cross)}};
+          {"latency_cross", histogram_json(latency_cross)},
+          {"latency_by_type", by_type},
+          {"rss_bytes", rss_bytes},
+          {"peak_rss_bytes", peak_rss_bytes}};
 }
 
 Result<MicroStats> MicroStats::from_json(const nlohmann::json& j) {
@@ -182,6 +190,20 @@ Result<MicroStats> MicroStats::from_json(const nlohmann::json& j) {
                            &s.latency_local));
   SHOAL_TRY(histogram_from(j.value("latency_cross", nlohmann::json::array()), "latency_cross",
                            &s.latency_cross));
+  if (auto it = j.find("latency_by_type"); it != j.end()) {
+    if (!it->is_array() || it->size() != kTypesMax) {
+      return Status::InvalidArgument("stats.latency_by_type: not a list of histograms");
+    }
+    for (uint32_t t = 0; t < kTypesMax; ++t) {
+      SHOAL_TRY(histogram_from((*it)[t], "latency_by_type", &s.latency_by_type[t]));
+    }
+  }
+  for (const char* name : {"rss_bytes", "peak_rss_bytes"}) {
+    auto it = j.find(name);
+    if (it != j.end() && it->is_number_unsigned()) {
+      (name[0] == 'r' ? s.rss_bytes : s.peak_rss_bytes) = it->get<uint64_t>();
+    }
+  }
   return s;
 }
 

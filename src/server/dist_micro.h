@@ -92,6 +92,9 @@ struct MicroStats {
   std::string first_error;  // the first failure's text, for the report
   Histogram latency_local;  // ns, committed local transactions (retries included)
   Histogram latency_cross;  // ns, committed cross-shard transactions
+  Histogram latency_by_type[kTypesMax];  // ns, committed, by transaction type (TPC-C)
+  uint64_t rss_bytes = 0;       // the shard process's resident set (a shard's stats only)
+  uint64_t peak_rss_bytes = 0;
 
   void merge(const MicroStats& other);
   // Histograms travel as sparse [bucket, count] pairs.
