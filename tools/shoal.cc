@@ -4,6 +4,9 @@
 //                                           baselines (bench/transport/transport.h)
 //   shoal bench micro --shards N | --cluster FILE [--cross-shard-pct P ...]
 //                                           the microbenchmark across shard server processes
+//   shoal bench bank --shards N | --cluster FILE [--cross-shard-pct P ...]
+//                                           transfers across shard processes, the recorded
+//                                           history checked for serializability
 //   shoal server --config FILE --shard N    one shard server (src/server/shard_server.h)
 //   shoal cluster up|status|down|check --config FILE
 //                                           manage a cluster of shard servers
@@ -50,6 +53,7 @@ struct BenchFlags {
   // `bench micro` / `bench tpcc` across shard processes (--shards or --cluster).
   server::DistBenchOptions dist;
   server::DistBenchOptions tpcc_dist;
+  server::DistBenchOptions bank_dist;  // `bench bank` (always across shard processes)
 };
 
 struct ServerCommands {
@@ -67,6 +71,7 @@ struct BenchCommands {
   CLI::App* bench = nullptr;
   CLI::App* tpcc = nullptr;
   CLI::App* micro = nullptr;
+  CLI::App* bank = nullptr;
   CLI::App* ycsb = nullptr;
   CLI::App* transport = nullptr;
 };
@@ -138,6 +143,30 @@ void add_dist_micro_options(CLI::App* micro, server::DistBenchOptions& d) {
   micro->add_option("--keys-per-shard", d.keys_per_partition, "Keys per shard (local cluster)")
       ->check(number_in(uint64_t{4}, uint64_t{1'000'000'000}, false, "in [4, 1e9]"))
       ->capture_default_str();
+}
+
+// `bench bank`: only across shard processes (--shards or --cluster); its history is checked.
+void add_dist_bank_options(CLI::App* bank, server::DistBenchOptions& d) {
+  bank->add_option("--shards", d.shards, "Start a local cluster of N shard servers for the run")
+      ->check(number_in(1u, 64u, false, "in [1, 64]"));
+  bank->add_option("--cluster", d.cluster_path,
+                   "Run against the running cluster in this config (started --workload bank)");
+  bank->add_option("--cross-shard-pct", d.cross_shard_pct,
+                   "Percent of transactions touching a second shard")
+      ->check(number_in(0u, 100u, false, "in [0, 100]"))
+      ->capture_default_str();
+  bank->add_option("--inflight", d.inflight, "Transactions in flight per worker (coroutines)")
+      ->check(number_in(1u, 1024u, false, "in [1, 1024]"))
+      ->capture_default_str();
+  bank->add_option("--transport", d.transport, "Between the local shard servers: shm or tcp")
+      ->check(CLI::IsMember({"shm", "tcp"}))
+      ->capture_default_str();
+  bank->add_option("--accounts-per-shard", d.keys_per_partition,
+                   "Accounts per shard (local cluster; few: contended)")
+      ->check(number_in(uint64_t{4}, uint64_t{100'000'000}, false, "in [4, 1e8]"))
+      ->capture_default_str();
+  // Test only (hidden): the servers skip read validation; the check must catch it.
+  bank->add_flag("--unsafe-skip-read-validation", d.unsafe_skip_read_validation)->group("");
 }
 
 // `bench tpcc` across shard processes: --shards N >= 2 or --cluster selects the distributed run.
@@ -223,6 +252,14 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
       ->capture_default_str();
   add_dist_micro_options(c.micro, f.dist);
 
+  c.bank = c.bench->add_subcommand(
+      "bank", "Transfers and audits across shard processes (--shards or --cluster); the recorded "
+              "history is checked for serializability and the money for conservation");
+  f.bank_dist.keys_per_partition = 100;
+  f.bank_dist.cross_shard_pct = 50;
+  f.bank_dist.inflight = 32;
+  add_dist_bank_options(c.bank, f.bank_dist);
+
   c.ycsb = c.bench->add_subcommand("ycsb", "YCSB core workloads A, B, C, F (Zipfian keys)");
   c.ycsb
       ->add_option("--workload", f.ycsb_workload,
@@ -236,7 +273,7 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
       ->check(number_in(0.0, 0.999999, false, "in [0, 1)"))
       ->capture_default_str();
   add_transport_command(c, f);
-  for (CLI::App* sub : {c.tpcc, c.micro, c.ycsb, c.transport}) sub->fallthrough();
+  for (CLI::App* sub : {c.tpcc, c.micro, c.bank, c.ycsb, c.transport}) sub->fallthrough();
   return c;
 }
 
@@ -254,9 +291,11 @@ ServerCommands add_server_commands(CLI::App& app) {
       ->add_option("--keys-per-partition", so.keys_per_partition, "Micro keys per config partition")
       ->check(number_in(uint64_t{1}, uint64_t{1'000'000'000}, false, "in [1, 1e9]"))
       ->capture_default_str();
-  c.server->add_option("--workload", so.workload, "What to load and run: micro or tpcc")
-      ->check(CLI::IsMember({"micro", "tpcc"}))
+  c.server->add_option("--workload", so.workload, "What to load and run: micro, tpcc or bank")
+      ->check(CLI::IsMember({"micro", "tpcc", "bank"}))
       ->capture_default_str();
+  // Test only (hidden): a planted bug for the bank's serializability check.
+  c.server->add_flag("--unsafe-skip-read-validation", so.unsafe_skip_read_validation)->group("");
   c.server
       ->add_option("--connect-timeout-ms", so.connect_timeout_ms,
                    "How long to keep dialing the other shards at start-up")
@@ -277,9 +316,9 @@ ServerCommands add_server_commands(CLI::App& app) {
   c.up->add_option("--workers", co.workers, "Worker threads per shard (default: the config's)")
       ->check(number_in(1u, 64u, false, "in [1, 64]"));
   c.up->add_option("--workload", co.workload,
-                   "What the servers load: micro (partitions = key ranges) or tpcc "
-                   "(partitions = warehouses)")
-      ->check(CLI::IsMember({"micro", "tpcc"}))
+                   "What the servers load: micro (partitions = key ranges), tpcc "
+                   "(partitions = warehouses) or bank (accounts as micro's keys)")
+      ->check(CLI::IsMember({"micro", "tpcc", "bank"}))
       ->capture_default_str();
   c.up->add_option("--keys-per-partition", co.keys_per_partition, "Micro keys per config partition")
       ->check(number_in(uint64_t{1}, uint64_t{1'000'000'000}, false, "in [1, 1e9]"))
@@ -308,8 +347,9 @@ int run_server_commands(const ServerCommands& c) {
 // `bench micro|tpcc` with --shards or --cluster: the distributed run.
 int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
   const bool tpcc = c.tpcc->parsed();
-  CLI::App* sub = tpcc ? c.tpcc : c.micro;
-  server::DistBenchOptions& d = tpcc ? f.tpcc_dist : f.dist;
+  const bool bank = c.bank->parsed();
+  CLI::App* sub = tpcc ? c.tpcc : bank ? c.bank : c.micro;
+  server::DistBenchOptions& d = tpcc ? f.tpcc_dist : bank ? f.bank_dist : f.dist;
   const bool local = sub->count("--shards") > 0;
   const bool remote = sub->count("--cluster") > 0;
   if (local && remote) {
@@ -321,9 +361,14 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
                c.bench->count("--warmup") > 0 ? "--warmup" : "--keys (use --keys-per-shard)");
     return kExitUsage;
   }
-  if (!tpcc && d.cross_shard_pct > 0 && local && d.shards < 2) {
+  if (!tpcc && d.cross_shard_pct > 0 && sub->count("--cross-shard-pct") > 0 && local &&
+      d.shards < 2) {
     fmt::print(stderr, "shoal: error: --cross-shard-pct: needs --shards >= 2\n");
     return kExitUsage;
+  }
+  if (bank) {
+    d.workload = "bank";
+    if (local && d.shards < 2) d.cross_shard_pct = 0;  // the default 50 needs a second shard
   }
   if (tpcc) {
     d.workload = "tpcc";
@@ -449,6 +494,15 @@ int main(int argc, char** argv) {
       return shoal::kExitUsage;
     }
     if (commands.transport->parsed()) return shoal::run_transport_bench(commands, flags);
+    if (commands.bank->parsed()) {
+      if (commands.bank->count("--shards") == 0 && commands.bank->count("--cluster") == 0) {
+        std::fputs("shoal: error: bench bank runs across shard processes: give --shards N or "
+                   "--cluster FILE\n",
+                   stderr);
+        return shoal::kExitUsage;
+      }
+      return shoal::run_dist_bench(commands, flags);
+    }
     const bool dist = (commands.micro->parsed() && (commands.micro->count("--shards") > 0 ||
                                                     commands.micro->count("--cluster") > 0)) ||
                       (commands.tpcc->parsed() && ((flags.tpcc_dist.shards >= 2 &&

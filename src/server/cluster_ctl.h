@@ -1,4 +1,4 @@
-// `shoal cluster up|status|down|check` and `shoal bench micro --shards N | --cluster FILE`:
+// `shoal cluster up|status|down|check` and `shoal bench micro|tpcc|bank --shards N | --cluster F`:
 // starting shard server processes, finding out which answer, stopping them, and driving the
 // distributed microbenchmark from outside.
 //
@@ -11,9 +11,10 @@
 // kStart to every shard, waits, polls kStats until every shard is done or gone, checks
 // (micro: scans every surviving shard for keys left locked and sums the counters; TPC-C: the
 // consistency conditions on every shard, each with the other shards' Payments of its
-// customers), and prints one report. A local run
-// (--shards) starts its own servers on free loopback ports in a temporary directory, as
-// children that die with it (PR_SET_PDEATHSIG), and always stops them, on errors too.
+// customers; bank: pages every worker's history out with kHistory, runs the Adya checker over
+// the merged history and checks that no money was made or lost), and prints one report. A
+// local run (--shards) starts its own servers on free loopback ports in a temporary directory,
+// as children that die with it (PR_SET_PDEATHSIG), and always stops them, on errors too.
 //
 // Threads: all of this runs on the calling (main) thread; it forks but starts no threads.
 #pragma once
@@ -29,7 +30,7 @@ struct ClusterOptions {
   std::string config_path;
   std::string run_dir;   // empty: .shoal/<cluster name>
   uint32_t workers = 0;  // 0: the config's workers_per_shard
-  std::string workload = "micro";  // what the servers load: micro or tpcc
+  std::string workload = "micro";  // what the servers load: micro, tpcc or bank
   uint64_t keys_per_partition = 1'000'000;
   uint64_t ready_timeout_ms = 60'000;
   uint64_t stop_timeout_ms = 10'000;
@@ -44,7 +45,7 @@ struct ClusterOptions {
 [[nodiscard]] Status cluster_check(const ClusterOptions& options);
 
 struct DistBenchOptions {
-  std::string workload = "micro";  // micro or tpcc (dist_tpcc.h)
+  std::string workload = "micro";  // micro, tpcc (dist_tpcc.h) or bank (dist_bank.h)
   uint32_t warehouses = 2;         // tpcc, local run: partitions of the config
   std::string transport = "shm";   // local run: between shard processes (tcp or shm)
   bool baseline = false;           // tpcc: measure a single-shard run first (the CLI does)
@@ -58,6 +59,8 @@ struct DistBenchOptions {
   uint64_t keys_per_partition = 1'000'000;  // local run
   uint64_t seed = 1;
   std::string json_path;
+  // Local run, test only: the servers skip read validation (the bank's checker must notice).
+  bool unsafe_skip_read_validation = false;
 };
 
 // Exit-code-shaped outcome: Ok; Unavailable (a shard went away or transactions failed: the

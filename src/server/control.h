@@ -3,7 +3,7 @@
 // the command line uses.
 //
 // WIRE: the control methods share the data RPC endpoint of every accepted connection (ids
-// 60..63, beside the transaction protocol's 40..44). Requests and replies are JSON text
+// 60..64, beside the transaction protocol's 40..44). Requests and replies are JSON text
 // (human-debuggable, and off the data path), at most kControlBytesMax bytes each:
 //   kPing   60  {}                                   {"shard", "workers", "keys_lo", "keys_hi",
 //                                                     "pid", "running"}
@@ -11,6 +11,10 @@
 //                "inflight", "seed"}                     bad field)
 //   kStats  62  {}                                   {"done", "committed", ..., histograms}
 //   kScan   63  {}                                   {"keys", "unreadable", "counter_sum"}
+//                                                    (bank: also "balance_sum")
+//   kHistory 64 {"worker", "from"}                   {"workers", "total", "dropped", "next",
+//                                                     "txns"}: workload bank, after a load: one
+//                                                     page of a worker's log (dist_bank.h)
 //
 // Threads: ControlClient owns a private EventLoop and runs it only inside call(); use it from
 // one thread. Every call is bounded by its timeout; a shard that is gone answers Unavailable
@@ -29,7 +33,13 @@
 
 namespace shoal::server {
 
-enum ControlMethod : uint16_t { kPing = 60, kStart = 61, kStats = 62, kScan = 63 };
+enum ControlMethod : uint16_t {
+  kPing = 60,
+  kStart = 61,
+  kStats = 62,
+  kScan = 63,
+  kHistory = 64,
+};
 inline constexpr size_t kControlBytesMax = 1 << 20;
 
 // Parses a JSON control payload; InvalidArgument on malformed text or an oversized payload.

@@ -12,11 +12,13 @@
 #include <fmt/format.h>
 
 #include "bench/runner.h"
+#include "sim/serializability.h"
 #include "src/base/env.h"
 #include "src/cluster/config.h"
 #include "src/net/tcp_transport.h"
 #include "src/server/cluster_ctl.h"
 #include "src/server/control.h"
+#include "src/server/dist_bank.h"
 #include "src/server/dist_micro.h"
 #include "src/server/dist_tpcc.h"
 #include "src/server/process.h"
@@ -96,6 +98,7 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.keys_per_partition = o.keys_per_partition;
   so.workload = o.workload;
   so.die_with_parent = true;
+  so.unsafe_skip_read_validation = o.unsafe_skip_read_validation;
   auto procs = spawn_servers(lc->config, so);
   if (!procs.ok()) return procs.status();
   lc->procs = std::move(*procs);
@@ -192,12 +195,14 @@ bench::RunResult make_result(const DistBenchOptions& o, uint32_t shards, uint32_
   bench::TypeResult cross{"rmw4-cross",   t.committed_cross,          0, 0,
                           t.failed_cross, latency_of(t.latency_cross)};
   r.per_type = {local, cross};
-  if (o.workload == "tpcc") {
+  if (o.workload == "tpcc" || o.workload == "bank") {
     r.per_type.clear();
+    const bool bank = o.workload == "bank";
     const char* names[] = {"NewOrder", "Payment", "OrderStatus", "Delivery", "StockLevel"};
-    for (uint32_t i = 0; i < 5; ++i) {
+    const char* bank_names[] = {"transfer", "audit"};
+    for (uint32_t i = 0; i < (bank ? 2 : 5); ++i) {
       bench::TypeResult tr;
-      tr.name = names[i];
+      tr.name = bank ? bank_names[i] : names[i];
       tr.committed = t.committed_by_type[i];
       tr.failed = t.failed_by_type[i];
       tr.latency_us = latency_of(t.latency_by_type[i]);
@@ -290,9 +295,122 @@ void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
   }
 }
 
+// Bank: the money over all shards must be what was loaded, and the merged history of every
+// worker's committed transactions must be serializable (sim/serializability.h). Lines for the
+// report go to *text, fields for the JSON to *json.
+void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards,
+                bench::RunResult* r, std::string* text, nlohmann::json* json) {
+  r->checked = true;
+  for (const ShardOutcome& so : shards) {
+    if (so.gone) {
+      *text += "bank not checked: a shard was lost\n";
+      return;
+    }
+  }
+  int64_t balance = 0;
+  uint64_t accounts = 0;
+  for (uint32_t s = 0; s < shards.size(); ++s) {
+    auto scan = client.call(s, kScan, nlohmann::json::object(), 120'000);
+    if (!scan.ok()) {
+      r->check_failures.push_back(fmt::format("shard {} scan: {}", s, scan.status().to_string()));
+      return;
+    }
+    accounts += scan->value("keys", uint64_t{0});
+    balance += scan->value("balance_sum", int64_t{0});
+    if (const uint64_t bad = scan->value("unreadable", uint64_t{0}); bad != 0) {
+      r->check_failures.push_back(fmt::format("shard {}: {} accounts unreadable (locks left): {}",
+                                              s, bad, scan->value("first_unreadable", "")));
+    }
+  }
+  const int64_t expected = static_cast<int64_t>(accounts) * kBankInitialBalance;
+  (*json)["balance_sum"] = balance;
+  (*json)["balance_expected"] = expected;
+  (*json)["money_conserved"] = balance == expected;
+  if (balance == expected) {
+    *text += fmt::format("money: ok ({} over {} accounts)\n", balance, accounts);
+  } else {
+    *text += fmt::format("money: FAILED: the balances sum to {}, expected {} ({} accounts x {})\n",
+                         balance, expected, accounts, kBankInitialBalance);
+    r->check_failures.push_back(fmt::format("money: {} made or lost", balance - expected));
+  }
+  sim::History history;
+  uint64_t dropped = 0;
+  for (uint32_t s = 0; s < shards.size(); ++s) {
+    uint64_t workers = 1;
+    for (uint64_t w = 0; w < workers; ++w) {
+      for (uint64_t from = 0;;) {
+        auto page = client.call(s, kHistory, {{"worker", w}, {"from", from}}, 60'000);
+        Status st = page.ok() ? parse_bank_page(page->value("txns", nlohmann::json()),
+                                                &history.txns)
+                              : page.status();
+        const uint64_t next = page.ok() ? page->value("next", uint64_t{0}) : 0;
+        const uint64_t total = page.ok() ? page->value("total", uint64_t{0}) : 0;
+        if (st.ok() && next <= from && from < total) st = Status::Corruption("no progress");
+        if (!st.ok()) {
+          r->check_failures.push_back(
+              fmt::format("shard {} worker {} history: {}", s, w, st.to_string()));
+          return;
+        }
+        workers = page->value("workers", uint64_t{1});
+        if (next >= total) {
+          dropped += page->value("dropped", uint64_t{0});
+          break;
+        }
+        from = next;
+      }
+    }
+  }
+  const size_t left_out = dropped != 0 ? drop_unrecorded_readers(&history) : 0;
+  const sim::CheckReport report = sim::check_report(history);
+  (*json)["serializable"] = report.serializable();
+  (*json)["history_txns"] = report.committed_txns;
+  (*json)["history_edges"] = report.edges;
+  (*json)["history_not_recorded"] = dropped;
+  (*json)["history_left_out"] = left_out;
+  nlohmann::json anomalies = nlohmann::json::array();
+  for (const sim::Anomaly& a : report.anomalies) {
+    anomalies.push_back({{"kind", sim::anomaly_kind_name(a.kind)},
+                         {"witness", readable_txn_ids(a.explanation)}});
+  }
+  nlohmann::json counts = nlohmann::json::object();
+  for (size_t k = 0; k < sim::CheckReport::kKindCount; ++k) {
+    if (report.counts[k] != 0) {
+      counts[std::string(sim::anomaly_kind_name(static_cast<sim::AnomalyKind>(k)))] =
+          report.counts[k];
+    }
+  }
+  (*json)["anomalies"] = anomalies;
+  (*json)["anomaly_counts"] = counts;
+  if (dropped != 0) {
+    *text += fmt::format(
+        "history: logs full ({} per worker): {} transactions not recorded; {} that read from "
+        "them left out of the check\n",
+        kBankHistoryMax, dropped, left_out);
+  }
+  if (report.serializable()) {
+    *text += fmt::format("serializability: ok ({} transactions, {} edges)\n",
+                         report.committed_txns, report.edges);
+    return;
+  }
+  *text += fmt::format("serializability: FAILED ({} transactions, {} edges); transaction ids "
+                       "are T<shard>.<worker>.<attempt>\n",
+                       report.committed_txns, report.edges);
+  for (size_t k = 0; k < sim::CheckReport::kKindCount; ++k) {
+    if (report.counts[k] == 0) continue;
+    const auto kind = static_cast<sim::AnomalyKind>(k);
+    *text += fmt::format("  {}: {}\n", sim::anomaly_kind_name(kind), report.counts[k]);
+    for (const sim::Anomaly& a : report.anomalies) {
+      if (a.kind == kind) *text += fmt::format("    {}\n", readable_txn_ids(a.explanation));
+    }
+    r->check_failures.push_back(
+        fmt::format("serializability: {} x {}", report.counts[k], sim::anomaly_kind_name(kind)));
+  }
+}
+
 Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, uint32_t workers,
               const std::vector<ShardOutcome>& shards, const MicroStats& total,
-              bench::RunResult& r) {
+              bench::RunResult& r, const std::string& check_text = {},
+              const nlohmann::json& check_json = nlohmann::json::object()) {
   std::string text = r.to_table();
   const std::string requested =
       o.workload == "tpcc" ? fmt::format("TPC-C over {} warehouses", WarehouseMap(config).warehouses())
@@ -315,6 +433,10 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
     j["consistency"] = r.checked ? (r.consistent() ? "ok" : "failed") : "not checked";
   } else {
     j["cross_shard_pct"] = o.cross_shard_pct;
+  }
+  if (o.workload == "bank") {
+    j["consistency"] = r.checked ? (r.consistent() ? "ok" : "failed") : "not checked";
+    j.update(check_json);
   }
   const double per_worker =
       r.committed_per_sec / static_cast<double>(config.shards.size() * workers);
@@ -354,6 +476,7 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
     }
   }
   j["per_shard"] = per_shard;
+  text += check_text;
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
   if (!o.json_path.empty()) {
@@ -366,6 +489,11 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
         fmt::format("{} unavailable during the run ({}); {} transactions "
                     "failed",
                     fmt::join(gone, ", "), first_gone_error, total.failed));
+  }
+  // Bank: a broken history or lost money outranks transactions that gave up (the check stands
+  // without them: only committed ones are recorded).
+  if (o.workload == "bank" && !r.consistent()) {
+    return Status::Corruption("bank check failed (serializability or money)");
   }
   if (total.failed != 0) {
     return Status::Unavailable(
@@ -429,12 +557,16 @@ Status run_dist_bench(const DistBenchOptions& o) {
   MicroStats total;
   for (const auto& so : outcomes) total.merge(so.stats);
   bench::RunResult r = make_result(o, shards, workers, total);
+  std::string check_text;
+  nlohmann::json check_json = nlohmann::json::object();
   if (o.workload == "tpcc") {
     check_tpcc(client, *config, outcomes, &r);
+  } else if (o.workload == "bank") {
+    check_bank(client, outcomes, &r, &check_text, &check_json);
   } else {
     check(client, outcomes, total, &r);
   }
-  Status s = report(o, *config, workers, outcomes, total, r);
+  Status s = report(o, *config, workers, outcomes, total, r, check_text, check_json);
   if (!s.ok() && !local.dir.empty()) {
     local.keep_dir = true;
     fmt::print(stderr, "server logs kept in {}\n", local.dir);

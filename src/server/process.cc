@@ -79,6 +79,7 @@ Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& c
       args.push_back("--workers");
       args.push_back(std::to_string(options.workers));
     }
+    if (options.unsafe_skip_read_validation) args.push_back("--unsafe-skip-read-validation");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -31,6 +31,7 @@ struct SpawnOptions {
   std::string workload = "micro";  // `shoal server --workload`
   uint64_t keys_per_partition = 1'000'000;
   bool die_with_parent = false;  // PR_SET_PDEATHSIG; else the child starts its own session
+  bool unsafe_skip_read_validation = false;  // test only: `--unsafe-skip-read-validation`
 };
 
 // This executable's path (/proc/self/exe).

@@ -26,6 +26,7 @@
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
 #include "src/server/control.h"
+#include "src/server/dist_bank.h"
 #include "src/server/dist_micro.h"
 #include "src/server/dist_tpcc.h"
 #include "src/txn/engine.h"
@@ -113,6 +114,7 @@ struct Worker {
   uint32_t clients_running = 0;
   uint64_t aborts_base = 0;
   MicroStats stats;
+  BankHistory bank_log;  // workload bank: committed transactions (read after done, as published)
 
   // Shared: written by the loop thread before done.store(release); read after an acquire.
   MicroStats published;
@@ -158,6 +160,7 @@ class ShardServer {
   uint32_t shard() const { return options_.shard; }
   txn::Engine& engine() { return *engine_; }
   bool is_tpcc() const { return tpcc_ != nullptr; }
+  bool is_bank() const { return options_.workload == "bank"; }
   bench::TpccWorkload& tpcc() { return *tpcc_; }
   const WarehouseMap& warehouses() const { return *warehouse_map_; }
 
@@ -167,11 +170,13 @@ class ShardServer {
   Status on_stats(rt::MsgBuffer* out);
   Status on_scan(std::span<const uint8_t> request, rt::MsgBuffer* out);
   Status on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out);
+  Status on_history(std::span<const uint8_t> request, rt::MsgBuffer* out);
 
   void note_down(uint32_t shard) { down_mask_.fetch_or(uint64_t{1} << shard); }
   void load_finished() { running_.fetch_sub(1); }
 
  private:
+  txn::EngineOptions engine_options() const;
   [[nodiscard]] Status load_table();
   [[nodiscard]] Status load_tpcc();
   [[nodiscard]] Status make_worker(uint32_t index, uint64_t deadline_ns);
@@ -236,7 +241,7 @@ Status ShardServer::init(const ServerOptions& options) {
   layout_ = std::make_unique<KeyLayout>(config_, options.keys_per_partition);
   if (options_.workload == "tpcc") {
     SHOAL_TRY(load_tpcc());
-  } else if (options_.workload == "micro") {
+  } else if (options_.workload == "micro" || options_.workload == "bank") {
     for (uint32_t s = 0; s < config_.shards.size(); ++s) {
       if (layout_->hi(s) - layout_->lo(s) < kMicroKeysPerTxn) {
         return Status::InvalidArgument(fmt::format(
@@ -246,7 +251,7 @@ Status ShardServer::init(const ServerOptions& options) {
     SHOAL_TRY(load_table());
   } else {
     return Status::InvalidArgument(
-        fmt::format("--workload: '{}' is not micro or tpcc", options_.workload));
+        fmt::format("--workload: '{}' is not micro, tpcc or bank", options_.workload));
   }
   const cluster::Replica& me = config_.shards[options_.shard].replicas.at(0);
   auto listener = net::TcpListener::listen(me.host, me.port);
@@ -262,16 +267,29 @@ Status ShardServer::init(const ServerOptions& options) {
   return Status::Ok();
 }
 
-Status ShardServer::load_table() {
+txn::EngineOptions ShardServer::engine_options() const {
   txn::EngineOptions eo;
   eo.shard_id = options_.shard;
   eo.lock_wait_spins_max = 16;  // locks live for network round trips: fail fast, retry
-  engine_ = std::make_unique<txn::Engine>(eo);
-  table_ = engine_->create_table<1>("micro");
+  eo.unsafe_skip_read_validation = options_.unsafe_skip_read_validation;
+  if (eo.unsafe_skip_read_validation) {
+    fmt::print(stderr, "shoal server: shard {}: UNSAFE: read validation is off (test only)\n",
+               options_.shard);
+  }
+  return eo;
+}
+
+// The micro table (MicroValue per key) or the bank's accounts (BankAccount): one table, id 0.
+Status ShardServer::load_table() {
+  engine_ = std::make_unique<txn::Engine>(engine_options());
+  table_ = engine_->create_table<1>(is_bank() ? "bank" : "micro");
   const uint64_t lo = layout_->lo(options_.shard), hi = layout_->hi(options_.shard);
   MicroValue v{};
   for (char& c : v.payload) c = 'x';
-  for (uint64_t k = lo; k < hi; ++k) SHOAL_TRY(table_->load(key1(k), v));
+  const BankAccount account{kBankInitialBalance, 0, sim::kInitialTxn};
+  for (uint64_t k = lo; k < hi; ++k) {
+    SHOAL_TRY(is_bank() ? table_->load(key1(k), account) : table_->load(key1(k), v));
+  }
   return Status::Ok();
 }
 
@@ -282,9 +300,7 @@ Status ShardServer::load_tpcc() {
     return Status::InvalidArgument(fmt::format("shards: partitions are warehouses, at most {}",
                                                bench::tpcc::kMaxWarehouses));
   }
-  txn::EngineOptions eo;
-  eo.shard_id = options_.shard;
-  eo.lock_wait_spins_max = 16;  // locks live for network round trips: fail fast, retry
+  txn::EngineOptions eo = engine_options();
   // No replication yet: every version is as stable as it gets once installed, so the
   // vectorized watermark covers every dependency at once (EngineOptions).
   eo.track_dependencies = false;
@@ -583,6 +599,9 @@ void attach_control(ShardServer* s, rt::RpcEndpoint<E>& rpc) {
   rpc.handle(kScan, [s](rt::RpcRequest& r) -> rt::Task<Status> {
     co_return s->on_scan(r.payload, r.response);
   });
+  rpc.handle(kHistory, [s](rt::RpcRequest& r) -> rt::Task<Status> {
+    co_return s->on_history(r.payload, r.response);
+  });
 }
 
 // Marks links to dead shards (releasing what they coordinated here) and frees connections
@@ -637,6 +656,27 @@ rt::Task<void> load_client(Worker* w, uint64_t seed) {
   if (--w->clients_running == 0) w->publish();
 }
 
+// A bank client: transfers and audits (dist_bank.h); each committed one goes to the log.
+rt::Task<void> bank_client(Worker* w, uint64_t seed) {
+  dist::DistTxn txn;
+  Rng rng(seed);
+  BankArgs args;
+  BankTxnRecord rec;
+  const KeyLayout& layout = w->server->layout();
+  const uint32_t home = w->server->shard();
+  const bool can_cross = layout.shard_count() > 1;
+  while (w->loop->now_ns() < w->load_end_ns) {
+    const bool cross = can_cross && rng.uniform(0, 99) < w->params.cross_shard_pct;
+    pick_bank_txn(layout, home, cross, rng, &args);
+    const uint64_t start_ns = w->loop->now_ns();
+    Status s = co_await w->coordinator->run(txn, &dist_bank, &args, &rec);
+    if (s.ok()) w->bank_log.add(rec);
+    w->record(cross, s, w->loop->now_ns() - start_ns, args.audit ? kBankAudit : kBankTransfer);
+    if (!s.ok()) co_await w->loop->yield();
+  }
+  if (--w->clients_running == 0) w->publish();
+}
+
 // A TPC-C terminal: home warehouse and StockLevel district spread over this shard's own.
 rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
   ShardServer& server = *w->server;
@@ -667,12 +707,15 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
 void Worker::start_load() {
   stats = MicroStats{};
   aborts_base = coordinator->stats().conflict_aborts;
+  bank_log.clear();
   load_end_ns = loop->now_ns() + static_cast<uint64_t>(params.seconds * 1e9);
   clients_running = 0;
   for (uint32_t i = 0; i < params.inflight; ++i) {
     const uint64_t seed =
         params.seed * 0x9e3779b97f4a7c15ULL + server->shard() * 65536ULL + index * 1024ULL + i;
-    rt::Task<void> client = tpcc ? tpcc_client(this, i, seed) : load_client(this, seed);
+    rt::Task<void> client = tpcc                 ? tpcc_client(this, i, seed)
+                            : server->is_bank() ? bank_client(this, seed)
+                                                : load_client(this, seed);
     if (!loop->spawn(std::move(client)).ok()) break;  // task table full: fewer clients
     ++clients_running;
   }
@@ -702,7 +745,8 @@ void Worker::record(bool cross, const Status& s, uint64_t latency_ns, uint32_t t
 }
 
 void Worker::publish() {
-  stats.conflict_aborts = coordinator->stats().conflict_aborts - aborts_base;
+  // Local retries were counted as they happened (TpccOutcome::conflicts); add the coordinator's.
+  stats.conflict_aborts += coordinator->stats().conflict_aborts - aborts_base;
   published = stats;
   published_participant = participant->stats();
   done.store(true, std::memory_order_release);
@@ -793,26 +837,62 @@ Status ShardServer::on_scan(std::span<const uint8_t> request, rt::MsgBuffer* out
   const uint64_t lo = layout_->lo(options_.shard), hi = layout_->hi(options_.shard);
   txn::Txn t(engine_.get(), 7);
   uint64_t unreadable = 0, sum = 0;
+  int64_t balance_sum = 0;  // bank: the money on this shard
   std::string first;
   for (uint64_t base = lo; base < hi; base += kKeysPerTxn) {
     t.begin();
     for (uint64_t k = base; k < std::min(hi, base + kKeysPerTxn); ++k) {
-      MicroValue v{};
-      Status s = engine_->tables()[kMicroTableId]->txn_get(t, &k, &v, sizeof v, nullptr);
-      if (s.ok()) {
-        sum += v.counter;
-      } else if (unreadable++ == 0) {
-        first = fmt::format("key {}: {}", k, s.to_string());
+      Status s;
+      if (is_bank()) {
+        BankAccount a{};
+        s = engine_->tables()[kBankTableId]->txn_get(t, &k, &a, sizeof a, nullptr);
+        sum += s.ok() ? a.seq : 0;
+        balance_sum += s.ok() ? a.balance : 0;
+      } else {
+        MicroValue v{};
+        s = engine_->tables()[kMicroTableId]->txn_get(t, &k, &v, sizeof v, nullptr);
+        sum += s.ok() ? v.counter : 0;
       }
+      if (!s.ok() && unreadable++ == 0) first = fmt::format("key {}: {}", k, s.to_string());
     }
     t.abort();
   }
-  reply_json({{"shard", options_.shard},
-              {"keys", hi - lo},
-              {"unreadable", unreadable},
-              {"first_unreadable", first},
-              {"counter_sum", sum}},
-             out);
+  nlohmann::json reply = {{"shard", options_.shard},
+                          {"keys", hi - lo},
+                          {"unreadable", unreadable},
+                          {"first_unreadable", first},
+                          {"counter_sum", sum}};
+  if (is_bank()) reply["balance_sum"] = balance_sum;
+  reply_json(reply, out);
+  return Status::Ok();
+}
+
+// One page of a worker's bank log (control.h kHistory), once every worker finished its load:
+// the logs are written by the worker threads until they publish (done, release).
+Status ShardServer::on_history(std::span<const uint8_t> request, rt::MsgBuffer* out) {
+  if (!is_bank()) return Status::InvalidArgument("history: this shard serves no bank workload");
+  auto j = parse_control({reinterpret_cast<const char*>(request.data()), request.size()});
+  if (!j.ok()) return j.status();
+  const uint64_t worker = j->is_object() ? j->value("worker", ~uint64_t{0}) : ~uint64_t{0};
+  const uint64_t from = j->is_object() ? j->value("from", uint64_t{0}) : 0;
+  if (worker >= workers_.size()) {
+    return Status::InvalidArgument(
+        fmt::format("history.worker: must be below {}", workers_.size()));
+  }
+  if (running_.load() > 0) return Status::InvalidArgument("history: a load is running");
+  for (auto& w : workers_) {
+    if (!w->done.load(std::memory_order_acquire)) {
+      return Status::InvalidArgument("history: a load is running");
+    }
+  }
+  const BankHistory& log = workers_[worker]->bank_log;
+  std::string txns;
+  const size_t next = log.page(std::min<uint64_t>(from, log.size()), kControlBytesMax - 512, &txns);
+  const std::string text = fmt::format(
+      "{{\"shard\":{},\"worker\":{},\"workers\":{},\"total\":{},\"dropped\":{},\"next\":{},"
+      "\"txns\":[{}]}}",
+      options_.shard, worker, workers_.size(), log.size(), log.dropped(), next, txns);
+  out->assign({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
   return Status::Ok();
 }
 

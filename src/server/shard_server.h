@@ -1,7 +1,8 @@
 // `shoal server`: one process per shard (leader replica only; replication is issue 5).
 //
 // Start-up, in order: load and validate the config; build the Engine and load this shard's
-// data (the micro table, KeyLayout in dist_micro.h, or its TPC-C warehouses, dist_tpcc.h); listen on the shard's configured address; from each
+// data (the micro table, KeyLayout in dist_micro.h, the bank's accounts, dist_bank.h, or its TPC-C
+// warehouses, dist_tpcc.h); listen on the shard's configured address; from each
 // worker, dial every other shard (refused connections are retried until connect_timeout_ms,
 // so shards may start in any order: a dial completes in the peer's listen backlog before it
 // accepts); then start the worker threads and accept connections. A shard answers kPing only
@@ -35,12 +36,16 @@ struct ServerOptions {
   uint32_t shard = 0;
   uint32_t workers = 0;  // 0: the config's workers_per_shard
   // What the shard loads and runs: "micro" (Mako's microbenchmark; partitions are key ranges
-  // of keys_per_partition keys) or "tpcc" (partitions are warehouses; dist_tpcc.h).
+  // of keys_per_partition keys), "tpcc" (partitions are warehouses; dist_tpcc.h) or "bank"
+  // (accounts laid out as micro's keys, transactions recorded for the checker; dist_bank.h).
   std::string workload = "micro";
   uint64_t keys_per_partition = 1'000'000;
   uint64_t connect_timeout_ms = 30'000;  // dialing the other shards at start-up
   // Exit when the parent process dies (servers owned by a `shoal bench` run).
   bool die_with_parent = false;
+  // Test only: EngineOptions::unsafe_skip_read_validation (a planted bug the bank's checker
+  // must catch). Never for real use: transactions are no longer serializable.
+  bool unsafe_skip_read_validation = false;
 };
 
 // Runs the shard until SIGTERM or SIGINT. Errors: InvalidArgument (config, naming the field;

@@ -1,0 +1,122 @@
+// A bank across shard processes, for checking serializability over real multi-process runs
+// (`shoal bench bank --shards N`): the account layout, the distributed stored procedure, how a
+// transaction picks its accounts, the per-worker history log, and the controller's checks.
+//
+// Accounts: the micro layout (KeyLayout in dist_micro.h: shard s owns the keys of its config
+// partitions, keys_per_partition per partition; one table, id 0), each starting with
+// kBankInitialBalance. A value is {balance, seq, writer}: seq is the account's version (every
+// committed write is a read-modify-write of seq + 1) and writer the DistTxn id of the attempt
+// that wrote it (0: the load), so every read knows the version it saw and who wrote it
+// (sim/history.h's model).
+// Transactions: a transfer moves 1..20 from one account to another (with probability
+// cross_shard_pct % the two are on different shards: the 2PC path); kBankAuditPct % are
+// read-only audits of 4 accounts (2 + 2 on two shards when cross).
+// History: each worker appends the committed attempt of every transaction (its reads as
+// (key, seq, writer), its writes as (key, new seq)) to a BankHistory, capped at
+// kBankHistoryMax transactions per worker; later ones are counted as dropped. The controller
+// pages the logs out (kHistory, control.h), drops what reads from unrecorded transactions
+// (drop_unrecorded_readers), runs the Adya checker (sim/serializability.h) and checks that the
+// balances over all shards still sum to accounts x kBankInitialBalance.
+//
+// Threads: a BankHistory is written by its worker's loop thread and read only after that
+// worker published the end of its load (an acquire of Worker::done); the functions are pure.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shoal/status.h"
+#include "sim/history.h"
+#include "src/base/env.h"
+#include "src/dist/coordinator.h"
+#include "src/server/dist_micro.h"
+
+namespace shoal::server {
+
+inline constexpr uint32_t kBankTableId = 0;
+static_assert(kBankTableId == kMicroTableId, "the shard server loads either in the same slot");
+inline constexpr int64_t kBankInitialBalance = 1000;
+inline constexpr uint32_t kBankAuditPct = 20;
+inline constexpr uint32_t kBankAuditKeys = 4;
+inline constexpr size_t kBankHistoryMax = 200'000;  // transactions per worker
+// Transaction types in MicroStats::committed_by_type.
+inline constexpr uint32_t kBankTransfer = 0;
+inline constexpr uint32_t kBankAudit = 1;
+
+struct BankAccount {
+  int64_t balance;
+  uint64_t seq;     // version: +1 per committed write
+  uint64_t writer;  // DistTxn id of the attempt that wrote this version; 0: the load
+};
+static_assert(sizeof(BankAccount) == 24);
+
+struct BankArgs {
+  uint64_t keys[kBankAuditKeys];
+  uint32_t shards[kBankAuditKeys];
+  uint32_t count = 0;  // 2: a transfer keys[0] -> keys[1]; 4: an audit
+  bool audit = false;
+  int64_t amount = 0;
+};
+
+// What one committed attempt did (the procedure's result).
+struct BankTxnRecord {
+  uint64_t id = 0;  // DistTxn::id() of the committed attempt: unique in the cluster
+  uint32_t reads = 0;
+  uint32_t writes = 0;
+  uint64_t read_key[kBankAuditKeys], read_seq[kBankAuditKeys], read_writer[kBankAuditKeys];
+  uint64_t write_key[2], write_seq[2];
+};
+
+// Picks one transaction coordinated by `home` (see the header comment).
+// REQUIRES: every shard owns >= 4 accounts; cross only when shard_count() > 1.
+void pick_bank_txn(const KeyLayout& layout, uint32_t home, bool cross, Rng& rng, BankArgs* out);
+
+// The stored procedure: args is a BankArgs, result a BankTxnRecord (rewritten per attempt).
+rt::Task<Status> dist_bank(dist::DistTxn& txn, const void* args, void* result);
+
+// One worker's log of committed transactions, bounded.
+class BankHistory {
+ public:
+  explicit BankHistory(size_t cap = kBankHistoryMax) : cap_(cap) {}
+  void clear() {
+    txns_.clear();
+    dropped_ = 0;
+  }
+  void add(const BankTxnRecord& r) {
+    if (txns_.size() < cap_) {
+      txns_.push_back(r);
+    } else {
+      ++dropped_;
+    }
+  }
+  size_t size() const { return txns_.size(); }
+  uint64_t dropped() const { return dropped_; }
+  // Appends transactions from index `from` to `out` as a JSON list body (no brackets) of flat
+  // lists [id, R, key, seq, writer (R times), W, key, seq (W times)], stopping before `out`
+  // would exceed max_bytes. Returns the index after the last one appended.
+  size_t page(size_t from, size_t max_bytes, std::string* out) const;
+
+ private:
+  size_t cap_;
+  std::vector<BankTxnRecord> txns_;
+  uint64_t dropped_ = 0;
+};
+
+// Controller side: appends the transactions of one page's "txns" list to `out`.
+// InvalidArgument on a malformed entry.
+[[nodiscard]] Status parse_bank_page(const nlohmann::json& txns, std::vector<sim::TxnRecord>* out);
+
+// Removes every transaction that read a version whose writer is not in the history (its log
+// was full), then those that read theirs, transitively. What is left is checked soundly: an
+// edge between two kept transactions stands for a path in the full history, so no cycle is
+// invented (some may be missed). Returns how many were removed.
+size_t drop_unrecorded_readers(sim::History* history);
+
+// "T<id>" in a checker explanation rewritten as "T<shard>.<worker>.<seq>" (dist::make_txn_id).
+std::string readable_txn_ids(const std::string& text);
+
+}  // namespace shoal::server
