@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/runner_repl.h"
 #include "src/base/assert.h"
 #include "src/base/histogram.h"
 
@@ -44,12 +45,43 @@ struct TypeTally {
   uint64_t failed = 0;
 };
 
+// Transactions waiting for the shard watermark (replication): a bounded FIFO in TID order
+// per worker (a worker's required TIDs only grow, except read-only ones, which need less).
+struct PendingAck {
+  uint64_t required_tid;
+  uint64_t start_ns;
+  bool measured;
+};
+class AckQueue {
+ public:
+  static constexpr uint32_t kCapacity = 1 << 16;
+  AckQueue() : slots_(kCapacity) {}
+  bool full() const { return tail_ - head_ == kCapacity; }
+  bool empty() const { return tail_ == head_; }
+  void push(const PendingAck& a) { slots_[tail_++ % kCapacity] = a; }
+  // Records every pending transaction the watermark covers, as of now_ns.
+  void drain(uint64_t watermark, uint64_t now_ns, Histogram& commit_latency) {
+    while (!empty()) {
+      const PendingAck& a = slots_[head_ % kCapacity];
+      if (a.required_tid > watermark) return;
+      if (a.measured) commit_latency.record(now_ns - a.start_ns);
+      ++head_;
+    }
+  }
+
+ private:
+  std::vector<PendingAck> slots_;
+  uint64_t head_ = 0, tail_ = 0;
+};
+
 // Everything one worker thread owns. Written only by that thread until it is joined.
 struct alignas(64) ThreadState {
   explicit ThreadState(size_t types) : tally(types), latency(types) {}
   LiveCounters live;
   std::vector<TypeTally> tally;    // measured phase only, per type
   std::vector<Histogram> latency;  // measured phase only, per type
+  Histogram commit_latency;        // measured phase only (replication)
+  AckQueue acks;
   uint64_t last_end_ns = 0;
 };
 
@@ -62,7 +94,8 @@ struct RunClock {
 };
 
 void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& options, uint32_t index,
-                 std::mutex& setup_mu, RunClock& clock, ThreadState& state) {
+                 std::mutex& setup_mu, RunClock& clock, ThreadState& state,
+                 repl::ReplicationLeader* leader) {
   Env& env = engine.env();
   txn::Worker* worker = nullptr;
   std::unique_ptr<Client> client;
@@ -72,6 +105,8 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
     worker = engine.make_worker();
     client = workload.make_client(*worker, index, options.seed * 1'000'003 + index);
   }
+  repl::StreamAppender* appender = leader != nullptr ? &leader->appender(index) : nullptr;
+  if (appender != nullptr) worker->set_commit_hook(&repl::StreamAppender::commit_hook, appender);
   clock.ready.fetch_add(1, std::memory_order_acq_rel);
   // Bounded by the main thread, which releases `go` once every worker is ready.
   while (!clock.go.load(std::memory_order_acquire)) std::this_thread::yield();
@@ -83,8 +118,26 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
   uint64_t now_ns = env.now_ns();
   while (now_ns < deadline_ns) {
     const uint64_t start_ns = now_ns;
+    const uint64_t logged_before = appender != nullptr ? appender->stats().txns : 0;
     const Outcome outcome = client->run_one();
     now_ns = env.now_ns();
+    if (appender != nullptr && (outcome.status.ok() || outcome.status.is_user_abort())) {
+      // Acknowledgement (design section 3 step 8): a logged transaction needs its own TID
+      // under the watermark; one that logged nothing (read-only, rolled back) needs what it
+      // read.
+      const uint64_t required = appender->stats().txns != logged_before
+                                    ? appender->last_logged_tid()
+                                    : worker->txn().max_seen_version();
+      // Bounded by replication progress: a full queue waits for the watermark. The worker is
+      // between transactions, so it seals its aged batch (tick) or it would wait on itself.
+      while (state.acks.full()) {
+        appender->tick();
+        state.acks.drain(leader->watermark(), env.now_ns(), state.commit_latency);
+        std::this_thread::yield();
+      }
+      state.acks.push({required, start_ns, start_ns >= measure_start_ns});
+      state.acks.drain(leader->watermark(), now_ns, state.commit_latency);
+    }
     const uint64_t aborts_now = worker->stats().conflict_aborts;
     const uint64_t retries = aborts_now - aborts_before;
     aborts_before = aborts_now;
@@ -111,6 +164,10 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
     }
   }
   state.last_end_ns = now_ns;
+  if (appender != nullptr) {
+    appender->flush();
+    worker->set_commit_hook(nullptr, nullptr);
+  }
 }
 
 // Load progress: a redrawn bar on a terminal, a line per 10% otherwise.
@@ -242,6 +299,23 @@ Status check_options(const RunOptions& o) {
   if (!(o.warmup_s >= 0) || !std::isfinite(o.warmup_s)) {
     return Status::InvalidArgument(fmt::format("warmup must be >= 0, not {}", o.warmup_s));
   }
+  if (o.replicas < 1 || o.replicas > 16) {
+    return Status::InvalidArgument(fmt::format("replicas must be in [1, 16], not {}", o.replicas));
+  }
+  if (!(o.wan_rtt_ms >= 0) || !(o.wan_rtt_ms <= 10'000)) {
+    return Status::InvalidArgument(
+        fmt::format("wan-rtt-ms must be in [0, 10000], not {}", o.wan_rtt_ms));
+  }
+  if (o.batch_txns < 1 || o.batch_txns > 65'535) {
+    return Status::InvalidArgument(
+        fmt::format("batch-txns must be in [1, 65535], not {}", o.batch_txns));
+  }
+  if (!(o.batch_us > 0) || !(o.batch_us <= 10'000'000)) {
+    return Status::InvalidArgument(fmt::format("batch-us must be in (0, 1e7], not {}", o.batch_us));
+  }
+  if (o.fsync != "none" && o.fsync != "batch" && o.fsync != "always") {
+    return Status::InvalidArgument("fsync must be none, batch or always, not " + o.fsync);
+  }
   if (!o.json_path.empty()) {
     // Fail before a long load rather than after the run; "a" neither truncates nor needs
     // the file to exist.
@@ -254,7 +328,8 @@ Status check_options(const RunOptions& o) {
 
 // Starts the workers, prints live lines until the deadline, joins them.
 void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& options,
-                 std::vector<std::unique_ptr<ThreadState>>& states, uint64_t* measure_start_ns) {
+                 std::vector<std::unique_ptr<ThreadState>>& states, uint64_t* measure_start_ns,
+                 repl::ReplicationLeader* leader) {
   Env& env = engine.env();
   const size_t types = workload.txn_types().size();
   for (uint32_t i = 0; i < options.workers; ++i)
@@ -265,7 +340,7 @@ void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& opti
   threads.reserve(options.workers);
   for (uint32_t i = 0; i < options.workers; ++i) {
     threads.emplace_back(worker_main, std::ref(workload), std::ref(engine), std::cref(options), i,
-                         std::ref(setup_mu), std::ref(clock), std::ref(*states[i]));
+                         std::ref(setup_mu), std::ref(clock), std::ref(*states[i]), leader);
   }
   // Bounded: every worker increments `ready` once after its (finite) setup.
   while (clock.ready.load(std::memory_order_acquire) < options.workers) env.sleep_ns(1'000'000);
@@ -329,6 +404,9 @@ void aggregate(const Workload& workload, const std::vector<std::unique_ptr<Threa
     r.per_type.push_back(std::move(tr));
   }
   r.latency_us = summarize(*all);
+  all->reset();
+  for (const auto& s : states) all->merge(s->commit_latency);
+  r.commit_latency_us = summarize(*all);
   r.seconds = static_cast<double>(last_end_ns - measure_start_ns) / kNsPerSec;
   const double seconds = std::max(r.seconds, 1e-9);
   r.committed_per_sec = static_cast<double>(r.committed) / seconds;
@@ -376,6 +454,42 @@ nlohmann::json RunResult::to_json() const {
   j["committed_per_sec"] = committed_per_sec;
   j["aborts_per_sec"] = aborts_per_sec;
   j["latency_us"] = latency_json(latency_us);
+  j["speculative_latency_us"] = latency_json(latency_us);
+  if (replication.enabled) {
+    j["commit_latency_us"] = latency_json(commit_latency_us);
+    const ReplicationResult& rp = replication;
+    nlohmann::json followers = nlohmann::json::array();
+    for (const FollowerResult& f : rp.followers) {
+      followers.push_back({{"replica", f.replica},
+                           {"digest", fmt::format("{:016x}", f.digest)},
+                           {"digest_match", f.digest_match},
+                           {"consistency", !f.checked ? nlohmann::json("skipped")
+                                           : f.check_failures.empty()
+                                               ? nlohmann::json("ok")
+                                               : nlohmann::json(f.check_failures)},
+                           {"replay_txns", f.replay_txns},
+                           {"replay_writes", f.replay_writes},
+                           {"replay_cpu_s", f.replay_cpu_s},
+                           {"replay_txns_per_sec_per_core", f.replay_txns_per_cpu_sec},
+                           {"wal_bytes", f.wal_bytes}});
+    }
+    j["replication"] = {{"replicas", rp.replicas},
+                        {"wan_rtt_ms", rp.wan_rtt_ms},
+                        {"batch_txns", rp.batch_txns},
+                        {"batch_us", rp.batch_us},
+                        {"fsync", rp.fsync},
+                        {"entries", rp.entries},
+                        {"log_bytes", rp.log_bytes},
+                        {"logged_txns", rp.logged_txns},
+                        {"floor_entries", rp.floor_entries},
+                        {"buffer_waits", rp.buffer_waits},
+                        {"bootstrap_records", rp.bootstrap_records},
+                        {"bootstrap_s", rp.bootstrap_s},
+                        {"quiesce_s", rp.quiesce_s},
+                        {"final_tid", rp.final_tid},
+                        {"leader_digest", fmt::format("{:016x}", rp.leader_digest)},
+                        {"followers", followers}};
+  }
   nlohmann::json types = nlohmann::json::object();
   for (const TypeResult& t : per_type) {
     types[t.name] = {{"committed", t.committed},
@@ -412,12 +526,32 @@ std::string RunResult::to_table() const {
     row(t.name, t.committed, t.user_aborts, t.conflict_aborts, t.failed, t.latency_us);
   }
   row("total", committed, user_aborts, conflict_aborts, failed, latency_us);
+  if (replication.enabled) {
+    row("commit(acked)", committed, user_aborts, conflict_aborts, failed, commit_latency_us);
+  }
   s += fmt::format("throughput: {:.0f} committed/s, {:.0f} aborts/s", committed_per_sec,
                    aborts_per_sec);
   if (failed != 0) s += fmt::format(", {} failed", failed);
   s += fmt::format("\nmemory: RSS after load {:.1f} MiB, peak RSS {:.1f} MiB\n",
                    static_cast<double>(rss_bytes) / (1 << 20),
                    static_cast<double>(peak_rss_bytes) / (1 << 20));
+  if (replication.enabled) {
+    const ReplicationResult& rp = replication;
+    s += fmt::format(
+        "replication: {} replicas, WAN RTT {} ms, batch {} txns / {} us, fsync {}: {} entries, "
+        "{:.1f} MiB logged; bootstrap {:.2f} s, quiesce {:.2f} s\n",
+        rp.replicas, rp.wan_rtt_ms, rp.batch_txns, rp.batch_us, rp.fsync, rp.entries,
+        static_cast<double>(rp.log_bytes) / (1 << 20), rp.bootstrap_s, rp.quiesce_s);
+    for (const FollowerResult& f : rp.followers) {
+      s += fmt::format(
+          "  replica {}: digest {:016x} {}, consistency {}, replay {:.0f} txn/s per core "
+          "({} txns in {:.2f} CPU s), WAL {:.1f} MiB\n",
+          f.replica, f.digest, f.digest_match ? "= leader" : "!= leader",
+          !f.checked ? "skipped" : f.check_failures.empty() ? "ok" : "FAILED",
+          f.replay_txns_per_cpu_sec, f.replay_txns, f.replay_cpu_s,
+          static_cast<double>(f.wal_bytes) / (1 << 20));
+    }
+  }
   if (!checked) {
     s += "consistency: skipped\n";
   } else if (check_failures.empty()) {
@@ -449,15 +583,56 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
   r.rss_bytes = current_rss_bytes();
   progress.finish(r.rss_bytes);
 
+  std::unique_ptr<ReplicatedRun> replicated;
+  if (options.replicas > 1) {
+    auto started = ReplicatedRun::start(workload, engine, options, &r.replication);
+    if (!started.ok()) return started.status();
+    replicated = std::move(*started);
+  }
+
   std::vector<std::unique_ptr<ThreadState>> states;
   uint64_t measure_start_ns = 0;
-  run_workers(workload, engine, options, states, &measure_start_ns);
+  run_workers(workload, engine, options, states, &measure_start_ns,
+              replicated ? &replicated->leader() : nullptr);
+  if (replicated) {
+    // Close every stream above every TID committed, then wait for the tail's acknowledgement.
+    const uint64_t final_tid = replicated->close_streams();
+    const uint64_t deadline_ns = env.now_ns() + 60 * kNsPerSec;
+    // Bounded by the deadline.
+    for (;;) {
+      const uint64_t w = replicated->leader().watermark();
+      bool pending = false;
+      for (auto& s : states) {
+        s->acks.drain(w, env.now_ns(), s->commit_latency);
+        pending = pending || !s->acks.empty();
+      }
+      if (!pending && w >= final_tid) break;
+      if (env.now_ns() >= deadline_ns) {
+        return Status::Timeout("replication: the watermark did not cover the run within 60 s");
+      }
+      env.sleep_ns(50'000);
+    }
+  }
   aggregate(workload, states, measure_start_ns, r);
   r.peak_rss_bytes = peak_rss_bytes();
 
   if (options.check) {
     r.checked = true;
     r.check_failures = workload.check(engine);
+  }
+  if (replicated) {
+    SHOAL_TRY(replicated->finish(engine, options.check, &r.replication));
+    for (const FollowerResult& f : r.replication.followers) {
+      if (!f.digest_match) {
+        r.check_failures.push_back(
+            fmt::format("replica {}: store digest {:016x} differs from the leader's {:016x}",
+                        f.replica, f.digest, r.replication.leader_digest));
+      }
+      for (const std::string& why : f.check_failures) {
+        r.check_failures.push_back(fmt::format("replica {}: {}", f.replica, why));
+      }
+    }
+    replicated.reset();  // stops the leader; followers exit
   }
   if (options.report != nullptr) {
     fmt::print(options.report, "{}", r.to_table());

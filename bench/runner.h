@@ -40,6 +40,19 @@ struct RunOptions {
   std::FILE* progress = stderr;
   // The final table; nullptr prints nothing.
   std::FILE* report = stdout;
+
+  // Replication of the shard (issue 5). replicas > 1 starts replicas-1 follower processes
+  // (`shoal replica`, children that die with this process) in regions region-1.., streams one
+  // per worker, and reports commit latency (until the shard watermark covers a transaction)
+  // beside the speculative latency. replicas == 1: no log, no followers (the baseline).
+  uint32_t replicas = 1;
+  double wan_rtt_ms = 0;         // every cross-region one-way delay is wan_rtt_ms / 2
+  uint32_t batch_txns = 400;     // seal a log entry after this many transactions (Mako)
+  double batch_us = 1000;        // ... or when its first transaction is this old
+  std::string fsync = "batch";   // none, batch or always (every replica's WAL)
+  std::string replica_exe;       // the `shoal` binary for followers; empty: this executable
+  std::string replica_dir;       // WALs and logs; empty: a fresh directory under $TMPDIR
+  bool keep_replica_dir = false; // keep it after a successful run
 };
 
 inline constexpr uint32_t kMaxWorkers = 1024;
@@ -57,6 +70,35 @@ struct TypeResult {
   LatencyUs latency_us;
 };
 
+struct FollowerResult {
+  uint32_t replica = 0;
+  uint64_t digest = 0;
+  bool digest_match = false;
+  bool checked = false;
+  std::vector<std::string> check_failures;
+  uint64_t replay_txns = 0;
+  uint64_t replay_writes = 0;
+  double replay_cpu_s = 0;
+  double replay_txns_per_cpu_sec = 0;  // replay throughput per core
+  uint64_t wal_bytes = 0;
+};
+
+struct ReplicationResult {
+  bool enabled = false;
+  uint32_t replicas = 1;
+  double wan_rtt_ms = 0;
+  uint32_t batch_txns = 0;
+  double batch_us = 0;
+  std::string fsync;
+  uint64_t entries = 0, log_bytes = 0, logged_txns = 0, floor_entries = 0, buffer_waits = 0;
+  uint64_t bootstrap_records = 0;
+  double bootstrap_s = 0;  // initial state through the log until every follower installed it
+  double quiesce_s = 0;    // after the run until every follower applied everything
+  uint64_t leader_digest = 0;
+  uint64_t final_tid = 0;
+  std::vector<FollowerResult> followers;
+};
+
 struct RunResult {
   std::string workload;
   uint32_t workers = 0;
@@ -68,12 +110,14 @@ struct RunResult {
   uint64_t failed = 0;
   double committed_per_sec = 0;
   double aborts_per_sec = 0;  // conflict aborts per second
-  LatencyUs latency_us;       // all types
+  LatencyUs latency_us;       // all types: speculative (visible, not yet replicated)
+  LatencyUs commit_latency_us;  // until the shard watermark covers it (replication only)
   std::vector<TypeResult> per_type;
   uint64_t rss_bytes = 0;  // resident set right after load
   uint64_t peak_rss_bytes = 0;
   bool checked = false;
   std::vector<std::string> check_failures;  // empty when consistent (or not checked)
+  ReplicationResult replication;             // followers' digests and checks fail the check
 
   bool consistent() const { return check_failures.empty(); }
   // The JSON document written to RunOptions::json_path (see the field list in runner.cc).

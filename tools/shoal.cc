@@ -31,6 +31,7 @@
 #include "bench/transport/transport.h"
 #include "bench/ycsb/ycsb.h"
 #include "src/server/cluster_ctl.h"
+#include "src/server/replica_cli.h"
 #include "src/server/shard_server.h"
 #include "src/txn/engine.h"
 
@@ -212,6 +213,43 @@ double measure_tpcc_baseline(const BenchFlags& f) {
   return r->committed_per_sec;
 }
 
+// `bench tpcc` replication of the (single, in-process) shard: followers as child processes.
+void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
+  tpcc->add_option("--replicas", r.replicas,
+                   "Replicas of the shard, leader included (1: no replication)")
+      ->check(number_in(1u, 16u, false, "in [1, 16]"))
+      ->capture_default_str();
+  tpcc->add_option("--wan-rtt-ms", r.wan_rtt_ms,
+                   "WAN round trip between regions (each one-way delay is half), needs --replicas")
+      ->check(number_in(0.0, 10'000.0, false, "in [0, 10000]"))
+      ->capture_default_str();
+  tpcc->add_option("--batch-txns", r.batch_txns, "Seal a log entry after N transactions")
+      ->check(number_in(1u, 65'535u, false, "in [1, 65535]"))
+      ->capture_default_str();
+  tpcc->add_option("--batch-us", r.batch_us, "... or when its first transaction is T us old")
+      ->check(number_in(0.0, 1e7, true, "in (0, 1e7]"))
+      ->capture_default_str();
+  tpcc->add_option("--fsync", r.fsync, "WAL sync policy on every replica")
+      ->check(CLI::IsMember({"none", "batch", "always"}))
+      ->capture_default_str();
+}
+
+// `shoal replica`: one follower replica (src/server/replica_cli.h).
+CLI::App* add_replica_command(CLI::App& app, server::ReplicaOptions& o) {
+  CLI::App* c = app.add_subcommand("replica", "Run one follower replica of a shard (until its "
+                                              "leader closes the connection)");
+  c->add_option("--config", o.config_path, "Cluster config (TOML)")->required();
+  c->add_option("--shard", o.shard, "Shard id")->check(number_in(0u, 65535u, false, "in [0, 65535]"));
+  c->add_option("--replica", o.replica, "Replica id (>= 1; 0 is the leader)")
+      ->required()
+      ->check(number_in(1u, 15u, false, "in [1, 15]"));
+  c->add_option("--data-dir", o.data_dir, "WAL directory (default .shoal/<name>/shard-N-replica-R)");
+  c->add_option("--fsync", o.fsync, "WAL sync policy")
+      ->check(CLI::IsMember({"none", "batch", "always"}))
+      ->capture_default_str();
+  return c;
+}
+
 // Options shared by every workload live on `bench`; the workload subcommands fall through to
 // them, so `shoal bench micro --seconds 5` and `shoal bench --seconds 5 micro` both work.
 BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
@@ -244,6 +282,7 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
       ->check(number_in(1u, 100'000u, false, "in [1, 100000]"))
       ->capture_default_str();
   add_dist_tpcc_options(c.tpcc, f.tpcc_dist);
+  add_replication_options(c.tpcc, f.run);
 
   c.micro = c.bench->add_subcommand(
       "micro", "Mako's microbenchmark: each transaction reads and writes 4 random keys");
@@ -480,6 +519,8 @@ int main(int argc, char** argv) {
   shoal::BenchFlags flags;
   const shoal::BenchCommands commands = shoal::add_bench_command(app, flags);
   shoal::ServerCommands server_commands = shoal::add_server_commands(app);
+  shoal::server::ReplicaOptions replica_options;
+  CLI::App* replica_command = shoal::add_replica_command(app, replica_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -508,6 +549,17 @@ int main(int argc, char** argv) {
                       (commands.tpcc->parsed() && ((flags.tpcc_dist.shards >= 2 &&
                                                     commands.tpcc->count("--shards") > 0) ||
                                                    commands.tpcc->count("--cluster") > 0));
+    if (commands.tpcc->parsed()) {
+      const auto& r = flags.run;
+      const char* bad = dist && r.replicas > 1 ? "--replicas: not yet across shard processes"
+                        : r.replicas == 1 && commands.tpcc->count("--wan-rtt-ms") > 0
+                            ? "--wan-rtt-ms: needs --replicas >= 2"
+                            : nullptr;
+      if (bad != nullptr) {
+        fmt::print(stderr, "shoal: error: {}\n", bad);
+        return shoal::kExitUsage;
+      }
+    }
     if (dist) return shoal::run_dist_bench(commands, flags);
     for (const char* flag : {"--inflight", "--baseline", "--transport"}) {
       if (commands.tpcc->parsed() && commands.tpcc->count(flag) > 0) {
@@ -522,6 +574,12 @@ int main(int argc, char** argv) {
       }
     }
     return shoal::run_bench(commands, flags);
+  }
+  if (replica_command->parsed()) {
+    const shoal::Status s = shoal::server::run_replica(replica_options);
+    if (s.ok()) return 0;
+    fmt::print(stderr, "shoal: error: {}\n", s.to_string());
+    return s.code() == shoal::Code::kInvalidArgument ? shoal::kExitUsage : shoal::kExitRunFailed;
   }
   if (server_commands.server->parsed() || server_commands.cluster->parsed()) {
     return shoal::run_server_commands(server_commands);

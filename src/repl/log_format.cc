@@ -123,7 +123,7 @@ AppendResult LogBatchBuilder::append(uint64_t commit_tid, std::span<const txn::D
   return AppendResult::kOk;
 }
 
-std::span<const std::byte> LogBatchBuilder::seal(uint16_t flags) {
+std::span<const std::byte> LogBatchBuilder::seal(uint16_t flags, uint64_t floor_tid) {
   SHOAL_ASSERT(open_, "seal of a sealed or never-reset batch");
   SHOAL_ASSERT((flags & ~kLogFlagsKnown) == 0, "unknown flags 0x%x", flags);
   SHOAL_ASSERT((flags & kLogFlagNoop) == 0 || txn_count_ == 0, "a no-op entry has no records");
@@ -139,7 +139,7 @@ std::span<const std::byte> LogBatchBuilder::seal(uint16_t flags) {
   store_u32(h + kOffPayloadBytes, static_cast<uint32_t>(payload));
   store_u32(h + kOffRecordCount, txn_count_);
   store_u64(h + kOffMinTid, txn_count_ == 0 ? 0 : min_tid_);
-  store_u64(h + kOffMaxTid, txn_count_ == 0 ? 0 : max_tid_);
+  store_u64(h + kOffMaxTid, std::max(txn_count_ == 0 ? 0 : max_tid_, floor_tid));
   store_u64(h + kOffChecksum, log_entry_checksum(h, payload));
   open_ = false;
   return {buf_, used_bytes_};
@@ -266,8 +266,8 @@ Status check_records(const std::byte* entry, uint64_t offset) {
     r = rend;
   }
   if (r != end) return corrupt(offset, "records do not fill payload_bytes");
-  if (count == 0 && (min_tid != 0 || max_tid != 0))
-    return corrupt(offset, "TID range of no records");
+  // An empty entry has min_tid 0; its max_tid may carry the stream's floor (seal()).
+  if (count == 0 && min_tid != 0) return corrupt(offset, "TID range of no records");
   return Status::Ok();
 }
 

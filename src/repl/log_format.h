@@ -140,9 +140,12 @@ class LogBatchBuilder {
 
   // Writes the header (min/max TID, counts, flags) and the checksum; returns the entry bytes,
   // a prefix of the buffer. The builder is closed until the next reset().
-  // REQUIRES: an open batch. An empty batch is valid (a heartbeat or, with kLogFlagNoop, the
-  // epoch-change no-op).
-  std::span<const std::byte> seal(uint16_t flags = 0);
+  // `floor_tid` raises max_tid to at least that value: the stream's promise that none of its
+  // later records has a TID <= max_tid (an idle stream seals empty entries with a floor so the
+  // shard watermark, the minimum over streams, is not held back by it; docs/REPLICATION.md).
+  // REQUIRES: an open batch; floor_tid below every TID this stream will still log. An empty
+  // batch is valid (a heartbeat or, with kLogFlagNoop, the epoch-change no-op).
+  std::span<const std::byte> seal(uint16_t flags = 0, uint64_t floor_tid = 0);
 
   bool open() const { return open_; }
   uint32_t txn_count() const { return txn_count_; }

@@ -1,6 +1,8 @@
 // PaxosStream: see paxos_stream.h for the contract and docs/REPLICATION.md for the wire format.
 #include "src/repl/paxos_stream.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -100,10 +102,12 @@ Status PaxosAcceptorStore::promise(Ballot b) {
 Status PaxosAcceptorStore::accept(uint64_t slot, Ballot b, std::span<const std::byte> bytes) {
   PaxosSlot& s = at(slot);
   SHOAL_ASSERT(!s.chosen, "accept into chosen slot %lu", slot);
-  if (hooks_.on_accept) SHOAL_TRY(hooks_.on_accept(slot, b, bytes));
   // Same bytes (a retransmission, or a leader re-proposing what it holds): raise the ballot
   // only; this also covers `bytes` pointing into the slot itself.
-  if (!s.value.same_bytes(bytes)) s.value = EntryBuffer(bytes);
+  const bool same = s.value.same_bytes(bytes);
+  if (same && s.accepted == b) return Status::Ok();  // a duplicate: nothing to persist
+  if (hooks_.on_accept) SHOAL_TRY(hooks_.on_accept(slot, b, bytes, !same));
+  if (!same) s.value = EntryBuffer(bytes);
   s.accepted = b;
   return Status::Ok();
 }
@@ -345,6 +349,7 @@ void PaxosStream::start_election() {
   ++stats_.elections;
   promise_mask_ = 1u << options_.replica_id;
   phase1_incomplete_ = false;
+  phase1_page_end_ = UINT64_MAX;
   phase1_from_slot_ = store_.chosen_index() + 1;
   phase1_max_slot_ = store_.last_slot();  // our own accepted slots count as a promise
   merged_.clear();
@@ -389,7 +394,9 @@ void PaxosStream::handle_prepare(const Msg& m) {
 
 void PaxosStream::handle_promise(const Msg& m) {
   if (role_ != PaxosRole::kCandidate || m.ballot != ballot_ || m.arg != phase1_from_slot_) return;
+  uint64_t last_reported = phase1_from_slot_ - 1;  // the highest slot this promise covers
   m.for_each([&](const Msg::Entry& e) {
+    last_reported = std::max(last_reported, e.slot);
     if (e.slot < store_.first_slot() || e.slot <= store_.chosen_index()) return;
     if (!verify_entry(e.slot, EntryBuffer(e.value).span()).ok()) {
       ++stats_.bad_entries;
@@ -403,7 +410,10 @@ void PaxosStream::handle_promise(const Msg& m) {
     Merged& g = merged_[e.slot];
     if (e.ballot > g.ballot) g = Merged{e.ballot, EntryBuffer(e.value)};
   });
-  if ((m.flags & kFlagComplete) == 0) phase1_incomplete_ = true;
+  if ((m.flags & kFlagComplete) == 0) {
+    phase1_incomplete_ = true;
+    phase1_page_end_ = std::min(phase1_page_end_, last_reported);
+  }
   promise_mask_ |= 1u << m.from;
   deliver_chosen();
   if (std::popcount(promise_mask_) >= static_cast<int>(majority())) finish_phase1();
@@ -411,17 +421,21 @@ void PaxosStream::handle_promise(const Msg& m) {
 
 void PaxosStream::finish_phase1() {
   if (phase1_incomplete_) {
-    // Some acceptor had more than one message could carry: we learned the chosen part; ask
-    // again from our new chosen index (same ballot, acceptors promise it again). No progress
-    // (the acceptor trimmed what we lack): wait for the deadline instead of spinning.
+    // Some acceptor had more than one message could carry. We learned the chosen part, and
+    // every slot up to the shortest incomplete promise's last one was reported by each
+    // promise of this round (a majority): ask again, same ballot, for the slots after that,
+    // keeping what was merged (pages of an accepted suffix larger than a message; a superset
+    // of a majority's reports is as safe as the majority's). No progress (the acceptor
+    // trimmed what we lack): wait for the deadline instead of spinning.
     phase1_incomplete_ = false;
-    if (store_.chosen_index() + 1 == phase1_from_slot_) {
+    const uint64_t next_from = std::max(store_.chosen_index(), phase1_page_end_) + 1;
+    phase1_page_end_ = UINT64_MAX;
+    if (next_from <= phase1_from_slot_) {
       ++stats_.catchup_unavailable;
       return;
     }
     promise_mask_ = 1u << options_.replica_id;
-    phase1_from_slot_ = store_.chosen_index() + 1;
-    merged_.clear();
+    phase1_from_slot_ = next_from;
     send_prepares(/*only_missing=*/false);
     return;
   }
@@ -604,6 +618,11 @@ void PaxosStream::deliver_chosen() {
 void PaxosStream::on_message(uint32_t from, std::span<const std::byte> bytes) {
   auto m = decode(bytes, options_);
   if (!m.ok() || m->from != from) {
+    if (std::getenv("SHOAL_REPL_DEBUG") != nullptr && stats_.malformed < 5) {
+      std::fprintf(stderr, "paxos %u: malformed message of %zu bytes from %u: %s\n",
+                   options_.replica_id, bytes.size(), from,
+                   m.ok() ? "sender mismatch" : m.status().to_string().c_str());
+    }
     ++stats_.malformed;
     return;
   }

@@ -127,7 +127,12 @@ class EntryBuffer {
 // status makes the acceptor drop the request unanswered (the proposer retransmits).
 struct PersistHooks {
   std::function<Status(Ballot promised)> on_promise;
-  std::function<Status(uint64_t slot, Ballot accepted, std::span<const std::byte> entry)> on_accept;
+  // `new_bytes` is false when the slot already holds these bytes and only its ballot rises
+  // (a leader re-proposing what it holds): a WAL then needs the ballot, not the bytes again.
+  // Not called for an exact duplicate (same bytes, same ballot): nothing changes.
+  std::function<Status(uint64_t slot, Ballot accepted, std::span<const std::byte> entry,
+                       bool new_bytes)>
+      on_accept;
 };
 
 struct PaxosSlot {
@@ -288,6 +293,7 @@ class PaxosStream {
   uint64_t phase1_from_slot_ = 0;
   uint32_t promise_mask_ = 0;
   bool phase1_incomplete_ = false;
+  uint64_t phase1_page_end_ = UINT64_MAX;  // lowest last slot of this round's incomplete promises
   uint64_t phase1_max_slot_ = 0;
   uint64_t phase1_deadline_ns_ = 0;
   uint64_t prepare_sent_ns_ = 0;

@@ -326,3 +326,37 @@ TEST(PaxosStream, SingleReplicaChoosesAtOnce) {
 
 }  // namespace
 }  // namespace shoal::repl
+
+namespace shoal::repl {
+namespace {
+
+// An accepted (not chosen) suffix larger than one message: the new leader's phase 1 pages
+// through it (incomplete promises, same ballot, next page after the shortest one) and keeps
+// every value at its slot. Before paging, such a candidate retried forever.
+TEST(PaxosStream, PhaseOnePagesThroughAnAcceptedSuffixLargerThanAMessage) {
+  PaxosOptions o;
+  o.max_message_bytes = 2048;  // ~13 of these entries per message
+  Cluster c(3, o);
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  // Only 0 -> 2 gets through: 2 accepts 40 values, nobody learns they were chosen.
+  c.queue.drop = [](const Packet& p) { return !(p.from == 0 && p.to == 2); };
+  std::vector<Bytes> proposed;
+  for (uint64_t i = 0; i < 40; ++i) {
+    proposed.push_back(make_entry(c.streams[0]->next_slot(), 1000 + i));
+    ASSERT_TRUE(c.streams[0]->propose(proposed.back()).ok());
+  }
+  c.deliver();
+  c.crash(0);
+  c.queue.drop = nullptr;
+  c.run_ms(400);
+  ASSERT_EQ(c.leader(), 1);
+  c.run_ms(50);
+  for (uint32_t r = 1; r < 3; ++r) {
+    ASSERT_EQ(c.streams[r]->chosen_index(), 40u) << "replica " << r;
+    EXPECT_EQ(c.logs[r], proposed) << "replica " << r;
+  }
+}
+
+}  // namespace
+}  // namespace shoal::repl

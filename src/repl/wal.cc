@@ -79,13 +79,15 @@ class ScanWindow {
 };
 
 // Why a valid entry may not follow the ones before it, or "" if it may.
-std::string order_problem(const LogEntryView& e, const WalRecovery& r, const LogEntryId& first) {
+std::string order_problem(const LogEntryView& e, const WalRecovery& r, const LogEntryId& first,
+                          bool allow_rewrites) {
   if (r.entries_kept == 0) return "";
   const LogEntryId id = e.id();
   if (id.shard != first.shard || id.stream != first.stream) {
     return fmt::format("entry of shard {} stream {} in the log of shard {} stream {}", id.shard,
                        id.stream, first.shard, first.stream);
   }
+  if (allow_rewrites) return id.sequence == 0 ? "sequence 0" : "";
   if (id.sequence <= r.last_sequence) {
     return fmt::format("sequence {} does not follow {}", id.sequence, r.last_sequence);
   }
@@ -201,7 +203,7 @@ Result<WalRecovery> Wal::recover(const ReplayFn& replay) {
       reason = entry.status().message();
       break;
     }
-    reason = order_problem(*entry, report, first);
+    reason = order_problem(*entry, report, first, options_.allow_rewrites);
     if (!reason.empty()) {
       reason = fmt::format("log entry at offset {}: {}", off, reason);
       break;

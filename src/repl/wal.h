@@ -43,6 +43,10 @@ struct WalOptions {
   uint32_t ring_entries = 64;                    // io_uring submission queue depth
   uint32_t entry_bytes_max = kLogEntryBytesMax;  // recovery refuses larger entries as corrupt
   bool quiet = false;                            // no stderr lines (tests that expect a cut)
+  // An acceptor's WAL: a slot may appear again (accepted again in a higher ballot, possibly
+  // with another value before it was chosen), so recovery accepts any sequence >= 1 after any
+  // other; the last copy of a slot wins (AcceptorLog pairs it with its ballot record).
+  bool allow_rewrites = false;
 };
 
 // One entry to append: its sealed bytes and, if they lie in a buffer registered with

@@ -117,7 +117,14 @@ Status Txn::lock_write_set(uint64_t* proposed_tid) {
     // A remove may target our own insert's placeholder (absent); present records only leave
     // by being unlinked, so for removes "not unlinked" is the whole check.
     bool state_ok = !(observed & Tid::kUnlinked);
-    if (w.kind == WriteKind::kInsert) state_ok = state_ok && absent;
+    if (w.kind == WriteKind::kInsert) {
+      state_ok = state_ok && absent;
+      // Above any remove of a key of this table that this insert may follow (see
+      // TableBase::removed_tid_max_): the remove published it before unlinking the key we
+      // found absent.
+      b.max_seen_version = std::max(b.max_seen_version,
+                                    w.table->removed_tid_max_.load(std::memory_order_acquire));
+    }
     if (w.kind == WriteKind::kPut) state_ok = state_ok && !absent;
     if (!state_ok) {
       release_locks(writes, i + 1);
@@ -186,6 +193,11 @@ void Txn::install(uint64_t tid) {
       // Dead records leave the index at once so scans (TPC-C Delivery over NEW-ORDER) never
       // wade through tombstones; readers holding the pointer see kUnlinked and fail validation.
       rec->word.store(tid | Tid::kAbsent | Tid::kUnlinked | Tid::kLock, std::memory_order_release);
+      uint64_t seen = w.table->removed_tid_max_.load(std::memory_order_relaxed);
+      // Bounded: each failed exchange saw a larger value; it stops once seen >= tid.
+      while (seen < tid && !w.table->removed_tid_max_.compare_exchange_weak(
+                               seen, tid, std::memory_order_acq_rel)) {
+      }
       const bool removed = w.ops->remove(w.table, w.key_words, rec);
       SHOAL_ASSERT(removed, "a locked, present record was missing from its index");
       rec->unlock();
@@ -282,6 +294,7 @@ Status Worker::run(Procedure proc, const void* args, void* result) {
     Status s = proc(txn_, args, result);
     if (s.ok()) {
       s = txn_.commit();
+      if (s.ok() && commit_hook_ != nullptr) commit_hook_(commit_hook_ctx_, txn_);
     } else if (!s.is_aborted() && !txn_.validate(/*holding_locks=*/false)) {
       // The procedure gave up (NotFound, AlreadyExists, UserAbort, ...) on reads that were
       // not a consistent snapshot: its answer is meaningless, so run it again.
@@ -329,6 +342,19 @@ Engine::~Engine() {
   workers_.clear();
   tables_.clear();
   ebr::drain_all_for_tests();
+}
+
+Result<TableBase*> Engine::create_table_with_key_words(const std::string& name,
+                                                      size_t key_words) {
+  switch (key_words) {
+    case 1: return static_cast<TableBase*>(create_table<1>(name));
+    case 2: return static_cast<TableBase*>(create_table<2>(name));
+    case 3: return static_cast<TableBase*>(create_table<3>(name));
+    case 4: return static_cast<TableBase*>(create_table<4>(name));
+    default:
+      return Status::InvalidArgument("table " + name + ": keys of " + std::to_string(key_words) +
+                                     " words are not supported (1..4)");
+  }
 }
 
 TableBase* Engine::find_table(const std::string& name) const {

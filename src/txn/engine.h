@@ -42,6 +42,7 @@ namespace shoal::txn {
 
 class Engine;
 class Txn;
+enum class WriteKind : uint8_t { kPut, kInsert, kRemove };
 template <size_t K>
 struct TableOpsFor;
 // A transaction's read, write and node sets (defined in engine_impl.h).
@@ -72,9 +73,31 @@ class TableBase {
                             uint32_t size_bytes) = 0;
   virtual Status txn_remove(Txn& txn, const uint64_t* key_words) = 0;
 
+  // ---- Replication (followers; src/repl/follower.h) ----
+  // Installs one replicated write at commit TID `tid` if it is newer than what the key holds
+  // (replay is idempotent and may see a key's writes from different streams out of TID
+  // order). A remove leaves a tombstone (an absent record carrying `tid`) in the index, so an
+  // older write of the key replayed later from another stream stays dead; tombstones are
+  // invisible to reads, peek, for_each and scan_committed. Returns true when applied, false
+  // when skipped as not newer. Safe against concurrent replay of other keys; two replayers of
+  // one key serialize on its record lock. REQUIRES: no read-write transactions run on this
+  // engine (a follower's engine); size_bytes <= kValueBytesMax; kind kRemove has no value.
+  virtual bool apply_replicated(const uint64_t* key_words, enum WriteKind kind, const void* value,
+                                uint32_t size_bytes, uint64_t tid) = 0;
+  // Visits every live (committed, not removed) record in key order:
+  // fn(key_words, value, size_bytes, version) returns false to stop. REQUIRES: quiescent.
+  using ScanFn = std::function<bool(const uint64_t* key_words, const void* value,
+                                    uint32_t size_bytes, uint64_t version)>;
+  virtual void scan_committed(const ScanFn& fn) const = 0;
+
  protected:
   friend class Txn;
   StripedCounter record_bytes_;  // bytes of records (and their headers) in this table
+  // The largest TID that removed a key of this table. Removed records leave the index at once,
+  // taking their TID with them; an insert of the same key later must still get a larger TID,
+  // or TID order (the log's replay order, src/repl) would put the insert before the remove.
+  // So inserts propose TIDs above this (one load per insert; removes raise it).
+  std::atomic<uint64_t> removed_tid_max_{0};
 
  private:
   std::string name_;
@@ -83,7 +106,6 @@ class TableBase {
 
 // What a committed transaction wrote, for logging and shipping (valid until the Txn's next
 // begin()).
-enum class WriteKind : uint8_t { kPut, kInsert, kRemove };
 struct WriteView {
   uint32_t table_id;
   const uint64_t* key_words;
@@ -111,6 +133,9 @@ class Table final : public TableBase {
   Status txn_insert(Txn& txn, const uint64_t* key_words, const void* value,
                     uint32_t size_bytes) override;
   Status txn_remove(Txn& txn, const uint64_t* key_words) override;
+  bool apply_replicated(const uint64_t* key_words, WriteKind kind, const void* value,
+                        uint32_t size_bytes, uint64_t tid) override;
+  void scan_committed(const ScanFn& fn) const override;
   static KeyT key_of(const uint64_t* words) {
     KeyT k;
     std::copy(words, words + K, k.w.begin());
@@ -298,9 +323,21 @@ class Txn {
   uint64_t last_tid_ = 0;
 };
 
+// Called on the worker's thread after each successful commit (read-only ones included), while
+// the Txn still holds what it installed: last_commit_tid(), deps(), for_each_write(). This is
+// where a replication stream appends the transaction's log record (src/repl/appender.h).
+// REQUIRES: does not run transactions on the Worker; returns quickly (it is on the commit path).
+using CommitHook = void (*)(void* ctx, const Txn& txn);
+
 // One per worker thread: its Txn, its statistics, and the retry loop.
 class Worker {
  public:
+  // Installs (or, with nullptr, removes) the commit hook. REQUIRES: on the worker's thread,
+  // or before that thread starts.
+  void set_commit_hook(CommitHook hook, void* ctx) {
+    commit_hook_ = hook;
+    commit_hook_ctx_ = ctx;
+  }
   // Runs procedure `proc` to commit, retrying on conflicts (at most max_retries).
   // Returns Ok (committed), UserAbort (rolled back by the procedure), Aborted (gave up), or
   // the procedure's other error.
@@ -317,6 +354,8 @@ class Worker {
   Txn txn_;
   TxnStats stats_;
   uint64_t runs_ = 0;
+  CommitHook commit_hook_ = nullptr;
+  void* commit_hook_ctx_ = nullptr;
 };
 
 class Engine {
@@ -329,6 +368,10 @@ class Engine {
   // REQUIRES: called before transactions run; name unique.
   template <size_t K>
   Table<K>* create_table(const std::string& name);
+  // create_table<K> with K chosen at run time (a follower creating the leader's schema).
+  // InvalidArgument for key widths no table uses (supported: 1, 2, 3, 4 words).
+  [[nodiscard]] Result<TableBase*> create_table_with_key_words(const std::string& name,
+                                                               size_t key_words);
   TableBase* find_table(const std::string& name) const;
   const std::vector<std::unique_ptr<TableBase>>& tables() const { return tables_; }
 

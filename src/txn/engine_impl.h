@@ -120,6 +120,76 @@ void Table<K>::for_each(const KeyT& lo, const KeyT& hi,
 }
 
 template <size_t K>
+bool Table<K>::apply_replicated(const uint64_t* key_words, WriteKind kind, const void* value,
+                                uint32_t size_bytes, uint64_t tid) {
+  SHOAL_ASSERT(size_bytes <= kValueBytesMax, "replicated value of %u bytes", size_bytes);
+  SHOAL_ASSERT(tid != 0 && tid <= Tid::kVersionMask, "replicated TID %lu", tid);
+  const bool remove = kind == WriteKind::kRemove;
+  const KeyT key = key_of(key_words);
+  ebr::Guard guard;
+  // Bounded in practice: a pass repeats only when another replayer of the same key changed
+  // the index between our lookup and our insert/lock (it then holds a newer state).
+  for (;;) {
+    auto* rec = static_cast<Record*>(index_.get(key, nullptr));
+    if (rec == nullptr) {
+      Record* fresh = Record::make(remove ? 0 : size_bytes, remove ? (tid | Tid::kAbsent) : tid);
+      if (!remove) fresh->write_locked(value, size_bytes);
+      typename BTree<K>::NodeRef before{};
+      uint64_t after = 0;
+      if (index_.insert_if_absent(key, fresh, &before, &after) != nullptr) {
+        Record::free(fresh);
+        continue;
+      }
+      record_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(fresh->capacity_words)));
+      return true;
+    }
+    uint64_t observed = 0;
+    if (!rec->try_lock(&observed, 1u << 20)) continue;
+    if (observed & Tid::kUnlinked) {  // replaced by a grown record meanwhile: look up again
+      rec->unlock();
+      continue;
+    }
+    if (Tid::version(observed) >= tid) {
+      rec->unlock();
+      return false;
+    }
+    if (remove) {
+      rec->unlock_with(tid | Tid::kAbsent);  // a tombstone: stays in the index
+      return true;
+    }
+    if (Record::words_for(size_bytes) > rec->capacity_words) {
+      Record* grown = Record::make(size_bytes, tid | Tid::kLock);
+      grown->write_locked(value, size_bytes);
+      const bool replaced = index_.update(key, grown);
+      SHOAL_ASSERT(replaced, "%s", "a locked record was missing from its index");
+      grown->unlock_with(tid);
+      rec->word.store(tid | Tid::kAbsent | Tid::kUnlinked, std::memory_order_release);
+      record_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(grown->capacity_words)) -
+                        static_cast<int64_t>(Record::alloc_bytes(rec->capacity_words)));
+      ebr::retire(rec, &Record::free);
+      return true;
+    }
+    rec->write_locked(value, size_bytes);
+    rec->unlock_with(tid);
+    return true;
+  }
+}
+
+template <size_t K>
+void Table<K>::scan_committed(const ScanFn& fn) const {
+  ebr::Guard guard;
+  index_.scan(
+      KeyT::min(), KeyT::max(),
+      [&](const KeyT& key, void* value) {
+        auto* rec = static_cast<Record*>(value);
+        const uint64_t word = rec->word.load(std::memory_order_acquire);
+        if (word & Tid::kStateMask) return true;
+        return fn(key.w.data(), rec->data, rec->size_bytes, Tid::version(word));
+      },
+      [](const typename BTree<K>::NodeRef&) {});
+}
+
+template <size_t K>
 Table<K>::~Table() {
   // Records are owned by the table; the tree frees its own nodes.
   ebr::Guard guard;

@@ -1,0 +1,278 @@
+#include "bench/runner_repl.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "src/cluster/config.h"
+#include "src/txn/record.h"
+
+namespace shoal::bench {
+namespace {
+
+constexpr uint64_t kNsPerSec = 1'000'000'000;
+
+repl::FsyncPolicy fsync_of(const std::string& s) {
+  if (s == "none") return repl::FsyncPolicy::kNone;
+  if (s == "always") return repl::FsyncPolicy::kAlways;
+  return repl::FsyncPolicy::kBatch;
+}
+
+std::string tail(const std::string& path, size_t lines) {
+  std::ifstream in(path);
+  std::vector<std::string> last;
+  for (std::string line; std::getline(in, line);) {
+    last.push_back(line);
+    if (last.size() > lines) last.erase(last.begin());
+  }
+  std::string out;
+  for (const auto& l : last) out += "\n    " + l;
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload,
+                                                            txn::Engine& engine,
+                                                            const RunOptions& options,
+                                                            ReplicationResult* result) {
+  std::unique_ptr<ReplicatedRun> run(new ReplicatedRun());
+  run->replicas_ = options.replicas;
+  result->enabled = true;
+  result->replicas = options.replicas;
+  result->wan_rtt_ms = options.wan_rtt_ms;
+  result->batch_txns = options.batch_txns;
+  result->batch_us = options.batch_us;
+  result->fsync = options.fsync;
+
+  if (options.replica_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = fmt::format("{}/shoal-repl-XXXXXX", tmp != nullptr ? tmp : "/tmp");
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return Status::IOError("cannot create a directory for the replicas under " + pattern);
+    }
+    run->dir_ = pattern;
+    run->remove_dir_ = !options.keep_replica_dir;
+  } else {
+    run->dir_ = options.replica_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(run->dir_, ec);
+    if (ec) return Status::IOError("cannot create " + run->dir_ + ": " + ec.message());
+  }
+
+  const uint64_t rtt_ns = static_cast<uint64_t>(options.wan_rtt_ms * 1e6);
+  repl::LeaderOptions lo;
+  lo.shard = 0;
+  lo.streams = options.workers;
+  lo.replicas = options.replicas;
+  lo.receive_shapes.assign(options.replicas, net::LinkShape{rtt_ns / 2, 0});
+  lo.receive_shapes[0] = {};
+  lo.appender.limits.batch_txns_max = options.batch_txns;
+  lo.appender.limits.batch_age_ns_max = static_cast<uint64_t>(options.batch_us * 1e3);
+  lo.wal_dir = run->dir_ + "/replica-0";
+  std::error_code ec;
+  std::filesystem::create_directories(lo.wal_dir, ec);
+  if (ec) return Status::IOError("cannot create " + lo.wal_dir + ": " + ec.message());
+  lo.fsync = fsync_of(options.fsync);
+  lo.paxos = repl::paxos_options_for_rtt(rtt_ns);
+  lo.schema = repl::Schema::of(engine, workload.name());
+  auto leader = repl::ReplicationLeader::start(lo, engine);
+  if (!leader.ok()) return leader.status();
+  run->leader_ = std::move(*leader);
+  SHOAL_TRY(run->spawn_followers(options));
+  const Status led = run->leader_->wait_leading(30'000);
+  if (!led.ok()) {
+    return Status::Unavailable(led.message() + "; follower logs:" + run->follower_logs());
+  }
+  SHOAL_TRY(run->bootstrap(engine, result));
+  return run;
+}
+
+Status ReplicatedRun::spawn_followers(const RunOptions& options) {
+  // The followers' view of the shard: a local config with our listening port as replica 0
+  // and every cross-region link at half the round trip.
+  auto config = cluster::make_local_config(1, options.replicas, options.workers, 1, 20000);
+  if (!config.ok()) return config.status();
+  config->name = "bench";
+  config->shards[0].replicas[0].port = leader_->port();
+  for (uint32_t a = 0; a < options.replicas; ++a) {
+    for (uint32_t b = a + 1; b < options.replicas; ++b) {
+      config->wan.push_back(
+          {config->regions[a].name, config->regions[b].name, options.wan_rtt_ms / 2, 0});
+    }
+  }
+  const std::string config_path = dir_ + "/cluster.toml";
+  {
+    std::ofstream out(config_path, std::ios::trunc);
+    out << config->to_toml();
+    if (!out) return Status::IOError("cannot write " + config_path);
+  }
+  std::string exe = options.replica_exe;
+  if (exe.empty()) {
+    std::error_code ec;
+    exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (ec) return Status::IOError("cannot find this executable: " + ec.message());
+  }
+  for (uint32_t r = 1; r < options.replicas; ++r) {
+    // Everything the child needs is built before fork: it only calls async-signal-safe
+    // functions until exec.
+    std::vector<std::string> args = {exe,
+                                     "replica",
+                                     "--config",
+                                     config_path,
+                                     "--shard",
+                                     "0",
+                                     "--replica",
+                                     std::to_string(r),
+                                     "--data-dir",
+                                     fmt::format("{}/replica-{}", dir_, r),
+                                     "--fsync",
+                                     options.fsync};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const std::string log = fmt::format("{}/replica-{}.log", dir_, r);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) return Status::IOError("fork failed");
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // followers die with the bench
+      if (::getppid() != parent) ::_exit(1);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+      ::execv(exe.c_str(), argv.data());
+      ::_exit(127);
+    }
+    children_.push_back(pid);
+  }
+  return Status::Ok();
+}
+
+std::string ReplicatedRun::follower_logs() const {
+  std::string out;
+  for (uint32_t r = 1; r < replicas_; ++r) {
+    out += fmt::format("\n  replica {} ({}/replica-{}.log):{}", r, dir_, r,
+                       tail(fmt::format("{}/replica-{}.log", dir_, r), 5));
+  }
+  return out;
+}
+
+Status ReplicatedRun::bootstrap(txn::Engine& engine, ReplicationResult* result) {
+  Env& env = engine.env();
+  const uint64_t start_ns = env.now_ns();
+  // No transaction runs yet: every later commit reads an epoch >= this one, so its TID is
+  // above S, and every loaded version is at or below the current epoch.
+  snapshot_tid_ = (engine.epoch() << 32) - 1;
+  repl::StreamAppender& a = leader_->appender(0);
+  constexpr size_t kRowsPerRecord = 64;
+  std::vector<uint64_t> keys(kRowsPerRecord * 8);
+  std::vector<repl::TxnWrite> writes;
+  writes.reserve(kRowsPerRecord);
+  size_t record_bytes = 0;
+  auto emit = [&] {
+    if (writes.empty()) return;
+    a.append_record(snapshot_tid_, {}, writes);
+    writes.clear();
+    record_bytes = 0;
+    ++result->bootstrap_records;
+  };
+  for (const auto& table : engine.tables()) {
+    const size_t kw = table->key_words();
+    table->scan_committed([&](const uint64_t* key, const void* value, uint32_t size, uint64_t) {
+      const size_t bytes = repl::log_write_bytes(kw, size);
+      if (writes.size() == kRowsPerRecord || record_bytes + bytes > 256 * 1024) emit();
+      uint64_t* k = keys.data() + writes.size() * 8;
+      std::copy(key, key + kw, k);
+      // Values stay where they are: nothing changes the engine until the run starts.
+      writes.push_back({table->id(), repl::WriteOp::kInsert, {k, kw},
+                        {static_cast<const std::byte*>(value), size}});
+      record_bytes += bytes;
+      return true;
+    });
+    emit();
+  }
+  for (uint32_t s = 0; s < leader_->streams(); ++s) leader_->appender(s).finish(snapshot_tid_);
+  auto reports = leader_->collect_reports(snapshot_tid_, false, false, 300'000);
+  if (!reports.ok()) {
+    return Status::Unavailable(reports.status().message() + "; follower logs:" +
+                               follower_logs());
+  }
+  result->bootstrap_s = static_cast<double>(env.now_ns() - start_ns) / kNsPerSec;
+  return Status::Ok();
+}
+
+uint64_t ReplicatedRun::close_streams() {
+  uint64_t floor = snapshot_tid_;
+  for (uint32_t s = 0; s < leader_->streams(); ++s) {
+    floor = std::max(floor, leader_->appender(s).last_commit_tid());
+  }
+  for (uint32_t s = 0; s < leader_->streams(); ++s) leader_->appender(s).finish(floor);
+  final_tid_ = floor;
+  return floor;
+}
+
+Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult* result) {
+  Env& env = engine.env();
+  const uint64_t start_ns = env.now_ns();
+  auto reports = leader_->collect_reports(final_tid_, true, check, 300'000);
+  if (!reports.ok()) {
+    return Status::Unavailable(reports.status().message() + "; follower logs:" +
+                               follower_logs());
+  }
+  result->quiesce_s = static_cast<double>(env.now_ns() - start_ns) / kNsPerSec;
+  result->final_tid = final_tid_;
+  result->leader_digest = repl::engine_digest(engine);
+  for (uint32_t s = 0; s < leader_->streams(); ++s) {
+    const repl::AppenderStats& st = leader_->appender(s).stats();
+    result->entries += st.entries;
+    result->log_bytes += st.bytes;
+    result->logged_txns += st.txns;
+    result->floor_entries += st.floor_entries;
+    result->buffer_waits += st.buffer_waits;
+  }
+  for (const repl::FollowerReport& r : *reports) {
+    FollowerResult f;
+    f.replica = r.replica;
+    f.digest = r.digest;
+    f.digest_match = r.digest == result->leader_digest;
+    f.checked = r.checked;
+    f.check_failures = r.check_failures;
+    f.replay_txns = r.replay_txns;
+    f.replay_writes = r.replay_writes;
+    f.replay_cpu_s = static_cast<double>(r.replay_cpu_ns) / kNsPerSec;
+    f.replay_txns_per_cpu_sec = r.replay_txns_per_cpu_sec();
+    f.wal_bytes = r.wal_bytes;
+    result->followers.push_back(std::move(f));
+  }
+  return Status::Ok();
+}
+
+ReplicatedRun::~ReplicatedRun() {
+  if (leader_) leader_->stop();
+  // Followers exit when the leader's connection closes; SIGKILL whoever is still there.
+  for (pid_t pid : children_) {
+    int status = 0;
+    for (int i = 0; i < 200 && ::waitpid(pid, &status, WNOHANG) == 0; ++i) ::usleep(10'000);
+    if (::waitpid(pid, &status, WNOHANG) == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+  }
+  if (remove_dir_ && !dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+}  // namespace shoal::bench

@@ -1,0 +1,131 @@
+#include "src/repl/appender.h"
+
+#include <thread>
+
+namespace shoal::repl {
+namespace {
+
+WriteOp op_of(txn::WriteKind kind) {
+  switch (kind) {
+    case txn::WriteKind::kPut: return WriteOp::kPut;
+    case txn::WriteKind::kInsert: return WriteOp::kInsert;
+    case txn::WriteKind::kRemove: return WriteOp::kRemove;
+  }
+  return WriteOp::kPut;
+}
+
+}  // namespace
+
+StreamAppender::StreamAppender(const AppenderOptions& options, txn::Engine& engine, Env& env,
+                               WakeFn wake, void* wake_ctx)
+    : options_(options),
+      engine_(engine),
+      env_(env),
+      wake_(wake),
+      wake_ctx_(wake_ctx),
+      buffer_bytes_(pad8(options.limits.batch_bytes_max)),
+      sealed_(options.pool_buffers),
+      free_(options.pool_buffers),
+      policy_(options.limits, &env) {
+  // One allocation for the whole pool, 64-byte aligned (entries need 8; the WAL's registered
+  // buffers and cache lines like 64).
+  pool_storage_ = std::make_unique<std::byte[]>(buffer_bytes_ * options.pool_buffers + 64);
+  const auto addr = reinterpret_cast<uintptr_t>(pool_storage_.get());
+  pool_ = pool_storage_.get() + ((64 - addr % 64) % 64);
+  for (uint32_t i = 0; i < options.pool_buffers; ++i) recycle(i);
+  writes_.reserve(256);
+  deps_.reserve(16);
+  last_seal_ns_ = env.now_ns();
+}
+
+void StreamAppender::open_batch() {
+  // Bounded by the replication thread, which recycles every buffer once proposed.
+  for (uint64_t spins = 0; !free_.pop(&buffer_); ++spins) {
+    if (spins == 0) ++stats_.buffer_waits;
+    std::this_thread::yield();
+  }
+  LogEntryId id;
+  id.shard = options_.shard;
+  id.stream = options_.stream;
+  id.epoch = options_.epoch;
+  id.sequence = ++sequence_;
+  builder_.reset(buffer(buffer_), id, options_.limits);
+}
+
+void StreamAppender::seal(uint64_t floor_tid) {
+  SHOAL_ASSERT(builder_.open(), "%s", "seal without an open batch");
+  const std::span<const std::byte> bytes = builder_.seal(0, floor_tid);
+  policy_.note_sealed();
+  const SealedEntry e{buffer_, static_cast<uint32_t>(bytes.size()), load_u64(bytes.data() + 48)};
+  SHOAL_ASSERT(sealed_.push(e), "%s", "sealed ring overflow (more sealed than buffers)");
+  ++stats_.entries;
+  stats_.bytes += bytes.size();
+  last_seal_ns_ = env_.now_ns();
+  if (wake_ != nullptr) wake_(wake_ctx_);
+}
+
+void StreamAppender::append_record(uint64_t tid, std::span<const txn::DepEntry> deps,
+                                   std::span<const TxnWrite> writes) {
+  if (!builder_.open()) open_batch();
+  AppendResult r = builder_.append(tid, deps, writes);
+  if (r == AppendResult::kFull) {
+    seal(0);
+    open_batch();
+    r = builder_.append(tid, deps, writes);
+  }
+  SHOAL_ASSERT(r == AppendResult::kOk,
+               "a transaction of %zu writes does not fit an empty log batch of %zu bytes",
+               writes.size(), builder_.capacity_bytes());
+  policy_.note_append(builder_);
+  ++stats_.txns;
+  last_logged_tid_ = tid;
+  if (policy_.should_seal(builder_) != BatchPolicy::Reason::kNone) seal(0);
+}
+
+void StreamAppender::append(const txn::Txn& txn) {
+  const uint64_t tid = txn.last_commit_tid();
+  last_commit_tid_ = tid;
+  writes_.clear();
+  txn.for_each_write([this](const txn::WriteView& w) {
+    writes_.push_back(TxnWrite{
+        w.table_id, op_of(w.kind), {w.key_words, w.key_word_count},
+        {static_cast<const std::byte*>(w.value), w.kind == txn::WriteKind::kRemove ? 0 : w.size_bytes}});
+  });
+  if (writes_.empty()) return;  // read-only: nothing to replicate
+  deps_.clear();
+  const uint32_t own = engine_.options().shard_id;
+  for (const txn::DepEntry& d : txn.deps().entries()) {
+    if (d.shard != own) deps_.push_back(d);  // our own entry is the commit TID itself
+  }
+  append_record(tid, deps_, writes_);
+}
+
+void StreamAppender::tick() {
+  if (builder_.open()) {
+    if (builder_.txn_count() > 0 &&
+        policy_.should_seal(builder_) != BatchPolicy::Reason::kNone) {
+      seal(0);
+    }
+    return;
+  }
+  if (env_.now_ns() - last_seal_ns_ < options_.idle_ns) return;
+  // This worker is between transactions: its next commit reads the epoch after this point, so
+  // its TID is >= epoch << 32, and it is above every TID it committed.
+  const uint64_t epoch_floor = (engine_.epoch() << 32) - 1;
+  open_batch();
+  ++stats_.floor_entries;
+  seal(std::max(last_commit_tid_, epoch_floor));
+}
+
+void StreamAppender::flush() {
+  if (builder_.open() && builder_.txn_count() > 0) seal(0);
+}
+
+void StreamAppender::finish(uint64_t floor_tid) {
+  flush();
+  if (!builder_.open()) open_batch();
+  ++stats_.floor_entries;
+  seal(floor_tid);
+}
+
+}  // namespace shoal::repl

@@ -1,0 +1,155 @@
+// StreamAppender: the worker-thread half of one replication stream (design section 3 step 7).
+//
+// The worker's commit hook (txn::CommitHook) appends each committed read-write transaction
+// (commit TID, dependency entries beyond this shard, writes) straight into a LogBatchBuilder
+// over one buffer of a fixed pool; BatchPolicy seals it by count, bytes or age; the sealed
+// buffer goes through a bounded SPSC ring to the replication thread (ReplicationLeader), which
+// proposes it on the stream's PaxosStream and hands the buffer back through a second SPSC ring.
+// On the worker: no allocation after warm-up, no syscall, no lock per transaction; one post to
+// the replication loop per sealed batch (an eventfd write only when that loop sleeps).
+//
+// Backpressure: when every buffer is sealed and not yet taken back (Paxos pipeline full, a
+// follower slow, the WAN long), the worker waits in append() for a free buffer. That bounds
+// what a leader holds unreplicated to pool_buffers x batch bytes per stream.
+//
+// Watermark duties (src/repl/watermark.h): tick() on an idle worker seals an aged batch, and
+// after idle_ns without a seal an empty entry whose floor is the lowest TID this worker can
+// still commit minus one, so the stream never holds the shard watermark back; finish(floor)
+// closes the stream after a run.
+//
+// Threads: append/tick/flush/finish on the stream's worker thread (or whoever owns it when
+// the worker is not running); pop_sealed/recycle on the replication thread. Nothing else.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "src/base/assert.h"
+#include "src/repl/log_format.h"
+#include "src/txn/engine.h"
+
+namespace shoal::repl {
+
+// Bounded single-producer single-consumer ring of T (trivially copyable).
+template <typename T>
+class SpscRing {
+ public:
+  // REQUIRES: capacity a power of two.
+  explicit SpscRing(uint32_t capacity) : mask_(capacity - 1), slots_(capacity) {
+    SHOAL_ASSERT(capacity != 0 && (capacity & (capacity - 1)) == 0, "capacity %u", capacity);
+  }
+  bool push(const T& v) {  // producer
+    const uint64_t t = tail_.load(std::memory_order_relaxed);
+    if (t - head_.load(std::memory_order_acquire) > mask_) return false;
+    slots_[t & mask_] = v;
+    tail_.store(t + 1, std::memory_order_release);
+    return true;
+  }
+  bool pop(T* out) {  // consumer
+    const uint64_t h = head_.load(std::memory_order_relaxed);
+    if (h == tail_.load(std::memory_order_acquire)) return false;
+    *out = slots_[h & mask_];
+    head_.store(h + 1, std::memory_order_release);
+    return true;
+  }
+  bool empty() const {
+    return head_.load(std::memory_order_acquire) == tail_.load(std::memory_order_acquire);
+  }
+
+ private:
+  const uint64_t mask_;
+  std::vector<T> slots_;
+  alignas(64) std::atomic<uint64_t> head_{0};
+  alignas(64) std::atomic<uint64_t> tail_{0};
+};
+
+struct AppenderOptions {
+  uint32_t shard = 0;
+  uint32_t stream = 0;
+  uint64_t epoch = 1;            // configuration epoch written into entries (design section 5)
+  BatchLimits limits;            // count (Mako: 400), bytes (buffer size), age
+  uint32_t pool_buffers = 16;    // power of two
+  uint64_t idle_ns = 2'000'000;  // tick(): an empty floor entry after this long without a seal
+};
+
+struct SealedEntry {
+  uint32_t buffer = 0;  // pool index, for recycle()
+  uint32_t bytes = 0;
+  uint64_t max_tid = 0;
+};
+
+struct AppenderStats {
+  uint64_t txns = 0, entries = 0, bytes = 0, floor_entries = 0, buffer_waits = 0;
+};
+
+class StreamAppender {
+ public:
+  using WakeFn = void (*)(void* ctx);
+  // `engine` gives the epoch for idle floors; `wake(ctx)` runs on the worker after each seal
+  // (the replication loop's post). REQUIRES: engine and env outlive the appender.
+  StreamAppender(const AppenderOptions& options, txn::Engine& engine, Env& env, WakeFn wake,
+                 void* wake_ctx);
+  StreamAppender(const StreamAppender&) = delete;
+  StreamAppender& operator=(const StreamAppender&) = delete;
+
+  // txn::CommitHook: ctx is the StreamAppender.
+  static void commit_hook(void* ctx, const txn::Txn& txn) {
+    static_cast<StreamAppender*>(ctx)->append(txn);
+  }
+  // Logs a committed transaction (read-only ones only move the floor). Worker thread.
+  void append(const txn::Txn& txn);
+  // Appends one record as given (bootstrap of the initial state, tests). Worker thread.
+  // REQUIRES: tid >= every TID appended before; the record fits an empty batch.
+  void append_record(uint64_t tid, std::span<const txn::DepEntry> deps,
+                     std::span<const TxnWrite> writes);
+  // The worker is idle: seal an aged batch, or write a floor entry after idle_ns.
+  void tick();
+  // Seals the open batch now (if it holds records).
+  void flush();
+  // Closes the stream after its worker stopped: seals what is open and an empty entry with
+  // `floor_tid`. REQUIRES: floor_tid >= every TID this stream logged; no later appends below it.
+  void finish(uint64_t floor_tid);
+
+  // ---- replication thread ----
+  bool pop_sealed(SealedEntry* out) { return sealed_.pop(out); }
+  std::span<std::byte> buffer(uint32_t index) {
+    return {pool_ + size_t{index} * buffer_bytes_, buffer_bytes_};
+  }
+  void recycle(uint32_t index) { SHOAL_ASSERT(free_.push(index), "%s", "free ring overflow"); }
+
+  // Worker thread (or after it stopped).
+  const AppenderStats& stats() const { return stats_; }
+  uint64_t last_logged_tid() const { return last_logged_tid_; }
+  uint64_t last_commit_tid() const { return last_commit_tid_; }
+  uint32_t stream() const { return options_.stream; }
+
+ private:
+  void open_batch();  // waits for a free buffer
+  void seal(uint64_t floor_tid);
+
+  AppenderOptions options_;
+  txn::Engine& engine_;
+  Env& env_;
+  WakeFn wake_;
+  void* wake_ctx_;
+  size_t buffer_bytes_;
+  std::unique_ptr<std::byte[]> pool_storage_;
+  std::byte* pool_ = nullptr;
+  SpscRing<SealedEntry> sealed_;
+  SpscRing<uint32_t> free_;
+  LogBatchBuilder builder_;
+  BatchPolicy policy_;
+  uint32_t buffer_ = 0;  // the open batch's buffer
+  uint64_t sequence_ = 0;
+  uint64_t last_seal_ns_ = 0;
+  uint64_t last_logged_tid_ = 0;
+  uint64_t last_commit_tid_ = 0;  // read-only commits included
+  std::vector<TxnWrite> writes_;  // reused; grows only for a transaction wider than any before
+  std::vector<txn::DepEntry> deps_;
+  AppenderStats stats_;
+};
+
+}  // namespace shoal::repl

@@ -1,0 +1,320 @@
+#include "src/repl/follower.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace shoal::repl {
+
+class Follower::Transport final : public PaxosTransport {
+ public:
+  Transport(Follower* self, uint32_t stream) : self_(self), stream_(stream) {}
+  void send(uint32_t to, std::span<const std::byte> message) override {
+    if (to == 0) self_->send(stream_, message);  // a star: only the leader is connected
+  }
+
+ private:
+  Follower* self_;
+  uint32_t stream_;
+};
+
+struct Follower::Stream {
+  uint32_t id = 0;
+  PaxosAcceptorStore store;
+  std::unique_ptr<AcceptorLog> log;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<PaxosStream> paxos;
+  explicit Stream(uint64_t retain) : store(retain) {}
+};
+
+namespace {
+
+std::string schema_path(const std::string& dir) {
+  return dir + "/schema.json";
+}
+
+Status make_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::IOError(fmt::format("cannot create {}: {}", dir, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Follower::Follower(const FollowerOptions& options) : options_(options) {
+  txn::EngineOptions eo;
+  eo.epoch_ticker = false;  // a follower installs the leader's TIDs; it never makes its own
+  eo.shard_id = options.shard;
+  engine_ = std::make_unique<txn::Engine>(eo);
+}
+
+Follower::~Follower() = default;
+
+Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options) {
+  if (options.replica == 0 || options.replica >= options.replicas ||
+      options.replicas > kPaxosReplicasMax) {
+    return Status::InvalidArgument(
+        fmt::format("follower: replica {} of {}", options.replica, options.replicas));
+  }
+  if (options.data_dir.empty()) return Status::InvalidArgument("follower: no data directory");
+  SHOAL_TRY(make_dir(options.data_dir));
+  std::unique_ptr<Follower> f(new Follower(options));
+  std::ifstream in(schema_path(options.data_dir));
+  if (in) {
+    std::stringstream text;
+    text << in.rdbuf();
+    auto j = nlohmann::json::parse(text.str(), nullptr, false);
+    if (j.is_discarded() || !j.contains("schema") || !j.contains("streams")) {
+      return Status::Corruption("follower: unreadable " + schema_path(options.data_dir));
+    }
+    auto schema = Schema::from_json(j["schema"]);
+    if (!schema.ok()) return schema.status();
+    SHOAL_TRY(f->set_schema(*schema, j["streams"].get<uint32_t>(), /*persist=*/false));
+  }
+  return f;
+}
+
+Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist) {
+  if (schema_) return Status::Ok();  // known (restart): the leader's copy is the same
+  if (streams == 0 || streams > 1024) {
+    return Status::Corruption(fmt::format("follower: {} streams", streams));
+  }
+  if (persist) {
+    const std::string path = schema_path(options_.data_dir);
+    const std::string tmp = path + ".tmp";
+    std::ofstream out(tmp, std::ios::trunc);
+    out << nlohmann::json{{"schema", schema.to_json()}, {"streams", streams}}.dump() << "\n";
+    out.close();
+    if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+      return Status::IOError("follower: cannot write " + path);
+    }
+  }
+  SHOAL_TRY(schema.create_tables(*engine_));
+  schema_ = schema;
+  applier_ = std::make_unique<ReplayApplier>(*engine_, streams);
+  for (uint32_t s = 0; s < streams; ++s) {
+    auto st = std::make_unique<Stream>(options_.retain_chosen_slots);
+    st->id = s;
+    auto log = AcceptorLog::open(options_.data_dir, s, options_.fsync);
+    if (!log.ok()) return log.status();
+    st->log = std::move(*log);
+    auto rec = st->log->recover(st->store);
+    if (!rec.ok()) return rec.status();
+    recovered_slots_ += rec->slots;
+    // Replay the chosen prefix now: the stream will not deliver it again.
+    for (uint64_t slot = st->store.first_slot(); slot <= st->store.chosen_index(); ++slot) {
+      const PaxosSlot* p = st->store.find(slot);
+      SHOAL_ASSERT(p != nullptr && !p->value.empty(), "recovered chosen slot %lu missing", slot);
+      applier_->on_chosen(s, p->value.span());
+    }
+    st->store.set_hooks(st->log->hooks());
+    st->transport = std::make_unique<Transport>(this, s);
+    PaxosOptions po = options_.paxos;
+    po.shard = options_.shard;
+    po.stream = s;
+    po.replica_id = options_.replica;
+    po.replica_count = options_.replicas;
+    Stream* raw = st.get();
+    st->paxos = std::make_unique<PaxosStream>(
+        RealEnv::instance(), *st->transport, st->store, po,
+        [this, raw](uint64_t slot, std::span<const std::byte> e) {
+          raw->log->note_chosen(slot);
+          applier_->on_chosen(raw->id, e);
+        });
+    st->store.trim();
+    streams_.push_back(std::move(st));
+  }
+  if (!options_.quiet && recovered_slots_ > 0) {
+    std::fprintf(stderr,
+                 "replica %u: recovered %lu slots from %s; replayed up to TID %lu (%lu txns)\n",
+                 options_.replica, recovered_slots_, options_.data_dir.c_str(),
+                 applier_->applied_tid(), applier_->stats().txns);
+  }
+  return Status::Ok();
+}
+
+void Follower::send(uint32_t session, std::span<const std::byte> bytes) {
+  if (!ep_ || !failed_.ok()) return;
+  if (holding_) {
+    // Group commit: replies wait until the batch's acceptances are synced (release_held).
+    held_index_.push_back({session, held_bytes_.size(), bytes.size()});
+    held_bytes_.insert(held_bytes_.end(), bytes.begin(), bytes.end());
+    return;
+  }
+  Status s = ep_->send(session, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  if (!s.ok()) failed_ = std::move(s);
+}
+
+void Follower::release_held() {
+  holding_ = false;
+  for (auto& s : streams_) {
+    if (!s->log->dirty()) continue;
+    Status st = s->log->sync();
+    if (!st.ok()) {
+      failed_ = std::move(st);  // nothing unsynced is ever acknowledged
+      held_index_.clear();
+      held_bytes_.clear();
+      return;
+    }
+  }
+  for (const Held& h : held_index_) send(h.session, {held_bytes_.data() + h.offset, h.bytes});
+  held_index_.clear();
+  held_bytes_.clear();
+}
+
+void Follower::on_message(uint32_t session, std::span<const uint8_t> bytes) {
+  if (session == kControlSession) {
+    handle_control(bytes);
+  } else if (session < streams_.size()) {
+    streams_[session]->paxos->on_message(0, std::as_bytes(bytes));
+  }
+  // Other sessions (a stream before the schema arrived): dropped; Paxos retransmits.
+}
+
+void Follower::handle_control(std::span<const uint8_t> bytes) {
+  auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  if (j.is_discarded()) return;
+  const std::string type = j.value("type", "");
+  if (type == "schema") {
+    auto schema = Schema::from_json(j.value("schema", nlohmann::json()));
+    Status s = schema.ok() ? set_schema(*schema, j.value("streams", 0u), /*persist=*/true)
+                           : schema.status();
+    if (!s.ok()) failed_ = std::move(s);
+  } else if (type == "report") {
+    const uint64_t target = j.value("target", uint64_t{0});
+    const bool ready = applied_tid() >= target;
+    FollowerReport r =
+        report(ready && j.value("digest", false), ready && j.value("check", false));
+    const std::string text = r.to_json().dump();
+    send(kControlSession, std::as_bytes(std::span(text.data(), text.size())));
+  }
+}
+
+FollowerReport Follower::report(bool digest, bool check) {
+  FollowerReport r;
+  r.replica = options_.replica;
+  r.applied_tid = applied_tid();
+  r.recovered_slots = recovered_slots_;
+  if (applier_) {
+    const ReplayStats& st = applier_->stats();
+    r.replay_txns = st.txns;
+    r.replay_writes = st.writes;
+    r.replay_cpu_ns = st.cpu_ns;
+  }
+  for (const auto& s : streams_) {
+    r.wal_bytes += s->log->wal_bytes();
+    r.chosen_slots += s->paxos->chosen_index();
+  }
+  if (digest) {
+    if (digest_tid_ != r.applied_tid) {
+      digest_ = engine_digest(*engine_);
+      digest_tid_ = r.applied_tid;
+    }
+    r.digest_done = true;
+    r.digest = digest_;
+  }
+  if (check) {
+    if (check_tid_ != r.applied_tid) {
+      check_failures_ = options_.check
+                            ? options_.check(*engine_, schema_ ? schema_->workload : "")
+                            : std::vector<std::string>{"no consistency checker in this replica"};
+      check_tid_ = r.applied_tid;
+    }
+    r.checked = true;
+    r.check_failures = check_failures_;
+  }
+  return r;
+}
+
+void Follower::on_tick(void* self, uint64_t) {
+  auto* f = static_cast<Follower*>(self);
+  for (auto& s : f->streams_) s->paxos->tick();
+  static const bool debug = std::getenv("SHOAL_REPL_DEBUG") != nullptr;
+  const uint64_t now = f->loop_->now_ns();
+  if (debug && now - f->last_debug_ns_ >= 1'000'000'000 && !f->streams_.empty()) {
+    f->last_debug_ns_ = now;
+    const PaxosStream& p = *f->streams_[0]->paxos;
+    std::fprintf(stderr,
+                 "replica %u: stream 0 chosen %lu role %d ballot %lx, applied %lx, queued %zu, "
+                 "received %lu malformed %lu bad %lu window %lu\n",
+                 f->options_.replica, p.chosen_index(), static_cast<int>(p.role()), p.ballot(),
+                 f->applied_tid(), f->applier_->queued_entries(), p.stats().messages_received,
+                 p.stats().malformed, p.stats().bad_entries, p.stats().out_of_window);
+  }
+  if ((f->stop_ != nullptr && f->stop_->load(std::memory_order_acquire)) || !f->failed_.ok()) {
+    f->loop_->stop();
+    return;
+  }
+  (void)f->loop_->add_timer(f->loop_->now_ns() + 1'000'000, &on_tick, self);
+}
+
+Status Follower::run(const std::atomic<bool>* stop) {
+  stop_ = stop;
+  net::EndpointOptions eo;
+  eo.max_message_bytes = options_.paxos.max_message_bytes + 4096;
+  eo.tcp_buffer_bytes = tcp_buffer_bytes_for(eo.max_message_bytes);
+  auto ep = net::TcpEndpoint::connect(options_.leader_host, options_.leader_port, eo,
+                                      options_.connect_timeout_ms);
+  if (!ep.ok()) return ep.status();
+  ep_.emplace(std::move(*ep), options_.receive_shape);
+  failed_ = Status::Ok();
+  const std::string hello =
+      nlohmann::json{{"type", "hello"}, {"replica", options_.replica}}.dump();
+  send(kControlSession, std::as_bytes(std::span(hello.data(), hello.size())));
+  SHOAL_TRY(ep_->flush());
+  rt::LoopOptions lo;
+  lo.spin_ns = 20'000;  // followers share the machine with the leader's workers
+  loop_ = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
+  rt::PollerWake wake;
+  wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {
+    auto* f = static_cast<Follower*>(ctx);
+    if (!f->failed_.ok()) return false;
+    if (!f->ep_->prepare_to_block()) return false;
+    fds[0] = f->ep_->wait_fd();
+    return true;
+  };
+  wake.end = [](void* ctx) { static_cast<Follower*>(ctx)->ep_->end_block(); };
+  SHOAL_TRY(loop_->add_poller(
+      [](void* ctx) {
+        auto* f = static_cast<Follower*>(ctx);
+        if (!f->failed_.ok()) return false;
+        net::Completion c[16];
+        bool any = false;
+        // Bounded: at most 4 batches per call.
+        for (int round = 0; round < 4; ++round) {
+          auto n = f->ep_->poll(c, 16);
+          if (!n.ok()) {
+            f->failed_ = n.status();
+            return false;
+          }
+          if (*n == 0) break;
+          any = true;
+          f->holding_ = true;
+          for (size_t i = 0; i < *n; ++i) f->on_message(c[i].imm, c[i].bytes);
+          f->ep_->release();
+          f->release_held();
+        }
+        return any;
+      },
+      this, [](void* ctx) { return static_cast<Follower*>(ctx)->ep_->next_due_ns(); }, wake));
+  SHOAL_TRY(loop_->add_timer(loop_->now_ns() + 1'000'000, &on_tick, this).status());
+  loop_->run();
+  loop_->remove_poller(this);
+  loop_.reset();
+  ep_->close();
+  Status why = std::move(failed_);
+  failed_ = Status::Ok();
+  ep_.reset();
+  // The leader going away ends a follower's run normally (the bench stops its followers so).
+  if (why.ok() || why.code() == Code::kUnavailable) return Status::Ok();
+  return why;
+}
+
+}  // namespace shoal::repl

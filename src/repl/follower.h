@@ -1,0 +1,117 @@
+// Follower: one follower replica of one shard (a `shoal replica` process, or a thread in
+// tests). It takes part in every stream of the shard as a Paxos acceptor whose state is
+// durable (AcceptorLog: the WAL of received entries plus the ballot journal), replays chosen
+// entries into its own engine gated by the shard watermark (ReplayApplier), and answers the
+// leader's status requests (applied TID, digest, consistency check, replay cost).
+//
+// Life: open() restores the schema, the acceptor state and the chosen prefix from data_dir
+// (a restarted follower holds everything it had acknowledged, and has replayed the chosen part
+// before it talks to anyone); run() dials the leader, says hello, receives the schema (first
+// start) and then follows until the leader closes the connection (returns Ok), *stop is set,
+// or an error. The streams then catch up by Paxos (accepts retransmitted, chosen entries sent
+// by paxos_learn). Catch-up is served from the leader's memory (retain_chosen_slots): a
+// follower that lags further needs catch-up from the leader's WAL (not built yet).
+//
+// Topology today: followers talk to the leader only (a star); messages a stream addresses to
+// another follower are dropped. Elections among followers after a leader failure need the
+// follower-to-follower links (later, with recovery).
+//
+// Threads: open() and run() on one thread; everything runs on it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shoal/status.h"
+#include "src/net/tcp_transport.h"
+#include "src/net/wan_shaper.h"
+#include "src/repl/acceptor_log.h"
+#include "src/repl/paxos_stream.h"
+#include "src/repl/peer_link.h"
+#include "src/repl/replay.h"
+#include "src/repl/replica_proto.h"
+#include "src/runtime/event_loop.h"
+
+namespace shoal::repl {
+
+// Runs a workload's consistency conditions on a follower's engine: failures, empty when all
+// hold. Chosen by the schema's workload name (the replica command maps names to checks).
+using CheckFn = std::function<std::vector<std::string>(txn::Engine&, const std::string& workload)>;
+
+struct FollowerOptions {
+  uint32_t shard = 0;
+  uint32_t replica = 1;
+  uint32_t replicas = 3;
+  std::string leader_host = "127.0.0.1";
+  uint16_t leader_port = 0;
+  net::LinkShape receive_shape;  // WAN delay of what the leader sends us
+  std::string data_dir;          // WAL, journal and schema; created if absent
+  FsyncPolicy fsync = FsyncPolicy::kBatch;
+  // shard/stream/replica fields are set per stream; max_message_bytes must match the
+  // leader's (replication_message_bytes).
+  PaxosOptions paxos;
+  uint64_t retain_chosen_slots = 256;
+  uint64_t connect_timeout_ms = 10'000;
+  CheckFn check;  // null: check requests report "no checker"
+  bool quiet = false;
+};
+
+class Follower {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<Follower>> open(const FollowerOptions& options);
+  ~Follower();
+  Follower(const Follower&) = delete;
+  Follower& operator=(const Follower&) = delete;
+
+  // Follows the leader until it disconnects (Ok), *stop becomes true (Ok), or an error.
+  [[nodiscard]] Status run(const std::atomic<bool>* stop = nullptr);
+
+  txn::Engine& engine() { return *engine_; }
+  uint64_t applied_tid() const { return applier_ ? applier_->applied_tid() : 0; }
+  uint64_t recovered_slots() const { return recovered_slots_; }
+  const ReplayStats* replay_stats() const { return applier_ ? &applier_->stats() : nullptr; }
+  // Status as sent to the leader (digest and check computed on demand, cached per TID).
+  FollowerReport report(bool digest, bool check);
+
+ private:
+  struct Stream;
+  class Transport;
+  explicit Follower(const FollowerOptions& options);
+  [[nodiscard]] Status set_schema(const Schema& schema, uint32_t streams, bool persist);
+  void on_message(uint32_t session, std::span<const uint8_t> bytes);
+  void handle_control(std::span<const uint8_t> bytes);
+  void send(uint32_t session, std::span<const std::byte> bytes);
+  void release_held();  // syncs dirty logs, then sends the replies held meanwhile
+  static void on_tick(void* self, uint64_t);
+
+  FollowerOptions options_;
+  std::unique_ptr<txn::Engine> engine_;
+  std::optional<Schema> schema_;
+  std::vector<std::unique_ptr<Stream>> streams_;
+  std::unique_ptr<ReplayApplier> applier_;
+  uint64_t recovered_slots_ = 0;
+  std::unique_ptr<rt::EventLoop> loop_;
+  std::optional<PeerLink> ep_;
+  Status failed_;
+  const std::atomic<bool>* stop_ = nullptr;
+  uint64_t last_debug_ns_ = 0;
+  // Replies held during a batch of received messages (group commit); reused buffers.
+  struct Held {
+    uint32_t session;
+    size_t offset, bytes;
+  };
+  bool holding_ = false;
+  std::vector<Held> held_index_;
+  std::vector<std::byte> held_bytes_;
+  // Cached on-demand results.
+  uint64_t digest_tid_ = ~uint64_t{0}, digest_ = 0;
+  uint64_t check_tid_ = ~uint64_t{0};
+  std::vector<std::string> check_failures_;
+};
+
+}  // namespace shoal::repl

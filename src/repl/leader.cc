@@ -1,0 +1,480 @@
+#include "src/repl/leader.h"
+
+#include <cstdlib>
+#include <deque>
+
+#include <fmt/format.h>
+
+namespace shoal::repl {
+
+PaxosOptions paxos_options_for_rtt(uint64_t rtt_ns) {
+  PaxosOptions o;
+  o.heartbeat_ns = 5'000'000;
+  // TCP already delivers reliably: retransmission matters after a reconnect or a leader
+  // change, so it waits well past a round trip plus a busy follower's queueing (a re-sent
+  // entry costs as much as the first send: hundreds of KB for a TPC-C batch).
+  o.retransmit_ns = 2 * rtt_ns + 200'000'000;
+  // Generous: a follower installing a large entry (the bootstrap's 1 MiB ones take tens of
+  // ms) must not look dead, and a re-election in a shard with a long retained log needs
+  // several promise rounds (each message carries at most max_message_bytes of entries).
+  o.election_timeout_ns = std::max<uint64_t>(1'000'000'000, 4 * rtt_ns + 500'000'000);
+  return o;
+}
+
+uint32_t replication_message_bytes(const PaxosOptions& paxos, uint32_t batch_bytes_max) {
+  (void)paxos;
+  return std::max<uint32_t>(2u << 20, batch_bytes_max + (256u << 10));
+}
+
+class ReplicationLeader::Transport final : public PaxosTransport {
+ public:
+  Transport(ReplicationLeader* self, uint32_t stream) : self_(self), stream_(stream) {}
+  void send(uint32_t to, std::span<const std::byte> message) override {
+    self_->send(to, stream_, message);
+  }
+
+ private:
+  ReplicationLeader* self_;
+  uint32_t stream_;
+};
+
+struct ReplicationLeader::Stream {
+  uint32_t id = 0;
+  std::unique_ptr<StreamAppender> appender;
+  PaxosAcceptorStore store;
+  std::unique_ptr<AcceptorLog> log;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<PaxosStream> paxos;
+  std::deque<SealedEntry> pending;  // sealed, not yet proposed (bounded by the buffer pool)
+  bool leading = false;
+  explicit Stream(uint64_t retain) : store(retain) {}
+};
+
+struct ReplicationLeader::Peer {
+  ReplicationLeader* self = nullptr;
+  uint32_t replica = 0;
+  PeerLink ep;
+  bool dead = false;
+  Status why;
+  Peer(ReplicationLeader* s, uint32_t r, net::TcpEndpoint e, net::LinkShape shape)
+      : self(s), replica(r), ep(std::move(e), shape) {}
+};
+
+StreamAppender& ReplicationLeader::appender(uint32_t stream) {
+  return *streams_[stream]->appender;
+}
+
+ReplicationLeader::ReplicationLeader(const LeaderOptions& options, txn::Engine& engine)
+    : options_(options), engine_(engine), wm_(options.streams) {}
+
+Result<std::unique_ptr<ReplicationLeader>> ReplicationLeader::start(const LeaderOptions& options,
+                                                                    txn::Engine& engine) {
+  if (options.streams < 1 || options.replicas < 1 || options.replicas > kPaxosReplicasMax) {
+    return Status::InvalidArgument(fmt::format("replication: {} streams, {} replicas",
+                                               options.streams, options.replicas));
+  }
+  if (!options.receive_shapes.empty() && options.receive_shapes.size() != options.replicas) {
+    return Status::InvalidArgument("replication: one receive shape per replica");
+  }
+  std::unique_ptr<ReplicationLeader> l(new ReplicationLeader(options, engine));
+  SHOAL_TRY(l->init());
+  l->thread_ = std::thread([p = l.get()] { p->thread_main(); });
+  return l;
+}
+
+Status ReplicationLeader::init() {
+  options_.paxos.max_message_bytes =
+      replication_message_bytes(options_.paxos, options_.appender.limits.batch_bytes_max);
+  net::EndpointOptions eo;
+  eo.max_message_bytes = options_.paxos.max_message_bytes + 4096;
+  eo.tcp_buffer_bytes = tcp_buffer_bytes_for(eo.max_message_bytes);
+  auto listener = net::TcpListener::listen(options_.listen_host, options_.listen_port, eo);
+  if (!listener.ok()) return listener.status();
+  listener_ = std::move(*listener);
+  port_ = listener_.port();
+  rt::LoopOptions lo;
+  lo.spin_ns = 20'000;  // the workers need the cores more than we need a fast wake-up
+  lo.max_pollers = kPaxosReplicasMax + 4;
+  loop_ = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
+  peers_.resize(options_.replicas);
+  reports_.resize(options_.replicas);
+  for (uint32_t s = 0; s < options_.streams; ++s) {
+    auto st = std::make_unique<Stream>(options_.retain_chosen_slots);
+    st->id = s;
+    AppenderOptions ao = options_.appender;
+    ao.shard = options_.shard;
+    ao.stream = s;
+    st->appender = std::make_unique<StreamAppender>(ao, engine_, RealEnv::instance(), &on_post,
+                                                    this);
+    if (!options_.wal_dir.empty()) {
+      auto log = AcceptorLog::open(options_.wal_dir, s, options_.fsync);
+      if (!log.ok()) return log.status();
+      st->log = std::move(*log);
+      auto rec = st->log->recover(st->store);
+      if (!rec.ok()) return rec.status();
+      if (rec->slots != 0) {
+        return Status::NotSupported(
+            "replication: a leader restarting from its WAL is not supported yet (" +
+            options_.wal_dir + " holds entries)");
+      }
+      st->store.set_hooks(st->log->hooks());
+    }
+    st->transport = std::make_unique<Transport>(this, s);
+    PaxosOptions po = options_.paxos;
+    po.shard = options_.shard;
+    po.stream = s;
+    po.epoch = ao.epoch;
+    po.replica_id = 0;
+    po.replica_count = options_.replicas;
+    Stream* raw = st.get();
+    st->paxos = std::make_unique<PaxosStream>(
+        RealEnv::instance(), *st->transport, st->store, po,
+        [this, raw](uint64_t slot, std::span<const std::byte> e) { on_chosen(*raw, slot, e); });
+    streams_.push_back(std::move(st));
+  }
+  return Status::Ok();
+}
+
+ReplicationLeader::~ReplicationLeader() {
+  stop();
+}
+
+void ReplicationLeader::stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true, std::memory_order_release);
+  // Bounded: the loop drains posts every iteration; retry while its post queue is full.
+  while (!loop_->post([](void* l) { static_cast<rt::EventLoop*>(l)->stop(); }, loop_.get()).ok()) {
+    std::this_thread::yield();
+  }
+  thread_.join();
+  for (auto& p : peers_) {
+    if (p) p->ep.close();
+  }
+}
+
+void ReplicationLeader::thread_main() {
+  SHOAL_ASSERT(loop_->add_timer(loop_->now_ns() + 1'000'000, &on_tick, this).ok(), "%s",
+               "replication tick timer");
+  if (stop_.load(std::memory_order_acquire)) return;
+  loop_->run();
+  for (auto& p : peers_) {
+    if (p) loop_->remove_poller(p.get());
+  }
+  loop_.reset();  // on its own thread; appenders must not seal after stop()
+}
+
+void ReplicationLeader::on_tick(void* self, uint64_t) {
+  auto* l = static_cast<ReplicationLeader*>(self);
+  l->tick();
+  if (l->stop_.load(std::memory_order_acquire)) return;
+  (void)l->loop_->add_timer(l->loop_->now_ns() + 1'000'000, &on_tick, self);
+}
+
+void ReplicationLeader::on_post(void* self) {
+  // From a worker after a seal. A full post queue only delays the proposal to the next tick.
+  auto* l = static_cast<ReplicationLeader*>(self);
+  l->loop_
+      ->post(
+          [](void* p) {
+            auto* me = static_cast<ReplicationLeader*>(p);
+            for (auto& s : me->streams_) me->drain(*s);
+          },
+          l)
+      .ignore();
+}
+
+void ReplicationLeader::tick() {
+  accept_connections();
+  for (uint32_t r = 1; r < peers_.size(); ++r) {
+    if (peers_[r] && peers_[r]->dead) drop_peer(r, peers_[r]->why);
+  }
+  uint32_t leading = 0;
+  for (auto& s : streams_) {
+    s->paxos->tick();
+    s->leading = s->paxos->is_leader();
+    leading += s->leading ? 1 : 0;
+    drain(*s);
+  }
+  leading_.store(leading, std::memory_order_release);
+  nlohmann::json request;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    request = report_request_;
+    stats_.proposed = stats_.chosen = stats_.retransmits = stats_.messages_sent = 0;
+    stats_.elections = stats_.stepped_down = stats_.became_leader = 0;
+    for (auto& s : streams_) {
+      const PaxosStats& ps = s->paxos->stats();
+      stats_.proposed += ps.proposed;
+      stats_.chosen += ps.chosen;
+      stats_.retransmits += ps.retransmits;
+      stats_.messages_sent += ps.messages_sent;
+      stats_.elections += ps.elections;
+      stats_.stepped_down += ps.stepped_down;
+      stats_.became_leader += ps.became_leader;
+    }
+  }
+  // Report requests are re-sent every 20 ms until answered (cheap JSON, cold path).
+  const uint64_t now = loop_->now_ns();
+  static const bool debug = std::getenv("SHOAL_REPL_DEBUG") != nullptr;
+  if (debug && now - last_debug_ns_ >= 1'000'000'000) {
+    last_debug_ns_ = now;
+    const LeaderStats st = stats();
+    std::fprintf(stderr,
+                 "repl: leading %u/%u proposed %lu chosen %lu elections %lu stepped_down %lu "
+                 "retransmits %lu watermark %lx pending %zu room %u role %d\n",
+                 leading, options_.streams, st.proposed, st.chosen, st.elections,
+                 st.stepped_down, st.retransmits, watermark(), streams_[0]->pending.size(),
+                 streams_[0]->paxos->pipeline_room(), static_cast<int>(streams_[0]->paxos->role()));
+  }
+  if (!request.is_null() && now - last_request_ns_ >= 20'000'000) {
+    last_request_ns_ = now;
+    for (uint32_t r = 1; r < peers_.size(); ++r) {
+      if (peers_[r] && !peers_[r]->dead) send_control(r, request);
+    }
+  }
+}
+
+void ReplicationLeader::drain(Stream& s) {
+  SealedEntry e;
+  while (s.appender->pop_sealed(&e)) s.pending.push_back(e);
+  // Bounded by the pending queue (at most the appender's pool).
+  while (!s.pending.empty() && s.paxos->is_leader() && s.paxos->pipeline_room() > 0) {
+    const SealedEntry& head = s.pending.front();
+    std::span<std::byte> buf = s.appender->buffer(head.buffer);
+    // The worker numbered its entries from 1; a leader change (no-ops in holes) can move the
+    // slot: then the entry is re-stamped, which costs one checksum pass.
+    const uint64_t slot = s.paxos->next_slot();
+    if (load_u64(buf.data() + 24) != slot) {
+      store_u64(buf.data() + 24, slot);
+      const uint32_t payload = load_u32(buf.data() + 32);
+      store_u64(buf.data() + 56, log_entry_checksum(buf.data(), payload));
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.restamped;
+    }
+    Result<uint64_t> r = s.paxos->propose({buf.data(), head.bytes});
+    if (!r.ok()) {
+      SHOAL_ASSERT(r.status().code() == Code::kUnavailable, "replication: propose failed: %s",
+                   r.status().to_string().c_str());
+      break;
+    }
+    s.appender->recycle(head.buffer);  // propose copied the bytes into the acceptor store
+    s.pending.pop_front();
+  }
+  sync_logs();
+}
+
+void ReplicationLeader::sync_logs() {
+  // Group commit: our own acceptances become durable before this thread handles any reply
+  // that could make them count towards a choice.
+  for (auto& s : streams_) {
+    if (s->log && s->log->dirty()) {
+      const Status st = s->log->sync();
+      SHOAL_ASSERT(st.ok(), "replication: WAL sync failed: %s", st.to_string().c_str());
+    }
+  }
+}
+
+void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std::byte> entry) {
+  if (s.log) s.log->note_chosen(slot);
+  watermark_.store(wm_.advance(s.id, load_u64(entry.data() + 48)), std::memory_order_release);
+}
+
+void ReplicationLeader::accept_connections() {
+  // Bounded: at most a few new connections per tick.
+  for (int i = 0; i < 4; ++i) {
+    auto ep = listener_.accept(0);
+    if (!ep.ok()) break;
+    greeting_.push_back(std::move(*ep));
+  }
+  for (size_t i = 0; i < greeting_.size();) {
+    net::Completion c[8];
+    auto n = greeting_[i].poll(c, 8);
+    bool done = !n.ok();
+    if (n.ok() && *n > 0) {
+      // The first message of a follower is its hello; nothing else is sent before the
+      // schema comes back.
+      uint32_t replica = 0;
+      if (c[0].imm == kControlSession) {
+        auto j = nlohmann::json::parse(c[0].bytes.begin(), c[0].bytes.end(), nullptr, false);
+        if (!j.is_discarded() && j.value("type", "") == "hello") replica = j.value("replica", 0u);
+      }
+      // Anything behind the hello (a restarted follower's heartbeats) is dropped: Paxos
+      // messages are retransmitted.
+      greeting_[i].release();
+      done = true;
+      if (replica >= 1 && replica < options_.replicas) {
+        if (peers_[replica]) drop_peer(replica, Status::Aborted("replaced by a new connection"));
+        const net::LinkShape shape =
+            options_.receive_shapes.empty() ? net::LinkShape{} : options_.receive_shapes[replica];
+        peers_[replica] =
+            std::make_unique<Peer>(this, replica, std::move(greeting_[i]), shape);
+        Peer* p = peers_[replica].get();
+        rt::PollerWake wake;
+        wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {
+          auto* peer = static_cast<Peer*>(ctx);
+          if (peer->dead) return true;
+          if (!peer->ep.prepare_to_block()) return false;
+          fds[0] = peer->ep.wait_fd();
+          return true;
+        };
+        wake.end = [](void* ctx) { static_cast<Peer*>(ctx)->ep.end_block(); };
+        const Status added = loop_->add_poller(
+            [](void* ctx) {
+              auto* peer = static_cast<Peer*>(ctx);
+              peer->self->poll_peer(*peer);
+              return false;
+            },
+            p,
+            [](void* ctx) {
+              auto* peer = static_cast<Peer*>(ctx);
+              return peer->dead ? rt::kNever : peer->ep.next_due_ns();
+            },
+            wake);
+        SHOAL_ASSERT(added.ok(), "replication: %s", added.to_string().c_str());
+        send_control(replica, {{"type", "schema"},
+                               {"schema", options_.schema.to_json()},
+                               {"streams", options_.streams}});
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.followers_connected;
+      } else {
+        std::fprintf(stderr, "replication: dropping a connection without a valid hello\n");
+      }
+    }
+    if (done) {
+      if (i < greeting_.size() && greeting_[i].wait_fd() >= 0) greeting_[i].close();
+      greeting_.erase(greeting_.begin() + static_cast<ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void ReplicationLeader::poll_peer(Peer& p) {
+  if (p.dead) return;
+  net::Completion c[16];
+  // Bounded: at most 4 batches per call, so one busy follower cannot starve the loop.
+  for (int round = 0; round < 4; ++round) {
+    auto n = p.ep.poll(c, 16);
+    if (!n.ok()) {
+      p.dead = true;
+      p.why = n.status();
+      return;
+    }
+    if (*n == 0) return;
+    for (size_t i = 0; i < *n; ++i) {
+      const auto bytes = std::as_bytes(c[i].bytes);
+      if (c[i].imm < streams_.size()) {
+        streams_[c[i].imm]->paxos->on_message(p.replica, bytes);
+      } else if (c[i].imm == kControlSession) {
+        handle_control(p.replica, c[i].bytes);
+      }
+    }
+    p.ep.release();
+    sync_logs();  // an acceptance while not leading must be durable before its reply leaves
+  }
+}
+
+void ReplicationLeader::drop_peer(uint32_t replica, const Status& why) {
+  if (!peers_[replica]) return;
+  if (!stop_.load(std::memory_order_acquire)) {
+    std::fprintf(stderr, "replication: follower %u disconnected (%s)\n", replica,
+                 why.to_string().c_str());
+  }
+  loop_->remove_poller(peers_[replica].get());
+  peers_[replica]->ep.close();
+  peers_[replica].reset();
+}
+
+void ReplicationLeader::handle_control(uint32_t from, std::span<const uint8_t> bytes) {
+  auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  if (j.is_discarded() || j.value("type", "") != "status") return;
+  FollowerReport r = FollowerReport::from_json(j);
+  r.replica = from;
+  std::lock_guard<std::mutex> lock(mu_);
+  reports_[from] = std::move(r);
+}
+
+void ReplicationLeader::send(uint32_t to, uint32_t session, std::span<const std::byte> bytes) {
+  if (to >= peers_.size() || !peers_[to] || peers_[to]->dead) return;  // not connected: lost
+  Peer& p = *peers_[to];
+  const Status s = p.ep.send(
+      session, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  if (!s.ok()) {
+    p.dead = true;
+    p.why = s;
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.send_errors;
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_sent += bytes.size();
+}
+
+void ReplicationLeader::send_control(uint32_t to, const nlohmann::json& j) {
+  const std::string text = j.dump();
+  send(to, kControlSession, std::as_bytes(std::span(text.data(), text.size())));
+}
+
+Status ReplicationLeader::wait_leading(uint64_t timeout_ms) {
+  Env& env = RealEnv::instance();
+  const uint64_t deadline = env.now_ns() + timeout_ms * 1'000'000;
+  // Bounded by the deadline.
+  while (leading_.load(std::memory_order_acquire) < options_.streams) {
+    if (env.now_ns() >= deadline) {
+      return Status::Timeout(fmt::format(
+          "replication: {} of {} streams lead after {} ms (followers connected: {})",
+          leading_.load(), options_.streams, timeout_ms, stats().followers_connected));
+    }
+    env.sleep_ns(2'000'000);
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<FollowerReport>> ReplicationLeader::collect_reports(uint64_t target_tid,
+                                                                       bool digest, bool check,
+                                                                       uint64_t timeout_ms) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& r : reports_) r.reset();
+    report_request_ = {{"type", "report"}, {"target", target_tid}, {"digest", digest},
+                       {"check", check}};
+  }
+  Env& env = RealEnv::instance();
+  const uint64_t deadline = env.now_ns() + timeout_ms * 1'000'000;
+  for (;;) {  // bounded by the deadline
+    std::vector<FollowerReport> out;
+    std::string lagging;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (uint32_t r = 1; r < options_.replicas; ++r) {
+        const auto& rep = reports_[r];
+        const bool ready = rep && rep->applied_tid >= target_tid &&
+                           (!digest || rep->digest_done) && (!check || rep->checked);
+        if (ready) {
+          out.push_back(*rep);
+        } else {
+          lagging += fmt::format(" {}(applied {})", r, rep ? rep->applied_tid : 0);
+        }
+      }
+      if (lagging.empty()) {
+        report_request_ = nullptr;
+        return out;
+      }
+    }
+    if (env.now_ns() >= deadline) {
+      std::lock_guard<std::mutex> lock(mu_);
+      report_request_ = nullptr;
+      return Status::Timeout(fmt::format(
+          "replication: followers did not reach TID {} within {} ms:{}", target_tid, timeout_ms,
+          lagging));
+    }
+    env.sleep_ns(5'000'000);
+  }
+}
+
+LeaderStats ReplicationLeader::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace shoal::repl

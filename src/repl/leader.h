@@ -1,0 +1,155 @@
+// ReplicationLeader: the leader side of one shard's replication (design sections 3 step 7-8
+// and 4), owned by the shard's process and shared by its worker threads.
+//
+//   worker thread s:  Worker commit hook -> StreamAppender s (encode into a pooled buffer,
+//                     seal by count/bytes/age) -> SPSC ring  ──┐
+//   replication thread (one per process, an rt::EventLoop):    v
+//                     PaxosStream s .propose(sealed bytes) -> accepts to every follower over
+//                     one WAN-shaped TCP connection each; chosen callback -> ShardWatermark
+//                     -> watermark() (an atomic any thread reads: the acknowledgement point)
+//
+// One stream per worker (Rolis: a single shared stream caps throughput), but one replication
+// thread for all of them: on our 2-core machines a thread per stream would steal the workers'
+// cores. Followers dial the leader's listener (FollowerOptions::leader_*), say hello with their
+// replica id, get the table schema, and from then on take part in every stream.
+//
+// Start-up: streams elect replica 0 (this process) once a majority is connected;
+// wait_leading() blocks until every stream leads. Proposals sealed before that wait in the
+// stream's queue (bounded by the appender's buffer pool, which pushes back on the worker).
+//
+// Threads: start()/wait_leading()/collect_reports()/stop() from one controlling thread;
+// appender(s) on worker s; watermark() anywhere. Everything else runs on the replication
+// thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/status.h"
+#include "src/net/tcp_transport.h"
+#include "src/net/wan_shaper.h"
+#include "src/repl/acceptor_log.h"
+#include "src/repl/appender.h"
+#include "src/repl/paxos_stream.h"
+#include "src/repl/peer_link.h"
+#include "src/repl/replica_proto.h"
+#include "src/repl/watermark.h"
+#include "src/runtime/event_loop.h"
+
+namespace shoal::repl {
+
+// Paxos timing for a WAN of `rtt_ns`: heartbeats stay at 5 ms, retransmission waits beyond a
+// round trip (else every accept is sent several times per round trip), elections wait several.
+PaxosOptions paxos_options_for_rtt(uint64_t rtt_ns);
+
+// Paxos message size for entries of up to batch_bytes_max: one entry plus headroom, and small
+// otherwise. Small matters: TcpEndpoint::send blocks (without reading) while the socket is
+// full, so two peers sending each other multi-megabyte messages (accepts one way, a promise
+// with a long accepted suffix the other) can stall each other; promises page through long
+// suffixes instead (PaxosStream phase 1).
+uint32_t replication_message_bytes(const PaxosOptions& paxos, uint32_t batch_bytes_max);
+
+
+struct LeaderOptions {
+  uint32_t shard = 0;
+  uint32_t streams = 1;   // one per worker
+  uint32_t replicas = 3;  // this process is replica 0
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;  // 0: any free port (see port())
+  // receive_shapes[r]: the WAN delay of what replica r sends us (region r -> region 0).
+  std::vector<net::LinkShape> receive_shapes;
+  AppenderOptions appender;  // shard/stream are set per stream
+  std::string wal_dir;       // empty: this replica keeps no WAL (its acceptances in memory)
+  FsyncPolicy fsync = FsyncPolicy::kBatch;
+  PaxosOptions paxos;  // shard/stream/replica fields are set per stream
+  uint64_t retain_chosen_slots = 256;
+  Schema schema;  // sent to every follower
+};
+
+struct LeaderStats {
+  uint64_t proposed = 0, chosen = 0, retransmits = 0, messages_sent = 0, bytes_sent = 0;
+  uint64_t restamped = 0, send_errors = 0, followers_connected = 0;
+  uint64_t elections = 0, stepped_down = 0, became_leader = 0;
+};
+
+class ReplicationLeader {
+ public:
+  // Listens, creates the appenders and streams, starts the replication thread.
+  // REQUIRES: engine outlives the leader; options.streams >= 1; replicas in [1, 16];
+  // receive_shapes empty or one per replica.
+  [[nodiscard]] static Result<std::unique_ptr<ReplicationLeader>> start(
+      const LeaderOptions& options, txn::Engine& engine);
+  ~ReplicationLeader();  // stop()
+  ReplicationLeader(const ReplicationLeader&) = delete;
+  ReplicationLeader& operator=(const ReplicationLeader&) = delete;
+
+  uint16_t port() const { return port_; }
+  uint32_t streams() const { return options_.streams; }
+  StreamAppender& appender(uint32_t stream);
+  // The shard watermark: every logged record with a TID at or below it is chosen (on a
+  // majority). Any thread.
+  uint64_t watermark() const { return watermark_.load(std::memory_order_acquire); }
+
+  // Blocks until every stream leads (so a majority is connected). Timeout otherwise.
+  [[nodiscard]] Status wait_leading(uint64_t timeout_ms);
+  // Asks every follower for its status until each has applied `target_tid` (and computed its
+  // digest / run its check when asked), or timeout_ms passes (Timeout naming who lags).
+  [[nodiscard]] Result<std::vector<FollowerReport>> collect_reports(uint64_t target_tid,
+                                                                    bool digest, bool check,
+                                                                    uint64_t timeout_ms);
+  // Stops the replication thread and closes the connections (followers then exit).
+  void stop();
+  // After stop(), or approximate while running.
+  LeaderStats stats() const;
+
+ private:
+  struct Stream;
+  struct Peer;
+  class Transport;
+  ReplicationLeader(const LeaderOptions& options, txn::Engine& engine);
+  Status init();
+  void thread_main();
+  static void on_tick(void* self, uint64_t);
+  static void on_post(void* self);
+  void tick();
+  void drain(Stream& s);
+  void sync_logs();
+  void accept_connections();
+  void poll_peer(Peer& p);
+  void drop_peer(uint32_t replica, const Status& why);
+  void handle_control(uint32_t from, std::span<const uint8_t> bytes);
+  void send(uint32_t to, uint32_t session, std::span<const std::byte> bytes);
+  void send_control(uint32_t to, const nlohmann::json& j);
+  void on_chosen(Stream& s, uint64_t slot, std::span<const std::byte> entry);
+
+  LeaderOptions options_;
+  txn::Engine& engine_;
+  uint16_t port_ = 0;
+  net::TcpListener listener_;
+  std::unique_ptr<rt::EventLoop> loop_;
+  std::vector<std::unique_ptr<Stream>> streams_;
+  std::vector<std::unique_ptr<Peer>> peers_;  // by replica id; [0] unused (us)
+  std::vector<net::TcpEndpoint> greeting_;    // accepted, waiting for hello
+  ShardWatermark wm_;
+  std::atomic<uint64_t> watermark_{0};
+  std::atomic<uint32_t> leading_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  uint64_t last_request_ns_ = 0;  // replication thread
+  uint64_t last_debug_ns_ = 0;
+
+  // Report requests (controlling thread <-> replication thread), cold path.
+  mutable std::mutex mu_;
+  nlohmann::json report_request_;  // null: none
+  uint64_t report_target_ = 0;
+  std::vector<std::optional<FollowerReport>> reports_;
+  LeaderStats stats_;  // under mu_ when read from outside
+};
+
+}  // namespace shoal::repl

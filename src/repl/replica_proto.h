@@ -1,0 +1,74 @@
+// What a shard's leader and its followers say to each other besides Paxos messages, and the
+// pieces both sides share: the table schema, follower status reports, the engine digest.
+//
+// One TCP connection per follower, dialed by the follower (so a restarted follower simply
+// dials again), carries every stream's Paxos messages (the transport session tag is the
+// stream id) and, on kControlSession, small JSON control messages (cold path: a handful per
+// run):
+//   follower -> leader  {"type":"hello","replica":r}
+//   leader -> follower  {"type":"schema","tables":[{"name":..,"key_words":..}],"workload":..}
+//   leader -> follower  {"type":"report","target":tid,"digest":bool,"check":bool}
+//   follower -> leader  {"type":"status", ... FollowerReport fields}
+//
+// Threads: plain data and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shoal/status.h"
+#include "src/txn/engine.h"
+
+namespace shoal::repl {
+
+inline constexpr uint32_t kControlSession = 0xC0000000u;
+
+struct TableSchema {
+  std::string name;
+  uint32_t key_words = 1;
+};
+
+// Tables in id order plus the workload whose consistency check followers run ("" for none).
+struct Schema {
+  std::vector<TableSchema> tables;
+  std::string workload;
+
+  static Schema of(const txn::Engine& engine, std::string workload);
+  nlohmann::json to_json() const;
+  [[nodiscard]] static Result<Schema> from_json(const nlohmann::json& j);
+  // Creates the tables in `engine` (fresh) with the same ids.
+  [[nodiscard]] Status create_tables(txn::Engine& engine) const;
+};
+
+// A follower's answer to a report request.
+struct FollowerReport {
+  uint32_t replica = 0;
+  uint64_t applied_tid = 0;  // every record at or below it is installed (the shard watermark)
+  bool digest_done = false;
+  uint64_t digest = 0;
+  bool checked = false;
+  std::vector<std::string> check_failures;
+  uint64_t replay_txns = 0;
+  uint64_t replay_writes = 0;
+  uint64_t replay_cpu_ns = 0;  // thread CPU time spent installing records
+  uint64_t wal_bytes = 0;
+  uint64_t recovered_slots = 0;  // restored from the WAL at start
+  uint64_t chosen_slots = 0;     // over all streams
+
+  double replay_txns_per_cpu_sec() const {
+    return replay_cpu_ns == 0 ? 0 : static_cast<double>(replay_txns) * 1e9 / replay_cpu_ns;
+  }
+  nlohmann::json to_json() const;
+  static FollowerReport from_json(const nlohmann::json& j);
+};
+
+// XXH3-64 over every table (in id order) of (table id, then per live record in key order:
+// key words, value size, value bytes). Equal stores give equal digests; versions (TIDs) are
+// left out, so a follower that installed a record at its commit TID and a leader that loaded
+// it compare equal. REQUIRES: quiescent (no transactions or replay running).
+uint64_t engine_digest(const txn::Engine& engine);
+
+}  // namespace shoal::repl

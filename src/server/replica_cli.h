@@ -1,0 +1,26 @@
+// `shoal replica --config FILE --shard N --replica R`: one follower replica of one shard
+// (src/repl/follower.h) as a process. It dials the shard's leader (replica 0's address in the
+// config), delays what it receives by the config's one-way delay between the leader's region
+// and its own, keeps its WAL in --data-dir, and exits when the leader closes the connection.
+//
+// Threads: the calling thread runs the follower's event loop.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shoal/status.h"
+
+namespace shoal::server {
+
+struct ReplicaOptions {
+  std::string config_path;
+  uint32_t shard = 0;
+  uint32_t replica = 1;
+  std::string data_dir;  // empty: .shoal/<config name>/shard-<N>-replica-<R>
+  std::string fsync = "batch";
+};
+
+[[nodiscard]] Status run_replica(const ReplicaOptions& options);
+
+}  // namespace shoal::server
