@@ -231,6 +231,29 @@ rt::Task<Status> Coordinator::lock_all(DistTxn& txn) {
 }
 
 rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
+  if (txn.deferred_shard_ != UINT32_MAX && !txn.touched_.empty()) {
+    // C5: the deferred fragment must hold its locks before any other shard validates. Run in
+    // the last agent's message (F8) it would lock after those validations: a transaction
+    // committing in between could overwrite a row validated here and write a row the
+    // fragment then reads, a cycle. So it runs now, locking at once, and its shard takes the
+    // plain last-agent path; one-shot F8 remains for a transaction touching no other shard.
+    const uint32_t shard = txn.deferred_shard_;
+    txn.deferred_shard_ = UINT32_MAX;
+    txn.touch(shard);  // from here on abort_all reaches it
+    auto* out = static_cast<uint8_t*>(txn.values_.allocate(kFragmentBytesMax));
+    uint32_t size = 0;
+    bool wrote = false;
+    uint64_t tid = 0;
+    Status s = co_await links_[shard]->exec(txn.id_, txn.epoch_, txn.deferred_.fragment,
+                                            txn.deferred_.args, {out, kFragmentBytesMax}, &size,
+                                            &wrote, &tid);
+    if (!s.ok()) co_return s;
+    if (wrote) {
+      txn.fragment_written_.push_back(shard);
+      txn.locked_early_.push_back(shard);
+      txn.vector_.raise(shard, tid);
+    }
+  }
   order_written_shards(txn);
   if (!txn.written_.empty()) {
     Status s = co_await lock_all(txn);

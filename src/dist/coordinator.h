@@ -3,7 +3,7 @@
 // certifies across shards (design section 3):
 //   1. lock     every shard with writes (remote ones first, the coordinator's own last);
 //               each proposes its TID. A fragment run with last_on_shard locks in its own
-//               round trip.
+//               round trip, one deferred with exec_at_commit before all others (C5).
 //   2. validate every shard touched, only after all locks are held (locking and validating
 //               shard by shard would let write skew slip between shards); ours first
 //   3. install  at each shard's entry of the vector = max(read dependencies, proposals);
@@ -31,6 +31,13 @@
 //      One round trip less per cross-shard commit, and our own shard's locks (the hot rows of
 //      a workload partitioned by home: TPC-C's warehouse and district) are held for one round
 //      trip instead of two.
+//   C5 A fragment deferred with exec_at_commit locks before any shard validates, as every
+//      write must (step 2). Sent with the last agent's validate_install (F8) it would lock
+//      after the other shards validated, and a transaction committing in between could
+//      overwrite a row they validated and write one the fragment reads: a cycle. So when the
+//      transaction touched another shard, commit runs it first with exec (locking at once)
+//      and its shard becomes an ordinary last agent (F7); only a transaction touching no other
+//      shard gets the one-shot F8.
 //   C3 Each attempt uses a fresh TxnId, so requests of an aborted attempt (late, duplicated)
 //      can never be mistaken for the retry's: participants refuse them (tombstones).
 //
@@ -128,10 +135,11 @@ class DistTxn {
     }
     co_return s;
   }
-  // Runs `fragment` on `shard` as the transaction's very last step (participant.h F8): at
-  // commit, after every other shard voted yes, in the same round trip as that shard's
-  // validation and install. For a remote part the procedure needs nothing back from. At most
-  // one per transaction; `shard` must not be touched otherwise. `args` are copied.
+  // Runs `fragment` on `shard` at commit, for a remote part the procedure needs nothing back
+  // from: before the other shards' locks, locking at once, and that shard then validates and
+  // installs in one message as the last agent (C5). A transaction that touched no other shard
+  // gets it all in one round trip (participant.h F8). At most one per transaction; `shard`
+  // must not be touched otherwise. `args` are copied.
   Status exec_at_commit(uint32_t shard, uint32_t fragment, std::span<const uint8_t> args);
   template <typename Args>
   Status exec_at_commit(uint32_t shard, uint32_t fragment, const Args& args) {

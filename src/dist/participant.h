@@ -41,8 +41,10 @@
 //   F8 One-shot last agent. validate_install() may carry a fragment: the participant runs it
 //      (starting the context if this is the transaction's first contact), locks what it
 //      wrote, then validates and installs as F7: a remote shard's whole part of a
-//      transaction in one round trip, when the procedure needs nothing back from it. A
-//      fragment that fails ends the context here (Aborted / UserAbort / its error).
+//      transaction in one round trip, when the procedure needs nothing back from it. Only
+//      for a transaction no other participant validated before (its locks come last:
+//      coordinator.h C5). A fragment that fails ends the context here (Aborted / UserAbort /
+//      its error).
 //
 // Epochs: every request carries the coordinator's epoch; read/lock/validate from an older
 // epoch than the participant's are refused (Aborted, "stale epoch"), so a deposed coordinator

@@ -1,0 +1,1395 @@
+// The fragment paths of distributed transactions (src/dist: DistTxn::exec, exec_at_commit,
+// Participant::exec and validate_install with a FragmentCall, wire kExec / kValidateInstall)
+// under the simulator. Contract checked here:
+//   - A bank whose transactions move money with fragments (a debit run with last_on_shard, a
+//     credit deferred with exec_at_commit, two-step fragments on one shard, read-only peeks and
+//     audits, debits refused for insufficient funds, fragments that fail) runs over RpcLink on a
+//     faulty SimNetwork (loss, duplication, reordering, partitions). After every seed: money is
+//     conserved, committed audits saw the invariant total, no participant context and no lock
+//     is left, the history (reads/writes with versions, reported by the fragments or, for
+//     deferred ones whose result nobody receives, by a receipt row they insert) is
+//     serializable, failures are exactly the planned ones, and a run is a function of its seed.
+//   - A planted bug (no read validation) is caught.
+//   - A deferred fragment cannot slip a write between the other shards' validations and the
+//     commit decision (a directed interleaving; coordinator.h C5, participant.h F8).
+//   - kExec / kValidateInstall requests and replies that are truncated, overlong or carry
+//     out-of-range fields are refused (Corruption / InvalidArgument) and leave nothing behind.
+//   - The participant's fragment rules (F7 repeats, F8 failures, exec refusals) one by one.
+// 500 seeds by default, 20 under SHOAL_TEST_SCALE=small; SHOAL_SIM_SEED=<seed> replays one.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sim/history.h"
+#include "sim/serializability.h"
+#include "sim/sim_env.h"
+#include "sim/sim_network.h"
+#include "src/dist/coordinator.h"
+#include "src/dist/local_link.h"
+#include "src/dist/participant.h"
+#include "src/dist/rpc_link.h"
+#include "src/runtime/event_loop.h"
+#include "src/runtime/rpc.h"
+
+namespace shoal::sim {
+namespace {
+
+using Rpc = rt::RpcEndpoint<SimEndpoint>;
+using Link = dist::RpcLink<SimEndpoint>;
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint32_t kShards = 3;
+constexpr uint32_t kCoordinators = 3;
+// Small balances: debits run dry now and then. Few accounts: transactions collide often.
+constexpr uint64_t kKeysPerShard = 32;
+constexpr uint32_t kAccounts = 0;  // table ids, the same on every shard
+constexpr uint32_t kReceipts = 1;
+constexpr int64_t kInitial = 100;
+constexpr int64_t kTotal = int64_t{kShards} * kKeysPerShard * kInitial;
+constexpr uint64_t kLeaseNs = 400 * kMs;
+constexpr uint64_t kTraceTxn = 0xf4a9;
+
+NodeId shard_node(uint32_t s) {
+  return s;
+}
+NodeId coord_node(uint32_t c) {
+  return kShards + c;
+}
+
+struct Account {
+  uint64_t seq;     // per-key version number, for the history checker
+  uint64_t writer;  // history id of the transaction that wrote this version
+  int64_t balance;
+};
+
+// ---- fragments (registered on every shard) ----
+
+enum FragmentId : uint32_t {
+  kDebit = 0,
+  kCredit = 1,
+  kPeek = 2,
+  kAudit = 3,
+  kFail = 4,
+  kShuffle = 5
+};
+
+struct Seen {
+  uint64_t key, seq, writer;
+};
+struct MoveArgs {
+  uint64_t key;
+  int64_t amount;
+  uint64_t history_id;
+  uint64_t receipt;  // 1: also insert a receipt (a deferred fragment's result reaches nobody)
+};
+struct MoveResult {
+  Seen read;
+  uint64_t new_seq;
+  int64_t balance;
+};
+// What a deferred move saw and wrote, kept in the receipts table under receipt_key().
+struct Receipt {
+  uint64_t key, read_seq, read_writer, new_seq;
+};
+uint64_t receipt_key(uint64_t history_id, uint64_t slot) {
+  return history_id * 2 + slot;
+}
+// Two accounts of one shard: src pays dst.
+struct ShuffleArgs {
+  uint64_t src, dst;
+  int64_t amount;
+  uint64_t history_id;
+};
+struct PeekArgs {
+  uint64_t count;
+  uint64_t keys[4];
+};
+struct PeekResult {
+  Seen reads[4];
+  int64_t balances[4];
+};
+struct AuditArgs {
+  uint64_t shard;
+};
+struct AuditResult {
+  int64_t sum;
+  Seen reads[kKeysPerShard];
+};
+
+struct ShardTables {
+  txn::TableBase* accounts;
+  txn::TableBase* receipts;
+};
+
+template <typename T>
+Status parse(std::span<const uint8_t> args, T* out) {
+  if (args.size() != sizeof(T)) return Status::InvalidArgument("fragment arguments of bad size");
+  std::memcpy(out, args.data(), sizeof(T));
+  return Status::Ok();
+}
+template <typename T>
+Status reply(const T& r, std::span<uint8_t> out, uint32_t* out_size) {
+  if (out.size() < sizeof(T)) return Status::InvalidArgument("fragment result buffer too small");
+  std::memcpy(out.data(), &r, sizeof(T));
+  *out_size = sizeof(T);
+  return Status::Ok();
+}
+
+// Read-modify-write of one account, with a receipt in `slot` unless it is ~0; a debit the
+// balance cannot cover is a UserAbort.
+Status apply_move(txn::Txn& txn, const ShardTables& t, const MoveArgs& a, int64_t sign,
+                  uint64_t slot, MoveResult* r) {
+  Account acc{};
+  SHOAL_TRY(t.accounts->txn_get(txn, &a.key, &acc, sizeof acc, nullptr));
+  r->read = Seen{a.key, acc.seq, acc.writer};
+  if (sign < 0 && acc.balance < a.amount) return Status::UserAbort("insufficient funds");
+  acc.balance += sign * a.amount;
+  acc.seq += 1;
+  acc.writer = a.history_id;
+  SHOAL_TRY(t.accounts->txn_put(txn, &a.key, &acc, sizeof acc));
+  if (slot != ~0ULL) {
+    const Receipt rc{a.key, r->read.seq, r->read.writer, acc.seq};
+    const uint64_t key = receipt_key(a.history_id, slot);
+    SHOAL_TRY(t.receipts->txn_insert(txn, &key, &rc, sizeof rc));
+  }
+  r->new_seq = acc.seq;
+  r->balance = acc.balance;
+  return Status::Ok();
+}
+Status move(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args, std::span<uint8_t> out,
+            uint32_t* out_size, int64_t sign) {
+  MoveArgs a{};
+  SHOAL_TRY(parse(args, &a));
+  MoveResult r{};
+  SHOAL_TRY(apply_move(txn, *static_cast<const ShardTables*>(ctx), a, sign,
+                       a.receipt != 0 ? 0 : ~0ULL, &r));
+  return reply(r, out, out_size);
+}
+Status debit(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args, std::span<uint8_t> out,
+             uint32_t* out_size) {
+  return move(txn, ctx, args, out, out_size, -1);
+}
+Status credit(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args, std::span<uint8_t> out,
+              uint32_t* out_size) {
+  return move(txn, ctx, args, out, out_size, +1);
+}
+// A transfer inside one shard, for the one-shot path (F8 on first contact): receipts in slots
+// 0 (debit) and 1 (credit).
+Status shuffle(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args,
+               std::span<uint8_t> out, uint32_t* out_size) {
+  const auto& t = *static_cast<const ShardTables*>(ctx);
+  ShuffleArgs a{};
+  SHOAL_TRY(parse(args, &a));
+  MoveResult r{};
+  SHOAL_TRY(apply_move(txn, t, MoveArgs{a.src, a.amount, a.history_id, 1}, -1, 0, &r));
+  SHOAL_TRY(apply_move(txn, t, MoveArgs{a.dst, a.amount, a.history_id, 1}, +1, 1, &r));
+  return reply(r, out, out_size);
+}
+// Read-only: up to four accounts.
+Status peek(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args, std::span<uint8_t> out,
+            uint32_t* out_size) {
+  const auto& t = *static_cast<const ShardTables*>(ctx);
+  PeekArgs a{};
+  SHOAL_TRY(parse(args, &a));
+  if (a.count > 4) return Status::InvalidArgument("peek of more than four accounts");
+  PeekResult r{};
+  for (uint64_t i = 0; i < a.count; ++i) {
+    Account acc{};
+    SHOAL_TRY(t.accounts->txn_get(txn, &a.keys[i], &acc, sizeof acc, nullptr));
+    r.reads[i] = Seen{a.keys[i], acc.seq, acc.writer};
+    r.balances[i] = acc.balance;
+  }
+  return reply(r, out, out_size);
+}
+// Read-only: every account of the shard and their sum.
+Status audit(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args, std::span<uint8_t> out,
+             uint32_t* out_size) {
+  const auto& t = *static_cast<const ShardTables*>(ctx);
+  AuditArgs a{};
+  SHOAL_TRY(parse(args, &a));
+  AuditResult r{};
+  for (uint64_t k = 0; k < kKeysPerShard; ++k) {
+    const uint64_t key = a.shard * kKeysPerShard + k;
+    Account acc{};
+    SHOAL_TRY(t.accounts->txn_get(txn, &key, &acc, sizeof acc, nullptr));
+    r.reads[k] = Seen{key, acc.seq, acc.writer};
+    r.sum += acc.balance;
+  }
+  return reply(r, out, out_size);
+}
+// Mints money into an account, then fails: if its write ever became visible the money check
+// would see it.
+Status fail(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args, std::span<uint8_t>,
+            uint32_t*) {
+  const auto& t = *static_cast<const ShardTables*>(ctx);
+  MoveArgs a{};
+  SHOAL_TRY(parse(args, &a));
+  Account acc{};
+  SHOAL_TRY(t.accounts->txn_get(txn, &a.key, &acc, sizeof acc, nullptr));
+  acc.balance += 1000;
+  acc.seq += 1;
+  SHOAL_TRY(t.accounts->txn_put(txn, &a.key, &acc, sizeof acc));
+  return Status::IOError("injected fragment failure");
+}
+
+// One shard's storage and fragment table (the table points at the tables: keep it in place).
+struct ShardState {
+  std::unique_ptr<txn::Engine> engine;
+  ShardTables tables{};
+  dist::FragmentTable fragments;
+  std::unique_ptr<dist::Participant> participant;
+};
+
+std::unique_ptr<ShardState> make_shard(SimEnv& env, uint32_t s, bool skip_validation,
+                                       dist::ParticipantOptions po) {
+  auto st = std::make_unique<ShardState>();
+  txn::EngineOptions o;
+  o.epoch_ticker = false;
+  o.lock_wait_spins_max = 16;  // locks live for round trips here: fail fast, retry
+  o.shard_id = s;
+  o.unsafe_skip_read_validation = skip_validation;
+  st->engine = std::make_unique<txn::Engine>(o, &env);
+  auto* accounts = st->engine->create_table<1>("accounts");
+  auto* receipts = st->engine->create_table<1>("receipts");
+  SHOAL_CHECK(accounts->id() == kAccounts && receipts->id() == kReceipts);
+  for (uint64_t k = 0; k < kKeysPerShard; ++k) {
+    SHOAL_CHECK(
+        accounts->load(key1(s * kKeysPerShard + k), Account{0, kInitialTxn, kInitial}).ok());
+  }
+  st->tables = ShardTables{accounts, receipts};
+  st->fragments.ctx = &st->tables;
+  st->fragments.fns[kDebit] = &debit;
+  st->fragments.fns[kCredit] = &credit;
+  st->fragments.fns[kPeek] = &peek;
+  st->fragments.fns[kAudit] = &audit;
+  st->fragments.fns[kFail] = &fail;
+  st->fragments.fns[kShuffle] = &shuffle;
+  st->participant = std::make_unique<dist::Participant>(*st->engine, s, po);
+  st->participant->set_fragments(&st->fragments);
+  return st;
+}
+
+// Reads every account and receipt of a shard with a fresh local transaction: a lock left
+// behind fails the read. Returns how many failed.
+size_t unreadable_records(ShardState& sh) {
+  std::vector<uint64_t> receipt_keys;
+  static_cast<txn::Table<1>*>(sh.tables.receipts)
+      ->for_each(key1(0), Key1::max(), [&](const Key1& k, const void*, uint32_t) {
+        receipt_keys.push_back(k.w[0]);
+        return true;
+      });
+  txn::Txn t(sh.engine.get(), 1);
+  t.begin();
+  size_t bad = 0;
+  const uint64_t first = static_cast<uint64_t>(sh.participant->shard_id()) * kKeysPerShard;
+  for (uint64_t key = first; key < first + kKeysPerShard; ++key) {
+    Account a{};
+    if (!sh.tables.accounts->txn_get(t, &key, &a, sizeof a, nullptr).ok()) ++bad;
+  }
+  for (uint64_t key : receipt_keys) {
+    Receipt rc{};
+    if (!sh.tables.receipts->txn_get(t, &key, &rc, sizeof rc, nullptr).ok()) ++bad;
+  }
+  t.abort();
+  t.end();
+  return bad;
+}
+
+int64_t balance_sum(ShardState& sh) {
+  int64_t sum = 0;
+  static_cast<txn::Table<1>*>(sh.tables.accounts)
+      ->for_each(key1(0), Key1::max(), [&](const Key1&, const void* v, uint32_t) {
+        sum += static_cast<const Account*>(v)->balance;
+        return true;
+      });
+  return sum;
+}
+
+// Adds each receipt's read and write to the committed transaction that left it. Returns
+// receipts whose transaction the clients never saw commit.
+uint64_t merge_receipts(std::vector<std::unique_ptr<ShardState>>& shards, History* h,
+                        uint64_t* merged) {
+  std::unordered_map<TxnId, size_t> index;
+  for (size_t i = 0; i < h->txns.size(); ++i) index.emplace(h->txns[i].id, i);
+  uint64_t orphans = 0;
+  for (auto& sh : shards) {
+    static_cast<txn::Table<1>*>(sh->tables.receipts)
+        ->for_each(key1(0), Key1::max(), [&](const Key1& k, const void* v, uint32_t) {
+          const TxnId hid = k.w[0] / 2;
+          const auto& rc = *static_cast<const Receipt*>(v);
+          auto it = index.find(hid);
+          if (it == index.end()) {
+            ++orphans;
+            return true;
+          }
+          h->txns[it->second].read(rc.key, rc.read_seq, rc.read_writer);
+          h->txns[it->second].write(rc.key, rc.new_seq);
+          ++*merged;
+          return true;
+        });
+  }
+  return orphans;
+}
+
+// ---- the cluster over RPC ----
+
+struct RunConfig {
+  bool faults = true;
+  bool skip_validation = false;
+  int clients_per_coordinator = 4;
+  int txns_per_client = 25;
+};
+
+rt::RpcOptions rpc_options() {
+  rt::RpcOptions o;
+  o.max_sessions = 16;
+  o.window = 8;
+  o.retransmit_ns = 2 * kMs;
+  o.max_retransmit_ns = 16 * kMs;
+  o.timeout_ns = 50 * kMs;
+  return o;
+}
+
+// One RPC connection between a coordinator node (side 0) and a shard node (side 1).
+struct Conn {
+  SimEndpoint ep[2];
+  std::unique_ptr<Rpc> rpc[2];
+};
+
+// Members are declared so that destruction runs coordinators, links, RPC endpoints, services,
+// shards (participants release what they hold before their engines go), then loops.
+struct RpcCluster {
+  RpcCluster(uint64_t seed, const RunConfig& cfg)
+      : env(seed), net(env, kShards + kCoordinators, network_options(cfg)) {
+    for (uint32_t n = 0; n < kShards + kCoordinators; ++n) {
+      loops.push_back(std::make_unique<rt::EventLoop>(env));
+      env.attach(*loops.back());
+    }
+    dist::ParticipantOptions po;
+    po.inflight_max = 256;
+    po.lease_ns = kLeaseNs;
+    for (uint32_t s = 0; s < kShards; ++s) {
+      shards.push_back(make_shard(env, s, cfg.skip_validation, po));
+      services.push_back(std::make_unique<dist::ParticipantService>(*shards.back()->participant,
+                                                                    *loops[shard_node(s)]));
+    }
+    for (uint32_t c = 0; c < kCoordinators; ++c) {
+      std::vector<dist::ShardLink*> shard_links;
+      for (uint32_t s = 0; s < kShards; ++s) shard_links.push_back(connect(c, s));
+      dist::CoordinatorOptions o;
+      o.shard_id = c;  // TxnIds: unique per coordinator (and exec_at_commit avoids shard c)
+      o.max_retries = 1000;
+      // Audits read every account: without backoff they retry dozens of times per commit.
+      o.backoff_loop = loops[coord_node(c)].get();
+      coords.push_back(std::make_unique<dist::Coordinator>(o, shard_links, &epoch));
+    }
+  }
+  ~RpcCluster() {
+    for (auto& loop : loops) env.detach(*loop);
+  }
+  static NetworkOptions network_options(const RunConfig& cfg) {
+    NetworkOptions o;
+    if (cfg.faults) {
+      o.faults.loss = 0.05;
+      o.faults.duplicate = 0.05;
+      o.faults.reorder = 0.05;
+    }
+    return o;
+  }
+  dist::ShardLink* connect(uint32_t c, uint32_t s) {
+    auto pair = net.connect(coord_node(c), shard_node(s));
+    SHOAL_CHECK(pair.ok());
+    auto conn = std::make_unique<Conn>();
+    conn->ep[0] = std::move(pair->first);
+    conn->ep[1] = std::move(pair->second);
+    conn->rpc[0] = std::make_unique<Rpc>(*loops[coord_node(c)], conn->ep[0], rpc_options());
+    conn->rpc[1] = std::make_unique<Rpc>(*loops[shard_node(s)], conn->ep[1], rpc_options());
+    SHOAL_CHECK(conn->rpc[0]->start().ok());
+    SHOAL_CHECK(conn->rpc[1]->start().ok());
+    services[s]->attach(*conn->rpc[1]);
+    dist::RpcLinkOptions lo;
+    lo.shard = s;
+    lo.call_timeout_ns = 50 * kMs;
+    lo.end_attempts_max = 400;  // 20 s of virtual time: longer than any partition here
+    links.push_back(std::make_unique<Link>(*conn->rpc[0], lo));
+    conns.push_back(std::move(conn));
+    return links.back().get();
+  }
+
+  SimEnv env;
+  SimNetwork net;
+  uint64_t epoch = 1;
+  std::vector<std::unique_ptr<rt::EventLoop>> loops;  // per node
+  std::vector<std::unique_ptr<ShardState>> shards;
+  std::vector<std::unique_ptr<dist::ParticipantService>> services;
+  std::vector<std::unique_ptr<Conn>> conns;
+  std::vector<std::unique_ptr<Link>> links;
+  std::vector<std::unique_ptr<dist::Coordinator>> coords;
+};
+
+// ---- workload ----
+
+enum class Kind : uint8_t {
+  kTransfer,       // debit (exec, last_on_shard) + credit deferred (exec_at_commit)
+  kDeferredDebit,  // credit (exec, last_on_shard) + debit deferred: UserAbort at commit
+  kGuarded,        // peeks on the debited shard and a third one, then as kTransfer
+  kTwoStep,        // debit then credit, both exec, the second maybe on the same shard
+  kAudit,          // every account of every shard, read-only fragments
+  kFailExec,       // debit, then a fragment that fails in exec
+  kFailAtCommit,   // debit, then a deferred fragment that fails at commit
+  kOneShot,        // only a deferred transfer inside one shard: F8 on first contact
+  kCount,
+};
+constexpr const char* kKindNames[] = {"transfer", "deferred-debit", "guarded",        "two-step",
+                                      "audit",    "fail-exec",      "fail-at-commit", "one-shot"};
+
+struct TxnArgs {
+  Kind kind;
+  uint32_t a, b, c;  // a: exec'd shard; b: the deferred / second one; c: the third shard
+  uint64_t src, dst;
+  uint64_t guard_a, guard_c;  // kGuarded: read-only accounts on shards a and c
+  int64_t amount;
+  bool second_last;  // kTwoStep: the second exec locks at once
+  TxnId history_id;
+};
+struct TxnResult {
+  TxnRecord record;
+  int64_t audited = 0;
+};
+
+MoveArgs move_args(uint64_t key, int64_t amount, TxnId hid, bool receipt) {
+  return MoveArgs{key, amount, hid, receipt ? 1u : 0u};
+}
+
+// Runs a move fragment by exec and records what it read and wrote.
+rt::Task<Status> exec_move(dist::DistTxn& txn, uint32_t shard, uint32_t fragment, uint64_t key,
+                           int64_t amount, TxnId hid, bool last, TxnRecord* rec) {
+  MoveResult r{};
+  SHOAL_CO_TRY(co_await txn.exec(shard, fragment, move_args(key, amount, hid, false), &r, last));
+  rec->read(r.read.key, r.read.seq, r.read.writer);
+  rec->write(key, r.new_seq);
+  co_return Status::Ok();
+}
+
+rt::Task<Status> exec_peek(dist::DistTxn& txn, uint32_t shard, uint64_t key, TxnRecord* rec) {
+  PeekArgs p{};
+  p.count = 1;
+  p.keys[0] = key;
+  PeekResult r{};
+  SHOAL_CO_TRY(co_await txn.exec(shard, kPeek, p, &r));
+  rec->read(r.reads[0].key, r.reads[0].seq, r.reads[0].writer);
+  co_return Status::Ok();
+}
+
+rt::Task<Status> bank_txn(dist::DistTxn& txn, const void* args_ptr, void* result_ptr) {
+  const auto& a = *static_cast<const TxnArgs*>(args_ptr);
+  auto& r = *static_cast<TxnResult*>(result_ptr);
+  r.record = TxnRecord{};
+  r.record.id = a.history_id;
+  r.audited = 0;
+  TxnRecord* rec = &r.record;
+  switch (a.kind) {
+    case Kind::kTransfer:
+      SHOAL_CO_TRY(co_await exec_move(txn, a.a, kDebit, a.src, a.amount, a.history_id, true, rec));
+      co_return txn.exec_at_commit(a.b, kCredit, move_args(a.dst, a.amount, a.history_id, true));
+    case Kind::kDeferredDebit:
+      SHOAL_CO_TRY(co_await exec_move(txn, a.a, kCredit, a.dst, a.amount, a.history_id, true, rec));
+      co_return txn.exec_at_commit(a.b, kDebit, move_args(a.src, a.amount, a.history_id, true));
+    case Kind::kGuarded:
+      // The peeked accounts are read, not written: only validation protects them.
+      SHOAL_CO_TRY(co_await exec_peek(txn, a.a, a.guard_a, rec));
+      SHOAL_CO_TRY(co_await exec_peek(txn, a.c, a.guard_c, rec));
+      SHOAL_CO_TRY(co_await exec_move(txn, a.a, kDebit, a.src, a.amount, a.history_id, true, rec));
+      co_return txn.exec_at_commit(a.b, kCredit, move_args(a.dst, a.amount, a.history_id, true));
+    case Kind::kTwoStep:
+      SHOAL_CO_TRY(co_await exec_move(txn, a.a, kDebit, a.src, a.amount, a.history_id, false, rec));
+      co_return co_await exec_move(txn, a.b, kCredit, a.dst, a.amount, a.history_id, a.second_last,
+                                   rec);
+    case Kind::kAudit:
+      for (uint32_t s = 0; s < kShards; ++s) {
+        AuditResult ar{};
+        SHOAL_CO_TRY(co_await txn.exec(s, kAudit, AuditArgs{s}, &ar));
+        for (const Seen& seen : ar.reads) rec->read(seen.key, seen.seq, seen.writer);
+        r.audited += ar.sum;
+      }
+      co_return Status::Ok();
+    case Kind::kFailExec: {
+      SHOAL_CO_TRY(co_await exec_move(txn, a.a, kDebit, a.src, a.amount, a.history_id, true, rec));
+      MoveResult unused{};
+      co_return co_await txn.exec(a.b, kFail, move_args(a.dst, 0, a.history_id, false), &unused);
+    }
+    case Kind::kFailAtCommit:
+      SHOAL_CO_TRY(co_await exec_move(txn, a.a, kDebit, a.src, a.amount, a.history_id, true, rec));
+      co_return txn.exec_at_commit(a.b, kFail, move_args(a.dst, 0, a.history_id, false));
+    case Kind::kOneShot:  // src and dst both on b
+      co_return txn.exec_at_commit(a.b, kShuffle,
+                                   ShuffleArgs{a.src, a.dst, a.amount, a.history_id});
+    case Kind::kCount:
+      break;
+  }
+  co_return Status::InvalidArgument("bad kind");
+}
+
+uint64_t pick_key(Rng& rng, uint32_t shard, uint64_t not1 = ~0ULL, uint64_t not2 = ~0ULL) {
+  for (;;) {  // bounded in practice: 16 keys per shard, at most two excluded
+    const uint64_t k = shard * kKeysPerShard + rng.uniform(0, kKeysPerShard - 1);
+    if (k != not1 && k != not2) return k;
+  }
+}
+
+// Coordinator `coord` may not defer to its own shard (DistTxn::exec_at_commit), so b != coord.
+TxnArgs make_args(Rng& rng, uint32_t coord, HistoryRecorder::ThreadLog* log) {
+  TxnArgs args{};
+  const uint64_t dice = rng.uniform(0, 99);
+  args.kind = dice < 30   ? Kind::kTransfer
+              : dice < 40 ? Kind::kDeferredDebit
+              : dice < 60 ? Kind::kGuarded
+              : dice < 80 ? Kind::kTwoStep
+              : dice < 83 ? Kind::kAudit
+              : dice < 88 ? Kind::kFailExec
+              : dice < 94 ? Kind::kFailAtCommit
+                          : Kind::kOneShot;
+  args.b = (coord + 1 + static_cast<uint32_t>(rng.uniform(0, kShards - 2))) % kShards;
+  args.a = (args.b + 1 + static_cast<uint32_t>(rng.uniform(0, kShards - 2))) % kShards;
+  args.c = kShards - args.a - args.b;  // the third shard (kShards == 3)
+  if (args.kind == Kind::kTwoStep) {
+    args.b = static_cast<uint32_t>(rng.uniform(0, kShards - 1));  // often == a: same shard
+    args.second_last = rng.uniform(0, 1) == 0;
+  }
+  args.src = pick_key(rng, args.a);
+  args.dst = pick_key(rng, args.b, args.src);
+  args.guard_a = pick_key(rng, args.a, args.src, args.dst);
+  args.guard_c = pick_key(rng, args.c, args.src, args.dst);
+  if (args.kind == Kind::kDeferredDebit) std::swap(args.src, args.dst);  // debit on b
+  if (args.kind == Kind::kOneShot) args.src = pick_key(rng, args.b, args.dst);
+  args.amount = static_cast<int64_t>(rng.uniform(1, 60));
+  args.history_id = log->next_txn_id();
+  return args;
+}
+
+struct Outcomes {
+  uint64_t committed[size_t(Kind::kCount)] = {};
+  uint64_t user_aborts[size_t(Kind::kCount)] = {};
+  uint64_t injected[size_t(Kind::kCount)] = {};  // IOError from the failing fragment
+  uint64_t receipts = 0;                         // committed deferred moves leave one each
+  uint64_t bad_audits = 0;
+  uint64_t unexpected = 0;
+  std::string first_unexpected;
+  int clients_done = 0;
+};
+
+bool expected_outcome(Kind kind, const Status& s) {
+  const bool fails = kind == Kind::kFailExec || kind == Kind::kFailAtCommit;
+  if (s.ok()) return !fails;
+  if (s.is_user_abort()) return kind != Kind::kAudit;  // every other kind debits
+  return fails && s.code() == Code::kIOError;
+}
+
+rt::Task<void> client(RpcCluster* c, uint32_t coord, HistoryRecorder::ThreadLog* log, uint64_t seed,
+                      int count, Outcomes* out) {
+  Rng rng(seed);
+  dist::DistTxn txn;
+  for (int i = 0; i < count; ++i) {
+    TxnArgs args = make_args(rng, coord, log);
+    TxnResult result;
+    Status s = co_await c->coords[coord]->run(txn, &bank_txn, &args, &result);
+    c->env.trace(kTraceTxn, args.history_id, static_cast<uint64_t>(s.code()));
+    const size_t k = static_cast<size_t>(args.kind);
+    if (!expected_outcome(args.kind, s)) {
+      if (out->unexpected++ == 0) {
+        out->first_unexpected = fmt::format("{}: {}", kKindNames[k], s.to_string());
+      }
+      continue;
+    }
+    if (s.is_user_abort()) out->user_aborts[k]++;
+    if (s.code() == Code::kIOError) out->injected[k]++;
+    if (!s.ok()) continue;
+    out->committed[k]++;
+    if (args.kind == Kind::kTransfer || args.kind == Kind::kDeferredDebit ||
+        args.kind == Kind::kGuarded) {
+      out->receipts++;
+    }
+    if (args.kind == Kind::kOneShot) out->receipts += 2;
+    if (args.kind == Kind::kAudit && result.audited != kTotal) out->bad_audits++;
+    log->append(std::move(result.record));
+  }
+  out->clients_done++;
+}
+
+// Temporary partitions between random coordinator/shard pairs, and now and then a shard cut
+// off from everyone (as in dist_rpc_sim_test).
+struct Chaos {
+  SimNetwork* net;
+  Rng rng;
+  bool on = true;
+  static void tick(void* self, uint64_t) {
+    auto* c = static_cast<Chaos*>(self);
+    if (!c->on) return;
+    const uint64_t dice = c->rng.uniform(0, 9);
+    if (dice < 4) {
+      c->net->partition(coord_node(static_cast<uint32_t>(c->rng.uniform(0, kCoordinators - 1))),
+                        shard_node(static_cast<uint32_t>(c->rng.uniform(0, kShards - 1))));
+    } else if (dice == 4) {
+      c->net->isolate({shard_node(static_cast<uint32_t>(c->rng.uniform(0, kShards - 1)))});
+    } else if (dice < 8) {
+      c->net->heal_all();
+    }
+    c->net->env().after(c->rng.uniform(2, 30) * kMs, &Chaos::tick, self);
+  }
+};
+
+struct RunResult {
+  bool finished = false;
+  std::string hint;
+  Outcomes outcomes;
+  dist::CoordinatorStats coord;  // summed
+  uint64_t repeated_installs = 0;
+  History history;
+  int64_t total_balance = 0;
+  size_t contexts_left = 0;
+  size_t unreadable = 0;
+  uint64_t receipts_merged = 0;
+  uint64_t orphan_receipts = 0;
+  uint64_t trace_hash = 0;
+  uint64_t virtual_ms = 0;
+  NetworkStats net;
+};
+
+RunResult run_bank(uint64_t seed, const RunConfig& cfg) {
+  RpcCluster c(seed, cfg);
+  RunResult out;
+  HistoryRecorder recorder(kCoordinators * cfg.clients_per_coordinator);
+  for (uint32_t co = 0; co < kCoordinators; ++co) {
+    for (int i = 0; i < cfg.clients_per_coordinator; ++i) {
+      auto* log = &recorder.thread_log(co * cfg.clients_per_coordinator + i);
+      SHOAL_CHECK(c.loops[coord_node(co)]
+                      ->spawn(client(&c, co, log, seed * 1000 + co * 100 + i, cfg.txns_per_client,
+                                     &out.outcomes))
+                      .ok());
+    }
+  }
+  Chaos chaos{&c.net, Rng(seed ^ 0xc4a05), cfg.faults};
+  if (cfg.faults) c.env.after(5 * kMs, &Chaos::tick, &chaos);
+  const int clients = static_cast<int>(kCoordinators) * cfg.clients_per_coordinator;
+  Status st =
+      c.env.run_until_true([&] { return out.outcomes.clients_done == clients; }, 600'000 * kMs);
+  out.hint = c.env.replay_hint();
+  if (!st.ok()) return out;
+  // Quiesce: stop the chaos, heal, and give aborts, retried installs and leases time to end
+  // everything still open.
+  chaos.on = false;
+  c.net.heal_all();
+  if (!c.env.run_for(2 * kLeaseNs).ok()) return out;
+  out.finished = true;
+  for (auto& coord : c.coords) {
+    const dist::CoordinatorStats& s = coord->stats();
+    out.coord.committed += s.committed;
+    out.coord.conflict_aborts += s.conflict_aborts;
+    out.coord.cross_shard += s.cross_shard;
+    out.coord.timeouts += s.timeouts;
+    out.coord.in_doubt += s.in_doubt;
+  }
+  for (auto& sh : c.shards) {
+    out.contexts_left += sh->participant->active();
+    out.repeated_installs += sh->participant->stats().repeated_installs;
+    out.unreadable += unreadable_records(*sh);
+    out.total_balance += balance_sum(*sh);
+  }
+  out.history = recorder.merge();
+  out.orphan_receipts = merge_receipts(c.shards, &out.history, &out.receipts_merged);
+  out.net = c.net.stats();
+  out.virtual_ms = c.env.now_ns() / kMs;
+  out.trace_hash = c.env.trace_hash();
+  return out;
+}
+
+int seed_count(int normal, int small) {
+  if (std::getenv("SHOAL_SIM_SEED") != nullptr) return 1;
+  const char* scale = std::getenv("SHOAL_TEST_SCALE");
+  return scale != nullptr && std::string(scale) == "small" ? small : normal;
+}
+
+// The operations of an anomaly's transactions, for the failure message.
+std::string describe(const History& h, const Anomaly& a) {
+  std::string out;
+  for (TxnId id : a.cycle) {
+    for (const TxnRecord& t : h.txns) {
+      if (t.id != id) continue;
+      out += fmt::format("\n  T{}:", id);
+      for (const Op& op : t.ops) {
+        out += op.kind == OpKind::kRead
+                   ? fmt::format(" r(k={},v={},by T{})", op.key, op.version, op.writer)
+                   : fmt::format(" w(k={},v={})", op.key, op.version);
+      }
+    }
+  }
+  return out;
+}
+
+// The checks every healthy run must pass; false (with gtest failures) otherwise.
+bool check_run(const RunResult& r, uint64_t seed) {
+  EXPECT_TRUE(r.finished) << "run did not finish; " << r.hint;
+  if (!r.finished) return false;
+  EXPECT_EQ(r.total_balance, kTotal) << "money not conserved; " << r.hint;
+  EXPECT_EQ(r.outcomes.bad_audits, 0u) << "a committed audit saw a wrong total; " << r.hint;
+  EXPECT_EQ(r.contexts_left, 0u) << "participant contexts leaked; " << r.hint;
+  EXPECT_EQ(r.unreadable, 0u) << "locks left behind; " << r.hint;
+  EXPECT_EQ(r.outcomes.unexpected, 0u)
+      << "unexpected outcomes (first: " << r.outcomes.first_unexpected << "); " << r.hint;
+  EXPECT_EQ(r.coord.in_doubt, 0u) << r.hint;
+  EXPECT_EQ(r.orphan_receipts, 0u) << "receipts of transactions that did not commit; " << r.hint;
+  EXPECT_EQ(r.receipts_merged, r.outcomes.receipts)
+      << "committed deferred fragments without their receipt; " << r.hint;
+  auto anomalies = check(r.history);
+  EXPECT_TRUE(anomalies.empty()) << "not serializable, seed=" << seed
+                                 << " (replay: SHOAL_SIM_SEED=" << seed << "): "
+                                 << (anomalies.empty() ? "" : anomalies.front().explanation)
+                                 << (anomalies.empty() ? "" : describe(r.history, anomalies[0]));
+  return !::testing::Test::HasFailure();
+}
+
+TEST(DistFragmentSim, BankOfFragmentsOverFaultyNetworkIsSerializableOverManySeeds) {
+  const uint64_t base = SimEnv::seed_from_env(1);
+  const int seeds = seed_count(500, 20);
+  const auto t0 = std::chrono::steady_clock::now();
+  Outcomes sum;
+  dist::CoordinatorStats coord;
+  uint64_t repeated = 0, lost = 0, duplicated = 0, partition_drops = 0;
+  for (int i = 0; i < seeds; ++i) {
+    const uint64_t seed = base + i;
+    RunResult r = run_bank(seed, RunConfig{});
+    if (!check_run(r, seed)) {
+      std::fprintf(stderr, "dist fragment sim failed: %s\n", r.hint.c_str());
+      return;
+    }
+    for (size_t k = 0; k < size_t(Kind::kCount); ++k) {
+      sum.committed[k] += r.outcomes.committed[k];
+      sum.user_aborts[k] += r.outcomes.user_aborts[k];
+      sum.injected[k] += r.outcomes.injected[k];
+    }
+    coord.committed += r.coord.committed;
+    coord.cross_shard += r.coord.cross_shard;
+    coord.conflict_aborts += r.coord.conflict_aborts;
+    coord.timeouts += r.coord.timeouts;
+    repeated += r.repeated_installs;
+    lost += r.net.lost;
+    duplicated += r.net.duplicated;
+    partition_drops += r.net.partition_drops;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Every path must really run: each kind commits (or fails as planned), UserAbort comes back
+  // from both an exec'd and a deferred debit, the injected failure from both places.
+  for (size_t k = 0; k < size_t(Kind::kCount); ++k) {
+    const bool fails = k == size_t(Kind::kFailExec) || k == size_t(Kind::kFailAtCommit);
+    EXPECT_GT(fails ? sum.injected[k] : sum.committed[k], 0u) << kKindNames[k];
+  }
+  EXPECT_GT(sum.user_aborts[size_t(Kind::kTransfer)], 0u);
+  EXPECT_GT(sum.user_aborts[size_t(Kind::kDeferredDebit)], 0u);
+  EXPECT_GT(sum.user_aborts[size_t(Kind::kOneShot)], 0u);
+  EXPECT_GT(coord.conflict_aborts, 0u);
+  EXPECT_GT(coord.timeouts, 0u);
+  std::string kinds;
+  for (size_t k = 0; k < size_t(Kind::kCount); ++k) {
+    kinds += fmt::format(" {} {}/{}/{}", kKindNames[k], sum.committed[k], sum.user_aborts[k],
+                         sum.injected[k]);
+  }
+  std::printf(
+      "dist fragment sim: %d seeds in %.1f s; %llu committed (%llu cross-shard), %llu conflict "
+      "retries, %llu timeout retries, %llu repeated installs; net: %llu lost, %llu duplicated, "
+      "%llu partition drops; committed/user-aborted/injected per kind:%s\n",
+      seeds, secs, (unsigned long long)coord.committed, (unsigned long long)coord.cross_shard,
+      (unsigned long long)coord.conflict_aborts, (unsigned long long)coord.timeouts,
+      (unsigned long long)repeated, (unsigned long long)lost, (unsigned long long)duplicated,
+      (unsigned long long)partition_drops, kinds.c_str());
+}
+
+TEST(DistFragmentSim, SameSeedSameTrace) {
+  const uint64_t seed = SimEnv::seed_from_env(4242);
+  const RunResult a = run_bank(seed, RunConfig{});
+  const RunResult b = run_bank(seed, RunConfig{});
+  const RunResult other = run_bank(seed + 1, RunConfig{});
+  ASSERT_TRUE(a.finished && b.finished && other.finished) << a.hint;
+  EXPECT_EQ(a.trace_hash, b.trace_hash) << "same seed, different run: " << a.hint;
+  EXPECT_EQ(a.coord.committed, b.coord.committed);
+  EXPECT_EQ(a.coord.conflict_aborts, b.coord.conflict_aborts);
+  EXPECT_EQ(a.virtual_ms, b.virtual_ms);
+  EXPECT_EQ(a.history.txns.size(), b.history.txns.size());
+  EXPECT_NE(a.trace_hash, other.trace_hash) << a.hint;
+}
+
+// Without read validation at the participants, the checker or the money checks must see it.
+TEST(DistFragmentSim, SkippedValidationIsCaught) {
+  RunConfig cfg;
+  cfg.skip_validation = true;
+  bool caught = false;
+  uint64_t seed = 1;
+  for (; seed <= 30 && !caught; ++seed) {
+    RunResult r = run_bank(seed, cfg);
+    caught = !r.finished || !check(r.history).empty() || r.total_balance != kTotal ||
+             r.outcomes.bad_audits != 0;
+  }
+  EXPECT_TRUE(caught);
+  std::printf("planted bug (no read validation) caught at seed %llu\n",
+              (unsigned long long)(seed - 1));
+}
+
+// ---- a directed interleaving: a write slipped in just before the last agent's message ----
+
+// A ShardLink that forwards to another and, once, runs `hook` just before the first
+// validate_install goes out: the moment every other shard has voted.
+class HookLink final : public dist::ShardLink {
+ public:
+  using Hook = rt::Task<void> (*)(void* ctx);
+  HookLink(dist::ShardLink& inner, Hook hook, void* ctx) : inner_(inner), hook_(hook), ctx_(ctx) {}
+  bool fired() const { return fired_; }
+
+  rt::Task<Status> read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
+                        uint32_t key_word_count, void* out, uint32_t out_bytes,
+                        uint32_t* size_out) override {
+    co_return co_await inner_.read(id, epoch, table_id, key, key_word_count, out, out_bytes,
+                                   size_out);
+  }
+  rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
+                        std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
+                        uint64_t* proposed_tid) override {
+    co_return co_await inner_.exec(id, epoch, fragment, args, out, out_size, wrote, proposed_tid);
+  }
+  rt::Task<Status> lock(TxnId id, uint64_t epoch, const dist::StagedWrite* writes, size_t count,
+                        uint64_t* proposed_tid) override {
+    co_return co_await inner_.lock(id, epoch, writes, count, proposed_tid);
+  }
+  rt::Task<Status> validate(TxnId id, uint64_t epoch, txn::DepVec* deps) override {
+    co_return co_await inner_.validate(id, epoch, deps);
+  }
+  rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid,
+                           const txn::DepVec& vector) override {
+    co_return co_await inner_.install(id, epoch, tid, vector);
+  }
+  rt::Task<Status> abort(TxnId id, uint64_t epoch) override {
+    co_return co_await inner_.abort(id, epoch);
+  }
+  rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
+                                    txn::DepVec* deps, uint64_t* tid,
+                                    const dist::FragmentCall* fragment) override {
+    if (!fired_) {
+      fired_ = true;
+      co_await hook_(ctx_);
+    }
+    co_return co_await inner_.validate_install(id, epoch, vector, deps, tid, fragment);
+  }
+
+ private:
+  dist::ShardLink& inner_;
+  Hook hook_;
+  void* ctx_;
+  bool fired_ = false;
+};
+
+// Two shards on one loop. T (coordinator 0) peeks account g on shard 0, debits src there
+// (last_on_shard) and defers a credit of dst to shard 1. Just before T's last-agent message
+// to shard 1, T' (coordinator 1) moves money from g to dst and commits if it can. If T then
+// also commits, T read g before T' wrote it but credited the dst T' wrote: a cycle, unless
+// T's write to dst was locked before shard 0 validated g.
+struct SlipIn {
+  SimEnv env{11};
+  rt::EventLoop loop{env};
+  Rng rng{11};
+  uint64_t epoch = 1;
+  std::vector<std::unique_ptr<ShardState>> shards;
+  std::vector<std::unique_ptr<dist::LocalLink>> links;
+  std::unique_ptr<HookLink> hooked;
+  std::unique_ptr<dist::Coordinator> coord_t, coord_u;
+  HistoryRecorder recorder{2};
+  Status t_status, u_status;
+  bool t_done = false;
+
+  static constexpr uint64_t kG = 1, kSrc = 2, kDst = kKeysPerShard + 3;
+
+  SlipIn() {
+    env.attach(loop);
+    for (uint32_t s = 0; s < 2; ++s) {
+      shards.push_back(make_shard(env, s, false, dist::ParticipantOptions{}));
+      links.push_back(std::make_unique<dist::LocalLink>(*shards[s]->participant, loop, rng, 0, 0));
+    }
+    hooked = std::make_unique<HookLink>(*links[1], &SlipIn::run_u, this);
+    dist::CoordinatorOptions o;
+    o.max_retries = 3;  // no retry loop needed: each must commit or give up at once
+    coord_t = std::make_unique<dist::Coordinator>(
+        o, std::vector<dist::ShardLink*>{links[0].get(), hooked.get()}, &epoch);
+    o.worker_id = 1;  // distinct TxnIds
+    coord_u = std::make_unique<dist::Coordinator>(
+        o, std::vector<dist::ShardLink*>{links[0].get(), links[1].get()}, &epoch);
+  }
+  ~SlipIn() {
+    coord_t.reset();
+    coord_u.reset();
+    env.detach(loop);
+  }
+
+  static rt::Task<void> run_u(void* self) {
+    auto* me = static_cast<SlipIn*>(self);
+    TxnArgs args{};
+    args.kind = Kind::kTwoStep;
+    args.a = 0;
+    args.b = 1;
+    args.src = kG;
+    args.dst = kDst;
+    args.amount = 5;
+    args.second_last = true;
+    args.history_id = me->recorder.thread_log(1).next_txn_id();
+    TxnResult result;
+    dist::DistTxn txn;
+    me->u_status = co_await me->coord_u->run(txn, &bank_txn, &args, &result);
+    if (me->u_status.ok()) me->recorder.thread_log(1).append(std::move(result.record));
+  }
+  static rt::Task<void> run_t(SlipIn* me) {
+    TxnArgs args{};
+    args.kind = Kind::kGuarded;
+    args.a = 0;
+    args.b = 1;
+    args.c = 0;  // two shards: both peeks on shard 0
+    args.src = kSrc;
+    args.dst = kDst;
+    args.guard_a = kG;
+    args.guard_c = kSrc + 1;
+    args.amount = 7;
+    args.history_id = me->recorder.thread_log(0).next_txn_id();
+    TxnResult result;
+    dist::DistTxn txn;
+    me->t_status = co_await me->coord_t->run(txn, &bank_txn, &args, &result);
+    if (me->t_status.ok()) me->recorder.thread_log(0).append(std::move(result.record));
+    me->t_done = true;
+  }
+};
+
+TEST(DistFragmentSim, DeferredFragmentCannotSlipBetweenValidations) {
+  SlipIn s;
+  ASSERT_TRUE(s.loop.spawn(SlipIn::run_t(&s)).ok());
+  ASSERT_TRUE(s.env.run_until_true([&] { return s.t_done; }, 10'000 * kMs).ok());
+  EXPECT_TRUE(s.hooked->fired());
+  History h = s.recorder.merge();
+  uint64_t merged = 0;
+  EXPECT_EQ(merge_receipts(s.shards, &h, &merged), 0u);
+  auto anomalies = check(h);
+  EXPECT_TRUE(anomalies.empty()) << "T: " << s.t_status.to_string()
+                                 << ", T': " << s.u_status.to_string() << ": "
+                                 << (anomalies.empty() ? "" : anomalies.front().explanation);
+  int64_t total = 0;
+  for (auto& sh : s.shards) {
+    EXPECT_EQ(sh->participant->active(), 0u);
+    EXPECT_EQ(unreadable_records(*sh), 0u);
+    total += balance_sum(*sh);
+  }
+  EXPECT_EQ(total, 2 * int64_t{kKeysPerShard} * kInitial);
+}
+
+// ---- malformed messages ----
+
+template <typename T>
+std::span<const uint8_t> bytes_of(const T& v) {
+  return {reinterpret_cast<const uint8_t*>(&v), sizeof(T)};
+}
+template <typename T>
+std::span<uint8_t> out_of(T* v) {
+  return {reinterpret_cast<uint8_t*>(v), sizeof(T)};
+}
+std::vector<uint8_t> payload_of(const rt::MsgBuffer& b) {
+  return {b.payload().begin(), b.payload().end()};
+}
+bool is_refusal(const Status& s) {
+  return s.code() == Code::kCorruption || s.code() == Code::kInvalidArgument;
+}
+
+// One shard with the bank's fragments, served through a ParticipantService.
+struct OneShard {
+  OneShard() {
+    env.attach(loop);
+    dist::ParticipantOptions po;
+    po.lease_ns = kLeaseNs;
+    shard = make_shard(env, 0, false, po);
+    service = std::make_unique<dist::ParticipantService>(*shard->participant, loop);
+  }
+  ~OneShard() {
+    service.reset();
+    shard.reset();
+    env.detach(loop);
+  }
+  dist::Participant& p() { return *shard->participant; }
+  int64_t balance(uint64_t key) {
+    Account a{};
+    SHOAL_CHECK(
+        static_cast<txn::Table<1>*>(shard->tables.accounts)->peek(key1(key), &a, sizeof a).ok());
+    return a.balance;
+  }
+  // Nothing left behind: no context, every record readable, no money minted or lost.
+  void expect_clean(int64_t total = int64_t{kKeysPerShard} * kInitial) {
+    EXPECT_EQ(p().active(), 0u);
+    EXPECT_EQ(unreadable_records(*shard), 0u);
+    EXPECT_EQ(balance_sum(*shard), total);
+  }
+
+  SimEnv env{7};
+  rt::EventLoop loop{env};
+  std::unique_ptr<ShardState> shard;
+  std::unique_ptr<dist::ParticipantService> service;
+};
+
+const MoveArgs kCredit5{3, 5, 100, 0};
+
+txn::DepVec some_vector() {
+  txn::DepVec v;
+  v.raise(1, 5);
+  v.raise(2, 9);
+  return v;
+}
+
+// Valid kExec and kValidateInstall requests for `id`: exec (locking after), validate_install
+// with a fragment, with arguments whose size is not a multiple of 8 (padding), and without one.
+std::vector<std::pair<uint16_t, std::vector<uint8_t>>> valid_requests(TxnId id) {
+  std::vector<std::pair<uint16_t, std::vector<uint8_t>>> out;
+  rt::MsgBuffer b;
+  SHOAL_CHECK(
+      dist::wire::encode_exec(id, 1, kCredit, bytes_of(kCredit5), sizeof(MoveResult), true, &b)
+          .ok());
+  out.emplace_back(dist::wire::kExec, payload_of(b));
+  const dist::FragmentCall call{kCredit, bytes_of(kCredit5)};
+  SHOAL_CHECK(dist::wire::encode_validate_install(id, 1, some_vector(), &call, &b).ok());
+  out.emplace_back(dist::wire::kValidateInstall, payload_of(b));
+  const uint8_t five[5] = {1, 2, 3, 4, 5};
+  const dist::FragmentCall odd{kCredit, five};
+  SHOAL_CHECK(dist::wire::encode_validate_install(id, 1, some_vector(), &odd, &b).ok());
+  out.emplace_back(dist::wire::kValidateInstall, payload_of(b));
+  SHOAL_CHECK(dist::wire::encode_validate_install(id, 1, some_vector(), nullptr, &b).ok());
+  out.emplace_back(dist::wire::kValidateInstall, payload_of(b));
+  return out;
+}
+
+TEST(DistFragmentWire, TruncatedAndOverlongRequestsAreRefused) {
+  OneShard sh;
+  rt::MsgBuffer resp;
+  for (const auto& [method, msg] : valid_requests(42)) {
+    for (size_t n = 0; n < msg.size(); ++n) {  // every strict prefix
+      Status s = sh.service->serve(method, {msg.data(), n}, &resp);
+      EXPECT_EQ(s.code(), Code::kCorruption)
+          << "method " << method << " prefix " << n << ": " << s.to_string();
+    }
+    std::vector<uint8_t> longer = msg;
+    longer.push_back(0);
+    Status s = sh.service->serve(method, longer, &resp);
+    EXPECT_EQ(s.code(), Code::kCorruption) << "method " << method << " + 1 byte: " << s.to_string();
+  }
+  sh.expect_clean();
+  EXPECT_EQ(sh.p().tombstones(), 0u) << "a refused request reached the participant";
+}
+
+TEST(DistFragmentWire, OutOfRangeRequestFieldsAreInvalidArgument) {
+  OneShard sh;
+  rt::MsgBuffer resp;
+  const auto reqs = valid_requests(43);
+  auto patched = [&](size_t which, size_t offset, uint32_t value) {
+    std::vector<uint8_t> m = reqs[which].second;
+    std::memcpy(m.data() + offset, &value, 4);
+    return sh.service->serve(reqs[which].first, m, &resp).code();
+  };
+  constexpr uint32_t kBig = dist::kFragmentBytesMax + 1;
+  // kExec: fragment u32 @16, out_bytes @20, args_bytes @24, flags @28.
+  EXPECT_EQ(patched(0, 16, 9), Code::kInvalidArgument);  // registered nowhere
+  EXPECT_EQ(patched(0, 16, dist::kFragmentsMax), Code::kInvalidArgument);
+  EXPECT_EQ(patched(0, 16, ~0u), Code::kInvalidArgument);
+  EXPECT_EQ(patched(0, 20, kBig), Code::kInvalidArgument);
+  EXPECT_EQ(patched(0, 24, kBig), Code::kInvalidArgument);
+  EXPECT_EQ(patched(0, 24, ~0u), Code::kInvalidArgument);
+  EXPECT_EQ(patched(0, 28, 2), Code::kInvalidArgument);  // flag bits beyond "lock after"
+  EXPECT_EQ(patched(0, 28, 0x80000001u), Code::kInvalidArgument);
+  // kValidateInstall: fragment u32 @16, args_bytes @20, args (32 bytes), count @56.
+  EXPECT_EQ(patched(1, 16, 9), Code::kInvalidArgument);
+  EXPECT_EQ(patched(1, 16, dist::kFragmentsMax), Code::kInvalidArgument);
+  EXPECT_EQ(patched(1, 16, ~0u), Code::kInvalidArgument);  // "no fragment", with arguments
+  EXPECT_EQ(patched(1, 20, kBig), Code::kInvalidArgument);
+  EXPECT_EQ(patched(1, 20, ~0u), Code::kInvalidArgument);
+  EXPECT_EQ(patched(1, 56, ~0u), Code::kInvalidArgument);  // vector entries
+  EXPECT_EQ(patched(1, 56, dist::DistTxn::kShardsMax + 1), Code::kInvalidArgument);
+  // An unknown fragment answers InvalidArgument before any context starts.
+  sh.expect_clean();
+  EXPECT_EQ(sh.service->malformed(), 15u);
+  // The encoders refuse what the decoders would.
+  std::vector<uint8_t> huge(kBig);
+  rt::MsgBuffer b;
+  EXPECT_EQ(dist::wire::encode_exec(1, 1, kCredit, huge, 16, false, &b).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(dist::wire::encode_exec(1, 1, kCredit, {}, kBig, false, &b).code(),
+            Code::kInvalidArgument);
+  const dist::FragmentCall call{kCredit, huge};
+  EXPECT_EQ(dist::wire::encode_validate_install(1, 1, some_vector(), &call, &b).code(),
+            Code::kInvalidArgument);
+}
+
+TEST(DistFragmentWire, MalformedRepliesAreRefused) {
+  // kExec reply: flags u32, proposed TID u64, size u32, size bytes.
+  auto exec_reply = [](uint32_t flags, uint64_t tid, uint32_t size, size_t bytes) {
+    std::vector<uint8_t> m(16 + bytes, 0xab);
+    std::memcpy(m.data(), &flags, 4);
+    std::memcpy(m.data() + 4, &tid, 8);
+    std::memcpy(m.data() + 12, &size, 4);
+    return m;
+  };
+  uint8_t out[8] = {};
+  uint32_t size = 0;
+  bool wrote = false;
+  uint64_t tid = 0;
+  const auto ok = exec_reply(dist::wire::kExecWrote, 77, 4, 4);
+  ASSERT_TRUE(dist::wire::decode_exec_reply(ok, out, &size, &wrote, &tid).ok());
+  EXPECT_TRUE(wrote);
+  EXPECT_EQ(size, 4u);
+  EXPECT_EQ(tid, 77u);
+  EXPECT_EQ(out[3], 0xab);
+  for (size_t n = 0; n < ok.size(); ++n) {
+    EXPECT_EQ(dist::wire::decode_exec_reply({ok.data(), n}, out, &size, &wrote, &tid).code(),
+              Code::kCorruption)
+        << "prefix " << n;
+  }
+  auto code = [&](const std::vector<uint8_t>& m) {
+    return dist::wire::decode_exec_reply(m, out, &size, &wrote, &tid).code();
+  };
+  EXPECT_EQ(code(exec_reply(1, 77, 4, 5)), Code::kCorruption);       // a trailing byte
+  EXPECT_EQ(code(exec_reply(2, 77, 4, 4)), Code::kInvalidArgument);  // unknown flag
+  EXPECT_EQ(code(exec_reply(0, 77, 9, 9)), Code::kInvalidArgument);  // larger than out
+  EXPECT_EQ(code(exec_reply(0, 77, ~0u, 0)), Code::kInvalidArgument);
+  // kValidateInstall reply: tid u64, count u32, (shard u32, ts u64)*.
+  std::vector<uint8_t> vi(8 + 4 + 2 * 12, 0);
+  const uint64_t t9 = 9;
+  const uint32_t two = 2, one = 1, three = 3;
+  const uint64_t ts = 5;
+  std::memcpy(vi.data(), &t9, 8);
+  std::memcpy(vi.data() + 8, &two, 4);
+  std::memcpy(vi.data() + 12, &one, 4);
+  std::memcpy(vi.data() + 16, &ts, 8);
+  std::memcpy(vi.data() + 24, &three, 4);
+  std::memcpy(vi.data() + 28, &ts, 8);
+  txn::DepVec deps;
+  ASSERT_TRUE(dist::wire::decode_validate_install_reply(vi, &deps, &tid).ok());
+  EXPECT_EQ(tid, 9u);
+  EXPECT_EQ(deps.get(1), 5u);
+  EXPECT_EQ(deps.get(3), 5u);
+  for (size_t n = 0; n < vi.size(); ++n) {
+    EXPECT_EQ(dist::wire::decode_validate_install_reply({vi.data(), n}, &deps, &tid).code(),
+              Code::kCorruption)
+        << "prefix " << n;
+  }
+  std::vector<uint8_t> longer = vi;
+  longer.push_back(0);
+  EXPECT_EQ(dist::wire::decode_validate_install_reply(longer, &deps, &tid).code(),
+            Code::kCorruption);
+  const uint32_t huge = ~0u;
+  std::memcpy(vi.data() + 8, &huge, 4);
+  EXPECT_EQ(dist::wire::decode_validate_install_reply(vi, &deps, &tid).code(),
+            Code::kInvalidArgument);
+}
+
+// Random corruption of valid fragment requests (txn header kept, so every id can be aborted
+// after): never a crash; afterwards aborts and leases leave no context and no lock.
+TEST(DistFragmentWire, FuzzedFragmentRequestsNeverCrashAndLeaveNothingBehind) {
+  OneShard sh;
+  Rng rng(SimEnv::seed_from_env(99));
+  rt::MsgBuffer resp;
+  uint64_t refused = 0, served = 0;
+  const int rounds = seed_count(3000, 300);
+  for (int i = 0; i < rounds; ++i) {
+    const TxnId id = 1000 + static_cast<TxnId>(rng.uniform(0, 63));
+    auto reqs = valid_requests(id);
+    auto [method, msg] = reqs[rng.uniform(0, reqs.size() - 1)];
+    if (rng.uniform(0, 2) == 0) {
+      msg.resize(dist::wire::kTxnHeaderBytes + rng.uniform(0, msg.size() + 8));
+    }
+    for (uint64_t flips = rng.uniform(1, 4); flips > 0 && msg.size() > 16; --flips) {
+      msg[rng.uniform(16, msg.size() - 1)] = static_cast<uint8_t>(rng.next());
+    }
+    Status s = sh.service->serve(method, msg, &resp);
+    refused += is_refusal(s) ? 1 : 0;
+    served += s.ok() ? 1 : 0;
+  }
+  for (TxnId id = 1000; id < 1064; ++id) sh.p().abort(id);
+  ASSERT_TRUE(sh.env.run_for(2 * kLeaseNs).ok());
+  EXPECT_GT(refused, 0u);
+  EXPECT_GT(served, 0u);
+  EXPECT_EQ(sh.p().active(), 0u);
+  EXPECT_EQ(unreadable_records(*sh.shard), 0u);
+}
+
+// ---- the participant's fragment rules, without the network ----
+
+TEST(DistFragmentRules, LastAgentRepeatsAnswerAsTheFirstTime) {
+  OneShard sh;
+  dist::Participant& p = sh.p();
+  MoveResult r{};
+  uint32_t size = 0;
+  bool wrote = false;
+  uint64_t proposed = 0, tid = 0, tid2 = 0;
+  txn::DepVec deps, deps2;
+  // F7 after it installed: Ok with the same TID; F8's fragment is not run again.
+  ASSERT_TRUE(
+      p.exec(10, 1, kCredit, bytes_of(kCredit5), out_of(&r), &size, &wrote, &proposed).ok());
+  EXPECT_TRUE(wrote);
+  EXPECT_EQ(size, sizeof r);
+  EXPECT_GT(proposed, 0u);
+  ASSERT_TRUE(p.validate_install(10, 1, some_vector(), &deps, &tid).ok());
+  EXPECT_GE(tid, proposed);
+  EXPECT_EQ(p.active(), 0u);
+  EXPECT_EQ(sh.balance(3), kInitial + 5);
+  ASSERT_TRUE(p.validate_install(10, 1, some_vector(), &deps2, &tid2).ok());
+  EXPECT_EQ(tid2, tid);
+  const dist::FragmentCall call{kCredit, bytes_of(kCredit5)};
+  ASSERT_TRUE(p.validate_install(10, 1, some_vector(), &deps2, &tid2, &call).ok());
+  EXPECT_EQ(tid2, tid);
+  EXPECT_EQ(sh.balance(3), kInitial + 5) << "a repeated F8 ran its fragment again";
+  EXPECT_EQ(p.stats().repeated_installs, 2u);
+  // The same for a one-shot F8 (first contact).
+  const MoveArgs credit7{7, 2, 101, 1};
+  const dist::FragmentCall call7{kCredit, bytes_of(credit7)};
+  ASSERT_TRUE(p.validate_install(11, 1, some_vector(), &deps, &tid, &call7).ok());
+  ASSERT_TRUE(p.validate_install(11, 1, some_vector(), &deps2, &tid2, &call7).ok());
+  EXPECT_EQ(tid2, tid);
+  EXPECT_EQ(sh.balance(7), kInitial + 2);
+  // F7 after it aborted (its read no longer validates): Aborted, every time.
+  PeekArgs pa{};
+  pa.count = 1;
+  pa.keys[0] = 4;
+  PeekResult pr{};
+  ASSERT_TRUE(p.exec(12, 1, kPeek, bytes_of(pa), out_of(&pr), &size, &wrote, nullptr).ok());
+  EXPECT_FALSE(wrote);
+  const MoveArgs credit5{5, 3, 102, 0};
+  ASSERT_TRUE(p.exec(12, 1, kCredit, bytes_of(credit5), out_of(&r), &size, &wrote, &proposed).ok());
+  {
+    txn::Txn t(sh.shard->engine.get(), 2);  // overwrites what 12 read
+    t.begin();
+    const uint64_t key = 4;
+    const Account acc{1, 999, kInitial};
+    ASSERT_TRUE(sh.shard->tables.accounts->txn_put(t, &key, &acc, sizeof acc).ok());
+    ASSERT_TRUE(t.commit().ok());
+    t.end();
+  }
+  EXPECT_TRUE(p.validate_install(12, 1, some_vector(), &deps, &tid).is_aborted());
+  EXPECT_EQ(p.active(), 0u);
+  EXPECT_TRUE(p.validate_install(12, 1, some_vector(), &deps, &tid).is_aborted());
+  const dist::FragmentCall call5{kCredit, bytes_of(credit5)};
+  EXPECT_TRUE(p.validate_install(12, 1, some_vector(), &deps, &tid, &call5).is_aborted());
+  EXPECT_EQ(p.install(12, 1, proposed, some_vector()).code(), Code::kInvalidArgument);
+  EXPECT_EQ(sh.balance(5), kInitial) << "an aborted transaction's write showed";
+  // After the coordinator's abort: Aborted too.
+  ASSERT_TRUE(p.exec(13, 1, kCredit, bytes_of(credit5), out_of(&r), &size, &wrote, &proposed).ok());
+  p.abort(13);
+  EXPECT_TRUE(p.validate_install(13, 1, some_vector(), &deps, &tid).is_aborted());
+  sh.expect_clean(int64_t{kKeysPerShard} * kInitial + 5 + 2);
+}
+
+TEST(DistFragmentRules, FailedOneShotFragmentEndsTheContext) {
+  OneShard sh;
+  dist::Participant& p = sh.p();
+  txn::DepVec deps;
+  uint64_t tid = 0;
+  // A fragment that wrote, then failed: its error comes back, nothing is held or shown, the
+  // id is ended (an install is refused, a repeat does not run the fragment again).
+  const MoveArgs mint{6, 0, 103, 0};
+  const dist::FragmentCall fails{kFail, bytes_of(mint)};
+  EXPECT_EQ(p.validate_install(20, 1, some_vector(), &deps, &tid, &fails).code(), Code::kIOError);
+  EXPECT_EQ(p.active(), 0u);
+  EXPECT_EQ(p.install(20, 1, 1, some_vector()).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(p.validate_install(20, 1, some_vector(), &deps, &tid, &fails).is_aborted());
+  // A deferred debit the balance cannot cover: UserAbort, same ending.
+  const MoveArgs overdraw{6, kInitial + 1, 104, 1};
+  const dist::FragmentCall debit_call{kDebit, bytes_of(overdraw)};
+  EXPECT_TRUE(p.validate_install(21, 1, some_vector(), &deps, &tid, &debit_call).is_user_abort());
+  EXPECT_EQ(p.active(), 0u);
+  EXPECT_EQ(p.install(21, 1, 1, some_vector()).code(), Code::kInvalidArgument);
+  // An unknown fragment: refused before any context starts.
+  const dist::FragmentCall unknown{9, bytes_of(mint)};
+  EXPECT_EQ(p.validate_install(22, 1, some_vector(), &deps, &tid, &unknown).code(),
+            Code::kInvalidArgument);
+  // A stale epoch: refused, nothing run.
+  p.advance_epoch(3);
+  EXPECT_TRUE(p.validate_install(23, 2, some_vector(), &deps, &tid, &fails).is_aborted());
+  sh.expect_clean();
+}
+
+TEST(DistFragmentRules, ExecRefusals) {
+  OneShard sh;
+  dist::Participant& p = sh.p();
+  MoveResult r{};
+  uint32_t size = 0;
+  bool wrote = false;
+  uint64_t proposed = 0;
+  txn::DepVec deps;
+  // Unknown fragments and oversized buffers: InvalidArgument, no context started.
+  for (uint32_t f : {9u, dist::kFragmentsMax, ~0u}) {
+    EXPECT_EQ(p.exec(30, 1, f, bytes_of(kCredit5), out_of(&r), &size, &wrote, nullptr).code(),
+              Code::kInvalidArgument)
+        << f;
+  }
+  std::vector<uint8_t> big(dist::kFragmentBytesMax + 1);
+  EXPECT_EQ(p.exec(30, 1, kCredit, big, out_of(&r), &size, &wrote, nullptr).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(p.exec(30, 1, kCredit, bytes_of(kCredit5), big, &size, &wrote, nullptr).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(p.active(), 0u);
+  {
+    dist::Participant bare(*sh.shard->engine, 0);  // no fragment table registered
+    EXPECT_EQ(
+        bare.exec(30, 1, kCredit, bytes_of(kCredit5), out_of(&r), &size, &wrote, nullptr).code(),
+        Code::kInvalidArgument);
+    EXPECT_EQ(bare.active(), 0u);
+  }
+  // A fragment's own error leaves the context to the coordinator's abort.
+  EXPECT_EQ(p.exec(31, 1, kCredit, bytes_of(kCredit5), {}, &size, &wrote, nullptr).code(),
+            Code::kInvalidArgument);  // its result does not fit
+  EXPECT_EQ(p.active(), 1u);
+  p.abort(31);
+  // After the exec that locked (last_on_shard): Aborted.
+  ASSERT_TRUE(
+      p.exec(32, 1, kCredit, bytes_of(kCredit5), out_of(&r), &size, &wrote, &proposed).ok());
+  EXPECT_TRUE(
+      p.exec(32, 1, kCredit, bytes_of(kCredit5), out_of(&r), &size, &wrote, nullptr).is_aborted());
+  EXPECT_TRUE(p.exec(32, 1, kCredit, bytes_of(kCredit5), out_of(&r), &size, &wrote, &proposed)
+                  .is_aborted());
+  p.abort(32);
+  // After lock(), and after the yes vote: Aborted.
+  ASSERT_TRUE(p.exec(33, 1, kCredit, bytes_of(kCredit5), out_of(&r), &size, &wrote, nullptr).ok());
+  ASSERT_TRUE(p.lock(33, 1, nullptr, 0, &proposed).ok());
+  EXPECT_TRUE(
+      p.exec(33, 1, kCredit, bytes_of(kCredit5), out_of(&r), &size, &wrote, nullptr).is_aborted());
+  ASSERT_TRUE(p.validate(33, 1, &deps).ok());  // prepared
+  EXPECT_TRUE(
+      p.exec(33, 1, kCredit, bytes_of(kCredit5), out_of(&r), &size, &wrote, nullptr).is_aborted());
+  ASSERT_TRUE(p.install(33, 1, proposed, deps).ok());
+  EXPECT_EQ(sh.balance(3), kInitial + 5);
+  // last_on_shard with nothing written locks nothing: the shard stays read-only.
+  PeekArgs pa{};
+  pa.count = 2;
+  pa.keys[0] = 8;
+  pa.keys[1] = 9;
+  PeekResult pr{};
+  proposed = 0;
+  ASSERT_TRUE(p.exec(34, 1, kPeek, bytes_of(pa), out_of(&pr), &size, &wrote, &proposed).ok());
+  EXPECT_FALSE(wrote);
+  EXPECT_EQ(proposed, 0u);
+  EXPECT_EQ(pr.balances[1], kInitial);
+  ASSERT_TRUE(p.validate(34, 1, &deps).ok());
+  EXPECT_EQ(p.active(), 0u) << "a read-only context is finished by validate";
+  // Ended (F1) and stale (epoch) ids: Aborted, no context.
+  p.abort(35);
+  EXPECT_TRUE(
+      p.exec(35, 1, kCredit, bytes_of(kCredit5), out_of(&r), &size, &wrote, nullptr).is_aborted());
+  p.advance_epoch(3);
+  EXPECT_TRUE(
+      p.exec(36, 2, kCredit, bytes_of(kCredit5), out_of(&r), &size, &wrote, nullptr).is_aborted());
+  sh.expect_clean(int64_t{kKeysPerShard} * kInitial + 5);
+}
+
+}  // namespace
+}  // namespace shoal::sim
