@@ -12,6 +12,8 @@ bool find_tables(const txn::Engine& engine, Tables* out) {
   };
   out->warehouse = get1(kWarehouseTable);
   out->district = get1(kDistrictTable);
+  out->warehouse_ytd = get1(kWarehouseYtdTable);
+  out->district_ytd = get1(kDistrictYtdTable);
   out->customer = get1(kCustomerTable);
   out->history = get1(kHistoryTable);
   out->new_order = get1(kNewOrderTable);
@@ -21,7 +23,8 @@ bool find_tables(const txn::Engine& engine, Tables* out) {
   out->stock = get1(kStockTable);
   out->customer_name = static_cast<txn::Table<4>*>(engine.find_table(kCustomerNameTable));
   out->order_customer = static_cast<txn::Table<2>*>(engine.find_table(kOrderCustomerTable));
-  txn::TableBase* all[] = {out->warehouse, out->district,      out->customer,      out->history,
+  txn::TableBase* all[] = {out->warehouse_ytd, out->district_ytd,
+                           out->warehouse, out->district,      out->customer,      out->history,
                            out->new_order, out->order,         out->order_line,    out->item,
                            out->stock,     out->customer_name, out->order_customer};
   for (txn::TableBase* table : all) {

@@ -39,9 +39,9 @@ struct TpccOptions {
 };
 
 // sum(H_AMOUNT) over the HISTORY rows of this engine that count for warehouses it does not
-// hold: a shard of a partitioned cluster keeps a Payment's HISTORY row with the customer, so
-// the paying warehouse's conditions 8 and 9 (and, were rows kept elsewhere, a customer's
-// condition 10) need these sums from the other shards.
+// hold: a shard of a partitioned cluster keeps a Payment's HISTORY row with the warehouse
+// paid, so a customer paying another shard's warehouse needs these sums for its condition 10
+// (and, were rows kept elsewhere, the paid warehouse's conditions 8 and 9).
 struct ForeignPayments {
   std::unordered_map<uint64_t, int64_t> by_warehouse;  // key: H_W_ID
   std::unordered_map<uint64_t, int64_t> by_district;   // key: pack_wd(H_W_ID, H_D_ID)

@@ -102,6 +102,7 @@ struct DistrictScan {
   uint32_t w = 0;
   uint32_t d = 0;
   DistrictRow row{};
+  int64_t ytd_cents = 0;  // D_YTD
   std::vector<OrderInfo> orders;                 // by O_ID
   std::vector<int64_t> delivered_cents;          // by C_ID: sum(OL_AMOUNT) of delivered lines
   std::vector<std::array<char, 32>> cust_names;  // by C_ID: C_LAST, C_FIRST (index check)
@@ -237,9 +238,9 @@ void check_customers(const Tables& t, DistrictScan& s, const HistorySums& h, Fai
 
 void check_condition_9_11(DistrictScan& s, const HistorySums& h, bool after_load, Failures& f) {
   const int64_t paid = lookup(h.by_district, pack_wd(s.w, s.d));
-  if (s.row.ytd_cents != paid) {
+  if (s.ytd_cents != paid) {
     f.add(9, "(district %u/%u): D_YTD=%lld but sum(H_AMOUNT)=%lld", s.w, s.d,
-          static_cast<long long>(s.row.ytd_cents), static_cast<long long>(paid));
+          static_cast<long long>(s.ytd_cents), static_cast<long long>(paid));
   }
   const int64_t delivered_orders =
       static_cast<int64_t>(s.order_count) - static_cast<int64_t>(s.new_order_count);
@@ -304,6 +305,12 @@ int64_t check_district(const Tables& t, uint32_t w, uint32_t d, const HistorySum
     f.add(1, "(district %u/%u): DISTRICT row missing", w, d);
     return 0;
   }
+  YtdRow ytd{};
+  if (!t.district_ytd->peek(district_key(w, d), &ytd, sizeof(ytd)).ok()) {
+    f.add(1, "(district %u/%u): D_YTD row missing", w, d);
+    return 0;
+  }
+  s.ytd_cents = ytd.ytd_cents;
   s.orders.reserve(s.row.next_o_id + 1);
   scan_orders(t, s, f);
   scan_order_lines(t, s, f);
@@ -311,7 +318,7 @@ int64_t check_district(const Tables& t, uint32_t w, uint32_t d, const HistorySum
   check_customers(t, s, h, f);
   check_condition_9_11(s, h, after_load, f);
   check_indexes(t, s, f);
-  return s.row.ytd_cents;
+  return s.ytd_cents;
 }
 
 }  // namespace
@@ -361,14 +368,19 @@ std::vector<std::string> check_tpcc_conditions(txn::Engine& engine, bool after_l
     for (uint32_t d = 1; d <= kDistrictsPerWarehouse; ++d) {
       d_ytd_sum += check_district(t, wr.id, d, h, after_load, f);
     }
-    if (wr.ytd_cents != d_ytd_sum) {
+    YtdRow w_ytd{};
+    if (!t.warehouse_ytd->peek(warehouse_key(wr.id), &w_ytd, sizeof(w_ytd)).ok()) {
+      f.add(1, "(warehouse %u): W_YTD row missing", unsigned{wr.id});
+      continue;
+    }
+    if (w_ytd.ytd_cents != d_ytd_sum) {
       f.add(1, "(warehouse %u): W_YTD=%lld but sum(D_YTD)=%lld", unsigned{wr.id},
-            static_cast<long long>(wr.ytd_cents), static_cast<long long>(d_ytd_sum));
+            static_cast<long long>(w_ytd.ytd_cents), static_cast<long long>(d_ytd_sum));
     }
     const int64_t paid = lookup(h.by_warehouse, wr.id);
-    if (wr.ytd_cents != paid) {
+    if (w_ytd.ytd_cents != paid) {
       f.add(8, "(warehouse %u): W_YTD=%lld but sum(H_AMOUNT)=%lld", unsigned{wr.id},
-            static_cast<long long>(wr.ytd_cents), static_cast<long long>(paid));
+            static_cast<long long>(w_ytd.ytd_cents), static_cast<long long>(paid));
     }
   }
   if (warehouses.empty()) f.add(1, "no WAREHOUSE rows");

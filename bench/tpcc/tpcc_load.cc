@@ -55,8 +55,8 @@ Status load_warehouse_and_stock(const Tables& t, uint32_t w, Rng& rng, LoadProgr
   random_astring(rng, 6, 10, wr.name, sizeof(wr.name));
   random_address(rng, wr.street_1, wr.street_2, wr.city, wr.state, wr.zip);
   wr.tax_bp = static_cast<int32_t>(rng.uniform(0, 2000));
-  wr.ytd_cents = 30'000'000;  // 300,000.00
   SHOAL_TRY(t.warehouse->load(warehouse_key(w), wr));
+  SHOAL_TRY(t.warehouse_ytd->load(warehouse_key(w), YtdRow{30'000'000}));  // 300,000.00
   for (uint32_t i = 1; i <= kItems; ++i) {
     StockRow s;
     s.i_id = i;
@@ -157,9 +157,9 @@ Status load_district(const Tables& t, uint32_t w, uint32_t d, uint32_t c_last_lo
   random_astring(rng, 6, 10, dr.name, sizeof(dr.name));
   random_address(rng, dr.street_1, dr.street_2, dr.city, dr.state, dr.zip);
   dr.tax_bp = static_cast<int32_t>(rng.uniform(0, 2000));
-  dr.ytd_cents = 3'000'000;  // 30,000.00
   dr.next_o_id = kInitialOrdersPerDistrict + 1;
   SHOAL_TRY(t.district->load(district_key(w, d), dr));
+  SHOAL_TRY(t.district_ytd->load(district_key(w, d), YtdRow{3'000'000}));  // 30,000.00
 
   for (uint32_t c = 1; c <= kCustomersPerDistrict; ++c) {
     // Clause 4.3.2.3: the first 1000 customers take every last name once.
@@ -198,6 +198,8 @@ Tables create_tables(txn::Engine& engine) {
   Tables t;
   t.warehouse = engine.create_table<1>(kWarehouseTable);
   t.district = engine.create_table<1>(kDistrictTable);
+  t.warehouse_ytd = engine.create_table<1>(kWarehouseYtdTable);
+  t.district_ytd = engine.create_table<1>(kDistrictYtdTable);
   t.customer = engine.create_table<1>(kCustomerTable);
   t.customer_name = engine.create_table<4>(kCustomerNameTable);
   t.history = engine.create_table<1>(kHistoryTable);

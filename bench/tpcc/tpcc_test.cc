@@ -160,10 +160,10 @@ TEST(TpccLoad, CheckReportsABrokenCondition) {
   Status s = worker->run(
       [](txn::Txn& txn, const void* a, void*) -> Status {
         const Tables& t = *static_cast<const Args*>(a)->t;
-        WarehouseRow w;
-        SHOAL_TRY(txn.get(*t.warehouse, warehouse_key(1), &w));
+        YtdRow w;
+        SHOAL_TRY(txn.get(*t.warehouse_ytd, warehouse_key(1), &w));
         w.ytd_cents += 1;
-        return txn.put(*t.warehouse, warehouse_key(1), w);
+        return txn.put(*t.warehouse_ytd, warehouse_key(1), w);
       },
       &args);
   ASSERT_TRUE(s.ok()) << s.to_string();

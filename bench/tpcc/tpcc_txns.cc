@@ -194,9 +194,7 @@ void prepend_payment_data(CustomerRow* c, const PaymentArgs& a, uint32_t c_id) {
 
 }  // namespace
 
-Status payment_customer(Txn& txn, const Tables& t, const PaymentCustomerArgs& args,
-                        PaymentResult* r) {
-  const PaymentArgs& a = args.payment;
+Status payment_customer(Txn& txn, const Tables& t, const PaymentArgs& a, PaymentResult* r) {
   if (a.c_d_id < 1 || a.c_d_id > kDistrictsPerWarehouse) {
     return Status::InvalidArgument("payment_customer: district out of range");
   }
@@ -210,56 +208,56 @@ Status payment_customer(Txn& txn, const Tables& t, const PaymentCustomerArgs& ar
   c.payment_cnt += 1;
   if (c.credit[0] == 'B' && c.credit[1] == 'C') prepend_payment_data(&c, a, c_id);
   SHOAL_TRY(must_exist(txn.put(*t.customer, ck, c)));
-
-  HistoryRow h;
-  h.amount_cents = a.amount_cents;
-  h.date_us = a.date_us;
-  h.c_id = c_id;
-  h.c_w_id = a.c_w_id;
-  h.w_id = a.w_id;
-  h.c_d_id = a.c_d_id;
-  h.d_id = a.d_id;
-  // H_DATA = W_NAME, four spaces, D_NAME (clause 2.5.2.2).
-  std::memset(h.data, 0, sizeof(h.data));
-  const size_t wn = fixed_len(args.w_name);
-  std::memcpy(h.data, args.w_name, wn);
-  std::memcpy(h.data + wn, "    ", 4);
-  std::memcpy(h.data + wn + 4, args.d_name, fixed_len(args.d_name));
-  SHOAL_TRY(txn.insert(*t.history, history_key(a.history_source, a.history_seq), h));
   r->c_id = c_id;
   r->c_balance_cents = c.balance_cents;
   return Status::Ok();
 }
 
-Status payment_home(Txn& txn, const Tables& t, const PaymentArgs& a, PaymentHomeResult* r) {
+Status payment_home(Txn& txn, const Tables& t, const PaymentHomeArgs& args) {
+  const PaymentArgs& a = args.payment;
   if (a.d_id < 1 || a.d_id > kDistrictsPerWarehouse) {
     return Status::InvalidArgument("payment_home: district out of range");
   }
   WarehouseRow w;
   const Key<1> wk = warehouse_key(a.w_id);
   SHOAL_TRY(must_exist(txn.get(*t.warehouse, wk, &w)));
-  w.ytd_cents += a.amount_cents;
-  SHOAL_TRY(must_exist(txn.put(*t.warehouse, wk, w)));
+  YtdRow w_ytd;
+  SHOAL_TRY(must_exist(txn.get(*t.warehouse_ytd, wk, &w_ytd)));
+  w_ytd.ytd_cents += a.amount_cents;
+  SHOAL_TRY(must_exist(txn.put(*t.warehouse_ytd, wk, w_ytd)));
   DistrictRow d;
   const Key<1> dk = district_key(a.w_id, a.d_id);
   SHOAL_TRY(must_exist(txn.get(*t.district, dk, &d)));
-  d.ytd_cents += a.amount_cents;
-  SHOAL_TRY(must_exist(txn.put(*t.district, dk, d)));
-  std::memcpy(r->w_name, w.name, sizeof(r->w_name));
-  std::memcpy(r->d_name, d.name, sizeof(r->d_name));
-  return Status::Ok();
+  YtdRow d_ytd;
+  SHOAL_TRY(must_exist(txn.get(*t.district_ytd, dk, &d_ytd)));
+  d_ytd.ytd_cents += a.amount_cents;
+  SHOAL_TRY(must_exist(txn.put(*t.district_ytd, dk, d_ytd)));
+
+  HistoryRow h;
+  h.amount_cents = a.amount_cents;
+  h.date_us = a.date_us;
+  h.c_id = args.c_id;
+  h.c_w_id = a.c_w_id;
+  h.w_id = a.w_id;
+  h.c_d_id = a.c_d_id;
+  h.d_id = a.d_id;
+  // H_DATA = W_NAME, four spaces, D_NAME (clause 2.5.2.2).
+  std::memset(h.data, 0, sizeof(h.data));
+  const size_t wn = fixed_len(w.name);
+  std::memcpy(h.data, w.name, wn);
+  std::memcpy(h.data + wn, "    ", 4);
+  std::memcpy(h.data + wn + 4, d.name, fixed_len(d.name));
+  return txn.insert(*t.history, history_key(a.history_source, a.history_seq), h);
 }
 
 Status payment(Txn& txn, const void* args_ptr, void* result_ptr) {
   const auto& a = *static_cast<const PaymentArgs*>(args_ptr);
-  PaymentHomeResult names;
-  SHOAL_TRY(payment_home(txn, *a.tables, a, &names));
-  PaymentCustomerArgs c;
-  c.payment = a;
-  std::memcpy(c.w_name, names.w_name, sizeof(c.w_name));
-  std::memcpy(c.d_name, names.d_name, sizeof(c.d_name));
   PaymentResult r;
-  SHOAL_TRY(payment_customer(txn, *a.tables, c, &r));
+  SHOAL_TRY(payment_customer(txn, *a.tables, a, &r));
+  PaymentHomeArgs home;
+  home.payment = a;
+  home.c_id = r.c_id;
+  SHOAL_TRY(payment_home(txn, *a.tables, home));
   if (result_ptr != nullptr) *static_cast<PaymentResult*>(result_ptr) = r;
   return Status::Ok();
 }

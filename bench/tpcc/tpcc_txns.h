@@ -144,15 +144,10 @@ struct NewOrderHomeArgs {
   uint32_t remote_mask = 0;  // bit n: order line n's stock was updated elsewhere, see remote[n]
   RemoteStockLine remote[kMaxOrderLines] = {};
 };
-// Payment's customer part, with what it needs of the home part for the HISTORY row.
-struct PaymentCustomerArgs {
+// Payment's home part, with the customer its shard resolved.
+struct PaymentHomeArgs {
   PaymentArgs payment;  // `tables` is ignored
-  char w_name[10] = {};
-  char d_name[10] = {};
-};
-struct PaymentHomeResult {
-  char w_name[10] = {};
-  char d_name[10] = {};
+  uint32_t c_id = 0;
 };
 
 // Updates the stock rows of `a.items` on this shard (reading ITEM for the invalid-item
@@ -162,13 +157,12 @@ struct PaymentHomeResult {
 // NewOrder on its home shard, with the stock lines in `a.remote_mask` already done elsewhere.
 [[nodiscard]] Status new_order_home(txn::Txn& txn, const Tables& t, const NewOrderHomeArgs& a,
                                     NewOrderResult* r);
-// Payment's customer part on the customer's shard: select, balance update, and the HISTORY
-// row (which lives with its customer: a cross-shard Payment needs nothing back from there).
-[[nodiscard]] Status payment_customer(txn::Txn& txn, const Tables& t, const PaymentCustomerArgs& a,
+// Payment's customer part on the customer's shard: select and balance update.
+[[nodiscard]] Status payment_customer(txn::Txn& txn, const Tables& t, const PaymentArgs& a,
                                       PaymentResult* r);
-// Payment's warehouse and district part on the home shard; returns their names for H_DATA.
-[[nodiscard]] Status payment_home(txn::Txn& txn, const Tables& t, const PaymentArgs& a,
-                                  PaymentHomeResult* r);
+// Payment's home part: warehouse and district YTD, and the HISTORY row (kept with the
+// warehouse that was paid; its customer may live on another shard).
+[[nodiscard]] Status payment_home(txn::Txn& txn, const Tables& t, const PaymentHomeArgs& a);
 
 // The procedures (Procedure signature). `result` may be nullptr.
 [[nodiscard]] Status new_order(txn::Txn& txn, const void* args, void* result);

@@ -38,6 +38,14 @@ Status typed_fragment(txn::Txn& txn, const void* ctx, std::span<const uint8_t> a
   return Status::Ok();
 }
 
+Status payment_home_fragment(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args,
+                             std::span<uint8_t>, uint32_t* out_size) {
+  PaymentHomeArgs a;
+  SHOAL_TRY(parse_args(args, &a));
+  *out_size = 0;
+  return payment_home(txn, *static_cast<const Tables*>(ctx), a);
+}
+
 // What a distributed procedure gets: the terminal's context and its input.
 struct DistArgs {
   const TpccShardContext* ctx;
@@ -73,18 +81,21 @@ rt::Task<Status> dist_new_order(dist::DistTxn& txn, const void* args, void*) {
   co_return co_await txn.exec(home, kFragNewOrderHome, h, &r);
 }
 
-// The home part here, then the customer's part (its update and the HISTORY row) runs on its
-// shard as the commit's last step: one round trip (participant.h F8).
+// The customer's part first, on its shard (locking there in the same round trip: it returns
+// the customer id, which the HISTORY row needs), then the home part, then the commit (the
+// customer's shard validates and installs in one more round trip). Home reads come last, right
+// before our own validation: nothing can change them in between.
 rt::Task<Status> dist_payment(dist::DistTxn& txn, const void* args, void*) {
   const auto& x = *static_cast<const DistArgs*>(args);
-  PaymentCustomerArgs c;
-  c.payment = x.in->payment;
-  c.payment.tables = nullptr;
-  PaymentHomeResult names;
-  SHOAL_CO_TRY(co_await txn.exec(x.ctx->shard, kFragPaymentHome, c.payment, &names));
-  std::memcpy(c.w_name, names.w_name, sizeof(c.w_name));
-  std::memcpy(c.d_name, names.d_name, sizeof(c.d_name));
-  co_return txn.exec_at_commit(x.ctx->map->shard_of(c.payment.c_w_id), kFragPaymentCustomer, c);
+  PaymentHomeArgs h;
+  h.payment = x.in->payment;
+  h.payment.tables = nullptr;
+  PaymentResult r;
+  SHOAL_CO_TRY(co_await txn.exec(x.ctx->map->shard_of(h.payment.c_w_id), kFragPaymentCustomer,
+                                 h.payment, &r, /*last_on_shard=*/true));
+  h.c_id = r.c_id;
+  co_return co_await txn.exec(x.ctx->shard, kFragPaymentHome,
+                              {reinterpret_cast<const uint8_t*>(&h), sizeof(h)}, {}, nullptr);
 }
 
 // Which procedure runs `in`, and whether it leaves the home shard.
@@ -152,9 +163,8 @@ dist::FragmentTable make_tpcc_fragments(const Tables* tables) {
   t.fns[kFragNewOrderStock] =
       &typed_fragment<StockFragmentArgs, StockFragmentResult, &new_order_stock>;
   t.fns[kFragNewOrderHome] = &typed_fragment<NewOrderHomeArgs, NewOrderResult, &new_order_home>;
-  t.fns[kFragPaymentCustomer] =
-      &typed_fragment<PaymentCustomerArgs, PaymentResult, &payment_customer>;
-  t.fns[kFragPaymentHome] = &typed_fragment<PaymentArgs, PaymentHomeResult, &payment_home>;
+  t.fns[kFragPaymentCustomer] = &typed_fragment<PaymentArgs, PaymentResult, &payment_customer>;
+  t.fns[kFragPaymentHome] = &payment_home_fragment;
   return t;
 }
 

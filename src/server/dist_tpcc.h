@@ -4,7 +4,7 @@
 // Placement: shard s owns warehouses [partition_lo, partition_hi) of the cluster config (the
 // partition keys are warehouse ids) with all their rows (WAREHOUSE, DISTRICT, CUSTOMER and its
 // by-name index, ORDER and its by-customer index, NEW-ORDER, ORDER-LINE, STOCK) and the HISTORY
-// rows of their customers' Payments (wherever the Payment was made); ITEM is read-only and
+// rows of the Payments made at them (whose customer may live elsewhere); ITEM is read-only and
 // loaded on every shard (same seed, same rows).
 //
 // Execution: a transaction whose rows all live on its home shard (OrderStatus, Delivery,
@@ -13,10 +13,11 @@
 // (OCC retries after a yield, so a remote coordinator's prepared locks on this worker's loop
 // can be released meanwhile). The others run as coroutine procedures on the worker's
 // Coordinator, as fragments (src/dist, DistTxn::exec) on the shard owning their rows: a
-// NewOrder runs its remote stock lines first (locking them in the same round trip), then its
-// home part with their results, then commits (the remote shard validates and installs in one
-// more round trip); a Payment runs its home part, then its customer's part (customer update
-// and HISTORY row) runs on the customer's shard as the commit's last step: one round trip.
+// NewOrder runs its remote stock lines first, a Payment its remote customer (each locking there
+// in the same round trip), then the home part with their results, then commits: the remote
+// shard validates and installs in one more round trip (the last agent). The home part runs
+// last so that nothing changes its reads before our own validation, and the home rows (the
+// hot warehouse and district) stay locked for one round trip only.
 // The fragments are TpccFragment below, registered on every shard.
 //
 // Consistency across the cluster: each shard checks its warehouses (clause 3.3.2) with the

@@ -353,7 +353,7 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   dist::CoordinatorOptions co;
   co.shard_id = options_.shard;
   co.worker_id = index;
-  co.max_retries = 100;
+  co.max_retries = 1000;  // backoff caps each wait at 2 ms: a hot row on a loaded box
   co.backoff_loop = w->loop.get();
   w->coordinator = std::make_unique<dist::Coordinator>(co, links, &w->epoch);
   if (tpcc_ != nullptr) {
