@@ -95,8 +95,12 @@ TEST(WanShaperTest, RealTimeRoundTripIsTwiceTheOneWayDelay) {
     }
     a.release();
     const uint64_t rtt = mono_ns() - t0;
-    EXPECT_GE(rtt, 10'000'000u);
-    EXPECT_LT(rtt, 12'000'000u + 5'000'000u);  // 2 x (5 + 1) ms, plus scheduling slack
+    // The delay must be applied (at least 2 x (5 - 1) ms: jitter may shorten a hop). The upper
+    // bound only catches a delay applied many times over: a loaded 2-core machine (CI, other
+    // builds) can stall a sleeper for tens of milliseconds, and timing targets belong in
+    // benchmarks, not in unit tests.
+    EXPECT_GE(rtt, 8'000'000u);
+    EXPECT_LT(rtt, 12'000'000u + 500'000'000u);
   }
 }
 
