@@ -41,9 +41,12 @@ struct AcceptorRecovery {
 class AcceptorLog {
  public:
   // Opens (creating) <dir>/stream-<stream>.{wal,acc}. REQUIRES: dir exists.
-  [[nodiscard]] static Result<std::unique_ptr<AcceptorLog>> open(const std::string& dir,
-                                                                 uint32_t stream,
-                                                                 FsyncPolicy fsync);
+  // accept_sync_elsewhere: the accept hook never syncs (nor marks dirty); the owner syncs
+  // with sync_from_any_thread() on its own schedule (a leader's syncer thread, with
+  // PaxosOptions::defer_self_ack). Promises still sync in the hook.
+  [[nodiscard]] static Result<std::unique_ptr<AcceptorLog>> open(
+      const std::string& dir, uint32_t stream, FsyncPolicy fsync,
+      bool accept_sync_elsewhere = false);
   ~AcceptorLog();
   AcceptorLog(const AcceptorLog&) = delete;
   AcceptorLog& operator=(const AcceptorLog&) = delete;
@@ -64,16 +67,20 @@ class AcceptorLog {
   // the hook; kNone never.
   [[nodiscard]] Status sync();
   bool dirty() const { return dirty_; }
+  // fdatasync of both files, safe from another thread than the appender's: it covers every
+  // append that returned before the call. Leaves dirty() alone (the owner's flag).
+  [[nodiscard]] Status sync_from_any_thread() const;
 
   uint64_t wal_bytes() const { return wal_->end_offset(); }
 
  private:
   AcceptorLog(std::unique_ptr<Wal> wal, int journal_fd, std::string journal_path,
-              FsyncPolicy fsync)
+              FsyncPolicy fsync, bool accept_sync_elsewhere)
       : wal_(std::move(wal)),
         journal_fd_(journal_fd),
         journal_path_(std::move(journal_path)),
-        fsync_(fsync) {}
+        fsync_(fsync),
+        accept_sync_elsewhere_(accept_sync_elsewhere) {}
   [[nodiscard]] Status append_record(uint32_t kind, uint64_t slot, Ballot ballot,
                                      uint64_t checksum, bool sync);
 
@@ -81,6 +88,7 @@ class AcceptorLog {
   int journal_fd_ = -1;
   std::string journal_path_;
   FsyncPolicy fsync_;
+  bool accept_sync_elsewhere_ = false;
   uint64_t journal_end_ = 0;
   uint64_t chosen_noted_ = 0;
   bool dirty_ = false;

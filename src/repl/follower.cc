@@ -1,5 +1,7 @@
 #include "src/repl/follower.h"
 
+#include "src/repl/leader.h"
+
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -126,7 +128,12 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
         RealEnv::instance(), *st->transport, st->store, po,
         [this, raw](uint64_t slot, std::span<const std::byte> e) {
           raw->log->note_chosen(slot);
-          applier_->on_chosen(raw->id, e);
+          // Inside a message batch: replay after the batch's replies are out (release_held).
+          if (holding_) {
+            applier_->enqueue(raw->id, e);
+          } else {
+            applier_->on_chosen(raw->id, e);
+          }
         });
     st->store.trim();
     streams_.push_back(std::move(st));
@@ -167,6 +174,8 @@ void Follower::release_held() {
   for (const Held& h : held_index_) send(h.session, {held_bytes_.data() + h.offset, h.bytes});
   held_index_.clear();
   held_bytes_.clear();
+  if (ep_) (void)ep_->flush();  // the replies leave before we spend time replaying
+  if (applier_) applier_->drain();
 }
 
 void Follower::on_message(uint32_t session, std::span<const uint8_t> bytes) {
@@ -198,6 +207,9 @@ void Follower::handle_control(std::span<const uint8_t> bytes) {
 }
 
 FollowerReport Follower::report(bool digest, bool check) {
+  // A report can come in the middle of a message batch, with chosen entries enqueued but not
+  // installed: install them first, so "applied" (and the digest) means installed.
+  if (applier_) applier_->drain();
   FollowerReport r;
   r.replica = options_.replica;
   r.applied_tid = applied_tid();
@@ -243,16 +255,17 @@ void Follower::on_tick(void* self, uint64_t) {
     const PaxosStream& p = *f->streams_[0]->paxos;
     std::fprintf(stderr,
                  "replica %u: stream 0 chosen %lu role %d ballot %lx, applied %lx, queued %zu, "
-                 "received %lu malformed %lu bad %lu window %lu\n",
+                 "received %lu malformed %lu bad %lu window %lu entries %lu txns %lu\n",
                  f->options_.replica, p.chosen_index(), static_cast<int>(p.role()), p.ballot(),
                  f->applied_tid(), f->applier_->queued_entries(), p.stats().messages_received,
-                 p.stats().malformed, p.stats().bad_entries, p.stats().out_of_window);
+                 p.stats().malformed, p.stats().bad_entries, p.stats().out_of_window,
+                 f->applier_->stats().entries, f->applier_->stats().txns);
   }
   if ((f->stop_ != nullptr && f->stop_->load(std::memory_order_acquire)) || !f->failed_.ok()) {
     f->loop_->stop();
     return;
   }
-  (void)f->loop_->add_timer(f->loop_->now_ns() + 1'000'000, &on_tick, self);
+  (void)f->loop_->add_timer(f->loop_->now_ns() + kTickNs, &on_tick, self);
 }
 
 Status Follower::run(const std::atomic<bool>* stop) {
@@ -270,7 +283,7 @@ Status Follower::run(const std::atomic<bool>* stop) {
   send(kControlSession, std::as_bytes(std::span(hello.data(), hello.size())));
   SHOAL_TRY(ep_->flush());
   rt::LoopOptions lo;
-  lo.spin_ns = 20'000;  // followers share the machine with the leader's workers
+  lo.spin_ns = 5'000;  // followers share the machine with the leader's workers
   loop_ = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
   rt::PollerWake wake;
   wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {
@@ -304,7 +317,7 @@ Status Follower::run(const std::atomic<bool>* stop) {
         return any;
       },
       this, [](void* ctx) { return static_cast<Follower*>(ctx)->ep_->next_due_ns(); }, wake));
-  SHOAL_TRY(loop_->add_timer(loop_->now_ns() + 1'000'000, &on_tick, this).status());
+  SHOAL_TRY(loop_->add_timer(loop_->now_ns() + kTickNs, &on_tick, this).status());
   loop_->run();
   loop_->remove_poller(this);
   loop_.reset();

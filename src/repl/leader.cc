@@ -9,7 +9,7 @@ namespace shoal::repl {
 
 PaxosOptions paxos_options_for_rtt(uint64_t rtt_ns) {
   PaxosOptions o;
-  o.heartbeat_ns = 5'000'000;
+  o.heartbeat_ns = 10'000'000;  // tick() runs every kTickNs = 2 ms
   // TCP already delivers reliably: retransmission matters after a reconnect or a leader
   // change, so it waits well past a round trip plus a busy follower's queueing (a re-sent
   // entry costs as much as the first send: hundreds of KB for a TPC-C batch).
@@ -79,6 +79,7 @@ Result<std::unique_ptr<ReplicationLeader>> ReplicationLeader::start(const Leader
   std::unique_ptr<ReplicationLeader> l(new ReplicationLeader(options, engine));
   SHOAL_TRY(l->init());
   l->thread_ = std::thread([p = l.get()] { p->thread_main(); });
+  if (l->deferred_sync_) l->syncer_ = std::thread([p = l.get()] { p->syncer_main(); });
   return l;
 }
 
@@ -93,11 +94,15 @@ Status ReplicationLeader::init() {
   listener_ = std::move(*listener);
   port_ = listener_.port();
   rt::LoopOptions lo;
-  lo.spin_ns = 20'000;  // the workers need the cores more than we need a fast wake-up
+  lo.spin_ns = 5'000;  // the workers need the cores more than we need a fast wake-up
   lo.max_pollers = kPaxosReplicasMax + 4;
   loop_ = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
   peers_.resize(options_.replicas);
   reports_.resize(options_.replicas);
+  deferred_sync_ = !options_.wal_dir.empty() && options_.fsync != FsyncPolicy::kNone;
+  options_.paxos.defer_self_ack = deferred_sync_;
+  sync_.requested.assign(options_.streams, {0, 0});
+  sync_.durable.assign(options_.streams, {0, 0});
   for (uint32_t s = 0; s < options_.streams; ++s) {
     auto st = std::make_unique<Stream>(options_.retain_chosen_slots);
     st->id = s;
@@ -107,7 +112,7 @@ Status ReplicationLeader::init() {
     st->appender = std::make_unique<StreamAppender>(ao, engine_, RealEnv::instance(), &on_post,
                                                     this);
     if (!options_.wal_dir.empty()) {
-      auto log = AcceptorLog::open(options_.wal_dir, s, options_.fsync);
+      auto log = AcceptorLog::open(options_.wal_dir, s, options_.fsync, deferred_sync_);
       if (!log.ok()) return log.status();
       st->log = std::move(*log);
       auto rec = st->log->recover(st->store);
@@ -140,6 +145,14 @@ ReplicationLeader::~ReplicationLeader() {
 }
 
 void ReplicationLeader::stop() {
+  if (syncer_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(sync_.mu);
+      sync_.stop = true;
+    }
+    sync_.cv.notify_one();
+    syncer_.join();
+  }
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_release);
   // Bounded: the loop drains posts every iteration; retry while its post queue is full.
@@ -153,7 +166,7 @@ void ReplicationLeader::stop() {
 }
 
 void ReplicationLeader::thread_main() {
-  SHOAL_ASSERT(loop_->add_timer(loop_->now_ns() + 1'000'000, &on_tick, this).ok(), "%s",
+  SHOAL_ASSERT(loop_->add_timer(loop_->now_ns() + kTickNs, &on_tick, this).ok(), "%s",
                "replication tick timer");
   if (stop_.load(std::memory_order_acquire)) return;
   loop_->run();
@@ -167,7 +180,7 @@ void ReplicationLeader::on_tick(void* self, uint64_t) {
   auto* l = static_cast<ReplicationLeader*>(self);
   l->tick();
   if (l->stop_.load(std::memory_order_acquire)) return;
-  (void)l->loop_->add_timer(l->loop_->now_ns() + 1'000'000, &on_tick, self);
+  (void)l->loop_->add_timer(l->loop_->now_ns() + kTickNs, &on_tick, self);
 }
 
 void ReplicationLeader::on_post(void* self) {
@@ -260,7 +273,60 @@ void ReplicationLeader::drain(Stream& s) {
     s.appender->recycle(head.buffer);  // propose copied the bytes into the acceptor store
     s.pending.pop_front();
   }
-  sync_logs();
+  if (deferred_sync_) {
+    request_sync(s);
+  } else {
+    sync_logs();
+  }
+}
+
+void ReplicationLeader::request_sync(Stream& s) {
+  const std::pair<Ballot, uint64_t> want{s.paxos->ballot(), s.paxos->next_slot() - 1};
+  {
+    std::lock_guard<std::mutex> lock(sync_.mu);
+    if (sync_.requested[s.id] == want) return;
+    sync_.requested[s.id] = want;
+  }
+  sync_.cv.notify_one();
+}
+
+void ReplicationLeader::syncer_main() {
+  std::vector<std::pair<Ballot, uint64_t>> done(options_.streams, {0, 0});
+  std::vector<std::pair<Ballot, uint64_t>> want;
+  for (;;) {  // until stop; each pass syncs what was requested meanwhile (a group)
+    {
+      std::unique_lock<std::mutex> lock(sync_.mu);
+      sync_.cv.wait(lock, [&] { return sync_.stop || sync_.requested != done; });
+      if (sync_.stop) return;
+      want = sync_.requested;
+    }
+    for (uint32_t s = 0; s < options_.streams; ++s) {
+      if (want[s] == done[s]) continue;
+      const Status st = streams_[s]->log->sync_from_any_thread();
+      SHOAL_ASSERT(st.ok(), "replication: WAL sync failed: %s", st.to_string().c_str());
+    }
+    done = want;
+    {
+      std::lock_guard<std::mutex> lock(sync_.mu);
+      sync_.durable = want;
+    }
+    // Bounded: the loop drains posts every iteration.
+    while (!loop_->post(&on_durable, this).ok() && !stop_.load(std::memory_order_acquire)) {
+      std::this_thread::yield();
+    }
+  }
+}
+
+void ReplicationLeader::on_durable(void* self) {
+  auto* l = static_cast<ReplicationLeader*>(self);
+  std::vector<std::pair<Ballot, uint64_t>> durable;
+  {
+    std::lock_guard<std::mutex> lock(l->sync_.mu);
+    durable = l->sync_.durable;
+  }
+  for (uint32_t s = 0; s < l->options_.streams; ++s) {
+    l->streams_[s]->paxos->note_self_durable(durable[s].first, durable[s].second);
+  }
 }
 
 void ReplicationLeader::sync_logs() {

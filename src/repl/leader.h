@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,9 @@ namespace shoal::repl {
 // Paxos timing for a WAN of `rtt_ns`: heartbeats stay at 5 ms, retransmission waits beyond a
 // round trip (else every accept is sent several times per round trip), elections wait several.
 PaxosOptions paxos_options_for_rtt(uint64_t rtt_ns);
+// How often leader and followers tick their streams (heartbeats, retransmission, floors):
+// every wake-up costs both a core on our 2-core machines, so not every millisecond.
+inline constexpr uint64_t kTickNs = 2'000'000;
 
 // Paxos message size for entries of up to batch_bytes_max: one entry plus headroom, and small
 // otherwise. Small matters: TcpEndpoint::send blocks (without reading) while the socket is
@@ -143,6 +147,22 @@ class ReplicationLeader {
   std::thread thread_;
   uint64_t last_request_ns_ = 0;  // replication thread
   uint64_t last_debug_ns_ = 0;
+
+  // Group commit of our own acceptances off the replication thread (fsync batch/always):
+  // the replication thread asks for (ballot, last proposed slot) per stream, the syncer
+  // thread fdatasyncs and hands back what is durable; PaxosStream counts our vote only then.
+  struct SyncState {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop = false;
+    std::vector<std::pair<Ballot, uint64_t>> requested, durable;  // per stream
+  };
+  void syncer_main();
+  void request_sync(Stream& s);
+  static void on_durable(void* self);
+  bool deferred_sync_ = false;
+  SyncState sync_;
+  std::thread syncer_;
 
   // Report requests (controlling thread <-> replication thread), cold path.
   mutable std::mutex mu_;

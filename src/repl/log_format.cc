@@ -273,8 +273,17 @@ Status check_records(const std::byte* entry, uint64_t offset) {
 
 }  // namespace
 
+Result<LogEntryView> LogEntryView::reparse(std::span<const std::byte> bytes) {
+  return parse_impl(bytes, 0, kLogEntryBytesMax, /*verify_checksum=*/false);
+}
+
 Result<LogEntryView> LogEntryView::parse(std::span<const std::byte> bytes, uint64_t offset,
                                          uint32_t entry_bytes_max) {
+  return parse_impl(bytes, offset, entry_bytes_max, /*verify_checksum=*/true);
+}
+
+Result<LogEntryView> LogEntryView::parse_impl(std::span<const std::byte> bytes, uint64_t offset,
+                                              uint32_t entry_bytes_max, bool verify_checksum) {
   SHOAL_ASSERT(aligned8(bytes.data()), "log entries are decoded in place from 8-aligned bytes");
   Result<size_t> size = peek_entry_bytes(bytes, offset, entry_bytes_max);
   if (!size.ok()) return size.status();
@@ -283,7 +292,8 @@ Result<LogEntryView> LogEntryView::parse(std::span<const std::byte> bytes, uint6
   }
   const std::byte* e = bytes.data();
   const uint64_t stored = load_u64(e + kOffChecksum);
-  const uint64_t computed = log_entry_checksum(e, *size - kLogHeaderBytes);
+  const uint64_t computed =
+      verify_checksum ? log_entry_checksum(e, *size - kLogHeaderBytes) : stored;
   if (stored != computed) {
     return corrupt(offset, fmt::format("checksum mismatch (stored {:016x}, computed {:016x})",
                                        stored, computed));

@@ -198,7 +198,9 @@ Result<uint64_t> PaxosStream::propose(std::span<const std::byte> entry) {
     return Status::InvalidArgument(
         fmt::format("entry of {} bytes exceeds a message", entry.size()));
   }
-  {
+  if (reinterpret_cast<uintptr_t>(entry.data()) % 8 == 0) {
+    SHOAL_TRY(verify_entry(next_slot_, entry));  // in place: no copy of a large entry
+  } else {
     EntryBuffer aligned(entry);  // parse needs 8-byte alignment; the caller's may not have it
     SHOAL_TRY(verify_entry(next_slot_, aligned.span()));
   }
@@ -209,7 +211,7 @@ Result<uint64_t> PaxosStream::propose(std::span<const std::byte> entry) {
   ++next_slot_;
   inflight_.push_back({});
   ++stats_.proposed;
-  count_ack(slot, options_.replica_id);
+  if (!options_.defer_self_ack) count_ack(slot, options_.replica_id);
   const uint64_t now = env_.now_ns();
   inflight_[slot - inflight_base_].last_sent_ns = now;
   begin(kPaxosAccept, ballot_, 0);
@@ -594,6 +596,13 @@ void PaxosStream::handle_heartbeat(const Msg& m) {
     peer_chosen_[m.from] = m.chosen_index;
     if (m.ballot > ballot_) step_down();  // that replica promised a newer candidate
   }
+}
+
+void PaxosStream::note_self_durable(Ballot b, uint64_t slot) {
+  if (role_ != PaxosRole::kLeader || b != ballot_) return;
+  const uint64_t last = std::min(slot, next_slot_ - 1);
+  for (uint64_t s = inflight_base_; s <= last; ++s) count_ack(s, options_.replica_id);
+  deliver_chosen();
 }
 
 void PaxosStream::deliver_chosen() {

@@ -96,6 +96,11 @@ struct PaxosOptions {
   uint64_t heartbeat_ns = 5'000'000;
   uint64_t retransmit_ns = 10'000'000;  // re-send unanswered accepts / prepares / catch-up
   uint64_t election_timeout_ns = 50'000'000;
+  // Leader: count its own acceptance of a proposal only once the owner says it is durable
+  // (note_self_durable), so a WAL sync can run off the stream's thread while followers'
+  // acceptances (durable before they answer) already make a majority. Re-proposals after an
+  // election still count at once (the owner syncs before handling their replies).
+  bool defer_self_ack = false;
 };
 
 // Sends one message to a replica. Best effort: it may be lost, duplicated or reordered (the
@@ -213,6 +218,9 @@ class PaxosStream {
   [[nodiscard]] Result<uint64_t> propose(std::span<const std::byte> entry);
 
   void on_message(uint32_t from_replica, std::span<const std::byte> message);
+  // defer_self_ack: our acceptances of slots <= `slot` made in ballot `b` are durable.
+  // Ignored unless we still lead in ballot b.
+  void note_self_durable(Ballot b, uint64_t slot);
   // Heartbeats, retransmission, catch-up, elections. Call every ~1 ms (<< heartbeat_ns).
   void tick();
 

@@ -360,3 +360,30 @@ TEST(PaxosStream, PhaseOnePagesThroughAnAcceptedSuffixLargerThanAMessage) {
 
 }  // namespace
 }  // namespace shoal::repl
+
+namespace shoal::repl {
+namespace {
+
+// defer_self_ack: the leader's own vote counts only once note_self_durable says its WAL has it.
+// With one follower down, a slot needs that vote; with both up, the followers choose alone.
+TEST(PaxosStream, DeferredSelfAckCountsOnlyWhenDurable) {
+  PaxosOptions o;
+  o.defer_self_ack = true;
+  Cluster c(3, o);
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  ASSERT_TRUE(c.propose(0, 1).ok());
+  c.run_ms(5);
+  EXPECT_EQ(c.streams[0]->chosen_index(), 1u);  // replicas 1 and 2 are a majority
+  c.crash(2);
+  ASSERT_TRUE(c.propose(0, 2).ok());
+  c.run_ms(5);
+  EXPECT_EQ(c.streams[0]->chosen_index(), 1u);  // 0 (not durable yet) + 1: not enough
+  c.streams[0]->note_self_durable(c.streams[0]->ballot() + 1, 2);  // another ballot: ignored
+  EXPECT_EQ(c.streams[0]->chosen_index(), 1u);
+  c.streams[0]->note_self_durable(c.streams[0]->ballot(), 2);
+  EXPECT_EQ(c.streams[0]->chosen_index(), 2u);
+}
+
+}  // namespace
+}  // namespace shoal::repl

@@ -2,6 +2,8 @@
 
 #include <time.h>
 
+#include "src/base/ebr.h"
+
 namespace shoal::repl {
 namespace {
 
@@ -30,13 +32,15 @@ size_t ReplayApplier::queued_entries() const {
 }
 
 bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
-  Result<LogEntryView> view = LogEntryView::parse(bytes);
+  // The stream verified these bytes (checksum included) before it accepted them.
+  Result<LogEntryView> view = LogEntryView::reparse(bytes);
   SHOAL_ASSERT(view.ok(), "replay of an entry that does not parse: %s",
                view.status().to_string().c_str());
   const uint64_t limit = wm_.shard();
   const auto& tables = engine_.tables();
   uint32_t index = 0;
   bool done = true;
+  ebr::Guard guard;  // one per entry: apply_replicated requires it
   view->for_each_record([&](const RecordView& r) {
     if (index++ < *next || !done) return;
     if (r.commit_tid() > limit) {
@@ -72,11 +76,24 @@ void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes)
   } else {
     q.push_back(Pending{EntryBuffer(bytes), 0});
   }
-  drain();
+  drain_queues();
   stats_.cpu_ns += thread_cpu_ns() - start;
 }
 
+void ReplayApplier::enqueue(uint32_t stream, std::span<const std::byte> bytes) {
+  ++stats_.entries;
+  wm_.advance(stream, load_u64(bytes.data() + 48));
+  queues_[stream].push_back(Pending{EntryBuffer(bytes), 0});
+}
+
 void ReplayApplier::drain() {
+  if (queued_entries() == 0) return;
+  const uint64_t start = thread_cpu_ns();
+  drain_queues();
+  stats_.cpu_ns += thread_cpu_ns() - start;
+}
+
+void ReplayApplier::drain_queues() {
   // Bounded: every pass installs or leaves each queue's head waiting for the watermark.
   for (auto& q : queues_) {
     while (!q.empty()) {

@@ -84,7 +84,9 @@ struct Cluster {
   std::unique_ptr<ReplicationLeader> leader;
   std::vector<std::unique_ptr<FollowerThread>> followers;
 
-  explicit Cluster(uint32_t streams, uint32_t batch_txns = 16) {
+  FsyncPolicy fsync;
+  explicit Cluster(uint32_t streams, FsyncPolicy f = FsyncPolicy::kNone, uint32_t batch_txns = 16)
+      : fsync(f) {
     engine = std::make_unique<txn::Engine>();
     engine->create_table<1>("rows");
     LeaderOptions lo;
@@ -95,7 +97,7 @@ struct Cluster {
     lo.appender.pool_buffers = 8;
     lo.wal_dir = dir.path() + "/r0";
     std::filesystem::create_directories(lo.wal_dir);
-    lo.fsync = FsyncPolicy::kNone;
+    lo.fsync = fsync;
     lo.paxos = paxos_options_for_rtt(0);
     lo.schema = Schema::of(*engine, "");
     auto l = ReplicationLeader::start(lo, *engine);
@@ -112,7 +114,7 @@ struct Cluster {
     fo.replicas = 3;
     fo.leader_port = leader->port();
     fo.data_dir = dir.path() + "/r" + std::to_string(r);
-    fo.fsync = FsyncPolicy::kNone;
+    fo.fsync = fsync;
     fo.paxos = paxos_options_for_rtt(0);
     fo.paxos.max_message_bytes = replication_message_bytes(fo.paxos, 64 * 1024);
     fo.quiet = true;
@@ -147,8 +149,10 @@ struct Cluster {
   }
 };
 
+// fsync batch: followers group-commit before answering, the leader's syncer thread makes its
+// own votes durable before they count.
 TEST(Replication, FollowersConvergeToTheLeadersStore) {
-  Cluster c(/*streams=*/2);
+  Cluster c(/*streams=*/2, FsyncPolicy::kBatch);
   ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
   c.run(2000, 1);
   const uint64_t final_tid = c.close();

@@ -99,6 +99,8 @@ class Wal {
   [[nodiscard]] Status sync();
 
   bool uses_io_uring() const { return ring_ != nullptr; }
+  // For an fdatasync from another thread (it covers every append that returned before it).
+  int fd() const { return fd_; }
   uint64_t end_offset() const { return end_offset_; }
   const std::string& path() const { return path_; }
 

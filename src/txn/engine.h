@@ -80,8 +80,9 @@ class TableBase {
   // older write of the key replayed later from another stream stays dead; tombstones are
   // invisible to reads, peek, for_each and scan_committed. Returns true when applied, false
   // when skipped as not newer. Safe against concurrent replay of other keys; two replayers of
-  // one key serialize on its record lock. REQUIRES: no read-write transactions run on this
-  // engine (a follower's engine); size_bytes <= kValueBytesMax; kind kRemove has no value.
+  // one key serialize on its record lock. REQUIRES: the calling thread holds an ebr::Guard
+  // (a replayer takes one per log entry, not one per write); no read-write transactions run on
+  // this engine (a follower's engine); size_bytes <= kValueBytesMax; kRemove has no value.
   virtual bool apply_replicated(const uint64_t* key_words, enum WriteKind kind, const void* value,
                                 uint32_t size_bytes, uint64_t tid) = 0;
   // Visits every live (committed, not removed) record in key order:

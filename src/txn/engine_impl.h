@@ -126,7 +126,6 @@ bool Table<K>::apply_replicated(const uint64_t* key_words, WriteKind kind, const
   SHOAL_ASSERT(tid != 0 && tid <= Tid::kVersionMask, "replicated TID %lu", tid);
   const bool remove = kind == WriteKind::kRemove;
   const KeyT key = key_of(key_words);
-  ebr::Guard guard;
   // Bounded in practice: a pass repeats only when another replayer of the same key changed
   // the index between our lookup and our insert/lock (it then holds a newer state).
   for (;;) {

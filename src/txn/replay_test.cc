@@ -31,6 +31,7 @@ TEST(ReplayApply, NewerTidWinsAndReplayIsIdempotent) {
   auto t = e.create_table_with_key_words("t", 1);
   ASSERT_TRUE(t.ok());
   TableBase& table = **t;
+  ebr::Guard guard;
   const uint64_t k = 7;
   const V a{1}, b{2};
   EXPECT_TRUE(table.apply_replicated(&k, WriteKind::kInsert, &a, sizeof a, 10));
@@ -45,6 +46,7 @@ TEST(ReplayApply, RemoveLeavesATombstoneThatOlderWritesCannotRevive) {
   o.epoch_ticker = false;
   Engine e(o);
   TableBase& table = **e.create_table_with_key_words("t", 1);
+  ebr::Guard guard;
   const uint64_t k = 3;
   const V a{1}, c{3};
   // Streams deliver out of TID order: the remove (30) before the insert (10) it follows.
@@ -61,6 +63,7 @@ TEST(ReplayApply, ValuesMayGrow) {
   o.epoch_ticker = false;
   Engine e(o);
   TableBase& table = **e.create_table_with_key_words("t", 2);
+  ebr::Guard guard;
   const uint64_t k[2] = {1, 2};
   const char small[8] = "abc";
   char big[200] = "xyz";
