@@ -14,22 +14,9 @@ namespace shoal::net {
 
 namespace {
 
-inline void store_u32(uint8_t* p, uint32_t v) {
-  std::memcpy(p, &v, 4);
-}
-inline void store_u64(uint8_t* p, uint64_t v) {
-  std::memcpy(p, &v, 8);
-}
-inline uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-inline uint64_t load_u64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
+using detail::load_u32;
+using detail::load_u64;
+using detail::store_u32;
 
 RingControl* control_of(std::span<uint8_t> region) {
   return reinterpret_cast<RingControl*>(region.data());
@@ -37,53 +24,10 @@ RingControl* control_of(std::span<uint8_t> region) {
 
 }  // namespace
 
-void seal_frame(uint8_t* dst, uint64_t pos, uint32_t flags, uint32_t imm, uint64_t epoch,
-                uint32_t payload_bytes) {
-  SHOAL_DCHECK((flags & ~(kFlagMore | kFlagWrite | kFlagControl)) == 0);
-  SHOAL_DCHECK(payload_bytes <= kLengthMask);
-  const uint32_t length_flags = flags | payload_bytes;
-  store_u32(dst, length_flags);
-  store_u32(dst + 4, imm);
-  store_u64(dst + 8, epoch);
-  // Zero the alignment padding so no stale bytes from an earlier lap leak to the peer.
-  const size_t padded = round_up8(payload_bytes);
-  if (padded != payload_bytes) {
-    std::memset(dst + kFrameHeaderBytes + payload_bytes, 0, padded - payload_bytes);
-  }
-  store_u64(dst + kFrameHeaderBytes + padded, frame_canary(pos, length_flags, imm, epoch));
-}
-
 void encode_frame(uint8_t* dst, uint64_t pos, uint32_t flags, uint32_t imm, uint64_t epoch,
                   std::span<const uint8_t> payload) {
   if (!payload.empty()) std::memcpy(dst + kFrameHeaderBytes, payload.data(), payload.size());
   seal_frame(dst, pos, flags, imm, epoch, static_cast<uint32_t>(payload.size()));
-}
-
-Decode decode_frame_fast(std::span<const uint8_t> input, uint64_t pos, uint32_t max_payload_bytes,
-                         Frame* out) {
-  if (input.size() < kFrameHeaderBytes) return Decode::kIncomplete;
-  const uint8_t* p = input.data();
-  const uint32_t length_flags = load_u32(p);
-  if (length_flags & kFlagPad) [[unlikely]]
-    return Decode::kPad;
-  const uint32_t flags = length_flags & kFlagMask;
-  // One-sided writes land whole in the peer's ring; they are never fragments or control.
-  if ((flags & kFlagWrite) && (flags & (kFlagMore | kFlagControl))) [[unlikely]] {
-    return Decode::kBadFlags;
-  }
-  const uint32_t length = length_flags & kLengthMask;
-  if (length > max_payload_bytes) [[unlikely]]
-    return Decode::kTooLong;
-  const size_t total = frame_bytes(length);
-  if (input.size() < total) return Decode::kIncomplete;
-  const uint32_t imm = load_u32(p + 4);
-  const uint64_t epoch = load_u64(p + 8);
-  const uint64_t canary = load_u64(p + kFrameHeaderBytes + round_up8(length));
-  if (canary != frame_canary(pos, length_flags, imm, epoch)) [[unlikely]] {
-    return Decode::kBadCanary;
-  }
-  *out = Frame{flags, imm, epoch, p + kFrameHeaderBytes, length, static_cast<uint32_t>(total)};
-  return Decode::kFrame;
 }
 
 Status decode_error(Decode result, std::span<const uint8_t> input, uint64_t pos,
@@ -135,6 +79,9 @@ void ring_init(std::span<uint8_t> region, size_t data_bytes) {
   ctl->fence_epoch.store(0, std::memory_order_relaxed);
   ctl->tail.store(0, std::memory_order_relaxed);
   ctl->head.store(0, std::memory_order_relaxed);
+  // The first slot's marker (the Commit rule): nothing committed yet.
+  const uint32_t marker = kFrameMarker;
+  std::memcpy(region.data() + sizeof(RingControl), &marker, sizeof(marker));
   std::atomic_thread_fence(std::memory_order_release);
 }
 
@@ -174,17 +121,6 @@ RingProducer::RingProducer(std::span<uint8_t> region)
       std::min<uint64_t>(data_bytes_ / 4 - kFrameHeaderBytes - kFrameCanaryBytes, kLengthMask));
 }
 
-void RingProducer::publish() {
-  published_tail_ = tail_;
-  // Dekker with wait_for_data(): either the consumer sees the new tail after raising its flag,
-  // or we see the flag here. exchange() is one locked instruction (a full barrier); g++ would
-  // emit the slower mov+mfence for a seq_cst store or fence. A lost wake-up would cost a sleep.
-  ctl_->tail.exchange(tail_, std::memory_order_seq_cst);
-  const uint32_t sleeping = ctl_->consumer_sleeping.load(std::memory_order_seq_cst);
-  if (sleeping != RingConsumer::kSleepAwake) [[unlikely]]
-    wake_consumer(sleeping);
-}
-
 void RingProducer::wake_consumer(uint32_t how) {
   if (how == RingConsumer::kSleepDoorbell && doorbell_fd_ >= 0) {
     const uint64_t one = 1;
@@ -206,26 +142,27 @@ uint8_t* RingProducer::ask_for_credit() {
   return nullptr;
 }
 
-uint8_t* RingProducer::try_reserve(uint32_t payload_bytes) {
-  SHOAL_DCHECK(reserved_bytes_ == UINT32_MAX);
+uint8_t* RingProducer::try_reserve_slow(uint32_t payload_bytes) {
   SHOAL_ASSERT(payload_bytes <= max_payload_bytes_, "payload %u above ring limit %u", payload_bytes,
                max_payload_bytes_);
   const uint64_t need = frame_bytes(payload_bytes);
   const uint64_t left = data_bytes_ - (tail_ & (data_bytes_ - 1));
   if (need > left) {
     // Pad to the end first and publish it, so the consumer can release the pad even when the
-    // ring is otherwise empty (else a large frame could wait forever for credit).
-    if (credit() < left) {
+    // ring is otherwise empty (else a large frame could wait forever for credit). The pad is
+    // committed like a frame: the next lap's first slot gets its marker first.
+    if (credit() < left + kFrameMarkerBytes) {
       cached_head_ = ctl_->head.load(std::memory_order_acquire);
-      if (credit() < left) return ask_for_credit();
+      if (credit() < left + kFrameMarkerBytes) return ask_for_credit();
     }
-    store_u32(data_ + (tail_ & (data_bytes_ - 1)), kFlagPad);
+    put_first_word(tail_ + left, kFrameMarker, std::memory_order_relaxed);
+    put_first_word(tail_, kFlagPad, std::memory_order_release);
     tail_ += left;
     publish();
   }
-  if (credit() < need) {
+  if (credit() < need + kFrameMarkerBytes) {
     cached_head_ = ctl_->head.load(std::memory_order_acquire);
-    if (credit() < need) return ask_for_credit();
+    if (credit() < need + kFrameMarkerBytes) return ask_for_credit();
   }
   if (asked_for_credit_) [[unlikely]] {
     asked_for_credit_ = false;
@@ -233,16 +170,6 @@ uint8_t* RingProducer::try_reserve(uint32_t payload_bytes) {
   }
   reserved_bytes_ = payload_bytes;
   return data_ + (tail_ & (data_bytes_ - 1)) + kFrameHeaderBytes;
-}
-
-void RingProducer::commit(uint32_t flags, uint32_t imm, uint64_t epoch, uint32_t payload_bytes,
-                          bool publish_now) {
-  SHOAL_ASSERT(reserved_bytes_ != UINT32_MAX && payload_bytes <= reserved_bytes_,
-               "commit of %u bytes, reserved %u", payload_bytes, reserved_bytes_);
-  reserved_bytes_ = UINT32_MAX;
-  seal_frame(data_ + (tail_ & (data_bytes_ - 1)), tail_, flags, imm, epoch, payload_bytes);
-  tail_ += frame_bytes(payload_bytes);
-  if (publish_now || tail_ - published_tail_ >= data_bytes_ / 8) publish();
 }
 
 bool RingProducer::try_push(uint32_t flags, uint32_t imm, uint64_t epoch,
@@ -270,6 +197,20 @@ void RingProducer::publish_raw_for_test(uint64_t bytes) {
   publish();
 }
 
+void RingProducer::inject_raw_for_test(std::span<const uint8_t> bytes) {
+  const uint64_t offset = tail_ & (data_bytes_ - 1);
+  const size_t n = round_up8(bytes.size());
+  SHOAL_ASSERT(offset + n <= data_bytes_ && n + kFrameMarkerBytes <= credit(), "%s",
+               "inject: no room before the wrap");
+  uint8_t* dst = data_ + offset;
+  if (bytes.size() > 4) std::memcpy(dst + 4, bytes.data() + 4, bytes.size() - 4);
+  put_first_word(tail_ + n, kFrameMarker, std::memory_order_relaxed);
+  uint32_t first = kFrameMarker;  // fewer than 4 bytes: only the tail says they are there
+  if (bytes.size() >= 4) std::memcpy(&first, bytes.data(), 4);
+  put_first_word(tail_, first, std::memory_order_release);
+  publish_raw_for_test(n);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Consumer
 
@@ -283,63 +224,72 @@ RingConsumer::RingConsumer(std::span<uint8_t> region)
       std::min<uint64_t>(data_bytes_ / 4 - kFrameHeaderBytes - kFrameCanaryBytes, kLengthMask));
 }
 
-bool RingConsumer::next_into(Frame* out, Status* error) {
+bool RingConsumer::next_into_slow(Frame* out, Status* error) {
   // Bounded: each iteration consumes a pad or a fenced frame; give the caller control back
   // after a burst of them rather than looping over a ring's worth here.
   for (int skips = 0; skips < 64; ++skips) {
-    if (cursor_ == cached_tail_) {
-      cached_tail_ = ctl_->tail.load(std::memory_order_acquire);
-      if (cursor_ == cached_tail_) {
-        service_credit();
-        return false;
+    const uint64_t offset = cursor_ & (data_bytes_ - 1);
+    const uint64_t left = data_bytes_ - offset;
+    const uint32_t first = first_word(cursor_);
+    if (first == kFlagPad) {  // committed: the next lap's first slot has its marker
+      cursor_ += left;
+      continue;
+    }
+    if (first != kFrameMarker) {  // committed, so whole (the Commit rule)
+      const Decode d = decode_frame_fast({data_ + offset, left}, cursor_, max_payload_bytes_, out);
+      if (d == Decode::kFrame) {
+        cursor_ += out->frame_bytes;
+        if ((out->flags & kFlagWrite) && out->epoch < fence_epoch()) [[unlikely]] {
+          ++fenced_drops_;  // a write that raced our fence: refused, its bytes released later
+          continue;
+        }
+        took_frames_ = true;
+        return true;
       }
     }
-    if ((cached_tail_ & 7) != 0 || cached_tail_ - released_ > data_bytes_ || cached_tail_ < cursor_)
-        [[unlikely]] {
+    // Nothing committed here, or bytes that do not decode: judge them by the published tail,
+    // so that errors are reported only against published bytes (a test hook injects raw
+    // bytes, and a producer may be half-way through them).
+    cached_tail_ = ctl_->tail.load(std::memory_order_acquire);
+    if (!ahead_of_cursor(cached_tail_)) {
+      if (cursor_ - cached_tail_ > data_bytes_) [[unlikely]] {
+        *error = Status::Corruption(
+            fmt::format("ring: producer tail {} is far behind the cursor {}", cached_tail_, cursor_));
+      } else {
+        service_credit();
+      }
+      return false;
+    }
+    // The tail covers the cursor and was stored after everything below it was committed: a
+    // frame committed since we looked is there now (then take it the committed way).
+    if (first_word(cursor_) != first) continue;
+    if ((cached_tail_ & 7) != 0 || cached_tail_ - released_ > data_bytes_) [[unlikely]] {
       *error =
           Status::Corruption(fmt::format("ring: producer tail {} is misaligned or outside [{}, {}]",
                                          cached_tail_, cursor_, released_ + data_bytes_));
       return false;
     }
-    const uint64_t offset = cursor_ & (data_bytes_ - 1);
-    const uint64_t left = data_bytes_ - offset;
     const uint64_t avail = std::min(cached_tail_ - cursor_, left);
-    // The canary's line depends on the length in the header's line: fetch the next line now
-    // so the two cache misses overlap instead of running back to back (a 64 B message's frame
-    // spans two or three lines).
-    if (avail > 64) __builtin_prefetch(data_ + offset + 64);
-    if (load_u32(data_ + offset) == kFlagPad) {
-      if (cached_tail_ - cursor_ < left) [[unlikely]] {
-        *error = Status::Corruption(
-            fmt::format("ring: pad at position {} covers {} bytes but only {} are published",
-                        cursor_, left, cached_tail_ - cursor_));
-        return false;
-      }
-      cursor_ += left;
-      continue;
-    }
     const std::span<const uint8_t> input(data_ + offset, avail);
     const Decode d = decode_frame_fast(input, cursor_, max_payload_bytes_, out);
-    if (d != Decode::kFrame) [[unlikely]] {
-      *error = d == Decode::kIncomplete
-                   ? Status::Corruption(fmt::format(
-                         "ring: truncated frame at position {}: {} bytes published before the "
-                         "tail or the wrap",
-                         cursor_, avail))
-                   : decode_error(d, input, cursor_, max_payload_bytes_);
+    if (d == Decode::kFrame) [[unlikely]] {  // cannot decode with less input than above
+      *error = Status::Corruption(
+          fmt::format("ring: frame at position {} below the tail was not committed", cursor_));
       return false;
     }
-    cursor_ += out->frame_bytes;
-    if ((out->flags & kFlagWrite) && out->epoch < fence_epoch()) [[unlikely]] {
-      ++fenced_drops_;  // a write that raced our fence: refused, its bytes released later
-      continue;
-    }
-    return true;
+    *error = d == Decode::kIncomplete
+                 ? Status::Corruption(fmt::format(
+                       "ring: truncated frame at position {}: {} bytes published before the "
+                       "tail or the wrap",
+                       cursor_, avail))
+                 : decode_error(d, input, cursor_, max_payload_bytes_);
+    return false;
   }
   return false;
 }
 
 Result<Frame> RingConsumer::next() {
+  took_frames_ = false;
   Frame frame;
   Status error;
   if (next_into(&frame, &error)) return frame;
@@ -375,7 +325,10 @@ void RingConsumer::wait_for_data(uint64_t timeout_ns) {
   flush_credit();  // the producer may be waiting for exactly these bytes
   ctl_->consumer_sleeping.store(kSleepFutex, std::memory_order_seq_cst);
   const uint32_t seq = ctl_->wake_seq.load(std::memory_order_seq_cst);
-  if (ctl_->tail.load(std::memory_order_seq_cst) == cursor_) {
+  // Dekker with publish() on (tail, consumer_sleeping): a frame committed but not yet
+  // published is published later, and that publish sees the flag.
+  if (!ahead_of_cursor(ctl_->tail.load(std::memory_order_seq_cst)) &&
+      first_word(cursor_) == kFrameMarker) {
     futex_wait(&ctl_->wake_seq, seq, timeout_ns);
   }
   ctl_->consumer_sleeping.store(kSleepAwake, std::memory_order_relaxed);
@@ -385,7 +338,8 @@ bool RingConsumer::begin_doorbell_wait() {
   if (has_data()) return false;
   flush_credit();
   ctl_->consumer_sleeping.store(kSleepDoorbell, std::memory_order_seq_cst);
-  if (ctl_->tail.load(std::memory_order_seq_cst) != cursor_) {
+  if (ahead_of_cursor(ctl_->tail.load(std::memory_order_seq_cst)) ||
+      first_word(cursor_) != kFrameMarker) {
     ctl_->consumer_sleeping.store(kSleepAwake, std::memory_order_relaxed);
     return false;
   }

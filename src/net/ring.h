@@ -38,9 +38,25 @@
 //     found the ring full; checked on release(), on an empty next() and by service_credit()
 //     in spin loops), or on flush_credit() (before it blocks). One remote store per quarter
 //     ring instead of one per record.
-//   - Publication: the producer writes header, payload and canary, then stores tail with
-//     release; the consumer loads tail with acquire, so everything below tail is complete.
-//     A producer may seal several frames and publish them with one tail store (batching).
+//   - Commit: the producer writes a frame's payload, padding, canary and the rest of its
+//     header, then kFrameMarker into the first word of the NEXT frame's slot, and the frame's
+//     own first word (length_flags, or kFlagPad) last, with release. The first word of the
+//     slot at the producer's tail is therefore always kFrameMarker until a frame (or pad) is
+//     committed there, and a consumer that loads a first word other than kFrameMarker with
+//     acquire sees that whole frame, before any tail store (ring_init() puts the first
+//     marker at offset 0; every reservation and pad keeps room for the next slot's marker).
+//   - Publication: the producer then stores tail with release (seq_cst: see Sleeping); a
+//     producer may commit several frames and publish them with one tail store (batching).
+//     Tail is what sleeping and waking, has_data() and error reporting go by: bytes below
+//     tail must be frames, and what is wrong with them is reported against it (a frame cut
+//     off by tail is "truncated", a marker below tail is corruption).
+//   - Consumption: the consumer polls the first word at its cursor, so a frame is taken
+//     one cache-line transfer after it is committed, without waiting for the tail's line
+//     (the tail line's transfer was a whole extra hop of every ping-pong). A committed frame
+//     that decodes cleanly (canary included) is taken at once; anything else (a pad, a
+//     fenced write, bytes that do not decode) goes by the tail as described above, so a
+//     consumer may run ahead of the published tail but never reports an error the tail does
+//     not show.
 //   - Epoch fence: fence_epoch is written by the consumer's owner only. Frames carrying
 //     kFlagWrite with epoch < fence_epoch are dropped by the consumer (counted in
 //     fenced_drops()); a producer checks the fence before writing so a stale writer learns at
@@ -62,6 +78,7 @@
 // lock-free and therefore address-free, so they work across processes in shared memory.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +97,11 @@ inline constexpr uint32_t kFlagControl = 1u << 28;  // transport control (imm = 
 inline constexpr uint32_t kFlagMask = kFlagPad | kFlagMore | kFlagWrite | kFlagControl;
 inline constexpr uint32_t kLengthMask = ~kFlagMask;
 inline constexpr size_t kFrameHeaderBytes = 16;
+// The first word of a ring slot no frame has been committed to yet (see the ring's Commit
+// rule). All four flag bits: not a valid length_flags, not a pad marker.
+inline constexpr uint32_t kFrameMarker = 0xffffffffu;
+// Room a ring reservation keeps after its frame for the next slot's marker (8: alignment).
+inline constexpr size_t kFrameMarkerBytes = 8;
 inline constexpr size_t kFrameCanaryBytes = 8;
 inline constexpr size_t kFrameAlignBytes = 8;
 
@@ -110,20 +132,83 @@ struct Frame {
   uint32_t frame_bytes = 0;  // 0: the input holds only part of a frame (need more bytes)
 };
 
+namespace detail {
+inline void store_u32(uint8_t* p, uint32_t v) {
+  std::memcpy(p, &v, 4);
+}
+inline void store_u64(uint8_t* p, uint64_t v) {
+  std::memcpy(p, &v, 8);
+}
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint64_t load_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+}  // namespace detail
+
 // Writes a complete frame (header, payload copy, padding, canary) at `dst`.
 // REQUIRES: dst has frame_bytes(payload.size()) bytes and is 8-byte aligned;
 // payload.size() <= kLengthMask; flags has no bits outside kFlagMore|kFlagWrite|kFlagControl.
 void encode_frame(uint8_t* dst, uint64_t pos, uint32_t flags, uint32_t imm, uint64_t epoch,
                   std::span<const uint8_t> payload);
-// Writes header, padding and canary around a payload already placed at dst + 16.
-void seal_frame(uint8_t* dst, uint64_t pos, uint32_t flags, uint32_t imm, uint64_t epoch,
-                uint32_t payload_bytes);
+// Writes everything of a frame around a payload already placed at dst + 16 except its first
+// word (length_flags): the rest of the header, padding and canary. A ring commits the first
+// word last (RingProducer::commit); a stream writes it with seal_frame().
+inline void seal_frame_rest(uint8_t* dst, uint64_t pos, uint32_t flags, uint32_t imm,
+                            uint64_t epoch, uint32_t payload_bytes) {
+  SHOAL_DCHECK((flags & ~(kFlagMore | kFlagWrite | kFlagControl)) == 0);
+  SHOAL_DCHECK(payload_bytes <= kLengthMask);
+  const uint32_t length_flags = flags | payload_bytes;
+  detail::store_u32(dst + 4, imm);
+  detail::store_u64(dst + 8, epoch);
+  // Zero the alignment padding so no stale bytes from an earlier lap leak to the peer.
+  const size_t padded = round_up8(payload_bytes);
+  for (size_t i = kFrameHeaderBytes + payload_bytes; i < kFrameHeaderBytes + padded; ++i) dst[i] = 0;
+  detail::store_u64(dst + kFrameHeaderBytes + padded, frame_canary(pos, length_flags, imm, epoch));
+}
+// Writes header, padding and canary around a payload already placed at dst + 16. Inline: it is
+// on every send.
+inline void seal_frame(uint8_t* dst, uint64_t pos, uint32_t flags, uint32_t imm, uint64_t epoch,
+                       uint32_t payload_bytes) {
+  detail::store_u32(dst, flags | payload_bytes);
+  seal_frame_rest(dst, pos, flags, imm, epoch, payload_bytes);
+}
 
 // Outcome of decode_frame_fast(); everything after kIncomplete is corruption.
 enum class Decode : uint8_t { kFrame, kIncomplete, kPad, kBadFlags, kTooLong, kBadCanary };
-// The data-path decoder: no Status, no allocation. Fills *out only for kFrame.
-[[nodiscard]] Decode decode_frame_fast(std::span<const uint8_t> input, uint64_t pos,
-                                       uint32_t max_payload_bytes, Frame* out);
+// The data-path decoder: no Status, no allocation. Fills *out only for kFrame. Inline: it is on
+// every receive.
+[[nodiscard]] inline Decode decode_frame_fast(std::span<const uint8_t> input, uint64_t pos,
+                                              uint32_t max_payload_bytes, Frame* out) {
+  if (input.size() < kFrameHeaderBytes) return Decode::kIncomplete;
+  const uint8_t* p = input.data();
+  const uint32_t length_flags = detail::load_u32(p);
+  if (length_flags & kFlagPad) [[unlikely]]
+    return Decode::kPad;
+  const uint32_t flags = length_flags & kFlagMask;
+  // One-sided writes land whole in the peer's ring; they are never fragments or control.
+  if ((flags & kFlagWrite) && (flags & (kFlagMore | kFlagControl))) [[unlikely]] {
+    return Decode::kBadFlags;
+  }
+  const uint32_t length = length_flags & kLengthMask;
+  if (length > max_payload_bytes) [[unlikely]]
+    return Decode::kTooLong;
+  const size_t total = frame_bytes(length);
+  if (input.size() < total) return Decode::kIncomplete;
+  const uint32_t imm = detail::load_u32(p + 4);
+  const uint64_t epoch = detail::load_u64(p + 8);
+  const uint64_t canary = detail::load_u64(p + kFrameHeaderBytes + round_up8(length));
+  if (canary != frame_canary(pos, length_flags, imm, epoch)) [[unlikely]] {
+    return Decode::kBadCanary;
+  }
+  *out = Frame{flags, imm, epoch, p + kFrameHeaderBytes, length, static_cast<uint32_t>(total)};
+  return Decode::kFrame;
+}
 // The Corruption status (with position and cause) for a decode_frame_fast() failure. Cold.
 [[nodiscard]] Status decode_error(Decode result, std::span<const uint8_t> input, uint64_t pos,
                                   uint32_t max_payload_bytes);
@@ -138,22 +223,24 @@ enum class Decode : uint8_t { kFrame, kIncomplete, kPad, kBadFlags, kTooLong, kB
 // Shared control block at the start of a ring region; see the layout comment above.
 struct alignas(64) RingControl {
   static constexpr uint64_t kMagic = 0x53686f616c52696eULL;  // "ShoalRin"
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;  // 2: the credit handshake moved to line 3
   // Line 0: set once at init (fence_epoch: by the consumer's owner only).
   uint64_t magic;
   uint32_t version;
   uint32_t reserved;
   uint64_t data_bytes;
   std::atomic<uint64_t> fence_epoch;
-  // Line 1: written by the producer.
+  // Line 1: written by the producer on every publish.
   alignas(64) std::atomic<uint64_t> tail;
-  std::atomic<uint32_t> producer_waiting;
-  std::atomic<uint32_t> credit_seq;  // futex word; bumped by the consumer
-  // Line 2: written by the consumer.
+  // Line 2: written by the consumer (head once per quarter ring, the rest around sleeps).
   alignas(64) std::atomic<uint64_t> head;
   std::atomic<uint32_t> consumer_sleeping;
   std::atomic<uint32_t> wake_seq;  // futex word; bumped by the producer
-  alignas(64) uint8_t line3[64];
+  // Line 3: the credit handshake, written only when the producer runs out of credit. Not on
+  // the tail's line: the consumer reads producer_waiting on every release(), and the tail's
+  // line has usually just been written by the producer, so each read was a cache miss.
+  alignas(64) std::atomic<uint32_t> producer_waiting;
+  std::atomic<uint32_t> credit_seq;  // futex word; bumped by the consumer
 };
 static_assert(sizeof(RingControl) == 256);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -192,7 +279,18 @@ class RingProducer {
   // the consumer has not yet returned enough credit (the ring is full; nothing was written
   // except, possibly, a published wrap pad). REQUIRES: payload_bytes <= max_payload_bytes();
   // no reservation outstanding.
-  uint8_t* try_reserve(uint32_t payload_bytes);
+  uint8_t* try_reserve(uint32_t payload_bytes) {
+    SHOAL_DCHECK(reserved_bytes_ == UINT32_MAX);
+    const uint64_t need = frame_bytes(payload_bytes);
+    const uint64_t offset = tail_ & (data_bytes_ - 1);
+    // Fast path: fits before the wrap, cached credit suffices, no credit request to withdraw.
+    if (payload_bytes <= max_payload_bytes_ && need <= data_bytes_ - offset &&
+        need + kFrameMarkerBytes <= credit() && !asked_for_credit_) [[likely]] {
+      reserved_bytes_ = payload_bytes;
+      return data_ + offset + kFrameHeaderBytes;
+    }
+    return try_reserve_slow(payload_bytes);
+  }
   // Seals the reserved frame. With publish_now (the default) it is published at once (tail
   // store, wake-up check); otherwise it waits for flush(), which lets a sender batch many
   // frames behind one tail store and one fence (the doorbell batching of RDMA NICs).
@@ -200,7 +298,20 @@ class RingProducer {
   // try_reserve() reports a full ring. REQUIRES: a reservation of at least payload_bytes (a
   // frame may end up shorter than reserved).
   void commit(uint32_t flags, uint32_t imm, uint64_t epoch, uint32_t payload_bytes,
-              bool publish_now = true);
+              bool publish_now = true) {
+    SHOAL_ASSERT(reserved_bytes_ != UINT32_MAX && payload_bytes <= reserved_bytes_,
+                 "commit of %u bytes, reserved %u", payload_bytes, reserved_bytes_);
+    reserved_bytes_ = UINT32_MAX;
+    uint8_t* dst = data_ + (tail_ & (data_bytes_ - 1));
+    const uint32_t length_flags = flags | payload_bytes;
+    // All but the first word, then the next slot's marker, then the first word: see the
+    // Commit rule.
+    seal_frame_rest(dst, tail_, flags, imm, epoch, payload_bytes);
+    tail_ += frame_bytes(payload_bytes);
+    put_first_word(tail_, kFrameMarker, std::memory_order_relaxed);
+    put_first_word(tail_ - frame_bytes(payload_bytes), length_flags, std::memory_order_release);
+    if (publish_now || tail_ - published_tail_ >= data_bytes_ / 8) publish();
+  }
   // Abandons the outstanding reservation (nothing becomes visible).
   void cancel() { reserved_bytes_ = UINT32_MAX; }
   // try_reserve + copy + commit. False when the ring is full.
@@ -210,6 +321,7 @@ class RingProducer {
   void flush() {
     if (tail_ != published_tail_) publish();
   }
+  bool flushed() const { return tail_ == published_tail_; }
 
   // The consumer's eventfd, written when it sleeps in doorbell mode (-1: none). Not owned.
   void set_doorbell_fd(int fd) { doorbell_fd_ = fd; }
@@ -223,10 +335,31 @@ class RingProducer {
   std::span<uint8_t> raw_data_for_test() { return {data_, data_bytes_}; }
   // Test hook: publishes tail = tail() + bytes without sealing anything (for malformed frames).
   void publish_raw_for_test(uint64_t bytes);
+  // Test hook: commits raw bytes at tail() as the Commit rule does (first word last, a marker
+  // after them) and publishes them. REQUIRES: they fit before the wrap, with credit.
+  void inject_raw_for_test(std::span<const uint8_t> bytes);
 
  private:
   uint64_t credit() const { return cached_head_ + data_bytes_ - tail_; }
-  void publish();
+  uint8_t* try_reserve_slow(uint32_t payload_bytes);
+  // Stores the first word of the slot at stream position pos (an atomic word: consumers poll
+  // it while we write).
+  void put_first_word(uint64_t pos, uint32_t word, std::memory_order order) {
+    std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(data_ + (pos & (data_bytes_ - 1))))
+        .store(word, order);
+  }
+  void publish() {
+    published_tail_ = tail_;
+    // Dekker with wait_for_data(): either the consumer sees the new tail after raising its
+    // flag, or we see the flag here. exchange() is one locked instruction (a full barrier); g++
+    // would emit the slower mov+mfence for a seq_cst store or fence. A lost wake-up would cost
+    // a sleep. (A release store instead measured no faster across processes: the peer sees
+    // the tail no sooner, only this core continues earlier.)
+    ctl_->tail.exchange(tail_, std::memory_order_seq_cst);
+    const uint32_t sleeping = ctl_->consumer_sleeping.load(std::memory_order_seq_cst);
+    if (sleeping != 0) [[unlikely]]
+      wake_consumer(sleeping);
+  }
   void wake_consumer(uint32_t how);
   uint8_t* ask_for_credit();
 
@@ -249,17 +382,72 @@ class RingConsumer {
   explicit RingConsumer(std::span<uint8_t> region);
 
   uint32_t max_payload_bytes() const { return max_payload_bytes_; }
-  // True when a frame (or pad) is published beyond the read cursor. One acquire load.
-  bool has_data() const { return ctl_->tail.load(std::memory_order_acquire) != cursor_; }
+  // True when a frame (or pad) is committed at the read cursor or published beyond it.
+  bool has_data() const {
+    return first_word(cursor_) != kFrameMarker ||
+           ahead_of_cursor(ctl_->tail.load(std::memory_order_acquire));
+  }
 
   // Decodes the next frame at the read cursor and moves the cursor past it; the frame's bytes
   // stay owned by the caller until release(). Returns a Frame with frame_bytes == 0 when the
   // ring is empty. Skips pads and fenced one-sided writes. Corruption when the published bytes
   // do not hold a valid frame; the ring is then unusable (the caller closes the endpoint).
+  // Always checks an empty ring against the tail (next_into() may leave that to its next
+  // call).
   [[nodiscard]] Result<Frame> next();
   // The same without Result on the data path: true and *out for a frame; false when the ring
-  // is empty, or false with *error set on corruption.
-  [[nodiscard]] bool next_into(Frame* out, Status* error);
+  // is empty, or false with *error set on corruption. The common cases (empty; a whole,
+  // valid message frame before the wrap) are inline; pads, fenced writes and errors are not.
+  [[nodiscard]] bool next_into(Frame* out, Status* error) {
+    const uint32_t first = first_word(cursor_);
+    if (first == kFrameMarker) {
+      // Nothing committed here. Published bytes here would be corruption (the slow path says
+      // so), but the marker that ends a run of frames is not checked against the tail: its
+      // line has usually just been written by the producer (a cache miss in the middle of
+      // handling a message); the next call checks.
+      if (took_frames_) [[likely]] {
+        took_frames_ = false;
+        return false;
+      }
+      cached_tail_ = ctl_->tail.load(std::memory_order_acquire);
+      if (!ahead_of_cursor(cached_tail_)) [[likely]] {
+        service_credit();
+        return false;
+      }
+    } else if (first != kFlagPad) [[likely]] {
+      // A committed frame: whole, published or not (the Commit rule).
+      const uint64_t offset = cursor_ & (data_bytes_ - 1);
+      const uint64_t room = data_bytes_ - offset;
+      prefetch_frame(offset, std::min<uint64_t>(frame_bytes(first & kLengthMask), room));
+      if (decode_frame_fast({data_ + offset, room}, cursor_, max_payload_bytes_, out) ==
+              Decode::kFrame &&
+          !(out->flags & kFlagWrite)) [[likely]] {
+        cursor_ += out->frame_bytes;
+        took_frames_ = true;
+        return true;
+      }
+    }
+    return next_into_slow(out, error);
+  }
+  // The lines of a frame arrive from the producer's core: ask for the rest of them (up to 4
+  // lines in all) as soon as the first word gives the length, so the misses overlap instead
+  // of running back to back (the canary's line, then the payload's when it is copied out). A
+  // 64 B RPC's frame spans two or three lines.
+  void prefetch_frame(uint64_t offset, uint64_t bytes) const {
+    const uint8_t* p = data_ + offset;
+    const uint64_t first_line = reinterpret_cast<uintptr_t>(p) & 63;
+    const uint64_t end = std::min<uint64_t>(bytes, 4 * 64 - first_line);
+    for (uint64_t at = 64 - first_line; at < end; at += 64) __builtin_prefetch(p + at);
+  }
+  // True when nothing is committed at the cursor and no credit is owed: what an idle poll
+  // checks, on the line the next frame will land in (and the rarely written credit line).
+  // It does not look at the tail (the producer writes its line on every publish); the caller
+  // checks has_data() now and then so that published garbage is still reported.
+  bool idle() const {
+    return first_word(cursor_) == kFrameMarker &&
+           (released_ == published_head_ ||
+            ctl_->producer_waiting.load(std::memory_order_relaxed) == 0);
+  }
   // Returns every byte before the read cursor to the producer (lazily, see header comment).
   void release();
   // Publishes head now (before blocking, or when the caller wants credit returned at once).
@@ -294,6 +482,15 @@ class RingConsumer {
   static constexpr uint32_t kSleepDoorbell = 2;
 
  private:
+  bool next_into_slow(Frame* out, Status* error);
+  // The first word of the slot at stream position pos (acquire: see the Commit rule).
+  uint32_t first_word(uint64_t pos) const {
+    return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(data_ + (pos & (data_bytes_ - 1))))
+        .load(std::memory_order_acquire);
+  }
+  // Whether a published tail covers bytes beyond the cursor (the cursor may run ahead of it).
+  bool ahead_of_cursor(uint64_t tail) const { return static_cast<int64_t>(tail - cursor_) > 0; }
+
   RingControl* ctl_ = nullptr;
   uint8_t* data_ = nullptr;
   uint64_t data_bytes_ = 0;
@@ -303,6 +500,7 @@ class RingConsumer {
   uint64_t cached_tail_ = 0;
   uint64_t fenced_drops_ = 0;
   uint32_t max_payload_bytes_ = 0;
+  bool took_frames_ = false;  // next_into() took frames since it last checked the tail
 };
 
 }  // namespace shoal::net

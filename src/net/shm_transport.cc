@@ -163,6 +163,8 @@ Result<ShmEndpoint> ShmEndpoint::attach(Fd memfd, Fd sock, Fd doorbell, size_t r
   ep.prefault();
   ep.tx_ = RingProducer(rings[side]);
   ep.rx_ = RingConsumer(rings[1 - side]);
+  ep.fast_send_bytes_ = static_cast<uint32_t>(
+      std::min<size_t>(options.max_message_bytes, ep.tx_.max_payload_bytes()));
   ep.assembler_ = MessageAssembler(options.max_message_bytes);
   return ep;
 }
@@ -254,6 +256,7 @@ ShmEndpoint& ShmEndpoint::operator=(ShmEndpoint&& other) noexcept {
   batch_outstanding_ = other.batch_outstanding_;
   reserved_ = other.reserved_;
   prefaulted_ = other.prefaulted_;
+  fast_send_bytes_ = other.fast_send_bytes_;
   last_liveness_check_ns_ = other.last_liveness_check_ns_;
   empty_polls_ = other.empty_polls_;
   failed_ = std::move(other.failed_);
@@ -397,7 +400,7 @@ Status ShmEndpoint::commit_write(uint64_t epoch, uint32_t imm, size_t bytes) {
   return failed_;
 }
 
-Status ShmEndpoint::send(uint32_t session, std::span<const uint8_t> bytes) {
+Status ShmEndpoint::send_slow(uint32_t session, std::span<const uint8_t> bytes) {
   if (!failed_.ok()) return failed_;
   SHOAL_ASSERT(!reserved_, "%s", "send() while a reserve() is outstanding");
   if (bytes.size() > options_.max_message_bytes) {
@@ -441,7 +444,7 @@ Status ShmEndpoint::set_fence_epoch(uint64_t epoch) {
   return Status::Ok();
 }
 
-Result<size_t> ShmEndpoint::poll(Completion* out, size_t max) {
+Result<size_t> ShmEndpoint::poll_slow(Completion* out, size_t max) {
   if (!failed_.ok()) [[unlikely]]
     return failed_;
   SHOAL_ASSERT(!batch_outstanding_, "poll() before release() of the previous batch");
@@ -454,17 +457,22 @@ Result<size_t> ShmEndpoint::poll(Completion* out, size_t max) {
   // store-forwarding stall on every poll, most of an empty poll's cost).
   const size_t n = *polled;
   batch_outstanding_ = n > 0;
-  if (n == 0 && (++empty_polls_ & 63) == 0) [[unlikely]] {
-    // Idle: is the peer still there? At most once per interval, and the clock is read only
-    // every 64 empty polls. Frames it published before dying were delivered first.
-    const uint64_t now = mono_ns();
-    if (now - last_liveness_check_ns_ >= kLivenessCheckNs) {
-      last_liveness_check_ns_ = now;
-      Status s = check_peer();
-      if (!s.ok() && !rx_.has_data()) return fail(std::move(s));
-    }
-  }
+  if (n == 0 && (++empty_polls_ & 63) == 0) [[unlikely]]
+    return idle_check(out, max);
   return n;
+}
+
+Result<size_t> ShmEndpoint::idle_check(Completion* out, size_t max) {
+  if (rx_.has_data()) return poll_slow(out, max);
+  // Liveness: at most once per interval, and the clock is read only every 64 empty polls.
+  // Frames the peer published before dying were delivered first.
+  const uint64_t now = mono_ns();
+  if (now - last_liveness_check_ns_ >= kLivenessCheckNs) {
+    last_liveness_check_ns_ = now;
+    Status s = check_peer();
+    if (!s.ok() && !rx_.has_data()) return fail(std::move(s));
+  }
+  return size_t{0};
 }
 
 void ShmEndpoint::release() {
@@ -501,11 +509,7 @@ Status ShmEndpoint::wait(uint64_t timeout_ns) {
 
 Status ShmEndpoint::inject_raw_for_test(std::span<const uint8_t> bytes) {
   tx_.flush();
-  auto data = tx_.raw_data_for_test();
-  const uint64_t offset = tx_.tail() & (data.size() - 1);
-  SHOAL_ASSERT(offset + round_up8(bytes.size()) <= data.size(), "inject: no room before wrap");
-  std::memcpy(data.data() + offset, bytes.data(), bytes.size());
-  tx_.publish_raw_for_test(round_up8(bytes.size()));
+  tx_.inject_raw_for_test(bytes);
   return Status::Ok();
 }
 

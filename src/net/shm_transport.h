@@ -23,6 +23,7 @@
 // endpoint stays failed (every call returns that status).
 #pragma once
 
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -67,7 +68,18 @@ class ShmEndpoint {
   ShmEndpoint& operator=(ShmEndpoint&& other) noexcept;
   ~ShmEndpoint() { close(); }
 
-  [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes);
+  // Inline fast path: one frame with credit at hand (a memcpy into the peer's ring).
+  [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes) {
+    const auto n = static_cast<uint32_t>(bytes.size());
+    if (bytes.size() <= fast_send_bytes_ && failed_.ok() && !reserved_ && prefaulted_) [[likely]] {
+      if (uint8_t* dst = tx_.try_reserve(n)) [[likely]] {
+        if (n != 0) std::memcpy(dst, bytes.data(), n);
+        tx_.commit(0, session, 0, n, /*publish_now=*/false);
+        return Status::Ok();
+      }
+    }
+    return send_slow(session, bytes);
+  }
   [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes);
   // Zero-copy send into the peer's ring. REQUIRES: bytes <= max_write_bytes().
   [[nodiscard]] Result<std::span<uint8_t>> reserve(size_t bytes);
@@ -83,7 +95,18 @@ class ShmEndpoint {
     tx_.flush();
     return failed_;
   }
-  [[nodiscard]] Result<size_t> poll(Completion* out, size_t max);
+  // Inline fast path for the idle poll an event loop makes between messages: nothing to
+  // publish, nothing committed at the cursor, no credit asked for (and not the 64th idle poll
+  // in a row, which also looks at the tail and the peer's liveness).
+  [[nodiscard]] Result<size_t> poll(Completion* out, size_t max) {
+    if (rx_.idle() && failed_.ok() && prefaulted_ && !batch_outstanding_ && tx_.flushed())
+        [[likely]] {
+      if ((++empty_polls_ & 63) != 0) [[likely]]
+        return size_t{0};
+      return idle_check(out, max);
+    }
+    return poll_slow(out, max);
+  }
   void release();
   [[nodiscard]] Status wait(uint64_t timeout_ns);
   [[nodiscard]] Status inject_raw_for_test(std::span<const uint8_t> bytes);
@@ -120,6 +143,11 @@ class ShmEndpoint {
   [[nodiscard]] static Result<ShmEndpoint> handshake(Fd sock, const EndpointOptions& options,
                                                      uint64_t timeout_ms);
   void set_peer_doorbell(Fd fd);
+  [[nodiscard]] Status send_slow(uint32_t session, std::span<const uint8_t> bytes);
+  [[nodiscard]] Result<size_t> poll_slow(Completion* out, size_t max);
+  // Every 64th idle poll: published bytes the idle check does not see (polled now), and is the
+  // peer still there? The count, 0, or the failure.
+  [[nodiscard]] Result<size_t> idle_check(Completion* out, size_t max);
   [[nodiscard]] Status push(uint32_t flags, uint32_t imm, uint64_t epoch,
                             std::span<const uint8_t> payload);
   // Waits (spin, then futex) until try_reserve(bytes) succeeds; returns the payload pointer.
@@ -141,6 +169,7 @@ class ShmEndpoint {
   bool batch_outstanding_ = false;
   bool reserved_ = false;
   bool prefaulted_ = false;  // prefault_once() ran: the first poll()/send in this process
+  uint32_t fast_send_bytes_ = 0;  // min(max_message_bytes, one frame): send()'s fast path
   uint64_t last_liveness_check_ns_ = 0;
   uint32_t empty_polls_ = 0;
   Status failed_;

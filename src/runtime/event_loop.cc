@@ -64,11 +64,16 @@ void EventLoop::check_thread() {
 }
 
 Status EventLoop::spawn(Task<void> task) {
+  if (task_room() == 0) return Status::Unavailable("event loop: max_tasks live tasks");
+  adopt(std::move(task));
+  return Status::Ok();
+}
+
+void EventLoop::adopt(Task<void> task) {
   check_thread();
   SHOAL_ASSERT(task.valid(), "%s", "spawn of an empty Task");
-  if (live_tasks_ >= options_.max_tasks) {
-    return Status::Unavailable("event loop: max_tasks live tasks");
-  }
+  SHOAL_ASSERT(live_tasks_ < options_.max_tasks + kReadySlack, "%s",
+               "adopt() beyond max_tasks + kReadySlack: callers must check task_room() first");
   detail::Root root = run_root(std::move(task));
   auto& p = root.handle.promise();
   p.loop = this;
@@ -77,7 +82,6 @@ Status EventLoop::spawn(Task<void> task) {
   roots_ = &p;
   ++live_tasks_;
   schedule(root.handle);
-  return Status::Ok();
 }
 
 void EventLoop::unlink_root(detail::Root::promise_type* p) {

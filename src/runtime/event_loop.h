@@ -136,6 +136,16 @@ class EventLoop {
   // Starts `task` as a detached root on this loop (it first runs on the next iteration).
   // Unavailable when max_tasks tasks are live (backpressure; the task is destroyed unrun).
   [[nodiscard]] Status spawn(Task<void> task);
+  // How many more tasks spawn() would accept now.
+  uint32_t task_room() const {
+    return live_tasks_ >= options_.max_tasks ? 0 : options_.max_tasks - live_tasks_;
+  }
+  // spawn() without the max_tasks check, for work admitted before it needed a task of its own:
+  // RpcEndpoint runs a batch's handlers inline and adopts one only when it suspends, having
+  // admitted the batch's requests only while task_room() covered all of them. Handlers may
+  // spawn up to the limit in between, so live tasks may exceed max_tasks by at most one poll
+  // batch (<= kReadySlack), which the ready ring's slack holds.
+  void adopt(Task<void> task);
   // Makes a suspended task runnable. REQUIRES: owning thread; h belongs to a live task of this
   // loop and is not already queued.
   void schedule(std::coroutine_handle<> h);

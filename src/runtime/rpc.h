@@ -7,18 +7,33 @@
 //
 // Calls: `co_await rpc.call(session, method, request, timeout_ns)` from a task on the owning
 // loop sends header+request (header written into the buffer's headroom, no copy) and
-// suspends; the poller, on the response, copies the payload into a pooled buffer and schedules
-// the caller, which the loop resumes in the same iteration right after the pollers (never
-// inline from inside the transport's poll batch); a request's handler task starts the same way.
+// suspends; the poller, on the response, copies the payload into the call's request buffer
+// (the caller's now) and, once the transport batch is released, resumes the caller itself
+// (never from inside the batch); a call that ends otherwise (timeout, failure) is scheduled
+// on the loop. A caller resumed by the poller may destroy the endpoint (the poller notices).
+//
+// Serving: the poller copies each request's payload out of the transport batch into its
+// server slot, releases the batch, and then runs the handler inline, in the poller: a handler
+// that finishes without suspending (the common case) is answered at once, without a task of
+// its own or a trip through the ready queue, and the poller flushes the responses before it
+// returns. A handler that suspends is adopted by a task of the loop and answered when it ends.
+// Both cases count against the loop's max_tasks: a request that arrives while the loop is at
+// its limit is dropped (busy_drops) as before.
 //
 // Window: per session, request rpc_id r may be outstanding only while every id <= r - window
 // has finished at the caller (a sliding window, like TCP's): a caller beyond it waits (FIFO),
 // which bounds the work a session can queue at the server.
 //
+// Deadlines (timeout, retransmission) are stamped by the sweep (every tick_ns), not by call():
+// the first sweep after a call was sent sets deadline = its clock reading + timeout, so a call
+// costs no clock read and a deadline never starts before the send (a task that computed for
+// long inside one loop iteration does not get an early one). A call therefore times out
+// between timeout and timeout + 2 ticks after it was sent (was: + 1 tick).
+//
 // Loss and duplication (chosen policy: retransmit + dedup, then Timeout):
-//   - retransmit_ns > 0: an unanswered request is re-sent after retransmit_ns, doubling up to
-//     max_retransmit_ns, until its deadline; then the call completes with Timeout.
-//     retransmit_ns == 0 (reliable transports): sent once; Timeout at the deadline.
+//   - retransmit_ns > 0: an unanswered request is re-sent retransmit_ns after its deadline was
+//     stamped, doubling up to max_retransmit_ns, until its deadline; then the call completes
+//     with Timeout. retransmit_ns == 0 (reliable transports): sent once; Timeout at the deadline.
 //   - The server executes each (session, rpc_id) at most once: it remembers, per session, the
 //     last `window` ids with their state; a duplicate of a running request is dropped, a
 //     duplicate of a finished one gets the cached response again, and an id at or below
@@ -37,14 +52,16 @@
 // sleeps until the transport has input instead of in max_block_ns slices. A failed endpoint
 // watches no fd (it never polls again, and a dead peer's hang-up would keep waking the loop).
 //
-// Threads: owned by the loop's thread; call() only from tasks on that loop.
-// Allocation: each served request spawns one handler task (coroutine frames: the loop thread's
-// frame pool, task.h, so none in steady state); message buffers come from a bounded pool
-// (steady state: no allocation); error paths format messages. One copy per received message
-// (out of the transport's receive buffer, because the task that consumes it runs after the
-// transport batch is released).
+// Threads: owned by the loop's thread; call() only from tasks on that loop; a handler must
+// end on that thread (its response is sent from where it ends).
+// Allocation: a handler's coroutine frame per request (the loop thread's frame pool, task.h),
+// plus a task only for a handler that suspends; message buffers are the server slots' own
+// (reused, a large one goes back to the bounded pool) or the pool's (steady state: no
+// allocation); error paths format messages. One copy per received message (out of the
+// transport's receive buffer, so handlers and callers never run inside a poll batch).
 // Lifetime: destroy the RpcEndpoint before its loop and transport are destroyed, and only when
-// no task on the loop will resume a call on it again (the loop destroys suspended callers).
+// no task on the loop will resume a call or a suspended handler on it again (the loop destroys
+// suspended callers); never from inside one of its own handlers.
 #pragma once
 
 #include <algorithm>
@@ -106,11 +123,48 @@ class RpcEndpoint {
   MsgBuffer buffer(size_t payload_bytes) { return pool_.get(payload_bytes); }
   void recycle(MsgBuffer b) { pool_.put(std::move(b)); }
 
-  // Sends `request` on `session` and completes with the response payload or: Timeout (deadline
-  // passed; at-most-once), Unavailable/Corruption (endpoint failed), InvalidArgument, or the
-  // handler's own non-ok status. timeout_ns 0: options.timeout_ns.
-  Task<Result<MsgBuffer>> call(uint32_t session, uint16_t method, MsgBuffer request,
-                               uint64_t timeout_ns = 0);
+  class Call;
+  // `co_await rpc.call(...)` sends `request` on `session` and completes with the response
+  // payload or: Timeout (deadline passed; at-most-once), Unavailable/Corruption (endpoint
+  // failed), InvalidArgument, or the handler's own non-ok status. timeout_ns 0:
+  // options.timeout_ns. Lazy like a Task: nothing is sent until the result is co_awaited.
+  // REQUIRES: co_awaited once, by a task on this endpoint's loop.
+  Call call(uint32_t session, uint16_t method, MsgBuffer request, uint64_t timeout_ns = 0) {
+    return Call(this, session, method, std::move(request), timeout_ns);
+  }
+
+  // The awaitable that call() returns (a hand-written awaiter rather than a Task: no coroutine
+  // frame, and the Result is built once, in the awaiting coroutine). While it waits for room in
+  // its session's window it is queued there; when room opens, the call that finished sends it
+  // on its behalf.
+  class [[nodiscard]] Call {
+   public:
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+    bool await_ready() { return !rpc_->admit(*this); }
+    void await_suspend(std::coroutine_handle<> caller) { rpc_->start_or_queue(*this, caller); }
+    Result<MsgBuffer> await_resume() { return rpc_->take_result(*this); }
+
+   private:
+    friend class RpcEndpoint;
+    Call(RpcEndpoint* rpc, uint32_t session, uint16_t method, MsgBuffer request,
+         uint64_t timeout_ns)
+        : rpc_(rpc),
+          session_(session),
+          method_(method),
+          timeout_ns_(timeout_ns),
+          request_(std::move(request)) {}
+
+    RpcEndpoint* rpc_;
+    uint32_t session_;
+    uint16_t method_;
+    uint64_t timeout_ns_;
+    MsgBuffer request_;  // until sent; then the slot holds it
+    uint64_t seq_ = 0;   // the rpc id once sent; 0: not sent (then `early_` is the result)
+    Status early_;       // the result of a call that was never sent
+    std::coroutine_handle<> caller_;
+    Call* next_ = nullptr;  // window queue
+  };
 
   // Fails the endpoint (every outstanding call completes with `why`). Idempotent.
   void fail(Status why);
@@ -120,19 +174,16 @@ class RpcEndpoint {
   E& transport() { return transport_; }
 
  private:
-  struct Waiter {
-    std::coroutine_handle<> h;
-    Waiter* next = nullptr;
-  };
   struct ClientSlot {
     bool active = false;  // between send and the caller taking the result
     bool done = false;    // result is set
     uint16_t method = 0;
     uint64_t seq = 0;
-    uint64_t deadline_ns = 0;
+    uint64_t timeout_ns = 0;
+    uint64_t deadline_ns = kUnstamped;  // stamped by the first sweep after the send
     uint64_t next_rto_ns = kNever;
     uint64_t rto_ns = 0;
-    MsgBuffer request;  // kept for retransmission
+    MsgBuffer request;  // kept for retransmission; then holds the response payload
     MsgBuffer response;
     Status status;
     std::coroutine_handle<> waiter;
@@ -141,36 +192,30 @@ class RpcEndpoint {
     uint64_t next_seq = 1;
     uint64_t base_seq = 1;  // lowest id not yet finished at the caller
     uint32_t active = 0;
-    Waiter* wait_head = nullptr;
-    Waiter* wait_tail = nullptr;
+    Call* wait_head = nullptr;  // calls waiting for room in the window, FIFO
+    Call* wait_tail = nullptr;
   };
   enum class ServerState : uint8_t { kEmpty, kRunning, kDone };
+  // One per (session, id % window); the handler of the id it holds sees `request`, whose
+  // payload is `payload`, until it ends. Reused by id + window, which the window only lets in
+  // after this id finished at the caller.
   struct ServerSlot {
     uint64_t seq = 0;
     ServerState state = ServerState::kEmpty;
-    MsgBuffer response;  // kDone: header + payload, re-sent to duplicates
+    RpcRequest request{};
+    MsgBuffer payload;   // kRunning: the request's bytes, copied out of the transport batch
+    MsgBuffer response;  // kRunning: filled by the handler; kDone: header + payload, re-sent
+                         // to duplicates
   };
-
-  struct SlotAwaiter {
-    ClientSlot* slot;
-    bool await_ready() const noexcept { return slot->done; }
-    void await_suspend(std::coroutine_handle<> h) noexcept { slot->waiter = h; }
-    void await_resume() const noexcept {}
+  // A request taken from a poll batch, run after the batch is released.
+  struct Pending {
+    uint32_t session;
+    uint64_t rpc_id;
   };
-  struct WindowAwaiter {
-    ClientSession* cs;
-    Waiter* w;
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) noexcept {
-      w->h = h;
-      if (cs->wait_tail != nullptr)
-        cs->wait_tail->next = w;
-      else
-        cs->wait_head = w;
-      cs->wait_tail = w;
-    }
-    void await_resume() const noexcept {}
-  };
+  static constexpr uint64_t kUnstamped = 0;
+  // A request payload buffer above this goes back to the pool when its handler ends instead of
+  // staying in the slot (the pool is bounded; slots are max_sessions * window).
+  static constexpr size_t kSlotKeepBytes = 16 * 1024;
 
   ClientSlot& cslot(uint32_t session, uint64_t seq) {
     return client_slots_[size_t{session} * options_.window + seq % options_.window];
@@ -206,11 +251,19 @@ class RpcEndpoint {
   void on_message(const net::Completion& c);
   void on_request(const RpcHeader& h, std::span<const uint8_t> payload);
   void on_response(const RpcHeader& h, std::span<const uint8_t> payload);
-  Task<void> serve(uint32_t session, uint64_t rpc_id, uint16_t method, MsgBuffer request);
+  void run_handler(uint32_t session, uint64_t rpc_id);
+  Task<void> finish_suspended(Task<Status> handler, uint32_t session, uint64_t rpc_id);
+  void answer(uint32_t session, uint64_t rpc_id, Status status);
   void send_wire(uint32_t session, std::span<const uint8_t> wire);
-  void complete(ClientSlot& slot, Status status, MsgBuffer response);
+  bool admit(Call& call);
+  void start_or_queue(Call& call, std::coroutine_handle<> caller);
+  void start(Call& call);
+  Result<MsgBuffer> take_result(Call& call);
+  // Sets the call's result and schedules its caller on the loop, or, from on_response() (with
+  // resume_after_batch), leaves it for poll_once() to resume once the batch is released.
+  void complete(ClientSlot& slot, Status status, MsgBuffer response,
+                bool resume_after_batch = false);
   void finish_slot(uint32_t session, ClientSlot& slot);
-  void wake_one(ClientSession& cs);
   void arm_tick();
   void sweep();
 
@@ -234,6 +287,11 @@ class RpcEndpoint {
   // Completions of one poll. A member, not a local: a local array of 64 would be zeroed (2 KiB)
   // on every poll, mostly empty ones.
   net::Completion batch_[64];
+  Pending pending_[64];  // requests of the current batch, run after its release
+  uint32_t pending_count_ = 0;
+  std::coroutine_handle<> answered_[64];  // callers whose responses came in the current batch
+  uint32_t answered_count_ = 0;
+  bool* alive_ = nullptr;  // while poll_once() resumes callers: the destructor clears it
 };
 
 // ================= implementation =================
@@ -255,6 +313,7 @@ RpcEndpoint<E>::RpcEndpoint(EventLoop& loop, E& transport, RpcOptions options)
 
 template <net::TransportEndpoint E>
 RpcEndpoint<E>::~RpcEndpoint() {
+  if (alive_ != nullptr) *alive_ = false;  // destroyed by a caller poll_once() resumed
   if (tick_armed_) loop_.cancel_timer(tick_id_);
   if (started_) loop_.remove_poller(this);
 }
@@ -275,58 +334,93 @@ void RpcEndpoint<E>::handle(uint16_t method, RpcHandler handler) {
   handlers_[method] = std::move(handler);
 }
 
+// Checks that can fail a call before it is sent; false: the call completes at once with
+// call.early_.
 template <net::TransportEndpoint E>
-Task<Result<MsgBuffer>> RpcEndpoint<E>::call(uint32_t session, uint16_t method, MsgBuffer request,
-                                             uint64_t timeout_ns) {
-  if (!failed_.ok()) co_return failed_;
-  if (session >= options_.max_sessions) {
-    co_return Status::InvalidArgument(fmt::format("rpc session {} >= max_sessions", session));
+bool RpcEndpoint<E>::admit(Call& call) {
+  if (!failed_.ok()) [[unlikely]] {
+    call.early_ = failed_;
+    return false;
   }
-  if (request.size() + kRpcHeaderBytes > transport_.max_message_bytes()) {
-    co_return Status::InvalidArgument(
-        fmt::format("rpc request of {} bytes too large", request.size()));
+  if (call.session_ >= options_.max_sessions) [[unlikely]] {
+    call.early_ =
+        Status::InvalidArgument(fmt::format("rpc session {} >= max_sessions", call.session_));
+    return false;
   }
-  request.reserve(request.size());  // make sure the headroom exists even for empty payloads
+  if (call.request_.size() + kRpcHeaderBytes > transport_.max_message_bytes()) [[unlikely]] {
+    call.early_ = Status::InvalidArgument(
+        fmt::format("rpc request of {} bytes too large", call.request_.size()));
+    return false;
+  }
+  call.request_.reserve(call.request_.size());  // the headroom exists even for empty payloads
+  return true;
+}
+
+template <net::TransportEndpoint E>
+void RpcEndpoint<E>::start_or_queue(Call& call, std::coroutine_handle<> caller) {
+  call.caller_ = caller;
+  ClientSession& cs = client_[call.session_];
+  if (cs.wait_head == nullptr && cs.next_seq - cs.base_seq < options_.window) [[likely]] {
+    start(call);
+    return;
+  }
+  // Beyond the window (or behind others waiting for it): FIFO; finish_slot() starts it.
+  if (cs.wait_tail != nullptr) {
+    cs.wait_tail->next_ = &call;
+  } else {
+    cs.wait_head = &call;
+  }
+  cs.wait_tail = &call;
+}
+
+// Sends the call; its caller stays suspended until complete() schedules it.
+template <net::TransportEndpoint E>
+void RpcEndpoint<E>::start(Call& call) {
+  const uint32_t session = call.session_;
   ClientSession& cs = client_[session];
-  while (cs.next_seq - cs.base_seq >= options_.window) {  // bounded by the window
-    Waiter w;
-    co_await WindowAwaiter{&cs, &w};
-    if (!failed_.ok()) co_return failed_;
-  }
   const uint64_t seq = cs.next_seq++;
   ClientSlot& slot = cslot(session, seq);
   SHOAL_ASSERT(!slot.active, "rpc slot reused while active (session %u id %lu)", session, seq);
-  // The exact clock, not iteration_now_ns(): a task that computed for long in this iteration
-  // would otherwise get an early deadline (measured: the read costs ~5 ns of round trip).
-  const uint64_t now = loop_.now_ns();
+  // No clock read here (~25 ns of every round trip on a VM): sweep() stamps the deadline.
   slot.active = true;
   slot.done = false;
-  slot.method = method;
+  slot.method = call.method_;
   slot.seq = seq;
-  slot.deadline_ns = now + (timeout_ns != 0 ? timeout_ns : options_.timeout_ns);
+  slot.timeout_ns = call.timeout_ns_ != 0 ? call.timeout_ns_ : options_.timeout_ns;
+  slot.deadline_ns = kUnstamped;
   slot.rto_ns = options_.retransmit_ns;
-  slot.next_rto_ns = slot.rto_ns != 0 ? now + slot.rto_ns : kNever;
+  slot.next_rto_ns = kNever;
+  slot.waiter = call.caller_;
   if (!slot.status.ok()) slot.status = Status::Ok();  // an earlier call's failure
-  RpcHeader h{
-      RpcKind::kRequest, 0, method, Code::kOk, session, static_cast<uint32_t>(request.size()), seq};
-  encode_rpc_header(h, request.header());
-  slot.request = std::move(request);
+  RpcHeader h{RpcKind::kRequest, 0, call.method_, Code::kOk, session,
+              static_cast<uint32_t>(call.request_.size()), seq};
+  encode_rpc_header(h, call.request_.header());
+  slot.request = std::move(call.request_);
+  call.seq_ = seq;
   ++cs.active;
   ++outstanding_;
   ++stats_.calls;
   arm_tick();
-  send_wire(session, slot.request.wire());
-  co_await SlotAwaiter{&slot};
-  // Built in the promise from the buffer or the status: a Result moved whole would also move
-  // the Status's string.
-  if (slot.status.ok()) {
+  send_wire(session, slot.request.wire());  // a failure completes the slot (and schedules us)
+}
+
+template <net::TransportEndpoint E>
+Result<MsgBuffer> RpcEndpoint<E>::take_result(Call& call) {
+  if (call.seq_ == 0) return std::move(call.early_);
+  ClientSlot& slot = cslot(call.session_, call.seq_);
+  SHOAL_ASSERT(slot.active && slot.done && slot.seq == call.seq_, "%s",
+               "rpc call resumed before its slot completed");
+  // Built from the buffer or the status: a Result moved whole would also move the Status's
+  // string.
+  if (slot.status.ok()) [[likely]] {
     MsgBuffer response = std::move(slot.response);
-    finish_slot(session, slot);
-    co_return std::move(response);
+    finish_slot(call.session_, slot);
+    return response;
   }
   Status failed = std::move(slot.status);
-  finish_slot(session, slot);
-  co_return std::move(failed);
+  slot.status = Status::Ok();
+  finish_slot(call.session_, slot);
+  return failed;
 }
 
 template <net::TransportEndpoint E>
@@ -341,30 +435,29 @@ void RpcEndpoint<E>::finish_slot(uint32_t session, ClientSlot& slot) {
   ++stats_.completed;
   // Slide the window past every finished id; each step is one slot, at most `window`.
   while (cs.base_seq < cs.next_seq && !cslot(session, cs.base_seq).active) ++cs.base_seq;
-  // Wake as many waiters as the window has room for; they take ids in FIFO order.
-  for (uint64_t room = options_.window - (cs.next_seq - cs.base_seq); room > 0; --room) {
-    if (cs.wait_head == nullptr) break;
-    wake_one(cs);
+  // Start as many waiting calls as the window has room for, in FIFO order (they stay suspended
+  // until their responses arrive). A failed endpoint has completed every waiter already.
+  while (cs.wait_head != nullptr && cs.next_seq - cs.base_seq < options_.window) {
+    Call* next = cs.wait_head;
+    cs.wait_head = next->next_;
+    if (cs.wait_head == nullptr) cs.wait_tail = nullptr;
+    start(*next);
   }
 }
 
 template <net::TransportEndpoint E>
-void RpcEndpoint<E>::wake_one(ClientSession& cs) {
-  if (cs.wait_head == nullptr) return;
-  Waiter* w = cs.wait_head;
-  cs.wait_head = w->next;
-  if (cs.wait_head == nullptr) cs.wait_tail = nullptr;
-  loop_.schedule(w->h);
-}
-
-template <net::TransportEndpoint E>
-void RpcEndpoint<E>::complete(ClientSlot& slot, Status status, MsgBuffer response) {
+void RpcEndpoint<E>::complete(ClientSlot& slot, Status status, MsgBuffer response,
+                              bool resume_after_batch) {
   SHOAL_ASSERT(slot.active && !slot.done, "%s", "completing an idle rpc slot");
   slot.done = true;
   if (!status.ok()) slot.status = std::move(status);  // call() left it Ok
   slot.response = std::move(response);
   if (slot.waiter) {
-    loop_.schedule(slot.waiter);
+    if (resume_after_batch) {
+      answered_[answered_count_++] = slot.waiter;  // at most one per completion of the batch
+    } else {
+      loop_.schedule(slot.waiter);
+    }
     slot.waiter = {};
   }
 }
@@ -399,8 +492,37 @@ bool RpcEndpoint<E>::poll_once() {
     return true;
   }
   if (*n == 0) return false;
+  pending_count_ = 0;
+  answered_count_ = 0;
   for (size_t i = 0; i < *n; ++i) on_message(batch_[i]);
   transport_.release();
+  // Handlers run now, outside the batch (their payloads were copied out), in arrival order.
+  const uint32_t pending = pending_count_;
+  for (uint32_t i = 0; i < pending; ++i) run_handler(pending_[i].session, pending_[i].rpc_id);
+  // Then the callers whose responses arrived, directly rather than through the loop's ready
+  // queue and a second pass over its pollers. One of them may destroy this endpoint: the
+  // handles are copied out first, and the destructor clears `alive`.
+  if (const uint32_t answered = answered_count_; answered != 0) {
+    std::coroutine_handle<> callers[64];
+    std::copy_n(answered_, answered, callers);
+    answered_count_ = 0;
+    bool alive = true;
+    alive_ = &alive;
+    for (uint32_t i = 0; i < answered; ++i) {
+      callers[i].resume();
+      if (!alive) return true;
+    }
+    alive_ = nullptr;
+  }
+  // Publish what the handlers and the callers sent now, not on the loop's next pass over its
+  // pollers (frames are visible to the peer as they are committed; this is the tail store).
+  if (needs_flush_ && failed_.ok()) {
+    needs_flush_ = false;
+    Status s = transport_.flush();
+    if (!s.ok() && (s.code() == Code::kUnavailable || s.code() == Code::kCorruption)) {
+      fail(std::move(s));
+    }
+  }
   return true;
 }
 
@@ -410,16 +532,16 @@ void RpcEndpoint<E>::on_message(const net::Completion& c) {
     ++stats_.writes_ignored;  // one-sided writes belong to the log shipper, not RPC
     return;
   }
-  auto h = decode_rpc_header(c.bytes);
-  if (!h.ok() || h->session >= options_.max_sessions) {
+  RpcHeader h;
+  if (!decode_rpc_header_fast(c.bytes, &h) || h.session >= options_.max_sessions) [[unlikely]] {
     ++stats_.malformed;  // dropped: the caller times out; the link itself stays usable
     return;
   }
   const auto payload = c.bytes.subspan(kRpcHeaderBytes);
-  if (h->kind == RpcKind::kRequest) {
-    on_request(*h, payload);
+  if (h.kind == RpcKind::kRequest) {
+    on_request(h, payload);
   } else {
-    on_response(*h, payload);
+    on_response(h, payload);
   }
 }
 
@@ -444,47 +566,73 @@ void RpcEndpoint<E>::on_request(const RpcHeader& h, std::span<const uint8_t> pay
     ++stats_.busy_drops;  // an older id still runs in this slot; the caller retransmits
     return;
   }
-  MsgBuffer req = pool_.get(payload.size());
-  if (!payload.empty()) std::memcpy(req.payload().data(), payload.data(), payload.size());
-  Status s = loop_.spawn(serve(h.session, h.rpc_id, h.method, std::move(req)));
-  if (!s.ok()) {
+  // Each request of the batch may become a task (if its handler suspends), so the limit is
+  // checked with those already taken from this batch counted.
+  if (pending_count_ >= loop_.task_room()) {
     ++stats_.busy_drops;  // loop full: drop, the caller retransmits or times out
     return;
   }
-  pool_.put(std::move(sl.response));
+  if (sl.payload.capacity() < payload.size()) {
+    MsgBuffer bigger = pool_.get(payload.size());
+    pool_.put(std::move(sl.payload));
+    sl.payload = std::move(bigger);
+  }
+  sl.payload.assign(payload);
   sl.seq = h.rpc_id;
   sl.state = ServerState::kRunning;
+  sl.request = RpcRequest{h.session, h.method, h.rpc_id, sl.payload.payload(), &sl.response};
   max_seq = std::max(max_seq, h.rpc_id);
+  pending_[pending_count_++] = {h.session, h.rpc_id};
 }
 
 template <net::TransportEndpoint E>
-Task<void> RpcEndpoint<E>::serve(uint32_t session, uint64_t rpc_id, uint16_t method,
-                                 MsgBuffer request) {
-  MsgBuffer response = pool_.get(0);
-  Status st;
-  RpcRequest r{session, method, rpc_id, request.payload(), &response};
-  if (method < handlers_.size() && handlers_[method]) {
-    ++stats_.handler_runs;
-    st = co_await handlers_[method](r);
-  } else {
-    st = Status::NotSupported(fmt::format("no rpc handler for method {}", method));
+void RpcEndpoint<E>::run_handler(uint32_t session, uint64_t rpc_id) {
+  ServerSlot& sl = sslot(session, rpc_id);
+  SHOAL_ASSERT(sl.seq == rpc_id && sl.state == ServerState::kRunning, "%s",
+               "rpc server slot changed before its handler ran");
+  sl.response.resize(0);  // also makes sure the header's headroom exists
+  const uint16_t method = sl.request.method;
+  if (method >= handlers_.size() || !handlers_[method]) {
+    answer(session, rpc_id, Status::NotSupported(fmt::format("no rpc handler for method {}", method)));
+    return;
   }
-  if (!st.ok()) response.resize(0);
-  RpcHeader h{RpcKind::kResponse,
-              0,
-              method,
-              st.code(),
-              session,
-              static_cast<uint32_t>(response.size()),
-              rpc_id};
-  encode_rpc_header(h, response.header());
+  ++stats_.handler_runs;
+  Task<Status> handler = handlers_[method](sl.request);
+  if (handler.start_inline()) {
+    answer(session, rpc_id, handler.take());
+    return;
+  }
+  // Suspended: a task of the loop waits for its end (on_request reserved room for it).
+  loop_.adopt(finish_suspended(std::move(handler), session, rpc_id));
+}
+
+template <net::TransportEndpoint E>
+Task<void> RpcEndpoint<E>::finish_suspended(Task<Status> handler, uint32_t session,
+                                            uint64_t rpc_id) {
+  // Runs from the ready queue, so the loop's pass over its pollers right after flushes.
+  answer(session, rpc_id, co_await handler.join());
+}
+
+// Sends the response of a handler that ended with `status` and keeps it for duplicates.
+template <net::TransportEndpoint E>
+void RpcEndpoint<E>::answer(uint32_t session, uint64_t rpc_id, Status status) {
   ServerSlot& sl = sslot(session, rpc_id);
   SHOAL_ASSERT(sl.seq == rpc_id && sl.state == ServerState::kRunning, "%s",
                "rpc server slot changed under a running handler");
-  sl.response = std::move(response);
+  if (!status.ok()) sl.response.resize(0);
+  sl.response.reserve(0);  // a handler may have moved the buffer out: the header needs room
+  RpcHeader h{RpcKind::kResponse,
+              0,
+              sl.request.method,
+              status.code(),
+              session,
+              static_cast<uint32_t>(sl.response.size()),
+              rpc_id};
+  encode_rpc_header(h, sl.response.header());
   sl.state = ServerState::kDone;
-  pool_.put(std::move(request));
   send_wire(session, sl.response.wire());
+  sl.request.payload = {};
+  if (sl.payload.capacity() > kSlotKeepBytes) pool_.put(std::move(sl.payload));
 }
 
 template <net::TransportEndpoint E>
@@ -496,18 +644,22 @@ void RpcEndpoint<E>::on_response(const RpcHeader& h, std::span<const uint8_t> pa
   }
   if (h.code != Code::kOk) {
     complete(slot, status_from_code(h.code, fmt::format("rpc method {}: remote handler", h.method)),
-             {});
+             {}, /*resume_after_batch=*/true);
     return;
   }
-  MsgBuffer resp = pool_.get(payload.size());
-  if (!payload.empty()) std::memcpy(resp.payload().data(), payload.data(), payload.size());
-  complete(slot, Status::Ok(), std::move(resp));
+  // The request buffer is not needed any more (no retransmission after a response): the
+  // response payload goes into it, saving a pool round trip.
+  MsgBuffer resp = std::move(slot.request);
+  resp.assign(payload);
+  complete(slot, Status::Ok(), std::move(resp), /*resume_after_batch=*/true);
 }
 
 template <net::TransportEndpoint E>
 void RpcEndpoint<E>::arm_tick() {
   if (tick_armed_ || outstanding_ == 0 || !failed_.ok()) return;
-  auto id = loop_.add_timer(loop_.now_ns() + options_.tick_ns, &tick_thunk, this);
+  // The iteration's clock suffices: an early sweep only stamps deadlines, which use its own
+  // exact reading.
+  auto id = loop_.add_timer(loop_.iteration_now_ns() + options_.tick_ns, &tick_thunk, this);
   SHOAL_ASSERT(id.ok(), "rpc tick timer: %s", id.status().to_string().c_str());
   tick_armed_ = true;
   tick_id_ = *id;
@@ -521,6 +673,11 @@ void RpcEndpoint<E>::sweep() {
     for (uint32_t i = 0; i < options_.window; ++i) {
       ClientSlot& slot = client_slots_[size_t{s} * options_.window + i];
       if (!slot.active || slot.done) continue;
+      if (slot.deadline_ns == kUnstamped) {  // sent since the last sweep
+        slot.deadline_ns = now + slot.timeout_ns;
+        slot.next_rto_ns = slot.rto_ns != 0 ? now + slot.rto_ns : kNever;
+        continue;
+      }
       if (now >= slot.deadline_ns) {
         ++stats_.timeouts;
         complete(slot,
@@ -548,7 +705,13 @@ void RpcEndpoint<E>::fail(Status why) {
       ClientSlot& slot = client_slots_[size_t{s} * options_.window + i];
       if (slot.active && !slot.done) complete(slot, failed_, {});
     }
-    while (client_[s].wait_head != nullptr) wake_one(client_[s]);
+    ClientSession& cs = client_[s];
+    while (Call* waiting = cs.wait_head) {  // never sent: they complete with the failure
+      cs.wait_head = waiting->next_;
+      waiting->early_ = failed_;
+      loop_.schedule(waiting->caller_);
+    }
+    cs.wait_tail = nullptr;
   }
 }
 

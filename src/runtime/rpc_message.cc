@@ -1,18 +1,12 @@
 #include "src/runtime/rpc_message.h"
 
 #include <algorithm>
-#include <bit>
 
 #include <fmt/format.h>
 
 namespace shoal::rt {
 
 namespace {
-template <typename T>
-void put_le(uint8_t* dst, T v) {
-  static_assert(std::endian::native == std::endian::little, "big-endian hosts need byte swaps");
-  std::memcpy(dst, &v, sizeof(v));
-}
 template <typename T>
 T get_le(const uint8_t* src) {
   T v;
@@ -21,19 +15,10 @@ T get_le(const uint8_t* src) {
 }
 }  // namespace
 
-void encode_rpc_header(const RpcHeader& h, uint8_t* dst) {
-  put_le<uint16_t>(dst + 0, kRpcMagic);
-  dst[2] = kRpcVersion;
-  dst[3] = static_cast<uint8_t>(h.kind);
-  put_le<uint16_t>(dst + 4, h.method);
-  dst[6] = static_cast<uint8_t>(h.code);
-  dst[7] = h.flags;
-  put_le<uint32_t>(dst + 8, h.session);
-  put_le<uint32_t>(dst + 12, h.payload_bytes);
-  put_le<uint64_t>(dst + 16, h.rpc_id);
-}
-
 Result<RpcHeader> decode_rpc_header(std::span<const uint8_t> msg) {
+  RpcHeader fast;
+  if (decode_rpc_header_fast(msg, &fast)) return fast;
+  // Cold: say what is wrong.
   if (msg.size() < kRpcHeaderBytes) {
     return Status::Corruption(fmt::format("rpc message of {} bytes < header", msg.size()));
   }

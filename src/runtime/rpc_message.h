@@ -20,6 +20,7 @@
 // Threads: buffers are plain values; pools are per RpcEndpoint (one thread).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -48,9 +49,47 @@ struct RpcHeader {
   uint64_t rpc_id = 0;
 };
 
-// REQUIRES: dst has kRpcHeaderBytes.
-void encode_rpc_header(const RpcHeader& h, uint8_t* dst);
-// Corruption when the magic, version, kind, code or length is wrong. Never reads past msg.
+static_assert(std::endian::native == std::endian::little, "big-endian hosts need byte swaps");
+
+// REQUIRES: dst has kRpcHeaderBytes. Inline, like the decoder: both run on every message.
+inline void encode_rpc_header(const RpcHeader& h, uint8_t* dst) {
+  const uint32_t word0 = uint32_t{kRpcMagic} | uint32_t{kRpcVersion} << 16 |
+                         uint32_t{static_cast<uint8_t>(h.kind)} << 24;
+  const uint32_t word1 = uint32_t{h.method} | uint32_t{static_cast<uint8_t>(h.code)} << 16 |
+                         uint32_t{h.flags} << 24;
+  std::memcpy(dst + 0, &word0, 4);
+  std::memcpy(dst + 4, &word1, 4);
+  std::memcpy(dst + 8, &h.session, 4);
+  std::memcpy(dst + 12, &h.payload_bytes, 4);
+  std::memcpy(dst + 16, &h.rpc_id, 8);
+}
+// The data-path decoder: false when the magic, version, kind, code or length is wrong (then
+// decode_rpc_header() says which). Never reads past msg.
+[[nodiscard]] inline bool decode_rpc_header_fast(std::span<const uint8_t> msg, RpcHeader* out) {
+  if (msg.size() < kRpcHeaderBytes) return false;
+  const uint8_t* p = msg.data();
+  uint32_t word0, word1;
+  std::memcpy(&word0, p, 4);
+  std::memcpy(&word1, p + 4, 4);
+  const auto kind = static_cast<uint8_t>(word0 >> 24);
+  const auto code = static_cast<uint8_t>(word1 >> 16);
+  if ((word0 & 0xffffff) != (uint32_t{kRpcMagic} | uint32_t{kRpcVersion} << 16) ||
+      (kind != static_cast<uint8_t>(RpcKind::kRequest) &&
+       kind != static_cast<uint8_t>(RpcKind::kResponse)) ||
+      code > static_cast<uint8_t>(Code::kNotSupported)) {
+    return false;
+  }
+  out->kind = static_cast<RpcKind>(kind);
+  out->method = static_cast<uint16_t>(word1);
+  out->code = static_cast<Code>(code);
+  out->flags = static_cast<uint8_t>(word1 >> 24);
+  std::memcpy(&out->session, p + 8, 4);
+  std::memcpy(&out->payload_bytes, p + 12, 4);
+  std::memcpy(&out->rpc_id, p + 16, 8);
+  return out->payload_bytes == msg.size() - kRpcHeaderBytes;
+}
+// Corruption (saying what is wrong) when the magic, version, kind, code or length is wrong.
+// Never reads past msg.
 [[nodiscard]] Result<RpcHeader> decode_rpc_header(std::span<const uint8_t> msg);
 
 // Rebuilds a Status from a code that crossed the wire.

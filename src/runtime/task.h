@@ -9,6 +9,12 @@
 //     moves the result out of the frame (await once). REQUIRES: a Task is awaited at most once.
 //   - No exceptions: errors travel as Status / Result<T> values; an exception escaping a body
 //     is a broken invariant and aborts.
+//   - Inline start (Task<T>, for a runtime that runs the synchronous part of a task at once, as
+//     RpcEndpoint does with a request's handler): start_inline() runs the body on the caller's
+//     stack until its first suspension or its end and says whether it ended; an ended task
+//     hands over its value with take(); a suspended one is co_awaited later through join(),
+//     which waits for its end without resuming it. REQUIRES: the task is resumed (and ends) on
+//     this thread, so nothing runs it between start_inline() returning and join().
 // Threads: a Task runs on the thread of the loop that resumes it; it is not thread-safe.
 // Allocation: every coroutine frame comes from the promise's operator new: frames up to
 // kPooledFrameBytes are recycled through a bounded per-thread free list per 64-byte size class
@@ -44,29 +50,46 @@ inline constexpr bool kPoolFrames = false;  // sanitizers must see each frame's 
 inline constexpr bool kPoolFrames = true;
 #endif
 
+// Trivially constructible and destructible, so that the thread_local below needs no
+// initialisation guard: every access was a call to its TLS init function, on every frame
+// allocated and freed. Thread exit is handled by FrameCacheReaper.
 struct FrameCache {
   struct Free {
     Free* next;
   };
-  Free* head[kFrameClasses] = {};
-  size_t cached_bytes = 0;
-  // Set by the destructor: frames freed later in thread exit (a static EventLoop's tasks) go
-  // straight back to the heap.
-  bool closed = false;
-  FrameCache() = default;
-  FrameCache(const FrameCache&) = delete;
-  FrameCache& operator=(const FrameCache&) = delete;
-  ~FrameCache() {  // thread exit: hand the cached frames back to the heap
-    closed = true;
+  Free* head[kFrameClasses];
+  size_t cached_bytes;
+  // Set at thread exit: frames freed later in it (a static EventLoop's tasks) go straight back
+  // to the heap.
+  bool closed;
+  bool reaper_armed;  // the thread's FrameCacheReaper exists (armed by the first frame cached)
+};
+inline constinit thread_local FrameCache t_frame_cache{};
+
+// Hands the thread's cached frames back to the heap when the thread exits.
+struct FrameCacheReaper {
+  FrameCacheReaper() = default;
+  FrameCacheReaper(const FrameCacheReaper&) = delete;
+  FrameCacheReaper& operator=(const FrameCacheReaper&) = delete;
+  ~FrameCacheReaper() {
+    FrameCache& cache = t_frame_cache;
+    cache.closed = true;
     for (size_t c = 0; c < kFrameClasses; ++c) {
-      while (Free* f = head[c]) {
-        head[c] = f->next;
+      while (FrameCache::Free* f = cache.head[c]) {
+        cache.head[c] = f->next;
         ::operator delete(f, (c + 1) * kFrameClassBytes);
       }
     }
+    cache.cached_bytes = 0;
   }
 };
-inline thread_local FrameCache t_frame_cache;
+inline thread_local FrameCacheReaper t_frame_cache_reaper;
+
+// Cold: constructs this thread's reaper (registering its destructor for thread exit).
+[[gnu::noinline]] inline void arm_frame_cache_reaper() {
+  t_frame_cache.reaper_armed = true;
+  [[maybe_unused]] FrameCacheReaper* volatile reaper = &t_frame_cache_reaper;
+}
 
 inline void* allocate_frame(size_t bytes) {
   const size_t c = (bytes - 1) / kFrameClassBytes;  // a frame is never empty
@@ -89,6 +112,8 @@ inline void free_frame(void* p, size_t bytes) {
   if (cache.closed || cache.cached_bytes + class_bytes > kMaxCachedFrameBytes) {
     return ::operator delete(p, class_bytes);  // bounded: beyond the cap frames go back
   }
+  if (!cache.reaper_armed) [[unlikely]]
+    arm_frame_cache_reaper();
   cache.head[c] = new (p) FrameCache::Free{cache.head[c]};
   cache.cached_bytes += class_bytes;
 }
@@ -173,6 +198,36 @@ class [[nodiscard]] Task {
       }
     };
     return Awaiter{{h_}};
+  }
+
+  // Runs the body now until its first suspension or its end; true when it ended. Its end
+  // returns here (the continuation is still the no-op one), not to an awaiter.
+  // REQUIRES: valid(); never started or awaited.
+  bool start_inline() {
+    h_.resume();
+    return h_.done();
+  }
+  // The value of an ended task. REQUIRES: done(); taken once.
+  T take() {
+    SHOAL_ASSERT(done() && h_.promise().value.has_value(), "%s", "take() from an unfinished Task");
+    return std::move(*h_.promise().value);
+  }
+  // Awaits a task that start_inline() left suspended: resumes the awaiter when the task ends
+  // (at once if it already has), without resuming the task. REQUIRES: started; joined once.
+  auto join() noexcept {
+    struct Joiner {
+      Handle child;
+      bool await_ready() noexcept { return child.done(); }
+      void await_suspend(std::coroutine_handle<> awaiter) noexcept {
+        child.promise().continuation = awaiter;  // the task's end transfers here
+      }
+      T await_resume() {
+        SHOAL_ASSERT(child.promise().value.has_value(), "%s", "joined Task ended without value");
+        return std::move(*child.promise().value);
+      }
+    };
+    SHOAL_ASSERT(h_, "%s", "join() on an empty Task");
+    return Joiner{h_};
   }
 
  private:
