@@ -163,7 +163,11 @@ Status Participant::exec(TxnId id, uint64_t epoch, uint32_t fragment,
   slot->txn->for_each_write([&](const txn::WriteView&) { any = true; });
   *wrote = any;
   if (proposed_tid == nullptr || !any) return Status::Ok();
-  status = slot->txn->lock_write_set(proposed_tid);
+  return lock_context(id, slot, proposed_tid);
+}
+
+Status Participant::lock_context(TxnId id, Slot* slot, uint64_t* proposed_tid) {
+  Status status = slot->txn->lock_write_set(proposed_tid);
   if (!status.ok()) {
     slot->txn->abort();  // nothing is held after a failed lock step
     finish(id, slot, Ended::kAborted);
@@ -211,15 +215,7 @@ Status Participant::lock(TxnId id, uint64_t epoch, const StagedWrite* writes, si
       return status;
     }
   }
-  status = slot->txn->lock_write_set(proposed_tid);
-  if (!status.ok()) {
-    slot->txn->abort();  // nothing is held after a failed lock step
-    finish(id, slot, Ended::kAborted);
-    return status;
-  }
-  slot->phase = Phase::kLocked;
-  slot->proposed_tid = *proposed_tid;
-  return Status::Ok();
+  return lock_context(id, slot, proposed_tid);
 }
 
 Status Participant::validate(TxnId id, uint64_t epoch, txn::DepVec* deps) {
@@ -329,13 +325,8 @@ Status Participant::validate_install(TxnId id, uint64_t epoch, const txn::DepVec
     slot = slot_for(id, /*start=*/false, &status);
     if (slot == nullptr) return status;
     if (slot->phase == Phase::kExecuting) {  // nothing written anywhere here: lock the empty set
-      status = slot->txn->lock_write_set(&slot->proposed_tid);
-      if (!status.ok()) {
-        slot->txn->abort();
-        finish(id, slot, Ended::kAborted);
-        return status;
-      }
-      slot->phase = Phase::kLocked;
+      uint64_t tid = 0;
+      SHOAL_TRY(lock_context(id, slot, &tid));
     }
   } else {
     slot = &slots_[it->second];

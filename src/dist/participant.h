@@ -219,6 +219,9 @@ class Participant {
   [[nodiscard]] Status check_not_ended(TxnId id);
   // The context of `id`, started if `start` and absent; nullptr with *status set otherwise.
   Slot* slot_for(TxnId id, bool start, Status* status);
+  // Locks the context's write set and proposes its TID; on failure nothing is held and the
+  // transaction is ended here.
+  [[nodiscard]] Status lock_context(TxnId id, Slot* slot, uint64_t* proposed_tid);
   // Ends the context (releasing nothing: the caller did) and tombstones the id.
   void finish(TxnId id, Slot* slot, Ended how, uint64_t tid = 0);
   void bury(TxnId id, Ended how, uint64_t tid = 0);
