@@ -20,14 +20,14 @@ rt::LoopOptions bench_loop_options() {
   return o;
 }
 
-rt::Task<Status> echo_handler(rt::RpcRequest& request) {
+Status echo_handler(void*, rt::RpcRequest& request) {
   request.response->assign(request.payload);
-  co_return Status::Ok();
+  return Status::Ok();
 }
 
-rt::Task<Status> ack_handler(rt::RpcRequest& request) {
+Status ack_handler(void*, rt::RpcRequest& request) {
   request.response->assign(request.payload.first(std::min(request.payload.size(), kAckBytes)));
-  co_return Status::Ok();
+  return Status::Ok();
 }
 
 }  // namespace shoal::bench::transport

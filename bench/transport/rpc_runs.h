@@ -60,8 +60,9 @@ template <net::TransportEndpoint E>
 
 rt::RpcOptions bench_rpc_options();
 rt::LoopOptions bench_loop_options();
-rt::Task<Status> echo_handler(rt::RpcRequest& request);
-rt::Task<Status> ack_handler(rt::RpcRequest& request);
+// Synchronous handlers (RpcEndpoint::handle_sync): neither suspends.
+Status echo_handler(void* ctx, rt::RpcRequest& request);
+Status ack_handler(void* ctx, rt::RpcRequest& request);
 
 // The client's shared state; every calling task of a run points at one.
 template <net::TransportEndpoint E>
@@ -162,8 +163,8 @@ int serve_calls(E& endpoint) {
   rt::EventLoop loop(env, bench_loop_options());
   rt::RpcEndpoint<E> rpc(loop, endpoint, bench_rpc_options());
   if (!rpc.start().ok()) return 10;
-  rpc.handle(kEchoMethod, echo_handler);
-  rpc.handle(kAckMethod, ack_handler);
+  rpc.handle_sync(kEchoMethod, &echo_handler, nullptr);
+  rpc.handle_sync(kAckMethod, &ack_handler, nullptr);
   StopOnFailure<E> stop{&loop, &rpc};
   if (!loop.add_poller(&StopOnFailure<E>::poll, &stop).ok()) return 11;
   loop.run();

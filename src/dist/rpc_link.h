@@ -115,9 +115,7 @@ class ParticipantService {
   template <net::TransportEndpoint E>
   void attach(rt::RpcEndpoint<E>& rpc) {
     for (uint16_t m = wire::kMethodFirst; m <= wire::kMethodLast; ++m) {
-      rpc.handle(m, [this](rt::RpcRequest& r) -> rt::Task<Status> {
-        co_return serve(r.method, r.payload, r.response);
-      });
+      rpc.handle_sync(m, &serve_thunk, this);  // handlers never suspend (see above)
     }
   }
 
@@ -125,6 +123,9 @@ class ParticipantService {
   // malformed input: Corruption / InvalidArgument / NotSupported (unknown method).
   [[nodiscard]] Status serve(uint16_t method, std::span<const uint8_t> request,
                              rt::MsgBuffer* response);
+  static Status serve_thunk(void* self, rt::RpcRequest& r) {
+    return static_cast<ParticipantService*>(self)->serve(r.method, r.payload, r.response);
+  }
 
   uint64_t malformed() const { return malformed_; }
 

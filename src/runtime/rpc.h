@@ -105,6 +105,10 @@ struct RpcRequest {
 };
 // Returns the Status sent back (its code crosses the wire; a non-ok status sends no payload).
 using RpcHandler = std::function<Task<Status>(RpcRequest&)>;
+// A handler that never suspends: a plain function, run inline with no coroutine frame and no
+// std::function call (a dozen nanoseconds per request on the small-RPC path). `ctx` is passed
+// back as given.
+using RpcSyncHandler = Status (*)(void* ctx, RpcRequest& request);
 
 template <net::TransportEndpoint E>
 class RpcEndpoint {
@@ -118,6 +122,9 @@ class RpcEndpoint {
   [[nodiscard]] Status start();
   // REQUIRES: method < max_methods; before traffic for it arrives.
   void handle(uint16_t method, RpcHandler handler);
+  // The same for a handler that completes without suspending (RpcSyncHandler). A method has
+  // one handler: registering either kind replaces the other.
+  void handle_sync(uint16_t method, RpcSyncHandler handler, void* ctx);
 
   // A pooled buffer with payload_bytes of payload (headroom in front).
   MsgBuffer buffer(size_t payload_bytes) { return pool_.get(payload_bytes); }
@@ -273,6 +280,11 @@ class RpcEndpoint {
   RpcStats stats_;
   BufferPool pool_;
   std::vector<RpcHandler> handlers_;
+  struct SyncHandler {
+    RpcSyncHandler fn = nullptr;
+    void* ctx = nullptr;
+  };
+  std::vector<SyncHandler> sync_handlers_;
   std::vector<ClientSession> client_;
   std::vector<ClientSlot> client_slots_;  // [session * window + seq % window]
   std::vector<uint64_t> server_max_seq_;  // per session
@@ -303,6 +315,7 @@ RpcEndpoint<E>::RpcEndpoint(EventLoop& loop, E& transport, RpcOptions options)
       options_(options),
       pool_(options.max_pooled_buffers),
       handlers_(options.max_methods),
+      sync_handlers_(options.max_methods),
       client_(options.max_sessions),
       client_slots_(size_t{options.max_sessions} * options.window),
       server_max_seq_(options.max_sessions, 0),
@@ -332,6 +345,15 @@ template <net::TransportEndpoint E>
 void RpcEndpoint<E>::handle(uint16_t method, RpcHandler handler) {
   SHOAL_ASSERT(method < handlers_.size(), "method %u >= max_methods", method);
   handlers_[method] = std::move(handler);
+  sync_handlers_[method] = SyncHandler{};
+}
+
+template <net::TransportEndpoint E>
+void RpcEndpoint<E>::handle_sync(uint16_t method, RpcSyncHandler handler, void* ctx) {
+  SHOAL_ASSERT(method < handlers_.size(), "method %u >= max_methods", method);
+  SHOAL_ASSERT(handler != nullptr, "%s", "handle_sync without a handler");
+  handlers_[method] = nullptr;
+  sync_handlers_[method] = SyncHandler{handler, ctx};
 }
 
 // Checks that can fail a call before it is sent; false: the call completes at once with
@@ -592,6 +614,12 @@ void RpcEndpoint<E>::run_handler(uint32_t session, uint64_t rpc_id) {
                "rpc server slot changed before its handler ran");
   sl.response.resize(0);  // also makes sure the header's headroom exists
   const uint16_t method = sl.request.method;
+  if (method < sync_handlers_.size() && sync_handlers_[method].fn != nullptr) {
+    ++stats_.handler_runs;
+    const SyncHandler& sh = sync_handlers_[method];
+    answer(session, rpc_id, sh.fn(sh.ctx, sl.request));
+    return;
+  }
   if (method >= handlers_.size() || !handlers_[method]) {
     answer(session, rpc_id, Status::NotSupported(fmt::format("no rpc handler for method {}", method)));
     return;

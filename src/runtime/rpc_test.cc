@@ -121,5 +121,48 @@ TEST(RpcReal, TcpEchoAndPeerDeath) {
   echo_and_peer_death(std::move(pair->first), std::move(pair->second));
 }
 
+// A synchronous handler answers like a coroutine one, its errors cross the wire, and
+// registering either kind for a method replaces the other.
+TEST(RpcReal, SyncHandlersAnswerAndReplaceCoroutineOnes) {
+  auto pair = net::ShmEndpoint::pair();
+  ASSERT_TRUE(pair.ok()) << pair.status().to_string();
+  RealEnv env;
+  EventLoop loop(env);
+  RpcEndpoint<net::ShmEndpoint> client(loop, pair->first);
+  RpcEndpoint<net::ShmEndpoint> server(loop, pair->second);
+  ASSERT_TRUE(client.start().ok());
+  ASSERT_TRUE(server.start().ok());
+  int calls_seen = 0;
+  server.handle(kEcho, [](RpcRequest&) -> Task<Status> { co_return Status::Aborted("old"); });
+  server.handle_sync(
+      kEcho,
+      [](void* ctx, RpcRequest& r) {
+        ++*static_cast<int*>(ctx);
+        r.response->assign(r.payload);
+        return Status::Ok();
+      },
+      &calls_seen);
+  server.handle_sync(
+      kHang, [](void*, RpcRequest&) { return Status::InvalidArgument("refused"); }, nullptr);
+  Status echo, refused;
+  size_t echoed = 0;
+  ASSERT_TRUE(loop.spawn([](RpcEndpoint<net::ShmEndpoint>* rpc, Status* echo, size_t* echoed,
+                            Status* refused, EventLoop* loop) -> Task<void> {
+                    MsgBuffer b = rpc->buffer(5);
+                    std::memset(b.payload().data(), 7, 5);
+                    auto r = co_await rpc->call(0, kEcho, std::move(b));
+                    *echo = r.status();
+                    if (r.ok()) *echoed = r->size();
+                    *refused = (co_await rpc->call(0, kHang, rpc->buffer(1))).status();
+                    loop->stop();
+                  }(&client, &echo, &echoed, &refused, &loop))
+                  .ok());
+  loop.run();
+  EXPECT_TRUE(echo.ok()) << echo.to_string();
+  EXPECT_EQ(echoed, 5u);
+  EXPECT_EQ(calls_seen, 1);
+  EXPECT_EQ(refused.code(), Code::kInvalidArgument) << refused.to_string();
+}
+
 }  // namespace
 }  // namespace shoal::rt

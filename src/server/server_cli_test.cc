@@ -234,7 +234,11 @@ TEST_F(ServerCli, BankHistoryIsSerializableAndMoneyConserved) {
   EXPECT_EQ(j["serializable"], true);
   EXPECT_EQ(j["money_conserved"], true);
   EXPECT_TRUE(j["anomalies"].empty()) << j["anomalies"].dump();
-  EXPECT_EQ(j["history_txns"].get<uint64_t>(), j["committed"].get<uint64_t>());
+  // Every commit is in the checked history unless a worker's log filled (bounded): then the
+  // rest is counted as not recorded, and what read from it is left out of the check.
+  EXPECT_EQ(j["history_txns"].get<uint64_t>() + j["history_not_recorded"].get<uint64_t>() +
+                j["history_left_out"].get<uint64_t>(),
+            j["committed"].get<uint64_t>());
   EXPECT_GT(j["history_txns"].get<uint64_t>(), 1000u);
   EXPECT_GT(j["committed_cross"].get<uint64_t>(), j["committed"].get<uint64_t>() / 4);
   EXPECT_GT(j["conflict_aborts"].get<uint64_t>(), 0u) << "not contended: the check proves little";
