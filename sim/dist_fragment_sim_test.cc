@@ -19,7 +19,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -27,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sim/dist_cluster_test_util.h"
 #include "sim/history.h"
 #include "sim/serializability.h"
 #include "sim/sim_env.h"
@@ -41,33 +41,13 @@
 namespace shoal::sim {
 namespace {
 
-using Rpc = rt::RpcEndpoint<SimEndpoint>;
-using Link = dist::RpcLink<SimEndpoint>;
-
-constexpr uint64_t kMs = 1'000'000;
-constexpr uint32_t kShards = 3;
-constexpr uint32_t kCoordinators = 3;
 // Small balances: debits run dry now and then. Few accounts: transactions collide often.
 constexpr uint64_t kKeysPerShard = 32;
 constexpr uint32_t kAccounts = 0;  // table ids, the same on every shard
 constexpr uint32_t kReceipts = 1;
 constexpr int64_t kInitial = 100;
 constexpr int64_t kTotal = int64_t{kShards} * kKeysPerShard * kInitial;
-constexpr uint64_t kLeaseNs = 400 * kMs;
 constexpr uint64_t kTraceTxn = 0xf4a9;
-
-NodeId shard_node(uint32_t s) {
-  return s;
-}
-NodeId coord_node(uint32_t c) {
-  return kShards + c;
-}
-
-struct Account {
-  uint64_t seq;     // per-key version number, for the history checker
-  uint64_t writer;  // history id of the transaction that wrote this version
-  int64_t balance;
-};
 
 // ---- fragments (registered on every shard) ----
 
@@ -250,12 +230,7 @@ struct ShardState {
 std::unique_ptr<ShardState> make_shard(SimEnv& env, uint32_t s, bool skip_validation,
                                        dist::ParticipantOptions po) {
   auto st = std::make_unique<ShardState>();
-  txn::EngineOptions o;
-  o.epoch_ticker = false;
-  o.lock_wait_spins_max = 16;  // locks live for round trips here: fail fast, retry
-  o.shard_id = s;
-  o.unsafe_skip_read_validation = skip_validation;
-  st->engine = std::make_unique<txn::Engine>(o, &env);
+  st->engine = std::make_unique<txn::Engine>(sim_engine_options(s, skip_validation), &env);
   auto* accounts = st->engine->create_table<1>("accounts");
   auto* receipts = st->engine->create_table<1>("receipts");
   SHOAL_CHECK(accounts->id() == kAccounts && receipts->id() == kReceipts);
@@ -285,31 +260,13 @@ size_t unreadable_records(ShardState& sh) {
         receipt_keys.push_back(k.w[0]);
         return true;
       });
-  txn::Txn t(sh.engine.get(), 1);
-  t.begin();
-  size_t bad = 0;
+  ReadBack rb(*sh.engine);
   const uint64_t first = static_cast<uint64_t>(sh.participant->shard_id()) * kKeysPerShard;
   for (uint64_t key = first; key < first + kKeysPerShard; ++key) {
-    Account a{};
-    if (!sh.tables.accounts->txn_get(t, &key, &a, sizeof a, nullptr).ok()) ++bad;
+    rb.read<Account>(*sh.tables.accounts, key);
   }
-  for (uint64_t key : receipt_keys) {
-    Receipt rc{};
-    if (!sh.tables.receipts->txn_get(t, &key, &rc, sizeof rc, nullptr).ok()) ++bad;
-  }
-  t.abort();
-  t.end();
-  return bad;
-}
-
-int64_t balance_sum(ShardState& sh) {
-  int64_t sum = 0;
-  static_cast<txn::Table<1>*>(sh.tables.accounts)
-      ->for_each(key1(0), Key1::max(), [&](const Key1&, const void* v, uint32_t) {
-        sum += static_cast<const Account*>(v)->balance;
-        return true;
-      });
-  return sum;
+  for (uint64_t key : receipt_keys) rb.read<Receipt>(*sh.tables.receipts, key);
+  return rb.failed();
 }
 
 // Adds each receipt's read and write to the committed transaction that left it. Returns
@@ -340,98 +297,17 @@ uint64_t merge_receipts(std::vector<std::unique_ptr<ShardState>>& shards, Histor
 
 // ---- the cluster over RPC ----
 
-struct RunConfig {
-  bool faults = true;
-  bool skip_validation = false;
-  int clients_per_coordinator = 4;
-  int txns_per_client = 25;
-};
+using RunConfig = ClusterRunConfig;
 
-rt::RpcOptions rpc_options() {
-  rt::RpcOptions o;
-  o.max_sessions = 16;
-  o.window = 8;
-  o.retransmit_ns = 2 * kMs;
-  o.max_retransmit_ns = 16 * kMs;
-  o.timeout_ns = 50 * kMs;
-  return o;
-}
-
-// One RPC connection between a coordinator node (side 0) and a shard node (side 1).
-struct Conn {
-  SimEndpoint ep[2];
-  std::unique_ptr<Rpc> rpc[2];
-};
-
-// Members are declared so that destruction runs coordinators, links, RPC endpoints, services,
-// shards (participants release what they hold before their engines go), then loops.
-struct RpcCluster {
+struct RpcCluster : SimCluster<ShardState> {
   RpcCluster(uint64_t seed, const RunConfig& cfg)
-      : env(seed), net(env, kShards + kCoordinators, network_options(cfg)) {
-    for (uint32_t n = 0; n < kShards + kCoordinators; ++n) {
-      loops.push_back(std::make_unique<rt::EventLoop>(env));
-      env.attach(*loops.back());
-    }
-    dist::ParticipantOptions po;
-    po.inflight_max = 256;
-    po.lease_ns = kLeaseNs;
-    for (uint32_t s = 0; s < kShards; ++s) {
-      shards.push_back(make_shard(env, s, cfg.skip_validation, po));
-      services.push_back(std::make_unique<dist::ParticipantService>(*shards.back()->participant,
-                                                                    *loops[shard_node(s)]));
-    }
-    for (uint32_t c = 0; c < kCoordinators; ++c) {
-      std::vector<dist::ShardLink*> shard_links;
-      for (uint32_t s = 0; s < kShards; ++s) shard_links.push_back(connect(c, s));
-      dist::CoordinatorOptions o;
-      o.shard_id = c;  // TxnIds: unique per coordinator (and exec_at_commit avoids shard c)
-      o.max_retries = 1000;
-      // Audits read every account: without backoff they retry dozens of times per commit.
-      o.backoff_loop = loops[coord_node(c)].get();
-      coords.push_back(std::make_unique<dist::Coordinator>(o, shard_links, &epoch));
-    }
-  }
-  ~RpcCluster() {
-    for (auto& loop : loops) env.detach(*loop);
-  }
-  static NetworkOptions network_options(const RunConfig& cfg) {
-    NetworkOptions o;
-    if (cfg.faults) {
-      o.faults.loss = 0.05;
-      o.faults.duplicate = 0.05;
-      o.faults.reorder = 0.05;
-    }
-    return o;
-  }
-  dist::ShardLink* connect(uint32_t c, uint32_t s) {
-    auto pair = net.connect(coord_node(c), shard_node(s));
-    SHOAL_CHECK(pair.ok());
-    auto conn = std::make_unique<Conn>();
-    conn->ep[0] = std::move(pair->first);
-    conn->ep[1] = std::move(pair->second);
-    conn->rpc[0] = std::make_unique<Rpc>(*loops[coord_node(c)], conn->ep[0], rpc_options());
-    conn->rpc[1] = std::make_unique<Rpc>(*loops[shard_node(s)], conn->ep[1], rpc_options());
-    SHOAL_CHECK(conn->rpc[0]->start().ok());
-    SHOAL_CHECK(conn->rpc[1]->start().ok());
-    services[s]->attach(*conn->rpc[1]);
-    dist::RpcLinkOptions lo;
-    lo.shard = s;
-    lo.call_timeout_ns = 50 * kMs;
-    lo.end_attempts_max = 400;  // 20 s of virtual time: longer than any partition here
-    links.push_back(std::make_unique<Link>(*conn->rpc[0], lo));
-    conns.push_back(std::move(conn));
-    return links.back().get();
-  }
-
-  SimEnv env;
-  SimNetwork net;
-  uint64_t epoch = 1;
-  std::vector<std::unique_ptr<rt::EventLoop>> loops;  // per node
-  std::vector<std::unique_ptr<ShardState>> shards;
-  std::vector<std::unique_ptr<dist::ParticipantService>> services;
-  std::vector<std::unique_ptr<Conn>> conns;
-  std::vector<std::unique_ptr<Link>> links;
-  std::vector<std::unique_ptr<dist::Coordinator>> coords;
+      : SimCluster(
+            seed, cfg.faults,
+            [&](SimEnv& env, uint32_t s, const dist::ParticipantOptions& po) {
+              return make_shard(env, s, cfg.skip_validation, po);
+            },
+            // Audits read every account: without backoff they retry dozens of times per commit.
+            /*coordinator_backoff=*/true) {}
 };
 
 // ---- workload ----
@@ -623,135 +499,45 @@ rt::Task<void> client(RpcCluster* c, uint32_t coord, HistoryRecorder::ThreadLog*
   out->clients_done++;
 }
 
-// Temporary partitions between random coordinator/shard pairs, and now and then a shard cut
-// off from everyone (as in dist_rpc_sim_test).
-struct Chaos {
-  SimNetwork* net;
-  Rng rng;
-  bool on = true;
-  static void tick(void* self, uint64_t) {
-    auto* c = static_cast<Chaos*>(self);
-    if (!c->on) return;
-    const uint64_t dice = c->rng.uniform(0, 9);
-    if (dice < 4) {
-      c->net->partition(coord_node(static_cast<uint32_t>(c->rng.uniform(0, kCoordinators - 1))),
-                        shard_node(static_cast<uint32_t>(c->rng.uniform(0, kShards - 1))));
-    } else if (dice == 4) {
-      c->net->isolate({shard_node(static_cast<uint32_t>(c->rng.uniform(0, kShards - 1)))});
-    } else if (dice < 8) {
-      c->net->heal_all();
-    }
-    c->net->env().after(c->rng.uniform(2, 30) * kMs, &Chaos::tick, self);
-  }
-};
-
-struct RunResult {
-  bool finished = false;
-  std::string hint;
+struct RunResult : ClusterRunResult {
   Outcomes outcomes;
-  dist::CoordinatorStats coord;  // summed
   uint64_t repeated_installs = 0;
-  History history;
-  int64_t total_balance = 0;
-  size_t contexts_left = 0;
-  size_t unreadable = 0;
   uint64_t receipts_merged = 0;
   uint64_t orphan_receipts = 0;
-  uint64_t trace_hash = 0;
-  uint64_t virtual_ms = 0;
-  NetworkStats net;
 };
 
 RunResult run_bank(uint64_t seed, const RunConfig& cfg) {
   RpcCluster c(seed, cfg);
   RunResult out;
-  HistoryRecorder recorder(kCoordinators * cfg.clients_per_coordinator);
-  for (uint32_t co = 0; co < kCoordinators; ++co) {
-    for (int i = 0; i < cfg.clients_per_coordinator; ++i) {
-      auto* log = &recorder.thread_log(co * cfg.clients_per_coordinator + i);
-      SHOAL_CHECK(c.loops[coord_node(co)]
-                      ->spawn(client(&c, co, log, seed * 1000 + co * 100 + i, cfg.txns_per_client,
-                                     &out.outcomes))
-                      .ok());
-    }
-  }
-  Chaos chaos{&c.net, Rng(seed ^ 0xc4a05), cfg.faults};
-  if (cfg.faults) c.env.after(5 * kMs, &Chaos::tick, &chaos);
-  const int clients = static_cast<int>(kCoordinators) * cfg.clients_per_coordinator;
-  Status st =
-      c.env.run_until_true([&] { return out.outcomes.clients_done == clients; }, 600'000 * kMs);
-  out.hint = c.env.replay_hint();
-  if (!st.ok()) return out;
-  // Quiesce: stop the chaos, heal, and give aborts, retried installs and leases time to end
-  // everything still open.
-  chaos.on = false;
-  c.net.heal_all();
-  if (!c.env.run_for(2 * kLeaseNs).ok()) return out;
+  c.spawn_clients(cfg.clients_per_coordinator, seed,
+                  [&](uint32_t co, HistoryRecorder::ThreadLog* log, uint64_t client_seed) {
+                    return client(&c, co, log, client_seed, cfg.txns_per_client, &out.outcomes);
+                  });
+  c.start_chaos();
+  if (!c.run_until_quiet(out.outcomes.clients_done, &out.hint)) return out;
   out.finished = true;
-  for (auto& coord : c.coords) {
-    const dist::CoordinatorStats& s = coord->stats();
-    out.coord.committed += s.committed;
-    out.coord.conflict_aborts += s.conflict_aborts;
-    out.coord.cross_shard += s.cross_shard;
-    out.coord.timeouts += s.timeouts;
-    out.coord.in_doubt += s.in_doubt;
-  }
   for (auto& sh : c.shards) {
     out.contexts_left += sh->participant->active();
     out.repeated_installs += sh->participant->stats().repeated_installs;
     out.unreadable += unreadable_records(*sh);
-    out.total_balance += balance_sum(*sh);
+    out.total_balance += balance_sum(*sh->tables.accounts);
   }
-  out.history = recorder.merge();
+  c.record_run(&out);
   out.orphan_receipts = merge_receipts(c.shards, &out.history, &out.receipts_merged);
-  out.net = c.net.stats();
-  out.virtual_ms = c.env.now_ns() / kMs;
-  out.trace_hash = c.env.trace_hash();
   return out;
 }
 
-int seed_count(int normal, int small) {
-  if (std::getenv("SHOAL_SIM_SEED") != nullptr) return 1;
-  const char* scale = std::getenv("SHOAL_TEST_SCALE");
-  return scale != nullptr && std::string(scale) == "small" ? small : normal;
-}
-
-// The operations of an anomaly's transactions, for the failure message.
-std::string describe(const History& h, const Anomaly& a) {
-  std::string out;
-  for (TxnId id : a.cycle) {
-    for (const TxnRecord& t : h.txns) {
-      if (t.id != id) continue;
-      out += fmt::format("\n  T{}:", id);
-      for (const Op& op : t.ops) {
-        out += op.kind == OpKind::kRead
-                   ? fmt::format(" r(k={},v={},by T{})", op.key, op.version, op.writer)
-                   : fmt::format(" w(k={},v={})", op.key, op.version);
-      }
-    }
-  }
-  return out;
-}
-
-// The checks every healthy run must pass; false (with gtest failures) otherwise.
+// A healthy run whose audits saw the whole bank, whose transactions ended as planned and whose
+// deferred moves each left their receipt; false (with gtest failures) otherwise.
 bool check_run(const RunResult& r, uint64_t seed) {
-  EXPECT_TRUE(r.finished) << "run did not finish; " << r.hint;
+  expect_healthy_run(r, seed, kTotal);
   if (!r.finished) return false;
-  EXPECT_EQ(r.total_balance, kTotal) << "money not conserved; " << r.hint;
   EXPECT_EQ(r.outcomes.bad_audits, 0u) << "a committed audit saw a wrong total; " << r.hint;
-  EXPECT_EQ(r.contexts_left, 0u) << "participant contexts leaked; " << r.hint;
-  EXPECT_EQ(r.unreadable, 0u) << "locks left behind; " << r.hint;
   EXPECT_EQ(r.outcomes.unexpected, 0u)
       << "unexpected outcomes (first: " << r.outcomes.first_unexpected << "); " << r.hint;
-  EXPECT_EQ(r.coord.in_doubt, 0u) << r.hint;
   EXPECT_EQ(r.orphan_receipts, 0u) << "receipts of transactions that did not commit; " << r.hint;
   EXPECT_EQ(r.receipts_merged, r.outcomes.receipts)
       << "committed deferred fragments without their receipt; " << r.hint;
-  auto anomalies = check(r.history);
-  EXPECT_TRUE(anomalies.empty()) << "not serializable, seed=" << seed
-                                 << " (replay: SHOAL_SIM_SEED=" << seed << "): "
-                                 << (anomalies.empty() ? "" : anomalies.front().explanation)
-                                 << (anomalies.empty() ? "" : describe(r.history, anomalies[0]));
   return !::testing::Test::HasFailure();
 }
 
@@ -774,10 +560,7 @@ TEST(DistFragmentSim, BankOfFragmentsOverFaultyNetworkIsSerializableOverManySeed
       sum.user_aborts[k] += r.outcomes.user_aborts[k];
       sum.injected[k] += r.outcomes.injected[k];
     }
-    coord.committed += r.coord.committed;
-    coord.cross_shard += r.coord.cross_shard;
-    coord.conflict_aborts += r.coord.conflict_aborts;
-    coord.timeouts += r.coord.timeouts;
+    sum_coordinator(r.coord, &coord);
     repeated += r.repeated_installs;
     lost += r.net.lost;
     duplicated += r.net.duplicated;
@@ -811,33 +594,22 @@ TEST(DistFragmentSim, BankOfFragmentsOverFaultyNetworkIsSerializableOverManySeed
 }
 
 TEST(DistFragmentSim, SameSeedSameTrace) {
-  const uint64_t seed = SimEnv::seed_from_env(4242);
-  const RunResult a = run_bank(seed, RunConfig{});
-  const RunResult b = run_bank(seed, RunConfig{});
-  const RunResult other = run_bank(seed + 1, RunConfig{});
-  ASSERT_TRUE(a.finished && b.finished && other.finished) << a.hint;
-  EXPECT_EQ(a.trace_hash, b.trace_hash) << "same seed, different run: " << a.hint;
+  RunResult a, b;
+  auto run = [](uint64_t seed) { return run_bank(seed, RunConfig{}); };
+  if (!expect_same_seed_same_trace(SimEnv::seed_from_env(4242), run, &a, &b)) return;
   EXPECT_EQ(a.coord.committed, b.coord.committed);
-  EXPECT_EQ(a.coord.conflict_aborts, b.coord.conflict_aborts);
-  EXPECT_EQ(a.virtual_ms, b.virtual_ms);
   EXPECT_EQ(a.history.txns.size(), b.history.txns.size());
-  EXPECT_NE(a.trace_hash, other.trace_hash) << a.hint;
 }
 
 // Without read validation at the participants, the checker or the money checks must see it.
 TEST(DistFragmentSim, SkippedValidationIsCaught) {
-  RunConfig cfg;
-  cfg.skip_validation = true;
-  bool caught = false;
-  uint64_t seed = 1;
-  for (; seed <= 30 && !caught; ++seed) {
+  expect_planted_bug_caught([](uint64_t seed) {
+    RunConfig cfg;
+    cfg.skip_validation = true;
     RunResult r = run_bank(seed, cfg);
-    caught = !r.finished || !check(r.history).empty() || r.total_balance != kTotal ||
-             r.outcomes.bad_audits != 0;
-  }
-  EXPECT_TRUE(caught);
-  std::printf("planted bug (no read validation) caught at seed %llu\n",
-              (unsigned long long)(seed - 1));
+    return !r.finished || !check(r.history).empty() || r.total_balance != kTotal ||
+           r.outcomes.bad_audits != 0;
+  });
 }
 
 // ---- a directed interleaving: a write slipped in just before the last agent's message ----
@@ -985,7 +757,7 @@ TEST(DistFragmentSim, DeferredFragmentCannotSlipBetweenValidations) {
   for (auto& sh : s.shards) {
     EXPECT_EQ(sh->participant->active(), 0u);
     EXPECT_EQ(unreadable_records(*sh), 0u);
-    total += balance_sum(*sh);
+    total += balance_sum(*sh->tables.accounts);
   }
   EXPECT_EQ(total, 2 * int64_t{kKeysPerShard} * kInitial);
 }
@@ -999,12 +771,6 @@ std::span<const uint8_t> bytes_of(const T& v) {
 template <typename T>
 std::span<uint8_t> out_of(T* v) {
   return {reinterpret_cast<uint8_t*>(v), sizeof(T)};
-}
-std::vector<uint8_t> payload_of(const rt::MsgBuffer& b) {
-  return {b.payload().begin(), b.payload().end()};
-}
-bool is_refusal(const Status& s) {
-  return s.code() == Code::kCorruption || s.code() == Code::kInvalidArgument;
 }
 
 // One shard with the bank's fragments, served through a ParticipantService.
@@ -1032,7 +798,7 @@ struct OneShard {
   void expect_clean(int64_t total = int64_t{kKeysPerShard} * kInitial) {
     EXPECT_EQ(p().active(), 0u);
     EXPECT_EQ(unreadable_records(*shard), 0u);
-    EXPECT_EQ(balance_sum(*shard), total);
+    EXPECT_EQ(balance_sum(*shard->tables.accounts), total);
   }
 
   SimEnv env{7};
@@ -1052,8 +818,8 @@ txn::DepVec some_vector() {
 
 // Valid kExec and kValidateInstall requests for `id`: exec (locking after), validate_install
 // with a fragment, with arguments whose size is not a multiple of 8 (padding), and without one.
-std::vector<std::pair<uint16_t, std::vector<uint8_t>>> valid_requests(TxnId id) {
-  std::vector<std::pair<uint16_t, std::vector<uint8_t>>> out;
+std::vector<WireRequest> valid_requests(TxnId id) {
+  std::vector<WireRequest> out;
   rt::MsgBuffer b;
   SHOAL_CHECK(
       dist::wire::encode_exec(id, 1, kCredit, bytes_of(kCredit5), sizeof(MoveResult), true, &b)
@@ -1073,18 +839,9 @@ std::vector<std::pair<uint16_t, std::vector<uint8_t>>> valid_requests(TxnId id) 
 
 TEST(DistFragmentWire, TruncatedAndOverlongRequestsAreRefused) {
   OneShard sh;
-  rt::MsgBuffer resp;
-  for (const auto& [method, msg] : valid_requests(42)) {
-    for (size_t n = 0; n < msg.size(); ++n) {  // every strict prefix
-      Status s = sh.service->serve(method, {msg.data(), n}, &resp);
-      EXPECT_EQ(s.code(), Code::kCorruption)
-          << "method " << method << " prefix " << n << ": " << s.to_string();
-    }
-    std::vector<uint8_t> longer = msg;
-    longer.push_back(0);
-    Status s = sh.service->serve(method, longer, &resp);
-    EXPECT_EQ(s.code(), Code::kCorruption) << "method " << method << " + 1 byte: " << s.to_string();
-  }
+  expect_truncated_and_overlong_refused(*sh.service, valid_requests(42), [](const Status& s) {
+    return s.code() == Code::kCorruption;
+  });
   sh.expect_clean();
   EXPECT_EQ(sh.p().tombstones(), 0u) << "a refused request reached the participant";
 }
@@ -1202,20 +959,12 @@ TEST(DistFragmentWire, FuzzedFragmentRequestsNeverCrashAndLeaveNothingBehind) {
   uint64_t refused = 0, served = 0;
   const int rounds = seed_count(3000, 300);
   for (int i = 0; i < rounds; ++i) {
-    const TxnId id = 1000 + static_cast<TxnId>(rng.uniform(0, 63));
-    auto reqs = valid_requests(id);
-    auto [method, msg] = reqs[rng.uniform(0, reqs.size() - 1)];
-    if (rng.uniform(0, 2) == 0) {
-      msg.resize(dist::wire::kTxnHeaderBytes + rng.uniform(0, msg.size() + 8));
-    }
-    for (uint64_t flips = rng.uniform(1, 4); flips > 0 && msg.size() > 16; --flips) {
-      msg[rng.uniform(16, msg.size() - 1)] = static_cast<uint8_t>(rng.next());
-    }
+    const auto [method, msg] = fuzzed_request(rng, valid_requests);
     Status s = sh.service->serve(method, msg, &resp);
     refused += is_refusal(s) ? 1 : 0;
     served += s.ok() ? 1 : 0;
   }
-  for (TxnId id = 1000; id < 1064; ++id) sh.p().abort(id);
+  for (TxnId id = kFuzzFirstId; id < kFuzzFirstId + kFuzzIds; ++id) sh.p().abort(id);
   ASSERT_TRUE(sh.env.run_for(2 * kLeaseNs).ok());
   EXPECT_GT(refused, 0u);
   EXPECT_GT(served, 0u);

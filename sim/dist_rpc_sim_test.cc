@@ -12,12 +12,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "sim/dist_cluster_test_util.h"
 #include "sim/history.h"
 #include "sim/serializability.h"
 #include "sim/sim_env.h"
@@ -31,149 +31,47 @@
 namespace shoal::sim {
 namespace {
 
-using Rpc = rt::RpcEndpoint<SimEndpoint>;
-using Link = dist::RpcLink<SimEndpoint>;
-
-constexpr uint64_t kMs = 1'000'000;
-constexpr uint32_t kShards = 3;
-constexpr uint32_t kCoordinators = 3;
 constexpr uint64_t kKeysPerShard = 64;
 constexpr uint32_t kTableId = 0;
 constexpr int64_t kInitial = 1000;
 constexpr int64_t kTotal = int64_t{kShards} * kKeysPerShard * kInitial;
-constexpr uint64_t kLeaseNs = 400 * kMs;
 constexpr uint64_t kTraceTxn = 0xd157;
 
-NodeId shard_node(uint32_t s) {
-  return s;
-}
-NodeId coord_node(uint32_t c) {
-  return kShards + c;
-}
 uint32_t shard_of(uint64_t key) {
   return static_cast<uint32_t>(key / kKeysPerShard);
 }
 
-struct Account {
-  uint64_t seq;     // per-key version number, for the history checker
-  uint64_t writer;  // history id of the transaction that wrote this version
-  int64_t balance;
-};
-
-struct RunConfig {
-  bool faults = true;
-  bool skip_validation = false;
-  int clients_per_coordinator = 4;
-  int txns_per_client = 25;
+struct RunConfig : ClusterRunConfig {
   uint64_t crash_at_ns = 0;  // 0: no crash
   uint32_t crash_shard = 2;
 };
 
-rt::RpcOptions rpc_options() {
-  rt::RpcOptions o;
-  o.max_sessions = 16;
-  o.window = 8;
-  o.retransmit_ns = 2 * kMs;
-  o.max_retransmit_ns = 16 * kMs;
-  o.timeout_ns = 50 * kMs;
-  return o;
-}
-
-// One RPC connection between a coordinator node (side 0) and a shard node (side 1).
-struct Conn {
-  SimEndpoint ep[2];
-  std::unique_ptr<Rpc> rpc[2];
+// A shard: an engine with one table of accounts, and its participant (declared after the
+// engine, so it releases what it holds before the engine goes).
+struct BankShard {
+  std::unique_ptr<txn::Engine> engine;
+  std::unique_ptr<dist::Participant> participant;
 };
 
-// Members are declared so that destruction runs coordinators, links, RPC endpoints, services,
-// participants (which release what they hold), engines, then loops.
-struct RpcCluster {
-  RpcCluster(uint64_t seed, const RunConfig& cfg)
-      : env(seed), net(env, kShards + kCoordinators, network_options(cfg)) {
-    for (uint32_t n = 0; n < kShards + kCoordinators; ++n) {
-      loops.push_back(std::make_unique<rt::EventLoop>(env));
-      env.attach(*loops.back());
-      attached.push_back(true);
-    }
-    for (uint32_t s = 0; s < kShards; ++s) add_shard(s, cfg);
-    for (uint32_t c = 0; c < kCoordinators; ++c) {
-      std::vector<dist::ShardLink*> shard_links;
-      for (uint32_t s = 0; s < kShards; ++s) shard_links.push_back(connect(c, s));
-      dist::CoordinatorOptions o;
-      o.shard_id = c;  // TxnIds: unique per coordinator
-      o.max_retries = 1000;
-      coords.push_back(std::make_unique<dist::Coordinator>(o, shard_links, &epoch));
-    }
+std::unique_ptr<BankShard> make_shard(SimEnv& env, uint32_t s, bool skip_validation,
+                                      const dist::ParticipantOptions& po) {
+  auto sh = std::make_unique<BankShard>();
+  sh->engine = std::make_unique<txn::Engine>(sim_engine_options(s, skip_validation), &env);
+  auto* table = sh->engine->create_table<1>("accounts");
+  for (uint64_t k = 0; k < kKeysPerShard; ++k) {
+    Status st = table->load(key1(s * kKeysPerShard + k), Account{0, kInitialTxn, kInitial});
+    SHOAL_CHECK(st.ok());
   }
-  ~RpcCluster() {
-    for (size_t n = 0; n < loops.size(); ++n) {
-      if (attached[n]) env.detach(*loops[n]);
-    }
-  }
-  static NetworkOptions network_options(const RunConfig& cfg) {
-    NetworkOptions o;
-    if (cfg.faults) {
-      o.faults.loss = 0.05;
-      o.faults.duplicate = 0.05;
-      o.faults.reorder = 0.05;
-    }
-    return o;
-  }
-  void add_shard(uint32_t s, const RunConfig& cfg) {
-    txn::EngineOptions o;
-    o.epoch_ticker = false;
-    o.lock_wait_spins_max = 16;  // locks live for round trips here: fail fast, retry
-    o.shard_id = s;
-    o.unsafe_skip_read_validation = cfg.skip_validation;
-    engines.push_back(std::make_unique<txn::Engine>(o, &env));
-    auto* table = engines.back()->create_table<1>("accounts");
-    for (uint64_t k = 0; k < kKeysPerShard; ++k) {
-      Status st = table->load(key1(s * kKeysPerShard + k), Account{0, kInitialTxn, kInitial});
-      SHOAL_CHECK(st.ok());
-    }
-    dist::ParticipantOptions po;
-    po.inflight_max = 256;
-    po.lease_ns = kLeaseNs;
-    participants.push_back(std::make_unique<dist::Participant>(*engines.back(), s, po));
-    services.push_back(
-        std::make_unique<dist::ParticipantService>(*participants.back(), *loops[shard_node(s)]));
-  }
-  dist::ShardLink* connect(uint32_t c, uint32_t s) {
-    auto pair = net.connect(coord_node(c), shard_node(s));
-    SHOAL_CHECK(pair.ok());
-    auto conn = std::make_unique<Conn>();
-    conn->ep[0] = std::move(pair->first);
-    conn->ep[1] = std::move(pair->second);
-    conn->rpc[0] = std::make_unique<Rpc>(*loops[coord_node(c)], conn->ep[0], rpc_options());
-    conn->rpc[1] = std::make_unique<Rpc>(*loops[shard_node(s)], conn->ep[1], rpc_options());
-    SHOAL_CHECK(conn->rpc[0]->start().ok());
-    SHOAL_CHECK(conn->rpc[1]->start().ok());
-    services[s]->attach(*conn->rpc[1]);
-    dist::RpcLinkOptions lo;
-    lo.shard = s;
-    lo.call_timeout_ns = 50 * kMs;
-    lo.end_attempts_max = 400;  // 20 s of virtual time: longer than any partition here
-    links.push_back(std::make_unique<Link>(*conn->rpc[0], lo));
-    conns.push_back(std::move(conn));
-    return links.back().get();
-  }
-  void crash_shard(uint32_t s) {
-    net.crash(shard_node(s));
-    env.detach(*loops[shard_node(s)]);  // the crashed node's core stops
-    attached[shard_node(s)] = false;
-  }
+  sh->participant = std::make_unique<dist::Participant>(*sh->engine, s, po);
+  return sh;
+}
 
-  SimEnv env;
-  SimNetwork net;
-  uint64_t epoch = 1;
-  std::vector<std::unique_ptr<rt::EventLoop>> loops;  // per node
-  std::vector<bool> attached;
-  std::vector<std::unique_ptr<txn::Engine>> engines;  // per shard
-  std::vector<std::unique_ptr<dist::Participant>> participants;
-  std::vector<std::unique_ptr<dist::ParticipantService>> services;
-  std::vector<std::unique_ptr<Conn>> conns;
-  std::vector<std::unique_ptr<Link>> links;
-  std::vector<std::unique_ptr<dist::Coordinator>> coords;
+struct RpcCluster : SimCluster<BankShard> {
+  RpcCluster(uint64_t seed, const RunConfig& cfg)
+      : SimCluster(seed, cfg.faults,
+                   [&](SimEnv& env, uint32_t s, const dist::ParticipantOptions& po) {
+                     return make_shard(env, s, cfg.skip_validation, po);
+                   }) {}
 };
 
 // ---- workload ----
@@ -264,53 +162,13 @@ rt::Task<void> client(RpcCluster* c, dist::Coordinator* coord, HistoryRecorder::
   out->clients_done++;
 }
 
-// Temporary partitions between random coordinator/shard pairs, and now and then a shard cut
-// off from everyone, until `until_ns`.
-struct Chaos {
-  SimNetwork* net;
-  Rng rng;
-  bool on = true;
-  static void tick(void* self, uint64_t) {
-    auto* c = static_cast<Chaos*>(self);
-    if (!c->on) return;
-    const uint64_t dice = c->rng.uniform(0, 9);
-    if (dice < 4) {
-      c->net->partition(coord_node(static_cast<uint32_t>(c->rng.uniform(0, kCoordinators - 1))),
-                        shard_node(static_cast<uint32_t>(c->rng.uniform(0, kShards - 1))));
-    } else if (dice == 4) {
-      c->net->isolate({shard_node(static_cast<uint32_t>(c->rng.uniform(0, kShards - 1)))});
-    } else if (dice < 8) {
-      c->net->heal_all();
-    }
-    c->net->env().after(c->rng.uniform(2, 30) * kMs, &Chaos::tick, self);
-  }
-};
-
-struct RunResult {
-  bool finished = false;
-  std::string hint;
+// total_balance, contexts_left and unreadable count the live shards only.
+struct RunResult : ClusterRunResult {
   Outcomes outcomes;
-  dist::CoordinatorStats coord;  // summed
-  dist::ParticipantStats part;   // summed over live shards
-  History history;
-  int64_t total_balance = 0;
-  size_t contexts_left = 0;  // live shards
-  size_t unreadable = 0;     // records a fresh transaction cannot read (live shards)
-  uint64_t trace_hash = 0;
-  uint64_t virtual_ms = 0;
-  NetworkStats net;
+  dist::ParticipantStats part;  // summed over live shards
   uint64_t retransmits = 0;
 };
 
-void sum_coordinator(const dist::CoordinatorStats& s, dist::CoordinatorStats* out) {
-  out->committed += s.committed;
-  out->conflict_aborts += s.conflict_aborts;
-  out->failed += s.failed;
-  out->cross_shard += s.cross_shard;
-  out->timeouts += s.timeouts;
-  out->unavailable += s.unavailable;
-  out->in_doubt += s.in_doubt;
-}
 void sum_participant(const dist::ParticipantStats& s, dist::ParticipantStats* out) {
   out->refused_ended += s.refused_ended;
   out->early_aborts += s.early_aborts;
@@ -320,95 +178,53 @@ void sum_participant(const dist::ParticipantStats& s, dist::ParticipantStats* ou
 
 // Reads every record of shard s with a fresh local transaction: a lock left behind fails it.
 size_t unreadable_records(RpcCluster& c, uint32_t s) {
-  txn::Txn t(c.engines[s].get(), 1);
-  t.begin();
-  size_t bad = 0;
+  txn::Engine& engine = *c.shards[s]->engine;
+  ReadBack rb(engine);
   for (uint64_t k = 0; k < kKeysPerShard; ++k) {
-    const uint64_t key = s * kKeysPerShard + k;
-    Account a{};
-    if (!c.engines[s]->tables()[kTableId]->txn_get(t, &key, &a, sizeof a, nullptr).ok()) ++bad;
+    rb.read<Account>(*engine.tables()[kTableId], s * kKeysPerShard + k);
   }
-  t.abort();
-  t.end();
-  return bad;
+  return rb.failed();
 }
 
 void collect(RpcCluster& c, const RunConfig& cfg, RunResult* out) {
-  for (auto& coord : c.coords) sum_coordinator(coord->stats(), &out->coord);
   for (uint32_t s = 0; s < kShards; ++s) {
     if (cfg.crash_at_ns != 0 && s == cfg.crash_shard) continue;
-    out->contexts_left += c.participants[s]->active();
+    out->contexts_left += c.shards[s]->participant->active();
     out->unreadable += unreadable_records(c, s);
-    sum_participant(c.participants[s]->stats(), &out->part);
-    auto* table = static_cast<txn::Table<1>*>(c.engines[s]->find_table("accounts"));
-    table->for_each(key1(0), Key1::max(), [&](const Key1&, const void* v, uint32_t) {
-      out->total_balance += static_cast<const Account*>(v)->balance;
-      return true;
-    });
+    sum_participant(c.shards[s]->participant->stats(), &out->part);
+    out->total_balance += balance_sum(*c.shards[s]->engine->find_table("accounts"));
   }
   for (auto& conn : c.conns) out->retransmits += conn->rpc[0]->stats().retransmits;
-  out->net = c.net.stats();
-  out->virtual_ms = c.env.now_ns() / kMs;
 }
 
 RunResult run_bank(uint64_t seed, const RunConfig& cfg) {
   RpcCluster c(seed, cfg);
   RunResult out;
-  HistoryRecorder recorder(kCoordinators * cfg.clients_per_coordinator);
-  for (uint32_t co = 0; co < kCoordinators; ++co) {
-    for (int i = 0; i < cfg.clients_per_coordinator; ++i) {
-      auto* log = &recorder.thread_log(co * cfg.clients_per_coordinator + i);
-      SHOAL_CHECK(c.loops[coord_node(co)]
-                      ->spawn(client(&c, c.coords[co].get(), log, seed * 1000 + co * 100 + i,
-                                     cfg.txns_per_client, cfg.crash_shard, &out.outcomes))
-                      .ok());
-    }
-  }
-  Chaos chaos{&c.net, Rng(seed ^ 0xc4a05), cfg.faults};
-  if (cfg.faults) c.env.after(5 * kMs, &Chaos::tick, &chaos);
+  c.spawn_clients(cfg.clients_per_coordinator, seed,
+                  [&](uint32_t co, HistoryRecorder::ThreadLog* log, uint64_t client_seed) {
+                    return client(&c, c.coords[co].get(), log, client_seed, cfg.txns_per_client,
+                                  cfg.crash_shard, &out.outcomes);
+                  });
+  c.start_chaos();
   if (cfg.crash_at_ns != 0) {
     c.env.at(
         cfg.crash_at_ns,
         [](void* cl, uint64_t s) { static_cast<RpcCluster*>(cl)->crash_shard(uint32_t(s)); }, &c,
         cfg.crash_shard);
   }
-  const int clients = static_cast<int>(kCoordinators) * cfg.clients_per_coordinator;
-  Status st =
-      c.env.run_until_true([&] { return out.outcomes.clients_done == clients; }, 600'000 * kMs);
-  out.hint = c.env.replay_hint();
-  if (!st.ok()) return out;
-  // Quiesce: stop the chaos, heal, and give aborts, retried installs and leases time to end
-  // everything still open.
-  chaos.on = false;
-  c.net.heal_all();
-  if (!c.env.run_for(2 * kLeaseNs).ok()) return out;
+  if (!c.run_until_quiet(out.outcomes.clients_done, &out.hint)) return out;
   out.finished = true;
   collect(c, cfg, &out);
-  out.history = recorder.merge();
-  out.trace_hash = c.env.trace_hash();
+  c.record_run(&out);
   return out;
 }
 
-int seed_count(int normal, int small) {
-  if (std::getenv("SHOAL_SIM_SEED") != nullptr) return 1;
-  const char* scale = std::getenv("SHOAL_TEST_SCALE");
-  return scale != nullptr && std::string(scale) == "small" ? small : normal;
-}
-
-// The checks every healthy run must pass; false (with gtest failures) otherwise.
+// A healthy run, in which no transaction failed; false (with gtest failures) otherwise.
 bool check_run(const RunResult& r, uint64_t seed) {
-  EXPECT_TRUE(r.finished) << "run did not finish; " << r.hint;
+  expect_healthy_run(r, seed, kTotal);
   if (!r.finished) return false;
-  EXPECT_EQ(r.total_balance, kTotal) << "money not conserved; " << r.hint;
-  EXPECT_EQ(r.contexts_left, 0u) << "participant contexts leaked; " << r.hint;
-  EXPECT_EQ(r.unreadable, 0u) << "locks left behind; " << r.hint;
   EXPECT_EQ(r.outcomes.other_failures + r.outcomes.unavailable, 0u)
       << "transactions failed (first: " << r.outcomes.first_other << "); " << r.hint;
-  EXPECT_EQ(r.coord.in_doubt, 0u) << r.hint;
-  auto anomalies = check(r.history);
-  EXPECT_TRUE(anomalies.empty()) << "not serializable, seed=" << seed
-                                 << " (replay: SHOAL_SIM_SEED=" << seed << "): "
-                                 << (anomalies.empty() ? "" : anomalies.front().explanation);
   return !::testing::Test::HasFailure();
 }
 
@@ -454,31 +270,20 @@ TEST(DistRpcSim, BankOverFaultyNetworkIsSerializableOverManySeeds) {
 }
 
 TEST(DistRpcSim, SameSeedSameTrace) {
-  const uint64_t seed = SimEnv::seed_from_env(4242);
-  const RunResult a = run_bank(seed, RunConfig{});
-  const RunResult b = run_bank(seed, RunConfig{});
-  const RunResult other = run_bank(seed + 1, RunConfig{});
-  ASSERT_TRUE(a.finished && b.finished && other.finished) << a.hint;
-  EXPECT_EQ(a.trace_hash, b.trace_hash) << "same seed, different run: " << a.hint;
+  RunResult a, b;
+  auto run = [](uint64_t seed) { return run_bank(seed, RunConfig{}); };
+  if (!expect_same_seed_same_trace(SimEnv::seed_from_env(4242), run, &a, &b)) return;
   EXPECT_EQ(a.outcomes.committed, b.outcomes.committed);
-  EXPECT_EQ(a.coord.conflict_aborts, b.coord.conflict_aborts);
-  EXPECT_EQ(a.virtual_ms, b.virtual_ms);
-  EXPECT_NE(a.trace_hash, other.trace_hash) << a.hint;
 }
 
 // Without read validation at the participants, the checker must see the damage.
 TEST(DistRpcSim, SkippedValidationIsCaught) {
-  RunConfig cfg;
-  cfg.skip_validation = true;
-  bool caught = false;
-  uint64_t seed = 1;
-  for (; seed <= 30 && !caught; ++seed) {
+  expect_planted_bug_caught([](uint64_t seed) {
+    RunConfig cfg;
+    cfg.skip_validation = true;
     RunResult r = run_bank(seed, cfg);
-    caught = !r.finished || !check(r.history).empty() || r.total_balance != kTotal;
-  }
-  EXPECT_TRUE(caught);
-  std::printf("planted bug (no read validation) caught at seed %llu\n",
-              (unsigned long long)(seed - 1));
+    return !r.finished || !check(r.history).empty() || r.total_balance != kTotal;
+  });
 }
 
 // A shard crashes mid-run: transactions that need it fail with Unavailable naming it; the
@@ -513,10 +318,7 @@ TEST(DistRpcSim, ShardCrashFailsAffectedTransactionsAndSurvivorsKeepNoLocks) {
 struct OneShard {
   OneShard() : env(7), loop(env) {
     env.attach(loop);
-    txn::EngineOptions o;
-    o.epoch_ticker = false;
-    o.lock_wait_spins_max = 16;  // locks live for round trips here: fail fast, retry
-    engine = std::make_unique<txn::Engine>(o, &env);
+    engine = std::make_unique<txn::Engine>(sim_engine_options(0, false), &env);
     auto* table = engine->create_table<1>("accounts");
     for (uint64_t k = 0; k < kKeysPerShard; ++k) {
       SHOAL_CHECK(table->load(key1(k), Account{0, kInitialTxn, kInitial}).ok());
@@ -537,17 +339,13 @@ struct OneShard {
   std::unique_ptr<dist::ParticipantService> service;
 };
 
-std::vector<uint8_t> bytes_of(const rt::MsgBuffer& b) {
-  return {b.payload().begin(), b.payload().end()};
-}
-
 // Valid requests of every method for transaction `id` (a read, a lock of one write, ...).
-std::vector<std::pair<uint16_t, std::vector<uint8_t>>> valid_requests(TxnId id) {
-  std::vector<std::pair<uint16_t, std::vector<uint8_t>>> out;
+std::vector<WireRequest> valid_requests(TxnId id) {
+  std::vector<WireRequest> out;
   rt::MsgBuffer b;
   const uint64_t key = 3;
   SHOAL_CHECK(dist::wire::encode_read(id, 1, kTableId, &key, 1, sizeof(Account), true, &b).ok());
-  out.emplace_back(dist::wire::kRead, bytes_of(b));
+  out.emplace_back(dist::wire::kRead, payload_of(b));
   const Account acc{1, 1, 7};
   dist::StagedWrite w;
   w.key_word_count = 1;
@@ -555,36 +353,23 @@ std::vector<std::pair<uint16_t, std::vector<uint8_t>>> valid_requests(TxnId id) 
   w.value = &acc;
   w.size_bytes = sizeof acc;
   SHOAL_CHECK(dist::wire::encode_lock(id, 1, &w, 1, &b).ok());
-  out.emplace_back(dist::wire::kLock, bytes_of(b));
+  out.emplace_back(dist::wire::kLock, payload_of(b));
   dist::wire::encode_txn_only(id, 1, &b);
-  out.emplace_back(dist::wire::kValidate, bytes_of(b));
+  out.emplace_back(dist::wire::kValidate, payload_of(b));
   txn::DepVec v;
   v.raise(0, 5);
   v.raise(2, 9);
   SHOAL_CHECK(dist::wire::encode_install(id, 1, 5, v, &b).ok());
-  out.emplace_back(dist::wire::kInstall, bytes_of(b));
+  out.emplace_back(dist::wire::kInstall, payload_of(b));
   dist::wire::encode_txn_only(id, 1, &b);
-  out.emplace_back(dist::wire::kAbort, bytes_of(b));
+  out.emplace_back(dist::wire::kAbort, payload_of(b));
   return out;
-}
-
-bool is_refusal(const Status& s) {
-  return s.code() == Code::kCorruption || s.code() == Code::kInvalidArgument;
 }
 
 TEST(DistRpcWire, TruncatedAndOverlongRequestsAreRefused) {
   OneShard sh;
+  expect_truncated_and_overlong_refused(*sh.service, valid_requests(42), is_refusal);
   rt::MsgBuffer resp;
-  for (const auto& [method, msg] : valid_requests(42)) {
-    for (size_t n = 0; n < msg.size(); ++n) {  // every strict prefix
-      Status s = sh.service->serve(method, {msg.data(), n}, &resp);
-      EXPECT_TRUE(is_refusal(s)) << "method " << method << " prefix " << n << ": " << s.to_string();
-    }
-    std::vector<uint8_t> longer = msg;
-    longer.push_back(0);
-    Status s = sh.service->serve(method, longer, &resp);
-    EXPECT_TRUE(is_refusal(s)) << "method " << method << " + 1 byte: " << s.to_string();
-  }
   EXPECT_EQ(sh.service->serve(7, {}, &resp).code(), Code::kNotSupported);
   EXPECT_EQ(sh.participant->active(), 0u) << "a refused request started a context";
 }
@@ -638,20 +423,11 @@ TEST(DistRpcWire, FuzzedRequestsNeverCrashAndLeaveNothingBehind) {
   uint64_t refused = 0;
   const int rounds = seed_count(3000, 300);
   for (int i = 0; i < rounds; ++i) {
-    const TxnId id = 1000 + static_cast<TxnId>(rng.uniform(0, 63));
-    auto reqs = valid_requests(id);
-    auto [method, msg] = reqs[rng.uniform(0, reqs.size() - 1)];
-    const uint64_t mutation = rng.uniform(0, 2);
-    if (mutation == 0) {
-      msg.resize(dist::wire::kTxnHeaderBytes + rng.uniform(0, msg.size() + 8));
-    }
-    for (uint64_t flips = rng.uniform(1, 4); flips > 0 && msg.size() > 16; --flips) {
-      msg[rng.uniform(16, msg.size() - 1)] = static_cast<uint8_t>(rng.next());
-    }
+    const auto [method, msg] = fuzzed_request(rng, valid_requests);
     Status s = sh.service->serve(method, msg, &resp);
     refused += is_refusal(s) ? 1 : 0;
   }
-  for (TxnId id = 1000; id < 1064; ++id) sh.participant->abort(id);
+  for (TxnId id = kFuzzFirstId; id < kFuzzFirstId + kFuzzIds; ++id) sh.participant->abort(id);
   ASSERT_TRUE(sh.env.run_for(2 * kLeaseNs).ok());
   EXPECT_GT(refused, 0u);
   EXPECT_EQ(sh.participant->active(), 0u);
