@@ -313,6 +313,10 @@ Status check_options(const RunOptions& o) {
   if (!(o.batch_us > 0) || !(o.batch_us <= 10'000'000)) {
     return Status::InvalidArgument(fmt::format("batch-us must be in (0, 1e7], not {}", o.batch_us));
   }
+  if (o.replica_nice < 0 || o.replica_nice > 19) {
+    return Status::InvalidArgument(
+        fmt::format("replica-nice must be in [0, 19], not {}", o.replica_nice));
+  }
   if (o.fsync != "none" && o.fsync != "batch" && o.fsync != "always") {
     return Status::InvalidArgument("fsync must be none, batch or always, not " + o.fsync);
   }

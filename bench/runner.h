@@ -53,6 +53,11 @@ struct RunOptions {
   std::string replica_exe;       // the `shoal` binary for followers; empty: this executable
   std::string replica_dir;       // WALs and logs; empty: a fresh directory under $TMPDIR
   bool keep_replica_dir = false; // keep it after a successful run
+  // Nice level of the followers' replay threads: on a machine that hosts every replica (ours)
+  // replay uses the CPU the leader's workers leave, as it would on machines of its own, while
+  // the followers' network threads (acknowledgements) keep normal priority. It changes nothing
+  // where followers have cores to themselves. 0: same priority as the leader.
+  int replica_nice = 10;
 };
 
 inline constexpr uint32_t kMaxWorkers = 1024;

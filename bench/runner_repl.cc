@@ -135,7 +135,9 @@ Status ReplicatedRun::spawn_followers(const RunOptions& options) {
                                      "--data-dir",
                                      fmt::format("{}/replica-{}", dir_, r),
                                      "--fsync",
-                                     options.fsync};
+                                     options.fsync,
+                                     "--replay-nice",
+                                     std::to_string(options.replica_nice)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -232,6 +232,10 @@ void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
   tpcc->add_option("--fsync", r.fsync, "WAL sync policy on every replica")
       ->check(CLI::IsMember({"none", "batch", "always"}))
       ->capture_default_str();
+  tpcc->add_option("--replica-nice", r.replica_nice,
+                   "Nice level of the followers' replay threads (they share this machine)")
+      ->check(number_in(0, 19, false, "in [0, 19]"))
+      ->capture_default_str();
 }
 
 // `shoal replica`: one follower replica (src/server/replica_cli.h).
@@ -246,6 +250,9 @@ CLI::App* add_replica_command(CLI::App& app, server::ReplicaOptions& o) {
   c->add_option("--data-dir", o.data_dir, "WAL directory (default .shoal/<name>/shard-N-replica-R)");
   c->add_option("--fsync", o.fsync, "WAL sync policy")
       ->check(CLI::IsMember({"none", "batch", "always"}))
+      ->capture_default_str();
+  c->add_option("--replay-nice", o.replay_nice, "Nice level of the replay thread")
+      ->check(number_in(0, 19, false, "in [0, 19]"))
       ->capture_default_str();
   return c;
 }

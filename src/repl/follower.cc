@@ -2,7 +2,9 @@
 
 #include "src/repl/leader.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -128,16 +130,12 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
         RealEnv::instance(), *st->transport, st->store, po,
         [this, raw](uint64_t slot, std::span<const std::byte> e) {
           raw->log->note_chosen(slot);
-          // Inside a message batch: replay after the batch's replies are out (release_held).
-          if (holding_) {
-            applier_->enqueue(raw->id, e);
-          } else {
-            applier_->on_chosen(raw->id, e);
-          }
+          hand_to_replay(raw->id, e);
         });
     st->store.trim();
     streams_.push_back(std::move(st));
   }
+  publish_replay();
   if (!options_.quiet && recovered_slots_ > 0) {
     std::fprintf(stderr,
                  "replica %u: recovered %lu slots from %s; replayed up to TID %lu (%lu txns)\n",
@@ -175,7 +173,6 @@ void Follower::release_held() {
   held_index_.clear();
   held_bytes_.clear();
   if (ep_) (void)ep_->flush();  // the replies leave before we spend time replaying
-  if (applier_) applier_->drain();
 }
 
 void Follower::on_message(uint32_t session, std::span<const uint8_t> bytes) {
@@ -207,19 +204,18 @@ void Follower::handle_control(std::span<const uint8_t> bytes) {
 }
 
 FollowerReport Follower::report(bool digest, bool check) {
-  // A report can come in the middle of a message batch, with chosen entries enqueued but not
-  // installed: install them first, so "applied" (and the digest) means installed.
-  if (applier_) applier_->drain();
   FollowerReport r;
   r.replica = options_.replica;
   r.applied_tid = applied_tid();
   r.recovered_slots = recovered_slots_;
-  if (applier_) {
-    const ReplayStats& st = applier_->stats();
-    r.replay_txns = st.txns;
-    r.replay_writes = st.writes;
-    r.replay_cpu_ns = st.cpu_ns;
-  }
+  r.replay_txns = replay_txns_.load(std::memory_order_acquire);
+  r.replay_writes = replay_writes_.load(std::memory_order_acquire);
+  r.replay_cpu_ns = replay_cpu_ns_.load(std::memory_order_acquire);
+  // The engine is only read while the replay thread has nothing to do (no entry queued or in
+  // hand): at quiesce, when the leader asks for digests.
+  const bool idle = replay_pending_.load(std::memory_order_acquire) == 0;
+  digest = digest && idle;
+  check = check && idle;
   for (const auto& s : streams_) {
     r.wal_bytes += s->log->wal_bytes();
     r.chosen_slots += s->paxos->chosen_index();
@@ -245,6 +241,67 @@ FollowerReport Follower::report(bool digest, bool check) {
   return r;
 }
 
+void Follower::hand_to_replay(uint32_t stream, std::span<const std::byte> entry) {
+  if (!replay_thread_.joinable()) {  // restart recovery, before run(): install at once
+    applier_->on_chosen(stream, entry);
+    publish_replay();
+    return;
+  }
+  replay_pending_.fetch_add(1, std::memory_order_acq_rel);
+  {
+    std::lock_guard<std::mutex> lock(replay_mu_);
+    replay_items_.emplace_back(stream, EntryBuffer(entry));
+  }
+  replay_cv_.notify_one();
+}
+
+void Follower::publish_replay() {
+  const ReplayStats& st = applier_->stats();
+  replay_txns_.store(st.txns, std::memory_order_release);
+  replay_writes_.store(st.writes, std::memory_order_release);
+  replay_cpu_ns_.store(st.cpu_ns, std::memory_order_release);
+  applied_.store(applier_->applied_tid(), std::memory_order_release);
+}
+
+void Follower::start_replay() {
+  if (applier_) publish_replay();
+  replay_stop_ = false;
+  replay_thread_ = std::thread([this] {
+    // Replay yields the CPU to the leader's workers where they share a machine; the network
+    // thread keeps its priority, so acknowledgements stay prompt while replay catches up.
+    if (options_.replay_nice != 0) {
+      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.replay_nice);
+    }
+    for (;;) {  // until stopped with nothing left
+      std::pair<uint32_t, EntryBuffer> item;
+      {
+        std::unique_lock<std::mutex> lock(replay_mu_);
+        replay_cv_.wait(lock, [&] { return replay_stop_ || !replay_items_.empty(); });
+        if (replay_items_.empty()) return;
+        item = std::move(replay_items_.front());
+        replay_items_.pop_front();
+      }
+      applier_->on_chosen(item.first, item.second.span());
+      publish_replay();
+      replay_pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  });
+}
+
+void Follower::stop_replay() {
+  if (!replay_thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(replay_mu_);
+    replay_stop_ = true;
+  }
+  replay_cv_.notify_one();
+  replay_thread_.join();
+}
+
+uint64_t Follower::applied_tid() const {
+  return applied_.load(std::memory_order_acquire);
+}
+
 void Follower::on_tick(void* self, uint64_t) {
   auto* f = static_cast<Follower*>(self);
   for (auto& s : f->streams_) s->paxos->tick();
@@ -255,11 +312,11 @@ void Follower::on_tick(void* self, uint64_t) {
     const PaxosStream& p = *f->streams_[0]->paxos;
     std::fprintf(stderr,
                  "replica %u: stream 0 chosen %lu role %d ballot %lx, applied %lx, queued %zu, "
-                 "received %lu malformed %lu bad %lu window %lu entries %lu txns %lu\n",
+                 "received %lu malformed %lu bad %lu window %lu txns %lu\n",
                  f->options_.replica, p.chosen_index(), static_cast<int>(p.role()), p.ballot(),
-                 f->applied_tid(), f->applier_->queued_entries(), p.stats().messages_received,
+                 f->applied_tid(), f->replay_pending_.load(), p.stats().messages_received,
                  p.stats().malformed, p.stats().bad_entries, p.stats().out_of_window,
-                 f->applier_->stats().entries, f->applier_->stats().txns);
+                 f->replay_txns_.load());
   }
   if ((f->stop_ != nullptr && f->stop_->load(std::memory_order_acquire)) || !f->failed_.ok()) {
     f->loop_->stop();
@@ -289,6 +346,9 @@ Status Follower::run(const std::atomic<bool>* stop) {
   wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {
     auto* f = static_cast<Follower*>(ctx);
     if (!f->failed_.ok()) return false;
+    // Backpressured (the poller does not read): sleep until the next tick instead of spinning
+    // on a readable socket, which would starve the (lower-priority) replay thread we wait for.
+    if (f->replay_pending_.load(std::memory_order_acquire) >= kReplayQueueMax) return true;
     if (!f->ep_->prepare_to_block()) return false;
     fds[0] = f->ep_->wait_fd();
     return true;
@@ -298,6 +358,8 @@ Status Follower::run(const std::atomic<bool>* stop) {
       [](void* ctx) {
         auto* f = static_cast<Follower*>(ctx);
         if (!f->failed_.ok()) return false;
+        // Replay far behind: stop reading, so TCP pushes back on the leader (bounded memory).
+        if (f->replay_pending_.load(std::memory_order_acquire) >= kReplayQueueMax) return false;
         net::Completion c[16];
         bool any = false;
         // Bounded: at most 4 batches per call.
@@ -317,9 +379,11 @@ Status Follower::run(const std::atomic<bool>* stop) {
         return any;
       },
       this, [](void* ctx) { return static_cast<Follower*>(ctx)->ep_->next_due_ns(); }, wake));
+  start_replay();
   SHOAL_TRY(loop_->add_timer(loop_->now_ns() + kTickNs, &on_tick, this).status());
   loop_->run();
   loop_->remove_poller(this);
+  stop_replay();
   loop_.reset();
   ep_->close();
   Status why = std::move(failed_);

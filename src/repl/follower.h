@@ -16,10 +16,15 @@
 // another follower are dropped. Elections among followers after a leader failure need the
 // follower-to-follower links (later, with recovery).
 //
-// Threads: open() and run() on one thread; everything runs on it.
+// Threads: open() and run() on one thread, which runs the network, Paxos and the WAL; run()
+// starts a replay thread (installs chosen entries) and joins it before returning.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,6 +63,9 @@ struct FollowerOptions {
   uint64_t retain_chosen_slots = 256;
   uint64_t connect_timeout_ms = 10'000;
   CheckFn check;  // null: check requests report "no checker"
+  // Nice level of the replay thread: on a machine shared with the leader's workers (the bench
+  // runs every replica on one machine) replay uses the CPU they leave.
+  int replay_nice = 0;
   bool quiet = false;
 };
 
@@ -72,9 +80,9 @@ class Follower {
   [[nodiscard]] Status run(const std::atomic<bool>* stop = nullptr);
 
   txn::Engine& engine() { return *engine_; }
-  uint64_t applied_tid() const { return applier_ ? applier_->applied_tid() : 0; }
+  // Every record at or below it is installed (any thread).
+  uint64_t applied_tid() const;
   uint64_t recovered_slots() const { return recovered_slots_; }
-  const ReplayStats* replay_stats() const { return applier_ ? &applier_->stats() : nullptr; }
   // Status as sent to the leader (digest and check computed on demand, cached per TID).
   FollowerReport report(bool digest, bool check);
 
@@ -99,6 +107,21 @@ class Follower {
   std::optional<PeerLink> ep_;
   Status failed_;
   const std::atomic<bool>* stop_ = nullptr;
+  // Replay runs on its own thread (at replay_nice), fed chosen entries (copies) through a
+  // queue; beyond kReplayQueueMax queued entries (about 2048 x 200 KB of TPC-C batches) the
+  // network poller stops reading, so TCP pushes back on the leader.
+  static constexpr size_t kReplayQueueMax = 2048;
+  void hand_to_replay(uint32_t stream, std::span<const std::byte> entry);
+  void publish_replay();  // replay thread (or before it starts)
+  void start_replay();
+  void stop_replay();
+  std::mutex replay_mu_;
+  std::condition_variable replay_cv_;
+  std::deque<std::pair<uint32_t, EntryBuffer>> replay_items_;
+  bool replay_stop_ = false;
+  std::thread replay_thread_;
+  std::atomic<uint64_t> replay_pending_{0};  // queued or in hand
+  std::atomic<uint64_t> applied_{0}, replay_txns_{0}, replay_writes_{0}, replay_cpu_ns_{0};
   uint64_t last_debug_ns_ = 0;
   // Replies held during a batch of received messages (group commit); reused buffers.
   struct Held {

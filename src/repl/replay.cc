@@ -80,19 +80,6 @@ void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes)
   stats_.cpu_ns += thread_cpu_ns() - start;
 }
 
-void ReplayApplier::enqueue(uint32_t stream, std::span<const std::byte> bytes) {
-  ++stats_.entries;
-  wm_.advance(stream, load_u64(bytes.data() + 48));
-  queues_[stream].push_back(Pending{EntryBuffer(bytes), 0});
-}
-
-void ReplayApplier::drain() {
-  if (queued_entries() == 0) return;
-  const uint64_t start = thread_cpu_ns();
-  drain_queues();
-  stats_.cpu_ns += thread_cpu_ns() - start;
-}
-
 void ReplayApplier::drain_queues() {
   // Bounded: every pass installs or leaves each queue's head waiting for the watermark.
   for (auto& q : queues_) {

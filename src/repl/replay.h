@@ -43,16 +43,9 @@ class ReplayApplier {
   // A chosen entry of `stream`, in slot order. `bytes` need only live during the call.
   // REQUIRES: bytes passed LogEntryView::parse (the stream verified them); 8-byte aligned.
   void on_chosen(uint32_t stream, std::span<const std::byte> bytes);
-  // The same, but installs nothing yet: the entry is copied into its stream's queue and the
-  // watermark advanced; drain() installs. A follower enqueues while it handles a batch of
-  // messages and drains after sending the batch's replies, so acknowledgements do not wait
-  // for replay.
-  void enqueue(uint32_t stream, std::span<const std::byte> bytes);
-  // Installs every queued record at or below the watermark.
-  void drain();
 
-  // Every record at or below it is installed, once nothing is queued below the watermark
-  // (after on_chosen or drain(); enqueue() advances the watermark ahead of installation).
+
+  // Every record at or below it is installed.
   uint64_t applied_tid() const { return wm_.shard(); }
   const ShardWatermark& watermark() const { return wm_; }
   const ReplayStats& stats() const { return stats_; }

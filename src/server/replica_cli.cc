@@ -56,6 +56,7 @@ Status run_replica(const ReplicaOptions& options) {
     if (workload == "tpcc") return bench::check_tpcc_conditions(engine, /*after_load=*/false);
     return {};  // other workloads have no conditions over a bare engine; digests cover them
   };
+  fo.replay_nice = options.replay_nice;
   auto follower = repl::Follower::open(fo);
   if (!follower.ok()) return follower.status();
   std::fprintf(stderr, "replica %u of shard %u: following %s:%u from %s (one-way %.1f ms)\n",

@@ -19,6 +19,7 @@ struct ReplicaOptions {
   uint32_t replica = 1;
   std::string data_dir;  // empty: .shoal/<config name>/shard-<N>-replica-<R>
   std::string fsync = "batch";
+  int replay_nice = 0;  // nice level of the replay thread
 };
 
 [[nodiscard]] Status run_replica(const ReplicaOptions& options);
