@@ -141,60 +141,33 @@ void TpccClient::make_stock_level(StockLevelArgs* a) {
 }
 
 Outcome TpccClient::run_type(TxnType type) {
+  TpccInput in;
+  make_input_of(type, &in);
   Outcome out;
   out.type = type;
-  switch (type) {
-    case kNewOrder: {
-      NewOrderArgs a;
-      make_new_order(&a);
-      out.status = worker_.run(&new_order, &a);
-      break;
-    }
-    case kPayment: {
-      PaymentArgs a;
-      make_payment(&a);
-      out.status = worker_.run(&payment, &a);
-      break;
-    }
-    case kOrderStatus: {
-      OrderStatusArgs a;
-      make_order_status(&a);
-      out.status = worker_.run(&order_status, &a);
-      break;
-    }
-    case kDelivery: {
-      DeliveryArgs a;
-      make_delivery(&a);
-      out.status = worker_.run(&delivery, &a);
-      break;
-    }
-    case kStockLevel: {
-      StockLevelArgs a;
-      make_stock_level(&a);
-      out.status = worker_.run(&stock_level, &a);
-      break;
-    }
-    default:
-      SHOAL_ASSERT(false, "unknown TPC-C transaction type %u", static_cast<unsigned>(type));
-  }
+  out.status = worker_.run(procedure_of(type), &in.new_order);  // any member: same address
   return out;
 }
 
 Outcome TpccClient::run_one() {
+  return run_type(draw_type());
+}
+
+TxnType TpccClient::draw_type() {
   const uint32_t* mix = workload_.options().mix_percent;
   uint32_t x = static_cast<uint32_t>(rng_.uniform(1, 100));
   uint32_t type = 0;
   while (type + 1 < kTxnTypes && x > mix[type]) x -= mix[type++];
-  return run_type(static_cast<TxnType>(type));
+  return static_cast<TxnType>(type);
 }
 
 void TpccClient::make_input(TpccInput* in) {
-  const uint32_t* mix = workload_.options().mix_percent;
-  uint32_t x = static_cast<uint32_t>(rng_.uniform(1, 100));
-  uint32_t type = 0;
-  while (type + 1 < kTxnTypes && x > mix[type]) x -= mix[type++];
-  in->type = static_cast<TxnType>(type);
-  switch (in->type) {
+  make_input_of(draw_type(), in);
+}
+
+void TpccClient::make_input_of(TxnType type, TpccInput* in) {
+  in->type = type;
+  switch (type) {
     case kNewOrder:
       in->new_order = NewOrderArgs{};
       make_new_order(&in->new_order);
@@ -211,10 +184,12 @@ void TpccClient::make_input(TpccInput* in) {
       in->delivery = DeliveryArgs{};
       make_delivery(&in->delivery);
       break;
-    default:
+    case kStockLevel:
       in->stock_level = StockLevelArgs{};
       make_stock_level(&in->stock_level);
       break;
+    default:
+      SHOAL_ASSERT(false, "unknown TPC-C transaction type %u", static_cast<unsigned>(type));
   }
 }
 

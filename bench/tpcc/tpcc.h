@@ -86,6 +86,8 @@ class TpccClient final : public Client {
   Outcome run_type(tpcc::TxnType type);
   // Draws the next transaction of the mix and its input (run_one without running it).
   void make_input(TpccInput* in);
+  // The input of a transaction of the given type.
+  void make_input_of(tpcc::TxnType type, TpccInput* in);
   // Binds this terminal to home warehouse `w` (default: worker_index % W + 1) and StockLevel
   // district `d`. REQUIRES: w in [1, W], d in [1, 10].
   void bind_home(uint32_t w, uint32_t d);
@@ -99,6 +101,7 @@ class TpccClient final : public Client {
   uint32_t home_warehouse() const { return home_w_; }
 
  private:
+  tpcc::TxnType draw_type();  // by the mix
   tpcc::CustomerSelector make_customer_selector();
   uint32_t other_warehouse();
   uint64_t now_us();

@@ -54,6 +54,14 @@ Status resolve_customer(Txn& txn, const Tables& t, uint32_t w, uint32_t d,
   return Status::Ok();
 }
 
+// W_YTD or D_YTD += cents (their rows of their own: tpcc_schema.h).
+Status add_ytd(Txn& txn, txn::Table<1>& table, const Key<1>& key, int64_t cents) {
+  YtdRow ytd;
+  SHOAL_TRY(must_exist(txn.get(table, key, &ytd)));
+  ytd.ytd_cents += cents;
+  return must_exist(txn.put(table, key, ytd));
+}
+
 // Applies clause 2.4.2.2's stock update for one order line.
 void update_stock(StockRow* s, uint32_t quantity, bool remote) {
   if (s->quantity >= static_cast<int32_t>(quantity) + 10) {
@@ -221,17 +229,11 @@ Status payment_home(Txn& txn, const Tables& t, const PaymentHomeArgs& args) {
   WarehouseRow w;
   const Key<1> wk = warehouse_key(a.w_id);
   SHOAL_TRY(must_exist(txn.get(*t.warehouse, wk, &w)));
-  YtdRow w_ytd;
-  SHOAL_TRY(must_exist(txn.get(*t.warehouse_ytd, wk, &w_ytd)));
-  w_ytd.ytd_cents += a.amount_cents;
-  SHOAL_TRY(must_exist(txn.put(*t.warehouse_ytd, wk, w_ytd)));
+  SHOAL_TRY(add_ytd(txn, *t.warehouse_ytd, wk, a.amount_cents));
   DistrictRow d;
   const Key<1> dk = district_key(a.w_id, a.d_id);
   SHOAL_TRY(must_exist(txn.get(*t.district, dk, &d)));
-  YtdRow d_ytd;
-  SHOAL_TRY(must_exist(txn.get(*t.district_ytd, dk, &d_ytd)));
-  d_ytd.ytd_cents += a.amount_cents;
-  SHOAL_TRY(must_exist(txn.put(*t.district_ytd, dk, d_ytd)));
+  SHOAL_TRY(add_ytd(txn, *t.district_ytd, dk, a.amount_cents));
 
   HistoryRow h;
   h.amount_cents = a.amount_cents;
@@ -362,6 +364,24 @@ Status delivery(Txn& txn, const void* args_ptr, void* result_ptr) {
     if (r.delivered_o_id[d - 1] == 0) ++r.skipped;
   }
   return Status::Ok();
+}
+
+txn::Procedure procedure_of(TxnType type) {
+  switch (type) {
+    case kNewOrder:
+      return &new_order;
+    case kPayment:
+      return &payment;
+    case kOrderStatus:
+      return &order_status;
+    case kDelivery:
+      return &delivery;
+    case kStockLevel:
+      return &stock_level;
+    default:
+      SHOAL_ASSERT(false, "unknown TPC-C transaction type %u", static_cast<unsigned>(type));
+      return nullptr;
+  }
 }
 
 Status stock_level(Txn& txn, const void* args_ptr, void* result_ptr) {

@@ -171,4 +171,7 @@ struct PaymentHomeArgs {
 [[nodiscard]] Status delivery(txn::Txn& txn, const void* args, void* result);
 [[nodiscard]] Status stock_level(txn::Txn& txn, const void* args, void* result);
 
+// The procedure of each type (its args struct is the one named after it).
+txn::Procedure procedure_of(TxnType type);
+
 }  // namespace shoal::bench::tpcc

@@ -108,21 +108,6 @@ bool crosses_shards(const TpccShardContext& ctx, const TpccInput& in) {
   return false;
 }
 
-txn::Procedure local_procedure(TxnType type) {
-  switch (type) {
-    case kNewOrder:
-      return &new_order;
-    case kPayment:
-      return &payment;
-    case kOrderStatus:
-      return &order_status;
-    case kDelivery:
-      return &delivery;
-    default:
-      return &stock_level;
-  }
-}
-
 // One attempt on the worker's Txn: begin, run, commit; nothing held afterwards.
 Status attempt_local(txn::Txn& txn, txn::Procedure proc, const void* args) {
   txn.begin();
@@ -135,7 +120,7 @@ Status attempt_local(txn::Txn& txn, txn::Procedure proc, const void* args) {
 
 rt::Task<TpccOutcome> run_local(TpccShardContext& ctx, const TpccInput& in) {
   TpccOutcome out;
-  const txn::Procedure proc = local_procedure(in.type);
+  const txn::Procedure proc = procedure_of(in.type);
   const void* args = &in.new_order;  // every member of the union starts at its address
   for (uint32_t attempt = 0; attempt < ctx.local_retries_max; ++attempt) {
     out.status = attempt_local(ctx.local->txn(), proc, args);

@@ -464,35 +464,46 @@ Status ShardServer::serve() {
   return Status::Ok();
 }
 
-template <typename E>
-struct Handoff {
-  Worker* worker;
-  E endpoint;
-};
+// Hands a connection accepted on the main thread to `owner` (a Worker or the ControlPlane),
+// whose adopt() then runs on its loop.
+template <typename Owner, typename E>
+void post_adopt(Owner* owner, E endpoint) {
+  struct Handoff {
+    Owner* owner;
+    E endpoint;
+  };
+  auto* h = new Handoff{owner, std::move(endpoint)};
+  Status s = owner->loop->post(
+      [](void* ctx) {
+        std::unique_ptr<Handoff> h(static_cast<Handoff*>(ctx));
+        h->owner->adopt(std::move(h->endpoint));
+      },
+      h);
+  if (!s.ok()) delete h;  // its post queue is full: drop the connection
+}
 
 template <typename E>
 void ShardServer::hand_to_worker(E endpoint, uint32_t* next) {
-  Worker* w = workers_[(*next)++ % workers_.size()].get();
-  auto* h = new Handoff<E>{w, std::move(endpoint)};
-  Status s = w->loop->post(
-      [](void* ctx) {
-        std::unique_ptr<Handoff<E>> h(static_cast<Handoff<E>*>(ctx));
-        h->worker->adopt(std::move(h->endpoint));
-      },
-      h);
-  if (!s.ok()) delete h;  // the worker's post queue is full: drop the connection
+  post_adopt(workers_[(*next)++ % workers_.size()].get(), std::move(endpoint));
+}
+
+// An accepted connection's RPC endpoint on `loop`, serving the control methods; nullptr when
+// it cannot start (the connection closes).
+template <typename E>
+std::unique_ptr<IncomingOver<E>> open_incoming(ShardServer* server, rt::EventLoop& loop,
+                                               E endpoint) {
+  auto in = std::make_unique<IncomingOver<E>>();
+  in->endpoint = std::move(endpoint);
+  in->rpc = std::make_unique<rt::RpcEndpoint<E>>(loop, in->endpoint, data_rpc_options());
+  if (!in->rpc->start().ok()) return nullptr;
+  attach_control(server, *in->rpc);
+  return in;
 }
 
 void ControlPlane::adopt(net::TcpEndpoint tcp) {
   std::erase_if(conns, [](const auto& c) { return !c->status().ok(); });
   if (conns.size() >= kIncomingMax) return;  // closes it
-  auto in = std::make_unique<IncomingOver<net::TcpEndpoint>>();
-  in->endpoint = std::move(tcp);
-  in->rpc = std::make_unique<rt::RpcEndpoint<net::TcpEndpoint>>(*loop, in->endpoint,
-                                                                data_rpc_options());
-  if (!in->rpc->start().ok()) return;
-  attach_control(server, *in->rpc);
-  conns.push_back(std::move(in));
+  if (auto in = open_incoming(server, *loop, std::move(tcp))) conns.push_back(std::move(in));
 }
 
 void ShardServer::accept_loop() {
@@ -500,18 +511,7 @@ void ShardServer::accept_loop() {
   while (!g_stop.load()) {
     auto tcp = listener_.accept(kAcceptSliceMs);
     if (tcp.ok() && control_ != nullptr) {
-      struct ControlHandoff {
-        ControlPlane* plane;
-        net::TcpEndpoint tcp;
-      };
-      auto* h = new ControlHandoff{control_.get(), std::move(*tcp)};
-      Status s = control_->loop->post(
-          [](void* ctx) {
-            std::unique_ptr<ControlHandoff> h(static_cast<ControlHandoff*>(ctx));
-            h->plane->adopt(std::move(h->tcp));
-          },
-          h);
-      if (!s.ok()) delete h;  // its post queue is full: drop the connection
+      post_adopt(control_.get(), std::move(*tcp));
     } else if (tcp.ok()) {
       hand_to_worker(std::move(*tcp), &next);
     }
@@ -578,12 +578,9 @@ void Worker::adopt(E endpoint) {
                server->shard(), index, incoming.size());
     return;  // closes it
   }
-  auto in = std::make_unique<IncomingOver<E>>();
-  in->endpoint = std::move(endpoint);
-  in->rpc = std::make_unique<rt::RpcEndpoint<E>>(*loop, in->endpoint, data_rpc_options());
-  if (!in->rpc->start().ok()) return;
+  auto in = open_incoming(server, *loop, std::move(endpoint));
+  if (in == nullptr) return;
   service->attach(*in->rpc);
-  attach_control(server, *in->rpc);
   incoming.push_back(std::move(in));
 }
 
