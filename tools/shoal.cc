@@ -240,14 +240,17 @@ void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
 
 // `shoal replica`: one follower replica (src/server/replica_cli.h).
 CLI::App* add_replica_command(CLI::App& app, server::ReplicaOptions& o) {
-  CLI::App* c = app.add_subcommand("replica", "Run one follower replica of a shard (until its "
-                                              "leader closes the connection)");
+  CLI::App* c = app.add_subcommand("replica",
+                                   "Run one follower replica of a shard (until its "
+                                   "leader closes the connection)");
   c->add_option("--config", o.config_path, "Cluster config (TOML)")->required();
-  c->add_option("--shard", o.shard, "Shard id")->check(number_in(0u, 65535u, false, "in [0, 65535]"));
+  c->add_option("--shard", o.shard, "Shard id")
+      ->check(number_in(0u, 65535u, false, "in [0, 65535]"));
   c->add_option("--replica", o.replica, "Replica id (>= 1; 0 is the leader)")
       ->required()
       ->check(number_in(1u, 15u, false, "in [1, 15]"));
-  c->add_option("--data-dir", o.data_dir, "WAL directory (default .shoal/<name>/shard-N-replica-R)");
+  c->add_option("--data-dir", o.data_dir,
+                "WAL directory (default .shoal/<name>/shard-N-replica-R)");
   c->add_option("--fsync", o.fsync, "WAL sync policy")
       ->check(CLI::IsMember({"none", "batch", "always"}))
       ->capture_default_str();
@@ -299,8 +302,9 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
   add_dist_micro_options(c.micro, f.dist);
 
   c.bank = c.bench->add_subcommand(
-      "bank", "Transfers and audits across shard processes (--shards or --cluster); the recorded "
-              "history is checked for serializability and the money for conservation");
+      "bank",
+      "Transfers and audits across shard processes (--shards or --cluster); the recorded "
+      "history is checked for serializability and the money for conservation");
   f.bank_dist.keys_per_partition = 100;
   f.bank_dist.cross_shard_pct = 50;
   f.bank_dist.inflight = 32;
@@ -544,18 +548,19 @@ int main(int argc, char** argv) {
     if (commands.transport->parsed()) return shoal::run_transport_bench(commands, flags);
     if (commands.bank->parsed()) {
       if (commands.bank->count("--shards") == 0 && commands.bank->count("--cluster") == 0) {
-        std::fputs("shoal: error: bench bank runs across shard processes: give --shards N or "
-                   "--cluster FILE\n",
-                   stderr);
+        std::fputs(
+            "shoal: error: bench bank runs across shard processes: give --shards N or "
+            "--cluster FILE\n",
+            stderr);
         return shoal::kExitUsage;
       }
       return shoal::run_dist_bench(commands, flags);
     }
     const bool dist = (commands.micro->parsed() && (commands.micro->count("--shards") > 0 ||
                                                     commands.micro->count("--cluster") > 0)) ||
-                      (commands.tpcc->parsed() && ((flags.tpcc_dist.shards >= 2 &&
-                                                    commands.tpcc->count("--shards") > 0) ||
-                                                   commands.tpcc->count("--cluster") > 0));
+                      (commands.tpcc->parsed() &&
+                       ((flags.tpcc_dist.shards >= 2 && commands.tpcc->count("--shards") > 0) ||
+                        commands.tpcc->count("--cluster") > 0));
     if (commands.tpcc->parsed()) {
       const auto& r = flags.run;
       const char* bad = dist && r.replicas > 1 ? "--replicas: not yet across shard processes"

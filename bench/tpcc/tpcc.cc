@@ -23,10 +23,10 @@ bool find_tables(const txn::Engine& engine, Tables* out) {
   out->stock = get1(kStockTable);
   out->customer_name = static_cast<txn::Table<4>*>(engine.find_table(kCustomerNameTable));
   out->order_customer = static_cast<txn::Table<2>*>(engine.find_table(kOrderCustomerTable));
-  txn::TableBase* all[] = {out->warehouse_ytd, out->district_ytd,
-                           out->warehouse, out->district,      out->customer,      out->history,
-                           out->new_order, out->order,         out->order_line,    out->item,
-                           out->stock,     out->customer_name, out->order_customer};
+  txn::TableBase* all[] = {
+      out->warehouse_ytd, out->district_ytd,  out->warehouse,     out->district,   out->customer,
+      out->history,       out->new_order,     out->order,         out->order_line, out->item,
+      out->stock,         out->customer_name, out->order_customer};
   for (txn::TableBase* table : all) {
     if (table == nullptr) return false;
   }

@@ -102,7 +102,7 @@ struct DistrictScan {
   uint32_t w = 0;
   uint32_t d = 0;
   DistrictRow row{};
-  int64_t ytd_cents = 0;  // D_YTD
+  int64_t ytd_cents = 0;                         // D_YTD
   std::vector<OrderInfo> orders;                 // by O_ID
   std::vector<int64_t> delivered_cents;          // by C_ID: sum(OL_AMOUNT) of delivered lines
   std::vector<std::array<char, 32>> cust_names;  // by C_ID: C_LAST, C_FIRST (index check)

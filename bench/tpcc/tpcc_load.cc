@@ -240,8 +240,8 @@ Status TpccWorkload::load(txn::Engine& engine, const LoadOptions& options,
     return Status::InvalidArgument(fmt::format(
         "tpcc: warehouses to load [{}, {}] not within [1, {}]", first_w, last_w, warehouses_));
   }
-  prog.total_rows = kItems + (last_w - first_w + 1) *
-                                 (kItems + 1 + kDistrictsPerWarehouse * per_district);
+  prog.total_rows =
+      kItems + (last_w - first_w + 1) * (kItems + 1 + kDistrictsPerWarehouse * per_district);
   // Task 0 loads ITEM, task i > 0 warehouse first_w + i - 1.
   const uint32_t tasks = last_w - first_w + 2;
   const uint32_t threads = std::clamp<uint32_t>(options.workers, 1, tasks);

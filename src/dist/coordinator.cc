@@ -203,9 +203,8 @@ void Coordinator::order_written_shards(DistTxn& txn) {
   }
   // Remote shards first, our own last (Mako): see install_all for why.
   const uint32_t own = options_.shard_id;
-  std::sort(txn.written_.begin(), txn.written_.end(), [own](uint32_t a, uint32_t b) {
-    return (a == own) != (b == own) ? b == own : a < b;
-  });
+  std::sort(txn.written_.begin(), txn.written_.end(),
+            [own](uint32_t a, uint32_t b) { return (a == own) != (b == own) ? b == own : a < b; });
 }
 
 rt::Task<Status> Coordinator::lock_all(DistTxn& txn) {
@@ -217,9 +216,9 @@ rt::Task<Status> Coordinator::lock_all(DistTxn& txn) {
         txn.locked_early_.end()) {
       continue;  // its exec locked it
     }
-    const auto first = std::lower_bound(
-        txn.writes_.begin(), txn.writes_.end(), shard,
-        [](const DistTxn::Buffered& b, uint32_t s) { return b.shard < s; });
+    const auto first =
+        std::lower_bound(txn.writes_.begin(), txn.writes_.end(), shard,
+                         [](const DistTxn::Buffered& b, uint32_t s) { return b.shard < s; });
     size_t i = static_cast<size_t>(first - txn.writes_.begin()), j = i;
     while (j < txn.writes_.size() && txn.writes_[j].shard == shard) ++j;
     uint64_t tid = 0;
@@ -313,8 +312,8 @@ rt::Task<Status> Coordinator::install_all(DistTxn& txn) {
   Status first_failure;
   for (uint32_t shard : txn.written_) {
     if (shard == txn.last_agent_) continue;  // installed by its validate_install (F7)
-    Status s = co_await links_[shard]->install(txn.id_, txn.epoch_, txn.vector_.get(shard),
-                                               txn.vector_);
+    Status s =
+        co_await links_[shard]->install(txn.id_, txn.epoch_, txn.vector_.get(shard), txn.vector_);
     if (!s.ok() && first_failure.ok()) {
       first_failure = Status::Unavailable(
           fmt::format("transaction {:#x} committed, but its install at shard {} is in doubt: {}",

@@ -126,10 +126,9 @@ class DistTxn {
                         bool last_on_shard = false) {
     static_assert(std::is_trivially_copyable_v<Args> && std::is_trivially_copyable_v<Out>);
     uint32_t size = 0;
-    Status s = co_await exec(shard, fragment,
-                             {reinterpret_cast<const uint8_t*>(&args), sizeof(Args)},
-                             {reinterpret_cast<uint8_t*>(out), sizeof(Out)}, &size,
-                             last_on_shard);
+    Status s =
+        co_await exec(shard, fragment, {reinterpret_cast<const uint8_t*>(&args), sizeof(Args)},
+                      {reinterpret_cast<uint8_t*>(out), sizeof(Out)}, &size, last_on_shard);
     if (s.ok() && size != sizeof(Out)) {
       s = Status::Corruption("fragment result of unexpected size");
     }
@@ -144,8 +143,7 @@ class DistTxn {
   template <typename Args>
   Status exec_at_commit(uint32_t shard, uint32_t fragment, const Args& args) {
     static_assert(std::is_trivially_copyable_v<Args>);
-    return exec_at_commit(shard, fragment,
-                          {reinterpret_cast<const uint8_t*>(&args), sizeof(Args)});
+    return exec_at_commit(shard, fragment, {reinterpret_cast<const uint8_t*>(&args), sizeof(Args)});
   }
   Status put(uint32_t shard, uint32_t table_id, const uint64_t* key, uint32_t key_word_count,
              const void* value, uint32_t size_bytes) {
@@ -188,8 +186,8 @@ class DistTxn {
   std::vector<Buffered> writes_;
   Arena values_;
   txn::DepVec vector_;
-  std::vector<uint32_t> written_;  // filled at commit by order_written_shards
-  uint32_t last_agent_ = UINT32_MAX;  // C4: the shard that decides (UINT32_MAX: we do)
+  std::vector<uint32_t> written_;         // filled at commit by order_written_shards
+  uint32_t last_agent_ = UINT32_MAX;      // C4: the shard that decides (UINT32_MAX: we do)
   uint32_t deferred_shard_ = UINT32_MAX;  // exec_at_commit's (UINT32_MAX: none)
   FragmentCall deferred_;                 // its args live in values_
 };

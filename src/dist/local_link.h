@@ -48,9 +48,9 @@ class LocalLink final : public ShardLink {
     SHOAL_CO_TRY(co_await hop());
     co_return s;
   }
-  rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment,
-                        std::span<const uint8_t> args, std::span<uint8_t> out, uint32_t* out_size,
-                        bool* wrote, uint64_t* proposed_tid) override {
+  rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
+                        std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
+                        uint64_t* proposed_tid) override {
     SHOAL_CO_TRY(co_await hop());
     Status s = participant_.exec(id, epoch, fragment, args, out, out_size, wrote, proposed_tid);
     SHOAL_CO_TRY(co_await hop());

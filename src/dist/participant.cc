@@ -139,9 +139,9 @@ Status Participant::read(TxnId id, uint64_t epoch, uint32_t table_id, const uint
   return tables[table_id]->txn_get(*slot->txn, key, out, out_bytes, size_out);
 }
 
-Status Participant::exec(TxnId id, uint64_t epoch, uint32_t fragment,
-                         std::span<const uint8_t> args, std::span<uint8_t> out, uint32_t* out_size,
-                         bool* wrote, uint64_t* proposed_tid) {
+Status Participant::exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
+                         std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
+                         uint64_t* proposed_tid) {
   SHOAL_TRY(check_epoch(epoch));
   if (fragments_ == nullptr || fragment >= kFragmentsMax || fragments_->fns[fragment] == nullptr) {
     return Status::InvalidArgument(
@@ -332,12 +332,14 @@ Status Participant::validate_install(TxnId id, uint64_t epoch, const txn::DepVec
     slot = &slots_[it->second];
   }
   if (slot->phase != Phase::kLocked) {
-    return Status::InvalidArgument(fmt::format(
-        "validate_install of transaction {:#x} not locked at shard {}", id, shard_id_));
+    return Status::InvalidArgument(
+        fmt::format("validate_install of transaction {:#x} not locked at shard {}", id, shard_id_));
   }
   Status status = check_epoch(epoch);
-  if (status.ok()) status = slot->txn->validate_read_set();  // releases the locks on failure
-  else slot->txn->release_certified();
+  if (status.ok())
+    status = slot->txn->validate_read_set();  // releases the locks on failure
+  else
+    slot->txn->release_certified();
   if (!status.ok()) {
     slot->txn->abort();
     finish(id, slot, Ended::kAborted);

@@ -253,8 +253,8 @@ Status decode_empty_reply(std::span<const uint8_t> reply) {
   return Status::Ok();
 }
 
-Status decode_exec_reply(std::span<const uint8_t> reply, std::span<uint8_t> out,
-                         uint32_t* out_size, bool* wrote, uint64_t* proposed_tid) {
+Status decode_exec_reply(std::span<const uint8_t> reply, std::span<uint8_t> out, uint32_t* out_size,
+                         bool* wrote, uint64_t* proposed_tid) {
   Reader r(reply);
   uint32_t flags = 0, size = 0;
   if (!r.get(&flags) || !r.get(proposed_tid) || !r.get(&size)) return truncated("exec reply");

@@ -68,8 +68,8 @@ enum Method : uint16_t {
 };
 inline constexpr uint16_t kMethodFirst = kRead;
 inline constexpr uint16_t kMethodLast = kValidateInstall;
-inline constexpr uint32_t kExecWrote = 1;       // reply flag
-inline constexpr uint32_t kExecLockAfter = 1;   // request flag
+inline constexpr uint32_t kExecWrote = 1;      // reply flag
+inline constexpr uint32_t kExecLockAfter = 1;  // request flag
 inline constexpr size_t kTxnHeaderBytes = 16;  // txn id, epoch
 inline constexpr uint32_t kReadWantSize = 1;
 
@@ -81,8 +81,8 @@ inline constexpr uint32_t kReadWantSize = 1;
                                  rt::MsgBuffer* out);
 void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidate, kAbort
 [[nodiscard]] Status encode_exec(TxnId id, uint64_t epoch, uint32_t fragment,
-                                 std::span<const uint8_t> args, uint32_t out_bytes,
-                                 bool lock_after, rt::MsgBuffer* out);
+                                 std::span<const uint8_t> args, uint32_t out_bytes, bool lock_after,
+                                 rt::MsgBuffer* out);
 [[nodiscard]] Status encode_install(TxnId id, uint64_t epoch, uint64_t tid,
                                     const txn::DepVec& vector, rt::MsgBuffer* out);
 [[nodiscard]] Status encode_validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
@@ -180,9 +180,9 @@ class RpcLink final : public ShardLink {
     rpc_.recycle(std::move(*reply));
     co_return s;
   }
-  rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment,
-                        std::span<const uint8_t> args, std::span<uint8_t> out, uint32_t* out_size,
-                        bool* wrote, uint64_t* proposed_tid) override {
+  rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
+                        std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
+                        uint64_t* proposed_tid) override {
     rt::MsgBuffer req = rpc_.buffer(0);
     SHOAL_CO_TRY(wire::encode_exec(id, epoch, fragment, args, static_cast<uint32_t>(out.size()),
                                    proposed_tid != nullptr, &req));

@@ -28,8 +28,8 @@ namespace shoal::server {
 
 struct ClusterOptions {
   std::string config_path;
-  std::string run_dir;   // empty: .shoal/<cluster name>
-  uint32_t workers = 0;  // 0: the config's workers_per_shard
+  std::string run_dir;             // empty: .shoal/<cluster name>
+  uint32_t workers = 0;            // 0: the config's workers_per_shard
   std::string workload = "micro";  // what the servers load: micro, tpcc or bank
   uint64_t keys_per_partition = 1'000'000;
   uint64_t ready_timeout_ms = 60'000;
@@ -45,14 +45,14 @@ struct ClusterOptions {
 [[nodiscard]] Status cluster_check(const ClusterOptions& options);
 
 struct DistBenchOptions {
-  std::string workload = "micro";  // micro, tpcc (dist_tpcc.h) or bank (dist_bank.h)
-  uint32_t warehouses = 2;         // tpcc, local run: partitions of the config
-  std::string transport = "shm";   // local run: between shard processes (tcp or shm)
-  bool baseline = false;           // tpcc: measure a single-shard run first (the CLI does)
+  std::string workload = "micro";         // micro, tpcc (dist_tpcc.h) or bank (dist_bank.h)
+  uint32_t warehouses = 2;                // tpcc, local run: partitions of the config
+  std::string transport = "shm";          // local run: between shard processes (tcp or shm)
+  bool baseline = false;                  // tpcc: measure a single-shard run first (the CLI does)
   double baseline_committed_per_sec = 0;  // > 0: report per-worker throughput against it
-  std::string cluster_path;  // non-empty: run against this running cluster
-  uint32_t shards = 2;       // local run: shards to start
-  uint32_t workers = 1;      // local run: workers per shard
+  std::string cluster_path;               // non-empty: run against this running cluster
+  uint32_t shards = 2;                    // local run: shards to start
+  uint32_t workers = 1;                   // local run: workers per shard
   uint32_t cross_shard_pct = 0;
   uint32_t inflight = 128;  // per worker: 32 leaves cross-shard runs latency-bound
   double seconds = 10;

@@ -36,8 +36,8 @@ rt::Task<Status> dist_bank(dist::DistTxn& txn, const void* raw_args, void* resul
   rec.reads = rec.writes = 0;
   BankAccount acc[kBankAuditKeys];
   for (uint32_t i = 0; i < a.count; ++i) {
-    SHOAL_CO_TRY(co_await txn.get(a.shards[i], kBankTableId, &a.keys[i], 1, &acc[i],
-                                  sizeof(BankAccount)));
+    SHOAL_CO_TRY(
+        co_await txn.get(a.shards[i], kBankTableId, &a.keys[i], 1, &acc[i], sizeof(BankAccount)));
     rec.read_key[rec.reads] = a.keys[i];
     rec.read_seq[rec.reads] = acc[i].seq;
     rec.read_writer[rec.reads] = acc[i].writer;
@@ -49,8 +49,7 @@ rt::Task<Status> dist_bank(dist::DistTxn& txn, const void* raw_args, void* resul
   for (uint32_t i = 0; i < 2; ++i) {
     acc[i].seq += 1;
     acc[i].writer = txn.id();
-    SHOAL_CO_TRY(
-        txn.put(a.shards[i], kBankTableId, &a.keys[i], 1, &acc[i], sizeof(BankAccount)));
+    SHOAL_CO_TRY(txn.put(a.shards[i], kBankTableId, &a.keys[i], 1, &acc[i], sizeof(BankAccount)));
     rec.write_key[rec.writes] = a.keys[i];
     rec.write_seq[rec.writes] = acc[i].seq;
     ++rec.writes;
@@ -153,8 +152,8 @@ std::string readable_txn_ids(const std::string& text) {
   std::string out;
   size_t i = 0;
   while (i < text.size()) {
-    const bool starts = text[i] == 'T' && (i == 0 || !std::isalnum(static_cast<unsigned char>(
-                                                         text[i - 1])));
+    const bool starts =
+        text[i] == 'T' && (i == 0 || !std::isalnum(static_cast<unsigned char>(text[i - 1])));
     size_t j = i + 1;
     while (starts && j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
     if (!starts || j == i + 1 || j - i - 1 > 19) {

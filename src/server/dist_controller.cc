@@ -71,8 +71,8 @@ Result<std::vector<uint16_t>> free_ports(uint32_t count) {
 Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   const bool tpcc = o.workload == "tpcc";
   if (tpcc && o.warehouses < o.shards) {
-    return Status::InvalidArgument(fmt::format(
-        "--warehouses: {} warehouses cannot fill {} shards", o.warehouses, o.shards));
+    return Status::InvalidArgument(
+        fmt::format("--warehouses: {} warehouses cannot fill {} shards", o.warehouses, o.shards));
   }
   auto config =
       cluster::make_local_config(o.shards, 1, o.workers, tpcc ? o.warehouses : o.shards, 10000);
@@ -298,8 +298,8 @@ void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
 // Bank: the money over all shards must be what was loaded, and the merged history of every
 // worker's committed transactions must be serializable (sim/serializability.h). Lines for the
 // report go to *text, fields for the JSON to *json.
-void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards,
-                bench::RunResult* r, std::string* text, nlohmann::json* json) {
+void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards, bench::RunResult* r,
+                std::string* text, nlohmann::json* json) {
   r->checked = true;
   for (const ShardOutcome& so : shards) {
     if (so.gone) {
@@ -340,9 +340,9 @@ void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards,
     for (uint64_t w = 0; w < workers; ++w) {
       for (uint64_t from = 0;;) {
         auto page = client.call(s, kHistory, {{"worker", w}, {"from", from}}, 60'000);
-        Status st = page.ok() ? parse_bank_page(page->value("txns", nlohmann::json()),
-                                                &history.txns)
-                              : page.status();
+        Status st = page.ok()
+                        ? parse_bank_page(page->value("txns", nlohmann::json()), &history.txns)
+                        : page.status();
         const uint64_t next = page.ok() ? page->value("next", uint64_t{0}) : 0;
         const uint64_t total = page.ok() ? page->value("total", uint64_t{0}) : 0;
         if (st.ok() && next <= from && from < total) st = Status::Corruption("no progress");
@@ -369,8 +369,8 @@ void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards,
   (*json)["history_left_out"] = left_out;
   nlohmann::json anomalies = nlohmann::json::array();
   for (const sim::Anomaly& a : report.anomalies) {
-    anomalies.push_back({{"kind", sim::anomaly_kind_name(a.kind)},
-                         {"witness", readable_txn_ids(a.explanation)}});
+    anomalies.push_back(
+        {{"kind", sim::anomaly_kind_name(a.kind)}, {"witness", readable_txn_ids(a.explanation)}});
   }
   nlohmann::json counts = nlohmann::json::object();
   for (size_t k = 0; k < sim::CheckReport::kKindCount; ++k) {
@@ -388,13 +388,14 @@ void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards,
         kBankHistoryMax, dropped, left_out);
   }
   if (report.serializable()) {
-    *text += fmt::format("serializability: ok ({} transactions, {} edges)\n",
-                         report.committed_txns, report.edges);
+    *text += fmt::format("serializability: ok ({} transactions, {} edges)\n", report.committed_txns,
+                         report.edges);
     return;
   }
-  *text += fmt::format("serializability: FAILED ({} transactions, {} edges); transaction ids "
-                       "are T<shard>.<worker>.<attempt>\n",
-                       report.committed_txns, report.edges);
+  *text += fmt::format(
+      "serializability: FAILED ({} transactions, {} edges); transaction ids "
+      "are T<shard>.<worker>.<attempt>\n",
+      report.committed_txns, report.edges);
   for (size_t k = 0; k < sim::CheckReport::kKindCount; ++k) {
     if (report.counts[k] == 0) continue;
     const auto kind = static_cast<sim::AnomalyKind>(k);
@@ -408,18 +409,18 @@ void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards,
 }
 
 Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, uint32_t workers,
-              const std::vector<ShardOutcome>& shards, const MicroStats& total,
-              bench::RunResult& r, const std::string& check_text = {},
+              const std::vector<ShardOutcome>& shards, const MicroStats& total, bench::RunResult& r,
+              const std::string& check_text = {},
               const nlohmann::json& check_json = nlohmann::json::object()) {
   std::string text = r.to_table();
   const std::string requested =
-      o.workload == "tpcc" ? fmt::format("TPC-C over {} warehouses", WarehouseMap(config).warehouses())
-                           : fmt::format("{}% cross-shard requested", o.cross_shard_pct);
+      o.workload == "tpcc"
+          ? fmt::format("TPC-C over {} warehouses", WarehouseMap(config).warehouses())
+          : fmt::format("{}% cross-shard requested", o.cross_shard_pct);
   text.insert(0, fmt::format("\nshards: {} over {}, {} worker{} each, {} in flight per worker, "
                              "{}, {:.1f}% of commits cross-shard",
                              config.shards.size(), cluster::transport_name(config.transport),
-                             workers, workers == 1 ? "" : "s", o.inflight,
-                             requested,
+                             workers, workers == 1 ? "" : "s", o.inflight, requested,
                              total.committed ? 100.0 * static_cast<double>(total.committed_cross) /
                                                    static_cast<double>(total.committed)
                                              : 0.0));

@@ -89,11 +89,11 @@ struct MicroStats {
   uint64_t failed = 0;           // transactions that gave up (any non-Ok final status)
   uint64_t unavailable = 0;      // of those: a shard was gone
   uint64_t failed_cross = 0;
-  std::string first_error;  // the first failure's text, for the report
-  Histogram latency_local;  // ns, committed local transactions (retries included)
-  Histogram latency_cross;  // ns, committed cross-shard transactions
+  std::string first_error;               // the first failure's text, for the report
+  Histogram latency_local;               // ns, committed local transactions (retries included)
+  Histogram latency_cross;               // ns, committed cross-shard transactions
   Histogram latency_by_type[kTypesMax];  // ns, committed, by transaction type (TPC-C)
-  uint64_t rss_bytes = 0;       // the shard process's resident set (a shard's stats only)
+  uint64_t rss_bytes = 0;                // the shard process's resident set (a shard's stats only)
   uint64_t peak_rss_bytes = 0;
 
   void merge(const MicroStats& other);

@@ -18,8 +18,8 @@ namespace {
 template <typename Args>
 Status parse_args(std::span<const uint8_t> bytes, Args* out) {
   if (bytes.size() != sizeof(Args)) {
-    return Status::InvalidArgument(fmt::format("tpcc fragment: {} argument bytes, expected {}",
-                                               bytes.size(), sizeof(Args)));
+    return Status::InvalidArgument(
+        fmt::format("tpcc fragment: {} argument bytes, expected {}", bytes.size(), sizeof(Args)));
   }
   std::memcpy(out, bytes.data(), sizeof(Args));
   return Status::Ok();

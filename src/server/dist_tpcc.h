@@ -79,8 +79,8 @@ struct TpccShardContext {
 
 // Outcome of one terminal transaction.
 struct TpccOutcome {
-  Status status;       // Ok / UserAbort: completed business; else failed
-  bool cross = false;  // ran across shards
+  Status status;           // Ok / UserAbort: completed business; else failed
+  bool cross = false;      // ran across shards
   uint32_t conflicts = 0;  // local retries (a cross-shard run's are the coordinator's)
 };
 

@@ -15,8 +15,8 @@ Status run_replica(const ReplicaOptions& options) {
   auto config = cluster::load_config_file(options.config_path);
   if (!config.ok()) return config.status();
   if (options.shard >= config->shards.size()) {
-    return Status::InvalidArgument(fmt::format("--shard {}: the config has {} shards",
-                                               options.shard, config->shards.size()));
+    return Status::InvalidArgument(
+        fmt::format("--shard {}: the config has {} shards", options.shard, config->shards.size()));
   }
   const cluster::Shard& shard = config->shards[options.shard];
   if (options.replica == 0 || options.replica >= shard.replicas.size()) {
@@ -39,10 +39,9 @@ Status run_replica(const ReplicaOptions& options) {
   fo.leader_host = leader.host;
   fo.leader_port = leader.port;
   fo.receive_shape = {one_way_ns, 0};
-  fo.data_dir = options.data_dir.empty()
-                    ? fmt::format(".shoal/{}/shard-{}-replica-{}", config->name, options.shard,
-                                  options.replica)
-                    : options.data_dir;
+  fo.data_dir = options.data_dir.empty() ? fmt::format(".shoal/{}/shard-{}-replica-{}",
+                                                       config->name, options.shard, options.replica)
+                                         : options.data_dir;
   std::error_code ec;
   std::filesystem::create_directories(fo.data_dir, ec);
   if (ec) return Status::IOError("cannot create " + fo.data_dir + ": " + ec.message());
@@ -60,8 +59,8 @@ Status run_replica(const ReplicaOptions& options) {
   auto follower = repl::Follower::open(fo);
   if (!follower.ok()) return follower.status();
   std::fprintf(stderr, "replica %u of shard %u: following %s:%u from %s (one-way %.1f ms)\n",
-               options.replica, options.shard, leader.host.c_str(), leader.port,
-               me.region.c_str(), one_way_ms);
+               options.replica, options.shard, leader.host.c_str(), leader.port, me.region.c_str(),
+               one_way_ms);
   const Status s = (*follower)->run();
   std::fprintf(stderr, "replica %u: leader gone (%s); applied up to TID %lu\n", options.replica,
                s.to_string().c_str(), (*follower)->applied_tid());

@@ -34,7 +34,6 @@
 namespace shoal::server {
 namespace {
 
-
 constexpr uint64_t kMs = 1'000'000;
 constexpr uint32_t kIncomingMax = 64;         // accepted connections per worker (bounded)
 constexpr uint64_t kHealthTickNs = 20 * kMs;  // peer-death check and reaping period
@@ -297,8 +296,8 @@ Status ShardServer::load_tpcc() {
   warehouse_map_ = std::make_unique<WarehouseMap>(config_);
   const WarehouseMap& map = *warehouse_map_;
   if (map.warehouses() > bench::tpcc::kMaxWarehouses) {
-    return Status::InvalidArgument(fmt::format("shards: partitions are warehouses, at most {}",
-                                               bench::tpcc::kMaxWarehouses));
+    return Status::InvalidArgument(
+        fmt::format("shards: partitions are warehouses, at most {}", bench::tpcc::kMaxWarehouses));
   }
   txn::EngineOptions eo = engine_options();
   // No replication yet: every version is as stable as it gets once installed, so the
@@ -710,7 +709,7 @@ void Worker::start_load() {
   for (uint32_t i = 0; i < params.inflight; ++i) {
     const uint64_t seed =
         params.seed * 0x9e3779b97f4a7c15ULL + server->shard() * 65536ULL + index * 1024ULL + i;
-    rt::Task<void> client = tpcc                 ? tpcc_client(this, i, seed)
+    rt::Task<void> client = tpcc                ? tpcc_client(this, i, seed)
                             : server->is_bank() ? bank_client(this, seed)
                                                 : load_client(this, seed);
     if (!loop->spawn(std::move(client)).ok()) break;  // task table full: fewer clients
@@ -777,9 +776,9 @@ Status ShardServer::on_start(std::span<const uint8_t> request, rt::MsgBuffer* ou
   auto params = MicroParams::from_json(*j);
   if (!params.ok()) return params.status();
   if (tpcc_ != nullptr && workers_.size() * params->inflight >= 1024) {
-    return Status::InvalidArgument(fmt::format(
-        "start.inflight: {} workers x {} terminals: at most 1023 per shard", workers_.size(),
-        params->inflight));
+    return Status::InvalidArgument(
+        fmt::format("start.inflight: {} workers x {} terminals: at most 1023 per shard",
+                    workers_.size(), params->inflight));
   }
   uint32_t idle = 0;
   if (!running_.compare_exchange_strong(idle, static_cast<uint32_t>(workers_.size()))) {
@@ -906,7 +905,8 @@ Status ShardServer::on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* o
     nlohmann::json entries = nlohmann::json::array();
     int kind = 0;
     for (const auto* m : {&f.by_warehouse, &f.by_district, &f.by_customer}) {
-      for (const auto& [key, cents] : *m) entries.push_back(nlohmann::json::array({kind, key, cents}));
+      for (const auto& [key, cents] : *m)
+        entries.push_back(nlohmann::json::array({kind, key, cents}));
       ++kind;
     }
     reply_json({{"shard", options_.shard}, {"payments", entries}}, out);

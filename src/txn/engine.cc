@@ -122,8 +122,8 @@ Status Txn::lock_write_set(uint64_t* proposed_tid) {
       // Above any remove of a key of this table that this insert may follow (see
       // TableBase::removed_tid_max_): the remove published it before unlinking the key we
       // found absent.
-      b.max_seen_version = std::max(b.max_seen_version,
-                                    w.table->removed_tid_max_.load(std::memory_order_acquire));
+      b.max_seen_version =
+          std::max(b.max_seen_version, w.table->removed_tid_max_.load(std::memory_order_acquire));
     }
     if (w.kind == WriteKind::kPut) state_ok = state_ok && !absent;
     if (!state_ok) {
@@ -344,13 +344,16 @@ Engine::~Engine() {
   ebr::drain_all_for_tests();
 }
 
-Result<TableBase*> Engine::create_table_with_key_words(const std::string& name,
-                                                      size_t key_words) {
+Result<TableBase*> Engine::create_table_with_key_words(const std::string& name, size_t key_words) {
   switch (key_words) {
-    case 1: return static_cast<TableBase*>(create_table<1>(name));
-    case 2: return static_cast<TableBase*>(create_table<2>(name));
-    case 3: return static_cast<TableBase*>(create_table<3>(name));
-    case 4: return static_cast<TableBase*>(create_table<4>(name));
+    case 1:
+      return static_cast<TableBase*>(create_table<1>(name));
+    case 2:
+      return static_cast<TableBase*>(create_table<2>(name));
+    case 3:
+      return static_cast<TableBase*>(create_table<3>(name));
+    case 4:
+      return static_cast<TableBase*>(create_table<4>(name));
     default:
       return Status::InvalidArgument("table " + name + ": keys of " + std::to_string(key_words) +
                                      " words are not supported (1..4)");
