@@ -136,6 +136,7 @@ inline void sum_coordinator(const dist::CoordinatorStats& s, dist::CoordinatorSt
   out->timeouts += s.timeouts;
   out->unavailable += s.unavailable;
   out->in_doubt += s.in_doubt;
+  out->own_decided += s.own_decided;
 }
 
 // Temporary partitions between random coordinator/shard pairs, and now and then a shard cut

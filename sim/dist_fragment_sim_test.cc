@@ -578,19 +578,21 @@ TEST(DistFragmentSim, BankOfFragmentsOverFaultyNetworkIsSerializableOverManySeed
   EXPECT_GT(sum.user_aborts[size_t(Kind::kOneShot)], 0u);
   EXPECT_GT(coord.conflict_aborts, 0u);
   EXPECT_GT(coord.timeouts, 0u);
+  EXPECT_GT(coord.own_decided, 0u);  // C6: remote writers voted at their exec (F9)
   std::string kinds;
   for (size_t k = 0; k < size_t(Kind::kCount); ++k) {
     kinds += fmt::format(" {} {}/{}/{}", kKindNames[k], sum.committed[k], sum.user_aborts[k],
                          sum.injected[k]);
   }
   std::printf(
-      "dist fragment sim: %d seeds in %.1f s; %llu committed (%llu cross-shard), %llu conflict "
-      "retries, %llu timeout retries, %llu repeated installs; net: %llu lost, %llu duplicated, "
+      "dist fragment sim: %d seeds in %.1f s; %llu committed (%llu cross-shard, %llu decided by "
+      "the coordinator's own shard after early votes), %llu conflict retries, %llu timeout "
+      "retries, %llu repeated installs; net: %llu lost, %llu duplicated, "
       "%llu partition drops; committed/user-aborted/injected per kind:%s\n",
       seeds, secs, (unsigned long long)coord.committed, (unsigned long long)coord.cross_shard,
-      (unsigned long long)coord.conflict_aborts, (unsigned long long)coord.timeouts,
-      (unsigned long long)repeated, (unsigned long long)lost, (unsigned long long)duplicated,
-      (unsigned long long)partition_drops, kinds.c_str());
+      (unsigned long long)coord.own_decided, (unsigned long long)coord.conflict_aborts,
+      (unsigned long long)coord.timeouts, (unsigned long long)repeated, (unsigned long long)lost,
+      (unsigned long long)duplicated, (unsigned long long)partition_drops, kinds.c_str());
 }
 
 TEST(DistFragmentSim, SameSeedSameTrace) {
@@ -630,8 +632,17 @@ class HookLink final : public dist::ShardLink {
   }
   rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
                         std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
-                        uint64_t* proposed_tid) override {
-    co_return co_await inner_.exec(id, epoch, fragment, args, out, out_size, wrote, proposed_tid);
+                        uint64_t* proposed_tid, dist::ExecPrepared* prepared) override {
+    // T's only contact with the hooked shard is its deferred fragment, run at commit (C5).
+    // When it voted there at once (F9, C6) there is no last-agent message: the other
+    // transaction goes right after that vote, before T's own shard validates.
+    Status s = co_await inner_.exec(id, epoch, fragment, args, out, out_size, wrote, proposed_tid,
+                                    prepared);
+    if (!fired_ && s.ok() && prepared != nullptr && prepared->prepared) {
+      fired_ = true;
+      co_await hook_(ctx_);
+    }
+    co_return s;
   }
   rt::Task<Status> lock(TxnId id, uint64_t epoch, const dist::StagedWrite* writes, size_t count,
                         uint64_t* proposed_tid) override {
@@ -666,9 +677,10 @@ class HookLink final : public dist::ShardLink {
 
 // Two shards on one loop. T (coordinator 0) peeks account g on shard 0, debits src there
 // (last_on_shard) and defers a credit of dst to shard 1. Just before T's last-agent message
-// to shard 1, T' (coordinator 1) moves money from g to dst and commits if it can. If T then
-// also commits, T read g before T' wrote it but credited the dst T' wrote: a cycle, unless
-// T's write to dst was locked before shard 0 validated g.
+// to shard 1 (or, when that credit voted at its exec (C6), right after that vote), T' (coordinator
+// 1) moves money from g to dst and commits if it can. If T then also commits, T read g before T'
+// wrote it but credited the dst T' wrote: a cycle, unless T's write to dst was locked before shard
+// 0 validated g.
 struct SlipIn {
   SimEnv env{11};
   rt::EventLoop loop{env};
@@ -821,9 +833,9 @@ txn::DepVec some_vector() {
 std::vector<WireRequest> valid_requests(TxnId id) {
   std::vector<WireRequest> out;
   rt::MsgBuffer b;
-  SHOAL_CHECK(
-      dist::wire::encode_exec(id, 1, kCredit, bytes_of(kCredit5), sizeof(MoveResult), true, &b)
-          .ok());
+  SHOAL_CHECK(dist::wire::encode_exec(id, 1, kCredit, bytes_of(kCredit5), sizeof(MoveResult),
+                                      dist::wire::kExecLockAfter, &b)
+                  .ok());
   out.emplace_back(dist::wire::kExec, payload_of(b));
   const dist::FragmentCall call{kCredit, bytes_of(kCredit5)};
   SHOAL_CHECK(dist::wire::encode_validate_install(id, 1, some_vector(), &call, &b).ok());
@@ -879,10 +891,8 @@ TEST(DistFragmentWire, OutOfRangeRequestFieldsAreInvalidArgument) {
   // The encoders refuse what the decoders would.
   std::vector<uint8_t> huge(kBig);
   rt::MsgBuffer b;
-  EXPECT_EQ(dist::wire::encode_exec(1, 1, kCredit, huge, 16, false, &b).code(),
-            Code::kInvalidArgument);
-  EXPECT_EQ(dist::wire::encode_exec(1, 1, kCredit, {}, kBig, false, &b).code(),
-            Code::kInvalidArgument);
+  EXPECT_EQ(dist::wire::encode_exec(1, 1, kCredit, huge, 16, 0, &b).code(), Code::kInvalidArgument);
+  EXPECT_EQ(dist::wire::encode_exec(1, 1, kCredit, {}, kBig, 0, &b).code(), Code::kInvalidArgument);
   const dist::FragmentCall call{kCredit, huge};
   EXPECT_EQ(dist::wire::encode_validate_install(1, 1, some_vector(), &call, &b).code(),
             Code::kInvalidArgument);
@@ -919,6 +929,43 @@ TEST(DistFragmentWire, MalformedRepliesAreRefused) {
   EXPECT_EQ(code(exec_reply(2, 77, 4, 4)), Code::kInvalidArgument);  // unknown flag
   EXPECT_EQ(code(exec_reply(0, 77, 9, 9)), Code::kInvalidArgument);  // larger than out
   EXPECT_EQ(code(exec_reply(0, 77, ~0u, 0)), Code::kInvalidArgument);
+  // F9: a prepared reply carries the deps after the result; only a caller that asked may get
+  // one, and only with writes.
+  auto prepared_reply = [&](uint32_t flags, uint32_t entries, size_t cut) {
+    std::vector<uint8_t> m = exec_reply(flags, 77, 4, 4);
+    m.resize(m.size() + 4 + 12 * entries);
+    std::memcpy(m.data() + 20, &entries, 4);
+    for (uint32_t e = 0; e < entries; ++e) {
+      const uint32_t shard = e;
+      const uint64_t ts = 100 + e;
+      std::memcpy(m.data() + 24 + 12 * e, &shard, 4);
+      std::memcpy(m.data() + 28 + 12 * e, &ts, 8);
+    }
+    m.resize(m.size() - cut);
+    return m;
+  };
+  const uint32_t both = dist::wire::kExecWrote | dist::wire::kExecPrepared;
+  dist::ExecPrepared prep;
+  ASSERT_TRUE(
+      dist::wire::decode_exec_reply(prepared_reply(both, 2, 0), out, &size, &wrote, &tid, &prep)
+          .ok());
+  EXPECT_TRUE(prep.prepared);
+  EXPECT_EQ(prep.deps.get(1), 101u);
+  EXPECT_EQ(code(prepared_reply(both, 2, 0)), Code::kInvalidArgument);  // not asked for
+  EXPECT_EQ(dist::wire::decode_exec_reply(prepared_reply(dist::wire::kExecPrepared, 0, 0), out,
+                                          &size, &wrote, &tid, &prep)
+                .code(),
+            Code::kInvalidArgument);  // prepared without writes
+  EXPECT_EQ(
+      dist::wire::decode_exec_reply(prepared_reply(both, 2, 5), out, &size, &wrote, &tid, &prep)
+          .code(),
+      Code::kCorruption);  // vector cut short
+  ASSERT_TRUE(dist::wire::decode_exec_reply(ok, out, &size, &wrote, &tid, &prep).ok());
+  EXPECT_FALSE(prep.prepared);
+  rt::MsgBuffer req;
+  EXPECT_EQ(
+      dist::wire::encode_exec(1, 1, kCredit, {}, 8, dist::wire::kExecPrepareIfPinned, &req).code(),
+      Code::kInvalidArgument);  // prepare without lock
   // kValidateInstall reply: tid u64, count u32, (shard u32, ts u64)*.
   std::vector<uint8_t> vi(8 + 4 + 2 * 12, 0);
   const uint64_t t9 = 9;
@@ -1036,6 +1083,48 @@ TEST(DistFragmentRules, LastAgentRepeatsAnswerAsTheFirstTime) {
   p.abort(13);
   EXPECT_TRUE(p.validate_install(13, 1, some_vector(), &deps, &tid).is_aborted());
   sh.expect_clean(int64_t{kKeysPerShard} * kInitial + 5 + 2);
+}
+
+// F9: an exec that locks and whose reads are all rows it locked votes at once; one with any
+// other read does not.
+TEST(DistFragmentRules, PinnedExecVotesAtOnce) {
+  OneShard sh;
+  dist::Participant& p = sh.p();
+  MoveResult r{};
+  uint32_t size = 0;
+  bool wrote = false;
+  uint64_t proposed = 0;
+  dist::ExecPrepared prep;
+  txn::DepVec deps;
+  const MoveArgs credit5{5, 3, 104, 0};
+  ASSERT_TRUE(
+      p.exec(20, 1, kCredit, bytes_of(credit5), out_of(&r), &size, &wrote, &proposed, &prep).ok());
+  EXPECT_TRUE(prep.prepared);
+  EXPECT_GT(prep.deps.get(0), 0u);  // the version it read
+  EXPECT_TRUE(p.validate(20, 1, &deps).is_aborted()) << "a second vote";
+  p.abort_unless_prepared(20);  // prepared: only the decision ends it (F3)
+  EXPECT_EQ(p.active(), 1u);
+  ASSERT_TRUE(p.install(20, 1, proposed, some_vector()).ok());
+  EXPECT_EQ(sh.balance(5), kInitial + 3);
+  // A peek first: that read is not locked, so the exec locks but does not vote.
+  PeekArgs pa{};
+  pa.count = 1;
+  pa.keys[0] = 4;
+  PeekResult pr{};
+  ASSERT_TRUE(p.exec(21, 1, kPeek, bytes_of(pa), out_of(&pr), &size, &wrote, nullptr).ok());
+  const MoveArgs credit6{6, 3, 105, 0};
+  ASSERT_TRUE(
+      p.exec(21, 1, kCredit, bytes_of(credit6), out_of(&r), &size, &wrote, &proposed, &prep).ok());
+  EXPECT_FALSE(prep.prepared);
+  ASSERT_TRUE(p.validate(21, 1, &deps).ok());
+  ASSERT_TRUE(p.install(21, 1, proposed, some_vector()).ok());
+  // Asked to vote but not to lock: neither.
+  const MoveArgs credit7{7, 3, 106, 0};
+  ASSERT_TRUE(
+      p.exec(22, 1, kCredit, bytes_of(credit7), out_of(&r), &size, &wrote, nullptr, &prep).ok());
+  EXPECT_FALSE(prep.prepared);
+  p.abort(22);
+  sh.expect_clean(int64_t{kKeysPerShard} * kInitial + 6);
 }
 
 TEST(DistFragmentRules, FailedOneShotFragmentEndsTheContext) {

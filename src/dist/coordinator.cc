@@ -15,6 +15,7 @@ void DistTxn::reset(TxnId id, uint64_t epoch) {
   touched_.clear();
   fragment_written_.clear();
   locked_early_.clear();
+  prepared_early_.clear();
   written_.clear();
   last_agent_ = UINT32_MAX;
   deferred_shard_ = UINT32_MAX;
@@ -103,19 +104,31 @@ rt::Task<Status> DistTxn::exec(uint32_t shard, uint32_t fragment, std::span<cons
   uint32_t size = 0;
   bool wrote = false;
   uint64_t tid = 0;
+  ExecPrepared prepared;
   Status s = co_await coordinator_->links_[shard]->exec(id_, epoch_, fragment, args, out, &size,
-                                                        &wrote, last_on_shard ? &tid : nullptr);
+                                                        &wrote, last_on_shard ? &tid : nullptr,
+                                                        last_on_shard ? &prepared : nullptr);
   if (!s.ok()) co_return s;
   if (wrote && std::find(fragment_written_.begin(), fragment_written_.end(), shard) ==
                    fragment_written_.end()) {
     fragment_written_.push_back(shard);
   }
-  if (wrote && last_on_shard) {
-    locked_early_.push_back(shard);
-    vector_.raise(shard, tid);
-  }
+  if (wrote && last_on_shard) note_locked_early(shard, tid, prepared);
   if (out_size != nullptr) *out_size = size;
   co_return Status::Ok();
+}
+
+void DistTxn::note_locked_early(uint32_t shard, uint64_t tid, const ExecPrepared& prepared) {
+  locked_early_.push_back(shard);
+  vector_.raise(shard, tid);
+  if (prepared.prepared) {  // F9: its vote is in; commit skips its validate (C6)
+    prepared_early_.push_back(shard);
+    vector_.merge(prepared.deps);
+  }
+}
+
+bool DistTxn::prepared_early(uint32_t shard) const {
+  return std::find(prepared_early_.begin(), prepared_early_.end(), shard) != prepared_early_.end();
 }
 
 Status DistTxn::exec_at_commit(uint32_t shard, uint32_t fragment, std::span<const uint8_t> args) {
@@ -243,14 +256,14 @@ rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
     uint32_t size = 0;
     bool wrote = false;
     uint64_t tid = 0;
+    ExecPrepared prepared;
     Status s = co_await links_[shard]->exec(txn.id_, txn.epoch_, txn.deferred_.fragment,
                                             txn.deferred_.args, {out, kFragmentBytesMax}, &size,
-                                            &wrote, &tid);
+                                            &wrote, &tid, &prepared);
     if (!s.ok()) co_return s;
     if (wrote) {
       txn.fragment_written_.push_back(shard);
-      txn.locked_early_.push_back(shard);
-      txn.vector_.raise(shard, tid);
+      txn.note_locked_early(shard, tid, prepared);
     }
   }
   order_written_shards(txn);
@@ -258,12 +271,15 @@ rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
     Status s = co_await lock_all(txn);
     if (!s.ok()) co_return s;
   }
-  // C4: the last remote shard with writes is the last agent (F7): it validates after every
-  // other participant voted yes and installs at once.
+  // C4: the last remote shard with writes that has not voted yet is the last agent (F7): it
+  // validates after every other participant voted yes and installs at once. With none (every
+  // remote writer prepared at its exec, F9) we decide ourselves (C6).
   const uint32_t own = options_.shard_id;
   txn.last_agent_ = txn.deferred_shard_;  // F8's shard, if any, decides
   for (uint32_t shard : txn.written_) {
-    if (shard != own && txn.last_agent_ == UINT32_MAX) txn.last_agent_ = shard;
+    if (shard != own && txn.last_agent_ == UINT32_MAX && !txn.prepared_early(shard)) {
+      txn.last_agent_ = shard;
+    }
   }
   if (txn.deferred_shard_ != UINT32_MAX) {
     txn.touch(txn.deferred_shard_);
@@ -274,7 +290,7 @@ rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
   std::stable_partition(txn.touched_.begin(), txn.touched_.end(),
                         [own](uint32_t s) { return s == own; });
   for (uint32_t shard : txn.touched_) {
-    if (shard == txn.last_agent_) continue;
+    if (shard == txn.last_agent_ || txn.prepared_early(shard)) continue;
     txn::DepVec deps;
     Status s = co_await links_[shard]->validate(txn.id_, txn.epoch_, &deps);
     if (!s.ok()) co_return s;
@@ -299,6 +315,13 @@ rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
     txn.vector_.raise(txn.last_agent_, tid);
   }
   *decided = true;  // C1: every shard voted yes
+  if (txn.last_agent_ == UINT32_MAX && !txn.prepared_early_.empty()) {
+    // C6: our own vote decided; install here first, so our rows (the hot ones) are released
+    // without waiting for a round trip.
+    const auto mine = std::find(txn.written_.begin(), txn.written_.end(), own);
+    if (mine != txn.written_.end()) std::rotate(txn.written_.begin(), mine, txn.written_.end());
+    ++stats_.own_decided;
+  }
   co_return co_await install_all(txn);
 }
 
@@ -308,7 +331,8 @@ rt::Task<Status> Coordinator::install_all(DistTxn& txn) {
   // everything the transaction read. Every shard gets its install even when one fails (C2).
   // Remote shards install first and our own shard last, as they lock: if this process dies
   // midway, its own writes were never visible, so a survivor that releases the transaction
-  // (Participant::abort_coordinated_by) cannot strand a reader of them.
+  // (Participant::abort_coordinated_by) cannot strand a reader of them. Except after C6,
+  // where commit() put our own shard first (see there).
   Status first_failure;
   for (uint32_t shard : txn.written_) {
     if (shard == txn.last_agent_) continue;  // installed by its validate_install (F7)

@@ -38,6 +38,17 @@
 //      transaction touched another shard, commit runs it first with exec (locking at once)
 //      and its shard becomes an ordinary last agent (F7); only a transaction touching no other
 //      shard gets the one-shot F8.
+//   C6 Pinned votes (participant.h F9). A fragment run with last_on_shard whose reads are all
+//      rows it locked votes yes in its exec reply: nothing it read can change until the
+//      decision, so an early vote is as good as one cast after every lock (step 2's reason for
+//      waiting does not apply). Such shards get no validate and are never the last agent.
+//      When every remote writer voted that way, our own shard validates last and its vote
+//      decides: we install here first, then the others. Our own locks (TPC-C's warehouse and
+//      district rows) are then held for no round trip at all, only the remote rows (a
+//      customer, stock lines) for one. Failure: if this process dies after installing here
+//      and before the remote installs, a survivor aborts its prepared part (F6), the half of
+//      a transaction whose other half died with this shard's state; recovery (replicated
+//      logs) finishes it instead.
 //   C3 Each attempt uses a fresh TxnId, so requests of an aborted attempt (late, duplicated)
 //      can never be mistaken for the retry's: participants refuse them (tombstones).
 //
@@ -78,10 +89,12 @@ class ShardLink {
                                 uint32_t key_word_count, void* out, uint32_t out_bytes,
                                 uint32_t* size_out) = 0;
   // Runs a registered fragment there (Participant::exec, locking at once when proposed_tid is
-  // given); sent at most once, like read.
+  // given, and preparing a pinned context when `prepared` is given too: F9); sent at most
+  // once, like read.
   virtual rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment,
                                 std::span<const uint8_t> args, std::span<uint8_t> out,
-                                uint32_t* out_size, bool* wrote, uint64_t* proposed_tid) = 0;
+                                uint32_t* out_size, bool* wrote, uint64_t* proposed_tid,
+                                ExecPrepared* prepared) = 0;
   virtual rt::Task<Status> lock(TxnId id, uint64_t epoch, const StagedWrite* writes, size_t count,
                                 uint64_t* proposed_tid) = 0;
   virtual rt::Task<Status> validate(TxnId id, uint64_t epoch, txn::DepVec* deps) = 0;
@@ -176,6 +189,9 @@ class DistTxn {
                           uint32_t key_word_count);
   void touch(uint32_t shard);
   void reset(TxnId id, uint64_t epoch);
+  // An exec on `shard` locked (at proposed `tid`), maybe prepared too (F9).
+  void note_locked_early(uint32_t shard, uint64_t tid, const ExecPrepared& prepared);
+  bool prepared_early(uint32_t shard) const;
 
   Coordinator* coordinator_ = nullptr;
   TxnId id_ = 0;
@@ -183,6 +199,7 @@ class DistTxn {
   std::vector<uint32_t> touched_;
   std::vector<uint32_t> fragment_written_;  // shards whose fragments left writes
   std::vector<uint32_t> locked_early_;      // of those, shards locked by their exec
+  std::vector<uint32_t> prepared_early_;    // of those, shards that voted yes then (F9)
   std::vector<Buffered> writes_;
   Arena values_;
   txn::DepVec vector_;
@@ -216,6 +233,7 @@ struct CoordinatorStats {
   uint64_t timeouts = 0;     // attempts lost to a Timeout (then retried, C1)
   uint64_t unavailable = 0;  // transactions failed because a shard was gone
   uint64_t in_doubt = 0;     // committed, but an install was not acknowledged (C2)
+  uint64_t own_decided = 0;  // committed by our own vote, every remote writer voted early (C6)
 };
 
 class Coordinator {

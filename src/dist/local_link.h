@@ -50,9 +50,10 @@ class LocalLink final : public ShardLink {
   }
   rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
                         std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
-                        uint64_t* proposed_tid) override {
+                        uint64_t* proposed_tid, ExecPrepared* prepared) override {
     SHOAL_CO_TRY(co_await hop());
-    Status s = participant_.exec(id, epoch, fragment, args, out, out_size, wrote, proposed_tid);
+    Status s =
+        participant_.exec(id, epoch, fragment, args, out, out_size, wrote, proposed_tid, prepared);
     SHOAL_CO_TRY(co_await hop());
     co_return s;
   }

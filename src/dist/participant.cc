@@ -141,7 +141,8 @@ Status Participant::read(TxnId id, uint64_t epoch, uint32_t table_id, const uint
 
 Status Participant::exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
                          std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
-                         uint64_t* proposed_tid) {
+                         uint64_t* proposed_tid, ExecPrepared* prepared) {
+  if (prepared != nullptr) prepared->prepared = false;
   SHOAL_TRY(check_epoch(epoch));
   if (fragments_ == nullptr || fragment >= kFragmentsMax || fragments_->fns[fragment] == nullptr) {
     return Status::InvalidArgument(
@@ -163,7 +164,24 @@ Status Participant::exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<
   slot->txn->for_each_write([&](const txn::WriteView&) { any = true; });
   *wrote = any;
   if (proposed_tid == nullptr || !any) return Status::Ok();
-  return lock_context(id, slot, proposed_tid);
+  SHOAL_TRY(lock_context(id, slot, proposed_tid));
+  if (prepared == nullptr || !slot->txn->reads_pinned()) return Status::Ok();
+  return prepare_pinned(id, slot, prepared);
+}
+
+Status Participant::prepare_pinned(TxnId id, Slot* slot, ExecPrepared* prepared) {
+  // F9: every read is a row we hold locked, so this vote cannot go stale before the decision.
+  Status status = slot->txn->validate_read_set();  // releases the locks when it fails
+  if (!status.ok()) {
+    slot->txn->abort();
+    finish(id, slot, Ended::kAborted);
+    return status;
+  }
+  prepared->deps = slot->txn->deps();
+  prepared->deps.raise(shard_id_, slot->txn->max_seen_version());
+  prepared->prepared = true;
+  slot->phase = Phase::kPrepared;  // F3: only the coordinator ends it now
+  return status;
 }
 
 Status Participant::lock_context(TxnId id, Slot* slot, uint64_t* proposed_tid) {

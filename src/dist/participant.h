@@ -38,6 +38,12 @@
 //      and the coordinator's own locks are held for that one round trip). Idempotent like
 //      install: a repeat for an id it installed answers Ok with the same TID (kept in the
 //      tombstone); for an id it aborted, Aborted.
+//   F9 Pinned prepare. An exec that locks (proposed_tid given) and is asked to (`prepared`
+//      given) also validates at once when every read of the context is a row it now holds
+//      locked and it read no index nodes: nothing it read can change before its install or
+//      abort, so the vote cannot go stale while the other shards lock later (coordinator.h
+//      C6). The context is then prepared (F3) and the coordinator skips its validate. A
+//      context with any other read stays locked and votes at validate as usual.
 //   F8 One-shot last agent. validate_install() may carry a fragment: the participant runs it
 //      (starting the context if this is the transaction's first contact), locks what it
 //      wrote, then validates and installs as F7: a remote shard's whole part of a
@@ -94,6 +100,14 @@ struct FragmentCall {
   std::span<const uint8_t> args;
 };
 
+// F9: what an exec that locked may also have done: validated its reads, because every one of
+// them is a row it holds locked (txn::Txn::reads_pinned). Then the context is prepared (its
+// yes vote is in) and `deps` is what validate() would have returned.
+struct ExecPrepared {
+  bool prepared = false;
+  txn::DepVec deps;
+};
+
 // One buffered write, as the coordinator ships it with lock().
 struct StagedWrite {
   uint32_t table_id = 0;
@@ -148,10 +162,12 @@ class Participant {
   // or oversized arguments. With `proposed_tid` (the coordinator will not execute here again)
   // a fragment that wrote also locks at once, as lock() with no further writes would, saving
   // the coordinator a round trip; on a failed lock nothing is held and the transaction is
-  // ended here.
+  // ended here. With `prepared` as well, F9: a locked context whose reads are pinned is
+  // validated too (Aborted, everything released and the transaction ended, if that fails).
   [[nodiscard]] Status exec(TxnId id, uint64_t epoch, uint32_t fragment,
                             std::span<const uint8_t> args, std::span<uint8_t> out,
-                            uint32_t* out_size, bool* wrote, uint64_t* proposed_tid = nullptr);
+                            uint32_t* out_size, bool* wrote, uint64_t* proposed_tid = nullptr,
+                            ExecPrepared* prepared = nullptr);
   // The fragments exec() runs. REQUIRES: `table` outlives the participant.
   void set_fragments(const FragmentTable* table) { fragments_ = table; }
 
@@ -187,9 +203,11 @@ class Participant {
   // whose TxnId names `coordinator_shard` as its coordinator. For a shard server whose link to
   // that shard failed for good (its process is gone). Coordinators install remote shards first
   // and their own last, so with two shards a prepared survivor means the dead shard never
-  // showed the writes: aborting is safe. With three or more shards a commit installed on a
-  // third shard before the crash would be broken here; resolving that needs the epoch change
-  // and recovery of issue 5. Returns how many.
+  // showed the writes: aborting is safe. Two exceptions, both waiting for the epoch change and
+  // recovery of issue 5: with three or more shards a commit installed on a third shard before
+  // the crash would be broken here, and a transaction the dead shard decided itself
+  // (coordinator.h C6) was installed there first (its half died with that shard's state).
+  // Returns how many.
   size_t abort_coordinated_by(uint32_t coordinator_shard);
   // The earliest time expire_idle() could end something; UINT64_MAX when nothing can expire.
   uint64_t next_expiry_ns() const;
@@ -222,6 +240,8 @@ class Participant {
   // Locks the context's write set and proposes its TID; on failure nothing is held and the
   // transaction is ended here.
   [[nodiscard]] Status lock_context(TxnId id, Slot* slot, uint64_t* proposed_tid);
+  // F9 for a locked context whose reads are pinned: validates it into the prepared phase.
+  [[nodiscard]] Status prepare_pinned(TxnId id, Slot* slot, ExecPrepared* prepared);
   // Ends the context (releasing nothing: the caller did) and tombstones the id.
   void finish(TxnId id, Slot* slot, Ended how, uint64_t tid = 0);
   void bury(TxnId id, Ended how, uint64_t tid = 0);

@@ -160,7 +160,10 @@ void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out) {
 }
 
 Status encode_exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
-                   uint32_t out_bytes, bool lock_after, rt::MsgBuffer* out) {
+                   uint32_t out_bytes, uint32_t flags, rt::MsgBuffer* out) {
+  if (!exec_request_flags_valid(flags)) {
+    return Status::InvalidArgument(fmt::format("exec with flags {:#x}", flags));
+  }
   if (args.size() > kFragmentBytesMax || out_bytes > kFragmentBytesMax) {
     return Status::InvalidArgument(
         fmt::format("exec with {} argument / {} result bytes", args.size(), out_bytes));
@@ -172,7 +175,7 @@ Status encode_exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const 
   w.put(fragment);
   w.put(out_bytes);
   w.put(static_cast<uint32_t>(args.size()));
-  w.put(lock_after ? kExecLockAfter : uint32_t{0});
+  w.put(flags);
   w.bytes(args.data(), args.size());
   return Status::Ok();
 }
@@ -254,18 +257,23 @@ Status decode_empty_reply(std::span<const uint8_t> reply) {
 }
 
 Status decode_exec_reply(std::span<const uint8_t> reply, std::span<uint8_t> out, uint32_t* out_size,
-                         bool* wrote, uint64_t* proposed_tid) {
+                         bool* wrote, uint64_t* proposed_tid, ExecPrepared* prepared) {
   Reader r(reply);
   uint32_t flags = 0, size = 0;
   if (!r.get(&flags) || !r.get(proposed_tid) || !r.get(&size)) return truncated("exec reply");
-  if ((flags & ~kExecWrote) != 0 || size > out.size()) {
+  const bool is_prepared = (flags & kExecPrepared) != 0;
+  if ((flags & ~(kExecWrote | kExecPrepared)) != 0 || size > out.size() ||
+      (is_prepared && (prepared == nullptr || (flags & kExecWrote) == 0))) {
     return Status::InvalidArgument(
         fmt::format("dist wire: exec reply flags {:#x}, {} of {} bytes", flags, size, out.size()));
   }
-  if (r.left() != size) {
-    return r.left() < size ? truncated("exec reply") : trailing("exec reply", r.left() - size);
-  }
-  if (size != 0) std::memcpy(out.data(), r.rest().data(), size);
+  if (r.left() < size) return truncated("exec reply");
+  if (!is_prepared && r.left() != size) return trailing("exec reply", r.left() - size);
+  const uint8_t* result = nullptr;
+  if (!r.bytes(size, &result)) return truncated("exec reply");
+  if (size != 0) std::memcpy(out.data(), result, size);
+  if (is_prepared) SHOAL_TRY(decode_vector(r, &prepared->deps, "exec reply"));
+  if (prepared != nullptr) prepared->prepared = is_prepared;
   *out_size = size;
   *wrote = (flags & kExecWrote) != 0;
   return Status::Ok();
@@ -420,7 +428,7 @@ Status ParticipantService::serve_exec(TxnId id, uint64_t epoch, std::span<const 
     return truncated("exec");
   }
   if (out_bytes > kFragmentBytesMax || args_bytes > kFragmentBytesMax ||
-      (flags & ~wire::kExecLockAfter) != 0) {
+      !wire::exec_request_flags_valid(flags)) {
     return Status::InvalidArgument("dist wire: exec fields out of range");
   }
   if (r.left() != args_bytes) {
@@ -431,14 +439,22 @@ Status ParticipantService::serve_exec(TxnId id, uint64_t epoch, std::span<const 
   uint32_t size = 0;
   bool wrote = false;
   uint64_t tid = 0;
+  ExecPrepared prepared;
   SHOAL_TRY(participant_.exec(id, epoch, fragment, r.rest(),
                               out->payload().subspan(kHead, out_bytes), &size, &wrote,
-                              (flags & wire::kExecLockAfter) != 0 ? &tid : nullptr));
-  const uint32_t reply_flags = wrote ? wire::kExecWrote : 0;
+                              (flags & wire::kExecLockAfter) != 0 ? &tid : nullptr,
+                              (flags & wire::kExecPrepareIfPinned) != 0 ? &prepared : nullptr));
+  const uint32_t reply_flags =
+      (wrote ? wire::kExecWrote : 0) | (prepared.prepared ? wire::kExecPrepared : 0);
   std::memcpy(out->payload().data(), &reply_flags, 4);
   std::memcpy(out->payload().data() + 4, &tid, 8);
   std::memcpy(out->payload().data() + 12, &size, 4);
-  out->resize(kHead + size_t{size});
+  const size_t vector_bytes = prepared.prepared ? 4 + prepared.deps.size() * kDepEntryBytes : 0;
+  out->resize(kHead + size_t{size} + vector_bytes);
+  if (prepared.prepared) {
+    Writer w(out->payload().subspan(kHead + size));
+    encode_vector(prepared.deps, w);
+  }
   return Status::Ok();
 }
 

@@ -13,10 +13,12 @@
 //   kInstall 43  tid u64, count u32, (shard u32, ts u64)*            -
 //   kAbort   44  -                                                  -
 //   kExec    45  fragment u32, out_bytes u32, args_bytes u32,        flags u32 (bit 0: the
-//                flags u32 (bit 0: lock after), args                context holds writes),
-//                                                                   proposed TID u64 (0 when
-//                                                                   not locked), size u32,
-//                                                                   size bytes
+//                flags u32 (bit 0: lock after, bit 1: prepare        context holds writes, bit
+//                if pinned, F9, only with bit 0), args               1: prepared, F9), proposed
+//                                                                   TID u64 (0 when not
+//                                                                   locked), size u32, size
+//                                                                   bytes; if prepared the
+//                                                                   deps as kValidate's
 //   kValidateInstall 46  fragment u32 (~0: none), args_bytes u32,      tid u64, count u32,
 //                        args padded to 8, then the vector as          (shard u32, ts u64)*
 //                        kInstall's: count u32, (shard u32, ts u64)*
@@ -68,8 +70,15 @@ enum Method : uint16_t {
 };
 inline constexpr uint16_t kMethodFirst = kRead;
 inline constexpr uint16_t kMethodLast = kValidateInstall;
-inline constexpr uint32_t kExecWrote = 1;      // reply flag
-inline constexpr uint32_t kExecLockAfter = 1;  // request flag
+inline constexpr uint32_t kExecWrote = 1;            // reply flag
+inline constexpr uint32_t kExecPrepared = 2;         // reply flag (F9), the deps follow
+inline constexpr uint32_t kExecLockAfter = 1;        // request flag
+inline constexpr uint32_t kExecPrepareIfPinned = 2;  // request flag (F9), with kExecLockAfter
+// Prepare-if-pinned only with lock-after; no unknown bits.
+inline constexpr bool exec_request_flags_valid(uint32_t flags) {
+  return (flags & ~(kExecLockAfter | kExecPrepareIfPinned)) == 0 &&
+         ((flags & kExecPrepareIfPinned) == 0 || (flags & kExecLockAfter) != 0);
+}
 inline constexpr size_t kTxnHeaderBytes = 16;  // txn id, epoch
 inline constexpr uint32_t kReadWantSize = 1;
 
@@ -81,7 +90,7 @@ inline constexpr uint32_t kReadWantSize = 1;
                                  rt::MsgBuffer* out);
 void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidate, kAbort
 [[nodiscard]] Status encode_exec(TxnId id, uint64_t epoch, uint32_t fragment,
-                                 std::span<const uint8_t> args, uint32_t out_bytes, bool lock_after,
+                                 std::span<const uint8_t> args, uint32_t out_bytes, uint32_t flags,
                                  rt::MsgBuffer* out);
 [[nodiscard]] Status encode_install(TxnId id, uint64_t epoch, uint64_t tid,
                                     const txn::DepVec& vector, rt::MsgBuffer* out);
@@ -96,8 +105,10 @@ void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidat
 [[nodiscard]] Status decode_empty_reply(std::span<const uint8_t> reply);
 [[nodiscard]] Status decode_validate_install_reply(std::span<const uint8_t> reply,
                                                    txn::DepVec* deps, uint64_t* tid);
+// A reply flagged prepared needs `prepared` (InvalidArgument without: not asked for).
 [[nodiscard]] Status decode_exec_reply(std::span<const uint8_t> reply, std::span<uint8_t> out,
-                                       uint32_t* out_size, bool* wrote, uint64_t* proposed_tid);
+                                       uint32_t* out_size, bool* wrote, uint64_t* proposed_tid,
+                                       ExecPrepared* prepared = nullptr);
 
 }  // namespace wire
 
@@ -182,15 +193,17 @@ class RpcLink final : public ShardLink {
   }
   rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
                         std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
-                        uint64_t* proposed_tid) override {
+                        uint64_t* proposed_tid, ExecPrepared* prepared) override {
     rt::MsgBuffer req = rpc_.buffer(0);
+    const uint32_t flags = (proposed_tid != nullptr ? wire::kExecLockAfter : 0) |
+                           (prepared != nullptr ? wire::kExecPrepareIfPinned : 0);
     SHOAL_CO_TRY(wire::encode_exec(id, epoch, fragment, args, static_cast<uint32_t>(out.size()),
-                                   proposed_tid != nullptr, &req));
+                                   flags, &req));
     auto reply =
         co_await rpc_.call(session_for(id), wire::kExec, std::move(req), options_.call_timeout_ns);
     if (!reply.ok()) co_return annotate(reply.status());
     uint64_t tid = 0;
-    Status s = wire::decode_exec_reply(reply->payload(), out, out_size, wrote, &tid);
+    Status s = wire::decode_exec_reply(reply->payload(), out, out_size, wrote, &tid, prepared);
     if (proposed_tid != nullptr) *proposed_tid = tid;
     rpc_.recycle(std::move(*reply));
     co_return s;

@@ -327,7 +327,7 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   // Poll between every two tasks: a request from another shard (or a reply to one of ours)
   // is served after at most one local transaction, not after a whole batch of them. Each
   // cross-shard round trip would otherwise wait for both loops' batches, and it holds locks
-  // on hot rows (TPC-C's district and warehouse) all that time. Measured in docs/CLUSTER.md:
+  // on rows other transactions wait for all that time. Measured (docs/OPERATIONS.md):
   // TPC-C on 2 shards 118K/s with 256, 184K/s with 1.
   lo.ready_batch = 1;
   w->loop = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);

@@ -177,6 +177,18 @@ bool Txn::validate(bool holding_locks) {
   return true;
 }
 
+bool Txn::reads_pinned() const {
+  if (!bufs_->nodes.empty()) return false;
+  for (const ReadEntry& r : bufs_->reads) {
+    if (!locked_by_me(r.rec)) return false;
+  }
+  return true;
+}
+
+Status Txn::refuse_read_only(const TableBase& table) {
+  return Status::InvalidArgument("table " + table.name() + " is read-only");
+}
+
 bool Txn::locked_by_me(const Record* rec) const {
   const auto& writes = bufs_->writes;  // sorted by address during commit
   auto it = std::lower_bound(writes.begin(), writes.end(), rec,

@@ -63,6 +63,15 @@ class TableBase {
   virtual size_t record_count() const = 0;
   virtual size_t memory_bytes() const = 0;
 
+  // Read-only from now on (TPC-C's ITEM and the customer-by-name index: loaded, never
+  // written). Reads of a read-only table are not recorded, so they cost no validation and can
+  // never conflict; transactional writes to it are refused (InvalidArgument). Replication's
+  // apply_replicated still installs into it (a follower's copy of the load).
+  // REQUIRES: no transaction runs on the engine while it is called (after the load, before
+  // workers start: thread start orders it before every read).
+  void make_read_only() { read_only_ = true; }
+  bool read_only() const { return read_only_; }
+
   // Untyped access for code that knows a table only by id (remote requests, log replay):
   // keys are key_words() 64-bit words. The same semantics as the typed Txn calls.
   virtual Status txn_get(Txn& txn, const uint64_t* key_words, void* out, uint32_t out_bytes,
@@ -99,6 +108,7 @@ class TableBase {
   // or TID order (the log's replay order, src/repl) would put the insert before the remove.
   // So inserts propose TIDs above this (one load per insert; removes raise it).
   std::atomic<uint64_t> removed_tid_max_{0};
+  bool read_only_ = false;
 
  private:
   std::string name_;
@@ -270,6 +280,11 @@ class Txn {
   Status lock_write_set(uint64_t* proposed_tid);
   // Validates reads and nodes. REQUIRES: lock_write_set() returned Ok.
   Status validate_read_set();
+  // True when every record this transaction read is one it holds locked for writing and it
+  // read no index nodes (no range scan of a writable table, no miss): then no other
+  // transaction can change what it read until it installs or releases, so validating now
+  // stays true until then (coordinator.h C6). REQUIRES: lock_write_set() returned Ok.
+  bool reads_pinned() const;
   // Installs the writes at `tid` and releases the locks; each new version carries the
   // transaction's dependency vector (merged with `vector`, the coordinator's, if given).
   // REQUIRES: certify() returned Ok and tid >= the TID it proposed (a coordinator may raise
@@ -310,6 +325,10 @@ class Txn {
   // Stable-reads rec into out and records the read; returns the word (kLock set: conflict).
   uint64_t observe(Record* rec, void* out, uint32_t out_bytes, uint32_t* size_out);
   Status read_record(Record* rec, void* out, uint32_t size_bytes, uint32_t* size_out);
+  // A read of a read-only table: copied, not recorded (TableBase::make_read_only).
+  static Status read_unrecorded(const Record* rec, void* out, uint32_t size_bytes,
+                                uint32_t* size_out);
+  static Status refuse_read_only(const TableBase& table);
   template <bool kReverse, size_t K, typename Fn>
   Status scan_impl(Table<K>& table, const Key<K>& from, const Key<K>& to, size_t limit, Fn& fn);
   WriteEntry* find_write(const Record* rec);

@@ -238,6 +238,21 @@ inline Status Txn::read_record(Record* rec, void* out, uint32_t size_bytes, uint
   return Status::Ok();
 }
 
+inline Status Txn::read_unrecorded(const Record* rec, void* out, uint32_t size_bytes,
+                                   uint32_t* size_out) {
+  if (rec == nullptr) return Status::NotFound();
+  uint32_t got = 0;
+  // A read-only table's records are never locked after the load: no spinning here.
+  const uint64_t word = rec->stable_read(out, size_bytes, &got, 0);
+  if (word & (Tid::kLock | Tid::kStateMask)) return Status::NotFound();
+  if (size_out != nullptr) {
+    *size_out = got;
+  } else if (got != size_bytes) {
+    return Status::InvalidArgument("value size mismatch");
+  }
+  return Status::Ok();
+}
+
 template <size_t K>
 Status Txn::get(Table<K>& table, const Key<K>& key, void* out, uint32_t size_bytes,
                 uint32_t* size_out) {
@@ -245,6 +260,7 @@ Status Txn::get(Table<K>& table, const Key<K>& key, void* out, uint32_t size_byt
   typename BTree<K>::NodeRef leaf;
   for (int attempt = 0; attempt < 64; ++attempt) {
     auto* rec = static_cast<Record*>(table.index_.get(key, &leaf));
+    if (table.read_only()) return read_unrecorded(rec, out, size_bytes, size_out);
     if (rec == nullptr) {
       record_node(leaf.leaf, leaf.version, &BTree<K>::leaf_version);
       return Status::NotFound();
@@ -274,6 +290,7 @@ Status Txn::get(Table<K>& table, const Key<K>& key, void* out, uint32_t size_byt
 template <size_t K>
 Status Txn::put(Table<K>& table, const Key<K>& key, const void* value, uint32_t size_bytes) {
   SHOAL_ASSERT(size_bytes <= TableBase::kValueBytesMax, "value of %u bytes", size_bytes);
+  if (table.read_only()) return refuse_read_only(table);
   TxnBuffers& b = *bufs_;
   Record* rec = nullptr;
   if (b.last_table == &table && std::equal(key.w.begin(), key.w.end(), b.last_key)) {
@@ -304,6 +321,7 @@ Status Txn::put(Table<K>& table, const Key<K>& key, const void* value, uint32_t 
 template <size_t K>
 Status Txn::insert(Table<K>& table, const Key<K>& key, const void* value, uint32_t size_bytes) {
   SHOAL_ASSERT(size_bytes <= TableBase::kValueBytesMax, "value of %u bytes", size_bytes);
+  if (table.read_only()) return refuse_read_only(table);
   TxnBuffers& b = *bufs_;
   for (int attempt = 0; attempt < 64; ++attempt) {
     typename BTree<K>::NodeRef leaf;
@@ -348,6 +366,7 @@ Status Txn::insert(Table<K>& table, const Key<K>& key, const void* value, uint32
 
 template <size_t K>
 Status Txn::remove(Table<K>& table, const Key<K>& key) {
+  if (table.read_only()) return refuse_read_only(table);
   TxnBuffers& b = *bufs_;
   typename BTree<K>::NodeRef leaf;
   auto* rec = static_cast<Record*>(table.index_.get(key, &leaf));
@@ -378,14 +397,19 @@ Status Txn::scan_impl(Table<K>& table, const Key<K>& from, const Key<K>& to, siz
   TxnBuffers& b = *bufs_;
   size_t delivered = 0;
   Status status;
+  const bool recorded = !table.read_only();
   auto on_leaf = [&](const typename BTree<K>::NodeRef& ref) {
-    record_node(ref.leaf, ref.version, &BTree<K>::leaf_version);
+    if (recorded) record_node(ref.leaf, ref.version, &BTree<K>::leaf_version);
   };
   auto on_entry = [&](const Key<K>& key, void* value) -> bool {
     auto* rec = static_cast<Record*>(value);
     const void* data = b.scratch.data();
     uint32_t size = 0;
-    if (WriteEntry* w = b.writes.empty() ? nullptr : find_write(rec)) {
+    if (!recorded) {
+      if (!read_unrecorded(rec, b.scratch.data(), TableBase::kValueBytesMax, &size).ok()) {
+        return true;  // absent: a read-only table holds none after its load
+      }
+    } else if (WriteEntry* w = b.writes.empty() ? nullptr : find_write(rec)) {
       if (w->kind == WriteKind::kRemove) return true;
       data = w->value;
       size = w->size_bytes;

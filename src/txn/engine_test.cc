@@ -237,6 +237,82 @@ TEST_F(EngineTest, CertifyHoldsLocksUntilInstallOrRelease) {
   }
 }
 
+// A read-only table (TPC-C's ITEM): reads are served but never recorded, so a writer of
+// another table cannot invalidate them and no transaction can write the table.
+TEST_F(EngineTest, ReadOnlyTableReadsAreUnrecordedAndWritesRefused) {
+  Worker* w = engine_->make_worker();
+  Table<1>& items = *engine_->create_table<1>("items");
+  ASSERT_TRUE(items.load(key1(1), Account{42, {}}).ok());
+  ASSERT_TRUE(items.load(key1(2), Account{43, {}}).ok());
+  items.make_read_only();
+  ASSERT_TRUE(table_->load(key1(5), Account{0, {}}).ok());
+  Txn& txn = w->txn();
+  txn.begin();
+  Account a{};
+  ASSERT_TRUE(txn.get(items, key1(1), &a).ok());
+  EXPECT_EQ(a.balance, 42);
+  EXPECT_TRUE(txn.get(items, key1(9), &a).is_not_found());
+  int seen = 0;
+  ASSERT_TRUE(txn.scan(items, key1(0), key1(100), 10,
+                       [&](const Key<1>&, const void*, uint32_t) {
+                         ++seen;
+                         return true;
+                       })
+                  .ok());
+  EXPECT_EQ(seen, 2);
+  const Status refused = txn.put(items, key1(1), Account{0, {}});
+  EXPECT_EQ(refused.code(), Code::kInvalidArgument);
+  EXPECT_NE(refused.message().find("items is read-only"), std::string::npos);
+  EXPECT_EQ(txn.insert(items, key1(3), Account{0, {}}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(txn.remove(items, key1(2)).code(), Code::kInvalidArgument);
+  // Nothing was recorded: with a write elsewhere locked, every read is pinned (vacuously).
+  ASSERT_TRUE(txn.put(*table_, key1(5), Account{1, {}}).ok());
+  uint64_t proposed = 0;
+  ASSERT_TRUE(txn.lock_write_set(&proposed).ok());
+  EXPECT_TRUE(txn.reads_pinned());
+  txn.release_certified();
+  txn.abort();
+  txn.end();
+}
+
+// reads_pinned(): true only when every recorded read is a row the transaction holds locked
+// and it read no index nodes.
+TEST_F(EngineTest, ReadsPinnedOnlyWhenEveryReadIsLockedByUs) {
+  Worker* w = engine_->make_worker();
+  Table<1>& t = *table_;
+  ASSERT_TRUE(t.load(key1(1), Account{10, {}}).ok());
+  ASSERT_TRUE(t.load(key1(2), Account{20, {}}).ok());
+  Txn& txn = w->txn();
+  auto pinned_after = [&](auto&& body) {
+    txn.begin();
+    body();
+    uint64_t proposed = 0;
+    EXPECT_TRUE(txn.lock_write_set(&proposed).ok());
+    const bool pinned = txn.reads_pinned();
+    txn.release_certified();
+    txn.abort();
+    txn.end();
+    return pinned;
+  };
+  Account a{};
+  // Read and written: pinned.
+  EXPECT_TRUE(pinned_after([&] {
+    ASSERT_TRUE(txn.get(t, key1(1), &a).ok());
+    ASSERT_TRUE(txn.put(t, key1(1), Account{11, {}}).ok());
+  }));
+  // A second row only read: not pinned.
+  EXPECT_FALSE(pinned_after([&] {
+    ASSERT_TRUE(txn.get(t, key1(1), &a).ok());
+    ASSERT_TRUE(txn.get(t, key1(2), &a).ok());
+    ASSERT_TRUE(txn.put(t, key1(1), Account{11, {}}).ok());
+  }));
+  // A miss records an index node: not pinned.
+  EXPECT_FALSE(pinned_after([&] {
+    EXPECT_TRUE(txn.get(t, key1(7), &a).is_not_found());
+    ASSERT_TRUE(txn.put(t, key1(1), Account{11, {}}).ok());
+  }));
+}
+
 // Remote requests and log replay know tables only by id: the untyped calls must behave like
 // the typed ones, and the write set must read back exactly what was written.
 TEST_F(EngineTest, UntypedAccessAndWriteSetView) {
