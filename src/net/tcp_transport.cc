@@ -161,7 +161,10 @@ Status TcpEndpoint::write_all(iovec* iov, int count) {
       if (mono_ns() - start >= options_.send_timeout_ns) {
         return fail(Status::Timeout("tcp send: socket buffer full for send_timeout_ns"));
       }
-      pollfd p{fd_, POLLOUT, 0};
+      // Keep reading meanwhile: the peer may itself be blocked sending to us.
+      if (Status s = read_while_blocked(); !s.ok()) return fail(std::move(s));
+      const bool can_read = !peer_closed_ && receive_room();
+      pollfd p{fd_, static_cast<short>(POLLOUT | (can_read ? POLLIN : 0)), 0};
       ::poll(&p, 1, 10);
       continue;
     }
@@ -330,6 +333,37 @@ Status TcpEndpoint::fill() {
   }
 }
 
+bool TcpEndpoint::receive_room() const {
+  return in_end_ < options_.tcp_buffer_bytes || (in_begin_ == in_cursor_ && in_cursor_ != 0);
+}
+
+Status TcpEndpoint::read_while_blocked() {
+  for (int round = 0; round < 16; ++round) {  // bounded: 16 receive-buffer refills
+    SHOAL_TRY(fill());
+    bool absorbed = false;
+    // Bounded by the frames in the receive buffer.
+    while (!assembler_.holding()) {
+      Frame f;
+      const std::span<const uint8_t> input(in_.get() + in_cursor_, in_end_ - in_cursor_);
+      if (decode_frame_fast(input, rx_pos_, max_payload_bytes_, &f) != Decode::kFrame) break;
+      // Only fragments move out; whole frames (and anything malformed) wait for poll().
+      if ((f.flags & (kFlagControl | kFlagWrite)) != 0) break;
+      if (!(f.flags & kFlagMore) && !assembler_.active()) break;
+      if (!assembler_.feed(f).ok()) break;  // poll() feeds it again and reports the error
+      in_cursor_ += f.frame_bytes;
+      rx_pos_ += f.frame_bytes;
+      if (!batch_outstanding_) release_consumed();  // else completions still point into in_
+      absorbed = true;
+    }
+    if (!absorbed) break;
+  }
+  return Status::Ok();
+}
+
+bool TcpEndpoint::input_ready() const {
+  return frame_ready() || assembler_.holding() || peer_closed_;
+}
+
 bool TcpEndpoint::frame_ready() const {
   const size_t avail = in_end_ - in_cursor_;
   if (avail < kFrameHeaderBytes) return false;
@@ -392,6 +426,12 @@ Result<size_t> TcpEndpoint::poll(Completion* out, size_t max) {
     return failed_;
   SHOAL_ASSERT(!batch_outstanding_, "poll() before release() of the previous batch");
   if (out_len_ != 0) SHOAL_TRY(flush());
+  if (assembler_.holding() && max > 0) [[unlikely]] {
+    // Completed by read_while_blocked() during a send; the frames after it are still unread.
+    out[0] = {Completion::Kind::kRecv, assembler_.imm(), 0, assembler_.message()};
+    batch_outstanding_ = true;
+    return size_t{1};
+  }
   auto n = poll_frames(*this, assembler_, out, max);
   if (!n.ok()) {
     // Deliver what this batch already holds; the failure surfaces on the next call.
@@ -409,7 +449,7 @@ void TcpEndpoint::release() {
 
 bool TcpEndpoint::prepare_to_block() {
   if (!failed_.ok() || !flush().ok()) return false;  // let poll() report it
-  return !(frame_ready() || peer_closed_);
+  return !input_ready();
 }
 
 Status TcpEndpoint::wait(uint64_t timeout_ns) {
@@ -418,13 +458,13 @@ Status TcpEndpoint::wait(uint64_t timeout_ns) {
   const uint64_t start = mono_ns();
   const uint64_t spin_end = start + std::min(options_.spin_ns, timeout_ns);
   for (uint32_t i = 0;; ++i) {  // spin on recv; bounded by spin_ns
-    if (frame_ready() || peer_closed_) return Status::Ok();
+    if (input_ready()) return Status::Ok();
     if (Status s = fill(); !s.ok()) return fail(std::move(s));
     if ((i & 15) == 15 && mono_ns() >= spin_end) break;
   }
   const uint64_t deadline = start + timeout_ns;
   for (;;) {  // block in poll(2); bounded by the deadline
-    if (frame_ready() || peer_closed_) return Status::Ok();
+    if (input_ready()) return Status::Ok();
     const uint64_t now = mono_ns();
     if (now >= deadline) return Status::Timeout("");
     pollfd p{fd_, POLLIN, 0};

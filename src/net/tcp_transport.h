@@ -19,8 +19,13 @@
 // final; reconnect() (connecting side only) starts a fresh stream: frames in flight on the old
 // one are lost, so the layer above retries (at-most-once delivery per connection).
 //
-// A blocking send (socket buffer full) waits for POLLOUT up to send_timeout_ns without
-// reading: two sides that both flood each other without polling can stall until that timeout.
+// A blocking send (socket buffer full) waits for POLLOUT up to send_timeout_ns and keeps
+// reading meanwhile: fragments of an incoming message go into the reassembly buffer (one
+// complete message is then held for the next poll()), whole frames into the receive buffer.
+// So two peers sending each other messages of any size up to max_message_bytes both progress,
+// as long as each polls between sends. Only a peer that sends more than one fragmented message
+// plus a receive buffer of whole frames while the other never polls still stalls until the
+// timeout (bounded memory: the endpoint buffers no more than that).
 //
 // Threads: an endpoint is owned by one thread.
 #pragma once
@@ -98,6 +103,14 @@ class TcpEndpoint {
   // One non-blocking recv into the receive buffer. Sets peer_closed_ on EOF.
   [[nodiscard]] Status fill();
   bool frame_ready() const;
+  // A frame, a message completed during a send, or the peer's close waits for poll().
+  bool input_ready() const;
+  // Whether fill() can read: free space at the end, or a buffer it may compact.
+  bool receive_room() const;
+  // Called while a send waits for socket space: reads what the peer sent and moves the
+  // fragments of a message into the reassembly buffer, so the receive buffer keeps room and
+  // two peers sending to each other both progress. Whole frames stay for poll().
+  [[nodiscard]] Status read_while_blocked();
   Status fail(Status status);
 
   EndpointOptions options_;
