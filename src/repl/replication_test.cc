@@ -168,6 +168,24 @@ TEST(Replication, FollowersConvergeToTheLeadersStore) {
   }
 }
 
+// One stream: puts that keep their size are logged as patches of the changed bytes, and the
+// followers, applying them onto the versions they hold, still converge.
+TEST(Replication, OneStreamLogsPatchesAndFollowersConverge) {
+  Cluster c(/*streams=*/1, FsyncPolicy::kBatch);
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  c.run(2000, 4);
+  const uint64_t final_tid = c.close();
+  EXPECT_GT(c.leader->appender(0).stats().patches, 500u);
+  auto reports = c.leader->collect_reports(final_tid, true, false, 20'000);
+  ASSERT_TRUE(reports.ok()) << reports.status().to_string();
+  const uint64_t digest = engine_digest(*c.engine);
+  ASSERT_EQ(reports->size(), 2u);
+  for (const FollowerReport& r : *reports) {
+    EXPECT_EQ(r.digest, digest) << "replica " << r.replica;
+    EXPECT_EQ(r.replay_txns, 2000u);
+  }
+}
+
 TEST(Replication, FollowerRestartedFromItsWalRecoversAndCatchesUp) {
   Cluster c(/*streams=*/1);
   ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
@@ -178,6 +196,7 @@ TEST(Replication, FollowerRestartedFromItsWalRecoversAndCatchesUp) {
   c.followers[1]->stop();
   c.run(500, 3);
   tid = c.close();
+  EXPECT_GT(c.leader->appender(0).stats().patches, 0u);  // recovery replays patches too
   // Restart it from its WAL: it restores what it had before talking to the leader ...
   c.followers[1] = std::make_unique<FollowerThread>(c.follower_options(2));
   c.followers[1]->start();
