@@ -43,10 +43,16 @@ StreamAppender::StreamAppender(const AppenderOptions& options, txn::Engine& engi
 }
 
 void StreamAppender::open_batch() {
-  // Bounded by the replication thread, which recycles every buffer once proposed.
+  // Bounded by the replication thread, which recycles every buffer once proposed. After a
+  // few yields the worker sleeps: it waits for followers (the leader holds proposals while one
+  // lags), which on a shared machine need the CPU a spinning worker would take.
   for (uint64_t spins = 0; !free_.pop(&buffer_); ++spins) {
     if (spins == 0) ++stats_.buffer_waits;
-    std::this_thread::yield();
+    if (spins < 64) {
+      std::this_thread::yield();
+    } else {
+      env_.sleep_ns(50'000);
+    }
   }
   LogEntryId id;
   id.shard = options_.shard;
