@@ -85,7 +85,8 @@ struct Cluster {
   std::vector<std::unique_ptr<FollowerThread>> followers;
 
   FsyncPolicy fsync;
-  explicit Cluster(uint32_t streams, FsyncPolicy f = FsyncPolicy::kNone, uint32_t batch_txns = 16)
+  explicit Cluster(uint32_t streams, FsyncPolicy f = FsyncPolicy::kNone, uint32_t batch_txns = 16,
+                   uint64_t retain_slots = 256)
       : fsync(f) {
     engine = std::make_unique<txn::Engine>();
     engine->create_table<1>("rows");
@@ -99,6 +100,8 @@ struct Cluster {
     std::filesystem::create_directories(lo.wal_dir);
     lo.fsync = fsync;
     lo.paxos = paxos_options_for_rtt(0);
+    lo.retain_chosen_slots = retain_slots;
+    lo.follower_lag_slots_max = retain_slots * 3 / 4;
     lo.schema = Schema::of(*engine, "");
     auto l = ReplicationLeader::start(lo, *engine);
     EXPECT_TRUE(l.ok()) << l.status().to_string();
@@ -184,6 +187,33 @@ TEST(Replication, OneStreamLogsPatchesAndFollowersConverge) {
     EXPECT_EQ(r.digest, digest) << "replica " << r.replica;
     EXPECT_EQ(r.replay_txns, 2000u);
   }
+}
+
+// The leader retains only 16 chosen slots and the streams seal every 4 transactions (1000
+// entries): it must hold proposals while a follower lags, or a follower that falls more than
+// 16 slots behind can never be caught up from memory and the run waits for it forever (a WAN
+// bench run did exactly that).
+TEST(Replication, FollowersStayWithinTheRetainedSlots) {
+  Cluster c(/*streams=*/2, FsyncPolicy::kNone, /*batch_txns=*/4, /*retain_slots=*/16);
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  c.run(2000, 5);
+  const uint64_t final_tid = c.close();
+  auto reports = c.leader->collect_reports(final_tid, true, false, 30'000);
+  ASSERT_TRUE(reports.ok()) << reports.status().to_string();
+  const uint64_t digest = engine_digest(*c.engine);
+  for (const FollowerReport& r : *reports) EXPECT_EQ(r.digest, digest) << "replica " << r.replica;
+}
+
+TEST(Replication, LagBoundMustBeBelowTheRetainedSlots) {
+  txn::Engine engine;
+  LeaderOptions lo;
+  lo.retain_chosen_slots = 64;
+  lo.follower_lag_slots_max = 64;
+  auto l = ReplicationLeader::start(lo, engine);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(l.status().message(),
+            "replication: follower_lag_slots_max 64 must be in [1, retain_chosen_slots 64)");
 }
 
 TEST(Replication, FollowerRestartedFromItsWalRecoversAndCatchesUp) {
