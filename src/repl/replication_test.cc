@@ -189,14 +189,21 @@ TEST(Replication, OneStreamLogsPatchesAndFollowersConverge) {
   }
 }
 
-// The leader retains only 16 chosen slots and the streams seal every 4 transactions (1000
-// entries): it must hold proposals while a follower lags, or a follower that falls more than
-// 16 slots behind can never be caught up from memory and the run waits for it forever (a WAN
-// bench run did exactly that).
+// The leader retains only 16 chosen slots and the streams seal every 4 transactions (300
+// entries): it must hold proposals while a slow follower lags, or that follower falls more
+// than 16 slots behind, can never be caught up from memory, and the run waits for it forever
+// (a WAN bench run did exactly that).
 TEST(Replication, FollowersStayWithinTheRetainedSlots) {
   Cluster c(/*streams=*/2, FsyncPolicy::kNone, /*batch_txns=*/4, /*retain_slots=*/16);
+  // Replica 2 syncs every accepted entry: far slower than the leader and replica 1, which
+  // form a majority without it.
+  c.followers[1]->stop();
+  FollowerOptions slow = c.follower_options(2);
+  slow.fsync = FsyncPolicy::kAlways;
+  c.followers[1] = std::make_unique<FollowerThread>(slow);
+  c.followers[1]->start();
   ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
-  c.run(2000, 5);
+  c.run(600, 5);
   const uint64_t final_tid = c.close();
   auto reports = c.leader->collect_reports(final_tid, true, false, 30'000);
   ASSERT_TRUE(reports.ok()) << reports.status().to_string();
