@@ -132,5 +132,55 @@ TEST(TcpTransportStress, LargeMessagesBothWaysWithSmallBuffersUnderACpuHog) {
   EXPECT_EQ(error_b, "");
 }
 
+// A send while a poll batch is out blocks and reads meanwhile; a fragmented message it
+// completes must survive the release() of that batch and come out of the next poll().
+TEST(TcpTransportStress, MessageCompletedDuringASendSurvivesTheBatchRelease) {
+  EndpointOptions o;
+  o.tcp_buffer_bytes = 256 * 1024;  // frames of at most 64 KiB
+  o.spin_ns = 0;
+  o.send_timeout_ns = 5 * kSecondNs;
+  auto link = TcpEndpoint::pair(o);
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  shrink_socket_buffers(a);
+  shrink_socket_buffers(b);
+  const auto small = pattern(100, 1);
+  const auto fragmented = pattern(300 * 1024, 2);  // five fragments
+  const auto big = pattern(2u << 20, 3);
+  std::string error_b;
+  std::thread side_b([&] {
+    Status s = b.send(1, small);
+    if (s.ok()) s = b.flush();
+    if (s.ok()) s = b.send(2, fragmented);  // a reads it only inside its own blocked send
+    if (s.ok()) s = b.flush();
+    test_util::Received r;
+    if (s.ok()) s = test_util::recv_one(b, &r);
+    if (!s.ok()) error_b = s.to_string();
+    if (s.ok() && r.bytes != big) error_b = "the big message arrived changed";
+  });
+  Completion c[4];
+  size_t n = 0;
+  const uint64_t deadline = mono_ns() + 10 * kSecondNs;
+  while (n == 0 && mono_ns() < deadline) {  // the small message, alone in its batch
+    auto got = a.poll(c, 1);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    n = *got;
+    if (n == 0) (void)a.wait(1'000'000);
+  }
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(c[0].imm, 1u);
+  // The batch is out; this send blocks until b reads, and absorbs b's fragmented message.
+  ASSERT_TRUE(a.send(3, big).ok());
+  ASSERT_TRUE(a.flush().ok());
+  a.release();
+  test_util::Received r;
+  ASSERT_TRUE(test_util::recv_one(a, &r).ok());
+  EXPECT_EQ(r.imm, 2u);
+  EXPECT_TRUE(r.bytes == fragmented)
+      << "the fragmented message arrived with " << r.bytes.size() << " bytes";
+  side_b.join();
+  EXPECT_EQ(error_b, "");
+}
+
 }  // namespace
 }  // namespace shoal::net
