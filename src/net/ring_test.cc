@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <thread>
@@ -287,6 +288,30 @@ TEST(MessageAssemblerTest, ReassemblesAndRejectsForeignFragments) {
   MessageAssembler small(60);
   ASSERT_TRUE(small.feed(first).ok());
   EXPECT_EQ(small.feed(last).status().code(), Code::kCorruption);
+}
+
+// A poll batch can end between two fragments of a message (the rest not received yet); the
+// endpoint then calls release() for the batch. The fragments absorbed so far must stay.
+TEST(MessageAssemblerTest, ReleaseBetweenFragmentsKeepsThePartialMessage) {
+  MessageAssembler assembler(1000);
+  uint8_t head[40];
+  uint8_t tail[24];
+  for (int i = 0; i < 40; ++i) head[i] = static_cast<uint8_t>(i);
+  for (int i = 0; i < 24; ++i) tail[i] = static_cast<uint8_t>(100 + i);
+  ASSERT_TRUE(assembler.feed(Frame{kFlagMore, 7, 0, head, 40, 72}).ok());
+  assembler.release();  // the batch ended here
+  EXPECT_TRUE(assembler.active());
+  EXPECT_EQ(assembler.imm(), 7u);
+  auto last = assembler.feed(Frame{0, 7, 0, tail, 24, 48});
+  ASSERT_TRUE(last.ok());
+  ASSERT_EQ(*last, MessageAssembler::Step::kComplete);
+  const auto m = assembler.message();
+  ASSERT_EQ(m.size(), 64u);
+  EXPECT_TRUE(std::equal(head, head + 40, m.begin()));
+  EXPECT_TRUE(std::equal(tail, tail + 24, m.begin() + 40));
+  assembler.release();
+  EXPECT_FALSE(assembler.holding());
+  EXPECT_FALSE(assembler.active());
 }
 
 }  // namespace

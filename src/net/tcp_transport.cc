@@ -55,6 +55,7 @@ Result<TcpEndpoint> TcpEndpoint::adopt(int fd, const EndpointOptions& options) {
       static_cast<uint32_t>(options.tcp_buffer_bytes / 4 - kFrameHeaderBytes - kFrameCanaryBytes);
   ep.out_ = std::make_unique<uint8_t[]>(options.tcp_buffer_bytes);
   ep.in_ = std::make_unique<uint8_t[]>(options.tcp_buffer_bytes);
+  ep.in_capacity_ = options.tcp_buffer_bytes;
   ep.assembler_ = MessageAssembler(options.max_message_bytes);
   return ep;
 }
@@ -94,6 +95,7 @@ TcpEndpoint& TcpEndpoint::operator=(TcpEndpoint&& other) noexcept {
   out_len_ = other.out_len_;
   tx_pos_ = other.tx_pos_;
   in_ = std::move(other.in_);
+  in_capacity_ = other.in_capacity_;
   in_begin_ = other.in_begin_;
   in_cursor_ = other.in_cursor_;
   in_end_ = other.in_end_;
@@ -104,6 +106,7 @@ TcpEndpoint& TcpEndpoint::operator=(TcpEndpoint&& other) noexcept {
   fenced_drops_ = other.fenced_drops_;
   assembler_ = std::move(other.assembler_);
   batch_outstanding_ = other.batch_outstanding_;
+  assembled_out_ = other.assembled_out_;
   reserved_ = other.reserved_;
   failed_ = std::move(other.failed_);
   return *this;
@@ -123,6 +126,7 @@ void TcpEndpoint::reset_stream() {
   peer_closed_ = false;
   assembler_ = MessageAssembler(options_.max_message_bytes);
   batch_outstanding_ = false;
+  assembled_out_ = false;
   reserved_ = false;
   failed_ = Status::Ok();
 }
@@ -161,7 +165,10 @@ Status TcpEndpoint::write_all(iovec* iov, int count) {
       if (mono_ns() - start >= options_.send_timeout_ns) {
         return fail(Status::Timeout("tcp send: socket buffer full for send_timeout_ns"));
       }
-      pollfd p{fd_, POLLOUT, 0};
+      // Keep reading meanwhile: the peer may itself be blocked sending to us.
+      if (Status s = read_while_blocked(); !s.ok()) return fail(std::move(s));
+      const bool can_read = !peer_closed_ && receive_room();
+      pollfd p{fd_, static_cast<short>(POLLOUT | (can_read ? POLLIN : 0)), 0};
       ::poll(&p, 1, 10);
       continue;
     }
@@ -302,7 +309,7 @@ Status TcpEndpoint::inject_raw_for_test(std::span<const uint8_t> bytes) {
 
 Status TcpEndpoint::fill() {
   if (peer_closed_) return Status::Ok();
-  if (in_end_ == options_.tcp_buffer_bytes) {
+  if (in_end_ == in_capacity_) {
     // Compact only when no completion points into the buffer.
     if (in_begin_ != in_cursor_ || in_cursor_ == 0) return Status::Ok();
     const size_t live = in_end_ - in_cursor_;
@@ -311,7 +318,7 @@ Status TcpEndpoint::fill() {
     in_end_ = live;
   }
   for (;;) {  // retries EINTR only
-    const ssize_t n = recv(fd_, in_.get() + in_end_, options_.tcp_buffer_bytes - in_end_, 0);
+    const ssize_t n = recv(fd_, in_.get() + in_end_, in_capacity_ - in_end_, 0);
     if (n > 0) {
       in_end_ += static_cast<size_t>(n);
       return Status::Ok();
@@ -328,6 +335,52 @@ Status TcpEndpoint::fill() {
     }
     return errno_status("tcp recv", errno);
   }
+}
+
+bool TcpEndpoint::receive_room() const {
+  return in_end_ < in_capacity_ || (in_begin_ == in_cursor_ && in_cursor_ != 0);
+}
+
+void TcpEndpoint::grow_receive_buffer() {
+  // Cold path, at most a few times per endpoint: the buffer only grows, up to the bound.
+  const size_t bound = options_.tcp_buffer_bytes + options_.max_message_bytes;
+  if (batch_outstanding_ || in_capacity_ >= bound || receive_room()) return;
+  const size_t capacity = std::min(bound, 2 * in_capacity_);
+  auto bigger = std::make_unique<uint8_t[]>(capacity);
+  const size_t live = in_end_ - in_cursor_;
+  std::memcpy(bigger.get(), in_.get() + in_cursor_, live);
+  in_ = std::move(bigger);
+  in_capacity_ = capacity;
+  in_begin_ = in_cursor_ = 0;
+  in_end_ = live;
+}
+
+Status TcpEndpoint::read_while_blocked() {
+  for (int round = 0; round < 16; ++round) {  // bounded: 16 receive-buffer refills
+    grow_receive_buffer();
+    SHOAL_TRY(fill());
+    bool absorbed = false;
+    // Bounded by the frames in the receive buffer.
+    while (!assembler_.holding()) {
+      Frame f;
+      const std::span<const uint8_t> input(in_.get() + in_cursor_, in_end_ - in_cursor_);
+      if (decode_frame_fast(input, rx_pos_, max_payload_bytes_, &f) != Decode::kFrame) break;
+      // Only fragments move out; whole frames (and anything malformed) wait for poll().
+      if ((f.flags & (kFlagControl | kFlagWrite)) != 0) break;
+      if (!(f.flags & kFlagMore) && !assembler_.active()) break;
+      if (!assembler_.feed(f).ok()) break;  // poll() feeds it again and reports the error
+      in_cursor_ += f.frame_bytes;
+      rx_pos_ += f.frame_bytes;
+      if (!batch_outstanding_) release_consumed();  // else completions still point into in_
+      absorbed = true;
+    }
+    if (!absorbed) break;
+  }
+  return Status::Ok();
+}
+
+bool TcpEndpoint::input_ready() const {
+  return frame_ready() || assembler_.holding() || peer_closed_;
 }
 
 bool TcpEndpoint::frame_ready() const {
@@ -392,7 +445,15 @@ Result<size_t> TcpEndpoint::poll(Completion* out, size_t max) {
     return failed_;
   SHOAL_ASSERT(!batch_outstanding_, "poll() before release() of the previous batch");
   if (out_len_ != 0) SHOAL_TRY(flush());
+  if (assembler_.holding() && max > 0) [[unlikely]] {
+    // Completed by read_while_blocked() during a send; the frames after it are still unread.
+    out[0] = {Completion::Kind::kRecv, assembler_.imm(), 0, assembler_.message()};
+    batch_outstanding_ = true;
+    assembled_out_ = true;
+    return size_t{1};
+  }
   auto n = poll_frames(*this, assembler_, out, max);
+  assembled_out_ = assembler_.holding();  // it was not on entry: this batch completed it
   if (!n.ok()) {
     // Deliver what this batch already holds; the failure surfaces on the next call.
     return fail(n.status());
@@ -402,14 +463,17 @@ Result<size_t> TcpEndpoint::poll(Completion* out, size_t max) {
 }
 
 void TcpEndpoint::release() {
-  assembler_.release();
+  // Only a message this batch delivered: one completed meanwhile by read_while_blocked() (a
+  // send while the batch was out) is still to be delivered.
+  if (assembled_out_) assembler_.release();
+  assembled_out_ = false;
   release_consumed();
   batch_outstanding_ = false;
 }
 
 bool TcpEndpoint::prepare_to_block() {
   if (!failed_.ok() || !flush().ok()) return false;  // let poll() report it
-  return !(frame_ready() || peer_closed_);
+  return !input_ready();
 }
 
 Status TcpEndpoint::wait(uint64_t timeout_ns) {
@@ -418,13 +482,13 @@ Status TcpEndpoint::wait(uint64_t timeout_ns) {
   const uint64_t start = mono_ns();
   const uint64_t spin_end = start + std::min(options_.spin_ns, timeout_ns);
   for (uint32_t i = 0;; ++i) {  // spin on recv; bounded by spin_ns
-    if (frame_ready() || peer_closed_) return Status::Ok();
+    if (input_ready()) return Status::Ok();
     if (Status s = fill(); !s.ok()) return fail(std::move(s));
     if ((i & 15) == 15 && mono_ns() >= spin_end) break;
   }
   const uint64_t deadline = start + timeout_ns;
   for (;;) {  // block in poll(2); bounded by the deadline
-    if (frame_ready() || peer_closed_) return Status::Ok();
+    if (input_ready()) return Status::Ok();
     const uint64_t now = mono_ns();
     if (now >= deadline) return Status::Timeout("");
     pollfd p{fd_, POLLIN, 0};

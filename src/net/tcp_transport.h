@@ -19,8 +19,14 @@
 // final; reconnect() (connecting side only) starts a fresh stream: frames in flight on the old
 // one are lost, so the layer above retries (at-most-once delivery per connection).
 //
-// A blocking send (socket buffer full) waits for POLLOUT up to send_timeout_ns without
-// reading: two sides that both flood each other without polling can stall until that timeout.
+// A blocking send (socket buffer full) waits for POLLOUT up to send_timeout_ns and keeps
+// reading meanwhile: fragments of an incoming message go into the reassembly buffer (one
+// complete message is then held for the next poll()), whole frames into the receive buffer,
+// which grows for that up to tcp_buffer_bytes + max_message_bytes (only while no completion
+// points into it). So two peers sending each other messages of up to max_message_bytes both
+// progress as long as each polls between sends. A side that sends while a poll batch is out
+// (its receive buffer pinned), or a peer that sends more than those bounds while the other never
+// polls, can still stall both until the timeout (bounded memory).
 //
 // Threads: an endpoint is owned by one thread.
 #pragma once
@@ -98,6 +104,17 @@ class TcpEndpoint {
   // One non-blocking recv into the receive buffer. Sets peer_closed_ on EOF.
   [[nodiscard]] Status fill();
   bool frame_ready() const;
+  // A frame, a message completed during a send, or the peer's close waits for poll().
+  bool input_ready() const;
+  // Whether fill() can read: free space at the end, or a buffer it may compact.
+  bool receive_room() const;
+  // Called while a send waits for socket space: reads what the peer sent and moves the
+  // fragments of a message into the reassembly buffer, so the receive buffer keeps room and
+  // two peers sending to each other both progress. Whole frames stay for poll().
+  [[nodiscard]] Status read_while_blocked();
+  // While a send is blocked and the receive buffer is full of frames that must wait for poll():
+  // doubles it, up to tcp_buffer_bytes + max_message_bytes, when no completion points into it.
+  void grow_receive_buffer();
   Status fail(Status status);
 
   EndpointOptions options_;
@@ -109,16 +126,18 @@ class TcpEndpoint {
   size_t out_len_ = 0;
   uint64_t tx_pos_ = 0;  // stream position of the next frame we send
   std::unique_ptr<uint8_t[]> in_;
-  size_t in_begin_ = 0;   // first byte still owned by the caller (unreleased)
-  size_t in_cursor_ = 0;  // next frame to decode
-  size_t in_end_ = 0;     // end of received bytes
-  uint64_t rx_pos_ = 0;   // stream position of in_[in_cursor_]
+  size_t in_capacity_ = 0;  // tcp_buffer_bytes; grows during blocked sends (read_while_blocked)
+  size_t in_begin_ = 0;     // first byte still owned by the caller (unreleased)
+  size_t in_cursor_ = 0;    // next frame to decode
+  size_t in_end_ = 0;       // end of received bytes
+  uint64_t rx_pos_ = 0;     // stream position of in_[in_cursor_]
   bool peer_closed_ = false;
   uint64_t fence_epoch_ = 0;
   uint64_t peer_fence_epoch_ = 0;
   uint64_t fenced_drops_ = 0;
   MessageAssembler assembler_{0};
   bool batch_outstanding_ = false;
+  bool assembled_out_ = false;  // the outstanding batch delivered the reassembled message
   bool reserved_ = false;
   Status failed_;
 };

@@ -125,7 +125,12 @@ class MessageAssembler {
   std::span<const uint8_t> message() const { return {buf_.get(), size_}; }
   bool holding() const { return complete_; }
   bool active() const { return active_; }
+  uint32_t imm() const { return imm_; }  // the session of the message being (re)assembled
+  // Ends the delivery of a complete message. A message still being reassembled stays: a poll
+  // batch may end between two of its fragments (the rest not received yet), and its release()
+  // must not drop the fragments absorbed so far.
   void release() {
+    if (!complete_) return;
     complete_ = false;
     size_ = 0;
   }

@@ -7,9 +7,12 @@ namespace {
 
 WriteOp op_of(txn::WriteKind kind) {
   switch (kind) {
-    case txn::WriteKind::kPut: return WriteOp::kPut;
-    case txn::WriteKind::kInsert: return WriteOp::kInsert;
-    case txn::WriteKind::kRemove: return WriteOp::kRemove;
+    case txn::WriteKind::kPut:
+      return WriteOp::kPut;
+    case txn::WriteKind::kInsert:
+      return WriteOp::kInsert;
+    case txn::WriteKind::kRemove:
+      return WriteOp::kRemove;
   }
   return WriteOp::kPut;
 }
@@ -35,14 +38,21 @@ StreamAppender::StreamAppender(const AppenderOptions& options, txn::Engine& engi
   for (uint32_t i = 0; i < options.pool_buffers; ++i) recycle(i);
   writes_.reserve(256);
   deps_.reserve(16);
+  patch_scratch_.resize(kPatchScratchBytes);
   last_seal_ns_ = env.now_ns();
 }
 
 void StreamAppender::open_batch() {
-  // Bounded by the replication thread, which recycles every buffer once proposed.
+  // Bounded by the replication thread, which recycles every buffer once proposed. After a
+  // few yields the worker sleeps: it waits for followers (the leader holds proposals while one
+  // lags), which on a shared machine need the CPU a spinning worker would take.
   for (uint64_t spins = 0; !free_.pop(&buffer_); ++spins) {
     if (spins == 0) ++stats_.buffer_waits;
-    std::this_thread::yield();
+    if (spins < 64) {
+      std::this_thread::yield();
+    } else {
+      env_.sleep_ns(50'000);
+    }
   }
   LogEntryId id;
   id.shard = options_.shard;
@@ -82,15 +92,40 @@ void StreamAppender::append_record(uint64_t tid, std::span<const txn::DepEntry> 
   if (policy_.should_seal(builder_) != BatchPolicy::Reason::kNone) seal(0);
 }
 
+TxnWrite StreamAppender::log_write(const txn::WriteView& w, size_t* scratch_used) {
+  TxnWrite out{w.table_id,
+               op_of(w.kind),
+               {w.key_words, w.key_word_count},
+               {static_cast<const std::byte*>(w.value),
+                w.kind == txn::WriteKind::kRemove ? 0 : w.size_bytes}};
+  if (!options_.log_patches || w.kind != txn::WriteKind::kPut || w.old_value == nullptr ||
+      w.old_size_bytes != w.size_bytes || w.size_bytes > kLogPatchValueBytesMax) {
+    return out;
+  }
+  // Only the changed bytes: the follower applies them onto the version the put overwrote,
+  // which the stream's order guarantees it holds (docs/LOG_FORMAT.md, "Patch").
+  const std::span<std::byte> room(patch_scratch_.data() + *scratch_used,
+                                  patch_scratch_.size() - *scratch_used);
+  uint16_t ranges = 0;
+  const size_t body = encode_patch({static_cast<const std::byte*>(w.old_value), w.size_bytes},
+                                   out.value, w.base_tid, room, &ranges);
+  if (body == 0) return out;  // not smaller, or no scratch left: the whole value
+  out.op = WriteOp::kPatch;
+  out.value = room.first(body);
+  out.patch_value_bytes = w.size_bytes;
+  out.patch_ranges = ranges;
+  *scratch_used += pad8(body);
+  ++stats_.patches;
+  return out;
+}
+
 void StreamAppender::append(const txn::Txn& txn) {
   const uint64_t tid = txn.last_commit_tid();
   last_commit_tid_ = tid;
   writes_.clear();
-  txn.for_each_write([this](const txn::WriteView& w) {
-    writes_.push_back(TxnWrite{
-        w.table_id, op_of(w.kind), {w.key_words, w.key_word_count},
-        {static_cast<const std::byte*>(w.value), w.kind == txn::WriteKind::kRemove ? 0 : w.size_bytes}});
-  });
+  size_t scratch_used = 0;
+  txn.for_each_write(
+      [&](const txn::WriteView& w) { writes_.push_back(log_write(w, &scratch_used)); });
   if (writes_.empty()) return;  // read-only: nothing to replicate
   deps_.clear();
   const uint32_t own = engine_.options().shard_id;
@@ -102,8 +137,7 @@ void StreamAppender::append(const txn::Txn& txn) {
 
 void StreamAppender::tick() {
   if (builder_.open()) {
-    if (builder_.txn_count() > 0 &&
-        policy_.should_seal(builder_) != BatchPolicy::Reason::kNone) {
+    if (builder_.txn_count() > 0 && policy_.should_seal(builder_) != BatchPolicy::Reason::kNone) {
       seal(0);
     }
     return;

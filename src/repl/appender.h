@@ -73,6 +73,12 @@ struct AppenderOptions {
   BatchLimits limits;            // count (Mako: 400), bytes (buffer size), age
   uint32_t pool_buffers = 16;    // power of two
   uint64_t idle_ns = 2'000'000;  // tick(): an empty floor entry after this long without a seal
+  // Log a put that keeps the value's size as a patch of its changed bytes (format 2) when the
+  // worker kept the old value. REQUIRES: only when the shard has this one stream: a follower
+  // applies a patch onto the version it holds, and only one stream's order guarantees that
+  // this is the version the patch was computed against (across streams, replay installs in
+  // arrival order, not TID order).
+  bool log_patches = false;
 };
 
 struct SealedEntry {
@@ -83,6 +89,7 @@ struct SealedEntry {
 
 struct AppenderStats {
   uint64_t txns = 0, entries = 0, bytes = 0, floor_entries = 0, buffer_waits = 0;
+  uint64_t patches = 0;  // puts logged as patches
 };
 
 class StreamAppender {
@@ -128,6 +135,11 @@ class StreamAppender {
 
  private:
   void open_batch();  // waits for a free buffer
+  // The log form of one write: a patch (body in patch_scratch_ after *scratch_used) or as is.
+  TxnWrite log_write(const txn::WriteView& w, size_t* scratch_used);
+  // Patch bodies of one transaction; a transaction whose patches would not fit logs the rest
+  // of its puts whole.
+  static constexpr size_t kPatchScratchBytes = 256 * 1024;
   void seal(uint64_t floor_tid);
 
   AppenderOptions options_;
@@ -149,6 +161,7 @@ class StreamAppender {
   uint64_t last_commit_tid_ = 0;  // read-only commits included
   std::vector<TxnWrite> writes_;  // reused; grows only for a transaction wider than any before
   std::vector<txn::DepEntry> deps_;
+  std::vector<std::byte> patch_scratch_;  // sized once (kPatchScratchBytes)
   AppenderStats stats_;
 };
 

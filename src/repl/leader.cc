@@ -70,8 +70,14 @@ ReplicationLeader::ReplicationLeader(const LeaderOptions& options, txn::Engine& 
 Result<std::unique_ptr<ReplicationLeader>> ReplicationLeader::start(const LeaderOptions& options,
                                                                     txn::Engine& engine) {
   if (options.streams < 1 || options.replicas < 1 || options.replicas > kPaxosReplicasMax) {
-    return Status::InvalidArgument(fmt::format("replication: {} streams, {} replicas",
-                                               options.streams, options.replicas));
+    return Status::InvalidArgument(
+        fmt::format("replication: {} streams, {} replicas", options.streams, options.replicas));
+  }
+  if (options.follower_lag_slots_max == 0 ||
+      options.follower_lag_slots_max >= options.retain_chosen_slots) {
+    return Status::InvalidArgument(
+        fmt::format("replication: follower_lag_slots_max {} must be in [1, retain_chosen_slots {})",
+                    options.follower_lag_slots_max, options.retain_chosen_slots));
   }
   if (!options.receive_shapes.empty() && options.receive_shapes.size() != options.replicas) {
     return Status::InvalidArgument("replication: one receive shape per replica");
@@ -109,8 +115,10 @@ Status ReplicationLeader::init() {
     AppenderOptions ao = options_.appender;
     ao.shard = options_.shard;
     ao.stream = s;
-    st->appender = std::make_unique<StreamAppender>(ao, engine_, RealEnv::instance(), &on_post,
-                                                    this);
+    // Patches need the key's writes replayed in TID order: one stream's slot order is that.
+    ao.log_patches = options_.streams == 1;
+    st->appender =
+        std::make_unique<StreamAppender>(ao, engine_, RealEnv::instance(), &on_post, this);
     if (!options_.wal_dir.empty()) {
       auto log = AcceptorLog::open(options_.wal_dir, s, options_.fsync, deferred_sync_);
       if (!log.ok()) return log.status();
@@ -234,10 +242,11 @@ void ReplicationLeader::tick() {
     const LeaderStats st = stats();
     std::fprintf(stderr,
                  "repl: leading %u/%u proposed %lu chosen %lu elections %lu stepped_down %lu "
-                 "retransmits %lu watermark %lx pending %zu room %u role %d\n",
-                 leading, options_.streams, st.proposed, st.chosen, st.elections,
-                 st.stepped_down, st.retransmits, watermark(), streams_[0]->pending.size(),
-                 streams_[0]->paxos->pipeline_room(), static_cast<int>(streams_[0]->paxos->role()));
+                 "retransmits %lu watermark %lx pending %zu room %u role %d lag_waits %lu\n",
+                 leading, options_.streams, st.proposed, st.chosen, st.elections, st.stepped_down,
+                 st.retransmits, watermark(), streams_[0]->pending.size(),
+                 streams_[0]->paxos->pipeline_room(), static_cast<int>(streams_[0]->paxos->role()),
+                 st.lag_waits);
   }
   if (!request.is_null() && now - last_request_ns_ >= 20'000'000) {
     last_request_ns_ = now;
@@ -251,7 +260,8 @@ void ReplicationLeader::drain(Stream& s) {
   SealedEntry e;
   while (s.appender->pop_sealed(&e)) s.pending.push_back(e);
   // Bounded by the pending queue (at most the appender's pool).
-  while (!s.pending.empty() && s.paxos->is_leader() && s.paxos->pipeline_room() > 0) {
+  while (!s.pending.empty() && s.paxos->is_leader() && s.paxos->pipeline_room() > 0 &&
+         followers_keep_up(s)) {
     const SealedEntry& head = s.pending.front();
     std::span<std::byte> buf = s.appender->buffer(head.buffer);
     // The worker numbered its entries from 1; a leader change (no-ops in holes) can move the
@@ -278,6 +288,23 @@ void ReplicationLeader::drain(Stream& s) {
   } else {
     sync_logs();
   }
+}
+
+bool ReplicationLeader::followers_keep_up(Stream& s) {
+  // A follower that lags beyond the retained slots could only catch up from a WAL or a
+  // snapshot (not built): a WAN run once stranded one so after an election, and the run then
+  // waited for it forever. Waiting here slows the shard to its slowest connected follower,
+  // as TCP backpressure did before, but without a follower ever falling out of reach.
+  const uint64_t next = s.paxos->next_slot();
+  for (uint32_t r = 1; r < peers_.size(); ++r) {
+    if (!peers_[r] || peers_[r]->dead) continue;
+    if (s.paxos->peer_chosen_index(r) + options_.follower_lag_slots_max < next) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.lag_waits;
+      return false;
+    }
+  }
+  return true;
 }
 
 void ReplicationLeader::request_sync(Stream& s) {
@@ -372,8 +399,7 @@ void ReplicationLeader::accept_connections() {
         if (peers_[replica]) drop_peer(replica, Status::Aborted("replaced by a new connection"));
         const net::LinkShape shape =
             options_.receive_shapes.empty() ? net::LinkShape{} : options_.receive_shapes[replica];
-        peers_[replica] =
-            std::make_unique<Peer>(this, replica, std::move(greeting_[i]), shape);
+        peers_[replica] = std::make_unique<Peer>(this, replica, std::move(greeting_[i]), shape);
         Peer* p = peers_[replica].get();
         rt::PollerWake wake;
         wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {
@@ -463,8 +489,8 @@ void ReplicationLeader::handle_control(uint32_t from, std::span<const uint8_t> b
 void ReplicationLeader::send(uint32_t to, uint32_t session, std::span<const std::byte> bytes) {
   if (to >= peers_.size() || !peers_[to] || peers_[to]->dead) return;  // not connected: lost
   Peer& p = *peers_[to];
-  const Status s = p.ep.send(
-      session, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  const Status s =
+      p.ep.send(session, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
   if (!s.ok()) {
     p.dead = true;
     p.why = s;
@@ -487,9 +513,9 @@ Status ReplicationLeader::wait_leading(uint64_t timeout_ms) {
   // Bounded by the deadline.
   while (leading_.load(std::memory_order_acquire) < options_.streams) {
     if (env.now_ns() >= deadline) {
-      return Status::Timeout(fmt::format(
-          "replication: {} of {} streams lead after {} ms (followers connected: {})",
-          leading_.load(), options_.streams, timeout_ms, stats().followers_connected));
+      return Status::Timeout(
+          fmt::format("replication: {} of {} streams lead after {} ms (followers connected: {})",
+                      leading_.load(), options_.streams, timeout_ms, stats().followers_connected));
     }
     env.sleep_ns(2'000'000);
   }
@@ -502,8 +528,8 @@ Result<std::vector<FollowerReport>> ReplicationLeader::collect_reports(uint64_t 
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& r : reports_) r.reset();
-    report_request_ = {{"type", "report"}, {"target", target_tid}, {"digest", digest},
-                       {"check", check}};
+    report_request_ = {
+        {"type", "report"}, {"target", target_tid}, {"digest", digest}, {"check", check}};
   }
   Env& env = RealEnv::instance();
   const uint64_t deadline = env.now_ns() + timeout_ms * 1'000'000;
@@ -514,8 +540,8 @@ Result<std::vector<FollowerReport>> ReplicationLeader::collect_reports(uint64_t 
       std::lock_guard<std::mutex> lock(mu_);
       for (uint32_t r = 1; r < options_.replicas; ++r) {
         const auto& rep = reports_[r];
-        const bool ready = rep && rep->applied_tid >= target_tid &&
-                           (!digest || rep->digest_done) && (!check || rep->checked);
+        const bool ready = rep && rep->applied_tid >= target_tid && (!digest || rep->digest_done) &&
+                           (!check || rep->checked);
         if (ready) {
           out.push_back(*rep);
         } else {
@@ -530,9 +556,9 @@ Result<std::vector<FollowerReport>> ReplicationLeader::collect_reports(uint64_t 
     if (env.now_ns() >= deadline) {
       std::lock_guard<std::mutex> lock(mu_);
       report_request_ = nullptr;
-      return Status::Timeout(fmt::format(
-          "replication: followers did not reach TID {} within {} ms:{}", target_tid, timeout_ms,
-          lagging));
+      return Status::Timeout(
+          fmt::format("replication: followers did not reach TID {} within {} ms:{}", target_tid,
+                      timeout_ms, lagging));
     }
     env.sleep_ns(5'000'000);
   }

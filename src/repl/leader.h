@@ -59,7 +59,6 @@ inline constexpr uint64_t kTickNs = 2'000'000;
 // suffixes instead (PaxosStream phase 1).
 uint32_t replication_message_bytes(const PaxosOptions& paxos, uint32_t batch_bytes_max);
 
-
 struct LeaderOptions {
   uint32_t shard = 0;
   uint32_t streams = 1;   // one per worker
@@ -73,6 +72,10 @@ struct LeaderOptions {
   FsyncPolicy fsync = FsyncPolicy::kBatch;
   PaxosOptions paxos;  // shard/stream/replica fields are set per stream
   uint64_t retain_chosen_slots = 256;
+  // Proposals stop while a connected follower's reported chosen index lags the next slot by
+  // more than this, so it never falls behind the retained slots (catch-up from memory stays
+  // possible; catch-up from the WAL is not built). REQUIRES: < retain_chosen_slots.
+  uint64_t follower_lag_slots_max = 192;
   Schema schema;  // sent to every follower
 };
 
@@ -80,6 +83,7 @@ struct LeaderStats {
   uint64_t proposed = 0, chosen = 0, retransmits = 0, messages_sent = 0, bytes_sent = 0;
   uint64_t restamped = 0, send_errors = 0, followers_connected = 0;
   uint64_t elections = 0, stepped_down = 0, became_leader = 0;
+  uint64_t lag_waits = 0;  // drains that stopped proposing for a follower lagging too far
 };
 
 class ReplicationLeader {
@@ -123,6 +127,8 @@ class ReplicationLeader {
   static void on_post(void* self);
   void tick();
   void drain(Stream& s);
+  // False (counted in lag_waits) while a connected follower lags follower_lag_slots_max.
+  bool followers_keep_up(Stream& s);
   void sync_logs();
   void accept_connections();
   void poll_peer(Peer& p);

@@ -1,6 +1,7 @@
 // libFuzzer target for the log decoder: LogEntryView::parse() over arbitrary bytes, then a walk
 // of every record, dependency and write of an accepted entry. It may not crash, read out of
-// bounds or accept an entry whose views leave the input; every rejection must be Corruption or
+// bounds or accept an entry whose views leave the input (a patch applied onto a value of its
+// stated size included); every rejection must be Corruption or
 // NotSupported with a message. A second pass fixes up the checksum so that the structural
 // checks behind it are fuzzed too, not only the checksum.
 //
@@ -34,6 +35,12 @@ void check(const std::byte* data, size_t size) {
       for (uint32_t k = 0; k < w.key_word_count; ++k) sum += w.key_word(k);
       if (w.value.data() + w.value.size() > data + size) std::abort();
       for (std::byte b : w.value) sum += static_cast<uint8_t>(b);
+      if (w.op == shoal::repl::WriteOp::kPatch) {
+        // An accepted patch stays inside a value of patch_value_bytes (ASan: exact size).
+        std::unique_ptr<std::byte[]> value(new std::byte[w.patch_value_bytes + 1]);
+        w.apply_patch(value.get());
+        sum += w.patch_base_tid();
+      }
     });
   });
   volatile uint64_t sink = sum;

@@ -51,6 +51,62 @@ size_t log_record_bytes(size_t dep_count, std::span<const TxnWrite> writes) {
   return bytes;
 }
 
+size_t encode_patch(std::span<const std::byte> old_value, std::span<const std::byte> new_value,
+                    uint64_t base_tid, std::span<std::byte> out, uint16_t* range_count) {
+  SHOAL_ASSERT(old_value.size() == new_value.size() && new_value.size() <= kLogPatchValueBytesMax,
+               "patch of %zu bytes onto %zu", new_value.size(), old_value.size());
+  const std::byte* a = old_value.data();
+  const std::byte* b = new_value.data();
+  const size_t size = new_value.size();
+  // Not worth it unless the body ends up smaller than the value it replaces.
+  const size_t limit = std::min(out.size(), size);
+  if (limit < kLogPatchHeaderBytes) return 0;
+  store_u64(out.data(), base_tid);
+  size_t n = kLogPatchHeaderBytes;
+  uint32_t count = 0;
+  size_t i = 0;
+  while (i < size) {  // bounded: i grows every pass
+    if (i + 8 <= size && load_u64(a + i) == load_u64(b + i)) {
+      i += 8;
+      continue;
+    }
+    if (a[i] == b[i]) {
+      ++i;
+      continue;
+    }
+    // A run of changes; it ends at 4 equal bytes in a row (what a new range header costs).
+    size_t end = i + 1;
+    for (size_t j = i + 1, equal = 0; j < size && equal < kLogPatchRangeHeaderBytes; ++j) {
+      if (a[j] != b[j]) {
+        end = j + 1;
+        equal = 0;
+      } else {
+        ++equal;
+      }
+    }
+    const size_t len = end - i;
+    if (n + kLogPatchRangeHeaderBytes + len >= limit || count == UINT16_MAX) return 0;
+    store_u16(out.data() + n, static_cast<uint16_t>(i));
+    store_u16(out.data() + n + 2, static_cast<uint16_t>(len));
+    std::memcpy(out.data() + n + kLogPatchRangeHeaderBytes, b + i, len);
+    n += kLogPatchRangeHeaderBytes + len;
+    ++count;
+    i = end;
+  }
+  *range_count = static_cast<uint16_t>(count);
+  return n;
+}
+
+void WriteView::apply_patch(std::byte* data) const {
+  const std::byte* p = value.data() + kLogPatchHeaderBytes;
+  for (uint32_t i = 0; i < patch_ranges; ++i) {
+    const uint16_t offset = load_u16(p);
+    const uint16_t len = load_u16(p + 2);
+    std::memcpy(data + offset, p + kLogPatchRangeHeaderBytes, len);
+    p += kLogPatchRangeHeaderBytes + len;
+  }
+}
+
 // ---- LogBatchBuilder ------------------------------------------------------------------------
 
 void LogBatchBuilder::reset(std::span<std::byte> buffer, const LogEntryId& id,
@@ -102,12 +158,13 @@ AppendResult LogBatchBuilder::append(uint64_t commit_tid, std::span<const txn::D
     SHOAL_ASSERT(!tw.key.empty() && tw.key.size() <= kLogKeyWordsMax, "key of %zu words",
                  tw.key.size());
     SHOAL_ASSERT(tw.op != WriteOp::kRemove || tw.value.empty(), "a remove carries no value");
+    const bool patch = tw.op == WriteOp::kPatch;
     store_u32(w, tw.table_id);
     w[4] = static_cast<std::byte>(tw.op);
     w[5] = static_cast<std::byte>(tw.key.size());
-    store_u16(w + 6, 0);
+    store_u16(w + 6, patch ? tw.patch_ranges : 0);
     store_u32(w + 8, static_cast<uint32_t>(tw.value.size()));
-    store_u32(w + 12, 0);
+    store_u32(w + 12, patch ? tw.patch_value_bytes : 0);
     std::memcpy(w + kLogWriteHeaderBytes, tw.key.data(), tw.key.size() * 8);
     std::byte* v = w + kLogWriteHeaderBytes + tw.key.size() * 8;
     const size_t padded = pad8(tw.value.size());
@@ -175,11 +232,15 @@ txn::DepEntry RecordView::dep(uint32_t i) const {
 
 WriteView RecordView::decode_write(const std::byte* w) {
   const uint32_t key_words = static_cast<uint8_t>(w[5]);
+  const auto op = static_cast<WriteOp>(w[4]);
+  const bool patch = op == WriteOp::kPatch;
   return WriteView{load_u32(w),
-                   static_cast<WriteOp>(w[4]),
+                   op,
                    key_words,
                    w + kLogWriteHeaderBytes,
-                   {w + kLogWriteHeaderBytes + 8 * size_t{key_words}, load_u32(w + 8)}};
+                   {w + kLogWriteHeaderBytes + 8 * size_t{key_words}, load_u32(w + 8)},
+                   patch ? load_u32(w + 12) : 0,
+                   patch ? load_u16(w + 6) : uint16_t{0}};
 }
 
 LogEntryId LogEntryView::id() const {
@@ -217,20 +278,54 @@ Result<size_t> LogEntryView::peek_entry_bytes(std::span<const std::byte> header,
 
 namespace {
 
+// Checks a kPatch body: its ranges fill it exactly, in order, without overlap, inside a value
+// of value_bytes. Returns nullptr or what is wrong.
+const char* check_patch(const std::byte* body, uint32_t body_bytes, uint32_t ranges,
+                        uint32_t value_bytes) {
+  if (body_bytes < kLogPatchHeaderBytes) return "patch without a base TID";
+  if (value_bytes > kLogPatchValueBytesMax) return "patch of a value too large";
+  const std::byte* p = body + kLogPatchHeaderBytes;
+  const std::byte* const end = body + body_bytes;
+  uint32_t covered = 0;  // end of the previous range
+  for (uint32_t i = 0; i < ranges; ++i) {
+    if (end - p < static_cast<ptrdiff_t>(kLogPatchRangeHeaderBytes)) return "patch range header";
+    const uint32_t offset = load_u16(p);
+    const uint32_t len = load_u16(p + 2);
+    if (len == 0 || offset < covered || offset + len > value_bytes) return "patch range bounds";
+    if (end - p - static_cast<ptrdiff_t>(kLogPatchRangeHeaderBytes) < static_cast<ptrdiff_t>(len)) {
+      return "patch range overruns its body";
+    }
+    covered = offset + len;
+    p += kLogPatchRangeHeaderBytes + len;
+  }
+  return p == end ? nullptr : "patch ranges do not fill the body";
+}
+
 // Checks one write at w (within [w, end)); returns its size or 0 when malformed (`why` says).
-size_t check_write(const std::byte* w, const std::byte* end, const char** why) {
+size_t check_write(const std::byte* w, const std::byte* end, uint16_t version, const char** why) {
   if (end - w < static_cast<ptrdiff_t>(kLogWriteHeaderBytes)) return *why = "write header", 0;
   const uint8_t op = static_cast<uint8_t>(w[4]);
   const uint32_t key_words = static_cast<uint8_t>(w[5]);
   const uint32_t value_bytes = load_u32(w + 8);
-  if (op < 1 || op > 3) return *why = "unknown write op", 0;
+  const bool patch = op == static_cast<uint8_t>(WriteOp::kPatch);
+  if (op < 1 || op > 4 || (patch && version < kLogFormatPatchVersion)) {
+    return *why = "unknown write op", 0;
+  }
   if (key_words < 1 || key_words > kLogKeyWordsMax) return *why = "key word count", 0;
-  if (load_u16(w + 6) != 0 || load_u32(w + 12) != 0) return *why = "reserved write bits", 0;
+  if (!patch && (load_u16(w + 6) != 0 || load_u32(w + 12) != 0)) {
+    return *why = "reserved write bits", 0;
+  }
   if (op == static_cast<uint8_t>(WriteOp::kRemove) && value_bytes != 0) {
     return *why = "remove with a value", 0;
   }
   const uint64_t size = kLogWriteHeaderBytes + 8 * uint64_t{key_words} + pad8(value_bytes);
   if (size > static_cast<uint64_t>(end - w)) return *why = "write overruns its record", 0;
+  if (patch) {
+    const std::byte* body = w + kLogWriteHeaderBytes + 8 * size_t{key_words};
+    if (const char* bad = check_patch(body, value_bytes, load_u16(w + 6), load_u32(w + 12))) {
+      return *why = bad, 0;
+    }
+  }
   return size;
 }
 
@@ -240,6 +335,7 @@ Status check_records(const std::byte* entry, uint64_t offset) {
   const uint32_t count = load_u32(entry + kOffRecordCount);
   const uint64_t min_tid = load_u64(entry + kOffMinTid);
   const uint64_t max_tid = load_u64(entry + kOffMaxTid);
+  const uint16_t version = load_u16(entry + kOffVersion);
   const std::byte* r = entry + kLogHeaderBytes;
   const std::byte* const end = r + payload;
   for (uint32_t i = 0; i < count; ++i) {
@@ -258,7 +354,7 @@ Status check_records(const std::byte* entry, uint64_t offset) {
     const std::byte* w = r + deps_end;
     for (uint32_t j = 0, n = load_u16(r + 14); j < n; ++j) {
       const char* why = "";
-      const size_t wbytes = check_write(w, rend, &why);
+      const size_t wbytes = check_write(w, rend, version, &why);
       if (wbytes == 0) return bad(fmt::format("write {}: {}", j, why));
       w += wbytes;
     }

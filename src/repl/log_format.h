@@ -1,4 +1,4 @@
-// Replication log format, version 1: the bytes a stream's leader writes once and every replica
+// Replication log format, version 2: the bytes a stream's leader writes once and every replica
 // sends, keeps, persists and replays as they are (design section 4, lesson 4). The layout is
 // specified byte by byte in docs/LOG_FORMAT.md; this header is its only encoder and decoder.
 //
@@ -32,9 +32,10 @@ static_assert(std::endian::native == std::endian::little,
               "the log format is little-endian and decoded in place; big-endian hosts would "
               "need byte swaps in the load/store helpers");
 
-inline constexpr uint32_t kLogMagic = 0x474c4853;    // "SHLG" in file byte order
-inline constexpr uint16_t kLogFormatVersion = 1;     // what this binary writes
-inline constexpr uint16_t kLogFormatMinVersion = 1;  // oldest version this binary reads
+inline constexpr uint32_t kLogMagic = 0x474c4853;      // "SHLG" in file byte order
+inline constexpr uint16_t kLogFormatVersion = 2;       // what this binary writes
+inline constexpr uint16_t kLogFormatMinVersion = 1;    // oldest version this binary reads
+inline constexpr uint16_t kLogFormatPatchVersion = 2;  // first version with WriteOp::kPatch
 inline constexpr size_t kLogHeaderBytes = 64;
 inline constexpr size_t kLogRecordHeaderBytes = 16;
 inline constexpr size_t kLogWriteHeaderBytes = 16;
@@ -47,7 +48,12 @@ inline constexpr uint32_t kLogEntryBytesMax = 1u << 30;
 inline constexpr uint16_t kLogFlagNoop = 1u << 0;  // epoch-change no-op (design 5.2): 0 records
 inline constexpr uint16_t kLogFlagsKnown = kLogFlagNoop;
 
-enum class WriteOp : uint8_t { kPut = 1, kInsert = 2, kRemove = 3 };
+// kPatch (format 2): an update that carries only the changed bytes of a value of unchanged
+// size, against the version it overwrote (docs/LOG_FORMAT.md, "Patch").
+enum class WriteOp : uint8_t { kPut = 1, kInsert = 2, kRemove = 3, kPatch = 4 };
+inline constexpr size_t kLogPatchHeaderBytes = 8;          // base_tid
+inline constexpr size_t kLogPatchRangeHeaderBytes = 4;     // offset u16, length u16
+inline constexpr uint32_t kLogPatchValueBytesMax = 65535;  // offsets are u16
 
 // Where an entry belongs: one slot of one stream of one shard.
 struct LogEntryId {
@@ -92,8 +98,17 @@ struct TxnWrite {
   uint32_t table_id = 0;
   WriteOp op = WriteOp::kPut;
   std::span<const uint64_t> key;
-  std::span<const std::byte> value;
+  std::span<const std::byte> value;  // kPatch: the patch body (encode_patch)
+  uint32_t patch_value_bytes = 0;    // kPatch: size of the value before and after
+  uint16_t patch_ranges = 0;         // kPatch: ranges in the body
 };
+
+// Encodes into `out` the body of a kPatch write turning `old_value` into `new_value` (same
+// size, <= kLogPatchValueBytesMax): base_tid, then (offset u16, length u16, bytes) for each
+// run of changed bytes, runs closer than 4 equal bytes merged. Returns the body's size, or 0
+// when it would not be smaller than the value (log a put then) or does not fit out.
+size_t encode_patch(std::span<const std::byte> old_value, std::span<const std::byte> new_value,
+                    uint64_t base_tid, std::span<std::byte> out, uint16_t* range_count);
 
 // Bytes one record takes in a payload.
 size_t log_record_bytes(size_t dep_count, std::span<const TxnWrite> writes);
@@ -199,10 +214,17 @@ struct WriteView {
   uint32_t table_id;
   WriteOp op;
   uint32_t key_word_count;
-  const std::byte* key_bytes;  // key_word_count * 8 bytes, little-endian words
-  std::span<const std::byte> value;
+  const std::byte* key_bytes;        // key_word_count * 8 bytes, little-endian words
+  std::span<const std::byte> value;  // kPatch: the patch body
+  uint32_t patch_value_bytes = 0;    // kPatch only
+  uint16_t patch_ranges = 0;         // kPatch only
 
   uint64_t key_word(uint32_t i) const { return load_u64(key_bytes + 8 * size_t{i}); }
+  // kPatch: the version the patch was computed against.
+  uint64_t patch_base_tid() const { return load_u64(value.data()); }
+  // kPatch: writes the changed bytes into `data` (patch_value_bytes long). The entry passed
+  // parse(), so the ranges lie inside the value.
+  void apply_patch(std::byte* data) const;
 };
 
 // A record inside a validated entry. Cheap to copy (two pointers' worth).

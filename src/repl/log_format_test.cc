@@ -17,8 +17,40 @@ struct GenWrite {
   uint32_t table_id;
   WriteOp op;
   std::vector<uint64_t> key;
-  std::vector<std::byte> value;
+  std::vector<std::byte> value;  // kPatch: the body
+  uint32_t patch_value_bytes = 0;
+  uint16_t patch_ranges = 0;
 };
+
+// A value of `size` random bytes and a copy with `changes` random bytes changed.
+std::pair<std::vector<std::byte>, std::vector<std::byte>> old_and_new(Rng& rng, size_t size,
+                                                                      size_t changes) {
+  std::vector<std::byte> old_value(size);
+  for (auto& b : old_value) b = static_cast<std::byte>(rng.next());
+  std::vector<std::byte> new_value = old_value;
+  for (size_t i = 0; i < changes && size > 0; ++i) {
+    new_value[rng.uniform(0, size - 1)] = static_cast<std::byte>(rng.next());
+  }
+  return {std::move(old_value), std::move(new_value)};
+}
+
+// Makes w a patch of a random value with a few changed bytes (a put when it does not pay).
+void make_patch(Rng& rng, uint32_t value_bytes_max, GenWrite* w) {
+  const size_t size = rng.uniform(0, value_bytes_max);
+  auto [old_value, new_value] = old_and_new(rng, size, rng.uniform(0, 4));
+  std::vector<std::byte> body(size + 64);
+  uint16_t ranges = 0;
+  const size_t n = encode_patch(old_value, new_value, rng.next() >> 1, body, &ranges);
+  if (n == 0) {
+    w->op = WriteOp::kPut;
+    w->value = std::move(new_value);
+    return;
+  }
+  body.resize(n);
+  w->value = std::move(body);
+  w->patch_value_bytes = static_cast<uint32_t>(size);
+  w->patch_ranges = ranges;
+}
 struct GenTxn {
   uint64_t tid;
   std::vector<txn::DepEntry> deps;
@@ -36,10 +68,12 @@ GenTxn random_txn(Rng& rng, uint64_t tid, uint32_t writes_max, uint32_t value_by
   for (uint32_t i = 0; i < nwrites; ++i) {
     GenWrite w;
     w.table_id = static_cast<uint32_t>(rng.uniform(0, 20));
-    w.op = static_cast<WriteOp>(rng.uniform(1, 3));
+    w.op = static_cast<WriteOp>(rng.uniform(1, 4));
     w.key.resize(rng.uniform(1, kLogKeyWordsMax));
     for (auto& k : w.key) k = rng.next();
-    if (w.op != WriteOp::kRemove) {
+    if (w.op == WriteOp::kPatch) {
+      make_patch(rng, value_bytes_max, &w);
+    } else if (w.op != WriteOp::kRemove) {
       w.value.resize(rng.uniform(0, value_bytes_max));
       for (auto& b : w.value) b = static_cast<std::byte>(rng.next());
     }
@@ -50,7 +84,9 @@ GenTxn random_txn(Rng& rng, uint64_t tid, uint32_t writes_max, uint32_t value_by
 
 AppendResult append_txn(LogBatchBuilder& b, const GenTxn& t) {
   std::vector<TxnWrite> ws;
-  for (const GenWrite& w : t.writes) ws.push_back({w.table_id, w.op, w.key, w.value});
+  for (const GenWrite& w : t.writes) {
+    ws.push_back({w.table_id, w.op, w.key, w.value, w.patch_value_bytes, w.patch_ranges});
+  }
   return b.append(t.tid, t.deps, ws);
 }
 
@@ -71,6 +107,8 @@ void expect_same(const LogEntryView& e, const std::vector<GenTxn>& txns) {
       ASSERT_EQ(w.key_word_count, g.key.size());
       for (uint32_t k = 0; k < w.key_word_count; ++k) EXPECT_EQ(w.key_word(k), g.key[k]);
       ASSERT_EQ(w.value.size(), g.value.size());
+      EXPECT_EQ(w.patch_value_bytes, g.patch_value_bytes);
+      EXPECT_EQ(w.patch_ranges, g.patch_ranges);
       if (!g.value.empty()) {
         EXPECT_EQ(0, std::memcmp(w.value.data(), g.value.data(), g.value.size()));
       }
@@ -249,10 +287,110 @@ TEST(LogFormat, NewerVersionRefusedWithClearText) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
   EXPECT_EQ(r.status().message(),
-            "log entry at offset 4096: log format version 2 is newer than this reader's 1");
+            "log entry at offset 4096: log format version 3 is newer than this reader's 2");
   store_u16(e.data() + 4, 0);
   reseal(e);
   EXPECT_EQ(LogEntryView::parse(e).status().code(), Code::kCorruption);
+}
+
+// A patch carries the changed bytes only; applied onto the old value it gives the new one.
+TEST(LogFormat, PatchRoundTripRebuildsTheNewValue) {
+  Rng rng(7);
+  std::vector<std::byte> buf(1 << 16);
+  for (int round = 0; round < 2000; ++round) {
+    const size_t size = rng.uniform(1, 700);
+    auto [old_value, new_value] = old_and_new(rng, size, rng.uniform(0, 12));
+    std::vector<std::byte> body(size);
+    uint16_t ranges = 0;
+    const uint64_t base = rng.uniform(1, 1u << 30);
+    const size_t n = encode_patch(old_value, new_value, base, body, &ranges);
+    if (n == 0) continue;  // no smaller than the value: a put is logged instead
+    ASSERT_LT(n, size);
+    LogBatchBuilder b;
+    b.reset(buf, {1, 0, 1, 1}, {});
+    const uint64_t key[2] = {3, 4};
+    const TxnWrite w{9,     WriteOp::kPatch, key, {body.data(), n}, static_cast<uint32_t>(size),
+                     ranges};
+    ASSERT_EQ(b.append(base + 1, {}, {&w, 1}), AppendResult::kOk);
+    auto view = LogEntryView::parse(b.seal());
+    ASSERT_TRUE(view.ok()) << view.status().to_string();
+    view->for_each_record([&](const RecordView& r) {
+      r.for_each_write([&](const WriteView& got) {
+        ASSERT_EQ(got.op, WriteOp::kPatch);
+        EXPECT_EQ(got.patch_base_tid(), base);
+        ASSERT_EQ(got.patch_value_bytes, size);
+        std::vector<std::byte> value = old_value;
+        got.apply_patch(value.data());
+        EXPECT_TRUE(value == new_value) << "round " << round;
+      });
+    });
+  }
+  // Everything changed: not worth a patch.
+  std::vector<std::byte> a(64, std::byte{1}), c(64, std::byte{2}), body(64);
+  uint16_t ranges = 0;
+  EXPECT_EQ(encode_patch(a, c, 1, body, &ranges), 0u);
+  // Nothing changed: a body with the base TID only.
+  EXPECT_EQ(encode_patch(a, a, 1, body, &ranges), kLogPatchHeaderBytes);
+  EXPECT_EQ(ranges, 0);
+}
+
+// Malformed patch bodies are refused by parse() with the record and the reason.
+TEST(LogFormat, MalformedPatchesRefused) {
+  std::vector<std::byte> buf(4096);
+  const uint64_t key[1] = {5};
+  struct Case {
+    uint32_t value_bytes;
+    uint16_t ranges;
+    std::vector<uint16_t> words;  // (offset, len) pairs; len bytes of data follow each
+    const char* why;
+  };
+  const Case cases[] = {
+      {32, 1, {40, 2}, "patch range bounds"},       // past the value's end
+      {32, 2, {4, 4, 6, 2}, "patch range bounds"},  // overlapping
+      {32, 1, {0, 0}, "patch range bounds"},        // empty range
+      {32, 2, {0, 2}, "patch range header"},        // fewer ranges than counted
+      {32, 0, {0, 2}, "patch ranges do not fill the body"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::byte> body(8);
+    for (size_t i = 0; i + 1 < c.words.size(); i += 2) {
+      const size_t at = body.size();
+      body.resize(at + 4 + c.words[i + 1]);
+      store_u16(body.data() + at, c.words[i]);
+      store_u16(body.data() + at + 2, c.words[i + 1]);
+    }
+    LogBatchBuilder b;
+    b.reset(buf, {1, 0, 1, 1}, {});
+    const TxnWrite w{1, WriteOp::kPatch, key, body, c.value_bytes, c.ranges};
+    ASSERT_EQ(b.append(10, {}, {&w, 1}), AppendResult::kOk);
+    auto r = LogEntryView::parse(b.seal());
+    ASSERT_FALSE(r.ok()) << c.why;
+    EXPECT_EQ(r.status().code(), Code::kCorruption);
+    EXPECT_NE(r.status().message().find(c.why), std::string::npos) << r.status().message();
+  }
+}
+
+// A version-1 entry cannot hold a patch: a version-1 writer never wrote one.
+TEST(LogFormat, PatchInAVersionOneEntryRefused) {
+  std::vector<std::byte> buf(4096);
+  const uint64_t key[1] = {5};
+  std::vector<std::byte> old_value(64, std::byte{1}), new_value = old_value, body(64);
+  new_value[3] = std::byte{9};
+  uint16_t ranges = 0;
+  const size_t n = encode_patch(old_value, new_value, 1, body, &ranges);
+  ASSERT_GT(n, 0u);
+  LogBatchBuilder b;
+  b.reset(buf, {1, 0, 1, 1}, {});
+  const TxnWrite w{1, WriteOp::kPatch, key, {body.data(), n}, 64, ranges};
+  ASSERT_EQ(b.append(10, {}, {&w, 1}), AppendResult::kOk);
+  const auto sealed = b.seal();
+  std::vector<std::byte> e(sealed.begin(), sealed.end());
+  ASSERT_TRUE(LogEntryView::parse(e).ok());
+  store_u16(e.data() + 4, 1);
+  reseal(e);
+  auto r = LogEntryView::parse(e);
+  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  EXPECT_NE(r.status().message().find("unknown write op"), std::string::npos);
 }
 
 TEST(LogFormat, UnknownFlagsRefused) {

@@ -227,6 +227,8 @@ class PaxosStream {
   PaxosRole role() const { return role_; }
   bool is_leader() const { return role_ == PaxosRole::kLeader; }
   uint64_t next_slot() const { return next_slot_; }
+  // Leader: the chosen index `peer` last reported (accepted replies, heartbeats); 0 if none.
+  uint64_t peer_chosen_index(uint32_t peer) const { return peer_chosen_[peer]; }
   uint32_t pipeline_room() const;
   uint64_t chosen_index() const { return store_.chosen_index(); }
   Ballot ballot() const { return ballot_; }

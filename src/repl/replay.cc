@@ -16,11 +16,20 @@ uint64_t thread_cpu_ns() {
 
 txn::WriteKind kind_of(WriteOp op) {
   switch (op) {
-    case WriteOp::kPut: return txn::WriteKind::kPut;
-    case WriteOp::kInsert: return txn::WriteKind::kInsert;
-    case WriteOp::kRemove: return txn::WriteKind::kRemove;
+    case WriteOp::kPut:
+      return txn::WriteKind::kPut;
+    case WriteOp::kInsert:
+      return txn::WriteKind::kInsert;
+    case WriteOp::kRemove:
+      return txn::WriteKind::kRemove;
+    case WriteOp::kPatch:
+      break;  // installed by apply_replicated_patch
   }
   return txn::WriteKind::kPut;
+}
+
+void apply_patch_bytes(void* ctx, void* data) {
+  static_cast<const WriteView*>(ctx)->apply_patch(static_cast<std::byte*>(data));
 }
 
 }  // namespace
@@ -53,9 +62,14 @@ bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
                    tables.size());
       // Keys are little-endian words in place; entries are 8-byte aligned, so are the words.
       const auto* key = reinterpret_cast<const uint64_t*>(w.key_bytes);
-      const bool applied = tables[w.table_id]->apply_replicated(
-          key, kind_of(w.op), w.value.data(), static_cast<uint32_t>(w.value.size()),
-          r.commit_tid());
+      txn::TableBase& table = *tables[w.table_id];
+      const bool applied =
+          w.op == WriteOp::kPatch
+              ? table.apply_replicated_patch(key, w.patch_base_tid(), w.patch_value_bytes,
+                                             &apply_patch_bytes, const_cast<WriteView*>(&w),
+                                             r.commit_tid())
+              : table.apply_replicated(key, kind_of(w.op), w.value.data(),
+                                       static_cast<uint32_t>(w.value.size()), r.commit_tid());
       ++stats_.writes;
       if (!applied) ++stats_.skipped_writes;
     });

@@ -85,7 +85,8 @@ struct Cluster {
   std::vector<std::unique_ptr<FollowerThread>> followers;
 
   FsyncPolicy fsync;
-  explicit Cluster(uint32_t streams, FsyncPolicy f = FsyncPolicy::kNone, uint32_t batch_txns = 16)
+  explicit Cluster(uint32_t streams, FsyncPolicy f = FsyncPolicy::kNone, uint32_t batch_txns = 16,
+                   uint64_t retain_slots = 256)
       : fsync(f) {
     engine = std::make_unique<txn::Engine>();
     engine->create_table<1>("rows");
@@ -99,6 +100,8 @@ struct Cluster {
     std::filesystem::create_directories(lo.wal_dir);
     lo.fsync = fsync;
     lo.paxos = paxos_options_for_rtt(0);
+    lo.retain_chosen_slots = retain_slots;
+    lo.follower_lag_slots_max = retain_slots * 3 / 4;
     lo.schema = Schema::of(*engine, "");
     auto l = ReplicationLeader::start(lo, *engine);
     EXPECT_TRUE(l.ok()) << l.status().to_string();
@@ -168,6 +171,58 @@ TEST(Replication, FollowersConvergeToTheLeadersStore) {
   }
 }
 
+// One stream: puts that keep their size are logged as patches of the changed bytes, and the
+// followers, applying them onto the versions they hold, still converge.
+TEST(Replication, OneStreamLogsPatchesAndFollowersConverge) {
+  Cluster c(/*streams=*/1, FsyncPolicy::kBatch);
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  c.run(2000, 4);
+  const uint64_t final_tid = c.close();
+  EXPECT_GT(c.leader->appender(0).stats().patches, 500u);
+  auto reports = c.leader->collect_reports(final_tid, true, false, 20'000);
+  ASSERT_TRUE(reports.ok()) << reports.status().to_string();
+  const uint64_t digest = engine_digest(*c.engine);
+  ASSERT_EQ(reports->size(), 2u);
+  for (const FollowerReport& r : *reports) {
+    EXPECT_EQ(r.digest, digest) << "replica " << r.replica;
+    EXPECT_EQ(r.replay_txns, 2000u);
+  }
+}
+
+// The leader retains only 16 chosen slots and the streams seal every 4 transactions (300
+// entries): it must hold proposals while a slow follower lags, or that follower falls more
+// than 16 slots behind, can never be caught up from memory, and the run waits for it forever
+// (a WAN bench run did exactly that).
+TEST(Replication, FollowersStayWithinTheRetainedSlots) {
+  Cluster c(/*streams=*/2, FsyncPolicy::kNone, /*batch_txns=*/4, /*retain_slots=*/16);
+  // Replica 2 syncs every accepted entry: far slower than the leader and replica 1, which
+  // form a majority without it.
+  c.followers[1]->stop();
+  FollowerOptions slow = c.follower_options(2);
+  slow.fsync = FsyncPolicy::kAlways;
+  c.followers[1] = std::make_unique<FollowerThread>(slow);
+  c.followers[1]->start();
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  c.run(600, 5);
+  const uint64_t final_tid = c.close();
+  auto reports = c.leader->collect_reports(final_tid, true, false, 30'000);
+  ASSERT_TRUE(reports.ok()) << reports.status().to_string();
+  const uint64_t digest = engine_digest(*c.engine);
+  for (const FollowerReport& r : *reports) EXPECT_EQ(r.digest, digest) << "replica " << r.replica;
+}
+
+TEST(Replication, LagBoundMustBeBelowTheRetainedSlots) {
+  txn::Engine engine;
+  LeaderOptions lo;
+  lo.retain_chosen_slots = 64;
+  lo.follower_lag_slots_max = 64;
+  auto l = ReplicationLeader::start(lo, engine);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(l.status().message(),
+            "replication: follower_lag_slots_max 64 must be in [1, retain_chosen_slots 64)");
+}
+
 TEST(Replication, FollowerRestartedFromItsWalRecoversAndCatchesUp) {
   Cluster c(/*streams=*/1);
   ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
@@ -178,6 +233,7 @@ TEST(Replication, FollowerRestartedFromItsWalRecoversAndCatchesUp) {
   c.followers[1]->stop();
   c.run(500, 3);
   tid = c.close();
+  EXPECT_GT(c.leader->appender(0).stats().patches, 0u);  // recovery replays patches too
   // Restart it from its WAL: it restores what it had before talking to the leader ...
   c.followers[1] = std::make_unique<FollowerThread>(c.follower_options(2));
   c.followers[1]->start();

@@ -131,6 +131,7 @@ Status Txn::lock_write_set(uint64_t* proposed_tid) {
       return Status::Aborted("write target changed");
     }
     b.max_seen_version = std::max(b.max_seen_version, Tid::version(observed));
+    w.base_tid = Tid::version(observed);
   }
   // The epoch is read after the locks are taken (Silo's serialization point). The TID is
   // above everything this shard saw (reads are complete: execution has ended) and above this
@@ -216,6 +217,7 @@ void Txn::install(uint64_t tid) {
       retire_record(rec, &w.table->record_bytes_);
       continue;
     }
+    if (keep_old_values_ && w.kind == WriteKind::kPut) keep_old_value(w);
     if (Record::words_for(w.size_bytes) > rec->capacity_words) {
       install_grown(w, tid);
       continue;
@@ -227,6 +229,15 @@ void Txn::install(uint64_t tid) {
     set_version_deps(rec);
     rec->unlock_with(tid);
   }
+}
+
+void Txn::keep_old_value(WriteEntry& w) {
+  // The record is locked by us: its bytes are the version the put overwrites.
+  const Record* rec = w.rec;
+  uint64_t* copy = bufs_->arena.allocate_words(Record::words_for(rec->size_bytes));
+  std::memcpy(copy, rec->data, rec->size_bytes);
+  w.old_value = copy;
+  w.old_size_bytes = rec->size_bytes;
 }
 
 void Txn::set_version_deps(Record* rec) {

@@ -94,6 +94,17 @@ class TableBase {
   // this engine (a follower's engine); size_bytes <= kValueBytesMax; kRemove has no value.
   virtual bool apply_replicated(const uint64_t* key_words, enum WriteKind kind, const void* value,
                                 uint32_t size_bytes, uint64_t tid) = 0;
+  // Installs a replicated in-place update of the present value of `size_bytes`: `patch(ctx,
+  // data)` rewrites some of its bytes under the record lock, and the record gets `tid`.
+  // Skipped (false) when the key already holds `tid` or newer (idempotent replay). The caller
+  // guarantees, by replaying the key's writes in TID order, that the key holds the version the
+  // update was computed against: `base_tid` or, for a bootstrapped row, a later snapshot TID
+  // (REQUIRES, asserted: present, of size_bytes, version >= base_tid). Same locking and guard
+  // rules as apply_replicated.
+  using PatchFn = void (*)(void* ctx, void* data);
+  virtual bool apply_replicated_patch(const uint64_t* key_words, uint64_t base_tid,
+                                      uint32_t size_bytes, PatchFn patch, void* ctx,
+                                      uint64_t tid) = 0;
   // Visits every live (committed, not removed) record in key order:
   // fn(key_words, value, size_bytes, version) returns false to stop. REQUIRES: quiescent.
   using ScanFn = std::function<bool(const uint64_t* key_words, const void* value,
@@ -124,6 +135,11 @@ struct WriteView {
   WriteKind kind;
   const void* value;  // nullptr for kRemove
   uint32_t size_bytes;
+  // kPut only, when the worker keeps old values (a commit hook is installed): the bytes the
+  // put overwrote (else nullptr) and their version, so a log can carry only what changed.
+  const void* old_value = nullptr;
+  uint32_t old_size_bytes = 0;
+  uint64_t base_tid = 0;
 };
 
 template <size_t K>
@@ -146,6 +162,8 @@ class Table final : public TableBase {
   Status txn_remove(Txn& txn, const uint64_t* key_words) override;
   bool apply_replicated(const uint64_t* key_words, WriteKind kind, const void* value,
                         uint32_t size_bytes, uint64_t tid) override;
+  bool apply_replicated_patch(const uint64_t* key_words, uint64_t base_tid, uint32_t size_bytes,
+                              PatchFn patch, void* ctx, uint64_t tid) override;
   void scan_committed(const ScanFn& fn) const override;
   static KeyT key_of(const uint64_t* words) {
     KeyT k;
@@ -321,6 +339,7 @@ class Txn {
   void push_old_version(Record* rec);
   void set_version_deps(Record* rec);
   void install_grown(WriteEntry& w, uint64_t tid);
+  void keep_old_value(WriteEntry& w);
   // Implementation helpers, defined in engine_impl.h.
   // Stable-reads rec into out and records the read; returns the word (kLock set: conflict).
   uint64_t observe(Record* rec, void* out, uint32_t out_bytes, uint32_t* size_out);
@@ -341,6 +360,7 @@ class Txn {
   std::unique_ptr<TxnBuffers> bufs_;
   DepVec deps_;
   uint64_t last_tid_ = 0;
+  bool keep_old_values_ = false;  // install() copies what each put overwrites (arena)
 };
 
 // Called on the worker's thread after each successful commit (read-only ones included), while
@@ -357,6 +377,7 @@ class Worker {
   void set_commit_hook(CommitHook hook, void* ctx) {
     commit_hook_ = hook;
     commit_hook_ctx_ = ctx;
+    txn_.keep_old_values_ = hook != nullptr;  // the hook may log deltas (WriteView::old_value)
   }
   // Runs procedure `proc` to commit, retrying on conflicts (at most max_retries).
   // Returns Ok (committed), UserAbort (rolled back by the procedure), Aborted (gave up), or

@@ -43,6 +43,10 @@ struct WriteEntry {
   const TableOps* ops;
   const uint64_t* key_words;  // arena copy
   uint32_t key_word_count;
+  uint64_t base_tid = 0;  // version of rec when locked for commit
+  // kPut with keep_old_values_: an arena copy of what the put overwrote.
+  const uint64_t* old_value = nullptr;
+  uint32_t old_size_bytes = 0;
 };
 
 struct NodeEntry {
@@ -169,6 +173,38 @@ bool Table<K>::apply_replicated(const uint64_t* key_words, WriteKind kind, const
       return true;
     }
     rec->write_locked(value, size_bytes);
+    rec->unlock_with(tid);
+    return true;
+  }
+}
+
+template <size_t K>
+bool Table<K>::apply_replicated_patch(const uint64_t* key_words, uint64_t base_tid,
+                                      uint32_t size_bytes, PatchFn patch, void* ctx, uint64_t tid) {
+  SHOAL_ASSERT(tid != 0 && tid <= Tid::kVersionMask && base_tid < tid,
+               "replicated patch TID %lu on %lu", tid, base_tid);
+  const KeyT key = key_of(key_words);
+  // Bounded in practice: a pass repeats only when the record was replaced meanwhile.
+  for (;;) {
+    auto* rec = static_cast<Record*>(index_.get(key, nullptr));
+    SHOAL_ASSERT(rec != nullptr, "replicated patch of a key this replica does not hold (TID %lu)",
+                 tid);
+    uint64_t observed = 0;
+    if (!rec->try_lock(&observed, 1u << 20)) continue;
+    if (observed & Tid::kUnlinked) {
+      rec->unlock();
+      continue;
+    }
+    const uint64_t version = Tid::version(observed);
+    if (version >= tid) {
+      rec->unlock();
+      return false;
+    }
+    SHOAL_ASSERT(!(observed & Tid::kAbsent) && version >= base_tid && rec->size_bytes == size_bytes,
+                 "replicated patch at TID %lu against version %lu does not fit the held version "
+                 "%lu (%u bytes, want %u)",
+                 tid, base_tid, version, rec->size_bytes, size_bytes);
+    patch(ctx, rec->data);
     rec->unlock_with(tid);
     return true;
   }
@@ -467,7 +503,8 @@ Status Table<K>::txn_remove(Txn& txn, const uint64_t* key_words) {
 template <typename Fn>
 void Txn::for_each_write(Fn&& fn) const {
   for (const WriteEntry& w : bufs_->writes) {
-    fn(WriteView{w.table->id(), w.key_words, w.key_word_count, w.kind, w.value, w.size_bytes});
+    fn(WriteView{w.table->id(), w.key_words, w.key_word_count, w.kind, w.value, w.size_bytes,
+                 w.old_value, w.old_size_bytes, w.base_tid});
   }
 }
 

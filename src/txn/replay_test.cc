@@ -123,6 +123,87 @@ TEST(CommitHook, SeesEveryCommitWithItsTidAndWrites) {
   EXPECT_EQ(log.tids.size(), 3u);
 }
 
+// Adds 1 to the value of key 1 (a put), or inserts it as 100.
+Status bump(Txn& txn, const void*, void*) {
+  auto* t = static_cast<Table<1>*>(txn.engine().tables()[0].get());
+  V v{};
+  const Status s = txn.get(*t, Key<1>{{1}}, &v);
+  if (s.is_not_found()) return txn.insert(*t, Key<1>{{1}}, V{100});
+  SHOAL_TRY(s);
+  return txn.put(*t, Key<1>{{1}}, V{v.x + 1});
+}
+
+// With a commit hook, a put shows what it overwrote and that version's TID (a log can then
+// carry only the changed bytes); without one, nothing is kept.
+TEST(CommitHook, PutShowsTheValueAndVersionItOverwrote) {
+  EngineOptions o;
+  o.epoch_ticker = false;
+  Engine e(o);
+  e.create_table<1>("t");
+  Worker* w = e.make_worker();
+  struct Seen {
+    uint64_t tid = 0, base_tid = 0, old_x = 0, new_x = 0;
+    bool has_old = false;
+  };
+  std::vector<Seen> seen;
+  w->set_commit_hook(
+      [](void* ctx, const Txn& txn) {
+        Seen s;
+        s.tid = txn.last_commit_tid();
+        txn.for_each_write([&](const WriteView& v) {
+          s.new_x = static_cast<const V*>(v.value)->x;
+          s.base_tid = v.base_tid;
+          s.has_old = v.old_value != nullptr;
+          if (s.has_old) {
+            EXPECT_EQ(v.old_size_bytes, sizeof(V));
+            s.old_x = static_cast<const V*>(v.old_value)->x;
+          }
+        });
+        static_cast<std::vector<Seen>*>(ctx)->push_back(s);
+      },
+      &seen);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w->run(&bump, nullptr).ok());
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_FALSE(seen[0].has_old);  // an insert
+  for (size_t i = 1; i < 3; ++i) {
+    ASSERT_TRUE(seen[i].has_old);
+    EXPECT_EQ(seen[i].base_tid, seen[i - 1].tid);
+    EXPECT_EQ(seen[i].old_x, seen[i - 1].new_x);
+    EXPECT_EQ(seen[i].new_x, seen[i].old_x + 1);
+  }
+  w->set_commit_hook(nullptr, nullptr);
+  ASSERT_TRUE(w->run(&bump, nullptr).ok());
+  bool has_old = true;
+  w->txn().for_each_write([&](const WriteView& v) { has_old = v.old_value != nullptr; });
+  EXPECT_FALSE(has_old);
+}
+
+void add_seven_at_byte_2(void* ctx, void* data) {
+  static_cast<uint8_t*>(data)[2] = static_cast<uint8_t>(*static_cast<int*>(ctx) + 7);
+}
+
+// A patch rewrites bytes of the held version in place; replayed again it changes nothing.
+TEST(ReplayApply, PatchAppliesOnceOntoTheHeldVersion) {
+  EngineOptions o;
+  o.epoch_ticker = false;
+  Engine e(o);
+  TableBase& table = **e.create_table_with_key_words("t", 1);
+  ebr::Guard guard;
+  const uint64_t k = 9;
+  const V a{0x1111111111111111};
+  ASSERT_TRUE(table.apply_replicated(&k, WriteKind::kInsert, &a, sizeof a, 10));
+  int ctx = 1;
+  // Computed against version 5 (a bootstrapped row carries a later snapshot TID: 10).
+  EXPECT_TRUE(table.apply_replicated_patch(&k, 5, sizeof(V), &add_seven_at_byte_2, &ctx, 20));
+  const uint64_t want = 0x1111111111081111;
+  EXPECT_EQ(contents(table), (std::vector<std::pair<uint64_t, uint64_t>>{{9, want}}));
+  ctx = 50;  // the same TID again (a replayed entry): skipped, value unchanged
+  EXPECT_FALSE(table.apply_replicated_patch(&k, 10, sizeof(V), &add_seven_at_byte_2, &ctx, 20));
+  EXPECT_EQ(contents(table), (std::vector<std::pair<uint64_t, uint64_t>>{{9, want}}));
+  EXPECT_DEATH(table.apply_replicated_patch(&k, 30, sizeof(V), &add_seven_at_byte_2, &ctx, 40),
+               "does not fit the held version");
+}
+
 // A remove unlinks the key at once, taking its TID along; a later insert of that key by
 // another worker (whose own TIDs lag) must still get a larger TID, or the log's TID order
 // would replay the insert before the remove.
