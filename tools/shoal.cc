@@ -352,6 +352,7 @@ ServerCommands add_server_commands(CLI::App& app) {
       ->capture_default_str();
   // Test only (hidden): a planted bug for the bank's serializability check.
   c.server->add_flag("--unsafe-skip-read-validation", so.unsafe_skip_read_validation)->group("");
+  c.server->add_flag("--unsafe-plant-divergence", so.unsafe_plant_divergence)->group("");
   c.server
       ->add_option("--connect-timeout-ms", so.connect_timeout_ms,
                    "How long to keep dialing the other shards at start-up")

@@ -206,6 +206,7 @@ class ShardServer {
   [[nodiscard]] Status load_tpcc();
   bool replicated() const { return config_.shards[options_.shard].replicas.size() > 1; }
   [[nodiscard]] Status start_replication();
+  [[nodiscard]] Status plant_divergence();
   [[nodiscard]] Status post_to_workers(void (*fn)(void*));
   [[nodiscard]] Status repl_report(const nlohmann::json& request, rt::MsgBuffer* out);
   [[nodiscard]] Status make_worker(uint32_t index, uint64_t deadline_ns);
@@ -733,10 +734,35 @@ Status ShardServer::start_replication() {
   auto boot = repl::bootstrap_followers(*replication_, *engine_, options_.replication_timeout_ms);
   if (!boot.ok()) return boot.status();
   snapshot_tid_ = boot->snapshot_tid;
+  if (options_.unsafe_plant_divergence) SHOAL_TRY(plant_divergence());
   fmt::print(stderr,
              "shoal server: shard {}: {} followers installed the load ({} records, {:.1f} s)\n",
              options_.shard, lo.replicas - 1, boot->records, static_cast<double>(boot->ns) / 1e9);
   return Status::Ok();
+}
+
+// ServerOptions::unsafe_plant_divergence: the first key's counter changes here only (no commit
+// hook is installed yet), so the leader's digest differs from its followers'.
+Status ShardServer::plant_divergence() {
+  if (table_ == nullptr || is_bank()) {
+    return Status::InvalidArgument("--unsafe-plant-divergence: needs --workload micro");
+  }
+  fmt::print(stderr, "shoal server: shard {}: UNSAFE: one record changed without logging (test)\n",
+             options_.shard);
+  txn::Worker* w = engine_->make_worker();
+  struct Args {
+    txn::Table<1>* table;
+    uint64_t key;
+  } args{table_, layout_->lo(options_.shard)};
+  return w->run(
+      [](txn::Txn& t, const void* a, void*) -> Status {
+        const auto* in = static_cast<const Args*>(a);
+        MicroValue v{};
+        SHOAL_TRY(t.get(*in->table, key1(in->key), &v));
+        v.counter += 1;
+        return t.put(*in->table, key1(in->key), v);
+      },
+      &args);
 }
 
 void Worker::repl_tick_thunk(void* self, uint64_t) {

@@ -57,6 +57,9 @@ struct ServerOptions {
   // Test only: EngineOptions::unsafe_skip_read_validation (a planted bug the bank's checker
   // must catch). Never for real use: transactions are no longer serializable.
   bool unsafe_skip_read_validation = false;
+  // Test only (workload micro, replicated): after the followers installed the load, change one
+  // record here without logging it, so `shoal cluster digest` must report a difference.
+  bool unsafe_plant_divergence = false;
   // Replication (shards with replicas > 1 only). data_dir holds this replica's WAL; empty:
   // .shoal/<cluster name>/shard-<N>-replica-0.
   std::string data_dir;
