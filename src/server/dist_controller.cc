@@ -633,7 +633,7 @@ Status run_dist_bench(const DistBenchOptions& o) {
     repl.verdict = replica_verdict(states, &repl.text, &repl.json);
   }
   Status s = report(o, *config, workers, outcomes, total, r, check_text, check_json, repl);
-  if (!s.ok() && !local.dir.empty()) {
+  if ((!s.ok() || !repl.verdict.ok()) && !local.dir.empty()) {  // a lost follower too
     local.keep_dir = true;
     fmt::print(stderr, "server logs kept in {}\n", local.dir);
   }
