@@ -377,6 +377,10 @@ TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
   o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("stopped 6 processes"), std::string::npos) << o.output;
+  o = up();  // again over the same run directory: a fresh start, the old WALs cleared
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = run({"cluster", "digest", "--config", config_}, 120);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
 }
 
 // A follower dies before the run: its shard (still a majority of 3) runs on without failures,
