@@ -216,10 +216,11 @@ double measure_tpcc_baseline(const BenchFlags& f) {
   return r->committed_per_sec;
 }
 
-// `bench tpcc` replication of the (single, in-process) shard: followers as child processes.
+// `bench tpcc` replication: of the in-process shard (followers as child processes), or with
+// --shards N of every shard server (followers started beside them; repl_ctl.h).
 void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
   tpcc->add_option("--replicas", r.replicas,
-                   "Replicas of the shard, leader included (1: no replication)")
+                   "Replicas of each shard, leader included (1: no replication)")
       ->check(number_in(1u, 16u, false, "in [1, 16]"))
       ->capture_default_str();
   tpcc->add_option("--wan-rtt-ms", r.wan_rtt_ms,
