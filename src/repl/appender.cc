@@ -1,5 +1,6 @@
 #include "src/repl/appender.h"
 
+#include <algorithm>
 #include <thread>
 
 namespace shoal::repl {
@@ -121,7 +122,9 @@ TxnWrite StreamAppender::log_write(const txn::WriteView& w, size_t* scratch_used
 
 void StreamAppender::append(const txn::Txn& txn) {
   const uint64_t tid = txn.last_commit_tid();
-  last_commit_tid_ = tid;
+  // A shard server's stream also logs its 2PC participant's installs, whose TIDs were proposed
+  // earlier and may be below this worker's last local commit: keep the highest.
+  last_commit_tid_ = std::max(last_commit_tid_, tid);
   writes_.clear();
   size_t scratch_used = 0;
   txn.for_each_write(
