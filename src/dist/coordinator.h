@@ -163,6 +163,10 @@ class DistTxn {
   const txn::DepVec& vector() const { return vector_; }
   // Shards this transaction touched so far.
   const std::vector<uint32_t>& shards() const { return touched_; }
+  // After a commit: the shards it installed writes on (its vector's entry for each is the TID
+  // it installed there). Before acknowledging, a client waits until the vectorized watermark
+  // covers vector() (vector_watermark.h).
+  const std::vector<uint32_t>& written_shards() const { return written_; }
 
  private:
   friend class Coordinator;

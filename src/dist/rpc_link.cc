@@ -248,6 +248,41 @@ Status decode_validate_install_reply(std::span<const uint8_t> reply, txn::DepVec
   return decode_vector(r, deps, "validate_install reply");
 }
 
+Status split_watermark(std::span<const uint8_t> reply, std::span<const uint8_t>* body,
+                       uint64_t* watermark) {
+  if (reply.size() < kWatermarkTrailerBytes) return truncated("reply: no watermark trailer");
+  const size_t body_bytes = reply.size() - kWatermarkTrailerBytes;
+  std::memcpy(watermark, reply.data() + body_bytes, sizeof *watermark);
+  *body = reply.first(body_bytes);
+  return Status::Ok();
+}
+
+void append_watermark(uint64_t watermark, rt::MsgBuffer* reply) {
+  const size_t body_bytes = reply->size();
+  reply->resize(body_bytes + kWatermarkTrailerBytes);
+  std::memcpy(reply->payload().data() + body_bytes, &watermark, sizeof watermark);
+}
+
+void encode_watermark(uint32_t shard, uint64_t watermark, rt::MsgBuffer* out) {
+  out->resize(kWatermarkRequestBytes);
+  Writer w(out->payload());
+  w.put(shard);
+  w.put(uint32_t{0});
+  w.put(watermark);
+}
+
+Status decode_watermark(std::span<const uint8_t> request, uint32_t* shard, uint64_t* watermark) {
+  Reader r(request);
+  uint32_t reserved = 0;
+  if (!r.get(shard) || !r.get(&reserved) || !r.get(watermark)) return truncated("watermark");
+  if (r.left() != 0) return trailing("watermark", r.left());
+  if (reserved != 0) {
+    return Status::InvalidArgument(
+        fmt::format("dist wire: watermark reserved field {:#x}, not 0", reserved));
+  }
+  return Status::Ok();
+}
+
 Status decode_empty_reply(std::span<const uint8_t> reply) {
   if (!reply.empty()) return trailing("empty reply", reply.size());
   return Status::Ok();

@@ -20,6 +20,12 @@
 //   kValidateInstall 46  fragment u32 (~0: none), args_bytes u32,      tid u64, count u32,
 //                        args padded to 8, then the vector as          (shard u32, ts u64)*
 //                        kInstall's: count u32, (shard u32, ts u64)*
+// Every Ok response then ends with the participant shard's watermark u64 (the trailer,
+// appended by the RPC handler after the method's reply above: UINT64_MAX when the shard does
+// not replicate, i.e. everything it has is covered). The coordinator's RpcLink strips it and
+// raises its VectorWatermark's entry for the shard (vector_watermark.h): 8 bytes per reply.
+//   kWatermark 47 (the periodic exchange, watermark_exchange.h; not a transaction: no txn
+//                 header) shard u32, reserved u32 (0), watermark u64     empty
 // A non-Ok participant Status travels as the RPC response code (its message stays behind).
 // Bounds, checked before any loop or copy: key_words 1..8, out_bytes and size <= the engine's
 // kValueBytesMax, writes <= DistTxn::kWritesMax, vector entries <= DistTxn::kShardsMax, a
@@ -37,6 +43,7 @@
 // without suspending, so requests for one participant never interleave.
 #pragma once
 
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <span>
@@ -47,6 +54,7 @@
 #include "shoal/status.h"
 #include "src/dist/coordinator.h"
 #include "src/dist/participant.h"
+#include "src/dist/vector_watermark.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
 #include "src/txn/depvec.h"
@@ -68,6 +76,11 @@ enum Method : uint16_t {
 };
 inline constexpr uint16_t kMethodFirst = kRead;
 inline constexpr uint16_t kMethodLast = kValidateInstall;
+inline constexpr uint16_t kWatermark = 47;  // served by WatermarkService, not the participant
+inline constexpr size_t kWatermarkTrailerBytes = 8;
+inline constexpr size_t kWatermarkRequestBytes = 16;
+// What a shard without replication reports: every version it has is covered.
+inline constexpr uint64_t kNoReplicationWatermark = UINT64_MAX;
 inline constexpr uint32_t kExecWrote = 1;      // reply flag
 inline constexpr uint32_t kExecLockAfter = 1;  // request flag
 inline constexpr size_t kTxnHeaderBytes = 16;  // txn id, epoch
@@ -99,6 +112,16 @@ void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidat
 [[nodiscard]] Status decode_exec_reply(std::span<const uint8_t> reply, std::span<uint8_t> out,
                                        uint32_t* out_size, bool* wrote, uint64_t* proposed_tid);
 
+// The watermark trailer of an Ok reply: *body is the reply before it. Corruption when the
+// reply is shorter than the trailer.
+[[nodiscard]] Status split_watermark(std::span<const uint8_t> reply, std::span<const uint8_t>* body,
+                                     uint64_t* watermark);
+void append_watermark(uint64_t watermark, rt::MsgBuffer* reply);
+// kWatermark requests.
+void encode_watermark(uint32_t shard, uint64_t watermark, rt::MsgBuffer* out);
+[[nodiscard]] Status decode_watermark(std::span<const uint8_t> request, uint32_t* shard,
+                                      uint64_t* watermark);
+
 }  // namespace wire
 
 // The shard side: decodes requests and runs them on the Participant. Also runs the
@@ -123,8 +146,19 @@ class ParticipantService {
   // malformed input: Corruption / InvalidArgument / NotSupported (unknown method).
   [[nodiscard]] Status serve(uint16_t method, std::span<const uint8_t> request,
                              rt::MsgBuffer* response);
+  // serve() and, on Ok, the watermark trailer (the RPC path).
   static Status serve_thunk(void* self, rt::RpcRequest& r) {
-    return static_cast<ParticipantService*>(self)->serve(r.method, r.payload, r.response);
+    auto* me = static_cast<ParticipantService*>(self);
+    Status s = me->serve(r.method, r.payload, r.response);
+    if (s.ok()) wire::append_watermark(me->watermark(), r.response);
+    return s;
+  }
+  // Where the trailer's watermark comes from: the shard's ReplicationLeader::watermark()
+  // (any thread may store it). Without one, kNoReplicationWatermark. REQUIRES: outlives this.
+  void set_watermark_source(const std::atomic<uint64_t>* source) { watermark_source_ = source; }
+  uint64_t watermark() const {
+    return watermark_source_ == nullptr ? wire::kNoReplicationWatermark
+                                        : watermark_source_->load(std::memory_order_acquire);
   }
 
   uint64_t malformed() const { return malformed_; }
@@ -147,6 +181,7 @@ class ParticipantService {
   bool expiry_armed_ = false;
   uint64_t expiry_timer_ = 0;
   uint64_t malformed_ = 0;
+  const std::atomic<uint64_t>* watermark_source_ = nullptr;
 };
 
 struct RpcLinkOptions {
@@ -155,6 +190,9 @@ struct RpcLinkOptions {
   uint32_t session_count = 8;
   uint64_t call_timeout_ns = 50'000'000;  // per read/lock/validate call, and per end attempt
   uint32_t end_attempts_max = 200;        // install/abort attempts before giving up (Timeout)
+  // Raised with every reply's watermark trailer (entry `shard`); nullptr: trailers are checked
+  // and dropped. REQUIRES: on the link's loop, outlives the link.
+  VectorWatermark* watermark = nullptr;
 };
 
 // The coordinator side. REQUIRES: every call from tasks on the RpcEndpoint's loop; the
@@ -176,7 +214,9 @@ class RpcLink final : public ShardLink {
     auto reply =
         co_await rpc_.call(session_for(id), wire::kRead, std::move(req), options_.call_timeout_ns);
     if (!reply.ok()) co_return annotate(reply.status());
-    Status s = wire::decode_read_reply(reply->payload(), out, out_bytes, size_out);
+    std::span<const uint8_t> body;
+    Status s = strip_watermark(reply->payload(), &body);
+    if (s.ok()) s = wire::decode_read_reply(body, out, out_bytes, size_out);
     rpc_.recycle(std::move(*reply));
     co_return s;
   }
@@ -190,7 +230,9 @@ class RpcLink final : public ShardLink {
         co_await rpc_.call(session_for(id), wire::kExec, std::move(req), options_.call_timeout_ns);
     if (!reply.ok()) co_return annotate(reply.status());
     uint64_t tid = 0;
-    Status s = wire::decode_exec_reply(reply->payload(), out, out_size, wrote, &tid);
+    std::span<const uint8_t> body;
+    Status s = strip_watermark(reply->payload(), &body);
+    if (s.ok()) s = wire::decode_exec_reply(body, out, out_size, wrote, &tid);
     if (proposed_tid != nullptr) *proposed_tid = tid;
     rpc_.recycle(std::move(*reply));
     co_return s;
@@ -202,7 +244,9 @@ class RpcLink final : public ShardLink {
     auto reply =
         co_await rpc_.call(session_for(id), wire::kLock, std::move(req), options_.call_timeout_ns);
     if (!reply.ok()) co_return annotate(reply.status());
-    Status s = wire::decode_lock_reply(reply->payload(), proposed_tid);
+    std::span<const uint8_t> body;
+    Status s = strip_watermark(reply->payload(), &body);
+    if (s.ok()) s = wire::decode_lock_reply(body, proposed_tid);
     rpc_.recycle(std::move(*reply));
     co_return s;
   }
@@ -212,7 +256,9 @@ class RpcLink final : public ShardLink {
     auto reply = co_await rpc_.call(session_for(id), wire::kValidate, std::move(req),
                                     options_.call_timeout_ns);
     if (!reply.ok()) co_return annotate(reply.status());
-    Status s = wire::decode_validate_reply(reply->payload(), deps);
+    std::span<const uint8_t> body;
+    Status s = strip_watermark(reply->payload(), &body);
+    if (s.ok()) s = wire::decode_validate_reply(body, deps);
     rpc_.recycle(std::move(*reply));
     co_return s;
   }
@@ -239,6 +285,13 @@ class RpcLink final : public ShardLink {
   uint32_t session_for(TxnId id) const {
     return options_.first_session + static_cast<uint32_t>(id % options_.session_count);
   }
+  // Splits off an Ok reply's watermark trailer and raises our entry for the shard with it.
+  Status strip_watermark(std::span<const uint8_t> reply, std::span<const uint8_t>* body) {
+    uint64_t w = 0;
+    SHOAL_TRY(wire::split_watermark(reply, body, &w));
+    if (options_.watermark != nullptr) return options_.watermark->raise(options_.shard, w);
+    return Status::Ok();
+  }
   // Names the shard in transport-level failures, so a client sees which shard is gone.
   Status annotate(const Status& s) const {
     if (s.code() == Code::kUnavailable) {
@@ -262,9 +315,13 @@ class RpcLink final : public ShardLink {
       auto reply =
           co_await rpc_.call(session_for(id), method, std::move(req), options_.call_timeout_ns);
       if (reply.ok()) {
-        Status s = method == wire::kValidateInstall
-                       ? wire::decode_validate_install_reply(reply->payload(), deps, tid)
-                       : wire::decode_empty_reply(reply->payload());
+        std::span<const uint8_t> body;
+        Status s = strip_watermark(reply->payload(), &body);
+        if (s.ok()) {
+          s = method == wire::kValidateInstall
+                  ? wire::decode_validate_install_reply(body, deps, tid)
+                  : wire::decode_empty_reply(body);
+        }
         rpc_.recycle(std::move(*reply));
         rpc_.recycle(std::move(request));
         co_return s;
