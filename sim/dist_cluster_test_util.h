@@ -40,7 +40,6 @@
 #include "src/dist/participant.h"
 #include "src/dist/rpc_link.h"
 #include "src/dist/vector_watermark.h"
-#include "src/dist/watermark_exchange.h"
 #include "src/index/key.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
@@ -333,8 +332,7 @@ struct SimCluster {
   // coordinator backs off between retries on its own loop.
   // With vector_watermarks, each coordinator node also gets a VectorWatermark on its loop
   // (`watermarks[c]`, kShards entries, kWaitersMax waiters) that its RpcLinks raise with every
-  // reply's watermark trailer and a WatermarkService that serves the exchange on its side of
-  // every connection; the test makes the shards' sources and exchanges.
+  // reply's watermark trailer; the test makes the shards' sources and the exchanges.
   template <typename MakeShard>
   SimCluster(uint64_t seed, bool faults, MakeShard&& make_shard, bool coordinator_backoff = false,
              bool vector_watermarks = false)
@@ -357,7 +355,6 @@ struct SimCluster {
     for (uint32_t c = 0; vector_watermarks && c < kCoordinators; ++c) {
       watermarks.push_back(
           std::make_unique<dist::VectorWatermark>(*loops[coord_node(c)], kShards, kWaitersMax));
-      watermark_services.push_back(std::make_unique<dist::WatermarkService>(*watermarks.back()));
     }
     for (uint32_t c = 0; c < kCoordinators; ++c) {
       std::vector<dist::ShardLink*> shard_links;
@@ -389,10 +386,7 @@ struct SimCluster {
     SHOAL_CHECK(conn->rpc[1]->start().ok());
     services[s]->attach(*conn->rpc[1]);
     dist::RpcLinkOptions lo;
-    if (!watermarks.empty()) {
-      watermark_services[c]->attach(*conn->rpc[0]);
-      lo.watermark = watermarks[c].get();
-    }
+    if (!watermarks.empty()) lo.watermark = watermarks[c].get();
     lo.shard = s;
     lo.call_timeout_ns = 50 * kMs;
     lo.end_attempts_max = 400;  // 20 s of virtual time: longer than any partition here
@@ -462,9 +456,8 @@ struct SimCluster {
   std::vector<std::unique_ptr<Shard>> shards;
   std::vector<std::unique_ptr<dist::ParticipantService>> services;
   std::vector<std::unique_ptr<dist::VectorWatermark>> watermarks;  // per coordinator, optional
-  std::vector<std::unique_ptr<dist::WatermarkService>> watermark_services;
-  std::vector<std::unique_ptr<Conn>> conns;  // conns[c * kShards + s]
-  std::vector<std::unique_ptr<Link>> links;
+  std::vector<std::unique_ptr<Conn>> conns;                        // conns[c * kShards + s]
+  std::vector<std::unique_ptr<Link>> links;                        // links[c * kShards + s]
   std::vector<std::unique_ptr<dist::Coordinator>> coords;
 
  private:

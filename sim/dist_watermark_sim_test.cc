@@ -3,7 +3,7 @@
 // The RPC cluster of dist_cluster_test_util.h (3 shards, 3 coordinators, 5% loss, duplication
 // and reordering, temporary partitions) runs a bank workload; each coordinator has a
 // VectorWatermark that its RpcLinks raise with every participant reply's watermark trailer,
-// and each shard runs a WatermarkExchange to every coordinator node. Shard watermarks advance
+// and a WatermarkExchange that asks every shard while a client waits. Shard watermarks advance
 // by a simulated replication: a transaction's install on shard s is "chosen" a per-shard,
 // per-seed delay (1-30 ms, plus jitter) after its coordinator committed it, and shard s's
 // watermark is the highest chosen TID (monotone). A client is acknowledged only when its
@@ -71,7 +71,7 @@ std::unique_ptr<ReplicatedShard> make_shard(SimEnv& env, uint32_t s,
 struct RunConfig {
   bool faults = true;
   bool bug_own_shard_only = false;  // planted: wait for the coordinator's own entry only
-  bool exchange = true;             // run the shards' WatermarkExchange
+  bool exchange = true;             // run the coordinators' WatermarkExchange
   uint64_t deadline_ns = 600'000 * kMs;
   int clients_per_coordinator = 3;
   int txns_per_client = 15;
@@ -97,18 +97,19 @@ struct WmCluster : SimCluster<ReplicatedShard> {
       ReplicatedShard& sh = *shards[s];
       sh.delay_ns = rng.uniform(1, 30) * kMs;
       services[s]->set_watermark_source(&sh.watermark);
+      env.after(kReplicationTickNs, &WmCluster::replication_tick, this, s);
+    }
+    for (uint32_t co = 0; co < kCoordinators; ++co) {
       dist::WatermarkExchangeOptions o;
-      o.shard = s;
+      o.shard = co;  // a coordinator node: no watermark of its own (source nullptr)
       o.period_ns = 2 * kMs;
-      o.session = 15;  // the shard side's own calls: apart from nothing, any session works
-      auto ex = std::make_unique<dist::WatermarkExchange<SimEndpoint>>(*loops[shard_node(s)],
-                                                                       &sh.watermark, o);
-      for (uint32_t c = 0; c < kCoordinators; ++c) {
-        SHOAL_CHECK(ex->add_peer(*conns[c * kShards + s]->rpc[1]).ok());
+      auto ex = std::make_unique<dist::WatermarkExchange<SimEndpoint>>(*loops[coord_node(co)],
+                                                                       *watermarks[co], o);
+      for (uint32_t s = 0; s < kShards; ++s) {
+        SHOAL_CHECK(ex->add_link(s, *links[co * kShards + s]).ok());
       }
       if (cfg.exchange) ex->start();
       exchanges.push_back(std::move(ex));
-      env.after(kReplicationTickNs, &WmCluster::replication_tick, this, s);
     }
   }
 
@@ -234,8 +235,9 @@ struct RunResult {
   Outcomes outcomes;
   dist::CoordinatorStats coord;
   uint64_t piggybacked_rises = 0;  // raises by replies and exchange that moved an entry
-  uint64_t exchange_received = 0;
-  uint64_t exchange_malformed = 0;
+  uint64_t exchange_answered = 0;
+  uint64_t exchange_in_flight = 0;
+  uint64_t malformed = 0;
   NetworkStats net;
   int64_t total_balance = 0;
   size_t waiting_left = 0;
@@ -267,11 +269,12 @@ RunResult run(uint64_t seed, const RunConfig& cfg) {
   for (uint32_t co = 0; co < kCoordinators; ++co) {
     out.piggybacked_rises += c.watermarks[co]->stats().rises;
     out.waiting_left += c.watermarks[co]->waiting();
-    out.exchange_received += c.watermark_services[co]->received();
-    out.exchange_malformed += c.watermark_services[co]->malformed();
+    out.exchange_answered += c.exchanges[co]->stats().answered;
+    out.exchange_in_flight += c.exchanges[co]->in_flight();
   }
   for (uint32_t s = 0; s < kShards; ++s) {
     out.total_balance += balance_sum(*c.shards[s]->engine->find_table("accounts"));
+    out.malformed += c.services[s]->malformed();
   }
   return out;
 }
@@ -290,13 +293,14 @@ TEST(DistWatermarkSim, NoAckBeforeItsVectorIsReplicatedAndEveryCommitIsAcked) {
     ASSERT_EQ(o.ack_refused, 0u) << r.hint;
     ASSERT_EQ(r.waiting_left, 0u) << r.hint;
     ASSERT_EQ(r.coord.in_doubt, 0u) << r.hint;
-    ASSERT_EQ(r.exchange_malformed, 0u) << r.hint;
+    ASSERT_EQ(r.malformed, 0u) << r.hint;
+    ASSERT_EQ(r.exchange_in_flight, 0u) << r.hint;
     ASSERT_EQ(r.total_balance, kTotal) << "money not conserved; " << r.hint;
     sum.outcomes.committed += o.committed;
     sum.outcomes.failed += o.failed;
     sum.outcomes.ack_wait_ns_max = std::max(sum.outcomes.ack_wait_ns_max, o.ack_wait_ns_max);
     sum.piggybacked_rises += r.piggybacked_rises;
-    sum.exchange_received += r.exchange_received;
+    sum.exchange_answered += r.exchange_answered;
     sum_coordinator(r.coord, &sum.coord);
     sum.net.lost += r.net.lost;
     sum.net.duplicated += r.net.duplicated;
@@ -304,7 +308,7 @@ TEST(DistWatermarkSim, NoAckBeforeItsVectorIsReplicatedAndEveryCommitIsAcked) {
   }
   // The workload must really cross shards and the exchange must really carry watermarks.
   EXPECT_GT(sum.coord.cross_shard, sum.outcomes.committed / 3);
-  EXPECT_GT(sum.exchange_received, 0u);
+  EXPECT_GT(sum.exchange_answered, 0u);
   EXPECT_GT(sum.coord.timeouts, 0u);
   EXPECT_GT(sum.net.lost + sum.net.duplicated + sum.net.partition_drops, 0u);
   std::printf(
@@ -313,7 +317,7 @@ TEST(DistWatermarkSim, NoAckBeforeItsVectorIsReplicatedAndEveryCommitIsAcked) {
       "%.1f ms; net: %llu lost, %llu duplicated, %llu partition drops\n",
       seeds, (unsigned long long)sum.outcomes.committed, (unsigned long long)sum.coord.cross_shard,
       (unsigned long long)sum.outcomes.failed, (unsigned long long)sum.coord.timeouts,
-      (unsigned long long)sum.piggybacked_rises, (unsigned long long)sum.exchange_received,
+      (unsigned long long)sum.piggybacked_rises, (unsigned long long)sum.exchange_answered,
       sum.outcomes.ack_wait_ns_max / 1e6, (unsigned long long)sum.net.lost,
       (unsigned long long)sum.net.duplicated, (unsigned long long)sum.net.partition_drops);
 }

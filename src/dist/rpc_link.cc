@@ -325,6 +325,9 @@ Status ParticipantService::serve(uint16_t method, std::span<const uint8_t> reque
   Status s;
   if (method < wire::kMethodFirst || method > wire::kMethodLast) {
     s = Status::NotSupported(fmt::format("dist wire: method {}", method));
+  } else if (method == wire::kWatermark) {  // no transaction header
+    response->resize(0);
+    s = serve_watermark(request);
   } else if (!r.get(&id) || !r.get(&epoch)) {
     s = truncated("request header");
   } else {
@@ -500,6 +503,14 @@ Status ParticipantService::serve_validate_install(TxnId id, uint64_t epoch,
   Writer w(out->payload());
   w.put(tid);
   encode_vector(deps, w);
+  return Status::Ok();
+}
+
+Status ParticipantService::serve_watermark(std::span<const uint8_t> request) {
+  uint32_t shard = 0;
+  uint64_t w = 0;
+  SHOAL_TRY(wire::decode_watermark(request, &shard, &w));
+  if (vector_watermark_ != nullptr) return vector_watermark_->raise(shard, w);
   return Status::Ok();
 }
 

@@ -25,7 +25,8 @@
 // not replicate, i.e. everything it has is covered). The coordinator's RpcLink strips it and
 // raises its VectorWatermark's entry for the shard (vector_watermark.h): 8 bytes per reply.
 //   kWatermark 47 (the periodic exchange, watermark_exchange.h; not a transaction: no txn
-//                 header) shard u32, reserved u32 (0), watermark u64     empty
+//                 header) the asker's shard u32, reserved u32 (0),       empty (the trailer
+//                 the asker's shard watermark u64                        is the answer)
 // A non-Ok participant Status travels as the RPC response code (its message stays behind).
 // Bounds, checked before any loop or copy: key_words 1..8, out_bytes and size <= the engine's
 // kValueBytesMax, writes <= DistTxn::kWritesMax, vector entries <= DistTxn::kShardsMax, a
@@ -75,8 +76,8 @@ enum Method : uint16_t {
   kValidateInstall = 46,
 };
 inline constexpr uint16_t kMethodFirst = kRead;
-inline constexpr uint16_t kMethodLast = kValidateInstall;
-inline constexpr uint16_t kWatermark = 47;  // served by WatermarkService, not the participant
+inline constexpr uint16_t kWatermark = 47;
+inline constexpr uint16_t kMethodLast = kWatermark;
 inline constexpr size_t kWatermarkTrailerBytes = 8;
 inline constexpr size_t kWatermarkRequestBytes = 16;
 // What a shard without replication reports: every version it has is covered.
@@ -153,6 +154,9 @@ class ParticipantService {
     if (s.ok()) wire::append_watermark(me->watermark(), r.response);
     return s;
   }
+  // With a VectorWatermark (the worker's, on this loop), a kWatermark request raises the
+  // asker's entry with the asker's watermark. REQUIRES: outlives this.
+  void set_vector_watermark(VectorWatermark* vw) { vector_watermark_ = vw; }
   // Where the trailer's watermark comes from: the shard's ReplicationLeader::watermark()
   // (any thread may store it). Without one, kNoReplicationWatermark. REQUIRES: outlives this.
   void set_watermark_source(const std::atomic<uint64_t>* source) { watermark_source_ = source; }
@@ -172,6 +176,7 @@ class ParticipantService {
   Status serve_exec(TxnId id, uint64_t epoch, std::span<const uint8_t> rest, rt::MsgBuffer* out);
   Status serve_validate_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
                                 rt::MsgBuffer* out);
+  Status serve_watermark(std::span<const uint8_t> request);
   void arm_expiry();
   static void expiry_thunk(void* self, uint64_t);
 
@@ -182,6 +187,7 @@ class ParticipantService {
   uint64_t expiry_timer_ = 0;
   uint64_t malformed_ = 0;
   const std::atomic<uint64_t>* watermark_source_ = nullptr;
+  VectorWatermark* vector_watermark_ = nullptr;
 };
 
 struct RpcLinkOptions {
@@ -272,6 +278,21 @@ class RpcLink final : public ShardLink {
     rt::MsgBuffer req = rpc_.buffer(0);
     wire::encode_txn_only(id, epoch, &req);
     co_return co_await call_until_answered(id, wire::kAbort, std::move(req));
+  }
+  // The exchange (watermark_exchange.h): tells the shard ours (`own_watermark` of shard
+  // `own_shard`) and learns its watermark from the reply's trailer. One call: Timeout when it
+  // or its answer was lost (the next exchange asks again).
+  rt::Task<Status> exchange_watermark(uint32_t own_shard, uint64_t own_watermark) {
+    rt::MsgBuffer req = rpc_.buffer(0);
+    wire::encode_watermark(own_shard, own_watermark, &req);
+    auto reply = co_await rpc_.call(options_.first_session, wire::kWatermark, std::move(req),
+                                    options_.call_timeout_ns);
+    if (!reply.ok()) co_return annotate(reply.status());
+    std::span<const uint8_t> body;
+    Status s = strip_watermark(reply->payload(), &body);
+    if (s.ok()) s = wire::decode_empty_reply(body);
+    rpc_.recycle(std::move(*reply));
+    co_return s;
   }
   rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
                                     txn::DepVec* deps, uint64_t* tid,

@@ -1,24 +1,16 @@
 // VectorWatermark (monotone entries, coverage, parked waiters resumed only when covered, the
-// bound) and the watermark wire pieces (reply trailer, exchange request, WatermarkService).
+// bound) and the watermark wire pieces (reply trailer, the exchange request at a participant).
 #include "src/dist/vector_watermark.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "src/dist/watermark_exchange.h"
+#include "src/dist/rpc_link.h"
+#include "src/txn/engine.h"
 
 namespace shoal::dist {
 namespace {
-
-class ManualEnv final : public Env {
- public:
-  uint64_t now_ns() override { return now; }
-  uint64_t wall_us() override { return now / 1000; }
-  void sleep_ns(uint64_t ns) override { now += ns; }
-  uint64_t seed() override { return 7; }
-  uint64_t now = 1000;
-};
 
 txn::DepVec vec(std::initializer_list<std::pair<uint32_t, uint64_t>> entries) {
   txn::DepVec v;
@@ -40,8 +32,7 @@ rt::Task<void> waiter(VectorWatermark& vw, const txn::DepVec* v, int id, std::ve
 }
 
 TEST(VectorWatermark, EntriesOnlyGrowAndCoverageIsPerEntry) {
-  ManualEnv env;
-  rt::EventLoop loop(env);
+  rt::EventLoop loop(RealEnv::instance());  // no test here depends on time
   VectorWatermark vw(loop, 3, 4);
   EXPECT_TRUE(vw.covers(txn::DepVec{}));
   EXPECT_FALSE(vw.covers(vec({{1, 5}})));
@@ -60,8 +51,7 @@ TEST(VectorWatermark, EntriesOnlyGrowAndCoverageIsPerEntry) {
 }
 
 TEST(VectorWatermark, WaitersResumeOnlyOnceEveryEntryIsCovered) {
-  ManualEnv env;
-  rt::EventLoop loop(env);
+  rt::EventLoop loop(RealEnv::instance());  // no test here depends on time
   VectorWatermark vw(loop, 3, 8);
   const txn::DepVec a = vec({{0, 5}, {2, 9}});
   const txn::DepVec b = vec({{0, 3}});
@@ -96,8 +86,7 @@ TEST(VectorWatermark, WaitersResumeOnlyOnceEveryEntryIsCovered) {
 }
 
 TEST(VectorWatermark, BoundedWaitersAndReleaseAll) {
-  ManualEnv env;
-  rt::EventLoop loop(env);
+  rt::EventLoop loop(RealEnv::instance());  // no test here depends on time
   VectorWatermark vw(loop, 2, 2);
   const txn::DepVec v = vec({{1, 100}});
   std::vector<int> done;
@@ -134,37 +123,51 @@ TEST(WatermarkWire, TrailerSplitsOffAndShortRepliesAreRefused) {
   }
 }
 
-TEST(WatermarkWire, ServiceRaisesOnValidRequestsAndCountsMalformedOnes) {
-  ManualEnv env;
-  rt::EventLoop loop(env);
+// The exchange's request at the participant: answered with an empty body (the RPC path adds
+// the trailer), raising the asker's entry of the worker's VectorWatermark; malformed ones are
+// refused, counted and never applied.
+TEST(WatermarkWire, ParticipantServesTheExchangeAndCountsMalformedRequests) {
+  rt::EventLoop loop(RealEnv::instance());  // no test here depends on time
+  txn::EngineOptions eo;
+  eo.epoch_ticker = false;
+  txn::Engine engine(eo);
+  Participant participant(engine, 0);
+  ParticipantService service(participant, loop);
   VectorWatermark vw(loop, 2, 1);
-  WatermarkService service(vw);
-  rt::MsgBuffer req;
+  service.set_vector_watermark(&vw);
+  rt::MsgBuffer req, resp;
   wire::encode_watermark(1, 42, &req);
   const std::vector<uint8_t> good(req.payload().begin(), req.payload().end());
   ASSERT_EQ(good.size(), wire::kWatermarkRequestBytes);
-  ASSERT_TRUE(service.serve(good).ok());
+  ASSERT_TRUE(service.serve(wire::kWatermark, good, &resp).ok());
+  EXPECT_EQ(resp.size(), 0u);
   EXPECT_EQ(vw.get(1), 42u);
-  ASSERT_TRUE(service.serve(good).ok());  // a duplicate changes nothing
+  ASSERT_TRUE(service.serve(wire::kWatermark, good, &resp).ok());  // a duplicate: no change
   EXPECT_EQ(vw.get(1), 42u);
   for (size_t n = 0; n < good.size(); ++n) {  // every strict prefix
-    EXPECT_EQ(service.serve({good.data(), n}).code(), Code::kCorruption) << n;
+    EXPECT_EQ(service.serve(wire::kWatermark, {good.data(), n}, &resp).code(), Code::kCorruption)
+        << n;
   }
   std::vector<uint8_t> longer = good;
   longer.push_back(0);
-  EXPECT_EQ(service.serve(longer).code(), Code::kCorruption);
+  EXPECT_EQ(service.serve(wire::kWatermark, longer, &resp).code(), Code::kCorruption);
   std::vector<uint8_t> reserved = good;
   reserved[4] = 1;
-  Status s = service.serve(reserved);
+  Status s = service.serve(wire::kWatermark, reserved, &resp);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_NE(s.message().find("reserved"), std::string::npos) << s.to_string();
   wire::encode_watermark(2, 99, &req);  // no shard 2 in this cluster
-  s = service.serve(req.payload());
+  s = service.serve(wire::kWatermark, req.payload(), &resp);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
-  EXPECT_EQ(service.received(), 2u);
+  EXPECT_NE(s.message().find("shard 2"), std::string::npos) << s.to_string();
   EXPECT_EQ(service.malformed(), good.size() + 3);
   EXPECT_EQ(vw.get(0), 0u);
   EXPECT_EQ(vw.get(1), 42u);
+  // Without replication the trailer says "everything covered".
+  EXPECT_EQ(service.watermark(), wire::kNoReplicationWatermark);
+  std::atomic<uint64_t> leader_watermark{77};
+  service.set_watermark_source(&leader_watermark);
+  EXPECT_EQ(service.watermark(), 77u);
 }
 
 }  // namespace

@@ -1,113 +1,71 @@
-// The periodic watermark exchange (design section 4): what lets a shard learn another shard's
-// watermark when no 2PC reply brought it (a shard with no cross-shard traffic to us, or idle).
+// The periodic watermark exchange (design section 4): what lets a coordinator learn a shard's
+// watermark when no 2PC reply brings it (its transactions with that shard are done, or it
+// never talked to it and a vector names it through a dependency).
 //
-//   WatermarkExchange  on a shard: every period_ns it reads the shard's own watermark (the
-//                      ReplicationLeader's atomic) and sends it (wire::kWatermark, 16 bytes) to
-//                      each peer that has not acknowledged that value yet. At most one call in
-//                      flight per peer; a failed or timed-out call is simply sent again on a
-//                      later tick. A peer that acknowledged the current value gets nothing: an
-//                      idle cluster costs one timer per period and no messages. Optionally it
-//                      also raises the shard's own entry of a local VectorWatermark each tick.
-//   WatermarkService   on every node holding a VectorWatermark: decodes kWatermark requests
-//                      and raises the named shard's entry. Malformed requests are refused
-//                      (Corruption / InvalidArgument) and counted, never applied.
-// Entries only grow (VectorWatermark::raise keeps the maximum), so a late, duplicated or
-// reordered exchange message is harmless.
+// A WatermarkExchange runs on a coordinator's loop beside its VectorWatermark. Every period_ns:
+// it raises its own shard's entry from the local source (the ReplicationLeader's watermark,
+// if any), and, only while some transaction waits on the VectorWatermark, sends each linked
+// shard one kWatermark message (16 bytes: our shard and its watermark) over that shard's
+// RpcLink. The participant answers with the watermark trailer every reply carries, which the
+// link raises (rpc_link.h); a participant given the worker's VectorWatermark
+// (ParticipantService::set_vector_watermark) raises ours in turn. So each message informs both
+// sides, an idle node sends nothing (one timer per period), and a busy one at most one message
+// in flight per shard: a lost one times out and the next tick asks again. Entries only grow
+// (VectorWatermark::raise keeps the maximum), so late, duplicated or reordered answers are
+// harmless.
 //
-// Threads: each object belongs to one event loop; the source atomic may be written by any
-// thread. Bounds: at most kPeersMax peers, one call in flight each.
+// Threads: owned by the loop of the VectorWatermark and the links; the source atomic may be
+// written by any thread. Bounds: at most DistTxn::kShardsMax links, one call in flight each.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "shoal/status.h"
 #include "src/dist/rpc_link.h"
 #include "src/dist/vector_watermark.h"
 #include "src/runtime/event_loop.h"
-#include "src/runtime/rpc.h"
 #include "src/runtime/task.h"
 
 namespace shoal::dist {
 
-class WatermarkService {
- public:
-  explicit WatermarkService(VectorWatermark& watermark) : watermark_(watermark) {}
-  WatermarkService(const WatermarkService&) = delete;
-  WatermarkService& operator=(const WatermarkService&) = delete;
-
-  // REQUIRES: rpc runs on the watermark's loop.
-  template <net::TransportEndpoint E>
-  void attach(rt::RpcEndpoint<E>& rpc) {
-    rpc.handle_sync(wire::kWatermark, &serve_thunk, this);
-  }
-  // Decodes one request and raises the entry it names.
-  [[nodiscard]] Status serve(std::span<const uint8_t> request) {
-    uint32_t shard = 0;
-    uint64_t w = 0;
-    Status s = wire::decode_watermark(request, &shard, &w);
-    if (s.ok()) s = watermark_.raise(shard, w);
-    if (s.ok()) {
-      ++received_;
-    } else {
-      ++malformed_;
-    }
-    return s;
-  }
-  static Status serve_thunk(void* self, rt::RpcRequest& r) {
-    r.response->resize(0);
-    return static_cast<WatermarkService*>(self)->serve(r.payload);
-  }
-
-  uint64_t received() const { return received_; }
-  uint64_t malformed() const { return malformed_; }
-
- private:
-  VectorWatermark& watermark_;
-  uint64_t received_ = 0;
-  uint64_t malformed_ = 0;
-};
-
 struct WatermarkExchangeOptions {
-  uint32_t shard = 0;                     // the shard whose watermark this node sends
-  uint64_t period_ns = 2'000'000;         // how often the source is read
-  uint32_t session = 0;                   // the RPC session used on every peer endpoint
-  uint64_t call_timeout_ns = 50'000'000;  // per call; a timed-out value is sent again later
-  // Raised with the source each tick (the shard's own entry); nullptr: none.
-  VectorWatermark* local = nullptr;
+  uint32_t shard = 0;              // our shard: the entry `source` raises, named in messages
+  uint64_t period_ns = 2'000'000;  // how often the source is read and waiters looked at
+  // Our shard's watermark (ReplicationLeader::watermark()); nullptr: a node without a shard
+  // of its own (messages then carry 0, which raises nothing).
+  const std::atomic<uint64_t>* source = nullptr;
 };
 
 struct WatermarkExchangeStats {
   uint64_t ticks = 0;
   uint64_t sent = 0;
-  uint64_t acked = 0;
-  uint64_t failed = 0;  // timed out, refused, or no task room: sent again on a later tick
+  uint64_t answered = 0;
+  uint64_t failed = 0;  // timed out, refused, or no task room: asked again on a later tick
 };
 
 template <net::TransportEndpoint E>
 class WatermarkExchange {
  public:
-  static constexpr size_t kPeersMax = DistTxn::kShardsMax;
-
-  // REQUIRES: `source` outlives this object.
-  WatermarkExchange(rt::EventLoop& loop, const std::atomic<uint64_t>* source,
+  // REQUIRES: `watermark` (and options.source) outlive this object, on `loop`.
+  WatermarkExchange(rt::EventLoop& loop, VectorWatermark& watermark,
                     WatermarkExchangeOptions options)
-      : loop_(loop), source_(source), options_(options) {
-    SHOAL_ASSERT(source_ != nullptr && options_.period_ns > 0, "%s",
-                 "a watermark exchange needs a source and a period");
+      : loop_(loop), watermark_(watermark), options_(options) {
+    SHOAL_ASSERT(options_.period_ns > 0, "%s", "a watermark exchange needs a period");
   }
   ~WatermarkExchange() { stop(); }
   WatermarkExchange(const WatermarkExchange&) = delete;
   WatermarkExchange& operator=(const WatermarkExchange&) = delete;
 
-  // A node to keep informed. REQUIRES: rpc runs on this loop and outlives the exchange.
-  [[nodiscard]] Status add_peer(rt::RpcEndpoint<E>& rpc) {
-    if (peers_.size() >= kPeersMax) {
-      return Status::InvalidArgument(fmt::format("more than {} watermark peers", kPeersMax));
+  // Asks `shard` through `link`. REQUIRES: the link's options name `watermark` (so its
+  // replies raise it), runs on this loop and outlives the exchange.
+  [[nodiscard]] Status add_link(uint32_t shard, RpcLink<E>& link) {
+    if (shard >= watermark_.shards() || links_.size() >= DistTxn::kShardsMax) {
+      return Status::InvalidArgument(fmt::format("watermark exchange: shard {} of {} ({} links)",
+                                                 shard, watermark_.shards(), links_.size()));
     }
-    peers_.push_back(Peer{&rpc});
+    links_.push_back(Linked{shard, &link});
     return Status::Ok();
   }
   void start() {
@@ -119,12 +77,13 @@ class WatermarkExchange {
     if (timer_armed_) loop_.cancel_timer(timer_);
     timer_armed_ = false;
   }
+  size_t in_flight() const { return in_flight_; }
   const WatermarkExchangeStats& stats() const { return stats_; }
 
  private:
-  struct Peer {
-    rt::RpcEndpoint<E>* rpc;
-    uint64_t acked = 0;  // the highest value this peer acknowledged
+  struct Linked {
+    uint32_t shard;
+    RpcLink<E>* link;
     bool in_flight = false;
   };
 
@@ -139,41 +98,41 @@ class WatermarkExchange {
   void tick() {
     timer_armed_ = false;
     ++stats_.ticks;
-    const uint64_t w = source_->load(std::memory_order_acquire);
-    if (options_.local != nullptr) options_.local->raise(options_.shard, w).ignore();
-    for (size_t i = 0; i < peers_.size(); ++i) {
-      Peer& p = peers_[i];
-      if (p.in_flight || w <= p.acked) continue;
-      p.in_flight = true;
-      if (!loop_.spawn(send(i, w)).ok()) {
-        p.in_flight = false;  // no task room now: next tick
+    uint64_t own = 0;
+    if (options_.source != nullptr) {
+      own = options_.source->load(std::memory_order_acquire);
+      watermark_.raise(options_.shard, own).ignore();  // in range: checked by the caller's config
+    }
+    for (size_t i = 0; watermark_.waiting() > 0 && i < links_.size(); ++i) {
+      Linked& l = links_[i];
+      if (l.in_flight) continue;
+      l.in_flight = true;
+      ++in_flight_;
+      if (!loop_.spawn(ask(i, own)).ok()) {
+        l.in_flight = false;  // no task room now: next tick
+        --in_flight_;
         ++stats_.failed;
       }
     }
     arm();
   }
-  rt::Task<void> send(size_t peer, uint64_t w) {
-    rt::RpcEndpoint<E>& rpc = *peers_[peer].rpc;
-    rt::MsgBuffer req = rpc.buffer(0);
-    wire::encode_watermark(options_.shard, w, &req);
+  rt::Task<void> ask(size_t i, uint64_t own) {
     ++stats_.sent;
-    auto reply = co_await rpc.call(options_.session, wire::kWatermark, std::move(req),
-                                   options_.call_timeout_ns);
-    Peer& p = peers_[peer];
-    p.in_flight = false;
-    if (!reply.ok()) {
+    Status s = co_await links_[i].link->exchange_watermark(options_.shard, own);
+    links_[i].in_flight = false;
+    --in_flight_;
+    if (s.ok()) {
+      ++stats_.answered;
+    } else {
       ++stats_.failed;
-      co_return;
     }
-    rpc.recycle(std::move(*reply));
-    ++stats_.acked;
-    p.acked = std::max(p.acked, w);
   }
 
   rt::EventLoop& loop_;
-  const std::atomic<uint64_t>* source_;
+  VectorWatermark& watermark_;
   WatermarkExchangeOptions options_;
-  std::vector<Peer> peers_;
+  std::vector<Linked> links_;
+  size_t in_flight_ = 0;
   bool running_ = false;
   bool timer_armed_ = false;
   uint64_t timer_ = 0;
