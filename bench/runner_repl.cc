@@ -13,18 +13,12 @@
 #include <fmt/format.h>
 
 #include "src/cluster/config.h"
-#include "src/txn/record.h"
+#include "src/repl/bootstrap.h"
 
 namespace shoal::bench {
 namespace {
 
 constexpr uint64_t kNsPerSec = 1'000'000'000;
-
-repl::FsyncPolicy fsync_of(const std::string& s) {
-  if (s == "none") return repl::FsyncPolicy::kNone;
-  if (s == "always") return repl::FsyncPolicy::kAlways;
-  return repl::FsyncPolicy::kBatch;
-}
 
 std::string tail(const std::string& path, size_t lines) {
   std::ifstream in(path);
@@ -81,7 +75,9 @@ Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload,
   std::error_code ec;
   std::filesystem::create_directories(lo.wal_dir, ec);
   if (ec) return Status::IOError("cannot create " + lo.wal_dir + ": " + ec.message());
-  lo.fsync = fsync_of(options.fsync);
+  auto fsync = repl::parse_fsync(options.fsync, "--fsync");
+  if (!fsync.ok()) return fsync.status();
+  lo.fsync = *fsync;
   lo.paxos = repl::paxos_options_for_rtt(rtt_ns);
   lo.schema = repl::Schema::of(engine, workload.name());
   auto leader = repl::ReplicationLeader::start(lo, engine);
@@ -102,7 +98,8 @@ Status ReplicatedRun::spawn_followers(const RunOptions& options) {
   auto config = cluster::make_local_config(1, options.replicas, options.workers, 1, 20000);
   if (!config.ok()) return config.status();
   config->name = "bench";
-  config->shards[0].replicas[0].port = leader_->port();
+  // Followers dial cluster::replication_port(replica 0) = its port + 1.
+  config->shards[0].replicas[0].port = static_cast<uint16_t>(leader_->port() - 1);
   for (uint32_t a = 0; a < options.replicas; ++a) {
     for (uint32_t b = a + 1; b < options.replicas; ++b) {
       config->wan.push_back(
@@ -171,54 +168,18 @@ std::string ReplicatedRun::follower_logs() const {
 }
 
 Status ReplicatedRun::bootstrap(txn::Engine& engine, ReplicationResult* result) {
-  Env& env = engine.env();
-  const uint64_t start_ns = env.now_ns();
-  // No transaction runs yet: every later commit reads an epoch >= this one, so its TID is
-  // above S, and every loaded version is at or below the current epoch.
-  snapshot_tid_ = (engine.epoch() << 32) - 1;
-  repl::StreamAppender& a = leader_->appender(0);
-  constexpr size_t kRowsPerRecord = 64;
-  std::vector<uint64_t> keys(kRowsPerRecord * 8);
-  std::vector<repl::TxnWrite> writes;
-  writes.reserve(kRowsPerRecord);
-  size_t record_bytes = 0;
-  auto emit = [&] {
-    if (writes.empty()) return;
-    a.append_record(snapshot_tid_, {}, writes);
-    writes.clear();
-    record_bytes = 0;
-    ++result->bootstrap_records;
-  };
-  for (const auto& table : engine.tables()) {
-    const size_t kw = table->key_words();
-    table->scan_committed([&](const uint64_t* key, const void* value, uint32_t size, uint64_t) {
-      const size_t bytes = repl::log_write_bytes(kw, size);
-      if (writes.size() == kRowsPerRecord || record_bytes + bytes > 256 * 1024) emit();
-      uint64_t* k = keys.data() + writes.size() * 8;
-      std::copy(key, key + kw, k);
-      // Values stay where they are: nothing changes the engine until the run starts.
-      writes.push_back({table->id(), repl::WriteOp::kInsert, {k, kw},
-                        {static_cast<const std::byte*>(value), size}});
-      record_bytes += bytes;
-      return true;
-    });
-    emit();
+  auto done = repl::bootstrap_followers(*leader_, engine, 300'000);
+  if (!done.ok()) {
+    return Status::Unavailable(done.status().message() + "; follower logs:" + follower_logs());
   }
-  for (uint32_t s = 0; s < leader_->streams(); ++s) leader_->appender(s).finish(snapshot_tid_);
-  auto reports = leader_->collect_reports(snapshot_tid_, false, false, 300'000);
-  if (!reports.ok()) {
-    return Status::Unavailable(reports.status().message() + "; follower logs:" +
-                               follower_logs());
-  }
-  result->bootstrap_s = static_cast<double>(env.now_ns() - start_ns) / kNsPerSec;
+  snapshot_tid_ = done->snapshot_tid;
+  result->bootstrap_records = done->records;
+  result->bootstrap_s = static_cast<double>(done->ns) / kNsPerSec;
   return Status::Ok();
 }
 
 uint64_t ReplicatedRun::close_streams() {
-  uint64_t floor = snapshot_tid_;
-  for (uint32_t s = 0; s < leader_->streams(); ++s) {
-    floor = std::max(floor, leader_->appender(s).last_commit_tid());
-  }
+  const uint64_t floor = repl::closing_floor(*leader_, snapshot_tid_);
   for (uint32_t s = 0; s < leader_->streams(); ++s) leader_->appender(s).finish(floor);
   final_tid_ = floor;
   return floor;

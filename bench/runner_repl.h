@@ -4,11 +4,9 @@
 // die), the initial state shipped through the log, and at the end digests and checks from
 // every follower.
 //
-// Bootstrap: a follower starts empty; after the load, stream 0 logs every live record as an
-// insert at the snapshot TID S (below any TID a transaction can still get) and every stream
-// seals a floor entry at S, so the initial state reaches followers through Paxos and their
-// WALs like everything else (a restarted follower recovers it from its WAL). The run starts
-// once every follower has installed it, so bootstrap replay does not overlap the measurement.
+// Bootstrap and close: src/repl/bootstrap.h (shared with the shard servers). The run starts
+// once every follower has installed the initial state, so bootstrap replay does not overlap
+// the measurement.
 //
 // Threads: the runner's main thread, except leader() which workers use.
 #pragma once

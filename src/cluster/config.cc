@@ -123,6 +123,21 @@ Status validate_shards(const ClusterConfig& c) {
     }
     by_range.push_back(&s);
   }
+  if (c.replicas_per_shard > 1) {
+    // Every leader also listens on replication_port(): no other address may take it.
+    for (size_t i = 0; i < c.shards.size(); ++i) {
+      const Replica& leader = c.shards[i].replicas[0];
+      const std::string field = fmt::format("shard[{}].replica[0].port", i);
+      if (leader.port == 65535) {
+        return field_error(field, "65535 leaves no replication port (port + 1)");
+      }
+      if (endpoints.count({leader.host, replication_port(leader)}) != 0) {
+        return field_error(field, fmt::format("its replication port {}:{} (port + 1) is another "
+                                              "replica's address",
+                                              leader.host, replication_port(leader)));
+      }
+    }
+  }
   std::sort(by_range.begin(), by_range.end(),
             [](const Shard* a, const Shard* b) { return a->partition_lo < b->partition_lo; });
   for (size_t i = 1; i < by_range.size(); ++i) {
@@ -341,7 +356,8 @@ Result<ClusterConfig> make_local_config(uint32_t shards, uint32_t replicas, uint
     return Status::InvalidArgument(
         fmt::format("{} partitions cannot be split over {} shards", partitions, shards));
   }
-  if (uint64_t{base_port} + uint64_t{shards} * replicas > 65535) {
+  const uint32_t ports_per_replica = replicas > 1 ? 2 : 1;
+  if (uint64_t{base_port} + uint64_t{shards} * replicas * ports_per_replica > 65535) {
     return Status::InvalidArgument("ports past 65535: lower the base port");
   }
   ClusterConfig c;
@@ -356,7 +372,8 @@ Result<ClusterConfig> make_local_config(uint32_t shards, uint32_t replicas, uint
     shard.partition_lo = 1 + partitions * s / shards;
     shard.partition_hi = 1 + partitions * (s + 1) / shards;
     for (uint32_t r = 0; r < replicas; ++r) {
-      shard.replicas.push_back(Replica{c.regions[r].name, "127.0.0.1", port++});
+      shard.replicas.push_back(Replica{c.regions[r].name, "127.0.0.1", port});
+      port = static_cast<uint16_t>(port + ports_per_replica);
     }
     c.shards.push_back(std::move(shard));
   }

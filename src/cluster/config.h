@@ -37,6 +37,12 @@ struct Replica {
   uint16_t port = 0;
 };
 
+// Where a shard's leader listens for its followers (src/repl/leader.h) when the shard has
+// replicas: the port after its own. validate() keeps that port free of other addresses.
+inline uint16_t replication_port(const Replica& leader) {
+  return static_cast<uint16_t>(leader.port + 1);
+}
+
 // A shard owns the workload partition keys [partition_lo, partition_hi) (TPC-C: warehouse
 // ids). Replica 0 is the leader at start.
 struct Shard {
@@ -74,7 +80,7 @@ struct ClusterConfig {
 
 // A local cluster on 127.0.0.1: `shards` shards, each with `replicas` replicas in as many
 // regions (region-0 holds every leader), partition keys 1..partitions split evenly, ports
-// from base_port up.
+// from base_port up (two per replica when replicas > 1: its own and replication_port()).
 [[nodiscard]] Result<ClusterConfig> make_local_config(uint32_t shards, uint32_t replicas,
                                                       uint32_t workers, uint64_t partitions,
                                                       uint16_t base_port);

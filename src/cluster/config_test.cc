@@ -36,11 +36,11 @@ port = 7000
 [[shard.replica]]
 region = "eu"
 host = "127.0.0.1"
-port = 7001
+port = 7002
 [[shard.replica]]
 region = "ap"
 host = "127.0.0.1"
-port = 7002
+port = 7004
 )";
 
 TEST(ClusterConfig, ParsesAGoodFile) {
@@ -79,8 +79,11 @@ TEST(ClusterConfig, BadConfigsNameTheField) {
       {"workers = 2", "workers = \"two\"", "cluster.workers: expected an integer"},
       {"region = \"eu\"\nhost", "region = \"mars\"\nhost",
        "shard[0].replica[1].region: unknown region 'mars'"},
-      {"port = 7001", "port = 7000", "address 127.0.0.1:7000 is used twice"},
-      {"port = 7002", "port = 70000", "shard[0].replica[2].port"},
+      {"port = 7002", "port = 7000", "address 127.0.0.1:7000 is used twice"},
+      {"port = 7004", "port = 70000", "shard[0].replica[2].port"},
+      {"port = 7002", "port = 7001",
+       "shard[0].replica[0].port: its replication port 127.0.0.1:7001 (port + 1) is another"},
+      {"port = 7000", "port = 65535", "shard[0].replica[0].port: 65535 leaves no replication"},
       {"partition_hi = 3", "partition_hi = 1", "shard[0].partition"},
       {"replicas = 3", "replicas = 2", "has 3 replicas, cluster.replicas is 2"},
       {"jitter_ms = 2.0", "jitter_ms = 99.0", "wan[0].jitter_ms"},

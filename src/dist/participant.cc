@@ -286,6 +286,7 @@ Status Participant::install(TxnId id, uint64_t epoch, uint64_t tid, const txn::D
         slot->proposed_tid, shard_id_));
   }
   slot->txn->install_and_unlock(tid, &vector);
+  if (commit_hook_ != nullptr) commit_hook_(commit_hook_ctx_, *slot->txn);
   finish(id, slot, Ended::kCommitted, tid);
   return Status::Ok();
 }
@@ -359,6 +360,7 @@ Status Participant::validate_install(TxnId id, uint64_t epoch, const txn::DepVec
   full.merge(*deps);
   full.raise(shard_id_, *tid);
   slot->txn->install_and_unlock(*tid, &full);
+  if (commit_hook_ != nullptr) commit_hook_(commit_hook_ctx_, *slot->txn);
   finish(id, slot, Ended::kCommitted, *tid);
   return Status::Ok();
 }

@@ -152,6 +152,14 @@ class Participant {
   [[nodiscard]] Status exec(TxnId id, uint64_t epoch, uint32_t fragment,
                             std::span<const uint8_t> args, std::span<uint8_t> out,
                             uint32_t* out_size, bool* wrote, uint64_t* proposed_tid = nullptr);
+  // Called on the participant's thread right after each install (install, validate_install)
+  // with the Txn that installed, before it ends: a replicated shard server's stream logs the
+  // transaction there (src/repl/appender.h), as the worker's own commits through
+  // txn::Worker::set_commit_hook. nullptr removes it. REQUIRES: as txn::CommitHook.
+  void set_commit_hook(txn::CommitHook hook, void* ctx) {
+    commit_hook_ = hook;
+    commit_hook_ctx_ = ctx;
+  }
   // The fragments exec() runs. REQUIRES: `table` outlives the participant.
   void set_fragments(const FragmentTable* table) { fragments_ = table; }
 
@@ -200,6 +208,8 @@ class Participant {
   const ParticipantOptions& options() const { return options_; }
 
  private:
+  txn::CommitHook commit_hook_ = nullptr;
+  void* commit_hook_ctx_ = nullptr;
   enum class Phase : uint8_t { kExecuting, kLocked, kPrepared };
   enum class Ended : uint8_t { kAborted, kCommitted };
   struct Slot {

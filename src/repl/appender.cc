@@ -1,5 +1,6 @@
 #include "src/repl/appender.h"
 
+#include <algorithm>
 #include <thread>
 
 namespace shoal::repl {
@@ -84,7 +85,9 @@ void StreamAppender::append_record(uint64_t tid, std::span<const txn::DepEntry> 
 
 void StreamAppender::append(const txn::Txn& txn) {
   const uint64_t tid = txn.last_commit_tid();
-  last_commit_tid_ = tid;
+  // A shard server's stream also logs its 2PC participant's installs, whose TIDs were proposed
+  // earlier and may be below this worker's last local commit: keep the highest.
+  last_commit_tid_ = std::max(last_commit_tid_, tid);
   writes_.clear();
   txn.for_each_write([this](const txn::WriteView& w) {
     writes_.push_back(TxnWrite{

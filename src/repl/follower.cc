@@ -196,14 +196,15 @@ void Follower::handle_control(std::span<const uint8_t> bytes) {
   } else if (type == "report") {
     const uint64_t target = j.value("target", uint64_t{0});
     const bool ready = applied_tid() >= target;
-    FollowerReport r =
-        report(ready && j.value("digest", false), ready && j.value("check", false));
+    const auto args = j.find("check_args");
+    FollowerReport r = report(ready && j.value("digest", false), ready && j.value("check", false),
+                              args == j.end() ? nlohmann::json() : *args);
     const std::string text = r.to_json().dump();
     send(kControlSession, std::as_bytes(std::span(text.data(), text.size())));
   }
 }
 
-FollowerReport Follower::report(bool digest, bool check) {
+FollowerReport Follower::report(bool digest, bool check, const nlohmann::json& check_args) {
   FollowerReport r;
   r.replica = options_.replica;
   r.applied_tid = applied_tid();
@@ -231,7 +232,7 @@ FollowerReport Follower::report(bool digest, bool check) {
   if (check) {
     if (check_tid_ != r.applied_tid) {
       check_failures_ = options_.check
-                            ? options_.check(*engine_, schema_ ? schema_->workload : "")
+                            ? options_.check(*engine_, schema_ ? schema_->workload : "", check_args)
                             : std::vector<std::string>{"no consistency checker in this replica"};
       check_tid_ = r.applied_tid;
     }

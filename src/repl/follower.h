@@ -45,8 +45,11 @@
 namespace shoal::repl {
 
 // Runs a workload's consistency conditions on a follower's engine: failures, empty when all
-// hold. Chosen by the schema's workload name (the replica command maps names to checks).
-using CheckFn = std::function<std::vector<std::string>(txn::Engine&, const std::string& workload)>;
+// hold. Chosen by the schema's workload name (the replica command maps names to checks);
+// `args` is what the leader's report request carried (null if nothing), e.g. the TPC-C
+// payments other shards hold for this shard's customers.
+using CheckFn = std::function<std::vector<std::string>(txn::Engine&, const std::string& workload,
+                                                       const nlohmann::json& args)>;
 
 struct FollowerOptions {
   uint32_t shard = 0;
@@ -84,7 +87,8 @@ class Follower {
   uint64_t applied_tid() const;
   uint64_t recovered_slots() const { return recovered_slots_; }
   // Status as sent to the leader (digest and check computed on demand, cached per TID).
-  FollowerReport report(bool digest, bool check);
+  FollowerReport report(bool digest, bool check,
+                        const nlohmann::json& check_args = nlohmann::json());
 
  private:
   struct Stream;

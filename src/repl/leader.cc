@@ -99,6 +99,7 @@ Status ReplicationLeader::init() {
   loop_ = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
   peers_.resize(options_.replicas);
   reports_.resize(options_.replicas);
+  lost_.assign(options_.replicas, false);
   deferred_sync_ = !options_.wal_dir.empty() && options_.fsync != FsyncPolicy::kNone;
   options_.paxos.defer_self_ack = deferred_sync_;
   sync_.requested.assign(options_.streams, {0, 0});
@@ -374,6 +375,10 @@ void ReplicationLeader::accept_connections() {
             options_.receive_shapes.empty() ? net::LinkShape{} : options_.receive_shapes[replica];
         peers_[replica] =
             std::make_unique<Peer>(this, replica, std::move(greeting_[i]), shape);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          lost_[replica] = false;
+        }
         Peer* p = peers_[replica].get();
         rt::PollerWake wake;
         wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {
@@ -449,6 +454,8 @@ void ReplicationLeader::drop_peer(uint32_t replica, const Status& why) {
   loop_->remove_poller(peers_[replica].get());
   peers_[replica]->ep.close();
   peers_[replica].reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  lost_[replica] = true;
 }
 
 void ReplicationLeader::handle_control(uint32_t from, std::span<const uint8_t> bytes) {
@@ -496,14 +503,15 @@ Status ReplicationLeader::wait_leading(uint64_t timeout_ms) {
   return Status::Ok();
 }
 
-Result<std::vector<FollowerReport>> ReplicationLeader::collect_reports(uint64_t target_tid,
-                                                                       bool digest, bool check,
-                                                                       uint64_t timeout_ms) {
+Result<std::vector<FollowerReport>> ReplicationLeader::collect_reports(
+    uint64_t target_tid, bool digest, bool check, uint64_t timeout_ms,
+    const nlohmann::json& check_args, bool skip_lost) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& r : reports_) r.reset();
     report_request_ = {{"type", "report"}, {"target", target_tid}, {"digest", digest},
                        {"check", check}};
+    if (!check_args.is_null()) report_request_["check_args"] = check_args;
   }
   Env& env = RealEnv::instance();
   const uint64_t deadline = env.now_ns() + timeout_ms * 1'000'000;
@@ -518,6 +526,11 @@ Result<std::vector<FollowerReport>> ReplicationLeader::collect_reports(uint64_t 
                            (!digest || rep->digest_done) && (!check || rep->checked);
         if (ready) {
           out.push_back(*rep);
+        } else if (skip_lost && lost_[r]) {
+          FollowerReport gone;
+          gone.replica = r;
+          gone.lost = true;
+          out.push_back(std::move(gone));
         } else {
           lagging += fmt::format(" {}(applied {})", r, rep ? rep->applied_tid : 0);
         }

@@ -103,10 +103,12 @@ class ReplicationLeader {
   // Blocks until every stream leads (so a majority is connected). Timeout otherwise.
   [[nodiscard]] Status wait_leading(uint64_t timeout_ms);
   // Asks every follower for its status until each has applied `target_tid` (and computed its
-  // digest / run its check when asked), or timeout_ms passes (Timeout naming who lags).
-  [[nodiscard]] Result<std::vector<FollowerReport>> collect_reports(uint64_t target_tid,
-                                                                    bool digest, bool check,
-                                                                    uint64_t timeout_ms);
+  // digest / run its check, with `check_args` passed to its CheckFn, when asked), or
+  // timeout_ms passes (Timeout naming who lags). With skip_lost, a follower whose connection
+  // was lost (and not re-established) is not waited for: its report says lost.
+  [[nodiscard]] Result<std::vector<FollowerReport>> collect_reports(
+      uint64_t target_tid, bool digest, bool check, uint64_t timeout_ms,
+      const nlohmann::json& check_args = nullptr, bool skip_lost = false);
   // Stops the replication thread and closes the connections (followers then exit).
   void stop();
   // After stop(), or approximate while running.
@@ -169,6 +171,7 @@ class ReplicationLeader {
   nlohmann::json report_request_;  // null: none
   uint64_t report_target_ = 0;
   std::vector<std::optional<FollowerReport>> reports_;
+  std::vector<bool> lost_;  // by replica: was connected, connection gone
   LeaderStats stats_;  // under mu_ when read from outside
 };
 

@@ -7,7 +7,8 @@
 // run):
 //   follower -> leader  {"type":"hello","replica":r}
 //   leader -> follower  {"type":"schema","tables":[{"name":..,"key_words":..}],"workload":..}
-//   leader -> follower  {"type":"report","target":tid,"digest":bool,"check":bool}
+//   leader -> follower  {"type":"report","target":tid,"digest":bool,"check":bool,
+//                        "check_args":any (optional, handed to the follower's CheckFn)}
 //   follower -> leader  {"type":"status", ... FollowerReport fields}
 //
 // Threads: plain data and pure functions.
@@ -57,6 +58,7 @@ struct FollowerReport {
   uint64_t wal_bytes = 0;
   uint64_t recovered_slots = 0;  // restored from the WAL at start
   uint64_t chosen_slots = 0;     // over all streams
+  bool lost = false;             // leader side only, never sent: the follower's connection is gone
 
   double replay_txns_per_cpu_sec() const {
     return replay_cpu_ns == 0 ? 0 : static_cast<double>(replay_txns) * 1e9 / replay_cpu_ns;

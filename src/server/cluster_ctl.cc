@@ -17,6 +17,7 @@
 #include "src/server/control.h"
 #include "src/server/dist_micro.h"
 #include "src/server/process.h"
+#include "src/server/repl_ctl.h"
 
 namespace shoal::server {
 namespace fs = std::filesystem;
@@ -29,18 +30,23 @@ std::string run_dir_of(const ClusterOptions& o, const cluster::ClusterConfig& c)
   return o.run_dir.empty() ? fmt::format(".shoal/{}", c.name) : o.run_dir;
 }
 
-std::string pid_path(const std::string& dir, uint32_t shard) {
-  return fmt::format("{}/shard-{}.pid", dir, shard);
+// Replica 0 is the shard server; r >= 1 its `shoal replica` followers.
+std::string pid_path(const std::string& dir, uint32_t shard, uint32_t replica = 0) {
+  return replica == 0 ? fmt::format("{}/shard-{}.pid", dir, shard)
+                      : fmt::format("{}/shard-{}-replica-{}.pid", dir, shard, replica);
 }
 
-// The pid in a pid file, if that process is still a `shoal server` (not a reused pid).
-pid_t live_server_pid(const std::string& path) {
+// The pid in a pid file, if that process is still a `shoal server` (replica 0) or a
+// `shoal replica` (not a reused pid).
+pid_t live_server_pid(const std::string& path, uint32_t replica = 0) {
   std::ifstream in(path);
   long pid = 0;
   if (!(in >> pid) || pid <= 0) return -1;
   std::ifstream cmd(fmt::format("/proc/{}/cmdline", pid));
   std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-  if (args.find(std::string("server\0--config", 15)) == std::string::npos) return -1;
+  const std::string command =
+      replica == 0 ? std::string("server\0--config", 15) : std::string("replica\0--config", 16);
+  if (args.find(command) == std::string::npos) return -1;
   ServerProcess p;
   p.pid = static_cast<pid_t>(pid);
   return alive(p) ? p.pid : -1;
@@ -78,20 +84,29 @@ Status cluster_up(const ClusterOptions& o) {
   so.workers = o.workers;
   so.keys_per_partition = o.keys_per_partition;
   so.workload = o.workload;
+  so.fsync = o.fsync;
   auto procs = spawn_servers(*config, so);
   if (!procs.ok()) return procs.status();
   for (const auto& p : *procs) {
-    std::ofstream(pid_path(dir, p.shard)) << p.pid << "\n";
+    std::ofstream(pid_path(dir, p.shard, p.replica)) << p.pid << "\n";
   }
   ControlClient client(*config);
   if (Status s = wait_ready(client, *procs, o.ready_timeout_ms); !s.ok()) {
     stop_servers(*procs, o.stop_timeout_ms);
-    for (const auto& p : *procs) fs::remove(pid_path(dir, p.shard), ec);
+    for (const auto& p : *procs) fs::remove(pid_path(dir, p.shard, p.replica), ec);
     return s;
   }
-  for (const auto& p : *procs) print_shard_line(p.shard, *config, fmt::format("up  pid {}", p.pid));
-  fmt::print("cluster '{}': {} shard{} up; run dir {}\n", config->name, procs->size(),
-             procs->size() == 1 ? "" : "s", dir);
+  for (const auto& p : *procs) {
+    if (p.replica == 0) {
+      print_shard_line(p.shard, *config, fmt::format("up  pid {}", p.pid));
+    } else {
+      fmt::print("  replica {} {:<21} up  pid {}\n", p.replica,
+                 fmt::format("({})", config->shards[p.shard].replicas[p.replica].region), p.pid);
+    }
+  }
+  fmt::print("cluster '{}': {} shard{} x {} replica{} up; run dir {}\n", config->name,
+             config->shards.size(), config->shards.size() == 1 ? "" : "s",
+             config->replicas_per_shard, config->replicas_per_shard == 1 ? "" : "s", dir);
   return Status::Ok();
 }
 
@@ -117,6 +132,15 @@ Status cluster_status(const ClusterOptions& o) {
                     pong->value("workers", 0), pong->value("keys_lo", 0), pong->value("keys_hi", 0),
                     pong->value("running", false) ? " running a load" : "",
                     unreachable.empty() ? "" : "; lost shards " + unreachable));
+    // Followers: known here only by their pid files (they serve no control port).
+    const std::string dir = run_dir_of(o, *config);
+    for (uint32_t r = 1; r < config->shards[s].replicas.size(); ++r) {
+      const pid_t pid = live_server_pid(pid_path(dir, s, r), r);
+      fmt::print("  replica {} {:<21} {}\n", r,
+                 fmt::format("({})", config->shards[s].replicas[r].region),
+                 pid > 0 ? fmt::format("up    pid {}", pid)
+                         : fmt::format("no live process in {}", pid_path(dir, s, r)));
+    }
   }
   if (!down.empty()) {
     return Status::Unavailable(fmt::format("{} of {} shards not answering (first: shard {})",
@@ -131,14 +155,20 @@ Status cluster_down(const ClusterOptions& o) {
   const std::string dir = run_dir_of(o, *config);
   std::vector<ServerProcess> procs;
   for (uint32_t s = 0; s < config->shards.size(); ++s) {
-    const pid_t pid = live_server_pid(pid_path(dir, s));
-    if (pid > 0) procs.push_back(ServerProcess{s, pid, false, ""});
+    for (uint32_t r = 0; r < config->shards[s].replicas.size(); ++r) {
+      const pid_t pid = live_server_pid(pid_path(dir, s, r), r);
+      if (pid > 0) procs.push_back(ServerProcess{s, r, pid, false, ""});
+    }
   }
   const size_t killed = stop_servers(procs, o.stop_timeout_ms);
   std::error_code ec;
-  for (uint32_t s = 0; s < config->shards.size(); ++s) fs::remove(pid_path(dir, s), ec);
-  fmt::print("cluster '{}': stopped {} server{}{}\n", config->name, procs.size(),
-             procs.size() == 1 ? "" : "s",
+  for (uint32_t s = 0; s < config->shards.size(); ++s) {
+    for (uint32_t r = 0; r < config->shards[s].replicas.size(); ++r) {
+      fs::remove(pid_path(dir, s, r), ec);
+    }
+  }
+  fmt::print("cluster '{}': stopped {} process{}{}\n", config->name, procs.size(),
+             procs.size() == 1 ? "" : "es",
              killed ? fmt::format(" ({} needed SIGKILL)", killed) : std::string());
   return Status::Ok();
 }
@@ -166,6 +196,21 @@ Status cluster_check(const ClusterOptions& o) {
     }
   }
   return first;
+}
+
+Status cluster_digest(const ClusterOptions& o) {
+  auto config = load(o.config_path);
+  if (!config.ok()) return config.status();
+  ControlClient client(*config);
+  const std::vector<ShardReplicaStates> states =
+      collect_replica_states(client, *config, {}, o.quiesce_timeout_ms);
+  std::string table;
+  nlohmann::json json;
+  const Status verdict = replica_verdict(states, &table, &json);
+  std::fputs(table.c_str(), stdout);
+  fmt::print("{}\n", verdict.ok() ? "identical: every replica of every shard matches its leader"
+                                  : verdict.to_string());
+  return verdict;
 }
 
 }  // namespace shoal::server

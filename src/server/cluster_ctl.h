@@ -2,10 +2,11 @@
 // starting shard server processes, finding out which answer, stopping them, and driving the
 // distributed microbenchmark from outside.
 //
-// Run directory (`cluster up`/`down`): <run_dir>/shard-<i>.pid and shard-<i>.log per shard;
-// run_dir defaults to .shoal/<cluster name>/. `down` signals only pids whose command line is a
-// `shoal server` (a stale pid file must not kill an unrelated process that reused the pid).
-// Stopping is SIGTERM, then SIGKILL after stop_timeout_ms.
+// Run directory (`cluster up`/`down`): <run_dir>/shard-<i>.pid and shard-<i>.log per shard,
+// shard-<i>-replica-<r>.{pid,log} and the WAL directory shard-<i>-replica-<r>/ per replica of
+// a replicated shard; run_dir defaults to .shoal/<cluster name>/. `down` signals only pids whose
+// command line is a `shoal server` or `shoal replica` (a stale pid file must not kill an unrelated
+// process that reused the pid). Stopping is SIGTERM, then SIGKILL after stop_timeout_ms.
 //
 // Benchmark: the servers generate the load themselves (shard_server.h); the controller sends
 // kStart to every shard, waits, polls kStats until every shard is done or gone, checks
@@ -34,6 +35,8 @@ struct ClusterOptions {
   uint64_t keys_per_partition = 1'000'000;
   uint64_t ready_timeout_ms = 60'000;
   uint64_t stop_timeout_ms = 10'000;
+  std::string fsync = "batch";  // `up`, replicated shards: every replica's WAL sync policy
+  uint64_t quiesce_timeout_ms = 120'000;  // `digest`: followers applying the closed floor
 };
 
 // Each prints its table to stdout; a non-Ok Status is the one-line reason for exit code 1.
@@ -43,6 +46,10 @@ struct ClusterOptions {
 // Reads every key of every shard with fresh transactions: Unavailable when a shard does not
 // answer, Aborted when a key is unreadable (a lock left behind).
 [[nodiscard]] Status cluster_check(const ClusterOptions& options);
+// Quiesces every shard (no load may run: kRepl close) and prints each replica's engine digest,
+// shard x replica; Corruption when a follower differs from its leader, Unavailable when a
+// shard or follower does not answer.
+[[nodiscard]] Status cluster_digest(const ClusterOptions& options);
 
 struct DistBenchOptions {
   std::string workload = "micro";         // micro, tpcc (dist_tpcc.h) or bank (dist_bank.h)
@@ -61,10 +68,19 @@ struct DistBenchOptions {
   std::string json_path;
   // Local run, test only: the servers skip read validation (the bank's checker must notice).
   bool unsafe_skip_read_validation = false;
+  // Local run: replicas per shard (1: none), leader included; followers are `shoal replica`
+  // processes in regions region-1.. at wan_rtt_ms / 2 one way from the leaders' region.
+  uint32_t replicas = 1;
+  double wan_rtt_ms = 0;
+  std::string fsync = "batch";  // every replica's WAL
+  int replica_nice = 10;        // followers' replay threads (they share this machine)
 };
 
 // Exit-code-shaped outcome: Ok; Unavailable (a shard went away or transactions failed: the
-// report says which); Corruption (consistency check failed); other errors from setup.
+// report says which); Corruption (consistency check failed on a leader or a follower, or a
+// follower's digest differs from its leader's); other errors from setup. Replicated shards
+// (local --replicas or a config with replicas > 1) are quiesced after the run and every
+// replica's digest and check reported (repl_ctl.h).
 [[nodiscard]] Status run_dist_bench(const DistBenchOptions& options);
 
 }  // namespace shoal::server

@@ -6,7 +6,7 @@
 // 60..64, beside the transaction protocol's 40..44). Requests and replies are JSON text
 // (human-debuggable, and off the data path), at most kControlBytesMax bytes each:
 //   kPing   60  {}                                   {"shard", "workers", "keys_lo", "keys_hi",
-//                                                     "pid", "running"}
+//                                                     "pid", "running", "replicas", "watermark"}
 //   kStart  61  {"seconds", "cross_shard_pct",       {} or InvalidArgument (already running,
 //                "inflight", "seed"}                     bad field)
 //   kStats  62  {}                                   {"done", "committed", ..., histograms}
@@ -15,6 +15,13 @@
 //   kHistory 64 {"worker", "from"}                   {"workers", "total", "dropped", "next",
 //                                                     "txns"}: workload bank, after a load: one
 //                                                     page of a worker's log (dist_bank.h)
+//   kRepl   65  {"step":"close"}                     {"closing"}: a replicated shard, after a
+//                                                     run: every stream seals a floor above
+//                                                     every TID committed (shard_server.h)
+//               {"step":"report","digest","check",   {"closed","done"} and when done: "floor",
+//                "payments","wait_ms"}                "leader_digest", "followers": [{replica,
+//                                                     lost, applied_tid, digest, checked,
+//                                                     check_failures, ...}]
 //
 // Threads: ControlClient owns a private EventLoop and runs it only inside call(); use it from
 // one thread. Every call is bounded by its timeout; a shard that is gone answers Unavailable
@@ -39,6 +46,7 @@ enum ControlMethod : uint16_t {
   kStats = 62,
   kScan = 63,
   kHistory = 64,
+  kRepl = 65,
 };
 inline constexpr size_t kControlBytesMax = 1 << 20;
 

@@ -22,6 +22,7 @@
 #include "src/server/dist_micro.h"
 #include "src/server/dist_tpcc.h"
 #include "src/server/process.h"
+#include "src/server/repl_ctl.h"
 
 namespace shoal::server {
 namespace fs = std::filesystem;
@@ -30,6 +31,7 @@ namespace {
 constexpr uint64_t kMs = 1'000'000;
 constexpr uint64_t kCallTimeoutMs = 5000;
 constexpr uint64_t kCollectGraceMs = 60'000;  // after the run: servers finish in-flight work
+constexpr uint64_t kQuiesceTimeoutMs = 300'000;  // followers applying the closed floor
 
 void sleep_ms(uint64_t ms) {
   timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * kMs)};
@@ -54,18 +56,44 @@ struct LocalCluster {
   }
 };
 
-// Free loopback ports: bind port 0 for each shard, then release them right before the
-// servers start (a small race with other programs, far smaller than a fixed base port).
-Result<std::vector<uint16_t>> free_ports(uint32_t count) {
-  std::vector<net::TcpListener> held;
-  std::vector<uint16_t> ports;
-  for (uint32_t i = 0; i < count; ++i) {
-    auto l = net::TcpListener::listen("127.0.0.1", 0);
-    if (!l.ok()) return l.status();
-    ports.push_back(l->port());
-    held.push_back(std::move(*l));
+// Free loopback ports for every replica of every shard, below the kernel's ephemeral range
+// (else the outgoing connections of the processes starting up may take one before its owner
+// binds it): bind each, then release them all right before the servers start (a small race
+// with other programs, far smaller than a fixed base port). A replicated shard's leader also
+// needs port + 1 (its replication port).
+Status assign_free_ports(cluster::ClusterConfig* config) {
+  constexpr uint32_t kAttemptsMax = 1000;
+  constexpr uint32_t kLowest = 10'000;
+  uint32_t ephemeral_lo = 32'768;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) {
+    range >> ephemeral_lo;
   }
-  return ports;
+  if (ephemeral_lo <= kLowest + 1000) ephemeral_lo = 65'535;  // odd kernel setting: use any
+  Rng rng(static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15ULL ^ RealEnv::instance().now_ns());
+  std::vector<net::TcpListener> held;
+  for (cluster::Shard& shard : config->shards) {
+    for (uint32_t r = 0; r < shard.replicas.size(); ++r) {
+      const bool pair = r == 0 && shard.replicas.size() > 1;
+      for (uint32_t attempt = 0;; ++attempt) {
+        if (attempt == kAttemptsMax) {
+          return Status::Unavailable(
+              fmt::format("no free loopback port in [{}, {})", kLowest, ephemeral_lo));
+        }
+        const auto port = static_cast<uint16_t>(rng.uniform(kLowest, ephemeral_lo - 2));
+        auto l = net::TcpListener::listen("127.0.0.1", port);
+        if (!l.ok()) continue;
+        if (pair) {
+          auto next = net::TcpListener::listen("127.0.0.1", static_cast<uint16_t>(port + 1));
+          if (!next.ok()) continue;  // taken: try another
+          held.push_back(std::move(*next));
+        }
+        held.push_back(std::move(*l));
+        shard.replicas[r].port = port;
+        break;
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
@@ -74,15 +102,20 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
     return Status::InvalidArgument(
         fmt::format("--warehouses: {} warehouses cannot fill {} shards", o.warehouses, o.shards));
   }
-  auto config =
-      cluster::make_local_config(o.shards, 1, o.workers, tpcc ? o.warehouses : o.shards, 10000);
+  auto config = cluster::make_local_config(o.shards, o.replicas, o.workers,
+                                           tpcc ? o.warehouses : o.shards, 10000);
   if (!config.ok()) return config.status();
   lc->config = std::move(*config);
   lc->config.transport =
       o.transport == "tcp" ? cluster::TransportKind::kTcp : cluster::TransportKind::kShm;
-  auto ports = free_ports(o.shards);
-  if (!ports.ok()) return ports.status();
-  for (uint32_t s = 0; s < o.shards; ++s) lc->config.shards[s].replicas[0].port = (*ports)[s];
+  SHOAL_TRY(assign_free_ports(&lc->config));
+  // Every region pair at half the round trip (region-0 holds the leaders).
+  for (uint32_t a = 0; a < o.replicas; ++a) {
+    for (uint32_t b = a + 1; b < o.replicas && o.wan_rtt_ms > 0; ++b) {
+      lc->config.wan.push_back(
+          {lc->config.regions[a].name, lc->config.regions[b].name, o.wan_rtt_ms / 2, 0});
+    }
+  }
   lc->config.name = fmt::format("bench-{}", getpid());
   SHOAL_TRY(lc->config.validate());
   lc->dir = (fs::temp_directory_path() / fmt::format("shoal-bench-{}", getpid())).string();
@@ -99,6 +132,8 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.workload = o.workload;
   so.die_with_parent = true;
   so.unsafe_skip_read_validation = o.unsafe_skip_read_validation;
+  so.fsync = o.fsync;
+  so.replica_nice = o.replica_nice;
   auto procs = spawn_servers(lc->config, so);
   if (!procs.ok()) return procs.status();
   lc->procs = std::move(*procs);
@@ -256,9 +291,11 @@ void check(ControlClient& client, const std::vector<ShardOutcome>& shards, const
 }
 
 // TPC-C across shards: each shard's HISTORY sums for other shards' customers go to the shard
-// owning the customer, which checks the conditions of its warehouses with them added in.
+// owning the customer, which checks the conditions of its warehouses with them added in. The
+// sums per owning shard are left in *payments (its followers' checks need them too).
 void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
-                const std::vector<ShardOutcome>& shards, bench::RunResult* r) {
+                const std::vector<ShardOutcome>& shards, bench::RunResult* r,
+                std::vector<nlohmann::json>* payments_out) {
   r->checked = true;
   for (const ShardOutcome& so : shards) {
     if (so.gone) {
@@ -268,11 +305,13 @@ void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
   }
   const WarehouseMap map(config);
   const uint32_t n = static_cast<uint32_t>(shards.size());
-  std::vector<nlohmann::json> payments(n, nlohmann::json::array());
+  std::vector<nlohmann::json>& payments = *payments_out;
+  payments.assign(n, nlohmann::json::array());
   for (uint32_t s = 0; s < n; ++s) {
     auto reply = client.call(s, kScan, {{"step", "payments"}}, 120'000);
     if (!reply.ok()) {
       r->check_failures.push_back(fmt::format("shard {}: {}", s, reply.status().to_string()));
+      payments.clear();
       return;
     }
     for (const auto& p : reply->value("payments", nlohmann::json::array())) {
@@ -408,10 +447,18 @@ void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards, 
   }
 }
 
+// The replicas' part of the report: digests and checks per shard and replica.
+struct ReplicationReport {
+  bool enabled = false;
+  std::string text;
+  nlohmann::json json;
+  Status verdict;
+};
+
 Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, uint32_t workers,
               const std::vector<ShardOutcome>& shards, const MicroStats& total, bench::RunResult& r,
-              const std::string& check_text = {},
-              const nlohmann::json& check_json = nlohmann::json::object()) {
+              const std::string& check_text, const nlohmann::json& check_json,
+              const ReplicationReport& repl) {
   std::string text = r.to_table();
   const std::string requested =
       o.workload == "tpcc"
@@ -478,6 +525,14 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
   }
   j["per_shard"] = per_shard;
   text += check_text;
+  if (repl.enabled) {
+    j["replicas"] = config.replicas_per_shard;
+    j["replication"] = repl.json;
+    j["replicas_identical"] = repl.verdict.ok();
+    text += repl.text;
+    text += repl.verdict.ok() ? "replicas: every follower identical to its leader\n"
+                              : "replicas: " + repl.verdict.to_string() + "\n";
+  }
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
   if (!o.json_path.empty()) {
@@ -501,6 +556,7 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
         fmt::format("{} transactions failed (first: {})", total.failed, total.first_error));
   }
   if (!r.consistent()) return Status::Corruption("consistency check failed");
+  if (repl.enabled && repl.verdict.code() == Code::kCorruption) return repl.verdict;
   return Status::Ok();
 }
 
@@ -560,14 +616,23 @@ Status run_dist_bench(const DistBenchOptions& o) {
   bench::RunResult r = make_result(o, shards, workers, total);
   std::string check_text;
   nlohmann::json check_json = nlohmann::json::object();
+  std::vector<nlohmann::json> payments;
   if (o.workload == "tpcc") {
-    check_tpcc(client, *config, outcomes, &r);
+    check_tpcc(client, *config, outcomes, &r, &payments);
   } else if (o.workload == "bank") {
     check_bank(client, outcomes, &r, &check_text, &check_json);
   } else {
     check(client, outcomes, total, &r);
   }
-  Status s = report(o, *config, workers, outcomes, total, r, check_text, check_json);
+  ReplicationReport repl;
+  repl.enabled = config->replicas_per_shard > 1;
+  if (repl.enabled) {
+    fmt::print(stderr, "quiescing: closing every stream, waiting for the followers...\n");
+    const std::vector<ShardReplicaStates> states =
+        collect_replica_states(client, *config, payments, kQuiesceTimeoutMs);
+    repl.verdict = replica_verdict(states, &repl.text, &repl.json);
+  }
+  Status s = report(o, *config, workers, outcomes, total, r, check_text, check_json, repl);
   if (!s.ok() && !local.dir.empty()) {
     local.keep_dir = true;
     fmt::print(stderr, "server logs kept in {}\n", local.dir);

@@ -108,11 +108,14 @@ bool crosses_shards(const TpccShardContext& ctx, const TpccInput& in) {
   return false;
 }
 
-// One attempt on the worker's Txn: begin, run, commit; nothing held afterwards.
-Status attempt_local(txn::Txn& txn, txn::Procedure proc, const void* args) {
+// One attempt on the worker's Txn: begin, run, commit (and the commit hook); nothing held
+// afterwards.
+Status attempt_local(const TpccShardContext& ctx, txn::Procedure proc, const void* args) {
+  txn::Txn& txn = ctx.local->txn();
   txn.begin();
   Status s = proc(txn, args, nullptr);
   if (s.ok()) s = txn.commit();
+  if (s.ok() && ctx.commit_hook != nullptr) ctx.commit_hook(ctx.commit_hook_ctx, txn);
   if (!s.ok()) txn.abort();
   txn.end();
   return s;
@@ -123,7 +126,7 @@ rt::Task<TpccOutcome> run_local(TpccShardContext& ctx, const TpccInput& in) {
   const txn::Procedure proc = procedure_of(in.type);
   const void* args = &in.new_order;  // every member of the union starts at its address
   for (uint32_t attempt = 0; attempt < ctx.local_retries_max; ++attempt) {
-    out.status = attempt_local(ctx.local->txn(), proc, args);
+    out.status = attempt_local(ctx, proc, args);
     if ((++ctx.local_runs & 63) == 0) ebr::quiesce();  // as txn::Worker::run does
     if (!out.status.is_aborted()) co_return out;
     ++out.conflicts;

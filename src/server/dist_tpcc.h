@@ -75,6 +75,10 @@ struct TpccShardContext {
   rt::EventLoop* loop = nullptr;
   uint32_t local_retries_max = 1000;
   uint64_t local_runs = 0;
+  // Called after each local commit, as txn::Worker::run calls its hook (a replicated shard:
+  // its stream's StreamAppender::commit_hook). nullptr: none.
+  txn::CommitHook commit_hook = nullptr;
+  void* commit_hook_ctx = nullptr;
 };
 
 // Outcome of one terminal transaction.

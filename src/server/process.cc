@@ -59,44 +59,93 @@ Result<std::string> self_exe() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+std::string process_name(const ServerProcess& p) {
+  return p.replica == 0 ? fmt::format("shard {}", p.shard)
+                        : fmt::format("shard {} replica {}", p.shard, p.replica);
+}
+
+namespace {
+
+// Forks and execs `args` with its output in p->log_path. IOError on a failed fork.
+Status spawn_one(std::vector<std::string> args, bool die_with_parent, ServerProcess* p) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  p->child = true;
+  const pid_t parent = getpid();
+  p->pid = fork();
+  if (p->pid < 0)
+    return Status::IOError(fmt::format("fork for {}: errno {}", process_name(*p), errno));
+  if (p->pid == 0)
+    exec_child(args[0].c_str(), argv.data(), p->log_path.c_str(), die_with_parent, parent);
+  return Status::Ok();
+}
+
+std::vector<std::string> server_args(const std::string& exe, const cluster::ClusterConfig& config,
+                                     const SpawnOptions& options, uint32_t s,
+                                     const std::string& data_dir) {
+  std::vector<std::string> args = {exe,
+                                   "server",
+                                   "--config",
+                                   options.config_path,
+                                   "--shard",
+                                   std::to_string(s),
+                                   "--keys-per-partition",
+                                   std::to_string(options.keys_per_partition),
+                                   "--workload",
+                                   options.workload};
+  if (options.workers != 0) {
+    args.push_back("--workers");
+    args.push_back(std::to_string(options.workers));
+  }
+  if (options.unsafe_skip_read_validation) args.push_back("--unsafe-skip-read-validation");
+  if (config.shards[s].replicas.size() > 1) {
+    args.insert(args.end(), {"--data-dir", fmt::format("{}/shard-{}-replica-0", data_dir, s),
+                             "--fsync", options.fsync});
+  }
+  return args;
+}
+
+}  // namespace
+
 Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& config,
                                                  const SpawnOptions& options) {
   auto exe = self_exe();
   if (!exe.ok()) return exe.status();
+  const std::string data_dir = options.data_dir.empty() ? options.log_dir : options.data_dir;
   std::vector<ServerProcess> procs;
   for (uint32_t s = 0; s < config.shards.size(); ++s) {
-    std::vector<std::string> args = {*exe,
-                                     "server",
-                                     "--config",
-                                     options.config_path,
-                                     "--shard",
-                                     std::to_string(s),
-                                     "--keys-per-partition",
-                                     std::to_string(options.keys_per_partition),
-                                     "--workload",
-                                     options.workload};
-    if (options.workers != 0) {
-      args.push_back("--workers");
-      args.push_back(std::to_string(options.workers));
+    for (uint32_t r = 0; r < config.shards[s].replicas.size(); ++r) {
+      ServerProcess p;
+      p.shard = s;
+      p.replica = r;
+      std::vector<std::string> args;
+      if (r == 0) {
+        p.log_path = fmt::format("{}/shard-{}.log", options.log_dir, s);
+        args = server_args(*exe, config, options, s, data_dir);
+      } else {
+        p.log_path = fmt::format("{}/shard-{}-replica-{}.log", options.log_dir, s, r);
+        args = {*exe,
+                "replica",
+                "--config",
+                options.config_path,
+                "--shard",
+                std::to_string(s),
+                "--replica",
+                std::to_string(r),
+                "--data-dir",
+                fmt::format("{}/shard-{}-replica-{}", data_dir, s, r),
+                "--fsync",
+                options.fsync,
+                "--replay-nice",
+                std::to_string(options.replica_nice)};
+      }
+      if (Status st = spawn_one(std::move(args), options.die_with_parent, &p); !st.ok()) {
+        stop_servers(procs, 2000);
+        return st;
+      }
+      procs.push_back(std::move(p));
     }
-    if (options.unsafe_skip_read_validation) args.push_back("--unsafe-skip-read-validation");
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ServerProcess p;
-    p.shard = s;
-    p.child = true;
-    p.log_path = fmt::format("{}/shard-{}.log", options.log_dir, s);
-    const pid_t parent = getpid();
-    p.pid = fork();
-    if (p.pid < 0) {
-      stop_servers(procs, 2000);
-      return Status::IOError(fmt::format("fork for shard {}: errno {}", s, errno));
-    }
-    if (p.pid == 0) {
-      exec_child(args[0].c_str(), argv.data(), p.log_path.c_str(), options.die_with_parent, parent);
-    }
-    procs.push_back(std::move(p));
   }
   return procs;
 }
@@ -134,16 +183,22 @@ Status wait_ready(ControlClient& client, const std::vector<ServerProcess>& procs
   const uint64_t deadline = now_ms() + timeout_ms;
   std::vector<bool> ready(procs.size(), false);
   size_t ready_count = 0;
+  for (size_t i = 0; i < procs.size(); ++i) {
+    if (procs[i].replica != 0) {  // followers: only watched for exiting
+      ready[i] = true;
+      ++ready_count;
+    }
+  }
   Status last;
   while (ready_count < procs.size()) {
     for (size_t i = 0; i < procs.size(); ++i) {
-      if (ready[i]) continue;
       const ServerProcess& p = procs[i];
       if (!alive(p)) {
-        return Status::Unavailable(fmt::format("shard {} (pid {}) exited during start-up; {}: {}",
-                                               p.shard, p.pid, p.log_path,
+        return Status::Unavailable(fmt::format("{} (pid {}) exited during start-up; {}: {}",
+                                               process_name(p), p.pid, p.log_path,
                                                tail_file(p.log_path, 3)));
       }
+      if (ready[i]) continue;
       auto pong = client.call(p.shard, kPing, nlohmann::json::object(), 500);
       if (pong.ok()) {
         ready[i] = true;
@@ -155,7 +210,7 @@ Status wait_ready(ControlClient& client, const std::vector<ServerProcess>& procs
     }
     if (ready_count == procs.size()) break;
     if (now_ms() >= deadline) {
-      return Status::Timeout(fmt::format("{} of {} shards not ready after {} ms (last: {})",
+      return Status::Timeout(fmt::format("{} of {} processes not ready after {} ms (last: {})",
                                          procs.size() - ready_count, procs.size(), timeout_ms,
                                          last.to_string()));
     }

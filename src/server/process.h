@@ -1,5 +1,7 @@
-// Shard server processes seen from a controller: spawn them (fork + exec of this binary),
-// wait until they answer kPing, and stop them (SIGTERM, then SIGKILL after a deadline).
+// Shard server processes seen from a controller: spawn them (fork + exec of this binary) with
+// the follower replicas of replicated shards (`shoal replica`), wait until the servers answer
+// kPing (a replicated server answers only once its followers installed its load), and stop
+// them all (SIGTERM, then SIGKILL after a deadline).
 //
 // Threads: the calling thread only. REQUIRES: spawn() from a process without other threads
 // (between fork and exec the child only calls async-signal-safe functions anyway).
@@ -19,6 +21,7 @@ namespace shoal::server {
 
 struct ServerProcess {
   uint32_t shard = 0;
+  uint32_t replica = 0;  // 0: the shard server (leader); >= 1: a `shoal replica` follower
   pid_t pid = -1;
   bool child = false;  // ours to waitpid (else: reaped by whoever adopted it)
   std::string log_path;
@@ -32,17 +35,26 @@ struct SpawnOptions {
   uint64_t keys_per_partition = 1'000'000;
   bool die_with_parent = false;  // PR_SET_PDEATHSIG; else the child starts its own session
   bool unsafe_skip_read_validation = false;  // test only: `--unsafe-skip-read-validation`
+  // Replicated shards: every replica's WAL in <data_dir>/shard-<s>-replica-<r> (empty: the
+  // log_dir), its sync policy, and the followers' replay nice level.
+  std::string data_dir;
+  std::string fsync = "batch";
+  int replica_nice = 0;
 };
+
+// What `who` is in messages: "shard 1" or "shard 1 replica 2".
+std::string process_name(const ServerProcess& p);
 
 // This executable's path (/proc/self/exe).
 [[nodiscard]] Result<std::string> self_exe();
 
-// Starts one `shoal server` per shard, stdout/stderr to <log_dir>/shard-<i>.log.
+// Starts one `shoal server` per shard, stdout/stderr to <log_dir>/shard-<i>.log, and for every
+// replica r >= 1 of every shard `shoal replica`, to <log_dir>/shard-<i>-replica-<r>.log.
 [[nodiscard]] Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& config,
                                                                const SpawnOptions& options);
 
-// Polls every shard with kPing until all answer or timeout_ms passes. A child that exits
-// meanwhile fails it at once, quoting the end of its log.
+// Polls every shard server with kPing until all answer or timeout_ms passes. A process (server
+// or follower) that exits meanwhile fails it at once, quoting the end of its log.
 [[nodiscard]] Status wait_ready(ControlClient& client, const std::vector<ServerProcess>& procs,
                                 uint64_t timeout_ms);
 

@@ -6,8 +6,10 @@
 
 #include "bench/tpcc/tpcc.h"
 #include "src/cluster/config.h"
+#include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
+#include "src/server/payments_json.h"
 
 namespace shoal::server {
 
@@ -24,9 +26,8 @@ Status run_replica(const ReplicaOptions& options) {
         fmt::format("--replica {}: shard {} has replicas 1..{} besides its leader (0)",
                     options.replica, options.shard, shard.replicas.size() - 1));
   }
-  if (options.fsync != "none" && options.fsync != "batch" && options.fsync != "always") {
-    return Status::InvalidArgument("--fsync must be none, batch or always, not " + options.fsync);
-  }
+  auto fsync = repl::parse_fsync(options.fsync, "--fsync");
+  if (!fsync.ok()) return fsync.status();
   const cluster::Replica& leader = shard.replicas[0];
   const cluster::Replica& me = shard.replicas[options.replica];
   const double one_way_ms = config->one_way_ms(leader.region, me.region);
@@ -37,7 +38,7 @@ Status run_replica(const ReplicaOptions& options) {
   fo.replica = options.replica;
   fo.replicas = static_cast<uint32_t>(shard.replicas.size());
   fo.leader_host = leader.host;
-  fo.leader_port = leader.port;
+  fo.leader_port = cluster::replication_port(leader);
   fo.receive_shape = {one_way_ns, 0};
   fo.data_dir = options.data_dir.empty() ? fmt::format(".shoal/{}/shard-{}-replica-{}",
                                                        config->name, options.shard, options.replica)
@@ -45,22 +46,29 @@ Status run_replica(const ReplicaOptions& options) {
   std::error_code ec;
   std::filesystem::create_directories(fo.data_dir, ec);
   if (ec) return Status::IOError("cannot create " + fo.data_dir + ": " + ec.message());
-  fo.fsync = options.fsync == "none"     ? repl::FsyncPolicy::kNone
-             : options.fsync == "always" ? repl::FsyncPolicy::kAlways
-                                         : repl::FsyncPolicy::kBatch;
+  fo.fsync = *fsync;
   fo.paxos = repl::paxos_options_for_rtt(2 * one_way_ns);
   fo.paxos.max_message_bytes =
       repl::replication_message_bytes(fo.paxos, repl::BatchLimits{}.batch_bytes_max);
-  fo.check = [](txn::Engine& engine, const std::string& workload) -> std::vector<std::string> {
-    if (workload == "tpcc") return bench::check_tpcc_conditions(engine, /*after_load=*/false);
-    return {};  // other workloads have no conditions over a bare engine; digests cover them
+  // TPC-C across shards: the leader passes the payments other shards hold for this shard's
+  // customers (the cluster-wide check, as on the shard servers: dist_tpcc.h).
+  fo.check = [](txn::Engine& engine, const std::string& workload,
+                const nlohmann::json& args) -> std::vector<std::string> {
+    if (workload != "tpcc") return {};  // no conditions over a bare engine; digests cover it
+    bench::ForeignPayments foreign;
+    const Status parsed = payments_from_json(
+        args.is_object() ? args.value("payments", nlohmann::json()) : nlohmann::json(),
+        "check_args.payments", &foreign);
+    if (!parsed.ok()) return {parsed.to_string()};
+    return bench::check_tpcc_conditions(engine, /*after_load=*/false, &foreign);
   };
   fo.replay_nice = options.replay_nice;
+  fo.connect_timeout_ms = options.connect_timeout_ms;
   auto follower = repl::Follower::open(fo);
   if (!follower.ok()) return follower.status();
   std::fprintf(stderr, "replica %u of shard %u: following %s:%u from %s (one-way %.1f ms)\n",
-               options.replica, options.shard, leader.host.c_str(), leader.port, me.region.c_str(),
-               one_way_ms);
+               options.replica, options.shard, leader.host.c_str(), fo.leader_port,
+               me.region.c_str(), one_way_ms);
   const Status s = (*follower)->run();
   std::fprintf(stderr, "replica %u: leader gone (%s); applied up to TID %lu\n", options.replica,
                s.to_string().c_str(), (*follower)->applied_tid());

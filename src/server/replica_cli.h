@@ -1,7 +1,8 @@
 // `shoal replica --config FILE --shard N --replica R`: one follower replica of one shard
-// (src/repl/follower.h) as a process. It dials the shard's leader (replica 0's address in the
-// config), delays what it receives by the config's one-way delay between the leader's region
-// and its own, keeps its WAL in --data-dir, and exits when the leader closes the connection.
+// (src/repl/follower.h) as a process. It dials the shard's leader (replica 0's
+// cluster::replication_port() in the config), delays what it receives by the config's one-way delay
+// between the leader's region and its own, keeps its WAL in --data-dir, and exits when the leader
+// closes the connection.
 //
 // Threads: the calling thread runs the follower's event loop.
 #pragma once
@@ -20,6 +21,8 @@ struct ReplicaOptions {
   std::string data_dir;  // empty: .shoal/<config name>/shard-<N>-replica-<R>
   std::string fsync = "batch";
   int replay_nice = 0;  // nice level of the replay thread
+  // Dialing the leader: a shard server listens for followers only after loading its data.
+  uint64_t connect_timeout_ms = 120'000;
 };
 
 [[nodiscard]] Status run_replica(const ReplicaOptions& options);

@@ -1,7 +1,8 @@
 // Integration tests of the shard server processes through the built `shoal` binary
 // (SHOAL_BINARY, set by CMake): a 2-shard micro run at 0% and 100% cross-shard, a bad config,
 // the cluster up/status/down round trip, a shard killed mid-run, and the bank's history check
-// (serializable and money conserved; a planted bug caught).
+// (serializable and money conserved; a planted bug caught); replicated shards: digests equal
+// on every replica, a dead follower does not stop its shard, a planted difference is found.
 //
 // Robustness on a loaded 2-core machine: every child runs under a deadline and is killed
 // (and reaped) when it passes; ports come from the kernel (bind to port 0); each test works
@@ -124,6 +125,52 @@ class ServerCli : public ::testing::Test {
     std::ofstream(config_) << toml;
     return config_;
   }
+  // A config of `shards` shards x `replicas` replicas (regions r0.. at 1 ms one way), every
+  // port below the ephemeral range (a process dialing out must not take a port its owner
+  // binds later: a leader's replication port, port + 1, is bound after its load).
+  std::string write_replicated_config(uint32_t shards, uint32_t replicas) {
+    std::string toml = fmt::format(
+        "[cluster]\nname = \"repltest\"\ntransport = \"tcp\"\nworkers = 1\nreplicas = {}\n",
+        replicas);
+    for (uint32_t r = 0; r < replicas; ++r)
+      toml += fmt::format("\n[[region]]\nname = \"r{}\"\n", r);
+    for (uint32_t r = 1; r < replicas; ++r) {
+      toml += fmt::format("\n[[wan]]\nfrom = \"r0\"\nto = \"r{}\"\none_way_ms = 1.0\n", r);
+    }
+    uint16_t port = low_port_pair();
+    for (uint32_t s = 0; s < shards; ++s) {
+      toml += fmt::format("\n[[shard]]\nid = {}\npartition_lo = {}\npartition_hi = {}\n", s, s + 1,
+                          s + 2);
+      for (uint32_t r = 0; r < replicas; ++r) {
+        toml += fmt::format(
+            "[[shard.replica]]\nregion = \"r{}\"\nhost = \"127.0.0.1\"\nport = {}\n", r, port);
+        port = static_cast<uint16_t>(port + 2);
+      }
+    }
+    config_ = path("cluster.toml");
+    std::ofstream(config_) << toml;
+    return config_;
+  }
+  // The first of 32 consecutive ports in [12000, 32000) that are free now.
+  static uint16_t low_port_pair() {
+    for (uint32_t attempt = 0; attempt < 200; ++attempt) {
+      const auto base = static_cast<uint16_t>(12000 + (getpid() * 7919 + attempt * 337) % 20000);
+      bool free = true;
+      for (uint16_t p = base; p < base + 32 && free; ++p) free = port_free(p);
+      if (free) return base;
+    }
+    return 12000;
+  }
+  static bool port_free(uint16_t port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(fd);
+    return ok;
+  }
   Outcome up() {
     return run({"cluster", "up", "--config", config_, "--run-dir", run_dir(),
                 "--keys-per-partition", "20000"},
@@ -188,7 +235,7 @@ TEST_F(ServerCli, ClusterUpStatusDownRoundTrip) {
   EXPECT_NE(o.output.find("already running"), std::string::npos) << o.output;
   o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
   EXPECT_EQ(o.exit_code, 0) << o.output;
-  EXPECT_NE(o.output.find("stopped 2 servers"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("stopped 2 processes"), std::string::npos) << o.output;
   o = run({"cluster", "status", "--config", config_}, 30);
   EXPECT_NE(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("DOWN"), std::string::npos) << o.output;
@@ -270,6 +317,95 @@ TEST_F(ServerCli, BankSkippedReadValidationIsCaught) {
   if (anomalies) {
     EXPECT_FALSE(j["anomalies"].empty());
   }
+}
+
+// 2 shards x 3 replicas: `cluster up` starts the followers, a run over the cluster ends with
+// every follower's store identical to its leader's, and so does `cluster digest`.
+TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
+  write_replicated_config(2, 3);
+  Outcome o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("2 shards x 3 replicas up"), std::string::npos) << o.output;
+  o = run({"cluster", "status", "--config", config_}, 30);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("replica 2 (r2)"), std::string::npos) << o.output;
+  const std::string json = path("repl.json");
+  o = run({"bench", "micro", "--cluster", config_, "--cross-shard-pct", "50", "--seconds", "1",
+           "--json", json},
+          120);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("replicas: every follower identical to its leader"), std::string::npos)
+      << o.output;
+  nlohmann::json j = read_json(json);
+  ASSERT_FALSE(j.is_discarded()) << o.output;
+  EXPECT_GT(j["committed"].get<uint64_t>(), 100u);
+  ASSERT_EQ(j["replication"].size(), 6u) << j.dump();
+  for (const auto& r : j["replication"]) EXPECT_EQ(r["equal_to_leader"], true) << r.dump();
+  o = run({"cluster", "digest", "--config", config_}, 120);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("stopped 6 processes"), std::string::npos) << o.output;
+}
+
+// A follower dies before the run: its shard (still a majority of 3) runs on without failures,
+// the run reports the follower lost, `cluster digest` reports it and exits 1 while the other
+// replicas stay identical.
+TEST_F(ServerCli, DeadFollowerDoesNotStopItsShard) {
+  write_replicated_config(2, 3);
+  Outcome o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  long victim = 0;
+  std::ifstream(run_dir() + "/shard-0-replica-2.pid") >> victim;
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(static_cast<pid_t>(victim), SIGKILL), 0);
+  const std::string json = path("repl-dead.json");
+  o = run({"bench", "micro", "--cluster", config_, "--cross-shard-pct", "50", "--seconds", "1",
+           "--json", json},
+          120);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("shard 0 replica 2: LOST"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("shard 0 replica 1: digest"), std::string::npos) << o.output;
+  nlohmann::json j = read_json(json);
+  ASSERT_FALSE(j.is_discarded()) << o.output;
+  EXPECT_GT(j["committed"].get<uint64_t>(), 100u);
+  EXPECT_EQ(j["failed"].get<uint64_t>(), 0u);
+  o = run({"cluster", "digest", "--config", config_}, 120);
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("shard 0 replica 2: LOST"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("shard 1 replica 2: digest"), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("DIFFERS"), std::string::npos) << o.output;
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("stopped 5 processes"), std::string::npos) << o.output;
+}
+
+// A leader that changes a record without logging it (a planted bug): `cluster digest` names
+// the replica that differs and exits 3.
+TEST_F(ServerCli, ClusterDigestFindsAPlantedDifference) {
+  write_replicated_config(1, 2);
+  const pid_t server = start({"server", "--config", config_, "--shard", "0", "--keys-per-partition",
+                              "2000", "--data-dir", path("r0"), "--unsafe-plant-divergence"},
+                             path("server.log"));
+  const pid_t follower = start(
+      {"replica", "--config", config_, "--shard", "0", "--replica", "1", "--data-dir", path("r1")},
+      path("follower.log"));
+  Outcome o;
+  for (int i = 0; i < 300; ++i) {  // ready: the follower installed the load (bounded: 60 s)
+    o = run({"cluster", "status", "--config", config_}, 10);
+    if (o.exit_code == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = run({"cluster", "digest", "--config", config_}, 60);
+  EXPECT_EQ(o.exit_code, 3) << o.output;
+  EXPECT_NE(o.output.find("shard 0 replica 1: digest"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("DIFFERS from the leader"), std::string::npos) << o.output;
+  kill(server, SIGTERM);
+  finish(server, path("server.log"), 30);
+  finish(follower, path("follower.log"), 30);  // exits once its leader is gone
+  config_.clear();                             // nothing for TearDown's `cluster down`
 }
 
 }  // namespace

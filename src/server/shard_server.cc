@@ -4,8 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -23,12 +25,15 @@
 #include "src/index/key.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
+#include "src/repl/bootstrap.h"
+#include "src/repl/leader.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
 #include "src/server/control.h"
 #include "src/server/dist_bank.h"
 #include "src/server/dist_micro.h"
 #include "src/server/dist_tpcc.h"
+#include "src/server/payments_json.h"
 #include "src/txn/engine.h"
 
 namespace shoal::server {
@@ -39,6 +44,13 @@ constexpr uint32_t kIncomingMax = 64;         // accepted connections per worker
 constexpr uint64_t kHealthTickNs = 20 * kMs;  // peer-death check and reaping period
 constexpr uint32_t kShardsMax = 64;           // down_mask_ is one bit per shard
 constexpr uint64_t kAcceptSliceMs = 100;      // main thread: how often it sees a signal
+// Replication stream ticks (StreamAppender::tick: aged batches, idle floors): often while
+// transactions commit (a batch waits at most this long past its age), rarely when idle so an
+// idle cluster does not write a floor entry to every WAL every millisecond.
+constexpr uint64_t kReplTickBusyNs = 1 * kMs;
+constexpr uint64_t kReplTickIdleNs = 50 * kMs;
+constexpr uint64_t kReplReportWaitMsMax =
+    2000;  // one kRepl report call blocks its loop at most this
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) {
@@ -114,6 +126,8 @@ struct Worker {
   uint64_t aborts_base = 0;
   MicroStats stats;
   BankHistory bank_log;  // workload bank: committed transactions (read after done, as published)
+  repl::StreamAppender* appender = nullptr;  // this worker's replication stream (replicated only)
+  uint64_t repl_txns_seen = 0;
 
   // Shared: written by the loop thread before done.store(release); read after an acquire.
   MicroStats published;
@@ -131,6 +145,9 @@ struct Worker {
   void health();
   void teardown();
   static void health_thunk(void* self, uint64_t);
+  static void repl_tick_thunk(void* self, uint64_t);
+  static void close_floor_thunk(void* self);
+  static void close_stream_thunk(void* self);
 };
 
 // The control methods (control.h) on an endpoint.
@@ -171,6 +188,15 @@ class ShardServer {
   Status on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out);
   Status on_history(std::span<const uint8_t> request, rt::MsgBuffer* out);
 
+  Status on_repl(std::span<const uint8_t> request, rt::MsgBuffer* out);
+  // The shard's replication leader; nullptr when the shard has a single replica. Its
+  // watermark() may be read from any thread.
+  repl::ReplicationLeader* replication() { return replication_.get(); }
+  // Stream close after a run (kRepl "close"), in two rounds of posts to every worker: each
+  // reports its stream's last TID, then each seals the floor above all of them.
+  void close_floor_from(uint64_t tid);
+  void close_stream(repl::StreamAppender& appender);
+
   void note_down(uint32_t shard) { down_mask_.fetch_or(uint64_t{1} << shard); }
   void load_finished() { running_.fetch_sub(1); }
 
@@ -178,6 +204,11 @@ class ShardServer {
   txn::EngineOptions engine_options() const;
   [[nodiscard]] Status load_table();
   [[nodiscard]] Status load_tpcc();
+  bool replicated() const { return config_.shards[options_.shard].replicas.size() > 1; }
+  [[nodiscard]] Status start_replication();
+  [[nodiscard]] Status plant_divergence();
+  [[nodiscard]] Status post_to_workers(void (*fn)(void*));
+  [[nodiscard]] Status repl_report(const nlohmann::json& request, rt::MsgBuffer* out);
   [[nodiscard]] Status make_worker(uint32_t index, uint64_t deadline_ns);
   [[nodiscard]] Status dial(Worker& w, uint32_t shard, uint64_t deadline_ns);
   template <typename E>
@@ -209,6 +240,14 @@ class ShardServer {
   std::mutex shm_mu_;
   std::vector<net::ShmEndpoint> shm_pending_;
   std::unique_ptr<ControlPlane> control_;  // transport shm only
+  // Replication (after engine_: the leader reads it; before workers_: they hold its appenders).
+  std::unique_ptr<repl::ReplicationLeader> replication_;
+  uint64_t snapshot_tid_ = 0;
+  std::mutex repl_mu_;                      // one kRepl call at a time (collect_reports)
+  std::atomic<bool> closing_{false};        // a close is in flight
+  std::atomic<uint32_t> close_pending_{0};  // workers yet to answer this round
+  std::atomic<uint64_t> close_floor_{0};    // max TID over the streams (round 1)
+  std::atomic<uint64_t> closed_floor_{0};   // every stream sealed this floor (0: not closed)
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint32_t> running_{0};  // workers with a load in flight
   std::atomic<uint64_t> down_mask_{0};
@@ -260,6 +299,7 @@ Status ShardServer::init(const ServerOptions& options) {
                                        listener.status().to_string()));
   }
   listener_ = std::move(*listener);
+  if (replicated()) SHOAL_TRY(start_replication());
   if (config_.transport == cluster::TransportKind::kShm) SHOAL_TRY(start_shm_acceptor());
   const uint64_t deadline_ns = RealEnv::instance().now_ns() + options_.connect_timeout_ms * kMs;
   for (uint32_t w = 0; w < options_.workers; ++w) SHOAL_TRY(make_worker(w, deadline_ns));
@@ -300,9 +340,10 @@ Status ShardServer::load_tpcc() {
         fmt::format("shards: partitions are warehouses, at most {}", bench::tpcc::kMaxWarehouses));
   }
   txn::EngineOptions eo = engine_options();
-  // No replication yet: every version is as stable as it gets once installed, so the
-  // vectorized watermark covers every dependency at once (EngineOptions).
-  eo.track_dependencies = false;
+  // Without replication every version is as stable as it gets once installed, so the
+  // vectorized watermark covers every dependency at once (EngineOptions); with it, versions
+  // carry the vectors acknowledgement will wait on.
+  eo.track_dependencies = replicated();
   engine_ = std::make_unique<txn::Engine>(eo);
   bench::TpccOptions to;
   to.warehouses = map.warehouses();
@@ -355,6 +396,12 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   co.max_retries = 1000;  // backoff caps each wait at 2 ms: a hot row on a loaded box
   co.backoff_loop = w->loop.get();
   w->coordinator = std::make_unique<dist::Coordinator>(co, links, &w->epoch);
+  if (replication_ != nullptr) {
+    // Both places this worker's thread commits: the participant (every coordinator's
+    // installs here) and, for TPC-C, the terminals' local Worker.
+    w->appender = &replication_->appender(index);
+    w->participant->set_commit_hook(&repl::StreamAppender::commit_hook, w->appender);
+  }
   if (tpcc_ != nullptr) {
     w->tpcc = std::make_unique<TpccShardContext>();
     w->tpcc->workload = tpcc_.get();
@@ -362,6 +409,10 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     w->tpcc->shard = options_.shard;
     w->tpcc->coordinator = w->coordinator.get();
     w->tpcc->local = engine_->make_worker();
+    if (w->appender != nullptr) {  // local transactions commit on its Txn (dist_tpcc.cc)
+      w->tpcc->commit_hook = &repl::StreamAppender::commit_hook;
+      w->tpcc->commit_hook_ctx = w->appender;
+    }
     w->tpcc->loop = w->loop.get();
   }
   workers_.push_back(std::move(w));
@@ -434,6 +485,11 @@ Status ShardServer::serve() {
     Worker* wp = w.get();
     auto timer = wp->loop->add_timer(wp->loop->now_ns() + kHealthTickNs, &Worker::health_thunk, wp);
     if (!timer.ok()) return timer.status();
+    if (wp->appender != nullptr) {
+      auto tick =
+          wp->loop->add_timer(wp->loop->now_ns() + kReplTickIdleNs, &Worker::repl_tick_thunk, wp);
+      if (!tick.ok()) return tick.status();
+    }
     wp->thread = std::thread([wp] {
       wp->loop->run();
       wp->teardown();
@@ -598,6 +654,9 @@ void attach_control(ShardServer* s, rt::RpcEndpoint<E>& rpc) {
   rpc.handle(kHistory, [s](rt::RpcRequest& r) -> rt::Task<Status> {
     co_return s->on_history(r.payload, r.response);
   });
+  rpc.handle(kRepl, [s](rt::RpcRequest& r) -> rt::Task<Status> {
+    co_return s->on_repl(r.payload, r.response);
+  });
 }
 
 // Marks links to dead shards (releasing what they coordinated here) and frees connections
@@ -627,6 +686,206 @@ void Worker::health_thunk(void* self, uint64_t) {
   w->health();
   auto id = w->loop->add_timer(w->loop->now_ns() + kHealthTickNs, &Worker::health_thunk, w);
   SHOAL_ASSERT(id.ok(), "health timer: %s", id.status().to_string().c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replication (shards with replicas > 1)
+
+Status ShardServer::start_replication() {
+  const cluster::Shard& shard = config_.shards[options_.shard];
+  const cluster::Replica& me = shard.replicas[0];
+  repl::LeaderOptions lo;
+  lo.shard = options_.shard;
+  lo.streams = options_.workers;
+  lo.replicas = static_cast<uint32_t>(shard.replicas.size());
+  lo.listen_host = me.host;
+  lo.listen_port = cluster::replication_port(me);
+  uint64_t rtt_ns_max = 0;
+  for (const cluster::Replica& r : shard.replicas) {
+    const auto one_way_ns = static_cast<uint64_t>(config_.one_way_ms(r.region, me.region) * 1e6);
+    lo.receive_shapes.push_back(net::LinkShape{one_way_ns, 0});
+    rtt_ns_max = std::max(rtt_ns_max, 2 * one_way_ns);
+  }
+  lo.appender.limits.batch_txns_max = options_.batch_txns;
+  lo.appender.limits.batch_age_ns_max = static_cast<uint64_t>(options_.batch_us * 1e3);
+  lo.wal_dir = options_.data_dir.empty()
+                   ? fmt::format(".shoal/{}/shard-{}-replica-0", config_.name, options_.shard)
+                   : options_.data_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(lo.wal_dir, ec);
+  if (ec)
+    return Status::IOError(
+        fmt::format("--data-dir: cannot create {}: {}", lo.wal_dir, ec.message()));
+  auto fsync = repl::parse_fsync(options_.fsync, "--fsync");
+  if (!fsync.ok()) return fsync.status();
+  lo.fsync = *fsync;
+  lo.paxos = repl::paxos_options_for_rtt(rtt_ns_max);
+  lo.schema = repl::Schema::of(*engine_, options_.workload);
+  auto leader = repl::ReplicationLeader::start(lo, *engine_);
+  if (!leader.ok()) {
+    return Status::IOError(fmt::format("shard[{}]: replication on {}:{}: {}", options_.shard,
+                                       me.host, lo.listen_port, leader.status().to_string()));
+  }
+  replication_ = std::move(*leader);
+  fmt::print(stderr, "shoal server: shard {}: waiting for a majority of {} replicas on {}:{}\n",
+             options_.shard, lo.replicas, me.host, lo.listen_port);
+  SHOAL_TRY(replication_->wait_leading(options_.replication_timeout_ms));
+  // Before any worker exists: this thread owns every appender until serve() starts them.
+  auto boot = repl::bootstrap_followers(*replication_, *engine_, options_.replication_timeout_ms);
+  if (!boot.ok()) return boot.status();
+  snapshot_tid_ = boot->snapshot_tid;
+  if (options_.unsafe_plant_divergence) SHOAL_TRY(plant_divergence());
+  fmt::print(stderr,
+             "shoal server: shard {}: {} followers installed the load ({} records, {:.1f} s)\n",
+             options_.shard, lo.replicas - 1, boot->records, static_cast<double>(boot->ns) / 1e9);
+  return Status::Ok();
+}
+
+// ServerOptions::unsafe_plant_divergence: the first key's counter changes here only (no commit
+// hook is installed yet), so the leader's digest differs from its followers'.
+Status ShardServer::plant_divergence() {
+  if (table_ == nullptr || is_bank()) {
+    return Status::InvalidArgument("--unsafe-plant-divergence: needs --workload micro");
+  }
+  fmt::print(stderr, "shoal server: shard {}: UNSAFE: one record changed without logging (test)\n",
+             options_.shard);
+  txn::Worker* w = engine_->make_worker();
+  struct Args {
+    txn::Table<1>* table;
+    uint64_t key;
+  } args{table_, layout_->lo(options_.shard)};
+  return w->run(
+      [](txn::Txn& t, const void* a, void*) -> Status {
+        const auto* in = static_cast<const Args*>(a);
+        MicroValue v{};
+        SHOAL_TRY(t.get(*in->table, key1(in->key), &v));
+        v.counter += 1;
+        return t.put(*in->table, key1(in->key), v);
+      },
+      &args);
+}
+
+void Worker::repl_tick_thunk(void* self, uint64_t) {
+  auto* w = static_cast<Worker*>(self);
+  w->appender->tick();
+  const uint64_t txns = w->appender->stats().txns;
+  const bool busy = txns != w->repl_txns_seen || !w->done.load(std::memory_order_relaxed);
+  w->repl_txns_seen = txns;
+  auto id = w->loop->add_timer(w->loop->now_ns() + (busy ? kReplTickBusyNs : kReplTickIdleNs),
+                               &Worker::repl_tick_thunk, w);
+  SHOAL_ASSERT(id.ok(), "replication tick timer: %s", id.status().to_string().c_str());
+}
+
+Status ShardServer::post_to_workers(void (*fn)(void*)) {
+  for (auto& w : workers_) SHOAL_TRY(w->loop->post(fn, w.get()));
+  return Status::Ok();
+}
+
+// Round 1, on each worker: its stream's last TID; the last worker starts round 2.
+void Worker::close_floor_thunk(void* self) {
+  auto* w = static_cast<Worker*>(self);
+  w->server->close_floor_from(w->appender->last_commit_tid());
+}
+
+// Round 2, on each worker: the floor entry; the last worker publishes the closed floor.
+void Worker::close_stream_thunk(void* self) {
+  auto* w = static_cast<Worker*>(self);
+  w->server->close_stream(*w->appender);
+}
+
+void ShardServer::close_floor_from(uint64_t tid) {
+  uint64_t seen = close_floor_.load();
+  while (tid > seen && !close_floor_.compare_exchange_weak(seen, tid)) {
+  }
+  if (close_pending_.fetch_sub(1) != 1) return;
+  close_pending_.store(static_cast<uint32_t>(workers_.size()));
+  const Status s = post_to_workers(&Worker::close_stream_thunk);
+  SHOAL_ASSERT(s.ok(), "closing the streams: %s", s.to_string().c_str());
+}
+
+void ShardServer::close_stream(repl::StreamAppender& appender) {
+  appender.finish(close_floor_.load());
+  if (close_pending_.fetch_sub(1) != 1) return;
+  closed_floor_.store(close_floor_.load());
+  closing_.store(false);
+}
+
+// kRepl (control.h): {"step":"close"} seals every stream above every TID committed (after a
+// run; answers at once, the close completes on the workers); {"step":"report", "digest",
+// "check", "payments", "wait_ms"} waits (bounded) until every connected follower applied the
+// closed floor and reports the leader's and the followers' digests and checks. A shard with a
+// single replica answers both with its digest alone.
+Status ShardServer::on_repl(std::span<const uint8_t> request, rt::MsgBuffer* out) {
+  auto j = parse_control({reinterpret_cast<const char*>(request.data()), request.size()});
+  if (!j.ok()) return j.status();
+  const std::string step = j->is_object() ? j->value("step", "") : "";
+  if (step != "close" && step != "report") {
+    return Status::InvalidArgument("repl.step: must be close or report");
+  }
+  if (running_.load() > 0) return Status::InvalidArgument("repl: a load is running");
+  if (replication_ == nullptr) {  // a single replica: its digest is the whole report
+    reply_json({{"shard", options_.shard},
+                {"closed", true},
+                {"done", true},
+                {"floor", 0},
+                {"leader_digest", repl::engine_digest(*engine_)},
+                {"followers", nlohmann::json::array()}},
+               out);
+    return Status::Ok();
+  }
+  if (step == "report") return repl_report(*j, out);
+  bool idle = false;
+  if (closing_.compare_exchange_strong(idle, true)) {
+    closed_floor_.store(0);
+    close_floor_.store(snapshot_tid_);
+    close_pending_.store(static_cast<uint32_t>(workers_.size()));
+    SHOAL_TRY(post_to_workers(&Worker::close_floor_thunk));
+  }
+  reply_json({{"shard", options_.shard}, {"closing", true}}, out);
+  return Status::Ok();
+}
+
+Status ShardServer::repl_report(const nlohmann::json& request, rt::MsgBuffer* out) {
+  const uint64_t floor = closed_floor_.load();
+  if (floor == 0) {
+    reply_json({{"shard", options_.shard}, {"closed", false}}, out);
+    return Status::Ok();
+  }
+  std::unique_lock<std::mutex> lock(repl_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    reply_json({{"shard", options_.shard}, {"closed", true}, {"done", false}}, out);
+    return Status::Ok();
+  }
+  const bool digest = request.value("digest", true);
+  const bool check = request.value("check", false) && tpcc_ != nullptr;
+  const uint64_t wait_ms = std::min(request.value("wait_ms", uint64_t{1000}), kReplReportWaitMsMax);
+  nlohmann::json args = nlohmann::json::object();
+  if (auto p = request.find("payments"); p != request.end()) args["payments"] = *p;
+  auto reports = replication_->collect_reports(floor, digest, check, wait_ms, args,
+                                               /*skip_lost=*/true);
+  if (!reports.ok()) {
+    reply_json({{"shard", options_.shard},
+                {"closed", true},
+                {"done", false},
+                {"lagging", reports.status().message()}},
+               out);
+    return Status::Ok();
+  }
+  nlohmann::json followers = nlohmann::json::array();
+  for (const repl::FollowerReport& r : *reports) {
+    nlohmann::json f = r.to_json();
+    f["replica"] = r.replica;
+    f["lost"] = r.lost;
+    followers.push_back(std::move(f));
+  }
+  reply_json({{"shard", options_.shard},
+              {"closed", true},
+              {"done", true},
+              {"floor", floor},
+              {"leader_digest", repl::engine_digest(*engine_)},
+              {"followers", followers}},
+             out);
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -765,6 +1024,8 @@ Status ShardServer::on_ping(rt::MsgBuffer* out) {
               {"keys_hi", layout_->hi(options_.shard)},
               {"pid", static_cast<int64_t>(getpid())},
               {"running", running_.load() > 0},
+              {"replicas", config_.shards[options_.shard].replicas.size()},
+              {"watermark", replication_ != nullptr ? replication_->watermark() : 0},
               {"unreachable", down}},
              out);
   return Status::Ok();
@@ -901,33 +1162,15 @@ Status ShardServer::on_history(std::span<const uint8_t> request, rt::MsgBuffer* 
 Status ShardServer::on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out) {
   const std::string step = request.is_object() ? request.value("step", "") : "";
   if (step == "payments") {
-    const bench::ForeignPayments f = bench::foreign_payments(*engine_);
-    nlohmann::json entries = nlohmann::json::array();
-    int kind = 0;
-    for (const auto* m : {&f.by_warehouse, &f.by_district, &f.by_customer}) {
-      for (const auto& [key, cents] : *m)
-        entries.push_back(nlohmann::json::array({kind, key, cents}));
-      ++kind;
-    }
-    reply_json({{"shard", options_.shard}, {"payments", entries}}, out);
+    reply_json({{"shard", options_.shard},
+                {"payments", payments_to_json(bench::foreign_payments(*engine_))}},
+               out);
     return Status::Ok();
   }
   if (step != "check") return Status::InvalidArgument("scan.step: must be payments or check");
   bench::ForeignPayments foreign;
   const auto entries = request.find("payments");
-  if (entries != request.end()) {
-    if (!entries->is_array()) return Status::InvalidArgument("scan.payments: not a list");
-    for (const auto& e : *entries) {
-      if (!e.is_array() || e.size() != 3 || !e[0].is_number_unsigned() || e[0].get<int>() > 2 ||
-          !e[1].is_number_unsigned() || !e[2].is_number()) {
-        return Status::InvalidArgument("scan.payments: bad [kind, key, cents] entry");
-      }
-      auto* m = e[0].get<int>() == 0   ? &foreign.by_warehouse
-                : e[0].get<int>() == 1 ? &foreign.by_district
-                                       : &foreign.by_customer;
-      (*m)[e[1].get<uint64_t>()] += e[2].get<int64_t>();
-    }
-  }
+  if (entries != request.end()) SHOAL_TRY(payments_from_json(*entries, "scan.payments", &foreign));
   const std::vector<std::string> failures =
       bench::check_tpcc_conditions(*engine_, /*after_load=*/false, &foreign);
   reply_json({{"shard", options_.shard}, {"failures", failures}}, out);

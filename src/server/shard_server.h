@@ -1,4 +1,5 @@
-// `shoal server`: one process per shard (leader replica only; replication is issue 5).
+// `shoal server`: one process per shard: its leader replica. Followers are `shoal replica`
+// processes (replica_cli.h).
 //
 // Start-up, in order: load and validate the config; build the Engine and load this shard's
 // data (the micro table, KeyLayout in dist_micro.h, the bank's accounts, dist_bank.h, or its TPC-C
@@ -15,6 +16,16 @@
 // `inflight` coroutine transactions. No helper thread does transaction work; the main thread
 // only accepts connections (hands each to a worker, round robin) and watches for SIGTERM/INT.
 // Idle loops block in ppoll on their sockets (TcpEndpoint is a BlockableEndpoint).
+//
+// Replication (when the config gives the shard more than one replica; docs/REPLICATION.md):
+// the process owns one repl::ReplicationLeader listening on cluster::replication_port() of
+// replica 0, one stream per worker. Each worker installs its stream's commit hook on both
+// places its engine commits: the TPC-C terminals' txn::Worker and its 2PC Participant (the
+// installs of every coordinator's transactions, remote and its own, served on that worker's
+// loop), and ticks the stream from a timer (1 ms while transactions commit, 50 ms idle). After
+// the load, before "ready": the initial state ships to the followers and the server waits
+// until every follower installed it (src/repl/bootstrap.h). Control kRepl closes the streams
+// after a run and reports every follower's digest and TPC-C check (control.h).
 //
 // Peer death: when a worker's link to shard X fails for good (Unavailable: the process is
 // gone), its coordinator fails every transaction needing X with Unavailable naming X, and its
@@ -46,6 +57,16 @@ struct ServerOptions {
   // Test only: EngineOptions::unsafe_skip_read_validation (a planted bug the bank's checker
   // must catch). Never for real use: transactions are no longer serializable.
   bool unsafe_skip_read_validation = false;
+  // Test only (workload micro, replicated): after the followers installed the load, change one
+  // record here without logging it, so `shoal cluster digest` must report a difference.
+  bool unsafe_plant_divergence = false;
+  // Replication (shards with replicas > 1 only). data_dir holds this replica's WAL; empty:
+  // .shoal/<cluster name>/shard-<N>-replica-0.
+  std::string data_dir;
+  std::string fsync = "batch";  // none, batch or always
+  uint32_t batch_txns = 400;    // seal a log entry after this many transactions (Mako)
+  double batch_us = 1000;       // ... or when its first transaction is this old
+  uint64_t replication_timeout_ms = 120'000;  // followers connecting and installing the load
 };
 
 // Runs the shard until SIGTERM or SIGINT. Errors: InvalidArgument (config, naming the field;

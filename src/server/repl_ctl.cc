@@ -1,0 +1,160 @@
+#include "src/server/repl_ctl.h"
+
+#include <time.h>
+
+#include <fmt/format.h>
+
+#include "src/base/env.h"
+
+namespace shoal::server {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kCallTimeoutMs = 10'000;
+constexpr uint64_t kReportWaitMs = 1000;  // per report call (the server bounds it too)
+
+uint64_t now_ms() {
+  return RealEnv::instance().now_ns() / kMs;
+}
+
+void sleep_ms(uint64_t ms) {
+  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * kMs)};
+  nanosleep(&ts, nullptr);
+}
+
+ReplicaState replica_of(const nlohmann::json& f) {
+  ReplicaState r;
+  r.replica = f.value("replica", 0u);
+  r.lost = f.value("lost", false);
+  r.applied_tid = f.value("applied_tid", uint64_t{0});
+  r.digest = f.value("digest", uint64_t{0});
+  r.checked = f.value("checked", false);
+  for (const auto& c : f.value("check_failures", nlohmann::json::array())) {
+    r.check_failures.push_back(c.is_string() ? c.get<std::string>() : c.dump());
+  }
+  r.replay_txns = f.value("replay_txns", uint64_t{0});
+  const uint64_t cpu_ns = f.value("replay_cpu_ns", uint64_t{0});
+  r.replay_txns_per_cpu_sec =
+      cpu_ns == 0 ? 0 : static_cast<double>(r.replay_txns) * 1e9 / static_cast<double>(cpu_ns);
+  r.wal_bytes = f.value("wal_bytes", uint64_t{0});
+  return r;
+}
+
+// Polls kRepl "report" on one shard until it is done or the deadline passes.
+void collect_shard(ControlClient& client, uint32_t s, const nlohmann::json& payments,
+                   uint64_t deadline_ms, ShardReplicaStates* out) {
+  nlohmann::json request = {{"step", "report"}, {"digest", true}, {"wait_ms", kReportWaitMs}};
+  if (!payments.is_null()) {
+    request["check"] = true;
+    request["payments"] = payments;
+  }
+  std::string last = "no answer";
+  for (;;) {  // bounded by the deadline
+    auto reply = client.call(s, kRepl, request, kCallTimeoutMs);
+    if (!reply.ok()) {
+      out->error = reply.status().to_string();
+      return;
+    }
+    if (reply->value("done", false)) {
+      out->floor = reply->value("floor", uint64_t{0});
+      out->leader_digest = reply->value("leader_digest", uint64_t{0});
+      for (const auto& f : reply->value("followers", nlohmann::json::array())) {
+        out->followers.push_back(replica_of(f));
+      }
+      return;
+    }
+    last = reply->value("lagging", reply->value("closed", false) ? "busy" : "still closing");
+    if (now_ms() >= deadline_ms) {
+      out->error = "not quiesced in time: " + last;
+      return;
+    }
+    sleep_ms(20);
+  }
+}
+
+}  // namespace
+
+std::vector<ShardReplicaStates> collect_replica_states(ControlClient& client,
+                                                       const cluster::ClusterConfig& config,
+                                                       const std::vector<nlohmann::json>& payments,
+                                                       uint64_t timeout_ms) {
+  const uint32_t n = static_cast<uint32_t>(config.shards.size());
+  std::vector<ShardReplicaStates> out(n);
+  for (uint32_t s = 0; s < n; ++s) {
+    out[s].shard = s;
+    auto closing = client.call(s, kRepl, {{"step", "close"}}, kCallTimeoutMs);
+    if (!closing.ok()) out[s].error = closing.status().to_string();
+  }
+  const uint64_t deadline_ms = now_ms() + timeout_ms;
+  for (uint32_t s = 0; s < n; ++s) {
+    if (!out[s].error.empty()) continue;
+    collect_shard(client, s, payments.empty() ? nlohmann::json() : payments[s], deadline_ms,
+                  &out[s]);
+  }
+  return out;
+}
+
+Status replica_verdict(const std::vector<ShardReplicaStates>& states, std::string* table,
+                       nlohmann::json* json) {
+  Status differs, missing;
+  *json = nlohmann::json::array();
+  for (const ShardReplicaStates& st : states) {
+    if (!st.error.empty()) {
+      *table += fmt::format("shard {}: replicas UNAVAILABLE: {}\n", st.shard, st.error);
+      if (missing.ok())
+        missing = Status::Unavailable(fmt::format("shard {}: {}", st.shard, st.error));
+      json->push_back({{"shard", st.shard}, {"error", st.error}});
+      continue;
+    }
+    *table += fmt::format("shard {} replica 0: digest {:016x} (leader), floor {:#x}\n", st.shard,
+                          st.leader_digest, st.floor);
+    json->push_back({{"shard", st.shard},
+                     {"replica", 0},
+                     {"digest", fmt::format("{:016x}", st.leader_digest)},
+                     {"equal_to_leader", true}});
+    for (const ReplicaState& r : st.followers) {
+      nlohmann::json j = {{"shard", st.shard}, {"replica", r.replica}};
+      if (r.lost) {
+        *table += fmt::format("shard {} replica {}: LOST (disconnected from its leader)\n",
+                              st.shard, r.replica);
+        j["lost"] = true;
+        json->push_back(j);
+        if (missing.ok()) {
+          missing = Status::Unavailable(
+              fmt::format("shard {} replica {}: disconnected", st.shard, r.replica));
+        }
+        continue;
+      }
+      const bool equal = r.digest == st.leader_digest;
+      const std::string consistency = !r.checked                 ? "not checked"
+                                      : r.check_failures.empty() ? "ok"
+                                                                 : "FAILED";
+      *table +=
+          fmt::format("shard {} replica {}: digest {:016x} {}, consistency {}{}\n", st.shard,
+                      r.replica, r.digest, equal ? "= leader" : "DIFFERS from the leader",
+                      consistency, r.check_failures.empty() ? "" : ": " + r.check_failures.front());
+      j["digest"] = fmt::format("{:016x}", r.digest);
+      j["equal_to_leader"] = equal;
+      j["consistency"] = consistency == "FAILED" ? "failed" : consistency;
+      j["check_failures"] = r.check_failures;
+      j["applied_tid"] = r.applied_tid;
+      j["replay_txns"] = r.replay_txns;
+      j["replay_txns_per_cpu_sec"] = r.replay_txns_per_cpu_sec;
+      j["wal_bytes"] = r.wal_bytes;
+      json->push_back(j);
+      if (!equal && differs.ok()) {
+        differs = Status::Corruption(
+            fmt::format("shard {} replica {}: digest {:016x} differs from the leader's {:016x}",
+                        st.shard, r.replica, r.digest, st.leader_digest));
+      }
+      if (!r.check_failures.empty() && differs.ok()) {
+        differs =
+            Status::Corruption(fmt::format("shard {} replica {}: consistency check failed: {}",
+                                           st.shard, r.replica, r.check_failures.front()));
+      }
+    }
+  }
+  return !differs.ok() ? differs : missing;
+}
+
+}  // namespace shoal::server
