@@ -103,8 +103,8 @@ struct WmCluster : SimCluster<ReplicatedShard> {
       dist::WatermarkExchangeOptions o;
       o.shard = co;  // a coordinator node: no watermark of its own (source nullptr)
       o.period_ns = 2 * kMs;
-      auto ex = std::make_unique<dist::WatermarkExchange<SimEndpoint>>(*loops[coord_node(co)],
-                                                                       *watermarks[co], o);
+      auto ex =
+          std::make_unique<dist::WatermarkExchange>(*loops[coord_node(co)], *watermarks[co], o);
       for (uint32_t s = 0; s < kShards; ++s) {
         SHOAL_CHECK(ex->add_link(s, *links[co * kShards + s]).ok());
       }
@@ -140,7 +140,7 @@ struct WmCluster : SimCluster<ReplicatedShard> {
 
   Rng rng;
   bool stopped = false;
-  std::vector<std::unique_ptr<dist::WatermarkExchange<SimEndpoint>>> exchanges;
+  std::vector<std::unique_ptr<dist::WatermarkExchange>> exchanges;
 };
 
 struct TxnArgs {

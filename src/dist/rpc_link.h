@@ -279,10 +279,8 @@ class RpcLink final : public ShardLink {
     wire::encode_txn_only(id, epoch, &req);
     co_return co_await call_until_answered(id, wire::kAbort, std::move(req));
   }
-  // The exchange (watermark_exchange.h): tells the shard ours (`own_watermark` of shard
-  // `own_shard`) and learns its watermark from the reply's trailer. One call: Timeout when it
-  // or its answer was lost (the next exchange asks again).
-  rt::Task<Status> exchange_watermark(uint32_t own_shard, uint64_t own_watermark) {
+  // One kWatermark call; the reply's trailer is the shard's watermark (strip_watermark).
+  rt::Task<Status> exchange_watermark(uint32_t own_shard, uint64_t own_watermark) override {
     rt::MsgBuffer req = rpc_.buffer(0);
     wire::encode_watermark(own_shard, own_watermark, &req);
     auto reply = co_await rpc_.call(options_.first_session, wire::kWatermark, std::move(req),

@@ -6,11 +6,11 @@
 // it raises its own shard's entry from the local source (the ReplicationLeader's watermark,
 // if any), and, only while some transaction waits on the VectorWatermark, sends each linked
 // shard one kWatermark message (16 bytes: our shard and its watermark) over that shard's
-// RpcLink. The participant answers with the watermark trailer every reply carries, which the
-// link raises (rpc_link.h); a participant given the worker's VectorWatermark
-// (ParticipantService::set_vector_watermark) raises ours in turn. So each message informs both
-// sides, an idle node sends nothing (one timer per period), and a busy one at most one message
-// in flight per shard: a lost one times out and the next tick asks again. Entries only grow
+// ShardLink (an RpcLink: ShardLink::exchange_watermark). The participant answers with the watermark
+// trailer every reply carries, which the link raises (rpc_link.h); a participant given the worker's
+// VectorWatermark (ParticipantService::set_vector_watermark) raises ours in turn. So each message
+// informs both sides, an idle node sends nothing (one timer per period), and a busy one at most one
+// message in flight per shard: a lost one times out and the next tick asks again. Entries only grow
 // (VectorWatermark::raise keeps the maximum), so late, duplicated or reordered answers are
 // harmless.
 //
@@ -22,8 +22,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "shoal/status.h"
-#include "src/dist/rpc_link.h"
+#include "src/dist/coordinator.h"
 #include "src/dist/vector_watermark.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/task.h"
@@ -45,7 +47,6 @@ struct WatermarkExchangeStats {
   uint64_t failed = 0;  // timed out, refused, or no task room: asked again on a later tick
 };
 
-template <net::TransportEndpoint E>
 class WatermarkExchange {
  public:
   // REQUIRES: `watermark` (and options.source) outlive this object, on `loop`.
@@ -60,7 +61,7 @@ class WatermarkExchange {
 
   // Asks `shard` through `link`. REQUIRES: the link's options name `watermark` (so its
   // replies raise it), runs on this loop and outlives the exchange.
-  [[nodiscard]] Status add_link(uint32_t shard, RpcLink<E>& link) {
+  [[nodiscard]] Status add_link(uint32_t shard, ShardLink& link) {
     if (shard >= watermark_.shards() || links_.size() >= DistTxn::kShardsMax) {
       return Status::InvalidArgument(fmt::format("watermark exchange: shard {} of {} ({} links)",
                                                  shard, watermark_.shards(), links_.size()));
@@ -83,7 +84,7 @@ class WatermarkExchange {
  private:
   struct Linked {
     uint32_t shard;
-    RpcLink<E>* link;
+    ShardLink* link;
     bool in_flight = false;
   };
 

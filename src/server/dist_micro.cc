@@ -101,6 +101,7 @@ void MicroStats::merge(const MicroStats& o) {
   if (first_error.empty()) first_error = o.first_error;
   latency_local.merge(o.latency_local);
   latency_cross.merge(o.latency_cross);
+  latency_commit.merge(o.latency_commit);
   for (uint32_t t = 0; t < kTypesMax; ++t) latency_by_type[t].merge(o.latency_by_type[t]);
   rss_bytes += o.rss_bytes;
   peak_rss_bytes += o.peak_rss_bytes;
@@ -148,6 +149,7 @@ nlohmann::json MicroStats::to_json() const {
           {"first_error", first_error},
           {"latency_local", histogram_json(latency_local)},
           {"latency_cross", histogram_json(latency_cross)},
+          {"latency_commit", histogram_json(latency_commit)},
           {"latency_by_type", by_type},
           {"rss_bytes", rss_bytes},
           {"peak_rss_bytes", peak_rss_bytes}};
@@ -190,6 +192,8 @@ Result<MicroStats> MicroStats::from_json(const nlohmann::json& j) {
                            &s.latency_local));
   SHOAL_TRY(histogram_from(j.value("latency_cross", nlohmann::json::array()), "latency_cross",
                            &s.latency_cross));
+  SHOAL_TRY(histogram_from(j.value("latency_commit", nlohmann::json::array()), "latency_commit",
+                           &s.latency_commit));
   if (auto it = j.find("latency_by_type"); it != j.end()) {
     if (!it->is_array() || it->size() != kTypesMax) {
       return Status::InvalidArgument("stats.latency_by_type: not a list of histograms");
