@@ -30,7 +30,7 @@ namespace {
 
 constexpr uint64_t kMs = 1'000'000;
 constexpr uint64_t kCallTimeoutMs = 5000;
-constexpr uint64_t kCollectGraceMs = 60'000;  // after the run: servers finish in-flight work
+constexpr uint64_t kCollectGraceMs = 60'000;     // after the run: servers finish in-flight work
 constexpr uint64_t kQuiesceTimeoutMs = 300'000;  // followers applying the closed floor
 
 void sleep_ms(uint64_t ms) {
@@ -480,10 +480,13 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
     j["commit_latency_us"] = {{"p50", c.p50},   {"p90", c.p90},   {"p99", c.p99},
                               {"p999", c.p999}, {"mean", c.mean}, {"max", c.max}};
     j["acknowledged"] = total.latency_commit.count();
+    j["unacknowledged"] = total.unacknowledged;
     text += fmt::format(
         "commit latency (acknowledged: vector watermark covers the vector), {} txns: p50 {:.0f} "
-        "us, p90 {:.0f}, p99 {:.0f}, p999 {:.0f}; speculative p50 {:.0f} us\n",
-        total.latency_commit.count(), c.p50, c.p90, c.p99, c.p999, r.latency_us.p50);
+        "us, p90 {:.0f}, p99 {:.0f}, p999 {:.0f}; speculative p50 {:.0f} us; {} never "
+        "acknowledged\n",
+        total.latency_commit.count(), c.p50, c.p90, c.p99, c.p999, r.latency_us.p50,
+        total.unacknowledged);
   }
   j["shards"] = config.shards.size();
   j["workers_per_shard"] = workers;

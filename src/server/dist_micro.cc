@@ -92,6 +92,7 @@ void MicroStats::merge(const MicroStats& o) {
   conflict_aborts += o.conflict_aborts;
   failed += o.failed;
   unavailable += o.unavailable;
+  unacknowledged += o.unacknowledged;
   failed_cross += o.failed_cross;
   user_aborts += o.user_aborts;
   for (uint32_t t = 0; t < kTypesMax; ++t) {
@@ -142,6 +143,7 @@ nlohmann::json MicroStats::to_json() const {
           {"conflict_aborts", conflict_aborts},
           {"failed", failed},
           {"unavailable", unavailable},
+          {"unacknowledged", unacknowledged},
           {"failed_cross", failed_cross},
           {"user_aborts", user_aborts},
           {"committed_by_type", committed_by_type},
@@ -171,6 +173,7 @@ Result<MicroStats> MicroStats::from_json(const nlohmann::json& j) {
   SHOAL_TRY(count("conflict_aborts", &s.conflict_aborts));
   SHOAL_TRY(count("failed", &s.failed));
   SHOAL_TRY(count("unavailable", &s.unavailable));
+  SHOAL_TRY(count("unacknowledged", &s.unacknowledged));
   SHOAL_TRY(count("failed_cross", &s.failed_cross));
   if (auto e = j.find("first_error"); e != j.end() && e->is_string()) s.first_error = *e;
   if (auto u = j.find("user_aborts"); u != j.end() && u->is_number_unsigned()) s.user_aborts = *u;

@@ -96,6 +96,9 @@ struct MicroStats {
   // ns, start to acknowledged: the vectorized watermark covers the transaction's vector
   // (replicated clusters; the latencies above are speculative: start to visible).
   Histogram latency_commit;
+  // Committed but never acknowledged: still waiting for the vector watermark when the run's
+  // grace period after its end ran out (replication stalled).
+  uint64_t unacknowledged = 0;
   uint64_t rss_bytes = 0;  // the shard process's resident set (a shard's stats only)
   uint64_t peak_rss_bytes = 0;
 

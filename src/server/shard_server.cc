@@ -50,6 +50,9 @@ constexpr uint32_t kTerminalsMax = 1024;      // TPC-C terminals per shard (on_s
 // Transactions per worker waiting for their acknowledgement while their terminal goes on; a
 // terminal that finds every slot taken waits for its own (backpressure).
 constexpr uint32_t kPendingAcksMax = 4096;
+// After its terminals end, a worker waits at most this long for the acknowledgements still
+// pending, then gives up on them (counted unacknowledged) and publishes its stats.
+constexpr uint64_t kAckGraceNs = 10'000 * kMs;
 // Replication stream ticks (StreamAppender::tick: aged batches, idle floors): often while
 // transactions commit (a batch waits at most this long past its age), rarely when idle so an
 // idle cluster does not write a floor entry to every WAL every millisecond.
@@ -172,6 +175,7 @@ struct Worker {
   void health();
   void teardown();
   static void health_thunk(void* self, uint64_t);
+  static void ack_grace_thunk(void* self, uint64_t);
   static void repl_tick_thunk(void* self, uint64_t);
   static void close_floor_thunk(void* self);
   static void close_stream_thunk(void* self);
@@ -995,7 +999,11 @@ rt::Task<void> bank_client(Worker* w, uint64_t seed) {
 // Waits until the vectorized watermark covers `vector`, then records the commit latency.
 rt::Task<void> wait_for_ack(Worker* w, const txn::DepVec& vector, uint64_t start_ns) {
   Status covered = co_await w->vector_watermark->wait_covered(vector);
-  if (covered.ok()) w->stats.latency_commit.record(w->loop->now_ns() - start_ns);
+  if (covered.ok()) {
+    w->stats.latency_commit.record(w->loop->now_ns() - start_ns);
+  } else {
+    ++w->stats.unacknowledged;
+  }
 }
 
 // Watches one pending acknowledgement (slot of w->pending_acks) and frees its slot.
@@ -1058,8 +1066,13 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
     // replies to our own) and the other terminals keep their turn.
     co_await w->loop->yield();
   }
-  --w->clients_running;
-  w->publish_when_idle();  // or the last ack task will
+  if (--w->clients_running == 0 && w->acks_running > 0) {
+    // The last ack task publishes; bounded by kAckGraceNs if replication stalls.
+    auto grace = w->loop->add_timer(w->loop->now_ns() + kAckGraceNs, &Worker::ack_grace_thunk, w,
+                                    w->load_end_ns);  // names this run
+    SHOAL_ASSERT(grace.ok(), "ack grace timer: %s", grace.status().to_string().c_str());
+  }
+  w->publish_when_idle();
 }
 
 void Worker::start_load() {
@@ -1095,6 +1108,14 @@ void Worker::ack_vector(bool cross, const dist::DistTxn& dtxn, uint64_t local_ti
   *out = t.deps();
   const uint64_t tid = t.last_commit_tid();
   out->raise(server->shard(), std::max(t.max_seen_version(), tid != local_tid_before ? tid : 0));
+}
+
+void Worker::ack_grace_thunk(void* self, uint64_t run_end_ns) {
+  auto* w = static_cast<Worker*>(self);
+  if (run_end_ns != w->load_end_ns || w->acks_running == 0) return;  // done, or a later run
+  // Every waiter resumes with the error; the last ack task then publishes.
+  w->vector_watermark->release_all(Status::Timeout(fmt::format(
+      "shard {}: not acknowledged {} ms after the run", w->server->shard(), kAckGraceNs / kMs)));
 }
 
 void Worker::record(bool cross, const Status& s, uint64_t latency_ns, uint32_t type) {
