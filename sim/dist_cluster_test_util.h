@@ -39,6 +39,7 @@
 #include "src/dist/coordinator.h"
 #include "src/dist/participant.h"
 #include "src/dist/rpc_link.h"
+#include "src/dist/vector_watermark.h"
 #include "src/index/key.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
@@ -53,6 +54,7 @@ inline constexpr uint64_t kMs = 1'000'000;
 inline constexpr uint32_t kShards = 3;
 inline constexpr uint32_t kCoordinators = 3;
 inline constexpr uint64_t kLeaseNs = 400 * kMs;
+inline constexpr uint32_t kWaitersMax = 64;  // per coordinator's VectorWatermark
 
 inline NodeId shard_node(uint32_t s) {
   return s;
@@ -329,8 +331,12 @@ template <typename Shard>
 struct SimCluster {
   // make_shard(env, s, participant_options) builds shard s. With coordinator_backoff, each
   // coordinator backs off between retries on its own loop.
+  // With vector_watermarks, each coordinator node also gets a VectorWatermark on its loop
+  // (`watermarks[c]`, kShards entries, kWaitersMax waiters) that its RpcLinks raise with every
+  // reply's watermark trailer; the test makes the shards' sources and the exchanges.
   template <typename MakeShard>
-  SimCluster(uint64_t seed, bool faults, MakeShard&& make_shard, bool coordinator_backoff = false)
+  SimCluster(uint64_t seed, bool faults, MakeShard&& make_shard, bool coordinator_backoff = false,
+             bool vector_watermarks = false)
       : env(seed),
         net(env, kShards + kCoordinators, network_options(faults)),
         chaos{&net, Rng(seed ^ 0xc4a05), faults} {
@@ -346,6 +352,10 @@ struct SimCluster {
       shards.push_back(make_shard(env, s, po));
       services.push_back(std::make_unique<dist::ParticipantService>(*shards.back()->participant,
                                                                     *loops[shard_node(s)]));
+    }
+    for (uint32_t c = 0; vector_watermarks && c < kCoordinators; ++c) {
+      watermarks.push_back(
+          std::make_unique<dist::VectorWatermark>(*loops[coord_node(c)], kShards, kWaitersMax));
     }
     for (uint32_t c = 0; c < kCoordinators; ++c) {
       std::vector<dist::ShardLink*> shard_links;
@@ -377,6 +387,7 @@ struct SimCluster {
     SHOAL_CHECK(conn->rpc[1]->start().ok());
     services[s]->attach(*conn->rpc[1]);
     dist::RpcLinkOptions lo;
+    if (!watermarks.empty()) lo.watermark = watermarks[c].get();
     lo.shard = s;
     lo.call_timeout_ns = 50 * kMs;
     lo.end_attempts_max = 400;  // 20 s of virtual time: longer than any partition here
@@ -445,8 +456,9 @@ struct SimCluster {
   std::vector<bool> attached;
   std::vector<std::unique_ptr<Shard>> shards;
   std::vector<std::unique_ptr<dist::ParticipantService>> services;
-  std::vector<std::unique_ptr<Conn>> conns;
-  std::vector<std::unique_ptr<Link>> links;
+  std::vector<std::unique_ptr<dist::VectorWatermark>> watermarks;  // per coordinator, optional
+  std::vector<std::unique_ptr<Conn>> conns;                        // conns[c * kShards + s]
+  std::vector<std::unique_ptr<Link>> links;                        // links[c * kShards + s]
   std::vector<std::unique_ptr<dist::Coordinator>> coords;
 
  private:

@@ -109,6 +109,14 @@ class ShardLink {
   virtual rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
                                             txn::DepVec* deps, uint64_t* tid,
                                             const FragmentCall* fragment) = 0;
+  // The watermark exchange (watermark_exchange.h): tells the shard ours and learns its
+  // watermark (the link raises its VectorWatermark). Sent at most once, like read. Links
+  // that carry no watermarks (in process) answer NotSupported.
+  virtual rt::Task<Status> exchange_watermark(uint32_t own_shard, uint64_t own_watermark) {
+    (void)own_shard;
+    (void)own_watermark;
+    co_return Status::NotSupported("this shard link carries no watermarks");
+  }
 };
 
 class Coordinator;
@@ -176,6 +184,10 @@ class DistTxn {
   const txn::DepVec& vector() const { return vector_; }
   // Shards this transaction touched so far.
   const std::vector<uint32_t>& shards() const { return touched_; }
+  // After a commit: the shards it installed writes on (its vector's entry for each is the TID
+  // it installed there). Before acknowledging, a client waits until the vectorized watermark
+  // covers vector() (vector_watermark.h).
+  const std::vector<uint32_t>& written_shards() const { return written_; }
 
  private:
   friend class Coordinator;

@@ -251,6 +251,41 @@ Status decode_validate_install_reply(std::span<const uint8_t> reply, txn::DepVec
   return decode_vector(r, deps, "validate_install reply");
 }
 
+Status split_watermark(std::span<const uint8_t> reply, std::span<const uint8_t>* body,
+                       uint64_t* watermark) {
+  if (reply.size() < kWatermarkTrailerBytes) return truncated("reply: no watermark trailer");
+  const size_t body_bytes = reply.size() - kWatermarkTrailerBytes;
+  std::memcpy(watermark, reply.data() + body_bytes, sizeof *watermark);
+  *body = reply.first(body_bytes);
+  return Status::Ok();
+}
+
+void append_watermark(uint64_t watermark, rt::MsgBuffer* reply) {
+  const size_t body_bytes = reply->size();
+  reply->resize(body_bytes + kWatermarkTrailerBytes);
+  std::memcpy(reply->payload().data() + body_bytes, &watermark, sizeof watermark);
+}
+
+void encode_watermark(uint32_t shard, uint64_t watermark, rt::MsgBuffer* out) {
+  out->resize(kWatermarkRequestBytes);
+  Writer w(out->payload());
+  w.put(shard);
+  w.put(uint32_t{0});
+  w.put(watermark);
+}
+
+Status decode_watermark(std::span<const uint8_t> request, uint32_t* shard, uint64_t* watermark) {
+  Reader r(request);
+  uint32_t reserved = 0;
+  if (!r.get(shard) || !r.get(&reserved) || !r.get(watermark)) return truncated("watermark");
+  if (r.left() != 0) return trailing("watermark", r.left());
+  if (reserved != 0) {
+    return Status::InvalidArgument(
+        fmt::format("dist wire: watermark reserved field {:#x}, not 0", reserved));
+  }
+  return Status::Ok();
+}
+
 Status decode_empty_reply(std::span<const uint8_t> reply) {
   if (!reply.empty()) return trailing("empty reply", reply.size());
   return Status::Ok();
@@ -298,6 +333,9 @@ Status ParticipantService::serve(uint16_t method, std::span<const uint8_t> reque
   Status s;
   if (method < wire::kMethodFirst || method > wire::kMethodLast) {
     s = Status::NotSupported(fmt::format("dist wire: method {}", method));
+  } else if (method == wire::kWatermark) {  // no transaction header
+    response->resize(0);
+    s = serve_watermark(request);
   } else if (!r.get(&id) || !r.get(&epoch)) {
     s = truncated("request header");
   } else {
@@ -481,6 +519,14 @@ Status ParticipantService::serve_validate_install(TxnId id, uint64_t epoch,
   Writer w(out->payload());
   w.put(tid);
   encode_vector(deps, w);
+  return Status::Ok();
+}
+
+Status ParticipantService::serve_watermark(std::span<const uint8_t> request) {
+  uint32_t shard = 0;
+  uint64_t w = 0;
+  SHOAL_TRY(wire::decode_watermark(request, &shard, &w));
+  if (vector_watermark_ != nullptr) return vector_watermark_->raise(shard, w);
   return Status::Ok();
 }
 

@@ -22,6 +22,13 @@
 //   kValidateInstall 46  fragment u32 (~0: none), args_bytes u32,      tid u64, count u32,
 //                        args padded to 8, then the vector as          (shard u32, ts u64)*
 //                        kInstall's: count u32, (shard u32, ts u64)*
+// Every Ok response then ends with the participant shard's watermark u64 (the trailer,
+// appended by the RPC handler after the method's reply above: UINT64_MAX when the shard does
+// not replicate, i.e. everything it has is covered). The coordinator's RpcLink strips it and
+// raises its VectorWatermark's entry for the shard (vector_watermark.h): 8 bytes per reply.
+//   kWatermark 47 (the periodic exchange, watermark_exchange.h; not a transaction: no txn
+//                 header) the asker's shard u32, reserved u32 (0),       empty (the trailer
+//                 the asker's shard watermark u64                        is the answer)
 // A non-Ok participant Status travels as the RPC response code (its message stays behind).
 // Bounds, checked before any loop or copy: key_words 1..8, out_bytes and size <= the engine's
 // kValueBytesMax, writes <= DistTxn::kWritesMax, vector entries <= DistTxn::kShardsMax, a
@@ -39,6 +46,7 @@
 // without suspending, so requests for one participant never interleave.
 #pragma once
 
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <span>
@@ -49,6 +57,7 @@
 #include "shoal/status.h"
 #include "src/dist/coordinator.h"
 #include "src/dist/participant.h"
+#include "src/dist/vector_watermark.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
 #include "src/txn/depvec.h"
@@ -69,7 +78,12 @@ enum Method : uint16_t {
   kValidateInstall = 46,
 };
 inline constexpr uint16_t kMethodFirst = kRead;
-inline constexpr uint16_t kMethodLast = kValidateInstall;
+inline constexpr uint16_t kWatermark = 47;
+inline constexpr uint16_t kMethodLast = kWatermark;
+inline constexpr size_t kWatermarkTrailerBytes = 8;
+inline constexpr size_t kWatermarkRequestBytes = 16;
+// What a shard without replication reports: every version it has is covered.
+inline constexpr uint64_t kNoReplicationWatermark = UINT64_MAX;
 inline constexpr uint32_t kExecWrote = 1;            // reply flag
 inline constexpr uint32_t kExecPrepared = 2;         // reply flag (F9), the deps follow
 inline constexpr uint32_t kExecLockAfter = 1;        // request flag
@@ -110,6 +124,16 @@ void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidat
                                        uint32_t* out_size, bool* wrote, uint64_t* proposed_tid,
                                        ExecPrepared* prepared = nullptr);
 
+// The watermark trailer of an Ok reply: *body is the reply before it. Corruption when the
+// reply is shorter than the trailer.
+[[nodiscard]] Status split_watermark(std::span<const uint8_t> reply, std::span<const uint8_t>* body,
+                                     uint64_t* watermark);
+void append_watermark(uint64_t watermark, rt::MsgBuffer* reply);
+// kWatermark requests.
+void encode_watermark(uint32_t shard, uint64_t watermark, rt::MsgBuffer* out);
+[[nodiscard]] Status decode_watermark(std::span<const uint8_t> request, uint32_t* shard,
+                                      uint64_t* watermark);
+
 }  // namespace wire
 
 // The shard side: decodes requests and runs them on the Participant. Also runs the
@@ -134,8 +158,22 @@ class ParticipantService {
   // malformed input: Corruption / InvalidArgument / NotSupported (unknown method).
   [[nodiscard]] Status serve(uint16_t method, std::span<const uint8_t> request,
                              rt::MsgBuffer* response);
+  // serve() and, on Ok, the watermark trailer (the RPC path).
   static Status serve_thunk(void* self, rt::RpcRequest& r) {
-    return static_cast<ParticipantService*>(self)->serve(r.method, r.payload, r.response);
+    auto* me = static_cast<ParticipantService*>(self);
+    Status s = me->serve(r.method, r.payload, r.response);
+    if (s.ok()) wire::append_watermark(me->watermark(), r.response);
+    return s;
+  }
+  // With a VectorWatermark (the worker's, on this loop), a kWatermark request raises the
+  // asker's entry with the asker's watermark. REQUIRES: outlives this.
+  void set_vector_watermark(VectorWatermark* vw) { vector_watermark_ = vw; }
+  // Where the trailer's watermark comes from: the shard's ReplicationLeader::watermark()
+  // (any thread may store it). Without one, kNoReplicationWatermark. REQUIRES: outlives this.
+  void set_watermark_source(const std::atomic<uint64_t>* source) { watermark_source_ = source; }
+  uint64_t watermark() const {
+    return watermark_source_ == nullptr ? wire::kNoReplicationWatermark
+                                        : watermark_source_->load(std::memory_order_acquire);
   }
 
   uint64_t malformed() const { return malformed_; }
@@ -149,6 +187,7 @@ class ParticipantService {
   Status serve_exec(TxnId id, uint64_t epoch, std::span<const uint8_t> rest, rt::MsgBuffer* out);
   Status serve_validate_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
                                 rt::MsgBuffer* out);
+  Status serve_watermark(std::span<const uint8_t> request);
   void arm_expiry();
   static void expiry_thunk(void* self, uint64_t);
 
@@ -158,6 +197,8 @@ class ParticipantService {
   bool expiry_armed_ = false;
   uint64_t expiry_timer_ = 0;
   uint64_t malformed_ = 0;
+  const std::atomic<uint64_t>* watermark_source_ = nullptr;
+  VectorWatermark* vector_watermark_ = nullptr;
 };
 
 struct RpcLinkOptions {
@@ -166,6 +207,9 @@ struct RpcLinkOptions {
   uint32_t session_count = 8;
   uint64_t call_timeout_ns = 50'000'000;  // per read/lock/validate call, and per end attempt
   uint32_t end_attempts_max = 200;        // install/abort attempts before giving up (Timeout)
+  // Raised with every reply's watermark trailer (entry `shard`); nullptr: trailers are checked
+  // and dropped. REQUIRES: on the link's loop, outlives the link.
+  VectorWatermark* watermark = nullptr;
 };
 
 // The coordinator side. REQUIRES: every call from tasks on the RpcEndpoint's loop; the
@@ -187,7 +231,9 @@ class RpcLink final : public ShardLink {
     auto reply =
         co_await rpc_.call(session_for(id), wire::kRead, std::move(req), options_.call_timeout_ns);
     if (!reply.ok()) co_return annotate(reply.status());
-    Status s = wire::decode_read_reply(reply->payload(), out, out_bytes, size_out);
+    std::span<const uint8_t> body;
+    Status s = strip_watermark(reply->payload(), &body);
+    if (s.ok()) s = wire::decode_read_reply(body, out, out_bytes, size_out);
     rpc_.recycle(std::move(*reply));
     co_return s;
   }
@@ -203,7 +249,9 @@ class RpcLink final : public ShardLink {
         co_await rpc_.call(session_for(id), wire::kExec, std::move(req), options_.call_timeout_ns);
     if (!reply.ok()) co_return annotate(reply.status());
     uint64_t tid = 0;
-    Status s = wire::decode_exec_reply(reply->payload(), out, out_size, wrote, &tid, prepared);
+    std::span<const uint8_t> body;
+    Status s = strip_watermark(reply->payload(), &body);
+    if (s.ok()) s = wire::decode_exec_reply(body, out, out_size, wrote, &tid, prepared);
     if (proposed_tid != nullptr) *proposed_tid = tid;
     rpc_.recycle(std::move(*reply));
     co_return s;
@@ -215,7 +263,9 @@ class RpcLink final : public ShardLink {
     auto reply =
         co_await rpc_.call(session_for(id), wire::kLock, std::move(req), options_.call_timeout_ns);
     if (!reply.ok()) co_return annotate(reply.status());
-    Status s = wire::decode_lock_reply(reply->payload(), proposed_tid);
+    std::span<const uint8_t> body;
+    Status s = strip_watermark(reply->payload(), &body);
+    if (s.ok()) s = wire::decode_lock_reply(body, proposed_tid);
     rpc_.recycle(std::move(*reply));
     co_return s;
   }
@@ -225,7 +275,9 @@ class RpcLink final : public ShardLink {
     auto reply = co_await rpc_.call(session_for(id), wire::kValidate, std::move(req),
                                     options_.call_timeout_ns);
     if (!reply.ok()) co_return annotate(reply.status());
-    Status s = wire::decode_validate_reply(reply->payload(), deps);
+    std::span<const uint8_t> body;
+    Status s = strip_watermark(reply->payload(), &body);
+    if (s.ok()) s = wire::decode_validate_reply(body, deps);
     rpc_.recycle(std::move(*reply));
     co_return s;
   }
@@ -240,6 +292,19 @@ class RpcLink final : public ShardLink {
     wire::encode_txn_only(id, epoch, &req);
     co_return co_await call_until_answered(id, wire::kAbort, std::move(req));
   }
+  // One kWatermark call; the reply's trailer is the shard's watermark (strip_watermark).
+  rt::Task<Status> exchange_watermark(uint32_t own_shard, uint64_t own_watermark) override {
+    rt::MsgBuffer req = rpc_.buffer(0);
+    wire::encode_watermark(own_shard, own_watermark, &req);
+    auto reply = co_await rpc_.call(options_.first_session, wire::kWatermark, std::move(req),
+                                    options_.call_timeout_ns);
+    if (!reply.ok()) co_return annotate(reply.status());
+    std::span<const uint8_t> body;
+    Status s = strip_watermark(reply->payload(), &body);
+    if (s.ok()) s = wire::decode_empty_reply(body);
+    rpc_.recycle(std::move(*reply));
+    co_return s;
+  }
   rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
                                     txn::DepVec* deps, uint64_t* tid,
                                     const FragmentCall* fragment) override {
@@ -251,6 +316,13 @@ class RpcLink final : public ShardLink {
  private:
   uint32_t session_for(TxnId id) const {
     return options_.first_session + static_cast<uint32_t>(id % options_.session_count);
+  }
+  // Splits off an Ok reply's watermark trailer and raises our entry for the shard with it.
+  Status strip_watermark(std::span<const uint8_t> reply, std::span<const uint8_t>* body) {
+    uint64_t w = 0;
+    SHOAL_TRY(wire::split_watermark(reply, body, &w));
+    if (options_.watermark != nullptr) return options_.watermark->raise(options_.shard, w);
+    return Status::Ok();
   }
   // Names the shard in transport-level failures, so a client sees which shard is gone.
   Status annotate(const Status& s) const {
@@ -275,9 +347,13 @@ class RpcLink final : public ShardLink {
       auto reply =
           co_await rpc_.call(session_for(id), method, std::move(req), options_.call_timeout_ns);
       if (reply.ok()) {
-        Status s = method == wire::kValidateInstall
-                       ? wire::decode_validate_install_reply(reply->payload(), deps, tid)
-                       : wire::decode_empty_reply(reply->payload());
+        std::span<const uint8_t> body;
+        Status s = strip_watermark(reply->payload(), &body);
+        if (s.ok()) {
+          s = method == wire::kValidateInstall
+                  ? wire::decode_validate_install_reply(body, deps, tid)
+                  : wire::decode_empty_reply(body);
+        }
         rpc_.recycle(std::move(*reply));
         rpc_.recycle(std::move(request));
         co_return s;

@@ -103,6 +103,9 @@ class ReplicationLeader {
   // The shard watermark: every logged record with a TID at or below it is chosen (on a
   // majority). Any thread.
   uint64_t watermark() const { return watermark_.load(std::memory_order_acquire); }
+  // The same, as the atomic the vectorized watermark's sources read (dist/rpc_link.h,
+  // dist/watermark_exchange.h).
+  const std::atomic<uint64_t>* watermark_source() const { return &watermark_; }
 
   // Blocks until every stream leads (so a majority is connected). Timeout otherwise.
   [[nodiscard]] Status wait_leading(uint64_t timeout_ms);

@@ -92,6 +92,7 @@ void MicroStats::merge(const MicroStats& o) {
   conflict_aborts += o.conflict_aborts;
   failed += o.failed;
   unavailable += o.unavailable;
+  unacknowledged += o.unacknowledged;
   failed_cross += o.failed_cross;
   user_aborts += o.user_aborts;
   for (uint32_t t = 0; t < kTypesMax; ++t) {
@@ -101,6 +102,7 @@ void MicroStats::merge(const MicroStats& o) {
   if (first_error.empty()) first_error = o.first_error;
   latency_local.merge(o.latency_local);
   latency_cross.merge(o.latency_cross);
+  latency_commit.merge(o.latency_commit);
   for (uint32_t t = 0; t < kTypesMax; ++t) latency_by_type[t].merge(o.latency_by_type[t]);
   rss_bytes += o.rss_bytes;
   peak_rss_bytes += o.peak_rss_bytes;
@@ -141,6 +143,7 @@ nlohmann::json MicroStats::to_json() const {
           {"conflict_aborts", conflict_aborts},
           {"failed", failed},
           {"unavailable", unavailable},
+          {"unacknowledged", unacknowledged},
           {"failed_cross", failed_cross},
           {"user_aborts", user_aborts},
           {"committed_by_type", committed_by_type},
@@ -148,6 +151,7 @@ nlohmann::json MicroStats::to_json() const {
           {"first_error", first_error},
           {"latency_local", histogram_json(latency_local)},
           {"latency_cross", histogram_json(latency_cross)},
+          {"latency_commit", histogram_json(latency_commit)},
           {"latency_by_type", by_type},
           {"rss_bytes", rss_bytes},
           {"peak_rss_bytes", peak_rss_bytes}};
@@ -169,6 +173,7 @@ Result<MicroStats> MicroStats::from_json(const nlohmann::json& j) {
   SHOAL_TRY(count("conflict_aborts", &s.conflict_aborts));
   SHOAL_TRY(count("failed", &s.failed));
   SHOAL_TRY(count("unavailable", &s.unavailable));
+  SHOAL_TRY(count("unacknowledged", &s.unacknowledged));
   SHOAL_TRY(count("failed_cross", &s.failed_cross));
   if (auto e = j.find("first_error"); e != j.end() && e->is_string()) s.first_error = *e;
   if (auto u = j.find("user_aborts"); u != j.end() && u->is_number_unsigned()) s.user_aborts = *u;
@@ -190,6 +195,8 @@ Result<MicroStats> MicroStats::from_json(const nlohmann::json& j) {
                            &s.latency_local));
   SHOAL_TRY(histogram_from(j.value("latency_cross", nlohmann::json::array()), "latency_cross",
                            &s.latency_cross));
+  SHOAL_TRY(histogram_from(j.value("latency_commit", nlohmann::json::array()), "latency_commit",
+                           &s.latency_commit));
   if (auto it = j.find("latency_by_type"); it != j.end()) {
     if (!it->is_array() || it->size() != kTypesMax) {
       return Status::InvalidArgument("stats.latency_by_type: not a list of histograms");

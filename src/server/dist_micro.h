@@ -93,7 +93,13 @@ struct MicroStats {
   Histogram latency_local;               // ns, committed local transactions (retries included)
   Histogram latency_cross;               // ns, committed cross-shard transactions
   Histogram latency_by_type[kTypesMax];  // ns, committed, by transaction type (TPC-C)
-  uint64_t rss_bytes = 0;                // the shard process's resident set (a shard's stats only)
+  // ns, start to acknowledged: the vectorized watermark covers the transaction's vector
+  // (replicated clusters; the latencies above are speculative: start to visible).
+  Histogram latency_commit;
+  // Committed but never acknowledged: still waiting for the vector watermark when the run's
+  // grace period after its end ran out (replication stalled).
+  uint64_t unacknowledged = 0;
+  uint64_t rss_bytes = 0;  // the shard process's resident set (a shard's stats only)
   uint64_t peak_rss_bytes = 0;
 
   void merge(const MicroStats& other);

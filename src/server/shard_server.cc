@@ -22,6 +22,8 @@
 #include "src/dist/local_link.h"
 #include "src/dist/participant.h"
 #include "src/dist/rpc_link.h"
+#include "src/dist/vector_watermark.h"
+#include "src/dist/watermark_exchange.h"
 #include "src/index/key.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
@@ -44,6 +46,13 @@ constexpr uint32_t kIncomingMax = 64;         // accepted connections per worker
 constexpr uint64_t kHealthTickNs = 20 * kMs;  // peer-death check and reaping period
 constexpr uint32_t kShardsMax = 64;           // down_mask_ is one bit per shard
 constexpr uint64_t kAcceptSliceMs = 100;      // main thread: how often it sees a signal
+constexpr uint32_t kTerminalsMax = 1024;      // TPC-C terminals per shard (on_start)
+// Transactions per worker waiting for their acknowledgement while their terminal goes on; a
+// terminal that finds every slot taken waits for its own (backpressure).
+constexpr uint32_t kPendingAcksMax = 4096;
+// After its terminals end, a worker waits at most this long for the acknowledgements still
+// pending, then gives up on them (counted unacknowledged) and publishes its stats.
+constexpr uint64_t kAckGraceNs = 10'000 * kMs;
 // Replication stream ticks (StreamAppender::tick: aged batches, idle floors): often while
 // transactions commit (a batch waits at most this long past its age), rarely when idle so an
 // idle cluster does not write a floor entry to every WAL every millisecond.
@@ -111,6 +120,20 @@ struct Worker {
   std::unique_ptr<rt::EventLoop> loop;
   std::unique_ptr<dist::Participant> participant;
   std::unique_ptr<dist::ParticipantService> service;
+  // Acknowledgement by dependency vector (a cluster with replicas; nullptr otherwise): the
+  // vectorized watermark, raised by every peer link's replies, by remote askers and by the
+  // exchange (src/dist/watermark_exchange.h), which also reads our leader's watermark.
+  std::unique_ptr<dist::VectorWatermark> vector_watermark;
+  std::unique_ptr<dist::WatermarkExchange> watermark_exchange;
+  // Committed transactions awaiting acknowledgement, each watched by an ack task
+  // (kPendingAcksMax slots, their vectors' storage reused).
+  struct PendingAck {
+    txn::DepVec vector;
+    uint64_t start_ns = 0;
+  };
+  std::vector<PendingAck> pending_acks;
+  std::vector<uint32_t> free_acks;
+  uint32_t acks_running = 0;
   Rng link_rng{1};
   std::unique_ptr<dist::LocalLink> self_link;
   std::vector<std::unique_ptr<Peer>> peers;  // by shard; null for our own
@@ -141,10 +164,18 @@ struct Worker {
 
   void start_load();
   void record(bool cross, const Status& s, uint64_t latency_ns, uint32_t type = 0);
+  // The vector a terminal's transaction waits on before it is acknowledged.
+  void ack_vector(bool cross, const dist::DistTxn& dtxn, uint64_t local_tid_before,
+                  txn::DepVec* out) const;
+  // Publishes once every client and every ack task is done.
+  void publish_when_idle() {
+    if (clients_running == 0 && acks_running == 0) publish();
+  }
   void publish();
   void health();
   void teardown();
   static void health_thunk(void* self, uint64_t);
+  static void ack_grace_thunk(void* self, uint64_t);
   static void repl_tick_thunk(void* self, uint64_t);
   static void close_floor_thunk(void* self);
   static void close_stream_thunk(void* self);
@@ -205,6 +236,13 @@ class ShardServer {
   [[nodiscard]] Status load_table();
   [[nodiscard]] Status load_tpcc();
   bool replicated() const { return config_.shards[options_.shard].replicas.size() > 1; }
+  // Any shard with replicas: terminals then wait for the vectorized watermark.
+  bool cluster_replicated() const {
+    for (const cluster::Shard& sh : config_.shards) {
+      if (sh.replicas.size() > 1) return true;
+    }
+    return false;
+  }
   [[nodiscard]] Status start_replication();
   [[nodiscard]] Status plant_divergence();
   [[nodiscard]] Status post_to_workers(void (*fn)(void*));
@@ -380,6 +418,18 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   w->participant = std::make_unique<dist::Participant>(*engine_, options_.shard, po);
   if (tpcc_ != nullptr) w->participant->set_fragments(&fragments_);
   w->service = std::make_unique<dist::ParticipantService>(*w->participant, *w->loop);
+  if (replication_ != nullptr) w->service->set_watermark_source(replication_->watermark_source());
+  if (cluster_replicated()) {
+    w->vector_watermark = std::make_unique<dist::VectorWatermark>(
+        *w->loop, static_cast<uint32_t>(config_.shards.size()), kPendingAcksMax + kTerminalsMax);
+    w->pending_acks.resize(kPendingAcksMax);
+    for (uint32_t i = kPendingAcksMax; i > 0; --i) w->free_acks.push_back(i - 1);
+    // A shard without replicas has everything it installed covered: ours too.
+    if (replication_ == nullptr) {
+      SHOAL_TRY(w->vector_watermark->raise(options_.shard, dist::wire::kNoReplicationWatermark));
+    }
+    w->service->set_vector_watermark(w->vector_watermark.get());
+  }
   w->self_link = dist::LocalLink::make_direct(*w->participant, *w->loop, w->link_rng);
   w->peers.resize(config_.shards.size());
   std::vector<dist::ShardLink*> links(config_.shards.size());
@@ -397,6 +447,16 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   co.max_retries = 1000;  // backoff caps each wait at 2 ms: a hot row on a loaded box
   co.backoff_loop = w->loop.get();
   w->coordinator = std::make_unique<dist::Coordinator>(co, links, &w->epoch);
+  if (w->vector_watermark != nullptr) {
+    dist::WatermarkExchangeOptions xo;
+    xo.shard = options_.shard;
+    if (replication_ != nullptr) xo.source = replication_->watermark_source();
+    w->watermark_exchange =
+        std::make_unique<dist::WatermarkExchange>(*w->loop, *w->vector_watermark, xo);
+    for (uint32_t s = 0; s < links.size(); ++s) {
+      if (s != options_.shard) SHOAL_TRY(w->watermark_exchange->add_link(s, *links[s]));
+    }
+  }
   if (replication_ != nullptr) {
     // Both places this worker's thread commits: the participant (every coordinator's
     // installs here) and, for TPC-C, the terminals' local Worker.
@@ -467,6 +527,7 @@ Status ShardServer::attach_peer(Worker& w, uint32_t shard, E endpoint) {
   lo.session_count = 8;  // <= data_rpc_options().max_sessions
   lo.call_timeout_ns = 2000 * kMs;
   lo.end_attempts_max = 20;
+  lo.watermark = w.vector_watermark.get();  // nullptr without replication
   peer->rpc_link = std::make_unique<dist::RpcLink<E>>(*peer->rpc, lo);
   w.peers[shard] = std::move(peer);
   return Status::Ok();
@@ -491,6 +552,7 @@ Status ShardServer::serve() {
           wp->loop->add_timer(wp->loop->now_ns() + kReplTickIdleNs, &Worker::repl_tick_thunk, wp);
       if (!tick.ok()) return tick.status();
     }
+    if (wp->watermark_exchange != nullptr) wp->watermark_exchange->start();
     wp->thread = std::thread([wp] {
       wp->loop->run();
       wp->teardown();
@@ -618,9 +680,11 @@ void ShardServer::stop_workers() {
 }
 
 void Worker::teardown() {
+  watermark_exchange.reset();
   coordinator.reset();
   incoming.clear();
   peers.clear();
+  vector_watermark.reset();  // after the links that raise it
   self_link.reset();
   service.reset();
   participant.reset();
@@ -933,6 +997,25 @@ rt::Task<void> bank_client(Worker* w, uint64_t seed) {
   if (--w->clients_running == 0) w->publish();
 }
 
+// Waits until the vectorized watermark covers `vector`, then records the commit latency.
+rt::Task<void> wait_for_ack(Worker* w, const txn::DepVec& vector, uint64_t start_ns) {
+  Status covered = co_await w->vector_watermark->wait_covered(vector);
+  if (covered.ok()) {
+    w->stats.latency_commit.record(w->loop->now_ns() - start_ns);
+  } else {
+    ++w->stats.unacknowledged;
+  }
+}
+
+// Watches one pending acknowledgement (slot of w->pending_acks) and frees its slot.
+rt::Task<void> ack_task(Worker* w, uint32_t slot) {
+  Worker::PendingAck& p = w->pending_acks[slot];
+  co_await wait_for_ack(w, p.vector, p.start_ns);
+  w->free_acks.push_back(slot);
+  --w->acks_running;
+  w->publish_when_idle();
+}
+
 // A TPC-C terminal: home warehouse and StockLevel district spread over this shard's own.
 rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
   ShardServer& server = *w->server;
@@ -947,17 +1030,50 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
   client.bind_home(first + n % count, (n / count) % bench::tpcc::kDistrictsPerWarehouse + 1);
   dist::DistTxn dtxn;
   bench::TpccInput in;
+  txn::DepVec ack;  // reused: no allocation once it has grown to the widest vector
   while (w->loop->now_ns() < w->load_end_ns) {
     client.make_input(&in);
     const uint64_t start_ns = w->loop->now_ns();
+    const uint64_t local_tid_before = w->tpcc->local->txn().last_commit_tid();
     TpccOutcome out = co_await run_tpcc_txn(*w->tpcc, dtxn, in);
     w->stats.conflict_aborts += out.conflicts;
     w->record(out.cross, out.status, w->loop->now_ns() - start_ns, in.type);
+    // Acknowledgement (design 3 step 8): "committed" once the vectorized watermark covers
+    // the transaction's vector; the latency above was speculative (visible). A cross-shard
+    // rollback installed nothing and validated nothing: it has no vector to wait for.
+    // The terminal goes on meanwhile (as the one-shard bench's clients do): an ack task
+    // watches it, or, with every slot taken, the terminal waits itself.
+    const bool acked = out.status.ok() || (out.status.is_user_abort() && !out.cross);
+    if (w->vector_watermark != nullptr && acked) {
+      if (!w->free_acks.empty()) {
+        const uint32_t slot = w->free_acks.back();
+        w->free_acks.pop_back();
+        Worker::PendingAck& p = w->pending_acks[slot];
+        w->ack_vector(out.cross, dtxn, local_tid_before, &p.vector);  // before anything runs
+        p.start_ns = start_ns;
+        if (w->loop->spawn(ack_task(w, slot)).ok()) {
+          ++w->acks_running;
+        } else {
+          w->free_acks.push_back(slot);  // task table full: wait ourselves
+          ack = p.vector;
+          co_await wait_for_ack(w, ack, start_ns);
+        }
+      } else {
+        w->ack_vector(out.cross, dtxn, local_tid_before, &ack);
+        co_await wait_for_ack(w, ack, start_ns);
+      }
+    }
     // Local transactions never suspend: yield so pollers (remote coordinators' requests,
     // replies to our own) and the other terminals keep their turn.
     co_await w->loop->yield();
   }
-  if (--w->clients_running == 0) w->publish();
+  if (--w->clients_running == 0 && w->acks_running > 0) {
+    // The last ack task publishes; bounded by kAckGraceNs if replication stalls.
+    auto grace = w->loop->add_timer(w->loop->now_ns() + kAckGraceNs, &Worker::ack_grace_thunk, w,
+                                    w->load_end_ns);  // names this run
+    SHOAL_ASSERT(grace.ok(), "ack grace timer: %s", grace.status().to_string().c_str());
+  }
+  w->publish_when_idle();
 }
 
 void Worker::start_load() {
@@ -976,6 +1092,31 @@ void Worker::start_load() {
     ++clients_running;
   }
   if (clients_running == 0) publish();
+}
+
+// A cross-shard transaction's vector is the coordinator's (every written shard's install TID,
+// merged with what its reads depended on). A local one ran start to commit on the worker's
+// Txn without suspending, so right after it that Txn still holds it: its dependencies and, on
+// our shard, its commit TID if it wrote (a new TID since `local_tid_before`), else the
+// newest version it read.
+void Worker::ack_vector(bool cross, const dist::DistTxn& dtxn, uint64_t local_tid_before,
+                        txn::DepVec* out) const {
+  if (cross) {
+    *out = dtxn.vector();
+    return;
+  }
+  const txn::Txn& t = tpcc->local->txn();
+  *out = t.deps();
+  const uint64_t tid = t.last_commit_tid();
+  out->raise(server->shard(), std::max(t.max_seen_version(), tid != local_tid_before ? tid : 0));
+}
+
+void Worker::ack_grace_thunk(void* self, uint64_t run_end_ns) {
+  auto* w = static_cast<Worker*>(self);
+  if (run_end_ns != w->load_end_ns || w->acks_running == 0) return;  // done, or a later run
+  // Every waiter resumes with the error; the last ack task then publishes.
+  w->vector_watermark->release_all(Status::Timeout(fmt::format(
+      "shard {}: not acknowledged {} ms after the run", w->server->shard(), kAckGraceNs / kMs)));
 }
 
 void Worker::record(bool cross, const Status& s, uint64_t latency_ns, uint32_t type) {

@@ -1,0 +1,174 @@
+// VectorWatermark (monotone entries, coverage, parked waiters resumed only when covered, the
+// bound) and the watermark wire pieces (reply trailer, the exchange request at a participant).
+#include "src/dist/vector_watermark.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "src/dist/rpc_link.h"
+#include "src/txn/engine.h"
+
+namespace shoal::dist {
+namespace {
+
+txn::DepVec vec(std::initializer_list<std::pair<uint32_t, uint64_t>> entries) {
+  txn::DepVec v;
+  for (auto [shard, ts] : entries) v.raise(shard, ts);
+  return v;
+}
+
+void drain(rt::EventLoop& loop) {
+  for (int i = 0; i < 100 && loop.run_once(); ++i) {
+  }
+}
+
+// A client waiting for its vector: records the order of completions and their statuses.
+rt::Task<void> waiter(VectorWatermark& vw, const txn::DepVec* v, int id, std::vector<int>* done,
+                      std::vector<Status>* statuses) {
+  Status s = co_await vw.wait_covered(*v);
+  done->push_back(id);
+  statuses->push_back(std::move(s));
+}
+
+TEST(VectorWatermark, EntriesOnlyGrowAndCoverageIsPerEntry) {
+  rt::EventLoop loop(RealEnv::instance());  // no test here depends on time
+  VectorWatermark vw(loop, 3, 4);
+  EXPECT_TRUE(vw.covers(txn::DepVec{}));
+  EXPECT_FALSE(vw.covers(vec({{1, 5}})));
+  ASSERT_TRUE(vw.raise(1, 10).ok());
+  ASSERT_TRUE(vw.raise(1, 7).ok());  // stale: ignored
+  EXPECT_EQ(vw.get(1), 10u);
+  EXPECT_TRUE(vw.covers(vec({{1, 10}})));
+  EXPECT_FALSE(vw.covers(vec({{1, 10}, {2, 1}})));
+  ASSERT_TRUE(vw.raise(2, 1).ok());
+  EXPECT_TRUE(vw.covers(vec({{1, 10}, {2, 1}})));
+  EXPECT_FALSE(vw.covers(vec({{5, 1}})));  // a shard this cluster does not have
+  Status bad = vw.raise(3, 1);
+  EXPECT_EQ(bad.code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.message().find("shard 3"), std::string::npos) << bad.to_string();
+  EXPECT_EQ(vw.stats().rises, 2u);
+}
+
+TEST(VectorWatermark, WaitersResumeOnlyOnceEveryEntryIsCovered) {
+  rt::EventLoop loop(RealEnv::instance());  // no test here depends on time
+  VectorWatermark vw(loop, 3, 8);
+  const txn::DepVec a = vec({{0, 5}, {2, 9}});
+  const txn::DepVec b = vec({{0, 3}});
+  const txn::DepVec c = vec({{1, 4}, {2, 2}});
+  const txn::DepVec empty;
+  std::vector<int> done;
+  std::vector<Status> statuses;
+  for (auto [v, id] : {std::pair{&a, 1}, {&b, 2}, {&c, 3}, {&empty, 4}}) {
+    ASSERT_TRUE(loop.spawn(waiter(vw, v, id, &done, &statuses)).ok());
+  }
+  drain(loop);
+  EXPECT_EQ(done, std::vector<int>{4});  // an empty vector is covered at once
+  EXPECT_EQ(vw.waiting(), 3u);
+  ASSERT_TRUE(vw.raise(0, 4).ok());  // b (0:3) covered; a waits for 0:5
+  drain(loop);
+  EXPECT_EQ(done, (std::vector<int>{4, 2}));
+  ASSERT_TRUE(vw.raise(0, 6).ok());  // a moves on to 2:9
+  ASSERT_TRUE(vw.raise(2, 8).ok());  // c's 2:2 is not looked at yet (it waits on 1:4)
+  drain(loop);
+  EXPECT_EQ(done, (std::vector<int>{4, 2}));
+  EXPECT_EQ(vw.waiting(), 2u);
+  ASSERT_TRUE(vw.raise(1, 4).ok());  // c: 1:4 now, 2:2 already
+  drain(loop);
+  EXPECT_EQ(done, (std::vector<int>{4, 2, 3}));
+  ASSERT_TRUE(vw.raise(2, 9).ok());
+  drain(loop);
+  EXPECT_EQ(done, (std::vector<int>{4, 2, 3, 1}));
+  for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(vw.waiting(), 0u);
+  EXPECT_EQ(vw.stats().parked, 3u);
+  EXPECT_EQ(vw.stats().resumed, 3u);
+}
+
+TEST(VectorWatermark, BoundedWaitersAndReleaseAll) {
+  rt::EventLoop loop(RealEnv::instance());  // no test here depends on time
+  VectorWatermark vw(loop, 2, 2);
+  const txn::DepVec v = vec({{1, 100}});
+  std::vector<int> done;
+  std::vector<Status> statuses;
+  for (int id = 1; id <= 3; ++id)
+    ASSERT_TRUE(loop.spawn(waiter(vw, &v, id, &done, &statuses)).ok());
+  drain(loop);
+  ASSERT_EQ(done, std::vector<int>{3});  // the third found both places taken
+  EXPECT_EQ(statuses[0].code(), Code::kUnavailable);
+  EXPECT_NE(statuses[0].message().find("already wait"), std::string::npos);
+  vw.release_all(Status::Unavailable("shutting down"));
+  drain(loop);
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(statuses[1].code(), Code::kUnavailable);
+  EXPECT_EQ(statuses[2].code(), Code::kUnavailable);
+  EXPECT_EQ(vw.waiting(), 0u);
+}
+
+TEST(WatermarkWire, TrailerSplitsOffAndShortRepliesAreRefused) {
+  rt::MsgBuffer reply;
+  reply.resize(3);
+  reply.payload()[0] = 7;
+  wire::append_watermark(0x1122334455667788ULL, &reply);
+  std::span<const uint8_t> body;
+  uint64_t w = 0;
+  ASSERT_TRUE(wire::split_watermark(reply.payload(), &body, &w).ok());
+  EXPECT_EQ(w, 0x1122334455667788ULL);
+  ASSERT_EQ(body.size(), 3u);
+  EXPECT_EQ(body[0], 7);
+  for (size_t n = 0; n < wire::kWatermarkTrailerBytes; ++n) {
+    Status s = wire::split_watermark(reply.payload().first(n), &body, &w);
+    EXPECT_EQ(s.code(), Code::kCorruption) << n;
+    EXPECT_NE(s.message().find("watermark trailer"), std::string::npos) << s.to_string();
+  }
+}
+
+// The exchange's request at the participant: answered with an empty body (the RPC path adds
+// the trailer), raising the asker's entry of the worker's VectorWatermark; malformed ones are
+// refused, counted and never applied.
+TEST(WatermarkWire, ParticipantServesTheExchangeAndCountsMalformedRequests) {
+  rt::EventLoop loop(RealEnv::instance());  // no test here depends on time
+  txn::EngineOptions eo;
+  eo.epoch_ticker = false;
+  txn::Engine engine(eo);
+  Participant participant(engine, 0);
+  ParticipantService service(participant, loop);
+  VectorWatermark vw(loop, 2, 1);
+  service.set_vector_watermark(&vw);
+  rt::MsgBuffer req, resp;
+  wire::encode_watermark(1, 42, &req);
+  const std::vector<uint8_t> good(req.payload().begin(), req.payload().end());
+  ASSERT_EQ(good.size(), wire::kWatermarkRequestBytes);
+  ASSERT_TRUE(service.serve(wire::kWatermark, good, &resp).ok());
+  EXPECT_EQ(resp.size(), 0u);
+  EXPECT_EQ(vw.get(1), 42u);
+  ASSERT_TRUE(service.serve(wire::kWatermark, good, &resp).ok());  // a duplicate: no change
+  EXPECT_EQ(vw.get(1), 42u);
+  for (size_t n = 0; n < good.size(); ++n) {  // every strict prefix
+    EXPECT_EQ(service.serve(wire::kWatermark, {good.data(), n}, &resp).code(), Code::kCorruption)
+        << n;
+  }
+  std::vector<uint8_t> longer = good;
+  longer.push_back(0);
+  EXPECT_EQ(service.serve(wire::kWatermark, longer, &resp).code(), Code::kCorruption);
+  std::vector<uint8_t> reserved = good;
+  reserved[4] = 1;
+  Status s = service.serve(wire::kWatermark, reserved, &resp);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("reserved"), std::string::npos) << s.to_string();
+  wire::encode_watermark(2, 99, &req);  // no shard 2 in this cluster
+  s = service.serve(wire::kWatermark, req.payload(), &resp);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("shard 2"), std::string::npos) << s.to_string();
+  EXPECT_EQ(service.malformed(), good.size() + 3);
+  EXPECT_EQ(vw.get(0), 0u);
+  EXPECT_EQ(vw.get(1), 42u);
+  // Without replication the trailer says "everything covered".
+  EXPECT_EQ(service.watermark(), wire::kNoReplicationWatermark);
+  std::atomic<uint64_t> leader_watermark{77};
+  service.set_watermark_source(&leader_watermark);
+  EXPECT_EQ(service.watermark(), 77u);
+}
+
+}  // namespace
+}  // namespace shoal::dist

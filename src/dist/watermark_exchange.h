@@ -1,0 +1,143 @@
+// The periodic watermark exchange (design section 4): what lets a coordinator learn a shard's
+// watermark when no 2PC reply brings it (its transactions with that shard are done, or it
+// never talked to it and a vector names it through a dependency).
+//
+// A WatermarkExchange runs on a coordinator's loop beside its VectorWatermark. Every period_ns:
+// it raises its own shard's entry from the local source (the ReplicationLeader's watermark,
+// if any), and, only while some transaction waits on the VectorWatermark, sends each linked
+// shard one kWatermark message (16 bytes: our shard and its watermark) over that shard's
+// ShardLink (an RpcLink: ShardLink::exchange_watermark). The participant answers with the watermark
+// trailer every reply carries, which the link raises (rpc_link.h); a participant given the worker's
+// VectorWatermark (ParticipantService::set_vector_watermark) raises ours in turn. So each message
+// informs both sides, an idle node sends nothing (one timer per period), and a busy one at most one
+// message in flight per shard: a lost one times out and the next tick asks again. Entries only grow
+// (VectorWatermark::raise keeps the maximum), so late, duplicated or reordered answers are
+// harmless.
+//
+// Threads: owned by the loop of the VectorWatermark and the links; the source atomic may be
+// written by any thread. Bounds: at most DistTxn::kShardsMax links, one call in flight each.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "shoal/status.h"
+#include "src/dist/coordinator.h"
+#include "src/dist/vector_watermark.h"
+#include "src/runtime/event_loop.h"
+#include "src/runtime/task.h"
+
+namespace shoal::dist {
+
+struct WatermarkExchangeOptions {
+  uint32_t shard = 0;              // our shard: the entry `source` raises, named in messages
+  uint64_t period_ns = 2'000'000;  // how often the source is read and waiters looked at
+  // Our shard's watermark (ReplicationLeader::watermark()); nullptr: a node without a shard
+  // of its own (messages then carry 0, which raises nothing).
+  const std::atomic<uint64_t>* source = nullptr;
+};
+
+struct WatermarkExchangeStats {
+  uint64_t ticks = 0;
+  uint64_t sent = 0;
+  uint64_t answered = 0;
+  uint64_t failed = 0;  // timed out, refused, or no task room: asked again on a later tick
+};
+
+class WatermarkExchange {
+ public:
+  // REQUIRES: `watermark` (and options.source) outlive this object, on `loop`.
+  WatermarkExchange(rt::EventLoop& loop, VectorWatermark& watermark,
+                    WatermarkExchangeOptions options)
+      : loop_(loop), watermark_(watermark), options_(options) {
+    SHOAL_ASSERT(options_.period_ns > 0, "%s", "a watermark exchange needs a period");
+  }
+  ~WatermarkExchange() { stop(); }
+  WatermarkExchange(const WatermarkExchange&) = delete;
+  WatermarkExchange& operator=(const WatermarkExchange&) = delete;
+
+  // Asks `shard` through `link`. REQUIRES: the link's options name `watermark` (so its
+  // replies raise it), runs on this loop and outlives the exchange.
+  [[nodiscard]] Status add_link(uint32_t shard, ShardLink& link) {
+    if (shard >= watermark_.shards() || links_.size() >= DistTxn::kShardsMax) {
+      return Status::InvalidArgument(fmt::format("watermark exchange: shard {} of {} ({} links)",
+                                                 shard, watermark_.shards(), links_.size()));
+    }
+    links_.push_back(Linked{shard, &link});
+    return Status::Ok();
+  }
+  void start() {
+    running_ = true;
+    arm();
+  }
+  void stop() {
+    running_ = false;
+    if (timer_armed_) loop_.cancel_timer(timer_);
+    timer_armed_ = false;
+  }
+  size_t in_flight() const { return in_flight_; }
+  const WatermarkExchangeStats& stats() const { return stats_; }
+
+ private:
+  struct Linked {
+    uint32_t shard;
+    ShardLink* link;
+    bool in_flight = false;
+  };
+
+  void arm() {
+    if (!running_ || timer_armed_) return;
+    auto t = loop_.add_timer(loop_.now_ns() + options_.period_ns, &tick_thunk, this);
+    if (!t.ok()) return;  // timers full: the exchange stops (stats show no more ticks)
+    timer_armed_ = true;
+    timer_ = *t;
+  }
+  static void tick_thunk(void* self, uint64_t) { static_cast<WatermarkExchange*>(self)->tick(); }
+  void tick() {
+    timer_armed_ = false;
+    ++stats_.ticks;
+    uint64_t own = 0;
+    if (options_.source != nullptr) {
+      own = options_.source->load(std::memory_order_acquire);
+      watermark_.raise(options_.shard, own).ignore();  // in range: checked by the caller's config
+    }
+    for (size_t i = 0; watermark_.waiting() > 0 && i < links_.size(); ++i) {
+      Linked& l = links_[i];
+      if (l.in_flight) continue;
+      l.in_flight = true;
+      ++in_flight_;
+      if (!loop_.spawn(ask(i, own)).ok()) {
+        l.in_flight = false;  // no task room now: next tick
+        --in_flight_;
+        ++stats_.failed;
+      }
+    }
+    arm();
+  }
+  rt::Task<void> ask(size_t i, uint64_t own) {
+    ++stats_.sent;
+    Status s = co_await links_[i].link->exchange_watermark(options_.shard, own);
+    links_[i].in_flight = false;
+    --in_flight_;
+    if (s.ok()) {
+      ++stats_.answered;
+    } else {
+      ++stats_.failed;
+    }
+  }
+
+  rt::EventLoop& loop_;
+  VectorWatermark& watermark_;
+  WatermarkExchangeOptions options_;
+  std::vector<Linked> links_;
+  size_t in_flight_ = 0;
+  bool running_ = false;
+  bool timer_armed_ = false;
+  uint64_t timer_ = 0;
+  WatermarkExchangeStats stats_;
+};
+
+}  // namespace shoal::dist
