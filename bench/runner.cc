@@ -106,7 +106,10 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
     client = workload.make_client(*worker, index, options.seed * 1'000'003 + index);
   }
   repl::StreamAppender* appender = leader != nullptr ? &leader->appender(index) : nullptr;
-  if (appender != nullptr) worker->set_commit_hook(&repl::StreamAppender::commit_hook, appender);
+  if (appender != nullptr) {
+    worker->set_commit_hook(&repl::StreamAppender::commit_hook, appender);
+    worker->txn().set_tid_floor(appender->promised_tid());
+  }
   clock.ready.fetch_add(1, std::memory_order_acq_rel);
   // Bounded by the main thread, which releases `go` once every worker is ready.
   while (!clock.go.load(std::memory_order_acquire)) std::this_thread::yield();
@@ -464,18 +467,18 @@ nlohmann::json RunResult::to_json() const {
     const ReplicationResult& rp = replication;
     nlohmann::json followers = nlohmann::json::array();
     for (const FollowerResult& f : rp.followers) {
-      followers.push_back({{"replica", f.replica},
-                           {"digest", fmt::format("{:016x}", f.digest)},
-                           {"digest_match", f.digest_match},
-                           {"consistency", !f.checked ? nlohmann::json("skipped")
-                                           : f.check_failures.empty()
-                                               ? nlohmann::json("ok")
-                                               : nlohmann::json(f.check_failures)},
-                           {"replay_txns", f.replay_txns},
-                           {"replay_writes", f.replay_writes},
-                           {"replay_cpu_s", f.replay_cpu_s},
-                           {"replay_txns_per_sec_per_core", f.replay_txns_per_cpu_sec},
-                           {"wal_bytes", f.wal_bytes}});
+      followers.push_back(
+          {{"replica", f.replica},
+           {"digest", fmt::format("{:016x}", f.digest)},
+           {"digest_match", f.digest_match},
+           {"consistency", !f.checked                 ? nlohmann::json("skipped")
+                           : f.check_failures.empty() ? nlohmann::json("ok")
+                                                      : nlohmann::json(f.check_failures)},
+           {"replay_txns", f.replay_txns},
+           {"replay_writes", f.replay_writes},
+           {"replay_cpu_s", f.replay_cpu_s},
+           {"replay_txns_per_sec_per_core", f.replay_txns_per_cpu_sec},
+           {"wal_bytes", f.wal_bytes}});
     }
     j["replication"] = {{"replicas", rp.replicas},
                         {"wan_rtt_ms", rp.wan_rtt_ms},
@@ -551,7 +554,9 @@ std::string RunResult::to_table() const {
           "  replica {}: digest {:016x} {}, consistency {}, replay {:.0f} txn/s per core "
           "({} txns in {:.2f} CPU s), WAL {:.1f} MiB\n",
           f.replica, f.digest, f.digest_match ? "= leader" : "!= leader",
-          !f.checked ? "skipped" : f.check_failures.empty() ? "ok" : "FAILED",
+          !f.checked                 ? "skipped"
+          : f.check_failures.empty() ? "ok"
+                                     : "FAILED",
           f.replay_txns_per_cpu_sec, f.replay_txns, f.replay_cpu_s,
           static_cast<double>(f.wal_bytes) / (1 << 20));
     }

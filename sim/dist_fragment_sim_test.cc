@@ -651,9 +651,9 @@ class HookLink final : public dist::ShardLink {
   rt::Task<Status> validate(TxnId id, uint64_t epoch, txn::DepVec* deps) override {
     co_return co_await inner_.validate(id, epoch, deps);
   }
-  rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid,
-                           const txn::DepVec& vector) override {
-    co_return co_await inner_.install(id, epoch, tid, vector);
+  rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
+                           uint64_t* installed_tid) override {
+    co_return co_await inner_.install(id, epoch, tid, vector, installed_tid);
   }
   rt::Task<Status> abort(TxnId id, uint64_t epoch) override {
     co_return co_await inner_.abort(id, epoch);

@@ -441,17 +441,23 @@ TEST(DistRpcWire, FuzzedRequestsNeverCrashAndLeaveNothingBehind) {
   t.end();
 }
 
+// A put of `acc` (which must outlive the write) to account `key`.
+dist::StagedWrite staged_put(uint64_t key, const Account& acc) {
+  dist::StagedWrite w;
+  w.key_word_count = 1;
+  w.key[0] = key;
+  w.value = &acc;
+  w.size_bytes = sizeof acc;
+  return w;
+}
+
 // The participant's fault rules (participant.h F1-F5), one by one.
 TEST(DistRpcWire, ParticipantFaultRules) {
   OneShard sh;
   dist::Participant& p = *sh.participant;
   const uint64_t key = 3;
   const Account acc{1, 1, 7};
-  dist::StagedWrite w;
-  w.key_word_count = 1;
-  w.key[0] = key;
-  w.value = &acc;
-  w.size_bytes = sizeof acc;
+  const dist::StagedWrite w = staged_put(key, acc);
   uint64_t tid = 0;
   Account got{};
   txn::DepVec deps;
@@ -492,6 +498,39 @@ TEST(DistRpcWire, ParticipantFaultRules) {
   EXPECT_TRUE(p.read(6, 2, kTableId, &key, 1, &got, sizeof got, nullptr).is_aborted());
   EXPECT_EQ(p.active(), 0u);
   EXPECT_GE(p.stats().refused_ended, 2u);
+}
+
+// F10: with a stream floor, a context proposes and installs above it and says where; a
+// repeated install answers with the same TID.
+TEST(DistRpcWire, InstallsGoAboveTheStreamFloorAndReportIt) {
+  OneShard sh;
+  dist::Participant& p = *sh.participant;
+  uint64_t floor = 0;
+  p.set_tid_floor(&floor);
+  const uint64_t key = 3;
+  const Account acc{1, 1, 7};
+  const dist::StagedWrite w = staged_put(key, acc);
+  uint64_t proposed = 0, installed = 0, again = 0;
+  txn::DepVec deps;
+  floor = uint64_t{5} << 32;
+  ASSERT_TRUE(p.lock(1, 1, &w, 1, &proposed).ok());
+  EXPECT_GT(proposed, floor);
+  ASSERT_TRUE(p.validate(1, 1, &deps).ok());
+  floor = proposed + 100;  // the worker logged a later commit meanwhile
+  ASSERT_TRUE(p.install(1, 1, proposed, deps, &installed).ok());
+  EXPECT_EQ(installed, floor + 1);
+  ASSERT_TRUE(p.install(1, 1, proposed, deps, &again).ok());
+  EXPECT_EQ(again, installed);
+  // The wire: the install reply is that TID, exactly 8 bytes.
+  uint64_t tid = 0;
+  const uint64_t v = 77;
+  std::vector<uint8_t> reply(8);
+  std::memcpy(reply.data(), &v, 8);
+  ASSERT_TRUE(dist::wire::decode_install_reply(reply, &tid).ok());
+  EXPECT_EQ(tid, 77u);
+  EXPECT_EQ(dist::wire::decode_install_reply({reply.data(), 7}, &tid).code(), Code::kCorruption);
+  reply.push_back(0);
+  EXPECT_EQ(dist::wire::decode_install_reply(reply, &tid).code(), Code::kCorruption);
 }
 
 // Over real RPC: garbage for every method gets an error reply, and the link keeps working.

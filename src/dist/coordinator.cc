@@ -336,8 +336,11 @@ rt::Task<Status> Coordinator::install_all(DistTxn& txn) {
   Status first_failure;
   for (uint32_t shard : txn.written_) {
     if (shard == txn.last_agent_) continue;  // installed by its validate_install (F7)
-    Status s =
-        co_await links_[shard]->install(txn.id_, txn.epoch_, txn.vector_.get(shard), txn.vector_);
+    uint64_t installed = 0;
+    Status s = co_await links_[shard]->install(txn.id_, txn.epoch_, txn.vector_.get(shard),
+                                               txn.vector_, &installed);
+    // F10: a replicated shard may install above our entry; acknowledgement waits for that.
+    if (s.ok()) txn.vector_.raise(shard, installed);
     if (!s.ok() && first_failure.ok()) {
       first_failure = Status::Unavailable(
           fmt::format("transaction {:#x} committed, but its install at shard {} is in doubt: {}",

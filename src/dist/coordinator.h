@@ -98,8 +98,10 @@ class ShardLink {
   virtual rt::Task<Status> lock(TxnId id, uint64_t epoch, const StagedWrite* writes, size_t count,
                                 uint64_t* proposed_tid) = 0;
   virtual rt::Task<Status> validate(TxnId id, uint64_t epoch, txn::DepVec* deps) = 0;
+  // *installed_tid: where it installed (>= tid: above the shard's stream promise, F10), 0
+  // when the participant no longer knows (F5).
   virtual rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid,
-                                   const txn::DepVec& vector) = 0;
+                                   const txn::DepVec& vector, uint64_t* installed_tid) = 0;
   virtual rt::Task<Status> abort(TxnId id, uint64_t epoch) = 0;
   // F7 (participant.h): validate and, if the reads hold, install. Retried by the link until
   // answered, like install (the participant makes repeats idempotent): Ok (*tid is where it

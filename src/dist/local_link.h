@@ -70,10 +70,10 @@ class LocalLink final : public ShardLink {
     SHOAL_CO_TRY(co_await hop());
     co_return s;
   }
-  rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid,
-                           const txn::DepVec& vector) override {
+  rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
+                           uint64_t* installed_tid) override {
     SHOAL_CO_TRY(co_await hop());
-    Status s = participant_.install(id, epoch, tid, vector);
+    Status s = participant_.install(id, epoch, tid, vector, installed_tid);
     co_return s;
   }
   rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,

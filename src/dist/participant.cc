@@ -104,6 +104,7 @@ Participant::Slot* Participant::slot_for(TxnId id, bool start, Status* status) {
   free_slots_.pop_back();
   Slot& slot = slots_[index];
   if (!slot.txn) slot.txn = std::make_unique<txn::Txn>(&engine_, id);
+  slot.txn->set_tid_floor(tid_floor_);
   slot.txn->begin();
   slot.phase = Phase::kExecuting;
   slot.in_use = true;
@@ -274,7 +275,9 @@ Status Participant::validate(TxnId id, uint64_t epoch, txn::DepVec* deps) {
   return status;
 }
 
-Status Participant::install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector) {
+Status Participant::install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
+                            uint64_t* installed_tid) {
+  if (installed_tid != nullptr) *installed_tid = 0;
   // No epoch check: a transaction that passed validation is committed by its coordinator's
   // decision; refusing the install would leave a hole in it.
   (void)epoch;
@@ -287,6 +290,7 @@ Status Participant::install(TxnId id, uint64_t epoch, uint64_t tid, const txn::D
           fmt::format("install of transaction {:#x}, aborted at shard {}", id, shard_id_));
     }
     ++stats_.repeated_installs;  // F2 (tombstone says committed) or F5 (tombstone expired)
+    if (t != tombstones_.end() && installed_tid != nullptr) *installed_tid = t->second.tid;
     return Status::Ok();
   }
   Slot* slot = &slots_[it->second];
@@ -303,9 +307,11 @@ Status Participant::install(TxnId id, uint64_t epoch, uint64_t tid, const txn::D
         "install of transaction {:#x} at TID {:#x} below the proposed {:#x} at shard {}", id, tid,
         slot->proposed_tid, shard_id_));
   }
+  tid = std::max(tid, floor_tid() + 1);  // F10
   slot->txn->install_and_unlock(tid, &vector);
   if (commit_hook_ != nullptr) commit_hook_(commit_hook_ctx_, *slot->txn);
   finish(id, slot, Ended::kCommitted, tid);
+  if (installed_tid != nullptr) *installed_tid = tid;
   return Status::Ok();
 }
 
@@ -366,7 +372,7 @@ Status Participant::validate_install(TxnId id, uint64_t epoch, const txn::DepVec
   }
   *deps = slot->txn->deps();
   deps->raise(shard_id_, slot->txn->max_seen_version());
-  *tid = std::max(vector.get(shard_id_), slot->proposed_tid);
+  *tid = std::max({vector.get(shard_id_), slot->proposed_tid, floor_tid() + 1});  // F10
   if (*tid > txn::Tid::kVersionMask) {
     slot->txn->release_certified();
     slot->txn->abort();

@@ -44,6 +44,12 @@
 //      abort, so the vote cannot go stale while the other shards lock later (coordinator.h
 //      C6). The context is then prepared (F3) and the coordinator skips its validate. A
 //      context with any other read stays locked and votes at validate as usual.
+//   F10 Installs above the stream. On a replicated shard server a worker's transactions and its
+//      participant's installs share one log stream, whose entries promise that its TIDs only
+//      grow (src/repl/appender.h). A context proposes above that promise and installs at
+//      max(the coordinator's TID, promise + 1), reporting where (install's and
+//      validate_install's replies), so the transaction's vector, and the acknowledgement that
+//      waits on it, name the TID that was logged.
 //   F8 One-shot last agent. validate_install() may carry a fragment: the participant runs it
 //      (starting the context if this is the transaction's first contact), locks what it
 //      wrote, then validates and installs as F7: a remote shard's whole part of a
@@ -176,6 +182,11 @@ class Participant {
     commit_hook_ = hook;
     commit_hook_ctx_ = ctx;
   }
+  // F10: installs go above *floor (a replicated shard server's stream promise, shared with
+  // the worker's own transactions: repl::StreamAppender::promised_tid), and every context's
+  // proposals too. nullptr: none. REQUIRES: *floor outlives the participant; set before the
+  // first transaction.
+  void set_tid_floor(const uint64_t* floor) { tid_floor_ = floor; }
   // The fragments exec() runs. REQUIRES: `table` outlives the participant.
   void set_fragments(const FragmentTable* table) { fragments_ = table; }
 
@@ -190,7 +201,10 @@ class Participant {
   // Installs at `tid` with the transaction's vector and ends the transaction. Idempotent (F2,
   // F5). InvalidArgument if the transaction is not prepared here or `tid` is below the TID
   // this shard proposed (protocol violations: refused, never asserted).
-  [[nodiscard]] Status install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector);
+  // *installed_tid (if given): where it installed, max(tid, floor + 1) (F10); a repeat answers
+  // with the TID kept in the tombstone, 0 once that expired (F5).
+  [[nodiscard]] Status install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
+                               uint64_t* installed_tid = nullptr);
   // F7: validates the reads served here and, if they hold, installs at
   // *tid = max(vector[this shard], the proposed TID) with `vector` merged with what the reads
   // depend on (returned in *deps). REQUIRES of the coordinator: every other participant voted
@@ -258,6 +272,7 @@ class Participant {
   void drop_expired_tombstones(uint64_t now_ns);
   [[nodiscard]] Status stage(txn::Txn& txn, const StagedWrite& w);
   uint64_t now_ns() { return engine_.env().now_ns(); }
+  uint64_t floor_tid() const { return tid_floor_ != nullptr ? *tid_floor_ : 0; }
 
   txn::Engine& engine_;
   uint32_t shard_id_;
@@ -272,7 +287,8 @@ class Participant {
   std::deque<std::pair<TxnId, uint64_t>> tombstone_fifo_;
   std::vector<TxnId> scratch_ids_;
   const FragmentTable* fragments_ = nullptr;
-  std::vector<uint8_t> scratch_out_;  // F8 fragments' results
+  const uint64_t* tid_floor_ = nullptr;  // F10
+  std::vector<uint8_t> scratch_out_;     // F8 fragments' results
   ParticipantStats stats_;
 };
 

@@ -286,6 +286,15 @@ Status decode_watermark(std::span<const uint8_t> request, uint32_t* shard, uint6
   return Status::Ok();
 }
 
+Status decode_install_reply(std::span<const uint8_t> reply, uint64_t* tid) {
+  Reader r(reply);
+  uint64_t installed = 0;
+  if (!r.get(&installed)) return truncated("install reply");
+  if (r.left() != 0) return trailing("install reply", r.left());
+  if (tid != nullptr) *tid = installed;
+  return Status::Ok();
+}
+
 Status decode_empty_reply(std::span<const uint8_t> reply) {
   if (!reply.empty()) return trailing("empty reply", reply.size());
   return Status::Ok();
@@ -351,7 +360,7 @@ Status ParticipantService::serve(uint16_t method, std::span<const uint8_t> reque
         s = serve_validate(id, epoch, r.rest(), response);
         break;
       case wire::kInstall:
-        s = serve_install(id, epoch, r.rest());
+        s = serve_install(id, epoch, r.rest(), response);
         break;
       case wire::kExec:
         s = serve_exec(id, epoch, r.rest(), response);
@@ -449,13 +458,18 @@ Status ParticipantService::serve_validate(TxnId id, uint64_t epoch, std::span<co
   return Status::Ok();
 }
 
-Status ParticipantService::serve_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest) {
+Status ParticipantService::serve_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
+                                         rt::MsgBuffer* out) {
   Reader r(rest);
   uint64_t tid = 0;
   if (!r.get(&tid)) return truncated("install");
   txn::DepVec vector;
   SHOAL_TRY(decode_vector(r, &vector, "install"));
-  return participant_.install(id, epoch, tid, vector);
+  uint64_t installed = 0;
+  SHOAL_TRY(participant_.install(id, epoch, tid, vector, &installed));
+  out->resize(8);
+  std::memcpy(out->payload().data(), &installed, 8);
+  return Status::Ok();
 }
 
 Status ParticipantService::serve_exec(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,

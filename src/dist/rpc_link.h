@@ -10,7 +10,7 @@
 //                key_words u8, kind u8, reserved u16 (0), size u32,
 //                keys (key_words u64), value (size bytes)
 //   kValidate 42 -                                                  count u32, (shard u32, ts u64)*
-//   kInstall 43  tid u64, count u32, (shard u32, ts u64)*            -
+//   kInstall 43  tid u64, count u32, (shard u32, ts u64)*            installed TID u64 (F10)
 //   kAbort   44  -                                                  -
 //   kExec    45  fragment u32, out_bytes u32, args_bytes u32,        flags u32 (bit 0: the
 //                flags u32 (bit 0: lock after, bit 1: prepare        context holds writes, bit
@@ -117,6 +117,8 @@ void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidat
 [[nodiscard]] Status decode_lock_reply(std::span<const uint8_t> reply, uint64_t* proposed_tid);
 [[nodiscard]] Status decode_validate_reply(std::span<const uint8_t> reply, txn::DepVec* deps);
 [[nodiscard]] Status decode_empty_reply(std::span<const uint8_t> reply);
+// kInstall's reply: the TID it installed at (0: no longer known, F5). tid may be nullptr.
+[[nodiscard]] Status decode_install_reply(std::span<const uint8_t> reply, uint64_t* tid);
 [[nodiscard]] Status decode_validate_install_reply(std::span<const uint8_t> reply,
                                                    txn::DepVec* deps, uint64_t* tid);
 // A reply flagged prepared needs `prepared` (InvalidArgument without: not asked for).
@@ -183,7 +185,7 @@ class ParticipantService {
   Status serve_lock(TxnId id, uint64_t epoch, std::span<const uint8_t> rest, rt::MsgBuffer* out);
   Status serve_validate(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
                         rt::MsgBuffer* out);
-  Status serve_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest);
+  Status serve_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest, rt::MsgBuffer* out);
   Status serve_exec(TxnId id, uint64_t epoch, std::span<const uint8_t> rest, rt::MsgBuffer* out);
   Status serve_validate_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
                                 rt::MsgBuffer* out);
@@ -281,11 +283,12 @@ class RpcLink final : public ShardLink {
     rpc_.recycle(std::move(*reply));
     co_return s;
   }
-  rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid,
-                           const txn::DepVec& vector) override {
+  rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
+                           uint64_t* installed_tid) override {
     rt::MsgBuffer req = rpc_.buffer(0);
     SHOAL_CO_TRY(wire::encode_install(id, epoch, tid, vector, &req));
-    co_return co_await call_until_answered(id, wire::kInstall, std::move(req));
+    co_return co_await call_until_answered(id, wire::kInstall, std::move(req), nullptr,
+                                           installed_tid);
   }
   rt::Task<Status> abort(TxnId id, uint64_t epoch) override {
     rt::MsgBuffer req = rpc_.buffer(0);
@@ -337,7 +340,7 @@ class RpcLink final : public ShardLink {
   }
   // install/abort/validate_install: each attempt is a fresh call (the RPC layer's dedup covers
   // one call only; the participant's idempotence covers the rest). Ends on any answer from
-  // the participant. validate_install's reply fills *deps and *tid.
+  // the participant. validate_install's reply fills *deps and *tid, install's *tid.
   rt::Task<Status> call_until_answered(TxnId id, uint16_t method, rt::MsgBuffer request,
                                        txn::DepVec* deps = nullptr, uint64_t* tid = nullptr) {
     Status last;
@@ -352,7 +355,8 @@ class RpcLink final : public ShardLink {
         if (s.ok()) {
           s = method == wire::kValidateInstall
                   ? wire::decode_validate_install_reply(body, deps, tid)
-                  : wire::decode_empty_reply(body);
+              : method == wire::kInstall ? wire::decode_install_reply(body, tid)
+                                         : wire::decode_empty_reply(body);
         }
         rpc_.recycle(std::move(*reply));
         rpc_.recycle(std::move(request));

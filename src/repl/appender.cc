@@ -66,6 +66,7 @@ void StreamAppender::open_batch() {
 void StreamAppender::seal(uint64_t floor_tid) {
   SHOAL_ASSERT(builder_.open(), "%s", "seal without an open batch");
   const std::span<const std::byte> bytes = builder_.seal(0, floor_tid);
+  promised_tid_ = std::max(promised_tid_, floor_tid);
   policy_.note_sealed();
   const SealedEntry e{buffer_, static_cast<uint32_t>(bytes.size()), load_u64(bytes.data() + 48)};
   SHOAL_ASSERT(sealed_.push(e), "%s", "sealed ring overflow (more sealed than buffers)");
@@ -90,6 +91,7 @@ void StreamAppender::append_record(uint64_t tid, std::span<const txn::DepEntry> 
   policy_.note_append(builder_);
   ++stats_.txns;
   last_logged_tid_ = tid;
+  promised_tid_ = std::max(promised_tid_, tid);
   if (policy_.should_seal(builder_) != BatchPolicy::Reason::kNone) seal(0);
 }
 
@@ -122,14 +124,18 @@ TxnWrite StreamAppender::log_write(const txn::WriteView& w, size_t* scratch_used
 
 void StreamAppender::append(const txn::Txn& txn) {
   const uint64_t tid = txn.last_commit_tid();
-  // A shard server's stream also logs its 2PC participant's installs, whose TIDs were proposed
-  // earlier and may be below this worker's last local commit: keep the highest.
-  last_commit_tid_ = std::max(last_commit_tid_, tid);
   writes_.clear();
   size_t scratch_used = 0;
   txn.for_each_write(
       [&](const txn::WriteView& w) { writes_.push_back(log_write(w, &scratch_used)); });
   if (writes_.empty()) return;  // read-only: nothing to replicate
+  // A shard server's stream also logs its 2PC participant's installs: they install above the
+  // stream's promise (set_tid_floor), or a follower could apply them after a watermark that
+  // already covered their TID, and an acknowledgement could come before they are chosen.
+  SHOAL_ASSERT(tid > promised_tid_, "stream %u logs TID %#llx at or below its promise %#llx",
+               options_.stream, static_cast<unsigned long long>(tid),
+               static_cast<unsigned long long>(promised_tid_));
+  last_commit_tid_ = std::max(last_commit_tid_, tid);
   deps_.clear();
   const uint32_t own = engine_.options().shard_id;
   for (const txn::DepEntry& d : txn.deps().entries()) {

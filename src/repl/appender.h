@@ -130,6 +130,11 @@ class StreamAppender {
   // Worker thread (or after it stopped).
   const AppenderStats& stats() const { return stats_; }
   uint64_t last_logged_tid() const { return last_logged_tid_; }
+  // What this stream has promised so far: every TID it logged and every floor it sealed are at
+  // or below it, and every record it logs from now on is above it (append() asserts). The
+  // Txns committing on this worker propose above it (txn::Txn::set_tid_floor) and a 2PC
+  // participant installs above it (dist::Participant::set_tid_floor). Worker thread only.
+  const uint64_t* promised_tid() const { return &promised_tid_; }
   uint64_t last_commit_tid() const { return last_commit_tid_; }
   uint32_t stream() const { return options_.stream; }
 
@@ -158,7 +163,8 @@ class StreamAppender {
   uint64_t sequence_ = 0;
   uint64_t last_seal_ns_ = 0;
   uint64_t last_logged_tid_ = 0;
-  uint64_t last_commit_tid_ = 0;  // read-only commits included
+  uint64_t last_commit_tid_ = 0;
+  uint64_t promised_tid_ = 0;     // read-only commits included
   std::vector<TxnWrite> writes_;  // reused; grows only for a transaction wider than any before
   std::vector<txn::DepEntry> deps_;
   std::vector<std::byte> patch_scratch_;  // sized once (kPatchScratchBytes)

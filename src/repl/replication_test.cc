@@ -130,6 +130,8 @@ struct Cluster {
       threads.emplace_back([this, s, txns, seed] {
         txn::Worker* w = engine->make_worker();
         w->set_commit_hook(&StreamAppender::commit_hook, &leader->appender(s));
+        // A new Worker after close() sealed a floor: its TIDs must go above it.
+        w->txn().set_tid_floor(leader->appender(s).promised_tid());
         Rng rng(seed * 31 + s);
         for (uint32_t i = 0; i < txns; ++i) {
           const uint64_t k = rng.uniform(1, 200);

@@ -82,5 +82,50 @@ TEST(ShardWatermark, IdleStreamsAdvanceByFloorEntries) {
   EXPECT_EQ(w.stream(0), t2 + 100);
 }
 
+// One stream, two Txns (a shard server's worker and its 2PC participant): each proposes above
+// what the stream promised (txn::Txn::set_tid_floor), so a floor sealed after one's commit
+// is never undercut by the other's; logging below the promise is a broken invariant.
+TEST(ShardWatermark, TxnsSharingAStreamCommitAboveItsPromise) {
+  txn::EngineOptions eo;
+  eo.epoch_ticker = false;
+  txn::Engine engine(eo);
+  auto* table = engine.create_table<1>("t");
+  ASSERT_TRUE(table->load(Key<1>{{1}}, uint64_t{0}).ok());
+  FakeEnv env;
+  AppenderOptions o;
+  o.limits.batch_txns_max = 1;
+  o.pool_buffers = 4;
+  StreamAppender stream(o, engine, env, nullptr, nullptr);
+  txn::Worker* worker = engine.make_worker();
+  txn::Txn participant(&engine, 99);
+  worker->set_commit_hook(&StreamAppender::commit_hook, &stream);
+  worker->txn().set_tid_floor(stream.promised_tid());
+  participant.set_tid_floor(stream.promised_tid());
+  auto bump = [](txn::Txn& t, const void* tbl, void*) {
+    auto& tb = *static_cast<txn::Table<1>*>(const_cast<void*>(tbl));
+    uint64_t v = 0;
+    SHOAL_TRY(t.get(tb, Key<1>{{1}}, &v));
+    return t.put(tb, Key<1>{{1}}, v + 1);
+  };
+  ASSERT_TRUE(worker->run(bump, table).ok());
+  stream.finish(worker->txn().last_commit_tid() + 1000);  // a floor far above that commit
+  take(stream);
+  participant.begin();
+  ASSERT_TRUE(bump(participant, table, nullptr).ok());
+  ASSERT_TRUE(participant.commit().ok());
+  EXPECT_GT(participant.last_commit_tid(), *stream.promised_tid());
+  StreamAppender::commit_hook(&stream, participant);
+  participant.end();
+  EXPECT_EQ(take(stream), std::vector<uint64_t>{participant.last_commit_tid()});
+  // Without the floor, a Txn whose own TIDs lag would log below the promise: refused loudly.
+  txn::Txn lagging(&engine, 98);
+  lagging.begin();
+  ASSERT_TRUE(bump(lagging, table, nullptr).ok());
+  stream.finish(participant.last_commit_tid() + 1000);
+  ASSERT_TRUE(lagging.commit().ok());
+  EXPECT_DEATH(StreamAppender::commit_hook(&stream, lagging), "at or below its promise");
+  lagging.end();
+}
+
 }  // namespace
 }  // namespace shoal::repl

@@ -462,6 +462,8 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     // installs here) and, for TPC-C, the terminals' local Worker.
     w->appender = &replication_->appender(index);
     w->participant->set_commit_hook(&repl::StreamAppender::commit_hook, w->appender);
+    // One stream, several Txns (participant F10): every TID goes above what it promised.
+    w->participant->set_tid_floor(w->appender->promised_tid());
   }
   if (tpcc_ != nullptr) {
     w->tpcc = std::make_unique<TpccShardContext>();
@@ -473,6 +475,7 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     if (w->appender != nullptr) {  // local transactions commit on its Txn (dist_tpcc.cc)
       w->tpcc->commit_hook = &repl::StreamAppender::commit_hook;
       w->tpcc->commit_hook_ctx = w->appender;
+      w->tpcc->local->txn().set_tid_floor(w->appender->promised_tid());
     }
     w->tpcc->loop = w->loop.get();
   }

@@ -138,7 +138,8 @@ Status Txn::lock_write_set(uint64_t* proposed_tid) {
   // worker's last, in the current epoch.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint64_t epoch = engine_->epoch();
-  *proposed_tid = std::max({last_tid_ + 1, b.max_seen_version + 1, Tid::make(epoch, 0)});
+  *proposed_tid =
+      std::max({last_tid_ + 1, b.max_seen_version + 1, Tid::make(epoch, 0), tid_floor() + 1});
   SHOAL_ASSERT(*proposed_tid <= Tid::kVersionMask, "TID overflow");
   return Status::Ok();
 }
@@ -155,6 +156,8 @@ void Txn::install_and_unlock(uint64_t tid, const DepVec* vector) {
   if (vector != nullptr) deps_.merge(*vector);
   deps_.raise(engine_->options().shard_id, tid);
   SHOAL_ASSERT(tid > last_tid_, "commit TIDs of a worker must increase");
+  SHOAL_ASSERT(tid > tid_floor(), "commit TID %#llx not above the stream's floor %#llx",
+               static_cast<unsigned long long>(tid), static_cast<unsigned long long>(tid_floor()));
   install(tid);
   last_tid_ = tid;
 }

@@ -325,6 +325,13 @@ class Txn {
   uint64_t max_seen_version() const;
   // The commit TID of the last committed transaction of this Txn object.
   uint64_t last_commit_tid() const { return last_tid_; }
+  // Every TID this Txn proposes from now on is above *floor, read at each proposal. A shard
+  // server's worker logs the commits of several Txns (its own, its 2PC participant's) on one
+  // replication stream, which promises its TIDs only increase (src/repl/appender.h): they all
+  // share the stream's floor. nullptr: none. REQUIRES: *floor outlives this Txn's use of it
+  // and is written only by this Txn's thread.
+  void set_tid_floor(const uint64_t* floor) { tid_floor_ = floor; }
+  uint64_t tid_floor() const { return tid_floor_ != nullptr ? *tid_floor_ : 0; }
   Rng& rng() { return rng_; }
   Engine& engine() { return *engine_; }
 
@@ -360,7 +367,8 @@ class Txn {
   std::unique_ptr<TxnBuffers> bufs_;
   DepVec deps_;
   uint64_t last_tid_ = 0;
-  bool keep_old_values_ = false;  // install() copies what each put overwrites (arena)
+  const uint64_t* tid_floor_ = nullptr;  // set_tid_floor
+  bool keep_old_values_ = false;         // install() copies what each put overwrites (arena)
 };
 
 // Called on the worker's thread after each successful commit (read-only ones included), while
