@@ -438,6 +438,11 @@ void PaxosStream::finish_phase1() {
     }
     promise_mask_ = 1u << options_.replica_id;
     phase1_from_slot_ = next_from;
+    // A page came back from a majority: progress. Each page gets an election timeout of its
+    // own, or a long accepted suffix (a leader that stepped down with a full pipeline of
+    // megabyte entries, on a loaded machine) could never be paged through in one and every
+    // election would start over from the same place.
+    phase1_deadline_ns_ = env_.now_ns() + options_.election_timeout_ns;
     send_prepares(/*only_missing=*/false);
     return;
   }

@@ -358,6 +358,50 @@ TEST(PaxosStream, PhaseOnePagesThroughAnAcceptedSuffixLargerThanAMessage) {
   }
 }
 
+// The same suffix over a slow network: every message takes 0.3 election timeouts, so paging
+// through it takes longer than one election timeout. Each page that comes back is progress
+// and extends the candidate's deadline; before that, every election started over from the
+// same place and the stream stayed leaderless (seen on a loaded machine).
+TEST(PaxosStream, SlowPhaseOnePagingStillElects) {
+  PaxosOptions o;
+  o.max_message_bytes = 2048;
+  Cluster c(3, o);
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  c.queue.drop = [](const Packet& p) { return !(p.from == 0 && p.to == 2); };
+  std::vector<Bytes> proposed;
+  for (uint64_t i = 0; i < 60; ++i) {
+    proposed.push_back(make_entry(c.streams[0]->next_slot(), 1000 + i));
+    ASSERT_TRUE(c.streams[0]->propose(proposed.back()).ok());
+  }
+  c.deliver();
+  c.crash(0);
+  c.queue.drop = nullptr;
+  const uint64_t step_ns = o.election_timeout_ns * 3 / 10;
+  std::deque<Packet> in_flight;  // sent during the previous step
+  for (int i = 0; i < 200 && c.leader() != 1; ++i) {
+    c.env.now_ += step_ns;
+    for (auto& s : c.streams) {
+      if (s) s->tick();
+    }
+    std::deque<Packet> arriving = std::move(in_flight);
+    in_flight.clear();
+    while (!arriving.empty()) {
+      Packet p = std::move(arriving.front());
+      arriving.pop_front();
+      if (c.streams[p.to]) c.streams[p.to]->on_message(p.from, p.bytes);
+    }
+    in_flight = std::move(c.queue.packets);
+    c.queue.packets.clear();
+  }
+  ASSERT_EQ(c.leader(), 1);
+  c.run_ms(50);
+  for (uint32_t r = 1; r < 3; ++r) {
+    ASSERT_EQ(c.streams[r]->chosen_index(), 60u) << "replica " << r;
+    EXPECT_EQ(c.logs[r], proposed) << "replica " << r;
+  }
+}
+
 }  // namespace
 }  // namespace shoal::repl
 
