@@ -22,7 +22,9 @@ uint64_t SnapshotRegistry::applied_tid() const {
   return applied_tid_;
 }
 
-uint64_t SnapshotRegistry::horizon() const { return engine_.version_horizon(); }
+uint64_t SnapshotRegistry::horizon() const {
+  return engine_.version_horizon();
+}
 
 void SnapshotRegistry::publish_horizon_locked() {
   uint64_t h = applied_tid_;
@@ -83,8 +85,8 @@ SnapshotReader::ReadOutcome SnapshotReader::read_at(const Record* rec, uint32_t*
     // The head is newer than S: walk back to the newest version <= S. Older versions are
     // immutable once linked; versions <= the horizon (<= S) beyond the first are trimmed, so
     // the one we need is never cut.
-    const Record* v = std::atomic_ref<Record*>(const_cast<Record*&>(rec->older))
-                          .load(std::memory_order_acquire);
+    const Record* v =
+        std::atomic_ref<Record*>(const_cast<Record*&>(rec->older)).load(std::memory_order_acquire);
     for (int depth = 0; v != nullptr; ++depth) {
       SHOAL_ASSERT(depth < (1 << 20), "%s", "version chain cycle");
       if (Tid::version(v->word.load(std::memory_order_acquire)) <= snapshot_tid_) break;

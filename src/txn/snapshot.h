@@ -29,6 +29,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include "shoal/status.h"
 #include "src/base/ebr.h"
@@ -67,6 +68,14 @@ struct SnapshotReaderOptions {
   // Test-only planted bug: read every key's newest version, ignoring the snapshot, so tests
   // can show that the torn-snapshot checks catch it.
   bool unsafe_read_newest = false;
+};
+
+// What one round of read-only transactions at one snapshot found (a workload's checks, e.g.
+// bench/tpcc/tpcc_follower_reads.h).
+struct ReadRoundResult {
+  uint32_t transactions = 0;  // read-only transactions run
+  bool torn = false;          // a condition that holds in every consistent state failed
+  std::string violation;      // the first failed condition, when torn
 };
 
 // One read-only transaction at a time, at the snapshot taken by begin().

@@ -22,9 +22,7 @@ struct Big {
 };
 
 struct Fixture {
-  Fixture() : engine(options()), registry(engine) {
-    table = engine.create_table<1>("t");
-  }
+  Fixture() : engine(options()), registry(engine) { table = engine.create_table<1>("t"); }
   static EngineOptions options() {
     EngineOptions o;
     o.epoch_ticker = false;
@@ -85,20 +83,16 @@ TEST(SnapshotRead, SeesTheNewestVersionAtOrBelowTheSnapshot) {
   EXPECT_EQ(read_x(r, *f.table, 4), -1);
   EXPECT_EQ(read_x(r, *f.table, 5), 5);
   std::vector<uint64_t> keys;
-  ASSERT_TRUE(r.scan(*f.table, key1(0), key1(100), 10,
-                     [&](const Key<1>& k, const void*, uint32_t) {
-                       keys.push_back(k.w[0]);
-                       return true;
-                     })
-                  .ok());
+  ASSERT_TRUE(r.scan(*f.table, key1(0), key1(100), 10, [&](const Key<1>& k, const void*, uint32_t) {
+                 keys.push_back(k.w[0]);
+                 return true;
+               }).ok());
   EXPECT_EQ(keys, (std::vector<uint64_t>{1, 3, 5}));
   keys.clear();
-  ASSERT_TRUE(r.rscan(*f.table, key1(100), key1(0), 2,
-                      [&](const Key<1>& k, const void*, uint32_t) {
-                        keys.push_back(k.w[0]);
-                        return true;
-                      })
-                  .ok());
+  ASSERT_TRUE(r.rscan(*f.table, key1(100), key1(0), 2, [&](const Key<1>& k, const void*, uint32_t) {
+                 keys.push_back(k.w[0]);
+                 return true;
+               }).ok());
   EXPECT_EQ(keys, (std::vector<uint64_t>{5, 3}));
   r.end();
   // A new snapshot is at 40: the newest of everything.
@@ -160,13 +154,17 @@ constexpr uint64_t kAccounts = 8;
 constexpr uint64_t kInitial = 1000;
 
 // Transaction t (TID t + 1; TID 1 is the load) moves 1 from account a(t) to account b(t).
-uint64_t from_of(uint64_t t) { return t % kAccounts; }
-uint64_t to_of(uint64_t t) { return (t + 1 + (t / kAccounts) % (kAccounts - 1)) % kAccounts; }
+uint64_t from_of(uint64_t t) {
+  return t % kAccounts;
+}
+uint64_t to_of(uint64_t t) {
+  return (t + 1 + (t / kAccounts) % (kAccounts - 1)) % kAccounts;
+}
 
 struct Account {
   uint64_t balance;
-  uint64_t tid;          // the TID that wrote this version
-  uint64_t pad[6];       // used on every third write: the record grows and shrinks back
+  uint64_t tid;     // the TID that wrote this version
+  uint64_t pad[6];  // used on every third write: the record grows and shrinks back
 };
 
 class Bank {
