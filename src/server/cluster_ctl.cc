@@ -78,6 +78,14 @@ Status cluster_up(const ClusterOptions& o) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status::IOError(fmt::format("run dir {}: {}", dir, ec.message()));
+  // Every `up` loads its data afresh and no replica recovers from its WAL yet (a leader
+  // refuses to start over entries): the previous incarnation's WALs go.
+  for (uint32_t s = 0; s < config->shards.size(); ++s) {
+    for (uint32_t r = 0; r < config->shards[s].replicas.size() && config->replicas_per_shard > 1;
+         ++r) {
+      fs::remove_all(fmt::format("{}/shard-{}-replica-{}", dir, s, r), ec);
+    }
+  }
   SpawnOptions so;
   so.config_path = fs::absolute(o.config_path).string();
   so.log_dir = dir;

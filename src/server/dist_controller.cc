@@ -453,6 +453,7 @@ struct ReplicationReport {
   std::string text;
   nlohmann::json json;
   Status verdict;
+  bool shard_unverified = false;  // a shard's replicas could not be compared at all
 };
 
 Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, uint32_t workers,
@@ -556,7 +557,11 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
         fmt::format("{} transactions failed (first: {})", total.failed, total.first_error));
   }
   if (!r.consistent()) return Status::Corruption("consistency check failed");
-  if (repl.enabled && repl.verdict.code() == Code::kCorruption) return repl.verdict;
+  // A follower lost while its shard ran on is reported only; a shard whose replicas could not
+  // be compared fails the run.
+  if (repl.enabled && (repl.verdict.code() == Code::kCorruption || repl.shard_unverified)) {
+    return repl.verdict;
+  }
   return Status::Ok();
 }
 
@@ -630,10 +635,10 @@ Status run_dist_bench(const DistBenchOptions& o) {
     fmt::print(stderr, "quiescing: closing every stream, waiting for the followers...\n");
     const std::vector<ShardReplicaStates> states =
         collect_replica_states(client, *config, payments, kQuiesceTimeoutMs);
-    repl.verdict = replica_verdict(states, &repl.text, &repl.json);
+    repl.verdict = replica_verdict(states, &repl.text, &repl.json, &repl.shard_unverified);
   }
   Status s = report(o, *config, workers, outcomes, total, r, check_text, check_json, repl);
-  if (!s.ok() && !local.dir.empty()) {
+  if ((!s.ok() || !repl.verdict.ok()) && !local.dir.empty()) {  // a lost follower too
     local.keep_dir = true;
     fmt::print(stderr, "server logs kept in {}\n", local.dir);
   }

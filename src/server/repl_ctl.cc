@@ -95,11 +95,13 @@ std::vector<ShardReplicaStates> collect_replica_states(ControlClient& client,
 }
 
 Status replica_verdict(const std::vector<ShardReplicaStates>& states, std::string* table,
-                       nlohmann::json* json) {
+                       nlohmann::json* json, bool* shard_unverified) {
   Status differs, missing;
+  if (shard_unverified != nullptr) *shard_unverified = false;
   *json = nlohmann::json::array();
   for (const ShardReplicaStates& st : states) {
     if (!st.error.empty()) {
+      if (shard_unverified != nullptr) *shard_unverified = true;
       *table += fmt::format("shard {}: replicas UNAVAILABLE: {}\n", st.shard, st.error);
       if (missing.ok())
         missing = Status::Unavailable(fmt::format("shard {}: {}", st.shard, st.error));

@@ -52,8 +52,11 @@ std::vector<ShardReplicaStates> collect_replica_states(ControlClient& client,
 // The shard x replica table (digests, "= leader" or "DIFFERS", checks), one line per replica.
 // Its verdict: Ok when every answering replica matches its leader and passed its check;
 // Corruption naming the first difference or failed check; Unavailable when a shard or a
-// follower did not answer (and nothing differs).
+// follower did not answer (and nothing differs). *shard_unverified (may be null) tells
+// whether a whole shard went unverified (no answer, not quiesced in time), as opposed to
+// followers lost while their shard went on.
 [[nodiscard]] Status replica_verdict(const std::vector<ShardReplicaStates>& states,
-                                     std::string* table, nlohmann::json* json);
+                                     std::string* table, nlohmann::json* json,
+                                     bool* shard_unverified = nullptr);
 
 }  // namespace shoal::server

@@ -221,6 +221,36 @@ TEST_F(ServerCli, BadConfigFailsNamingTheField) {
   o = run({"cluster", "up", "--config", path("missing.toml")}, 30);
   EXPECT_NE(o.exit_code, 0);
   EXPECT_NE(o.output.find("missing.toml"), std::string::npos) << o.output;
+  // Replicated: a shard listing fewer replicas than cluster.replicas, and a follower address
+  // on its leader's replication port.
+  std::string text;
+  {
+    std::ifstream in(write_replicated_config(1, 3));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  const size_t last = text.rfind("[[shard.replica]]");
+  ASSERT_NE(last, std::string::npos);
+  std::ofstream(bad, std::ios::trunc) << text.substr(0, last);
+  o = run({"cluster", "up", "--config", bad, "--run-dir", run_dir()}, 30);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("shard[0].replica: has 2 replicas, cluster.replicas is 3"),
+            std::string::npos)
+      << o.output;
+  const size_t first = text.find("\nport = ");  // not "transport = "
+  ASSERT_NE(first, std::string::npos);
+  const size_t second = text.find("\nport = ", first + 1) + 1;
+  const size_t first_port = std::stoul(text.substr(first + 8));
+  std::string clash = text;
+  clash.replace(second, clash.find('\n', second) - second,
+                fmt::format("port = {}", first_port + 1));
+  std::ofstream(bad, std::ios::trunc) << clash;
+  o = run({"replica", "--config", bad, "--shard", "0", "--replica", "1"}, 30);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("shard[0].replica[0].port: its replication port"), std::string::npos)
+      << o.output;
+  config_.clear();  // nothing started
 }
 
 TEST_F(ServerCli, ClusterUpStatusDownRoundTrip) {
@@ -347,6 +377,10 @@ TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
   o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("stopped 6 processes"), std::string::npos) << o.output;
+  o = up();  // again over the same run directory: a fresh start, the old WALs cleared
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = run({"cluster", "digest", "--config", config_}, 120);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
 }
 
 // A follower dies before the run: its shard (still a majority of 3) runs on without failures,

@@ -299,8 +299,9 @@ Status ShardServer::init(const ServerOptions& options) {
                                        listener.status().to_string()));
   }
   listener_ = std::move(*listener);
-  if (replicated()) SHOAL_TRY(start_replication());
+  // The shm acceptor first: other shards dial us while we wait for our followers.
   if (config_.transport == cluster::TransportKind::kShm) SHOAL_TRY(start_shm_acceptor());
+  if (replicated()) SHOAL_TRY(start_replication());
   const uint64_t deadline_ns = RealEnv::instance().now_ns() + options_.connect_timeout_ms * kMs;
   for (uint32_t w = 0; w < options_.workers; ++w) SHOAL_TRY(make_worker(w, deadline_ns));
   return Status::Ok();
