@@ -350,7 +350,9 @@ void Follower::stop_readers() {
 }
 
 void Follower::read_loop(uint32_t index) {
-  if (options_.replay_nice != 0) {  // readers share the machine like replay does
+  // Readers share the machine like replay does (same nice level). Five levels below replay
+  // they served a third of the reads with no less replay lag (docs/REPLICATION.md).
+  if (options_.replay_nice != 0) {
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.replay_nice);
   }
   // Bounded by stop: each pass is one snapshot round or a 1 ms wait for the schema / the
