@@ -63,7 +63,11 @@ Follower::Follower(const FollowerOptions& options) : options_(options) {
   if (options.serve_reads > 0) snapshots_ = std::make_unique<txn::SnapshotRegistry>(*engine_);
 }
 
-Follower::~Follower() = default;
+Follower::~Follower() {
+  // run() stops both on every normal return; an early error return may leave them running.
+  stop_readers();
+  stop_replay();
+}
 
 Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options) {
   if (options.replica == 0 || options.replica >= options.replicas ||
