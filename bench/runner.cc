@@ -478,7 +478,8 @@ nlohmann::json RunResult::to_json() const {
            {"replay_writes", f.replay_writes},
            {"replay_cpu_s", f.replay_cpu_s},
            {"replay_txns_per_sec_per_core", f.replay_txns_per_cpu_sec},
-           {"wal_bytes", f.wal_bytes}});
+           {"wal_bytes", f.wal_bytes},
+           {"follower_reads", f.reads.threads == 0 ? nlohmann::json(nullptr) : f.reads.to_json()}});
     }
     j["replication"] = {{"replicas", rp.replicas},
                         {"wan_rtt_ms", rp.wan_rtt_ms},
@@ -559,6 +560,15 @@ std::string RunResult::to_table() const {
                                      : "FAILED",
           f.replay_txns_per_cpu_sec, f.replay_txns, f.replay_cpu_s,
           static_cast<double>(f.wal_bytes) / (1 << 20));
+      if (f.reads.threads > 0) {
+        s += fmt::format(
+            "    follower reads: {:.0f} read-only txn/s ({} txns, {} snapshots, {} torn), lag "
+            "{:.2f} epochs mean / {} max, version chains {:.1f} MiB of {:.1f} MiB\n",
+            f.reads.transactions_per_sec(), f.reads.transactions, f.reads.snapshots, f.reads.torn,
+            f.reads.lag_epochs_mean, f.reads.lag_epochs_max,
+            static_cast<double>(f.reads.version_chain_bytes) / (1 << 20),
+            static_cast<double>(f.reads.engine_bytes) / (1 << 20));
+      }
     }
   }
   if (!checked) {
@@ -639,6 +649,11 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
       }
       for (const std::string& why : f.check_failures) {
         r.check_failures.push_back(fmt::format("replica {}: {}", f.replica, why));
+      }
+      if (f.reads.torn > 0) {
+        r.check_failures.push_back(
+            fmt::format("replica {}: {} torn snapshots in follower reads: {}", f.replica,
+                        f.reads.torn, f.reads.first_violation));
       }
     }
     replicated.reset();  // stops the leader; followers exit

@@ -23,6 +23,7 @@
 
 #include "bench/workload.h"
 #include "shoal/status.h"
+#include "src/repl/replica_proto.h"
 #include "src/txn/engine.h"
 
 namespace shoal::bench {
@@ -58,6 +59,10 @@ struct RunOptions {
   // the followers' network threads (acknowledgements) keep normal priority. It changes nothing
   // where followers have cores to themselves. 0: same priority as the leader.
   int replica_nice = 10;
+  // Follower reads: each follower runs this many reader threads of read-only transactions at
+  // its snapshot during the run (src/txn/snapshot.h); 0: none.
+  uint32_t follower_reads = 0;
+  bool unsafe_follower_read_newest = false;  // test-only planted bug (torn snapshots)
 };
 
 inline constexpr uint32_t kMaxWorkers = 1024;
@@ -86,6 +91,7 @@ struct FollowerResult {
   double replay_cpu_s = 0;
   double replay_txns_per_cpu_sec = 0;  // replay throughput per core
   uint64_t wal_bytes = 0;
+  repl::FollowerReadStats reads;  // threads == 0: no follower reads
 };
 
 struct ReplicationResult {

@@ -134,7 +134,10 @@ Status ReplicatedRun::spawn_followers(const RunOptions& options) {
                                      "--fsync",
                                      options.fsync,
                                      "--replay-nice",
-                                     std::to_string(options.replica_nice)};
+                                     std::to_string(options.replica_nice),
+                                     "--serve-reads",
+                                     std::to_string(options.follower_reads)};
+    if (options.unsafe_follower_read_newest) args.push_back("--unsafe-snapshot-read-newest");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -216,6 +219,7 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
     f.replay_cpu_s = static_cast<double>(r.replay_cpu_ns) / kNsPerSec;
     f.replay_txns_per_cpu_sec = r.replay_txns_per_cpu_sec();
     f.wal_bytes = r.wal_bytes;
+    f.reads = r.reads;
     result->followers.push_back(std::move(f));
   }
   return Status::Ok();

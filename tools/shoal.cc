@@ -216,6 +216,16 @@ double measure_tpcc_baseline(const BenchFlags& f) {
   return r->committed_per_sec;
 }
 
+// Follower reads (src/txn/snapshot.h): a reader-thread count, and a hidden test-only flag
+// that plants the "read the newest version" bug (torn snapshots).
+void add_follower_read_options(CLI::App* app, const char* count_flag, uint32_t& count,
+                               const char* help, const char* unsafe_flag, bool& unsafe) {
+  app->add_option(count_flag, count, help)
+      ->check(number_in(0u, 16u, false, "in [0, 16]"))
+      ->capture_default_str();
+  app->add_flag(unsafe_flag, unsafe)->group("");
+}
+
 // `bench tpcc` replication: of the in-process shard (followers as child processes), or with
 // --shards N of every shard server (followers started beside them; repl_ctl.h).
 void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
@@ -240,6 +250,11 @@ void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
                    "Nice level of the followers' replay threads (they share this machine)")
       ->check(number_in(0, 19, false, "in [0, 19]"))
       ->capture_default_str();
+  add_follower_read_options(tpcc, "--follower-reads", r.follower_reads,
+                            "Reader threads per follower running OrderStatus and StockLevel at "
+                            "its snapshot during the run, checked for torn snapshots; needs "
+                            "--replicas",
+                            "--unsafe-follower-read-newest", r.unsafe_follower_read_newest);
 }
 
 // `shoal replica`: one follower replica (src/server/replica_cli.h).
@@ -264,6 +279,10 @@ CLI::App* add_replica_command(CLI::App& app, server::ReplicaOptions& o) {
   c->add_option("--replay-nice", o.replay_nice, "Nice level of the replay thread")
       ->check(number_in(0, 19, false, "in [0, 19]"))
       ->capture_default_str();
+  add_follower_read_options(c, "--serve-reads", o.serve_reads,
+                            "Reader threads running read-only transactions (TPC-C OrderStatus, "
+                            "StockLevel) at the follower's snapshot while it replays",
+                            "--unsafe-snapshot-read-newest", o.unsafe_snapshot_read_newest);
   return c;
 }
 
@@ -450,6 +469,10 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
     if (sub->count("--inflight") == 0) d.inflight = 8;
     if (d.baseline) d.baseline_committed_per_sec = measure_tpcc_baseline(f);
   }
+  if (tpcc && sub->count("--follower-reads") > 0) {
+    fmt::print(stderr, "shoal: error: --follower-reads: not yet across shard processes\n");
+    return kExitUsage;
+  }
   for (const char* flag : {"--batch-txns", "--batch-us"}) {
     if (tpcc && sub->count(flag) > 0) {
       fmt::print(stderr, "shoal: error: {}: not yet across shard processes (400 txns, 1000 us)\n",
@@ -602,6 +625,8 @@ int main(int argc, char** argv) {
       const auto& r = flags.run;
       const char* bad = r.replicas == 1 && commands.tpcc->count("--wan-rtt-ms") > 0
                             ? "--wan-rtt-ms: needs --replicas >= 2"
+                        : r.replicas == 1 && r.follower_reads > 0
+                            ? "--follower-reads: needs --replicas >= 2"
                             : nullptr;
       if (bad != nullptr) {
         fmt::print(stderr, "shoal: error: {}\n", bad);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "bench/tpcc/tpcc_random.h"
+#include "src/txn/snapshot.h"
 
 namespace shoal::bench::tpcc {
 
@@ -31,7 +32,9 @@ inline Status must_be_new(Status s) {
 
 // Resolves a CustomerSelector to a customer id (clause 2.5.2.2: by last name, the row at
 // position ceil(n / 2) of the matching customers sorted by C_FIRST).
-Status resolve_customer(Txn& txn, const Tables& t, uint32_t w, uint32_t d,
+// Reader: a Txn, or a SnapshotReader on a follower (the same read calls).
+template <typename Reader>
+Status resolve_customer(Reader& txn, const Tables& t, uint32_t w, uint32_t d,
                         const CustomerSelector& sel, uint32_t* c_id) {
   if (!sel.by_last_name) {
     *c_id = sel.c_id;
@@ -264,11 +267,12 @@ Status payment(Txn& txn, const void* args_ptr, void* result_ptr) {
   return Status::Ok();
 }
 
-Status order_status(Txn& txn, const void* args_ptr, void* result_ptr) {
-  const auto& a = *static_cast<const OrderStatusArgs*>(args_ptr);
+namespace {
+
+// Clause 2.6.2.2, for a Txn or a SnapshotReader.
+template <typename Reader>
+Status order_status_with(Reader& txn, const OrderStatusArgs& a, OrderStatusResult& r) {
   const Tables& t = *a.tables;
-  OrderStatusResult scratch_result;
-  auto& r = result_ptr != nullptr ? *static_cast<OrderStatusResult*>(result_ptr) : scratch_result;
 
   uint32_t c_id = 0;
   SHOAL_TRY(resolve_customer(txn, t, a.w_id, a.d_id, a.customer, &c_id));
@@ -302,6 +306,19 @@ Status order_status(Txn& txn, const void* args_ptr, void* result_ptr) {
                        return r.ol_cnt < kMaxOrderLines;
                      }));
   return Status::Ok();
+}
+
+}  // namespace
+
+Status order_status(Txn& txn, const void* args_ptr, void* result_ptr) {
+  OrderStatusResult scratch_result;
+  auto& r = result_ptr != nullptr ? *static_cast<OrderStatusResult*>(result_ptr) : scratch_result;
+  return order_status_with(txn, *static_cast<const OrderStatusArgs*>(args_ptr), r);
+}
+
+Status order_status_at_snapshot(txn::SnapshotReader& reader, const OrderStatusArgs& args,
+                                OrderStatusResult* result) {
+  return order_status_with(reader, args, *result);
 }
 
 namespace {
@@ -384,8 +401,11 @@ txn::Procedure procedure_of(TxnType type) {
   }
 }
 
-Status stock_level(Txn& txn, const void* args_ptr, void* result_ptr) {
-  const auto& a = *static_cast<const StockLevelArgs*>(args_ptr);
+namespace {
+
+// Clause 2.8.2.2, for a Txn or a SnapshotReader.
+template <typename Reader>
+Status stock_level_with(Reader& txn, const StockLevelArgs& a, StockLevelResult* result) {
   const Tables& t = *a.tables;
   DistrictRow d;
   SHOAL_TRY(must_exist(txn.get(*t.district, district_key(a.w_id, a.d_id), &d)));
@@ -412,8 +432,20 @@ Status stock_level(Txn& txn, const void* args_ptr, void* result_ptr) {
     SHOAL_TRY(must_exist(txn.get(*t.stock, stock_key(a.w_id, items[i]), &s)));
     if (s.quantity < a.threshold) ++low;
   }
-  if (result_ptr != nullptr) static_cast<StockLevelResult*>(result_ptr)->low_stock = low;
+  if (result != nullptr) result->low_stock = low;
   return Status::Ok();
+}
+
+}  // namespace
+
+Status stock_level(Txn& txn, const void* args_ptr, void* result_ptr) {
+  return stock_level_with(txn, *static_cast<const StockLevelArgs*>(args_ptr),
+                          static_cast<StockLevelResult*>(result_ptr));
+}
+
+Status stock_level_at_snapshot(txn::SnapshotReader& reader, const StockLevelArgs& args,
+                               StockLevelResult* result) {
+  return stock_level_with(reader, args, result);
 }
 
 }  // namespace shoal::bench::tpcc

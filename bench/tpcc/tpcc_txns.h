@@ -17,6 +17,10 @@
 #include "shoal/status.h"
 #include "src/txn/engine.h"
 
+namespace shoal::txn {
+class SnapshotReader;  // src/txn/snapshot.h
+}  // namespace shoal::txn
+
 namespace shoal::bench::tpcc {
 
 enum TxnType : uint32_t {
@@ -170,6 +174,15 @@ struct PaymentHomeArgs {
 [[nodiscard]] Status order_status(txn::Txn& txn, const void* args, void* result);
 [[nodiscard]] Status delivery(txn::Txn& txn, const void* args, void* result);
 [[nodiscard]] Status stock_level(txn::Txn& txn, const void* args, void* result);
+// The two read-only transactions at a follower's snapshot (src/txn/snapshot.h): the same
+// reads as above, through the reader. A row the schema guarantees but the snapshot lacks
+// reads as Aborted (at a consistent snapshot it never happens: bench/tpcc/tpcc_follower_reads.h).
+// REQUIRES: reader.open().
+[[nodiscard]] Status order_status_at_snapshot(txn::SnapshotReader& reader,
+                                              const OrderStatusArgs& args,
+                                              OrderStatusResult* result);
+[[nodiscard]] Status stock_level_at_snapshot(txn::SnapshotReader& reader,
+                                             const StockLevelArgs& args, StockLevelResult* result);
 
 // The procedure of each type (its args struct is the one named after it).
 txn::Procedure procedure_of(TxnType type);

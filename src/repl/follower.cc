@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -56,10 +57,17 @@ Follower::Follower(const FollowerOptions& options) : options_(options) {
   txn::EngineOptions eo;
   eo.epoch_ticker = false;  // a follower installs the leader's TIDs; it never makes its own
   eo.shard_id = options.shard;
+  // Snapshot reads walk older versions; chains cost a copy per install, so only when serving.
+  eo.keep_version_chains = options.serve_reads > 0;
   engine_ = std::make_unique<txn::Engine>(eo);
+  if (options.serve_reads > 0) snapshots_ = std::make_unique<txn::SnapshotRegistry>(*engine_);
 }
 
-Follower::~Follower() = default;
+Follower::~Follower() {
+  // run() stops both on every normal return; an early error return may leave them running.
+  stop_readers();
+  stop_replay();
+}
 
 Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options) {
   if (options.replica == 0 || options.replica >= options.replicas ||
@@ -68,6 +76,13 @@ Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options)
         fmt::format("follower: replica {} of {}", options.replica, options.replicas));
   }
   if (options.data_dir.empty()) return Status::InvalidArgument("follower: no data directory");
+  if (options.serve_reads > kReadThreadsMax) {
+    return Status::InvalidArgument(fmt::format("--serve-reads: must be in [0, {}], not {}",
+                                               kReadThreadsMax, options.serve_reads));
+  }
+  if (options.serve_reads > 0 && !options.read_rounds) {
+    return Status::InvalidArgument("--serve-reads: this replica has no read-only transactions");
+  }
   SHOAL_TRY(make_dir(options.data_dir));
   std::unique_ptr<Follower> f(new Follower(options));
   std::ifstream in(schema_path(options.data_dir));
@@ -102,6 +117,7 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
   }
   SHOAL_TRY(schema.create_tables(*engine_));
   schema_ = schema;
+  schema_ready_.store(true, std::memory_order_release);  // reader threads may start
   applier_ = std::make_unique<ReplayApplier>(*engine_, streams);
   for (uint32_t s = 0; s < streams; ++s) {
     auto st = std::make_unique<Stream>(options_.retain_chosen_slots);
@@ -229,6 +245,24 @@ FollowerReport Follower::report(bool digest, bool check, const nlohmann::json& c
     r.digest_done = true;
     r.digest = digest_;
   }
+  if (snapshots_) {
+    FollowerReadStats& rd = r.reads;
+    rd.threads = options_.serve_reads;
+    rd.transactions = read_txns_.load(std::memory_order_acquire);
+    rd.snapshots = read_snapshots_.load(std::memory_order_acquire);
+    rd.torn = torn_snapshots_.load(std::memory_order_acquire);
+    const uint64_t first = reads_first_ns_.load(std::memory_order_acquire);
+    const uint64_t last = reads_last_ns_.load(std::memory_order_acquire);
+    rd.seconds = last > first ? static_cast<double>(last - first) / 1e9 : 0;
+    rd.lag_epochs_mean = rd.snapshots == 0 ? 0
+                                           : static_cast<double>(lag_epochs_sum_.load()) /
+                                                 static_cast<double>(rd.snapshots);
+    rd.lag_epochs_max = lag_epochs_max_.load(std::memory_order_acquire);
+    rd.version_chain_bytes = engine_->version_chain_bytes();
+    rd.engine_bytes = engine_->memory_bytes();
+    std::lock_guard<std::mutex> lock(violation_mu_);
+    rd.first_violation = first_violation_;
+  }
   if (check) {
     if (check_tid_ != r.applied_tid) {
       check_failures_ = options_.check
@@ -249,6 +283,11 @@ void Follower::hand_to_replay(uint32_t stream, std::span<const std::byte> entry)
     return;
   }
   replay_pending_.fetch_add(1, std::memory_order_acq_rel);
+  // The entry's max TID (header offset 48): the leader's head as far as we know (lag).
+  const uint64_t entry_tid = load_u64(entry.data() + 48);
+  if (entry_tid > max_received_tid_.load(std::memory_order_relaxed)) {
+    max_received_tid_.store(entry_tid, std::memory_order_relaxed);
+  }
   {
     std::lock_guard<std::mutex> lock(replay_mu_);
     replay_items_.emplace_back(stream, EntryBuffer(entry));
@@ -262,6 +301,8 @@ void Follower::publish_replay() {
   replay_writes_.store(st.writes, std::memory_order_release);
   replay_cpu_ns_.store(st.cpu_ns, std::memory_order_release);
   applied_.store(applier_->applied_tid(), std::memory_order_release);
+  // Every record at or below it is installed: snapshots may be taken there.
+  if (snapshots_) snapshots_->publish_applied(applier_->applied_tid());
 }
 
 void Follower::start_replay() {
@@ -297,6 +338,95 @@ void Follower::stop_replay() {
   }
   replay_cv_.notify_one();
   replay_thread_.join();
+}
+
+void Follower::start_readers() {
+  readers_stop_.store(false, std::memory_order_release);
+  for (uint32_t i = 0; i < options_.serve_reads; ++i) {
+    readers_.emplace_back([this, i] { read_loop(i); });
+  }
+}
+
+void Follower::stop_readers() {
+  readers_stop_.store(true, std::memory_order_release);
+  for (auto& t : readers_) t.join();
+  readers_.clear();
+}
+
+void Follower::read_loop(uint32_t index) {
+  // Readers share the machine like replay does (same nice level). Five levels below replay
+  // they served a third of the reads with no less replay lag (docs/REPLICATION.md).
+  if (options_.replay_nice != 0) {
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.replay_nice);
+  }
+  // Bounded by stop: each pass is one snapshot round or a 1 ms wait for the schema / the
+  // first applied TID.
+  auto waiting = [this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return !readers_stop_.load(std::memory_order_acquire);
+  };
+  while (!schema_ready_.load(std::memory_order_acquire) || snapshots_->applied_tid() == 0) {
+    if (!waiting()) return;
+  }
+  // The bootstrap's records all carry one TID S over many entries of stream 0, so applied
+  // reaches S with the first of them (bootstrap.h): a snapshot at S may lack the rest. Past
+  // the first applied TID the store is a true prefix again (a stream's later entries carry
+  // larger TIDs), so readers start there; a restarted follower merely waits one batch.
+  const uint64_t first_applied = snapshots_->applied_tid();
+  while (snapshots_->applied_tid() <= first_applied) {
+    if (!waiting()) return;
+  }
+  auto round_fn = options_.read_rounds(*engine_, schema_->workload);
+  if (!round_fn.ok()) {
+    std::fprintf(stderr, "replica %u: reader %u: %s\n", options_.replica, index,
+                 round_fn.status().to_string().c_str());
+    return;
+  }
+  txn::SnapshotReader reader(*snapshots_,
+                             {.unsafe_read_newest = options_.unsafe_snapshot_read_newest});
+  Rng rng(0x5eed0000ULL + options_.replica * 64 + index);
+  while (!readers_stop_.load(std::memory_order_acquire)) {
+    if (!reader.begin().ok()) {  // every snapshot slot taken: cannot happen with our bound
+      if (!waiting()) return;
+      continue;
+    }
+    const uint64_t head_epoch = txn::Tid::epoch(max_received_tid_.load(std::memory_order_relaxed));
+    const uint64_t snapshot_epoch = txn::Tid::epoch(reader.snapshot_tid());
+    const uint64_t lag = head_epoch > snapshot_epoch ? head_epoch - snapshot_epoch : 0;
+    txn::ReadRoundResult round;
+    const Status s = (*round_fn)(reader, rng, &round);
+    reader.end();
+    if (!s.ok()) {
+      std::fprintf(stderr, "replica %u: reader %u stops: %s\n", options_.replica, index,
+                   s.to_string().c_str());
+      return;
+    }
+    note_read_round(round, lag);
+  }
+}
+
+void Follower::note_read_round(const txn::ReadRoundResult& round, uint64_t lag_epochs) {
+  const uint64_t now = RealEnv::instance().now_ns();
+  uint64_t zero = 0;
+  reads_first_ns_.compare_exchange_strong(zero, now, std::memory_order_acq_rel);
+  reads_last_ns_.store(now, std::memory_order_release);
+  read_txns_.fetch_add(round.transactions, std::memory_order_acq_rel);
+  lag_epochs_sum_.fetch_add(lag_epochs, std::memory_order_relaxed);
+  uint64_t seen = lag_epochs_max_.load(std::memory_order_relaxed);
+  // Bounded: each failed exchange saw a larger maximum.
+  while (seen < lag_epochs &&
+         !lag_epochs_max_.compare_exchange_weak(seen, lag_epochs, std::memory_order_acq_rel)) {
+  }
+  if (round.torn) {
+    torn_snapshots_.fetch_add(1, std::memory_order_acq_rel);
+    std::lock_guard<std::mutex> lock(violation_mu_);
+    if (first_violation_.empty()) {
+      first_violation_ = round.violation;
+      std::fprintf(stderr, "replica %u: torn snapshot: %s\n", options_.replica,
+                   round.violation.c_str());
+    }
+  }
+  read_snapshots_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 uint64_t Follower::applied_tid() const {
@@ -381,9 +511,11 @@ Status Follower::run(const std::atomic<bool>* stop) {
       },
       this, [](void* ctx) { return static_cast<Follower*>(ctx)->ep_->next_due_ns(); }, wake));
   start_replay();
+  start_readers();
   SHOAL_TRY(loop_->add_timer(loop_->now_ns() + kTickNs, &on_tick, this).status());
   loop_->run();
   loop_->remove_poller(this);
+  stop_readers();
   stop_replay();
   loop_.reset();
   ep_->close();

@@ -41,6 +41,7 @@
 #include "src/repl/replay.h"
 #include "src/repl/replica_proto.h"
 #include "src/runtime/event_loop.h"
+#include "src/txn/snapshot.h"
 
 namespace shoal::repl {
 
@@ -50,6 +51,14 @@ namespace shoal::repl {
 // payments other shards hold for this shard's customers.
 using CheckFn = std::function<std::vector<std::string>(txn::Engine&, const std::string& workload,
                                                        const nlohmann::json& args)>;
+
+// Makes the function a reader thread calls for one round of read-only transactions at its
+// open snapshot (src/txn/snapshot.h), for the schema's workload; called once per reader
+// thread when the schema is known. An error (e.g. a workload without read-only
+// transactions) is reported and that reader stops.
+using ReadRoundFn = std::function<Status(txn::SnapshotReader&, Rng&, txn::ReadRoundResult*)>;
+using ReadRoundFactory =
+    std::function<Result<ReadRoundFn>(txn::Engine&, const std::string& workload)>;
 
 struct FollowerOptions {
   uint32_t shard = 0;
@@ -70,7 +79,16 @@ struct FollowerOptions {
   // runs every replica on one machine) replay uses the CPU they leave.
   int replay_nice = 0;
   bool quiet = false;
+  // Follower reads: reader threads (at replay_nice) that run read-only transactions at the
+  // follower's snapshot while replay goes on; 0: none, and no version chains are kept.
+  // At most kReadThreadsMax.
+  uint32_t serve_reads = 0;
+  ReadRoundFactory read_rounds;  // REQUIRES: set when serve_reads > 0
+  // Test-only planted bug: readers read the newest versions, not their snapshot's.
+  bool unsafe_snapshot_read_newest = false;
 };
+
+inline constexpr uint32_t kReadThreadsMax = 16;
 
 class Follower {
  public:
@@ -127,6 +145,20 @@ class Follower {
   std::atomic<uint64_t> replay_pending_{0};  // queued or in hand
   std::atomic<uint64_t> applied_{0}, replay_txns_{0}, replay_writes_{0}, replay_cpu_ns_{0};
   uint64_t last_debug_ns_ = 0;
+  // Follower reads (serve_reads > 0).
+  void start_readers();
+  void stop_readers();
+  void read_loop(uint32_t index);
+  void note_read_round(const txn::ReadRoundResult& round, uint64_t lag_epochs);
+  std::unique_ptr<txn::SnapshotRegistry> snapshots_;
+  std::vector<std::thread> readers_;
+  std::atomic<bool> readers_stop_{false}, schema_ready_{false};
+  std::atomic<uint64_t> max_received_tid_{0};  // the newest TID an entry brought us
+  std::atomic<uint64_t> read_txns_{0}, read_snapshots_{0}, torn_snapshots_{0};
+  std::atomic<uint64_t> lag_epochs_sum_{0}, lag_epochs_max_{0};
+  std::atomic<uint64_t> reads_first_ns_{0}, reads_last_ns_{0};
+  std::mutex violation_mu_;
+  std::string first_violation_;  // guarded by violation_mu_
   // Replies held during a batch of received messages (group commit); reused buffers.
   struct Held {
     uint32_t session;

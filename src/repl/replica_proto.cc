@@ -62,7 +62,37 @@ nlohmann::json FollowerReport::to_json() const {
           {"replay_cpu_ns", replay_cpu_ns},
           {"wal_bytes", wal_bytes},
           {"recovered_slots", recovered_slots},
-          {"chosen_slots", chosen_slots}};
+          {"chosen_slots", chosen_slots},
+          {"reads", reads.to_json()}};
+}
+
+nlohmann::json FollowerReadStats::to_json() const {
+  return {{"threads", threads},
+          {"transactions", transactions},
+          {"snapshots", snapshots},
+          {"torn", torn},
+          {"first_violation", first_violation},
+          {"seconds", seconds},
+          {"lag_epochs_mean", lag_epochs_mean},
+          {"lag_epochs_max", lag_epochs_max},
+          {"version_chain_bytes", version_chain_bytes},
+          {"engine_bytes", engine_bytes}};
+}
+
+FollowerReadStats FollowerReadStats::from_json(const nlohmann::json& j) {
+  FollowerReadStats r;
+  if (!j.is_object()) return r;
+  r.threads = j.value("threads", 0u);
+  r.transactions = j.value("transactions", uint64_t{0});
+  r.snapshots = j.value("snapshots", uint64_t{0});
+  r.torn = j.value("torn", uint64_t{0});
+  r.first_violation = j.value("first_violation", std::string());
+  r.seconds = j.value("seconds", 0.0);
+  r.lag_epochs_mean = j.value("lag_epochs_mean", 0.0);
+  r.lag_epochs_max = j.value("lag_epochs_max", uint64_t{0});
+  r.version_chain_bytes = j.value("version_chain_bytes", uint64_t{0});
+  r.engine_bytes = j.value("engine_bytes", uint64_t{0});
+  return r;
 }
 
 FollowerReport FollowerReport::from_json(const nlohmann::json& j) {
@@ -79,6 +109,7 @@ FollowerReport FollowerReport::from_json(const nlohmann::json& j) {
   r.wal_bytes = j.value("wal_bytes", uint64_t{0});
   r.recovered_slots = j.value("recovered_slots", uint64_t{0});
   r.chosen_slots = j.value("chosen_slots", uint64_t{0});
+  if (j.contains("reads")) r.reads = FollowerReadStats::from_json(j["reads"]);
   return r;
 }
 

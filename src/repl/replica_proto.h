@@ -45,6 +45,27 @@ struct Schema {
 };
 
 // A follower's answer to a report request.
+// Follower reads (FollowerOptions::serve_reads): read-only transactions at the follower's
+// snapshot while it replays, each snapshot checked for tearing.
+struct FollowerReadStats {
+  uint32_t threads = 0;
+  uint64_t transactions = 0;  // read-only transactions run
+  uint64_t snapshots = 0;     // rounds, one snapshot each
+  uint64_t torn = 0;          // snapshots that failed a consistency condition (must be 0)
+  std::string first_violation;
+  double seconds = 0;  // from the first snapshot to the last
+  // Snapshot lag: leader's newest TID this follower received minus the snapshot, in epochs
+  // (the TID's high half; the leader advances one per epoch_interval, 40 ms by default).
+  double lag_epochs_mean = 0;
+  uint64_t lag_epochs_max = 0;
+  uint64_t version_chain_bytes = 0;  // older versions kept for snapshots
+  uint64_t engine_bytes = 0;         // the follower's whole store (chains included)
+
+  double transactions_per_sec() const { return seconds > 0 ? transactions / seconds : 0; }
+  nlohmann::json to_json() const;
+  static FollowerReadStats from_json(const nlohmann::json& j);
+};
+
 struct FollowerReport {
   uint32_t replica = 0;
   uint64_t applied_tid = 0;  // every record at or below it is installed (the shard watermark)
@@ -59,6 +80,7 @@ struct FollowerReport {
   uint64_t recovered_slots = 0;  // restored from the WAL at start
   uint64_t chosen_slots = 0;     // over all streams
   bool lost = false;             // leader side only, never sent: the follower's connection is gone
+  FollowerReadStats reads;       // threads == 0: this follower serves no reads
 
   double replay_txns_per_cpu_sec() const {
     return replay_cpu_ns == 0 ? 0 : static_cast<double>(replay_txns) * 1e9 / replay_cpu_ns;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "bench/tpcc/tpcc.h"
+#include "bench/tpcc/tpcc_follower_reads.h"
 #include "src/cluster/config.h"
 #include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
@@ -63,6 +64,23 @@ Status run_replica(const ReplicaOptions& options) {
     return bench::check_tpcc_conditions(engine, /*after_load=*/false, &foreign);
   };
   fo.replay_nice = options.replay_nice;
+  fo.serve_reads = options.serve_reads;
+  fo.unsafe_snapshot_read_newest = options.unsafe_snapshot_read_newest;
+  fo.read_rounds = [](txn::Engine& engine,
+                      const std::string& workload) -> Result<repl::ReadRoundFn> {
+    if (workload != "tpcc") {
+      return Status::NotSupported("--serve-reads: workload " + workload +
+                                  " has no read-only transactions (tpcc has)");
+    }
+    bench::tpcc::Tables tables;
+    if (!bench::tpcc::find_tables(engine, &tables)) {
+      return Status::Corruption("--serve-reads: the follower's engine lacks TPC-C tables");
+    }
+    return repl::ReadRoundFn(
+        [tables](txn::SnapshotReader& reader, Rng& rng, txn::ReadRoundResult* out) {
+          return bench::tpcc::snapshot_read_round(reader, tables, rng, out);
+        });
+  };
   fo.connect_timeout_ms = options.connect_timeout_ms;
   auto follower = repl::Follower::open(fo);
   if (!follower.ok()) return follower.status();

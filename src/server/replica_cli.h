@@ -23,6 +23,9 @@ struct ReplicaOptions {
   int replay_nice = 0;  // nice level of the replay thread
   // Dialing the leader: a shard server listens for followers only after loading its data.
   uint64_t connect_timeout_ms = 120'000;
+  // Reader threads running read-only transactions at the follower's snapshot (0: none).
+  uint32_t serve_reads = 0;
+  bool unsafe_snapshot_read_newest = false;  // test-only planted bug
 };
 
 [[nodiscard]] Status run_replica(const ReplicaOptions& options);

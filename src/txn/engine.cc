@@ -400,6 +400,12 @@ Worker* Engine::make_worker() {
   return workers_.back().get();
 }
 
+size_t Engine::version_chain_bytes() const {
+  size_t total = 0;
+  for (const auto& t : tables_) total += t->version_chain_bytes();
+  return total;
+}
+
 size_t Engine::memory_bytes() const {
   size_t total = 0;
   for (const auto& t : tables_) total += t->memory_bytes();

@@ -62,6 +62,8 @@ class TableBase {
   virtual size_t key_words() const = 0;
   virtual size_t record_count() const = 0;
   virtual size_t memory_bytes() const = 0;
+  // Bytes of older versions kept for snapshot reads (part of memory_bytes()).
+  size_t version_chain_bytes() const { return static_cast<size_t>(chain_bytes_.sum()); }
 
   // Read-only from now on (TPC-C's ITEM and the customer-by-name index: loaded, never
   // written). Reads of a read-only table are not recorded, so they cost no validation and can
@@ -114,6 +116,7 @@ class TableBase {
  protected:
   friend class Txn;
   StripedCounter record_bytes_;  // bytes of records (and their headers) in this table
+  StripedCounter chain_bytes_;   // of them, bytes of older versions kept for snapshot reads
   // The largest TID that removed a key of this table. Removed records leave the index at once,
   // taking their TID with them; an insert of the same key later must still get a larger TID,
   // or TID order (the log's replay order, src/repl) would put the insert before the remove.
@@ -194,7 +197,15 @@ class Table final : public TableBase {
  private:
   friend class Txn;
   friend class Engine;
+  friend class SnapshotReader;
   friend struct TableOpsFor<K>;
+  // With version chains: pushes rec's current version (tombstones too) onto its chain, for
+  // snapshot readers (src/txn/snapshot.h). REQUIRES: rec locked by the caller.
+  void push_replicated_version(Record* rec);
+  // Cuts rec's chain below the newest version <= the engine's version horizon (the head's
+  // new version being head_tid) and retires the cut part. REQUIRES: rec locked by the caller.
+  void trim_chain(Record* rec, uint64_t head_tid);
+  Engine* engine_ = nullptr;  // set by create_table
   BTree<K> index_;
 };
 
@@ -435,11 +446,20 @@ class Engine {
   Env& env() { return *env_; }
   size_t memory_bytes() const;
 
+  // Snapshot reads (src/txn/snapshot.h): older versions at or below the horizon beyond the
+  // newest one are no longer needed by any reader; apply_replicated trims chains to it.
+  // 0 (the default) trims nothing. Set by SnapshotRegistry (any thread).
+  void set_version_horizon(uint64_t tid) { version_horizon_.store(tid, std::memory_order_release); }
+  uint64_t version_horizon() const { return version_horizon_.load(std::memory_order_acquire); }
+  // Bytes held in older versions (chains), over all tables.
+  size_t version_chain_bytes() const;
+
  private:
   friend class Txn;
   EngineOptions options_;
   Env* env_;
   std::atomic<uint64_t> epoch_{1};
+  std::atomic<uint64_t> version_horizon_{0};
   std::atomic<bool> stop_{false};
   std::thread ticker_;
   std::vector<std::unique_ptr<TableBase>> tables_;

@@ -156,22 +156,32 @@ bool Table<K>::apply_replicated(const uint64_t* key_words, WriteKind kind, const
       rec->unlock();
       return false;
     }
+    const bool chains = engine_ != nullptr && engine_->options().keep_version_chains;
+    if (chains) push_replicated_version(rec);
     if (remove) {
+      if (chains) trim_chain(rec, tid);
       rec->unlock_with(tid | Tid::kAbsent);  // a tombstone: stays in the index
       return true;
     }
     if (Record::words_for(size_bytes) > rec->capacity_words) {
       Record* grown = Record::make(size_bytes, tid | Tid::kLock);
       grown->write_locked(value, size_bytes);
+      // The chain moves to the grown record; readers still on rec walk the same (shared)
+      // chain, so rec is freed alone (free_one), never its chain.
+      std::atomic_ref<Record*>(grown->older)
+          .store(std::atomic_ref<Record*>(rec->older).load(std::memory_order_relaxed),
+                 std::memory_order_release);
+      if (chains) trim_chain(grown, tid);
       const bool replaced = index_.update(key, grown);
       SHOAL_ASSERT(replaced, "%s", "a locked record was missing from its index");
       grown->unlock_with(tid);
       rec->word.store(tid | Tid::kAbsent | Tid::kUnlinked, std::memory_order_release);
       record_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(grown->capacity_words)) -
                         static_cast<int64_t>(Record::alloc_bytes(rec->capacity_words)));
-      ebr::retire(rec, &Record::free);
+      ebr::retire(rec, &Record::free_one);
       return true;
     }
+    if (chains) trim_chain(rec, tid);
     rec->write_locked(value, size_bytes);
     rec->unlock_with(tid);
     return true;
@@ -204,10 +214,52 @@ bool Table<K>::apply_replicated_patch(const uint64_t* key_words, uint64_t base_t
                  "replicated patch at TID %lu against version %lu does not fit the held version "
                  "%lu (%u bytes, want %u)",
                  tid, base_tid, version, rec->size_bytes, size_bytes);
+    // Follower reads (src/txn/snapshot.h): the version the patch overwrites stays readable.
+    if (engine_ != nullptr && engine_->options().keep_version_chains) {
+      push_replicated_version(rec);
+      trim_chain(rec, tid);
+    }
     patch(ctx, rec->data);
     rec->unlock_with(tid);
     return true;
   }
+}
+
+template <size_t K>
+void Table<K>::push_replicated_version(Record* rec) {
+  const uint64_t word = rec->word.load(std::memory_order_relaxed) & ~Tid::kLock;
+  Record* old = Record::make(rec->size_bytes, word);
+  std::memcpy(old->data, rec->data, rec->size_bytes);
+  old->older = std::atomic_ref<Record*>(rec->older).load(std::memory_order_relaxed);
+  chain_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(old->capacity_words)));
+  record_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(old->capacity_words)));
+  // Release: a reader that loads the pointer sees the copy's word and data.
+  std::atomic_ref<Record*>(rec->older).store(old, std::memory_order_release);
+}
+
+template <size_t K>
+void Table<K>::trim_chain(Record* rec, uint64_t head_tid) {
+  const uint64_t horizon = engine_->version_horizon();
+  if (horizon == 0) return;  // no registry publishes one: keep everything
+  // Keep the versions newer than the horizon and the newest one at or below it.
+  Record* keep = rec;
+  uint64_t version = head_tid;
+  for (int depth = 0; version > horizon; ++depth) {
+    SHOAL_ASSERT(depth < (1 << 20), "%s", "version chain cycle");
+    keep = std::atomic_ref<Record*>(keep->older).load(std::memory_order_relaxed);
+    if (keep == nullptr) return;
+    version = Tid::version(keep->word.load(std::memory_order_relaxed));
+  }
+  Record* cut = std::atomic_ref<Record*>(keep->older).load(std::memory_order_relaxed);
+  if (cut == nullptr) return;
+  std::atomic_ref<Record*>(keep->older).store(nullptr, std::memory_order_release);
+  int64_t bytes = 0;
+  for (const Record* r = cut; r != nullptr; r = r->older) {
+    bytes += static_cast<int64_t>(Record::alloc_bytes(r->capacity_words));
+  }
+  chain_bytes_.add(-bytes);
+  record_bytes_.add(-bytes);
+  ebr::retire(cut, &Record::free);  // frees the cut versions and their chain
 }
 
 template <size_t K>
@@ -244,6 +296,7 @@ Table<K>* Engine::create_table(const std::string& name) {
   SHOAL_ASSERT(find_table(name) == nullptr, "table %s exists", name.c_str());
   auto table = std::make_unique<Table<K>>(name, static_cast<uint32_t>(tables_.size()));
   Table<K>* raw = table.get();
+  raw->engine_ = this;
   tables_.push_back(std::move(table));
   return raw;
 }

@@ -36,6 +36,12 @@ void Record::free(void* p) {
   std::free(rec);
 }
 
+void Record::free_one(void* p) {
+  auto* rec = static_cast<Record*>(p);
+  delete rec->deps.load(std::memory_order_relaxed);
+  std::free(rec);
+}
+
 uint64_t Record::stable_read(void* out, uint32_t out_bytes, uint32_t* size_out,
                              uint32_t spins_max) const {
   char* dst = static_cast<char*>(out);
