@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -249,8 +251,10 @@ TEST(ConcurrentSnapshotRead, ReadersNeverSeeATornSnapshotDuringReplay) {
   constexpr uint64_t kTxns = 20000;
   std::atomic<bool> done{false};
   std::atomic<uint64_t> bad{0}, snapshots{0};
+  std::atomic<uint32_t> readers_started{0};
   auto reader = [&] {
     SnapshotReader r(f.registry);
+    readers_started.fetch_add(1, std::memory_order_acq_rel);
     // Bounded by the replayer finishing (kTxns installs).
     while (!done.load(std::memory_order_acquire)) {
       ASSERT_TRUE(r.begin().ok());
@@ -267,7 +271,15 @@ TEST(ConcurrentSnapshotRead, ReadersNeverSeeATornSnapshotDuringReplay) {
     }
   };
   std::thread r1(reader), r2(reader);
+  // On a loaded machine the readers may start late: replay only once both run (bounded: ~10 s),
+  // so the reads really overlap replay.
+  for (int i = 0; i < 10'000 && readers_started.load(std::memory_order_acquire) < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   for (uint64_t t = 1; t <= kTxns; ++t) bank.replay(t);
+  for (int i = 0; i < 10'000 && snapshots.load(std::memory_order_acquire) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   done.store(true, std::memory_order_release);
   r1.join();
   r2.join();
