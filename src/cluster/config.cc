@@ -15,6 +15,10 @@
 
 namespace shoal::cluster {
 
+std::string replica_dir(std::string_view root, uint32_t shard, uint32_t replica) {
+  return fmt::format("{}/shard-{}-replica-{}", root, shard, replica);
+}
+
 std::string_view transport_name(TransportKind kind) {
   switch (kind) {
     case TransportKind::kTcp:

@@ -43,6 +43,11 @@ inline uint16_t replication_port(const Replica& leader) {
   return static_cast<uint16_t>(leader.port + 1);
 }
 
+// Where replica `replica` of shard `shard` keeps its files under `root`: its WAL directory is
+// this path, its log and pid files this path plus ".log" / ".pid". One name for the servers,
+// the followers and `cluster up`, which clears these directories.
+std::string replica_dir(std::string_view root, uint32_t shard, uint32_t replica);
+
 // A shard owns the workload partition keys [partition_lo, partition_hi) (TPC-C: warehouse
 // ids). Replica 0 is the leader at start.
 struct Shard {

@@ -170,6 +170,12 @@ Status Participant::exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<
   return prepare_pinned(id, slot, prepared);
 }
 
+void Participant::vote_deps(const Slot& slot, txn::DepVec* out) const {
+  // What the reads here depend on: their versions on this shard, and their own vectors.
+  *out = slot.txn->deps();
+  out->raise(shard_id_, slot.txn->max_seen_version());
+}
+
 Status Participant::prepare_pinned(TxnId id, Slot* slot, ExecPrepared* prepared) {
   // F9: every read is a row we hold locked, so this vote cannot go stale before the decision.
   Status status = slot->txn->validate_read_set();  // releases the locks when it fails
@@ -178,8 +184,7 @@ Status Participant::prepare_pinned(TxnId id, Slot* slot, ExecPrepared* prepared)
     finish(id, slot, Ended::kAborted);
     return status;
   }
-  prepared->deps = slot->txn->deps();
-  prepared->deps.raise(shard_id_, slot->txn->max_seen_version());
+  vote_deps(*slot, &prepared->deps);
   prepared->prepared = true;
   slot->phase = Phase::kPrepared;  // F3: only the coordinator ends it now
   return status;
@@ -262,9 +267,7 @@ Status Participant::validate(TxnId id, uint64_t epoch, txn::DepVec* deps) {
     if (status.ok()) slot->txn->release_certified();
   }
   if (status.ok()) {
-    // What the reads here depend on: their versions on this shard, and their own vectors.
-    *deps = slot->txn->deps();
-    deps->raise(shard_id_, slot->txn->max_seen_version());
+    vote_deps(*slot, deps);
   }
   if (!status.ok() || slot->phase != Phase::kLocked) {
     slot->txn->abort();
@@ -370,8 +373,7 @@ Status Participant::validate_install(TxnId id, uint64_t epoch, const txn::DepVec
     finish(id, slot, Ended::kAborted);
     return status;
   }
-  *deps = slot->txn->deps();
-  deps->raise(shard_id_, slot->txn->max_seen_version());
+  vote_deps(*slot, deps);
   *tid = std::max({vector.get(shard_id_), slot->proposed_tid, floor_tid() + 1});  // F10
   if (*tid > txn::Tid::kVersionMask) {
     slot->txn->release_certified();

@@ -264,6 +264,8 @@ class Participant {
   // Locks the context's write set and proposes its TID; on failure nothing is held and the
   // transaction is ended here.
   [[nodiscard]] Status lock_context(TxnId id, Slot* slot, uint64_t* proposed_tid);
+  // What a yes vote returns (validate, validate_install, F9): the reads' dependencies.
+  void vote_deps(const Slot& slot, txn::DepVec* out) const;
   // F9 for a locked context whose reads are pinned: validates it into the prepared phase.
   [[nodiscard]] Status prepare_pinned(TxnId id, Slot* slot, ExecPrepared* prepared);
   // Ends the context (releasing nothing: the caller did) and tombstones the id.

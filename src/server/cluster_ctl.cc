@@ -33,7 +33,7 @@ std::string run_dir_of(const ClusterOptions& o, const cluster::ClusterConfig& c)
 // Replica 0 is the shard server; r >= 1 its `shoal replica` followers.
 std::string pid_path(const std::string& dir, uint32_t shard, uint32_t replica = 0) {
   return replica == 0 ? fmt::format("{}/shard-{}.pid", dir, shard)
-                      : fmt::format("{}/shard-{}-replica-{}.pid", dir, shard, replica);
+                      : cluster::replica_dir(dir, shard, replica) + ".pid";
 }
 
 // The pid in a pid file, if that process is still a `shoal server` (replica 0) or a
@@ -83,7 +83,7 @@ Status cluster_up(const ClusterOptions& o) {
   for (uint32_t s = 0; s < config->shards.size(); ++s) {
     for (uint32_t r = 0; r < config->shards[s].replicas.size() && config->replicas_per_shard > 1;
          ++r) {
-      fs::remove_all(fmt::format("{}/shard-{}-replica-{}", dir, s, r), ec);
+      fs::remove_all(cluster::replica_dir(dir, s, r), ec);
     }
   }
   SpawnOptions so;

@@ -100,8 +100,8 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
   }
   if (options.unsafe_skip_read_validation) args.push_back("--unsafe-skip-read-validation");
   if (config.shards[s].replicas.size() > 1) {
-    args.insert(args.end(), {"--data-dir", fmt::format("{}/shard-{}-replica-0", data_dir, s),
-                             "--fsync", options.fsync});
+    args.insert(args.end(),
+                {"--data-dir", cluster::replica_dir(data_dir, s, 0), "--fsync", options.fsync});
   }
   return args;
 }
@@ -124,7 +124,7 @@ Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& c
         p.log_path = fmt::format("{}/shard-{}.log", options.log_dir, s);
         args = server_args(*exe, config, options, s, data_dir);
       } else {
-        p.log_path = fmt::format("{}/shard-{}-replica-{}.log", options.log_dir, s, r);
+        p.log_path = cluster::replica_dir(options.log_dir, s, r) + ".log";
         args = {*exe,
                 "replica",
                 "--config",
@@ -134,7 +134,7 @@ Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& c
                 "--replica",
                 std::to_string(r),
                 "--data-dir",
-                fmt::format("{}/shard-{}-replica-{}", data_dir, s, r),
+                cluster::replica_dir(data_dir, s, r),
                 "--fsync",
                 options.fsync,
                 "--replay-nice",

@@ -41,9 +41,9 @@ Status run_replica(const ReplicaOptions& options) {
   fo.leader_host = leader.host;
   fo.leader_port = cluster::replication_port(leader);
   fo.receive_shape = {one_way_ns, 0};
-  fo.data_dir = options.data_dir.empty() ? fmt::format(".shoal/{}/shard-{}-replica-{}",
-                                                       config->name, options.shard, options.replica)
-                                         : options.data_dir;
+  fo.data_dir = options.data_dir.empty()
+                    ? cluster::replica_dir(".shoal/" + config->name, options.shard, options.replica)
+                    : options.data_dir;
   std::error_code ec;
   std::filesystem::create_directories(fo.data_dir, ec);
   if (ec) return Status::IOError("cannot create " + fo.data_dir + ": " + ec.message());

@@ -777,7 +777,7 @@ Status ShardServer::start_replication() {
   lo.appender.limits.batch_txns_max = options_.batch_txns;
   lo.appender.limits.batch_age_ns_max = static_cast<uint64_t>(options_.batch_us * 1e3);
   lo.wal_dir = options_.data_dir.empty()
-                   ? fmt::format(".shoal/{}/shard-{}-replica-0", config_.name, options_.shard)
+                   ? cluster::replica_dir(".shoal/" + config_.name, options_.shard, 0)
                    : options_.data_dir;
   std::error_code ec;
   std::filesystem::create_directories(lo.wal_dir, ec);
