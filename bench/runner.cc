@@ -486,6 +486,7 @@ nlohmann::json RunResult::to_json() const {
                         {"batch_txns", rp.batch_txns},
                         {"batch_us", rp.batch_us},
                         {"fsync", rp.fsync},
+                        {"transport", rp.transport},
                         {"entries", rp.entries},
                         {"log_bytes", rp.log_bytes},
                         {"logged_txns", rp.logged_txns},
@@ -546,9 +547,9 @@ std::string RunResult::to_table() const {
   if (replication.enabled) {
     const ReplicationResult& rp = replication;
     s += fmt::format(
-        "replication: {} replicas, WAN RTT {} ms, batch {} txns / {} us, fsync {}: {} entries, "
-        "{:.1f} MiB logged; bootstrap {:.2f} s, quiesce {:.2f} s\n",
-        rp.replicas, rp.wan_rtt_ms, rp.batch_txns, rp.batch_us, rp.fsync, rp.entries,
+        "replication: {} replicas over {}, WAN RTT {} ms, batch {} txns / {} us, fsync {}: {} "
+        "entries, {:.1f} MiB logged; bootstrap {:.2f} s, quiesce {:.2f} s\n",
+        rp.replicas, rp.transport, rp.wan_rtt_ms, rp.batch_txns, rp.batch_us, rp.fsync, rp.entries,
         static_cast<double>(rp.log_bytes) / (1 << 20), rp.bootstrap_s, rp.quiesce_s);
     for (const FollowerResult& f : rp.followers) {
       s += fmt::format(

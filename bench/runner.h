@@ -47,13 +47,16 @@ struct RunOptions {
   // per worker, and reports commit latency (until the shard watermark covers a transaction)
   // beside the speculative latency. replicas == 1: no log, no followers (the baseline).
   uint32_t replicas = 1;
-  double wan_rtt_ms = 0;         // every cross-region one-way delay is wan_rtt_ms / 2
-  uint32_t batch_txns = 400;     // seal a log entry after this many transactions (Mako)
-  double batch_us = 1000;        // ... or when its first transaction is this old
-  std::string fsync = "batch";   // none, batch or always (every replica's WAL)
-  std::string replica_exe;       // the `shoal` binary for followers; empty: this executable
-  std::string replica_dir;       // WALs and logs; empty: a fresh directory under $TMPDIR
-  bool keep_replica_dir = false; // keep it after a successful run
+  double wan_rtt_ms = 0;        // every cross-region one-way delay is wan_rtt_ms / 2
+  uint32_t batch_txns = 400;    // seal a log entry after this many transactions (Mako)
+  double batch_us = 1000;       // ... or when its first transaction is this old
+  std::string fsync = "batch";  // none, batch or always (every replica's WAL)
+  // How the followers (all on this host) reach the leader: shm (the leader's send is one copy
+  // into the follower's ring) or tcp (loopback, as between machines).
+  std::string replica_transport = "shm";
+  std::string replica_exe;        // the `shoal` binary for followers; empty: this executable
+  std::string replica_dir;        // WALs and logs; empty: a fresh directory under $TMPDIR
+  bool keep_replica_dir = false;  // keep it after a successful run
   // Nice level of the followers' replay threads: on a machine that hosts every replica (ours)
   // replay uses the CPU the leader's workers leave, as it would on machines of its own, while
   // the followers' network threads (acknowledgements) keep normal priority. It changes nothing
@@ -101,6 +104,7 @@ struct ReplicationResult {
   uint32_t batch_txns = 0;
   double batch_us = 0;
   std::string fsync;
+  std::string transport;  // followers' link: shm or tcp
   uint64_t entries = 0, log_bytes = 0, logged_txns = 0, floor_entries = 0, buffer_waits = 0;
   uint64_t bootstrap_records = 0;
   double bootstrap_s = 0;  // initial state through the log until every follower installed it
@@ -120,15 +124,15 @@ struct RunResult {
   uint64_t conflict_aborts = 0;
   uint64_t failed = 0;
   double committed_per_sec = 0;
-  double aborts_per_sec = 0;  // conflict aborts per second
-  LatencyUs latency_us;       // all types: speculative (visible, not yet replicated)
+  double aborts_per_sec = 0;    // conflict aborts per second
+  LatencyUs latency_us;         // all types: speculative (visible, not yet replicated)
   LatencyUs commit_latency_us;  // until the shard watermark covers it (replication only)
   std::vector<TypeResult> per_type;
   uint64_t rss_bytes = 0;  // resident set right after load
   uint64_t peak_rss_bytes = 0;
   bool checked = false;
   std::vector<std::string> check_failures;  // empty when consistent (or not checked)
-  ReplicationResult replication;             // followers' digests and checks fail the check
+  ReplicationResult replication;            // followers' digests and checks fail the check
 
   bool consistent() const { return check_failures.empty(); }
   // The JSON document written to RunOptions::json_path (see the field list in runner.cc).

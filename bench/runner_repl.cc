@@ -34,8 +34,7 @@ std::string tail(const std::string& path, size_t lines) {
 
 }  // namespace
 
-Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload,
-                                                            txn::Engine& engine,
+Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload, txn::Engine& engine,
                                                             const RunOptions& options,
                                                             ReplicationResult* result) {
   std::unique_ptr<ReplicatedRun> run(new ReplicatedRun());
@@ -46,6 +45,7 @@ Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload,
   result->batch_txns = options.batch_txns;
   result->batch_us = options.batch_us;
   result->fsync = options.fsync;
+  result->transport = options.replica_transport;
 
   if (options.replica_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
@@ -69,6 +69,7 @@ Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload,
   lo.replicas = options.replicas;
   lo.receive_shapes.assign(options.replicas, net::LinkShape{rtt_ns / 2, 0});
   lo.receive_shapes[0] = {};
+  lo.link = options.replica_transport == "tcp" ? repl::LinkKind::kTcp : repl::LinkKind::kShm;
   lo.appender.limits.batch_txns_max = options.batch_txns;
   lo.appender.limits.batch_age_ns_max = static_cast<uint64_t>(options.batch_us * 1e3);
   lo.wal_dir = run->dir_ + "/replica-0";
@@ -98,6 +99,8 @@ Status ReplicatedRun::spawn_followers(const RunOptions& options) {
   auto config = cluster::make_local_config(1, options.replicas, options.workers, 1, 20000);
   if (!config.ok()) return config.status();
   config->name = "bench";
+  config->transport = options.replica_transport == "tcp" ? cluster::TransportKind::kTcp
+                                                         : cluster::TransportKind::kShm;
   // Followers dial cluster::replication_port(replica 0) = its port + 1.
   config->shards[0].replicas[0].port = static_cast<uint16_t>(leader_->port() - 1);
   for (uint32_t a = 0; a < options.replicas; ++a) {
@@ -193,8 +196,7 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
   const uint64_t start_ns = env.now_ns();
   auto reports = leader_->collect_reports(final_tid_, true, check, 300'000);
   if (!reports.ok()) {
-    return Status::Unavailable(reports.status().message() + "; follower logs:" +
-                               follower_logs());
+    return Status::Unavailable(reports.status().message() + "; follower logs:" + follower_logs());
   }
   result->quiesce_s = static_cast<double>(env.now_ns() - start_ns) / kNsPerSec;
   result->final_tid = final_tid_;

@@ -184,7 +184,8 @@ void add_dist_tpcc_options(CLI::App* tpcc, server::DistBenchOptions& d) {
   tpcc->add_option("--inflight", d.inflight,
                    "Terminals per worker across shards (coroutines; default 8)")
       ->check(number_in(1u, 1024u, false, "in [1, 1024]"));
-  tpcc->add_option("--transport", d.transport, "Between the local shard servers: shm or tcp")
+  tpcc->add_option("--transport", d.transport,
+                   "Between the local shard servers and from their followers: shm or tcp")
       ->check(CLI::IsMember({"shm", "tcp"}))
       ->capture_default_str();
   tpcc->add_flag("--baseline", d.baseline,
@@ -634,9 +635,13 @@ int main(int argc, char** argv) {
       }
     }
     if (dist) return shoal::run_dist_bench(commands, flags);
+    // One shard: --transport is how its followers reach it (needs --replicas).
+    flags.run.replica_transport = flags.tpcc_dist.transport;
     for (const char* flag : {"--inflight", "--baseline", "--transport"}) {
-      if (commands.tpcc->parsed() && commands.tpcc->count(flag) > 0) {
-        fmt::print(stderr, "shoal: error: {}: needs --shards >= 2 or --cluster\n", flag);
+      if (commands.tpcc->parsed() && commands.tpcc->count(flag) > 0 &&
+          !(std::string_view(flag) == "--transport" && flags.run.replicas > 1)) {
+        fmt::print(stderr, "shoal: error: {}: needs --shards >= 2 or --cluster{}\n", flag,
+                   std::string_view(flag) == "--transport" ? " (or --replicas >= 2)" : "");
         return shoal::kExitUsage;
       }
     }

@@ -544,7 +544,7 @@ ShmListener::~ShmListener() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Result<ShmEndpoint> ShmListener::accept(uint64_t timeout_ms) {
+Result<ShmEndpoint> ShmListener::accept(uint64_t timeout_ms, uint64_t handshake_timeout_ms) {
   pollfd p{fd_, POLLIN, 0};
   if (::poll(&p, 1, static_cast<int>(timeout_ms)) <= 0) {
     return Status::Timeout("shm accept: no connection");
@@ -565,7 +565,7 @@ Result<ShmEndpoint> ShmListener::accept(uint64_t timeout_ms) {
   SHOAL_TRY(send_fds(sock_fd, shared, Hello{kHelloMagic, options_.ring_bytes}));
   Hello reply{};
   Fd peer_bell[1];
-  SHOAL_TRY(recv_fds(sock_fd, peer_bell, &reply, timeout_ms));
+  SHOAL_TRY(recv_fds(sock_fd, peer_bell, &reply, handshake_timeout_ms));
   ep->set_peer_doorbell(std::move(peer_bell[0]));
   return ep;
 }

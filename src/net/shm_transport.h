@@ -168,7 +168,7 @@ class ShmEndpoint {
   MessageAssembler assembler_{0};
   bool batch_outstanding_ = false;
   bool reserved_ = false;
-  bool prefaulted_ = false;  // prefault_once() ran: the first poll()/send in this process
+  bool prefaulted_ = false;       // prefault_once() ran: the first poll()/send in this process
   uint32_t fast_send_bytes_ = 0;  // min(max_message_bytes, one frame): send()'s fast path
   uint64_t last_liveness_check_ns_ = 0;
   uint32_t empty_polls_ = 0;
@@ -185,8 +185,11 @@ class ShmListener {
       : options_(other.options_), fd_(std::exchange(other.fd_, -1)) {}
   ShmListener& operator=(ShmListener&& other) noexcept;
   ~ShmListener();
-  // Waits up to timeout_ms for a connect(), then creates and shares the rings.
-  [[nodiscard]] Result<ShmEndpoint> accept(uint64_t timeout_ms = 5000);
+  // Waits up to timeout_ms for a connect(), then creates and shares the rings, waiting up to
+  // handshake_timeout_ms for the peer's half (a loop polling with timeout 0 still lets a
+  // connecting peer finish).
+  [[nodiscard]] Result<ShmEndpoint> accept(uint64_t timeout_ms = 5000,
+                                           uint64_t handshake_timeout_ms = 5000);
 
  private:
   EndpointOptions options_;

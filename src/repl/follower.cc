@@ -146,7 +146,11 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
         RealEnv::instance(), *st->transport, st->store, po,
         [this, raw](uint64_t slot, std::span<const std::byte> e) {
           raw->log->note_chosen(slot);
-          hand_to_replay(raw->id, e);
+          // The store's own copy, shared (not copied again) when `e` is it.
+          const PaxosSlot* held = raw->store.find(slot);
+          hand_to_replay(raw->id, held != nullptr && held->value.span().data() == e.data()
+                                      ? held->value.share()
+                                      : EntryBuffer(e));
         });
     st->store.trim();
     streams_.push_back(std::move(st));
@@ -276,7 +280,8 @@ FollowerReport Follower::report(bool digest, bool check, const nlohmann::json& c
   return r;
 }
 
-void Follower::hand_to_replay(uint32_t stream, std::span<const std::byte> entry) {
+void Follower::hand_to_replay(uint32_t stream, EntryBuffer entry_buffer) {
+  const std::span<const std::byte> entry = entry_buffer.span();
   if (!replay_thread_.joinable()) {  // restart recovery, before run(): install at once
     applier_->on_chosen(stream, entry);
     publish_replay();
@@ -290,7 +295,7 @@ void Follower::hand_to_replay(uint32_t stream, std::span<const std::byte> entry)
   }
   {
     std::lock_guard<std::mutex> lock(replay_mu_);
-    replay_items_.emplace_back(stream, EntryBuffer(entry));
+    replay_items_.emplace_back(stream, std::move(entry_buffer));
   }
   replay_cv_.notify_one();
 }
@@ -461,13 +466,21 @@ Status Follower::run(const std::atomic<bool>* stop) {
   net::EndpointOptions eo;
   eo.max_message_bytes = options_.paxos.max_message_bytes + 4096;
   eo.tcp_buffer_bytes = tcp_buffer_bytes_for(eo.max_message_bytes);
-  auto ep = net::TcpEndpoint::connect(options_.leader_host, options_.leader_port, eo,
-                                      options_.connect_timeout_ms);
-  if (!ep.ok()) return ep.status();
-  ep_.emplace(std::move(*ep), options_.receive_shape);
+  if (options_.link == LinkKind::kShm) {
+    eo.ring_bytes = shm_ring_bytes_for(eo.max_message_bytes);
+    auto ep =
+        net::ShmEndpoint::connect(replication_shm_name(options_.leader_host, options_.leader_port),
+                                  eo, options_.connect_timeout_ms);
+    if (!ep.ok()) return ep.status();
+    ep_.emplace(std::move(*ep), options_.receive_shape);
+  } else {
+    auto ep = net::TcpEndpoint::connect(options_.leader_host, options_.leader_port, eo,
+                                        options_.connect_timeout_ms);
+    if (!ep.ok()) return ep.status();
+    ep_.emplace(std::move(*ep), options_.receive_shape);
+  }
   failed_ = Status::Ok();
-  const std::string hello =
-      nlohmann::json{{"type", "hello"}, {"replica", options_.replica}}.dump();
+  const std::string hello = nlohmann::json{{"type", "hello"}, {"replica", options_.replica}}.dump();
   send(kControlSession, std::as_bytes(std::span(hello.data(), hello.size())));
   SHOAL_TRY(ep_->flush());
   rt::LoopOptions lo;
@@ -480,9 +493,7 @@ Status Follower::run(const std::atomic<bool>* stop) {
     // Backpressured (the poller does not read): sleep until the next tick instead of spinning
     // on a readable socket, which would starve the (lower-priority) replay thread we wait for.
     if (f->replay_pending_.load(std::memory_order_acquire) >= kReplayQueueMax) return true;
-    if (!f->ep_->prepare_to_block()) return false;
-    fds[0] = f->ep_->wait_fd();
-    return true;
+    return f->ep_->arm(fds);
   };
   wake.end = [](void* ctx) { static_cast<Follower*>(ctx)->ep_->end_block(); };
   SHOAL_TRY(loop_->add_poller(

@@ -22,14 +22,14 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <thread>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shoal/status.h"
@@ -66,8 +66,9 @@ struct FollowerOptions {
   uint32_t replicas = 3;
   std::string leader_host = "127.0.0.1";
   uint16_t leader_port = 0;
-  net::LinkShape receive_shape;  // WAN delay of what the leader sends us
-  std::string data_dir;          // WAL, journal and schema; created if absent
+  net::LinkShape receive_shape;    // WAN delay of what the leader sends us
+  LinkKind link = LinkKind::kTcp;  // kShm: the leader runs on this host (see LeaderOptions)
+  std::string data_dir;            // WAL, journal and schema; created if absent
   FsyncPolicy fsync = FsyncPolicy::kBatch;
   // shard/stream/replica fields are set per stream; max_message_bytes must match the
   // leader's (replication_message_bytes).
@@ -133,7 +134,7 @@ class Follower {
   // queue; beyond kReplayQueueMax queued entries (about 2048 x 200 KB of TPC-C batches) the
   // network poller stops reading, so TCP pushes back on the leader.
   static constexpr size_t kReplayQueueMax = 2048;
-  void hand_to_replay(uint32_t stream, std::span<const std::byte> entry);
+  void hand_to_replay(uint32_t stream, EntryBuffer entry);
   void publish_replay();  // replay thread (or before it starts)
   void start_replay();
   void stop_replay();

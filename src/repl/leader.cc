@@ -56,7 +56,7 @@ struct ReplicationLeader::Peer {
   PeerLink ep;
   bool dead = false;
   Status why;
-  Peer(ReplicationLeader* s, uint32_t r, net::TcpEndpoint e, net::LinkShape shape)
+  Peer(ReplicationLeader* s, uint32_t r, RawEndpoint e, net::LinkShape shape)
       : self(s), replica(r), ep(std::move(e), shape) {}
 };
 
@@ -99,6 +99,12 @@ Status ReplicationLeader::init() {
   if (!listener.ok()) return listener.status();
   listener_ = std::move(*listener);
   port_ = listener_.port();
+  if (options_.link == LinkKind::kShm) {
+    eo.ring_bytes = shm_ring_bytes_for(eo.max_message_bytes);
+    auto shm = net::ShmListener::listen(replication_shm_name(options_.listen_host, port_), eo);
+    if (!shm.ok()) return shm.status();
+    shm_listener_.emplace(std::move(*shm));
+  }
   rt::LoopOptions lo;
   lo.spin_ns = 5'000;  // the workers need the cores more than we need a fast wake-up
   lo.max_pollers = kPaxosReplicasMax + 4;
@@ -275,7 +281,9 @@ void ReplicationLeader::drain(Stream& s) {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.restamped;
     }
-    Result<uint64_t> r = s.paxos->propose({buf.data(), head.bytes});
+    // Sealed by this process's appender: the followers verify the checksum on receipt.
+    Result<uint64_t> r =
+        s.paxos->propose({buf.data(), head.bytes}, PaxosStream::EntryCheck::kSealedHere);
     if (!r.ok()) {
       SHOAL_ASSERT(r.status().code() == Code::kUnavailable, "replication: propose failed: %s",
                    r.status().to_string().c_str());
@@ -378,11 +386,17 @@ void ReplicationLeader::accept_connections() {
   for (int i = 0; i < 4; ++i) {
     auto ep = listener_.accept(0);
     if (!ep.ok()) break;
-    greeting_.push_back(std::move(*ep));
+    greeting_.emplace_back(std::move(*ep));
+  }
+  for (int i = 0; shm_listener_ && i < 4; ++i) {
+    // A follower that connected is inside its half of the handshake: it answers at once.
+    auto ep = shm_listener_->accept(0, 1000);
+    if (!ep.ok()) break;
+    greeting_.emplace_back(std::move(*ep));
   }
   for (size_t i = 0; i < greeting_.size();) {
     net::Completion c[8];
-    auto n = greeting_[i].poll(c, 8);
+    auto n = std::visit([&](auto& e) { return e.poll(c, 8); }, greeting_[i]);
     bool done = !n.ok();
     if (n.ok() && *n > 0) {
       // The first message of a follower is its hello; nothing else is sent before the
@@ -394,14 +408,13 @@ void ReplicationLeader::accept_connections() {
       }
       // Anything behind the hello (a restarted follower's heartbeats) is dropped: Paxos
       // messages are retransmitted.
-      greeting_[i].release();
+      std::visit([](auto& e) { e.release(); }, greeting_[i]);
       done = true;
       if (replica >= 1 && replica < options_.replicas) {
         if (peers_[replica]) drop_peer(replica, Status::Aborted("replaced by a new connection"));
         const net::LinkShape shape =
             options_.receive_shapes.empty() ? net::LinkShape{} : options_.receive_shapes[replica];
-        peers_[replica] =
-            std::make_unique<Peer>(this, replica, std::move(greeting_[i]), shape);
+        peers_[replica] = std::make_unique<Peer>(this, replica, std::move(greeting_[i]), shape);
         {
           std::lock_guard<std::mutex> lock(mu_);
           lost_[replica] = false;
@@ -411,9 +424,7 @@ void ReplicationLeader::accept_connections() {
         wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {
           auto* peer = static_cast<Peer*>(ctx);
           if (peer->dead) return true;
-          if (!peer->ep.prepare_to_block()) return false;
-          fds[0] = peer->ep.wait_fd();
-          return true;
+          return peer->ep.arm(fds);
         };
         wake.end = [](void* ctx) { static_cast<Peer*>(ctx)->ep.end_block(); };
         const Status added = loop_->add_poller(
@@ -439,7 +450,7 @@ void ReplicationLeader::accept_connections() {
       }
     }
     if (done) {
-      if (i < greeting_.size() && greeting_[i].wait_fd() >= 0) greeting_[i].close();
+      if (i < greeting_.size()) std::visit([](auto& e) { e.close(); }, greeting_[i]);
       greeting_.erase(greeting_.begin() + static_cast<ptrdiff_t>(i));
     } else {
       ++i;
@@ -536,8 +547,8 @@ Result<std::vector<FollowerReport>> ReplicationLeader::collect_reports(
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& r : reports_) r.reset();
-    report_request_ = {{"type", "report"}, {"target", target_tid}, {"digest", digest},
-                       {"check", check}};
+    report_request_ = {
+        {"type", "report"}, {"target", target_tid}, {"digest", digest}, {"check", check}};
     if (!check_args.is_null()) report_request_["check_args"] = check_args;
   }
   Env& env = RealEnv::instance();

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "shoal/status.h"
+#include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
 #include "src/net/wan_shaper.h"
 #include "src/repl/acceptor_log.h"
@@ -67,6 +68,9 @@ struct LeaderOptions {
   uint16_t listen_port = 0;  // 0: any free port (see port())
   // receive_shapes[r]: the WAN delay of what replica r sends us (region r -> region 0).
   std::vector<net::LinkShape> receive_shapes;
+  // kShm: also accept followers on this host over shared memory (replication_shm_name of
+  // listen_host and the TCP port); TCP stays open for the others.
+  LinkKind link = LinkKind::kTcp;
   AppenderOptions appender;  // shard/stream are set per stream
   std::string wal_dir;       // empty: this replica keeps no WAL (its acceptances in memory)
   FsyncPolicy fsync = FsyncPolicy::kBatch;
@@ -147,10 +151,11 @@ class ReplicationLeader {
   txn::Engine& engine_;
   uint16_t port_ = 0;
   net::TcpListener listener_;
+  std::optional<net::ShmListener> shm_listener_;  // LinkKind::kShm
   std::unique_ptr<rt::EventLoop> loop_;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by replica id; [0] unused (us)
-  std::vector<net::TcpEndpoint> greeting_;    // accepted, waiting for hello
+  std::vector<RawEndpoint> greeting_;         // accepted, waiting for hello
   ShardWatermark wm_;
   std::atomic<uint64_t> watermark_{0};
   std::atomic<uint32_t> leading_{0};
@@ -181,7 +186,7 @@ class ReplicationLeader {
   uint64_t report_target_ = 0;
   std::vector<std::optional<FollowerReport>> reports_;
   std::vector<bool> lost_;  // by replica: was connected, connection gone
-  LeaderStats stats_;  // under mu_ when read from outside
+  LeaderStats stats_;       // under mu_ when read from outside
 };
 
 }  // namespace shoal::repl

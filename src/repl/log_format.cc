@@ -373,6 +373,16 @@ Result<LogEntryView> LogEntryView::reparse(std::span<const std::byte> bytes) {
   return parse_impl(bytes, 0, kLogEntryBytesMax, /*verify_checksum=*/false);
 }
 
+Result<LogEntryView> LogEntryView::view_sealed(std::span<const std::byte> bytes) {
+  SHOAL_ASSERT(aligned8(bytes.data()), "log entries are decoded in place from 8-aligned bytes");
+  Result<size_t> size = peek_entry_bytes(bytes, 0, kLogEntryBytesMax);
+  if (!size.ok()) return size.status();
+  if (bytes.size() < *size) {
+    return corrupt(0, fmt::format("truncated entry ({} of {} bytes)", bytes.size(), *size));
+  }
+  return LogEntryView(bytes.data());
+}
+
 Result<LogEntryView> LogEntryView::parse(std::span<const std::byte> bytes, uint64_t offset,
                                          uint32_t entry_bytes_max) {
   return parse_impl(bytes, offset, entry_bytes_max, /*verify_checksum=*/true);

@@ -274,6 +274,12 @@ class LogEntryView {
   // path would hash every entry a second time. REQUIRES: as stated; 8-byte aligned.
   [[nodiscard]] static Result<LogEntryView> reparse(std::span<const std::byte> bytes);
 
+  // A view of bytes this process's LogBatchBuilder sealed and nothing changed since (a leader
+  // proposing its own entries): header checks only (magic, version, lengths), no checksum or
+  // record pass; every receiver parse()s them in full anyway. REQUIRES: as stated; 8-byte
+  // aligned.
+  [[nodiscard]] static Result<LogEntryView> view_sealed(std::span<const std::byte> bytes);
+
   // Header-only checks (magic, version, lengths) on at least kLogHeaderBytes; returns the whole
   // entry's size so a reader knows how many more bytes to fetch before parse().
   [[nodiscard]] static Result<size_t> peek_entry_bytes(

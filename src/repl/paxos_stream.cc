@@ -71,9 +71,10 @@ struct PaxosStream::Msg {
 
 // ---- EntryBuffer / PaxosAcceptorStore --------------------------------------------------------
 
-EntryBuffer::EntryBuffer(std::span<const std::byte> bytes)
-    : words_(new uint64_t[(bytes.size() + 7) / 8]), size_bytes_(bytes.size()) {
-  if (!bytes.empty()) std::memcpy(words_.get(), bytes.data(), bytes.size());
+EntryBuffer::EntryBuffer(std::span<const std::byte> bytes) : size_bytes_(bytes.size()) {
+  std::shared_ptr<uint64_t[]> words(new uint64_t[(bytes.size() + 7) / 8]);
+  if (!bytes.empty()) std::memcpy(words.get(), bytes.data(), bytes.size());
+  words_ = std::move(words);
 }
 
 bool EntryBuffer::same_bytes(std::span<const std::byte> other) const {
@@ -177,8 +178,11 @@ uint32_t PaxosStream::pipeline_room() const {
              : static_cast<uint32_t>(options_.pipeline_slots - outstanding);
 }
 
-Status PaxosStream::verify_entry(uint64_t slot, std::span<const std::byte> bytes) const {
-  auto view = LogEntryView::parse(bytes, 0, options_.max_message_bytes);
+Status PaxosStream::verify_entry(uint64_t slot, std::span<const std::byte> bytes,
+                                 EntryCheck check) const {
+  auto view = check == EntryCheck::kSealedHere
+                  ? LogEntryView::view_sealed(bytes)
+                  : LogEntryView::parse(bytes, 0, options_.max_message_bytes);
   if (!view.ok()) return view.status();
   const LogEntryId id = view->id();
   if (id.shard != options_.shard || id.stream != options_.stream || id.sequence != slot ||
@@ -191,7 +195,7 @@ Status PaxosStream::verify_entry(uint64_t slot, std::span<const std::byte> bytes
   return Status::Ok();
 }
 
-Result<uint64_t> PaxosStream::propose(std::span<const std::byte> entry) {
+Result<uint64_t> PaxosStream::propose(std::span<const std::byte> entry, EntryCheck check) {
   if (role_ != PaxosRole::kLeader) return Status::Unavailable("paxos: not the leader");
   if (pipeline_room() == 0) return Status::Unavailable("paxos: pipeline full");
   if (entry.size() + kMsgHeaderBytes + kEntryHeaderBytes > options_.max_message_bytes) {
@@ -199,10 +203,10 @@ Result<uint64_t> PaxosStream::propose(std::span<const std::byte> entry) {
         fmt::format("entry of {} bytes exceeds a message", entry.size()));
   }
   if (reinterpret_cast<uintptr_t>(entry.data()) % 8 == 0) {
-    SHOAL_TRY(verify_entry(next_slot_, entry));  // in place: no copy of a large entry
+    SHOAL_TRY(verify_entry(next_slot_, entry, check));  // in place: no copy of a large entry
   } else {
     EntryBuffer aligned(entry);  // parse needs 8-byte alignment; the caller's may not have it
-    SHOAL_TRY(verify_entry(next_slot_, aligned.span()));
+    SHOAL_TRY(verify_entry(next_slot_, aligned.span(), check));
   }
   const uint64_t slot = next_slot_;
   SHOAL_ASSERT(inflight_base_ + inflight_.size() == slot, "inflight covers [%lu, +%zu), next %lu",

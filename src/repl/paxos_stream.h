@@ -112,11 +112,24 @@ class PaxosTransport {
   virtual void send(uint32_t to_replica, std::span<const std::byte> message) = 0;
 };
 
-// An owned copy of one entry's bytes, 8-byte aligned (LogEntryView::parse needs that).
+// One entry's bytes, 8-byte aligned (LogEntryView::parse needs that) and immutable once
+// built, so holders may share them: share() is a second handle on the same bytes (an atomic
+// reference count), which is how a follower hands a chosen entry from its store to its replay
+// thread without a second copy. Move-only otherwise, so every other copy is explicit.
 class EntryBuffer {
  public:
   EntryBuffer() = default;
   explicit EntryBuffer(std::span<const std::byte> bytes);
+  EntryBuffer(EntryBuffer&&) noexcept = default;
+  EntryBuffer& operator=(EntryBuffer&&) noexcept = default;
+  EntryBuffer(const EntryBuffer&) = delete;
+  EntryBuffer& operator=(const EntryBuffer&) = delete;
+  EntryBuffer share() const {
+    EntryBuffer other;
+    other.words_ = words_;
+    other.size_bytes_ = size_bytes_;
+    return other;
+  }
   std::span<const std::byte> span() const {
     return {reinterpret_cast<const std::byte*>(words_.get()), size_bytes_};
   }
@@ -124,7 +137,7 @@ class EntryBuffer {
   bool same_bytes(std::span<const std::byte> other) const;
 
  private:
-  std::unique_ptr<uint64_t[]> words_;
+  std::shared_ptr<const uint64_t[]> words_;
   size_t size_bytes_ = 0;
 };
 
@@ -215,7 +228,11 @@ class PaxosStream {
   // valid entry, other shard/stream, sequence != next_slot(), too large for a message).
   // Whether the entry ends up chosen at that slot is known from the chosen callback: a leader
   // change may fill the slot with another value or a no-op (the caller proposes again).
-  [[nodiscard]] Result<uint64_t> propose(std::span<const std::byte> entry);
+  // kSealedHere: the caller's own LogBatchBuilder sealed the bytes (LogEntryView::view_sealed):
+  // only the header is checked, since every acceptor verifies the whole entry on receipt.
+  enum class EntryCheck : uint8_t { kFull, kSealedHere };
+  [[nodiscard]] Result<uint64_t> propose(std::span<const std::byte> entry,
+                                         EntryCheck check = EntryCheck::kFull);
 
   void on_message(uint32_t from_replica, std::span<const std::byte> message);
   // defer_self_ack: our acceptances of slots <= `slot` made in ballot `b` are durable.
@@ -271,7 +288,8 @@ class PaxosStream {
   void deliver_chosen();
   bool lowest_live(uint64_t now_ns) const;
   bool peer_alive(uint32_t peer, uint64_t now_ns) const;
-  [[nodiscard]] Status verify_entry(uint64_t slot, std::span<const std::byte> bytes) const;
+  [[nodiscard]] Status verify_entry(uint64_t slot, std::span<const std::byte> bytes,
+                                    EntryCheck check = EntryCheck::kFull) const;
   // Message building into out_ (header, then entries); flush sends to one replica.
   void begin(uint8_t type, Ballot b, uint64_t arg);
   bool add_entry(uint64_t slot, Ballot b, bool chosen, std::span<const std::byte> value);

@@ -1,14 +1,24 @@
-// PeerLink: one replication connection (TCP), WAN-shaped when its shape has a delay. Without
-// a delay it is the bare endpoint: the shaper copies every received message into its hold
-// queue, a copy a 100+ MB/s log stream should not pay for nothing.
+// PeerLink: one replication connection, over TCP or, between replicas on one host, shared
+// memory (the leader's send is then one memcpy of the entry into the follower's receive ring:
+// no socket copies, no loopback stack). WAN-shaped when its shape has a delay. Without a delay
+// it is the bare endpoint: the shaper copies every received message into its hold queue, a
+// copy a 100+ MB/s log stream should not pay for nothing.
+//
+// Shared-memory sends become visible to the peer at flush() or at the next poll(); the owners
+// poll every connection on each pass of their loop and flush after a batch of replies.
 //
 // Threads: owned by one thread, like the endpoint.
 #pragma once
 
-#include <optional>
+#include <bit>
+#include <cstdint>
+#include <string>
+#include <variant>
 
+#include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
 #include "src/net/wan_shaper.h"
+#include "src/runtime/endpoint_wake.h"
 
 namespace shoal::repl {
 
@@ -20,34 +30,82 @@ inline size_t tcp_buffer_bytes_for(size_t max_message_bytes) {
   return 4 * (max_message_bytes + (64u << 10));
 }
 
+// Shared-memory rings of about the same capacity (a power of two, as rings need): four of
+// the largest messages in flight.
+inline size_t shm_ring_bytes_for(size_t max_message_bytes) {
+  return std::bit_ceil(tcp_buffer_bytes_for(max_message_bytes));
+}
+
+// The abstract unix-socket name a shard leader's replication listener takes for followers on
+// its host: unique per (host, replication port), so several clusters and tests coexist.
+inline std::string replication_shm_name(const std::string& host, uint16_t port) {
+  return "shoal-repl-" + host + "-" + std::to_string(port);
+}
+
+// How followers reach their leader: TCP always works; shared memory only on one host.
+enum class LinkKind : uint8_t { kTcp, kShm };
+
+using RawEndpoint = std::variant<net::TcpEndpoint, net::ShmEndpoint>;
+
 class PeerLink {
  public:
-  PeerLink(net::TcpEndpoint ep, net::LinkShape shape) {
-    if (shape.one_way_delay_ns == 0 && shape.jitter_ns == 0) {
-      raw_.emplace(std::move(ep));
-    } else {
-      shaped_.emplace(std::move(ep), shape);
-    }
+  PeerLink(RawEndpoint ep, net::LinkShape shape) {
+    const bool shaped = shape.one_way_delay_ns != 0 || shape.jitter_ns != 0;
+    std::visit(
+        [&](auto&& raw) {
+          using E = std::decay_t<decltype(raw)>;
+          if (shaped) {
+            ep_.template emplace<net::WanShaped<E>>(std::move(raw), shape);
+          } else {
+            ep_.template emplace<E>(std::move(raw));
+          }
+        },
+        ep);
   }
   [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes) {
-    return raw_ ? raw_->send(session, bytes) : shaped_->send(session, bytes);
+    return std::visit([&](auto& e) { return e.send(session, bytes); }, ep_);
   }
-  [[nodiscard]] Status flush() { return raw_ ? raw_->flush() : shaped_->flush(); }
+  [[nodiscard]] Status flush() {
+    return std::visit([](auto& e) { return e.flush(); }, ep_);
+  }
   [[nodiscard]] Result<size_t> poll(net::Completion* out, size_t max) {
-    return raw_ ? raw_->poll(out, max) : shaped_->poll(out, max);
+    return std::visit([&](auto& e) { return e.poll(out, max); }, ep_);
   }
-  void release() { raw_ ? raw_->release() : shaped_->release(); }
-  [[nodiscard]] bool prepare_to_block() {
-    return raw_ ? raw_->prepare_to_block() : shaped_->prepare_to_block();
+  void release() {
+    std::visit([](auto& e) { e.release(); }, ep_);
   }
-  void end_block() { raw_ ? raw_->end_block() : shaped_->end_block(); }
-  int wait_fd() const { return raw_ ? raw_->wait_fd() : shaped_->wait_fd(); }
-  uint64_t next_due_ns() const { return raw_ ? UINT64_MAX : shaped_->next_due_ns(); }
-  void close() { raw_ ? raw_->close() : shaped_->close(); }
+  // An event loop's sleep (rt::PollerWake): false means input is pending, do not sleep;
+  // true fills fds (the doorbell and, for shared memory, the socket whose hang-up reports
+  // the peer's death) and owes an end_block() after the sleep.
+  [[nodiscard]] bool arm(int fds[rt::kMaxPollerFds]) {
+    return std::visit([&](auto& e) { return rt::arm_endpoint(e, fds); }, ep_);
+  }
+  void end_block() {
+    std::visit([](auto& e) { e.end_block(); }, ep_);
+  }
+  uint64_t next_due_ns() const {
+    return std::visit(
+        [](const auto& e) -> uint64_t {
+          if constexpr (requires { e.next_due_ns(); }) {
+            return e.next_due_ns();
+          } else {
+            return UINT64_MAX;
+          }
+        },
+        ep_);
+  }
+  void close() {
+    std::visit([](auto& e) { e.close(); }, ep_);
+  }
+  bool shared_memory() const {
+    return std::holds_alternative<net::ShmEndpoint>(ep_) ||
+           std::holds_alternative<net::WanShaped<net::ShmEndpoint>>(ep_);
+  }
 
  private:
-  std::optional<net::TcpEndpoint> raw_;
-  std::optional<net::WanShaped<net::TcpEndpoint>> shaped_;
+  std::variant<net::TcpEndpoint, net::WanShaped<net::TcpEndpoint>, net::ShmEndpoint,
+               net::WanShaped<net::ShmEndpoint>>
+      ep_;
 };
 
 }  // namespace shoal::repl

@@ -85,9 +85,10 @@ struct Cluster {
   std::vector<std::unique_ptr<FollowerThread>> followers;
 
   FsyncPolicy fsync;
+  LinkKind link;
   explicit Cluster(uint32_t streams, FsyncPolicy f = FsyncPolicy::kNone, uint32_t batch_txns = 16,
-                   uint64_t retain_slots = 256)
-      : fsync(f) {
+                   uint64_t retain_slots = 256, LinkKind link_kind = LinkKind::kTcp)
+      : fsync(f), link(link_kind) {
     engine = std::make_unique<txn::Engine>();
     engine->create_table<1>("rows");
     LeaderOptions lo;
@@ -103,6 +104,7 @@ struct Cluster {
     lo.retain_chosen_slots = retain_slots;
     lo.follower_lag_slots_max = retain_slots * 3 / 4;
     lo.schema = Schema::of(*engine, "");
+    lo.link = link;
     auto l = ReplicationLeader::start(lo, *engine);
     EXPECT_TRUE(l.ok()) << l.status().to_string();
     leader = std::move(*l);
@@ -116,6 +118,7 @@ struct Cluster {
     fo.replica = r;
     fo.replicas = 3;
     fo.leader_port = leader->port();
+    fo.link = link;
     fo.data_dir = dir.path() + "/r" + std::to_string(r);
     fo.fsync = fsync;
     fo.paxos = paxos_options_for_rtt(0);
@@ -173,6 +176,29 @@ TEST(Replication, FollowersConvergeToTheLeadersStore) {
   }
 }
 
+// Quiesces the cluster at `final_tid`: both followers report the leader's digest, having
+// replayed `txns` transactions.
+void expect_followers_converge(Cluster& c, uint64_t final_tid, uint64_t txns) {
+  auto reports = c.leader->collect_reports(final_tid, true, false, 20'000);
+  ASSERT_TRUE(reports.ok()) << reports.status().to_string();
+  const uint64_t digest = engine_digest(*c.engine);
+  ASSERT_EQ(reports->size(), 2u);
+  for (const FollowerReport& r : *reports) {
+    EXPECT_EQ(r.digest, digest) << "replica " << r.replica;
+    EXPECT_EQ(r.replay_txns, txns);
+  }
+}
+
+// The followers on this host reach the leader over shared memory: the leader's sends are
+// copies into their rings, the replies come back the same way, and the stores converge.
+TEST(Replication, FollowersConvergeOverSharedMemory) {
+  Cluster c(/*streams=*/2, FsyncPolicy::kBatch, /*batch_txns=*/16, /*retain_slots=*/256,
+            LinkKind::kShm);
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  c.run(2000, 7);
+  expect_followers_converge(c, c.close(), 4000);
+}
+
 // One stream: puts that keep their size are logged as patches of the changed bytes, and the
 // followers, applying them onto the versions they hold, still converge.
 TEST(Replication, OneStreamLogsPatchesAndFollowersConverge) {
@@ -181,14 +207,7 @@ TEST(Replication, OneStreamLogsPatchesAndFollowersConverge) {
   c.run(2000, 4);
   const uint64_t final_tid = c.close();
   EXPECT_GT(c.leader->appender(0).stats().patches, 500u);
-  auto reports = c.leader->collect_reports(final_tid, true, false, 20'000);
-  ASSERT_TRUE(reports.ok()) << reports.status().to_string();
-  const uint64_t digest = engine_digest(*c.engine);
-  ASSERT_EQ(reports->size(), 2u);
-  for (const FollowerReport& r : *reports) {
-    EXPECT_EQ(r.digest, digest) << "replica " << r.replica;
-    EXPECT_EQ(r.replay_txns, 2000u);
-  }
+  expect_followers_converge(c, final_tid, 2000);
 }
 
 // The leader retains only 16 chosen slots and the streams seal every 4 transactions (300

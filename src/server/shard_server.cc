@@ -768,6 +768,8 @@ Status ShardServer::start_replication() {
   lo.replicas = static_cast<uint32_t>(shard.replicas.size());
   lo.listen_host = me.host;
   lo.listen_port = cluster::replication_port(me);
+  lo.link = config_.transport == cluster::TransportKind::kShm ? repl::LinkKind::kShm
+                                                              : repl::LinkKind::kTcp;
   uint64_t rtt_ns_max = 0;
   for (const cluster::Replica& r : shard.replicas) {
     const auto one_way_ns = static_cast<uint64_t>(config_.one_way_ms(r.region, me.region) * 1e6);
