@@ -1,7 +1,7 @@
 // Cluster configuration: which shards exist, which workload partition keys each owns, where
 // their replicas run (region, address), the transport, and the WAN delays between regions.
 //
-// Loaded once at start-up from a TOML file (docs/CONFIGURATION.md) and then read-only, so any
+// Loaded once at start-up from a TOML file (docs/OPERATIONS.md, "The config") and then read-only, so any
 // thread may read it. Every check that can fail on user input returns InvalidArgument naming
 // the field ("shard[1].replica[0].region: unknown region 'eu'"); a ClusterConfig that exists
 // has passed validate().
