@@ -248,7 +248,7 @@ void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
       ->check(number_in(0.0, 10'000.0, false, "in [0, 10000]"))
       ->capture_default_str();
   add_batch_options(tpcc, r.batch_txns, r.batch_us,
-                    fmt::format(" (default {} / {} us; with --shards every shard server's)",
+                    fmt::format(" (defaults {} txns / {} us; with --shards: every shard server's)",
                                 r.batch_txns, r.batch_us));
   tpcc->add_option("--fsync", r.fsync, "WAL sync policy on every replica")
       ->check(CLI::IsMember({"none", "batch", "always"}))

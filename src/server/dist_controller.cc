@@ -464,8 +464,8 @@ struct ReplicationReport {
   std::vector<double> batch_us;
 };
 
-// "batch 400 txns / 1000 us per log entry" (per shard where they differ) and the JSON fields:
-// batch_txns and batch_us (shard 0's), batching per shard.
+// "log batching: 400 txns / 1000 us per entry" (a line per shard when they differ) and the
+// JSON fields batch_txns and batch_us (shard 0's) and batching_per_shard.
 void report_batching(const ReplicationReport& repl, std::string* text, nlohmann::json* j) {
   bool same = true;
   nlohmann::json per_shard = nlohmann::json::array();
