@@ -424,6 +424,29 @@ TEST_F(ServerCli, FollowerReadsOnEveryShard) {
   }
 }
 
+// A standing cluster started with `cluster up --serve-reads`: a `bench tpcc --cluster` run
+// reports every follower's reads (the bench cannot start readers there itself).
+TEST_F(ServerCli, ClusterUpServeReadsIsReportedByAClusterRun) {
+  write_replicated_config(2, 2);
+  Outcome o = up({"--workload", "tpcc", "--serve-reads", "1"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string json = path("cluster-reads.json");
+  o = run({"bench", "tpcc", "--cluster", config_, "--seconds", "1", "--check", "--json", json},
+          180);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  nlohmann::json j = read_json(json);
+  ASSERT_FALSE(j.is_discarded()) << o.output;
+  uint32_t reading = 0;
+  for (const auto& r : j["replication"]) {
+    if (r["replica"] == 0) continue;
+    ASSERT_TRUE(r["follower_reads"].is_object()) << r.dump();
+    EXPECT_GT(r["follower_reads"]["transactions"].get<uint64_t>(), 0u) << r.dump();
+    EXPECT_EQ(r["follower_reads"]["torn"], 0) << r.dump();
+    ++reading;
+  }
+  EXPECT_EQ(reading, 2u) << j.dump();
+}
+
 // A follower dies before the run: its shard (still a majority of 3) runs on without failures,
 // the run reports the follower lost, `cluster digest` reports it and exits 1 while the other
 // replicas stay identical.
