@@ -561,15 +561,7 @@ std::string RunResult::to_table() const {
                                      : "FAILED",
           f.replay_txns_per_cpu_sec, f.replay_txns, f.replay_cpu_s,
           static_cast<double>(f.wal_bytes) / (1 << 20));
-      if (f.reads.threads > 0) {
-        s += fmt::format(
-            "    follower reads: {:.0f} read-only txn/s ({} txns, {} snapshots, {} torn), lag "
-            "{:.2f} epochs mean / {} max, version chains {:.1f} MiB of {:.1f} MiB\n",
-            f.reads.transactions_per_sec(), f.reads.transactions, f.reads.snapshots, f.reads.torn,
-            f.reads.lag_epochs_mean, f.reads.lag_epochs_max,
-            static_cast<double>(f.reads.version_chain_bytes) / (1 << 20),
-            static_cast<double>(f.reads.engine_bytes) / (1 << 20));
-      }
+      if (f.reads.threads > 0) s += "    " + f.reads.to_text() + "\n";
     }
   }
   if (!checked) {

@@ -32,6 +32,7 @@
 #include "bench/tpcc/tpcc.h"
 #include "bench/transport/transport.h"
 #include "bench/ycsb/ycsb.h"
+#include "src/cluster/config.h"
 #include "src/server/cluster_ctl.h"
 #include "src/server/replica_cli.h"
 #include "src/server/shard_server.h"
@@ -227,6 +228,15 @@ void add_follower_read_options(CLI::App* app, const char* count_flag, uint32_t& 
   app->add_flag(unsafe_flag, unsafe)->group("");
 }
 
+// Log batching flags (cluster::ClusterConfig::batch_txns, batch_us; the same bounds). `what`
+// ends the help text: the default, or where it comes from.
+void add_batch_options(CLI::App* app, uint32_t& txns, double& us, const std::string& what) {
+  app->add_option("--batch-txns", txns, "Seal a log entry after N transactions" + what)
+      ->check(number_in(1u, cluster::kBatchTxnsMax, false, "in [1, 65535]"));
+  app->add_option("--batch-us", us, "... or when its first transaction is T us old" + what)
+      ->check(number_in(0.0, cluster::kBatchUsMax, true, "in (0, 1e7]"));
+}
+
 // `bench tpcc` replication: of the in-process shard (followers as child processes), or with
 // --shards N of every shard server (followers started beside them; repl_ctl.h).
 void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
@@ -238,12 +248,9 @@ void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
                    "WAN round trip between regions (each one-way delay is half), needs --replicas")
       ->check(number_in(0.0, 10'000.0, false, "in [0, 10000]"))
       ->capture_default_str();
-  tpcc->add_option("--batch-txns", r.batch_txns, "Seal a log entry after N transactions")
-      ->check(number_in(1u, 65'535u, false, "in [1, 65535]"))
-      ->capture_default_str();
-  tpcc->add_option("--batch-us", r.batch_us, "... or when its first transaction is T us old")
-      ->check(number_in(0.0, 1e7, true, "in (0, 1e7]"))
-      ->capture_default_str();
+  add_batch_options(tpcc, r.batch_txns, r.batch_us,
+                    fmt::format(" (defaults {} txns / {} us; with --shards: every shard server's)",
+                                r.batch_txns, r.batch_us));
   tpcc->add_option("--fsync", r.fsync, "WAL sync policy on every replica")
       ->check(CLI::IsMember({"none", "batch", "always"}))
       ->capture_default_str();
@@ -384,6 +391,8 @@ ServerCommands add_server_commands(CLI::App& app) {
   c.server->add_option("--fsync", so.fsync, "Replicated shards: WAL sync policy")
       ->check(CLI::IsMember({"none", "batch", "always"}))
       ->capture_default_str();
+  add_batch_options(c.server, so.batch_txns, so.batch_us,
+                    " (replicated shards; default: the config's batch_txns / batch_us)");
   c.cluster = app.add_subcommand("cluster", "Start, inspect and stop a cluster of shard servers");
   c.cluster->require_subcommand(1);
   auto& co = c.cluster_options;
@@ -411,6 +420,13 @@ ServerCommands add_server_commands(CLI::App& app) {
       ->capture_default_str();
   c.up->add_option("--fsync", co.fsync, "Replicated shards: every replica's WAL sync policy")
       ->check(CLI::IsMember({"none", "batch", "always"}))
+      ->capture_default_str();
+  add_batch_options(c.up, co.batch_txns, co.batch_us,
+                    " (every leader; default: the config's batch_txns / batch_us)");
+  c.up->add_option("--serve-reads", co.serve_reads,
+                   "Reader threads per follower running TPC-C OrderStatus and StockLevel at its "
+                   "snapshot (needs --workload tpcc and replicas)")
+      ->check(number_in(0u, 16u, false, "in [0, 16]"))
       ->capture_default_str();
   return c;
 }
@@ -470,20 +486,25 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
     if (sub->count("--inflight") == 0) d.inflight = 8;
     if (d.baseline) d.baseline_committed_per_sec = measure_tpcc_baseline(f);
   }
-  if (tpcc && sub->count("--follower-reads") > 0) {
-    fmt::print(stderr, "shoal: error: --follower-reads: not yet across shard processes\n");
-    return kExitUsage;
-  }
-  for (const char* flag : {"--batch-txns", "--batch-us"}) {
-    if (tpcc && sub->count(flag) > 0) {
-      fmt::print(stderr, "shoal: error: {}: not yet across shard processes (400 txns, 1000 us)\n",
-                 flag);
-      return kExitUsage;
-    }
-  }
   if (tpcc && remote && sub->count("--replicas") > 0) {
     fmt::print(stderr, "shoal: error: --replicas: with --cluster the config's replicas apply\n");
     return kExitUsage;
+  }
+  // A running cluster's servers and followers were started with their batching and readers.
+  for (const char* flag : {"--batch-txns", "--batch-us", "--follower-reads"}) {
+    if (tpcc && remote && sub->count(flag) > 0) {
+      fmt::print(stderr,
+                 "shoal: error: {}: with --cluster the running cluster's settings apply (shoal "
+                 "cluster up {})\n",
+                 flag, std::string(flag) == "--follower-reads" ? "--serve-reads" : flag);
+      return kExitUsage;
+    }
+  }
+  if (tpcc) {
+    d.batch_txns = f.run.batch_txns;
+    d.batch_us = f.run.batch_us;
+    d.follower_reads = f.run.follower_reads;
+    d.unsafe_follower_read_newest = f.run.unsafe_follower_read_newest;
   }
   d.replicas = f.run.replicas;
   d.wan_rtt_ms = f.run.wan_rtt_ms;
@@ -624,9 +645,10 @@ int main(int argc, char** argv) {
                         commands.tpcc->count("--cluster") > 0));
     if (commands.tpcc->parsed()) {
       const auto& r = flags.run;
+      const bool remote = commands.tpcc->count("--cluster") > 0;  // its config's replicas
       const char* bad = r.replicas == 1 && commands.tpcc->count("--wan-rtt-ms") > 0
                             ? "--wan-rtt-ms: needs --replicas >= 2"
-                        : r.replicas == 1 && r.follower_reads > 0
+                        : r.replicas == 1 && r.follower_reads > 0 && !remote
                             ? "--follower-reads: needs --replicas >= 2"
                             : nullptr;
       if (bad != nullptr) {

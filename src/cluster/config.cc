@@ -163,6 +163,13 @@ Status ClusterConfig::validate() const {
   if (replicas_per_shard < 1 || replicas_per_shard > 7) {
     return field_error("cluster.replicas", "must be in [1, 7]");
   }
+  if (batch_txns < 1 || batch_txns > kBatchTxnsMax) {
+    return field_error("cluster.batch_txns",
+                       fmt::format("must be in [1, {}], not {}", kBatchTxnsMax, batch_txns));
+  }
+  if (!(batch_us > 0 && batch_us <= kBatchUsMax)) {
+    return field_error("cluster.batch_us", fmt::format("must be in (0, 1e7], not {}", batch_us));
+  }
   SHOAL_TRY(validate_regions_and_wan(*this));
   return validate_shards(*this);
 }
@@ -229,7 +236,8 @@ Status for_each_table_in_array(NodeView v, const std::string& field, Fn&& fn) {
 Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
   const toml::table* t = root["cluster"].as_table();
   if (t == nullptr) return field_error("cluster", "missing [cluster] table");
-  SHOAL_TRY(reject_unknown_keys(*t, "cluster", {"name", "transport", "workers", "replicas"}));
+  SHOAL_TRY(reject_unknown_keys(
+      *t, "cluster", {"name", "transport", "workers", "replicas", "batch_txns", "batch_us"}));
   NodeView v{*t};
   SHOAL_TRY(read_string(v["name"], "cluster.name", &c->name));
   std::string transport = std::string(transport_name(c->transport));
@@ -245,10 +253,14 @@ Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
   else
     return field_error("cluster.transport", "'" + transport + "' is not tcp, shm, uring or sim");
   uint64_t workers = c->workers_per_shard, replicas = c->replicas_per_shard;
+  uint64_t batch_txns = c->batch_txns;
   SHOAL_TRY(read_uint(v["workers"], "cluster.workers", 1, 256, &workers));
   SHOAL_TRY(read_uint(v["replicas"], "cluster.replicas", 1, 7, &replicas));
+  SHOAL_TRY(read_uint(v["batch_txns"], "cluster.batch_txns", 1, kBatchTxnsMax, &batch_txns));
+  SHOAL_TRY(read_double(v["batch_us"], "cluster.batch_us", &c->batch_us));
   c->workers_per_shard = static_cast<uint32_t>(workers);
   c->replicas_per_shard = static_cast<uint32_t>(replicas);
+  c->batch_txns = static_cast<uint32_t>(batch_txns);
   return Status::Ok();
 }
 
@@ -335,9 +347,11 @@ Result<ClusterConfig> load_config_file(const std::string& path) {
 }
 
 std::string ClusterConfig::to_toml() const {
-  std::string out =
-      fmt::format("[cluster]\nname = \"{}\"\ntransport = \"{}\"\nworkers = {}\nreplicas = {}\n",
-                  name, transport_name(transport), workers_per_shard, replicas_per_shard);
+  // fmt's "{}" is the shortest form that reads back to the same double.
+  std::string out = fmt::format(
+      "[cluster]\nname = \"{}\"\ntransport = \"{}\"\nworkers = {}\nreplicas = {}\n"
+      "batch_txns = {}\nbatch_us = {}\n",
+      name, transport_name(transport), workers_per_shard, replicas_per_shard, batch_txns, batch_us);
   for (const Region& r : regions) out += fmt::format("\n[[region]]\nname = \"{}\"\n", r.name);
   for (const WanLink& l : wan) {
     out += fmt::format("\n[[wan]]\nfrom = \"{}\"\nto = \"{}\"\none_way_ms = {}\njitter_ms = {}\n",

@@ -1,7 +1,7 @@
 // Cluster configuration: which shards exist, which workload partition keys each owns, where
 // their replicas run (region, address), the transport, and the WAN delays between regions.
 //
-// Loaded once at start-up from a TOML file (docs/CONFIGURATION.md) and then read-only, so any
+// Loaded once at start-up from a TOML file (docs/OPERATIONS.md, "The config") and then read-only, so any
 // thread may read it. Every check that can fail on user input returns InvalidArgument naming
 // the field ("shard[1].replica[0].region: unknown region 'eu'"); a ClusterConfig that exists
 // has passed validate().
@@ -57,11 +57,22 @@ struct Shard {
   std::vector<Replica> replicas;
 };
 
+// Replication batching bounds ([cluster] batch_txns, batch_us; the same as the one-shard
+// bench's --batch-txns/--batch-us): a log entry holds at most 65535 transactions, and a
+// batch waits at most 10 s for more.
+inline constexpr uint32_t kBatchTxnsMax = 65'535;
+inline constexpr double kBatchUsMax = 1e7;
+
 struct ClusterConfig {
   std::string name = "shoal";
   TransportKind transport = TransportKind::kTcp;
   uint32_t workers_per_shard = 1;
   uint32_t replicas_per_shard = 1;
+  // Replicated shards: a worker's stream seals its log entry after batch_txns transactions
+  // (Mako's 400 for TPC-C) or once its first transaction is batch_us old, whichever comes
+  // first. Each in [1, kBatchTxnsMax] and (0, kBatchUsMax]; `shoal server` flags override.
+  uint32_t batch_txns = 400;
+  double batch_us = 1000;
   std::vector<Region> regions;
   std::vector<WanLink> wan;
   std::vector<Shard> shards;

@@ -57,6 +57,28 @@ TEST(ClusterConfig, ParsesAGoodFile) {
   EXPECT_DOUBLE_EQ(c->one_way_ms("ap", "us"), 0.0);
 }
 
+TEST(ClusterConfig, BatchingDefaultsToMakosAndIsConfigurable) {
+  auto defaults = parse_config(kGood);
+  ASSERT_TRUE(defaults.ok()) << defaults.status().to_string();
+  EXPECT_EQ(defaults->batch_txns, 400u);
+  EXPECT_DOUBLE_EQ(defaults->batch_us, 1000.0);
+  std::string text = kGood;
+  text.replace(text.find("replicas = 3"), 12, "replicas = 3\nbatch_txns = 100\nbatch_us = 250.5");
+  auto c = parse_config(text);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->batch_txns, 100u);
+  EXPECT_DOUBLE_EQ(c->batch_us, 250.5);
+  auto again = parse_config(c->to_toml());  // the bench writes its local config this way
+  ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << c->to_toml();
+  EXPECT_EQ(again->batch_txns, 100u);
+  EXPECT_DOUBLE_EQ(again->batch_us, 250.5);
+  // An integer is a valid batch_us too.
+  text.replace(text.find("250.5"), 5, "2000");
+  auto integral = parse_config(text);
+  ASSERT_TRUE(integral.ok()) << integral.status().to_string();
+  EXPECT_DOUBLE_EQ(integral->batch_us, 2000.0);
+}
+
 TEST(ClusterConfig, RoundTripsThroughToml) {
   auto c = make_local_config(3, 3, 2, 10, 9000);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
@@ -91,6 +113,19 @@ TEST(ClusterConfig, BadConfigsNameTheField) {
       {"name = \"geo\"", "name = \"geo\"\ncolour = \"blue\"", "cluster.colour: unknown key"},
       {"[cluster]", "[clutser]", "unknown key"},
       {"id = 0", "id = 4", "shard[0].id"},
+      {"replicas = 3", "replicas = 3\nbatch_txns = 0",
+       "cluster.batch_txns: must be in [1, 65535], not 0"},
+      {"replicas = 3", "replicas = 3\nbatch_txns = 65536",
+       "cluster.batch_txns: must be in [1, 65535]"},
+      {"replicas = 3", "replicas = 3\nbatch_txns = -3",
+       "cluster.batch_txns: must be in [1, 65535]"},
+      {"replicas = 3", "replicas = 3\nbatch_txns = 1.5", "cluster.batch_txns: expected an integer"},
+      {"replicas = 3", "replicas = 3\nbatch_us = 0",
+       "cluster.batch_us: must be in (0, 1e7], not 0"},
+      {"replicas = 3", "replicas = 3\nbatch_us = -1.0", "cluster.batch_us: must be in (0, 1e7]"},
+      {"replicas = 3", "replicas = 3\nbatch_us = 2e7", "cluster.batch_us: must be in (0, 1e7]"},
+      {"replicas = 3", "replicas = 3\nbatch_us = nan", "cluster.batch_us: must be in (0, 1e7]"},
+      {"replicas = 3", "replicas = 3\nbatch_us = \"fast\"", "cluster.batch_us: expected a number"},
       {"name = \"geo\"", "name = ", "config:"},  // a TOML syntax error, with line and column
   };
   for (const BadCase& bc : cases) {

@@ -66,6 +66,15 @@ nlohmann::json FollowerReport::to_json() const {
           {"reads", reads.to_json()}};
 }
 
+std::string FollowerReadStats::to_text() const {
+  return fmt::format(
+      "follower reads: {:.0f} read-only txn/s ({} txns, {} snapshots, {} torn), lag {:.2f} "
+      "epochs mean / {} max, version chains {:.1f} MiB of {:.1f} MiB",
+      transactions_per_sec(), transactions, snapshots, torn, lag_epochs_mean, lag_epochs_max,
+      static_cast<double>(version_chain_bytes) / (1 << 20),
+      static_cast<double>(engine_bytes) / (1 << 20));
+}
+
 nlohmann::json FollowerReadStats::to_json() const {
   return {{"threads", threads},
           {"transactions", transactions},

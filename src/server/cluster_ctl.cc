@@ -65,8 +65,16 @@ void print_shard_line(uint32_t s, const cluster::ClusterConfig& c, const std::st
 }  // namespace
 
 Status cluster_up(const ClusterOptions& o) {
+  if (o.serve_reads > 0 && o.workload != "tpcc") {
+    return Status::InvalidArgument(
+        "--serve-reads: needs --workload tpcc (the only one with read-only transactions)");
+  }
   auto config = load(o.config_path);
   if (!config.ok()) return config.status();
+  if (o.serve_reads > 0 && config->replicas_per_shard == 1) {
+    return Status::InvalidArgument(
+        "--serve-reads: the config's shards have no followers (cluster.replicas is 1)");
+  }
   const std::string dir = run_dir_of(o, *config);
   for (uint32_t s = 0; s < config->shards.size(); ++s) {
     if (pid_t pid = live_server_pid(pid_path(dir, s)); pid > 0) {
@@ -93,6 +101,9 @@ Status cluster_up(const ClusterOptions& o) {
   so.keys_per_partition = o.keys_per_partition;
   so.workload = o.workload;
   so.fsync = o.fsync;
+  so.batch_txns = o.batch_txns;
+  so.batch_us = o.batch_us;
+  so.serve_reads = o.serve_reads;
   auto procs = spawn_servers(*config, so);
   if (!procs.ok()) return procs.status();
   for (const auto& p : *procs) {

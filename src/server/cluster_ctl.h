@@ -37,6 +37,11 @@ struct ClusterOptions {
   uint64_t stop_timeout_ms = 10'000;
   std::string fsync = "batch";  // `up`, replicated shards: every replica's WAL sync policy
   uint64_t quiesce_timeout_ms = 120'000;  // `digest`: followers applying the closed floor
+  // `up`, replicated shards: the leaders' log batching (0: the config's batch_txns/batch_us),
+  // and reader threads per follower serving read-only transactions at its snapshot.
+  uint32_t batch_txns = 0;
+  double batch_us = 0;
+  uint32_t serve_reads = 0;
 };
 
 // Each prints its table to stdout; a non-Ok Status is the one-line reason for exit code 1.
@@ -74,6 +79,14 @@ struct DistBenchOptions {
   double wan_rtt_ms = 0;
   std::string fsync = "batch";  // every replica's WAL
   int replica_nice = 10;        // followers' replay threads (they share this machine)
+  // Local run: the config's log batching (0: its defaults, 400 txns / 1000 us).
+  uint32_t batch_txns = 0;
+  double batch_us = 0;
+  // Local run, tpcc: reader threads per follower running OrderStatus and StockLevel at its
+  // snapshot (each shard's followers read that shard's warehouses); torn snapshots fail the
+  // run. The planted bug (test only) reads the newest version instead.
+  uint32_t follower_reads = 0;
+  bool unsafe_follower_read_newest = false;
 };
 
 // Exit-code-shaped outcome: Ok; Unavailable (a shard went away or transactions failed: the

@@ -116,6 +116,8 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
           {lc->config.regions[a].name, lc->config.regions[b].name, o.wan_rtt_ms / 2, 0});
     }
   }
+  if (o.batch_txns != 0) lc->config.batch_txns = o.batch_txns;
+  if (o.batch_us != 0) lc->config.batch_us = o.batch_us;
   lc->config.name = fmt::format("bench-{}", getpid());
   SHOAL_TRY(lc->config.validate());
   lc->dir = (fs::temp_directory_path() / fmt::format("shoal-bench-{}", getpid())).string();
@@ -134,6 +136,8 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.unsafe_skip_read_validation = o.unsafe_skip_read_validation;
   so.fsync = o.fsync;
   so.replica_nice = o.replica_nice;
+  so.serve_reads = o.follower_reads;
+  so.unsafe_snapshot_read_newest = o.unsafe_follower_read_newest;
   auto procs = spawn_servers(lc->config, so);
   if (!procs.ok()) return procs.status();
   lc->procs = std::move(*procs);
@@ -455,7 +459,35 @@ struct ReplicationReport {
   nlohmann::json json;
   Status verdict;
   bool shard_unverified = false;  // a shard's replicas could not be compared at all
+  // Log batching in use, per shard (from kPing: the config's unless a server's flags differ).
+  std::vector<uint32_t> batch_txns;
+  std::vector<double> batch_us;
 };
+
+// "log batching: 400 txns / 1000 us per entry" (a line per shard when they differ) and the
+// JSON fields batch_txns and batch_us (shard 0's) and batching_per_shard.
+void report_batching(const ReplicationReport& repl, std::string* text, nlohmann::json* j) {
+  bool same = true;
+  nlohmann::json per_shard = nlohmann::json::array();
+  for (size_t s = 0; s < repl.batch_txns.size(); ++s) {
+    same = same && repl.batch_txns[s] == repl.batch_txns[0] && repl.batch_us[s] == repl.batch_us[0];
+    per_shard.push_back(
+        {{"shard", s}, {"batch_txns", repl.batch_txns[s]}, {"batch_us", repl.batch_us[s]}});
+  }
+  if (repl.batch_txns.empty()) return;
+  (*j)["batch_txns"] = repl.batch_txns[0];
+  (*j)["batch_us"] = repl.batch_us[0];
+  (*j)["batching_per_shard"] = per_shard;
+  if (same) {
+    *text += fmt::format("log batching: {} txns / {} us per entry\n", repl.batch_txns[0],
+                         repl.batch_us[0]);
+    return;
+  }
+  for (size_t s = 0; s < repl.batch_txns.size(); ++s) {
+    *text += fmt::format("shard {} log batching: {} txns / {} us per entry\n", s,
+                         repl.batch_txns[s], repl.batch_us[s]);
+  }
+}
 
 Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, uint32_t workers,
               const std::vector<ShardOutcome>& shards, const MicroStats& total, bench::RunResult& r,
@@ -546,6 +578,7 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
     j["replicas"] = config.replicas_per_shard;
     j["replication"] = repl.json;
     j["replicas_identical"] = repl.verdict.ok();
+    report_batching(repl, &text, &j);
     text += repl.text;
     text += repl.verdict.ok() ? "replicas: every follower identical to its leader\n"
                               : "replicas: " + repl.verdict.to_string() + "\n";
@@ -612,10 +645,14 @@ Status run_dist_bench(const DistBenchOptions& o) {
     }
   }
   uint32_t workers = 0;
+  ReplicationReport repl;
+  repl.enabled = config->replicas_per_shard > 1;
   for (uint32_t s = 0; s < shards; ++s) {
     auto pong = client.call(s, kPing, nlohmann::json::object(), kCallTimeoutMs);
     if (!pong.ok()) return pong.status();
     workers = pong->value("workers", 0u);
+    repl.batch_txns.push_back(pong->value("batch_txns", 0u));
+    repl.batch_us.push_back(pong->value("batch_us", 0.0));
     const std::string loaded = pong->value("workload", "micro");
     if (loaded != o.workload) {
       return Status::InvalidArgument(fmt::format(
@@ -645,8 +682,6 @@ Status run_dist_bench(const DistBenchOptions& o) {
   } else {
     check(client, outcomes, total, &r);
   }
-  ReplicationReport repl;
-  repl.enabled = config->replicas_per_shard > 1;
   if (repl.enabled) {
     fmt::print(stderr, "quiescing: closing every stream, waiting for the followers...\n");
     const std::vector<ShardReplicaStates> states =

@@ -102,7 +102,37 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
   if (config.shards[s].replicas.size() > 1) {
     args.insert(args.end(),
                 {"--data-dir", cluster::replica_dir(data_dir, s, 0), "--fsync", options.fsync});
+    if (options.batch_txns != 0) {
+      args.insert(args.end(), {"--batch-txns", std::to_string(options.batch_txns)});
+    }
+    if (options.batch_us != 0) {
+      args.insert(args.end(), {"--batch-us", fmt::format("{}", options.batch_us)});
+    }
   }
+  return args;
+}
+
+// `shoal replica` for replica r >= 1 of shard s.
+std::vector<std::string> replica_args(const std::string& exe, const SpawnOptions& options,
+                                      uint32_t s, uint32_t r, const std::string& data_dir) {
+  std::vector<std::string> args = {exe,
+                                   "replica",
+                                   "--config",
+                                   options.config_path,
+                                   "--shard",
+                                   std::to_string(s),
+                                   "--replica",
+                                   std::to_string(r),
+                                   "--data-dir",
+                                   cluster::replica_dir(data_dir, s, r),
+                                   "--fsync",
+                                   options.fsync,
+                                   "--replay-nice",
+                                   std::to_string(options.replica_nice)};
+  if (options.serve_reads != 0) {
+    args.insert(args.end(), {"--serve-reads", std::to_string(options.serve_reads)});
+  }
+  if (options.unsafe_snapshot_read_newest) args.push_back("--unsafe-snapshot-read-newest");
   return args;
 }
 
@@ -125,20 +155,7 @@ Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& c
         args = server_args(*exe, config, options, s, data_dir);
       } else {
         p.log_path = cluster::replica_dir(options.log_dir, s, r) + ".log";
-        args = {*exe,
-                "replica",
-                "--config",
-                options.config_path,
-                "--shard",
-                std::to_string(s),
-                "--replica",
-                std::to_string(r),
-                "--data-dir",
-                cluster::replica_dir(data_dir, s, r),
-                "--fsync",
-                options.fsync,
-                "--replay-nice",
-                std::to_string(options.replica_nice)};
+        args = replica_args(*exe, options, s, r, data_dir);
       }
       if (Status st = spawn_one(std::move(args), options.die_with_parent, &p); !st.ok()) {
         stop_servers(procs, 2000);

@@ -40,6 +40,12 @@ struct SpawnOptions {
   std::string data_dir;
   std::string fsync = "batch";
   int replica_nice = 0;
+  // Leaders' log batching (`shoal server --batch-txns/--batch-us`); 0: the config's.
+  uint32_t batch_txns = 0;
+  double batch_us = 0;
+  // Followers' reader threads (`shoal replica --serve-reads`) and the test-only planted bug.
+  uint32_t serve_reads = 0;
+  bool unsafe_snapshot_read_newest = false;
 };
 
 // What `who` is in messages: "shard 1" or "shard 1 replica 2".

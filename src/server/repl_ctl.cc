@@ -37,6 +37,7 @@ ReplicaState replica_of(const nlohmann::json& f) {
   r.replay_txns_per_cpu_sec =
       cpu_ns == 0 ? 0 : static_cast<double>(r.replay_txns) * 1e9 / static_cast<double>(cpu_ns);
   r.wal_bytes = f.value("wal_bytes", uint64_t{0});
+  if (f.contains("reads")) r.reads = repl::FollowerReadStats::from_json(f["reads"]);
   return r;
 }
 
@@ -94,6 +95,47 @@ std::vector<ShardReplicaStates> collect_replica_states(ControlClient& client,
   return out;
 }
 
+namespace {
+
+// One answering follower of `st`: its table line(s), its JSON fields into *j, and the first
+// difference, failed check or torn snapshot into *differs (if still Ok).
+void report_follower(const ShardReplicaStates& st, const ReplicaState& r, std::string* table,
+                     nlohmann::json* j, Status* differs) {
+  const bool equal = r.digest == st.leader_digest;
+  const std::string consistency = !r.checked                 ? "not checked"
+                                  : r.check_failures.empty() ? "ok"
+                                                             : "FAILED";
+  *table +=
+      fmt::format("shard {} replica {}: digest {:016x} {}, consistency {}{}\n", st.shard, r.replica,
+                  r.digest, equal ? "= leader" : "DIFFERS from the leader", consistency,
+                  r.check_failures.empty() ? "" : ": " + r.check_failures.front());
+  if (r.reads.threads > 0) *table += "  " + r.reads.to_text() + "\n";
+  (*j)["digest"] = fmt::format("{:016x}", r.digest);
+  (*j)["equal_to_leader"] = equal;
+  (*j)["consistency"] = consistency == "FAILED" ? "failed" : consistency;
+  (*j)["check_failures"] = r.check_failures;
+  (*j)["applied_tid"] = r.applied_tid;
+  (*j)["replay_txns"] = r.replay_txns;
+  (*j)["replay_txns_per_cpu_sec"] = r.replay_txns_per_cpu_sec;
+  (*j)["wal_bytes"] = r.wal_bytes;
+  (*j)["follower_reads"] = r.reads.threads == 0 ? nlohmann::json(nullptr) : r.reads.to_json();
+  if (!differs->ok()) return;  // the first one stands
+  if (!equal) {
+    *differs = Status::Corruption(
+        fmt::format("shard {} replica {}: digest {:016x} differs from the leader's {:016x}",
+                    st.shard, r.replica, r.digest, st.leader_digest));
+  } else if (!r.check_failures.empty()) {
+    *differs = Status::Corruption(fmt::format("shard {} replica {}: consistency check failed: {}",
+                                              st.shard, r.replica, r.check_failures.front()));
+  } else if (r.reads.torn > 0) {
+    *differs = Status::Corruption(
+        fmt::format("shard {} replica {}: {} torn snapshots in follower reads: {}", st.shard,
+                    r.replica, r.reads.torn, r.reads.first_violation));
+  }
+}
+
+}  // namespace
+
 Status replica_verdict(const std::vector<ShardReplicaStates>& states, std::string* table,
                        nlohmann::json* json, bool* shard_unverified) {
   Status differs, missing;
@@ -127,33 +169,8 @@ Status replica_verdict(const std::vector<ShardReplicaStates>& states, std::strin
         }
         continue;
       }
-      const bool equal = r.digest == st.leader_digest;
-      const std::string consistency = !r.checked                 ? "not checked"
-                                      : r.check_failures.empty() ? "ok"
-                                                                 : "FAILED";
-      *table +=
-          fmt::format("shard {} replica {}: digest {:016x} {}, consistency {}{}\n", st.shard,
-                      r.replica, r.digest, equal ? "= leader" : "DIFFERS from the leader",
-                      consistency, r.check_failures.empty() ? "" : ": " + r.check_failures.front());
-      j["digest"] = fmt::format("{:016x}", r.digest);
-      j["equal_to_leader"] = equal;
-      j["consistency"] = consistency == "FAILED" ? "failed" : consistency;
-      j["check_failures"] = r.check_failures;
-      j["applied_tid"] = r.applied_tid;
-      j["replay_txns"] = r.replay_txns;
-      j["replay_txns_per_cpu_sec"] = r.replay_txns_per_cpu_sec;
-      j["wal_bytes"] = r.wal_bytes;
+      report_follower(st, r, table, &j, &differs);
       json->push_back(j);
-      if (!equal && differs.ok()) {
-        differs = Status::Corruption(
-            fmt::format("shard {} replica {}: digest {:016x} differs from the leader's {:016x}",
-                        st.shard, r.replica, r.digest, st.leader_digest));
-      }
-      if (!r.check_failures.empty() && differs.ok()) {
-        differs =
-            Status::Corruption(fmt::format("shard {} replica {}: consistency check failed: {}",
-                                           st.shard, r.replica, r.check_failures.front()));
-      }
     }
   }
   return !differs.ok() ? differs : missing;

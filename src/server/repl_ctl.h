@@ -16,6 +16,7 @@
 
 #include "shoal/status.h"
 #include "src/cluster/config.h"
+#include "src/repl/replica_proto.h"
 #include "src/server/control.h"
 
 namespace shoal::server {
@@ -30,6 +31,7 @@ struct ReplicaState {
   uint64_t replay_txns = 0;
   double replay_txns_per_cpu_sec = 0;
   uint64_t wal_bytes = 0;
+  repl::FollowerReadStats reads;  // threads == 0: it serves no reads
 };
 
 struct ShardReplicaStates {
@@ -49,10 +51,11 @@ std::vector<ShardReplicaStates> collect_replica_states(ControlClient& client,
                                                        const std::vector<nlohmann::json>& payments,
                                                        uint64_t timeout_ms);
 
-// The shard x replica table (digests, "= leader" or "DIFFERS", checks), one line per replica.
-// Its verdict: Ok when every answering replica matches its leader and passed its check;
-// Corruption naming the first difference or failed check; Unavailable when a shard or a
-// follower did not answer (and nothing differs). *shard_unverified (may be null) tells
+// The shard x replica table (digests, "= leader" or "DIFFERS", checks, and the follower
+// reads of followers serving them), one line per replica (two with reads). Its verdict: Ok
+// when every answering replica matches its leader, passed its check and served no torn
+// snapshot; Corruption naming the first difference, failed check or torn snapshot; Unavailable when
+// a shard or a follower did not answer (and nothing differs). *shard_unverified (may be null) tells
 // whether a whole shard went unverified (no answer, not quiesced in time), as opposed to
 // followers lost while their shard went on.
 [[nodiscard]] Status replica_verdict(const std::vector<ShardReplicaStates>& states,

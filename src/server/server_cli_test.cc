@@ -2,7 +2,8 @@
 // (SHOAL_BINARY, set by CMake): a 2-shard micro run at 0% and 100% cross-shard, a bad config,
 // the cluster up/status/down round trip, a shard killed mid-run, and the bank's history check
 // (serializable and money conserved; a planted bug caught); replicated shards: digests equal
-// on every replica, a dead follower does not stop its shard, a planted difference is found.
+// on every replica, a dead follower does not stop its shard, a planted difference is found,
+// followers of every shard serve read-only transactions at their snapshots.
 //
 // Robustness on a loaded 2-core machine: every child runs under a deadline and is killed
 // (and reaped) when it passes; ports come from the kernel (bind to port 0); each test works
@@ -171,10 +172,12 @@ class ServerCli : public ::testing::Test {
     close(fd);
     return ok;
   }
-  Outcome up() {
-    return run({"cluster", "up", "--config", config_, "--run-dir", run_dir(),
-                "--keys-per-partition", "20000"},
-               90);
+  Outcome up(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {
+        "cluster", "up", "--config", config_, "--run-dir", run_dir(), "--keys-per-partition",
+        "20000"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args, 90);
   }
 
   fs::path dir_;
@@ -349,11 +352,12 @@ TEST_F(ServerCli, BankSkippedReadValidationIsCaught) {
   }
 }
 
-// 2 shards x 3 replicas: `cluster up` starts the followers, a run over the cluster ends with
-// every follower's store identical to its leader's, and so does `cluster digest`.
+// 2 shards x 3 replicas: `cluster up` starts the followers (and passes its batching to the
+// leaders), a run over the cluster ends with every follower's store identical to its
+// leader's, and so does `cluster digest`.
 TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
   write_replicated_config(2, 3);
-  Outcome o = up();
+  Outcome o = up({"--batch-txns", "50", "--batch-us", "300"});
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("2 shards x 3 replicas up"), std::string::npos) << o.output;
   o = run({"cluster", "status", "--config", config_}, 30);
@@ -371,6 +375,10 @@ TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
   EXPECT_GT(j["committed"].get<uint64_t>(), 100u);
   ASSERT_EQ(j["replication"].size(), 6u) << j.dump();
   for (const auto& r : j["replication"]) EXPECT_EQ(r["equal_to_leader"], true) << r.dump();
+  EXPECT_EQ(j["batch_txns"], 50) << j.dump();  // what the leaders report using
+  EXPECT_EQ(j["batch_us"], 300.0) << j.dump();
+  EXPECT_NE(o.output.find("log batching: 50 txns / 300 us per entry"), std::string::npos)
+      << o.output;
   o = run({"cluster", "digest", "--config", config_}, 120);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
@@ -381,6 +389,62 @@ TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
   ASSERT_EQ(o.exit_code, 0) << o.output;
   o = run({"cluster", "digest", "--config", config_}, 120);
   EXPECT_EQ(o.exit_code, 0) << o.output;
+}
+
+// Follower reads across shard processes: every follower of both shards serves TPC-C's
+// read-only transactions at its snapshot during the run, none torn, and the replicas end
+// identical with their TPC-C checks passing.
+TEST_F(ServerCli, FollowerReadsOnEveryShard) {
+  const std::string json = path("reads.json");
+  Outcome o = run({"bench", "tpcc", "--shards", "2", "--replicas", "2", "--warehouses", "2",
+                   "--follower-reads", "1", "--seconds", "2", "--check", "--json", json},
+                  240);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  nlohmann::json j = read_json(json);
+  ASSERT_FALSE(j.is_discarded()) << o.output;
+  EXPECT_EQ(j["consistency"], "ok") << j.dump();
+  EXPECT_EQ(j["replicas_identical"], true) << j.dump();
+  uint32_t followers = 0;
+  for (const auto& r : j["replication"]) {
+    if (r["replica"] == 0) continue;
+    ++followers;
+    const auto& reads = r["follower_reads"];
+    ASSERT_TRUE(reads.is_object()) << r.dump();
+    EXPECT_EQ(reads["threads"], 1) << r.dump();
+    EXPECT_GT(reads["transactions"].get<uint64_t>(), 0u) << r.dump();
+    EXPECT_GT(reads["snapshots"].get<uint64_t>(), 0u) << r.dump();
+    EXPECT_EQ(reads["torn"], 0) << r.dump();
+    EXPECT_EQ(r["consistency"], "ok") << r.dump();
+  }
+  EXPECT_EQ(followers, 2u) << j.dump();
+  for (const char* line : {"shard 0 replica 1: digest", "shard 1 replica 1: digest"}) {
+    const size_t at = o.output.find(line);
+    ASSERT_NE(at, std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("follower reads: ", at), std::string::npos) << o.output;
+  }
+}
+
+// A standing cluster started with `cluster up --serve-reads`: a `bench tpcc --cluster` run
+// reports every follower's reads (the bench cannot start readers there itself).
+TEST_F(ServerCli, ClusterUpServeReadsIsReportedByAClusterRun) {
+  write_replicated_config(2, 2);
+  Outcome o = up({"--workload", "tpcc", "--serve-reads", "1"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string json = path("cluster-reads.json");
+  o = run({"bench", "tpcc", "--cluster", config_, "--seconds", "1", "--check", "--json", json},
+          180);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  nlohmann::json j = read_json(json);
+  ASSERT_FALSE(j.is_discarded()) << o.output;
+  uint32_t reading = 0;
+  for (const auto& r : j["replication"]) {
+    if (r["replica"] == 0) continue;
+    ASSERT_TRUE(r["follower_reads"].is_object()) << r.dump();
+    EXPECT_GT(r["follower_reads"]["transactions"].get<uint64_t>(), 0u) << r.dump();
+    EXPECT_EQ(r["follower_reads"]["torn"], 0) << r.dump();
+    ++reading;
+  }
+  EXPECT_EQ(reading, 2u) << j.dump();
 }
 
 // A follower dies before the run: its shard (still a majority of 3) runs on without failures,

@@ -243,6 +243,7 @@ class ShardServer {
     }
     return false;
   }
+  [[nodiscard]] Status apply_batching();
   [[nodiscard]] Status start_replication();
   [[nodiscard]] Status plant_divergence();
   [[nodiscard]] Status post_to_workers(void (*fn)(void*));
@@ -314,6 +315,7 @@ Status ShardServer::init(const ServerOptions& options) {
         fmt::format("shards: {} shards, at most {} supported", config_.shards.size(), kShardsMax));
   }
   if (options_.workers == 0) options_.workers = config_.workers_per_shard;
+  SHOAL_TRY(apply_batching());
   layout_ = std::make_unique<KeyLayout>(config_, options.keys_per_partition);
   if (options_.workload == "tpcc") {
     SHOAL_TRY(load_tpcc());
@@ -797,8 +799,11 @@ Status ShardServer::start_replication() {
                                        me.host, lo.listen_port, leader.status().to_string()));
   }
   replication_ = std::move(*leader);
-  fmt::print(stderr, "shoal server: shard {}: waiting for a majority of {} replicas on {}:{}\n",
-             options_.shard, lo.replicas, me.host, lo.listen_port);
+  fmt::print(stderr,
+             "shoal server: shard {}: waiting for a majority of {} replicas on {}:{} (batch {} "
+             "txns / {} us)\n",
+             options_.shard, lo.replicas, me.host, lo.listen_port, options_.batch_txns,
+             options_.batch_us);
   SHOAL_TRY(replication_->wait_leading(options_.replication_timeout_ms));
   // Before any worker exists: this thread owns every appender until serve() starts them.
   auto boot = repl::bootstrap_followers(*replication_, *engine_, options_.replication_timeout_ms);
@@ -808,6 +813,21 @@ Status ShardServer::start_replication() {
   fmt::print(stderr,
              "shoal server: shard {}: {} followers installed the load ({} records, {:.1f} s)\n",
              options_.shard, lo.replicas - 1, boot->records, static_cast<double>(boot->ns) / 1e9);
+  return Status::Ok();
+}
+
+// The batching in use: the flags (ServerOptions) where given, else the config's.
+Status ShardServer::apply_batching() {
+  if (options_.batch_txns > cluster::kBatchTxnsMax) {
+    return Status::InvalidArgument(fmt::format("--batch-txns: must be in [1, {}], not {}",
+                                               cluster::kBatchTxnsMax, options_.batch_txns));
+  }
+  if (!(options_.batch_us >= 0 && options_.batch_us <= cluster::kBatchUsMax)) {
+    return Status::InvalidArgument(
+        fmt::format("--batch-us: must be in (0, 1e7], not {}", options_.batch_us));
+  }
+  if (options_.batch_txns == 0) options_.batch_txns = config_.batch_txns;
+  if (options_.batch_us == 0) options_.batch_us = config_.batch_us;
   return Status::Ok();
 }
 
@@ -1172,6 +1192,8 @@ Status ShardServer::on_ping(rt::MsgBuffer* out) {
               {"pid", static_cast<int64_t>(getpid())},
               {"running", running_.load() > 0},
               {"replicas", config_.shards[options_.shard].replicas.size()},
+              {"batch_txns", options_.batch_txns},
+              {"batch_us", options_.batch_us},
               {"watermark", replication_ != nullptr ? replication_->watermark() : 0},
               {"unreachable", down}},
              out);

@@ -64,8 +64,11 @@ struct ServerOptions {
   // .shoal/<cluster name>/shard-<N>-replica-0.
   std::string data_dir;
   std::string fsync = "batch";  // none, batch or always
-  uint32_t batch_txns = 400;    // seal a log entry after this many transactions (Mako)
-  double batch_us = 1000;       // ... or when its first transaction is this old
+  // Log batching (cluster::ClusterConfig::batch_txns, batch_us): seal a stream's entry after
+  // this many transactions or when its first is this old. 0: the config's. Values outside
+  // the config's bounds are refused (InvalidArgument naming --batch-txns / --batch-us).
+  uint32_t batch_txns = 0;
+  double batch_us = 0;
   uint64_t replication_timeout_ms = 120'000;  // followers connecting and installing the load
 };
 
