@@ -18,6 +18,12 @@ PaxosOptions paxos_options_for_rtt(uint64_t rtt_ns) {
   // ms) must not look dead, and a re-election in a shard with a long retained log needs
   // several promise rounds (each message carries at most max_message_bytes of entries).
   o.election_timeout_ns = std::max<uint64_t>(1'000'000'000, 4 * rtt_ns + 500'000'000);
+  // A stream seals an entry about every millisecond under load, so a round trip of R ms keeps
+  // about R entries in flight: 64 slots capped a 50 ms WAN at its RTT-0 rate. Two per ms of
+  // round trip on top, at most 128: in-flight slots plus the commit notice's delay must stay
+  // below the followers' lag bound (LeaderOptions::follower_lag_slots_max, 192).
+  o.pipeline_slots = static_cast<uint32_t>(
+      std::min<uint64_t>(128, 64 + 2 * (rtt_ns / 1'000'000)));
   return o;
 }
 
