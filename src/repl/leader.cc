@@ -22,8 +22,7 @@ PaxosOptions paxos_options_for_rtt(uint64_t rtt_ns) {
   // about R entries in flight: 64 slots capped a 50 ms WAN at its RTT-0 rate. Two per ms of
   // round trip on top, at most 128: in-flight slots plus the commit notice's delay must stay
   // below the followers' lag bound (LeaderOptions::follower_lag_slots_max, 192).
-  o.pipeline_slots = static_cast<uint32_t>(
-      std::min<uint64_t>(128, 64 + 2 * (rtt_ns / 1'000'000)));
+  o.pipeline_slots = static_cast<uint32_t>(std::min<uint64_t>(128, 64 + 2 * (rtt_ns / 1'000'000)));
   return o;
 }
 

@@ -369,37 +369,29 @@ Status check_records(const std::byte* entry, uint64_t offset) {
 
 }  // namespace
 
-Result<LogEntryView> LogEntryView::reparse(std::span<const std::byte> bytes) {
-  return parse_impl(bytes, 0, kLogEntryBytesMax, /*verify_checksum=*/false);
-}
-
-Result<LogEntryView> LogEntryView::view_sealed(std::span<const std::byte> bytes) {
-  SHOAL_ASSERT(aligned8(bytes.data()), "log entries are decoded in place from 8-aligned bytes");
-  Result<size_t> size = peek_entry_bytes(bytes, 0, kLogEntryBytesMax);
-  if (!size.ok()) return size.status();
-  if (bytes.size() < *size) {
-    return corrupt(0, fmt::format("truncated entry ({} of {} bytes)", bytes.size(), *size));
-  }
-  return LogEntryView(bytes.data());
-}
-
-Result<LogEntryView> LogEntryView::parse(std::span<const std::byte> bytes, uint64_t offset,
-                                         uint32_t entry_bytes_max) {
-  return parse_impl(bytes, offset, entry_bytes_max, /*verify_checksum=*/true);
-}
-
-Result<LogEntryView> LogEntryView::parse_impl(std::span<const std::byte> bytes, uint64_t offset,
-                                              uint32_t entry_bytes_max, bool verify_checksum) {
+Result<size_t> LogEntryView::check_header(std::span<const std::byte> bytes, uint64_t offset,
+                                          uint32_t entry_bytes_max) {
   SHOAL_ASSERT(aligned8(bytes.data()), "log entries are decoded in place from 8-aligned bytes");
   Result<size_t> size = peek_entry_bytes(bytes, offset, entry_bytes_max);
   if (!size.ok()) return size.status();
   if (bytes.size() < *size) {
     return corrupt(offset, fmt::format("truncated entry ({} of {} bytes)", bytes.size(), *size));
   }
+  return size;
+}
+
+Result<LogEntryView> LogEntryView::reparse(std::span<const std::byte> bytes) {
+  SHOAL_TRY(check_header(bytes, 0, kLogEntryBytesMax).status());
+  return LogEntryView(bytes.data());
+}
+
+Result<LogEntryView> LogEntryView::parse(std::span<const std::byte> bytes, uint64_t offset,
+                                         uint32_t entry_bytes_max) {
+  Result<size_t> size = check_header(bytes, offset, entry_bytes_max);
+  if (!size.ok()) return size.status();
   const std::byte* e = bytes.data();
   const uint64_t stored = load_u64(e + kOffChecksum);
-  const uint64_t computed =
-      verify_checksum ? log_entry_checksum(e, *size - kLogHeaderBytes) : stored;
+  const uint64_t computed = log_entry_checksum(e, *size - kLogHeaderBytes);
   if (stored != computed) {
     return corrupt(offset, fmt::format("checksum mismatch (stored {:016x}, computed {:016x})",
                                        stored, computed));

@@ -270,15 +270,11 @@ class LogEntryView {
                                                   uint32_t entry_bytes_max = kLogEntryBytesMax);
 
   // A view of bytes that already passed parse() and have not changed since (an acceptor store
-  // keeps the bytes it verified): the same checks minus the checksum pass, which on a replay
-  // path would hash every entry a second time. REQUIRES: as stated; 8-byte aligned.
+  // keeps the bytes it verified, immutably), or that this process's LogBatchBuilder sealed (a
+  // leader proposing its own entries; every receiver parse()s them in full): header checks
+  // only (magic, version, lengths). The checksum and record passes would read every entry a
+  // second time on the replay and propose paths. REQUIRES: as stated; 8-byte aligned.
   [[nodiscard]] static Result<LogEntryView> reparse(std::span<const std::byte> bytes);
-
-  // A view of bytes this process's LogBatchBuilder sealed and nothing changed since (a leader
-  // proposing its own entries): header checks only (magic, version, lengths), no checksum or
-  // record pass; every receiver parse()s them in full anyway. REQUIRES: as stated; 8-byte
-  // aligned.
-  [[nodiscard]] static Result<LogEntryView> view_sealed(std::span<const std::byte> bytes);
 
   // Header-only checks (magic, version, lengths) on at least kLogHeaderBytes; returns the whole
   // entry's size so a reader knows how many more bytes to fetch before parse().
@@ -309,9 +305,9 @@ class LogEntryView {
 
  private:
   explicit LogEntryView(const std::byte* p) : p_(p) {}
-  [[nodiscard]] static Result<LogEntryView> parse_impl(std::span<const std::byte> bytes,
-                                                       uint64_t offset, uint32_t entry_bytes_max,
-                                                       bool verify_checksum);
+  // The header checks parse() and reparse() share; the entry's size.
+  [[nodiscard]] static Result<size_t> check_header(std::span<const std::byte> bytes,
+                                                   uint64_t offset, uint32_t entry_bytes_max);
   const std::byte* p_;
 };
 

@@ -242,7 +242,7 @@ uint32_t PaxosStream::pipeline_room() const {
 Status PaxosStream::verify_entry(uint64_t slot, std::span<const std::byte> bytes,
                                  EntryCheck check) const {
   auto view = check == EntryCheck::kSealedHere
-                  ? LogEntryView::view_sealed(bytes)
+                  ? LogEntryView::reparse(bytes)
                   : LogEntryView::parse(bytes, 0, options_.max_message_bytes);
   if (!view.ok()) return view.status();
   const LogEntryId id = view->id();

@@ -228,7 +228,7 @@ class PaxosStream {
   // valid entry, other shard/stream, sequence != next_slot(), too large for a message).
   // Whether the entry ends up chosen at that slot is known from the chosen callback: a leader
   // change may fill the slot with another value or a no-op (the caller proposes again).
-  // kSealedHere: the caller's own LogBatchBuilder sealed the bytes (LogEntryView::view_sealed):
+  // kSealedHere: the caller's own LogBatchBuilder sealed the bytes (LogEntryView::reparse):
   // only the header is checked, since every acceptor verifies the whole entry on receipt.
   enum class EntryCheck : uint8_t { kFull, kSealedHere };
   [[nodiscard]] Result<uint64_t> propose(std::span<const std::byte> entry,
