@@ -52,7 +52,16 @@ struct LocalCluster {
   ~LocalCluster() {
     if (!procs.empty()) stop_servers(procs, 10'000);
     std::error_code ec;
-    if (!dir.empty() && !keep_dir) fs::remove_all(dir, ec);
+    if (dir.empty()) return;
+    if (!keep_dir) {
+      fs::remove_all(dir, ec);
+      return;
+    }
+    // Kept for its logs and config; the replicas' WAL directories (hundreds of MB per run)
+    // would fill a disk over a few failed runs.
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      if (e.is_directory(ec)) fs::remove_all(e.path(), ec);
+    }
   }
 };
 
