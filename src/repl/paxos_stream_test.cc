@@ -324,6 +324,31 @@ TEST(PaxosStream, SingleReplicaChoosesAtOnce) {
   EXPECT_EQ(c.logs[0].size(), 1u);
 }
 
+// Entry buffers are shared by reference (a follower's store and its replay queue) and their
+// blocks are pooled: a share outlives the original, and a reused block never shows a
+// previous entry's bytes beyond the new entry's size (the span is exact).
+TEST(EntryBuffer, SharesOutliveTheOriginalAndPooledBlocksHoldOnlyTheirBytes) {
+  std::vector<std::byte> big(100'000), small(40);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = std::byte(i * 7);
+  for (size_t i = 0; i < small.size(); ++i) small[i] = std::byte(0xA0 + i);
+  EntryBuffer shared;
+  {
+    EntryBuffer original(big);
+    shared = original.share();
+    EXPECT_EQ(shared.span().data(), original.span().data());  // one copy, two handles
+  }
+  ASSERT_TRUE(shared.same_bytes(big));  // the share keeps the block alive
+  shared = EntryBuffer();               // back to the pool
+  EXPECT_TRUE(shared.empty());
+  for (int round = 0; round < 100; ++round) {  // blocks come back from the pool
+    EntryBuffer a(big), b(small);
+    ASSERT_TRUE(a.same_bytes(big));
+    ASSERT_EQ(b.span().size(), small.size());
+    ASSERT_TRUE(b.same_bytes(small));
+  }
+  EXPECT_TRUE(EntryBuffer(std::span<const std::byte>{}).empty());
+}
+
 }  // namespace
 }  // namespace shoal::repl
 
