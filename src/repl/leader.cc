@@ -47,6 +47,10 @@ struct ReplicationLeader::Stream {
   std::unique_ptr<PaxosStream> paxos;
   std::deque<SealedEntry> pending;  // sealed, not yet proposed (bounded by the buffer pool)
   bool leading = false;
+  // By replica: catching up (not waited for) until back within follower_lag_slots_max.
+  std::array<bool, kPaxosReplicasMax> catching_up{};
+  uint64_t catchup_errors_seen = 0;
+  bool catchup_wal_noted = false;  // said once on stderr
   explicit Stream(uint64_t retain) : store(retain) {}
 };
 
@@ -144,6 +148,8 @@ Status ReplicationLeader::init() {
     st->paxos = std::make_unique<PaxosStream>(
         RealEnv::instance(), *st->transport, st->store, po,
         [this, raw](uint64_t slot, std::span<const std::byte> e) { on_chosen(*raw, slot, e); });
+    // A follower lagging beyond the retained slots is caught up from our WAL.
+    if (st->log) st->paxos->set_chosen_source(st->log.get());
     streams_.push_back(std::move(st));
   }
   return Status::Ok();
@@ -224,8 +230,26 @@ void ReplicationLeader::tick() {
     request = report_request_;
     stats_.proposed = stats_.chosen = stats_.retransmits = stats_.messages_sent = 0;
     stats_.elections = stats_.stepped_down = stats_.became_leader = 0;
+    stats_.catchup_entries = stats_.catchup_wal_entries = stats_.catchup_errors = 0;
+    stats_.catching_up = 0;
     for (auto& s : streams_) {
       const PaxosStats& ps = s->paxos->stats();
+      stats_.catchup_entries += ps.catchup_entries_sent;
+      stats_.catchup_wal_entries += ps.catchup_source_entries;
+      stats_.catchup_errors += ps.catchup_source_errors;
+      for (uint32_t r = 1; r < options_.replicas; ++r) stats_.catching_up += s->catching_up[r];
+      if (ps.catchup_source_entries > 0 && !s->catchup_wal_noted) {
+        s->catchup_wal_noted = true;
+        std::fprintf(stderr, "replication: stream %u: catching up a follower from the WAL\n",
+                     s->id);
+      }
+      if (ps.catchup_source_errors > s->catchup_errors_seen) {
+        if (s->catchup_errors_seen == 0) {
+          std::fprintf(stderr, "replication: stream %u: catch-up from the WAL refused: %s\n", s->id,
+                       s->paxos->last_catchup_error().to_string().c_str());
+        }
+        s->catchup_errors_seen = ps.catchup_source_errors;
+      }
       stats_.proposed += ps.proposed;
       stats_.chosen += ps.chosen;
       stats_.retransmits += ps.retransmits;
@@ -292,14 +316,23 @@ void ReplicationLeader::drain(Stream& s) {
 }
 
 bool ReplicationLeader::followers_keep_up(Stream& s) {
-  // A follower that lags beyond the retained slots could only catch up from a WAL or a
-  // snapshot (not built): a WAN run once stranded one so after an election, and the run then
-  // waited for it forever. Waiting here slows the shard to its slowest connected follower,
-  // as TCP backpressure did before, but without a follower ever falling out of reach.
+  // A healthy follower is waited for at follower_lag_slots_max: it then never falls out of
+  // the retained slots (a WAN run once stranded one so, when catch-up came from memory only)
+  // and the shard goes at its slowest healthy follower's pace, as TCP backpressure made it.
+  // A follower far behind (reconnected, restarted, or found beyond the bound plus a pipeline)
+  // is caught up from the WAL while the shard goes on without it; it is waited for again
+  // once back within the bound. Leader, one healthy follower: still a majority.
   const uint64_t next = s.paxos->next_slot();
+  const uint64_t bound = options_.follower_lag_slots_max;
   for (uint32_t r = 1; r < peers_.size(); ++r) {
     if (!peers_[r] || peers_[r]->dead) continue;
-    if (s.paxos->peer_chosen_index(r) + options_.follower_lag_slots_max < next) {
+    const uint64_t peer_chosen = s.paxos->peer_chosen_index(r);
+    if (peer_chosen + bound + options_.paxos.pipeline_slots < next) s.catching_up[r] = true;
+    if (s.catching_up[r]) {
+      if (peer_chosen + bound < next) continue;
+      s.catching_up[r] = false;
+    }
+    if (peer_chosen + bound < next) {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.lag_waits;
       return false;
@@ -400,12 +433,13 @@ void ReplicationLeader::accept_connections() {
         if (peers_[replica]) drop_peer(replica, Status::Aborted("replaced by a new connection"));
         const net::LinkShape shape =
             options_.receive_shapes.empty() ? net::LinkShape{} : options_.receive_shapes[replica];
-        peers_[replica] =
-            std::make_unique<Peer>(this, replica, std::move(greeting_[i]), shape);
+        peers_[replica] = std::make_unique<Peer>(this, replica, std::move(greeting_[i]), shape);
         {
           std::lock_guard<std::mutex> lock(mu_);
           lost_[replica] = false;
         }
+        // What we know of its chosen index is stale: catching up until it reports otherwise.
+        for (auto& s : streams_) s->catching_up[replica] = true;
         Peer* p = peers_[replica].get();
         rt::PollerWake wake;
         wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {
@@ -536,8 +570,8 @@ Result<std::vector<FollowerReport>> ReplicationLeader::collect_reports(
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& r : reports_) r.reset();
-    report_request_ = {{"type", "report"}, {"target", target_tid}, {"digest", digest},
-                       {"check", check}};
+    report_request_ = {
+        {"type", "report"}, {"target", target_tid}, {"digest", digest}, {"check", check}};
     if (!check_args.is_null()) report_request_["check_args"] = check_args;
   }
   Env& env = RealEnv::instance();

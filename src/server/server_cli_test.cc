@@ -415,6 +415,46 @@ TEST_F(ServerCli, DeadFollowerDoesNotStopItsShard) {
   EXPECT_NE(o.output.find("stopped 5 processes"), std::string::npos) << o.output;
 }
 
+// A follower killed (SIGKILL) while its shard commits far more entries than the leader keeps
+// in memory (256 slots), restarted from its WAL as `cluster up` starts it: the leader catches it
+// up from its own WAL and `cluster digest` finds every replica identical.
+TEST_F(ServerCli, KilledFollowerRestartedFarBehindCatchesUpFromTheLeadersWal) {
+  write_replicated_config(1, 3);
+  Outcome o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string pid_file = run_dir() + "/shard-0-replica-2.pid";
+  long victim = 0;
+  std::ifstream(pid_file) >> victim;
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(static_cast<pid_t>(victim), SIGKILL), 0);
+  const std::string json = path("far-behind.json");
+  o = run({"bench", "micro", "--cluster", config_, "--seconds", "2", "--json", json}, 120);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("shard 0 replica 2: LOST"), std::string::npos) << o.output;
+  const std::string data_dir = run_dir() + "/shard-0-replica-2";
+  const std::string log = path("replica-2-restarted.log");
+  const pid_t again = start(
+      {"replica", "--config", config_, "--shard", "0", "--replica", "2", "--data-dir", data_dir},
+      log);
+  std::ofstream(pid_file) << again << "\n";  // `cluster down` stops it with the others
+  o = run({"cluster", "digest", "--config", config_}, 120);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  config_.clear();
+  const Outcome follower = finish(again, log, 30);
+  EXPECT_NE(follower.output.find("recovered"), std::string::npos) << follower.output;
+  // The leader served slots it no longer held in memory from its WAL, and none was refused.
+  std::ifstream in(run_dir() + "/shard-0.log");
+  std::stringstream leader_log;
+  leader_log << in.rdbuf();
+  EXPECT_NE(leader_log.str().find("catching up a follower from the WAL"), std::string::npos)
+      << leader_log.str();
+  EXPECT_EQ(leader_log.str().find("catch-up from the WAL refused"), std::string::npos)
+      << leader_log.str();
+}
+
 // A leader that changes a record without logging it (a planted bug): `cluster digest` names
 // the replica that differs and exits 3.
 TEST_F(ServerCli, ClusterDigestFindsAPlantedDifference) {
