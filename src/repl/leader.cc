@@ -231,10 +231,12 @@ void ReplicationLeader::tick() {
     stats_.proposed = stats_.chosen = stats_.retransmits = stats_.messages_sent = 0;
     stats_.elections = stats_.stepped_down = stats_.became_leader = 0;
     stats_.catchup_entries = stats_.catchup_wal_entries = stats_.catchup_errors = 0;
+    stats_.catchup_bytes = 0;
     stats_.catching_up = 0;
     for (auto& s : streams_) {
       const PaxosStats& ps = s->paxos->stats();
       stats_.catchup_entries += ps.catchup_entries_sent;
+      stats_.catchup_bytes += ps.catchup_bytes_sent;
       stats_.catchup_wal_entries += ps.catchup_source_entries;
       stats_.catchup_errors += ps.catchup_source_errors;
       for (uint32_t r = 1; r < options_.replicas; ++r) stats_.catching_up += s->catching_up[r];
@@ -267,11 +269,13 @@ void ReplicationLeader::tick() {
     const LeaderStats st = stats();
     std::fprintf(stderr,
                  "repl: leading %u/%u proposed %lu chosen %lu elections %lu stepped_down %lu "
-                 "retransmits %lu watermark %lx pending %zu room %u role %d lag_waits %lu\n",
+                 "retransmits %lu watermark %lx pending %zu room %u role %d lag_waits %lu "
+                 "catching_up %lu catchup %lu entries (%lu from the WAL) %lu bytes\n",
                  leading, options_.streams, st.proposed, st.chosen, st.elections, st.stepped_down,
                  st.retransmits, watermark(), streams_[0]->pending.size(),
                  streams_[0]->paxos->pipeline_room(), static_cast<int>(streams_[0]->paxos->role()),
-                 st.lag_waits);
+                 st.lag_waits, st.catching_up, st.catchup_entries, st.catchup_wal_entries,
+                 st.catchup_bytes);
   }
   if (!request.is_null() && now - last_request_ns_ >= 20'000'000) {
     last_request_ns_ = now;

@@ -88,6 +88,7 @@ struct LeaderStats {
   uint64_t elections = 0, stepped_down = 0, became_leader = 0;
   uint64_t lag_waits = 0;            // drains that stopped proposing for a follower lagging too far
   uint64_t catchup_entries = 0;      // chosen entries sent by paxos_learn
+  uint64_t catchup_bytes = 0;        // ... their bytes
   uint64_t catchup_wal_entries = 0;  // ... of which read back from the WAL
   uint64_t catchup_errors = 0;       // WAL reads refused (the first is printed)
   uint64_t catching_up = 0;          // (stream, follower) pairs not waited for right now

@@ -367,8 +367,10 @@ uint64_t PaxosStream::send_learn(uint32_t peer, uint64_t from) {
       return 0;
     }
     // Every entry the source returns fits: room for the headers of a full message.
-    const size_t budget = options_.max_message_bytes - kMsgHeaderBytes -
-                          size_t{options_.max_entries_per_message} * kEntryHeaderBytes;
+    const size_t overhead =
+        kMsgHeaderBytes + size_t{options_.max_entries_per_message} * kEntryHeaderBytes;
+    const size_t budget =
+        options_.max_message_bytes > overhead ? options_.max_message_bytes - overhead : 0;
     const Status st = source_->read(slot, std::min(chosen, store_.first_slot() - 1),
                                     options_.max_entries_per_message, budget, &source_entries_);
     if (!st.ok()) {
@@ -389,6 +391,7 @@ uint64_t PaxosStream::send_learn(uint32_t peer, uint64_t from) {
     ++stats_.catchup_entries_sent;
   }
   if (slot == from) return 0;
+  stats_.catchup_bytes_sent += out_.size() - kMsgHeaderBytes - (slot - from) * kEntryHeaderBytes;
   send_to(peer);
   return slot - 1;
 }
@@ -697,6 +700,11 @@ void PaxosStream::deliver_chosen() {
 }
 
 // ---- messages ----------------------------------------------------------------------------------
+
+bool PaxosStream::is_learn_message(std::span<const std::byte> bytes) {
+  return bytes.size() >= kMsgHeaderBytes && load_u16(bytes.data()) == kMsgMagic &&
+         static_cast<uint8_t>(bytes[3]) == kPaxosLearn;
+}
 
 void PaxosStream::on_message(uint32_t from, std::span<const std::byte> bytes) {
   auto m = decode(bytes, options_);

@@ -230,6 +230,7 @@ struct PaxosStats {
   uint64_t noops_proposed = 0, reproposed = 0, rejects_sent = 0, malformed = 0;
   uint64_t out_of_window = 0, bad_entries = 0, retransmits = 0, catchup_entries_sent = 0;
   uint64_t catchup_unavailable = 0, messages_sent = 0, messages_received = 0;
+  uint64_t catchup_bytes_sent = 0;      // entry bytes of catchup_entries_sent
   uint64_t catchup_source_entries = 0;  // of catchup_entries_sent, read from the source
   uint64_t catchup_source_errors = 0;   // reads of the source that failed (last_catchup_error)
   uint64_t learn_failed = 0;            // learned entries the store could not persist
@@ -258,6 +259,9 @@ class PaxosStream {
   [[nodiscard]] Result<uint64_t> propose(std::span<const std::byte> entry);
 
   void on_message(uint32_t from_replica, std::span<const std::byte> message);
+  // Whether `message` is a paxos_learn (catch-up): a replica whose chosen entries pile up
+  // unapplied may drop these (the leader sends them again) without missing anything else.
+  static bool is_learn_message(std::span<const std::byte> message);
   // defer_self_ack: our acceptances of slots <= `slot` made in ballot `b` are durable.
   // Ignored unless we still lead in ballot b.
   void note_self_durable(Ballot b, uint64_t slot);

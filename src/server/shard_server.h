@@ -67,6 +67,10 @@ struct ServerOptions {
   uint32_t batch_txns = 400;    // seal a log entry after this many transactions (Mako)
   double batch_us = 1000;       // ... or when its first transaction is this old
   uint64_t replication_timeout_ms = 120'000;  // followers connecting and installing the load
+  // Chosen slots the leader keeps in memory per stream (LeaderOptions::retain_chosen_slots;
+  // healthy followers are waited for at three quarters of it). Tests make it small so that a
+  // short run leaves a stopped follower beyond it (caught up from the WAL then).
+  uint64_t retain_slots = 256;
 };
 
 // Runs the shard until SIGTERM or SIGINT. Errors: InvalidArgument (config, naming the field;
