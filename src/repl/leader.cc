@@ -219,6 +219,7 @@ void ReplicationLeader::tick() {
   uint32_t leading = 0;
   for (auto& s : streams_) {
     s->paxos->tick();
+    update_catching_up(*s);  // also while nothing is proposed (stats)
     s->leading = s->paxos->is_leader();
     leading += s->leading ? 1 : 0;
     drain(*s);
@@ -319,6 +320,22 @@ void ReplicationLeader::drain(Stream& s) {
   }
 }
 
+void ReplicationLeader::update_catching_up(Stream& s) {
+  // Far behind (found beyond the bound plus a pipeline, or just (re)connected): catching up,
+  // until back within the bound.
+  const uint64_t next = s.paxos->next_slot();
+  const uint64_t bound = options_.follower_lag_slots_max;
+  for (uint32_t r = 1; r < peers_.size(); ++r) {
+    if (!peers_[r] || peers_[r]->dead) continue;
+    const uint64_t peer_chosen = s.paxos->peer_chosen_index(r);
+    if (peer_chosen + bound + options_.paxos.pipeline_slots < next) {
+      s.catching_up[r] = true;
+    } else if (peer_chosen + bound >= next) {
+      s.catching_up[r] = false;
+    }
+  }
+}
+
 bool ReplicationLeader::followers_keep_up(Stream& s) {
   // A healthy follower is waited for at follower_lag_slots_max: it then never falls out of
   // the retained slots (a WAN run once stranded one so, when catch-up came from memory only)
@@ -326,17 +343,11 @@ bool ReplicationLeader::followers_keep_up(Stream& s) {
   // A follower far behind (reconnected, restarted, or found beyond the bound plus a pipeline)
   // is caught up from the WAL while the shard goes on without it; it is waited for again
   // once back within the bound. Leader, one healthy follower: still a majority.
+  update_catching_up(s);
   const uint64_t next = s.paxos->next_slot();
-  const uint64_t bound = options_.follower_lag_slots_max;
   for (uint32_t r = 1; r < peers_.size(); ++r) {
-    if (!peers_[r] || peers_[r]->dead) continue;
-    const uint64_t peer_chosen = s.paxos->peer_chosen_index(r);
-    if (peer_chosen + bound + options_.paxos.pipeline_slots < next) s.catching_up[r] = true;
-    if (s.catching_up[r]) {
-      if (peer_chosen + bound < next) continue;
-      s.catching_up[r] = false;
-    }
-    if (peer_chosen + bound < next) {
+    if (!peers_[r] || peers_[r]->dead || s.catching_up[r]) continue;
+    if (s.paxos->peer_chosen_index(r) + options_.follower_lag_slots_max < next) {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.lag_waits;
       return false;

@@ -142,6 +142,7 @@ class ReplicationLeader {
   void drain(Stream& s);
   // False (counted in lag_waits) while a connected follower lags follower_lag_slots_max.
   bool followers_keep_up(Stream& s);
+  void update_catching_up(Stream& s);
   void sync_logs();
   void accept_connections();
   void poll_peer(Peer& p);

@@ -330,9 +330,12 @@ void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
 }
 
 // Catch-up of a follower whose chosen index is below what was chosen a retransmit period
-// ago: up to catchup_inflight_messages learn messages unacknowledged (the follower's reported
-// chosen index acknowledges them); a window with no progress for a retransmit period starts
-// over from the follower's chosen index (lost, or the follower restarted).
+// ago. Near (within its acceptance window of our chosen index, so accepts bring it the new
+// slots): one learn message per retransmit period, as before there was a source. Far: up to
+// catchup_inflight_messages unacknowledged messages (its reported chosen index acknowledges
+// them), so a follower thousands of slots behind catches up at the pace it can take. A window
+// with no progress for a retransmit period starts over from its chosen index (lost, or the
+// follower restarted).
 void PaxosStream::pump_learn(uint32_t peer, uint64_t now) {
   CatchUp& c = catchup_[peer];
   while (c.count > 0 && peer_chosen_[peer] >= c.last_slot[c.head]) {
@@ -341,8 +344,11 @@ void PaxosStream::pump_learn(uint32_t peer, uint64_t now) {
   }
   if (c.count > 0 && now >= c.sent_ns + options_.retransmit_ns) c.count = 0;
   if (c.count == 0 && peer_chosen_[peer] >= learn_mark_prev_) return;  // keeping up
-  // Bounded by catchup_inflight_messages.
-  while (c.count < options_.catchup_inflight_messages) {
+  const bool far = peer_chosen_[peer] + options_.accept_window_slots < store_.chosen_index();
+  if (!far && now < c.sent_ns + options_.retransmit_ns) return;
+  const uint32_t window = far ? options_.catchup_inflight_messages : 1;
+  // Bounded by the window.
+  while (c.count < window) {
     const uint64_t from = c.count == 0
                               ? peer_chosen_[peer] + 1
                               : c.last_slot[(c.head + c.count - 1) % kCatchupInflightMax] + 1;

@@ -29,10 +29,12 @@
 //    index rides on every accept/heartbeat; a follower marks slot s chosen when it holds s
 //    accepted in that same ballot. Slots it lacks come by paxos_learn (catch-up): the leader
 //    sends chosen entries from the follower's reported chosen index on, from its store or,
-//    for slots the store trimmed, from a ChosenSlotSource (the acceptor's WAL); at most
-//    catchup_inflight_messages learn messages per follower are unacknowledged (the follower
-//    answers each with a heartbeat carrying its new chosen index), and accepts are not sent
-//    to a follower for slots beyond its acceptance window (it would refuse them).
+//    for slots the store trimmed, from a ChosenSlotSource (the acceptor's WAL). A follower
+//    within its acceptance window of the chosen index gets one learn message per retransmit
+//    period (accepts bring it the rest); one further behind, up to catchup_inflight_messages
+//    unacknowledged ones (it answers each with a heartbeat carrying its new chosen index).
+//    Accepts are not sent to a follower for slots beyond its acceptance window (it would
+//    refuse them).
 //
 // Safety argument (the classic one): a value is chosen in ballot b only if a majority accepted
 // it in b; any later ballot's phase 1 talks to a majority, which intersects that one, and
@@ -105,9 +107,9 @@ struct PaxosOptions {
   // acceptances (durable before they answer) already make a majority. Re-proposals after an
   // election still count at once (the owner syncs before handling their replies).
   bool defer_self_ack = false;
-  // Leader: unacknowledged paxos_learn messages per lagging follower (each at most
-  // max_message_bytes), so catching up a far-behind follower neither floods its connection
-  // nor waits a round trip per message. In [1, kCatchupInflightMax].
+  // Leader: unacknowledged paxos_learn messages per follower lagging beyond its acceptance
+  // window (each at most max_message_bytes), so catching up a far-behind follower neither
+  // floods its connection nor waits a round trip per message. In [1, kCatchupInflightMax].
   uint32_t catchup_inflight_messages = 2;
 };
 inline constexpr uint32_t kCatchupInflightMax = 8;
