@@ -494,7 +494,18 @@ TEST(PaxosStream, IsolatedReplicaCatchesUpBeyondTheRetainedSlotsFromTheSource) {
   EXPECT_GT(c.streams[leader]->stats().catchup_unavailable, 0u);
   LogSource source(c.logs[leader]);
   c.streams[leader]->set_chosen_source(&source);
+  // What goes to replica 2 now is catch-up (a follower with a full replay queue drops exactly
+  // these, PaxosStream::is_learn_message); the heartbeats it answers with are not.
+  int learns = 0, others = 0;
+  c.queue.drop = [&](const Packet& p) {
+    (PaxosStream::is_learn_message(p.bytes) ? learns : others) += p.to == 2 || p.from == 2;
+    return false;
+  };
   for (int ms = 0; ms < 2000 && c.streams[2]->chosen_index() < 160; ++ms) c.run_ms(1);
+  c.queue.drop = nullptr;
+  EXPECT_GT(learns, 0);
+  EXPECT_GT(others, 0);
+  EXPECT_FALSE(PaxosStream::is_learn_message(make_entry(1, 1)));  // not a Paxos message
   EXPECT_EQ(c.streams[2]->chosen_index(), 160u);
   EXPECT_EQ(c.logs[2].size(), 160u);
   EXPECT_EQ(c.logs[2], c.logs[0]);
