@@ -381,6 +381,12 @@ ServerCommands add_server_commands(CLI::App& app) {
   // Test only (hidden): a planted bug for the bank's serializability check.
   c.server->add_flag("--unsafe-skip-read-validation", so.unsafe_skip_read_validation)->group("");
   c.server->add_flag("--unsafe-plant-divergence", so.unsafe_plant_divergence)->group("");
+  // Mostly for tests: a small in-memory log that a short run passes (catch-up from the WAL).
+  c.server
+      ->add_option("--retain-slots", so.retain_slots,
+                   "Replicated shards: chosen log slots kept in memory per stream")
+      ->check(number_in(uint64_t{16}, uint64_t{1} << 20, false, "in [16, 1048576]"))
+      ->capture_default_str();
   c.server
       ->add_option("--connect-timeout-ms", so.connect_timeout_ms,
                    "How long to keep dialing the other shards at start-up")

@@ -17,7 +17,7 @@ namespace {
 
 constexpr uint32_t kJournalMagic = 0x4a414853;  // "SHAJ"
 constexpr size_t kRecordBytes = 48;
-enum : uint32_t { kPromise = 1, kAccept = 2, kChosen = 3 };
+enum : uint32_t { kPromise = 1, kAccept = 2, kChosen = 3, kLearned = 4 };
 
 // Record layout: magic u32, kind u32, slot u64, ballot u64, entry checksum u64, reserved u64,
 // XXH3-64 of the first 40 bytes.
@@ -47,7 +47,7 @@ Result<std::unique_ptr<AcceptorLog>> AcceptorLog::open(const std::string& dir, u
   // docs/REPLICATION.md.
   wo.use_io_uring = false;
   wo.fsync = fsync == FsyncPolicy::kAlways && !accept_sync_elsewhere ? FsyncPolicy::kAlways
-                                                                      : FsyncPolicy::kNone;
+                                                                     : FsyncPolicy::kNone;
   wo.allow_rewrites = true;
   auto wal = Wal::open(fmt::format("{}/stream-{}.wal", dir, stream), wo);
   if (!wal.ok()) return wal.status();
@@ -68,6 +68,7 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store) {
   struct Want {
     Ballot ballot = 0;
     uint64_t checksum = 0;
+    bool learned = false;  // a chosen value stored by catch-up
   };
   std::map<uint64_t, Want> want;
   struct stat st {};
@@ -93,7 +94,9 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store) {
     if (kind == kPromise) {
       out.promised = std::max(out.promised, ballot);
     } else if (kind == kAccept) {
-      want[slot] = Want{ballot, load_u64(r + 24)};
+      want[slot] = Want{ballot, load_u64(r + 24), false};
+    } else if (kind == kLearned) {
+      want[slot] = Want{0, load_u64(r + 24), true};
     } else if (kind == kChosen) {
       chosen_hint = std::max(chosen_hint, slot);
     } else {
@@ -111,14 +114,18 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store) {
 
   // 2. The WAL: the last copy of each slot whose checksum its record names.
   std::map<uint64_t, EntryBuffer> copies;
+  std::map<uint64_t, SlotCopy> where;
+  uint64_t offset = 0;  // entries lie back to back from offset 0
   auto rec = wal_->recover([&](const LogEntryView& e) {
     const uint64_t slot = e.id().sequence;
     auto it = want.find(slot);
     if (it != want.end() && it->second.checksum == e.checksum()) {
       copies[slot] = EntryBuffer(e.bytes());
+      where[slot] = SlotCopy{offset, e.checksum(), e.entry_bytes()};
     } else {
       ++out.dropped;
     }
+    offset += e.entry_bytes();
     return Status::Ok();
   });
   if (!rec.ok()) return rec.status();
@@ -127,7 +134,10 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store) {
   // 3. Into the store (no hooks yet: nothing is written back).
   if (out.promised != 0) SHOAL_TRY(store.promise(out.promised));
   for (auto& [slot, copy] : copies) {
-    SHOAL_TRY(store.accept(slot, want[slot].ballot, copy.span()));
+    const Want& w = want[slot];
+    SHOAL_TRY(w.learned ? store.learn(slot, copy.span())
+                        : store.accept(slot, w.ballot, copy.span()));
+    index_copy(slot, where[slot]);
     ++out.slots;
   }
   out.dropped += want.size() - copies.size();
@@ -137,6 +147,7 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store) {
   }
   out.chosen_index = store.advance();
   chosen_noted_ = out.chosen_index;
+  seal_groups(chosen_noted_);
   return out;
 }
 
@@ -162,18 +173,42 @@ Status AcceptorLog::append_record(uint32_t kind, uint64_t slot, Ballot ballot, u
 PersistHooks AcceptorLog::hooks() {
   PersistHooks h;
   h.on_promise = [this](Ballot b) { return append_record(kPromise, 0, b, 0, /*sync=*/true); };
-  h.on_accept = [this](uint64_t slot, Ballot b, std::span<const std::byte> entry,
-                       bool new_bytes) -> Status {
-    // The bytes were validated by the stream before it accepts them. Only a new value goes to
-    // the WAL; a higher ballot for bytes already logged needs only its record.
-    const uint64_t checksum = load_u64(entry.data() + 56);
-    if (new_bytes) SHOAL_TRY(wal_->append(entry));
-    if (accept_sync_elsewhere_) return append_record(kAccept, slot, b, checksum, false);
-    SHOAL_TRY(append_record(kAccept, slot, b, checksum, fsync_ == FsyncPolicy::kAlways));
-    if (fsync_ == FsyncPolicy::kBatch) dirty_ = true;
-    return Status::Ok();
+  h.on_accept = [this](uint64_t slot, Ballot b, std::span<const std::byte> entry, bool new_bytes) {
+    return persist_accept(slot, b, entry, new_bytes);
+  };
+  h.on_learn = [this](uint64_t slot, std::span<const std::byte> entry) {
+    return persist_learn(slot, entry);
   };
   return h;
+}
+
+Status AcceptorLog::persist_accept(uint64_t slot, Ballot b, std::span<const std::byte> entry,
+                                   bool new_bytes) {
+  // The bytes were validated by the stream before it accepts them. Only a new value goes to
+  // the WAL; a higher ballot for bytes already logged needs only its record.
+  const uint64_t checksum = load_u64(entry.data() + 56);
+  const uint64_t offset = wal_->end_offset();
+  if (new_bytes) SHOAL_TRY(wal_->append(entry));
+  if (accept_sync_elsewhere_) {
+    SHOAL_TRY(append_record(kAccept, slot, b, checksum, false));
+  } else {
+    SHOAL_TRY(append_record(kAccept, slot, b, checksum, fsync_ == FsyncPolicy::kAlways));
+    if (fsync_ == FsyncPolicy::kBatch) dirty_ = true;
+  }
+  if (new_bytes) index_copy(slot, SlotCopy{offset, checksum, entry.size()});
+  return Status::Ok();
+}
+
+Status AcceptorLog::persist_learn(uint64_t slot, std::span<const std::byte> entry) {
+  // A chosen value counts towards nothing: no sync of its own; the next group commit (or the
+  // leader's syncer) covers it, and a copy lost in a crash is learned again.
+  const uint64_t checksum = load_u64(entry.data() + 56);
+  const uint64_t offset = wal_->end_offset();
+  SHOAL_TRY(wal_->append(entry));
+  SHOAL_TRY(append_record(kLearned, slot, 0, checksum, /*sync=*/false));
+  if (fsync_ != FsyncPolicy::kNone && !accept_sync_elsewhere_) dirty_ = true;
+  index_copy(slot, SlotCopy{offset, checksum, entry.size()});
+  return Status::Ok();
 }
 
 Status AcceptorLog::sync() {
@@ -195,6 +230,157 @@ void AcceptorLog::note_chosen(uint64_t index) {
   if (index <= chosen_noted_) return;
   chosen_noted_ = index;
   append_record(kChosen, index, 0, 0, /*sync=*/false).ignore();
+  seal_groups(index);
+}
+
+// ---- serving chosen slots from the WAL --------------------------------------------------------
+
+void AcceptorLog::index_copy(uint64_t slot, const SlotCopy& copy) {
+  // A sealed slot is chosen and never written again; a slot absurdly far above the chosen
+  // index (beyond any acceptance window) is not indexed, hence never served.
+  if (slot < recent_base_ || slot - recent_base_ >= kRecentSlotsMax) return;
+  const uint64_t i = slot - recent_base_;
+  if (i >= recent_.size()) recent_.resize(i + 1);
+  recent_[i] = copy;
+}
+
+void AcceptorLog::seal_groups(uint64_t chosen_index) {
+  // Bounded by the groups the chosen index passed since the last call.
+  while (recent_base_ + kIndexGroupSlots - 1 <= chosen_index) {
+    Group g;
+    bool complete = recent_.size() >= kIndexGroupSlots;
+    bool back_to_back = true;
+    for (uint32_t k = 0; complete && k < kIndexGroupSlots; ++k) {
+      if (recent_[k].offset == kNoOffset) {
+        complete = false;
+      } else if (k > 0 && recent_[k].offset != recent_[k - 1].offset + recent_[k - 1].bytes) {
+        back_to_back = false;
+      }
+    }
+    if (complete) {
+      g.offset = recent_[0].offset;
+      if (!back_to_back) {
+        g.irregular = static_cast<uint32_t>(irregular_.size());
+        irregular_.emplace_back();
+        for (uint32_t k = 0; k < kIndexGroupSlots; ++k) irregular_.back()[k] = recent_[k].offset;
+      }
+    }
+    groups_.push_back(g);
+    const size_t drop = std::min<size_t>(recent_.size(), kIndexGroupSlots);
+    recent_.erase(recent_.begin(), recent_.begin() + static_cast<ptrdiff_t>(drop));
+    recent_base_ += kIndexGroupSlots;
+  }
+}
+
+size_t AcceptorLog::index_bytes() const {
+  return recent_.size() * sizeof(SlotCopy) + groups_.size() * sizeof(Group) +
+         irregular_.size() * sizeof(irregular_[0]);
+}
+
+Status AcceptorLog::pread_exact(std::byte* dst, size_t bytes, uint64_t offset) const {
+  size_t done = 0;
+  while (done < bytes) {  // bounded: each pass reads >= 1 byte or fails
+    const ssize_t n =
+        ::pread(wal_->fd(), dst + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return io_error("cannot read", wal_->path());
+    if (n == 0) {
+      return Status::Corruption(fmt::format("acceptor WAL {}: ends at offset {} inside an entry",
+                                            wal_->path(), offset + done));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> AcceptorLog::read_entry_size(uint64_t slot, uint64_t offset) const {
+  alignas(8) std::byte head[kLogHeaderBytes];
+  SHOAL_TRY(pread_exact(head, sizeof head, offset));
+  auto size = LogEntryView::peek_entry_bytes({head, sizeof head}, offset);
+  if (!size.ok()) {
+    return Status::Corruption(
+        fmt::format("acceptor WAL {}: slot {}: {}", wal_->path(), slot, size.status().message()));
+  }
+  return uint64_t{*size};
+}
+
+Result<AcceptorLog::Location> AcceptorLog::locate(uint64_t slot) {
+  if (slot >= recent_base_) {
+    const uint64_t i = slot - recent_base_;
+    if (i < recent_.size() && recent_[i].offset != kNoOffset) {
+      return Location{recent_[i].offset, recent_[i].checksum};
+    }
+  } else if (const Group& g = groups_[(slot - 1) / kIndexGroupSlots]; g.offset != kNoOffset) {
+    const uint32_t k = static_cast<uint32_t>((slot - 1) % kIndexGroupSlots);
+    if (g.irregular != kRegularGroup) return Location{irregular_[g.irregular][k], 0};
+    if (k != 0 && cursor_slot_ == slot) return Location{cursor_offset_, 0};
+    uint64_t offset = g.offset;
+    for (uint32_t i = 0; i < k; ++i) {  // bounded: hops over < kIndexGroupSlots headers
+      auto size = read_entry_size(slot - k + i, offset);
+      if (!size.ok()) return size.status();
+      offset += *size;
+    }
+    return Location{offset, 0};
+  }
+  return Status::NotFound(
+      fmt::format("acceptor WAL {}: slot {} is not in the log", wal_->path(), slot));
+}
+
+// Reads and validates the entry of `slot` at `at` into dst (at most `room` bytes).
+Status AcceptorLog::read_one(uint64_t slot, const Location& at, size_t room, std::byte* dst,
+                             uint64_t* entry_bytes) const {
+  auto size = read_entry_size(slot, at.offset);
+  if (!size.ok()) return size.status();
+  *entry_bytes = *size;
+  if (*size > room) {
+    return Status::InvalidArgument(fmt::format(
+        "acceptor WAL {}: slot {} holds {} bytes, more than the {} bytes left in this read",
+        wal_->path(), slot, *size, room));
+  }
+  SHOAL_TRY(pread_exact(dst, *size, at.offset));
+  auto view = LogEntryView::parse({dst, *size}, at.offset);
+  std::string problem;
+  if (!view.ok()) {
+    problem = view.status().message();
+  } else if (view->id().sequence != slot) {
+    problem = fmt::format("entry at offset {} has sequence {}", at.offset, view->id().sequence);
+  } else if (at.checksum != 0 && view->checksum() != at.checksum) {
+    problem = fmt::format("entry at offset {} has checksum {:#x}, the journal names {:#x}",
+                          at.offset, view->checksum(), at.checksum);
+  }
+  if (problem.empty()) return Status::Ok();
+  return Status::Corruption(
+      fmt::format("acceptor WAL {}: slot {}: {}; not served", wal_->path(), slot, problem));
+}
+
+Status AcceptorLog::read(uint64_t from_slot, uint64_t to_slot, uint32_t max_entries,
+                         size_t max_bytes, std::vector<ChosenEntry>* out) {
+  out->clear();
+  if (from_slot == 0 || from_slot > chosen_noted_) {
+    return Status::NotFound(fmt::format("acceptor WAL {}: slot {} is not chosen here (chosen {})",
+                                        wal_->path(), from_slot, chosen_noted_));
+  }
+  to_slot = std::min(to_slot, chosen_noted_);
+  if (read_buf_bytes_ < max_bytes) {  // grows to the caller's message size once
+    read_buf_.reset(new uint64_t[(max_bytes + 7) / 8]);
+    read_buf_bytes_ = max_bytes;
+  }
+  std::byte* buf = reinterpret_cast<std::byte*>(read_buf_.get());
+  size_t used = 0;
+  // Bounded by max_entries. After the first entry a problem ends the read with what was good;
+  // the next read starts at the bad slot and reports it.
+  for (uint64_t slot = from_slot; slot <= to_slot && out->size() < max_entries; ++slot) {
+    auto at = locate(slot);
+    uint64_t size = 0;
+    Status st = at.ok() ? read_one(slot, *at, max_bytes - used, buf + used, &size) : at.status();
+    if (!st.ok() && !out->empty()) break;
+    SHOAL_TRY(st);
+    out->push_back({slot, {buf + used, size}});
+    used += size;
+    cursor_slot_ = slot + 1;
+    cursor_offset_ = at->offset + size;
+  }
+  return Status::Ok();
 }
 
 }  // namespace shoal::repl

@@ -5,8 +5,8 @@
 //  - stream-<s>.wal: the accepted log entries, byte for byte (src/repl/wal.h, with
 //    allow_rewrites: a slot accepted again in a higher ballot appears again, last copy wins);
 //  - stream-<s>.acc: a journal of fixed 48-byte records: promise(ballot), accept(slot, ballot,
-//    entry checksum) and chosen(index). Each record carries its own XXH3, so a torn tail is
-//    detected and cut.
+//    entry checksum), learned(slot, entry checksum) (a chosen value stored by catch-up) and
+//    chosen(index). Each record carries its own XXH3, so a torn tail is detected and cut.
 // Why a journal beside the WAL rather than ballots inside it: the entry bytes must stay
 // identical on every replica (checksummed, replayed as they are), while the ballot an acceptor
 // accepted them in is that acceptor's own fact.
@@ -17,12 +17,26 @@
 // by FsyncPolicy, both syncs), so what it acknowledged is what recovery restores. chosen(index)
 // records are hints written without a sync: losing them costs a re-learn from the leader.
 //
-// Threads: owned by the stream's thread (the replica's event loop); hooks() run there.
+// Serving chosen slots (ChosenSlotSource): a leader catches up a follower that lags beyond the
+// slots its store retains by reading them back from this WAL, byte for byte. The index is
+// sparse: per group of kIndexGroupSlots chosen slots, the offset of the first slot's copy when
+// the group's counted copies lie back to back (the normal case: one proposal after another),
+// else one offset per slot of that group (rare: rewrites after an election, retransmissions
+// out of order); per slot (offset, checksum) only for slots not yet in a sealed group (above
+// the chosen index, bounded by the acceptance window). A read pread()s at most max_bytes into
+// one reusable buffer and validates every entry (parse with checksum, sequence, and for
+// unsealed slots the checksum the journal named) before returning it.
+//
+// Threads: owned by the stream's thread (the replica's event loop); hooks() and read() run
+// there.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "shoal/status.h"
 #include "src/repl/paxos_stream.h"
@@ -38,7 +52,7 @@ struct AcceptorRecovery {
   uint64_t wal_bytes = 0;
 };
 
-class AcceptorLog {
+class AcceptorLog final : public ChosenSlotSource {
  public:
   // Opens (creating) <dir>/stream-<stream>.{wal,acc}. REQUIRES: dir exists.
   // accept_sync_elsewhere: the accept hook never syncs (nor marks dirty); the owner syncs
@@ -73,16 +87,53 @@ class AcceptorLog {
 
   uint64_t wal_bytes() const { return wal_->end_offset(); }
 
+  // ChosenSlotSource: slots at or below the index given to note_chosen() (or recovered), read
+  // back from the WAL. Not found: not chosen yet, or this replica's WAL lacks the slot.
+  [[nodiscard]] Status read(uint64_t from_slot, uint64_t to_slot, uint32_t max_entries,
+                            size_t max_bytes, std::vector<ChosenEntry>* out) override;
+  // Memory held by the slot index (the bound the tests check).
+  size_t index_bytes() const;
+
+  static constexpr uint32_t kIndexGroupSlots = 64;
+
  private:
-  AcceptorLog(std::unique_ptr<Wal> wal, int journal_fd, std::string journal_path,
-              FsyncPolicy fsync, bool accept_sync_elsewhere)
+  AcceptorLog(std::unique_ptr<Wal> wal, int journal_fd, std::string journal_path, FsyncPolicy fsync,
+              bool accept_sync_elsewhere)
       : wal_(std::move(wal)),
         journal_fd_(journal_fd),
         journal_path_(std::move(journal_path)),
         fsync_(fsync),
         accept_sync_elsewhere_(accept_sync_elsewhere) {}
-  [[nodiscard]] Status append_record(uint32_t kind, uint64_t slot, Ballot ballot,
-                                     uint64_t checksum, bool sync);
+  [[nodiscard]] Status append_record(uint32_t kind, uint64_t slot, Ballot ballot, uint64_t checksum,
+                                     bool sync);
+  [[nodiscard]] Status persist_accept(uint64_t slot, Ballot b, std::span<const std::byte> entry,
+                                      bool new_bytes);
+  [[nodiscard]] Status persist_learn(uint64_t slot, std::span<const std::byte> entry);
+
+  // The slot index (see the header comment).
+  static constexpr uint64_t kNoOffset = UINT64_MAX;
+  static constexpr uint32_t kRegularGroup = UINT32_MAX;
+  static constexpr uint64_t kRecentSlotsMax = uint64_t{1} << 20;  // beyond: not indexed
+  struct SlotCopy {                                               // the counted copy of one slot
+    uint64_t offset = kNoOffset;
+    uint64_t checksum = 0;
+    uint64_t bytes = 0;
+  };
+  struct Group {
+    uint64_t offset = kNoOffset;         // first slot's copy; kNoOffset: a slot is missing
+    uint32_t irregular = kRegularGroup;  // else the index into irregular_
+  };
+  struct Location {
+    uint64_t offset = 0;
+    uint64_t checksum = 0;  // 0: unknown (sealed slot; the copy was checked when sealed)
+  };
+  void index_copy(uint64_t slot, const SlotCopy& copy);
+  void seal_groups(uint64_t chosen_index);
+  [[nodiscard]] Result<Location> locate(uint64_t slot);
+  [[nodiscard]] Result<uint64_t> read_entry_size(uint64_t slot, uint64_t offset) const;
+  [[nodiscard]] Status pread_exact(std::byte* dst, size_t bytes, uint64_t offset) const;
+  [[nodiscard]] Status read_one(uint64_t slot, const Location& at, size_t room, std::byte* dst,
+                                uint64_t* entry_bytes) const;
 
   std::unique_ptr<Wal> wal_;
   int journal_fd_ = -1;
@@ -92,6 +143,14 @@ class AcceptorLog {
   uint64_t journal_end_ = 0;
   uint64_t chosen_noted_ = 0;
   bool dirty_ = false;
+
+  std::deque<SlotCopy> recent_;  // slots [recent_base_, ...): not yet in a sealed group
+  uint64_t recent_base_ = 1;     // 1 + kIndexGroupSlots * groups_.size()
+  std::vector<Group> groups_;
+  std::vector<std::array<uint64_t, kIndexGroupSlots>> irregular_;
+  uint64_t cursor_slot_ = 0, cursor_offset_ = 0;  // where the slot after the last read lies
+  std::unique_ptr<uint64_t[]> read_buf_;          // reused; grows to the largest max_bytes
+  size_t read_buf_bytes_ = 0;
 };
 
 }  // namespace shoal::repl

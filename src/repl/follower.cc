@@ -199,6 +199,14 @@ void Follower::on_message(uint32_t session, std::span<const uint8_t> bytes) {
   if (session == kControlSession) {
     handle_control(bytes);
   } else if (session < streams_.size()) {
+    // Catch-up could fill the replay queue (the poller then stops reading, the leader's
+    // heartbeats go unheard and this replica would stand for election): past half of it,
+    // learn messages are dropped, and the leader sends them again after a retransmit period.
+    if (replay_pending_.load(std::memory_order_acquire) >= kReplayQueueMax / 2 &&
+        PaxosStream::is_learn_message(std::as_bytes(bytes))) {
+      ++learns_deferred_;
+      return;
+    }
     streams_[session]->paxos->on_message(0, std::as_bytes(bytes));
   }
   // Other sessions (a stream before the schema arrived): dropped; Paxos retransmits.
@@ -448,11 +456,11 @@ void Follower::on_tick(void* self, uint64_t) {
     const PaxosStream& p = *f->streams_[0]->paxos;
     std::fprintf(stderr,
                  "replica %u: stream 0 chosen %lu role %d ballot %lx, applied %lx, queued %zu, "
-                 "received %lu malformed %lu bad %lu window %lu txns %lu\n",
+                 "received %lu malformed %lu bad %lu window %lu txns %lu learns deferred %lu\n",
                  f->options_.replica, p.chosen_index(), static_cast<int>(p.role()), p.ballot(),
                  f->applied_tid(), f->replay_pending_.load(), p.stats().messages_received,
                  p.stats().malformed, p.stats().bad_entries, p.stats().out_of_window,
-                 f->replay_txns_.load());
+                 f->replay_txns_.load(), f->learns_deferred_);
   }
   if ((f->stop_ != nullptr && f->stop_->load(std::memory_order_acquire)) || !f->failed_.ok()) {
     f->loop_->stop();

@@ -9,8 +9,10 @@
 // before it talks to anyone); run() dials the leader, says hello, receives the schema (first
 // start) and then follows until the leader closes the connection (returns Ok), *stop is set,
 // or an error. The streams then catch up by Paxos (accepts retransmitted, chosen entries sent
-// by paxos_learn). Catch-up is served from the leader's memory (retain_chosen_slots): a
-// follower that lags further needs catch-up from the leader's WAL (not built yet).
+// by paxos_learn). Catch-up is served from the leader's memory (retain_chosen_slots) or, for a
+// follower that lags further, from the leader's WAL (AcceptorLog as ChosenSlotSource); learned
+// entries go into this replica's WAL too. While the replay queue is over half full, learn
+// messages are dropped (learns_deferred_) so catch-up never stops the network thread reading.
 //
 // Topology today: followers talk to the leader only (a star); messages a stream addresses to
 // another follower are dropped. Elections among followers after a leader failure need the
@@ -146,6 +148,7 @@ class Follower {
   std::atomic<uint64_t> replay_pending_{0};  // queued or in hand
   std::atomic<uint64_t> applied_{0}, replay_txns_{0}, replay_writes_{0}, replay_cpu_ns_{0};
   uint64_t last_debug_ns_ = 0;
+  uint64_t learns_deferred_ = 0;  // network thread
   // Follower reads (serve_reads > 0).
   void start_readers();
   void stop_readers();

@@ -52,6 +52,10 @@ struct ReplicationLeader::Stream {
   std::unique_ptr<PaxosStream> paxos;
   std::deque<SealedEntry> pending;  // sealed, not yet proposed (bounded by the buffer pool)
   bool leading = false;
+  // By replica: catching up (not waited for) until back within follower_lag_slots_max.
+  std::array<bool, kPaxosReplicasMax> catching_up{};
+  uint64_t catchup_errors_seen = 0;
+  bool catchup_wal_noted = false;  // said once on stderr
   explicit Stream(uint64_t retain) : store(retain) {}
 };
 
@@ -155,6 +159,8 @@ Status ReplicationLeader::init() {
     st->paxos = std::make_unique<PaxosStream>(
         RealEnv::instance(), *st->transport, st->store, po,
         [this, raw](uint64_t slot, std::span<const std::byte> e) { on_chosen(*raw, slot, e); });
+    // A follower lagging beyond the retained slots is caught up from our WAL.
+    if (st->log) st->paxos->set_chosen_source(st->log.get());
     streams_.push_back(std::move(st));
   }
   return Status::Ok();
@@ -224,6 +230,7 @@ void ReplicationLeader::tick() {
   uint32_t leading = 0;
   for (auto& s : streams_) {
     s->paxos->tick();
+    update_catching_up(*s);  // also while nothing is proposed (stats)
     s->leading = s->paxos->is_leader();
     leading += s->leading ? 1 : 0;
     drain(*s);
@@ -235,8 +242,28 @@ void ReplicationLeader::tick() {
     request = report_request_;
     stats_.proposed = stats_.chosen = stats_.retransmits = stats_.messages_sent = 0;
     stats_.elections = stats_.stepped_down = stats_.became_leader = 0;
+    stats_.catchup_entries = stats_.catchup_wal_entries = stats_.catchup_errors = 0;
+    stats_.catchup_bytes = 0;
+    stats_.catching_up = 0;
     for (auto& s : streams_) {
       const PaxosStats& ps = s->paxos->stats();
+      stats_.catchup_entries += ps.catchup_entries_sent;
+      stats_.catchup_bytes += ps.catchup_bytes_sent;
+      stats_.catchup_wal_entries += ps.catchup_source_entries;
+      stats_.catchup_errors += ps.catchup_source_errors;
+      for (uint32_t r = 1; r < options_.replicas; ++r) stats_.catching_up += s->catching_up[r];
+      if (ps.catchup_source_entries > 0 && !s->catchup_wal_noted) {
+        s->catchup_wal_noted = true;
+        std::fprintf(stderr, "replication: stream %u: catching up a follower from the WAL\n",
+                     s->id);
+      }
+      if (ps.catchup_source_errors > s->catchup_errors_seen) {
+        if (s->catchup_errors_seen == 0) {
+          std::fprintf(stderr, "replication: stream %u: catch-up from the WAL refused: %s\n", s->id,
+                       s->paxos->last_catchup_error().to_string().c_str());
+        }
+        s->catchup_errors_seen = ps.catchup_source_errors;
+      }
       stats_.proposed += ps.proposed;
       stats_.chosen += ps.chosen;
       stats_.retransmits += ps.retransmits;
@@ -254,11 +281,13 @@ void ReplicationLeader::tick() {
     const LeaderStats st = stats();
     std::fprintf(stderr,
                  "repl: leading %u/%u proposed %lu chosen %lu elections %lu stepped_down %lu "
-                 "retransmits %lu watermark %lx pending %zu room %u role %d lag_waits %lu\n",
+                 "retransmits %lu watermark %lx pending %zu room %u role %d lag_waits %lu "
+                 "catching_up %lu catchup %lu entries (%lu from the WAL) %lu bytes\n",
                  leading, options_.streams, st.proposed, st.chosen, st.elections, st.stepped_down,
                  st.retransmits, watermark(), streams_[0]->pending.size(),
                  streams_[0]->paxos->pipeline_room(), static_cast<int>(streams_[0]->paxos->role()),
-                 st.lag_waits);
+                 st.lag_waits, st.catching_up, st.catchup_entries, st.catchup_wal_entries,
+                 st.catchup_bytes);
   }
   if (!request.is_null() && now - last_request_ns_ >= 20'000'000) {
     last_request_ns_ = now;
@@ -304,14 +333,33 @@ void ReplicationLeader::drain(Stream& s) {
   }
 }
 
-bool ReplicationLeader::followers_keep_up(Stream& s) {
-  // A follower that lags beyond the retained slots could only catch up from a WAL or a
-  // snapshot (not built): a WAN run once stranded one so after an election, and the run then
-  // waited for it forever. Waiting here slows the shard to its slowest connected follower,
-  // as TCP backpressure did before, but without a follower ever falling out of reach.
+void ReplicationLeader::update_catching_up(Stream& s) {
+  // Far behind (found beyond the bound plus a pipeline, or just (re)connected): catching up,
+  // until back within the bound.
   const uint64_t next = s.paxos->next_slot();
+  const uint64_t bound = options_.follower_lag_slots_max;
   for (uint32_t r = 1; r < peers_.size(); ++r) {
     if (!peers_[r] || peers_[r]->dead) continue;
+    const uint64_t peer_chosen = s.paxos->peer_chosen_index(r);
+    if (peer_chosen + bound + options_.paxos.pipeline_slots < next) {
+      s.catching_up[r] = true;
+    } else if (peer_chosen + bound >= next) {
+      s.catching_up[r] = false;
+    }
+  }
+}
+
+bool ReplicationLeader::followers_keep_up(Stream& s) {
+  // A healthy follower is waited for at follower_lag_slots_max: it then never falls out of
+  // the retained slots (a WAN run once stranded one so, when catch-up came from memory only)
+  // and the shard goes at its slowest healthy follower's pace, as TCP backpressure made it.
+  // A follower far behind (reconnected, restarted, or found beyond the bound plus a pipeline)
+  // is caught up from the WAL while the shard goes on without it; it is waited for again
+  // once back within the bound. Leader, one healthy follower: still a majority.
+  update_catching_up(s);
+  const uint64_t next = s.paxos->next_slot();
+  for (uint32_t r = 1; r < peers_.size(); ++r) {
+    if (!peers_[r] || peers_[r]->dead || s.catching_up[r]) continue;
     if (s.paxos->peer_chosen_index(r) + options_.follower_lag_slots_max < next) {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.lag_waits;
@@ -424,6 +472,8 @@ void ReplicationLeader::accept_connections() {
           std::lock_guard<std::mutex> lock(mu_);
           lost_[replica] = false;
         }
+        // What we know of its chosen index is stale: catching up until it reports otherwise.
+        for (auto& s : streams_) s->catching_up[replica] = true;
         Peer* p = peers_[replica].get();
         rt::PollerWake wake;
         wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {

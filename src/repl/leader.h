@@ -22,6 +22,7 @@
 // thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -77,8 +78,10 @@ struct LeaderOptions {
   PaxosOptions paxos;  // shard/stream/replica fields are set per stream
   uint64_t retain_chosen_slots = 256;
   // Proposals stop while a connected follower's reported chosen index lags the next slot by
-  // more than this, so it never falls behind the retained slots (catch-up from memory stays
-  // possible; catch-up from the WAL is not built). REQUIRES: < retain_chosen_slots.
+  // more than this, so a healthy follower stays within the retained slots (caught up from
+  // memory). A follower that (re)connects or is found further behind than this plus
+  // PaxosOptions::pipeline_slots is catching up (from the WAL, paced): it is not waited for
+  // until it is back within this bound. REQUIRES: < retain_chosen_slots.
   uint64_t follower_lag_slots_max = 192;
   Schema schema;  // sent to every follower
 };
@@ -87,7 +90,12 @@ struct LeaderStats {
   uint64_t proposed = 0, chosen = 0, retransmits = 0, messages_sent = 0, bytes_sent = 0;
   uint64_t restamped = 0, send_errors = 0, followers_connected = 0;
   uint64_t elections = 0, stepped_down = 0, became_leader = 0;
-  uint64_t lag_waits = 0;  // drains that stopped proposing for a follower lagging too far
+  uint64_t lag_waits = 0;            // drains that stopped proposing for a follower lagging too far
+  uint64_t catchup_entries = 0;      // chosen entries sent by paxos_learn
+  uint64_t catchup_bytes = 0;        // ... their bytes
+  uint64_t catchup_wal_entries = 0;  // ... of which read back from the WAL
+  uint64_t catchup_errors = 0;       // WAL reads refused (the first is printed)
+  uint64_t catching_up = 0;          // (stream, follower) pairs not waited for right now
 };
 
 class ReplicationLeader {
@@ -138,6 +146,7 @@ class ReplicationLeader {
   void drain(Stream& s);
   // False (counted in lag_waits) while a connected follower lags follower_lag_slots_max.
   bool followers_keep_up(Stream& s);
+  void update_catching_up(Stream& s);
   void sync_logs();
   void accept_connections();
   void poll_peer(Peer& p);

@@ -180,15 +180,19 @@ void PaxosAcceptorStore::mark_chosen(uint64_t slot) {
   s.chosen = true;
 }
 
-void PaxosAcceptorStore::learn(uint64_t slot, std::span<const std::byte> bytes) {
+Status PaxosAcceptorStore::learn(uint64_t slot, std::span<const std::byte> bytes) {
   PaxosSlot& s = at(slot);
   if (s.chosen) {
     SHOAL_ASSERT(s.value.same_bytes(bytes),
                  "Paxos safety violated: two different values chosen for slot %lu", slot);
-    return;
+    return Status::Ok();
   }
-  if (!s.value.same_bytes(bytes)) s.value = EntryBuffer(bytes);
+  if (!s.value.same_bytes(bytes)) {
+    if (hooks_.on_learn) SHOAL_TRY(hooks_.on_learn(slot, bytes));
+    s.value = EntryBuffer(bytes);
+  }
   s.chosen = true;
+  return Status::Ok();
 }
 
 uint64_t PaxosAcceptorStore::advance() {
@@ -221,6 +225,9 @@ PaxosStream::PaxosStream(Env& env, PaxosTransport& transport, PaxosAcceptorStore
   SHOAL_ASSERT(options_.replica_id < options_.replica_count, "replica_id %u", options_.replica_id);
   SHOAL_ASSERT(options_.max_entries_per_message > 0 && options_.pipeline_slots > 0, "%s",
                "PaxosOptions bounds must be > 0");
+  SHOAL_ASSERT(options_.catchup_inflight_messages >= 1 &&
+                   options_.catchup_inflight_messages <= kCatchupInflightMax,
+               "catchup_inflight_messages %u", options_.catchup_inflight_messages);
   const uint64_t now = env_.now_ns();
   // Assume everyone alive at start: replica 0 wins the first election without a race.
   leader_heard_ns_ = now;
@@ -282,7 +289,8 @@ Result<uint64_t> PaxosStream::propose(std::span<const std::byte> entry, EntryChe
   begin(kPaxosAccept, ballot_, 0);
   add_entry(slot, ballot_, false, store_.find(slot)->value.span());
   for (uint32_t p = 0; p < options_.replica_count; ++p) {
-    if (p != options_.replica_id) send_to(p);
+    // A follower catching up would refuse a slot beyond its window: spare the bandwidth.
+    if (p != options_.replica_id && in_peer_window(p, slot)) send_to(p);
   }
   deliver_chosen();  // a single replica chooses at once
   return slot;
@@ -348,10 +356,7 @@ void PaxosStream::leader_tick(uint64_t now) {
     learn_mark_ = store_.chosen_index();
   }
   for (uint32_t p = 0; p < options_.replica_count; ++p) {
-    if (p != options_.replica_id && peer_chosen_[p] < learn_mark_prev_ &&
-        now >= peer_learn_ns_[p] + options_.retransmit_ns) {
-      send_learn(p, now);
-    }
+    if (p != options_.replica_id) pump_learn(p, now);
   }
 }
 
@@ -375,6 +380,7 @@ void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
       continue;
     }
     const uint64_t slot = inflight_base_ + i;
+    if (!in_peer_window(peer, slot)) break;  // the rest too: catch-up first
     const PaxosSlot* s = store_.find(slot);
     if (s == nullptr || s->value.empty()) continue;
     if (!add_entry(slot, ballot_, false, s->value.span())) {
@@ -388,20 +394,77 @@ void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
   if (out_entries_ > 0 || (heartbeat && !sent_any)) send_to(peer);
 }
 
-void PaxosStream::send_learn(uint32_t peer, uint64_t now) {
-  peer_learn_ns_[peer] = now;
-  const uint64_t from = peer_chosen_[peer] + 1;
-  if (from < store_.first_slot()) {
-    ++stats_.catchup_unavailable;  // trimmed: needs the WAL (not in this version)
-    return;
+// Catch-up of a follower whose chosen index is below what was chosen a retransmit period
+// ago. Near (within its acceptance window of our chosen index, so accepts bring it the new
+// slots): one learn message per retransmit period, as before there was a source. Far: up to
+// catchup_inflight_messages unacknowledged messages (its reported chosen index acknowledges
+// them), so a follower thousands of slots behind catches up at the pace it can take. A window
+// with no progress for a retransmit period starts over from its chosen index (lost, or the
+// follower restarted).
+void PaxosStream::pump_learn(uint32_t peer, uint64_t now) {
+  CatchUp& c = catchup_[peer];
+  while (c.count > 0 && peer_chosen_[peer] >= c.last_slot[c.head]) {
+    c.head = (c.head + 1) % kCatchupInflightMax;
+    --c.count;
   }
+  if (c.count > 0 && now >= c.sent_ns + options_.retransmit_ns) c.count = 0;
+  if (c.count == 0 && peer_chosen_[peer] >= learn_mark_prev_) return;  // keeping up
+  const bool far = peer_chosen_[peer] + options_.accept_window_slots < store_.chosen_index();
+  if (!far && now < c.sent_ns + options_.retransmit_ns) return;
+  const uint32_t window = far ? options_.catchup_inflight_messages : 1;
+  // Bounded by the window.
+  while (c.count < window) {
+    const uint64_t from = c.count == 0
+                              ? peer_chosen_[peer] + 1
+                              : c.last_slot[(c.head + c.count - 1) % kCatchupInflightMax] + 1;
+    if (from > store_.chosen_index()) break;
+    const uint64_t last = send_learn(peer, from);
+    if (last == 0) break;
+    c.last_slot[(c.head + c.count) % kCatchupInflightMax] = last;
+    ++c.count;
+    c.sent_ns = now;
+  }
+}
+
+// One paxos_learn message of chosen slots from `from` on: trimmed ones from the source, the
+// rest from the store. Returns the last slot sent, 0 if nothing was.
+uint64_t PaxosStream::send_learn(uint32_t peer, uint64_t from) {
+  const uint64_t chosen = store_.chosen_index();
   begin(kPaxosLearn, ballot_, 0);
-  for (uint64_t slot = from; slot <= store_.chosen_index(); ++slot) {
+  uint64_t slot = from;
+  if (slot < store_.first_slot()) {
+    if (source_ == nullptr) {
+      ++stats_.catchup_unavailable;
+      return 0;
+    }
+    // Every entry the source returns fits: room for the headers of a full message.
+    const size_t overhead =
+        kMsgHeaderBytes + size_t{options_.max_entries_per_message} * kEntryHeaderBytes;
+    const size_t budget =
+        options_.max_message_bytes > overhead ? options_.max_message_bytes - overhead : 0;
+    const Status st = source_->read(slot, std::min(chosen, store_.first_slot() - 1),
+                                    options_.max_entries_per_message, budget, &source_entries_);
+    if (!st.ok()) {
+      ++stats_.catchup_source_errors;
+      last_catchup_error_ = st;
+      return 0;
+    }
+    for (const ChosenEntry& e : source_entries_) {
+      if (e.slot != slot || !add_entry(slot, 0, true, e.bytes)) break;
+      ++stats_.catchup_entries_sent;
+      ++stats_.catchup_source_entries;
+      ++slot;
+    }
+  }
+  for (; slot >= store_.first_slot() && slot <= chosen; ++slot) {
     const PaxosSlot* s = store_.find(slot);
     if (!add_entry(slot, s->accepted, true, s->value.span())) break;
     ++stats_.catchup_entries_sent;
   }
+  if (slot == from) return 0;
+  stats_.catchup_bytes_sent += out_.size() - kMsgHeaderBytes - (slot - from) * kEntryHeaderBytes;
   send_to(peer);
+  return slot - 1;
 }
 
 // ---- elections and phase 1 -------------------------------------------------------------------
@@ -470,7 +533,8 @@ void PaxosStream::handle_promise(const Msg& m) {
       return;
     }
     if (e.chosen) {
-      store_.learn(e.slot, e.value);  // a chosen value is final: keep it at once
+      // A chosen value is final: keep it at once (persisted through on_learn).
+      if (!store_.learn(e.slot, e.value).ok()) ++stats_.learn_failed;
       return;
     }
     phase1_max_slot_ = std::max(phase1_max_slot_, e.slot);
@@ -520,7 +584,7 @@ void PaxosStream::finish_phase1() {
   next_slot_ = top + 1;
   inflight_.resize(top - chosen);
   peer_chosen_.fill(chosen);  // optimistic until the first replies say otherwise
-  peer_learn_ns_.fill(0);
+  catchup_.fill(CatchUp{});
   learn_mark_ = learn_mark_prev_ = chosen;
   for (uint64_t slot = chosen + 1; slot <= top; ++slot) repropose(slot);
   merged_.clear();
@@ -646,6 +710,7 @@ void PaxosStream::count_ack(uint64_t slot, uint32_t replica) {
 }
 
 void PaxosStream::handle_learn(const Msg& m) {
+  bool stored = false;
   m.for_each([&](const Msg::Entry& e) {
     if (!e.chosen || e.slot <= store_.chosen_index() || e.slot < store_.first_slot()) return;
     // A leader's next_slot_ is above every chosen slot (phase 1 saw them); keep it that way.
@@ -656,15 +721,28 @@ void PaxosStream::handle_learn(const Msg& m) {
       ++stats_.bad_entries;
       return;
     }
-    store_.learn(e.slot, copy.span());
+    if (!store_.learn(e.slot, copy.span()).ok()) {
+      ++stats_.learn_failed;  // not durable: the leader sends it again
+      return;
+    }
+    stored = true;
   });
   deliver_chosen();
+  // Acknowledge with our new chosen index at once: the leader paces catch-up by it.
+  if (stored && role_ != PaxosRole::kLeader) {
+    begin(kPaxosHeartbeat, store_.promised(), 0);
+    send_to(m.from);
+  }
 }
 
 void PaxosStream::handle_heartbeat(const Msg& m) {
   if (role_ == PaxosRole::kLeader) {
     peer_chosen_[m.from] = m.chosen_index;
-    if (m.ballot > ballot_) step_down();  // that replica promised a newer candidate
+    if (m.ballot > ballot_) {
+      step_down();  // that replica promised a newer candidate
+      return;
+    }
+    if (catchup_[m.from].count > 0) pump_learn(m.from, env_.now_ns());
   }
 }
 
@@ -693,6 +771,11 @@ void PaxosStream::deliver_chosen() {
 }
 
 // ---- messages ----------------------------------------------------------------------------------
+
+bool PaxosStream::is_learn_message(std::span<const std::byte> bytes) {
+  return bytes.size() >= kMsgHeaderBytes && load_u16(bytes.data()) == kMsgMagic &&
+         static_cast<uint8_t>(bytes[3]) == kPaxosLearn;
+}
 
 void PaxosStream::on_message(uint32_t from, std::span<const std::byte> bytes) {
   auto m = decode(bytes, options_);

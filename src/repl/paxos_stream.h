@@ -28,7 +28,13 @@
 //  - A slot is chosen when a majority accepted it in the leader's ballot. The leader's chosen
 //    index rides on every accept/heartbeat; a follower marks slot s chosen when it holds s
 //    accepted in that same ballot. Slots it lacks come by paxos_learn (catch-up): the leader
-//    sends chosen entries from the follower's reported chosen index on.
+//    sends chosen entries from the follower's reported chosen index on, from its store or,
+//    for slots the store trimmed, from a ChosenSlotSource (the acceptor's WAL). A follower
+//    within its acceptance window of the chosen index gets one learn message per retransmit
+//    period (accepts bring it the rest); one further behind, up to catchup_inflight_messages
+//    unacknowledged ones (it answers each with a heartbeat carrying its new chosen index).
+//    Accepts are not sent to a follower for slots beyond its acceptance window (it would
+//    refuse them).
 //
 // Safety argument (the classic one): a value is chosen in ballot b only if a majority accepted
 // it in b; any later ballot's phase 1 talks to a majority, which intersects that one, and
@@ -51,8 +57,8 @@
 // and the chosen callback must not call back into the stream.
 // Bounds: leader pipeline (pipeline_slots outstanding proposals), acceptor window (slots above
 // chosen_index + accept_window_slots are refused), entries and bytes per message, retained
-// chosen slots per store (older ones are dropped: catch-up of a replica that lags further
-// needs the WAL, see docs/REPLICATION.md).
+// chosen slots per store (older ones are dropped: a replica that lags further is caught up
+// from the ChosenSlotSource, see docs/REPLICATION.md), catch-up messages in flight per peer.
 #pragma once
 
 #include <array>
@@ -101,7 +107,12 @@ struct PaxosOptions {
   // acceptances (durable before they answer) already make a majority. Re-proposals after an
   // election still count at once (the owner syncs before handling their replies).
   bool defer_self_ack = false;
+  // Leader: unacknowledged paxos_learn messages per follower lagging beyond its acceptance
+  // window (each at most max_message_bytes), so catching up a far-behind follower neither
+  // floods its connection nor waits a round trip per message. In [1, kCatchupInflightMax].
+  uint32_t catchup_inflight_messages = 2;
 };
+inline constexpr uint32_t kCatchupInflightMax = 8;
 
 // Sends one message to a replica. Best effort: it may be lost, duplicated or reordered (the
 // protocol retransmits). `message` is valid only during the call. REQUIRES: does not call
@@ -110,6 +121,29 @@ class PaxosTransport {
  public:
   virtual ~PaxosTransport() = default;
   virtual void send(uint32_t to_replica, std::span<const std::byte> message) = 0;
+};
+
+// One chosen entry read from a ChosenSlotSource: its slot and its sealed bytes (8-byte aligned).
+struct ChosenEntry {
+  uint64_t slot = 0;
+  std::span<const std::byte> bytes;
+};
+
+// Where a leader finds chosen entries its PaxosAcceptorStore no longer holds (trimmed), to
+// catch up a follower that lags beyond the retained slots. AcceptorLog implements it over the
+// acceptor's WAL; tests may supply one from memory. Called on the stream's thread.
+class ChosenSlotSource {
+ public:
+  virtual ~ChosenSlotSource() = default;
+  // Fills `out` (cleared first) with the chosen entries of from_slot, from_slot + 1, ... up to
+  // to_slot, in slot order: at most max_entries, and only as many as fit in max_bytes in total
+  // (at least one unless an error is returned). Each entry was validated (LogEntryView::parse
+  // with its checksum, sequence == slot) and is the value chosen there; a copy failing that is
+  // an error, never returned. Spans stay valid until the next read().
+  // Errors: NotFound (from_slot is not chosen or not held), Corruption (a bad copy, named in
+  // the message), InvalidArgument (from_slot's entry alone exceeds max_bytes), IOError.
+  [[nodiscard]] virtual Status read(uint64_t from_slot, uint64_t to_slot, uint32_t max_entries,
+                                    size_t max_bytes, std::vector<ChosenEntry>* out) = 0;
 };
 
 // One entry's bytes, 8-byte aligned (LogEntryView::parse needs that) and immutable once
@@ -151,6 +185,9 @@ struct PersistHooks {
   std::function<Status(uint64_t slot, Ballot accepted, std::span<const std::byte> entry,
                        bool new_bytes)>
       on_accept;
+  // A chosen value stored by catch-up (paxos_learn, or a promise reporting it chosen) over
+  // what the slot held (nothing, or other bytes): a WAL appends the bytes and notes them chosen.
+  std::function<Status(uint64_t slot, std::span<const std::byte> entry)> on_learn;
 };
 
 struct PaxosSlot {
@@ -182,9 +219,11 @@ class PaxosAcceptorStore {
   [[nodiscard]] Status accept(uint64_t slot, Ballot b, std::span<const std::byte> bytes);
   // Marks a held slot chosen. REQUIRES: it holds a value.
   void mark_chosen(uint64_t slot);
-  // Stores chosen bytes (catch-up). A slot already chosen must hold the same bytes: anything
-  // else is a Paxos safety violation and aborts. REQUIRES: slot >= first_slot().
-  void learn(uint64_t slot, std::span<const std::byte> bytes);
+  // Stores chosen bytes (catch-up), persisted through on_learn unless the slot already held
+  // them. A slot already chosen must hold the same bytes: anything else is a Paxos safety
+  // violation and aborts. A failing hook leaves the slot as it was.
+  // REQUIRES: slot >= first_slot().
+  [[nodiscard]] Status learn(uint64_t slot, std::span<const std::byte> bytes);
   // Moves chosen_index over the chosen prefix; returns the new value.
   uint64_t advance();
   // Drops chosen slots beyond the retention below chosen_index. Call after delivery.
@@ -206,6 +245,10 @@ struct PaxosStats {
   uint64_t noops_proposed = 0, reproposed = 0, rejects_sent = 0, malformed = 0;
   uint64_t out_of_window = 0, bad_entries = 0, retransmits = 0, catchup_entries_sent = 0;
   uint64_t catchup_unavailable = 0, messages_sent = 0, messages_received = 0;
+  uint64_t catchup_bytes_sent = 0;      // entry bytes of catchup_entries_sent
+  uint64_t catchup_source_entries = 0;  // of catchup_entries_sent, read from the source
+  uint64_t catchup_source_errors = 0;   // reads of the source that failed (last_catchup_error)
+  uint64_t learn_failed = 0;            // learned entries the store could not persist
 };
 
 enum class PaxosRole : uint8_t { kFollower, kCandidate, kLeader };
@@ -235,11 +278,19 @@ class PaxosStream {
                                          EntryCheck check = EntryCheck::kFull);
 
   void on_message(uint32_t from_replica, std::span<const std::byte> message);
+  // Whether `message` is a paxos_learn (catch-up): a replica whose chosen entries pile up
+  // unapplied may drop these (the leader sends them again) without missing anything else.
+  static bool is_learn_message(std::span<const std::byte> message);
   // defer_self_ack: our acceptances of slots <= `slot` made in ballot `b` are durable.
   // Ignored unless we still lead in ballot b.
   void note_self_durable(Ballot b, uint64_t slot);
   // Heartbeats, retransmission, catch-up, elections. Call every ~1 ms (<< heartbeat_ns).
   void tick();
+  // Where the leader reads chosen slots its store trimmed (null: such a follower cannot be
+  // caught up, counted in catchup_unavailable). REQUIRES: outlives the stream.
+  void set_chosen_source(ChosenSlotSource* source) { source_ = source; }
+  // Why the last read of the source failed (ok if none did).
+  const Status& last_catchup_error() const { return last_catchup_error_; }
 
   PaxosRole role() const { return role_; }
   bool is_leader() const { return role_ == PaxosRole::kLeader; }
@@ -282,7 +333,11 @@ class PaxosStream {
   void leader_tick(uint64_t now_ns);
   void send_due_accepts(uint64_t now_ns, bool heartbeat);
   void send_accepts(uint32_t peer, uint64_t now_ns, bool heartbeat);
-  void send_learn(uint32_t peer, uint64_t now_ns);
+  void pump_learn(uint32_t peer, uint64_t now_ns);
+  uint64_t send_learn(uint32_t peer, uint64_t from_slot);  // last slot sent; 0: none
+  bool in_peer_window(uint32_t peer, uint64_t slot) const {
+    return slot <= peer_chosen_[peer] + options_.accept_window_slots;
+  }
   void count_ack(uint64_t slot, uint32_t replica);
   void apply_commit(Ballot b, uint64_t commit_index);
   void deliver_chosen();
@@ -311,7 +366,16 @@ class PaxosStream {
   uint64_t next_heartbeat_ns_ = 0;
   std::array<uint64_t, kPaxosReplicasMax> peer_heard_ns_{};
   std::array<uint64_t, kPaxosReplicasMax> peer_chosen_{};
-  std::array<uint64_t, kPaxosReplicasMax> peer_learn_ns_{};
+  // Leader: per follower, the last slots of its unacknowledged learn messages (a ring).
+  struct CatchUp {
+    std::array<uint64_t, kCatchupInflightMax> last_slot{};
+    uint32_t head = 0, count = 0;
+    uint64_t sent_ns = 0;  // of the newest one
+  };
+  std::array<CatchUp, kPaxosReplicasMax> catchup_{};
+  ChosenSlotSource* source_ = nullptr;
+  std::vector<ChosenEntry> source_entries_;  // reused
+  Status last_catchup_error_;
   uint64_t learn_mark_ = 0;       // leader: chosen index at the last catch-up period
   uint64_t learn_mark_prev_ = 0;  // ... and at the one before (catch-up sends below it)
   uint64_t learn_mark_ns_ = 0;

@@ -73,11 +73,12 @@ bool is_noop(const Bytes& e) {
 }
 
 struct Cluster {
-  explicit Cluster(uint32_t n = 3, PaxosOptions base = {}) : options(base) {
+  explicit Cluster(uint32_t n = 3, PaxosOptions base = {}, uint64_t retain = uint64_t{1} << 16)
+      : options(base) {
     options.replica_count = n;
     for (uint32_t i = 0; i < n; ++i) {
       transports.push_back(std::make_unique<QueueTransport>(&queue, i));
-      stores.push_back(std::make_unique<PaxosAcceptorStore>());
+      stores.push_back(std::make_unique<PaxosAcceptorStore>(retain));
       logs.emplace_back();
       streams.emplace_back();
       restart(i);
@@ -452,6 +453,125 @@ TEST(PaxosStream, DeferredSelfAckCountsOnlyWhenDurable) {
   EXPECT_EQ(c.streams[0]->chosen_index(), 1u);
   c.streams[0]->note_self_durable(c.streams[0]->ballot(), 2);
   EXPECT_EQ(c.streams[0]->chosen_index(), 2u);
+}
+
+}  // namespace
+}  // namespace shoal::repl
+
+namespace shoal::repl {
+namespace {
+
+// A ChosenSlotSource over a replica's delivered log (what its WAL would hold), counting reads.
+class LogSource final : public ChosenSlotSource {
+ public:
+  explicit LogSource(const std::vector<Bytes>& log) : log_(log) {}
+  Status read(uint64_t from, uint64_t to, uint32_t max_entries, size_t max_bytes,
+              std::vector<ChosenEntry>* out) override {
+    out->clear();
+    ++reads;
+    if (from == 0 || from > log_.size()) return Status::NotFound("not chosen");
+    size_t used = 0;
+    for (uint64_t s = from; s <= std::min<uint64_t>(to, log_.size()); ++s) {
+      const Bytes& e = log_[s - 1];
+      if (out->size() == max_entries || used + e.size() > max_bytes) break;
+      out->push_back({s, e});
+      used += e.size();
+    }
+    max_returned = std::max<size_t>(max_returned, out->size());
+    return Status::Ok();
+  }
+  uint64_t reads = 0;
+  size_t max_returned = 0;
+
+ private:
+  const std::vector<Bytes>& log_;
+};
+
+// Replica 2 is cut off while the leader chooses ten times the slots its store retains (16).
+// Healed, it cannot be caught up from memory (counted, nothing sent); given a source (the
+// leader's WAL), it catches up fully, a few messages in flight at a time, and its log is
+// identical to the others'.
+TEST(PaxosStream, IsolatedReplicaCatchesUpBeyondTheRetainedSlotsFromTheSource) {
+  PaxosOptions o;
+  o.pipeline_slots = 8;
+  o.max_entries_per_message = 8;
+  Cluster c(3, o, /*retain=*/16);
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  c.queue.drop = [](const Packet& p) { return p.from == 2 || p.to == 2; };
+  uint64_t tid = 1;
+  for (int ms = 0; ms < 2000 && c.streams[0]->chosen_index() < 160; ++ms) {
+    while (c.streams[0]->pipeline_room() > 0 && c.streams[0]->next_slot() <= 160) {
+      ASSERT_TRUE(c.propose(0, tid++).ok());
+    }
+    c.run_ms(1);
+  }
+  ASSERT_EQ(c.streams[0]->chosen_index(), 160u);
+  ASSERT_GT(c.stores[0]->first_slot(), 100u);  // trimmed: memory cannot serve replica 2
+  const uint64_t isolated_at = c.streams[2]->chosen_index();
+  ASSERT_LT(isolated_at, 10u);
+  c.queue.drop = nullptr;
+  c.run_ms(500);
+  const int leader = c.leader();
+  ASSERT_GE(leader, 0);
+  ASSERT_NE(leader, 2);  // 2 is far behind: it cannot win a majority's promises
+  EXPECT_LT(c.streams[2]->chosen_index(), 160u);
+  EXPECT_GT(c.streams[leader]->stats().catchup_unavailable, 0u);
+  LogSource source(c.logs[leader]);
+  c.streams[leader]->set_chosen_source(&source);
+  // What goes to replica 2 now is catch-up (a follower with a full replay queue drops exactly
+  // these, PaxosStream::is_learn_message); the heartbeats it answers with are not.
+  int learns = 0, others = 0;
+  c.queue.drop = [&](const Packet& p) {
+    (PaxosStream::is_learn_message(p.bytes) ? learns : others) += p.to == 2 || p.from == 2;
+    return false;
+  };
+  for (int ms = 0; ms < 2000 && c.streams[2]->chosen_index() < 160; ++ms) c.run_ms(1);
+  c.queue.drop = nullptr;
+  EXPECT_GT(learns, 0);
+  EXPECT_GT(others, 0);
+  EXPECT_FALSE(PaxosStream::is_learn_message(make_entry(1, 1)));  // not a Paxos message
+  EXPECT_EQ(c.streams[2]->chosen_index(), 160u);
+  EXPECT_EQ(c.logs[2].size(), 160u);
+  EXPECT_EQ(c.logs[2], c.logs[0]);
+  c.expect_prefix_consistent();
+  const PaxosStats& ls = c.streams[leader]->stats();
+  EXPECT_GT(ls.catchup_source_entries, 100u);
+  EXPECT_EQ(ls.catchup_source_errors, 0u);
+  EXPECT_LE(source.max_returned, 8u);  // one message's worth per read
+  // New proposals still reach everyone.
+  ASSERT_TRUE(c.propose(leader, tid++).ok());
+  c.run_ms(20);
+  EXPECT_EQ(c.streams[2]->chosen_index(), 161u);
+}
+
+// A source that refuses (a corrupted WAL copy) sends nothing and keeps the error.
+TEST(PaxosStream, SourceErrorsAreCountedAndNothingIsSent) {
+  class Refusing final : public ChosenSlotSource {
+   public:
+    Status read(uint64_t, uint64_t, uint32_t, size_t, std::vector<ChosenEntry>* out) override {
+      out->clear();
+      return Status::Corruption("acceptor WAL x: slot 3: bad; not served");
+    }
+  } refusing;
+  Cluster c(3, {}, /*retain=*/4);
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  c.streams[0]->set_chosen_source(&refusing);
+  c.queue.drop = [](const Packet& p) { return p.from == 2 || p.to == 2; };
+  for (uint64_t i = 0; i < 20; ++i) {
+    ASSERT_TRUE(c.propose(0, i + 1).ok());
+    c.run_ms(1);
+  }
+  c.run_ms(20);
+  const uint64_t behind = c.streams[2]->chosen_index();
+  c.queue.drop = nullptr;
+  c.run_ms(300);
+  EXPECT_EQ(c.streams[2]->chosen_index(), behind);
+  EXPECT_GT(c.streams[0]->stats().catchup_source_errors, 0u);
+  EXPECT_EQ(c.streams[0]->stats().catchup_source_entries, 0u);
+  EXPECT_EQ(c.streams[0]->last_catchup_error().message(),
+            "acceptor WAL x: slot 3: bad; not served");
 }
 
 }  // namespace

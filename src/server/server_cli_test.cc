@@ -479,6 +479,75 @@ TEST_F(ServerCli, DeadFollowerDoesNotStopItsShard) {
   EXPECT_NE(o.output.find("stopped 5 processes"), std::string::npos) << o.output;
 }
 
+// A follower killed (SIGKILL) while its shard commits far more entries than its leader keeps
+// in memory (--retain-slots 16; a 3 s micro run seals hundreds to thousands of entries),
+// restarted from its WAL as `cluster up` starts it
+// (`shoal replica ... --data-dir`): the leader catches it up from its own WAL, and `cluster
+// digest` finds every replica identical.
+TEST_F(ServerCli, KilledFollowerRestartedFarBehindCatchesUpFromTheLeadersWal) {
+  write_replicated_config(1, 3);
+  struct Children {  // killed and reaped whatever happens
+    std::vector<std::pair<pid_t, std::string>> list;
+    Outcome reap(size_t i, double timeout_s) {  // once per child
+      const Outcome o = finish(list[i].first, list[i].second, timeout_s);
+      list[i].first = -1;
+      return o;
+    }
+    ~Children() {
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (list[i].first <= 0) continue;
+        kill(list[i].first, SIGKILL);
+        reap(i, 10);
+      }
+    }
+  } children;
+  auto spawn = [&](const std::vector<std::string>& args, const std::string& log) {
+    const pid_t pid = start(args, path(log));
+    children.list.emplace_back(pid, path(log));
+    return pid;
+  };
+  spawn({"server", "--config", config_, "--shard", "0", "--keys-per-partition", "20000",
+         "--data-dir", path("r0"), "--retain-slots", "16"},
+        "server.log");
+  auto replica = [&](const std::string& r, const std::string& log) {
+    return spawn({"replica", "--config", config_, "--shard", "0", "--replica", r, "--data-dir",
+                  path("r" + r)},
+                 log);
+  };
+  replica("1", "replica-1.log");
+  const pid_t victim = replica("2", "replica-2.log");
+  Outcome o;
+  for (int i = 0; i < 300; ++i) {  // ready: the followers installed the load (bounded: 60 s)
+    o = run({"cluster", "status", "--config", config_}, 10);
+    if (o.exit_code == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  o = run({"bench", "micro", "--cluster", config_, "--seconds", "3"}, 120);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("shard 0 replica 2: LOST"), std::string::npos) << o.output;
+  replica("2", "replica-2-restarted.log");
+  // Until it has dialed its leader the digest reports it lost (bounded: 60 s).
+  for (int i = 0; i < 120; ++i) {
+    o = run({"cluster", "digest", "--config", config_}, 120);
+    if (o.exit_code != 1 || o.output.find("LOST") == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
+  kill(children.list[0].first, SIGTERM);
+  const Outcome server = children.reap(0, 30);
+  const Outcome restarted = children.reap(children.list.size() - 1, 30);
+  EXPECT_NE(restarted.output.find("recovered"), std::string::npos) << restarted.output;
+  // The leader served slots it no longer held in memory from its WAL, and refused none.
+  EXPECT_NE(server.output.find("catching up a follower from the WAL"), std::string::npos)
+      << server.output;
+  EXPECT_EQ(server.output.find("catch-up from the WAL refused"), std::string::npos)
+      << server.output;
+  config_.clear();  // nothing for TearDown's `cluster down`
+}
+
 // A leader that changes a record without logging it (a planted bug): `cluster digest` names
 // the replica that differs and exits 3.
 TEST_F(ServerCli, ClusterDigestFindsAPlantedDifference) {

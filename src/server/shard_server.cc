@@ -792,6 +792,8 @@ Status ShardServer::start_replication() {
   if (!fsync.ok()) return fsync.status();
   lo.fsync = *fsync;
   lo.paxos = repl::paxos_options_for_rtt(rtt_ns_max);
+  lo.retain_chosen_slots = options_.retain_slots;
+  lo.follower_lag_slots_max = options_.retain_slots * 3 / 4;
   lo.schema = repl::Schema::of(*engine_, options_.workload);
   auto leader = repl::ReplicationLeader::start(lo, *engine_);
   if (!leader.ok()) {

@@ -70,6 +70,10 @@ struct ServerOptions {
   uint32_t batch_txns = 0;
   double batch_us = 0;
   uint64_t replication_timeout_ms = 120'000;  // followers connecting and installing the load
+  // Chosen slots the leader keeps in memory per stream (LeaderOptions::retain_chosen_slots;
+  // healthy followers are waited for at three quarters of it). Tests make it small so that a
+  // short run leaves a stopped follower beyond it (caught up from the WAL then).
+  uint64_t retain_slots = 256;
 };
 
 // Runs the shard until SIGTERM or SIGINT. Errors: InvalidArgument (config, naming the field;
