@@ -34,8 +34,7 @@ std::string tail(const std::string& path, size_t lines) {
 
 }  // namespace
 
-Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload,
-                                                            txn::Engine& engine,
+Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload, txn::Engine& engine,
                                                             const RunOptions& options,
                                                             ReplicationResult* result) {
   std::unique_ptr<ReplicatedRun> run(new ReplicatedRun());
@@ -183,7 +182,11 @@ Status ReplicatedRun::bootstrap(txn::Engine& engine, ReplicationResult* result) 
 
 uint64_t ReplicatedRun::close_streams() {
   const uint64_t floor = repl::closing_floor(*leader_, snapshot_tid_);
-  for (uint32_t s = 0; s < leader_->streams(); ++s) leader_->appender(s).finish(floor);
+  for (uint32_t s = 0; s < leader_->streams(); ++s) {
+    // The bench's appenders have no stop flag, so nothing can stop them.
+    const Status closed = leader_->appender(s).finish(floor);
+    SHOAL_ASSERT(closed.ok(), "closing stream %u: %s", s, closed.to_string().c_str());
+  }
   final_tid_ = floor;
   return floor;
 }
@@ -193,8 +196,7 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
   const uint64_t start_ns = env.now_ns();
   auto reports = leader_->collect_reports(final_tid_, true, check, 300'000);
   if (!reports.ok()) {
-    return Status::Unavailable(reports.status().message() + "; follower logs:" +
-                               follower_logs());
+    return Status::Unavailable(reports.status().message() + "; follower logs:" + follower_logs());
   }
   result->quiesce_s = static_cast<double>(env.now_ns() - start_ns) / kNsPerSec;
   result->final_tid = final_tid_;

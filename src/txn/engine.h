@@ -385,8 +385,11 @@ class Txn {
 // Called on the worker's thread after each successful commit (read-only ones included), while
 // the Txn still holds what it installed: last_commit_tid(), deps(), for_each_write(). This is
 // where a replication stream appends the transaction's log record (src/repl/appender.h).
+// A non-ok Status means the transaction is installed here but not logged (the stream stopped,
+// e.g. at shutdown): the caller returns that Status instead of Ok (Worker::run, the 2PC
+// participant), so it is never reported committed or acknowledged.
 // REQUIRES: does not run transactions on the Worker; returns quickly (it is on the commit path).
-using CommitHook = void (*)(void* ctx, const Txn& txn);
+using CommitHook = Status (*)(void* ctx, const Txn& txn);
 
 // One per worker thread: its Txn, its statistics, and the retry loop.
 class Worker {
