@@ -492,7 +492,8 @@ void PaxosStream::repropose(uint64_t slot) {
     st = store_.accept(slot, ballot_, b.seal(kLogFlagNoop));
     ++stats_.noops_proposed;
   }
-  if (st.ok()) count_ack(slot, options_.replica_id);
+  // As for fresh proposals: with defer_self_ack our vote counts once the WAL has it.
+  if (st.ok() && !options_.defer_self_ack) count_ack(slot, options_.replica_id);
 }
 
 void PaxosStream::step_down() {

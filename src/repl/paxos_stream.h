@@ -98,8 +98,8 @@ struct PaxosOptions {
   uint64_t election_timeout_ns = 50'000'000;
   // Leader: count its own acceptance of a proposal only once the owner says it is durable
   // (note_self_durable), so a WAL sync can run off the stream's thread while followers'
-  // acceptances (durable before they answer) already make a majority. Re-proposals after an
-  // election still count at once (the owner syncs before handling their replies).
+  // acceptances (durable before they answer) already make a majority. The same for values
+  // re-proposed after an election (the owner asks for a sync covering next_slot() - 1).
   bool defer_self_ack = false;
 };
 
