@@ -100,7 +100,7 @@ class TableBase {
   // data)` rewrites some of its bytes under the record lock, and the record gets `tid`.
   // Skipped (false) when the key already holds `tid` or newer (idempotent replay). The caller
   // guarantees, by replaying the key's writes in TID order, that the key holds the version the
-  // update was computed against: `base_tid` or, for a bootstrapped row, a later snapshot TID
+  // update was computed against: `base_tid` or, for a bootstrapped row, a later bootstrap TID
   // (REQUIRES, asserted: present, of size_bytes, version >= base_tid). Same locking and guard
   // rules as apply_replicated.
   using PatchFn = void (*)(void* ctx, void* data);
