@@ -141,6 +141,7 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
     po.stream = s;
     po.replica_id = options_.replica;
     po.replica_count = options_.replicas;
+    po.may_lead = false;  // only the leader process proposes (PaxosOptions::may_lead)
     Stream* raw = st.get();
     st->paxos =
         std::make_unique<PaxosStream>(RealEnv::instance(), *st->transport, st->store, po,

@@ -247,7 +247,10 @@ void PaxosStream::tick() {
       return;
     }
   }
-  if (now - leader_heard_ns_ > options_.election_timeout_ns && lowest_live(now)) start_election();
+  if (options_.may_lead && now - leader_heard_ns_ > options_.election_timeout_ns &&
+      lowest_live(now)) {
+    start_election();
+  }
 }
 
 bool PaxosStream::peer_alive(uint32_t peer, uint64_t now_ns) const {

@@ -429,6 +429,38 @@ TEST(PaxosStream, DeferredSelfAckCountsOnlyWhenDurable) {
   EXPECT_EQ(c.streams[0]->chosen_index(), 2u);
 }
 
+// may_lead = false (the followers of a replicated shard): replica 0 silent past the election
+// timeout makes no follower a candidate; replica 0 leads again once it is back. With
+// followers allowed to lead, replica 1 took over and replica 0, hearing its heartbeats, never
+// led again: a shard whose workers (on replica 0) could then propose nothing, for good.
+TEST(PaxosStream, FollowersThatMayNotLeadLeaveTheLeadToReplicaZero) {
+  PaxosOptions o;
+  Cluster c(3, o);
+  for (uint32_t r = 1; r < 3; ++r) {
+    c.options.may_lead = false;
+    c.restart(r);
+  }
+  c.options.may_lead = true;
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  ASSERT_TRUE(c.propose(0, 1).ok());
+  c.run_ms(10);
+  // Replica 0 starved: nothing from it reaches the others for many election timeouts.
+  c.queue.drop = [](const Packet& p) { return p.from == 0; };
+  c.run_ms(500);
+  EXPECT_EQ(c.streams[1]->stats().elections, 0u);
+  EXPECT_EQ(c.streams[2]->stats().elections, 0u);
+  EXPECT_NE(c.leader(), 1);
+  EXPECT_NE(c.leader(), 2);
+  c.queue.drop = nullptr;
+  c.run_ms(200);
+  ASSERT_EQ(c.leader(), 0);
+  ASSERT_TRUE(c.propose(0, 2).ok());
+  c.run_ms(10);
+  EXPECT_EQ(c.streams[0]->chosen_index(), 2u);
+  c.expect_prefix_consistent();
+}
+
 // The same for a value re-proposed after an election: a new leader that found x (accepted by
 // one acceptor only) in phase 1 counts its own acceptance of x in its ballot only once
 // note_self_durable says so. Before, it counted at once, and x was chosen on one follower's
