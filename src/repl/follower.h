@@ -13,7 +13,8 @@
 // follower that lags further needs catch-up from the leader's WAL (not built yet).
 //
 // Topology today: followers talk to the leader only (a star); messages a stream addresses to
-// another follower are dropped. Elections among followers after a leader failure need the
+// another follower are dropped. Followers never start elections (PaxosOptions::may_lead):
+// only replica 0 proposes. Elections among followers after a leader failure need the
 // follower-to-follower links (later, with recovery).
 //
 // Threads: open() and run() on one thread, which runs the network, Paxos and the WAL; run()
