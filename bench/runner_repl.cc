@@ -186,7 +186,11 @@ Status ReplicatedRun::bootstrap(txn::Engine& engine, ReplicationResult* result) 
 
 uint64_t ReplicatedRun::close_streams() {
   const uint64_t floor = repl::closing_floor(*leader_, snapshot_tid_);
-  for (uint32_t s = 0; s < leader_->streams(); ++s) leader_->appender(s).finish(floor);
+  for (uint32_t s = 0; s < leader_->streams(); ++s) {
+    // The bench's appenders have no stop flag, so nothing can stop them.
+    const Status closed = leader_->appender(s).finish(floor);
+    SHOAL_ASSERT(closed.ok(), "closing stream %u: %s", s, closed.to_string().c_str());
+  }
   final_tid_ = floor;
   return floor;
 }

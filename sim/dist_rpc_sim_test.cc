@@ -479,10 +479,11 @@ TEST(DistRpcWire, ParticipantFaultRules) {
   EXPECT_EQ(p.expire_idle(), 2u);
   EXPECT_EQ(p.active(), 1u);
   EXPECT_TRUE(p.validate(3, 1, &deps).is_aborted()) << "an expired context must vote no";
-  // F2: installs are idempotent; F5: unknown ids answer Ok; installing an aborted id is refused.
+  // F2: installs are idempotent; F5: unknown ids answer NotFound (installed TID not known);
+  // installing an aborted id is refused.
   EXPECT_TRUE(p.install(4, 1, tid, deps).ok());
   EXPECT_TRUE(p.install(4, 1, tid, deps).ok());
-  EXPECT_TRUE(p.install(999, 1, tid, deps).ok());
+  EXPECT_EQ(p.install(999, 1, tid, deps).code(), Code::kNotFound);
   EXPECT_EQ(p.install(3, 1, tid, deps).code(), Code::kInvalidArgument);
   EXPECT_EQ(p.active(), 0u);
   // A late abort never downgrades a commit.
@@ -521,6 +522,15 @@ TEST(DistRpcWire, InstallsGoAboveTheStreamFloorAndReportIt) {
   EXPECT_EQ(installed, floor + 1);
   ASSERT_TRUE(p.install(1, 1, proposed, deps, &again).ok());
   EXPECT_EQ(again, installed);
+  // F5: once the tombstone expired the installed TID is gone: the repeat must not answer Ok
+  // (with 0, the coordinator kept its own TID, below the logged one) but NotFound.
+  ASSERT_TRUE(sh.env.run_for(p.options().tombstone_ns + kMs).ok());
+  again = 12345;
+  const Status late = p.install(1, 1, proposed, deps, &again);
+  EXPECT_EQ(late.code(), Code::kNotFound) << late.to_string();
+  EXPECT_NE(late.to_string().find("unknown"), std::string::npos) << late.to_string();
+  EXPECT_EQ(again, 0u);
+  EXPECT_EQ(p.stats().unknown_installs, 1u);
   // The wire: the install reply is that TID, exactly 8 bytes.
   uint64_t tid = 0;
   const uint64_t v = 77;

@@ -98,8 +98,8 @@ class ShardLink {
   virtual rt::Task<Status> lock(TxnId id, uint64_t epoch, const StagedWrite* writes, size_t count,
                                 uint64_t* proposed_tid) = 0;
   virtual rt::Task<Status> validate(TxnId id, uint64_t epoch, txn::DepVec* deps) = 0;
-  // *installed_tid: where it installed (>= tid: above the shard's stream promise, F10), 0
-  // when the participant no longer knows (F5).
+  // *installed_tid: where it installed (>= tid: above the shard's stream promise, F10). A
+  // participant that no longer knows (F5) answers NotFound, never Ok with a TID it forgot.
   virtual rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid,
                                    const txn::DepVec& vector, uint64_t* installed_tid) = 0;
   virtual rt::Task<Status> abort(TxnId id, uint64_t epoch) = 0;

@@ -292,8 +292,17 @@ Status Participant::install(TxnId id, uint64_t epoch, uint64_t tid, const txn::D
       return Status::InvalidArgument(
           fmt::format("install of transaction {:#x}, aborted at shard {}", id, shard_id_));
     }
-    ++stats_.repeated_installs;  // F2 (tombstone says committed) or F5 (tombstone expired)
-    if (t != tombstones_.end() && installed_tid != nullptr) *installed_tid = t->second.tid;
+    ++stats_.repeated_installs;  // F2 (tombstone says committed) or F5 (no tombstone)
+    if (t == tombstones_.end() || t->second.tid == 0) {
+      // F5: the TID it was installed (and logged) at is not known here any more, so Ok would
+      // let the coordinator acknowledge on its own, maybe lower, TID (F10).
+      ++stats_.unknown_installs;
+      return Status::NotFound(
+          fmt::format("install of transaction {:#x}: unknown at shard {} (ended over {} ms ago, or "
+                      "installed but not logged); its installed TID is not known",
+                      id, shard_id_, options_.tombstone_ns / 1'000'000));
+    }
+    if (installed_tid != nullptr) *installed_tid = t->second.tid;
     return Status::Ok();
   }
   Slot* slot = &slots_[it->second];
@@ -312,10 +321,21 @@ Status Participant::install(TxnId id, uint64_t epoch, uint64_t tid, const txn::D
   }
   tid = std::max(tid, floor_tid() + 1);  // F10
   slot->txn->install_and_unlock(tid, &vector);
-  if (commit_hook_ != nullptr) commit_hook_(commit_hook_ctx_, *slot->txn);
-  finish(id, slot, Ended::kCommitted, tid);
+  Status logged = log_commit(*slot->txn);
+  // Installed either way; a tombstone without a TID makes repeats answer as F5 (not logged).
+  finish(id, slot, Ended::kCommitted, logged.ok() ? tid : 0);
+  if (!logged.ok()) return logged;
   if (installed_tid != nullptr) *installed_tid = tid;
   return Status::Ok();
+}
+
+Status Participant::log_commit(const txn::Txn& txn) {
+  if (commit_hook_ == nullptr) return Status::Ok();
+  Status logged = commit_hook_(commit_hook_ctx_, txn);
+  if (logged.ok()) return logged;
+  ++stats_.unlogged_installs;
+  return Status::Unavailable(
+      fmt::format("shard {}: installed but not logged: {}", shard_id_, logged.to_string()));
 }
 
 Status Participant::validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
@@ -327,6 +347,12 @@ Status Participant::validate_install(TxnId id, uint64_t epoch, const txn::DepVec
     auto t = tombstones_.find(id);
     if (t != tombstones_.end() && t->second.how == Ended::kCommitted) {
       ++stats_.repeated_installs;  // F7: our answer was lost; the TID is remembered
+      if (t->second.tid == 0) {    // installed but not logged (log_commit failed)
+        ++stats_.unknown_installs;
+        return Status::Unavailable(fmt::format(
+            "validate_install of transaction {:#x}: installed at shard {} but not logged", id,
+            shard_id_));
+      }
       deps->clear();
       *tid = t->second.tid;
       return Status::Ok();
@@ -386,9 +412,9 @@ Status Participant::validate_install(TxnId id, uint64_t epoch, const txn::DepVec
   full.merge(*deps);
   full.raise(shard_id_, *tid);
   slot->txn->install_and_unlock(*tid, &full);
-  if (commit_hook_ != nullptr) commit_hook_(commit_hook_ctx_, *slot->txn);
-  finish(id, slot, Ended::kCommitted, *tid);
-  return Status::Ok();
+  Status logged = log_commit(*slot->txn);
+  finish(id, slot, Ended::kCommitted, logged.ok() ? *tid : 0);
+  return logged;
 }
 
 void Participant::abort(TxnId id) {

@@ -19,8 +19,8 @@
 //      an id never seen here also leaves a tombstone: an abort that overtakes the lock it
 //      chases wins.
 //   F2 Idempotent ends. abort() is a no-op on an ended id. install() on an id installed
-//      before (tombstone "committed") answers Ok again, so a coordinator may retry installs
-//      until one is acknowledged.
+//      before (tombstone "committed", which keeps the installed TID) answers Ok again with
+//      that TID, so a coordinator may retry installs until one is acknowledged.
 //   F3 Prepared contexts never end on their own. After a successful validate with writes the
 //      locks stay until the coordinator's install or abort; only the coordinator knows whether
 //      every other shard voted yes. (A coordinator that dies leaves them in doubt until
@@ -29,9 +29,15 @@
 //      has heard nothing from its coordinator for `lease_ns` is aborted by expire_idle(). This
 //      is safe because the coordinator cannot commit without this shard's validate vote, which
 //      it will now refuse (F1). It bounds what a vanished coordinator or a lost abort holds.
-//   F5 install of an id with no context and no tombstone answers Ok: prepared contexts only
-//      end by install or by the coordinator's abort (F3), and a coordinator never sends both
-//      for one id, so such an id was installed and its tombstone has since expired.
+//   F5 install of an id with no context and no tombstone answers NotFound ("unknown"):
+//      prepared contexts only end by install or by the coordinator's abort (F3), and a
+//      coordinator never sends both for one id, so such an id was most likely installed and
+//      its tombstone has since expired (or was evicted), but the TID it was installed and
+//      logged at (F10) is gone with it. Ok would let the coordinator keep its own, possibly
+//      lower, TID in the vector and acknowledge before the logged TID is covered; the error
+//      makes it report the install in doubt (coordinator.h C2) and never acknowledge. The
+//      same answer for an install that was done but not logged (the stream stopped at
+//      shutdown: its tombstone keeps no TID), and Unavailable for such a validate_install.
 //   F7 Last agent. validate_install() is validate() and install() in one step, for the
 //      participant that votes last: every other participant already voted yes, so its own
 //      vote decides the transaction, and it installs at once (one round trip instead of two,
@@ -140,6 +146,8 @@ struct ParticipantStats {
   uint64_t refused_ended = 0;      // late read/lock/validate for a tombstoned id (F1)
   uint64_t early_aborts = 0;       // aborts for ids never seen here (F1)
   uint64_t repeated_installs = 0;  // F2 / F5 / F7
+  uint64_t unknown_installs = 0;   // F5: repeats answered NotFound (installed TID not known)
+  uint64_t unlogged_installs = 0;  // installed, but the commit hook failed (stream stopped)
   uint64_t expired = 0;            // leases run out (F4)
   uint64_t orphaned = 0;           // aborted because their coordinator's shard died (F6)
   uint64_t tombstones_evicted = 0;
@@ -177,7 +185,9 @@ class Participant {
   // Called on the participant's thread right after each install (install, validate_install)
   // with the Txn that installed, before it ends: a replicated shard server's stream logs the
   // transaction there (src/repl/appender.h), as the worker's own commits through
-  // txn::Worker::set_commit_hook. nullptr removes it. REQUIRES: as txn::CommitHook.
+  // txn::Worker::set_commit_hook. nullptr removes it. REQUIRES: as txn::CommitHook. A hook
+  // that fails (the stream stopped) fails the install with Unavailable ("installed but not
+  // logged"): the coordinator then never acknowledges the transaction.
   void set_commit_hook(txn::CommitHook hook, void* ctx) {
     commit_hook_ = hook;
     commit_hook_ctx_ = ctx;
@@ -202,7 +212,8 @@ class Participant {
   // F5). InvalidArgument if the transaction is not prepared here or `tid` is below the TID
   // this shard proposed (protocol violations: refused, never asserted).
   // *installed_tid (if given): where it installed, max(tid, floor + 1) (F10); a repeat answers
-  // with the TID kept in the tombstone, 0 once that expired (F5).
+  // with the TID kept in the tombstone, and NotFound once that expired (F5); 0 on any error.
+  // Unavailable when installed but not logged (commit hook failed).
   [[nodiscard]] Status install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
                                uint64_t* installed_tid = nullptr);
   // F7: validates the reads served here and, if they hold, installs at
@@ -257,6 +268,8 @@ class Participant {
     uint64_t tid = 0;  // the installed TID (F7 repeats answer with it)
   };
   [[nodiscard]] Status check_epoch(uint64_t epoch) const;
+  // Runs the commit hook on an installed Txn; Unavailable (counted) when it failed.
+  [[nodiscard]] Status log_commit(const txn::Txn& txn);
   // Refuses ended ids (F1).
   [[nodiscard]] Status check_not_ended(TxnId id);
   // The context of `id`, started if `start` and absent; nullptr with *status set otherwise.

@@ -117,7 +117,8 @@ void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidat
 [[nodiscard]] Status decode_lock_reply(std::span<const uint8_t> reply, uint64_t* proposed_tid);
 [[nodiscard]] Status decode_validate_reply(std::span<const uint8_t> reply, txn::DepVec* deps);
 [[nodiscard]] Status decode_empty_reply(std::span<const uint8_t> reply);
-// kInstall's reply: the TID it installed at (0: no longer known, F5). tid may be nullptr.
+// kInstall's reply: the TID it installed at (a participant that no longer knows it answers
+// NotFound instead, F5). tid may be nullptr.
 [[nodiscard]] Status decode_install_reply(std::span<const uint8_t> reply, uint64_t* tid);
 [[nodiscard]] Status decode_validate_install_reply(std::span<const uint8_t> reply,
                                                    txn::DepVec* deps, uint64_t* tid);

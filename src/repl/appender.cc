@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <thread>
 
+#include <fmt/format.h>
+
 namespace shoal::repl {
 namespace {
 
@@ -43,29 +45,47 @@ StreamAppender::StreamAppender(const AppenderOptions& options, txn::Engine& engi
   last_seal_ns_ = env.now_ns();
 }
 
-void StreamAppender::open_batch() {
-  // Bounded by the replication thread, which recycles every buffer once proposed. After a
-  // few yields the worker sleeps: it waits for followers (the leader holds proposals while one
-  // lags), which on a shared machine need the CPU a spinning worker would take.
+Status StreamAppender::open_batch() {
+  if (!stopped_.ok()) return stopped_;
+  // Bounded by the replication thread, which recycles every buffer once proposed, or by a
+  // stop request. After a few yields the worker sleeps: it waits for followers (the leader
+  // holds proposals while one lags), which on a shared machine need the CPU a spinning worker
+  // would take; the sleep doubles up to 1 ms, so a long wait costs a wake-up per millisecond.
+  constexpr uint64_t kYields = 64, kSleepMinNs = 50'000, kSleepMaxNs = 1'000'000;
+  uint64_t wait_start_ns = 0;
   for (uint64_t spins = 0; !free_.pop(&buffer_); ++spins) {
-    if (spins == 0) ++stats_.buffer_waits;
-    if (spins < 64) {
+    if (spins == 0) {
+      ++stats_.buffer_waits;
+      wait_start_ns = env_.now_ns();
+    }
+    if (options_.stop != nullptr && options_.stop->load(std::memory_order_acquire)) {
+      stats_.buffer_wait_ns += env_.now_ns() - wait_start_ns;
+      stopped_ = Status::Unavailable(fmt::format(
+          "replication: stream {} of shard {} stopped while waiting for a log buffer (the "
+          "followers took no entry); transaction not logged",
+          options_.stream, options_.shard));
+      return stopped_;
+    }
+    if (spins < kYields) {
       std::this_thread::yield();
     } else {
-      env_.sleep_ns(50'000);
+      const uint64_t doublings = std::min<uint64_t>((spins - kYields) / 16, 5);
+      env_.sleep_ns(std::min(kSleepMinNs << doublings, kSleepMaxNs));
     }
   }
+  if (wait_start_ns != 0) stats_.buffer_wait_ns += env_.now_ns() - wait_start_ns;
   LogEntryId id;
   id.shard = options_.shard;
   id.stream = options_.stream;
   id.epoch = options_.epoch;
   id.sequence = ++sequence_;
   builder_.reset(buffer(buffer_), id, options_.limits);
+  return Status::Ok();
 }
 
-void StreamAppender::seal(uint64_t floor_tid) {
+void StreamAppender::seal(uint64_t floor_tid, uint16_t flags) {
   SHOAL_ASSERT(builder_.open(), "%s", "seal without an open batch");
-  const std::span<const std::byte> bytes = builder_.seal(0, floor_tid);
+  const std::span<const std::byte> bytes = builder_.seal(flags, floor_tid);
   promised_tid_ = std::max(promised_tid_, floor_tid);
   policy_.note_sealed();
   const SealedEntry e{buffer_, static_cast<uint32_t>(bytes.size()), load_u64(bytes.data() + 48)};
@@ -76,13 +96,13 @@ void StreamAppender::seal(uint64_t floor_tid) {
   if (wake_ != nullptr) wake_(wake_ctx_);
 }
 
-void StreamAppender::append_record(uint64_t tid, std::span<const txn::DepEntry> deps,
-                                   std::span<const TxnWrite> writes) {
-  if (!builder_.open()) open_batch();
+Status StreamAppender::append_record(uint64_t tid, std::span<const txn::DepEntry> deps,
+                                     std::span<const TxnWrite> writes) {
+  if (!builder_.open()) SHOAL_TRY(open_batch());
   AppendResult r = builder_.append(tid, deps, writes);
   if (r == AppendResult::kFull) {
     seal(0);
-    open_batch();
+    SHOAL_TRY(open_batch());
     r = builder_.append(tid, deps, writes);
   }
   SHOAL_ASSERT(r == AppendResult::kOk,
@@ -93,6 +113,7 @@ void StreamAppender::append_record(uint64_t tid, std::span<const txn::DepEntry> 
   last_logged_tid_ = tid;
   promised_tid_ = std::max(promised_tid_, tid);
   if (policy_.should_seal(builder_) != BatchPolicy::Reason::kNone) seal(0);
+  return Status::Ok();
 }
 
 TxnWrite StreamAppender::log_write(const txn::WriteView& w, size_t* scratch_used) {
@@ -122,13 +143,13 @@ TxnWrite StreamAppender::log_write(const txn::WriteView& w, size_t* scratch_used
   return out;
 }
 
-void StreamAppender::append(const txn::Txn& txn) {
+Status StreamAppender::append(const txn::Txn& txn) {
   const uint64_t tid = txn.last_commit_tid();
   writes_.clear();
   size_t scratch_used = 0;
   txn.for_each_write(
       [&](const txn::WriteView& w) { writes_.push_back(log_write(w, &scratch_used)); });
-  if (writes_.empty()) return;  // read-only: nothing to replicate
+  if (writes_.empty()) return Status::Ok();  // read-only: nothing to replicate
   // A shard server's stream also logs its 2PC participant's installs: they install above the
   // stream's promise (set_tid_floor), or a follower could apply them after a watermark that
   // already covered their TID, and an acknowledgement could come before they are chosen.
@@ -141,7 +162,7 @@ void StreamAppender::append(const txn::Txn& txn) {
   for (const txn::DepEntry& d : txn.deps().entries()) {
     if (d.shard != own) deps_.push_back(d);  // our own entry is the commit TID itself
   }
-  append_record(tid, deps_, writes_);
+  return append_record(tid, deps_, writes_);
 }
 
 void StreamAppender::tick() {
@@ -155,7 +176,7 @@ void StreamAppender::tick() {
   // This worker is between transactions: its next commit reads the epoch after this point, so
   // its TID is >= epoch << 32, and it is above every TID it committed.
   const uint64_t epoch_floor = (engine_.epoch() << 32) - 1;
-  open_batch();
+  if (!open_batch().ok()) return;  // stopped: nothing more is logged (stopped() says why)
   ++stats_.floor_entries;
   seal(std::max(last_commit_tid_, epoch_floor));
 }
@@ -164,11 +185,13 @@ void StreamAppender::flush() {
   if (builder_.open() && builder_.txn_count() > 0) seal(0);
 }
 
-void StreamAppender::finish(uint64_t floor_tid) {
+Status StreamAppender::finish(uint64_t floor_tid, uint16_t flags) {
+  if (!stopped_.ok()) return stopped_;
   flush();
-  if (!builder_.open()) open_batch();
+  if (!builder_.open()) SHOAL_TRY(open_batch());
   ++stats_.floor_entries;
-  seal(floor_tid);
+  seal(floor_tid, flags);
+  return Status::Ok();
 }
 
 }  // namespace shoal::repl

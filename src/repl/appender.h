@@ -10,7 +10,13 @@
 //
 // Backpressure: when every buffer is sealed and not yet taken back (Paxos pipeline full, a
 // follower slow, the WAN long), the worker waits in append() for a free buffer. That bounds
-// what a leader holds unreplicated to pool_buffers x batch bytes per stream.
+// what a leader holds unreplicated to pool_buffers x batch bytes per stream. The wait yields,
+// then sleeps (50 us, doubling to 1 ms: no busy spin), and ends when AppenderOptions::stop is
+// set (a shutdown, e.g. SIGTERM while the followers are gone): the append then fails with
+// Unavailable and the stream is *stopped* for good: every later append, tick and finish fails
+// the same way (logging a later transaction after a missing one would give followers a store
+// the leader never had). The caller reports the error and never acknowledges the transaction
+// (txn::CommitHook: Worker::run and the 2PC participant return it).
 //
 // Watermark duties (src/repl/watermark.h): tick() on an idle worker seals an aged batch, and
 // after idle_ns without a seal an empty entry whose floor is the lowest TID this worker can
@@ -79,6 +85,10 @@ struct AppenderOptions {
   // this is the version the patch was computed against (across streams, replay installs in
   // arrival order, not TID order).
   bool log_patches = false;
+  // Set by anyone (another thread, a signal handler) to make a worker waiting for a free
+  // buffer give up (see Backpressure above). nullptr: the wait ends only with a buffer.
+  // REQUIRES: outlives the appender.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct SealedEntry {
@@ -89,7 +99,8 @@ struct SealedEntry {
 
 struct AppenderStats {
   uint64_t txns = 0, entries = 0, bytes = 0, floor_entries = 0, buffer_waits = 0;
-  uint64_t patches = 0;  // puts logged as patches
+  uint64_t patches = 0;         // puts logged as patches
+  uint64_t buffer_wait_ns = 0;  // time spent waiting for a free buffer
 };
 
 class StreamAppender {
@@ -103,22 +114,28 @@ class StreamAppender {
   StreamAppender& operator=(const StreamAppender&) = delete;
 
   // txn::CommitHook: ctx is the StreamAppender.
-  static void commit_hook(void* ctx, const txn::Txn& txn) {
-    static_cast<StreamAppender*>(ctx)->append(txn);
+  [[nodiscard]] static Status commit_hook(void* ctx, const txn::Txn& txn) {
+    return static_cast<StreamAppender*>(ctx)->append(txn);
   }
-  // Logs a committed transaction (read-only ones only move the floor). Worker thread.
-  void append(const txn::Txn& txn);
+  // Logs a committed transaction (read-only ones log nothing). Worker thread. Unavailable
+  // once the stream is stopped (see Backpressure): the transaction is not logged.
+  [[nodiscard]] Status append(const txn::Txn& txn);
   // Appends one record as given (bootstrap of the initial state, tests). Worker thread.
-  // REQUIRES: tid >= every TID appended before; the record fits an empty batch.
-  void append_record(uint64_t tid, std::span<const txn::DepEntry> deps,
-                     std::span<const TxnWrite> writes);
-  // The worker is idle: seal an aged batch, or write a floor entry after idle_ns.
+  // Unavailable once stopped. REQUIRES: tid >= every TID appended before; the record fits an
+  // empty batch.
+  [[nodiscard]] Status append_record(uint64_t tid, std::span<const txn::DepEntry> deps,
+                                     std::span<const TxnWrite> writes);
+  // The worker is idle: seal an aged batch, or write a floor entry after idle_ns. Does
+  // nothing once stopped.
   void tick();
   // Seals the open batch now (if it holds records).
   void flush();
   // Closes the stream after its worker stopped: seals what is open and an empty entry with
-  // `floor_tid`. REQUIRES: floor_tid >= every TID this stream logged; no later appends below it.
-  void finish(uint64_t floor_tid);
+  // `floor_tid` and `flags` (kLogFlagBootstrapEnd closes a bootstrap). Unavailable once
+  // stopped. REQUIRES: floor_tid >= every TID this stream logged; no later appends below it.
+  [[nodiscard]] Status finish(uint64_t floor_tid, uint16_t flags = 0);
+  // Ok, or why the stream stopped (sticky).
+  const Status& stopped() const { return stopped_; }
 
   // ---- replication thread ----
   bool pop_sealed(SealedEntry* out) { return sealed_.pop(out); }
@@ -139,13 +156,15 @@ class StreamAppender {
   uint32_t stream() const { return options_.stream; }
 
  private:
-  void open_batch();  // waits for a free buffer
+  // Waits for a free buffer and opens a batch in it; Unavailable (and the stream stopped)
+  // when options_.stop is set while it waits, or once stopped before.
+  [[nodiscard]] Status open_batch();
   // The log form of one write: a patch (body in patch_scratch_ after *scratch_used) or as is.
   TxnWrite log_write(const txn::WriteView& w, size_t* scratch_used);
   // Patch bodies of one transaction; a transaction whose patches would not fit logs the rest
   // of its puts whole.
   static constexpr size_t kPatchScratchBytes = 256 * 1024;
-  void seal(uint64_t floor_tid);
+  void seal(uint64_t floor_tid, uint16_t flags = 0);
 
   AppenderOptions options_;
   txn::Engine& engine_;
@@ -169,6 +188,7 @@ class StreamAppender {
   std::vector<txn::DepEntry> deps_;
   std::vector<std::byte> patch_scratch_;  // sized once (kPatchScratchBytes)
   AppenderStats stats_;
+  Status stopped_;  // sticky: see Backpressure
 };
 
 }  // namespace shoal::repl

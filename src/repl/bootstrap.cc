@@ -9,6 +9,7 @@ namespace shoal::repl {
 namespace {
 
 constexpr uint64_t kBootstrapInflightMax = 8;  // entries proposed and not yet chosen
+constexpr uint64_t kReportSliceMs = 200;       // how often the wait for followers sees *stop
 
 }  // namespace
 
@@ -19,14 +20,41 @@ Result<FsyncPolicy> parse_fsync(const std::string& text, const std::string& fiel
   return Status::InvalidArgument(field + ": must be none, batch or always, not '" + text + "'");
 }
 
+namespace {
+
+bool stop_requested(const std::atomic<bool>* stop) {
+  return stop != nullptr && stop->load(std::memory_order_acquire);
+}
+
+// Waits (bounded by the deadline and *stop) until fewer than `inflight_max` proposed entries
+// of the leader are not yet chosen.
+Status wait_inflight_below(ReplicationLeader& leader, Env& env, uint64_t inflight_max,
+                           uint64_t deadline_ns, const std::atomic<bool>* stop) {
+  for (;;) {
+    const LeaderStats st = leader.stats();
+    if (st.proposed - std::min(st.chosen, st.proposed) < inflight_max) return Status::Ok();
+    if (stop_requested(stop)) return Status::Unavailable("replication: bootstrap stopped");
+    if (env.now_ns() >= deadline_ns) {
+      return Status::Timeout("replication: bootstrap entries not chosen in time");
+    }
+    env.sleep_ns(1'000'000);
+  }
+}
+
+}  // namespace
+
 Result<BootstrapResult> bootstrap_followers(ReplicationLeader& leader, txn::Engine& engine,
-                                            uint64_t timeout_ms) {
+                                            uint64_t timeout_ms, const std::atomic<bool>* stop) {
   Env& env = engine.env();
   BootstrapResult out;
   const uint64_t start_ns = env.now_ns();
   // No transaction runs yet: every later commit reads an epoch >= this one, so its TID is
   // above S, and every loaded version is at or below the current epoch.
   out.snapshot_tid = (engine.epoch() << 32) - 1;
+  // Record i (from 1) carries TID S - kBootstrapTidSpan + i: distinct and increasing, so every
+  // entry's max_tid keeps the stream's promise (no later record at or below it) and a
+  // follower's applied TID reaches S only once every record is installed.
+  const uint64_t base_tid = out.snapshot_tid - kBootstrapTidSpan;
   StreamAppender& a = leader.appender(0);
   constexpr size_t kRowsPerRecord = 64;
   constexpr size_t kRecordBytesMax = 256 * 1024;
@@ -38,26 +66,21 @@ Result<BootstrapResult> bootstrap_followers(ReplicationLeader& leader, txn::Engi
   // the whole Paxos pipeline (64 entries) in flight a follower syncing 64 MiB on a busy disk
   // went silent past the election timeout and the leader stepped down. Keep a few in flight.
   const uint64_t deadline_ns = start_ns + timeout_ms * 1'000'000;
-  Status throttled;
+  Status failed;
   auto emit = [&] {
-    if (writes.empty()) return;
-    a.append_record(out.snapshot_tid, {}, writes);
+    if (writes.empty() || !failed.ok()) return;
+    ++out.records;
+    SHOAL_ASSERT(out.records < kBootstrapTidSpan, "%lu bootstrap records", out.records);
+    failed = a.append_record(base_tid + out.records, {}, writes);
     writes.clear();
     record_bytes = 0;
-    ++out.records;
-    for (;;) {  // bounded by the deadline
-      const LeaderStats st = leader.stats();
-      if (st.proposed - std::min(st.chosen, st.proposed) < kBootstrapInflightMax) break;
-      if (env.now_ns() >= deadline_ns) {
-        throttled = Status::Timeout("replication: bootstrap entries not chosen in time");
-        break;
-      }
-      env.sleep_ns(1'000'000);
+    if (failed.ok()) {
+      failed = wait_inflight_below(leader, env, kBootstrapInflightMax, deadline_ns, stop);
     }
   };
   for (const auto& table : engine.tables()) {
     const size_t kw = table->key_words();
-    if (!throttled.ok()) return throttled;
+    if (!failed.ok()) return failed;
     table->scan_committed([&](const uint64_t* key, const void* value, uint32_t size, uint64_t) {
       const size_t bytes = log_write_bytes(kw, size);
       if (writes.size() == kRowsPerRecord || record_bytes + bytes > kRecordBytesMax) emit();
@@ -67,14 +90,29 @@ Result<BootstrapResult> bootstrap_followers(ReplicationLeader& leader, txn::Engi
       writes.push_back(
           {table->id(), WriteOp::kInsert, {k, kw}, {static_cast<const std::byte*>(value), size}});
       record_bytes += bytes;
-      return throttled.ok();
+      return failed.ok();
     });
     emit();
   }
-  if (!throttled.ok()) return throttled;
-  for (uint32_t s = 0; s < leader.streams(); ++s) leader.appender(s).finish(out.snapshot_tid);
-  auto reports = leader.collect_reports(out.snapshot_tid, false, false, timeout_ms);
-  if (!reports.ok()) return reports.status();
+  if (!failed.ok()) return failed;
+  // The end marker: a follower knows its bootstrap is installed once it applied S.
+  for (uint32_t s = 0; s < leader.streams(); ++s) {
+    SHOAL_TRY(leader.appender(s).finish(out.snapshot_tid, kLogFlagBootstrapEnd));
+  }
+  // In slices, so that a stop request is seen while followers are missing.
+  for (;;) {  // bounded by the deadline and *stop
+    const uint64_t now_ns = env.now_ns();
+    const uint64_t left_ms = now_ns >= deadline_ns ? 0 : (deadline_ns - now_ns) / 1'000'000;
+    auto reports =
+        leader.collect_reports(out.snapshot_tid, false, false, std::min(left_ms, kReportSliceMs));
+    if (reports.ok()) break;
+    if (reports.status().code() != Code::kTimeout || left_ms <= kReportSliceMs) {
+      return reports.status();
+    }
+    if (stop_requested(stop)) {
+      return Status::Unavailable("replication: bootstrap stopped while followers installed it");
+    }
+  }
   out.ns = env.now_ns() - start_ns;
   return out;
 }

@@ -141,6 +141,7 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
     po.stream = s;
     po.replica_id = options_.replica;
     po.replica_count = options_.replicas;
+    po.may_lead = false;  // only the leader process proposes (PaxosOptions::may_lead)
     Stream* raw = st.get();
     st->paxos = std::make_unique<PaxosStream>(
         RealEnv::instance(), *st->transport, st->store, po,
@@ -314,8 +315,12 @@ void Follower::publish_replay() {
   replay_writes_.store(st.writes, std::memory_order_release);
   replay_cpu_ns_.store(st.cpu_ns, std::memory_order_release);
   applied_.store(applier_->applied_tid(), std::memory_order_release);
-  // Every record at or below it is installed: snapshots may be taken there.
-  if (snapshots_) snapshots_->publish_applied(applier_->applied_tid());
+  // Every record at or below it is installed, and once the whole bootstrap is (the applied
+  // TID reached its end marker's S) the store there is one the leader had: snapshots may be
+  // taken from then on. Before, a snapshot could see part of the load.
+  if (snapshots_ && applier_->bootstrap_installed()) {
+    snapshots_->publish_applied(applier_->applied_tid());
+  }
 }
 
 void Follower::start_replay() {
@@ -373,20 +378,13 @@ void Follower::read_loop(uint32_t index) {
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.replay_nice);
   }
   // Bounded by stop: each pass is one snapshot round or a 1 ms wait for the schema / the
-  // first applied TID.
+  // bootstrap. The registry's applied TID stays 0 until the whole bootstrap is installed
+  // (publish_replay), so the first snapshot is at or after its end.
   auto waiting = [this] {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return !readers_stop_.load(std::memory_order_acquire);
   };
   while (!schema_ready_.load(std::memory_order_acquire) || snapshots_->applied_tid() == 0) {
-    if (!waiting()) return;
-  }
-  // The bootstrap's records all carry one TID S over many entries of stream 0, so applied
-  // reaches S with the first of them (bootstrap.h): a snapshot at S may lack the rest. Past
-  // the first applied TID the store is a true prefix again (a stream's later entries carry
-  // larger TIDs), so readers start there; a restarted follower merely waits one batch.
-  const uint64_t first_applied = snapshots_->applied_tid();
-  while (snapshots_->applied_tid() <= first_applied) {
     if (!waiting()) return;
   }
   auto round_fn = options_.read_rounds(*engine_, schema_->workload);

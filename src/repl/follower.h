@@ -15,7 +15,8 @@
 // messages are dropped (learns_deferred_) so catch-up never stops the network thread reading.
 //
 // Topology today: followers talk to the leader only (a star); messages a stream addresses to
-// another follower are dropped. Elections among followers after a leader failure need the
+// another follower are dropped. Followers never start elections (PaxosOptions::may_lead):
+// only replica 0 proposes. Elections among followers after a leader failure need the
 // follower-to-follower links (later, with recovery).
 //
 // Threads: open() and run() on one thread, which runs the network, Paxos and the WAL; run()
@@ -84,7 +85,9 @@ struct FollowerOptions {
   bool quiet = false;
   // Follower reads: reader threads (at replay_nice) that run read-only transactions at the
   // follower's snapshot while replay goes on; 0: none, and no version chains are kept.
-  // At most kReadThreadsMax.
+  // At most kReadThreadsMax. Readers take their first snapshot once the leader's bootstrap
+  // (its end marker, src/repl/bootstrap.h) is installed: a follower whose leader never
+  // bootstraps serves no reads.
   uint32_t serve_reads = 0;
   ReadRoundFactory read_rounds;  // REQUIRES: set when serve_reads > 0
   // Test-only planted bug: readers read the newest versions, not their snapshot's.
@@ -106,6 +109,8 @@ class Follower {
   txn::Engine& engine() { return *engine_; }
   // Every record at or below it is installed (any thread).
   uint64_t applied_tid() const;
+  // Records (transactions) installed so far, published with applied_tid (any thread).
+  uint64_t replayed_txns() const { return replay_txns_.load(std::memory_order_acquire); }
   uint64_t recovered_slots() const { return recovered_slots_; }
   // Status as sent to the leader (digest and check computed on demand, cached per TID).
   FollowerReport report(bool digest, bool check,

@@ -183,7 +183,8 @@ AppendResult LogBatchBuilder::append(uint64_t commit_tid, std::span<const txn::D
 std::span<const std::byte> LogBatchBuilder::seal(uint16_t flags, uint64_t floor_tid) {
   SHOAL_ASSERT(open_, "seal of a sealed or never-reset batch");
   SHOAL_ASSERT((flags & ~kLogFlagsKnown) == 0, "unknown flags 0x%x", flags);
-  SHOAL_ASSERT((flags & kLogFlagNoop) == 0 || txn_count_ == 0, "a no-op entry has no records");
+  SHOAL_ASSERT((flags & (kLogFlagNoop | kLogFlagBootstrapEnd)) == 0 || txn_count_ == 0,
+               "a no-op or bootstrap-end entry has no records (flags 0x%x)", flags);
   std::byte* h = buf_;
   store_u32(h + kOffMagic, kLogMagic);
   store_u16(h + kOffVersion, kLogFormatVersion);
@@ -397,13 +398,16 @@ Result<LogEntryView> LogEntryView::parse(std::span<const std::byte> bytes, uint6
                                        stored, computed));
   }
   const uint16_t flags = load_u16(e + kOffFlags);
-  if ((flags & ~kLogFlagsKnown) != 0) {
+  if ((flags & ~log_flags_known(load_u16(e + kOffVersion))) != 0) {
     return Status::NotSupported(
         fmt::format("log entry at offset {}: unknown flags 0x{:04x} (written by a newer format?)",
                     offset, flags));
   }
   if ((flags & kLogFlagNoop) != 0 && load_u32(e + kOffRecordCount) != 0) {
     return corrupt(offset, "a no-op entry with records");
+  }
+  if ((flags & kLogFlagBootstrapEnd) != 0 && load_u32(e + kOffRecordCount) != 0) {
+    return corrupt(offset, "a bootstrap-end entry with records");
   }
   SHOAL_TRY(check_records(e, offset));
   return LogEntryView(e);

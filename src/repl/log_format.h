@@ -32,10 +32,11 @@ static_assert(std::endian::native == std::endian::little,
               "the log format is little-endian and decoded in place; big-endian hosts would "
               "need byte swaps in the load/store helpers");
 
-inline constexpr uint32_t kLogMagic = 0x474c4853;      // "SHLG" in file byte order
-inline constexpr uint16_t kLogFormatVersion = 2;       // what this binary writes
-inline constexpr uint16_t kLogFormatMinVersion = 1;    // oldest version this binary reads
-inline constexpr uint16_t kLogFormatPatchVersion = 2;  // first version with WriteOp::kPatch
+inline constexpr uint32_t kLogMagic = 0x474c4853;             // "SHLG" in file byte order
+inline constexpr uint16_t kLogFormatVersion = 3;              // what this binary writes
+inline constexpr uint16_t kLogFormatMinVersion = 1;           // oldest version this binary reads
+inline constexpr uint16_t kLogFormatPatchVersion = 2;         // first version with WriteOp::kPatch
+inline constexpr uint16_t kLogFormatBootstrapEndVersion = 3;  // first with kLogFlagBootstrapEnd
 inline constexpr size_t kLogHeaderBytes = 64;
 inline constexpr size_t kLogRecordHeaderBytes = 16;
 inline constexpr size_t kLogWriteHeaderBytes = 16;
@@ -46,7 +47,15 @@ inline constexpr uint32_t kLogEntryBytesMax = 1u << 30;
 // Header flag bits. Unknown bits in a checksum-valid header are refused (NotSupported): they
 // mean a newer writer relied on a feature this reader does not know.
 inline constexpr uint16_t kLogFlagNoop = 1u << 0;  // epoch-change no-op (design 5.2): 0 records
-inline constexpr uint16_t kLogFlagsKnown = kLogFlagNoop;
+// Format 3: the floor entry that closes a stream's bootstrap (src/repl/bootstrap.h): no
+// records; its max_tid is the snapshot TID S, and every bootstrap record is below S. A follower
+// whose applied TID reaches S has installed the whole initial state (readers start there).
+inline constexpr uint16_t kLogFlagBootstrapEnd = 1u << 1;
+inline constexpr uint16_t kLogFlagsKnown = kLogFlagNoop | kLogFlagBootstrapEnd;
+// The flags an entry of format `version` may carry.
+inline constexpr uint16_t log_flags_known(uint16_t version) {
+  return version >= kLogFormatBootstrapEndVersion ? kLogFlagsKnown : kLogFlagNoop;
+}
 
 // kPatch (format 2): an update that carries only the changed bytes of a value of unchanged
 // size, against the version it overwrote (docs/LOG_FORMAT.md, "Patch").
@@ -159,7 +168,8 @@ class LogBatchBuilder {
   // later records has a TID <= max_tid (an idle stream seals empty entries with a floor so the
   // shard watermark, the minimum over streams, is not held back by it; docs/REPLICATION.md).
   // REQUIRES: an open batch; floor_tid below every TID this stream will still log. An empty
-  // batch is valid (a heartbeat or, with kLogFlagNoop, the epoch-change no-op).
+  // batch is valid (a heartbeat or, with kLogFlagNoop, the epoch-change no-op); flags with
+  // kLogFlagNoop or kLogFlagBootstrapEnd REQUIRE an empty batch.
   std::span<const std::byte> seal(uint16_t flags = 0, uint64_t floor_tid = 0);
 
   bool open() const { return open_; }

@@ -287,7 +287,7 @@ TEST(LogFormat, NewerVersionRefusedWithClearText) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
   EXPECT_EQ(r.status().message(),
-            "log entry at offset 4096: log format version 3 is newer than this reader's 2");
+            "log entry at offset 4096: log format version 4 is newer than this reader's 3");
   store_u16(e.data() + 4, 0);
   reseal(e);
   EXPECT_EQ(LogEntryView::parse(e).status().code(), Code::kCorruption);
@@ -371,6 +371,31 @@ TEST(LogFormat, MalformedPatchesRefused) {
 }
 
 // A version-1 entry cannot hold a patch: a version-1 writer never wrote one.
+// Format 3: the bootstrap's end marker is an empty floor entry; refused with records, and
+// unknown to (so refused in) a version-2 entry, as a version-2 reader would.
+TEST(LogFormat, BootstrapEndFlagOnlyOnEmptyVersionThreeEntries) {
+  Buf buf(1024);
+  LogBatchBuilder b;
+  b.reset(buf.span(), {1, 0, 5, 9}, BatchLimits{});
+  const uint64_t snapshot_tid = (uint64_t{3} << 32) - 1;
+  const std::span<const std::byte> bytes = b.seal(kLogFlagBootstrapEnd, snapshot_tid);
+  auto e = LogEntryView::parse(bytes);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(e->flags(), kLogFlagBootstrapEnd);
+  EXPECT_EQ(e->max_tid(), snapshot_tid);
+  std::vector<std::byte> old(bytes.begin(), bytes.end());
+  store_u16(old.data() + 4, 2);
+  reseal(old);
+  auto r = LogEntryView::parse(old);
+  EXPECT_EQ(r.status().code(), Code::kNotSupported) << r.status().to_string();
+  std::vector<std::byte> with_records = small_entry();
+  store_u16(with_records.data() + 6, kLogFlagBootstrapEnd);
+  reseal(with_records);
+  r = LogEntryView::parse(with_records);
+  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  EXPECT_NE(r.status().message().find("bootstrap-end entry with records"), std::string::npos);
+}
+
 TEST(LogFormat, PatchInAVersionOneEntryRefused) {
   std::vector<std::byte> buf(4096);
   const uint64_t key[1] = {5};

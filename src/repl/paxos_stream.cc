@@ -320,7 +320,10 @@ void PaxosStream::tick() {
       return;
     }
   }
-  if (now - leader_heard_ns_ > options_.election_timeout_ns && lowest_live(now)) start_election();
+  if (options_.may_lead && now - leader_heard_ns_ > options_.election_timeout_ns &&
+      lowest_live(now)) {
+    start_election();
+  }
 }
 
 bool PaxosStream::peer_alive(uint32_t peer, uint64_t now_ns) const {
@@ -621,7 +624,8 @@ void PaxosStream::repropose(uint64_t slot) {
     st = store_.accept(slot, ballot_, b.seal(kLogFlagNoop));
     ++stats_.noops_proposed;
   }
-  if (st.ok()) count_ack(slot, options_.replica_id);
+  // As for fresh proposals: with defer_self_ack our vote counts once the WAL has it.
+  if (st.ok() && !options_.defer_self_ack) count_ack(slot, options_.replica_id);
 }
 
 void PaxosStream::step_down() {

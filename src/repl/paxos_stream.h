@@ -102,10 +102,16 @@ struct PaxosOptions {
   uint64_t heartbeat_ns = 5'000'000;
   uint64_t retransmit_ns = 10'000'000;  // re-send unanswered accepts / prepares / catch-up
   uint64_t election_timeout_ns = 50'000'000;
+  // False: this replica never starts an election (it still promises and accepts). For the
+  // followers of a replicated shard today: only replica 0 has the workers that propose, and
+  // with the star topology a follower that won an election (replica 0 starved past the
+  // election timeout on a loaded machine) kept replica 0 from ever leading again, which
+  // stalled the shard for good. Followers may lead once recovery (design section 5) exists.
+  bool may_lead = true;
   // Leader: count its own acceptance of a proposal only once the owner says it is durable
   // (note_self_durable), so a WAL sync can run off the stream's thread while followers'
-  // acceptances (durable before they answer) already make a majority. Re-proposals after an
-  // election still count at once (the owner syncs before handling their replies).
+  // acceptances (durable before they answer) already make a majority. The same for values
+  // re-proposed after an election (the owner asks for a sync covering next_slot() - 1).
   bool defer_self_ack = false;
   // Leader: unacknowledged paxos_learn messages per follower lagging beyond its acceptance
   // window (each at most max_message_bytes), so catching up a far-behind follower neither

@@ -455,6 +455,81 @@ TEST(PaxosStream, DeferredSelfAckCountsOnlyWhenDurable) {
   EXPECT_EQ(c.streams[0]->chosen_index(), 2u);
 }
 
+// may_lead = false (the followers of a replicated shard): replica 0 silent past the election
+// timeout makes no follower a candidate; replica 0 leads again once it is back. With
+// followers allowed to lead, replica 1 took over and replica 0, hearing its heartbeats, never
+// led again: a shard whose workers (on replica 0) could then propose nothing, for good.
+TEST(PaxosStream, FollowersThatMayNotLeadLeaveTheLeadToReplicaZero) {
+  PaxosOptions o;
+  Cluster c(3, o);
+  for (uint32_t r = 1; r < 3; ++r) {
+    c.options.may_lead = false;
+    c.restart(r);
+  }
+  c.options.may_lead = true;
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  ASSERT_TRUE(c.propose(0, 1).ok());
+  c.run_ms(10);
+  // Replica 0 starved: nothing from it reaches the others for many election timeouts.
+  c.queue.drop = [](const Packet& p) { return p.from == 0; };
+  c.run_ms(500);
+  EXPECT_EQ(c.streams[1]->stats().elections, 0u);
+  EXPECT_EQ(c.streams[2]->stats().elections, 0u);
+  EXPECT_NE(c.leader(), 1);
+  EXPECT_NE(c.leader(), 2);
+  c.queue.drop = nullptr;
+  c.run_ms(200);
+  ASSERT_EQ(c.leader(), 0);
+  ASSERT_TRUE(c.propose(0, 2).ok());
+  c.run_ms(10);
+  EXPECT_EQ(c.streams[0]->chosen_index(), 2u);
+  c.expect_prefix_consistent();
+}
+
+// The same for a value re-proposed after an election: a new leader that found x (accepted by
+// one acceptor only) in phase 1 counts its own acceptance of x in its ballot only once
+// note_self_durable says so. Before, it counted at once, and x was chosen on one follower's
+// acceptance plus a vote the new leader's WAL might not have had.
+TEST(PaxosStream, DeferredSelfAckCoversReproposals) {
+  PaxosOptions o;
+  o.defer_self_ack = true;
+  Cluster c(3, o);
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(c.propose(0, i).ok());
+  c.run_ms(10);
+  ASSERT_EQ(c.streams[0]->chosen_index(), 3u);
+  const Bytes x = make_entry(4, 777);
+  c.queue.drop = [](const Packet& p) { return !(p.from == 0 && p.to == 2); };
+  ASSERT_EQ(*c.streams[0]->propose(x), 4u);
+  c.deliver();
+  ASSERT_TRUE(c.stores[2]->find(4) != nullptr && c.stores[2]->find(4)->value.same_bytes(x));
+  // Replica 2 still promises and hears heartbeats (accepts without entries), but accepts
+  // nothing more (type 3, accept, with entries; REPLICATION.md "Wire format"): the new
+  // leader's re-proposal of x gets no acceptance from it.
+  c.queue.drop = [](const Packet& p) {
+    return p.to == 2 && p.bytes.size() > 44 && static_cast<uint8_t>(p.bytes[3]) == 3 &&
+           load_u32(p.bytes.data() + 40) > 0;
+  };
+  c.crash(0);
+  c.run_ms(200);
+  ASSERT_EQ(c.leader(), 1);
+  EXPECT_GE(c.streams[1]->stats().reproposed, 1u);
+  EXPECT_EQ(c.streams[1]->chosen_index(), 3u);
+  // Replica 0 comes back and accepts the re-proposal: with our own vote a majority, but that
+  // vote is not durable yet.
+  c.restart(0);
+  c.run_ms(50);
+  ASSERT_EQ(c.leader(), 1);
+  ASSERT_TRUE(c.stores[0]->find(4) != nullptr && c.stores[0]->find(4)->value.same_bytes(x));
+  EXPECT_EQ(c.streams[1]->chosen_index(), 3u) << "the re-proposal counted an undurable vote";
+  c.streams[1]->note_self_durable(c.streams[1]->ballot(), 4);
+  EXPECT_EQ(c.streams[1]->chosen_index(), 4u);
+  ASSERT_EQ(c.logs[1].size(), 4u);
+  EXPECT_EQ(c.logs[1][3], x);
+}
+
 }  // namespace
 }  // namespace shoal::repl
 

@@ -2,17 +2,18 @@
 
 #include <time.h>
 
+#include <algorithm>
+
 #include "src/base/ebr.h"
 
 namespace shoal::repl {
-namespace {
-
-// Thread CPU time: a measurement for the report, not protocol input (so not behind Env).
 uint64_t thread_cpu_ns() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
 }
+
+namespace {
 
 txn::WriteKind kind_of(WriteOp op) {
   switch (op) {
@@ -82,7 +83,11 @@ bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
 void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes) {
   const uint64_t start = thread_cpu_ns();
   ++stats_.entries;
-  wm_.advance(stream, load_u64(bytes.data() + 48));
+  const uint64_t max_tid = load_u64(bytes.data() + 48);
+  if ((load_u16(bytes.data() + 6) & kLogFlagBootstrapEnd) != 0) {
+    bootstrap_tid_ = std::max(bootstrap_tid_, max_tid);
+  }
+  wm_.advance(stream, max_tid);
   auto& q = queues_[stream];
   if (q.empty()) {
     uint32_t next = 0;

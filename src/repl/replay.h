@@ -30,6 +30,10 @@
 
 namespace shoal::repl {
 
+// The calling thread's CPU time: a measurement for reports and tests, not protocol input (so
+// not behind Env).
+uint64_t thread_cpu_ns();
+
 struct ReplayStats {
   uint64_t entries = 0, txns = 0, writes = 0, skipped_writes = 0;
   uint64_t cpu_ns = 0;  // thread CPU time spent installing
@@ -38,16 +42,23 @@ struct ReplayStats {
 class ReplayApplier {
  public:
   // REQUIRES: engine's tables created (Schema::create_tables) before the first entry.
-  ReplayApplier(txn::Engine& engine, uint32_t streams) : engine_(engine), wm_(streams),
-                                                          queues_(streams) {}
+  ReplayApplier(txn::Engine& engine, uint32_t streams)
+      : engine_(engine), wm_(streams), queues_(streams) {}
 
   // A chosen entry of `stream`, in slot order. `bytes` need only live during the call.
   // REQUIRES: bytes passed LogEntryView::parse (the stream verified them); 8-byte aligned.
   void on_chosen(uint32_t stream, std::span<const std::byte> bytes);
 
-
   // Every record at or below it is installed.
   uint64_t applied_tid() const { return wm_.shard(); }
+  // The snapshot TID of the bootstrap (the max_tid of an entry flagged kLogFlagBootstrapEnd,
+  // src/repl/bootstrap.h), 0 until such an entry arrived.
+  uint64_t bootstrap_tid() const { return bootstrap_tid_; }
+  // The whole bootstrap is installed: the store at applied_tid() is a state the leader had
+  // (before, it may be part of the load). Snapshot readers start only from here.
+  bool bootstrap_installed() const {
+    return bootstrap_tid_ != 0 && applied_tid() >= bootstrap_tid_;
+  }
   const ShardWatermark& watermark() const { return wm_; }
   const ReplayStats& stats() const { return stats_; }
   size_t queued_entries() const;
@@ -65,6 +76,7 @@ class ReplayApplier {
   ShardWatermark wm_;
   std::vector<std::deque<Pending>> queues_;
   ReplayStats stats_;
+  uint64_t bootstrap_tid_ = 0;
 };
 
 }  // namespace shoal::repl

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
 
@@ -69,6 +70,7 @@ class FollowerThread {
     follower_.reset();
   }
   uint64_t recovered() const { return recovered_; }
+  Follower& follower() { return *follower_; }
   uint64_t recovered_tid() const { return recovered_tid_; }
 
  private:
@@ -153,7 +155,9 @@ struct Cluster {
     for (uint32_t s = 0; s < leader->streams(); ++s) {
       floor = std::max(floor, leader->appender(s).last_commit_tid());
     }
-    for (uint32_t s = 0; s < leader->streams(); ++s) leader->appender(s).finish(floor);
+    for (uint32_t s = 0; s < leader->streams(); ++s) {
+      EXPECT_TRUE(leader->appender(s).finish(floor).ok());
+    }
     return floor;
   }
 };
@@ -198,6 +202,39 @@ TEST(Replication, FollowersConvergeOverSharedMemory) {
   ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
   c.run(2000, 7);
   expect_followers_converge(c, c.close(), 4000);
+}
+
+// The bootstrap ships a load of 30000 rows in about 30 entries (records at distinct TIDs below
+// S, then a floor at S flagged as the bootstrap's end): bootstrap_followers returns only once
+// every follower installed all of it. When every record carried S, a follower's applied TID
+// reached S with the first entry and the call returned with up to 8 entries still in flight.
+TEST(Replication, BootstrapReturnsOnlyOnceEveryFollowerInstalledAllOfIt) {
+  Cluster c(/*streams=*/1, FsyncPolicy::kNone);
+  auto* table = static_cast<txn::Table<1>*>(c.engine->tables()[0].get());
+  constexpr uint64_t kRows = 30000;
+  for (uint64_t k = 1; k <= kRows; ++k) {
+    ASSERT_TRUE(table->load(Key<1>{{k}}, Row{k, 1}).ok());
+  }
+  // Past epoch 1 (Table::load's versions), as after any real load: patches of loaded rows
+  // then apply onto the bootstrap's versions (bootstrap.h).
+  c.engine->advance_epoch_for_tests();
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  auto boot = bootstrap_followers(*c.leader, *c.engine, 60'000);
+  ASSERT_TRUE(boot.ok()) << boot.status().to_string();
+  EXPECT_EQ(boot->records, (kRows + 63) / 64);
+  EXPECT_GT(c.leader->appender(0).stats().entries, 20u);
+  for (auto& f : c.followers) {
+    EXPECT_EQ(f->follower().replayed_txns(), boot->records) << "returned before it was installed";
+    EXPECT_GE(f->follower().applied_tid(), boot->snapshot_tid);
+  }
+  // Transactions after it (patches of bootstrapped rows included) replay onto it.
+  c.run(500, 9);
+  const uint64_t final_tid = c.close();
+  auto reports = c.leader->collect_reports(final_tid, true, false, 20'000);
+  ASSERT_TRUE(reports.ok()) << reports.status().to_string();
+  for (const FollowerReport& r : *reports) {
+    EXPECT_EQ(r.digest, engine_digest(*c.engine)) << "replica " << r.replica;
+  }
 }
 
 // One stream: puts that keep their size are logged as patches of the changed bytes, and the

@@ -62,8 +62,8 @@ TEST(ShardWatermark, IdleStreamsAdvanceByFloorEntries) {
   const std::byte value[8] = {};
   const TxnWrite write{0, WriteOp::kPut, key, value};
   const uint64_t t1 = (uint64_t{1} << 32) + 5, t2 = t1 + 1;
-  busy.append_record(t1, {}, {&write, 1});
-  busy.append_record(t2, {}, {&write, 1});  // count seal
+  ASSERT_TRUE(busy.append_record(t1, {}, {&write, 1}).ok());
+  ASSERT_TRUE(busy.append_record(t2, {}, {&write, 1}).ok());  // count seal
   for (uint64_t tid : take(busy)) w.advance(0, tid);
   EXPECT_EQ(w.shard(), 0u);
   idle.tick();  // not idle long enough yet
@@ -77,7 +77,7 @@ TEST(ShardWatermark, IdleStreamsAdvanceByFloorEntries) {
   for (uint64_t tid : floors) w.advance(1, tid);
   EXPECT_EQ(w.shard(), t2);  // now the busy stream's progress is the watermark
   // finish() closes a stream above everything it logged.
-  busy.finish(t2 + 100);
+  ASSERT_TRUE(busy.finish(t2 + 100).ok());
   for (uint64_t tid : take(busy)) w.advance(0, tid);
   EXPECT_EQ(w.stream(0), t2 + 100);
 }
@@ -108,22 +108,22 @@ TEST(ShardWatermark, TxnsSharingAStreamCommitAboveItsPromise) {
     return t.put(tb, Key<1>{{1}}, v + 1);
   };
   ASSERT_TRUE(worker->run(bump, table).ok());
-  stream.finish(worker->txn().last_commit_tid() + 1000);  // a floor far above that commit
+  ASSERT_TRUE(stream.finish(worker->txn().last_commit_tid() + 1000).ok());  // far above it
   take(stream);
   participant.begin();
   ASSERT_TRUE(bump(participant, table, nullptr).ok());
   ASSERT_TRUE(participant.commit().ok());
   EXPECT_GT(participant.last_commit_tid(), *stream.promised_tid());
-  StreamAppender::commit_hook(&stream, participant);
+  ASSERT_TRUE(StreamAppender::commit_hook(&stream, participant).ok());
   participant.end();
   EXPECT_EQ(take(stream), std::vector<uint64_t>{participant.last_commit_tid()});
   // Without the floor, a Txn whose own TIDs lag would log below the promise: refused loudly.
   txn::Txn lagging(&engine, 98);
   lagging.begin();
   ASSERT_TRUE(bump(lagging, table, nullptr).ok());
-  stream.finish(participant.last_commit_tid() + 1000);
+  ASSERT_TRUE(stream.finish(participant.last_commit_tid() + 1000).ok());
   ASSERT_TRUE(lagging.commit().ok());
-  EXPECT_DEATH(StreamAppender::commit_hook(&stream, lagging), "at or below its promise");
+  EXPECT_DEATH(StreamAppender::commit_hook(&stream, lagging).ignore(), "at or below its promise");
   lagging.end();
 }
 

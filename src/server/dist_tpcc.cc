@@ -115,7 +115,13 @@ Status attempt_local(const TpccShardContext& ctx, txn::Procedure proc, const voi
   txn.begin();
   Status s = proc(txn, args, nullptr);
   if (s.ok()) s = txn.commit();
-  if (s.ok() && ctx.commit_hook != nullptr) ctx.commit_hook(ctx.commit_hook_ctx, txn);
+  if (s.ok() && ctx.commit_hook != nullptr) {
+    Status logged = ctx.commit_hook(ctx.commit_hook_ctx, txn);
+    if (!logged.ok()) {  // installed, not logged: never acknowledged (txn::CommitHook)
+      txn.end();
+      return logged;
+    }
+  }
   if (!s.ok()) txn.abort();
   txn.end();
   return s;

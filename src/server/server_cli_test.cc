@@ -575,5 +575,35 @@ TEST_F(ServerCli, ClusterDigestFindsAPlantedDifference) {
   config_.clear();                             // nothing for TearDown's `cluster down`
 }
 
+// A replicated shard whose followers never come waits for them (replication timeout: minutes);
+// SIGTERM must end that wait within seconds, with a message saying what it was doing.
+TEST_F(ServerCli, ServerWaitingForItsFollowersStopsOnSigterm) {
+  write_replicated_config(1, 3);
+  const std::string log = path("server.log");
+  const pid_t server = start({"server", "--config", config_, "--shard", "0", "--keys-per-partition",
+                              "2000", "--data-dir", path("r0")},
+                             log);
+  bool waiting = false;
+  for (int i = 0; i < 300 && !waiting; ++i) {  // bounded: 60 s for the load on a busy machine
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    waiting = text.str().find("waiting for a majority") != std::string::npos;
+  }
+  ASSERT_TRUE(waiting) << "the server never started waiting for its followers";
+  const auto signalled = Clock::now();
+  kill(server, SIGTERM);
+  const Outcome o = finish(server, log, 10);
+  const double took_s = std::chrono::duration<double>(Clock::now() - signalled).count();
+  EXPECT_NE(o.exit_code, -1) << "still running 10 s after SIGTERM\n" << o.output;
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_LT(took_s, 5.0) << o.output;
+  EXPECT_NE(o.output.find("stopped by a signal while waiting for a majority of its replicas"),
+            std::string::npos)
+      << o.output;
+  config_.clear();  // nothing for TearDown's `cluster down`
+}
+
 }  // namespace
 }  // namespace shoal::server

@@ -245,6 +245,8 @@ class ShardServer {
   }
   [[nodiscard]] Status apply_batching();
   [[nodiscard]] Status start_replication();
+  [[nodiscard]] Status wait_leading();  // replication_->wait_leading, stoppable by SIGTERM
+  [[nodiscard]] Status stopped_by_signal(const std::string& while_doing) const;
   [[nodiscard]] Status plant_divergence();
   [[nodiscard]] Status post_to_workers(void (*fn)(void*));
   [[nodiscard]] Status repl_report(const nlohmann::json& request, rt::MsgBuffer* out);
@@ -779,6 +781,7 @@ Status ShardServer::start_replication() {
     rtt_ns_max = std::max(rtt_ns_max, 2 * one_way_ns);
   }
   lo.appender.limits.batch_txns_max = options_.batch_txns;
+  lo.appender.stop = &g_stop;  // SIGTERM ends a worker's wait for a log buffer
   lo.appender.limits.batch_age_ns_max = static_cast<uint64_t>(options_.batch_us * 1e3);
   lo.wal_dir = options_.data_dir.empty()
                    ? cluster::replica_dir(".shoal/" + config_.name, options_.shard, 0)
@@ -806,10 +809,14 @@ Status ShardServer::start_replication() {
              "txns / {} us)\n",
              options_.shard, lo.replicas, me.host, lo.listen_port, options_.batch_txns,
              options_.batch_us);
-  SHOAL_TRY(replication_->wait_leading(options_.replication_timeout_ms));
+  SHOAL_TRY(wait_leading());
   // Before any worker exists: this thread owns every appender until serve() starts them.
-  auto boot = repl::bootstrap_followers(*replication_, *engine_, options_.replication_timeout_ms);
-  if (!boot.ok()) return boot.status();
+  auto boot =
+      repl::bootstrap_followers(*replication_, *engine_, options_.replication_timeout_ms, &g_stop);
+  if (!boot.ok()) {
+    if (g_stop.load()) return stopped_by_signal("installing the load on its followers");
+    return boot.status();
+  }
   snapshot_tid_ = boot->snapshot_tid;
   if (options_.unsafe_plant_divergence) SHOAL_TRY(plant_divergence());
   fmt::print(stderr,
@@ -831,6 +838,26 @@ Status ShardServer::apply_batching() {
   if (options_.batch_txns == 0) options_.batch_txns = config_.batch_txns;
   if (options_.batch_us == 0) options_.batch_us = config_.batch_us;
   return Status::Ok();
+}
+
+// wait_leading in slices, so that SIGTERM is seen while the followers do not come.
+Status ShardServer::wait_leading() {
+  const uint64_t start_ns = RealEnv::instance().now_ns();
+  for (;;) {  // bounded by replication_timeout_ms and g_stop
+    const Status s = replication_->wait_leading(kAcceptSliceMs);
+    if (s.code() != Code::kTimeout) return s;
+    if (g_stop.load()) return stopped_by_signal("waiting for a majority of its replicas");
+    const uint64_t waited_ms = (RealEnv::instance().now_ns() - start_ns) / kMs;
+    if (waited_ms >= options_.replication_timeout_ms) {
+      return Status::Timeout(fmt::format("shard {}: no majority of replicas after {} ms: {}",
+                                         options_.shard, waited_ms, s.to_string()));
+    }
+  }
+}
+
+Status ShardServer::stopped_by_signal(const std::string& while_doing) const {
+  return Status::Unavailable(
+      fmt::format("shard {}: stopped by a signal while {}", options_.shard, while_doing));
 }
 
 // ServerOptions::unsafe_plant_divergence: the first key's counter changes here only (no commit
@@ -896,7 +923,11 @@ void ShardServer::close_floor_from(uint64_t tid) {
 }
 
 void ShardServer::close_stream(repl::StreamAppender& appender) {
-  appender.finish(close_floor_.load());
+  const Status closed = appender.finish(close_floor_.load());
+  if (!closed.ok()) {  // stopped (shutdown): followers will not reach the floor; say why
+    fmt::print(stderr, "shoal server: shard {}: closing stream {}: {}\n", options_.shard,
+               appender.stream(), closed.to_string());
+  }
   if (close_pending_.fetch_sub(1) != 1) return;
   closed_floor_.store(close_floor_.load());
   closing_.store(false);

@@ -320,7 +320,13 @@ Status Worker::run(Procedure proc, const void* args, void* result) {
     Status s = proc(txn_, args, result);
     if (s.ok()) {
       s = txn_.commit();
-      if (s.ok() && commit_hook_ != nullptr) commit_hook_(commit_hook_ctx_, txn_);
+      if (s.ok() && commit_hook_ != nullptr) {
+        Status logged = commit_hook_(commit_hook_ctx_, txn_);
+        if (!logged.ok()) {  // installed, not logged: never reported committed (CommitHook)
+          txn_.end();
+          return logged;
+        }
+      }
     } else if (!s.is_aborted() && !txn_.validate(/*holding_locks=*/false)) {
       // The procedure gave up (NotFound, AlreadyExists, UserAbort, ...) on reads that were
       // not a consistent snapshot: its answer is meaningless, so run it again.

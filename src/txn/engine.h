@@ -100,7 +100,7 @@ class TableBase {
   // data)` rewrites some of its bytes under the record lock, and the record gets `tid`.
   // Skipped (false) when the key already holds `tid` or newer (idempotent replay). The caller
   // guarantees, by replaying the key's writes in TID order, that the key holds the version the
-  // update was computed against: `base_tid` or, for a bootstrapped row, a later snapshot TID
+  // update was computed against: `base_tid` or, for a bootstrapped row, a later bootstrap TID
   // (REQUIRES, asserted: present, of size_bytes, version >= base_tid). Same locking and guard
   // rules as apply_replicated.
   using PatchFn = void (*)(void* ctx, void* data);
@@ -385,8 +385,11 @@ class Txn {
 // Called on the worker's thread after each successful commit (read-only ones included), while
 // the Txn still holds what it installed: last_commit_tid(), deps(), for_each_write(). This is
 // where a replication stream appends the transaction's log record (src/repl/appender.h).
+// A non-ok Status means the transaction is installed here but not logged (the stream stopped,
+// e.g. at shutdown): the caller returns that Status instead of Ok (Worker::run, the 2PC
+// participant), so it is never reported committed or acknowledged.
 // REQUIRES: does not run transactions on the Worker; returns quickly (it is on the commit path).
-using CommitHook = void (*)(void* ctx, const Txn& txn);
+using CommitHook = Status (*)(void* ctx, const Txn& txn);
 
 // One per worker thread: its Txn, its statistics, and the retry loop.
 class Worker {

@@ -110,6 +110,7 @@ TEST(CommitHook, SeesEveryCommitWithItsTidAndWrites) {
         size_t n = 0;
         txn.for_each_write([&](const WriteView&) { ++n; });
         l->writes.push_back(n);
+        return Status::Ok();
       },
       &log);
   for (uint64_t k : {1, 2, 1}) ASSERT_TRUE(w->run(&put_or_insert, &k).ok());
@@ -160,6 +161,7 @@ TEST(CommitHook, PutShowsTheValueAndVersionItOverwrote) {
           }
         });
         static_cast<std::vector<Seen>*>(ctx)->push_back(s);
+        return Status::Ok();
       },
       &seen);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(w->run(&bump, nullptr).ok());

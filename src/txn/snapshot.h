@@ -44,7 +44,9 @@ class SnapshotRegistry {
   // REQUIRES: engine.options().keep_version_chains (else older versions are not kept).
   explicit SnapshotRegistry(Engine& engine);
 
-  // Replay: every record at or below applied_tid is installed. REQUIRES: non-decreasing.
+  // Replay: every record at or below applied_tid is installed, and the store there is a
+  // consistent state (a follower publishes only once its bootstrap is installed: before, the
+  // applied TID passes through partial loads, src/repl/bootstrap.h). REQUIRES: non-decreasing.
   void publish_applied(uint64_t applied_tid);
   uint64_t applied_tid() const;
   // Oldest snapshot in use, or the applied TID when none (the engine's version horizon).
