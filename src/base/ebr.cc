@@ -111,10 +111,14 @@ Slot* register_thread() {
     while (high < i + 1 &&
            !g_slot_high.compare_exchange_weak(high, i + 1, std::memory_order_seq_cst)) {
     }
-    s.depth = 0;
-    s.count_low = 0;
-    s.count_high = 0;
-    s.quiesce_at = kQuiesceEvery;
+    {
+      // drain_all_for_tests() rewrites quiesce_at under the slot's lock (TSan saw the race).
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.depth = 0;
+      s.count_low = 0;
+      s.count_high = 0;
+      s.quiesce_at = kQuiesceEvery;
+    }
     t_slot = &s;
     t_exit.armed = true;
     return &s;

@@ -186,6 +186,10 @@ void ReplicationLeader::stop() {
     std::this_thread::yield();
   }
   thread_.join();
+  // Destroyed here, not on its thread: post() above still reads the loop after publishing the
+  // stop, and the loop thread may already have taken it and returned (TSan saw the
+  // use-after-free). Appenders must not seal after stop(): the loop no longer exists.
+  loop_.reset();
   for (auto& p : peers_) {
     if (p) p->ep.close();
   }
@@ -199,7 +203,6 @@ void ReplicationLeader::thread_main() {
   for (auto& p : peers_) {
     if (p) loop_->remove_poller(p.get());
   }
-  loop_.reset();  // on its own thread; appenders must not seal after stop()
 }
 
 void ReplicationLeader::on_tick(void* self, uint64_t) {
