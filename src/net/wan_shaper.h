@@ -19,8 +19,10 @@
 //
 // Bounds: at most max_held completions and max_held_bytes held; beyond, the shaper stops
 // draining the inner endpoint, whose own credit then pushes back on the sender. Memory: each
-// hold slot keeps a buffer of up to 64 KiB, so steady small-message traffic allocates nothing
-// after warm-up (larger messages allocate per message: a WAN emulator is not a hot path).
+// hold slot keeps its buffer across uses, those above 64 KiB only while the idle ones pin at
+// most max_held_bytes in all, so steady traffic allocates nothing after warm-up (a replicated
+// shard's 100 KB log entries through a shaped link used to cost an allocation, page faults and
+// a zero fill each).
 //
 // Threads: owned by one thread, like the endpoint it wraps.
 #pragma once
@@ -176,7 +178,7 @@ class WanShaped {
     size_t n = 0;
     while (n < max && n < count_ && at(n).due_ns <= now) {
       const Held& h = at(n);
-      out[n++] = {h.kind, h.imm, h.epoch, {h.bytes.data(), h.size}};
+      out[n++] = {h.kind, h.imm, h.epoch, {h.bytes.get(), h.size}};
     }
     delivered_ = n;
     if (n == 0 && count_ == 0 && !deferred_.ok()) return deferred_;
@@ -186,9 +188,19 @@ class WanShaped {
     for (; delivered_ > 0; --delivered_) {
       Held& h = at(0);
       held_bytes_ -= h.size;
-      // Keep small buffers for reuse; give back large ones so max_held slots cannot each pin
-      // a multi-megabyte message.
-      if (h.bytes.capacity() > kKeepBytes) std::vector<uint8_t>().swap(h.bytes);
+      // Keep buffers for reuse: small ones always, large ones while they pin at most
+      // max_held_bytes in all (so max_held slots cannot each pin a multi-megabyte message). A
+      // replication stream's 100 KB entries otherwise cost an allocation, its page faults and
+      // a zero fill each.
+      if (h.capacity > kKeepBytes) {
+        if (large_kept_bytes_ + h.capacity <= options_.max_held_bytes) {
+          large_kept_bytes_ += h.capacity;
+          h.large_kept = true;
+        } else {
+          h.bytes.reset();
+          h.capacity = 0;
+        }
+      }
       head_ = (head_ + 1) % options_.max_held;
       --count_;
     }
@@ -237,7 +249,9 @@ class WanShaped {
     uint32_t imm = 0;
     uint64_t epoch = 0;
     size_t size = 0;
-    std::vector<uint8_t> bytes;  // capacity kept across uses
+    std::unique_ptr<uint8_t[]> bytes;  // `capacity` bytes, kept across uses (see release())
+    size_t capacity = 0;
+    bool large_kept = false;  // counted in large_kept_bytes_
   };
   Held& at(size_t i) { return held_[(head_ + i) % options_.max_held]; }
   const Held& at(size_t i) const { return held_[(head_ + i) % options_.max_held]; }
@@ -270,8 +284,15 @@ class WanShaped {
     h.imm = c.imm;
     h.epoch = c.epoch;
     h.size = c.bytes.size();
-    if (h.bytes.size() < h.size) h.bytes.resize(h.size);  // grows once per slot and size
-    if (h.size != 0) std::memcpy(h.bytes.data(), c.bytes.data(), h.size);
+    if (h.large_kept) {  // back in use: no longer a kept idle buffer
+      large_kept_bytes_ -= h.capacity;
+      h.large_kept = false;
+    }
+    if (h.capacity < h.size) {  // grows once per slot and size; not zero-filled
+      h.bytes.reset(new uint8_t[h.size]);
+      h.capacity = h.size;
+    }
+    if (h.size != 0) std::memcpy(h.bytes.get(), c.bytes.data(), h.size);
     held_bytes_ += h.size;
   }
 
@@ -285,6 +306,7 @@ class WanShaped {
   size_t count_ = 0;
   size_t delivered_ = 0;
   size_t held_bytes_ = 0;
+  size_t large_kept_bytes_ = 0;  // capacity of idle buffers above kKeepBytes kept for reuse
   uint64_t last_due_ns_ = 0;
   Status deferred_;
 };
