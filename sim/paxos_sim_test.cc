@@ -164,7 +164,7 @@ class PaxosSim {
     o.pipeline_slots = 16;
     n.stream = std::make_unique<PaxosStream>(
         env_, n.transport, n.store, o,
-        [this, &n](uint64_t slot, std::span<const std::byte> e) { on_chosen(n, slot, e); });
+        [this, &n](uint64_t slot, const repl::EntryBuffer& e) { on_chosen(n, slot, e.span()); });
   }
 
   void crash(Node& n) {

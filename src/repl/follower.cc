@@ -143,16 +143,11 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
     po.replica_count = options_.replicas;
     po.may_lead = false;  // only the leader process proposes (PaxosOptions::may_lead)
     Stream* raw = st.get();
-    st->paxos = std::make_unique<PaxosStream>(
-        RealEnv::instance(), *st->transport, st->store, po,
-        [this, raw](uint64_t slot, std::span<const std::byte> e) {
-          raw->log->note_chosen(slot);
-          // The store's own copy, shared (not copied again) when `e` is it.
-          const PaxosSlot* held = raw->store.find(slot);
-          hand_to_replay(raw->id, held != nullptr && held->value.span().data() == e.data()
-                                      ? held->value.share()
-                                      : EntryBuffer(e));
-        });
+    st->paxos = std::make_unique<PaxosStream>(RealEnv::instance(), *st->transport, st->store, po,
+                                              [this, raw](uint64_t slot, const EntryBuffer& e) {
+                                                raw->log->note_chosen(slot);
+                                                hand_to_replay(raw->id, e.share());
+                                              });
     st->store.trim();
     streams_.push_back(std::move(st));
   }

@@ -158,7 +158,7 @@ Status ReplicationLeader::init() {
     Stream* raw = st.get();
     st->paxos = std::make_unique<PaxosStream>(
         RealEnv::instance(), *st->transport, st->store, po,
-        [this, raw](uint64_t slot, std::span<const std::byte> e) { on_chosen(*raw, slot, e); });
+        [this, raw](uint64_t slot, const EntryBuffer& e) { on_chosen(*raw, slot, e.span()); });
     // A follower lagging beyond the retained slots is caught up from our WAL.
     if (st->log) st->paxos->set_chosen_source(st->log.get());
     streams_.push_back(std::move(st));

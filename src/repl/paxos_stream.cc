@@ -761,7 +761,7 @@ void PaxosStream::deliver_chosen() {
   const uint64_t chosen = store_.advance();
   for (uint64_t slot = delivered_ + 1; slot <= chosen; ++slot) {
     ++stats_.chosen;
-    if (on_chosen_) on_chosen_(slot, store_.find(slot)->value.span());
+    if (on_chosen_) on_chosen_(slot, store_.find(slot)->value);
   }
   delivered_ = chosen;
   store_.trim();

@@ -261,8 +261,9 @@ enum class PaxosRole : uint8_t { kFollower, kCandidate, kLeader };
 
 class PaxosStream {
  public:
-  // Called once per slot, in slot order, when the slot joins the chosen prefix.
-  using ChosenFn = std::function<void(uint64_t slot, std::span<const std::byte> entry)>;
+  // Called once per slot, in slot order, when the slot joins the chosen prefix, with the
+  // store's own buffer (a holder that keeps the bytes takes entry.share(), not a copy).
+  using ChosenFn = std::function<void(uint64_t slot, const EntryBuffer& entry)>;
 
   // Slots already chosen in `store` (a restart) are not delivered again.
   // REQUIRES: env, transport and store outlive the stream; replica_count in

@@ -88,9 +88,9 @@ struct Cluster {
     PaxosOptions o = options;
     o.replica_id = i;
     streams[i] = std::make_unique<PaxosStream>(
-        env, *transports[i], *stores[i], o, [this, i](uint64_t slot, std::span<const std::byte> e) {
+        env, *transports[i], *stores[i], o, [this, i](uint64_t slot, const EntryBuffer& e) {
           ASSERT_EQ(slot, logs[i].size() + 1) << "chosen callback out of order";
-          logs[i].emplace_back(e.begin(), e.end());
+          logs[i].emplace_back(e.span().begin(), e.span().end());
         });
   }
   void crash(uint32_t i) { streams[i].reset(); }

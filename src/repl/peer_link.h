@@ -97,10 +97,6 @@ class PeerLink {
   void close() {
     std::visit([](auto& e) { e.close(); }, ep_);
   }
-  bool shared_memory() const {
-    return std::holds_alternative<net::ShmEndpoint>(ep_) ||
-           std::holds_alternative<net::WanShaped<net::ShmEndpoint>>(ep_);
-  }
 
  private:
   std::variant<net::TcpEndpoint, net::WanShaped<net::TcpEndpoint>, net::ShmEndpoint,
