@@ -362,6 +362,12 @@ class Txn {
   // Stable-reads rec into out and records the read; returns the word (kLock set: conflict).
   uint64_t observe(Record* rec, void* out, uint32_t out_bytes, uint32_t* size_out);
   Status read_record(Record* rec, void* out, uint32_t size_bytes, uint32_t* size_out);
+  // A write found `rec` holding no committed value (word has kAbsent, not kUnlinked): the key
+  // is absent until that insert commits, so the answer NotFound is recorded as a read of it.
+  Status absent_seen(Record* rec, uint64_t word);
+  // The key's record in the index, or nullptr with the leaf recorded (guarding "absent").
+  template <size_t K>
+  Record* lookup_for_write(Table<K>& table, const Key<K>& key);
   // A read of a read-only table: copied, not recorded (TableBase::make_read_only).
   static Status read_unrecorded(const Record* rec, void* out, uint32_t size_bytes,
                                 uint32_t* size_out);

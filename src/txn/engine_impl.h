@@ -368,6 +368,13 @@ Status Txn::get(Table<K>& table, const Key<K>& key, void* out, uint32_t size_byt
     }
     if (rec->word.load(std::memory_order_acquire) & Tid::kUnlinked) continue;  // look up again
     Status s = read_record(rec, out, size_bytes, size_out);
+    if (s.is_not_found() && (b.reads.back().observed & Tid::kUnlinked)) {
+      // Removed after our lookup. A dead record's word never changes again, so it cannot
+      // stand for "absent": a later insert of the key lands in the index, not in it. Look
+      // again, so the leaf (or the new record) guards the answer.
+      b.reads.pop_back();
+      continue;
+    }
     if (s.ok()) {
       b.last_table = &table;
       std::copy(key.w.begin(), key.w.end(), b.last_key);
@@ -385,30 +392,45 @@ Status Txn::put(Table<K>& table, const Key<K>& key, const void* value, uint32_t 
   SHOAL_ASSERT(size_bytes <= TableBase::kValueBytesMax, "value of %u bytes", size_bytes);
   if (table.read_only()) return refuse_read_only(table);
   TxnBuffers& b = *bufs_;
-  Record* rec = nullptr;
-  if (b.last_table == &table && std::equal(key.w.begin(), key.w.end(), b.last_key)) {
-    rec = b.last_rec;
-  } else {
-    typename BTree<K>::NodeRef leaf;
-    rec = static_cast<Record*>(table.index_.get(key, &leaf));
-    if (rec == nullptr) {
-      record_node(leaf.leaf, leaf.version, &BTree<K>::leaf_version);
-      return Status::NotFound();
+  const bool last = b.last_table == &table && std::equal(key.w.begin(), key.w.end(), b.last_key);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    Record* rec = nullptr;
+    if (last && attempt == 0) {
+      rec = b.last_rec;
+    } else {
+      rec = lookup_for_write(table, key);
+      if (rec == nullptr) return Status::NotFound();
     }
-  }
-  if (WriteEntry* w = b.writes.empty() ? nullptr : find_write(rec)) {
-    if (w->kind == WriteKind::kRemove) return Status::NotFound();
-    w->value = buffer_value(value, size_bytes);
-    w->size_bytes = size_bytes;
+    if (WriteEntry* w = b.writes.empty() ? nullptr : find_write(rec)) {
+      if (w->kind == WriteKind::kRemove) return Status::NotFound();
+      w->value = buffer_value(value, size_bytes);
+      w->size_bytes = size_bytes;
+      return Status::Ok();
+    }
+    const uint64_t word = rec->word.load(std::memory_order_acquire);
+    if (word & Tid::kUnlinked) continue;  // removed meanwhile: look up again
+    if (word & Tid::kAbsent) return absent_seen(rec, word);
+    uint64_t* key_copy = b.arena.allocate_words(K);
+    std::copy(key.w.begin(), key.w.end(), key_copy);
+    b.writes.push_back(WriteEntry{rec, buffer_value(value, size_bytes), size_bytes, WriteKind::kPut,
+                                  false, &table, &TableOpsFor<K>::ops, key_copy, K});
     return Status::Ok();
   }
-  const uint64_t word = rec->word.load(std::memory_order_acquire);
-  if (word & Tid::kStateMask) return Status::NotFound();
-  uint64_t* key_copy = b.arena.allocate_words(K);
-  std::copy(key.w.begin(), key.w.end(), key_copy);
-  b.writes.push_back(WriteEntry{rec, buffer_value(value, size_bytes), size_bytes, WriteKind::kPut,
-                                false, &table, &TableOpsFor<K>::ops, key_copy, K});
-  return Status::Ok();
+  return Status::Aborted();
+}
+
+template <size_t K>
+Record* Txn::lookup_for_write(Table<K>& table, const Key<K>& key) {
+  typename BTree<K>::NodeRef leaf;
+  auto* rec = static_cast<Record*>(table.index_.get(key, &leaf));
+  if (rec == nullptr) record_node(leaf.leaf, leaf.version, &BTree<K>::leaf_version);
+  return rec;
+}
+
+inline Status Txn::absent_seen(Record* rec, uint64_t word) {
+  if (word & Tid::kLock) return Status::Aborted();  // being committed: its outcome is unknown
+  bufs_->reads.push_back(ReadEntry{rec, word});
+  return Status::NotFound();
 }
 
 template <size_t K>
@@ -461,25 +483,25 @@ template <size_t K>
 Status Txn::remove(Table<K>& table, const Key<K>& key) {
   if (table.read_only()) return refuse_read_only(table);
   TxnBuffers& b = *bufs_;
-  typename BTree<K>::NodeRef leaf;
-  auto* rec = static_cast<Record*>(table.index_.get(key, &leaf));
-  if (rec == nullptr) {
-    record_node(leaf.leaf, leaf.version, &BTree<K>::leaf_version);
-    return Status::NotFound();
-  }
-  if (WriteEntry* w = b.writes.empty() ? nullptr : find_write(rec)) {
-    if (w->kind == WriteKind::kRemove) return Status::NotFound();
-    w->kind = WriteKind::kRemove;
-    w->value = nullptr;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    Record* rec = lookup_for_write(table, key);
+    if (rec == nullptr) return Status::NotFound();
+    if (WriteEntry* w = b.writes.empty() ? nullptr : find_write(rec)) {
+      if (w->kind == WriteKind::kRemove) return Status::NotFound();
+      w->kind = WriteKind::kRemove;
+      w->value = nullptr;
+      return Status::Ok();
+    }
+    const uint64_t word = rec->word.load(std::memory_order_acquire);
+    if (word & Tid::kUnlinked) continue;  // removed meanwhile: look up again
+    if (word & Tid::kAbsent) return absent_seen(rec, word);
+    uint64_t* key_copy = b.arena.allocate_words(K);
+    std::copy(key.w.begin(), key.w.end(), key_copy);
+    b.writes.push_back(WriteEntry{rec, nullptr, 0, WriteKind::kRemove, false, &table,
+                                  &TableOpsFor<K>::ops, key_copy, K});
     return Status::Ok();
   }
-  const uint64_t word = rec->word.load(std::memory_order_acquire);
-  if (word & Tid::kStateMask) return Status::NotFound();
-  uint64_t* key_copy = b.arena.allocate_words(K);
-  std::copy(key.w.begin(), key.w.end(), key_copy);
-  b.writes.push_back(WriteEntry{rec, nullptr, 0, WriteKind::kRemove, false, &table,
-                                &TableOpsFor<K>::ops, key_copy, K});
-  return Status::Ok();
+  return Status::Aborted();
 }
 
 // ---- Txn scans ----
