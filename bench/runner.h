@@ -49,7 +49,7 @@ struct RunOptions {
   uint32_t replicas = 1;
   double wan_rtt_ms = 0;        // every cross-region one-way delay is wan_rtt_ms / 2
   uint32_t batch_txns = 400;    // seal a log entry after this many transactions (Mako)
-  double batch_us = 1000;       // ... or when its first transaction is this old
+  double batch_us = 4000;       // ... or when its first transaction is this old
   std::string fsync = "batch";  // none, batch or always (every replica's WAL)
   // How the followers (all on this host) reach the leader: shm (the leader's send is one copy
   // into the follower's ring) or tcp (loopback, as between machines).

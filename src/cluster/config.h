@@ -72,7 +72,7 @@ struct ClusterConfig {
   // (Mako's 400 for TPC-C) or once its first transaction is batch_us old, whichever comes
   // first. Each in [1, kBatchTxnsMax] and (0, kBatchUsMax]; `shoal server` flags override.
   uint32_t batch_txns = 400;
-  double batch_us = 1000;
+  double batch_us = 4000;
   std::vector<Region> regions;
   std::vector<WanLink> wan;
   std::vector<Shard> shards;

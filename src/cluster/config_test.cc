@@ -61,7 +61,7 @@ TEST(ClusterConfig, BatchingDefaultsToMakosAndIsConfigurable) {
   auto defaults = parse_config(kGood);
   ASSERT_TRUE(defaults.ok()) << defaults.status().to_string();
   EXPECT_EQ(defaults->batch_txns, 400u);
-  EXPECT_DOUBLE_EQ(defaults->batch_us, 1000.0);
+  EXPECT_DOUBLE_EQ(defaults->batch_us, 4000.0);
   std::string text = kGood;
   text.replace(text.find("replicas = 3"), 12, "replicas = 3\nbatch_txns = 100\nbatch_us = 250.5");
   auto c = parse_config(text);

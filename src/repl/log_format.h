@@ -133,7 +133,7 @@ inline size_t log_write_bytes(size_t key_words, size_t value_bytes) {
 struct BatchLimits {
   uint32_t batch_txns_max = 400;          // Mako's TPC-C batch
   uint32_t batch_bytes_max = 1u << 20;    // whole entry, header included
-  uint64_t batch_age_ns_max = 1'000'000;  // seal an open batch after 1 ms
+  uint64_t batch_age_ns_max = 4'000'000;  // seal an open batch after 4 ms (docs/REPLICATION.md)
 };
 
 enum class AppendResult : uint8_t {
