@@ -548,6 +548,84 @@ TEST_F(ServerCli, KilledFollowerRestartedFarBehindCatchesUpFromTheLeadersWal) {
   config_.clear();  // nothing for TearDown's `cluster down`
 }
 
+// A follower with checkpoints every 200 ms, SIGKILLed in the middle of a run after it wrote
+// at least one (and deleted WAL it covered), restarted over its directory: it loads its newest
+// checkpoint, replays only the WAL after it, is caught up by the leader, and `cluster digest`
+// says identical.
+TEST_F(ServerCli, FollowerKilledAfterACheckpointRestartsFromItAndConverges) {
+  write_replicated_config(1, 3);
+  std::vector<pid_t> children;
+  struct Reaper {  // kills whatever is still running when the test ends
+    std::vector<pid_t>* list;
+    ~Reaper() {
+      for (pid_t p : *list) {
+        if (p > 0 && kill(p, SIGKILL) == 0) waitpid(p, nullptr, 0);
+      }
+    }
+  } reaper{&children};
+  auto spawn = [&](const std::vector<std::string>& args, const std::string& log) {
+    children.push_back(start(args, path(log)));
+    return children.back();
+  };
+  const pid_t server = spawn({"server", "--config", config_, "--shard", "0", "--keys-per-partition",
+                              "20000", "--data-dir", path("r0")},
+                             "server.log");
+  auto replica = [&](const std::string& r, const std::string& log) {
+    return spawn({"replica", "--config", config_, "--shard", "0", "--replica", r, "--data-dir",
+                  path("r" + r), "--checkpoint-interval-ms", "200"},
+                 log);
+  };
+  replica("1", "replica-1.log");
+  const pid_t victim = replica("2", "replica-2.log");
+  Outcome o;
+  for (int i = 0; i < 300; ++i) {  // ready: the followers installed the load (bounded: 60 s)
+    o = run({"cluster", "status", "--config", config_}, 10);
+    if (o.exit_code == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string bench_log = path("bench.log");
+  const pid_t bench = start({"bench", "micro", "--cluster", config_, "--seconds", "4"}, bench_log);
+  auto checkpoints_in = [&](const std::string& dir) {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      n += e.path().extension() == ".ckpt" ? 1 : 0;
+    }
+    return n;
+  };
+  // Mid-run, once replica 2 has published two checkpoints (the second deletes WAL segments
+  // the first covers; bounded: 30 s).
+  bool segment0_gone = false;
+  for (int i = 0; i < 300 && !segment0_gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    segment0_gone =
+        checkpoints_in(path("r2")) >= 2 && !std::filesystem::exists(path("r2") + "/stream-0.wal");
+  }
+  ASSERT_TRUE(segment0_gone) << "replica 2 neither checkpointed nor truncated its WAL";
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  waitpid(victim, nullptr, 0);
+  o = finish(bench, bench_log, 120);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const pid_t restarted = replica("2", "replica-2-restarted.log");
+  for (int i = 0; i < 120; ++i) {  // until it has dialed its leader (bounded: 60 s)
+    o = run({"cluster", "digest", "--config", config_}, 120);
+    if (o.exit_code != 1 || o.output.find("LOST") == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
+  kill(server, SIGTERM);
+  finish(server, path("server.log"), 30);
+  const Outcome r = finish(restarted, path("replica-2-restarted.log"), 30);
+  EXPECT_NE(r.output.find("after its checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("loaded " + path("r2") + "/checkpoint-"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("refused"), std::string::npos) << r.output;
+  for (pid_t& p : children) {
+    if (p == server || p == restarted || p == victim) p = -1;  // reaped
+  }
+  config_.clear();  // nothing for TearDown's `cluster down`
+}
+
 // A leader that changes a record without logging it (a planted bug): `cluster digest` names
 // the replica that differs and exits 3.
 TEST_F(ServerCli, ClusterDigestFindsAPlantedDifference) {
