@@ -17,13 +17,22 @@
 // by FsyncPolicy, both syncs), so what it acknowledged is what recovery restores. chosen(index)
 // records are hints written without a sync: losing them costs a re-learn from the leader.
 //
+// Segments (WAL truncation on followers): the files are split into segments, segment 0 being
+// the unnumbered pair above and segment n stream-<s>.<n>.{wal,acc}. Only the newest is
+// appended to; rotate() starts the next one (after a durable checkpoint) with the promise and
+// the chosen hint repeated in its journal, and drop_covered_segments(cut) deletes closed
+// segments whose highest slot (of copies and records) is at or below a checkpoint's cut. A slot
+// may appear in several segments (rewrites); recovery reads them oldest first, so the latest
+// record still wins, and skips slots the checkpoint covers. A leader never rotates.
+//
 // Serving chosen slots (ChosenSlotSource): a leader catches up a follower that lags beyond the
 // slots its store retains by reading them back from this WAL, byte for byte. The index is
 // sparse: per group of kIndexGroupSlots chosen slots, the offset of the first slot's copy when
 // the group's counted copies lie back to back (the normal case: one proposal after another),
 // else one offset per slot of that group (rare: rewrites after an election, retransmissions
 // out of order); per slot (offset, checksum) only for slots not yet in a sealed group (above
-// the chosen index, bounded by the acceptance window). A read pread()s at most max_bytes into
+// the chosen index, bounded by the acceptance window). Only copies in the newest segment are
+// indexed (a rotated log serves nothing older: NotFound). A read pread()s at most max_bytes into
 // one reusable buffer and validates every entry (parse with checksum, sequence, and for
 // unsealed slots the checksum the journal named) before returning it.
 //
