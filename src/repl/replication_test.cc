@@ -364,6 +364,16 @@ uint64_t wal_bytes_on_disk(const std::string& dir) {
   return bytes;
 }
 
+// Restarts replica 2 (index 1) with a checkpoint every 30 ms; returns its options.
+FollowerOptions with_checkpoints(Cluster& c) {
+  c.followers[1]->stop();
+  FollowerOptions fo = c.follower_options(2);
+  fo.checkpoint_interval_ms = 30;
+  c.followers[1] = std::make_unique<FollowerThread>(fo);
+  c.followers[1]->start();
+  return fo;
+}
+
 // Runs rounds of transactions until replica 2 (index 1) published `checkpoints` more
 // checkpoints; returns its WAL size on disk after each round. Bounded: 400 rounds.
 std::vector<uint64_t> run_until_checkpoints(Cluster& c, uint64_t checkpoints, uint64_t seed) {
@@ -385,11 +395,7 @@ std::vector<uint64_t> run_until_checkpoints(Cluster& c, uint64_t checkpoints, ui
 // ends with the same store as the leader and as replica 1, which never truncated.
 TEST(Replication, FollowerCheckpointsBoundItsWalAndARestartFromThemConverges) {
   Cluster c(/*streams=*/2, FsyncPolicy::kBatch);
-  c.followers[1]->stop();
-  FollowerOptions fo = c.follower_options(2);
-  fo.checkpoint_interval_ms = 30;
-  c.followers[1] = std::make_unique<FollowerThread>(fo);
-  c.followers[1]->start();
+  const FollowerOptions fo = with_checkpoints(c);
   ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
   std::vector<uint64_t> sizes = run_until_checkpoints(c, 30, 100);
   const uint64_t full_wal = wal_bytes_on_disk(c.dir.path() + "/r1");
@@ -428,18 +434,16 @@ TEST(Replication, FollowerCheckpointsBoundItsWalAndARestartFromThemConverges) {
 // WAL it still has, learns the truncated prefix from the leader's WAL, and converges again.
 TEST(Replication, FollowerRefusesABadCheckpointAndStillRecoversCorrectly) {
   Cluster c(/*streams=*/1, FsyncPolicy::kBatch);
-  c.followers[1]->stop();
-  FollowerOptions fo = c.follower_options(2);
-  fo.checkpoint_interval_ms = 30;
-  c.followers[1] = std::make_unique<FollowerThread>(fo);
-  c.followers[1]->start();
+  FollowerOptions fo = with_checkpoints(c);
   ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
   run_until_checkpoints(c, 4, 200);
   c.followers[1]->stop();
   const std::string dir = c.dir.path() + "/r2";
   auto seqs = list_checkpoints(dir);
   ASSERT_TRUE(seqs.ok());
-  ASSERT_EQ(seqs->size(), 2u);  // two are kept
+  // Two are kept; a third if it stopped between publishing one and deleting the oldest.
+  ASSERT_GE(seqs->size(), 2u);
+  ASSERT_LE(seqs->size(), 3u);
   {
     const std::string newest = checkpoint_path(dir, seqs->back());
     std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
@@ -449,7 +453,7 @@ TEST(Replication, FollowerRefusesABadCheckpointAndStillRecoversCorrectly) {
   c.followers[1] = std::make_unique<FollowerThread>(fo);
   c.followers[1]->start();
   EXPECT_EQ(c.followers[1]->follower().checkpoints().refused, 1u);
-  EXPECT_EQ(c.followers[1]->follower().checkpoints().loaded_seq, seqs->front());
+  EXPECT_EQ(c.followers[1]->follower().checkpoints().loaded_seq, (*seqs)[seqs->size() - 2]);
   uint64_t tid = c.close();
   auto reports = c.leader->collect_reports(tid, true, false, 20'000);
   ASSERT_TRUE(reports.ok()) << reports.status().to_string();

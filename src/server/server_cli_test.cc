@@ -111,6 +111,27 @@ class ServerCli : public ::testing::Test {
     const std::string log = path(fmt::format("out-{}.log", runs_++));
     return finish(start(args, log), log, timeout_s);
   }
+  // `cluster status` until it succeeds: the followers installed the load (bounded: 60 s).
+  Outcome wait_status_ok() {
+    Outcome o;
+    for (int i = 0; i < 300; ++i) {
+      o = run({"cluster", "status", "--config", config_}, 10);
+      if (o.exit_code == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return o;
+  }
+  // `cluster digest`, again while a restarted follower has not dialed its leader yet (it is
+  // reported lost until then; bounded: 60 s).
+  Outcome digest_once_dialed() {
+    Outcome o;
+    for (int i = 0; i < 120; ++i) {
+      o = run({"cluster", "digest", "--config", config_}, 120);
+      if (o.exit_code != 1 || o.output.find("LOST") == std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    return o;
+  }
   // A 2-shard config on free ports.
   std::string write_config(uint32_t shards = 2) {
     std::string toml =
@@ -516,24 +537,14 @@ TEST_F(ServerCli, KilledFollowerRestartedFarBehindCatchesUpFromTheLeadersWal) {
   };
   replica("1", "replica-1.log");
   const pid_t victim = replica("2", "replica-2.log");
-  Outcome o;
-  for (int i = 0; i < 300; ++i) {  // ready: the followers installed the load (bounded: 60 s)
-    o = run({"cluster", "status", "--config", config_}, 10);
-    if (o.exit_code == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  Outcome o = wait_status_ok();
   ASSERT_EQ(o.exit_code, 0) << o.output;
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   o = run({"bench", "micro", "--cluster", config_, "--seconds", "3"}, 120);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("shard 0 replica 2: LOST"), std::string::npos) << o.output;
   replica("2", "replica-2-restarted.log");
-  // Until it has dialed its leader the digest reports it lost (bounded: 60 s).
-  for (int i = 0; i < 120; ++i) {
-    o = run({"cluster", "digest", "--config", config_}, 120);
-    if (o.exit_code != 1 || o.output.find("LOST") == std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
+  o = digest_once_dialed();
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
   kill(children.list[0].first, SIGTERM);
@@ -577,12 +588,7 @@ TEST_F(ServerCli, FollowerKilledAfterACheckpointRestartsFromItAndConverges) {
   };
   replica("1", "replica-1.log");
   const pid_t victim = replica("2", "replica-2.log");
-  Outcome o;
-  for (int i = 0; i < 300; ++i) {  // ready: the followers installed the load (bounded: 60 s)
-    o = run({"cluster", "status", "--config", config_}, 10);
-    if (o.exit_code == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  Outcome o = wait_status_ok();
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const std::string bench_log = path("bench.log");
   const pid_t bench = start({"bench", "micro", "--cluster", config_, "--seconds", "4"}, bench_log);
@@ -607,11 +613,7 @@ TEST_F(ServerCli, FollowerKilledAfterACheckpointRestartsFromItAndConverges) {
   o = finish(bench, bench_log, 120);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const pid_t restarted = replica("2", "replica-2-restarted.log");
-  for (int i = 0; i < 120; ++i) {  // until it has dialed its leader (bounded: 60 s)
-    o = run({"cluster", "digest", "--config", config_}, 120);
-    if (o.exit_code != 1 || o.output.find("LOST") == std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
+  o = digest_once_dialed();
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
   kill(server, SIGTERM);
@@ -636,12 +638,7 @@ TEST_F(ServerCli, ClusterDigestFindsAPlantedDifference) {
   const pid_t follower = start(
       {"replica", "--config", config_, "--shard", "0", "--replica", "1", "--data-dir", path("r1")},
       path("follower.log"));
-  Outcome o;
-  for (int i = 0; i < 300; ++i) {  // ready: the follower installed the load (bounded: 60 s)
-    o = run({"cluster", "status", "--config", config_}, 10);
-    if (o.exit_code == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  Outcome o = wait_status_ok();
   ASSERT_EQ(o.exit_code, 0) << o.output;
   o = run({"cluster", "digest", "--config", config_}, 60);
   EXPECT_EQ(o.exit_code, 3) << o.output;
