@@ -16,7 +16,7 @@ interval="${3:-2000}"
 work="${WORK:-/tmp/shoal-checkpoint-bench}"
 mkdir -p "$work"
 "$root/scripts/one-shard-config.sh" ckptbench 23200 > "$work/c.toml"
-run() { nice -n 19 "$shoal" "$@"; }
+run() { nice -n 19 "$shoal" "$@"; }  # foreground only: `nice` execs, so `nice ... &` is the pid
 bytes_of() {  # bytes_of DIR GLOB...
   local d=$1 total=0 f
   shift
@@ -30,12 +30,13 @@ one_case() {  # one_case ckpt|plain N
   local mode=$1 n=$2 d="$work/$1$2" pids=() extra=()
   [ "$mode" = ckpt ] && extra=(--checkpoint-interval-ms "$interval")
   rm -rf "$d" && mkdir -p "$d"
-  run server --config "$work/c.toml" --shard 0 --workload tpcc --data-dir "$d/r0" \
+  nice -n 19 "$shoal" server --config "$work/c.toml" --shard 0 --workload tpcc --data-dir "$d/r0" \
     > "$d/server.log" 2>&1 &
   pids+=($!)
-  run replica --config "$work/c.toml" --shard 0 --replica 1 --data-dir "$d/r1" > "$d/r1.log" 2>&1 &
+  nice -n 19 "$shoal" replica --config "$work/c.toml" --shard 0 --replica 1 --data-dir "$d/r1" \
+    > "$d/r1.log" 2>&1 &
   pids+=($!)
-  run replica --config "$work/c.toml" --shard 0 --replica 2 --data-dir "$d/r2" "${extra[@]}" \
+  nice -n 19 "$shoal" replica --config "$work/c.toml" --shard 0 --replica 2 --data-dir "$d/r2" "${extra[@]}" \
     > "$d/r2.log" 2>&1 &
   local victim=$!
   for _ in $(seq 1 180); do  # bounded: the load and the followers' bootstrap
@@ -52,7 +53,7 @@ one_case() {  # one_case ckpt|plain N
   wait "$victim" 2> /dev/null || true
   local t0 t1 rec_ms pid2
   t0=$(date +%s%N)
-  run replica --config "$work/c.toml" --shard 0 --replica 2 --data-dir "$d/r2" "${extra[@]}" \
+  nice -n 19 "$shoal" replica --config "$work/c.toml" --shard 0 --replica 2 --data-dir "$d/r2" "${extra[@]}" \
     > "$d/r2b.log" 2>&1 &
   pid2=$!
   pids+=($pid2)
@@ -63,7 +64,7 @@ one_case() {  # one_case ckpt|plain N
   t1=$(date +%s%N)
   local hwm
   hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid2/status" 2> /dev/null || echo "?")
-  rec_ms=$(grep -o 'in [0-9]* ms$' "$d/r2b.log" | tail -1 | grep -o '[0-9]*')
+  rec_ms=$(grep 'recovered' "$d/r2b.log" | grep -o 'in [0-9]* ms$' | grep -o '[0-9]*' || true)
   local digest="?"
   for _ in $(seq 1 60); do  # bounded: until the restarted replica is caught up
     if timeout 300 nice -n 19 "$shoal" cluster digest --config "$work/c.toml" > "$d/digest.out" 2>&1; then
@@ -74,17 +75,19 @@ one_case() {  # one_case ckpt|plain N
     sleep 2
   done
   local pauses
-  pauses=$(grep -o 'paused [0-9.]* ms' "$d/r2.log" | awk '{print $2}' | sort -n | tr '\n' ' ')
+  pauses=$(grep -o 'paused [0-9.]* ms' "$d/r2.log" | awk '{print $2}' | sort -n |
+    awk '{v[NR] = $1} END {if (NR) printf "%d, median %s, max %s ms", NR, v[int((NR + 1) / 2)], v[NR]}')
   echo "$mode$n: $(grep -h throughput "$d/run.out" | head -1)"
   echo "  replica 2 on disk after the run: WAL+journal $((wal / 1048576)) MiB, checkpoints" \
     "$((ckpt / 1048576)) MiB (leader's WAL+journal $((leader_wal / 1048576)) MiB);" \
-    "checkpoints written: $(grep -c ': checkpoint [0-9]* at TID' "$d/r2.log" || true)"
+    "checkpoints written: $(grep -c ': checkpoint [0-9]* at TID' "$d/r2.log" || true)," \
+    "largest $(grep -o '[0-9]* bytes; replay' "$d/r2.log" | sort -n | tail -1 | grep -o '^[0-9]*' || echo 0) bytes"
   echo "  restart: recovery ${rec_ms:-?} ms (own line), $(((t1 - t0) / 1000000)) ms from exec;" \
     "peak RSS ${hwm} kB; digest: $digest"
-  [ -n "$pauses" ] && echo "  replay pauses (ms, sorted): $pauses"
+  [ -n "$pauses" ] && echo "  replay pauses for checkpoints: $pauses"
   grep -h 'loaded\|recovered\|refused' "$d/r2b.log" | sed 's/^/  | /'
   for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
-  wait 2> /dev/null || true
+  for p in "${pids[@]}"; do wait "$p" 2> /dev/null || true; done
 }
 
 for n in $(seq 1 "$rounds"); do

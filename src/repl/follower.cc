@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -128,8 +129,6 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
     applier_->restore(*cut);
     kept_covered_.clear();
     for (const StreamCut& sc : cut->streams) kept_covered_.push_back(sc.next_slot - 1);
-    last_cut_slots_.clear();
-    for (const StreamCut& sc : cut->streams) last_cut_slots_.push_back(sc.next_slot);
   }
   for (uint32_t s = 0; s < streams; ++s) {
     auto st = std::make_unique<Stream>(options_.retain_chosen_slots);
@@ -189,6 +188,10 @@ Status Follower::load_newest_checkpoint(const Schema& schema, uint32_t streams,
   auto seqs = list_checkpoints(options_.data_dir);
   if (!seqs.ok()) return seqs.status();
   if (!seqs->empty()) next_checkpoint_seq_ = seqs->back() + 1;
+  std::error_code ec;  // a crash while one was written leaves its .tmp: never loaded
+  for (const auto& e : std::filesystem::directory_iterator(options_.data_dir, ec)) {
+    if (e.path().string().ends_with(".ckpt.tmp")) std::filesystem::remove(e.path(), ec);
+  }
   // Newest first; a refused one (torn, corrupted, newer format) is reported and the one
   // before it tried. With none left the whole WAL is replayed; slots it no longer holds
   // (truncated) are then learned from the leader, whose WAL serves catch-up.
@@ -233,17 +236,9 @@ void Follower::take_checkpoint() {
   checkpoint_requested_.store(false, std::memory_order_release);
   const uint64_t start_ns = RealEnv::instance().now_ns();
   const ReplayCut cut = applier_->cut();
-  std::vector<uint64_t> next_slots;
-  for (const StreamCut& sc : cut.streams) next_slots.push_back(sc.next_slot);
   DoneCheckpoint done;
   done.seq = next_checkpoint_seq_;
-  for (const uint64_t slot : next_slots) done.covered.push_back(slot - 1);
-  if (next_slots == last_cut_slots_) {  // nothing replayed since the last one
-    done.status = Status::AlreadyExists("nothing new to checkpoint");
-    std::lock_guard<std::mutex> lock(checkpoint_mu_);
-    checkpoint_done_ = std::move(done);
-    return;
-  }
+  for (const StreamCut& sc : cut.streams) done.covered.push_back(sc.next_slot - 1);
   const std::string path = checkpoint_path(options_.data_dir, done.seq);
   const std::string tmp = path + ".tmp";
   auto written = write_checkpoint(tmp, *engine_, cut);
@@ -261,7 +256,6 @@ void Follower::take_checkpoint() {
     return;
   }
   ++next_checkpoint_seq_;
-  last_cut_slots_ = next_slots;
   if (!options_.quiet) {
     std::fprintf(stderr,
                  "replica %u: checkpoint %lu at TID %lu: %lu rows, %lu bytes; replay paused "
@@ -279,6 +273,33 @@ void Follower::take_checkpoint() {
   });
 }
 
+void Follower::maybe_request_checkpoint(uint64_t now_ns) {
+  finish_checkpoint();
+  if (checkpoint_busy_ ||
+      now_ns < last_checkpoint_ns_ + options_.checkpoint_interval_ms * 1'000'000) {
+    return;
+  }
+  // An idle shard still logs floor entries (20 a second per stream): without a transaction
+  // replayed since the last checkpoint, another full copy is worth it only once those have
+  // added kIdleCheckpointWalBytes to the WAL.
+  uint64_t wal_bytes = 0;
+  for (const auto& s : streams_) wal_bytes += s->log->wal_bytes();
+  const uint64_t txns = replay_txns_.load(std::memory_order_acquire);
+  if (txns == txns_at_checkpoint_ &&
+      wal_bytes < wal_bytes_at_checkpoint_ + kIdleCheckpointWalBytes) {
+    last_checkpoint_ns_ = now_ns;  // look again one interval from now
+    return;
+  }
+  txns_at_checkpoint_ = txns;
+  wal_bytes_at_checkpoint_ = wal_bytes;
+  checkpoint_busy_ = true;
+  {
+    std::lock_guard<std::mutex> lock(replay_mu_);
+    checkpoint_requested_.store(true, std::memory_order_release);
+  }
+  replay_cv_.notify_one();
+}
+
 void Follower::finish_checkpoint() {
   std::optional<DoneCheckpoint> done;
   {
@@ -288,7 +309,6 @@ void Follower::finish_checkpoint() {
   if (!done) return;
   checkpoint_busy_ = false;
   last_checkpoint_ns_ = loop_->now_ns();
-  if (done->status.code() == Code::kAlreadyExists) return;  // skipped: nothing new
   if (!done->status.ok()) {
     std::fprintf(stderr, "replica %u: checkpoint %lu failed: %s\n", options_.replica, done->seq,
                  done->status.to_string().c_str());
@@ -318,6 +338,8 @@ void Follower::finish_checkpoint() {
   }
   kept_covered_ = done->covered;
   kept_seq_ = done->seq;
+  wal_bytes_at_checkpoint_ = 0;
+  for (const auto& s : streams_) wal_bytes_at_checkpoint_ += s->log->wal_bytes();
   std::lock_guard<std::mutex> lock(checkpoint_mu_);
   ++checkpoint_counters_.written;
   checkpoint_counters_.wal_bytes_deleted += freed;
@@ -632,18 +654,7 @@ void Follower::on_tick(void* self, uint64_t) {
                  p.stats().malformed, p.stats().bad_entries, p.stats().out_of_window,
                  f->replay_txns_.load(), f->learns_deferred_);
   }
-  if (f->options_.checkpoint_interval_ms > 0 && f->applier_) {
-    f->finish_checkpoint();
-    if (!f->checkpoint_busy_ &&
-        now - f->last_checkpoint_ns_ >= f->options_.checkpoint_interval_ms * 1'000'000) {
-      f->checkpoint_busy_ = true;
-      {
-        std::lock_guard<std::mutex> lock(f->replay_mu_);
-        f->checkpoint_requested_.store(true, std::memory_order_release);
-      }
-      f->replay_cv_.notify_one();
-    }
-  }
+  if (f->options_.checkpoint_interval_ms > 0 && f->applier_) f->maybe_request_checkpoint(now);
   if ((f->stop_ != nullptr && f->stop_->load(std::memory_order_acquire)) || !f->failed_.ok()) {
     f->loop_->stop();
     return;

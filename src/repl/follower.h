@@ -4,9 +4,10 @@
 // entries into its own engine gated by the shard watermark (ReplayApplier), and answers the
 // leader's status requests (applied TID, digest, consistency check, replay cost).
 //
-// Life: open() restores the schema, the acceptor state and the chosen prefix from data_dir
-// (a restarted follower holds everything it had acknowledged, and has replayed the chosen part
-// before it talks to anyone); run() dials the leader, says hello, receives the schema (first
+// Life: open() restores the schema, the newest valid checkpoint (if any), the acceptor state
+// and the chosen slots after the checkpoint's cut from data_dir (a restarted follower holds
+// everything it had acknowledged, and has replayed the chosen part before it talks to
+// anyone); run() dials the leader, says hello, receives the schema (first
 // start) and then follows until the leader closes the connection (returns Ok), *stop is set,
 // or an error. The streams then catch up by Paxos (accepts retransmitted, chosen entries sent
 // by paxos_learn). Catch-up is served from the leader's memory (retain_chosen_slots) or, for a
@@ -19,8 +20,14 @@
 // only replica 0 proposes. Elections among followers after a leader failure need the
 // follower-to-follower links (later, with recovery).
 //
+// Checkpoints (FollowerOptions::checkpoint_interval_ms): the replay thread writes the store at
+// an exact cut between two entries, a short-lived thread makes the file durable, and the
+// network thread then starts new WAL segments and deletes those the older kept checkpoint
+// covers (docs/REPLICATION.md "Checkpoints and WAL truncation").
+//
 // Threads: open() and run() on one thread, which runs the network, Paxos and the WAL; run()
-// starts a replay thread (installs chosen entries) and joins it before returning.
+// starts a replay thread (installs chosen entries, writes checkpoints) and joins it before
+// returning.
 #pragma once
 
 #include <atomic>
@@ -178,8 +185,9 @@ class Follower {
   // Checkpoints (checkpoint_interval_ms > 0). The network thread requests one (tick), the
   // replay thread writes it between entries (take_checkpoint), a short-lived thread makes it
   // durable, and the network thread then rotates and truncates the WALs (finish_checkpoint).
-  void take_checkpoint();    // replay thread
-  void finish_checkpoint();  // network thread
+  void take_checkpoint();                          // replay thread
+  void finish_checkpoint();                        // network thread
+  void maybe_request_checkpoint(uint64_t now_ns);  // network thread (tick)
   struct DoneCheckpoint {
     uint64_t seq = 0;
     Status status;
@@ -188,11 +196,13 @@ class Follower {
   std::atomic<bool> checkpoint_requested_{false};
   bool checkpoint_busy_ = false;  // network thread: requested and not yet finished
   uint64_t last_checkpoint_ns_ = 0;
-  uint64_t next_checkpoint_seq_ = 1;      // replay thread (set at open)
-  std::vector<uint64_t> last_cut_slots_;  // replay thread: the last checkpoint's next slots
-  std::thread checkpoint_sync_thread_;    // publishes the last written checkpoint
-  std::vector<uint64_t> kept_covered_;    // network thread: the cut of the older kept checkpoint
-  uint64_t kept_seq_ = 0;                 // ... and its sequence number
+  uint64_t next_checkpoint_seq_ = 1;  // replay thread (set at open)
+  // Network thread: what replay and the WAL had when the last checkpoint was requested.
+  uint64_t txns_at_checkpoint_ = 0, wal_bytes_at_checkpoint_ = 0;
+  static constexpr uint64_t kIdleCheckpointWalBytes = uint64_t{64} << 20;
+  std::thread checkpoint_sync_thread_;  // publishes the last written checkpoint
+  std::vector<uint64_t> kept_covered_;  // network thread: the cut of the older kept checkpoint
+  uint64_t kept_seq_ = 0;               // ... and its sequence number
   mutable std::mutex checkpoint_mu_;
   std::optional<DoneCheckpoint> checkpoint_done_;  // guarded by checkpoint_mu_
   CheckpointCounters checkpoint_counters_;         // guarded by checkpoint_mu_
