@@ -76,7 +76,8 @@ one_case() {  # one_case ckpt|plain N
   done
   local pauses
   pauses=$(grep -o 'paused [0-9.]* ms' "$d/r2.log" | awk '{print $2}' | sort -n |
-    awk '{v[NR] = $1} END {if (NR) printf "%d, median %s, max %s ms", NR, v[int((NR + 1) / 2)], v[NR]}')
+    awk '{v[NR] = $1} END {if (NR) printf "%d, median %s, max %s ms", NR, v[int((NR + 1) / 2)], v[NR]}' ||
+    true)
   echo "$mode$n: $(grep -h throughput "$d/run.out" | head -1)"
   echo "  replica 2 on disk after the run: WAL+journal $((wal / 1048576)) MiB, checkpoints" \
     "$((ckpt / 1048576)) MiB (leader's WAL+journal $((leader_wal / 1048576)) MiB);" \
@@ -84,8 +85,8 @@ one_case() {  # one_case ckpt|plain N
     "largest $(grep -o '[0-9]* bytes; replay' "$d/r2.log" | sort -n | tail -1 | grep -o '^[0-9]*' || echo 0) bytes"
   echo "  restart: recovery ${rec_ms:-?} ms (own line), $(((t1 - t0) / 1000000)) ms from exec;" \
     "peak RSS ${hwm} kB; digest: $digest"
-  [ -n "$pauses" ] && echo "  replay pauses for checkpoints: $pauses"
-  grep -h 'loaded\|recovered\|refused' "$d/r2b.log" | sed 's/^/  | /'
+  if [ -n "$pauses" ]; then echo "  replay pauses for checkpoints: $pauses"; fi
+  grep -h 'loaded\|recovered\|refused' "$d/r2b.log" | sed 's/^/  | /' || true
   for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2> /dev/null || true; done
 }

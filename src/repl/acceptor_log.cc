@@ -239,6 +239,16 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store, uint64_
   };
   WalOptions closed_options = acceptor_wal_options(fsync_, accept_sync_elsewhere_);
   for (Segment& seg : closed_) {
+    // Every copy a segment holds has its record in the same segment's journal (written
+    // together; a copy without one is dropped anyway), so a segment whose records are all
+    // covered has nothing to restore: its WAL is not even read.
+    if (seg.max_slot <= covered) {
+      struct stat st {};
+      seg.bytes =
+          ::stat(wal_path(seg.number).c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+      closed_bytes_ += seg.bytes;
+      continue;
+    }
     auto wal = Wal::open(wal_path(seg.number), closed_options);
     if (!wal.ok()) return wal.status();
     auto rec = scan(**wal, false, &seg.max_slot);

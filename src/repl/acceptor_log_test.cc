@@ -289,6 +289,13 @@ TEST_F(AcceptorLogTest, SegmentsRotateAndOnlyCoveredOnesAreDeleted) {
   const AcceptorRecovery again = open(150);
   EXPECT_EQ(again.chosen_index, 230u);
   EXPECT_EQ(again.slots, 80u);
+  // A cut at 200 covers segment 1 whole: recovery skips reading it, still counts its bytes.
+  const uint64_t bytes = log_->wal_bytes();
+  const AcceptorRecovery skipped = open(200);
+  EXPECT_EQ(skipped.chosen_index, 230u);
+  EXPECT_EQ(skipped.slots, 30u);
+  EXPECT_EQ(log_->wal_bytes(), bytes);
+  EXPECT_EQ(store_->find(200), nullptr);
 }
 
 }  // namespace
