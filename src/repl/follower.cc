@@ -47,6 +47,38 @@ std::string schema_path(const std::string& dir) {
   return dir + "/schema.json";
 }
 
+// The replica directory's layout: 1 (no marker) one WAL file per stream; 2 WAL segments and
+// checkpoints (docs/REPLICATION.md "Checkpoints and WAL truncation"). A binary refuses a
+// directory of a newer layout rather than misreading it (e.g. ignoring its segments).
+constexpr uint32_t kDirLayout = 2;
+
+Status check_dir_layout(const std::string& dir) {
+  const std::string path = dir + "/layout";
+  std::ifstream in(path);
+  if (in) {
+    std::string word;
+    uint32_t version = 0;
+    if (!(in >> word >> version) || word != "shoal-replica-dir") {
+      return Status::Corruption(fmt::format(
+          "follower: {}: not a layout marker (want 'shoal-replica-dir <version>')", path));
+    }
+    if (version > kDirLayout) {
+      return Status::NotSupported(
+          fmt::format("follower: {}: directory layout {}, this binary reads up to {}; refused",
+                      path, version, kDirLayout));
+    }
+    if (version == kDirLayout) return Status::Ok();
+  }
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << "shoal-replica-dir " << kDirLayout << "\n";
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError("follower: cannot write " + path);
+  }
+  return Status::Ok();
+}
+
 Status make_dir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return Status::IOError(fmt::format("cannot create {}: {}", dir, std::strerror(errno)));
@@ -87,6 +119,7 @@ Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options)
     return Status::InvalidArgument("--serve-reads: this replica has no read-only transactions");
   }
   SHOAL_TRY(make_dir(options.data_dir));
+  SHOAL_TRY(check_dir_layout(options.data_dir));
   std::unique_ptr<Follower> f(new Follower(options));
   std::ifstream in(schema_path(options.data_dir));
   if (in) {

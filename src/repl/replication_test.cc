@@ -478,5 +478,25 @@ TEST(Replication, FollowerRefusesABadCheckpointAndStillRecoversCorrectly) {
   }
 }
 
+// A replica directory marked with a newer layout (say, one whose WAL this binary would
+// misread) is refused with one line naming the file; this binary's own marker is accepted.
+TEST(Replication, FollowerRefusesANewerDirectoryLayout) {
+  TempDir dir;
+  FollowerOptions fo;
+  fo.data_dir = dir.path();
+  fo.quiet = true;
+  auto f = Follower::open(fo);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  f->reset();
+  ASSERT_TRUE(Follower::open(fo).ok());  // its own marker, written by the first open
+  std::ofstream(dir.path() + "/layout") << "shoal-replica-dir 3\n";
+  auto newer = Follower::open(fo);
+  ASSERT_FALSE(newer.ok());
+  EXPECT_EQ(newer.status().code(), Code::kNotSupported);
+  EXPECT_EQ(newer.status().message(), "follower: " + dir.path() +
+                                          "/layout: directory layout 3, this binary reads up "
+                                          "to 2; refused");
+}
+
 }  // namespace
 }  // namespace shoal::repl

@@ -378,7 +378,8 @@ TEST_F(ServerCli, BankSkippedReadValidationIsCaught) {
 // leader's, and so does `cluster digest`.
 TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
   write_replicated_config(2, 3);
-  Outcome o = up({"--batch-txns", "50", "--batch-us", "300"});
+  // Followers checkpoint every 200 ms (`shoal replica --checkpoint-interval-ms` passed on).
+  Outcome o = up({"--batch-txns", "50", "--batch-us", "300", "--checkpoint-interval-ms", "200"});
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("2 shards x 3 replicas up"), std::string::npos) << o.output;
   o = run({"cluster", "status", "--config", config_}, 30);
@@ -400,6 +401,13 @@ TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
   EXPECT_EQ(j["batch_us"], 300.0) << j.dump();
   EXPECT_NE(o.output.find("log batching: 50 txns / 300 us per entry"), std::string::npos)
       << o.output;
+  for (const char* follower : {"shard-0-replica-1", "shard-1-replica-2"}) {
+    int checkpoints = 0;
+    for (const auto& e : fs::directory_iterator(run_dir() + "/" + follower)) {
+      checkpoints += e.path().extension() == ".ckpt" ? 1 : 0;
+    }
+    EXPECT_GT(checkpoints, 0) << follower;
+  }
   o = run({"cluster", "digest", "--config", config_}, 120);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
