@@ -202,42 +202,35 @@ Status AcceptorLog::read_journal(uint64_t segment, JournalState* state, uint64_t
   return Status::Ok();
 }
 
-Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store, uint64_t covered) {
-  AcceptorRecovery out;
-  // 1. The journals, oldest segment first: the promise, each slot's latest (ballot, checksum),
-  // the chosen hint.
-  JournalState journal;
-  for (Segment& seg : closed_) SHOAL_TRY(read_journal(seg.number, &journal, &seg.max_slot));
-  SHOAL_TRY(read_journal(active_, &journal, &active_max_slot_));
-  const auto& want = journal.want;
-  out.promised = journal.promised;
-  const uint64_t chosen_hint = journal.chosen_hint;
+struct AcceptorLog::Copies {
+  std::map<uint64_t, EntryBuffer> bytes;  // each slot's copy named by its latest record
+  std::map<uint64_t, SlotCopy> where;     // of those, the ones in the active segment
+};
 
-  // 2. The WALs: the last copy of each slot above `covered` whose checksum its record names.
-  // Only the active segment's copies are indexed for reads (offsets are within its file).
-  group_base_ = covered / kIndexGroupSlots;
-  recent_base_ = 1 + kIndexGroupSlots * group_base_;
-  std::map<uint64_t, EntryBuffer> copies;
-  std::map<uint64_t, SlotCopy> where;
+// The WALs, oldest segment first: the last copy of each slot above `covered` whose checksum
+// its latest record names. Only the active segment's copies are indexed for reads (offsets
+// are within its file).
+Status AcceptorLog::read_copies(uint64_t covered, const JournalState& journal, Copies* copies,
+                                AcceptorRecovery* out) {
   auto scan = [&](Wal& wal, bool active, uint64_t* max_slot) -> Result<WalRecovery> {
     uint64_t offset = 0;  // entries lie back to back from offset 0
     return wal.recover([&](const LogEntryView& e) {
       const uint64_t slot = e.id().sequence;
       *max_slot = std::max(*max_slot, slot);
-      auto it = want.find(slot);
+      auto it = journal.want.find(slot);
       if (slot <= covered) {
         // Applied through the checkpoint: not needed in memory.
-      } else if (it != want.end() && it->second.checksum == e.checksum()) {
-        copies[slot] = EntryBuffer(e.bytes());
-        if (active) where[slot] = SlotCopy{offset, e.checksum(), e.entry_bytes()};
+      } else if (it != journal.want.end() && it->second.checksum == e.checksum()) {
+        copies->bytes[slot] = EntryBuffer(e.bytes());
+        if (active) copies->where[slot] = SlotCopy{offset, e.checksum(), e.entry_bytes()};
       } else {
-        ++out.dropped;
+        ++out->dropped;
       }
       offset += e.entry_bytes();
       return Status::Ok();
     });
   };
-  WalOptions closed_options = acceptor_wal_options(fsync_, accept_sync_elsewhere_);
+  const WalOptions closed_options = acceptor_wal_options(fsync_, accept_sync_elsewhere_);
   for (Segment& seg : closed_) {
     // Every copy a segment holds has its record in the same segment's journal (written
     // together; a copy without one is dropped anyway), so a segment whose records are all
@@ -258,23 +251,39 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store, uint64_
   }
   auto rec = scan(*wal_, true, &active_max_slot_);
   if (!rec.ok()) return rec.status();
-  out.wal_bytes = rec->bytes_kept + closed_bytes_;
+  out->wal_bytes = rec->bytes_kept + closed_bytes_;
+  return Status::Ok();
+}
+
+Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store, uint64_t covered) {
+  AcceptorRecovery out;
+  // 1. The journals, oldest segment first: the promise, each slot's latest (ballot, checksum),
+  // the chosen hint.
+  JournalState journal;
+  for (Segment& seg : closed_) SHOAL_TRY(read_journal(seg.number, &journal, &seg.max_slot));
+  SHOAL_TRY(read_journal(active_, &journal, &active_max_slot_));
+  out.promised = journal.promised;
+  // 2. The WAL copies the journal names.
+  group_base_ = covered / kIndexGroupSlots;
+  recent_base_ = 1 + kIndexGroupSlots * group_base_;
+  Copies copies;
+  SHOAL_TRY(read_copies(covered, journal, &copies, &out));
 
   // 3. Into the store (no hooks yet: nothing is written back).
   if (covered > 0) store.start_after(covered);
   if (out.promised != 0) SHOAL_TRY(store.promise(out.promised));
   promised_ = out.promised;
-  for (auto& [slot, copy] : copies) {
-    const JournalState::Want& w = want.at(slot);
+  for (auto& [slot, copy] : copies.bytes) {
+    const JournalState::Want& w = journal.want.at(slot);
     SHOAL_TRY(w.learned ? store.learn(slot, copy.span())
                         : store.accept(slot, w.ballot, copy.span()));
-    if (auto it = where.find(slot); it != where.end()) index_copy(slot, it->second);
+    if (auto it = copies.where.find(slot); it != copies.where.end()) index_copy(slot, it->second);
     ++out.slots;
   }
-  for (const auto& [slot, w] : want) {
-    if (slot > covered && copies.count(slot) == 0) ++out.dropped;
+  for (const auto& [slot, w] : journal.want) {
+    if (slot > covered && copies.bytes.count(slot) == 0) ++out.dropped;
   }
-  for (uint64_t s = covered + 1; s <= chosen_hint; ++s) {
+  for (uint64_t s = covered + 1; s <= journal.chosen_hint; ++s) {
     if (store.find(s) == nullptr || store.find(s)->value.empty()) break;
     store.mark_chosen(s);
   }

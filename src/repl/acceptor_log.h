@@ -138,6 +138,9 @@ class AcceptorLog final : public ChosenSlotSource {
   [[nodiscard]] Status open_segment(uint64_t number);
   struct JournalState;  // what recovery gathers from the journals (acceptor_log.cc)
   [[nodiscard]] Status read_journal(uint64_t segment, JournalState* state, uint64_t* max_slot);
+  struct Copies;  // the WAL copies recovery restores (acceptor_log.cc)
+  [[nodiscard]] Status read_copies(uint64_t covered, const JournalState& journal, Copies* copies,
+                                   AcceptorRecovery* out);
   void note_slot(uint64_t slot) { active_max_slot_ = std::max(active_max_slot_, slot); }
   [[nodiscard]] Status append_record(uint32_t kind, uint64_t slot, Ballot ballot, uint64_t checksum,
                                      bool sync);
