@@ -450,8 +450,12 @@ TEST(Replication, FollowerRefusesABadCheckpointAndStillRecoversCorrectly) {
     f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(newest) / 2));
     f.put('\x77');
   }
+  // A crash while writing one leaves its .tmp: never loaded, removed at open.
+  const std::string stale = checkpoint_path(dir, seqs->back() + 1000) + ".tmp";
+  std::ofstream(stale) << "half a checkpoint";
   c.followers[1] = std::make_unique<FollowerThread>(fo);
   c.followers[1]->start();
+  EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_EQ(c.followers[1]->follower().checkpoints().refused, 1u);
   EXPECT_EQ(c.followers[1]->follower().checkpoints().loaded_seq, (*seqs)[seqs->size() - 2]);
   uint64_t tid = c.close();
