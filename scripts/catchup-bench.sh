@@ -13,35 +13,7 @@ rounds="${1:-3}"
 seconds="${2:-15}"
 work="${WORK:-/tmp/shoal-catchup-bench}"
 mkdir -p "$work"
-cat > "$work/c.toml" <<'EOF'
-[cluster]
-name = "catchup"
-transport = "tcp"
-workers = 1
-replicas = 3
-[[region]]
-name = "r0"
-[[region]]
-name = "r1"
-[[region]]
-name = "r2"
-[[shard]]
-id = 0
-partition_lo = 1
-partition_hi = 2
-[[shard.replica]]
-region = "r0"
-host = "127.0.0.1"
-port = 23100
-[[shard.replica]]
-region = "r1"
-host = "127.0.0.1"
-port = 23102
-[[shard.replica]]
-region = "r2"
-host = "127.0.0.1"
-port = 23104
-EOF
+"$root/scripts/one-shard-config.sh" catchup 23100 > "$work/c.toml"
 stamp() { while IFS= read -r l; do echo "$(date +%s.%N) $l"; done; }
 
 one_case() {  # one_case catch|base N

@@ -228,6 +228,15 @@ void add_follower_read_options(CLI::App* app, const char* count_flag, uint32_t& 
   app->add_flag(unsafe_flag, unsafe)->group("");
 }
 
+// Followers' checkpoints (src/repl/checkpoint.h) and the WAL truncation they allow.
+void add_checkpoint_option(CLI::App* app, uint64_t& interval_ms) {
+  app->add_option("--checkpoint-interval-ms", interval_ms,
+                  "Followers write a checkpoint of their replayed store this often and delete "
+                  "the WAL it covers (0: never)")
+      ->check(number_in(uint64_t{0}, uint64_t{86'400'000}, false, "in [0, 86400000]"))
+      ->capture_default_str();
+}
+
 // Log batching flags (cluster::ClusterConfig::batch_txns, batch_us; the same bounds). `what`
 // ends the help text: the default, or where it comes from.
 void add_batch_options(CLI::App* app, uint32_t& txns, double& us, const std::string& what) {
@@ -287,6 +296,7 @@ CLI::App* add_replica_command(CLI::App& app, server::ReplicaOptions& o) {
   c->add_option("--replay-nice", o.replay_nice, "Nice level of the replay thread")
       ->check(number_in(0, 19, false, "in [0, 19]"))
       ->capture_default_str();
+  add_checkpoint_option(c, o.checkpoint_interval_ms);
   add_follower_read_options(c, "--serve-reads", o.serve_reads,
                             "Reader threads running read-only transactions (TPC-C OrderStatus, "
                             "StockLevel) at the follower's snapshot while it replays",
@@ -434,6 +444,7 @@ ServerCommands add_server_commands(CLI::App& app) {
                    "snapshot (needs --workload tpcc and replicas)")
       ->check(number_in(0u, 16u, false, "in [0, 16]"))
       ->capture_default_str();
+  add_checkpoint_option(c.up, co.checkpoint_interval_ms);
   return c;
 }
 

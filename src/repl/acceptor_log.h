@@ -17,13 +17,22 @@
 // by FsyncPolicy, both syncs), so what it acknowledged is what recovery restores. chosen(index)
 // records are hints written without a sync: losing them costs a re-learn from the leader.
 //
+// Segments (WAL truncation on followers): the files are split into segments, segment 0 being
+// the unnumbered pair above and segment n stream-<s>.<n>.{wal,acc}. Only the newest is
+// appended to; rotate() starts the next one (after a durable checkpoint) with the promise and
+// the chosen hint repeated in its journal, and drop_covered_segments(cut) deletes closed
+// segments whose highest slot (of copies and records) is at or below a checkpoint's cut. A slot
+// may appear in several segments (rewrites); recovery reads them oldest first, so the latest
+// record still wins, and skips slots the checkpoint covers. A leader never rotates.
+//
 // Serving chosen slots (ChosenSlotSource): a leader catches up a follower that lags beyond the
 // slots its store retains by reading them back from this WAL, byte for byte. The index is
 // sparse: per group of kIndexGroupSlots chosen slots, the offset of the first slot's copy when
 // the group's counted copies lie back to back (the normal case: one proposal after another),
 // else one offset per slot of that group (rare: rewrites after an election, retransmissions
 // out of order); per slot (offset, checksum) only for slots not yet in a sealed group (above
-// the chosen index, bounded by the acceptance window). A read pread()s at most max_bytes into
+// the chosen index, bounded by the acceptance window). Only copies in the newest segment are
+// indexed (a rotated log serves nothing older: NotFound). A read pread()s at most max_bytes into
 // one reusable buffer and validates every entry (parse with checksum, sequence, and for
 // unsealed slots the checksum the journal named) before returning it.
 //
@@ -31,6 +40,7 @@
 // there.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <deque>
@@ -54,7 +64,9 @@ struct AcceptorRecovery {
 
 class AcceptorLog final : public ChosenSlotSource {
  public:
-  // Opens (creating) <dir>/stream-<stream>.{wal,acc}. REQUIRES: dir exists.
+  // Opens (creating) the newest segment of <dir>/stream-<stream>: segment 0 is
+  // stream-<stream>.{wal,acc}, segment n >= 1 stream-<stream>.<n>.{wal,acc} (rotate()).
+  // REQUIRES: dir exists.
   // accept_sync_elsewhere: the accept hook never syncs (nor marks dirty); the owner syncs
   // with sync_from_any_thread() on its own schedule (a leader's syncer thread, with
   // PaxosOptions::defer_self_ack). Promises still sync in the hook.
@@ -65,10 +77,23 @@ class AcceptorLog final : public ChosenSlotSource {
   AcceptorLog(const AcceptorLog&) = delete;
   AcceptorLog& operator=(const AcceptorLog&) = delete;
 
-  // Rebuilds `store` (fresh) from the files: promise, accepted slots with their ballots, and
-  // chosen slots up to the persisted hint. Cuts torn tails of both files.
-  // REQUIRES: once, before hooks() are installed and before any append.
-  [[nodiscard]] Result<AcceptorRecovery> recover(PaxosAcceptorStore& store);
+  // Rebuilds `store` (fresh) from the files of every segment, oldest first (a later record
+  // of a slot wins): promise, accepted slots with their ballots, and chosen slots up to the
+  // persisted hint. Cuts torn tails. Slots <= `covered` (a checkpoint holds their effect) are
+  // neither read into memory nor put in the store: it starts after them
+  // (PaxosAcceptorStore::start_after). REQUIRES: once, before hooks() and any append.
+  [[nodiscard]] Result<AcceptorRecovery> recover(PaxosAcceptorStore& store, uint64_t covered = 0);
+
+  // WAL truncation (a follower, after a durable checkpoint): closes the active segment (both
+  // files synced) and starts segment n + 1, whose journal opens with the promise and the
+  // chosen hint (synced), so an older segment holds nothing a later one needs once its slots
+  // are covered. Reads (ChosenSlotSource) then serve only copies in the new segment.
+  // REQUIRES: not accept_sync_elsewhere (a leader's syncer holds the files' descriptors).
+  [[nodiscard]] Status rotate();
+  // Deletes the closed segments whose every slot (copies and records) is <= `covered` (a
+  // durable checkpoint's cut, which is chosen). Returns the bytes deleted.
+  [[nodiscard]] Result<uint64_t> drop_covered_segments(uint64_t covered);
+  size_t segments() const { return closed_.size() + 1; }
 
   // The PersistHooks to install on the store (they capture this object).
   PersistHooks hooks();
@@ -85,7 +110,8 @@ class AcceptorLog final : public ChosenSlotSource {
   // append that returned before the call. Leaves dirty() alone (the owner's flag).
   [[nodiscard]] Status sync_from_any_thread() const;
 
-  uint64_t wal_bytes() const { return wal_->end_offset(); }
+  // WAL bytes on disk, over every segment.
+  uint64_t wal_bytes() const { return wal_->end_offset() + closed_bytes_; }
 
   // ChosenSlotSource: slots at or below the index given to note_chosen() (or recovered), read
   // back from the WAL. Not found: not chosen yet, or this replica's WAL lacks the slot.
@@ -97,13 +123,25 @@ class AcceptorLog final : public ChosenSlotSource {
   static constexpr uint32_t kIndexGroupSlots = 64;
 
  private:
-  AcceptorLog(std::unique_ptr<Wal> wal, int journal_fd, std::string journal_path, FsyncPolicy fsync,
-              bool accept_sync_elsewhere)
-      : wal_(std::move(wal)),
-        journal_fd_(journal_fd),
-        journal_path_(std::move(journal_path)),
+  struct Segment {  // a closed segment
+    uint64_t number = 0;
+    uint64_t max_slot = 0;  // the highest slot of its copies and records
+    uint64_t bytes = 0;     // WAL bytes
+  };
+  AcceptorLog(std::string dir, uint32_t stream, FsyncPolicy fsync, bool accept_sync_elsewhere)
+      : dir_(std::move(dir)),
+        stream_(stream),
         fsync_(fsync),
         accept_sync_elsewhere_(accept_sync_elsewhere) {}
+  std::string wal_path(uint64_t segment) const;
+  std::string journal_path(uint64_t segment) const;
+  [[nodiscard]] Status open_segment(uint64_t number);
+  struct JournalState;  // what recovery gathers from the journals (acceptor_log.cc)
+  [[nodiscard]] Status read_journal(uint64_t segment, JournalState* state, uint64_t* max_slot);
+  struct Copies;  // the WAL copies recovery restores (acceptor_log.cc)
+  [[nodiscard]] Status read_copies(uint64_t covered, const JournalState& journal, Copies* copies,
+                                   AcceptorRecovery* out);
+  void note_slot(uint64_t slot) { active_max_slot_ = std::max(active_max_slot_, slot); }
   [[nodiscard]] Status append_record(uint32_t kind, uint64_t slot, Ballot ballot, uint64_t checksum,
                                      bool sync);
   [[nodiscard]] Status persist_accept(uint64_t slot, Ballot b, std::span<const std::byte> entry,
@@ -135,9 +173,16 @@ class AcceptorLog final : public ChosenSlotSource {
   [[nodiscard]] Status read_one(uint64_t slot, const Location& at, size_t room, std::byte* dst,
                                 uint64_t* entry_bytes) const;
 
-  std::unique_ptr<Wal> wal_;
+  std::string dir_;
+  uint32_t stream_ = 0;
+  std::unique_ptr<Wal> wal_;  // the active segment's
   int journal_fd_ = -1;
   std::string journal_path_;
+  uint64_t active_ = 0;  // the active segment's number
+  uint64_t active_max_slot_ = 0;
+  std::vector<Segment> closed_;  // oldest first
+  uint64_t closed_bytes_ = 0;
+  Ballot promised_ = 0;  // the latest promise persisted (carried into a new segment)
   FsyncPolicy fsync_;
   bool accept_sync_elsewhere_ = false;
   uint64_t journal_end_ = 0;
@@ -145,7 +190,8 @@ class AcceptorLog final : public ChosenSlotSource {
   bool dirty_ = false;
 
   std::deque<SlotCopy> recent_;  // slots [recent_base_, ...): not yet in a sealed group
-  uint64_t recent_base_ = 1;     // 1 + kIndexGroupSlots * groups_.size()
+  uint64_t recent_base_ = 1;     // 1 + kIndexGroupSlots * (group_base_ + groups_.size())
+  uint64_t group_base_ = 0;      // groups before it are not indexed (an older segment's)
   std::vector<Group> groups_;
   std::vector<std::array<uint64_t, kIndexGroupSlots>> irregular_;
   uint64_t cursor_slot_ = 0, cursor_offset_ = 0;  // where the slot after the last read lies

@@ -47,14 +47,15 @@ class AcceptorLogTest : public ::testing::Test {
     log_.reset();
     std::filesystem::remove_all(dir_);
   }
-  // (Re)opens the log over a fresh store and installs its hooks.
-  AcceptorRecovery open() {
+  // (Re)opens the log over a fresh store and installs its hooks; slots <= covered are a
+  // checkpoint's.
+  AcceptorRecovery open(uint64_t covered = 0) {
     log_.reset();
     store_ = std::make_unique<PaxosAcceptorStore>(/*retain_chosen_slots=*/16);
     auto l = AcceptorLog::open(dir_, 0, FsyncPolicy::kNone);
     EXPECT_TRUE(l.ok()) << l.status().to_string();
     log_ = std::move(*l);
-    auto rec = log_->recover(*store_);
+    auto rec = log_->recover(*store_, covered);
     EXPECT_TRUE(rec.ok()) << rec.status().to_string();
     store_->set_hooks(log_->hooks());
     return rec.ok() ? *rec : AcceptorRecovery{};
@@ -234,6 +235,67 @@ TEST_F(AcceptorLogTest, LearnedValuesArePersistedRecoveredChosenAndServed) {
   EXPECT_EQ(rec.chosen_index, 80u);
   EXPECT_EQ(to_bytes(store_->find(5)->value.span()), chosen5);
   read_all(1, 80, 64, 1 << 20);
+}
+
+// Segments: rotate() starts a new pair of files whose journal repeats the promise and the
+// chosen hint; drop_covered_segments() deletes only closed segments whose every slot is
+// covered; recovery over the remaining segments with that cut restores the promise, the
+// accepted-but-unchosen slots above it (acknowledged: they must survive) and the chosen ones,
+// and holds nothing below it.
+TEST_F(AcceptorLogTest, SegmentsRotateAndOnlyCoveredOnesAreDeleted) {
+  open();
+  ASSERT_TRUE(store_->promise(7).ok());
+  accept(1, 100, 7);
+  choose(90);  // 91..100 accepted, not chosen
+  const uint64_t first_bytes = log_->wal_bytes();
+  ASSERT_TRUE(log_->rotate().ok());
+  EXPECT_EQ(log_->segments(), 2u);
+  accept(101, 200, 7);
+  choose(180);
+  ASSERT_TRUE(log_->rotate().ok());
+  accept(201, 220, 7);
+  // Segment 0 holds slots up to 100: a cut at 95 must not delete it (96..100 live there).
+  auto freed = log_->drop_covered_segments(95);
+  ASSERT_TRUE(freed.ok());
+  EXPECT_EQ(*freed, 0u);
+  EXPECT_EQ(log_->segments(), 3u);
+  freed = log_->drop_covered_segments(150);
+  ASSERT_TRUE(freed.ok());
+  EXPECT_EQ(*freed, first_bytes);
+  EXPECT_EQ(log_->segments(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/stream-0.wal"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/stream-0.acc"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/stream-0.1.wal"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/stream-0.2.acc"));
+  // Reads serve only the active segment's copies: older ones say NotFound.
+  std::vector<ChosenEntry> out;
+  EXPECT_EQ(log_->read(150, 160, 4, 1 << 20, &out).code(), Code::kNotFound);
+
+  const AcceptorRecovery rec = open(/*covered=*/150);
+  EXPECT_EQ(rec.promised, 7u);  // carried into the segments after the one that held it
+  EXPECT_EQ(rec.chosen_index, 180u);
+  EXPECT_EQ(rec.slots, 70u);  // 151..220
+  EXPECT_EQ(store_->first_slot(), 151u);
+  EXPECT_EQ(store_->find(150), nullptr);
+  for (uint64_t s = 151; s <= 220; ++s) {
+    const PaxosSlot* p = store_->find(s);
+    ASSERT_NE(p, nullptr) << s;
+    EXPECT_EQ(to_bytes(p->value.span()), expected_[s]) << s;
+    EXPECT_EQ(p->chosen, s <= 180) << s;
+  }
+  // Appends go on in the newest segment, and another restart still sees them.
+  accept(221, 230, 7);
+  choose(230);
+  const AcceptorRecovery again = open(150);
+  EXPECT_EQ(again.chosen_index, 230u);
+  EXPECT_EQ(again.slots, 80u);
+  // A cut at 200 covers segment 1 whole: recovery skips reading it, still counts its bytes.
+  const uint64_t bytes = log_->wal_bytes();
+  const AcceptorRecovery skipped = open(200);
+  EXPECT_EQ(skipped.chosen_index, 230u);
+  EXPECT_EQ(skipped.slots, 30u);
+  EXPECT_EQ(log_->wal_bytes(), bytes);
+  EXPECT_EQ(store_->find(200), nullptr);
 }
 
 }  // namespace

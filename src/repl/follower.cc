@@ -1,5 +1,6 @@
 #include "src/repl/follower.h"
 
+#include "src/repl/checkpoint.h"
 #include "src/repl/leader.h"
 
 #include <sys/resource.h>
@@ -8,8 +9,10 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -42,6 +45,38 @@ namespace {
 
 std::string schema_path(const std::string& dir) {
   return dir + "/schema.json";
+}
+
+// The replica directory's layout: 1 (no marker) one WAL file per stream; 2 WAL segments and
+// checkpoints (docs/REPLICATION.md "Checkpoints and WAL truncation"). A binary refuses a
+// directory of a newer layout rather than misreading it (e.g. ignoring its segments).
+constexpr uint32_t kDirLayout = 2;
+
+Status check_dir_layout(const std::string& dir) {
+  const std::string path = dir + "/layout";
+  std::ifstream in(path);
+  if (in) {
+    std::string word;
+    uint32_t version = 0;
+    if (!(in >> word >> version) || word != "shoal-replica-dir") {
+      return Status::Corruption(fmt::format(
+          "follower: {}: not a layout marker (want 'shoal-replica-dir <version>')", path));
+    }
+    if (version > kDirLayout) {
+      return Status::NotSupported(
+          fmt::format("follower: {}: directory layout {}, this binary reads up to {}; refused",
+                      path, version, kDirLayout));
+    }
+    if (version == kDirLayout) return Status::Ok();
+  }
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << "shoal-replica-dir " << kDirLayout << "\n";
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError("follower: cannot write " + path);
+  }
+  return Status::Ok();
 }
 
 Status make_dir(const std::string& dir) {
@@ -84,6 +119,7 @@ Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options)
     return Status::InvalidArgument("--serve-reads: this replica has no read-only transactions");
   }
   SHOAL_TRY(make_dir(options.data_dir));
+  SHOAL_TRY(check_dir_layout(options.data_dir));
   std::unique_ptr<Follower> f(new Follower(options));
   std::ifstream in(schema_path(options.data_dir));
   if (in) {
@@ -115,17 +151,26 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
       return Status::IOError("follower: cannot write " + path);
     }
   }
+  const uint64_t start_ns = RealEnv::instance().now_ns();
   SHOAL_TRY(schema.create_tables(*engine_));
+  std::optional<ReplayCut> cut;
+  if (!persist) SHOAL_TRY(load_newest_checkpoint(schema, streams, &cut));
   schema_ = schema;
   schema_ready_.store(true, std::memory_order_release);  // reader threads may start
   applier_ = std::make_unique<ReplayApplier>(*engine_, streams);
+  if (cut) {
+    applier_->restore(*cut);
+    kept_covered_.clear();
+    for (const StreamCut& sc : cut->streams) kept_covered_.push_back(sc.next_slot - 1);
+  }
   for (uint32_t s = 0; s < streams; ++s) {
     auto st = std::make_unique<Stream>(options_.retain_chosen_slots);
     st->id = s;
     auto log = AcceptorLog::open(options_.data_dir, s, options_.fsync);
     if (!log.ok()) return log.status();
     st->log = std::move(*log);
-    auto rec = st->log->recover(st->store);
+    // Slots a checkpoint covers stay on disk (until truncation) but not in memory.
+    auto rec = st->log->recover(st->store, cut ? cut->streams[s].next_slot - 1 : 0);
     if (!rec.ok()) return rec.status();
     recovered_slots_ += rec->slots;
     // Replay the chosen prefix now: the stream will not deliver it again.
@@ -152,13 +197,185 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
     streams_.push_back(std::move(st));
   }
   publish_replay();
-  if (!options_.quiet && recovered_slots_ > 0) {
+  if (!options_.quiet && (recovered_slots_ > 0 || cut)) {
     std::fprintf(stderr,
-                 "replica %u: recovered %lu slots from %s; replayed up to TID %lu (%lu txns)\n",
+                 "replica %u: recovered %lu slots from %s%s; replayed up to TID %lu (%lu txns) "
+                 "in %.0f ms\n",
                  options_.replica, recovered_slots_, options_.data_dir.c_str(),
-                 applier_->applied_tid(), applier_->stats().txns);
+                 cut ? " after its checkpoint" : "", applier_->applied_tid(),
+                 applier_->stats().txns,
+                 static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6);
   }
   return Status::Ok();
+}
+
+void Follower::reset_engine() {
+  snapshots_.reset();  // it refers to the engine
+  txn::EngineOptions eo = engine_->options();
+  engine_ = std::make_unique<txn::Engine>(eo);
+  if (options_.serve_reads > 0) snapshots_ = std::make_unique<txn::SnapshotRegistry>(*engine_);
+}
+
+Status Follower::load_newest_checkpoint(const Schema& schema, uint32_t streams,
+                                        std::optional<ReplayCut>* cut) {
+  auto seqs = list_checkpoints(options_.data_dir);
+  if (!seqs.ok()) return seqs.status();
+  if (!seqs->empty()) next_checkpoint_seq_ = seqs->back() + 1;
+  std::error_code ec;  // a crash while one was written leaves its .tmp: never loaded
+  for (const auto& e : std::filesystem::directory_iterator(options_.data_dir, ec)) {
+    if (e.path().string().ends_with(".ckpt.tmp")) std::filesystem::remove(e.path(), ec);
+  }
+  // Newest first; a refused one (torn, corrupted, newer format) is reported and the one
+  // before it tried. With none left the whole WAL is replayed; slots it no longer holds
+  // (truncated) are then learned from the leader, whose WAL serves catch-up.
+  for (auto it = seqs->rbegin(); it != seqs->rend(); ++it) {
+    const std::string path = checkpoint_path(options_.data_dir, *it);
+    const uint64_t start_ns = RealEnv::instance().now_ns();
+    auto loaded = load_checkpoint(path, *engine_, streams);
+    if (loaded.ok()) {
+      std::lock_guard<std::mutex> lock(checkpoint_mu_);
+      checkpoint_counters_.loaded_seq = *it;
+      kept_seq_ = *it;
+      if (!options_.quiet) {
+        std::fprintf(stderr, "replica %u: loaded %s (TID %lu) in %.0f ms\n", options_.replica,
+                     path.c_str(), loaded->applied_tid,
+                     static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6);
+      }
+      *cut = std::move(*loaded);
+      return Status::Ok();
+    }
+    std::fprintf(stderr, "replica %u: %s; %s\n", options_.replica,
+                 loaded.status().to_string().c_str(),
+                 it + 1 != seqs->rend() ? "trying the previous checkpoint"
+                                        : "recovering from the WAL alone");
+    {
+      std::lock_guard<std::mutex> lock(checkpoint_mu_);
+      ++checkpoint_counters_.refused;
+    }
+    // Verification refuses before any row is installed; a checksum-valid file whose rows do
+    // not fit the schema may have installed some: start again from an empty engine.
+    reset_engine();
+    SHOAL_TRY(schema.create_tables(*engine_));
+  }
+  return Status::Ok();
+}
+
+CheckpointCounters Follower::checkpoints() const {
+  std::lock_guard<std::mutex> lock(checkpoint_mu_);
+  return checkpoint_counters_;
+}
+
+void Follower::take_checkpoint() {
+  checkpoint_requested_.store(false, std::memory_order_release);
+  const uint64_t start_ns = RealEnv::instance().now_ns();
+  const ReplayCut cut = applier_->cut();
+  DoneCheckpoint done;
+  done.seq = next_checkpoint_seq_;
+  for (const StreamCut& sc : cut.streams) done.covered.push_back(sc.next_slot - 1);
+  const std::string path = checkpoint_path(options_.data_dir, done.seq);
+  const std::string tmp = path + ".tmp";
+  auto written = write_checkpoint(tmp, *engine_, cut);
+  const uint64_t pause_ns = RealEnv::instance().now_ns() - start_ns;
+  {
+    std::lock_guard<std::mutex> lock(checkpoint_mu_);
+    checkpoint_counters_.pause_ns_last = pause_ns;
+    checkpoint_counters_.pause_ns_max = std::max(checkpoint_counters_.pause_ns_max, pause_ns);
+  }
+  if (!written.ok()) {
+    std::remove(tmp.c_str());
+    done.status = written.status();
+    std::lock_guard<std::mutex> lock(checkpoint_mu_);
+    checkpoint_done_ = std::move(done);
+    return;
+  }
+  ++next_checkpoint_seq_;
+  if (!options_.quiet) {
+    std::fprintf(stderr,
+                 "replica %u: checkpoint %lu at TID %lu: %lu rows, %lu bytes; replay paused "
+                 "%.1f ms\n",
+                 options_.replica, done.seq, cut.applied_tid, written->rows, written->bytes,
+                 static_cast<double>(pause_ns) / 1e6);
+  }
+  // The fsyncs happen off the replay thread (it goes on replaying meanwhile).
+  if (checkpoint_sync_thread_.joinable()) checkpoint_sync_thread_.join();
+  checkpoint_sync_thread_ = std::thread([this, tmp, path, done = std::move(done)]() mutable {
+    done.status = publish_checkpoint(tmp, path);
+    if (!done.status.ok()) std::remove(tmp.c_str());
+    std::lock_guard<std::mutex> lock(checkpoint_mu_);
+    checkpoint_done_ = std::move(done);
+  });
+}
+
+void Follower::maybe_request_checkpoint(uint64_t now_ns) {
+  finish_checkpoint();
+  if (checkpoint_busy_ ||
+      now_ns < last_checkpoint_ns_ + options_.checkpoint_interval_ms * 1'000'000) {
+    return;
+  }
+  // An idle shard still logs floor entries (20 a second per stream): without a transaction
+  // replayed since the last checkpoint, another full copy is worth it only once those have
+  // added kIdleCheckpointWalBytes to the WAL.
+  uint64_t wal_bytes = 0;
+  for (const auto& s : streams_) wal_bytes += s->log->wal_bytes();
+  const uint64_t txns = replay_txns_.load(std::memory_order_acquire);
+  if (txns == txns_at_checkpoint_ &&
+      wal_bytes < wal_bytes_at_checkpoint_ + kIdleCheckpointWalBytes) {
+    last_checkpoint_ns_ = now_ns;  // look again one interval from now
+    return;
+  }
+  txns_at_checkpoint_ = txns;
+  wal_bytes_at_checkpoint_ = wal_bytes;
+  checkpoint_busy_ = true;
+  {
+    std::lock_guard<std::mutex> lock(replay_mu_);
+    checkpoint_requested_.store(true, std::memory_order_release);
+  }
+  replay_cv_.notify_one();
+}
+
+void Follower::finish_checkpoint() {
+  std::optional<DoneCheckpoint> done;
+  {
+    std::lock_guard<std::mutex> lock(checkpoint_mu_);
+    done.swap(checkpoint_done_);
+  }
+  if (!done) return;
+  checkpoint_busy_ = false;
+  last_checkpoint_ns_ = loop_->now_ns();
+  if (!done->status.ok()) {
+    std::fprintf(stderr, "replica %u: checkpoint %lu failed: %s\n", options_.replica, done->seq,
+                 done->status.to_string().c_str());
+    std::lock_guard<std::mutex> lock(checkpoint_mu_);
+    ++checkpoint_counters_.failed;
+    return;
+  }
+  // Durable: every stream starts a new segment, and the segments the older kept checkpoint
+  // covers go (two checkpoints are kept, so a refused newest one falls back to the previous
+  // with the WAL it needs still here).
+  uint64_t freed = 0;
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    Status st = streams_[s]->log->rotate();
+    auto dropped = st.ok() && !kept_covered_.empty()
+                       ? streams_[s]->log->drop_covered_segments(kept_covered_[s])
+                       : Result<uint64_t>(uint64_t{0});
+    if (!st.ok() || !dropped.ok()) {
+      failed_ = st.ok() ? dropped.status() : st;  // the WAL is unusable: stop following
+      return;
+    }
+    freed += *dropped;
+  }
+  if (auto seqs = list_checkpoints(options_.data_dir); seqs.ok()) {
+    for (const uint64_t seq : *seqs) {
+      if (seq < kept_seq_) std::remove(checkpoint_path(options_.data_dir, seq).c_str());
+    }
+  }
+  kept_covered_ = done->covered;
+  kept_seq_ = done->seq;
+  wal_bytes_at_checkpoint_ = 0;
+  for (const auto& s : streams_) wal_bytes_at_checkpoint_ += s->log->wal_bytes();
+  std::lock_guard<std::mutex> lock(checkpoint_mu_);
+  ++checkpoint_counters_.written;
+  checkpoint_counters_.wal_bytes_deleted += freed;
 }
 
 void Follower::send(uint32_t session, std::span<const std::byte> bytes) {
@@ -331,14 +548,24 @@ void Follower::start_replay() {
       std::pair<uint32_t, EntryBuffer> item;
       {
         std::unique_lock<std::mutex> lock(replay_mu_);
-        replay_cv_.wait(lock, [&] { return replay_stop_ || !replay_items_.empty(); });
-        if (replay_items_.empty()) return;
-        item = std::move(replay_items_.front());
-        replay_items_.pop_front();
+        replay_cv_.wait(lock, [&] {
+          return replay_stop_ || !replay_items_.empty() ||
+                 checkpoint_requested_.load(std::memory_order_acquire);
+        });
+        if (!replay_items_.empty()) {
+          item = std::move(replay_items_.front());
+          replay_items_.pop_front();
+        } else if (!checkpoint_requested_.load(std::memory_order_acquire)) {
+          return;
+        }
       }
-      applier_->on_chosen(item.first, item.second.span());
-      publish_replay();
-      replay_pending_.fetch_sub(1, std::memory_order_acq_rel);
+      if (!item.second.empty()) {
+        applier_->on_chosen(item.first, item.second.span());
+        publish_replay();
+        replay_pending_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+      // Between two entries the store is exactly the applier's cut.
+      if (checkpoint_requested_.load(std::memory_order_acquire)) take_checkpoint();
     }
   });
 }
@@ -351,6 +578,11 @@ void Follower::stop_replay() {
   }
   replay_cv_.notify_one();
   replay_thread_.join();
+  if (checkpoint_sync_thread_.joinable()) checkpoint_sync_thread_.join();
+  // A checkpoint made durable meanwhile is kept; its truncation waits for the next run.
+  std::lock_guard<std::mutex> lock(checkpoint_mu_);
+  checkpoint_done_.reset();
+  checkpoint_busy_ = false;
 }
 
 void Follower::start_readers() {
@@ -455,6 +687,7 @@ void Follower::on_tick(void* self, uint64_t) {
                  p.stats().malformed, p.stats().bad_entries, p.stats().out_of_window,
                  f->replay_txns_.load(), f->learns_deferred_);
   }
+  if (f->options_.checkpoint_interval_ms > 0 && f->applier_) f->maybe_request_checkpoint(now);
   if ((f->stop_ != nullptr && f->stop_->load(std::memory_order_acquire)) || !f->failed_.ok()) {
     f->loop_->stop();
     return;
@@ -487,6 +720,7 @@ Status Follower::run(const std::atomic<bool>* stop) {
   rt::LoopOptions lo;
   lo.spin_ns = 5'000;  // followers share the machine with the leader's workers
   loop_ = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
+  last_checkpoint_ns_ = loop_->now_ns();  // the first checkpoint one interval from now
   rt::PollerWake wake;
   wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {
     auto* f = static_cast<Follower*>(ctx);

@@ -4,9 +4,10 @@
 // entries into its own engine gated by the shard watermark (ReplayApplier), and answers the
 // leader's status requests (applied TID, digest, consistency check, replay cost).
 //
-// Life: open() restores the schema, the acceptor state and the chosen prefix from data_dir
-// (a restarted follower holds everything it had acknowledged, and has replayed the chosen part
-// before it talks to anyone); run() dials the leader, says hello, receives the schema (first
+// Life: open() restores the schema, the newest valid checkpoint (if any), the acceptor state
+// and the chosen slots after the checkpoint's cut from data_dir (a restarted follower holds
+// everything it had acknowledged, and has replayed the chosen part before it talks to
+// anyone); run() dials the leader, says hello, receives the schema (first
 // start) and then follows until the leader closes the connection (returns Ok), *stop is set,
 // or an error. The streams then catch up by Paxos (accepts retransmitted, chosen entries sent
 // by paxos_learn). Catch-up is served from the leader's memory (retain_chosen_slots) or, for a
@@ -19,8 +20,14 @@
 // only replica 0 proposes. Elections among followers after a leader failure need the
 // follower-to-follower links (later, with recovery).
 //
+// Checkpoints (FollowerOptions::checkpoint_interval_ms): the replay thread writes the store at
+// an exact cut between two entries, a short-lived thread makes the file durable, and the
+// network thread then starts new WAL segments and deletes those the older kept checkpoint
+// covers (docs/REPLICATION.md "Checkpoints and WAL truncation").
+//
 // Threads: open() and run() on one thread, which runs the network, Paxos and the WAL; run()
-// starts a replay thread (installs chosen entries) and joins it before returning.
+// starts a replay thread (installs chosen entries, writes checkpoints) and joins it before
+// returning.
 #pragma once
 
 #include <atomic>
@@ -92,6 +99,22 @@ struct FollowerOptions {
   ReadRoundFactory read_rounds;  // REQUIRES: set when serve_reads > 0
   // Test-only planted bug: readers read the newest versions, not their snapshot's.
   bool unsafe_snapshot_read_newest = false;
+  // Checkpoints (src/repl/checkpoint.h): every this many ms the replay thread writes the
+  // store at its exact cut to data_dir; once durable, each stream's WAL starts a new segment
+  // and segments covered by the previous checkpoint are deleted (two are kept). 0: never.
+  // A restart loads the newest valid checkpoint and replays only the WAL after it.
+  uint64_t checkpoint_interval_ms = 0;
+};
+
+// What the follower's checkpoints did (any thread; tests and the log line).
+struct CheckpointCounters {
+  uint64_t written = 0;       // published (durable)
+  uint64_t failed = 0;        // writes or publishes that failed (reported on stderr)
+  uint64_t pause_ns_max = 0;  // longest replay pause (cut + rows written to the file)
+  uint64_t pause_ns_last = 0;
+  uint64_t wal_bytes_deleted = 0;
+  uint64_t loaded_seq = 0;  // the checkpoint open() loaded (0: none)
+  uint64_t refused = 0;     // checkpoints open() refused (corrupt, torn, newer format)
 };
 
 inline constexpr uint32_t kReadThreadsMax = 16;
@@ -112,6 +135,7 @@ class Follower {
   // Records (transactions) installed so far, published with applied_tid (any thread).
   uint64_t replayed_txns() const { return replay_txns_.load(std::memory_order_acquire); }
   uint64_t recovered_slots() const { return recovered_slots_; }
+  CheckpointCounters checkpoints() const;
   // Status as sent to the leader (digest and check computed on demand, cached per TID).
   FollowerReport report(bool digest, bool check,
                         const nlohmann::json& check_args = nlohmann::json());
@@ -121,6 +145,10 @@ class Follower {
   class Transport;
   explicit Follower(const FollowerOptions& options);
   [[nodiscard]] Status set_schema(const Schema& schema, uint32_t streams, bool persist);
+  // Recovery: the newest checkpoint that loads (older ones after a refusal), or none.
+  [[nodiscard]] Status load_newest_checkpoint(const Schema& schema, uint32_t streams,
+                                              std::optional<ReplayCut>* cut);
+  void reset_engine();
   void on_message(uint32_t session, std::span<const uint8_t> bytes);
   void handle_control(std::span<const uint8_t> bytes);
   void send(uint32_t session, std::span<const std::byte> bytes);
@@ -154,6 +182,30 @@ class Follower {
   std::atomic<uint64_t> applied_{0}, replay_txns_{0}, replay_writes_{0}, replay_cpu_ns_{0};
   uint64_t last_debug_ns_ = 0;
   uint64_t learns_deferred_ = 0;  // network thread
+  // Checkpoints (checkpoint_interval_ms > 0). The network thread requests one (tick), the
+  // replay thread writes it between entries (take_checkpoint), a short-lived thread makes it
+  // durable, and the network thread then rotates and truncates the WALs (finish_checkpoint).
+  void take_checkpoint();                          // replay thread
+  void finish_checkpoint();                        // network thread
+  void maybe_request_checkpoint(uint64_t now_ns);  // network thread (tick)
+  struct DoneCheckpoint {
+    uint64_t seq = 0;
+    Status status;
+    std::vector<uint64_t> covered;  // per stream: slots <= it are in the checkpoint
+  };
+  std::atomic<bool> checkpoint_requested_{false};
+  bool checkpoint_busy_ = false;  // network thread: requested and not yet finished
+  uint64_t last_checkpoint_ns_ = 0;
+  uint64_t next_checkpoint_seq_ = 1;  // replay thread (set at open)
+  // Network thread: what replay and the WAL had when the last checkpoint was requested.
+  uint64_t txns_at_checkpoint_ = 0, wal_bytes_at_checkpoint_ = 0;
+  static constexpr uint64_t kIdleCheckpointWalBytes = uint64_t{64} << 20;
+  std::thread checkpoint_sync_thread_;  // publishes the last written checkpoint
+  std::vector<uint64_t> kept_covered_;  // network thread: the cut of the older kept checkpoint
+  uint64_t kept_seq_ = 0;               // ... and its sequence number
+  mutable std::mutex checkpoint_mu_;
+  std::optional<DoneCheckpoint> checkpoint_done_;  // guarded by checkpoint_mu_
+  CheckpointCounters checkpoint_counters_;         // guarded by checkpoint_mu_
   // Follower reads (serve_reads > 0).
   void start_readers();
   void stop_readers();

@@ -211,6 +211,12 @@ void PaxosAcceptorStore::trim() {
   }
 }
 
+void PaxosAcceptorStore::start_after(uint64_t covered) {
+  SHOAL_ASSERT(slots_.empty() && chosen_index_ == 0, "%s", "start_after() on a used store");
+  base_ = covered + 1;
+  chosen_index_ = covered;
+}
+
 // ---- PaxosStream: setup, propose, tick -------------------------------------------------------
 
 PaxosStream::PaxosStream(Env& env, PaxosTransport& transport, PaxosAcceptorStore& store,

@@ -234,6 +234,10 @@ class PaxosAcceptorStore {
   uint64_t advance();
   // Drops chosen slots beyond the retention below chosen_index. Call after delivery.
   void trim();
+  // A restart from a checkpoint: slots <= `covered` are chosen and applied elsewhere (the
+  // checkpoint), so the store starts empty above them (chosen_index() == covered) and never
+  // holds them. REQUIRES: the store holds no slot yet.
+  void start_after(uint64_t covered);
 
  private:
   PaxosSlot& at(uint64_t slot);  // grows the deque; REQUIRES: slot >= base_

@@ -80,20 +80,60 @@ bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
   return done;
 }
 
+ReplayCut ReplayApplier::cut() const {
+  ReplayCut c;
+  c.applied_tid = wm_.shard();
+  c.bootstrap_tid = bootstrap_tid_;
+  c.streams.resize(queues_.size());
+  for (uint32_t s = 0; s < queues_.size(); ++s) {
+    StreamCut& sc = c.streams[s];
+    sc.stream_tid = wm_.stream(s);
+    if (queues_[s].empty()) {
+      sc.next_slot = positions_[s].next_slot;
+      sc.next_record = 0;
+    } else {  // the head is the oldest entry not wholly installed
+      const Pending& head = queues_[s].front();
+      sc.next_slot = load_u64(head.bytes.span().data() + 24);
+      sc.next_record = head.next_record;
+    }
+  }
+  return c;
+}
+
+void ReplayApplier::restore(const ReplayCut& cut) {
+  SHOAL_ASSERT(stats_.entries == 0, "%s", "restore() after entries were replayed");
+  SHOAL_ASSERT(cut.streams.size() == queues_.size(), "cut of %zu streams, applier of %zu",
+               cut.streams.size(), queues_.size());
+  bootstrap_tid_ = cut.bootstrap_tid;
+  for (uint32_t s = 0; s < queues_.size(); ++s) {
+    wm_.advance(s, cut.streams[s].stream_tid);
+    positions_[s] = Position{cut.streams[s].next_slot, cut.streams[s].next_record};
+  }
+}
+
 void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes) {
   const uint64_t start = thread_cpu_ns();
   ++stats_.entries;
   const uint64_t max_tid = load_u64(bytes.data() + 48);
+  // Slots arrive in order from the restored position (PaxosStream delivers the chosen prefix
+  // in order from the store's base, which a restart sets to the checkpoint's cut).
+  Position& pos = positions_[stream];
+  const uint64_t slot = load_u64(bytes.data() + 24);
+  SHOAL_ASSERT(slot == pos.next_slot, "stream %u delivered slot %lu, replay expected %lu", stream,
+               slot, pos.next_slot);
+  const uint32_t skip = pos.skip_records;
+  pos.next_slot = slot + 1;
+  pos.skip_records = 0;
   if ((load_u16(bytes.data() + 6) & kLogFlagBootstrapEnd) != 0) {
     bootstrap_tid_ = std::max(bootstrap_tid_, max_tid);
   }
   wm_.advance(stream, max_tid);
   auto& q = queues_[stream];
   if (q.empty()) {
-    uint32_t next = 0;
+    uint32_t next = skip;
     if (!install(bytes, &next)) q.push_back(Pending{EntryBuffer(bytes), next});
   } else {
-    q.push_back(Pending{EntryBuffer(bytes), 0});
+    q.push_back(Pending{EntryBuffer(bytes), skip});
   }
   drain_queues();
   stats_.cpu_ns += thread_cpu_ns() - start;

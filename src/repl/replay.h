@@ -34,6 +34,26 @@ namespace shoal::repl {
 // not behind Env).
 uint64_t thread_cpu_ns();
 
+// Where replay stands on one stream, exactly (a checkpoint's cut, src/repl/checkpoint.h):
+// every record of slots < next_slot is installed, and the first next_record records of
+// next_slot; nothing after them. stream_tid is the stream's watermark (the max_tid of the
+// last entry delivered), which the shard watermark needs even for streams that deliver
+// nothing more after a restart.
+struct StreamCut {
+  uint64_t next_slot = 1;
+  uint32_t next_record = 0;
+  uint64_t stream_tid = 0;
+};
+
+// The applier's state between two entries: the store holds exactly the records with TID <=
+// applied_tid (the watermark order above), which are exactly the records before each
+// stream's cut.
+struct ReplayCut {
+  uint64_t applied_tid = 0;
+  uint64_t bootstrap_tid = 0;
+  std::vector<StreamCut> streams;
+};
+
 struct ReplayStats {
   uint64_t entries = 0, txns = 0, writes = 0, skipped_writes = 0;
   uint64_t cpu_ns = 0;  // thread CPU time spent installing
@@ -43,11 +63,19 @@ class ReplayApplier {
  public:
   // REQUIRES: engine's tables created (Schema::create_tables) before the first entry.
   ReplayApplier(txn::Engine& engine, uint32_t streams)
-      : engine_(engine), wm_(streams), queues_(streams) {}
+      : engine_(engine), wm_(streams), queues_(streams), positions_(streams) {}
 
   // A chosen entry of `stream`, in slot order. `bytes` need only live during the call.
   // REQUIRES: bytes passed LogEntryView::parse (the stream verified them); 8-byte aligned.
   void on_chosen(uint32_t stream, std::span<const std::byte> bytes);
+
+  // Where replay stands (between entries: call on the applier's thread between on_chosen
+  // calls; the store then is exactly the records before the cut).
+  ReplayCut cut() const;
+  // Continues from a cut (a checkpoint loaded into the engine): the next entry of stream s
+  // must be slot cut.streams[s].next_slot, of which the first next_record records are skipped.
+  // REQUIRES: before the first on_chosen; cut.streams.size() == streams.
+  void restore(const ReplayCut& cut);
 
   // Every record at or below it is installed.
   uint64_t applied_tid() const { return wm_.shard(); }
@@ -72,9 +100,15 @@ class ReplayApplier {
   bool install(std::span<const std::byte> bytes, uint32_t* next);
   void drain_queues();
 
+  struct Position {
+    uint64_t next_slot = 1;     // the slot the stream delivers next
+    uint32_t skip_records = 0;  // records of next_slot installed before a restore
+  };
+
   txn::Engine& engine_;
   ShardWatermark wm_;
   std::vector<std::deque<Pending>> queues_;
+  std::vector<Position> positions_;
   ReplayStats stats_;
   uint64_t bootstrap_tid_ = 0;
 };

@@ -4,14 +4,17 @@
 // and a follower restarted from its WAL catching up.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "src/repl/bootstrap.h"
+#include "src/repl/checkpoint.h"
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
 
@@ -345,6 +348,158 @@ TEST(Replication, FollowerFarBehindIsCaughtUpFromTheLeadersWalWhileTheShardCommi
   EXPECT_EQ(st.catchup_errors, 0u);
   EXPECT_GT(chosen_while_catching_up, 50u) << "the leader stalled while replica 2 caught up";
   EXPECT_EQ(st.catching_up, 0u);
+}
+
+// Bytes of every WAL segment in a replica's directory (stream-<s>[.<n>].wal); a segment
+// deleted while we look counts 0.
+uint64_t wal_bytes_on_disk(const std::string& dir) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with("stream-") || !name.ends_with(".wal")) continue;
+    const uint64_t size = std::filesystem::file_size(e.path(), ec);
+    if (!ec) bytes += size;
+  }
+  return bytes;
+}
+
+// Restarts replica 2 (index 1) with a checkpoint every 30 ms; returns its options.
+FollowerOptions with_checkpoints(Cluster& c) {
+  c.followers[1]->stop();
+  FollowerOptions fo = c.follower_options(2);
+  fo.checkpoint_interval_ms = 30;
+  c.followers[1] = std::make_unique<FollowerThread>(fo);
+  c.followers[1]->start();
+  return fo;
+}
+
+// Runs rounds of transactions until replica 2 (index 1) published `checkpoints` more
+// checkpoints; returns its WAL size on disk after each round. Bounded: 400 rounds.
+std::vector<uint64_t> run_until_checkpoints(Cluster& c, uint64_t checkpoints, uint64_t seed) {
+  const uint64_t target = c.followers[1]->follower().checkpoints().written + checkpoints;
+  std::vector<uint64_t> wal_sizes;
+  for (int round = 0; round < 400; ++round) {
+    c.run(100, seed + static_cast<uint64_t>(round));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    wal_sizes.push_back(wal_bytes_on_disk(c.dir.path() + "/r2"));
+    if (c.followers[1]->follower().checkpoints().written >= target) break;
+  }
+  EXPECT_GE(c.followers[1]->follower().checkpoints().written, target);
+  return wal_sizes;
+}
+
+// Replica 2 checkpoints every 30 ms and truncates its WAL; replica 1 never does. Over a run
+// with many checkpoints replica 2's WAL stays bounded (far below replica 1's, which grows with
+// the run); restarted, it loads its newest checkpoint and replays only the WAL after it, and
+// ends with the same store as the leader and as replica 1, which never truncated.
+TEST(Replication, FollowerCheckpointsBoundItsWalAndARestartFromThemConverges) {
+  Cluster c(/*streams=*/2, FsyncPolicy::kBatch);
+  const FollowerOptions fo = with_checkpoints(c);
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  std::vector<uint64_t> sizes = run_until_checkpoints(c, 30, 100);
+  const uint64_t full_wal = wal_bytes_on_disk(c.dir.path() + "/r1");
+  const CheckpointCounters before = c.followers[1]->follower().checkpoints();
+  EXPECT_GT(before.wal_bytes_deleted, 0u);
+  // Over the second half of the run replica 2 keeps about three checkpoint intervals of WAL
+  // (the median: a checkpoint delayed by a loaded machine lets it grow for a moment).
+  ASSERT_GE(sizes.size(), 4u);
+  std::vector<uint64_t> late(sizes.begin() + static_cast<ptrdiff_t>(sizes.size() / 2), sizes.end());
+  std::nth_element(late.begin(), late.begin() + static_cast<ptrdiff_t>(late.size() / 2),
+                   late.end());
+  const uint64_t median = late[late.size() / 2];
+  EXPECT_LT(median * 4, full_wal) << "replica 2's WAL: median " << median << " bytes over the "
+                                  << "second half, replica 1's (never truncated) " << full_wal;
+  uint64_t tid = c.close();
+  ASSERT_TRUE(c.leader->collect_reports(tid, false, false, 20'000).ok());
+  // Crash replica 2 (its files stay), commit on without it, restart it.
+  c.followers[1]->stop();
+  c.run(300, 9);
+  c.followers[1] = std::make_unique<FollowerThread>(fo);
+  c.followers[1]->start();
+  const CheckpointCounters after = c.followers[1]->follower().checkpoints();
+  EXPECT_GT(after.loaded_seq, 0u);
+  EXPECT_EQ(after.refused, 0u);
+  EXPECT_GT(c.followers[1]->recovered_tid(), 0u);
+  tid = c.close();
+  auto reports = c.leader->collect_reports(tid, true, false, 20'000);
+  ASSERT_TRUE(reports.ok()) << reports.status().to_string();
+  const uint64_t digest = engine_digest(*c.engine);
+  ASSERT_EQ(reports->size(), 2u);
+  for (const FollowerReport& r : *reports) EXPECT_EQ(r.digest, digest) << "replica " << r.replica;
+}
+
+// The newest checkpoint corrupted: the restart refuses it (saying so), loads the previous
+// one, whose WAL was kept, and converges. Then every checkpoint torn: it recovers from the
+// WAL it still has, learns the truncated prefix from the leader's WAL, and converges again.
+TEST(Replication, FollowerRefusesABadCheckpointAndStillRecoversCorrectly) {
+  Cluster c(/*streams=*/1, FsyncPolicy::kBatch);
+  FollowerOptions fo = with_checkpoints(c);
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  run_until_checkpoints(c, 4, 200);
+  c.followers[1]->stop();
+  const std::string dir = c.dir.path() + "/r2";
+  auto seqs = list_checkpoints(dir);
+  ASSERT_TRUE(seqs.ok());
+  // Two are kept; a third if it stopped between publishing one and deleting the oldest.
+  ASSERT_GE(seqs->size(), 2u);
+  ASSERT_LE(seqs->size(), 3u);
+  {
+    const std::string newest = checkpoint_path(dir, seqs->back());
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(newest) / 2));
+    f.put('\x77');
+  }
+  // A crash while writing one leaves its .tmp: never loaded, removed at open.
+  const std::string stale = checkpoint_path(dir, seqs->back() + 1000) + ".tmp";
+  std::ofstream(stale) << "half a checkpoint";
+  c.followers[1] = std::make_unique<FollowerThread>(fo);
+  c.followers[1]->start();
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_EQ(c.followers[1]->follower().checkpoints().refused, 1u);
+  EXPECT_EQ(c.followers[1]->follower().checkpoints().loaded_seq, (*seqs)[seqs->size() - 2]);
+  uint64_t tid = c.close();
+  auto reports = c.leader->collect_reports(tid, true, false, 20'000);
+  ASSERT_TRUE(reports.ok()) << reports.status().to_string();
+  for (const FollowerReport& r : *reports) {
+    EXPECT_EQ(r.digest, engine_digest(*c.engine)) << "replica " << r.replica;
+  }
+  c.followers[1]->stop();
+  seqs = list_checkpoints(dir);
+  ASSERT_TRUE(seqs.ok());
+  for (const uint64_t seq : *seqs) std::filesystem::resize_file(checkpoint_path(dir, seq), 100);
+  fo.checkpoint_interval_ms = 0;
+  c.followers[1] = std::make_unique<FollowerThread>(fo);
+  c.followers[1]->start();
+  EXPECT_EQ(c.followers[1]->follower().checkpoints().refused, seqs->size());
+  EXPECT_EQ(c.followers[1]->follower().checkpoints().loaded_seq, 0u);
+  c.run(100, 300);
+  tid = c.close();
+  reports = c.leader->collect_reports(tid, true, false, 30'000);
+  ASSERT_TRUE(reports.ok()) << reports.status().to_string();
+  for (const FollowerReport& r : *reports) {
+    EXPECT_EQ(r.digest, engine_digest(*c.engine)) << "replica " << r.replica;
+  }
+}
+
+// A replica directory marked with a newer layout (say, one whose WAL this binary would
+// misread) is refused with one line naming the file; this binary's own marker is accepted.
+TEST(Replication, FollowerRefusesANewerDirectoryLayout) {
+  TempDir dir;
+  FollowerOptions fo;
+  fo.data_dir = dir.path();
+  fo.quiet = true;
+  auto f = Follower::open(fo);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  f->reset();
+  ASSERT_TRUE(Follower::open(fo).ok());  // its own marker, written by the first open
+  std::ofstream(dir.path() + "/layout") << "shoal-replica-dir 3\n";
+  auto newer = Follower::open(fo);
+  ASSERT_FALSE(newer.ok());
+  EXPECT_EQ(newer.status().code(), Code::kNotSupported);
+  EXPECT_EQ(newer.status().message(), "follower: " + dir.path() +
+                                          "/layout: directory layout 3, this binary reads up "
+                                          "to 2; refused");
 }
 
 }  // namespace

@@ -104,6 +104,7 @@ Status cluster_up(const ClusterOptions& o) {
   so.batch_txns = o.batch_txns;
   so.batch_us = o.batch_us;
   so.serve_reads = o.serve_reads;
+  so.checkpoint_interval_ms = o.checkpoint_interval_ms;
   auto procs = spawn_servers(*config, so);
   if (!procs.ok()) return procs.status();
   for (const auto& p : *procs) {

@@ -42,6 +42,7 @@ struct ClusterOptions {
   uint32_t batch_txns = 0;
   double batch_us = 0;
   uint32_t serve_reads = 0;
+  uint64_t checkpoint_interval_ms = 0;  // `up`: followers' checkpoint interval (0: none)
 };
 
 // Each prints its table to stdout; a non-Ok Status is the one-line reason for exit code 1.

@@ -133,6 +133,10 @@ std::vector<std::string> replica_args(const std::string& exe, const SpawnOptions
     args.insert(args.end(), {"--serve-reads", std::to_string(options.serve_reads)});
   }
   if (options.unsafe_snapshot_read_newest) args.push_back("--unsafe-snapshot-read-newest");
+  if (options.checkpoint_interval_ms != 0) {
+    args.insert(args.end(),
+                {"--checkpoint-interval-ms", std::to_string(options.checkpoint_interval_ms)});
+  }
   return args;
 }
 

@@ -46,6 +46,7 @@ struct SpawnOptions {
   // Followers' reader threads (`shoal replica --serve-reads`) and the test-only planted bug.
   uint32_t serve_reads = 0;
   bool unsafe_snapshot_read_newest = false;
+  uint64_t checkpoint_interval_ms = 0;  // followers' `shoal replica --checkpoint-interval-ms`
 };
 
 // What `who` is in messages: "shard 1" or "shard 1 replica 2".

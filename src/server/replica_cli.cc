@@ -67,6 +67,7 @@ Status run_replica(const ReplicaOptions& options) {
     return bench::check_tpcc_conditions(engine, /*after_load=*/false, &foreign);
   };
   fo.replay_nice = options.replay_nice;
+  fo.checkpoint_interval_ms = options.checkpoint_interval_ms;
   fo.serve_reads = options.serve_reads;
   fo.unsafe_snapshot_read_newest = options.unsafe_snapshot_read_newest;
   fo.read_rounds = [](txn::Engine& engine,

@@ -26,6 +26,8 @@ struct ReplicaOptions {
   // Reader threads running read-only transactions at the follower's snapshot (0: none).
   uint32_t serve_reads = 0;
   bool unsafe_snapshot_read_newest = false;  // test-only planted bug
+  // Checkpoint of the replayed store every this many ms, then WAL truncation (0: never).
+  uint64_t checkpoint_interval_ms = 0;
 };
 
 [[nodiscard]] Status run_replica(const ReplicaOptions& options);

@@ -111,6 +111,27 @@ class ServerCli : public ::testing::Test {
     const std::string log = path(fmt::format("out-{}.log", runs_++));
     return finish(start(args, log), log, timeout_s);
   }
+  // `cluster status` until it succeeds: the followers installed the load (bounded: 60 s).
+  Outcome wait_status_ok() {
+    Outcome o;
+    for (int i = 0; i < 300; ++i) {
+      o = run({"cluster", "status", "--config", config_}, 10);
+      if (o.exit_code == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return o;
+  }
+  // `cluster digest`, again while a restarted follower has not dialed its leader yet (it is
+  // reported lost until then; bounded: 60 s).
+  Outcome digest_once_dialed() {
+    Outcome o;
+    for (int i = 0; i < 120; ++i) {
+      o = run({"cluster", "digest", "--config", config_}, 120);
+      if (o.exit_code != 1 || o.output.find("LOST") == std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    return o;
+  }
   // A 2-shard config on free ports.
   std::string write_config(uint32_t shards = 2) {
     std::string toml =
@@ -357,7 +378,8 @@ TEST_F(ServerCli, BankSkippedReadValidationIsCaught) {
 // leader's, and so does `cluster digest`.
 TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
   write_replicated_config(2, 3);
-  Outcome o = up({"--batch-txns", "50", "--batch-us", "300"});
+  // Followers checkpoint every 200 ms (`shoal replica --checkpoint-interval-ms` passed on).
+  Outcome o = up({"--batch-txns", "50", "--batch-us", "300", "--checkpoint-interval-ms", "200"});
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("2 shards x 3 replicas up"), std::string::npos) << o.output;
   o = run({"cluster", "status", "--config", config_}, 30);
@@ -379,6 +401,13 @@ TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
   EXPECT_EQ(j["batch_us"], 300.0) << j.dump();
   EXPECT_NE(o.output.find("log batching: 50 txns / 300 us per entry"), std::string::npos)
       << o.output;
+  for (const char* follower : {"shard-0-replica-1", "shard-1-replica-2"}) {
+    int checkpoints = 0;
+    for (const auto& e : fs::directory_iterator(run_dir() + "/" + follower)) {
+      checkpoints += e.path().extension() == ".ckpt" ? 1 : 0;
+    }
+    EXPECT_GT(checkpoints, 0) << follower;
+  }
   o = run({"cluster", "digest", "--config", config_}, 120);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
@@ -516,24 +545,14 @@ TEST_F(ServerCli, KilledFollowerRestartedFarBehindCatchesUpFromTheLeadersWal) {
   };
   replica("1", "replica-1.log");
   const pid_t victim = replica("2", "replica-2.log");
-  Outcome o;
-  for (int i = 0; i < 300; ++i) {  // ready: the followers installed the load (bounded: 60 s)
-    o = run({"cluster", "status", "--config", config_}, 10);
-    if (o.exit_code == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  Outcome o = wait_status_ok();
   ASSERT_EQ(o.exit_code, 0) << o.output;
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   o = run({"bench", "micro", "--cluster", config_, "--seconds", "3"}, 120);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("shard 0 replica 2: LOST"), std::string::npos) << o.output;
   replica("2", "replica-2-restarted.log");
-  // Until it has dialed its leader the digest reports it lost (bounded: 60 s).
-  for (int i = 0; i < 120; ++i) {
-    o = run({"cluster", "digest", "--config", config_}, 120);
-    if (o.exit_code != 1 || o.output.find("LOST") == std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
+  o = digest_once_dialed();
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
   kill(children.list[0].first, SIGTERM);
@@ -548,6 +567,75 @@ TEST_F(ServerCli, KilledFollowerRestartedFarBehindCatchesUpFromTheLeadersWal) {
   config_.clear();  // nothing for TearDown's `cluster down`
 }
 
+// A follower with checkpoints every 200 ms, SIGKILLed in the middle of a run after it wrote
+// at least one (and deleted WAL it covered), restarted over its directory: it loads its newest
+// checkpoint, replays only the WAL after it, is caught up by the leader, and `cluster digest`
+// says identical.
+TEST_F(ServerCli, FollowerKilledAfterACheckpointRestartsFromItAndConverges) {
+  write_replicated_config(1, 3);
+  std::vector<pid_t> children;
+  struct Reaper {  // kills whatever is still running when the test ends
+    std::vector<pid_t>* list;
+    ~Reaper() {
+      for (pid_t p : *list) {
+        if (p > 0 && kill(p, SIGKILL) == 0) waitpid(p, nullptr, 0);
+      }
+    }
+  } reaper{&children};
+  auto spawn = [&](const std::vector<std::string>& args, const std::string& log) {
+    children.push_back(start(args, path(log)));
+    return children.back();
+  };
+  const pid_t server = spawn({"server", "--config", config_, "--shard", "0", "--keys-per-partition",
+                              "20000", "--data-dir", path("r0")},
+                             "server.log");
+  auto replica = [&](const std::string& r, const std::string& log) {
+    return spawn({"replica", "--config", config_, "--shard", "0", "--replica", r, "--data-dir",
+                  path("r" + r), "--checkpoint-interval-ms", "200"},
+                 log);
+  };
+  replica("1", "replica-1.log");
+  const pid_t victim = replica("2", "replica-2.log");
+  Outcome o = wait_status_ok();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string bench_log = path("bench.log");
+  const pid_t bench = start({"bench", "micro", "--cluster", config_, "--seconds", "4"}, bench_log);
+  auto checkpoints_in = [&](const std::string& dir) {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      n += e.path().extension() == ".ckpt" ? 1 : 0;
+    }
+    return n;
+  };
+  // Mid-run, once replica 2 has published two checkpoints (the second deletes WAL segments
+  // the first covers; bounded: 30 s).
+  bool segment0_gone = false;
+  for (int i = 0; i < 300 && !segment0_gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    segment0_gone =
+        checkpoints_in(path("r2")) >= 2 && !std::filesystem::exists(path("r2") + "/stream-0.wal");
+  }
+  ASSERT_TRUE(segment0_gone) << "replica 2 neither checkpointed nor truncated its WAL";
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  waitpid(victim, nullptr, 0);
+  o = finish(bench, bench_log, 120);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const pid_t restarted = replica("2", "replica-2-restarted.log");
+  o = digest_once_dialed();
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
+  kill(server, SIGTERM);
+  finish(server, path("server.log"), 30);
+  const Outcome r = finish(restarted, path("replica-2-restarted.log"), 30);
+  EXPECT_NE(r.output.find("after its checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("loaded " + path("r2") + "/checkpoint-"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("refused"), std::string::npos) << r.output;
+  for (pid_t& p : children) {
+    if (p == server || p == restarted || p == victim) p = -1;  // reaped
+  }
+  config_.clear();  // nothing for TearDown's `cluster down`
+}
+
 // A leader that changes a record without logging it (a planted bug): `cluster digest` names
 // the replica that differs and exits 3.
 TEST_F(ServerCli, ClusterDigestFindsAPlantedDifference) {
@@ -558,12 +646,7 @@ TEST_F(ServerCli, ClusterDigestFindsAPlantedDifference) {
   const pid_t follower = start(
       {"replica", "--config", config_, "--shard", "0", "--replica", "1", "--data-dir", path("r1")},
       path("follower.log"));
-  Outcome o;
-  for (int i = 0; i < 300; ++i) {  // ready: the follower installed the load (bounded: 60 s)
-    o = run({"cluster", "status", "--config", config_}, 10);
-    if (o.exit_code == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  Outcome o = wait_status_ok();
   ASSERT_EQ(o.exit_code, 0) << o.output;
   o = run({"cluster", "digest", "--config", config_}, 60);
   EXPECT_EQ(o.exit_code, 3) << o.output;

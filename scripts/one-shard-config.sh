@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Prints a cluster config of one shard with 3 replicas on 127.0.0.1 (one worker, TCP, regions
+# r0..r2), ports BASE, BASE+2, BASE+4 (replication ports one above each): the benches'
+# cluster (scripts/catchup-bench.sh, scripts/checkpoint-bench.sh).
+# Usage: scripts/one-shard-config.sh NAME BASE_PORT
+set -euo pipefail
+name="$1"
+port="$2"
+cat <<EOF
+[cluster]
+name = "$name"
+transport = "tcp"
+workers = 1
+replicas = 3
+[[region]]
+name = "r0"
+[[region]]
+name = "r1"
+[[region]]
+name = "r2"
+[[shard]]
+id = 0
+partition_lo = 1
+partition_hi = 2
+EOF
+for r in 0 1 2; do
+  printf '[[shard.replica]]\nregion = "r%d"\nhost = "127.0.0.1"\nport = %d\n' "$r" $((port + 2 * r))
+done
