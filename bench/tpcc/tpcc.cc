@@ -40,16 +40,18 @@ bool find_tables(const txn::Engine& engine, Tables* out) {
 // ---- TpccClient ----
 
 TpccClient::TpccClient(TpccWorkload& workload, txn::Worker& worker, uint32_t worker_index,
-                       uint64_t seed, uint64_t history_source)
+                       uint64_t seed, uint64_t history_source, uint32_t history_run)
     : workload_(workload),
       worker_(worker),
       rng_(seed),
       warehouses_(workload.warehouses()),
       home_w_(worker_index % workload.warehouses() + 1),
       stock_level_d_((worker_index / workload.warehouses()) % kDistrictsPerWarehouse + 1),
-      history_source_(history_source) {
+      history_source_(history_source),
+      history_seq_(uint64_t{history_run} << 32) {
   SHOAL_ASSERT(history_source < (uint64_t{1} << 16), "history source %llu overflows its bits",
                static_cast<unsigned long long>(history_source));
+  SHOAL_ASSERT(history_run < (uint32_t{1} << 16), "history run %u overflows its bits", history_run);
 }
 
 uint64_t TpccClient::now_us() {
@@ -116,7 +118,7 @@ void TpccClient::make_payment(PaymentArgs* a) {
   a->date_us = now_us();
   a->history_source = history_source_;
   a->history_seq = ++history_seq_;
-  SHOAL_ASSERT(history_seq_ <= kHistorySeqMask, "history sequence overflow");
+  SHOAL_ASSERT((history_seq_ & 0xffffffff) != 0, "history sequence overflow (2^32 per run)");
 }
 
 void TpccClient::make_order_status(OrderStatusArgs* a) {

@@ -79,8 +79,11 @@ class TpccWorkload;
 // 2.4.1-2.8.1) into fixed buffers and runs them through its Worker.
 class TpccClient final : public Client {
  public:
+  // HISTORY keys are (history_source << 48) | (history_run << 32) | n: a server's terminals
+  // pass the number of the load they run (a standing cluster keeps earlier loads' rows).
+  // REQUIRES: history_source < 2^16, history_run < 2^16.
   TpccClient(TpccWorkload& workload, txn::Worker& worker, uint32_t worker_index, uint64_t seed,
-             uint64_t history_source);
+             uint64_t history_source, uint32_t history_run = 0);
   Outcome run_one() override;
   // Runs one transaction of the given type (tests drive each type directly).
   Outcome run_type(tpcc::TxnType type);

@@ -144,6 +144,7 @@ struct Worker {
 
   // Load state (loop thread).
   MicroParams params;
+  uint32_t load_number = 0;  // 1 for the server's first load (on_start), and so on
   uint64_t load_end_ns = 0;
   uint32_t clients_running = 0;
   uint64_t aborts_base = 0;
@@ -269,6 +270,7 @@ class ShardServer {
   std::unique_ptr<txn::Engine> engine_;
   txn::Table<1>* table_ = nullptr;
   std::unique_ptr<bench::TpccWorkload> tpcc_;
+  uint32_t loads_started_ = 0;  // control thread (on_start)
   std::unique_ptr<WarehouseMap> warehouse_map_;
   dist::FragmentTable fragments_;
   net::TcpListener listener_;
@@ -1082,9 +1084,11 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
   const uint32_t count = map.last(server.shard()) - first + 1;
   const uint32_t n = w->index * w->params.inflight + terminal;
   // HISTORY keys: source (16 bits) = shard and terminal, unique in the cluster (a row lives
-  // with its customer, on any shard). on_start bounds terminals per shard below 1024.
+  // with its customer, on any shard; on_start bounds terminals per shard below 1024); run =
+  // this server's load number, so a second `bench tpcc --cluster` does not reuse the first's
+  // keys (the 65537th load of one server would).
   bench::TpccClient client(server.tpcc(), *w->tpcc->local, n, seed,
-                           uint64_t{server.shard()} * 1024 + n + 1);
+                           uint64_t{server.shard()} * 1024 + n + 1, w->load_number & 0xffff);
   client.bind_home(first + n % count, (n / count) % bench::tpcc::kDistrictsPerWarehouse + 1);
   dist::DistTxn dtxn;
   bench::TpccInput in;
@@ -1247,9 +1251,11 @@ Status ShardServer::on_start(std::span<const uint8_t> request, rt::MsgBuffer* ou
   if (!running_.compare_exchange_strong(idle, static_cast<uint32_t>(workers_.size()))) {
     return Status::InvalidArgument("a load is already running");
   }
+  ++loads_started_;
   for (auto& w : workers_) {
     w->done.store(false);
     w->params = *params;  // read by the worker only in the posted start (post orders it)
+    w->load_number = loads_started_;
   }
   for (auto& w : workers_) {
     Status s = w->loop->post([](void* ctx) { static_cast<Worker*>(ctx)->start_load(); }, w.get());
