@@ -368,6 +368,10 @@ class Txn {
   // The key's record in the index, or nullptr with the leaf recorded (guarding "absent").
   template <size_t K>
   Record* lookup_for_write(Table<K>& table, const Key<K>& key);
+  // Adds `rec` to the write set with a copy of its key (buffered_value: from buffer_value()).
+  template <size_t K>
+  void stage_write(Table<K>& table, const Key<K>& key, Record* rec, uint64_t* buffered_value,
+                   uint32_t size_bytes, WriteKind kind, bool fresh);
   // A read of a read-only table: copied, not recorded (TableBase::make_read_only).
   static Status read_unrecorded(const Record* rec, void* out, uint32_t size_bytes,
                                 uint32_t* size_out);

@@ -410,10 +410,8 @@ Status Txn::put(Table<K>& table, const Key<K>& key, const void* value, uint32_t 
     const uint64_t word = rec->word.load(std::memory_order_acquire);
     if (word & Tid::kUnlinked) continue;  // removed meanwhile: look up again
     if (word & Tid::kAbsent) return absent_seen(rec, word);
-    uint64_t* key_copy = b.arena.allocate_words(K);
-    std::copy(key.w.begin(), key.w.end(), key_copy);
-    b.writes.push_back(WriteEntry{rec, buffer_value(value, size_bytes), size_bytes, WriteKind::kPut,
-                                  false, &table, &TableOpsFor<K>::ops, key_copy, K});
+    stage_write(table, key, rec, buffer_value(value, size_bytes), size_bytes, WriteKind::kPut,
+                false);
     return Status::Ok();
   }
   return Status::Aborted();
@@ -425,6 +423,15 @@ Record* Txn::lookup_for_write(Table<K>& table, const Key<K>& key) {
   auto* rec = static_cast<Record*>(table.index_.get(key, &leaf));
   if (rec == nullptr) record_node(leaf.leaf, leaf.version, &BTree<K>::leaf_version);
   return rec;
+}
+
+template <size_t K>
+void Txn::stage_write(Table<K>& table, const Key<K>& key, Record* rec, uint64_t* buffered_value,
+                      uint32_t size_bytes, WriteKind kind, bool fresh) {
+  uint64_t* key_copy = bufs_->arena.allocate_words(K);
+  std::copy(key.w.begin(), key.w.end(), key_copy);
+  bufs_->writes.push_back(WriteEntry{rec, buffered_value, size_bytes, kind, fresh, &table,
+                                     &TableOpsFor<K>::ops, key_copy, K});
 }
 
 inline Status Txn::absent_seen(Record* rec, uint64_t word) {
@@ -469,11 +476,8 @@ Status Txn::insert(Table<K>& table, const Key<K>& key, const void* value, uint32
       b.max_seen_version = std::max(b.max_seen_version, Tid::version(word));
       if (!(word & Tid::kAbsent)) return Status::AlreadyExists();
     }
-    uint64_t* key_copy = b.arena.allocate_words(K);
-    std::copy(key.w.begin(), key.w.end(), key_copy);
-    b.writes.push_back(WriteEntry{rec, buffer_value(value, size_bytes), size_bytes,
-                                  WriteKind::kInsert, fresh, &table, &TableOpsFor<K>::ops, key_copy,
-                                  K});
+    stage_write(table, key, rec, buffer_value(value, size_bytes), size_bytes, WriteKind::kInsert,
+                fresh);
     return Status::Ok();
   }
   return Status::Aborted();
@@ -495,10 +499,7 @@ Status Txn::remove(Table<K>& table, const Key<K>& key) {
     const uint64_t word = rec->word.load(std::memory_order_acquire);
     if (word & Tid::kUnlinked) continue;  // removed meanwhile: look up again
     if (word & Tid::kAbsent) return absent_seen(rec, word);
-    uint64_t* key_copy = b.arena.allocate_words(K);
-    std::copy(key.w.begin(), key.w.end(), key_copy);
-    b.writes.push_back(WriteEntry{rec, nullptr, 0, WriteKind::kRemove, false, &table,
-                                  &TableOpsFor<K>::ops, key_copy, K});
+    stage_write(table, key, rec, nullptr, 0, WriteKind::kRemove, false);
     return Status::Ok();
   }
   return Status::Aborted();
