@@ -105,6 +105,7 @@ Participant::Slot* Participant::slot_for(TxnId id, bool start, Status* status) {
   Slot& slot = slots_[index];
   if (!slot.txn) slot.txn = std::make_unique<txn::Txn>(&engine_, id);
   slot.txn->set_tid_floor(tid_floor_);
+  slot.txn->set_keep_old_values(commit_hook_ != nullptr);
   slot.txn->begin();
   slot.phase = Phase::kExecuting;
   slot.in_use = true;

@@ -188,6 +188,7 @@ class Participant {
   // txn::Worker::set_commit_hook. nullptr removes it. REQUIRES: as txn::CommitHook. A hook
   // that fails (the stream stopped) fails the install with Unavailable ("installed but not
   // logged"): the coordinator then never acknowledges the transaction.
+  // Every context's Txn then keeps what its puts overwrite, so the hook can log patches.
   void set_commit_hook(txn::CommitHook hook, void* ctx) {
     commit_hook_ = hook;
     commit_hook_ctx_ = ctx;

@@ -159,6 +159,7 @@ struct ShardOutcome {
   std::string error;  // why it is gone
   MicroStats stats;
   uint64_t orphaned = 0;
+  nlohmann::json log;  // replicated shards: what the run logged (txns, entries, bytes, patches)
 };
 
 // Polls kStats until every shard is done or gone (bounded by deadline_ms).
@@ -193,6 +194,7 @@ void collect(ControlClient& client, uint32_t shards, uint64_t deadline_ms,
       so.done = true;
       so.stats = std::move(*stats);
       so.orphaned = reply->value("orphaned", uint64_t{0});
+      so.log = reply->value("log", nlohmann::json());
     }
     if (!pending) return;
     if (now_ms() >= deadline_ms) {
@@ -498,6 +500,18 @@ void report_batching(const ReplicationReport& repl, std::string* text, nlohmann:
   }
 }
 
+// "shard S log: ..." for a replicated shard's run (its leader's streams), else "".
+std::string log_line(uint32_t shard, const ShardOutcome& so) {
+  if (so.gone || !so.log.is_object()) return {};
+  const auto txns = so.log.value("txns", uint64_t{0});
+  const auto bytes = so.log.value("bytes", uint64_t{0});
+  return fmt::format(
+      "shard {} log: {} entries, {:.1f} MiB, {:.0f} bytes per txn, {} puts as patches\n", shard,
+      so.log.value("entries", uint64_t{0}), static_cast<double>(bytes) / (1 << 20),
+      txns ? static_cast<double>(bytes) / static_cast<double>(txns) : 0.0,
+      so.log.value("patches", uint64_t{0}));
+}
+
 Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, uint32_t workers,
               const std::vector<ShardOutcome>& shards, const MicroStats& total, bench::RunResult& r,
               const std::string& check_text, const nlohmann::json& check_json,
@@ -569,6 +583,7 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
                          {"committed", so.stats.committed},
                          {"failed", so.stats.failed},
                          {"released_orphans", so.orphaned}});
+    if (so.log.is_object()) per_shard.back()["log"] = so.log;
     text += fmt::format(
         "shard {}: {}\n", s,
         so.gone
@@ -576,6 +591,7 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
             : fmt::format("{} committed, {} failed{}", so.stats.committed, so.stats.failed,
                           so.stats.first_error.empty() ? std::string()
                                                        : " (first: " + so.stats.first_error + ")"));
+    text += log_line(s, so);
     if (so.gone) {
       gone.push_back(fmt::format("shard {}", s));
       if (first_gone_error.empty()) first_gone_error = so.error;

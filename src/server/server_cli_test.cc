@@ -446,6 +446,17 @@ TEST_F(ServerCli, FollowerReadsOnEveryShard) {
     EXPECT_EQ(r["consistency"], "ok") << r.dump();
   }
   EXPECT_EQ(followers, 2u) << j.dump();
+  // Each leader's stream logs TPC-C's same-size puts (STOCK, CUSTOMER, ...) as patches, from
+  // its terminals' transactions and its participant's alike; full values cost ~3.2 KB a txn.
+  for (const auto& shard : j["per_shard"]) {
+    const auto& log = shard["log"];
+    ASSERT_TRUE(log.is_object()) << shard.dump();
+    const auto txns = log["txns"].get<uint64_t>();
+    ASSERT_GT(txns, 0u) << shard.dump();
+    EXPECT_GT(log["patches"].get<uint64_t>(), txns) << shard.dump();
+    EXPECT_LT(log["bytes"].get<uint64_t>() / txns, 2048u) << shard.dump();
+  }
+  EXPECT_NE(o.output.find("shard 1 log: "), std::string::npos) << o.output;
   for (const char* line : {"shard 0 replica 1: digest", "shard 1 replica 1: digest"}) {
     const size_t at = o.output.find(line);
     ASSERT_NE(at, std::string::npos) << o.output;

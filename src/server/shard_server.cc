@@ -152,10 +152,12 @@ struct Worker {
   BankHistory bank_log;  // workload bank: committed transactions (read after done, as published)
   repl::StreamAppender* appender = nullptr;  // this worker's replication stream (replicated only)
   uint64_t repl_txns_seen = 0;
+  repl::AppenderStats log_base;  // the appender's counts when this load started
 
   // Shared: written by the loop thread before done.store(release); read after an acquire.
   MicroStats published;
   dist::ParticipantStats published_participant;
+  repl::AppenderStats published_log;  // what this load logged (replicated only)
   std::atomic<bool> done{true};
 
   std::thread thread;
@@ -482,6 +484,7 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
       w->tpcc->commit_hook = &repl::StreamAppender::commit_hook;
       w->tpcc->commit_hook_ctx = w->appender;
       w->tpcc->local->txn().set_tid_floor(w->appender->promised_tid());
+      w->tpcc->local->txn().set_keep_old_values(true);  // puts logged as patches
     }
     w->tpcc->loop = w->loop.get();
   }
@@ -1141,6 +1144,7 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
 void Worker::start_load() {
   stats = MicroStats{};
   aborts_base = coordinator->stats().conflict_aborts;
+  if (appender != nullptr) log_base = appender->stats();
   bank_log.clear();
   load_end_ns = loop->now_ns() + static_cast<uint64_t>(params.seconds * 1e9);
   clients_running = 0;
@@ -1208,6 +1212,13 @@ void Worker::publish() {
   stats.conflict_aborts += coordinator->stats().conflict_aborts - aborts_base;
   published = stats;
   published_participant = participant->stats();
+  if (appender != nullptr) {
+    const repl::AppenderStats now = appender->stats();
+    published_log.txns = now.txns - log_base.txns;
+    published_log.entries = now.entries - log_base.entries;
+    published_log.bytes = now.bytes - log_base.bytes;
+    published_log.patches = now.patches - log_base.patches;
+  }
   done.store(true, std::memory_order_release);
   server->load_finished();
 }
@@ -1285,6 +1296,19 @@ Status ShardServer::on_stats(rt::MsgBuffer* out) {
     j["stats"] = total.to_json();
     j["orphaned"] = orphaned;
     j["expired"] = expired;
+    if (replication_ != nullptr) {
+      repl::AppenderStats log;
+      for (auto& w : workers_) {
+        log.txns += w->published_log.txns;
+        log.entries += w->published_log.entries;
+        log.bytes += w->published_log.bytes;
+        log.patches += w->published_log.patches;
+      }
+      j["log"] = {{"txns", log.txns},
+                  {"entries", log.entries},
+                  {"bytes", log.bytes},
+                  {"patches", log.patches}};
+    }
   }
   reply_json(j, out);
   return Status::Ok();

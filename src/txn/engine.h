@@ -293,6 +293,13 @@ class Txn {
   template <size_t K, typename Fn>
   Status rscan(Table<K>& table, const Key<K>& hi, const Key<K>& lo, size_t limit, Fn&& fn);
 
+  // Whether install() keeps an arena copy of what each put overwrites (WriteView::old_value),
+  // so a commit hook can log a put as a patch of its changed bytes (src/repl/appender.h).
+  // Worker::set_commit_hook sets it; whoever logs from a Txn it drives itself (a 2PC
+  // participant, a shard server's terminals) sets it the same way. REQUIRES: between
+  // transactions.
+  void set_keep_old_values(bool keep) { keep_old_values_ = keep; }
+
   // ---- Lifecycle: Worker::run drives these; a 2PC participant drives them itself. ----
   // Starts a transaction (takes the EBR guard). REQUIRES: the previous one ended.
   void begin();
@@ -409,7 +416,7 @@ class Worker {
   void set_commit_hook(CommitHook hook, void* ctx) {
     commit_hook_ = hook;
     commit_hook_ctx_ = ctx;
-    txn_.keep_old_values_ = hook != nullptr;  // the hook may log deltas (WriteView::old_value)
+    txn_.set_keep_old_values(hook != nullptr);  // the hook may log patches
   }
   // Runs procedure `proc` to commit, retrying on conflicts (at most max_retries).
   // Returns Ok (committed), UserAbort (rolled back by the procedure), Aborted (gave up), or
