@@ -75,6 +75,13 @@ inline void backoff(uint64_t attempt) {
 
 }  // namespace btree_detail
 
+// Where a stepped descent stands (BasicBTree::prefetch_start / prefetch_step). Plain data with
+// the key as words, so one array can hold descents into trees of different key widths.
+struct BTreePrefetch {
+  const void* node = nullptr;  // the node the next step reads (prefetched); nullptr: over
+  uint64_t key[8];             // the key's words (only the first K are used)
+};
+
 // kLeafBytes / kInnerBytes are the node sizes (64-byte aligned); BTree<K> picks measured
 // defaults. Tests instantiate tiny nodes to exercise splits and merges.
 template <size_t K, size_t kLeafBytes, size_t kInnerBytes>
@@ -143,6 +150,18 @@ class BasicBTree {
   // Descending scan of keys in [lo, hi], from hi down; coverage [last delivered, hi].
   template <class OnEntry, class OnLeaf>
   void rscan(const KeyT& hi, const KeyT& lo, OnEntry&& on_entry, OnLeaf&& on_leaf) const;
+
+  // Prefetching descents (a follower's replay, src/repl/replay.cc): get()'s descent cut into
+  // steps, so that a caller keeps several keys' descents in flight and overlaps their cache
+  // misses instead of taking them one after another (Kocberber et al., "Asynchronous Memory
+  // Access Chaining", PVLDB 2015). A step reads one node, which the step before prefetched,
+  // and prefetches the next; at the leaf it prefetches the key's value (its first two cache
+  // lines). Nothing is returned, so a step that meets a node changing under it ends the
+  // descent: a lost prefetch, never a wrong answer. REQUIRES: the ebr::Guard held from
+  // prefetch_start() until the descent is over; key_words holds K words.
+  void prefetch_start(const uint64_t* key_words, BTreePrefetch* p) const;
+  // One step; false once the descent is over (p->node is then nullptr).
+  bool prefetch_step(BTreePrefetch* p) const;
 
   // Current version of a leaf reported earlier (lock and obsolete bits included).
   static uint64_t leaf_version(const void* leaf) {
@@ -499,6 +518,43 @@ inline const typename SHOAL_BTREE::Leaf* SHOAL_BTREE::find_leaf(const KeyT& k,
     *version = v;
     return static_cast<const Leaf*>(node);
   }
+}
+
+SHOAL_BTREE_TEMPLATE
+inline void SHOAL_BTREE::prefetch_start(const uint64_t* key_words, BTreePrefetch* p) const {
+  std::memcpy(p->key, key_words, K * sizeof(uint64_t));
+  p->node = root_.load(std::memory_order_acquire);  // hot: every descent reads it
+}
+
+// Validated like find_leaf(): a child pointer or a value is used only if the node's version
+// did not change while it was read, so it points to memory the guard keeps allocated.
+SHOAL_BTREE_TEMPLATE
+inline bool SHOAL_BTREE::prefetch_step(BTreePrefetch* p) const {
+  const Node* node = static_cast<const Node*>(p->node);
+  if (node == nullptr) return false;
+  p->node = nullptr;
+  KeyT k;
+  std::memcpy(k.w.data(), p->key, K * sizeof(uint64_t));
+  const uint64_t v = node->version.load(std::memory_order_acquire);
+  if (!btree_detail::is_stable(v)) return false;
+  if (!node->is_leaf) {
+    const Inner* in = static_cast<const Inner*>(node);
+    const Node* child = btree_detail::ld(in->children[child_index(in, k)]);
+    if (child == nullptr || in->version.load(std::memory_order_acquire) != v) return false;
+    prefetch_node(child);
+    p->node = child;
+    return true;
+  }
+  const Leaf* leaf = static_cast<const Leaf*>(node);
+  const size_t n = leaf_count(leaf);
+  const size_t pos = leaf_lower_bound(leaf, n, k);
+  if (pos >= n || load_key(leaf->keys[pos]) != k) return false;
+  const char* value = static_cast<const char*>(btree_detail::ld(leaf->values[pos]));
+  if (value != nullptr && leaf->version.load(std::memory_order_acquire) == v) {
+    __builtin_prefetch(value);
+    __builtin_prefetch(value + 64);
+  }
+  return false;
 }
 
 // find_leaf() that records the whole path; false if a version check failed.

@@ -483,6 +483,70 @@ TEST(BTreeTest, ConcurrentOverlappingKeysTinyNodes) {
   concurrent_overlapping<TinyTree1>(40000, 1000);
 }
 
+// Steps of one prefetching descent to `x` (BasicBTree::prefetch_step), bounded.
+template <class Tree>
+size_t prefetch_steps(const Tree& tree, uint64_t x) {
+  ebr::Guard guard;
+  BTreePrefetch p;
+  const uint64_t words[1] = {x};
+  tree.prefetch_start(words, &p);
+  size_t steps = 1;
+  while (tree.prefetch_step(&p)) {
+    ++steps;
+    if (steps > btree_detail::kMaxHeight + 1) break;
+  }
+  EXPECT_EQ(p.node, nullptr);
+  return steps;
+}
+
+// A descent reads one node per step, root to leaf, whether the key is there or not: as many
+// steps as the tree has levels (the leaf's step also prefetches the value and ends it).
+TEST(BTreeTest, PrefetchDescentTakesOneStepPerLevel) {
+  TinyTree1 tree;
+  EXPECT_EQ(prefetch_steps(tree, 7), 1u);  // the root is a leaf
+  {
+    ebr::Guard guard;
+    for (uint64_t x = 0; x < 20000; x += 2)
+      tree.insert_if_absent(key1(x), as_value(x + 1), nullptr, nullptr);
+  }
+  const size_t levels = prefetch_steps(tree, 0);
+  EXPECT_GE(levels, 4u);  // tiny nodes: a deep tree
+  for (uint64_t x : {uint64_t{1}, uint64_t{9998}, uint64_t{19999}, uint64_t{50000}}) {
+    EXPECT_EQ(prefetch_steps(tree, x), levels) << x;
+  }
+}
+
+// Descents meet nodes that split, shrink and get unlinked under them: each still ends, within
+// the height bound, and reads only through validated pointers (TSan and ASan run this).
+TEST(BTreeTest, ConcurrentPrefetchDescentsDuringChurn) {
+  TinyTree1 tree;
+  constexpr uint64_t kRange = 4000;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      Rng rng(300 + w);
+      for (int i = 0; !stop.load(std::memory_order_relaxed) && i < 200000; ++i) {
+        ebr::Guard guard;
+        const uint64_t x = rng.uniform(0, kRange);
+        if (rng.uniform(0, 1)) {
+          tree.insert_if_absent(key1(x), as_value(x + 1), nullptr, nullptr);
+        } else {
+          tree.remove(key1(x), as_value(x + 1));
+        }
+        if (i % 256 == 0) ebr::quiesce();
+      }
+    });
+  }
+  Rng rng(7);
+  for (int i = 0; i < 200000; ++i) {
+    EXPECT_LE(prefetch_steps(tree, rng.uniform(0, kRange)), btree_detail::kMaxHeight + 1);
+    if (i % 256 == 0) ebr::quiesce();
+  }
+  stop.store(true);
+  for (auto& t : writers) t.join();
+}
+
 // Writers churn odd keys (causing splits and leaf unlinks) while readers check that the even
 // keys, which never change, are always found by get, scan and rscan; and that whenever a
 // re-read disagrees with an earlier read, the recorded leaf versions say so (Silo's check).

@@ -9,7 +9,9 @@
 // at or below the watermark are installed at once from the bytes given; the rest of the entry
 // is copied into that stream's queue (bounded by what the other streams lag behind) and
 // installed when the watermark reaches them. Installation is Table::apply_replicated (newer
-// TID wins, tombstones for removes), so replaying an entry twice changes nothing.
+// TID wins, tombstones for removes), so replaying an entry twice changes nothing. While it
+// installs a write, the index descents of the next few are in flight (TableBase::prefetch_step),
+// so their cache misses overlap instead of stalling one write after another.
 //
 // Snapshot reads at applied_tid run beside replay (src/txn/snapshot.h: the follower keeps
 // version chains when it serves reads). Not yet: replay spread over several threads (one per
@@ -105,7 +107,18 @@ class ReplayApplier {
     uint32_t skip_records = 0;  // records of next_slot installed before a restore
   };
 
+  // Each write of the entry being installed, in order, for prefetching ahead (replay.cc).
+  struct PrefetchTarget {
+    const txn::TableBase* table;
+    const uint64_t* key_words;
+  };
+  // Fills targets_ with the writes of records [first_record, ...) of `entry`.
+  void collect_targets(const LogEntryView& entry, uint32_t first_record);
+
   txn::Engine& engine_;
+  // Reused across entries: grows to the most writes an entry held (bounded by the entry's
+  // bytes, at least 24 per write), so steady state does not allocate.
+  std::vector<PrefetchTarget> targets_;
   ShardWatermark wm_;
   std::vector<std::deque<Pending>> queues_;
   std::vector<Position> positions_;

@@ -107,6 +107,12 @@ class TableBase {
   virtual bool apply_replicated_patch(const uint64_t* key_words, uint64_t base_tid,
                                       uint32_t size_bytes, PatchFn patch, void* ctx,
                                       uint64_t tid) = 0;
+  // Replay's prefetching (src/repl/replay.cc): the index descent to key_words cut into steps
+  // (BasicBTree::prefetch_step), so the replayer overlaps the cache misses of its next writes
+  // with the one it installs. prefetch_step returns false once the descent is over. REQUIRES:
+  // the ebr::Guard held across a descent's steps; key_words holds key_words() words.
+  virtual void prefetch_start(const uint64_t* key_words, BTreePrefetch* p) const = 0;
+  virtual bool prefetch_step(BTreePrefetch* p) const = 0;
   // Visits every live (committed, not removed) record in key order:
   // fn(key_words, value, size_bytes, version) returns false to stop. REQUIRES: quiescent.
   using ScanFn = std::function<bool(const uint64_t* key_words, const void* value,
@@ -167,6 +173,10 @@ class Table final : public TableBase {
                         uint32_t size_bytes, uint64_t tid) override;
   bool apply_replicated_patch(const uint64_t* key_words, uint64_t base_tid, uint32_t size_bytes,
                               PatchFn patch, void* ctx, uint64_t tid) override;
+  void prefetch_start(const uint64_t* key_words, BTreePrefetch* p) const override {
+    index_.prefetch_start(key_words, p);
+  }
+  bool prefetch_step(BTreePrefetch* p) const override { return index_.prefetch_step(p); }
   void scan_committed(const ScanFn& fn) const override;
   static KeyT key_of(const uint64_t* words) {
     KeyT k;
