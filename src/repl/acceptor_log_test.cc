@@ -425,8 +425,8 @@ TEST_F(AcceptorLogTest, LearnedValuesArePersistedRecoveredChosenAndServed) {
   EXPECT_EQ(store_->advance(), 80u);
   log_->note_chosen(80);
   read_all(1, 80, 64, 1 << 20);
-  // After a restart the learned slots come back chosen (the chosen hint alone would not mark
-  // slot 5 chosen with the right value) and are served the same way.
+  // After a restart the learned slots come back chosen through the hint (slot 5 with the
+  // learned value: its last copy) and are served the same way.
   const AcceptorRecovery rec = open();
   EXPECT_EQ(rec.chosen_index, 80u);
   EXPECT_EQ(to_bytes(store_->find(5)->value.span()), chosen5);
@@ -481,6 +481,7 @@ TEST_F(AcceptorLogTest, SegmentsRotateAndOnlyCoveredOnesAreDeleted) {
     ASSERT_NE(p, nullptr) << s;
     EXPECT_EQ(to_bytes(p->value.span()), expected_[s]) << s;
     EXPECT_EQ(p->chosen, s <= 180) << s;
+    EXPECT_EQ(p->accepted, 7u) << s;  // from each segment's promise record at offset 0
   }
   // Appends go on in the newest segment, and another restart still sees them.
   accept(221, 230, 7);
