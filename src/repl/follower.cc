@@ -64,10 +64,16 @@ bool holds_replica_files(const std::string& dir) {
 
 Status check_dir_layout(const std::string& dir) {
   const std::string path = dir + "/layout";
+  const auto refuse_older = [&](uint32_t version) {
+    return Status::NotSupported(fmt::format(
+        "follower: {}: directory layout {}, this binary reads layout {}; move the directory "
+        "away and start the replica on an empty one (it bootstraps from its leader)",
+        path, version, kDirLayout));
+  };
   std::ifstream in(path);
-  uint32_t version = 0;
   if (in) {
     std::string word;
+    uint32_t version = 0;
     if (!(in >> word >> version) || word != "shoal-replica-dir") {
       return Status::Corruption(fmt::format(
           "follower: {}: not a layout marker (want 'shoal-replica-dir <version>')", path));
@@ -78,15 +84,9 @@ Status check_dir_layout(const std::string& dir) {
                       path, version, kDirLayout));
     }
     if (version == kDirLayout) return Status::Ok();
-  } else if (holds_replica_files(dir)) {
-    version = 1;  // files of a binary that wrote no marker
+    return refuse_older(version);
   }
-  if (version != 0) {
-    return Status::NotSupported(fmt::format(
-        "follower: {}: directory layout {}, this binary reads layout {}; move the directory "
-        "away and start the replica on an empty one (it bootstraps from its leader)",
-        path, version, kDirLayout));
-  }
+  if (holds_replica_files(dir)) return refuse_older(1);  // a binary that wrote no marker
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::trunc);
   out << "shoal-replica-dir " << kDirLayout << "\n";
