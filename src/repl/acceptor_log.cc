@@ -18,17 +18,21 @@ namespace {
 
 constexpr uint32_t kJournalMagic = 0x4a414853;  // "SHAJ"
 constexpr size_t kRecordBytes = 48;
-enum : uint32_t { kPromise = 1, kAccept = 2, kChosen = 3, kLearned = 4 };
+// Journal format 1 (no format record) had a record per accepted entry (kind 2) and per
+// learned entry (kind 4); format 2 has neither (see the header comment).
+constexpr uint64_t kJournalFormat = 2;
+enum : uint32_t { kPromise = 1, kChosen = 3, kFormat = 5, kSealed = 6 };
 
-// Record layout: magic u32, kind u32, slot u64, ballot u64, entry checksum u64, reserved u64,
-// XXH3-64 of the first 40 bytes.
-void encode(std::byte* r, uint32_t kind, uint64_t slot, Ballot ballot, uint64_t checksum) {
+// Record layout: magic u32, kind u32, value u64 (format: the version; chosen: the index;
+// sealed: the segment's highest slot), ballot u64 (promise), wal_offset u64 (the active WAL's
+// end offset when the record was written), reserved u64, XXH3-64 of the first 40 bytes.
+void encode(std::byte* r, uint32_t kind, uint64_t value, Ballot ballot, uint64_t wal_offset) {
   std::memset(r, 0, kRecordBytes);
   store_u32(r, kJournalMagic);
   store_u32(r + 4, kind);
-  store_u64(r + 8, slot);
+  store_u64(r + 8, value);
   store_u64(r + 16, ballot);
-  store_u64(r + 24, checksum);
+  store_u64(r + 24, wal_offset);
   store_u64(r + 40, XXH3_64bits(r, 40));
 }
 
@@ -36,31 +40,42 @@ Status io_error(const std::string& what, const std::string& path) {
   return Status::IOError(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
 }
 
-}  // namespace
+struct SegmentFiles {
+  std::vector<uint64_t> wals;      // segment numbers with a WAL, ascending
+  std::vector<uint64_t> journals;  // segment numbers with a journal
+};
 
-namespace {
+// Parses "stream-<s>.wal" (segment 0) or "stream-<s>.<n>.wal" for the suffix given.
+bool parse_segment_name(const std::string& name, uint32_t stream, const char* suffix,
+                        uint64_t* number) {
+  const std::string plain = fmt::format("stream-{}.{}", stream, suffix);
+  const std::string prefix = fmt::format("stream-{}.", stream);
+  const std::string tail = fmt::format(".{}", suffix);
+  if (name == plain) {
+    *number = 0;
+    return true;
+  }
+  if (!name.starts_with(prefix) || !name.ends_with(tail)) return false;
+  const std::string mid = name.substr(prefix.size(), name.size() - prefix.size() - tail.size());
+  if (mid.empty() || mid.find_first_not_of("0123456789") != std::string::npos || mid.size() >= 19) {
+    return false;
+  }
+  *number = std::stoull(mid);
+  return true;
+}
 
-// The segment numbers of stream `stream` in dir, ascending (segment 0: the unnumbered files).
-Result<std::vector<uint64_t>> list_segments(const std::string& dir, uint32_t stream) {
+// The segments of stream `stream` in dir (segment 0: the unnumbered files).
+Result<SegmentFiles> list_segments(const std::string& dir, uint32_t stream) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return io_error("cannot list", dir);
-  std::vector<uint64_t> out;
-  const std::string plain = fmt::format("stream-{}.wal", stream);
-  const std::string prefix = fmt::format("stream-{}.", stream);
+  SegmentFiles out;
   while (const dirent* e = ::readdir(d)) {  // bounded by the directory's entries
-    const std::string name = e->d_name;
-    if (name == plain) {
-      out.push_back(0);
-    } else if (name.starts_with(prefix) && name.ends_with(".wal")) {
-      const std::string mid = name.substr(prefix.size(), name.size() - prefix.size() - 4);
-      if (!mid.empty() && mid.find_first_not_of("0123456789") == std::string::npos &&
-          mid.size() < 19) {
-        out.push_back(std::stoull(mid));
-      }
-    }
+    uint64_t n = 0;
+    if (parse_segment_name(e->d_name, stream, "wal", &n)) out.wals.push_back(n);
+    if (parse_segment_name(e->d_name, stream, "acc", &n)) out.journals.push_back(n);
   }
   ::closedir(d);
-  std::sort(out.begin(), out.end());
+  std::sort(out.wals.begin(), out.wals.end());
   return out;
 }
 
@@ -111,6 +126,11 @@ Status AcceptorLog::open_segment(uint64_t number) {
   journal_end_ = 0;
   active_ = number;
   active_max_slot_ = 0;
+  segment_promised_ = false;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return io_error("cannot stat", jpath);
+  // A new journal opens with its format record (recover() writes it for one found empty).
+  if (st.st_size == 0) SHOAL_TRY(append_record(kFormat, kJournalFormat, 0, 0, /*sync=*/false));
   return Status::Ok();
 }
 
@@ -120,8 +140,19 @@ Result<std::unique_ptr<AcceptorLog>> AcceptorLog::open(const std::string& dir, u
   std::unique_ptr<AcceptorLog> log(new AcceptorLog(dir, stream, fsync, accept_sync_elsewhere));
   auto segments = list_segments(dir, stream);
   if (!segments.ok()) return segments.status();
-  for (size_t i = 0; i + 1 < segments->size(); ++i) log->closed_.push_back({(*segments)[i], 0, 0});
-  SHOAL_TRY(log->open_segment(segments->empty() ? 0 : segments->back()));
+  const std::vector<uint64_t>& wals = segments->wals;
+  const uint64_t newest = wals.empty() ? 0 : wals.back();
+  // A journal without its WAL below the newest segment: drop_covered_segments() deleted the
+  // WAL and crashed before the journal. Finish the deletion.
+  for (uint64_t n : segments->journals) {
+    if (n < newest && !std::binary_search(wals.begin(), wals.end(), n)) {
+      if (::unlink(log->journal_path(n).c_str()) != 0 && errno != ENOENT) {
+        return io_error("cannot delete", log->journal_path(n));
+      }
+    }
+  }
+  for (size_t i = 0; i + 1 < wals.size(); ++i) log->closed_.push_back({wals[i], 0, 0});
+  SHOAL_TRY(log->open_segment(newest));
   return log;
 }
 
@@ -129,28 +160,74 @@ AcceptorLog::~AcceptorLog() {
   if (journal_fd_ >= 0) ::close(journal_fd_);
 }
 
-struct AcceptorLog::JournalState {
-  struct Want {
+struct AcceptorLog::JournalFile {
+  struct Promise {
+    uint64_t wal_offset = 0;
     Ballot ballot = 0;
-    uint64_t checksum = 0;
-    bool learned = false;  // a chosen value stored by catch-up
+    uint64_t pos = 0;  // the record's offset in the journal
   };
-  std::map<uint64_t, Want> want;  // each slot's latest record
-  Ballot promised = 0;
-  uint64_t chosen_hint = 0;
+  struct Hint {
+    uint64_t wal_offset = 0;
+    uint64_t chosen_index = 0;
+    uint64_t pos = 0;
+  };
+  std::string path;
+  std::vector<Promise> promises;  // in journal order: offsets and ballots never decrease
+  std::vector<Hint> hints;        // likewise
+  bool sealed = false;
+  uint64_t sealed_max_slot = 0;
+
+  Ballot promised() const { return promises.empty() ? 0 : promises.back().ballot; }
+  // The highest chosen hint written when the WAL ended at or below wal_end: only those name
+  // slots whose last copies all lie in a WAL prefix that survived.
+  uint64_t chosen_hint(uint64_t wal_end) const {
+    uint64_t index = 0;
+    for (const Hint& h : hints) {  // bounded by the journal's records
+      if (h.wal_offset <= wal_end) index = std::max(index, h.chosen_index);
+    }
+    return index;
+  }
 };
 
-// Reads one segment's journal into `want` (later records win), the promise and the chosen
-// hint; cuts a torn tail (of the active segment's journal, the only one written last).
-Status AcceptorLog::read_journal(uint64_t segment, JournalState* state, uint64_t* max_slot) {
-  auto& want = state->want;
-  const std::string path = journal_path(segment);
+// Decodes one record at `pos` of the journal into jf; false when the record is torn.
+Result<bool> AcceptorLog::decode_record(const std::byte* r, uint64_t pos, JournalFile* jf) {
+  if (load_u32(r) != kJournalMagic || load_u64(r + 40) != XXH3_64bits(r, 40)) return false;
+  const uint32_t kind = load_u32(r + 4);
+  const uint64_t value = load_u64(r + 8);
+  const uint64_t wal_offset = load_u64(r + 24);
+  if (pos == 0 && kind != kFormat) {
+    return Status::NotSupported(fmt::format(
+        "acceptor journal {}: format 1 (a record per accepted entry), this binary reads format "
+        "{}; move the directory away and start the replica on an empty one (a follower "
+        "bootstraps from its leader)",
+        jf->path, kJournalFormat));
+  }
+  if (kind == kFormat && (pos != 0 || value != kJournalFormat)) {
+    return Status::NotSupported(fmt::format(
+        "acceptor journal {}: format record {} at offset {}, this binary reads format {} only",
+        jf->path, value, pos, kJournalFormat));
+  }
+  if (kind == kPromise) {
+    jf->promises.push_back({wal_offset, load_u64(r + 16), pos});
+  } else if (kind == kChosen) {
+    jf->hints.push_back({wal_offset, value, pos});
+  } else if (kind == kSealed) {
+    jf->sealed = true;
+    jf->sealed_max_slot = value;
+  } else if (kind != kFormat) {
+    return Status::Corruption(fmt::format(
+        "acceptor journal {}: unknown record kind {} at offset {}", jf->path, kind, pos));
+  }
+  return true;
+}
+
+// Reads one segment's journal into jf and cuts a torn tail (the active segment's, the only
+// one written last; a closed one was synced whole).
+Status AcceptorLog::load_journal(uint64_t segment, JournalFile* jf) {
+  jf->path = journal_path(segment);
   const bool active = segment == active_;
-  const int fd = active ? journal_fd_ : ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  // A closed segment whose journal is gone (a crash while drop_covered_segments deleted it,
-  // journal first): its WAL copies pair with nothing and are dropped; they were covered.
-  if (fd < 0 && errno == ENOENT) return Status::Ok();
-  if (fd < 0) return io_error("cannot open", path);
+  const int fd = active ? journal_fd_ : ::open(jf->path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return io_error("cannot open", jf->path);
   struct Closer {
     int fd;
     bool own;
@@ -159,131 +236,180 @@ Status AcceptorLog::read_journal(uint64_t segment, JournalState* state, uint64_t
     }
   } closer{fd, !active};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return io_error("cannot stat", path);
-  std::vector<std::byte> journal(static_cast<size_t>(st.st_size));
-  size_t have = 0;
-  while (have < journal.size()) {  // bounded by the file size
-    const ssize_t n =
-        ::pread(fd, journal.data() + have, journal.size() - have, static_cast<off_t>(have));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return io_error("cannot read", path);
-    if (n == 0) break;
-    have += static_cast<size_t>(n);
-  }
-  size_t good = 0;
-  for (; good + kRecordBytes <= have; good += kRecordBytes) {
-    const std::byte* r = journal.data() + good;
-    if (load_u32(r) != kJournalMagic || load_u64(r + 40) != XXH3_64bits(r, 40)) break;
-    const uint32_t kind = load_u32(r + 4);
-    const uint64_t slot = load_u64(r + 8);
-    const Ballot ballot = load_u64(r + 16);
-    if (kind == kPromise) {
-      state->promised = std::max(state->promised, ballot);
-    } else if (kind == kAccept) {
-      want[slot] = JournalState::Want{ballot, load_u64(r + 24), false};
-      *max_slot = std::max(*max_slot, slot);
-    } else if (kind == kLearned) {
-      want[slot] = JournalState::Want{0, load_u64(r + 24), true};
-      *max_slot = std::max(*max_slot, slot);
-    } else if (kind == kChosen) {
-      state->chosen_hint = std::max(state->chosen_hint, slot);
-    } else {
-      break;
+  if (::fstat(fd, &st) != 0) return io_error("cannot stat", jf->path);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  constexpr size_t kChunkRecords = 1024;
+  std::vector<std::byte> chunk(kChunkRecords * kRecordBytes);
+  uint64_t good = 0;
+  bool torn = false;
+  while (!torn && good + kRecordBytes <= size) {  // bounded by the file size
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), size - good));
+    size_t have = 0;
+    while (have < want) {
+      const ssize_t n =
+          ::pread(fd, chunk.data() + have, want - have, static_cast<off_t>(good + have));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return io_error("cannot read", jf->path);
+      if (n == 0) break;
+      have += static_cast<size_t>(n);
+    }
+    if (have < kRecordBytes) break;
+    for (size_t at = 0; at + kRecordBytes <= have; at += kRecordBytes) {
+      auto ok = decode_record(chunk.data() + at, good, jf);
+      if (!ok.ok()) return ok.status();
+      if (!*ok) {
+        torn = true;
+        break;
+      }
+      good += kRecordBytes;
     }
   }
-  if (good != static_cast<size_t>(st.st_size)) {
-    std::fprintf(stderr, "acceptor journal %s: cutting %zu bytes at offset %zu\n", path.c_str(),
-                 static_cast<size_t>(st.st_size) - good, good);
+  if (good != size) {
+    std::fprintf(stderr, "acceptor journal %s: cutting %zu bytes at offset %zu\n", jf->path.c_str(),
+                 static_cast<size_t>(size - good), static_cast<size_t>(good));
     if (::ftruncate(fd, static_cast<off_t>(good)) != 0 || ::fdatasync(fd) != 0) {
-      return io_error("cannot truncate", path);
+      return io_error("cannot truncate", jf->path);
     }
   }
-  if (active) journal_end_ = good;
+  if (active) {
+    journal_end_ = good;
+    if (good == 0) SHOAL_TRY(append_record(kFormat, kJournalFormat, 0, 0, /*sync=*/false));
+  }
   return Status::Ok();
 }
 
 struct AcceptorLog::Copies {
-  std::map<uint64_t, EntryBuffer> bytes;  // each slot's copy named by its latest record
-  std::map<uint64_t, SlotCopy> where;     // of those, the ones in the active segment
+  struct Copy {
+    EntryBuffer bytes;
+    Ballot ballot = 0;  // 0: learned before any promise (a chosen value)
+  };
+  std::map<uint64_t, Copy> last;       // each slot's last copy above the covered slots
+  std::map<uint64_t, SlotCopy> where;  // of those, the ones in the active segment
+  uint64_t superseded = 0;
 };
 
-// The WALs, oldest segment first: the last copy of each slot above `covered` whose checksum
-// its latest record names. Only the active segment's copies are indexed for reads (offsets
-// are within its file).
-Status AcceptorLog::read_copies(uint64_t covered, const JournalState& journal, Copies* copies,
-                                AcceptorRecovery* out) {
-  auto scan = [&](Wal& wal, bool active, uint64_t* max_slot) -> Result<WalRecovery> {
-    uint64_t offset = 0;  // entries lie back to back from offset 0
-    return wal.recover([&](const LogEntryView& e) {
-      const uint64_t slot = e.id().sequence;
-      *max_slot = std::max(*max_slot, slot);
-      auto it = journal.want.find(slot);
-      if (slot <= covered) {
-        // Applied through the checkpoint: not needed in memory.
-      } else if (it != journal.want.end() && it->second.checksum == e.checksum()) {
-        copies->bytes[slot] = EntryBuffer(e.bytes());
-        if (active) copies->where[slot] = SlotCopy{offset, e.checksum(), e.entry_bytes()};
-      } else {
-        ++out->dropped;
-      }
-      offset += e.entry_bytes();
-      return Status::Ok();
-    });
-  };
-  const WalOptions closed_options = acceptor_wal_options(fsync_, accept_sync_elsewhere_);
-  for (Segment& seg : closed_) {
-    // Every copy a segment holds has its record in the same segment's journal (written
-    // together; a copy without one is dropped anyway), so a segment whose records are all
-    // covered has nothing to restore: its WAL is not even read.
-    if (seg.max_slot <= covered) {
-      struct stat st {};
-      seg.bytes =
-          ::stat(wal_path(seg.number).c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-      closed_bytes_ += seg.bytes;
-      continue;
+// One segment's WAL, in order: each copy paired with the ballot of the last promise record at
+// or below its offset; the last copy of a slot wins.
+Result<WalRecovery> AcceptorLog::scan_copies(Wal& wal, const JournalFile& jf, uint64_t covered,
+                                             bool active, uint64_t* max_slot, Copies* copies) {
+  uint64_t offset = 0;  // entries lie back to back from offset 0
+  size_t below = 0;     // promise records at or below `offset`
+  return wal.recover([&](const LogEntryView& e) -> Status {
+    while (below < jf.promises.size() && jf.promises[below].wal_offset <= offset) ++below;
+    const uint64_t slot = e.id().sequence;
+    const uint64_t at = offset;
+    offset += e.entry_bytes();
+    *max_slot = std::max(*max_slot, slot);
+    if (below == 0) {
+      return Status::Corruption(fmt::format(
+          "acceptor WAL {}: the copy of slot {} at offset {} lies below the first promise record "
+          "of {} (its ballot is lost); move the directory away and start the replica on an "
+          "empty one (a follower bootstraps from its leader)",
+          wal.path(), slot, at, jf.path));
     }
-    auto wal = Wal::open(wal_path(seg.number), closed_options);
-    if (!wal.ok()) return wal.status();
-    auto rec = scan(**wal, false, &seg.max_slot);
-    if (!rec.ok()) return rec.status();
-    seg.bytes = rec->bytes_kept;
-    closed_bytes_ += seg.bytes;
+    if (slot <= covered) return Status::Ok();  // applied through the checkpoint
+    Copies::Copy& c = copies->last[slot];
+    if (!c.bytes.empty()) ++copies->superseded;
+    c = Copies::Copy{EntryBuffer(e.bytes()), jf.promises[below - 1].ballot};
+    if (active) copies->where[slot] = SlotCopy{at, e.checksum(), e.entry_bytes()};
+    return Status::Ok();
+  });
+}
+
+// After a WAL lost a suffix its journal's records were written over (only without syncs:
+// kNone and an OS crash), cuts the journal before the first record beyond the WAL's end and
+// writes the promise again at that end: records keep offsets at or below the WAL's end, so
+// copies appended from there on pair with the promise they are accepted in.
+Status AcceptorLog::repair_journal(JournalFile* jf, uint64_t wal_end) {
+  uint64_t cut = journal_end_;
+  for (const auto& p : jf->promises) {
+    if (p.wal_offset > wal_end) cut = std::min(cut, p.pos);
   }
-  auto rec = scan(*wal_, true, &active_max_slot_);
+  for (const auto& h : jf->hints) {
+    if (h.wal_offset > wal_end) cut = std::min(cut, h.pos);
+  }
+  if (cut == journal_end_) return Status::Ok();
+  const Ballot promised = jf->promised();
+  std::fprintf(stderr,
+               "acceptor journal %s: cutting %zu bytes at offset %zu (records beyond the end of "
+               "its WAL at %zu)\n",
+               jf->path.c_str(), static_cast<size_t>(journal_end_ - cut), static_cast<size_t>(cut),
+               static_cast<size_t>(wal_end));
+  if (::ftruncate(journal_fd_, static_cast<off_t>(cut)) != 0 || ::fdatasync(journal_fd_) != 0) {
+    return io_error("cannot truncate", jf->path);
+  }
+  journal_end_ = cut;
+  std::erase_if(jf->promises, [&](const auto& p) { return p.pos >= cut; });
+  std::erase_if(jf->hints, [&](const auto& h) { return h.pos >= cut; });
+  if (promised != jf->promised()) {
+    jf->promises.push_back({wal_end, promised, journal_end_});
+    SHOAL_TRY(append_record(kPromise, 0, promised, wal_end, /*sync=*/true));
+  }
+  return Status::Ok();
+}
+
+// One segment: its journal, then (unless a checkpoint covers every slot it holds) its WAL.
+// seg: the closed segment's entry, nullptr for the active segment.
+Status AcceptorLog::recover_segment(uint64_t number, Segment* seg, uint64_t covered, Copies* copies,
+                                    RecoveryScan* scan) {
+  JournalFile jf;
+  SHOAL_TRY(load_journal(number, &jf));
+  scan->promised = std::max(scan->promised, jf.promised());
+  if (seg != nullptr) {
+    if (jf.sealed && jf.sealed_max_slot <= covered) {
+      // Every copy is covered: the WAL is not even read.
+      struct stat st {};
+      seg->max_slot = jf.sealed_max_slot;
+      seg->bytes = ::stat(wal_path(number).c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
+      closed_bytes_ += seg->bytes;
+      scan->chosen_hint = std::max(scan->chosen_hint, jf.chosen_hint(UINT64_MAX));
+      return Status::Ok();
+    }
+    auto wal = Wal::open(wal_path(number), acceptor_wal_options(fsync_, accept_sync_elsewhere_));
+    if (!wal.ok()) return wal.status();
+    auto rec = scan_copies(**wal, jf, covered, false, &seg->max_slot, copies);
+    if (!rec.ok()) return rec.status();
+    seg->bytes = rec->bytes_kept;
+    closed_bytes_ += seg->bytes;
+    scan->chosen_hint = std::max(scan->chosen_hint, jf.chosen_hint(rec->bytes_kept));
+    return Status::Ok();
+  }
+  auto rec = scan_copies(*wal_, jf, covered, true, &active_max_slot_, copies);
   if (!rec.ok()) return rec.status();
-  out->wal_bytes = rec->bytes_kept + closed_bytes_;
+  SHOAL_TRY(repair_journal(&jf, rec->bytes_kept));
+  segment_promised_ = !jf.promises.empty();
+  scan->chosen_hint = std::max(scan->chosen_hint, jf.chosen_hint(rec->bytes_kept));
+  scan->wal_bytes = rec->bytes_kept;
   return Status::Ok();
 }
 
 Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store, uint64_t covered) {
   AcceptorRecovery out;
-  // 1. The journals, oldest segment first: the promise, each slot's latest (ballot, checksum),
-  // the chosen hint.
-  JournalState journal;
-  for (Segment& seg : closed_) SHOAL_TRY(read_journal(seg.number, &journal, &seg.max_slot));
-  SHOAL_TRY(read_journal(active_, &journal, &active_max_slot_));
-  out.promised = journal.promised;
-  // 2. The WAL copies the journal names.
   group_base_ = covered / kIndexGroupSlots;
   recent_base_ = 1 + kIndexGroupSlots * group_base_;
+  // 1. Every segment, oldest first: the promise, each slot's last copy with its ballot, the
+  // chosen hint.
   Copies copies;
-  SHOAL_TRY(read_copies(covered, journal, &copies, &out));
+  RecoveryScan scan;
+  for (Segment& seg : closed_)
+    SHOAL_TRY(recover_segment(seg.number, &seg, covered, &copies, &scan));
+  SHOAL_TRY(recover_segment(active_, nullptr, covered, &copies, &scan));
+  out.promised = scan.promised;
+  out.superseded = copies.superseded;
+  out.wal_bytes = scan.wal_bytes + closed_bytes_;
 
-  // 3. Into the store (no hooks yet: nothing is written back).
+  // 2. Into the store (no hooks yet: nothing is written back).
   if (covered > 0) store.start_after(covered);
   if (out.promised != 0) SHOAL_TRY(store.promise(out.promised));
   promised_ = out.promised;
-  for (auto& [slot, copy] : copies.bytes) {
-    const JournalState::Want& w = journal.want.at(slot);
-    SHOAL_TRY(w.learned ? store.learn(slot, copy.span())
-                        : store.accept(slot, w.ballot, copy.span()));
+  for (auto& [slot, copy] : copies.last) {
+    // A copy before any promise can only have been learned: a chosen value.
+    SHOAL_TRY(copy.ballot == 0 ? store.learn(slot, copy.bytes.span())
+                               : store.accept(slot, copy.ballot, copy.bytes.span()));
     if (auto it = copies.where.find(slot); it != copies.where.end()) index_copy(slot, it->second);
     ++out.slots;
   }
-  for (const auto& [slot, w] : journal.want) {
-    if (slot > covered && copies.bytes.count(slot) == 0) ++out.dropped;
-  }
-  for (uint64_t s = covered + 1; s <= journal.chosen_hint; ++s) {
+  for (uint64_t s = covered + 1; s <= scan.chosen_hint; ++s) {
     if (store.find(s) == nullptr || store.find(s)->value.empty()) break;
     store.mark_chosen(s);
   }
@@ -296,14 +422,21 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store, uint64_
 Status AcceptorLog::rotate() {
   SHOAL_ASSERT(!accept_sync_elsewhere_, "%s", "rotate() on a log synced from another thread");
   // Nothing unsynced may stay behind in the closed segment: a later group commit syncs only
-  // the active files.
+  // the active WAL. The sealed record names the segment's highest slot, so recovery with a
+  // checkpoint covering it need not read its WAL.
   SHOAL_TRY(wal_->sync());
+  SHOAL_TRY(append_record(kSealed, active_max_slot_, 0, wal_->end_offset(), /*sync=*/false));
   if (::fdatasync(journal_fd_) != 0) return io_error("cannot sync", journal_path_);
   closed_.push_back(Segment{active_, active_max_slot_, wal_->end_offset()});
   closed_bytes_ += wal_->end_offset();
   SHOAL_TRY(open_segment(active_ + 1));
   SHOAL_TRY(wal_->recover([](const LogEntryView&) { return Status::Ok(); }).status());
-  if (promised_ != 0) SHOAL_TRY(append_record(kPromise, 0, promised_, 0, /*sync=*/false));
+  // The new journal opens with the promise at offset 0: every copy the new WAL will hold lies
+  // at or above it. The chosen hint at 0 names slots whose copies lie in synced segments.
+  if (promised_ != 0) {
+    SHOAL_TRY(append_record(kPromise, 0, promised_, 0, /*sync=*/false));
+    segment_promised_ = true;
+  }
   if (chosen_noted_ != 0) SHOAL_TRY(append_record(kChosen, chosen_noted_, 0, 0, false));
   if (::fdatasync(journal_fd_) != 0) return io_error("cannot sync", journal_path_);
   SHOAL_TRY(sync_dir(dir_));
@@ -325,13 +458,13 @@ Result<uint64_t> AcceptorLog::drop_covered_segments(uint64_t covered) {
       *keep++ = *it;
       continue;
     }
-    // The journal first: a WAL copy without its record is dropped by recovery, while a record
-    // without its copy would be too; either way nothing above `covered` is lost.
-    if (::unlink(journal_path(it->number).c_str()) != 0 && errno != ENOENT) {
-      return io_error("cannot delete", journal_path(it->number));
-    }
+    // The WAL first: a WAL without its journal would hold copies without ballots, while a
+    // journal without its WAL is deleted by the next open().
     if (::unlink(wal_path(it->number).c_str()) != 0 && errno != ENOENT) {
       return io_error("cannot delete", wal_path(it->number));
+    }
+    if (::unlink(journal_path(it->number).c_str()) != 0 && errno != ENOENT) {
+      return io_error("cannot delete", journal_path(it->number));
     }
     freed += it->bytes;
     closed_bytes_ -= it->bytes;
@@ -340,10 +473,10 @@ Result<uint64_t> AcceptorLog::drop_covered_segments(uint64_t covered) {
   return freed;
 }
 
-Status AcceptorLog::append_record(uint32_t kind, uint64_t slot, Ballot ballot, uint64_t checksum,
+Status AcceptorLog::append_record(uint32_t kind, uint64_t value, Ballot ballot, uint64_t wal_offset,
                                   bool sync) {
   alignas(8) std::byte r[kRecordBytes];
-  encode(r, kind, slot, ballot, checksum);
+  encode(r, kind, value, ballot, wal_offset);
   size_t done = 0;
   while (done < kRecordBytes) {  // bounded: each pass writes >= 1 byte or fails
     const ssize_t n = ::pwrite(journal_fd_, r + done, kRecordBytes - done,
@@ -362,12 +495,11 @@ Status AcceptorLog::append_record(uint32_t kind, uint64_t slot, Ballot ballot, u
 PersistHooks AcceptorLog::hooks() {
   PersistHooks h;
   h.on_promise = [this](Ballot b) {
-    SHOAL_TRY(append_record(kPromise, 0, b, 0, /*sync=*/true));
-    promised_ = std::max(promised_, b);
-    return Status::Ok();
+    if (b <= promised_ && segment_promised_) return Status::Ok();  // already on record
+    return persist_promise(std::max(b, promised_));
   };
-  h.on_accept = [this](uint64_t slot, Ballot b, std::span<const std::byte> entry, bool new_bytes) {
-    return persist_accept(slot, b, entry, new_bytes);
+  h.on_accept = [this](uint64_t slot, Ballot b, std::span<const std::byte> entry, bool) {
+    return persist_accept(slot, b, entry);
   };
   h.on_learn = [this](uint64_t slot, std::span<const std::byte> entry) {
     return persist_learn(slot, entry);
@@ -375,56 +507,65 @@ PersistHooks AcceptorLog::hooks() {
   return h;
 }
 
-Status AcceptorLog::persist_accept(uint64_t slot, Ballot b, std::span<const std::byte> entry,
-                                   bool new_bytes) {
-  // The bytes were validated by the stream before it accepts them. Only a new value goes to
-  // the WAL; a higher ballot for bytes already logged needs only its record.
-  const uint64_t checksum = load_u64(entry.data() + 56);
+Status AcceptorLog::persist_promise(Ballot b) {
+  // The WAL durable up to the record's offset first (rare: elections), so a promise record
+  // never names an offset beyond what survives a crash. kNone: no syncs at all.
+  if (fsync_ != FsyncPolicy::kNone && (accept_sync_elsewhere_ || dirty_)) {
+    SHOAL_TRY(wal_->sync());
+    dirty_ = false;
+  }
+  SHOAL_TRY(append_record(kPromise, 0, b, wal_->end_offset(), /*sync=*/true));
+  promised_ = std::max(promised_, b);
+  segment_promised_ = true;
+  return Status::Ok();
+}
+
+Status AcceptorLog::persist_accept(uint64_t slot, Ballot b, std::span<const std::byte> entry) {
+  // The bytes were validated by the stream before it accepts them. They are appended even
+  // when the slot holds them already in a lower ballot (a leader re-proposing them): the
+  // copy's offset is what carries its ballot.
+  SHOAL_ASSERT(b >= promised_, "accept of slot %lu in ballot %lu below the promise %lu", slot, b,
+               promised_);
+  if (b > promised_ || !segment_promised_) SHOAL_TRY(persist_promise(b));
   const uint64_t offset = wal_->end_offset();
   note_slot(slot);
-  if (new_bytes) SHOAL_TRY(wal_->append(entry));
-  if (accept_sync_elsewhere_) {
-    SHOAL_TRY(append_record(kAccept, slot, b, checksum, false));
-  } else {
-    SHOAL_TRY(append_record(kAccept, slot, b, checksum, fsync_ == FsyncPolicy::kAlways));
-    if (fsync_ == FsyncPolicy::kBatch) dirty_ = true;
-  }
-  if (new_bytes) index_copy(slot, SlotCopy{offset, checksum, entry.size()});
+  SHOAL_TRY(wal_->append(entry));
+  if (fsync_ == FsyncPolicy::kBatch && !accept_sync_elsewhere_) dirty_ = true;
+  index_copy(slot, SlotCopy{offset, load_u64(entry.data() + 56), entry.size()});
   return Status::Ok();
 }
 
 Status AcceptorLog::persist_learn(uint64_t slot, std::span<const std::byte> entry) {
   // A chosen value counts towards nothing: no sync of its own; the next group commit (or the
-  // leader's syncer) covers it, and a copy lost in a crash is learned again.
-  const uint64_t checksum = load_u64(entry.data() + 56);
+  // leader's syncer) covers it, and a copy lost in a crash is learned again. Before any
+  // promise it is written under a promise record of ballot 0 (recovery: chosen).
+  if (!segment_promised_) SHOAL_TRY(persist_promise(promised_));
   const uint64_t offset = wal_->end_offset();
   note_slot(slot);
   SHOAL_TRY(wal_->append(entry));
-  SHOAL_TRY(append_record(kLearned, slot, 0, checksum, /*sync=*/false));
   if (fsync_ != FsyncPolicy::kNone && !accept_sync_elsewhere_) dirty_ = true;
-  index_copy(slot, SlotCopy{offset, checksum, entry.size()});
+  index_copy(slot, SlotCopy{offset, load_u64(entry.data() + 56), entry.size()});
   return Status::Ok();
 }
 
 Status AcceptorLog::sync() {
   if (!dirty_) return Status::Ok();
   SHOAL_TRY(wal_->sync());
-  if (::fdatasync(journal_fd_) != 0) return io_error("cannot sync", journal_path_);
   dirty_ = false;
   return Status::Ok();
 }
 
 Status AcceptorLog::sync_from_any_thread() const {
   if (::fdatasync(wal_->fd()) != 0) return io_error("cannot sync", wal_->path());
-  if (::fdatasync(journal_fd_) != 0) return io_error("cannot sync", journal_path_);
   return Status::Ok();
 }
 
 void AcceptorLog::note_chosen(uint64_t index) {
-  // No sync: a lost hint only lengthens the re-learn from the leader after a restart.
+  // No sync: a lost hint only lengthens the re-learn from the leader after a restart. Its WAL
+  // offset: recovery trusts it only if the WAL kept every copy written before it.
   if (index <= chosen_noted_) return;
   chosen_noted_ = index;
-  append_record(kChosen, index, 0, 0, /*sync=*/false).ignore();
+  append_record(kChosen, index, 0, wal_->end_offset(), /*sync=*/false).ignore();
   seal_groups(index);
 }
 
@@ -543,8 +684,8 @@ Status AcceptorLog::read_one(uint64_t slot, const Location& at, size_t room, std
   } else if (view->id().sequence != slot) {
     problem = fmt::format("entry at offset {} has sequence {}", at.offset, view->id().sequence);
   } else if (at.checksum != 0 && view->checksum() != at.checksum) {
-    problem = fmt::format("entry at offset {} has checksum {:#x}, the journal names {:#x}",
-                          at.offset, view->checksum(), at.checksum);
+    problem = fmt::format("entry at offset {} has checksum {:#x}, the index holds {:#x}", at.offset,
+                          view->checksum(), at.checksum);
   }
   if (problem.empty()) return Status::Ok();
   return Status::Corruption(

@@ -2,42 +2,78 @@
 // what PaxosAcceptorStore must not forget across a crash (docs/REPLICATION.md "Durability").
 //
 // Two files in the replica's directory:
-//  - stream-<s>.wal: the accepted log entries, byte for byte (src/repl/wal.h, with
-//    allow_rewrites: a slot accepted again in a higher ballot appears again, last copy wins);
-//  - stream-<s>.acc: a journal of fixed 48-byte records: promise(ballot), accept(slot, ballot,
-//    entry checksum), learned(slot, entry checksum) (a chosen value stored by catch-up) and
-//    chosen(index). Each record carries its own XXH3, so a torn tail is detected and cut.
-// Why a journal beside the WAL rather than ballots inside it: the entry bytes must stay
-// identical on every replica (checksummed, replayed as they are), while the ballot an acceptor
-// accepted them in is that acceptor's own fact.
+//  - stream-<s>.wal: every copy of a log entry the acceptor stored, byte for byte, in the
+//    order it stored them (src/repl/wal.h, with allow_rewrites: a slot accepted again appears
+//    again, the last copy wins);
+//  - stream-<s>.acc: a journal of fixed 48-byte records (format 2): format(2) first, then
+//    promise(ballot, wal_offset), chosen(index, wal_offset) hints and, in a closed segment,
+//    sealed(highest slot). Each record carries its own XXH3, so a torn tail is detected and cut.
+// Why the ballots are not inside the WAL: the entry bytes must stay identical on every replica
+// (checksummed, replayed as they are), while the ballot an acceptor accepted them in is that
+// acceptor's own fact.
 //
-// Recovery pairs each slot's latest accept record with the WAL copy whose checksum it names;
-// a WAL copy without its record (crash between the two writes) was never acknowledged and is
-// dropped, as is a record without its copy. The acceptor answers only after both writes (and,
-// by FsyncPolicy, both syncs), so what it acknowledged is what recovery restores. chosen(index)
-// records are hints written without a sync: losing them costs a re-learn from the leader.
+// The ballot of a WAL copy comes from its position. Between two promises an acceptor accepts
+// only in its promised ballot (accepting at b > promised raises the promise to b first), so a
+// promise record is written whenever the promise rises, naming the WAL's end offset at that
+// moment: every copy at or above that offset (and below the next promise record's) was
+// accepted in that ballot. A copy's ballot = that of the last promise record at or below its
+// offset; a re-accept of bytes already held in a lower ballot appends them again (a new copy
+// above the new promise record), so one rule covers it. Before a promise record is written the
+// WAL is made durable up to its offset (an fdatasync, on elections only), then the record is
+// synced (kBatch, kAlways; kNone syncs nothing). Promise records' offsets therefore never
+// decrease and never lie beyond the durable WAL. Per log entry: one WAL write and, with group
+// commit, one fdatasync per group (of the WAL only).
+//
+// Learned copies (a chosen value stored by catch-up) get no record either: they pair with the
+// promise record below them like any copy. Reporting a chosen value v as accepted in any
+// ballot keeps Paxos safe: if v was chosen in ballot c by a quorum Q, a later phase-1 quorum
+// meets Q in an acceptor that accepted v in c; it never learns over that slot (learn writes
+// only bytes that differ from what the slot holds, and every proposal at a ballot >= c carries
+// v), so its last copy of the slot is v accepted at a ballot >= c, with that ballot (by the
+// rule above). The highest ballot reported is thus >= c, and every report at a ballot >= c
+// carries v: honest acceptances by Paxos' invariant, learned copies because they are v. A copy
+// learned before the acceptor ever promised lies under a promise record of ballot 0 (written
+// for it): recovery restores it as chosen.
+//
+// Recovery reads each segment's journal, then its WAL: entries are self-validating (checksum;
+// the WAL cuts a torn tail), each copy pairs with its ballot as above, and the last copy of a
+// slot wins (highest offset, so a ballot >= the earlier ones'). A copy below the segment's
+// first promise record cannot exist (every append follows a synced one): Corruption. Chosen
+// hints are written without a sync and name the WAL's end offset: recovery trusts only those
+// whose offset the recovered WAL reaches (so a lost re-accept or learned copy never leaves an
+// older value marked chosen); losing them costs a re-learn from the leader. Records beyond the
+// WAL's recovered end (only after kNone and an OS crash) are cut and the promise written again
+// at that end.
 //
 // Segments (WAL truncation on followers): the files are split into segments, segment 0 being
 // the unnumbered pair above and segment n stream-<s>.<n>.{wal,acc}. Only the newest is
-// appended to; rotate() starts the next one (after a durable checkpoint) with the promise and
-// the chosen hint repeated in its journal, and drop_covered_segments(cut) deletes closed
-// segments whose highest slot (of copies and records) is at or below a checkpoint's cut. A slot
-// may appear in several segments (rewrites); recovery reads them oldest first, so the latest
-// record still wins, and skips slots the checkpoint covers. A leader never rotates.
+// appended to; rotate() starts the next one (after a durable checkpoint) after sealing the old
+// one's journal with its highest slot; the new journal opens with the promise at offset 0 and
+// the chosen hint. drop_covered_segments(cut) deletes closed segments whose highest slot is at
+// or below a checkpoint's cut. A slot may appear in several segments (rewrites); recovery
+// reads them oldest first, so the last copy still wins, skips slots the checkpoint covers, and
+// does not even read the WAL of a sealed segment the cut covers. A leader never rotates.
 //
 // Serving chosen slots (ChosenSlotSource): a leader catches up a follower that lags beyond the
 // slots its store retains by reading them back from this WAL, byte for byte. The index is
 // sparse: per group of kIndexGroupSlots chosen slots, the offset of the first slot's copy when
-// the group's counted copies lie back to back (the normal case: one proposal after another),
+// the group's last copies lie back to back (the normal case: one proposal after another),
 // else one offset per slot of that group (rare: rewrites after an election, retransmissions
 // out of order); per slot (offset, checksum) only for slots not yet in a sealed group (above
 // the chosen index, bounded by the acceptance window). Only copies in the newest segment are
 // indexed (a rotated log serves nothing older: NotFound). A read pread()s at most max_bytes into
-// one reusable buffer and validates every entry (parse with checksum, sequence, and for
-// unsealed slots the checksum the journal named) before returning it.
+// one reusable buffer and validates every entry before returning it: its own checksum over its
+// bytes (a torn or flipped copy fails), its sequence against the slot (a copy of another slot
+// fails), and for unsealed slots the checksum the index took from the copy when it was written
+// (another copy at that offset fails). No journal is needed for that: the index points at the
+// slot's last copy, which is the value the acceptor holds.
+//
+// Format versioning: a journal without the format record (format 1, with a record per accepted
+// entry) is refused with NotSupported naming the file; so is a newer format. Follower
+// directories also carry the layout marker (follower.cc).
 //
 // Threads: owned by the stream's thread (the replica's event loop); hooks() and read() run
-// there.
+// there; sync_from_any_thread() may run elsewhere.
 #pragma once
 
 #include <algorithm>
@@ -56,9 +92,9 @@ namespace shoal::repl {
 
 struct AcceptorRecovery {
   Ballot promised = 0;
-  uint64_t slots = 0;         // accepted slots restored into the store
+  uint64_t slots = 0;         // slots restored into the store (their last copies)
   uint64_t chosen_index = 0;  // from the chosen hints (slots marked chosen in the store)
-  uint64_t dropped = 0;       // WAL copies or records without their partner
+  uint64_t superseded = 0;    // earlier copies of those slots (a later copy won)
   uint64_t wal_bytes = 0;
 };
 
@@ -77,20 +113,22 @@ class AcceptorLog final : public ChosenSlotSource {
   AcceptorLog(const AcceptorLog&) = delete;
   AcceptorLog& operator=(const AcceptorLog&) = delete;
 
-  // Rebuilds `store` (fresh) from the files of every segment, oldest first (a later record
-  // of a slot wins): promise, accepted slots with their ballots, and chosen slots up to the
-  // persisted hint. Cuts torn tails. Slots <= `covered` (a checkpoint holds their effect) are
-  // neither read into memory nor put in the store: it starts after them
+  // Rebuilds `store` (fresh) from the files of every segment, oldest first (a later copy of
+  // a slot wins): promise, accepted slots with their ballots, and chosen slots up to the
+  // persisted hint. Cuts torn tails. NotSupported for a journal of another format,
+  // Corruption for a copy without a ballot; both name the file. Slots <= `covered` (a checkpoint
+  // holds their effect) are neither read into memory nor put in the store: it starts after them
   // (PaxosAcceptorStore::start_after). REQUIRES: once, before hooks() and any append.
   [[nodiscard]] Result<AcceptorRecovery> recover(PaxosAcceptorStore& store, uint64_t covered = 0);
 
   // WAL truncation (a follower, after a durable checkpoint): closes the active segment (both
-  // files synced) and starts segment n + 1, whose journal opens with the promise and the
-  // chosen hint (synced), so an older segment holds nothing a later one needs once its slots
-  // are covered. Reads (ChosenSlotSource) then serve only copies in the new segment.
-  // REQUIRES: not accept_sync_elsewhere (a leader's syncer holds the files' descriptors).
+  // files synced, the journal sealed with its highest slot) and starts segment n + 1, whose
+  // journal opens with the promise at offset 0 and the chosen hint (synced), so an older
+  // segment holds nothing a later one needs once its slots are covered. Reads (ChosenSlotSource)
+  // then serve only copies in the new segment. REQUIRES: not accept_sync_elsewhere (a leader's
+  // syncer holds the files' descriptors).
   [[nodiscard]] Status rotate();
-  // Deletes the closed segments whose every slot (copies and records) is <= `covered` (a
+  // Deletes the closed segments whose every slot is <= `covered` (a
   // durable checkpoint's cut, which is chosen). Returns the bytes deleted.
   [[nodiscard]] Result<uint64_t> drop_covered_segments(uint64_t covered);
   size_t segments() const { return closed_.size() + 1; }
@@ -106,8 +144,9 @@ class AcceptorLog final : public ChosenSlotSource {
   // the hook; kNone never.
   [[nodiscard]] Status sync();
   bool dirty() const { return dirty_; }
-  // fdatasync of both files, safe from another thread than the appender's: it covers every
-  // append that returned before the call. Leaves dirty() alone (the owner's flag).
+  // fdatasync of the WAL, safe from another thread than the appender's: it covers every
+  // append that returned before the call (promise records are synced in the hook). Leaves dirty()
+  // alone (the owner's flag).
   [[nodiscard]] Status sync_from_any_thread() const;
 
   // WAL bytes on disk, over every segment.
@@ -125,7 +164,7 @@ class AcceptorLog final : public ChosenSlotSource {
  private:
   struct Segment {  // a closed segment
     uint64_t number = 0;
-    uint64_t max_slot = 0;  // the highest slot of its copies and records
+    uint64_t max_slot = 0;  // the highest slot of its copies
     uint64_t bytes = 0;     // WAL bytes
   };
   AcceptorLog(std::string dir, uint32_t stream, FsyncPolicy fsync, bool accept_sync_elsewhere)
@@ -136,23 +175,33 @@ class AcceptorLog final : public ChosenSlotSource {
   std::string wal_path(uint64_t segment) const;
   std::string journal_path(uint64_t segment) const;
   [[nodiscard]] Status open_segment(uint64_t number);
-  struct JournalState;  // what recovery gathers from the journals (acceptor_log.cc)
-  [[nodiscard]] Status read_journal(uint64_t segment, JournalState* state, uint64_t* max_slot);
-  struct Copies;  // the WAL copies recovery restores (acceptor_log.cc)
-  [[nodiscard]] Status read_copies(uint64_t covered, const JournalState& journal, Copies* copies,
-                                   AcceptorRecovery* out);
+  // Recovery (acceptor_log.cc).
+  struct JournalFile;  // one segment's journal records
+  struct Copies;       // the WAL copies recovery restores
+  struct RecoveryScan {
+    Ballot promised = 0;
+    uint64_t chosen_hint = 0;
+    uint64_t wal_bytes = 0;  // the active segment's
+  };
+  [[nodiscard]] Result<bool> decode_record(const std::byte* r, uint64_t pos, JournalFile* jf);
+  [[nodiscard]] Status load_journal(uint64_t segment, JournalFile* jf);
+  [[nodiscard]] Result<WalRecovery> scan_copies(Wal& wal, const JournalFile& jf, uint64_t covered,
+                                                bool active, uint64_t* max_slot, Copies* copies);
+  [[nodiscard]] Status repair_journal(JournalFile* jf, uint64_t wal_end);
+  [[nodiscard]] Status recover_segment(uint64_t number, Segment* seg, uint64_t covered,
+                                       Copies* copies, RecoveryScan* scan);
   void note_slot(uint64_t slot) { active_max_slot_ = std::max(active_max_slot_, slot); }
-  [[nodiscard]] Status append_record(uint32_t kind, uint64_t slot, Ballot ballot, uint64_t checksum,
-                                     bool sync);
-  [[nodiscard]] Status persist_accept(uint64_t slot, Ballot b, std::span<const std::byte> entry,
-                                      bool new_bytes);
+  [[nodiscard]] Status append_record(uint32_t kind, uint64_t value, Ballot ballot,
+                                     uint64_t wal_offset, bool sync);
+  [[nodiscard]] Status persist_promise(Ballot b);
+  [[nodiscard]] Status persist_accept(uint64_t slot, Ballot b, std::span<const std::byte> entry);
   [[nodiscard]] Status persist_learn(uint64_t slot, std::span<const std::byte> entry);
 
   // The slot index (see the header comment).
   static constexpr uint64_t kNoOffset = UINT64_MAX;
   static constexpr uint32_t kRegularGroup = UINT32_MAX;
   static constexpr uint64_t kRecentSlotsMax = uint64_t{1} << 20;  // beyond: not indexed
-  struct SlotCopy {                                               // the counted copy of one slot
+  struct SlotCopy {                                               // the last copy of one slot
     uint64_t offset = kNoOffset;
     uint64_t checksum = 0;
     uint64_t bytes = 0;
@@ -182,7 +231,8 @@ class AcceptorLog final : public ChosenSlotSource {
   uint64_t active_max_slot_ = 0;
   std::vector<Segment> closed_;  // oldest first
   uint64_t closed_bytes_ = 0;
-  Ballot promised_ = 0;  // the latest promise persisted (carried into a new segment)
+  Ballot promised_ = 0;            // the latest promise persisted (carried into a new segment)
+  bool segment_promised_ = false;  // the active journal holds a promise record
   FsyncPolicy fsync_;
   bool accept_sync_elsewhere_ = false;
   uint64_t journal_end_ = 0;

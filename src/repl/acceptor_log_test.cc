@@ -1,7 +1,9 @@
-// AcceptorLog as a ChosenSlotSource: chosen slots read back from the WAL byte for byte, the
-// copy the journal names winning over later or unnamed copies, corrupted copies refused with a
-// clear status, reads bounded by entries and bytes, learned values persisted and recovered,
-// and an index of well under a byte per slot.
+// AcceptorLog: ballots recovered from the position of each WAL copy relative to the journal's
+// promise records (several promises, re-accepts, learned copies, torn tails, crashes around a
+// promise record, chosen hints the WAL does not reach, segments), refusal of other journal
+// formats and of copies without a ballot; and as a ChosenSlotSource: chosen slots read back
+// from the WAL byte for byte, corrupted copies refused with a clear status, reads bounded by
+// entries and bytes, and an index of well under a byte per slot.
 #include "src/repl/acceptor_log.h"
 
 #include <fcntl.h>
@@ -9,7 +11,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <vector>
 
@@ -50,15 +55,40 @@ class AcceptorLogTest : public ::testing::Test {
   // (Re)opens the log over a fresh store and installs its hooks; slots <= covered are a
   // checkpoint's.
   AcceptorRecovery open(uint64_t covered = 0) {
+    auto rec = try_open(covered);
+    EXPECT_TRUE(rec.ok()) << rec.status().to_string();
+    return rec.ok() ? *rec : AcceptorRecovery{};
+  }
+  Result<AcceptorRecovery> try_open(uint64_t covered = 0) {
     log_.reset();
     store_ = std::make_unique<PaxosAcceptorStore>(/*retain_chosen_slots=*/16);
     auto l = AcceptorLog::open(dir_, 0, FsyncPolicy::kNone);
-    EXPECT_TRUE(l.ok()) << l.status().to_string();
+    if (!l.ok()) return l.status();
     log_ = std::move(*l);
     auto rec = log_->recover(*store_, covered);
-    EXPECT_TRUE(rec.ok()) << rec.status().to_string();
-    store_->set_hooks(log_->hooks());
-    return rec.ok() ? *rec : AcceptorRecovery{};
+    if (rec.ok()) store_->set_hooks(log_->hooks());
+    return rec;
+  }
+  // A crash that kept only the first `bytes` of a file (the rest was never synced).
+  void crash_keeping(const std::string& file, uint64_t bytes) {
+    log_.reset();
+    std::filesystem::resize_file(dir_ + "/" + file, bytes);
+  }
+  uint64_t file_bytes(const std::string& file) const {
+    return std::filesystem::file_size(dir_ + "/" + file);
+  }
+  Ballot ballot_of(uint64_t slot) const {
+    const PaxosSlot* p = store_->find(slot);
+    return p == nullptr ? Ballot{999} : p->accepted;
+  }
+  // Checks that every slot in [from, to] holds its expected bytes in ballot b.
+  void expect_slots(uint64_t from, uint64_t to, Ballot b) {
+    for (uint64_t s = from; s <= to; ++s) {
+      const PaxosSlot* p = store_->find(s);
+      ASSERT_NE(p, nullptr) << s;
+      EXPECT_EQ(to_bytes(p->value.span()), expected_[s]) << s;
+      EXPECT_EQ(p->accepted, b) << s;
+    }
   }
   // Accepts slots [from, to] in ballot b, remembering the bytes as the expected value.
   void accept(uint64_t from, uint64_t to, Ballot b, uint64_t variant = 0) {
@@ -114,10 +144,11 @@ TEST_F(AcceptorLogTest, ServesChosenSlotsByteForByteAcrossGroupsAndRewrites) {
   const Bytes old150 = expected_[150];
   accept(150, 150, make_ballot(2, 0), /*variant=*/1);
   ASSERT_NE(old150, expected_[150]);
-  // A higher ballot for bytes already held writes no second copy (only a journal record).
+  // A higher ballot for bytes already held writes them again (their copy carries the ballot).
   accept(151, 151, make_ballot(2, 0));
   choose(200);
-  // Groups 1-64 and 65-128 lie back to back; 129-192 is irregular (150's copy is at the end);
+  // Groups 1-64 and 65-128 lie back to back; 129-192 is irregular (150's and 151's last
+  // copies are at the end);
   // 193-200 are not sealed yet. Every piece size crosses those boundaries somewhere.
   for (uint32_t n : {1u, 3u, 64u}) EXPECT_GT(read_all(1, 200, n, 1 << 20), 0) << n;
   read_all(131, 170, 7, 1 << 20);  // starting mid-group: hops over the headers before it
@@ -186,30 +217,195 @@ TEST_F(AcceptorLogTest, CorruptedCopyIsRefusedWithItsSlotAndNeverServed) {
   read_all(71, 100, 64, 1 << 20);  // the others are fine
 }
 
-TEST_F(AcceptorLogTest, CopyTheJournalDoesNotNameIsNotServedAfterRecovery) {
+constexpr size_t kRecord = 48;  // journal record bytes
+
+// Each copy's ballot is that of the last promise record at or below its offset: promises
+// through phase 1 (store.promise) and through an accept above the promise, across restarts.
+TEST_F(AcceptorLogTest, BallotsComeFromThePromiseBelowEachCopy) {
+  const Ballot b1 = make_ballot(1, 0), b2 = make_ballot(2, 1), b3 = make_ballot(3, 2);
   open();
-  accept(1, 130, make_ballot(1, 0));
-  log_.reset();
-  // A crash between the two writes of a rewrite: the WAL got a new copy of slot 120, the
-  // journal no record naming it. Append that copy behind the log's back.
-  {
-    WalOptions wo;
-    wo.use_io_uring = false;
-    wo.allow_rewrites = true;
-    wo.fsync = FsyncPolicy::kNone;
-    auto wal = Wal::open(dir_ + "/stream-0.wal", wo);
-    ASSERT_TRUE(wal.ok());
-    ASSERT_TRUE((*wal)->recover([](const LogEntryView&) { return Status::Ok(); }).ok());
-    const Bytes unnamed = make_entry(120, /*variant=*/9);
-    ASSERT_TRUE((*wal)->append(unnamed).ok());
-  }
+  ASSERT_TRUE(store_->promise(b1).ok());
+  accept(1, 5, b1);
+  ASSERT_TRUE(store_->promise(b2).ok());
+  accept(6, 8, b2);
+  accept(9, 9, b3);  // raises the promise itself
+  AcceptorRecovery rec = open();
+  EXPECT_EQ(rec.promised, b3);
+  EXPECT_EQ(rec.slots, 9u);
+  expect_slots(1, 5, b1);
+  expect_slots(6, 8, b2);
+  expect_slots(9, 9, b3);
+  // Appends go on after a restart in the recovered promise, then in a higher one.
+  accept(10, 10, b3);
+  accept(11, 11, make_ballot(4, 0));
+  rec = open();
+  expect_slots(1, 5, b1);
+  expect_slots(10, 10, b3);
+  expect_slots(11, 11, make_ballot(4, 0));
+  // Only promise records (plus the format record) are in the journal: no record per entry.
+  EXPECT_EQ(file_bytes("stream-0.acc"), 5 * kRecord);
+}
+
+// A higher ballot for bytes already held appends them again: the new copy, above the new
+// promise, carries the new ballot; the old one is superseded.
+TEST_F(AcceptorLogTest, ReacceptInAHigherBallotIsANewCopy) {
+  open();
+  accept(1, 3, make_ballot(1, 0));
+  const uint64_t entry = expected_[1].size();
+  accept(2, 2, make_ballot(2, 0));  // same bytes
+  EXPECT_EQ(log_->wal_bytes(), 4 * entry);
   const AcceptorRecovery rec = open();
-  EXPECT_EQ(rec.slots, 130u);
-  EXPECT_EQ(rec.dropped, 1u);
-  // The new copy is the last one in the file; the journal names the first: that one is served.
-  choose(130);
-  read_all(1, 130, 64, 1 << 20);
-  read_all(120, 120, 1, 1 << 20);
+  EXPECT_EQ(rec.slots, 3u);
+  EXPECT_EQ(rec.superseded, 1u);
+  expect_slots(1, 1, make_ballot(1, 0));
+  expect_slots(2, 2, make_ballot(2, 0));
+  expect_slots(3, 3, make_ballot(1, 0));
+}
+
+// Copies learned before any promise lie under a promise of ballot 0 and come back chosen
+// without a hint; copies learned later pair with the promise like any copy.
+TEST_F(AcceptorLogTest, LearnedCopiesBeforeAnyPromiseComeBackChosen) {
+  open();
+  for (uint64_t s = 1; s <= 3; ++s) {
+    expected_[s] = make_entry(s);
+    ASSERT_TRUE(store_->learn(s, expected_[s]).ok());
+  }
+  accept(4, 4, make_ballot(1, 0));
+  expected_[5] = make_entry(5);
+  ASSERT_TRUE(store_->learn(5, expected_[5]).ok());
+  AcceptorRecovery rec = open();  // no chosen hint was written
+  EXPECT_EQ(rec.chosen_index, 3u);
+  EXPECT_EQ(rec.promised, make_ballot(1, 0));
+  for (uint64_t s = 1; s <= 3; ++s) EXPECT_TRUE(store_->find(s)->chosen) << s;
+  expect_slots(4, 5, make_ballot(1, 0));
+  EXPECT_FALSE(store_->find(5)->chosen);
+}
+
+// A torn WAL tail after a promise record: the copies before the tear keep their ballots, the
+// torn one is gone, and a copy written again at the cut pairs with the same promise.
+TEST_F(AcceptorLogTest, TornWalTailAfterAPromiseRecord) {
+  open();
+  accept(1, 3, make_ballot(1, 0));
+  accept(4, 6, make_ballot(2, 0));
+  const uint64_t entry = expected_[1].size();
+  crash_keeping("stream-0.wal", 5 * entry + entry / 2);
+  AcceptorRecovery rec = open();
+  EXPECT_EQ(rec.slots, 5u);
+  EXPECT_EQ(rec.promised, make_ballot(2, 0));
+  expect_slots(1, 3, make_ballot(1, 0));
+  expect_slots(4, 5, make_ballot(2, 0));
+  EXPECT_EQ(store_->find(6), nullptr);
+  accept(6, 6, make_ballot(2, 0));
+  rec = open();
+  expect_slots(4, 6, make_ballot(2, 0));
+}
+
+// A crash before the promise record's sync loses the record: no copy can depend on it (they
+// follow its sync), the old promise holds. A crash after it but before the next WAL sync
+// keeps the promise and the copies before it.
+TEST_F(AcceptorLogTest, CrashAroundThePromiseRecordsSync) {
+  open();
+  accept(1, 3, make_ballot(1, 0));
+  ASSERT_TRUE(store_->promise(make_ballot(2, 0)).ok());
+  crash_keeping("stream-0.acc", file_bytes("stream-0.acc") - kRecord);  // before
+  AcceptorRecovery rec = open();
+  EXPECT_EQ(rec.promised, make_ballot(1, 0));
+  expect_slots(1, 3, make_ballot(1, 0));
+  accept(4, 5, make_ballot(2, 0));  // the new promise again, then its copies
+  const uint64_t entry = expected_[1].size();
+  crash_keeping("stream-0.wal", 3 * entry);  // after: the copies in ballot 2 were unsynced
+  rec = open();
+  EXPECT_EQ(rec.promised, make_ballot(2, 0));
+  EXPECT_EQ(rec.slots, 3u);
+  expect_slots(1, 3, make_ballot(1, 0));
+  accept(4, 4, make_ballot(2, 0));
+  open();
+  expect_slots(4, 4, make_ballot(2, 0));
+}
+
+// Without syncs (kNone) an OS crash may keep a promise record whose offset the WAL no longer
+// reaches: recovery cuts the journal there and writes the promise again at the WAL's end, so
+// the copies appended next carry that promise across the following restart too.
+TEST_F(AcceptorLogTest, PromiseBeyondTheWalEndIsRewrittenAtTheEnd) {
+  open();
+  accept(1, 3, make_ballot(1, 0));
+  ASSERT_TRUE(store_->promise(make_ballot(2, 0)).ok());  // record at 3 entries
+  const uint64_t entry = expected_[1].size();
+  crash_keeping("stream-0.wal", 2 * entry);
+  AcceptorRecovery rec = open();
+  EXPECT_EQ(rec.promised, make_ballot(2, 0));
+  expect_slots(1, 2, make_ballot(1, 0));
+  accept(3, 4, make_ballot(2, 0));
+  rec = open();
+  expect_slots(1, 2, make_ballot(1, 0));
+  expect_slots(3, 4, make_ballot(2, 0));
+}
+
+// A chosen hint is trusted only if the WAL reaches the offset it was written at: a lost
+// re-accept must not leave the older value of its slot marked chosen.
+TEST_F(AcceptorLogTest, ChosenHintBeyondTheWalEndIsNotTrusted) {
+  open();
+  accept(1, 3, make_ballot(1, 0));
+  choose(2);
+  const Bytes old3 = expected_[3];
+  accept(3, 3, make_ballot(2, 0), /*variant=*/1);
+  choose(3);
+  const uint64_t entry = expected_[1].size();
+  crash_keeping("stream-0.wal", 3 * entry);  // slot 3's second copy lost, the hint kept
+  AcceptorRecovery rec = open();
+  EXPECT_EQ(rec.chosen_index, 2u);
+  EXPECT_FALSE(store_->find(3)->chosen);
+  EXPECT_EQ(to_bytes(store_->find(3)->value.span()), old3);
+  EXPECT_EQ(ballot_of(3), make_ballot(1, 0));
+}
+
+// A WAL copy below the journal's first promise record has lost its ballot: refused, naming
+// the files, never restored with a made-up ballot.
+TEST_F(AcceptorLogTest, CopyBelowTheFirstPromiseRecordIsCorruption) {
+  open();
+  accept(1, 2, make_ballot(1, 0));
+  crash_keeping("stream-0.acc", kRecord);  // the format record alone
+  const auto rec = try_open();
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(rec.status().code(), Code::kCorruption);
+  EXPECT_NE(rec.status().message().find("stream-0.wal: the copy of slot 1 at offset 0 lies below "
+                                        "the first promise record of " +
+                                        dir_ + "/stream-0.acc"),
+            std::string::npos)
+      << rec.status().message();
+}
+
+// A journal of format 1 (records per accepted entry, no format record) is refused with one
+// line naming the file and what to do; so is a newer format.
+TEST_F(AcceptorLogTest, OtherJournalFormatsAreRefused) {
+  auto write_record = [&](uint32_t kind, uint64_t value) {
+    alignas(8) std::byte r[kRecord] = {};
+    store_u32(r, 0x4a414853);
+    store_u32(r + 4, kind);
+    store_u64(r + 8, value);
+    store_u64(r + 16, make_ballot(1, 0));
+    store_u64(r + 40, XXH3_64bits(r, 40));
+    const int fd = ::open((dir_ + "/stream-0.acc").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, r, kRecord), static_cast<ssize_t>(kRecord));
+    ::close(fd);
+  };
+  write_record(/*promise, format 1*/ 1, 0);
+  auto rec = try_open();
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(rec.status().code(), Code::kNotSupported);
+  EXPECT_EQ(rec.status().message(),
+            "acceptor journal " + dir_ +
+                "/stream-0.acc: format 1 (a record per accepted entry), this binary reads format "
+                "2; move the directory away and start the replica on an empty one (a follower "
+                "bootstraps from its leader)");
+  write_record(/*format*/ 5, 3);
+  rec = try_open();
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(rec.status().code(), Code::kNotSupported);
+  EXPECT_NE(rec.status().message().find("format record 3 at offset 0"), std::string::npos)
+      << rec.status().message();
+  EXPECT_EQ(file_bytes("stream-0.acc"), kRecord);  // refused, not cut
 }
 
 TEST_F(AcceptorLogTest, LearnedValuesArePersistedRecoveredChosenAndServed) {
@@ -229,8 +425,8 @@ TEST_F(AcceptorLogTest, LearnedValuesArePersistedRecoveredChosenAndServed) {
   EXPECT_EQ(store_->advance(), 80u);
   log_->note_chosen(80);
   read_all(1, 80, 64, 1 << 20);
-  // After a restart the learned slots come back chosen (the chosen hint alone would not mark
-  // slot 5 chosen with the right value) and are served the same way.
+  // After a restart the learned slots come back chosen through the hint (slot 5 with the
+  // learned value: its last copy) and are served the same way.
   const AcceptorRecovery rec = open();
   EXPECT_EQ(rec.chosen_index, 80u);
   EXPECT_EQ(to_bytes(store_->find(5)->value.span()), chosen5);
@@ -267,11 +463,14 @@ TEST_F(AcceptorLogTest, SegmentsRotateAndOnlyCoveredOnesAreDeleted) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/stream-0.acc"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/stream-0.1.wal"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/stream-0.2.acc"));
+  // A crash between deleting a WAL and its journal leaves the journal: the next open deletes it.
+  std::ofstream(dir_ + "/stream-0.acc").put('x');
   // Reads serve only the active segment's copies: older ones say NotFound.
   std::vector<ChosenEntry> out;
   EXPECT_EQ(log_->read(150, 160, 4, 1 << 20, &out).code(), Code::kNotFound);
 
   const AcceptorRecovery rec = open(/*covered=*/150);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/stream-0.acc"));
   EXPECT_EQ(rec.promised, 7u);  // carried into the segments after the one that held it
   EXPECT_EQ(rec.chosen_index, 180u);
   EXPECT_EQ(rec.slots, 70u);  // 151..220
@@ -282,6 +481,7 @@ TEST_F(AcceptorLogTest, SegmentsRotateAndOnlyCoveredOnesAreDeleted) {
     ASSERT_NE(p, nullptr) << s;
     EXPECT_EQ(to_bytes(p->value.span()), expected_[s]) << s;
     EXPECT_EQ(p->chosen, s <= 180) << s;
+    EXPECT_EQ(p->accepted, 7u) << s;  // from each segment's promise record at offset 0
   }
   // Appends go on in the newest segment, and another restart still sees them.
   accept(221, 230, 7);

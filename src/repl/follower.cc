@@ -48,12 +48,28 @@ std::string schema_path(const std::string& dir) {
 }
 
 // The replica directory's layout: 1 (no marker) one WAL file per stream; 2 WAL segments and
-// checkpoints (docs/REPLICATION.md "Checkpoints and WAL truncation"). A binary refuses a
-// directory of a newer layout rather than misreading it (e.g. ignoring its segments).
-constexpr uint32_t kDirLayout = 2;
+// checkpoints (docs/REPLICATION.md "Checkpoints and WAL truncation"); 3 acceptor journals of
+// format 2, without a record per accepted entry (a WAL copy's ballot comes from its position,
+// src/repl/acceptor_log.h). A binary refuses a directory of another layout rather than
+// misreading it: older binaries refuse 3 (newer than theirs), this one refuses 1 and 2.
+constexpr uint32_t kDirLayout = 3;
+
+bool holds_replica_files(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {  // bounded by the entries
+    if (e.path().filename().string().starts_with("stream-")) return true;
+  }
+  return false;
+}
 
 Status check_dir_layout(const std::string& dir) {
   const std::string path = dir + "/layout";
+  const auto refuse_older = [&](uint32_t version) {
+    return Status::NotSupported(fmt::format(
+        "follower: {}: directory layout {}, this binary reads layout {}; move the directory "
+        "away and start the replica on an empty one (it bootstraps from its leader)",
+        path, version, kDirLayout));
+  };
   std::ifstream in(path);
   if (in) {
     std::string word;
@@ -68,7 +84,9 @@ Status check_dir_layout(const std::string& dir) {
                       path, version, kDirLayout));
     }
     if (version == kDirLayout) return Status::Ok();
+    return refuse_older(version);
   }
+  if (holds_replica_files(dir)) return refuse_older(1);  // a binary that wrote no marker
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::trunc);
   out << "shoal-replica-dir " << kDirLayout << "\n";

@@ -186,7 +186,8 @@ class EntryBuffer {
 struct PersistHooks {
   std::function<Status(Ballot promised)> on_promise;
   // `new_bytes` is false when the slot already holds these bytes and only its ballot rises
-  // (a leader re-proposing what it holds): a WAL then needs the ballot, not the bytes again.
+  // (a leader re-proposing what it holds). AcceptorLog appends the bytes again all the same:
+  // a copy's position in its WAL is what carries its ballot.
   // Not called for an exact duplicate (same bytes, same ballot): nothing changes.
   std::function<Status(uint64_t slot, Ballot accepted, std::span<const std::byte> entry,
                        bool new_bytes)>

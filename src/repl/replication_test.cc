@@ -500,13 +500,42 @@ TEST(Replication, FollowerRefusesANewerDirectoryLayout) {
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   f->reset();
   ASSERT_TRUE(Follower::open(fo).ok());  // its own marker, written by the first open
-  std::ofstream(dir.path() + "/layout") << "shoal-replica-dir 3\n";
+  std::ofstream(dir.path() + "/layout") << "shoal-replica-dir 4\n";
   auto newer = Follower::open(fo);
   ASSERT_FALSE(newer.ok());
   EXPECT_EQ(newer.status().code(), Code::kNotSupported);
   EXPECT_EQ(newer.status().message(), "follower: " + dir.path() +
-                                          "/layout: directory layout 3, this binary reads up "
-                                          "to 2; refused");
+                                          "/layout: directory layout 4, this binary reads up "
+                                          "to 3; refused");
+}
+
+// Layouts 2 and 1 (no marker, replica files) hold acceptor journals with a record per entry,
+// which this binary no longer reads: refused with what to do; an empty directory is fine.
+TEST(Replication, FollowerRefusesAnOlderDirectoryLayout) {
+  const std::string advice =
+      ", this binary reads layout 3; move the directory away and start the replica on an "
+      "empty one (it bootstraps from its leader)";
+  FollowerOptions fo;
+  fo.quiet = true;
+  {
+    TempDir dir;
+    fo.data_dir = dir.path();
+    std::ofstream(dir.path() + "/layout") << "shoal-replica-dir 2\n";
+    auto older = Follower::open(fo);
+    ASSERT_FALSE(older.ok());
+    EXPECT_EQ(older.status().code(), Code::kNotSupported);
+    EXPECT_EQ(older.status().message(),
+              "follower: " + dir.path() + "/layout: directory layout 2" + advice);
+  }
+  TempDir dir;
+  fo.data_dir = dir.path();
+  std::ofstream(dir.path() + "/stream-0.wal") << "";
+  auto unmarked = Follower::open(fo);
+  ASSERT_FALSE(unmarked.ok());
+  EXPECT_EQ(unmarked.status().message(),
+            "follower: " + dir.path() + "/layout: directory layout 1" + advice);
+  std::filesystem::remove(dir.path() + "/stream-0.wal");
+  EXPECT_TRUE(Follower::open(fo).ok());
 }
 
 }  // namespace
