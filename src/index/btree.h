@@ -79,7 +79,10 @@ inline void backoff(uint64_t attempt) {
 // the key as words, so one array can hold descents into trees of different key widths.
 struct BTreePrefetch {
   const void* node = nullptr;  // the node the next step reads (prefetched); nullptr: over
-  uint64_t key[8];             // the key's words (only the first K are used)
+  // Once over: the key's value as the leaf held it (validated by the leaf's version when
+  // read); nullptr when the key was absent or the descent ended early.
+  void* value = nullptr;
+  uint64_t key[8];  // the key's words (only the first K are used)
 };
 
 // kLeafBytes / kInnerBytes are the node sizes (64-byte aligned); BTree<K> picks measured
@@ -523,6 +526,7 @@ inline const typename SHOAL_BTREE::Leaf* SHOAL_BTREE::find_leaf(const KeyT& k,
 SHOAL_BTREE_TEMPLATE
 inline void SHOAL_BTREE::prefetch_start(const uint64_t* key_words, BTreePrefetch* p) const {
   std::memcpy(p->key, key_words, K * sizeof(uint64_t));
+  p->value = nullptr;
   p->node = root_.load(std::memory_order_acquire);  // hot: every descent reads it
 }
 
@@ -549,10 +553,11 @@ inline bool SHOAL_BTREE::prefetch_step(BTreePrefetch* p) const {
   const size_t n = leaf_count(leaf);
   const size_t pos = leaf_lower_bound(leaf, n, k);
   if (pos >= n || load_key(leaf->keys[pos]) != k) return false;
-  const char* value = static_cast<const char*>(btree_detail::ld(leaf->values[pos]));
+  void* value = btree_detail::ld(leaf->values[pos]);
   if (value != nullptr && leaf->version.load(std::memory_order_acquire) == v) {
     __builtin_prefetch(value);
-    __builtin_prefetch(value + 64);
+    __builtin_prefetch(static_cast<const char*>(value) + 64);
+    p->value = value;
   }
   return false;
 }

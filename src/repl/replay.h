@@ -58,7 +58,8 @@ struct ReplayCut {
 
 struct ReplayStats {
   uint64_t entries = 0, txns = 0, writes = 0, skipped_writes = 0;
-  uint64_t cpu_ns = 0;  // thread CPU time spent installing
+  uint64_t known_writes = 0;  // installed on the record their prefetch found (no lookup)
+  uint64_t cpu_ns = 0;        // thread CPU time spent installing
 };
 
 class ReplayApplier {

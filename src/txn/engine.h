@@ -94,19 +94,31 @@ class TableBase {
   // one key serialize on its record lock. REQUIRES: the calling thread holds an ebr::Guard
   // (a replayer takes one per log entry, not one per write); no read-write transactions run on
   // this engine (a follower's engine); size_bytes <= kValueBytesMax; kRemove has no value.
+  // `known`: the record the key led to a moment ago (replay's prefetch, BTreePrefetch::value,
+  // found under the caller's current guard), used instead of an index lookup; a record
+  // replaced since then is marked unlinked, and the install then looks the key up as usual.
+  // nullptr: look it up.
   virtual bool apply_replicated(const uint64_t* key_words, enum WriteKind kind, const void* value,
-                                uint32_t size_bytes, uint64_t tid) = 0;
+                                uint32_t size_bytes, uint64_t tid, void* known) = 0;
+  bool apply_replicated(const uint64_t* key_words, enum WriteKind kind, const void* value,
+                        uint32_t size_bytes, uint64_t tid) {
+    return apply_replicated(key_words, kind, value, size_bytes, tid, nullptr);
+  }
   // Installs a replicated in-place update of the present value of `size_bytes`: `patch(ctx,
   // data)` rewrites some of its bytes under the record lock, and the record gets `tid`.
   // Skipped (false) when the key already holds `tid` or newer (idempotent replay). The caller
   // guarantees, by replaying the key's writes in TID order, that the key holds the version the
   // update was computed against: `base_tid` or, for a bootstrapped row, a later bootstrap TID
   // (REQUIRES, asserted: present, of size_bytes, version >= base_tid). Same locking and guard
-  // rules as apply_replicated.
+  // rules as apply_replicated, and the same `known`.
   using PatchFn = void (*)(void* ctx, void* data);
   virtual bool apply_replicated_patch(const uint64_t* key_words, uint64_t base_tid,
-                                      uint32_t size_bytes, PatchFn patch, void* ctx,
-                                      uint64_t tid) = 0;
+                                      uint32_t size_bytes, PatchFn patch, void* ctx, uint64_t tid,
+                                      void* known) = 0;
+  bool apply_replicated_patch(const uint64_t* key_words, uint64_t base_tid, uint32_t size_bytes,
+                              PatchFn patch, void* ctx, uint64_t tid) {
+    return apply_replicated_patch(key_words, base_tid, size_bytes, patch, ctx, tid, nullptr);
+  }
   // Replay's prefetching (src/repl/replay.cc): the index descent to key_words cut into steps
   // (BasicBTree::prefetch_step), so the replayer overlaps the cache misses of its next writes
   // with the one it installs. prefetch_step returns false once the descent is over. REQUIRES:
@@ -169,10 +181,12 @@ class Table final : public TableBase {
   Status txn_insert(Txn& txn, const uint64_t* key_words, const void* value,
                     uint32_t size_bytes) override;
   Status txn_remove(Txn& txn, const uint64_t* key_words) override;
+  using TableBase::apply_replicated;
+  using TableBase::apply_replicated_patch;
   bool apply_replicated(const uint64_t* key_words, WriteKind kind, const void* value,
-                        uint32_t size_bytes, uint64_t tid) override;
+                        uint32_t size_bytes, uint64_t tid, void* known) override;
   bool apply_replicated_patch(const uint64_t* key_words, uint64_t base_tid, uint32_t size_bytes,
-                              PatchFn patch, void* ctx, uint64_t tid) override;
+                              PatchFn patch, void* ctx, uint64_t tid, void* known) override;
   void prefetch_start(const uint64_t* key_words, BTreePrefetch* p) const override {
     index_.prefetch_start(key_words, p);
   }

@@ -125,19 +125,22 @@ void Table<K>::for_each(const KeyT& lo, const KeyT& hi,
 
 template <size_t K>
 bool Table<K>::apply_replicated(const uint64_t* key_words, WriteKind kind, const void* value,
-                                uint32_t size_bytes, uint64_t tid) {
+                                uint32_t size_bytes, uint64_t tid, void* known) {
   SHOAL_ASSERT(size_bytes <= kValueBytesMax, "replicated value of %u bytes", size_bytes);
   SHOAL_ASSERT(tid != 0 && tid <= Tid::kVersionMask, "replicated TID %lu", tid);
   const bool remove = kind == WriteKind::kRemove;
   const KeyT key = key_of(key_words);
   // An insert is almost always of a key the replica has never held (TPC-C: orders, order
   // lines, history): one descent that inserts, instead of a lookup and then an insert.
-  bool try_insert = kind == WriteKind::kInsert;
+  bool try_insert = kind == WriteKind::kInsert && known == nullptr;
   // Bounded in practice: a pass repeats only when another replayer of the same key changed
   // the index between our lookup and our insert/lock (it then holds a newer state).
   for (;;) {
-    auto* rec = try_insert ? nullptr : static_cast<Record*>(index_.get(key, nullptr));
+    auto* rec = known != nullptr ? static_cast<Record*>(known)
+                : try_insert     ? nullptr
+                                 : static_cast<Record*>(index_.get(key, nullptr));
     try_insert = false;
+    known = nullptr;
     if (rec == nullptr) {
       Record* fresh = Record::make(remove ? 0 : size_bytes, remove ? (tid | Tid::kAbsent) : tid);
       if (!remove) fresh->write_locked(value, size_bytes);
@@ -194,13 +197,16 @@ bool Table<K>::apply_replicated(const uint64_t* key_words, WriteKind kind, const
 
 template <size_t K>
 bool Table<K>::apply_replicated_patch(const uint64_t* key_words, uint64_t base_tid,
-                                      uint32_t size_bytes, PatchFn patch, void* ctx, uint64_t tid) {
+                                      uint32_t size_bytes, PatchFn patch, void* ctx, uint64_t tid,
+                                      void* known) {
   SHOAL_ASSERT(tid != 0 && tid <= Tid::kVersionMask && base_tid < tid,
                "replicated patch TID %lu on %lu", tid, base_tid);
   const KeyT key = key_of(key_words);
   // Bounded in practice: a pass repeats only when the record was replaced meanwhile.
   for (;;) {
-    auto* rec = static_cast<Record*>(index_.get(key, nullptr));
+    auto* rec = known != nullptr ? static_cast<Record*>(known)
+                                 : static_cast<Record*>(index_.get(key, nullptr));
+    known = nullptr;
     SHOAL_ASSERT(rec != nullptr, "replicated patch of a key this replica does not hold (TID %lu)",
                  tid);
     uint64_t observed = 0;
