@@ -205,14 +205,13 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
   result->quiesce_s = static_cast<double>(env.now_ns() - start_ns) / kNsPerSec;
   result->final_tid = final_tid_;
   result->leader_digest = repl::engine_digest(engine);
-  for (uint32_t s = 0; s < leader_->streams(); ++s) {
-    const repl::AppenderStats& st = leader_->appender(s).stats();
-    result->entries += st.entries;
-    result->log_bytes += st.bytes;
-    result->logged_txns += st.txns;
-    result->floor_entries += st.floor_entries;
-    result->buffer_waits += st.buffer_waits;
-  }
+  repl::AppenderStats logged;
+  for (uint32_t s = 0; s < leader_->streams(); ++s) logged += leader_->appender(s).stats();
+  result->entries += logged.entries;
+  result->log_bytes += logged.bytes;
+  result->logged_txns += logged.txns;
+  result->floor_entries += logged.floor_entries;
+  result->buffer_waits += logged.buffer_waits;
   for (const repl::FollowerReport& r : *reports) {
     FollowerResult f;
     f.replica = r.replica;

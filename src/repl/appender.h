@@ -101,6 +101,30 @@ struct AppenderStats {
   uint64_t txns = 0, entries = 0, bytes = 0, floor_entries = 0, buffer_waits = 0;
   uint64_t patches = 0;         // puts logged as patches
   uint64_t buffer_wait_ns = 0;  // time spent waiting for a free buffer
+
+  // Field by field: the sum of several streams, and the counts since an earlier snapshot.
+  AppenderStats& operator+=(const AppenderStats& o) {
+    txns += o.txns;
+    entries += o.entries;
+    bytes += o.bytes;
+    floor_entries += o.floor_entries;
+    buffer_waits += o.buffer_waits;
+    patches += o.patches;
+    buffer_wait_ns += o.buffer_wait_ns;
+    return *this;
+  }
+  // REQUIRES: `base` is an earlier snapshot of the same counters.
+  AppenderStats operator-(const AppenderStats& base) const {
+    AppenderStats d;
+    d.txns = txns - base.txns;
+    d.entries = entries - base.entries;
+    d.bytes = bytes - base.bytes;
+    d.floor_entries = floor_entries - base.floor_entries;
+    d.buffer_waits = buffer_waits - base.buffer_waits;
+    d.patches = patches - base.patches;
+    d.buffer_wait_ns = buffer_wait_ns - base.buffer_wait_ns;
+    return d;
+  }
 };
 
 class StreamAppender {

@@ -1217,13 +1217,7 @@ void Worker::publish() {
   stats.conflict_aborts += coordinator->stats().conflict_aborts - aborts_base;
   published = stats;
   published_participant = participant->stats();
-  if (appender != nullptr) {
-    const repl::AppenderStats now = appender->stats();
-    published_log.txns = now.txns - log_base.txns;
-    published_log.entries = now.entries - log_base.entries;
-    published_log.bytes = now.bytes - log_base.bytes;
-    published_log.patches = now.patches - log_base.patches;
-  }
+  if (appender != nullptr) published_log = appender->stats() - log_base;
   done.store(true, std::memory_order_release);
   server->load_finished();
 }
@@ -1303,12 +1297,7 @@ Status ShardServer::on_stats(rt::MsgBuffer* out) {
     j["expired"] = expired;
     if (replication_ != nullptr) {
       repl::AppenderStats log;
-      for (auto& w : workers_) {
-        log.txns += w->published_log.txns;
-        log.entries += w->published_log.entries;
-        log.bytes += w->published_log.bytes;
-        log.patches += w->published_log.patches;
-      }
+      for (auto& w : workers_) log += w->published_log;
       j["log"] = {{"txns", log.txns},
                   {"entries", log.entries},
                   {"bytes", log.bytes},
