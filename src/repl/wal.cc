@@ -250,8 +250,23 @@ Status Wal::append(std::span<const WalWrite> group) {
     SHOAL_DCHECK(load_u32(w.bytes.data()) == kLogMagic);
   }
   Status s = ring_ ? append_uring(group) : append_pwrite(group);
-  if (!s.ok()) failed_ = s;
+  if (!s.ok()) {
+    failed_ = s;
+    return s;
+  }
+  drop_cached_pages();
   return s;
+}
+
+void Wal::drop_cached_pages() {
+  const uint64_t keep = options_.cache_keep_bytes;
+  // One call per `keep` bytes appended: the syscall and the page frees are batched.
+  if (keep == 0 || end_offset_ < cache_dropped_until_ + 2 * keep) return;
+  const uint64_t until = end_offset_ - keep;
+  // Advice only: a failure costs memory, never data, so it is not an error of the append.
+  (void)::posix_fadvise(fd_, static_cast<off_t>(cache_dropped_until_),
+                        static_cast<off_t>(until - cache_dropped_until_), POSIX_FADV_DONTNEED);
+  cache_dropped_until_ = until;
 }
 
 Status Wal::sync() {

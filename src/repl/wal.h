@@ -43,6 +43,14 @@ struct WalOptions {
   uint32_t ring_entries = 64;                    // io_uring submission queue depth
   uint32_t entry_bytes_max = kLogEntryBytesMax;  // recovery refuses larger entries as corrupt
   bool quiet = false;                            // no stderr lines (tests that expect a cut)
+  // Page cache the WAL keeps: once the file grew this far past what was last dropped, the
+  // pages of everything but its last cache_keep_bytes are dropped (posix_fadvise DONTNEED;
+  // the kernel drops only clean pages, so a policy without syncs keeps its dirty ones until
+  // writeback). Why: a WAL is written once and read back only by recovery and catch-up, and
+  // letting it fill the page cache makes every new page a fresh allocation (on this project's
+  // VM, host faults and page zeroing: 30% of the machine after ~2 GB; docs/REPLICATION.md).
+  // 0: never drop.
+  uint64_t cache_keep_bytes = 16u << 20;
   // An acceptor's WAL: a slot may appear again (accepted again in a higher ballot, possibly
   // with another value before it was chosen), so recovery accepts any sequence >= 1 after any
   // other; the last copy of a slot wins (AcceptorLog pairs it with its ballot record).
@@ -111,6 +119,7 @@ class Wal {
   Status append_pwrite(std::span<const WalWrite> group);
   Status append_uring(std::span<const WalWrite> group);
   Status reap(std::span<const WalWrite> group, size_t begin, uint64_t base_off, unsigned count);
+  void drop_cached_pages();
   Status cut_tail(uint64_t good_end, uint64_t file_bytes, const std::string& reason,
                   WalRecovery* report);
 
@@ -120,6 +129,7 @@ class Wal {
   std::unique_ptr<Ring> ring_;
   std::vector<iovec> registered_;
   uint64_t end_offset_ = 0;
+  uint64_t cache_dropped_until_ = 0;  // pages below it were dropped (drop_cached_pages)
   bool recovered_ = false;
   Status failed_;  // ok until an append fails
 };

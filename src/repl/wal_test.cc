@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -291,6 +293,67 @@ TEST_F(WalTest, SecondOpenOfTheSameFileRefused) {
   auto second = Wal::open(path_, {});
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), Code::kUnavailable);
+}
+
+// Pages of `path` in the page cache (mincore over a read-only mapping).
+size_t resident_pages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0);
+  struct stat st {};
+  EXPECT_EQ(::fstat(fd, &st), 0);
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  EXPECT_NE(map, MAP_FAILED);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in_core((bytes + page - 1) / page);
+  EXPECT_EQ(::mincore(map, bytes, in_core.data()), 0);
+  ::munmap(map, bytes);
+  ::close(fd);
+  size_t n = 0;
+  for (unsigned char c : in_core) n += c & 1;
+  return n;
+}
+
+// A WAL keeps only its tail in the page cache (WalOptions::cache_keep_bytes), and what it
+// dropped from the cache is still all there on disk.
+TEST_F(WalTest, DropsAllButItsTailFromThePageCache) {
+  struct statfs fs {};
+  ASSERT_EQ(::statfs(dir_.c_str(), &fs), 0);
+  if (fs.f_type == 0x01021994 /* TMPFS_MAGIC */) {
+    GTEST_SKIP() << dir_ << " is on tmpfs, whose pages are the data and cannot be dropped";
+  }
+  constexpr uint64_t kKeep = 1u << 20;
+  WalOptions o;
+  o.cache_keep_bytes = kKeep;
+  auto wal = open_wal(o);
+  ASSERT_TRUE(wal->recover([](const LogEntryView&) { return Status::Ok(); }).ok());
+  // 200 entries of about 64 KiB: 12.5 MiB.
+  std::vector<uint64_t> buf(8192);
+  std::vector<std::byte> value(300, std::byte{0x5a});
+  for (uint64_t seq = 1; seq <= 200; ++seq) {
+    LogBatchBuilder b;
+    b.reset({reinterpret_cast<std::byte*>(buf.data()), buf.size() * 8}, {1, 0, 1, seq},
+            BatchLimits{});
+    for (uint64_t t = 0; t < 190; ++t) {
+      uint64_t key[1] = {seq * 1000 + t};
+      const TxnWrite w{3, WriteOp::kPut, key, value};
+      ASSERT_EQ(b.append(seq, {}, {&w, 1}), AppendResult::kOk);
+    }
+    ASSERT_TRUE(wal->append(b.seal()).ok());
+  }
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t file_pages = file_bytes() / page;
+  ASSERT_GT(file_bytes(), 12u << 20);
+  // At most 2 * kKeep behind the end stays cached (the drop runs once per kKeep appended).
+  EXPECT_LE(resident_pages(path_), (2 * kKeep + (64u << 10)) / page + 1)
+      << "of " << file_pages << " pages";
+  wal.reset();
+  std::vector<uint64_t> seqs;
+  const WalRecovery r = reopen({}, &seqs);
+  EXPECT_EQ(r.entries_kept, 200u);
+  EXPECT_EQ(r.bytes_cut, 0u);
+  ASSERT_EQ(seqs.size(), 200u);
+  EXPECT_EQ(seqs.back(), 200u);
 }
 
 }  // namespace
