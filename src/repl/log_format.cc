@@ -5,7 +5,12 @@
 
 #include <fmt/format.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
+#include <bit>
 
 namespace shoal::repl {
 
@@ -32,6 +37,29 @@ bool aligned8(const void* p) {
 
 Status corrupt(uint64_t offset, std::string_view what) {
   return Status::Corruption(fmt::format("log entry at offset {}: {}", offset, what));
+}
+
+// The first index in [i, size) where a and b differ; size if none. The equal stretches of a
+// patched row are most of it (a STOCK row changes 4 fields of 17), so they are skipped 16
+// bytes per compare where SSE2 is there (every x86-64), else 8.
+size_t first_difference(const std::byte* a, const std::byte* b, size_t i, size_t size) {
+#if defined(__SSE2__)
+  for (; i + 16 <= size; i += 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i));
+    const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i));
+    const auto equal = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(x, y)));
+    if (equal != 0xffffu) return i + static_cast<size_t>(std::countr_one(equal));
+  }
+#endif
+  static_assert(std::endian::native == std::endian::little, "byte order of load_u64");
+  for (; i + 8 <= size; i += 8) {
+    const uint64_t differ = load_u64(a + i) ^ load_u64(b + i);
+    if (differ != 0) return i + static_cast<size_t>(std::countr_zero(differ)) / 8;
+  }
+  for (; i < size; ++i) {
+    if (a[i] != b[i]) return i;
+  }
+  return size;
 }
 
 }  // namespace
@@ -64,16 +92,8 @@ size_t encode_patch(std::span<const std::byte> old_value, std::span<const std::b
   store_u64(out.data(), base_tid);
   size_t n = kLogPatchHeaderBytes;
   uint32_t count = 0;
-  size_t i = 0;
+  size_t i = first_difference(a, b, 0, size);
   while (i < size) {  // bounded: i grows every pass
-    if (i + 8 <= size && load_u64(a + i) == load_u64(b + i)) {
-      i += 8;
-      continue;
-    }
-    if (a[i] == b[i]) {
-      ++i;
-      continue;
-    }
     // A run of changes; it ends at 4 equal bytes in a row (what a new range header costs).
     size_t end = i + 1;
     for (size_t j = i + 1, equal = 0; j < size && equal < kLogPatchRangeHeaderBytes; ++j) {
@@ -91,7 +111,7 @@ size_t encode_patch(std::span<const std::byte> old_value, std::span<const std::b
     std::memcpy(out.data() + n + kLogPatchRangeHeaderBytes, b + i, len);
     n += kLogPatchRangeHeaderBytes + len;
     ++count;
-    i = end;
+    i = first_difference(a, b, end, size);
   }
   *range_count = static_cast<uint16_t>(count);
   return n;
