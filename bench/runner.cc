@@ -16,6 +16,7 @@
 
 #include "bench/runner_repl.h"
 #include "src/base/assert.h"
+#include "src/base/cpu_placement.h"
 #include "src/base/histogram.h"
 
 namespace shoal::bench {
@@ -95,8 +96,14 @@ struct RunClock {
 
 void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& options, uint32_t index,
                  std::mutex& setup_mu, RunClock& clock, ThreadState& state,
-                 repl::ReplicationLeader* leader) {
+                 repl::ReplicationLeader* leader, int cpu) {
   Env& env = engine.env();
+  if (cpu >= 0) {
+    // Before setup, so the worker's buffers are first touched where it will run.
+    const Status pinned = pin_current_thread(cpu);
+    if (!pinned.ok())
+      fmt::print(stderr, "shoal: worker {} runs unpinned: {}\n", index, pinned.to_string());
+  }
   txn::Worker* worker = nullptr;
   std::unique_ptr<Client> client;
   {
@@ -320,6 +327,9 @@ Status check_options(const RunOptions& o) {
     return Status::InvalidArgument(
         fmt::format("replica-nice must be in [0, 19], not {}", o.replica_nice));
   }
+  if (o.cpu_placement != "auto" && o.cpu_placement != "none") {
+    return Status::InvalidArgument("cpu-placement must be auto or none, not " + o.cpu_placement);
+  }
   if (o.fsync != "none" && o.fsync != "batch" && o.fsync != "always") {
     return Status::InvalidArgument("fsync must be none, batch or always, not " + o.fsync);
   }
@@ -333,10 +343,11 @@ Status check_options(const RunOptions& o) {
   return Status::Ok();
 }
 
-// Starts the workers, prints live lines until the deadline, joins them.
+// Starts the workers (worker i on placement.worker_cpus[i] when pinned), prints live lines
+// until the deadline, joins them.
 void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& options,
-                 std::vector<std::unique_ptr<ThreadState>>& states, uint64_t* measure_start_ns,
-                 repl::ReplicationLeader* leader) {
+                 const CpuPlacement& placement, std::vector<std::unique_ptr<ThreadState>>& states,
+                 uint64_t* measure_start_ns, repl::ReplicationLeader* leader) {
   Env& env = engine.env();
   const size_t types = workload.txn_types().size();
   for (uint32_t i = 0; i < options.workers; ++i)
@@ -346,8 +357,9 @@ void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& opti
   std::vector<std::thread> threads;
   threads.reserve(options.workers);
   for (uint32_t i = 0; i < options.workers; ++i) {
+    const int cpu = placement.pinned() ? placement.worker_cpus[i] : -1;
     threads.emplace_back(worker_main, std::ref(workload), std::ref(engine), std::cref(options), i,
-                         std::ref(setup_mu), std::ref(clock), std::ref(*states[i]), leader);
+                         std::ref(setup_mu), std::ref(clock), std::ref(*states[i]), leader, cpu);
   }
   // Bounded: every worker increments `ready` once after its (finite) setup.
   while (clock.ready.load(std::memory_order_acquire) < options.workers) env.sleep_ns(1'000'000);
@@ -517,6 +529,7 @@ nlohmann::json RunResult::to_json() const {
   }
   j["rss_bytes"] = rss_bytes;
   j["peak_rss_bytes"] = peak_rss_bytes;
+  j["cpu_placement"] = cpu_placement;
   return j;
 }
 
@@ -576,6 +589,35 @@ std::string RunResult::to_table() const {
   return s;
 }
 
+namespace {
+
+// Confines every thread of this process and of the follower processes to `cpus`. A follower
+// that has exited is skipped: the run notices it on its own.
+Status confine_run(std::span<const int> cpus, const ReplicatedRun* replicated) {
+  SHOAL_TRY(confine_threads(0, cpus));
+  if (replicated == nullptr) return Status::Ok();
+  for (pid_t pid : replicated->children()) {
+    const Status s = confine_threads(pid, cpus);
+    if (!s.ok() && !s.is_not_found()) return s;
+  }
+  return Status::Ok();
+}
+
+// Plans the run's CPU placement (RunOptions::cpu_placement) and confines the threads that are
+// not workers; the workers pin themselves. `all_cpus` receives the mask to restore afterwards.
+Status place_run(const RunOptions& options, const ReplicatedRun* replicated,
+                 std::vector<int>* all_cpus, CpuPlacement* placement) {
+  if (options.cpu_placement == "none") return Status::Ok();
+  auto allowed = allowed_cpus();
+  if (!allowed.ok()) return allowed.status();
+  *all_cpus = std::move(*allowed);
+  *placement = plan_cpu_placement(*all_cpus, options.workers);
+  if (placement->pinned()) SHOAL_TRY(confine_run(placement->other_cpus, replicated));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
                                 const RunOptions& options) {
   SHOAL_TRY(check_options(options));
@@ -602,10 +644,18 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
     replicated = std::move(*started);
   }
 
+  std::vector<int> all_cpus;
+  CpuPlacement placement;
+  SHOAL_TRY(place_run(options, replicated.get(), &all_cpus, &placement));
+  r.cpu_placement = options.cpu_placement == "none" ? "none" : placement.describe();
+  if (options.progress != nullptr)
+    fmt::print(options.progress, "cpu placement: {}\n", r.cpu_placement);
   std::vector<std::unique_ptr<ThreadState>> states;
   uint64_t measure_start_ns = 0;
-  run_workers(workload, engine, options, states, &measure_start_ns,
+  run_workers(workload, engine, options, placement, states, &measure_start_ns,
               replicated ? &replicated->leader() : nullptr);
+  // The quiesce, the checks and the followers' last replay may use every CPU again.
+  if (placement.pinned()) SHOAL_TRY(confine_run(all_cpus, replicated.get()));
   if (replicated) {
     // Close every stream above every TID committed, then wait for the tail's acknowledgement.
     const uint64_t final_tid = replicated->close_streams();

@@ -36,6 +36,11 @@ struct RunOptions {
   bool check = false;       // run Workload::check() after the run
   uint32_t warehouses = 1;  // passed to Workload::load (TPC-C scale)
   uint64_t seed = 1;
+  // "auto": when the workers leave a core over, each worker is pinned to a core of its own
+  // and every other thread of the run (the main thread, replication threads, follower
+  // processes) is confined to the rest, for the run only (src/base/cpu_placement.h).
+  // "none": the scheduler places everything.
+  std::string cpu_placement = "auto";
   // Load progress and live lines; nullptr is silent. A tty gets a redrawn progress bar,
   // anything else periodic lines.
   std::FILE* progress = stderr;
@@ -130,6 +135,7 @@ struct RunResult {
   std::vector<TypeResult> per_type;
   uint64_t rss_bytes = 0;  // resident set right after load
   uint64_t peak_rss_bytes = 0;
+  std::string cpu_placement;  // CpuPlacement::describe() of the run, or "none"
   bool checked = false;
   std::vector<std::string> check_failures;  // empty when consistent (or not checked)
   ReplicationResult replication;            // followers' digests and checks fail the check

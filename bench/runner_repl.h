@@ -31,6 +31,8 @@ class ReplicatedRun {
                                                                     ReplicationResult* result);
   ~ReplicatedRun();  // stops the leader, reaps the followers, removes a temporary directory
   repl::ReplicationLeader& leader() { return *leader_; }
+  // The follower processes (children of this one).
+  const std::vector<pid_t>& children() const { return children_; }
   // After the workers stopped: closes every stream with a floor above every committed TID;
   // returns that TID (the watermark the run must reach).
   uint64_t close_streams();

@@ -330,6 +330,13 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
   c.bench->add_option("--seed", f.run.seed, "Seed for data and transaction inputs")
       ->check(number_in(uint64_t{0}, ~uint64_t{0}, false, "a whole number >= 0"))
       ->capture_default_str();
+  c.bench
+      ->add_option("--cpu-placement", f.run.cpu_placement,
+                   "auto: pin each worker to a core of its own and keep every other thread "
+                   "(followers included) on the cores left over, when there are any; none: "
+                   "leave it to the scheduler")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->capture_default_str();
 
   c.tpcc = c.bench->add_subcommand("tpcc", "TPC-C: the 5-transaction mix over W warehouses");
   c.tpcc->add_option("--warehouses", f.warehouses, "Number of warehouses (>= 1)")
@@ -486,6 +493,12 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
                c.bench->count("--warmup") > 0 ? "--warmup" : "--keys (use --keys-per-shard)");
     return kExitUsage;
   }
+  if (c.bench->count("--cpu-placement") > 0) {
+    fmt::print(stderr,
+               "shoal: error: --cpu-placement applies to the in-process run (one shard), not to "
+               "shard servers\n");
+    return kExitUsage;
+  }
   if (!tpcc && d.cross_shard_pct > 0 && sub->count("--cross-shard-pct") > 0 && local &&
       d.shards < 2) {
     fmt::print(stderr, "shoal: error: --cross-shard-pct: needs --shards >= 2\n");
@@ -580,7 +593,7 @@ int run_bench(const BenchCommands& c, BenchFlags& f) {
 
 // Bench options that mean nothing to `bench transport` are refused rather than ignored.
 int run_transport_bench(const BenchCommands& c, const BenchFlags& f) {
-  for (const char* flag : {"--workers", "--warmup", "--check", "--seed"}) {
+  for (const char* flag : {"--workers", "--warmup", "--check", "--seed", "--cpu-placement"}) {
     if (c.bench->count(flag) > 0) {
       fmt::print(stderr, "shoal: error: {} does not apply to bench transport (see --help)\n", flag);
       return kExitUsage;

@@ -1,0 +1,111 @@
+#include "src/base/cpu_placement.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+namespace shoal {
+
+namespace {
+
+cpu_set_t make_set(std::span<const int> cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) {
+    SHOAL_ASSERT(c >= 0 && c < CPU_SETSIZE, "cpu %d out of range", c);
+    CPU_SET(c, &set);
+  }
+  return set;
+}
+
+}  // namespace
+
+std::string format_cpu_list(std::span<const int> cpus) {
+  std::string out;
+  size_t i = 0;
+  // Bounded: each pass consumes one run of consecutive CPUs.
+  while (i < cpus.size()) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += j == i ? fmt::format("{}", cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string CpuPlacement::describe() const {
+  if (!pinned()) return "nothing pinned: " + reason;
+  return fmt::format("worker{} on cpu {}; other threads on cpu {}",
+                     worker_cpus.size() == 1 ? "" : "s", format_cpu_list(worker_cpus),
+                     format_cpu_list(other_cpus));
+}
+
+CpuPlacement plan_cpu_placement(std::span<const int> allowed, uint32_t workers) {
+  CpuPlacement p;
+  if (workers >= allowed.size()) {
+    p.reason =
+        fmt::format("{} worker{} and {} usable cpu{}, none left for the other threads", workers,
+                    workers == 1 ? "" : "s", allowed.size(), allowed.size() == 1 ? "" : "s");
+    return p;
+  }
+  p.worker_cpus.assign(allowed.begin(), allowed.begin() + workers);
+  p.other_cpus.assign(allowed.begin() + workers, allowed.end());
+  return p;
+}
+
+Result<std::vector<int>> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) {
+    return Status::IOError(fmt::format("sched_getaffinity: {}", std::strerror(errno)));
+  }
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+Status pin_current_thread(int cpu) {
+  const int one[] = {cpu};
+  const cpu_set_t set = make_set(one);
+  const int rc = ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set);
+  if (rc != 0) {
+    return Status::IOError(
+        fmt::format("cannot pin a thread to cpu {}: {}", cpu, std::strerror(rc)));
+  }
+  return Status::Ok();
+}
+
+Status confine_threads(pid_t pid, std::span<const int> cpus) {
+  SHOAL_ASSERT(!cpus.empty(), "confine_threads to no cpu");
+  const cpu_set_t set = make_set(cpus);
+  const std::string dir = pid == 0 ? "/proc/self/task" : fmt::format("/proc/{}/task", pid);
+  // Two passes: a thread created during the first, by a thread not yet confined, inherited
+  // the old mask; the second pass catches it (the processes here start their threads early
+  // and none is starting threads at this point).
+  for (int pass = 0; pass < 2; ++pass) {
+    std::error_code ec;
+    std::filesystem::directory_iterator it(dir, ec);
+    if (ec == std::errc::no_such_file_or_directory) {
+      return Status::NotFound(fmt::format("no process {} ({} is missing)", pid, dir));
+    }
+    if (ec) return Status::IOError(fmt::format("cannot list {}: {}", dir, ec.message()));
+    for (const auto& entry : it) {
+      const pid_t tid = static_cast<pid_t>(std::stol(entry.path().filename().string()));
+      if (::sched_setaffinity(tid, sizeof(set), &set) != 0 && errno != ESRCH) {
+        return Status::IOError(fmt::format("cannot confine thread {} of {} to cpu {}: {}", tid, dir,
+                                           format_cpu_list(cpus), std::strerror(errno)));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace shoal
