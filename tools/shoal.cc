@@ -32,6 +32,7 @@
 #include "bench/tpcc/tpcc.h"
 #include "bench/transport/transport.h"
 #include "bench/ycsb/ycsb.h"
+#include "src/base/cpu_placement.h"
 #include "src/cluster/config.h"
 #include "src/server/cluster_ctl.h"
 #include "src/server/replica_cli.h"
@@ -103,6 +104,17 @@ CLI::Validator number_in(T lo, T hi, bool lo_open, std::string range_text) {
         return std::string();
       },
       range_text);
+}
+
+// A list of cpus like 0-3,6 (src/base/cpu_placement.h): "--cpus: cpu list '3-1': a range runs
+// downwards (a cpu list is like 0-3,6)".
+CLI::Validator cpu_list() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        auto cpus = parse_cpu_list(input, "cpu list");
+        return cpus.ok() ? std::string() : cpus.status().message();
+      },
+      "LIST");
 }
 
 // `bench transport`: its own --transport and --iterations; --seconds (pipelined time per
@@ -297,6 +309,9 @@ CLI::App* add_replica_command(CLI::App& app, server::ReplicaOptions& o) {
       ->check(number_in(0, 19, false, "in [0, 19]"))
       ->capture_default_str();
   add_checkpoint_option(c, o.checkpoint_interval_ms);
+  c->add_option("--cpus", o.cpus,
+                "Run every thread on these cpus (a list like 0-3,6; `cluster up` plans it)")
+      ->check(cpu_list());
   add_follower_read_options(c, "--serve-reads", o.serve_reads,
                             "Reader threads running read-only transactions (TPC-C OrderStatus, "
                             "StockLevel) at the follower's snapshot while it replays",
@@ -395,6 +410,15 @@ ServerCommands add_server_commands(CLI::App& app) {
   c.server->add_option("--workload", so.workload, "What to load and run: micro, tpcc or bank")
       ->check(CLI::IsMember({"micro", "tpcc", "bank"}))
       ->capture_default_str();
+  c.server
+      ->add_option("--worker-cpus", so.worker_cpus,
+                   "Pin worker i to the i-th of these cpus (a list like 0-3,6; one per "
+                   "worker; with --other-cpus; `cluster up` plans them)")
+      ->check(cpu_list());
+  c.server
+      ->add_option("--other-cpus", so.other_cpus,
+                   "Run every thread that is not a worker on these cpus")
+      ->check(cpu_list());
   // Test only (hidden): a planted bug for the bank's serializability check.
   c.server->add_flag("--unsafe-skip-read-validation", so.unsafe_skip_read_validation)->group("");
   c.server->add_flag("--unsafe-plant-divergence", so.unsafe_plant_divergence)->group("");
@@ -452,6 +476,12 @@ ServerCommands add_server_commands(CLI::App& app) {
       ->check(number_in(0u, 16u, false, "in [0, 16]"))
       ->capture_default_str();
   add_checkpoint_option(c.up, co.checkpoint_interval_ms);
+  c.up->add_option("--cpu-placement", co.cpu_placement,
+                   "auto: when the servers' workers leave a core over, pin each worker to a core "
+                   "of its own and run everything else, followers included, on the rest; none: "
+                   "leave it to the scheduler")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->capture_default_str();
   return c;
 }
 
@@ -493,10 +523,10 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
                c.bench->count("--warmup") > 0 ? "--warmup" : "--keys (use --keys-per-shard)");
     return kExitUsage;
   }
-  if (c.bench->count("--cpu-placement") > 0) {
+  if (c.bench->count("--cpu-placement") > 0 && remote) {
     fmt::print(stderr,
-               "shoal: error: --cpu-placement applies to the in-process run (one shard), not to "
-               "shard servers\n");
+               "shoal: error: --cpu-placement: with --cluster the running cluster's placement "
+               "applies (shoal cluster up --cpu-placement)\n");
     return kExitUsage;
   }
   if (!tpcc && d.cross_shard_pct > 0 && sub->count("--cross-shard-pct") > 0 && local &&
@@ -540,6 +570,7 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
   d.wan_rtt_ms = f.run.wan_rtt_ms;
   d.fsync = f.run.fsync;
   d.replica_nice = f.run.replica_nice;
+  d.cpu_placement = f.run.cpu_placement;
   d.workers = f.run.workers;
   d.seconds = f.run.seconds;
   d.seed = f.run.seed;

@@ -39,6 +39,41 @@ std::string format_cpu_list(std::span<const int> cpus) {
   return out;
 }
 
+Result<std::vector<int>> parse_cpu_list(std::string_view text, std::string_view what) {
+  auto bad = [&](std::string_view why) {
+    return Status::InvalidArgument(
+        fmt::format("{} '{}': {} (a cpu list is like 0-3,6)", what, text, why));
+  };
+  std::vector<int> cpus;
+  size_t i = 0;
+  // Bounded: each pass consumes one item and its comma.
+  while (i < text.size()) {
+    int range[2] = {-1, -1};
+    for (int part = 0; part < 2; ++part) {
+      int v = 0;
+      size_t digits = 0;
+      while (i < text.size() && text[i] >= '0' && text[i] <= '9' && digits < 5) {
+        v = v * 10 + (text[i++] - '0');
+        ++digits;
+      }
+      if (digits == 0 || v >= CPU_SETSIZE) return bad("not a cpu number");
+      range[part] = v;
+      if (part == 0 && (i == text.size() || text[i] != '-')) break;
+      if (part == 0) ++i;  // the '-'
+    }
+    const int hi = range[1] < 0 ? range[0] : range[1];
+    if (hi < range[0]) return bad("a range runs downwards");
+    for (int c = range[0]; c <= hi; ++c) {
+      if (!cpus.empty() && c <= cpus.back()) return bad("not ascending without repeats");
+      cpus.push_back(c);
+    }
+    if (i < text.size() && text[i++] != ',') return bad("unexpected character");
+    if (i == text.size() && text.back() == ',') return bad("ends with a comma");
+  }
+  if (cpus.empty()) return bad("empty");
+  return cpus;
+}
+
 std::string CpuPlacement::describe() const {
   if (!pinned()) return "nothing pinned: " + reason;
   return fmt::format("worker{} on cpu {}; other threads on cpu {}",

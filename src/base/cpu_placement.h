@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shoal/status.h"
@@ -58,5 +59,8 @@ CpuPlacement plan_cpu_placement(std::span<const int> allowed, uint32_t workers);
 
 // "0-3,6" for {0, 1, 2, 3, 6}.
 std::string format_cpu_list(std::span<const int> cpus);
+// The inverse: a list of CPU numbers and ranges ("0-3,6"), ascending and without repeats.
+// InvalidArgument naming `what` (a flag) on anything else, an empty list included.
+[[nodiscard]] Result<std::vector<int>> parse_cpu_list(std::string_view text, std::string_view what);
 
 }  // namespace shoal

@@ -48,6 +48,25 @@ TEST(CpuPlacement, FormatsCpuListsAsRanges) {
   EXPECT_EQ(format_cpu_list(std::vector<int>{0, 1, 2, 3, 6, 8, 9}), "0-3,6,8-9");
 }
 
+TEST(CpuPlacement, ParsesWhatItFormats) {
+  for (const std::vector<int>& cpus : {std::vector<int>{0}, std::vector<int>{0, 1, 2, 3, 6},
+                                       std::vector<int>{1, 3, 5, 6, 7, 12}}) {
+    auto parsed = parse_cpu_list(format_cpu_list(cpus), "--cpus");
+    ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+    EXPECT_EQ(*parsed, cpus);
+  }
+}
+
+TEST(CpuPlacement, RefusesMalformedCpuLists) {
+  for (const char* text : {"", ",", "1,", "a", "1-", "-1", "3-1", "1,1", "2,1", "1;2", "99999"}) {
+    auto parsed = parse_cpu_list(text, "--cpus");
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_EQ(parsed.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find("--cpus '"), std::string::npos)
+        << parsed.status().message();
+  }
+}
+
 // Applies placements to real threads and reads them back; restores the mask afterwards.
 TEST(CpuPlacement, PinAndConfineChangeTheThreadsAffinity) {
   auto before = allowed_cpus();

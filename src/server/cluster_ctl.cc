@@ -105,6 +105,9 @@ Status cluster_up(const ClusterOptions& o) {
   so.batch_us = o.batch_us;
   so.serve_reads = o.serve_reads;
   so.checkpoint_interval_ms = o.checkpoint_interval_ms;
+  so.cpu_placement = o.cpu_placement;
+  auto placement = plan_host_placement(*config, so);
+  if (!placement.ok()) return placement.status();
   auto procs = spawn_servers(*config, so);
   if (!procs.ok()) return procs.status();
   for (const auto& p : *procs) {
@@ -124,6 +127,7 @@ Status cluster_up(const ClusterOptions& o) {
                  fmt::format("({})", config->shards[p.shard].replicas[p.replica].region), p.pid);
     }
   }
+  fmt::print("cpu placement: {}\n", placement->describe());
   fmt::print("cluster '{}': {} shard{} x {} replica{} up; run dir {}\n", config->name,
              config->shards.size(), config->shards.size() == 1 ? "" : "s",
              config->replicas_per_shard, config->replicas_per_shard == 1 ? "" : "s", dir);

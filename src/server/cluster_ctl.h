@@ -43,6 +43,7 @@ struct ClusterOptions {
   double batch_us = 0;
   uint32_t serve_reads = 0;
   uint64_t checkpoint_interval_ms = 0;  // `up`: followers' checkpoint interval (0: none)
+  std::string cpu_placement = "auto";   // `up`: SpawnOptions::cpu_placement
 };
 
 // Each prints its table to stdout; a non-Ok Status is the one-line reason for exit code 1.
@@ -88,6 +89,7 @@ struct DistBenchOptions {
   // run. The planted bug (test only) reads the newest version instead.
   uint32_t follower_reads = 0;
   bool unsafe_follower_read_newest = false;
+  std::string cpu_placement = "auto";  // local run: SpawnOptions::cpu_placement
 };
 
 // Exit-code-shaped outcome: Ok; Unavailable (a shard went away or transactions failed: the

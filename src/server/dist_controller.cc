@@ -147,6 +147,10 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.replica_nice = o.replica_nice;
   so.serve_reads = o.follower_reads;
   so.unsafe_snapshot_read_newest = o.unsafe_follower_read_newest;
+  so.cpu_placement = o.cpu_placement;
+  auto placement = plan_host_placement(lc->config, so);
+  if (!placement.ok()) return placement.status();
+  fmt::print(stderr, "cpu placement: {}\n", placement->describe());
   auto procs = spawn_servers(lc->config, so);
   if (!procs.ok()) return procs.status();
   lc->procs = std::move(*procs);

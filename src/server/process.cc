@@ -83,7 +83,7 @@ Status spawn_one(std::vector<std::string> args, bool die_with_parent, ServerProc
 
 std::vector<std::string> server_args(const std::string& exe, const cluster::ClusterConfig& config,
                                      const SpawnOptions& options, uint32_t s,
-                                     const std::string& data_dir) {
+                                     const std::string& data_dir, const CpuPlacement& placement) {
   std::vector<std::string> args = {exe,
                                    "server",
                                    "--config",
@@ -99,6 +99,12 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
     args.push_back(std::to_string(options.workers));
   }
   if (options.unsafe_skip_read_validation) args.push_back("--unsafe-skip-read-validation");
+  if (placement.pinned()) {
+    const size_t per_shard = placement.worker_cpus.size() / config.shards.size();
+    const std::span<const int> mine(placement.worker_cpus.data() + s * per_shard, per_shard);
+    args.insert(args.end(), {"--worker-cpus", format_cpu_list(mine), "--other-cpus",
+                             format_cpu_list(placement.other_cpus)});
+  }
   if (config.shards[s].replicas.size() > 1) {
     args.insert(args.end(),
                 {"--data-dir", cluster::replica_dir(data_dir, s, 0), "--fsync", options.fsync});
@@ -114,7 +120,8 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
 
 // `shoal replica` for replica r >= 1 of shard s.
 std::vector<std::string> replica_args(const std::string& exe, const SpawnOptions& options,
-                                      uint32_t s, uint32_t r, const std::string& data_dir) {
+                                      uint32_t s, uint32_t r, const std::string& data_dir,
+                                      const CpuPlacement& placement) {
   std::vector<std::string> args = {exe,
                                    "replica",
                                    "--config",
@@ -137,15 +144,36 @@ std::vector<std::string> replica_args(const std::string& exe, const SpawnOptions
     args.insert(args.end(),
                 {"--checkpoint-interval-ms", std::to_string(options.checkpoint_interval_ms)});
   }
+  if (placement.pinned())
+    args.insert(args.end(), {"--cpus", format_cpu_list(placement.other_cpus)});
   return args;
 }
 
 }  // namespace
 
+Result<CpuPlacement> plan_host_placement(const cluster::ClusterConfig& config,
+                                         const SpawnOptions& options) {
+  if (options.cpu_placement == "none") {
+    CpuPlacement none;
+    none.reason = "--cpu-placement none";
+    return none;
+  }
+  if (options.cpu_placement != "auto") {
+    return Status::InvalidArgument("--cpu-placement: '" + options.cpu_placement +
+                                   "' is not auto or none");
+  }
+  auto allowed = allowed_cpus();
+  if (!allowed.ok()) return allowed.status();
+  const uint32_t per_shard = options.workers != 0 ? options.workers : config.workers_per_shard;
+  return plan_cpu_placement(*allowed, per_shard * static_cast<uint32_t>(config.shards.size()));
+}
+
 Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& config,
                                                  const SpawnOptions& options) {
   auto exe = self_exe();
   if (!exe.ok()) return exe.status();
+  auto placement = plan_host_placement(config, options);
+  if (!placement.ok()) return placement.status();
   const std::string data_dir = options.data_dir.empty() ? options.log_dir : options.data_dir;
   std::vector<ServerProcess> procs;
   for (uint32_t s = 0; s < config.shards.size(); ++s) {
@@ -156,10 +184,10 @@ Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& c
       std::vector<std::string> args;
       if (r == 0) {
         p.log_path = fmt::format("{}/shard-{}.log", options.log_dir, s);
-        args = server_args(*exe, config, options, s, data_dir);
+        args = server_args(*exe, config, options, s, data_dir, *placement);
       } else {
         p.log_path = cluster::replica_dir(options.log_dir, s, r) + ".log";
-        args = replica_args(*exe, options, s, r, data_dir);
+        args = replica_args(*exe, options, s, r, data_dir, *placement);
       }
       if (Status st = spawn_one(std::move(args), options.die_with_parent, &p); !st.ok()) {
         stop_servers(procs, 2000);

@@ -1,7 +1,9 @@
 // Shard server processes seen from a controller: spawn them (fork + exec of this binary) with
 // the follower replicas of replicated shards (`shoal replica`), wait until the servers answer
 // kPing (a replicated server answers only once its followers installed its load), and stop
-// them all (SIGTERM, then SIGKILL after a deadline).
+// them all (SIGTERM, then SIGKILL after a deadline). Every process it starts gets its CPUs
+// from one plan for the host (plan_host_placement): workers on cores of their own when there
+// are cores to spare, everything else on the rest.
 //
 // Threads: the calling thread only. REQUIRES: spawn() from a process without other threads
 // (between fork and exec the child only calls async-signal-safe functions anyway).
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "shoal/status.h"
+#include "src/base/cpu_placement.h"
 #include "src/cluster/config.h"
 #include "src/server/control.h"
 
@@ -47,7 +50,16 @@ struct SpawnOptions {
   uint32_t serve_reads = 0;
   bool unsafe_snapshot_read_newest = false;
   uint64_t checkpoint_interval_ms = 0;  // followers' `shoal replica --checkpoint-interval-ms`
+  // "auto": when the servers' workers leave a core of this host over, each worker is pinned
+  // to a core of its own (shard 0's first) and everything else, followers included, runs on
+  // the rest (plan_host_placement); "none": the scheduler places everything.
+  std::string cpu_placement = "auto";
 };
+
+// The placement spawn_servers gives the processes it starts: worker_cpus lists shard 0's
+// workers, then shard 1's, ...; nothing pinned with cpu_placement "none" or no core left over.
+[[nodiscard]] Result<CpuPlacement> plan_host_placement(const cluster::ClusterConfig& config,
+                                                       const SpawnOptions& options);
 
 // What `who` is in messages: "shard 1" or "shard 1 replica 2".
 std::string process_name(const ServerProcess& p);

@@ -6,6 +6,7 @@
 
 #include "bench/tpcc/tpcc.h"
 #include "bench/tpcc/tpcc_follower_reads.h"
+#include "src/base/cpu_placement.h"
 #include "src/cluster/config.h"
 #include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
@@ -29,6 +30,11 @@ Status run_replica(const ReplicaOptions& options) {
   }
   auto fsync = repl::parse_fsync(options.fsync, "--fsync");
   if (!fsync.ok()) return fsync.status();
+  if (!options.cpus.empty()) {
+    auto cpus = parse_cpu_list(options.cpus, "--cpus");
+    if (!cpus.ok()) return cpus.status();
+    SHOAL_TRY(confine_threads(0, *cpus));  // before any thread starts: they all inherit it
+  }
   const cluster::Replica& leader = shard.replicas[0];
   const cluster::Replica& me = shard.replicas[options.replica];
   const double one_way_ms = config->one_way_ms(leader.region, me.region);

@@ -28,6 +28,9 @@ struct ReplicaOptions {
   bool unsafe_snapshot_read_newest = false;  // test-only planted bug
   // Checkpoint of the replayed store every this many ms, then WAL truncation (0: never).
   uint64_t checkpoint_interval_ms = 0;
+  // CPUs every thread of the follower runs on (`--cpus`, a cpu list; spawn_servers plans it
+  // beside the workers' cores, src/base/cpu_placement.h). Empty: any.
+  std::string cpus;
 };
 
 [[nodiscard]] Status run_replica(const ReplicaOptions& options);

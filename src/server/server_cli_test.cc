@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -25,7 +26,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+
+#include "src/base/cpu_placement.h"
 
 namespace shoal::server {
 namespace {
@@ -293,6 +297,59 @@ TEST_F(ServerCli, ClusterUpStatusDownRoundTrip) {
   o = run({"cluster", "status", "--config", config_}, 30);
   EXPECT_NE(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("DOWN"), std::string::npos) << o.output;
+}
+
+// The CPUs each thread of `pid` may run on, as /proc prints them ("0", "1-3").
+std::vector<std::string> thread_cpu_lists(pid_t pid) {
+  std::vector<std::string> lists;
+  for (const auto& task : fs::directory_iterator(fmt::format("/proc/{}/task", pid))) {
+    std::ifstream in(task.path() / "status");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) {
+        lists.push_back(line.substr(line.find_first_not_of(" \t", 18)));
+      }
+    }
+  }
+  return lists;
+}
+
+pid_t read_pid(const std::string& file) {
+  pid_t pid = -1;
+  std::ifstream(file) >> pid;
+  return pid;
+}
+
+// cluster up with a core left over: the shard's one worker alone on the first cpu, every
+// other thread of the server and of its follower on the rest; --worker-cpus without
+// --other-cpus refused.
+TEST_F(ServerCli, ClusterUpPinsEachWorkerToACoreOfItsOwn) {
+  auto allowed = allowed_cpus();
+  ASSERT_TRUE(allowed.ok());
+  if (allowed->size() < 2) GTEST_SKIP() << "needs 2 cpus";
+  const std::string worker = std::to_string(allowed->front());
+  const std::string rest = format_cpu_list(std::span<const int>(*allowed).subspan(1));
+  write_replicated_config(1, 2);
+  Outcome o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find(fmt::format("cpu placement: worker on cpu {}; other threads on cpu {}",
+                                      worker, rest)),
+            std::string::npos)
+      << o.output;
+  std::vector<std::string> server = thread_cpu_lists(read_pid(run_dir() + "/shard-0.pid"));
+  const std::vector<std::string> follower =
+      thread_cpu_lists(read_pid(run_dir() + "/shard-0-replica-1.pid"));
+  ASSERT_GE(server.size(), 3u) << fmt::format("{}", server);  // main, worker, replication
+  ASSERT_FALSE(follower.empty());
+  EXPECT_EQ(std::count(server.begin(), server.end(), worker), 1) << fmt::format("{}", server);
+  EXPECT_EQ(std::count(server.begin(), server.end(), rest), static_cast<long>(server.size()) - 1)
+      << fmt::format("{}", server);
+  EXPECT_EQ(std::count(follower.begin(), follower.end(), rest), static_cast<long>(follower.size()))
+      << fmt::format("{}", follower);
+
+  o = run({"server", "--config", config_, "--shard", "0", "--worker-cpus", "0"}, 30);
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("--worker-cpus and --other-cpus go together"), std::string::npos)
+      << o.output;
 }
 
 TEST_F(ServerCli, KilledShardFailsTransactionsAndSurvivorKeepsNoLocks) {

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "bench/runner.h"
+#include "src/base/cpu_placement.h"
 #include "src/base/env.h"
 #include "src/cluster/config.h"
 #include "src/dist/coordinator.h"
@@ -259,6 +260,7 @@ class ShardServer {
   [[nodiscard]] Status post_to_workers(void (*fn)(void*));
   [[nodiscard]] Status repl_report(const nlohmann::json& request, rt::MsgBuffer* out);
   [[nodiscard]] Status make_worker(uint32_t index, uint64_t deadline_ns);
+  [[nodiscard]] Status apply_placement();
   [[nodiscard]] Status dial(Worker& w, uint32_t shard, uint64_t deadline_ns);
   template <typename E>
   [[nodiscard]] Status attach_peer(Worker& w, uint32_t shard, E endpoint);
@@ -272,6 +274,7 @@ class ShardServer {
   void hand_to_worker(E endpoint, uint32_t* next);
 
   ServerOptions options_;
+  std::vector<int> worker_cpus_;  // empty: workers unpinned
   cluster::ClusterConfig config_;
   std::unique_ptr<KeyLayout> layout_;
   std::unique_ptr<txn::Engine> engine_;
@@ -311,6 +314,27 @@ void reply_json(const nlohmann::json& j, rt::MsgBuffer* out) {
 // ---------------------------------------------------------------------------------------------
 // Start-up
 
+// Confines this process to --other-cpus before it starts any thread (every thread inherits it)
+// and keeps --worker-cpus for the worker threads, which pin themselves.
+Status ShardServer::apply_placement() {
+  if (options_.worker_cpus.empty() != options_.other_cpus.empty()) {
+    return Status::InvalidArgument("--worker-cpus and --other-cpus go together");
+  }
+  if (options_.worker_cpus.empty()) return Status::Ok();
+  auto workers = parse_cpu_list(options_.worker_cpus, "--worker-cpus");
+  if (!workers.ok()) return workers.status();
+  auto others = parse_cpu_list(options_.other_cpus, "--other-cpus");
+  if (!others.ok()) return others.status();
+  if (workers->size() != options_.workers) {
+    return Status::InvalidArgument(fmt::format("--worker-cpus '{}': {} cpus for {} workers",
+                                               options_.worker_cpus, workers->size(),
+                                               options_.workers));
+  }
+  SHOAL_TRY(confine_threads(0, *others));
+  worker_cpus_ = std::move(*workers);
+  return Status::Ok();
+}
+
 Status ShardServer::init(const ServerOptions& options) {
   options_ = options;
   auto config = cluster::load_config_file(options.config_path);
@@ -326,6 +350,7 @@ Status ShardServer::init(const ServerOptions& options) {
         fmt::format("shards: {} shards, at most {} supported", config_.shards.size(), kShardsMax));
   }
   if (options_.workers == 0) options_.workers = config_.workers_per_shard;
+  SHOAL_TRY(apply_placement());
   SHOAL_TRY(apply_batching());
   layout_ = std::make_unique<KeyLayout>(config_, options.keys_per_partition);
   if (options_.workload == "tpcc") {
@@ -570,7 +595,15 @@ Status ShardServer::serve() {
       if (!tick.ok()) return tick.status();
     }
     if (wp->watermark_exchange != nullptr) wp->watermark_exchange->start();
-    wp->thread = std::thread([wp] {
+    const int cpu = worker_cpus_.empty() ? -1 : worker_cpus_[wp->index];
+    wp->thread = std::thread([wp, cpu] {
+      if (cpu >= 0) {
+        const Status pinned = pin_current_thread(cpu);
+        if (!pinned.ok()) {
+          fmt::print(stderr, "shoal server: worker {} runs unpinned: {}\n", wp->index,
+                     pinned.to_string());
+        }
+      }
       wp->loop->run();
       wp->teardown();
     });

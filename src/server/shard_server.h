@@ -74,6 +74,12 @@ struct ServerOptions {
   // healthy followers are waited for at three quarters of it). Tests make it small so that a
   // short run leaves a stopped follower beyond it (caught up from the WAL then).
   uint64_t retain_slots = 256;
+  // CPU placement (`--worker-cpus`, `--other-cpus`; spawn_servers plans them for every server
+  // and follower of a host, src/base/cpu_placement.h): worker i's thread is pinned to the i-th
+  // CPU of worker_cpus, every other thread of the process is confined to other_cpus. Both
+  // empty: nothing pinned. Both or neither; worker_cpus lists one CPU per worker.
+  std::string worker_cpus;
+  std::string other_cpus;
 };
 
 // Runs the shard until SIGTERM or SIGINT. Errors: InvalidArgument (config, naming the field;
