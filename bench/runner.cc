@@ -603,6 +603,15 @@ Status confine_run(std::span<const int> cpus, const ReplicatedRun* replicated) {
   return Status::Ok();
 }
 
+// Gives every thread of the run every cpu again. A failure costs speed, not results: it is
+// reported on stderr and the run goes on.
+void restore_run(std::span<const int> all_cpus, const ReplicatedRun* replicated) {
+  const Status s = confine_run(all_cpus, replicated);
+  if (!s.ok()) {
+    fmt::print(stderr, "shoal: threads stay on their run's cpus: {}\n", s.to_string());
+  }
+}
+
 // Plans the run's CPU placement (RunOptions::cpu_placement) and confines the threads that are
 // not workers; the workers pin themselves. `all_cpus` receives the mask to restore afterwards.
 Status place_run(const RunOptions& options, const ReplicatedRun* replicated,
@@ -612,7 +621,13 @@ Status place_run(const RunOptions& options, const ReplicatedRun* replicated,
   if (!allowed.ok()) return allowed.status();
   *all_cpus = std::move(*allowed);
   *placement = plan_cpu_placement(*all_cpus, options.workers);
-  if (placement->pinned()) SHOAL_TRY(confine_run(placement->other_cpus, replicated));
+  if (!placement->pinned()) return Status::Ok();
+  const Status confined = confine_run(placement->other_cpus, replicated);
+  if (!confined.ok()) {
+    // Some threads may be confined already: give them every cpu back before failing.
+    restore_run(*all_cpus, replicated);
+    return confined;
+  }
   return Status::Ok();
 }
 
@@ -655,7 +670,7 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
   run_workers(workload, engine, options, placement, states, &measure_start_ns,
               replicated ? &replicated->leader() : nullptr);
   // The quiesce, the checks and the followers' last replay may use every CPU again.
-  if (placement.pinned()) SHOAL_TRY(confine_run(all_cpus, replicated.get()));
+  if (placement.pinned()) restore_run(all_cpus, replicated.get());
   if (replicated) {
     // Close every stream above every TID committed, then wait for the tail's acknowledgement.
     const uint64_t final_tid = replicated->close_streams();

@@ -82,6 +82,7 @@ std::string CpuPlacement::describe() const {
 }
 
 CpuPlacement plan_cpu_placement(std::span<const int> allowed, uint32_t workers) {
+  SHOAL_ASSERT(workers >= 1, "a placement for no worker");
   CpuPlacement p;
   if (workers >= allowed.size()) {
     p.reason =
@@ -128,17 +129,21 @@ Status confine_threads(pid_t pid, std::span<const int> cpus) {
   for (int pass = 0; pass < 2; ++pass) {
     std::error_code ec;
     std::filesystem::directory_iterator it(dir, ec);
+    // Bounded: a process has finitely many threads; increment(ec) never throws, and a process
+    // reaped while listed ends the listing with ENOENT.
+    for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      const pid_t tid = static_cast<pid_t>(std::stol(it->path().filename().string()));
+      if (::sched_setaffinity(tid, sizeof(set), &set) != 0) {
+        const int err = errno;       // before anything below can overwrite it
+        if (err == ESRCH) continue;  // the thread exited meanwhile
+        return Status::IOError(fmt::format("cannot confine thread {} of {} to cpu {}: {}", tid, dir,
+                                           format_cpu_list(cpus), std::strerror(err)));
+      }
+    }
     if (ec == std::errc::no_such_file_or_directory) {
       return Status::NotFound(fmt::format("no process {} ({} is missing)", pid, dir));
     }
     if (ec) return Status::IOError(fmt::format("cannot list {}: {}", dir, ec.message()));
-    for (const auto& entry : it) {
-      const pid_t tid = static_cast<pid_t>(std::stol(entry.path().filename().string()));
-      if (::sched_setaffinity(tid, sizeof(set), &set) != 0 && errno != ESRCH) {
-        return Status::IOError(fmt::format("cannot confine thread {} of {} to cpu {}: {}", tid, dir,
-                                           format_cpu_list(cpus), std::strerror(errno)));
-      }
-    }
   }
   return Status::Ok();
 }

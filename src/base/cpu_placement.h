@@ -4,8 +4,9 @@
 // machine where it shares cores with the replication threads and with follower processes
 // (every `shoal bench --replicas R` run, where all replicas live on one host), the scheduler
 // preempts it to run them, moves it between cores and lets them trash its L1/L2; measured on
-// this project's 2-vCPU VM, the worker's time per TPC-C transaction rose from 8.6 us alone to
-// 11.4 us beside two followers (docs/REPLICATION.md, "CPU placement"). Silo, eRPC and Mako pin
+// this project's 2-vCPU VM, the worker's time per TPC-C transaction rose from 8.0 us alone to
+// 11.0 us beside two followers (docs/REPLICATION.md, "The WAL leaves the page cache; workers
+// own their cores"). Silo, eRPC and Mako pin
 // their workers for the same reason.
 //
 // The plan is pure (plan_cpu_placement) so its rules are tested without touching the process;
@@ -42,7 +43,7 @@ struct CpuPlacement {
   std::string describe() const;
 };
 
-// REQUIRES: allowed holds distinct CPU numbers.
+// REQUIRES: allowed holds distinct CPU numbers; workers >= 1.
 CpuPlacement plan_cpu_placement(std::span<const int> allowed, uint32_t workers);
 
 // The CPUs the calling thread may run on, ascending.

@@ -44,11 +44,12 @@ struct WalOptions {
   uint32_t entry_bytes_max = kLogEntryBytesMax;  // recovery refuses larger entries as corrupt
   bool quiet = false;                            // no stderr lines (tests that expect a cut)
   // Page cache the WAL keeps: once the file grew this far past what was last dropped, the
-  // pages of everything but its last cache_keep_bytes are dropped (posix_fadvise DONTNEED;
-  // the kernel drops only clean pages, so a policy without syncs keeps its dirty ones until
-  // writeback). Why: a WAL is written once and read back only by recovery and catch-up, and
-  // letting it fill the page cache makes every new page a fresh allocation (on this project's
-  // VM, host faults and page zeroing: 30% of the machine after ~2 GB; docs/REPLICATION.md).
+  // pages of everything but its last cache_keep_bytes are dropped (posix_fadvise DONTNEED,
+  // once per range: the kernel drops only clean pages, so with FsyncPolicy::kNone, whose pages
+  // are usually still dirty then, most stay cached). Why: a WAL is written once and read back
+  // only by recovery and catch-up, and letting it fill the page cache makes every new page a
+  // fresh allocation (on this project's VM: host faults and page zeroing, a whole vCPU of two
+  // after ~12 s of three WALs; docs/REPLICATION.md, "The WAL leaves the page cache").
   // 0: never drop.
   uint64_t cache_keep_bytes = 16u << 20;
   // An acceptor's WAL: a slot may appear again (accepted again in a higher ballot, possibly

@@ -100,6 +100,10 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
   }
   if (options.unsafe_skip_read_validation) args.push_back("--unsafe-skip-read-validation");
   if (placement.pinned()) {
+    // plan_host_placement gives every shard the same worker count (the config has one).
+    SHOAL_ASSERT(placement.worker_cpus.size() % config.shards.size() == 0,
+                 "%zu worker cpus for %zu shards", placement.worker_cpus.size(),
+                 config.shards.size());
     const size_t per_shard = placement.worker_cpus.size() / config.shards.size();
     const std::span<const int> mine(placement.worker_cpus.data() + s * per_shard, per_shard);
     args.insert(args.end(), {"--worker-cpus", format_cpu_list(mine), "--other-cpus",

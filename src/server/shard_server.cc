@@ -330,6 +330,13 @@ Status ShardServer::apply_placement() {
                                                options_.worker_cpus, workers->size(),
                                                options_.workers));
   }
+  for (int c : *workers) {
+    if (std::find(others->begin(), others->end(), c) != others->end()) {
+      return Status::InvalidArgument(fmt::format(
+          "--worker-cpus '{}' and --other-cpus '{}' share cpu {}: a worker's core is its own",
+          options_.worker_cpus, options_.other_cpus, c));
+    }
+  }
   SHOAL_TRY(confine_threads(0, *others));
   worker_cpus_ = std::move(*workers);
   return Status::Ok();

@@ -77,7 +77,9 @@ struct ServerOptions {
   // CPU placement (`--worker-cpus`, `--other-cpus`; spawn_servers plans them for every server
   // and follower of a host, src/base/cpu_placement.h): worker i's thread is pinned to the i-th
   // CPU of worker_cpus, every other thread of the process is confined to other_cpus. Both
-  // empty: nothing pinned. Both or neither; worker_cpus lists one CPU per worker.
+  // empty: nothing pinned. Both or neither; worker_cpus lists one CPU per worker, none of them
+  // in other_cpus (InvalidArgument otherwise; a failed confinement fails the start, a worker
+  // that cannot pin itself says so on stderr and runs unpinned).
   std::string worker_cpus;
   std::string other_cpus;
 };
