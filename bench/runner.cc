@@ -98,12 +98,8 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
                  std::mutex& setup_mu, RunClock& clock, ThreadState& state,
                  repl::ReplicationLeader* leader, int cpu) {
   Env& env = engine.env();
-  if (cpu >= 0) {
-    // Before setup, so the worker's buffers are first touched where it will run.
-    const Status pinned = pin_current_thread(cpu);
-    if (!pinned.ok())
-      fmt::print(stderr, "shoal: worker {} runs unpinned: {}\n", index, pinned.to_string());
-  }
+  // Before setup, so the worker's buffers are first touched where it will run.
+  pin_worker_thread(cpu, fmt::format("shoal: worker {}", index));
   txn::Worker* worker = nullptr;
   std::unique_ptr<Client> client;
   {
@@ -613,22 +609,17 @@ void restore_run(std::span<const int> all_cpus, const ReplicatedRun* replicated)
 }
 
 // Plans the run's CPU placement (RunOptions::cpu_placement) and confines the threads that are
-// not workers; the workers pin themselves. `all_cpus` receives the mask to restore afterwards.
-Status place_run(const RunOptions& options, const ReplicatedRun* replicated,
-                 std::vector<int>* all_cpus, CpuPlacement* placement) {
-  if (options.cpu_placement == "none") return Status::Ok();
-  auto allowed = allowed_cpus();
-  if (!allowed.ok()) return allowed.status();
-  *all_cpus = std::move(*allowed);
-  *placement = plan_cpu_placement(*all_cpus, options.workers);
-  if (!placement->pinned()) return Status::Ok();
+// not workers; the workers pin themselves. The plan's usable_cpus are restored afterwards.
+Result<CpuPlacement> place_run(const RunOptions& options, const ReplicatedRun* replicated) {
+  auto placement = plan_cpu_placement_here(options.cpu_placement, options.workers);
+  if (!placement.ok() || !placement->pinned()) return placement;
   const Status confined = confine_run(placement->other_cpus, replicated);
   if (!confined.ok()) {
     // Some threads may be confined already: give them every cpu back before failing.
-    restore_run(*all_cpus, replicated);
+    restore_run(placement->usable_cpus, replicated);
     return confined;
   }
-  return Status::Ok();
+  return placement;
 }
 
 }  // namespace
@@ -659,9 +650,9 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
     replicated = std::move(*started);
   }
 
-  std::vector<int> all_cpus;
-  CpuPlacement placement;
-  SHOAL_TRY(place_run(options, replicated.get(), &all_cpus, &placement));
+  auto placed = place_run(options, replicated.get());
+  if (!placed.ok()) return placed.status();
+  const CpuPlacement& placement = *placed;
   r.cpu_placement = options.cpu_placement == "none" ? "none" : placement.describe();
   if (options.progress != nullptr)
     fmt::print(options.progress, "cpu placement: {}\n", r.cpu_placement);
@@ -670,7 +661,7 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
   run_workers(workload, engine, options, placement, states, &measure_start_ns,
               replicated ? &replicated->leader() : nullptr);
   // The quiesce, the checks and the followers' last replay may use every CPU again.
-  if (placement.pinned()) restore_run(all_cpus, replicated.get());
+  if (placement.pinned()) restore_run(placement.usable_cpus, replicated.get());
   if (replicated) {
     // Close every stream above every TID committed, then wait for the tail's acknowledgement.
     const uint64_t final_tid = replicated->close_streams();

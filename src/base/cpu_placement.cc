@@ -90,6 +90,7 @@ CpuPlacement plan_cpu_placement(std::span<const int> allowed, uint32_t workers) 
                     workers == 1 ? "" : "s", allowed.size(), allowed.size() == 1 ? "" : "s");
     return p;
   }
+  p.usable_cpus.assign(allowed.begin(), allowed.end());
   p.worker_cpus.assign(allowed.begin(), allowed.begin() + workers);
   p.other_cpus.assign(allowed.begin() + workers, allowed.end());
   return p;
@@ -106,6 +107,26 @@ Result<std::vector<int>> allowed_cpus() {
     if (CPU_ISSET(c, &set)) cpus.push_back(c);
   }
   return cpus;
+}
+
+Result<CpuPlacement> plan_cpu_placement_here(std::string_view mode, uint32_t workers) {
+  if (mode == "none") {
+    CpuPlacement none;
+    none.reason = "--cpu-placement none";
+    return none;
+  }
+  if (mode != "auto") {
+    return Status::InvalidArgument(fmt::format("--cpu-placement: '{}' is not auto or none", mode));
+  }
+  auto allowed = allowed_cpus();
+  if (!allowed.ok()) return allowed.status();
+  return plan_cpu_placement(*allowed, workers);
+}
+
+void pin_worker_thread(int cpu, std::string_view who) {
+  if (cpu < 0) return;
+  const Status pinned = pin_current_thread(cpu);
+  if (!pinned.ok()) fmt::print(stderr, "{} runs unpinned: {}\n", who, pinned.to_string());
 }
 
 Status pin_current_thread(int cpu) {

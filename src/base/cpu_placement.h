@@ -34,6 +34,7 @@
 namespace shoal {
 
 struct CpuPlacement {
+  std::vector<int> usable_cpus;  // the plan's input: every cpu the caller may use
   std::vector<int> worker_cpus;  // worker i on worker_cpus[i]; empty: nothing is pinned
   std::vector<int> other_cpus;   // every thread that is not a worker; empty when unpinned
   std::string reason;            // why nothing is pinned (empty when pinned)
@@ -49,8 +50,15 @@ CpuPlacement plan_cpu_placement(std::span<const int> allowed, uint32_t workers);
 // The CPUs the calling thread may run on, ascending.
 [[nodiscard]] Result<std::vector<int>> allowed_cpus();
 
+// A `--cpu-placement` mode applied: "auto" plans over allowed_cpus(), "none" pins nothing
+// (reason "--cpu-placement none"); InvalidArgument for any other mode.
+[[nodiscard]] Result<CpuPlacement> plan_cpu_placement_here(std::string_view mode, uint32_t workers);
+
 // Pins the calling thread to one CPU.
 [[nodiscard]] Status pin_current_thread(int cpu);
+// A worker thread's start: pins it to `cpu` (< 0: nothing to do); a failure is not fatal, the
+// worker runs unpinned and "<who> runs unpinned: <why>" goes to stderr.
+void pin_worker_thread(int cpu, std::string_view who);
 
 // Sets the affinity of every thread of process `pid` (0: this process) to `cpus`. Threads it
 // creates afterwards inherit the mask of their creator, hence the same set. A thread that

@@ -23,11 +23,31 @@ TEST(CpuPlacement, WorkersTakeTheFirstCpusAndTheRestGoToOtherThreads) {
   EXPECT_EQ(two.describe(), "workers on cpu 0-2; other threads on cpu 3");
 }
 
+TEST(CpuPlacement, PlansOverThisThreadsCpusOrNotAtAll) {
+  auto allowed = allowed_cpus();
+  ASSERT_TRUE(allowed.ok());
+  auto none = plan_cpu_placement_here("none", 1);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->pinned());
+  EXPECT_EQ(none->describe(), "nothing pinned: --cpu-placement none");
+  auto bad = plan_cpu_placement_here("pinned", 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'pinned' is not auto or none"), std::string::npos);
+  auto automatic = plan_cpu_placement_here("auto", 1);
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_EQ(automatic->pinned(), allowed->size() > 1);
+  if (automatic->pinned()) {
+    EXPECT_EQ(automatic->usable_cpus, *allowed);
+  }
+}
+
 TEST(CpuPlacement, RespectsAnAffinityMaskWithHoles) {
   const std::vector<int> allowed = {2, 3, 6};  // e.g. under `taskset -c 2,3,6`
   const CpuPlacement p = plan_cpu_placement(allowed, 1);
   EXPECT_EQ(p.worker_cpus, (std::vector<int>{2}));
   EXPECT_EQ(p.other_cpus, (std::vector<int>{3, 6}));
+  EXPECT_EQ(p.usable_cpus, allowed);
 }
 
 TEST(CpuPlacement, PinsNothingWhenNoCpuIsLeftForTheOtherThreads) {

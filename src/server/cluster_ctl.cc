@@ -108,7 +108,7 @@ Status cluster_up(const ClusterOptions& o) {
   so.cpu_placement = o.cpu_placement;
   auto placement = plan_host_placement(*config, so);
   if (!placement.ok()) return placement.status();
-  auto procs = spawn_servers(*config, so);
+  auto procs = spawn_servers(*config, so, *placement);
   if (!procs.ok()) return procs.status();
   for (const auto& p : *procs) {
     std::ofstream(pid_path(dir, p.shard, p.replica)) << p.pid << "\n";

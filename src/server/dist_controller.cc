@@ -151,7 +151,7 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   auto placement = plan_host_placement(lc->config, so);
   if (!placement.ok()) return placement.status();
   fmt::print(stderr, "cpu placement: {}\n", placement->describe());
-  auto procs = spawn_servers(lc->config, so);
+  auto procs = spawn_servers(lc->config, so, *placement);
   if (!procs.ok()) return procs.status();
   lc->procs = std::move(*procs);
   return Status::Ok();

@@ -157,27 +157,16 @@ std::vector<std::string> replica_args(const std::string& exe, const SpawnOptions
 
 Result<CpuPlacement> plan_host_placement(const cluster::ClusterConfig& config,
                                          const SpawnOptions& options) {
-  if (options.cpu_placement == "none") {
-    CpuPlacement none;
-    none.reason = "--cpu-placement none";
-    return none;
-  }
-  if (options.cpu_placement != "auto") {
-    return Status::InvalidArgument("--cpu-placement: '" + options.cpu_placement +
-                                   "' is not auto or none");
-  }
-  auto allowed = allowed_cpus();
-  if (!allowed.ok()) return allowed.status();
   const uint32_t per_shard = options.workers != 0 ? options.workers : config.workers_per_shard;
-  return plan_cpu_placement(*allowed, per_shard * static_cast<uint32_t>(config.shards.size()));
+  return plan_cpu_placement_here(options.cpu_placement,
+                                 per_shard * static_cast<uint32_t>(config.shards.size()));
 }
 
 Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& config,
-                                                 const SpawnOptions& options) {
+                                                 const SpawnOptions& options,
+                                                 const CpuPlacement& placement) {
   auto exe = self_exe();
   if (!exe.ok()) return exe.status();
-  auto placement = plan_host_placement(config, options);
-  if (!placement.ok()) return placement.status();
   const std::string data_dir = options.data_dir.empty() ? options.log_dir : options.data_dir;
   std::vector<ServerProcess> procs;
   for (uint32_t s = 0; s < config.shards.size(); ++s) {
@@ -188,10 +177,10 @@ Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& c
       std::vector<std::string> args;
       if (r == 0) {
         p.log_path = fmt::format("{}/shard-{}.log", options.log_dir, s);
-        args = server_args(*exe, config, options, s, data_dir, *placement);
+        args = server_args(*exe, config, options, s, data_dir, placement);
       } else {
         p.log_path = cluster::replica_dir(options.log_dir, s, r) + ".log";
-        args = replica_args(*exe, options, s, r, data_dir, *placement);
+        args = replica_args(*exe, options, s, r, data_dir, placement);
       }
       if (Status st = spawn_one(std::move(args), options.die_with_parent, &p); !st.ok()) {
         stop_servers(procs, 2000);

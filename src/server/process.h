@@ -56,8 +56,9 @@ struct SpawnOptions {
   std::string cpu_placement = "auto";
 };
 
-// The placement spawn_servers gives the processes it starts: worker_cpus lists shard 0's
-// workers, then shard 1's, ...; nothing pinned with cpu_placement "none" or no core left over.
+// The plan to hand spawn_servers (planned once, so the caller can print what it starts):
+// worker_cpus lists shard 0's workers, then shard 1's, ...; nothing pinned with cpu_placement
+// "none" or no core left over; InvalidArgument for another mode.
 [[nodiscard]] Result<CpuPlacement> plan_host_placement(const cluster::ClusterConfig& config,
                                                        const SpawnOptions& options);
 
@@ -67,10 +68,12 @@ std::string process_name(const ServerProcess& p);
 // This executable's path (/proc/self/exe).
 [[nodiscard]] Result<std::string> self_exe();
 
-// Starts one `shoal server` per shard, stdout/stderr to <log_dir>/shard-<i>.log, and for every
-// replica r >= 1 of every shard `shoal replica`, to <log_dir>/shard-<i>-replica-<r>.log.
+// Starts one `shoal server` per shard, placed as `placement` (plan_host_placement) says,
+// stdout/stderr to <log_dir>/shard-<i>.log, and for every replica r >= 1 of every shard `shoal
+// replica`, to <log_dir>/shard-<i>-replica-<r>.log.
 [[nodiscard]] Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& config,
-                                                               const SpawnOptions& options);
+                                                               const SpawnOptions& options,
+                                                               const CpuPlacement& placement);
 
 // Polls every shard server with kPing until all answer or timeout_ms passes. A process (server
 // or follower) that exits meanwhile fails it at once, quoting the end of its log.

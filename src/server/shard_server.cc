@@ -604,13 +604,7 @@ Status ShardServer::serve() {
     if (wp->watermark_exchange != nullptr) wp->watermark_exchange->start();
     const int cpu = worker_cpus_.empty() ? -1 : worker_cpus_[wp->index];
     wp->thread = std::thread([wp, cpu] {
-      if (cpu >= 0) {
-        const Status pinned = pin_current_thread(cpu);
-        if (!pinned.ok()) {
-          fmt::print(stderr, "shoal server: worker {} runs unpinned: {}\n", wp->index,
-                     pinned.to_string());
-        }
-      }
+      pin_worker_thread(cpu, fmt::format("shoal server: worker {}", wp->index));
       wp->loop->run();
       wp->teardown();
     });
