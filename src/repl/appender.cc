@@ -83,9 +83,9 @@ Status StreamAppender::open_batch() {
   return Status::Ok();
 }
 
-void StreamAppender::seal(uint64_t floor_tid, uint16_t flags) {
+void StreamAppender::seal(uint64_t floor_tid, uint16_t flags, uint64_t final_tid) {
   SHOAL_ASSERT(builder_.open(), "%s", "seal without an open batch");
-  const std::span<const std::byte> bytes = builder_.seal(flags, floor_tid);
+  const std::span<const std::byte> bytes = builder_.seal(flags, floor_tid, final_tid);
   promised_tid_ = std::max(promised_tid_, floor_tid);
   policy_.note_sealed();
   const SealedEntry e{buffer_, static_cast<uint32_t>(bytes.size()), load_u64(bytes.data() + 48)};
@@ -185,12 +185,12 @@ void StreamAppender::flush() {
   if (builder_.open() && builder_.txn_count() > 0) seal(0);
 }
 
-Status StreamAppender::finish(uint64_t floor_tid, uint16_t flags) {
+Status StreamAppender::finish(uint64_t floor_tid, uint16_t flags, uint64_t final_tid) {
   if (!stopped_.ok()) return stopped_;
   flush();
   if (!builder_.open()) SHOAL_TRY(open_batch());
   ++stats_.floor_entries;
-  seal(floor_tid, flags);
+  seal(floor_tid, flags, final_tid);
   return Status::Ok();
 }
 

@@ -157,7 +157,9 @@ class StreamAppender {
   // Closes the stream after its worker stopped: seals what is open and an empty entry with
   // `floor_tid` and `flags` (kLogFlagBootstrapEnd closes a bootstrap). Unavailable once
   // stopped. REQUIRES: floor_tid >= every TID this stream logged; no later appends below it.
-  [[nodiscard]] Status finish(uint64_t floor_tid, uint16_t flags = 0);
+  // kLogFlagEpochStart (a new leader's first entry of an epoch): `final_tid` is the final
+  // watermark of the epochs before (LogBatchBuilder::seal).
+  [[nodiscard]] Status finish(uint64_t floor_tid, uint16_t flags = 0, uint64_t final_tid = 0);
   // Ok, or why the stream stopped (sticky).
   const Status& stopped() const { return stopped_; }
 
@@ -188,7 +190,7 @@ class StreamAppender {
   // Patch bodies of one transaction; a transaction whose patches would not fit logs the rest
   // of its puts whole.
   static constexpr size_t kPatchScratchBytes = 256 * 1024;
-  void seal(uint64_t floor_tid, uint16_t flags = 0);
+  void seal(uint64_t floor_tid, uint16_t flags = 0, uint64_t final_tid = 0);
 
   AppenderOptions options_;
   txn::Engine& engine_;

@@ -22,8 +22,9 @@ namespace {
 
 // Layout (docs/LOG_FORMAT.md "Checkpoint files"), little-endian, every part 8-aligned:
 //   header 64: magic u32, version u32, streams u32, tables u32, applied_tid u64,
-//              bootstrap_tid u64, zeros
+//              bootstrap_tid u64, fence count u32 (version 2; 0 in version 1), zeros
 //   per stream 24: next_slot u64, stream_tid u64, next_record u32, zero u32
+//   per fence 16 (version 2): epoch u64, final_tid u64
 //   per table 8: table id u32, key words u32
 //   rows: table id u32, value bytes u32, tid u64, key words, value padded to 8
 //   end row: table id kEndTable, 0, row count; then the trailer (not hashed):
@@ -171,12 +172,18 @@ Status write_header(ChunkWriter& w, const txn::Engine& engine, const ReplayCut& 
   SHOAL_TRY(w.put_u32(static_cast<uint32_t>(engine.tables().size())));
   SHOAL_TRY(w.put_u64(cut.applied_tid));
   SHOAL_TRY(w.put_u64(cut.bootstrap_tid));
-  for (int i = 0; i < 4; ++i) SHOAL_TRY(w.put_u64(0));
+  SHOAL_TRY(w.put_u32(static_cast<uint32_t>(cut.fences.size())));
+  SHOAL_TRY(w.put_u32(0));
+  for (int i = 0; i < 3; ++i) SHOAL_TRY(w.put_u64(0));
   for (const StreamCut& s : cut.streams) {
     SHOAL_TRY(w.put_u64(s.next_slot));
     SHOAL_TRY(w.put_u64(s.stream_tid));
     SHOAL_TRY(w.put_u32(s.next_record));
     SHOAL_TRY(w.put_u32(0));
+  }
+  for (const EpochFence& f : cut.fences) {
+    SHOAL_TRY(w.put_u64(f.epoch));
+    SHOAL_TRY(w.put_u64(f.final_tid));
   }
   for (const auto& t : engine.tables()) {
     SHOAL_TRY(w.put_u32(t->id()));
@@ -337,6 +344,8 @@ Result<ReplayCut> read_layout(ChunkReader& r, const std::string& path, const txn
   ReplayCut cut;
   cut.applied_tid = load_u64(h + 16);
   cut.bootstrap_tid = load_u64(h + 24);
+  const uint32_t fences = load_u32(h + 32);
+  if (fences > kEpochFencesMax) return refuse(path, fmt::format("{} epoch fences", fences));
   cut.streams.resize(streams);
   for (StreamCut& s : cut.streams) {
     alignas(8) std::byte b[kStreamBytes];
@@ -345,6 +354,15 @@ Result<ReplayCut> read_layout(ChunkReader& r, const std::string& path, const txn
     s.stream_tid = load_u64(b + 8);
     s.next_record = load_u32(b + 16);
     if (s.next_slot == 0) return refuse(path, "a stream's next slot is 0");
+  }
+  for (uint32_t i = 0; i < fences; ++i) {
+    alignas(8) std::byte b[16];
+    SHOAL_TRY(r.read(b, sizeof b));
+    const EpochFence f{load_u64(b), load_u64(b + 8)};
+    if (!cut.fences.empty() && f.epoch <= cut.fences.back().epoch) {
+      return refuse(path, "epoch fences out of order");
+    }
+    cut.fences.push_back(f);
   }
   for (const auto& t : engine.tables()) {
     alignas(8) std::byte b[8];

@@ -56,6 +56,7 @@ class CheckpointTest : public ::testing::Test {
     c.applied_tid = 123'456;
     c.bootstrap_tid = 77;
     c.streams = {{41, 3, 123'500}, {9, 0, 123'456}};
+    c.fences = {{2, 100'000}, {5, 120'000}};  // two epoch changes (LOG_FORMAT.md)
     return c;
   }
   std::string write(uint64_t seq, uint64_t rows) {
@@ -97,6 +98,9 @@ TEST_F(CheckpointTest, RoundTripRestoresEveryRowAndTheCut) {
   EXPECT_EQ(cut->streams[0].next_record, 3u);
   EXPECT_EQ(cut->streams[0].stream_tid, 123'500u);
   EXPECT_EQ(cut->streams[1].next_slot, 9u);
+  ASSERT_EQ(cut->fences.size(), 2u);
+  EXPECT_EQ(cut->fences[1].epoch, 5u);
+  EXPECT_EQ(cut->fences[1].final_tid, 120'000u);
   // Versions are kept: a replayed write older than a row's TID is skipped, a newer one lands.
   ebr::Guard guard;
   const uint64_t key[1] = {1};
@@ -140,11 +144,11 @@ TEST_F(CheckpointTest, CorruptedTornAndNewerFilesAreRefusedBeforeLoading) {
 
   const std::string newer = dir_ + "/newer.ckpt";
   std::filesystem::copy_file(path, newer);
-  flip_byte(newer, 4);  // version 1 -> 0x5b
+  flip_byte(newer, 4);  // version 2 -> 0x58
   r = load_checkpoint(newer, *e, 2);
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
   EXPECT_EQ(r.status().message(),
-            "checkpoint " + newer + ": format version 91, this binary reads up to 1; refused");
+            "checkpoint " + newer + ": format version 88, this binary reads up to 2; refused");
 
   r = load_checkpoint(path, *e, 3);
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);

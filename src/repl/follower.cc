@@ -24,7 +24,8 @@ class Follower::Transport final : public PaxosTransport {
  public:
   Transport(Follower* self, uint32_t stream) : self_(self), stream_(stream) {}
   void send(uint32_t to, std::span<const std::byte> message) override {
-    if (to == 0) self_->send(stream_, message);  // a star: only the leader is connected
+    // A star: only the leader is connected.
+    if (to == self_->leader_replica_) self_->send(stream_, message);
   }
 
  private:
@@ -106,7 +107,8 @@ Status make_dir(const std::string& dir) {
 
 }  // namespace
 
-Follower::Follower(const FollowerOptions& options) : options_(options) {
+Follower::Follower(const FollowerOptions& options)
+    : options_(options), leader_replica_(options.leader_replica) {
   txn::EngineOptions eo;
   eo.epoch_ticker = false;  // a follower installs the leader's TIDs; it never makes its own
   eo.shard_id = options.shard;
@@ -123,10 +125,11 @@ Follower::~Follower() {
 }
 
 Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options) {
-  if (options.replica == 0 || options.replica >= options.replicas ||
-      options.replicas > kPaxosReplicasMax) {
-    return Status::InvalidArgument(
-        fmt::format("follower: replica {} of {}", options.replica, options.replicas));
+  if (options.replica == options.leader_replica || options.replica >= options.replicas ||
+      options.leader_replica >= options.replicas || options.replicas > kPaxosReplicasMax) {
+    return Status::InvalidArgument(fmt::format("follower: replica {} of {} (leader {})",
+                                               options.replica, options.replicas,
+                                               options.leader_replica));
   }
   if (options.data_dir.empty()) return Status::InvalidArgument("follower: no data directory");
   if (options.serve_reads > kReadThreadsMax) {
@@ -438,7 +441,7 @@ void Follower::on_message(uint32_t session, std::span<const uint8_t> bytes) {
       ++learns_deferred_;
       return;
     }
-    streams_[session]->paxos->on_message(0, std::as_bytes(bytes));
+    streams_[session]->paxos->on_message(leader_replica_, std::as_bytes(bytes));
   }
   // Other sessions (a stream before the schema arrived): dropped; Paxos retransmits.
 }
@@ -683,6 +686,34 @@ void Follower::note_read_round(const txn::ReadRoundResult& round, uint64_t lag_e
     }
   }
   read_snapshots_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void Follower::set_leader(uint32_t replica, const std::string& host, uint16_t port) {
+  SHOAL_ASSERT(replica != options_.replica && replica < options_.replicas && !loop_,
+               "set_leader(%u) on replica %u of %u", replica, options_.replica, options_.replicas);
+  leader_replica_ = replica;
+  options_.leader_host = host;
+  options_.leader_port = port;
+}
+
+Result<Takeover> Follower::hand_over(std::unique_ptr<txn::Engine>* engine) {
+  SHOAL_ASSERT(!loop_ && !replay_thread_.joinable(), "%s", "hand_over() while running");
+  if (!schema_ || !applier_) {
+    return Status::InvalidArgument(fmt::format(
+        "replica {}: cannot take over: it never received its shard's schema", options_.replica));
+  }
+  stop_readers();
+  snapshots_.reset();  // it refers to the engine
+  Takeover t;
+  for (auto& st : streams_) {
+    st->paxos.reset();  // it refers to the store
+    t.stores.push_back(std::make_unique<PaxosAcceptorStore>(std::move(st->store)));
+    t.logs.push_back(std::move(st->log));
+  }
+  streams_.clear();
+  t.applier = std::move(applier_);
+  *engine = std::move(engine_);
+  return t;
 }
 
 uint64_t Follower::applied_tid() const {

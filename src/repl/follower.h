@@ -46,6 +46,7 @@
 #include "src/net/tcp_transport.h"
 #include "src/net/wan_shaper.h"
 #include "src/repl/acceptor_log.h"
+#include "src/repl/leader.h"
 #include "src/repl/paxos_stream.h"
 #include "src/repl/peer_link.h"
 #include "src/repl/replay.h"
@@ -76,6 +77,7 @@ struct FollowerOptions {
   uint32_t replicas = 3;
   std::string leader_host = "127.0.0.1";
   uint16_t leader_port = 0;
+  uint32_t leader_replica = 0;     // the replica id of the leader we dial (set_leader changes it)
   net::LinkShape receive_shape;    // WAN delay of what the leader sends us
   LinkKind link = LinkKind::kTcp;  // kShm: the leader runs on this host (see LeaderOptions)
   std::string data_dir;            // WAL, journal and schema; created if absent
@@ -129,6 +131,16 @@ class Follower {
   // Follows the leader until it disconnects (Ok), *stop becomes true (Ok), or an error.
   [[nodiscard]] Status run(const std::atomic<bool>* stop = nullptr);
 
+  // The leader changed (design section 5: the configuration manager named replica `replica`):
+  // the next run() dials it. REQUIRES: run() is not running; replica != this replica.
+  void set_leader(uint32_t replica, const std::string& host, uint16_t port);
+
+  // Promotion in place: hands this replica's applier and acceptor state to a
+  // ReplicationLeader (Takeover, leader.h) and its engine to *engine. Everything chosen and
+  // received is installed or held in the applier. The follower is unusable afterwards.
+  // REQUIRES: run() is not running; the schema is known (FailedPrecondition otherwise).
+  [[nodiscard]] Result<Takeover> hand_over(std::unique_ptr<txn::Engine>* engine);
+
   txn::Engine& engine() { return *engine_; }
   // Every record at or below it is installed (any thread).
   uint64_t applied_tid() const;
@@ -156,6 +168,7 @@ class Follower {
   static void on_tick(void* self, uint64_t);
 
   FollowerOptions options_;
+  uint32_t leader_replica_ = 0;  // network thread (set_leader between runs)
   std::unique_ptr<txn::Engine> engine_;
   std::optional<Schema> schema_;
   std::vector<std::unique_ptr<Stream>> streams_;

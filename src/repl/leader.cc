@@ -77,10 +77,19 @@ ReplicationLeader::ReplicationLeader(const LeaderOptions& options, txn::Engine& 
     : options_(options), engine_(engine), wm_(options.streams) {}
 
 Result<std::unique_ptr<ReplicationLeader>> ReplicationLeader::start(const LeaderOptions& options,
-                                                                    txn::Engine& engine) {
-  if (options.streams < 1 || options.replicas < 1 || options.replicas > kPaxosReplicasMax) {
+                                                                    txn::Engine& engine,
+                                                                    Takeover* takeover) {
+  if (options.streams < 1 || options.replicas < 1 || options.replicas > kPaxosReplicasMax ||
+      options.replica >= options.replicas) {
+    return Status::InvalidArgument(fmt::format("replication: {} streams, replica {} of {}",
+                                               options.streams, options.replica, options.replicas));
+  }
+  if (takeover != nullptr &&
+      (takeover->stores.size() != options.streams || takeover->logs.size() != options.streams ||
+       takeover->applier == nullptr || !options.wal_dir.empty())) {
     return Status::InvalidArgument(
-        fmt::format("replication: {} streams, {} replicas", options.streams, options.replicas));
+        fmt::format("replication: a takeover of {} streams brought {} stores and {} logs",
+                    options.streams, takeover->stores.size(), takeover->logs.size()));
   }
   if (options.follower_lag_slots_max == 0 ||
       options.follower_lag_slots_max >= options.retain_chosen_slots) {
@@ -92,13 +101,13 @@ Result<std::unique_ptr<ReplicationLeader>> ReplicationLeader::start(const Leader
     return Status::InvalidArgument("replication: one receive shape per replica");
   }
   std::unique_ptr<ReplicationLeader> l(new ReplicationLeader(options, engine));
-  SHOAL_TRY(l->init());
+  SHOAL_TRY(l->init(takeover));
   l->thread_ = std::thread([p = l.get()] { p->thread_main(); });
   if (l->deferred_sync_) l->syncer_ = std::thread([p = l.get()] { p->syncer_main(); });
   return l;
 }
 
-Status ReplicationLeader::init() {
+Status ReplicationLeader::init(Takeover* takeover) {
   options_.paxos.max_message_bytes =
       replication_message_bytes(options_.paxos, options_.appender.limits.batch_bytes_max);
   net::EndpointOptions eo;
@@ -121,7 +130,16 @@ Status ReplicationLeader::init() {
   peers_.resize(options_.replicas);
   reports_.resize(options_.replicas);
   lost_.assign(options_.replicas, false);
-  deferred_sync_ = !options_.wal_dir.empty() && options_.fsync != FsyncPolicy::kNone;
+  // A takeover's logs were opened by the follower, syncing in line (no syncer thread).
+  deferred_sync_ =
+      takeover == nullptr && !options_.wal_dir.empty() && options_.fsync != FsyncPolicy::kNone;
+  if (takeover != nullptr) {
+    takeover_applier_ = std::move(takeover->applier);
+    takeover_last_slot_.assign(options_.streams, 0);
+    takeover_start_ns_ = RealEnv::instance().now_ns();
+    // Every other replica is absent until it dials us: reports need not wait for the dead.
+    for (uint32_t r = 0; r < options_.replicas; ++r) lost_[r] = r != options_.replica;
+  }
   options_.paxos.defer_self_ack = deferred_sync_;
   sync_.requested.assign(options_.streams, {0, 0});
   sync_.durable.assign(options_.streams, {0, 0});
@@ -135,7 +153,13 @@ Status ReplicationLeader::init() {
     ao.log_patches = options_.streams == 1;
     st->appender =
         std::make_unique<StreamAppender>(ao, engine_, RealEnv::instance(), &on_post, this);
-    if (!options_.wal_dir.empty()) {
+    if (takeover != nullptr) {
+      st->store = std::move(*takeover->stores[s]);
+      st->log = std::move(takeover->logs[s]);
+      st->store.set_hooks(st->log->hooks());
+      // The shard watermark starts where the follower's replay stood on this stream.
+      wm_.advance(s, takeover_applier_->watermark().stream(s));
+    } else if (!options_.wal_dir.empty()) {
       auto log = AcceptorLog::open(options_.wal_dir, s, options_.fsync, deferred_sync_);
       if (!log.ok()) return log.status();
       st->log = std::move(*log);
@@ -153,8 +177,9 @@ Status ReplicationLeader::init() {
     po.shard = options_.shard;
     po.stream = s;
     po.epoch = ao.epoch;
-    po.replica_id = 0;
+    po.replica_id = options_.replica;
     po.replica_count = options_.replicas;
+    po.may_lead = true;
     Stream* raw = st.get();
     st->paxos = std::make_unique<PaxosStream>(
         RealEnv::instance(), *st->transport, st->store, po,
@@ -199,6 +224,11 @@ void ReplicationLeader::thread_main() {
   SHOAL_ASSERT(loop_->add_timer(loop_->now_ns() + kTickNs, &on_tick, this).ok(), "%s",
                "replication tick timer");
   if (stop_.load(std::memory_order_acquire)) return;
+  // A takeover stands for election at once: a higher ballot than the failed leader's fences
+  // it out of every acceptor that promises.
+  if (takeover_applier_) {
+    for (auto& s : streams_) s->paxos->campaign();
+  }
   loop_->run();
   for (auto& p : peers_) {
     if (p) loop_->remove_poller(p.get());
@@ -227,7 +257,7 @@ void ReplicationLeader::on_post(void* self) {
 
 void ReplicationLeader::tick() {
   accept_connections();
-  for (uint32_t r = 1; r < peers_.size(); ++r) {
+  for (uint32_t r = 0; r < peers_.size(); ++r) {
     if (peers_[r] && peers_[r]->dead) drop_peer(r, peers_[r]->why);
   }
   uint32_t leading = 0;
@@ -239,6 +269,7 @@ void ReplicationLeader::tick() {
     drain(*s);
   }
   leading_.store(leading, std::memory_order_release);
+  if (takeover_applier_) check_takeover();
   nlohmann::json request;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -254,7 +285,7 @@ void ReplicationLeader::tick() {
       stats_.catchup_bytes += ps.catchup_bytes_sent;
       stats_.catchup_wal_entries += ps.catchup_source_entries;
       stats_.catchup_errors += ps.catchup_source_errors;
-      for (uint32_t r = 1; r < options_.replicas; ++r) stats_.catching_up += s->catching_up[r];
+      for (uint32_t r = 0; r < options_.replicas; ++r) stats_.catching_up += s->catching_up[r];
       if (ps.catchup_source_entries > 0 && !s->catchup_wal_noted) {
         s->catchup_wal_noted = true;
         std::fprintf(stderr, "replication: stream %u: catching up a follower from the WAL\n",
@@ -294,7 +325,7 @@ void ReplicationLeader::tick() {
   }
   if (!request.is_null() && now - last_request_ns_ >= 20'000'000) {
     last_request_ns_ = now;
-    for (uint32_t r = 1; r < peers_.size(); ++r) {
+    for (uint32_t r = 0; r < peers_.size(); ++r) {
       if (peers_[r] && !peers_[r]->dead) send_control(r, request);
     }
   }
@@ -304,8 +335,10 @@ void ReplicationLeader::drain(Stream& s) {
   SealedEntry e;
   while (s.appender->pop_sealed(&e)) s.pending.push_back(e);
   // Bounded by the pending queue (at most the appender's pool).
-  while (!s.pending.empty() && s.paxos->is_leader() && s.paxos->pipeline_room() > 0 &&
-         followers_keep_up(s)) {
+  // Nothing new is proposed until a takeover's old slots are chosen (their final watermark
+  // must be known before the epoch's first entry).
+  while (!takeover_applier_ && !s.pending.empty() && s.paxos->is_leader() &&
+         s.paxos->pipeline_room() > 0 && followers_keep_up(s)) {
     const SealedEntry& head = s.pending.front();
     std::span<std::byte> buf = s.appender->buffer(head.buffer);
     // The worker numbered its entries from 1; a leader change (no-ops in holes) can move the
@@ -341,7 +374,7 @@ void ReplicationLeader::update_catching_up(Stream& s) {
   // until back within the bound.
   const uint64_t next = s.paxos->next_slot();
   const uint64_t bound = options_.follower_lag_slots_max;
-  for (uint32_t r = 1; r < peers_.size(); ++r) {
+  for (uint32_t r = 0; r < peers_.size(); ++r) {
     if (!peers_[r] || peers_[r]->dead) continue;
     const uint64_t peer_chosen = s.paxos->peer_chosen_index(r);
     if (peer_chosen + bound + options_.paxos.pipeline_slots < next) {
@@ -361,7 +394,7 @@ bool ReplicationLeader::followers_keep_up(Stream& s) {
   // once back within the bound. Leader, one healthy follower: still a majority.
   update_catching_up(s);
   const uint64_t next = s.paxos->next_slot();
-  for (uint32_t r = 1; r < peers_.size(); ++r) {
+  for (uint32_t r = 0; r < peers_.size(); ++r) {
     if (!peers_[r] || peers_[r]->dead || s.catching_up[r]) continue;
     if (s.paxos->peer_chosen_index(r) + options_.follower_lag_slots_max < next) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -434,7 +467,52 @@ void ReplicationLeader::sync_logs() {
 
 void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std::byte> entry) {
   if (s.log) s.log->note_chosen(slot);
+  // A takeover installs the old slots as they are chosen (gated by the watermark as any
+  // follower's replay; above the final watermark the records stay queued and are dropped).
+  if (takeover_applier_) takeover_applier_->on_chosen(s.id, entry);
   watermark_.store(wm_.advance(s.id, load_u64(entry.data() + 48)), std::memory_order_release);
+}
+
+void ReplicationLeader::check_takeover() {
+  for (uint32_t i = 0; i < streams_.size(); ++i) {
+    Stream& s = *streams_[i];
+    if (!s.paxos->is_leader()) return;
+    // The first time it leads, phase 1 has put every slot a majority may hold below next_slot.
+    if (takeover_last_slot_[i] == 0) takeover_last_slot_[i] = s.paxos->next_slot() - 1;
+    if (s.paxos->chosen_index() < takeover_last_slot_[i]) return;
+  }
+  ReplayApplier& a = *takeover_applier_;
+  TakeoverResult r;
+  r.final_tid = a.applied_tid();
+  for (uint32_t i = 0; i < streams_.size(); ++i) {
+    r.floor_tid = std::max(r.floor_tid, a.watermark().stream(i));
+  }
+  r.replayed_txns = a.stats().txns;
+  a.for_each_queued_record([&](uint64_t tid) {
+    SHOAL_ASSERT(tid > r.final_tid, "record %lx left below the final watermark %lx", tid,
+                 r.final_tid);
+    ++r.discarded_txns;
+  });
+  r.elapsed_ns = RealEnv::instance().now_ns() - takeover_start_ns_;
+  takeover_applier_.reset();
+  takeover_result_ = r;
+  takeover_done_.store(true, std::memory_order_release);
+}
+
+Result<TakeoverResult> ReplicationLeader::wait_takeover(uint64_t timeout_ms) {
+  Env& env = RealEnv::instance();
+  const uint64_t deadline = env.now_ns() + timeout_ms * 1'000'000;
+  while (!takeover_done_.load(std::memory_order_acquire)) {  // bounded by the deadline
+    if (env.now_ns() >= deadline) {
+      return Status::Timeout(fmt::format(
+          "replication: takeover of shard {}: {} of {} streams lead after {} ms (followers "
+          "connected: {}; a majority of {} must answer)",
+          options_.shard, leading_.load(), options_.streams, timeout_ms,
+          stats().followers_connected, options_.replicas / 2 + 1));
+    }
+    env.sleep_ns(1'000'000);
+  }
+  return takeover_result_;
 }
 
 void ReplicationLeader::accept_connections() {
@@ -457,16 +535,18 @@ void ReplicationLeader::accept_connections() {
     if (n.ok() && *n > 0) {
       // The first message of a follower is its hello; nothing else is sent before the
       // schema comes back.
-      uint32_t replica = 0;
+      uint32_t replica = options_.replica;  // none: refused below
       if (c[0].imm == kControlSession) {
         auto j = nlohmann::json::parse(c[0].bytes.begin(), c[0].bytes.end(), nullptr, false);
-        if (!j.is_discarded() && j.value("type", "") == "hello") replica = j.value("replica", 0u);
+        if (!j.is_discarded() && j.value("type", "") == "hello") {
+          replica = j.value("replica", options_.replica);
+        }
       }
       // Anything behind the hello (a restarted follower's heartbeats) is dropped: Paxos
       // messages are retransmitted.
       std::visit([](auto& e) { e.release(); }, greeting_[i]);
       done = true;
-      if (replica >= 1 && replica < options_.replicas) {
+      if (replica != options_.replica && replica < options_.replicas) {
         if (peers_[replica]) drop_peer(replica, Status::Aborted("replaced by a new connection"));
         const net::LinkShape shape =
             options_.receive_shapes.empty() ? net::LinkShape{} : options_.receive_shapes[replica];
@@ -500,7 +580,13 @@ void ReplicationLeader::accept_connections() {
         SHOAL_ASSERT(added.ok(), "replication: %s", added.to_string().c_str());
         send_control(replica, {{"type", "schema"},
                                {"schema", options_.schema.to_json()},
-                               {"streams", options_.streams}});
+                               {"streams", options_.streams},
+                               {"leader", options_.replica}});
+        // Electing: the newcomer has not promised yet; ask it now rather than a retransmit
+        // period later.
+        if (takeover_applier_) {
+          for (auto& s : streams_) s->paxos->campaign();
+        }
         std::lock_guard<std::mutex> lock(mu_);
         ++stats_.followers_connected;
       } else {
@@ -616,7 +702,8 @@ Result<std::vector<FollowerReport>> ReplicationLeader::collect_reports(
     std::string lagging;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (uint32_t r = 1; r < options_.replicas; ++r) {
+      for (uint32_t r = 0; r < options_.replicas; ++r) {
+        if (r == options_.replica) continue;
         const auto& rep = reports_[r];
         const bool ready = rep && rep->applied_tid >= target_tid && (!digest || rep->digest_done) &&
                            (!check || rep->checked);

@@ -41,6 +41,7 @@
 #include "src/repl/appender.h"
 #include "src/repl/paxos_stream.h"
 #include "src/repl/peer_link.h"
+#include "src/repl/replay.h"
 #include "src/repl/replica_proto.h"
 #include "src/repl/watermark.h"
 #include "src/runtime/event_loop.h"
@@ -61,10 +62,33 @@ inline constexpr uint64_t kTickNs = 2'000'000;
 // suffixes instead (PaxosStream phase 1).
 uint32_t replication_message_bytes(const PaxosOptions& paxos, uint32_t batch_bytes_max);
 
+// What a follower hands to the replica process that takes over as its shard's leader
+// (Follower::hand_over, design section 5): the applier, with its per-stream positions and the
+// records it holds above its watermark, and each stream's acceptor state (store and WAL), in
+// stream order. The engine it replayed into goes to the leader as its store.
+struct Takeover {
+  std::unique_ptr<ReplayApplier> applier;
+  std::vector<std::unique_ptr<PaxosAcceptorStore>> stores;  // (a deque inside: not nothrow-movable)
+  std::vector<std::unique_ptr<AcceptorLog>> logs;
+};
+
+// How a takeover ended (ReplicationLeader::wait_takeover).
+struct TakeoverResult {
+  // The shard's final watermark of the epochs before: every record at or below it is chosen
+  // and installed in the new leader's store; every record above it is discarded everywhere.
+  uint64_t final_tid = 0;
+  // Above every TID logged before the takeover: the new epoch's first floor.
+  uint64_t floor_tid = 0;
+  uint64_t replayed_txns = 0;   // records the takeover installed (chosen since the hand-over)
+  uint64_t discarded_txns = 0;  // records above final_tid, never installed
+  uint64_t elapsed_ns = 0;      // start() to the last stream's old slots chosen
+};
+
 struct LeaderOptions {
   uint32_t shard = 0;
-  uint32_t streams = 1;   // one per worker
-  uint32_t replicas = 3;  // this process is replica 0
+  uint32_t streams = 1;  // one per worker
+  uint32_t replicas = 3;
+  uint32_t replica = 0;  // this process's replica id
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 0;  // 0: any free port (see port())
   // receive_shapes[r]: the WAN delay of what replica r sends us (region r -> region 0).
@@ -101,10 +125,23 @@ struct LeaderStats {
 class ReplicationLeader {
  public:
   // Listens, creates the appenders and streams, starts the replication thread.
+  // With `takeover` (a follower promoted in place; its engine is `engine`): the streams run
+  // over the follower's acceptor state and stand for election at once (a higher ballot
+  // fences the old leader); each stream's phase 1 re-proposes what a majority may hold and
+  // fills holes with no-ops; every old slot chosen so is installed by the applier up to the
+  // final watermark (wait_takeover). Nothing the workers seal is proposed before that.
   // REQUIRES: engine outlives the leader; options.streams >= 1; replicas in [1, 16];
-  // receive_shapes empty or one per replica.
+  // replica < replicas; receive_shapes empty or one per replica; a takeover has one store
+  // and log per stream and options.wal_dir empty (the logs come with it).
   [[nodiscard]] static Result<std::unique_ptr<ReplicationLeader>> start(
-      const LeaderOptions& options, txn::Engine& engine);
+      const LeaderOptions& options, txn::Engine& engine, Takeover* takeover = nullptr);
+
+  // A takeover: blocks until every stream leads and the slots it held before are chosen and
+  // installed (or timeout_ms: Timeout naming the streams still electing, e.g. no majority).
+  // Then the caller seals each stream's epoch start (StreamAppender::finish with
+  // kLogFlagEpochStart, floor_tid and final_tid), raises its engine's epoch above floor_tid
+  // (txn::Engine::start_leading) and starts its workers.
+  [[nodiscard]] Result<TakeoverResult> wait_takeover(uint64_t timeout_ms);
   ~ReplicationLeader();  // stop()
   ReplicationLeader(const ReplicationLeader&) = delete;
   ReplicationLeader& operator=(const ReplicationLeader&) = delete;
@@ -138,7 +175,8 @@ class ReplicationLeader {
   struct Peer;
   class Transport;
   ReplicationLeader(const LeaderOptions& options, txn::Engine& engine);
-  Status init();
+  Status init(Takeover* takeover);
+  void check_takeover();  // replication thread: finishes the takeover once its slots are chosen
   void thread_main();
   static void on_tick(void* self, uint64_t);
   static void on_post(void* self);
@@ -170,7 +208,13 @@ class ReplicationLeader {
   std::atomic<uint32_t> leading_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  uint64_t last_request_ns_ = 0;  // replication thread
+  // Takeover (replication thread until done is published).
+  std::unique_ptr<ReplayApplier> takeover_applier_;
+  std::vector<uint64_t> takeover_last_slot_;  // per stream: its last old slot (0: electing)
+  uint64_t takeover_start_ns_ = 0;
+  std::atomic<bool> takeover_done_{false};
+  TakeoverResult takeover_result_;  // written before takeover_done_ is published
+  uint64_t last_request_ns_ = 0;    // replication thread
   uint64_t last_debug_ns_ = 0;
 
   // Group commit of our own acceptances off the replication thread (fsync batch/always):

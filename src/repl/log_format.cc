@@ -200,11 +200,15 @@ AppendResult LogBatchBuilder::append(uint64_t commit_tid, std::span<const txn::D
   return AppendResult::kOk;
 }
 
-std::span<const std::byte> LogBatchBuilder::seal(uint16_t flags, uint64_t floor_tid) {
+std::span<const std::byte> LogBatchBuilder::seal(uint16_t flags, uint64_t floor_tid,
+                                                 uint64_t final_tid) {
   SHOAL_ASSERT(open_, "seal of a sealed or never-reset batch");
   SHOAL_ASSERT((flags & ~kLogFlagsKnown) == 0, "unknown flags 0x%x", flags);
-  SHOAL_ASSERT((flags & (kLogFlagNoop | kLogFlagBootstrapEnd)) == 0 || txn_count_ == 0,
-               "a no-op or bootstrap-end entry has no records (flags 0x%x)", flags);
+  SHOAL_ASSERT(
+      (flags & (kLogFlagNoop | kLogFlagBootstrapEnd | kLogFlagEpochStart)) == 0 || txn_count_ == 0,
+      "a no-op, bootstrap-end or epoch-start entry has no records (flags 0x%x)", flags);
+  SHOAL_ASSERT((flags & kLogFlagEpochStart) != 0 || final_tid == 0, "%s",
+               "only an epoch-start entry carries a final watermark");
   std::byte* h = buf_;
   store_u32(h + kOffMagic, kLogMagic);
   store_u16(h + kOffVersion, kLogFormatVersion);
@@ -216,7 +220,7 @@ std::span<const std::byte> LogBatchBuilder::seal(uint16_t flags, uint64_t floor_
   const size_t payload = used_bytes_ - kLogHeaderBytes;
   store_u32(h + kOffPayloadBytes, static_cast<uint32_t>(payload));
   store_u32(h + kOffRecordCount, txn_count_);
-  store_u64(h + kOffMinTid, txn_count_ == 0 ? 0 : min_tid_);
+  store_u64(h + kOffMinTid, txn_count_ == 0 ? final_tid : min_tid_);
   store_u64(h + kOffMaxTid, std::max(txn_count_ == 0 ? 0 : max_tid_, floor_tid));
   store_u64(h + kOffChecksum, log_entry_checksum(h, payload));
   open_ = false;
@@ -383,8 +387,12 @@ Status check_records(const std::byte* entry, uint64_t offset) {
     r = rend;
   }
   if (r != end) return corrupt(offset, "records do not fill payload_bytes");
-  // An empty entry has min_tid 0; its max_tid may carry the stream's floor (seal()).
-  if (count == 0 && min_tid != 0) return corrupt(offset, "TID range of no records");
+  // An empty entry has min_tid 0 (an epoch start: the final watermark); its max_tid may carry
+  // the stream's floor (seal()).
+  const bool epoch_start = (load_u16(entry + kOffFlags) & kLogFlagEpochStart) != 0;
+  if (count == 0 && min_tid != 0 && !epoch_start) {
+    return corrupt(offset, "TID range of no records");
+  }
   return Status::Ok();
 }
 
@@ -428,6 +436,9 @@ Result<LogEntryView> LogEntryView::parse(std::span<const std::byte> bytes, uint6
   }
   if ((flags & kLogFlagBootstrapEnd) != 0 && load_u32(e + kOffRecordCount) != 0) {
     return corrupt(offset, "a bootstrap-end entry with records");
+  }
+  if ((flags & kLogFlagEpochStart) != 0 && load_u32(e + kOffRecordCount) != 0) {
+    return corrupt(offset, "an epoch-start entry with records");
   }
   SHOAL_TRY(check_records(e, offset));
   return LogEntryView(e);

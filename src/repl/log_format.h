@@ -33,10 +33,11 @@ static_assert(std::endian::native == std::endian::little,
               "need byte swaps in the load/store helpers");
 
 inline constexpr uint32_t kLogMagic = 0x474c4853;             // "SHLG" in file byte order
-inline constexpr uint16_t kLogFormatVersion = 3;              // what this binary writes
+inline constexpr uint16_t kLogFormatVersion = 4;              // what this binary writes
 inline constexpr uint16_t kLogFormatMinVersion = 1;           // oldest version this binary reads
 inline constexpr uint16_t kLogFormatPatchVersion = 2;         // first version with WriteOp::kPatch
 inline constexpr uint16_t kLogFormatBootstrapEndVersion = 3;  // first with kLogFlagBootstrapEnd
+inline constexpr uint16_t kLogFormatEpochStartVersion = 4;    // first with kLogFlagEpochStart
 inline constexpr size_t kLogHeaderBytes = 64;
 inline constexpr size_t kLogRecordHeaderBytes = 16;
 inline constexpr size_t kLogWriteHeaderBytes = 16;
@@ -51,10 +52,18 @@ inline constexpr uint16_t kLogFlagNoop = 1u << 0;  // epoch-change no-op (design
 // records; its max_tid is the snapshot TID S, and every bootstrap record is below S. A follower
 // whose applied TID reaches S has installed the whole initial state (readers start there).
 inline constexpr uint16_t kLogFlagBootstrapEnd = 1u << 1;
-inline constexpr uint16_t kLogFlagsKnown = kLogFlagNoop | kLogFlagBootstrapEnd;
+// Format 4: the first entry a new leader logs on each stream after an epoch change (design
+// section 5, docs/REPLICATION.md "Failover"): no records; `min_tid` is the shard's final
+// watermark F of the epochs before `epoch`, `max_tid` a floor above every TID logged before.
+// Replay discards every record of an entry from an older epoch whose TID is above F: such a
+// transaction was never acknowledged, and it may have read what the failed leader lost.
+inline constexpr uint16_t kLogFlagEpochStart = 1u << 2;
+inline constexpr uint16_t kLogFlagsKnown = kLogFlagNoop | kLogFlagBootstrapEnd | kLogFlagEpochStart;
 // The flags an entry of format `version` may carry.
 inline constexpr uint16_t log_flags_known(uint16_t version) {
-  return version >= kLogFormatBootstrapEndVersion ? kLogFlagsKnown : kLogFlagNoop;
+  if (version >= kLogFormatEpochStartVersion) return kLogFlagsKnown;
+  return version >= kLogFormatBootstrapEndVersion ? kLogFlagNoop | kLogFlagBootstrapEnd
+                                                  : kLogFlagNoop;
 }
 
 // kPatch (format 2): an update that carries only the changed bytes of a value of unchanged
@@ -170,7 +179,9 @@ class LogBatchBuilder {
   // REQUIRES: an open batch; floor_tid below every TID this stream will still log. An empty
   // batch is valid (a heartbeat or, with kLogFlagNoop, the epoch-change no-op); flags with
   // kLogFlagNoop or kLogFlagBootstrapEnd REQUIRE an empty batch.
-  std::span<const std::byte> seal(uint16_t flags = 0, uint64_t floor_tid = 0);
+  // kLogFlagEpochStart: `final_tid` goes into min_tid (the previous epochs' final watermark).
+  std::span<const std::byte> seal(uint16_t flags = 0, uint64_t floor_tid = 0,
+                                  uint64_t final_tid = 0);
 
   bool open() const { return open_; }
   uint32_t txn_count() const { return txn_count_; }
@@ -295,6 +306,7 @@ class LogEntryView {
   uint16_t format_version() const { return load_u16(p_ + 4); }
   uint16_t flags() const { return load_u16(p_ + 6); }
   LogEntryId id() const;
+  uint64_t epoch() const { return load_u64(p_ + 16); }
   uint32_t payload_bytes() const { return load_u32(p_ + 32); }
   uint32_t record_count() const { return load_u32(p_ + 36); }
   uint64_t min_tid() const { return load_u64(p_ + 40); }

@@ -288,7 +288,7 @@ TEST(LogFormat, NewerVersionRefusedWithClearText) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
   EXPECT_EQ(r.status().message(),
-            "log entry at offset 4096: log format version 4 is newer than this reader's 3");
+            "log entry at offset 4096: log format version 5 is newer than this reader's 4");
   store_u16(e.data() + 4, 0);
   reseal(e);
   EXPECT_EQ(LogEntryView::parse(e).status().code(), Code::kCorruption);

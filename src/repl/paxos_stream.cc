@@ -332,6 +332,15 @@ void PaxosStream::tick() {
   }
 }
 
+void PaxosStream::campaign() {
+  if (role_ == PaxosRole::kLeader) return;
+  if (role_ == PaxosRole::kCandidate) {
+    send_prepares(/*only_missing=*/true);
+    return;
+  }
+  start_election();
+}
+
 bool PaxosStream::peer_alive(uint32_t peer, uint64_t now_ns) const {
   return now_ns - peer_heard_ns_[peer] <= options_.election_timeout_ns;
 }

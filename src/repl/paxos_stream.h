@@ -298,6 +298,11 @@ class PaxosStream {
   void note_self_durable(Ballot b, uint64_t slot);
   // Heartbeats, retransmission, catch-up, elections. Call every ~1 ms (<< heartbeat_ns).
   void tick();
+  // Stand for election now, whatever may_lead and the election timeout say: the replica the
+  // configuration manager appointed after the leader failed (design section 5) takes over at
+  // once instead of waiting out a timeout. A candidate re-sends its prepares to the acceptors
+  // that have not promised (a follower that just connected); a leader does nothing.
+  void campaign();
   // Where the leader reads chosen slots its store trimmed (null: such a follower cannot be
   // caught up, counted in catchup_unavailable). REQUIRES: outlives the stream.
   void set_chosen_source(ChosenSlotSource* source) { source_ = source; }

@@ -108,6 +108,7 @@ bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
   SHOAL_ASSERT(view.ok(), "replay of an entry that does not parse: %s",
                view.status().to_string().c_str());
   const uint64_t limit = wm_.shard();
+  const uint64_t discard = discard_above(view->epoch());
   const auto& tables = engine_.tables();
   uint32_t index = 0;
   bool done = true;
@@ -120,6 +121,11 @@ bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
     if (r.commit_tid() > limit) {
       done = false;
       *next = index - 1;
+      return;
+    }
+    if (r.commit_tid() > discard) {  // the failed epoch's unacknowledged tail
+      r.for_each_write([&](const WriteView&) { prefetcher.before(write_index++); });
+      ++stats_.discarded_txns;
       return;
     }
     r.for_each_write([&](const WriteView& w) {
@@ -149,6 +155,7 @@ ReplayCut ReplayApplier::cut() const {
   ReplayCut c;
   c.applied_tid = wm_.shard();
   c.bootstrap_tid = bootstrap_tid_;
+  c.fences = fences_;
   c.streams.resize(queues_.size());
   for (uint32_t s = 0; s < queues_.size(); ++s) {
     StreamCut& sc = c.streams[s];
@@ -170,6 +177,7 @@ void ReplayApplier::restore(const ReplayCut& cut) {
   SHOAL_ASSERT(cut.streams.size() == queues_.size(), "cut of %zu streams, applier of %zu",
                cut.streams.size(), queues_.size());
   bootstrap_tid_ = cut.bootstrap_tid;
+  for (const EpochFence& f : cut.fences) add_fence(f.epoch, f.final_tid);
   for (uint32_t s = 0; s < queues_.size(); ++s) {
     wm_.advance(s, cut.streams[s].stream_tid);
     positions_[s] = Position{cut.streams[s].next_slot, cut.streams[s].next_record};
@@ -189,8 +197,12 @@ void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes)
   const uint32_t skip = pos.skip_records;
   pos.next_slot = slot + 1;
   pos.skip_records = 0;
-  if ((load_u16(bytes.data() + 6) & kLogFlagBootstrapEnd) != 0) {
-    bootstrap_tid_ = std::max(bootstrap_tid_, max_tid);
+  const uint16_t flags = load_u16(bytes.data() + 6);
+  if ((flags & kLogFlagBootstrapEnd) != 0) bootstrap_tid_ = std::max(bootstrap_tid_, max_tid);
+  // Before the watermark moves: the first epoch-start entry on any stream is what lets the
+  // watermark pass the final one, so every record above it is judged by the fence.
+  if ((flags & kLogFlagEpochStart) != 0) {
+    add_fence(load_u64(bytes.data() + 16), load_u64(bytes.data() + 40));
   }
   wm_.advance(stream, max_tid);
   auto& q = queues_[stream];
@@ -202,6 +214,30 @@ void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes)
   }
   drain_queues();
   stats_.cpu_ns += thread_cpu_ns() - start;
+}
+
+void ReplayApplier::add_fence(uint64_t epoch, uint64_t final_tid) {
+  // Every stream of the shard starts the epoch with the same fence: keep one.
+  for (const EpochFence& f : fences_) {
+    if (f.epoch == epoch) {
+      SHOAL_ASSERT(f.final_tid == final_tid,
+                   "epoch %lu started with final watermarks %lx and %lx on two streams", epoch,
+                   f.final_tid, final_tid);
+      return;
+    }
+  }
+  SHOAL_ASSERT(fences_.size() < kEpochFencesMax, "more than %zu epoch changes", kEpochFencesMax);
+  SHOAL_ASSERT(fences_.empty() || fences_.back().epoch < epoch, "epoch %lu started after epoch %lu",
+               epoch, fences_.back().epoch);
+  fences_.push_back(EpochFence{epoch, final_tid});
+}
+
+uint64_t ReplayApplier::discard_above(uint64_t epoch) const {
+  uint64_t limit = UINT64_MAX;
+  for (const EpochFence& f : fences_) {
+    if (f.epoch > epoch) limit = std::min(limit, f.final_tid);
+  }
+  return limit;
 }
 
 void ReplayApplier::drain_queues() {

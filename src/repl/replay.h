@@ -26,6 +26,8 @@
 #include <span>
 #include <vector>
 
+#include "src/base/assert.h"
+#include "src/repl/log_format.h"
 #include "src/repl/paxos_stream.h"
 #include "src/repl/watermark.h"
 #include "src/txn/engine.h"
@@ -50,16 +52,27 @@ struct StreamCut {
 // The applier's state between two entries: the store holds exactly the records with TID <=
 // applied_tid (the watermark order above), which are exactly the records before each
 // stream's cut.
+// An epoch change seen in the log (an entry flagged kLogFlagEpochStart): every record of an
+// entry from an epoch below `epoch` whose TID is above `final_tid` is discarded, never
+// installed (design section 5: the old epoch's speculative tail above its final watermark).
+struct EpochFence {
+  uint64_t epoch = 0;
+  uint64_t final_tid = 0;
+};
+inline constexpr size_t kEpochFencesMax = 1024;
+
 struct ReplayCut {
   uint64_t applied_tid = 0;
   uint64_t bootstrap_tid = 0;
   std::vector<StreamCut> streams;
+  std::vector<EpochFence> fences;  // in epoch order
 };
 
 struct ReplayStats {
   uint64_t entries = 0, txns = 0, writes = 0, skipped_writes = 0;
-  uint64_t known_writes = 0;  // installed on the record their prefetch found (no lookup)
-  uint64_t cpu_ns = 0;        // thread CPU time spent installing
+  uint64_t known_writes = 0;    // installed on the record their prefetch found (no lookup)
+  uint64_t discarded_txns = 0;  // records above an epoch fence (EpochFence), never installed
+  uint64_t cpu_ns = 0;          // thread CPU time spent installing
 };
 
 class ReplayApplier {
@@ -91,8 +104,24 @@ class ReplayApplier {
     return bootstrap_tid_ != 0 && applied_tid() >= bootstrap_tid_;
   }
   const ShardWatermark& watermark() const { return wm_; }
+  const std::vector<EpochFence>& fences() const { return fences_; }
   const ReplayStats& stats() const { return stats_; }
   size_t queued_entries() const;
+  // Calls fn(commit TID) for every record received and not installed (held above the
+  // watermark), e.g. to count what a takeover discards.
+  template <typename Fn>
+  void for_each_queued_record(Fn&& fn) const {
+    for (const auto& q : queues_) {
+      for (const Pending& p : q) {
+        Result<LogEntryView> view = LogEntryView::reparse(p.bytes.span());
+        SHOAL_ASSERT(view.ok(), "%s", "a queued entry that does not parse");
+        uint32_t index = 0;
+        view->for_each_record([&](const RecordView& r) {
+          if (index++ >= p.next_record) fn(r.commit_tid());
+        });
+      }
+    }
+  }
 
  private:
   struct Pending {
@@ -125,6 +154,11 @@ class ReplayApplier {
   std::vector<Position> positions_;
   ReplayStats stats_;
   uint64_t bootstrap_tid_ = 0;
+  // Epoch changes seen, in epoch order (bounded by kEpochFencesMax).
+  void add_fence(uint64_t epoch, uint64_t final_tid);
+  // Records of an entry of `epoch` above this TID are discarded (UINT64_MAX: none).
+  uint64_t discard_above(uint64_t epoch) const;
+  std::vector<EpochFence> fences_;
 };
 
 }  // namespace shoal::repl

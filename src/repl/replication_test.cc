@@ -72,6 +72,15 @@ class FollowerThread {
     if (thread_.joinable()) thread_.join();
     follower_.reset();
   }
+  // Waits until run() returns by itself (its leader went away); the follower stays.
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // Runs again (after set_leader, say) on a new thread.
+  void rerun() {
+    stop_ = false;
+    thread_ = std::thread([this] { EXPECT_TRUE(follower_->run(&stop_).ok()); });
+  }
   uint64_t recovered() const { return recovered_; }
   Follower& follower() { return *follower_; }
   uint64_t recovered_tid() const { return recovered_tid_; }
@@ -539,4 +548,143 @@ TEST(Replication, FollowerRefusesAnOlderDirectoryLayout) {
 }
 
 }  // namespace
+}  // namespace shoal::repl
+
+namespace shoal::repl {
+namespace {
+
+Status insert_row(txn::Txn& txn, const void* args, void*) {
+  auto* table = static_cast<txn::Table<1>*>(txn.engine().tables()[0].get());
+  const uint64_t k = *static_cast<const uint64_t*>(args);
+  return txn.insert(*table, Key<1>{{k}}, Row{k, k * 3});
+}
+
+// Runs `txns` inserts of fresh keys on each stream of `leader` over `engine`; returns each
+// key's commit TID.
+std::vector<std::pair<uint64_t, uint64_t>> insert_keys(txn::Engine& engine,
+                                                       ReplicationLeader& leader, uint32_t txns,
+                                                       uint64_t key_base) {
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> per(leader.streams());
+  std::vector<std::thread> threads;
+  for (uint32_t s = 0; s < leader.streams(); ++s) {
+    threads.emplace_back([&, s] {
+      txn::Worker* w = engine.make_worker();
+      StreamAppender& a = leader.appender(s);
+      w->set_commit_hook(&StreamAppender::commit_hook, &a);
+      w->txn().set_tid_floor(a.promised_tid());
+      for (uint32_t i = 0; i < txns; ++i) {
+        const uint64_t k = key_base + s * 1'000'000 + i;
+        const Status st = w->run(&insert_row, &k);
+        EXPECT_TRUE(st.ok()) << st.to_string();
+        per[s].emplace_back(k, a.last_commit_tid());
+      }
+      a.flush();
+      w->set_commit_hook(nullptr, nullptr);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<std::pair<uint64_t, uint64_t>> all;
+  for (auto& v : per) all.insert(all.end(), v.begin(), v.end());
+  return all;
+}
+
+bool has_key(txn::Engine& engine, txn::Worker* w, uint64_t k) {
+  auto* table = static_cast<txn::Table<1>*>(engine.tables()[0].get());
+  Row r{};
+  struct Args {
+    txn::Table<1>* table;
+    uint64_t k;
+    Row* out;
+  } args{table, k, &r};
+  const Status st = w->run(
+      [](txn::Txn& txn, const void* a, void*) {
+        const auto* x = static_cast<const Args*>(a);
+        return txn.get(*x->table, Key<1>{{x->k}}, x->out);
+      },
+      &args);
+  return st.ok() && r.a == k && r.b == k * 3;
+}
+
+}  // namespace
+
+// Design section 5, one shard: the leader dies with transactions in flight; follower 1 is
+// promoted in place (its replayed engine becomes the leader's store, its acceptor state the
+// streams'), runs phase 1 with a higher ballot, installs what a majority holds up to the
+// final watermark, and leads a new epoch that follower 2 (re-pointed at it) replicates.
+// Every acknowledged transaction (at or below the old leader's watermark) survives; nothing
+// above the final watermark is installed anywhere; the survivors converge.
+TEST(Replication, FollowerPromotedInPlaceKeepsEveryAcknowledgedTransaction) {
+  Cluster c(/*streams=*/2, FsyncPolicy::kBatch);
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  c.run(500, 7);  // updates and removes of keys 1..200
+  auto before = insert_keys(*c.engine, *c.leader, 300, 1'000);
+  // What a client was told: every transaction at or below the watermark is acknowledged.
+  const uint64_t acknowledged = c.leader->watermark();
+  c.leader->stop();  // the leader is gone; its last entries may be chosen, accepted or lost
+  for (auto& f : c.followers) f->join();
+
+  std::unique_ptr<txn::Engine> engine;
+  auto takeover = c.followers[0]->follower().hand_over(&engine);
+  ASSERT_TRUE(takeover.ok()) << takeover.status().to_string();
+  LeaderOptions lo;
+  lo.streams = 2;
+  lo.replicas = 3;
+  lo.replica = 1;
+  lo.appender.epoch = 2;
+  lo.appender.limits.batch_txns_max = 16;
+  lo.appender.limits.batch_bytes_max = 64 * 1024;
+  lo.appender.pool_buffers = 8;
+  lo.fsync = FsyncPolicy::kBatch;
+  lo.paxos = paxos_options_for_rtt(0);
+  lo.paxos.epoch = 2;
+  lo.schema = Schema::of(*engine, "");
+  auto promoted = ReplicationLeader::start(lo, *engine, &*takeover);
+  ASSERT_TRUE(promoted.ok()) << promoted.status().to_string();
+  ReplicationLeader& leader = **promoted;
+  c.followers[1]->follower().set_leader(1, "127.0.0.1", leader.port());
+  c.followers[1]->rerun();
+  auto result = leader.wait_takeover(20'000);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  EXPECT_GE(result->final_tid, acknowledged);
+  EXPECT_GE(result->floor_tid, result->final_tid);
+  std::fprintf(stderr,
+               "takeover: acknowledged %lx, final %lx, floor %lx, %lu txns installed, %lu "
+               "discarded, %.1f ms\n",
+               acknowledged, result->final_tid, result->floor_tid, result->replayed_txns,
+               result->discarded_txns, static_cast<double>(result->elapsed_ns) / 1e6);
+  txn::Worker* reader = engine->make_worker();
+  for (const auto& [k, tid] : before) {
+    if (tid <= acknowledged) {
+      ASSERT_TRUE(has_key(*engine, reader, k))
+          << "acknowledged key " << k << " (TID " << tid << ") lost";
+    }
+    EXPECT_EQ(has_key(*engine, reader, k), tid <= result->final_tid) << "key " << k;
+  }
+  for (uint32_t s = 0; s < 2; ++s) {
+    ASSERT_TRUE(
+        leader.appender(s).finish(result->floor_tid, kLogFlagEpochStart, result->final_tid).ok());
+  }
+  engine->start_leading((result->floor_tid >> 32) + 1);
+  auto after = insert_keys(*engine, leader, 300, 5'000'000);
+  uint64_t floor = 0;
+  for (uint32_t s = 0; s < 2; ++s) floor = std::max(floor, leader.appender(s).last_commit_tid());
+  for (uint32_t s = 0; s < 2; ++s) ASSERT_TRUE(leader.appender(s).finish(floor).ok());
+  auto reports = leader.collect_reports(floor, true, false, 20'000, nullptr, /*skip_lost=*/true);
+  ASSERT_TRUE(reports.ok()) << reports.status().to_string();
+  const uint64_t digest = engine_digest(*engine);
+  bool follower2_reported = false;
+  for (const FollowerReport& r : *reports) {
+    if (r.replica == 2) {
+      follower2_reported = true;
+      EXPECT_EQ(r.digest, digest) << "follower 2 differs from the promoted leader";
+    } else {
+      EXPECT_TRUE(r.lost) << "replica " << r.replica;
+    }
+  }
+  EXPECT_TRUE(follower2_reported);
+  for (const auto& [k, tid] : after) EXPECT_TRUE(has_key(*engine, reader, k)) << k;
+  leader.stop();
+  c.followers[1]->stop();
+}
+
 }  // namespace shoal::repl

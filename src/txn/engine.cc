@@ -354,7 +354,20 @@ Status Worker::run(Procedure proc, const void* args, void* result) {
 // ---- Engine ----
 
 Engine::Engine(EngineOptions options, Env* env) : options_(options), env_(env) {
-  if (!options_.epoch_ticker) return;
+  if (options_.epoch_ticker) start_ticker();
+}
+
+void Engine::start_leading(uint64_t at_least_epoch) {
+  uint64_t e = epoch_.load(std::memory_order_acquire);
+  while (e < at_least_epoch && !epoch_.compare_exchange_weak(e, at_least_epoch)) {
+  }
+  if (!ticker_.joinable() && !options_.epoch_ticker) {
+    options_.epoch_ticker = true;
+    start_ticker();
+  }
+}
+
+void Engine::start_ticker() {
   ticker_ = std::thread([this] {
     const uint64_t slice_ns = std::min<uint64_t>(options_.epoch_interval_ns, 5'000'000);
     uint64_t next_ns = env_->now_ns() + options_.epoch_interval_ns;

@@ -485,6 +485,10 @@ class Engine {
   // The global epoch (advanced by a background ticker, or by tests).
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   void advance_epoch_for_tests() { epoch_.fetch_add(1, std::memory_order_acq_rel); }
+  // A follower's engine becoming a leader's (design section 5): its commits must take TIDs
+  // above every TID the old leader logged, so the epoch jumps to at least `at_least`, and the
+  // ticker (off while it followed) starts. Call before any worker commits.
+  void start_leading(uint64_t at_least_epoch);
 
   const EngineOptions& options() const { return options_; }
   Env& env() { return *env_; }
@@ -506,6 +510,7 @@ class Engine {
   std::atomic<uint64_t> version_horizon_{0};
   std::atomic<bool> stop_{false};
   std::thread ticker_;
+  void start_ticker();
   std::vector<std::unique_ptr<TableBase>> tables_;
   std::mutex workers_mu_;
   std::vector<std::unique_ptr<Worker>> workers_;
