@@ -140,6 +140,8 @@ std::string prefix_range_end(std::string_view prefix);
 // The store in this process: a map, a revision counter and leases whose expiry is read from
 // `env` (so under SimEnv they expire in virtual time). Leases are expired lazily, at the start
 // of every call, each expiry (like etcd's revoke) removing its keys at one new revision.
+// Under SimEnv, wait_for_change sleeps through SimEnv::sleep_ns, which runs the simulation:
+// call it from the test's driving code, never from inside a simulated task.
 class InMemoryConfigManager final : public ConfigManager {
  public:
   // REQUIRES: env outlives this; poll_interval_ms > 0.

@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "src/base/temp_dir.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/etcd_config_manager.h"
 #include "src/cluster/etcd_process.h"
@@ -33,24 +34,6 @@ bool etcd_installed() {
 uint64_t now_ms() {
   return RealEnv::instance().now_ns() / 1'000'000;
 }
-
-// A temporary directory removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "shoal-etcd-XXXXXX").string();
-    SHOAL_ASSERT(mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Real time plus an offset the test moves forward: leases expire at once when told to, and
 // sleeps (wait_for_change's polls) still take real time, so threads can race a waiter.
@@ -98,7 +81,7 @@ struct EtcdBackend {
   static inline EtcdProcess* etcd = nullptr;
   static void start_shared() {
     if (!etcd_installed()) return;
-    dir = new TempDir();
+    dir = new TempDir("shoal-etcd");
     auto p = EtcdProcess::start(fast_etcd(dir->path()));
     SHOAL_ASSERT(p.ok(), "starting etcd: %s", p.status().to_string().c_str());
     etcd = p->release();
@@ -673,7 +656,7 @@ TEST(EtcdConfigManager, NotRunningIsUnavailableWithinTheTimeoutNamingTheEndpoint
 
 TEST(EtcdConfigManager, FailsOverToALiveEndpoint) {
   if (!etcd_installed()) GTEST_SKIP() << kEtcdBinary << " not installed (etcd-server)";
-  TempDir dir;
+  TempDir dir("shoal-etcd");
   auto etcd = EtcdProcess::start(fast_etcd(dir.path()));
   ASSERT_TRUE(etcd.ok()) << etcd.status().to_string();
   auto dead = free_loopback_port();
@@ -691,7 +674,7 @@ TEST(EtcdConfigManager, FailsOverToALiveEndpoint) {
 
 TEST(EtcdConfigManager, KilledIsUnavailableThenWorksAfterARestartOnTheSameDataDir) {
   if (!etcd_installed()) GTEST_SKIP() << kEtcdBinary << " not installed (etcd-server)";
-  TempDir dir;
+  TempDir dir("shoal-etcd");
   auto started = EtcdProcess::start(fast_etcd(dir.path()));
   ASSERT_TRUE(started.ok()) << started.status().to_string();
   EtcdProcess& etcd = **started;
@@ -724,7 +707,7 @@ TEST(EtcdConfigManager, KilledIsUnavailableThenWorksAfterARestartOnTheSameDataDi
 }
 
 TEST(EtcdProcess, MissingBinaryAndTakenPortAreClearErrors) {
-  TempDir dir;
+  TempDir dir("shoal-etcd");
   EtcdProcessOptions missing = fast_etcd(dir.path());
   missing.binary = dir.path() + "/no-such-etcd";
   auto r = EtcdProcess::start(missing);

@@ -188,8 +188,8 @@ Result<std::unique_ptr<EtcdConfigManager>> EtcdConfigManager::create(EtcdOptions
   return std::unique_ptr<EtcdConfigManager>(new EtcdConfigManager(std::move(options)));
 }
 
-Result<std::string> EtcdConfigManager::call(const char* path, const std::string& body,
-                                            bool idempotent) {
+Result<json> EtcdConfigManager::call(const char* path, const json& request, bool idempotent) {
+  const std::string body = request.dump();
   std::lock_guard lock(mu_);
   Env& clock = RealEnv::instance();
   const uint64_t deadline_ns = clock.now_ns() + options_.timeout_ms * 1'000'000ULL;
@@ -218,16 +218,14 @@ Result<std::string> EtcdConfigManager::call(const char* path, const std::string&
     }
     current_ = idx;
     if (response.status != 200) return etcd_error(endpoint, path, response.status, response.body);
-    return std::move(response.body);
+    return parse_reply(path, response.body);
   }
   return Status::Unavailable("etcd unreachable: " + failures);
 }
 
 Result<std::optional<Versioned>> EtcdConfigManager::get(std::string_view key) {
   static constexpr const char* kPath = "/v3/kv/range";
-  auto body = call(kPath, range_request(key).dump(), true);
-  if (!body.ok()) return body.status();
-  auto reply = parse_reply(kPath, *body);
+  auto reply = call(kPath, range_request(key), true);
   if (!reply.ok()) return reply.status();
   return single_key(kPath, *reply);
 }
@@ -238,9 +236,7 @@ Result<std::vector<KeyValue>> EtcdConfigManager::range(std::string_view prefix) 
   json request = range_request(prefix);
   const std::string end = prefix_range_end(prefix);
   request["range_end"] = base64_encode(end.empty() ? std::string_view("\0", 1) : end);
-  auto body = call(kPath, request.dump(), true);
-  if (!body.ok()) return body.status();
-  auto reply = parse_reply(kPath, *body);
+  auto reply = call(kPath, request, true);
   if (!reply.ok()) return reply.status();
   std::vector<KeyValue> out;
   SHOAL_TRY(read_kvs(kPath, *reply, &out));
@@ -252,18 +248,14 @@ Result<int64_t> EtcdConfigManager::put(std::string_view key, std::string_view va
   static constexpr const char* kPath = "/v3/kv/put";
   json request{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
   if (lease != 0) request["lease"] = std::to_string(lease);
-  auto body = call(kPath, request.dump(), false);
-  if (!body.ok()) return body.status();
-  auto reply = parse_reply(kPath, *body);
+  auto reply = call(kPath, request, false);
   if (!reply.ok()) return reply.status();
   return header_revision(kPath, *reply);
 }
 
 Result<bool> EtcdConfigManager::remove(std::string_view key) {
   static constexpr const char* kPath = "/v3/kv/deleterange";
-  auto body = call(kPath, range_request(key).dump(), false);
-  if (!body.ok()) return body.status();
-  auto reply = parse_reply(kPath, *body);
+  auto reply = call(kPath, range_request(key), false);
   if (!reply.ok()) return reply.status();
   int64_t deleted = 0;
   if (!read_int64(*reply, "deleted", &deleted)) return bad_reply(kPath, "deleted");
@@ -290,9 +282,7 @@ Result<TxnResult> EtcdConfigManager::txn(const std::vector<TxnCompare>& compares
     success.push_back({{"request_put", std::move(put)}});
   }
   const json request{{"compare", compare}, {"success", success}, {"failure", failure}};
-  auto body = call(kPath, request.dump(), false);
-  if (!body.ok()) return body.status();
-  auto reply = parse_reply(kPath, *body);
+  auto reply = call(kPath, request, false);
   if (!reply.ok()) return reply.status();
   TxnResult out;
   auto revision = header_revision(kPath, *reply);
@@ -324,9 +314,7 @@ Result<Lease> EtcdConfigManager::grant_lease(uint64_t ttl_ms) {
   const uint64_t ttl_s = (ttl_ms + 999) / 1000;
   // Not idempotent in effect (a resent grant makes a second lease), but an extra lease is
   // harmless: it expires unused.
-  auto body = call(kPath, json{{"TTL", std::to_string(ttl_s)}}.dump(), true);
-  if (!body.ok()) return body.status();
-  auto reply = parse_reply(kPath, *body);
+  auto reply = call(kPath, json{{"TTL", std::to_string(ttl_s)}}, true);
   if (!reply.ok()) return reply.status();
   Lease lease;
   int64_t granted_s = 0;
@@ -342,9 +330,7 @@ Status EtcdConfigManager::keep_alive(int64_t lease) {
   static constexpr const char* kPath = "/v3/lease/keepalive";
   // A streaming RPC behind the gateway: one request in the body gives one {"result": ...}
   // (or {"error": ...}) and the end of the stream.
-  auto body = call(kPath, json{{"ID", std::to_string(lease)}}.dump(), true);
-  if (!body.ok()) return body.status();
-  auto reply = parse_reply(kPath, *body);
+  auto reply = call(kPath, json{{"ID", std::to_string(lease)}}, true);
   if (!reply.ok()) return reply.status();
   auto error = reply->find("error");
   if (error != reply->end()) return etcd_error("", kPath, 200, error->dump());
@@ -360,9 +346,7 @@ Status EtcdConfigManager::keep_alive(int64_t lease) {
 
 Status EtcdConfigManager::revoke(int64_t lease) {
   static constexpr const char* kPath = "/v3/lease/revoke";
-  auto body = call(kPath, json{{"ID", std::to_string(lease)}}.dump(), false);
-  if (!body.ok()) return body.status();
-  auto reply = parse_reply(kPath, *body);
+  auto reply = call(kPath, json{{"ID", std::to_string(lease)}}, false);
   if (!reply.ok()) return reply.status();
   return header_revision(kPath, *reply).status();
 }

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -63,10 +64,10 @@ class EtcdConfigManager final : public ConfigManager {
 
  private:
   explicit EtcdConfigManager(EtcdOptions options) : options_(std::move(options)) {}
-  // POSTs `body` to `path` ("/v3/kv/range") with failover; returns the reply body of an HTTP
-  // 200, or the Status above. `idempotent`: may be resent to another endpoint after any
-  // transport failure.
-  Result<std::string> call(const char* path, const std::string& body, bool idempotent);
+  // POSTs `request` to `path` ("/v3/kv/range") with failover; returns the JSON object an HTTP
+  // 200 carried, or the Status above. `idempotent`: may be resent to another endpoint after
+  // any transport failure.
+  Result<nlohmann::json> call(const char* path, const nlohmann::json& request, bool idempotent);
 
   const EtcdOptions options_;
   std::mutex mu_;

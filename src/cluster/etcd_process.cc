@@ -126,12 +126,9 @@ Status EtcdProcess::launch() {
   for (const auto& [port, what] :
        {std::pair{options_.client_port, "client"}, std::pair{options_.peer_port, "peer"}}) {
     auto bound = bind_loopback(port);
-    if (!bound.ok()) {
-      return Status(
-          bound.status().code() == Code::kAlreadyExists
-              ? Status::AlreadyExists(std::string("etcd ") + what + " " + bound.status().message())
-              : bound.status());
-    }
+    if (bound.ok()) continue;
+    if (bound.status().code() != Code::kAlreadyExists) return bound.status();
+    return Status::AlreadyExists(std::string("etcd ") + what + " " + bound.status().message());
   }
   const std::string client_url = "http://" + endpoint();
   const std::string peer_url = "http://127.0.0.1:" + std::to_string(options_.peer_port);
