@@ -6,6 +6,9 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev libtomlplusplus-dev
   libabsl-dev libxxhash-dev libmimalloc-dev liburing-dev nlohmann-json3-dev
+  # The configuration manager (src/cluster/config_manager.h): etcd 3.4 as the server and
+  # etcdctl to inspect it; libcurl for EtcdConfigManager's requests to its JSON gateway.
+  etcd-server etcd-client libcurl4-openssl-dev
   # The libFuzzer targets (src/net/fuzz, src/repl/fuzz) build with clang and its runtime.
   clang libclang-rt-14-dev
 )

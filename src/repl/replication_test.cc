@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "src/base/temp_dir.h"
 #include "src/repl/bootstrap.h"
 #include "src/repl/checkpoint.h"
 #include "src/repl/follower.h"
@@ -36,23 +37,6 @@ Status bump(txn::Txn& txn, const void* args, void*) {
   r.b++;
   return txn.put(*table, Key<1>{{k}}, r);
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string p = "/tmp/shoal-repl-test-XXXXXX";
-    EXPECT_NE(::mkdtemp(p.data()), nullptr);
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 class FollowerThread {
  public:

@@ -1,0 +1,112 @@
+// ClusterStateStore: the typed view of what recovery keeps in the configuration manager (a
+// ConfigManager, src/cluster/config_manager.h), as JSON values under /shoal/<cluster>/
+// (docs/OPERATIONS.md, "The configuration manager"):
+//
+//   epoch                               {"epoch": E}                      the current epoch
+//   shards/<s>                          {"leader_replica": r, "members": [..], "since_epoch": E}
+//   epochs/<E>/final_watermark/<s>      {"watermark": w}   shard s's last watermark in epoch E
+//                                                          (kInfiniteWatermark: healthy shard)
+//   epochs/<E>/fvw                      {"fvw": [w0, w1, ..]}  the finalized vector watermark
+//   alive/<s>                           {"replica": r}     on the leader's lease: vanishes when
+//                                                          the leader stops renewing it
+//
+// Every change is a compare-and-swap, so racing callers agree: begin_epoch_change moves the
+// epoch and one shard's leader in one txn conditioned on the epoch key's revision (exactly
+// one of two racing callers wins; the loser gets the winner's state); a final watermark and
+// the FVW of an epoch are written once (the first publisher wins, later ones get what is
+// stored), so they are final.
+//
+// Everything read is validated: a value that is not the JSON expected (malformed, a field
+// missing or of the wrong type, a leader that is not a member, shard keys with gaps) is
+// Corruption naming the key, never a crash.
+//
+// Threads: as the ConfigManager underneath (any); the store itself holds no mutable state.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "shoal/status.h"
+#include "src/cluster/config_manager.h"
+
+namespace shoal::cluster {
+
+// A healthy shard's final watermark: it lost nothing, so it bounds nothing.
+inline constexpr uint64_t kInfiniteWatermark = UINT64_MAX;
+
+struct ShardState {
+  uint32_t leader_replica = 0;
+  std::vector<uint32_t> members;  // replica ids; holds leader_replica
+  uint64_t since_epoch = 0;       // the epoch in which leader_replica took over
+  int64_t mod_revision = 0;       // of the shard's key (read only)
+};
+
+struct ClusterState {
+  uint64_t epoch = 0;
+  int64_t epoch_revision = 0;      // of the epoch key (read only)
+  std::vector<ShardState> shards;  // shards[s] is shard s
+};
+
+struct EpochChange {
+  bool won = false;
+  ClusterState state;  // after the change: ours if we won, else what is stored now
+};
+
+class ClusterStateStore {
+ public:
+  // REQUIRES: `manager` outlives this; cluster is non-empty and holds no '/'.
+  ClusterStateStore(ConfigManager& manager, std::string cluster);
+
+  const std::string& prefix() const { return prefix_; }  // "/shoal/<cluster>/"
+  std::string epoch_key() const;
+  std::string shard_key(uint32_t shard) const;
+  std::string final_watermark_key(uint64_t epoch, uint32_t shard) const;
+  std::string fvw_key(uint64_t epoch) const;
+  std::string alive_key(uint32_t shard) const;
+
+  // Creates epoch 1 with these shards (their since_epoch is set to 1) unless an epoch exists:
+  // true if we created it, false if it was there (left unchanged). InvalidArgument for no
+  // shards, a shard without members or a leader not among its members.
+  [[nodiscard]] Result<bool> initialize(const std::vector<ShardState>& shards);
+
+  // NotFound when the cluster was never initialized.
+  [[nodiscard]] Result<ClusterState> load_state();
+
+  // Moves the cluster from expected_epoch to expected_epoch + 1 with new_leader leading
+  // `shard`, if the stored epoch is still expected_epoch. Lost (won = false) if another change
+  // came first. InvalidArgument for an unknown shard or a new_leader not among its members.
+  [[nodiscard]] Result<EpochChange> begin_epoch_change(uint64_t expected_epoch, uint32_t shard,
+                                                       uint32_t new_leader);
+
+  // Records shard's final watermark for `epoch` unless one is recorded; returns the stored
+  // one (ours, or the earlier publisher's).
+  [[nodiscard]] Result<uint64_t> publish_final_watermark(uint64_t epoch, uint32_t shard,
+                                                         uint64_t watermark);
+  [[nodiscard]] Result<std::optional<uint64_t>> final_watermark(uint64_t epoch, uint32_t shard);
+
+  // Records the FVW of `epoch` unless one is recorded; returns the stored one.
+  // REQUIRES: !fvw.empty().
+  [[nodiscard]] Result<std::vector<uint64_t>> publish_fvw(uint64_t epoch,
+                                                          const std::vector<uint64_t>& fvw);
+  [[nodiscard]] Result<std::optional<std::vector<uint64_t>>> load_fvw(uint64_t epoch);
+
+  // Says `replica` leads `shard` while `lease` lives (ConfigManager::grant_lease/keep_alive).
+  [[nodiscard]] Status announce_alive(uint32_t shard, uint32_t replica, int64_t lease);
+  // The replica whose liveness key for `shard` is there, or nullopt once its lease is gone.
+  [[nodiscard]] Result<std::optional<uint32_t>> alive_replica(uint32_t shard);
+
+ private:
+  // Writes `value` at `key` if absent; returns the value stored there afterwards.
+  Result<std::string> create_once(const std::string& key, const std::string& value);
+  // The JSON object stored at `key`, nullopt if absent, Corruption naming the key if not one.
+  Result<std::optional<nlohmann::json>> get_object(const std::string& key);
+
+  ConfigManager& manager_;
+  const std::string prefix_;
+};
+
+}  // namespace shoal::cluster
