@@ -194,6 +194,13 @@ void add_dist_tpcc_options(CLI::App* tpcc, server::DistBenchOptions& d) {
       ->check(number_in(1u, 64u, false, "in [1, 64]"));
   tpcc->add_option("--cluster", d.cluster_path,
                    "Run against the running cluster in this config (started --workload tpcc)");
+  tpcc->add_option("--kill-leader-at", d.kill_leader_at,
+                   "Local replicated run: SIGKILL a shard's leader this many seconds in; its "
+                   "replicas elect a new one and the run goes on (failover_ms, "
+                   "acknowledged_lost in the report). Runs shard servers even with --shards 1")
+      ->check(number_in(0.0, 1e6, true, "> 0"));
+  tpcc->add_option("--kill-shard", d.kill_shard, "The shard whose leader --kill-leader-at kills")
+      ->check(number_in(0u, 63u, false, "in [0, 63]"));
   tpcc->add_option("--inflight", d.inflight,
                    "Terminals per worker across shards (coroutines; default 8)")
       ->check(number_in(1u, 1024u, false, "in [1, 1024]"));
@@ -286,6 +293,26 @@ void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
                             "--unsafe-follower-read-newest", r.unsafe_follower_read_newest);
 }
 
+// What a shard server serves; also on `shoal replica`, which serves it once promoted.
+void add_served_options(CLI::App* c, server::ServerOptions& so, const std::string& when) {
+  c->add_option("--workers", so.workers, "Worker threads (default: the config's)" + when)
+      ->check(number_in(1u, 64u, false, "in [1, 64]"));
+  c->add_option("--keys-per-partition", so.keys_per_partition,
+                "Micro keys per config partition" + when)
+      ->check(number_in(uint64_t{1}, uint64_t{1'000'000'000}, false, "in [1, 1e9]"))
+      ->capture_default_str();
+  c->add_option("--workload", so.workload, "What to load and run: micro, tpcc or bank" + when)
+      ->check(CLI::IsMember({"micro", "tpcc", "bank"}))
+      ->capture_default_str();
+  c->add_option("--ack-journal", so.ack_journal_dir,
+                "TPC-C: append every acknowledged NewOrder's key to a file per worker in this "
+                "directory (the benchmark's acknowledged-lost check)");
+  c->add_option("--etcd", so.etcd,
+                "The configuration manager: etcd client endpoints (host:port, comma-separated); "
+                "replicas agree on a failed leader's replacement through it")
+      ->delimiter(',');
+}
+
 // `shoal replica`: one follower replica (src/server/replica_cli.h).
 CLI::App* add_replica_command(CLI::App& app, server::ReplicaOptions& o) {
   CLI::App* c = app.add_subcommand("replica",
@@ -294,9 +321,11 @@ CLI::App* add_replica_command(CLI::App& app, server::ReplicaOptions& o) {
   c->add_option("--config", o.config_path, "Cluster config (TOML)")->required();
   c->add_option("--shard", o.shard, "Shard id")
       ->check(number_in(0u, 65535u, false, "in [0, 65535]"));
-  c->add_option("--replica", o.replica, "Replica id (>= 1; 0 is the leader)")
+  c->add_option("--replica", o.replica,
+                "Replica id (not the leader's: 0 at first, the configuration manager's after a "
+                "failover)")
       ->required()
-      ->check(number_in(1u, 15u, false, "in [1, 15]"));
+      ->check(number_in(0u, 15u, false, "in [0, 15]"));
   c->add_option("--data-dir", o.data_dir,
                 "WAL directory (default .shoal/<name>/shard-N-replica-R)");
   c->add_option("--fsync", o.fsync, "WAL sync policy")
@@ -316,6 +345,12 @@ CLI::App* add_replica_command(CLI::App& app, server::ReplicaOptions& o) {
                             "Reader threads running read-only transactions (TPC-C OrderStatus, "
                             "StockLevel) at the follower's snapshot while it replays",
                             "--unsafe-snapshot-read-newest", o.unsafe_snapshot_read_newest);
+  add_served_options(c, o.server, " (once promoted to leader)");
+  c->add_option("--worker-cpus", o.server.worker_cpus,
+                "Once promoted to leader: pin worker i to the i-th of these cpus (with --cpus "
+                "for every other thread)")
+      ->check(cpu_list());
+  add_batch_options(c, o.server.batch_txns, o.server.batch_us, " (once promoted to leader)");
   return c;
 }
 
@@ -401,15 +436,7 @@ ServerCommands add_server_commands(CLI::App& app) {
   c.server->add_option("--shard", so.shard, "This server's shard id")
       ->required()
       ->check(number_in(0u, 65535u, false, "in [0, 65535]"));
-  c.server->add_option("--workers", so.workers, "Worker threads (default: the config's)")
-      ->check(number_in(1u, 64u, false, "in [1, 64]"));
-  c.server
-      ->add_option("--keys-per-partition", so.keys_per_partition, "Micro keys per config partition")
-      ->check(number_in(uint64_t{1}, uint64_t{1'000'000'000}, false, "in [1, 1e9]"))
-      ->capture_default_str();
-  c.server->add_option("--workload", so.workload, "What to load and run: micro, tpcc or bank")
-      ->check(CLI::IsMember({"micro", "tpcc", "bank"}))
-      ->capture_default_str();
+  add_served_options(c.server, so, "");
   c.server
       ->add_option("--worker-cpus", so.worker_cpus,
                    "Pin worker i to the i-th of these cpus (a list like 0-3,6; one per "
@@ -512,8 +539,8 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
   const bool bank = c.bank->parsed();
   CLI::App* sub = tpcc ? c.tpcc : bank ? c.bank : c.micro;
   server::DistBenchOptions& d = tpcc ? f.tpcc_dist : bank ? f.bank_dist : f.dist;
-  const bool local = sub->count("--shards") > 0;
   const bool remote = sub->count("--cluster") > 0;
+  const bool local = sub->count("--shards") > 0 || (tpcc && !remote);
   if (local && remote) {
     fmt::print(stderr, "shoal: error: --shards and --cluster exclude each other\n");
     return kExitUsage;
@@ -545,6 +572,21 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
     // the cross-shard ones overlapped without delaying the loop's polling for long.
     if (sub->count("--inflight") == 0) d.inflight = 8;
     if (d.baseline) d.baseline_committed_per_sec = measure_tpcc_baseline(f);
+  }
+  if (tpcc && sub->count("--kill-leader-at") > 0) {
+    const char* bad = remote
+                          ? "--kill-leader-at: a local run only (kill a cluster's leader by hand)"
+                      : f.run.replicas < 3       ? "--kill-leader-at: needs --replicas >= 3"
+                      : d.kill_shard >= d.shards ? "--kill-shard: not a shard of the run"
+                      // The other shards would keep versions that depend on what the failed
+                      // leader lost: that needs the FVW discard across shards (issue 14).
+                      : d.shards > 1 ? "--kill-leader-at: one shard only for now (--shards 1): "
+                                       "recovery across shards (the FVW) is not built yet"
+                                     : nullptr;
+    if (bad != nullptr) {
+      fmt::print(stderr, "shoal: error: {}\n", bad);
+      return kExitUsage;
+    }
   }
   if (tpcc && remote && sub->count("--replicas") > 0) {
     fmt::print(stderr, "shoal: error: --replicas: with --cluster the config's replicas apply\n");
@@ -699,11 +741,12 @@ int main(int argc, char** argv) {
       }
       return shoal::run_dist_bench(commands, flags);
     }
-    const bool dist = (commands.micro->parsed() && (commands.micro->count("--shards") > 0 ||
-                                                    commands.micro->count("--cluster") > 0)) ||
-                      (commands.tpcc->parsed() &&
-                       ((flags.tpcc_dist.shards >= 2 && commands.tpcc->count("--shards") > 0) ||
-                        commands.tpcc->count("--cluster") > 0));
+    const bool dist =
+        (commands.micro->parsed() &&
+         (commands.micro->count("--shards") > 0 || commands.micro->count("--cluster") > 0)) ||
+        (commands.tpcc->parsed() &&
+         ((flags.tpcc_dist.shards >= 2 && commands.tpcc->count("--shards") > 0) ||
+          commands.tpcc->count("--cluster") > 0 || commands.tpcc->count("--kill-leader-at") > 0));
     if (commands.tpcc->parsed()) {
       const auto& r = flags.run;
       const bool remote = commands.tpcc->count("--cluster") > 0;  // its config's replicas

@@ -128,6 +128,10 @@ class TpccWorkload final : public Workload {
               const std::function<void(double)>& progress) override;
   std::unique_ptr<Client> make_client(txn::Worker& worker, uint32_t worker_index,
                                       uint64_t seed) override;
+  // Serves tables loaded elsewhere and replicated into `engine` (a follower promoted to
+  // leader, design section 5): finds them and derives the NURand constants from
+  // options.seed exactly as load() did. Corruption when a TPC-C table is missing.
+  [[nodiscard]] Status attach(txn::Engine& engine, const LoadOptions& options);
   std::vector<std::string> check(txn::Engine& engine) override {
     return check_tpcc_conditions(engine, /*after_load=*/false);
   }

@@ -214,6 +214,19 @@ Tables create_tables(txn::Engine& engine) {
 
 }  // namespace
 
+Status TpccWorkload::attach(txn::Engine& engine, const LoadOptions& options) {
+  if (options.warehouses != 0) warehouses_ = options.warehouses;
+  if (warehouses_ == 0 || warehouses_ > kMaxWarehouses) {
+    return Status::InvalidArgument("tpcc: warehouses must be in [1, 65535]");
+  }
+  if (!find_tables(engine, &tables_)) {
+    return Status::Corruption("tpcc: the engine lacks TPC-C tables (nothing replicated here?)");
+  }
+  Rng rng(options.seed);
+  nurand_ = NurandConstants::make(rng);  // the draw load() makes first
+  return Status::Ok();
+}
+
 Status TpccWorkload::load(txn::Engine& engine, const LoadOptions& options,
                           const std::function<void(double)>& progress) {
   if (options.warehouses != 0) warehouses_ = options.warehouses;

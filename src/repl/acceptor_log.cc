@@ -507,6 +507,13 @@ PersistHooks AcceptorLog::hooks() {
   return h;
 }
 
+Status AcceptorLog::sync_elsewhere_from_now_on() {
+  SHOAL_ASSERT(fsync_ == FsyncPolicy::kBatch, "%s", "a log synced elsewhere must batch");
+  SHOAL_TRY(sync());
+  accept_sync_elsewhere_ = true;
+  return Status::Ok();
+}
+
 Status AcceptorLog::persist_promise(Ballot b) {
   // The WAL durable up to the record's offset first (rare: elections), so a promise record
   // never names an offset beyond what survives a crash. kNone: no syncs at all.

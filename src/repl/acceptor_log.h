@@ -144,6 +144,11 @@ class AcceptorLog final : public ChosenSlotSource {
   // the hook; kNone never.
   [[nodiscard]] Status sync();
   bool dirty() const { return dirty_; }
+  // A follower's log becoming a leader's (a takeover, leader.h): syncs what is dirty, then the
+  // accept hook leaves syncing to the owner's syncer thread (sync_from_any_thread), as a log
+  // opened with accept_sync_elsewhere does. REQUIRES: fsync is kBatch (kAlways logs sync
+  // each append in the WAL itself); called on the log's thread, no append in flight.
+  [[nodiscard]] Status sync_elsewhere_from_now_on();
   // fdatasync of the WAL, safe from another thread than the appender's: it covers every
   // append that returned before the call (promise records are synced in the hook). Leaves dirty()
   // alone (the owner's flag).

@@ -107,6 +107,23 @@ Status make_dir(const std::string& dir) {
 
 }  // namespace
 
+Status write_replica_schema(const std::string& dir, const Schema& schema, uint32_t streams) {
+  const std::string path = schema_path(dir);
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << nlohmann::json{{"schema", schema.to_json()}, {"streams", streams}}.dump() << "\n";
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError("replica directory: cannot write " + path);
+  }
+  return Status::Ok();
+}
+
+Status prepare_replica_dir(const std::string& dir) {
+  SHOAL_TRY(make_dir(dir));
+  return check_dir_layout(dir);
+}
+
 Follower::Follower(const FollowerOptions& options)
     : options_(options), leader_replica_(options.leader_replica) {
   txn::EngineOptions eo;
@@ -139,8 +156,7 @@ Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options)
   if (options.serve_reads > 0 && !options.read_rounds) {
     return Status::InvalidArgument("--serve-reads: this replica has no read-only transactions");
   }
-  SHOAL_TRY(make_dir(options.data_dir));
-  SHOAL_TRY(check_dir_layout(options.data_dir));
+  SHOAL_TRY(prepare_replica_dir(options.data_dir));
   std::unique_ptr<Follower> f(new Follower(options));
   std::ifstream in(schema_path(options.data_dir));
   if (in) {
@@ -162,16 +178,7 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
   if (streams == 0 || streams > 1024) {
     return Status::Corruption(fmt::format("follower: {} streams", streams));
   }
-  if (persist) {
-    const std::string path = schema_path(options_.data_dir);
-    const std::string tmp = path + ".tmp";
-    std::ofstream out(tmp, std::ios::trunc);
-    out << nlohmann::json{{"schema", schema.to_json()}, {"streams", streams}}.dump() << "\n";
-    out.close();
-    if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
-      return Status::IOError("follower: cannot write " + path);
-    }
-  }
+  if (persist) SHOAL_TRY(write_replica_schema(options_.data_dir, schema, streams));
   const uint64_t start_ns = RealEnv::instance().now_ns();
   SHOAL_TRY(schema.create_tables(*engine_));
   std::optional<ReplayCut> cut;
@@ -199,6 +206,7 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
       const PaxosSlot* p = st->store.find(slot);
       SHOAL_ASSERT(p != nullptr && !p->value.empty(), "recovered chosen slot %lu missing", slot);
       applier_->on_chosen(s, p->value.span());
+      note_epoch(p->value.span());
     }
     st->store.set_hooks(st->log->hooks());
     st->transport = std::make_unique<Transport>(this, s);
@@ -455,6 +463,9 @@ void Follower::handle_control(std::span<const uint8_t> bytes) {
     Status s = schema.ok() ? set_schema(*schema, j.value("streams", 0u), /*persist=*/true)
                            : schema.status();
     if (!s.ok()) failed_ = std::move(s);
+  } else if (type == "bye") {  // the leader stops (not a crash): run() returns
+    leader_stopped_ = true;
+    failed_ = Status::Unavailable("the leader stopped");
   } else if (type == "report") {
     const uint64_t target = j.value("target", uint64_t{0});
     const bool ready = applied_tid() >= target;
@@ -522,8 +533,14 @@ FollowerReport Follower::report(bool digest, bool check, const nlohmann::json& c
   return r;
 }
 
+void Follower::note_epoch(std::span<const std::byte> entry) {
+  const uint64_t e = load_u64(entry.data() + 16);  // the header's epoch
+  if (e > epoch_.load(std::memory_order_relaxed)) epoch_.store(e, std::memory_order_release);
+}
+
 void Follower::hand_to_replay(uint32_t stream, EntryBuffer entry_buffer) {
   const std::span<const std::byte> entry = entry_buffer.span();
+  note_epoch(entry);
   if (!replay_thread_.joinable()) {  // restart recovery, before run(): install at once
     applier_->on_chosen(stream, entry);
     publish_replay();
@@ -746,6 +763,7 @@ void Follower::on_tick(void* self, uint64_t) {
 
 Status Follower::run(const std::atomic<bool>* stop) {
   stop_ = stop;
+  leader_stopped_ = false;
   net::EndpointOptions eo;
   eo.max_message_bytes = options_.paxos.max_message_bytes + 4096;
   eo.tcp_buffer_bytes = tcp_buffer_bytes_for(eo.max_message_bytes);

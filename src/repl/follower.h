@@ -121,6 +121,17 @@ struct CheckpointCounters {
 
 inline constexpr uint32_t kReadThreadsMax = 16;
 
+// A replica's directory (a follower's, or a leader's WAL directory: a former leader restarts
+// over it as a follower): created if absent; its layout marker checked, or written when it
+// holds no replica files yet. NotSupported/Corruption for another layout, naming what to do.
+[[nodiscard]] Status prepare_replica_dir(const std::string& dir);
+// The schema and stream count a replica's directory keeps (schema.json): with it a replica
+// restarting there (a follower, or a former leader rejoining as one) recovers its WAL before it
+// dials anyone, instead of after the leader sent the schema (a recovery of seconds on the
+// network thread, while the leader's sends to it back up).
+[[nodiscard]] Status write_replica_schema(const std::string& dir, const Schema& schema,
+                                          uint32_t streams);
+
 class Follower {
  public:
   [[nodiscard]] static Result<std::unique_ptr<Follower>> open(const FollowerOptions& options);
@@ -130,6 +141,9 @@ class Follower {
 
   // Follows the leader until it disconnects (Ok), *stop becomes true (Ok), or an error.
   [[nodiscard]] Status run(const std::atomic<bool>* stop = nullptr);
+
+  // The last run() ended because the leader said it stops (not a crash: nobody takes over).
+  bool leader_stopped() const { return leader_stopped_; }
 
   // The leader changed (design section 5: the configuration manager named replica `replica`):
   // the next run() dials it. REQUIRES: run() is not running; replica != this replica.
@@ -147,6 +161,8 @@ class Follower {
   // Records (transactions) installed so far, published with applied_tid (any thread).
   uint64_t replayed_txns() const { return replay_txns_.load(std::memory_order_acquire); }
   uint64_t recovered_slots() const { return recovered_slots_; }
+  // The newest epoch an entry it holds was logged in (0: none yet). Any thread.
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   CheckpointCounters checkpoints() const;
   // Status as sent to the leader (digest and check computed on demand, cached per TID).
   FollowerReport report(bool digest, bool check,
@@ -169,6 +185,7 @@ class Follower {
 
   FollowerOptions options_;
   uint32_t leader_replica_ = 0;  // network thread (set_leader between runs)
+  bool leader_stopped_ = false;  // network thread: the leader's "bye" ended the last run
   std::unique_ptr<txn::Engine> engine_;
   std::optional<Schema> schema_;
   std::vector<std::unique_ptr<Stream>> streams_;
@@ -228,6 +245,8 @@ class Follower {
   std::vector<std::thread> readers_;
   std::atomic<bool> readers_stop_{false}, schema_ready_{false};
   std::atomic<uint64_t> max_received_tid_{0};  // the newest TID an entry brought us
+  std::atomic<uint64_t> epoch_{0};             // the newest epoch an entry brought us
+  void note_epoch(std::span<const std::byte> entry);
   std::atomic<uint64_t> read_txns_{0}, read_snapshots_{0}, torn_snapshots_{0};
   std::atomic<uint64_t> lag_epochs_sum_{0}, lag_epochs_max_{0};
   std::atomic<uint64_t> reads_first_ns_{0}, reads_last_ns_{0};

@@ -130,9 +130,12 @@ Status ReplicationLeader::init(Takeover* takeover) {
   peers_.resize(options_.replicas);
   reports_.resize(options_.replicas);
   lost_.assign(options_.replicas, false);
-  // A takeover's logs were opened by the follower, syncing in line (no syncer thread).
-  deferred_sync_ =
-      takeover == nullptr && !options_.wal_dir.empty() && options_.fsync != FsyncPolicy::kNone;
+  // Our own acceptances are synced off the replication thread (the syncer), so followers'
+  // acceptances make a majority meanwhile. A takeover's logs were opened by the follower and
+  // switch to that (kBatch); kAlways logs sync each append themselves, in line.
+  deferred_sync_ = takeover != nullptr
+                       ? options_.fsync == FsyncPolicy::kBatch
+                       : !options_.wal_dir.empty() && options_.fsync != FsyncPolicy::kNone;
   if (takeover != nullptr) {
     takeover_applier_ = std::move(takeover->applier);
     takeover_last_slot_.assign(options_.streams, 0);
@@ -156,6 +159,7 @@ Status ReplicationLeader::init(Takeover* takeover) {
     if (takeover != nullptr) {
       st->store = std::move(*takeover->stores[s]);
       st->log = std::move(takeover->logs[s]);
+      if (deferred_sync_) SHOAL_TRY(st->log->sync_elsewhere_from_now_on());
       st->store.set_hooks(st->log->hooks());
       // The shard watermark starts where the follower's replay stood on this stream.
       wm_.advance(s, takeover_applier_->watermark().stream(s));
@@ -230,6 +234,13 @@ void ReplicationLeader::thread_main() {
     for (auto& s : streams_) s->paxos->campaign();
   }
   loop_->run();
+  // A leader that stops says so, so that its followers exit with it instead of electing a
+  // successor (a SIGKILLed one says nothing: they take over).
+  for (uint32_t r = 0; r < peers_.size(); ++r) {
+    if (!peers_[r] || peers_[r]->dead) continue;
+    send_control(r, {{"type", "bye"}});
+    (void)peers_[r]->ep.flush();
+  }
   for (auto& p : peers_) {
     if (p) loop_->remove_poller(p.get());
   }
@@ -555,6 +566,7 @@ void ReplicationLeader::accept_connections() {
           std::lock_guard<std::mutex> lock(mu_);
           lost_[replica] = false;
         }
+        connected_.fetch_add(1, std::memory_order_acq_rel);
         // What we know of its chosen index is stale: catching up until it reports otherwise.
         for (auto& s : streams_) s->catching_up[replica] = true;
         Peer* p = peers_[replica].get();
@@ -636,6 +648,7 @@ void ReplicationLeader::drop_peer(uint32_t replica, const Status& why) {
   loop_->remove_poller(peers_[replica].get());
   peers_[replica]->ep.close();
   peers_[replica].reset();
+  connected_.fetch_sub(1, std::memory_order_acq_rel);
   std::lock_guard<std::mutex> lock(mu_);
   lost_[replica] = true;
 }

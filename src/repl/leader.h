@@ -165,6 +165,8 @@ class ReplicationLeader {
   [[nodiscard]] Result<std::vector<FollowerReport>> collect_reports(
       uint64_t target_tid, bool digest, bool check, uint64_t timeout_ms,
       const nlohmann::json& check_args = nullptr, bool skip_lost = false);
+  // Followers connected right now (any thread).
+  uint32_t followers_connected() const { return connected_.load(std::memory_order_acquire); }
   // Stops the replication thread and closes the connections (followers then exit).
   void stop();
   // After stop(), or approximate while running.
@@ -206,6 +208,7 @@ class ReplicationLeader {
   ShardWatermark wm_;
   std::atomic<uint64_t> watermark_{0};
   std::atomic<uint32_t> leading_{0};
+  std::atomic<uint32_t> connected_{0};  // peers_ that are set (replication thread writes)
   std::atomic<bool> stop_{false};
   std::thread thread_;
   // Takeover (replication thread until done is published).

@@ -360,7 +360,7 @@ void PaxosStream::leader_tick(uint64_t now) {
     if (p != options_.replica_id && peer_alive(p, now)) ++heard;
   }
   if (heard < majority()) {
-    step_down();
+    step_down("no majority heard");
     return;
   }
   const bool heartbeat = now >= next_heartbeat_ns_;
@@ -413,13 +413,17 @@ void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
 }
 
 // Catch-up of a follower whose chosen index is below what was chosen a retransmit period
-// ago. Near (within its acceptance window of our chosen index, so accepts bring it the new
-// slots): one learn message per retransmit period, as before there was a source. Far: up to
+// ago. Near (within a pipeline of our chosen index, so accepts bring it the new slots): one
+// learn message per retransmit period, as before there was a source. Far: up to
 // catchup_inflight_messages unacknowledged messages (its reported chosen index acknowledges
 // them), so a follower thousands of slots behind catches up at the pace it can take. A window
 // with no progress for a retransmit period starts over from its chosen index (lost, or the
 // follower restarted).
 void PaxosStream::pump_learn(uint32_t peer, uint64_t now) {
+  // A replica silent for an election timeout is down (a failed leader, a killed follower):
+  // catching it up would read the WAL and build messages nobody receives, every retransmit
+  // period, on the thread that proposes. It says when it is back (every replica heartbeats).
+  if (!peer_alive(peer, now)) return;
   CatchUp& c = catchup_[peer];
   while (c.count > 0 && peer_chosen_[peer] >= c.last_slot[c.head]) {
     c.head = (c.head + 1) % kCatchupInflightMax;
@@ -427,7 +431,12 @@ void PaxosStream::pump_learn(uint32_t peer, uint64_t now) {
   }
   if (c.count > 0 && now >= c.sent_ns + options_.retransmit_ns) c.count = 0;
   if (c.count == 0 && peer_chosen_[peer] >= learn_mark_prev_) return;  // keeping up
-  const bool far = peer_chosen_[peer] + options_.accept_window_slots < store_.chosen_index();
+  // Further behind than a pipeline of proposals is more than a slow follower: it lacks chosen
+  // slots accepts will not bring (a new leader's ballot does not mark what it accepted under
+  // the old one chosen). Paced by its acknowledgements, not by retransmit periods: one learn
+  // per period left a follower a few hundred slots behind after a takeover, and the leader's
+  // lag bound then held every proposal back for it.
+  const bool far = peer_chosen_[peer] + options_.pipeline_slots < store_.chosen_index();
   if (!far && now < c.sent_ns + options_.retransmit_ns) return;
   const uint32_t window = far ? options_.catchup_inflight_messages : 1;
   // Bounded by the window.
@@ -525,7 +534,7 @@ void PaxosStream::handle_prepare(const Msg& m) {
     return;
   }
   if (!store_.promise(m.ballot).ok()) return;  // not durable: stay silent
-  if (ballot_ != m.ballot && role_ != PaxosRole::kFollower) step_down();
+  if (ballot_ != m.ballot && role_ != PaxosRole::kFollower) step_down("prepare", m.ballot, m.from);
   leader_heard_ns_ = env_.now_ns();  // someone is taking over: do not compete for a while
   // Everything held from from_slot on, bounded; `complete` when nothing was left out.
   begin(kPaxosPromise, m.ballot, m.arg);
@@ -643,8 +652,13 @@ void PaxosStream::repropose(uint64_t slot) {
   if (st.ok() && !options_.defer_self_ack) count_ack(slot, options_.replica_id);
 }
 
-void PaxosStream::step_down() {
+void PaxosStream::step_down(const char* why, Ballot seen, uint32_t from) {
   if (role_ == PaxosRole::kFollower) return;
+  static const bool debug = std::getenv("SHOAL_REPL_DEBUG") != nullptr;
+  if (debug) {
+    std::fprintf(stderr, "paxos %u stream %u: stepping down (%s; ballot %lx from %u, ours %lx)\n",
+                 options_.replica_id, options_.stream, why, seen, from, ballot_);
+  }
   role_ = PaxosRole::kFollower;
   ++stats_.stepped_down;
   inflight_.clear();
@@ -655,7 +669,9 @@ void PaxosStream::step_down() {
 }
 
 void PaxosStream::handle_reject(const Msg& m) {
-  if (role_ != PaxosRole::kFollower && m.arg == ballot_ && m.ballot > ballot_) step_down();
+  if (role_ != PaxosRole::kFollower && m.arg == ballot_ && m.ballot > ballot_) {
+    step_down("reject", m.ballot, m.from);
+  }
 }
 
 // ---- phase 2 ---------------------------------------------------------------------------------
@@ -668,7 +684,7 @@ void PaxosStream::handle_accept(const Msg& m) {
     return;
   }
   if (!store_.promise(m.ballot).ok()) return;
-  if (ballot_ != m.ballot && role_ != PaxosRole::kFollower) step_down();
+  if (ballot_ != m.ballot && role_ != PaxosRole::kFollower) step_down("accept", m.ballot, m.from);
   leader_heard_ns_ = env_.now_ns();
   // Reply with the slots now held in m.ballot; acks are entries without values.
   std::vector<uint64_t>& acked = acked_;  // reused; at most max_entries_per_message
@@ -758,7 +774,7 @@ void PaxosStream::handle_heartbeat(const Msg& m) {
   if (role_ == PaxosRole::kLeader) {
     peer_chosen_[m.from] = m.chosen_index;
     if (m.ballot > ballot_) {
-      step_down();  // that replica promised a newer candidate
+      step_down("heartbeat", m.ballot, m.from);  // that replica promised a newer candidate
       return;
     }
     if (catchup_[m.from].count > 0) pump_learn(m.from, env_.now_ns());

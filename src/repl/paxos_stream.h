@@ -346,7 +346,8 @@ class PaxosStream {
   void send_prepares(bool only_missing);
   void finish_phase1();
   void repropose(uint64_t slot);
-  void step_down();
+  // `why` and the ballot that caused it go to stderr under SHOAL_REPL_DEBUG.
+  void step_down(const char* why, Ballot seen = 0, uint32_t from = 0);
   void leader_tick(uint64_t now_ns);
   void send_due_accepts(uint64_t now_ns, bool heartbeat);
   void send_accepts(uint32_t peer, uint64_t now_ns, bool heartbeat);

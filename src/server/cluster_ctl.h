@@ -90,6 +90,12 @@ struct DistBenchOptions {
   uint32_t follower_reads = 0;
   bool unsafe_follower_read_newest = false;
   std::string cpu_placement = "auto";  // local run: SpawnOptions::cpu_placement
+  // Local replicated run: SIGKILL shard kill_shard's leader this many seconds into the run
+  // (0: never); its replicas elect a new leader through the configuration manager, the load
+  // goes on there, and the report adds failover_ms, the per-second series and the acknowledged
+  // NewOrders checked against the final state (failover_run.h).
+  double kill_leader_at = 0;
+  uint32_t kill_shard = 0;
 };
 
 // Exit-code-shaped outcome: Ok; Unavailable (a shard went away or transactions failed: the

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "src/base/assert.h"
 #include "src/base/env.h"
 #include "src/net/tcp_transport.h"
 #include "src/runtime/event_loop.h"
@@ -36,14 +37,17 @@ struct ControlClient::Conn {
 };
 
 ControlClient::ControlClient(const cluster::ClusterConfig& config)
-    : config_(config), loop_(std::make_unique<LoopHolder>()), conns_(config.shards.size()) {}
+    : config_(config),
+      loop_(std::make_unique<LoopHolder>()),
+      conns_(config.shards.size()),
+      leaders_(config.shards.size(), 0) {}
 
 ControlClient::~ControlClient() {
   for (auto& c : conns_) c.reset();  // RPC endpoints before the loop
 }
 
 std::string ControlClient::address(uint32_t shard) const {
-  const cluster::Replica& r = config_.shards[shard].replicas.at(0);
+  const cluster::Replica& r = config_.shards[shard].replicas.at(leaders_[shard]);
   return fmt::format("{}:{}", r.host, r.port);
 }
 
@@ -51,12 +55,19 @@ void ControlClient::disconnect(uint32_t shard) {
   if (shard < conns_.size()) conns_[shard].reset();
 }
 
+void ControlClient::set_leader(uint32_t shard, uint32_t replica) {
+  SHOAL_ASSERT(shard < conns_.size() && replica < config_.shards[shard].replicas.size(),
+               "set_leader(%u, %u)", shard, replica);
+  conns_[shard].reset();
+  leaders_[shard] = replica;
+}
+
 Status ControlClient::connect(uint32_t shard, uint64_t timeout_ms) {
   if (shard >= conns_.size()) {
     return Status::InvalidArgument(fmt::format("shard {} not in the config", shard));
   }
   if (conns_[shard] != nullptr) return Status::Ok();
-  const cluster::Replica& r = config_.shards[shard].replicas.at(0);
+  const cluster::Replica& r = config_.shards[shard].replicas.at(leaders_[shard]);
   auto tcp = net::TcpEndpoint::connect(r.host, r.port, {}, timeout_ms);
   if (!tcp.ok()) {
     return Status::Unavailable(fmt::format("shard {} at {} unreachable: {}", shard, address(shard),

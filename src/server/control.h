@@ -68,6 +68,9 @@ class ControlClient {
                                             const nlohmann::json& request, uint64_t timeout_ms);
   // Drops the connection to `shard` (the next call reconnects).
   void disconnect(uint32_t shard);
+  // The shard's leader is now `replica` (a failover): later calls go to that replica's address.
+  // REQUIRES: replica < the shard's replicas in the config.
+  void set_leader(uint32_t shard, uint32_t replica);
 
  private:
   struct Conn;
@@ -77,6 +80,7 @@ class ControlClient {
   struct LoopHolder;
   std::unique_ptr<LoopHolder> loop_;
   std::vector<std::unique_ptr<Conn>> conns_;  // per shard; null when not connected
+  std::vector<uint32_t> leaders_;             // per shard: the replica its calls go to
 };
 
 }  // namespace shoal::server

@@ -10,17 +10,22 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "bench/runner.h"
 #include "sim/serializability.h"
 #include "src/base/env.h"
+#include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
+#include "src/cluster/etcd_config_manager.h"
+#include "src/cluster/etcd_process.h"
 #include "src/net/tcp_transport.h"
 #include "src/server/cluster_ctl.h"
 #include "src/server/control.h"
 #include "src/server/dist_bank.h"
 #include "src/server/dist_micro.h"
 #include "src/server/dist_tpcc.h"
+#include "src/server/failover_run.h"
 #include "src/server/process.h"
 #include "src/server/repl_ctl.h"
 
@@ -32,6 +37,7 @@ constexpr uint64_t kMs = 1'000'000;
 constexpr uint64_t kCallTimeoutMs = 5000;
 constexpr uint64_t kCollectGraceMs = 60'000;     // after the run: servers finish in-flight work
 constexpr uint64_t kQuiesceTimeoutMs = 300'000;  // followers applying the closed floor
+constexpr uint64_t kRejoinTimeoutMs = 120'000;   // a restarted replica recovering its WAL
 
 void sleep_ms(uint64_t ms) {
   timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * kMs)};
@@ -48,9 +54,15 @@ struct LocalCluster {
   std::string dir;
   cluster::ClusterConfig config;
   std::vector<ServerProcess> procs;
+  std::unique_ptr<cluster::EtcdProcess> etcd;  // replicated: the configuration manager
+  std::vector<std::string> etcd_endpoints;
+  SpawnOptions spawn;  // how procs were started (a killed replica restarts the same way)
+  CpuPlacement placement;
   bool keep_dir = false;
   ~LocalCluster() {
+    if (std::getenv("SHOAL_KEEP_RUN_DIR") != nullptr) keep_dir = true;  // logs for debugging
     if (!procs.empty()) stop_servers(procs, 10'000);
+    if (etcd) (void)etcd->stop(2'000);
     std::error_code ec;
     if (dir.empty()) return;
     if (!keep_dir) {
@@ -82,7 +94,9 @@ Status assign_free_ports(cluster::ClusterConfig* config) {
   std::vector<net::TcpListener> held;
   for (cluster::Shard& shard : config->shards) {
     for (uint32_t r = 0; r < shard.replicas.size(); ++r) {
-      const bool pair = r == 0 && shard.replicas.size() > 1;
+      // Every replica of a replicated shard may lead it (a failover): each needs its
+      // replication port, port + 1, free too.
+      const bool pair = shard.replicas.size() > 1;
       for (uint32_t attempt = 0;; ++attempt) {
         if (attempt == kAttemptsMax) {
           return Status::Unavailable(
@@ -102,6 +116,37 @@ Status assign_free_ports(cluster::ClusterConfig* config) {
       }
     }
   }
+  return Status::Ok();
+}
+
+// A replicated local cluster's configuration manager: an etcd of its own in the run directory
+// (loopback, free ports), holding epoch 1 with every shard led by replica 0.
+Status start_config_manager(LocalCluster* lc) {
+  cluster::EtcdProcessOptions eo;
+  eo.data_dir = lc->dir + "/etcd";
+  eo.name = lc->config.name;
+  eo.log_path = lc->dir + "/etcd.log";
+  auto etcd = cluster::EtcdProcess::start(eo);
+  if (!etcd.ok()) {
+    return Status::Unavailable(fmt::format("the configuration manager (etcd) did not start: {}",
+                                           etcd.status().to_string()));
+  }
+  lc->etcd = std::move(*etcd);
+  lc->etcd_endpoints = {lc->etcd->endpoint()};
+  cluster::EtcdOptions mo;
+  mo.endpoints = lc->etcd_endpoints;
+  auto manager = cluster::EtcdConfigManager::create(mo);
+  if (!manager.ok()) return manager.status();
+  cluster::ClusterStateStore store(**manager, lc->config.name);
+  std::vector<cluster::ShardState> shards;
+  for (const cluster::Shard& sh : lc->config.shards) {
+    cluster::ShardState st;
+    st.leader_replica = 0;
+    for (uint32_t r = 0; r < sh.replicas.size(); ++r) st.members.push_back(r);
+    shards.push_back(std::move(st));
+  }
+  auto created = store.initialize(shards);
+  if (!created.ok()) return created.status();
   return Status::Ok();
 }
 
@@ -148,12 +193,19 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.serve_reads = o.follower_reads;
   so.unsafe_snapshot_read_newest = o.unsafe_follower_read_newest;
   so.cpu_placement = o.cpu_placement;
+  if (o.replicas > 1) {
+    SHOAL_TRY(start_config_manager(lc));
+    so.etcd = lc->etcd_endpoints;
+    if (tpcc) so.ack_journal_dir = lc->dir;
+  }
   auto placement = plan_host_placement(lc->config, so);
   if (!placement.ok()) return placement.status();
   fmt::print(stderr, "cpu placement: {}\n", placement->describe());
   auto procs = spawn_servers(lc->config, so, *placement);
   if (!procs.ok()) return procs.status();
   lc->procs = std::move(*procs);
+  lc->spawn = so;
+  lc->placement = *placement;
   return Status::Ok();
 }
 
@@ -505,6 +557,99 @@ void report_batching(const ReplicationReport& repl, std::string* text, nlohmann:
 }
 
 // "shard S log: ..." for a replicated shard's run (its leader's streams), else "".
+// What a watched run adds to the report: the per-second series and, after a kill, the
+// failover and the acknowledged transactions checked against the final state.
+struct RunExtras {
+  std::string text;
+  nlohmann::json json = nlohmann::json::object();
+  Status verdict;  // not ok: the run fails with it (acknowledged transactions lost)
+};
+
+RunExtras watched_extras(const DistBenchOptions& o, const WatchedRun& w) {
+  RunExtras x;
+  x.json["committed_per_second"] = w.committed_per_second;
+  if (o.kill_leader_at <= 0) return x;
+  x.json["failover"] = {{"killed", w.killed},
+                        {"shard", w.shard},
+                        {"killed_at_s", o.kill_leader_at},
+                        {"old_leader", w.old_leader},
+                        {"new_leader", w.new_leader},
+                        {"new_epoch", w.new_epoch},
+                        {"leader_elected_ms", w.leader_elected_ms},
+                        {"kill_to_first_commit_ms", w.kill_to_commit_ms},
+                        {"killed_leader_committed", w.killed_leader_committed},
+                        {"killed_replica_restarted", w.restarted},
+                        {"error", w.error}};
+  x.json["failover_ms"] = w.failover_ms;
+  x.text += fmt::format("committed per second: {}\n", fmt::join(w.committed_per_second, " "));
+  if (!w.killed) {
+    x.text += "failover: no kill (the run ended first)\n";
+    return x;
+  }
+  if (!w.error.empty()) {
+    x.text += "failover: FAILED: " + w.error + "\n";
+    x.verdict = Status::Unavailable("failover: " + w.error);
+    return x;
+  }
+  x.text += fmt::format(
+      "failover: shard {}'s leader (replica {}) killed at {:.1f} s; replica {} leads in epoch "
+      "{}: elected {:.0f} ms after the kill, first commit {:.0f} ms after the kill, failover "
+      "{:.0f} ms (last commit seen before the kill to the first after)\n",
+      w.shard, w.old_leader, o.kill_leader_at, w.new_leader, w.new_epoch, w.leader_elected_ms,
+      w.kill_to_commit_ms, w.failover_ms);
+  return x;
+}
+
+// A killed replica restarted during the run recovers its WAL before it dials its new leader:
+// wait (bounded) until every follower of the shard is connected, so that the quiesce compares
+// it too instead of reporting it lost.
+void wait_for_rejoin(ControlClient& client, const cluster::ClusterConfig& config, uint32_t shard) {
+  const uint32_t followers = static_cast<uint32_t>(config.shards[shard].replicas.size()) - 1;
+  const uint64_t deadline = now_ms() + kRejoinTimeoutMs;
+  fmt::print(stderr, "waiting for shard {}'s restarted replica to rejoin...\n", shard);
+  while (now_ms() < deadline) {  // bounded by the deadline
+    auto pong = client.call(shard, kPing, nlohmann::json::object(), kCallTimeoutMs);
+    if (pong.ok() && pong->value("followers_connected", 0u) >= followers) return;
+    sleep_ms(100);
+  }
+  fmt::print(stderr, "shard {}: a follower did not rejoin within {} ms\n", shard, kRejoinTimeoutMs);
+}
+
+// Every acknowledged NewOrder the terminals journaled (ack_journal.h; in `dir`) must be in its
+// home shard's final store.
+void check_acknowledged(ControlClient& client, uint32_t shards, const std::string& dir,
+                        RunExtras* x) {
+  nlohmann::json paths = nlohmann::json::array();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {  // bounded by the directory
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("acks-") && name.ends_with(".bin")) paths.push_back(e.path().string());
+  }
+  uint64_t checked = 0, missing = 0;
+  std::string failures;
+  for (uint32_t s = 0; s < shards; ++s) {
+    auto reply = client.call(s, kScan, {{"step", "acks"}, {"paths", paths}}, kCallTimeoutMs * 12);
+    if (!reply.ok()) {
+      failures += fmt::format(" shard {}: {};", s, reply.status().to_string());
+      continue;
+    }
+    checked += reply->value("checked", uint64_t{0});
+    const uint64_t m = reply->value("missing", uint64_t{0});
+    missing += m;
+    if (m != 0)
+      failures += fmt::format(" shard {}: first missing {};", s,
+                              reply->value("first_missing", nlohmann::json()).dump());
+  }
+  x->json["acknowledged_checked"] = checked;
+  x->json["acknowledged_lost"] = failures.empty() ? nlohmann::json(missing) : nlohmann::json();
+  x->text +=
+      fmt::format("acknowledged NewOrders (journaled by the terminals): {} checked, {} lost{}\n",
+                  checked, missing, failures.empty() ? "" : " (" + failures + ")");
+  if (!failures.empty() && x->verdict.ok()) {
+    x->verdict = Status::Corruption("acknowledged transactions lost or not checked:" + failures);
+  }
+}
+
 std::string log_line(uint32_t shard, const ShardOutcome& so) {
   if (so.gone || !so.log.is_object()) return {};
   const auto txns = so.log.value("txns", uint64_t{0});
@@ -519,7 +664,7 @@ std::string log_line(uint32_t shard, const ShardOutcome& so) {
 Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, uint32_t workers,
               const std::vector<ShardOutcome>& shards, const MicroStats& total, bench::RunResult& r,
               const std::string& check_text, const nlohmann::json& check_json,
-              const ReplicationReport& repl) {
+              const ReplicationReport& repl, const RunExtras& extras) {
   std::string text = r.to_table();
   const std::string requested =
       o.workload == "tpcc"
@@ -612,6 +757,8 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
     text += repl.verdict.ok() ? "replicas: every follower identical to its leader\n"
                               : "replicas: " + repl.verdict.to_string() + "\n";
   }
+  text += extras.text;
+  j.update(extras.json);
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
   if (!o.json_path.empty()) {
@@ -619,6 +766,7 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
     f << j.dump(2) << "\n";
     if (!f) return Status::IOError(fmt::format("--json: cannot write {}", o.json_path));
   }
+  if (!extras.verdict.ok()) return extras.verdict;
   if (!gone.empty()) {
     return Status::Unavailable(
         fmt::format("{} unavailable during the run ({}); {} transactions "
@@ -690,16 +838,25 @@ Status run_dist_bench(const DistBenchOptions& o) {
     }
   }
   MicroParams params{o.seconds, o.cross_shard_pct, o.inflight, o.seed};
-  for (uint32_t s = 0; s < shards; ++s) {
-    auto started = client.call(s, kStart, params.to_json(), kCallTimeoutMs);
-    if (!started.ok()) return started.status();
-  }
   fmt::print(stderr, "running {} on {} shards for {:.1f} s...\n", o.workload, shards, o.seconds);
-  sleep_ms(static_cast<uint64_t>(o.seconds * 1000));
+  KillPlan kill{o.kill_leader_at, o.kill_shard, nullptr};
+  kill.restart = [&local](uint32_t shard, uint32_t replica) -> Status {
+    auto p = spawn_follower(local.config, local.spawn, local.placement, shard, replica);
+    if (!p.ok()) return p.status();
+    fmt::print(stderr, "restarted shard {} replica {} (pid {}) as a follower\n", shard, replica,
+               p->pid);
+    local.procs.push_back(std::move(*p));
+    return Status::Ok();
+  };
+  WatchedRun watched;
+  SHOAL_TRY(
+      run_watched(client, *config, local.procs, local.etcd_endpoints, params, kill, &watched));
   std::vector<ShardOutcome> outcomes;
   collect(client, shards, now_ms() + kCollectGraceMs, &outcomes);
   MicroStats total;
   for (const auto& so : outcomes) total.merge(so.stats);
+  // The killed leader's final statistics died with it: its commits count as last sampled.
+  total.committed += watched.killed_leader_committed;
   bench::RunResult r = make_result(o, shards, workers, total);
   std::string check_text;
   nlohmann::json check_json = nlohmann::json::object();
@@ -711,13 +868,18 @@ Status run_dist_bench(const DistBenchOptions& o) {
   } else {
     check(client, outcomes, total, &r);
   }
+  if (watched.restarted) wait_for_rejoin(client, *config, watched.shard);
   if (repl.enabled) {
     fmt::print(stderr, "quiescing: closing every stream, waiting for the followers...\n");
     const std::vector<ShardReplicaStates> states =
         collect_replica_states(client, *config, payments, kQuiesceTimeoutMs);
     repl.verdict = replica_verdict(states, &repl.text, &repl.json, &repl.shard_unverified);
   }
-  Status s = report(o, *config, workers, outcomes, total, r, check_text, check_json, repl);
+  RunExtras extras = watched_extras(o, watched);
+  if (o.workload == "tpcc" && !local.dir.empty() && repl.enabled) {
+    check_acknowledged(client, shards, local.dir, &extras);
+  }
+  Status s = report(o, *config, workers, outcomes, total, r, check_text, check_json, repl, extras);
   if ((!s.ok() || !repl.verdict.ok()) && !local.dir.empty()) {  // a lost follower too
     local.keep_dir = true;
     fmt::print(stderr, "server logs kept in {}\n", local.dir);

@@ -50,6 +50,7 @@ Status payment_home_fragment(txn::Txn& txn, const void* ctx, std::span<const uin
 struct DistArgs {
   const TpccShardContext* ctx;
   const TpccInput* in;
+  uint32_t* o_id;  // NewOrder: where its order id goes
 };
 
 rt::Task<Status> dist_new_order(dist::DistTxn& txn, const void* args, void*) {
@@ -78,7 +79,9 @@ rt::Task<Status> dist_new_order(dist::DistTxn& txn, const void* args, void*) {
     for (uint32_t k = 0; k < sa.count; ++k) h.remote[line_of[k]] = sr.lines[k];
   }
   NewOrderResult r;
-  co_return co_await txn.exec(home, kFragNewOrderHome, h, &r);
+  const Status s = co_await txn.exec(home, kFragNewOrderHome, h, &r);
+  *x.o_id = r.o_id;
+  co_return s;
 }
 
 // The customer's part first, on its shard (locking there in the same round trip: it returns
@@ -110,10 +113,11 @@ bool crosses_shards(const TpccShardContext& ctx, const TpccInput& in) {
 
 // One attempt on the worker's Txn: begin, run, commit (and the commit hook); nothing held
 // afterwards.
-Status attempt_local(const TpccShardContext& ctx, txn::Procedure proc, const void* args) {
+Status attempt_local(const TpccShardContext& ctx, txn::Procedure proc, const void* args,
+                     void* result) {
   txn::Txn& txn = ctx.local->txn();
   txn.begin();
-  Status s = proc(txn, args, nullptr);
+  Status s = proc(txn, args, result);
   if (s.ok()) s = txn.commit();
   if (s.ok() && ctx.commit_hook != nullptr) {
     Status logged = ctx.commit_hook(ctx.commit_hook_ctx, txn);
@@ -132,7 +136,9 @@ rt::Task<TpccOutcome> run_local(TpccShardContext& ctx, const TpccInput& in) {
   const txn::Procedure proc = procedure_of(in.type);
   const void* args = &in.new_order;  // every member of the union starts at its address
   for (uint32_t attempt = 0; attempt < ctx.local_retries_max; ++attempt) {
-    out.status = attempt_local(ctx, proc, args);
+    NewOrderResult r;  // only NewOrder writes one
+    out.status = attempt_local(ctx, proc, args, in.type == kNewOrder ? &r : nullptr);
+    if (out.status.ok() && in.type == kNewOrder) out.o_id = r.o_id;
     if ((++ctx.local_runs & 63) == 0) ebr::quiesce();  // as txn::Worker::run does
     if (!out.status.is_aborted()) co_return out;
     ++out.conflicts;
@@ -191,7 +197,7 @@ rt::Task<TpccOutcome> run_tpcc_txn(TpccShardContext& ctx, dist::DistTxn& dtxn, T
   if (!crosses_shards(ctx, in)) co_return co_await run_local(ctx, in);
   TpccOutcome out;
   out.cross = true;
-  const DistArgs args{&ctx, &in};
+  const DistArgs args{&ctx, &in, &out.o_id};
   const dist::DistProcedure proc = in.type == kPayment ? &dist_payment : &dist_new_order;
   // Its conflict retries are counted by the coordinator (CoordinatorStats).
   out.status = co_await ctx.coordinator->run(dtxn, proc, &args, nullptr);

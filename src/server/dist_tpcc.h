@@ -86,6 +86,7 @@ struct TpccOutcome {
   Status status;           // Ok / UserAbort: completed business; else failed
   bool cross = false;      // ran across shards
   uint32_t conflicts = 0;  // local retries (a cross-shard run's are the coordinator's)
+  uint32_t o_id = 0;       // a NewOrder that completed: its order's id (the journal's key)
 };
 
 // Runs `in` to completion (retrying conflicts), across shards when its rows are elsewhere.

@@ -81,6 +81,34 @@ Status spawn_one(std::vector<std::string> args, bool die_with_parent, ServerProc
   return Status::Ok();
 }
 
+void add_batch_args(const SpawnOptions& options, std::vector<std::string>* args) {
+  if (options.batch_txns != 0) {
+    args->insert(args->end(), {"--batch-txns", std::to_string(options.batch_txns)});
+  }
+  if (options.batch_us != 0) {
+    args->insert(args->end(), {"--batch-us", fmt::format("{}", options.batch_us)});
+  }
+}
+
+void add_etcd_arg(const SpawnOptions& options, std::vector<std::string>* args) {
+  if (!options.ack_journal_dir.empty()) {
+    args->insert(args->end(), {"--ack-journal", options.ack_journal_dir});
+  }
+  if (options.etcd.empty()) return;
+  std::string list;
+  for (const std::string& e : options.etcd) list += (list.empty() ? "" : ",") + e;
+  args->insert(args->end(), {"--etcd", list});
+}
+
+// Shard s's slice of the planned worker cpus (plan_host_placement gives every shard the same
+// worker count: the config has one).
+std::span<const int> shard_worker_cpus(const CpuPlacement& placement, size_t shards, uint32_t s) {
+  SHOAL_ASSERT(placement.worker_cpus.size() % shards == 0, "%zu worker cpus for %zu shards",
+               placement.worker_cpus.size(), shards);
+  const size_t per_shard = placement.worker_cpus.size() / shards;
+  return {placement.worker_cpus.data() + s * per_shard, per_shard};
+}
+
 std::vector<std::string> server_args(const std::string& exe, const cluster::ClusterConfig& config,
                                      const SpawnOptions& options, uint32_t s,
                                      const std::string& data_dir, const CpuPlacement& placement) {
@@ -99,33 +127,25 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
     args.push_back(std::to_string(options.workers));
   }
   if (options.unsafe_skip_read_validation) args.push_back("--unsafe-skip-read-validation");
+  add_etcd_arg(options, &args);
   if (placement.pinned()) {
-    // plan_host_placement gives every shard the same worker count (the config has one).
-    SHOAL_ASSERT(placement.worker_cpus.size() % config.shards.size() == 0,
-                 "%zu worker cpus for %zu shards", placement.worker_cpus.size(),
-                 config.shards.size());
-    const size_t per_shard = placement.worker_cpus.size() / config.shards.size();
-    const std::span<const int> mine(placement.worker_cpus.data() + s * per_shard, per_shard);
-    args.insert(args.end(), {"--worker-cpus", format_cpu_list(mine), "--other-cpus",
-                             format_cpu_list(placement.other_cpus)});
+    args.insert(args.end(), {"--worker-cpus",
+                             format_cpu_list(shard_worker_cpus(placement, config.shards.size(), s)),
+                             "--other-cpus", format_cpu_list(placement.other_cpus)});
   }
   if (config.shards[s].replicas.size() > 1) {
     args.insert(args.end(),
                 {"--data-dir", cluster::replica_dir(data_dir, s, 0), "--fsync", options.fsync});
-    if (options.batch_txns != 0) {
-      args.insert(args.end(), {"--batch-txns", std::to_string(options.batch_txns)});
-    }
-    if (options.batch_us != 0) {
-      args.insert(args.end(), {"--batch-us", fmt::format("{}", options.batch_us)});
-    }
+    add_batch_args(options, &args);
   }
   return args;
 }
 
-// `shoal replica` for replica r >= 1 of shard s.
+// `shoal replica` for replica r >= 1 of shard s: what it follows, and what it serves once
+// promoted (the server's workload, workers, keys and batching).
 std::vector<std::string> replica_args(const std::string& exe, const SpawnOptions& options,
-                                      uint32_t s, uint32_t r, const std::string& data_dir,
-                                      const CpuPlacement& placement) {
+                                      size_t config_shards, uint32_t s, uint32_t r,
+                                      const std::string& data_dir, const CpuPlacement& placement) {
   std::vector<std::string> args = {exe,
                                    "replica",
                                    "--config",
@@ -139,7 +159,14 @@ std::vector<std::string> replica_args(const std::string& exe, const SpawnOptions
                                    "--fsync",
                                    options.fsync,
                                    "--replay-nice",
-                                   std::to_string(options.replica_nice)};
+                                   std::to_string(options.replica_nice),
+                                   "--keys-per-partition",
+                                   std::to_string(options.keys_per_partition),
+                                   "--workload",
+                                   options.workload};
+  if (options.workers != 0) args.insert(args.end(), {"--workers", std::to_string(options.workers)});
+  add_batch_args(options, &args);
+  add_etcd_arg(options, &args);
   if (options.serve_reads != 0) {
     args.insert(args.end(), {"--serve-reads", std::to_string(options.serve_reads)});
   }
@@ -148,8 +175,12 @@ std::vector<std::string> replica_args(const std::string& exe, const SpawnOptions
     args.insert(args.end(),
                 {"--checkpoint-interval-ms", std::to_string(options.checkpoint_interval_ms)});
   }
-  if (placement.pinned())
+  if (placement.pinned()) {
     args.insert(args.end(), {"--cpus", format_cpu_list(placement.other_cpus)});
+    // Promoted, it runs its shard's workers where the leader's ran (the leader is gone).
+    args.insert(args.end(),
+                {"--worker-cpus", format_cpu_list(shard_worker_cpus(placement, config_shards, s))});
+  }
   return args;
 }
 
@@ -180,7 +211,7 @@ Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& c
         args = server_args(*exe, config, options, s, data_dir, placement);
       } else {
         p.log_path = cluster::replica_dir(options.log_dir, s, r) + ".log";
-        args = replica_args(*exe, options, s, r, data_dir, placement);
+        args = replica_args(*exe, options, config.shards.size(), s, r, data_dir, placement);
       }
       if (Status st = spawn_one(std::move(args), options.die_with_parent, &p); !st.ok()) {
         stop_servers(procs, 2000);
@@ -190,6 +221,26 @@ Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& c
     }
   }
   return procs;
+}
+
+Result<ServerProcess> spawn_follower(const cluster::ClusterConfig& config,
+                                     const SpawnOptions& options, const CpuPlacement& placement,
+                                     uint32_t shard, uint32_t replica) {
+  SHOAL_ASSERT(shard < config.shards.size() && replica < config.shards[shard].replicas.size(),
+               "spawn_follower(%u, %u)", shard, replica);
+  auto exe = self_exe();
+  if (!exe.ok()) return exe.status();
+  const std::string data_dir = options.data_dir.empty() ? options.log_dir : options.data_dir;
+  ServerProcess p;
+  p.shard = shard;
+  p.replica = replica;
+  // A restart appends to its log: what it did before stays readable.
+  p.log_path =
+      fmt::format("{}.restarted.log", cluster::replica_dir(options.log_dir, shard, replica));
+  SHOAL_TRY(spawn_one(
+      replica_args(*exe, options, config.shards.size(), shard, replica, data_dir, placement),
+      options.die_with_parent, &p));
+  return p;
 }
 
 std::string tail_file(const std::string& path, size_t lines) {

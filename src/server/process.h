@@ -54,6 +54,9 @@ struct SpawnOptions {
   // to a core of its own (shard 0's first) and everything else, followers included, runs on
   // the rest (plan_host_placement); "none": the scheduler places everything.
   std::string cpu_placement = "auto";
+  // The configuration manager's endpoints (`--etcd` of every server and replica); empty: none.
+  std::vector<std::string> etcd;
+  std::string ack_journal_dir;  // `--ack-journal` of every server and replica (TPC-C)
 };
 
 // The plan to hand spawn_servers (planned once, so the caller can print what it starts):
@@ -74,6 +77,14 @@ std::string process_name(const ServerProcess& p);
 [[nodiscard]] Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& config,
                                                                const SpawnOptions& options,
                                                                const CpuPlacement& placement);
+
+// Starts `shoal replica` for replica `replica` of shard `shard` over its directory (a killed
+// replica, the former leader included, restarting: it follows the configuration manager's
+// leader, options.etcd), logging to <log_dir>/shard-<s>-replica-<r>.restarted.log.
+[[nodiscard]] Result<ServerProcess> spawn_follower(const cluster::ClusterConfig& config,
+                                                   const SpawnOptions& options,
+                                                   const CpuPlacement& placement, uint32_t shard,
+                                                   uint32_t replica);
 
 // Polls every shard server with kPing until all answer or timeout_ms passes. A process (server
 // or follower) that exits meanwhile fails it at once, quoting the end of its log.

@@ -59,6 +59,7 @@ void collect_shard(ControlClient& client, uint32_t s, const nlohmann::json& paym
     if (reply->value("done", false)) {
       out->floor = reply->value("floor", uint64_t{0});
       out->leader_digest = reply->value("leader_digest", uint64_t{0});
+      out->leader_replica = reply->value("leader_replica", 0u);
       for (const auto& f : reply->value("followers", nlohmann::json::array())) {
         out->followers.push_back(replica_of(f));
       }
@@ -150,10 +151,11 @@ Status replica_verdict(const std::vector<ShardReplicaStates>& states, std::strin
       json->push_back({{"shard", st.shard}, {"error", st.error}});
       continue;
     }
-    *table += fmt::format("shard {} replica 0: digest {:016x} (leader), floor {:#x}\n", st.shard,
-                          st.leader_digest, st.floor);
+    *table += fmt::format("shard {} replica {}: digest {:016x} (leader), floor {:#x}\n", st.shard,
+                          st.leader_replica, st.leader_digest, st.floor);
     json->push_back({{"shard", st.shard},
-                     {"replica", 0},
+                     {"replica", st.leader_replica},
+                     {"leader", true},
                      {"digest", fmt::format("{:016x}", st.leader_digest)},
                      {"equal_to_leader", true}});
     for (const ReplicaState& r : st.followers) {

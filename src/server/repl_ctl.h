@@ -39,7 +39,8 @@ struct ShardReplicaStates {
   std::string error;  // non-empty: the shard did not answer (the rest is empty)
   uint64_t floor = 0;
   uint64_t leader_digest = 0;
-  std::vector<ReplicaState> followers;  // replicas 1..R-1
+  uint32_t leader_replica = 0;          // which replica leads (not 0 after a failover)
+  std::vector<ReplicaState> followers;  // every other replica
 };
 
 // For every shard: closes its streams (no load may run) and collects its replicas' states

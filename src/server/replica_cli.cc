@@ -7,7 +7,9 @@
 #include "bench/tpcc/tpcc.h"
 #include "bench/tpcc/tpcc_follower_reads.h"
 #include "src/base/cpu_placement.h"
+#include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
+#include "src/cluster/etcd_config_manager.h"
 #include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
@@ -23,10 +25,20 @@ Status run_replica(const ReplicaOptions& options) {
         fmt::format("--shard {}: the config has {} shards", options.shard, config->shards.size()));
   }
   const cluster::Shard& shard = config->shards[options.shard];
-  if (options.replica == 0 || options.replica >= shard.replicas.size()) {
-    return Status::InvalidArgument(
-        fmt::format("--replica {}: shard {} has replicas 1..{} besides its leader (0)",
-                    options.replica, options.shard, shard.replicas.size() - 1));
+  // The leader: replica 0 at first; the configuration manager's after a failover (a former
+  // leader restarts as a follower of its successor).
+  uint32_t leader_replica = 0;
+  if (!options.server.etcd.empty()) {
+    auto leader = current_leader(options, *config);
+    if (!leader.ok()) return leader.status();
+    leader_replica = *leader;
+  }
+  if (options.replica == leader_replica || options.replica >= shard.replicas.size()) {
+    return Status::InvalidArgument(fmt::format(
+        "--replica {}: shard {} has replicas 0..{}, led by replica {}{}", options.replica,
+        options.shard, shard.replicas.size() - 1, leader_replica,
+        options.replica == leader_replica ? " (a leader restarting from its WAL: not supported yet)"
+                                          : ""));
   }
   auto fsync = repl::parse_fsync(options.fsync, "--fsync");
   if (!fsync.ok()) return fsync.status();
@@ -35,7 +47,7 @@ Status run_replica(const ReplicaOptions& options) {
     if (!cpus.ok()) return cpus.status();
     SHOAL_TRY(confine_threads(0, *cpus));  // before any thread starts: they all inherit it
   }
-  const cluster::Replica& leader = shard.replicas[0];
+  const cluster::Replica& leader = shard.replicas[leader_replica];
   const cluster::Replica& me = shard.replicas[options.replica];
   const double one_way_ms = config->one_way_ms(leader.region, me.region);
   const auto one_way_ns = static_cast<uint64_t>(one_way_ms * 1e6);
@@ -44,6 +56,7 @@ Status run_replica(const ReplicaOptions& options) {
   fo.shard = options.shard;
   fo.replica = options.replica;
   fo.replicas = static_cast<uint32_t>(shard.replicas.size());
+  fo.leader_replica = leader_replica;
   fo.leader_host = leader.host;
   fo.leader_port = cluster::replication_port(leader);
   fo.receive_shape = {one_way_ns, 0};
@@ -97,10 +110,117 @@ Status run_replica(const ReplicaOptions& options) {
   std::fprintf(stderr, "replica %u of shard %u: following %s:%u from %s (one-way %.1f ms)\n",
                options.replica, options.shard, leader.host.c_str(), fo.leader_port,
                me.region.c_str(), one_way_ms);
-  const Status s = (*follower)->run();
-  std::fprintf(stderr, "replica %u: leader gone (%s); applied up to TID %lu\n", options.replica,
-               s.to_string().c_str(), (*follower)->applied_tid());
-  return s;
+  return follow_and_take_over(options, *config, fo.data_dir, leader_replica, std::move(*follower));
+}
+
+namespace {
+
+Result<std::unique_ptr<cluster::EtcdConfigManager>> open_manager(const ReplicaOptions& options) {
+  cluster::EtcdOptions eo;
+  eo.endpoints = options.server.etcd;
+  return cluster::EtcdConfigManager::create(eo);
+}
+
+}  // namespace
+
+Result<uint32_t> current_leader(const ReplicaOptions& options,
+                                const cluster::ClusterConfig& config) {
+  auto manager = open_manager(options);
+  if (!manager.ok()) return manager.status();
+  cluster::ClusterStateStore store(**manager, config.name);
+  auto state = store.load_state();
+  if (!state.ok()) {
+    return Status::Unavailable(
+        fmt::format("--etcd: the cluster's state: {}", state.status().to_string()));
+  }
+  if (options.shard >= state->shards.size()) {
+    return Status::Corruption(
+        fmt::format("etcd holds {} shards for cluster {}", state->shards.size(), config.name));
+  }
+  return state->shards[options.shard].leader_replica;
+}
+
+namespace {
+
+// Who leads the shard after `failed` (replica_cli.h): the configuration manager's answer (one
+// compare-and-swap per surviving replica decides). Sets *epoch to the epoch the new leader logs
+// in and *leaders to every shard's leader.
+Result<uint32_t> next_leader(const ReplicaOptions& options, const cluster::ClusterConfig& config,
+                             uint32_t failed, uint64_t* epoch, std::vector<uint32_t>* leaders) {
+  leaders->assign(config.shards.size(), 0);
+  auto manager = open_manager(options);
+  if (!manager.ok()) return manager.status();
+  cluster::ClusterStateStore store(**manager, config.name);
+  auto state = store.load_state();
+  if (!state.ok()) return state.status();
+  if (state->shards.size() != config.shards.size()) {
+    return Status::Corruption(fmt::format("etcd holds {} shards for cluster {}, the config {}",
+                                          state->shards.size(), config.name, config.shards.size()));
+  }
+  cluster::ClusterState now = *state;
+  if (now.shards[options.shard].leader_replica == failed) {  // not replaced yet: stand
+    auto change = store.begin_epoch_change(now.epoch, options.shard, options.replica);
+    if (!change.ok()) return change.status();
+    now = change->state;
+  }
+  *epoch = now.epoch;
+  for (uint32_t s = 0; s < now.shards.size(); ++s) (*leaders)[s] = now.shards[s].leader_replica;
+  return (*leaders)[options.shard];
+}
+
+}  // namespace
+
+Status follow_and_take_over(const ReplicaOptions& options, const cluster::ClusterConfig& config,
+                            const std::string& data_dir, uint32_t leader,
+                            std::unique_ptr<repl::Follower> follower) {
+  const cluster::Shard& shard = config.shards[options.shard];
+  // Bounded: each round follows one leader until it is gone; a replica that cannot reach a
+  // majority ends in its connect timeout (Unavailable).
+  for (uint32_t round = 0; round < kLeaderChangesMax; ++round) {
+    const Status s = follower->run();
+    std::fprintf(stderr, "replica %u: leader %u gone (%s); applied up to TID %lu\n",
+                 options.replica, leader, s.to_string().c_str(), follower->applied_tid());
+    if (!s.ok()) return s;
+    // Without a configuration manager nobody can tell a dead leader from one that stopped (a
+    // benchmark's end): the follower stops with it, as before.
+    if (options.server.etcd.empty() || follower->leader_stopped()) return Status::Ok();
+    uint64_t epoch = 0;
+    std::vector<uint32_t> leaders;
+    auto next = next_leader(options, config, leader, &epoch, &leaders);
+    if (!next.ok()) {
+      return Status::Unavailable(fmt::format("replica {}: no next leader for shard {}: {}",
+                                             options.replica, options.shard,
+                                             next.status().to_string()));
+    }
+    if (*next != options.replica) {
+      leader = *next;
+      const cluster::Replica& r = shard.replicas[leader];
+      std::fprintf(stderr, "replica %u: following replica %u at %s:%u (epoch %lu)\n",
+                   options.replica, leader, r.host.c_str(), cluster::replication_port(r), epoch);
+      follower->set_leader(leader, r.host, cluster::replication_port(r));
+      continue;
+    }
+    std::fprintf(stderr, "replica %u: taking over shard %u in epoch %lu\n", options.replica,
+                 options.shard, epoch);
+    Promotion p;
+    p.replica = options.replica;
+    p.epoch = epoch;
+    p.leaders = std::move(leaders);
+    auto takeover = follower->hand_over(&p.engine);
+    if (!takeover.ok()) return takeover.status();
+    p.takeover = std::move(*takeover);
+    follower.reset();
+    ServerOptions so = options.server;
+    so.config_path = options.config_path;
+    so.shard = options.shard;
+    so.fsync = options.fsync;
+    so.data_dir = data_dir;
+    // Placed as the leader was (--worker-cpus), the rest where the follower ran (--cpus).
+    so.other_cpus = so.worker_cpus.empty() ? std::string() : options.cpus;
+    return run_server(so, &p);
+  }
+  return Status::Unavailable(
+      fmt::format("replica {}: {} leader changes: giving up", options.replica, kLeaderChangesMax));
 }
 
 }  // namespace shoal::server

@@ -1,16 +1,28 @@
 // `shoal replica --config FILE --shard N --replica R`: one follower replica of one shard
 // (src/repl/follower.h) as a process. It dials the shard's leader (replica 0's
-// cluster::replication_port() in the config), delays what it receives by the config's one-way delay
-// between the leader's region and its own, keeps its WAL in --data-dir, and exits when the leader
-// closes the connection.
+// cluster::replication_port() in the config), delays what it receives by the config's one-way
+// delay between the leader's region and its own, and keeps its WAL in --data-dir.
 //
-// Threads: the calling thread runs the follower's event loop.
+// When its leader goes away (the connection ends: the process died or stopped) and a
+// configuration manager is given (`--etcd host:port,...`), the replicas agree on the next
+// leader (design section 5): every surviving follower tries one compare-and-swap moving the
+// cluster's epoch and the shard's leader to itself
+// (cluster::ClusterStateStore::begin_epoch_change); exactly one wins. Without one, the follower
+// exits with its leader, as before (it cannot tell a crash from a stop). The winner is promoted in
+// place: its engine, applier and acceptor state become a shard server's (run_server with a
+// Promotion, shard_server.h), which takes over the streams and serves the shard on this replica's
+// address from the config; the others follow it.
+//
+// Threads: the calling thread runs the follower's event loop, then, promoted, the server.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "shoal/status.h"
+#include "src/cluster/config.h"
+#include "src/repl/follower.h"
+#include "src/server/shard_server.h"
 
 namespace shoal::server {
 
@@ -31,8 +43,23 @@ struct ReplicaOptions {
   // CPUs every thread of the follower runs on (`--cpus`, a cpu list; spawn_servers plans it
   // beside the workers' cores, src/base/cpu_placement.h). Empty: any.
   std::string cpus;
+  // What a promoted replica serves (the shard server's options, shard_server.h: workload,
+  // workers, keys_per_partition, batching, etcd). config_path, shard, fsync and data_dir
+  // above are copied into it.
+  ServerOptions server;
 };
 
 [[nodiscard]] Status run_replica(const ReplicaOptions& options);
+
+// Follows the shard's leader with `follower` (opened by run_replica) and, whenever the leader
+// is gone, agrees on the next one; promoted, runs the shard server until SIGTERM.
+inline constexpr uint32_t kLeaderChangesMax = 64;
+[[nodiscard]] Status follow_and_take_over(const ReplicaOptions& options,
+                                          const cluster::ClusterConfig& config,
+                                          const std::string& data_dir, uint32_t leader,
+                                          std::unique_ptr<repl::Follower> follower);
+// The shard's leader as the configuration manager (options.server.etcd) has it.
+[[nodiscard]] Result<uint32_t> current_leader(const ReplicaOptions& options,
+                                              const cluster::ClusterConfig& config);
 
 }  // namespace shoal::server

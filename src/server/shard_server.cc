@@ -1,5 +1,7 @@
 #include "src/server/shard_server.h"
 
+#include "src/server/ack_journal.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -29,6 +31,7 @@
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
 #include "src/repl/bootstrap.h"
+#include "src/repl/follower.h"
 #include "src/repl/leader.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
@@ -48,6 +51,7 @@ constexpr uint64_t kHealthTickNs = 20 * kMs;  // peer-death check and reaping pe
 constexpr uint32_t kShardsMax = 64;           // down_mask_ is one bit per shard
 constexpr uint64_t kAcceptSliceMs = 100;      // main thread: how often it sees a signal
 constexpr uint32_t kTerminalsMax = 1024;      // TPC-C terminals per shard (on_start)
+constexpr size_t kAckJournalsMax = 4096;      // journals one check_acks call reads
 // Transactions per worker waiting for their acknowledgement while their terminal goes on; a
 // terminal that finds every slot taken waits for its own (backpressure).
 constexpr uint32_t kPendingAcksMax = 4096;
@@ -136,10 +140,14 @@ struct Worker {
   struct PendingAck {
     txn::DepVec vector;
     uint64_t start_ns = 0;
+    OrderKey order;  // a NewOrder: journaled once acknowledged (o_id 0: nothing to journal)
   };
   std::vector<PendingAck> pending_acks;
   std::vector<uint32_t> free_acks;
   uint32_t acks_running = 0;
+  AckJournal ack_journal;  // ServerOptions::ack_journal_dir (TPC-C): what was acknowledged
+  // Commits recorded so far, over every load (the controller's live view; loop thread writes).
+  std::atomic<uint64_t> live_committed{0};
   Rng link_rng{1};
   std::unique_ptr<dist::LocalLink> self_link;
   std::vector<std::unique_ptr<Peer>> peers;  // by shard; null for our own
@@ -208,7 +216,7 @@ struct ControlPlane {
 class ShardServer {
  public:
   ~ShardServer() { stop_shm_acceptor(); }
-  [[nodiscard]] Status init(const ServerOptions& options);
+  [[nodiscard]] Status init(const ServerOptions& options, Promotion* promotion);
   [[nodiscard]] Status serve();
 
   const cluster::ClusterConfig& config() const { return config_; }
@@ -227,6 +235,9 @@ class ShardServer {
   Status on_scan(std::span<const uint8_t> request, rt::MsgBuffer* out);
   Status on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out);
   Status on_history(std::span<const uint8_t> request, rt::MsgBuffer* out);
+  // {"step": "acks", "paths": [...]}: reads those ack journals (ack_journal.h) and counts the
+  // acknowledged orders of this shard's warehouses that its store lacks. After a run only.
+  Status check_acks(const nlohmann::json& request, rt::MsgBuffer* out);
 
   Status on_repl(std::span<const uint8_t> request, rt::MsgBuffer* out);
   // The shard's replication leader; nullptr when the shard has a single replica. Its
@@ -238,12 +249,27 @@ class ShardServer {
   void close_stream(repl::StreamAppender& appender);
 
   void note_down(uint32_t shard) { down_mask_.fetch_or(uint64_t{1} << shard); }
+  // The first commit this process recorded, in wall-clock microseconds (a failover's end, as
+  // the benchmark measures it: docs/OPERATIONS.md).
+  void note_commit() {
+    if (first_commit_unix_us_.load(std::memory_order_relaxed) != 0) return;
+    uint64_t none = 0;
+    first_commit_unix_us_.compare_exchange_strong(none, RealEnv::instance().wall_us());
+  }
   void load_finished() { running_.fetch_sub(1); }
 
  private:
   txn::EngineOptions engine_options() const;
   [[nodiscard]] Status load_table();
   [[nodiscard]] Status load_tpcc();
+  // A promotion: the follower's engine and its replicated tables instead of a load.
+  [[nodiscard]] Status adopt_store(Promotion& p);
+  // The address shard `shard` is served at now: its current leader replica's.
+  const cluster::Replica& leader_of(uint32_t shard) const {
+    return config_.shards[shard].replicas.at(leaders_[shard]);
+  }
+  const cluster::Replica& me() const { return config_.shards[options_.shard].replicas.at(me_); }
+  [[nodiscard]] Status take_over(repl::Takeover& takeover);
   bool replicated() const { return config_.shards[options_.shard].replicas.size() > 1; }
   // Any shard with replicas: terminals then wait for the vectorized watermark.
   bool cluster_replicated() const {
@@ -253,7 +279,7 @@ class ShardServer {
     return false;
   }
   [[nodiscard]] Status apply_batching();
-  [[nodiscard]] Status start_replication();
+  [[nodiscard]] Status start_replication(Promotion* promotion);
   [[nodiscard]] Status wait_leading();  // replication_->wait_leading, stoppable by SIGTERM
   [[nodiscard]] Status stopped_by_signal(const std::string& while_doing) const;
   [[nodiscard]] Status plant_divergence();
@@ -274,7 +300,10 @@ class ShardServer {
   void hand_to_worker(E endpoint, uint32_t* next);
 
   ServerOptions options_;
-  std::vector<int> worker_cpus_;  // empty: workers unpinned
+  uint32_t me_ = 0;                // this process's replica id (0 unless promoted)
+  uint64_t epoch_ = 1;             // the epoch this leader logs in
+  std::vector<uint32_t> leaders_;  // per shard: the replica that leads it (dial, shm names)
+  std::vector<int> worker_cpus_;   // empty: workers unpinned
   cluster::ClusterConfig config_;
   std::unique_ptr<KeyLayout> layout_;
   std::unique_ptr<txn::Engine> engine_;
@@ -304,6 +333,7 @@ class ShardServer {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint32_t> running_{0};  // workers with a load in flight
   std::atomic<uint64_t> down_mask_{0};
+  std::atomic<uint64_t> first_commit_unix_us_{0};
 };
 
 void reply_json(const nlohmann::json& j, rt::MsgBuffer* out) {
@@ -342,7 +372,7 @@ Status ShardServer::apply_placement() {
   return Status::Ok();
 }
 
-Status ShardServer::init(const ServerOptions& options) {
+Status ShardServer::init(const ServerOptions& options, Promotion* promotion) {
   options_ = options;
   auto config = cluster::load_config_file(options.config_path);
   if (!config.ok()) return config.status();
@@ -357,10 +387,31 @@ Status ShardServer::init(const ServerOptions& options) {
         fmt::format("shards: {} shards, at most {} supported", config_.shards.size(), kShardsMax));
   }
   if (options_.workers == 0) options_.workers = config_.workers_per_shard;
+  leaders_.assign(config_.shards.size(), 0);
+  if (promotion != nullptr) {
+    if (promotion->leaders.size() != config_.shards.size()) {
+      return Status::InvalidArgument(fmt::format("promotion: {} leaders for {} shards",
+                                                 promotion->leaders.size(), config_.shards.size()));
+    }
+    me_ = promotion->replica;
+    epoch_ = promotion->epoch;
+    // HISTORY keys carry the load number: a promoted leader's loads must not reuse those of
+    // the leaders before it (their rows are in the store).
+    loads_started_ = static_cast<uint32_t>((epoch_ & 0xff) << 8);
+    leaders_ = promotion->leaders;
+    for (uint32_t s = 0; s < leaders_.size(); ++s) {
+      if (leaders_[s] >= config_.shards[s].replicas.size()) {
+        return Status::InvalidArgument(
+            fmt::format("promotion: shard {} has no replica {}", s, leaders_[s]));
+      }
+    }
+  }
   SHOAL_TRY(apply_placement());
   SHOAL_TRY(apply_batching());
   layout_ = std::make_unique<KeyLayout>(config_, options.keys_per_partition);
-  if (options_.workload == "tpcc") {
+  if (promotion != nullptr) {
+    SHOAL_TRY(adopt_store(*promotion));
+  } else if (options_.workload == "tpcc") {
     SHOAL_TRY(load_tpcc());
   } else if (options_.workload == "micro" || options_.workload == "bank") {
     for (uint32_t s = 0; s < config_.shards.size(); ++s) {
@@ -374,17 +425,16 @@ Status ShardServer::init(const ServerOptions& options) {
     return Status::InvalidArgument(
         fmt::format("--workload: '{}' is not micro, tpcc or bank", options_.workload));
   }
-  const cluster::Replica& me = config_.shards[options_.shard].replicas.at(0);
-  auto listener = net::TcpListener::listen(me.host, me.port);
+  auto listener = net::TcpListener::listen(me().host, me().port);
   if (!listener.ok()) {
-    return Status::IOError(fmt::format("shard[{}].replica[0]: cannot listen on {}:{}: {}",
-                                       options_.shard, me.host, me.port,
+    return Status::IOError(fmt::format("shard[{}].replica[{}]: cannot listen on {}:{}: {}",
+                                       options_.shard, me_, me().host, me().port,
                                        listener.status().to_string()));
   }
   listener_ = std::move(*listener);
   // The shm acceptor first: other shards dial us while we wait for our followers.
   if (config_.transport == cluster::TransportKind::kShm) SHOAL_TRY(start_shm_acceptor());
-  if (replicated()) SHOAL_TRY(start_replication());
+  if (replicated()) SHOAL_TRY(start_replication(promotion));
   const uint64_t deadline_ns = RealEnv::instance().now_ns() + options_.connect_timeout_ms * kMs;
   for (uint32_t w = 0; w < options_.workers; ++w) SHOAL_TRY(make_worker(w, deadline_ns));
   return Status::Ok();
@@ -524,18 +574,23 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
       w->tpcc->local->txn().set_keep_old_values(true);  // puts logged as patches
     }
     w->tpcc->loop = w->loop.get();
+    if (!options_.ack_journal_dir.empty()) {
+      SHOAL_TRY(
+          w->ack_journal.open(fmt::format("{}/acks-shard-{}-replica-{}-worker-{}.bin",
+                                          options_.ack_journal_dir, options_.shard, me_, index)));
+    }
   }
   workers_.push_back(std::move(w));
   return Status::Ok();
 }
 
 std::string ShardServer::shm_name(uint32_t shard) const {
-  const cluster::Replica& r = config_.shards[shard].replicas.at(0);
+  const cluster::Replica& r = leader_of(shard);
   return fmt::format("shoal-{}-{}-{}", config_.name, r.host, r.port);
 }
 
 Status ShardServer::dial(Worker& w, uint32_t shard, uint64_t deadline_ns) {
-  const cluster::Replica& r = config_.shards[shard].replicas.at(0);
+  const cluster::Replica& r = leader_of(shard);
   const uint64_t now = RealEnv::instance().now_ns();
   const uint64_t left_ms = std::max<uint64_t>(deadline_ns > now ? (deadline_ns - now) / kMs : 0, 1);
   if (config_.transport == cluster::TransportKind::kShm) {
@@ -623,10 +678,12 @@ Status ShardServer::serve() {
     });
   }
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-  const cluster::Replica& me = config_.shards[options_.shard].replicas.at(0);
-  fmt::print(stderr, "shoal server: shard {} ready on {}:{} ({} worker{}, keys [{}, {}))\n",
-             options_.shard, me.host, me.port, options_.workers, options_.workers == 1 ? "" : "s",
-             layout_->lo(options_.shard), layout_->hi(options_.shard));
+  fmt::print(stderr,
+             "shoal server: shard {} replica {} ready on {}:{} (epoch {}, {} worker{}, keys [{}, "
+             "{}))\n",
+             options_.shard, me_, me().host, me().port, epoch_, options_.workers,
+             options_.workers == 1 ? "" : "s", layout_->lo(options_.shard),
+             layout_->hi(options_.shard));
   accept_loop();
   stop_workers();
   fmt::print(stderr, "shoal server: shard {} stopped\n", options_.shard);
@@ -807,13 +864,15 @@ void Worker::health_thunk(void* self, uint64_t) {
 // ---------------------------------------------------------------------------------------------
 // Replication (shards with replicas > 1)
 
-Status ShardServer::start_replication() {
+Status ShardServer::start_replication(Promotion* promotion) {
   const cluster::Shard& shard = config_.shards[options_.shard];
-  const cluster::Replica& me = shard.replicas[0];
+  const cluster::Replica& me = this->me();
   repl::LeaderOptions lo;
   lo.shard = options_.shard;
   lo.streams = options_.workers;
   lo.replicas = static_cast<uint32_t>(shard.replicas.size());
+  lo.replica = me_;
+  lo.appender.epoch = epoch_;
   lo.listen_host = me.host;
   lo.listen_port = cluster::replication_port(me);
   lo.link = config_.transport == cluster::TransportKind::kShm ? repl::LinkKind::kShm
@@ -827,27 +886,37 @@ Status ShardServer::start_replication() {
   lo.appender.limits.batch_txns_max = options_.batch_txns;
   lo.appender.stop = &g_stop;  // SIGTERM ends a worker's wait for a log buffer
   lo.appender.limits.batch_age_ns_max = static_cast<uint64_t>(options_.batch_us * 1e3);
-  lo.wal_dir = options_.data_dir.empty()
-                   ? cluster::replica_dir(".shoal/" + config_.name, options_.shard, 0)
-                   : options_.data_dir;
-  std::error_code ec;
-  std::filesystem::create_directories(lo.wal_dir, ec);
-  if (ec)
-    return Status::IOError(
-        fmt::format("--data-dir: cannot create {}: {}", lo.wal_dir, ec.message()));
   auto fsync = repl::parse_fsync(options_.fsync, "--fsync");
   if (!fsync.ok()) return fsync.status();
   lo.fsync = *fsync;
   lo.paxos = repl::paxos_options_for_rtt(rtt_ns_max);
+  lo.paxos.epoch = epoch_;  // the no-ops that fill holes
   lo.retain_chosen_slots = options_.retain_slots;
   lo.follower_lag_slots_max = options_.retain_slots * 3 / 4;
   lo.schema = repl::Schema::of(*engine_, options_.workload);
-  auto leader = repl::ReplicationLeader::start(lo, *engine_);
+  if (promotion == nullptr) {  // a promoted follower's WAL comes with its takeover
+    lo.wal_dir = options_.data_dir.empty()
+                     ? cluster::replica_dir(".shoal/" + config_.name, options_.shard, 0)
+                     : options_.data_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(lo.wal_dir, ec);
+    if (ec) {
+      return Status::IOError(
+          fmt::format("--data-dir: cannot create {}: {}", lo.wal_dir, ec.message()));
+    }
+    // The layout marker and schema a follower needs: this replica may restart as one (a
+    // failover).
+    SHOAL_TRY(repl::prepare_replica_dir(lo.wal_dir));
+    SHOAL_TRY(repl::write_replica_schema(lo.wal_dir, lo.schema, lo.streams));
+  }
+  auto leader = repl::ReplicationLeader::start(
+      lo, *engine_, promotion != nullptr ? &promotion->takeover : nullptr);
   if (!leader.ok()) {
     return Status::IOError(fmt::format("shard[{}]: replication on {}:{}: {}", options_.shard,
                                        me.host, lo.listen_port, leader.status().to_string()));
   }
   replication_ = std::move(*leader);
+  if (promotion != nullptr) return take_over(promotion->takeover);
   fmt::print(stderr,
              "shoal server: shard {}: waiting for a majority of {} replicas on {}:{} (batch {} "
              "txns / {} us)\n",
@@ -866,6 +935,64 @@ Status ShardServer::start_replication() {
   fmt::print(stderr,
              "shoal server: shard {}: {} followers installed the load ({} records, {:.1f} s)\n",
              options_.shard, lo.replicas - 1, boot->records, static_cast<double>(boot->ns) / 1e9);
+  return Status::Ok();
+}
+
+// A promotion: phase 1 on every stream and the old slots installed (bounded, in slices that see
+// SIGTERM), then the epoch start on every stream before any worker commits.
+Status ShardServer::take_over(repl::Takeover&) {
+  const uint64_t start_ns = RealEnv::instance().now_ns();
+  Result<repl::TakeoverResult> r = Status::Timeout("not run");
+  for (;;) {  // bounded by replication_timeout_ms and g_stop
+    r = replication_->wait_takeover(kAcceptSliceMs);
+    if (r.ok() || r.status().code() != Code::kTimeout) break;
+    if (g_stop.load()) return stopped_by_signal("taking over as leader");
+    const uint64_t waited_ms = (RealEnv::instance().now_ns() - start_ns) / kMs;
+    if (waited_ms >= options_.replication_timeout_ms) return r.status();
+  }
+  if (!r.ok()) return r.status();
+  for (uint32_t s = 0; s < replication_->streams(); ++s) {
+    SHOAL_TRY(
+        replication_->appender(s).finish(r->floor_tid, repl::kLogFlagEpochStart, r->final_tid));
+  }
+  txn::EngineOptions eo = engine_options();
+  eo.track_dependencies = true;  // a replicated shard's versions carry their vectors
+  engine_->start_leading((r->floor_tid >> 32) + 1, &eo);
+  snapshot_tid_ = r->floor_tid;
+  fmt::print(stderr,
+             "shoal server: shard {}: replica {} took over in epoch {} in {:.1f} ms: final "
+             "watermark {:#x}, {} txns installed, {} discarded above it\n",
+             options_.shard, me_, epoch_, static_cast<double>(r->elapsed_ns) / 1e6, r->final_tid,
+             r->replayed_txns, r->discarded_txns);
+  return Status::Ok();
+}
+
+Status ShardServer::adopt_store(Promotion& p) {
+  engine_ = std::move(p.engine);
+  if (options_.workload == "tpcc") {
+    warehouse_map_ = std::make_unique<WarehouseMap>(config_);
+    bench::TpccOptions to;
+    to.warehouses = warehouse_map_->warehouses();
+    to.load_first_warehouse = warehouse_map_->first(options_.shard);
+    to.load_last_warehouse = warehouse_map_->last(options_.shard);
+    tpcc_ = std::make_unique<bench::TpccWorkload>(to);
+    bench::LoadOptions lo;
+    lo.warehouses = warehouse_map_->warehouses();
+    lo.seed = 1;  // as load_tpcc: the same NURand constants on every shard
+    SHOAL_TRY(tpcc_->attach(*engine_, lo));
+    fragments_ = make_tpcc_fragments(&tpcc_->tables());
+    return Status::Ok();
+  }
+  if (options_.workload != "micro" && options_.workload != "bank") {
+    return Status::InvalidArgument(
+        fmt::format("--workload: '{}' is not micro, tpcc or bank", options_.workload));
+  }
+  txn::TableBase* t = engine_->find_table(is_bank() ? "bank" : "micro");
+  if (t == nullptr || t->key_words() != 1) {
+    return Status::Corruption(
+        fmt::format("promotion: the replicated store has no {} table", options_.workload));
+  }
+  table_ = static_cast<txn::Table<1>*>(t);
   return Status::Ok();
 }
 
@@ -931,6 +1058,7 @@ Status ShardServer::plant_divergence() {
 void Worker::repl_tick_thunk(void* self, uint64_t) {
   auto* w = static_cast<Worker*>(self);
   w->appender->tick();
+  w->ack_journal.flush();  // what was acknowledged leaves the process within a tick
   const uint64_t txns = w->appender->stats().txns;
   const bool busy = txns != w->repl_txns_seen || !w->done.load(std::memory_order_relaxed);
   w->repl_txns_seen = txns;
@@ -996,6 +1124,7 @@ Status ShardServer::on_repl(std::span<const uint8_t> request, rt::MsgBuffer* out
                 {"done", true},
                 {"floor", 0},
                 {"leader_digest", repl::engine_digest(*engine_)},
+                {"leader_replica", me_},
                 {"followers", nlohmann::json::array()}},
                out);
     return Status::Ok();
@@ -1050,6 +1179,7 @@ Status ShardServer::repl_report(const nlohmann::json& request, rt::MsgBuffer* ou
               {"done", true},
               {"floor", floor},
               {"leader_digest", repl::engine_digest(*engine_)},
+              {"leader_replica", me_},
               {"followers", followers}},
              out);
   return Status::Ok();
@@ -1099,11 +1229,14 @@ rt::Task<void> bank_client(Worker* w, uint64_t seed) {
   if (--w->clients_running == 0) w->publish();
 }
 
-// Waits until the vectorized watermark covers `vector`, then records the commit latency.
-rt::Task<void> wait_for_ack(Worker* w, const txn::DepVec& vector, uint64_t start_ns) {
+// Waits until the vectorized watermark covers `vector`, then records the commit latency (and
+// journals an acknowledged NewOrder).
+rt::Task<void> wait_for_ack(Worker* w, const txn::DepVec& vector, uint64_t start_ns,
+                            OrderKey order) {
   Status covered = co_await w->vector_watermark->wait_covered(vector);
   if (covered.ok()) {
     w->stats.latency_commit.record(w->loop->now_ns() - start_ns);
+    if (order.o_id != 0) w->ack_journal.note(order);
   } else {
     ++w->stats.unacknowledged;
   }
@@ -1112,7 +1245,7 @@ rt::Task<void> wait_for_ack(Worker* w, const txn::DepVec& vector, uint64_t start
 // Watches one pending acknowledgement (slot of w->pending_acks) and frees its slot.
 rt::Task<void> ack_task(Worker* w, uint32_t slot) {
   Worker::PendingAck& p = w->pending_acks[slot];
-  co_await wait_for_ack(w, p.vector, p.start_ns);
+  co_await wait_for_ack(w, p.vector, p.start_ns, p.order);
   w->free_acks.push_back(slot);
   --w->acks_running;
   w->publish_when_idle();
@@ -1148,6 +1281,10 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
     // The terminal goes on meanwhile (as the one-shard bench's clients do): an ack task
     // watches it, or, with every slot taken, the terminal waits itself.
     const bool acked = out.status.ok() || (out.status.is_user_abort() && !out.cross);
+    OrderKey order;
+    if (in.type == bench::tpcc::kNewOrder && out.status.ok()) {
+      order = {in.new_order.w_id, in.new_order.d_id, out.o_id};
+    }
     if (w->vector_watermark != nullptr && acked) {
       if (!w->free_acks.empty()) {
         const uint32_t slot = w->free_acks.back();
@@ -1155,16 +1292,17 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
         Worker::PendingAck& p = w->pending_acks[slot];
         w->ack_vector(out.cross, dtxn, local_tid_before, &p.vector);  // before anything runs
         p.start_ns = start_ns;
+        p.order = order;
         if (w->loop->spawn(ack_task(w, slot)).ok()) {
           ++w->acks_running;
         } else {
           w->free_acks.push_back(slot);  // task table full: wait ourselves
           ack = p.vector;
-          co_await wait_for_ack(w, ack, start_ns);
+          co_await wait_for_ack(w, ack, start_ns, order);
         }
       } else {
         w->ack_vector(out.cross, dtxn, local_tid_before, &ack);
-        co_await wait_for_ack(w, ack, start_ns);
+        co_await wait_for_ack(w, ack, start_ns, order);
       }
     }
     // Local transactions never suspend: yield so pollers (remote coordinators' requests,
@@ -1228,6 +1366,9 @@ void Worker::record(bool cross, const Status& s, uint64_t latency_ns, uint32_t t
   type = std::min(type, MicroStats::kTypesMax - 1);
   if (s.ok() || s.is_user_abort()) {
     ++stats.committed;
+    live_committed.store(live_committed.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
+    server->note_commit();
     ++stats.committed_by_type[type];
     stats.latency_by_type[type].record(latency_ns);
     if (s.is_user_abort()) ++stats.user_aborts;
@@ -1252,6 +1393,7 @@ void Worker::publish() {
   published = stats;
   published_participant = participant->stats();
   if (appender != nullptr) published_log = appender->stats() - log_base;
+  ack_journal.flush();
   done.store(true, std::memory_order_release);
   server->load_finished();
 }
@@ -1265,19 +1407,23 @@ Status ShardServer::on_ping(rt::MsgBuffer* out) {
   for (uint32_t s = 0; s < kShardsMax; ++s) {
     if (mask & (uint64_t{1} << s)) down.push_back(s);
   }
-  reply_json({{"shard", options_.shard},
-              {"workers", options_.workers},
-              {"workload", options_.workload},
-              {"keys_lo", layout_->lo(options_.shard)},
-              {"keys_hi", layout_->hi(options_.shard)},
-              {"pid", static_cast<int64_t>(getpid())},
-              {"running", running_.load() > 0},
-              {"replicas", config_.shards[options_.shard].replicas.size()},
-              {"batch_txns", options_.batch_txns},
-              {"batch_us", options_.batch_us},
-              {"watermark", replication_ != nullptr ? replication_->watermark() : 0},
-              {"unreachable", down}},
-             out);
+  reply_json(
+      {{"shard", options_.shard},
+       {"workers", options_.workers},
+       {"workload", options_.workload},
+       {"keys_lo", layout_->lo(options_.shard)},
+       {"keys_hi", layout_->hi(options_.shard)},
+       {"pid", static_cast<int64_t>(getpid())},
+       {"running", running_.load() > 0},
+       {"replicas", config_.shards[options_.shard].replicas.size()},
+       {"replica", me_},
+       {"epoch", epoch_},
+       {"batch_txns", options_.batch_txns},
+       {"batch_us", options_.batch_us},
+       {"watermark", replication_ != nullptr ? replication_->watermark() : 0},
+       {"followers_connected", replication_ != nullptr ? replication_->followers_connected() : 0},
+       {"unreachable", down}},
+      out);
   return Status::Ok();
 }
 
@@ -1315,7 +1461,12 @@ Status ShardServer::on_start(std::span<const uint8_t> request, rt::MsgBuffer* ou
 Status ShardServer::on_stats(rt::MsgBuffer* out) {
   bool done = true;
   for (auto& w : workers_) done = done && w->done.load(std::memory_order_acquire);
-  nlohmann::json j = {{"shard", options_.shard}, {"done", done}};
+  uint64_t live = 0;
+  for (auto& w : workers_) live += w->live_committed.load(std::memory_order_relaxed);
+  nlohmann::json j = {
+      {"shard", options_.shard}, {"done", done},
+      {"replica", me_},          {"epoch", epoch_},
+      {"live_committed", live},  {"first_commit_unix_us", first_commit_unix_us_.load()}};
   if (done) {
     MicroStats total;
     uint64_t orphaned = 0, expired = 0;
@@ -1413,6 +1564,45 @@ Status ShardServer::on_history(std::span<const uint8_t> request, rt::MsgBuffer* 
   return Status::Ok();
 }
 
+Status ShardServer::check_acks(const nlohmann::json& request, rt::MsgBuffer* out) {
+  if (running_.load() > 0) return Status::InvalidArgument("scan.acks: a load is running");
+  const auto paths = request.find("paths");
+  if (paths == request.end() || !paths->is_array() || paths->size() > kAckJournalsMax) {
+    return Status::InvalidArgument(
+        fmt::format("scan.paths: an array of at most {} journal paths", kAckJournalsMax));
+  }
+  uint64_t checked = 0, missing = 0, unreadable = 0;
+  nlohmann::json first_missing = nullptr;
+  bench::tpcc::OrderRow row;
+  for (const auto& p : *paths) {
+    if (!p.is_string()) return Status::InvalidArgument("scan.paths: strings only");
+    auto orders = read_ack_journal(p.get<std::string>());
+    if (!orders.ok()) {
+      ++unreadable;
+      continue;
+    }
+    for (const OrderKey& k : *orders) {
+      if (k.w_id == 0 || k.w_id > warehouse_map_->warehouses() ||
+          warehouse_map_->shard_of(k.w_id) != options_.shard) {
+        continue;  // another shard's order
+      }
+      ++checked;
+      const Status s = tpcc_->tables().order->peek(bench::tpcc::order_key(k.w_id, k.d_id, k.o_id),
+                                                   &row, sizeof row);
+      if (s.ok()) continue;
+      ++missing;
+      if (first_missing.is_null()) first_missing = {k.w_id, k.d_id, k.o_id};
+    }
+  }
+  reply_json({{"shard", options_.shard},
+              {"checked", checked},
+              {"missing", missing},
+              {"unreadable", unreadable},
+              {"first_missing", first_missing}},
+             out);
+  return Status::Ok();
+}
+
 // TPC-C's check in two steps (the controller runs them, see dist_controller.cc):
 //   {"step": "payments"}: the HISTORY sums this shard holds for other shards' warehouses, as
 //      [[kind, key, cents], ...] (kind 0: by warehouse, 1: by district, 2: by customer; keys as
@@ -1427,7 +1617,10 @@ Status ShardServer::on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* o
                out);
     return Status::Ok();
   }
-  if (step != "check") return Status::InvalidArgument("scan.step: must be payments or check");
+  if (step == "acks") return check_acks(request, out);
+  if (step != "check") {
+    return Status::InvalidArgument("scan.step: must be payments, check or acks");
+  }
   bench::ForeignPayments foreign;
   const auto entries = request.find("payments");
   if (entries != request.end()) SHOAL_TRY(payments_from_json(*entries, "scan.payments", &foreign));
@@ -1439,7 +1632,7 @@ Status ShardServer::on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* o
 
 }  // namespace
 
-Status run_server(const ServerOptions& options) {
+Status run_server(const ServerOptions& options, Promotion* promotion) {
   struct sigaction sa {};
   sa.sa_handler = &on_signal;
   sigemptyset(&sa.sa_mask);
@@ -1447,7 +1640,7 @@ Status run_server(const ServerOptions& options) {
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a peer that dies mid-send is an error status, not a signal
   ShardServer server;
-  SHOAL_TRY(server.init(options));
+  SHOAL_TRY(server.init(options, promotion));
   return server.serve();
 }
 

@@ -36,9 +36,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "shoal/status.h"
+#include "src/repl/leader.h"
 
 namespace shoal::server {
 
@@ -82,10 +85,30 @@ struct ServerOptions {
   // that cannot pin itself says so on stderr and runs unpinned).
   std::string worker_cpus;
   std::string other_cpus;
+  // The configuration manager (etcd client endpoints, "host:port"); empty: none. Followers
+  // (replica_cli.h) use it to agree on a failed leader's replacement.
+  std::vector<std::string> etcd;
+  // TPC-C: every acknowledged NewOrder's key is appended to a file per worker here
+  // (src/server/ack_journal.h), for the benchmark's acknowledged-lost check. Empty: none.
+  std::string ack_journal_dir;
+};
+
+// A follower of this shard promoted in place (replica_cli.cc; design section 5): the server
+// runs over the follower's engine and acceptor state instead of loading. Its replication
+// takes over (repl::ReplicationLeader with a Takeover): phase 1 on every stream, the old slots
+// installed up to the final watermark, an epoch start sealed on every stream, and only then
+// the workers, dialing every other shard's current leader.
+struct Promotion {
+  uint32_t replica = 0;           // this process, the shard's new leader
+  uint64_t epoch = 0;             // the new epoch
+  std::vector<uint32_t> leaders;  // per shard: its leader replica now (this one's included)
+  std::unique_ptr<txn::Engine> engine;
+  repl::Takeover takeover;
 };
 
 // Runs the shard until SIGTERM or SIGINT. Errors: InvalidArgument (config, naming the field;
-// shard out of range), Unavailable (a peer never accepted, naming it), IOError (listen).
-[[nodiscard]] Status run_server(const ServerOptions& options);
+// shard out of range), Unavailable (a peer never accepted, naming it), IOError (listen),
+// Timeout (a promotion whose takeover found no majority).
+[[nodiscard]] Status run_server(const ServerOptions& options, Promotion* promotion = nullptr);
 
 }  // namespace shoal::server

@@ -357,11 +357,18 @@ Engine::Engine(EngineOptions options, Env* env) : options_(options), env_(env) {
   if (options_.epoch_ticker) start_ticker();
 }
 
-void Engine::start_leading(uint64_t at_least_epoch) {
+void Engine::start_leading(uint64_t at_least_epoch, const EngineOptions* leader_options) {
   uint64_t e = epoch_.load(std::memory_order_acquire);
   while (e < at_least_epoch && !epoch_.compare_exchange_weak(e, at_least_epoch)) {
   }
-  if (!ticker_.joinable() && !options_.epoch_ticker) {
+  if (leader_options != nullptr) {
+    const uint32_t shard = options_.shard_id;
+    const bool chains = options_.keep_version_chains;
+    options_ = *leader_options;
+    options_.shard_id = shard;
+    options_.keep_version_chains = chains;  // records already carry (or lack) their chains
+  }
+  if (!ticker_.joinable()) {
     options_.epoch_ticker = true;
     start_ticker();
   }

@@ -487,8 +487,10 @@ class Engine {
   void advance_epoch_for_tests() { epoch_.fetch_add(1, std::memory_order_acq_rel); }
   // A follower's engine becoming a leader's (design section 5): its commits must take TIDs
   // above every TID the old leader logged, so the epoch jumps to at least `at_least`, and the
-  // ticker (off while it followed) starts. Call before any worker commits.
-  void start_leading(uint64_t at_least_epoch);
+  // ticker (off while it followed) starts. `leader_options` (a leader's: dependency tracking,
+  // lock waits), when given, replace the follower's; shard_id stays. Call before any worker
+  // commits and before any thread but the caller's uses the engine.
+  void start_leading(uint64_t at_least_epoch, const EngineOptions* leader_options = nullptr);
 
   const EngineOptions& options() const { return options_; }
   Env& env() { return *env_; }
