@@ -135,7 +135,7 @@ Status ReplicationLeader::init(Takeover* takeover) {
       takeover == nullptr && !options_.wal_dir.empty() && options_.fsync != FsyncPolicy::kNone;
   if (takeover != nullptr) {
     takeover_applier_ = std::move(takeover->applier);
-    takeover_last_slot_.assign(options_.streams, 0);
+    takeover_tracker_.emplace(options_.streams, *takeover_applier_);
     takeover_start_ns_ = RealEnv::instance().now_ns();
     // Every other replica is absent until it dials us: reports need not wait for the dead.
     for (uint32_t r = 0; r < options_.replicas; ++r) lost_[r] = r != options_.replica;
@@ -475,25 +475,12 @@ void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std:
 
 void ReplicationLeader::check_takeover() {
   for (uint32_t i = 0; i < streams_.size(); ++i) {
-    Stream& s = *streams_[i];
-    if (!s.paxos->is_leader()) return;
-    // The first time it leads, phase 1 has put every slot a majority may hold below next_slot.
-    if (takeover_last_slot_[i] == 0) takeover_last_slot_[i] = s.paxos->next_slot() - 1;
-    if (s.paxos->chosen_index() < takeover_last_slot_[i]) return;
+    const PaxosStream& p = *streams_[i]->paxos;
+    if (!takeover_tracker_->note(i, p.is_leader(), p.next_slot(), p.chosen_index())) return;
   }
-  ReplayApplier& a = *takeover_applier_;
-  TakeoverResult r;
-  r.final_tid = a.applied_tid();
-  for (uint32_t i = 0; i < streams_.size(); ++i) {
-    r.floor_tid = std::max(r.floor_tid, a.watermark().stream(i));
-  }
-  r.replayed_txns = a.stats().txns;
-  a.for_each_queued_record([&](uint64_t tid) {
-    SHOAL_ASSERT(tid > r.final_tid, "record %lx left below the final watermark %lx", tid,
-                 r.final_tid);
-    ++r.discarded_txns;
-  });
+  TakeoverResult r = takeover_tracker_->result(*takeover_applier_);
   r.elapsed_ns = RealEnv::instance().now_ns() - takeover_start_ns_;
+  takeover_tracker_.reset();
   takeover_applier_.reset();
   takeover_result_ = r;
   takeover_done_.store(true, std::memory_order_release);
