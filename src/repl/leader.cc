@@ -469,7 +469,13 @@ void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std:
   if (s.log) s.log->note_chosen(slot);
   // A takeover installs the old slots as they are chosen (gated by the watermark as any
   // follower's replay; above the final watermark the records stay queued and are dropped).
-  if (takeover_applier_) takeover_applier_->on_chosen(s.id, entry);
+  // Its watermark is the shard's meanwhile: it holds a stream at a hole phase 1 filled with a
+  // no-op (the records after it may be above F: replay.cc), which wm_ would pass.
+  if (takeover_applier_) {
+    takeover_applier_->on_chosen(s.id, entry);
+    watermark_.store(takeover_applier_->applied_tid(), std::memory_order_release);
+    return;
+  }
   watermark_.store(wm_.advance(s.id, load_u64(entry.data() + 48)), std::memory_order_release);
 }
 
@@ -479,6 +485,11 @@ void ReplicationLeader::check_takeover() {
     if (!takeover_tracker_->note(i, p.is_leader(), p.next_slot(), p.chosen_index())) return;
   }
   TakeoverResult r = takeover_tracker_->result(*takeover_applier_);
+  // wm_ goes on from the applier's (it was not advanced during the takeover); the epoch
+  // starts then lift every stream to the floor.
+  for (uint32_t i = 0; i < streams_.size(); ++i) {
+    wm_.advance(i, takeover_applier_->watermark().stream(i));
+  }
   r.elapsed_ns = RealEnv::instance().now_ns() - takeover_start_ns_;
   takeover_tracker_.reset();
   takeover_applier_.reset();

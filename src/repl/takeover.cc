@@ -36,7 +36,7 @@ TakeoverResult TakeoverTracker::result(const ReplayApplier& applier) const {
   TakeoverResult r;
   r.final_tid = applier.applied_tid();
   for (uint32_t i = 0; i < streams_.size(); ++i) {
-    r.floor_tid = std::max(r.floor_tid, applier.watermark().stream(i));
+    r.floor_tid = std::max(r.floor_tid, applier.logged_tid(i));
   }
   r.replayed_txns = applier.stats().txns - replayed_before_;
   applier.for_each_queued_record([&](uint64_t tid) {

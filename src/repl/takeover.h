@@ -49,8 +49,8 @@ class TakeoverTracker {
   // The last old slot of `stream`, 0 until it first led (or if it held none).
   uint64_t last_old_slot(uint32_t stream) const { return streams_[stream].last_old_slot; }
 
-  // The final watermark F (the applier's watermark), the floor (the highest stream
-  // watermark: every old entry's max_tid is at or below it), what the applier installed since
+  // The final watermark F (the applier's watermark), the floor (the highest max_tid any
+  // stream delivered, so above every old TID), what the applier installed since
   // the hand-over, and the records it holds above F (never installed: discarded). elapsed_ns
   // is left to the caller (it owns the clock). Aborts if a held record is at or below F (the
   // watermark would have installed it). REQUIRES: done(); `applier` is the one given above.
