@@ -10,11 +10,8 @@
 // A failure prints the seed; SHOAL_SIM_SEED=<seed> reruns that seed alone.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <array>
 #include <chrono>
-#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -25,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "sim/sim_network.h"
+#include "sim/sim_test_util.h"
 #include "src/repl/paxos_stream.h"
 
 namespace shoal::sim {
@@ -189,24 +187,10 @@ class PaxosSim {
   static bool poll(void* ctx) {
     auto& n = *static_cast<Node*>(ctx);
     if (!n.up) return false;
-    bool any = false;
-    net::Completion batch[32];
-    for (uint32_t p = 0; p < kReplicas; ++p) {
-      SimEndpoint& ep = n.transport.eps[p];
-      if (!ep.is_open()) continue;
-      auto got = ep.poll(batch, 32);
-      if (!got.ok()) {
-        ep = SimEndpoint();  // the peer died; its restart reconnects
-        continue;
-      }
-      for (size_t i = 0; i < *got && n.stream; ++i) {
-        const auto& b = batch[i].bytes;
-        n.stream->on_message(p, {reinterpret_cast<const std::byte*>(b.data()), b.size()});
-      }
-      if (ep.is_open()) ep.release();
-      any |= *got > 0;
-    }
-    return any;
+    return poll_peers(
+        n.transport.eps,
+        [&](uint32_t p, uint32_t, std::span<const std::byte> m) { n.stream->on_message(p, m); },
+        [&] { return n.stream != nullptr; });
   }
 
   void arm_tick(Node& n) {
@@ -359,30 +343,16 @@ class PaxosSim {
   uint64_t crashes_ = 0;
 };
 
-// An always-on assert (e.g. the acceptor store's "two different values chosen") aborts: say
-// which seed was running first.
-char g_abort_hint[128];
-void print_hint_on_abort(int) {
-  const ssize_t n = ::write(2, g_abort_hint, std::strlen(g_abort_hint));
-  (void)n;
-}
-
 uint64_t seed_count() {
   const char* scale = std::getenv("SHOAL_TEST_SCALE");
   return scale != nullptr && std::string(scale) == "small" ? 20 : 1000;
 }
 
 RunResult run_seed(uint64_t seed) {
-  std::snprintf(g_abort_hint, sizeof g_abort_hint,
-                "\npaxos sim aborted during seed=%lu (replay: SHOAL_SIM_SEED=%lu)\n", seed, seed);
-  auto* previous = std::signal(SIGABRT, &print_hint_on_abort);
-  RunResult r;
-  {
-    PaxosSim sim(seed, kEntriesPerSeed);
-    r = sim.run(1'500 * kMs);
-  }
-  std::signal(SIGABRT, previous);
-  return r;
+  // An always-on assert (e.g. the acceptor store's "two different values chosen") aborts.
+  const AbortSeedHint hint("paxos sim", seed);
+  PaxosSim sim(seed, kEntriesPerSeed);
+  return sim.run(1'500 * kMs);
 }
 
 TEST(PaxosSim, SafeAndLiveUnderFaultsOverManySeeds) {

@@ -138,7 +138,7 @@ Status ReplicationLeader::init(Takeover* takeover) {
                        : !options_.wal_dir.empty() && options_.fsync != FsyncPolicy::kNone;
   if (takeover != nullptr) {
     takeover_applier_ = std::move(takeover->applier);
-    takeover_last_slot_.assign(options_.streams, 0);
+    takeover_tracker_.emplace(options_.streams, *takeover_applier_);
     takeover_start_ns_ = RealEnv::instance().now_ns();
     // Every other replica is absent until it dials us: reports need not wait for the dead.
     for (uint32_t r = 0; r < options_.replicas; ++r) lost_[r] = r != options_.replica;
@@ -480,31 +480,29 @@ void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std:
   if (s.log) s.log->note_chosen(slot);
   // A takeover installs the old slots as they are chosen (gated by the watermark as any
   // follower's replay; above the final watermark the records stay queued and are dropped).
-  if (takeover_applier_) takeover_applier_->on_chosen(s.id, entry);
+  // Its watermark is the shard's meanwhile: it holds a stream at a hole phase 1 filled with a
+  // no-op (the records after it may be above F: replay.cc), which wm_ would pass.
+  if (takeover_applier_) {
+    takeover_applier_->on_chosen(s.id, entry);
+    watermark_.store(takeover_applier_->applied_tid(), std::memory_order_release);
+    return;
+  }
   watermark_.store(wm_.advance(s.id, load_u64(entry.data() + 48)), std::memory_order_release);
 }
 
 void ReplicationLeader::check_takeover() {
   for (uint32_t i = 0; i < streams_.size(); ++i) {
-    Stream& s = *streams_[i];
-    if (!s.paxos->is_leader()) return;
-    // The first time it leads, phase 1 has put every slot a majority may hold below next_slot.
-    if (takeover_last_slot_[i] == 0) takeover_last_slot_[i] = s.paxos->next_slot() - 1;
-    if (s.paxos->chosen_index() < takeover_last_slot_[i]) return;
+    const PaxosStream& p = *streams_[i]->paxos;
+    if (!takeover_tracker_->note(i, p.is_leader(), p.next_slot(), p.chosen_index())) return;
   }
-  ReplayApplier& a = *takeover_applier_;
-  TakeoverResult r;
-  r.final_tid = a.applied_tid();
+  TakeoverResult r = takeover_tracker_->result(*takeover_applier_);
+  // wm_ goes on from the applier's (it was not advanced during the takeover); the epoch
+  // starts then lift every stream to the floor.
   for (uint32_t i = 0; i < streams_.size(); ++i) {
-    r.floor_tid = std::max(r.floor_tid, a.watermark().stream(i));
+    wm_.advance(i, takeover_applier_->watermark().stream(i));
   }
-  r.replayed_txns = a.stats().txns;
-  a.for_each_queued_record([&](uint64_t tid) {
-    SHOAL_ASSERT(tid > r.final_tid, "record %lx left below the final watermark %lx", tid,
-                 r.final_tid);
-    ++r.discarded_txns;
-  });
   r.elapsed_ns = RealEnv::instance().now_ns() - takeover_start_ns_;
+  takeover_tracker_.reset();
   takeover_applier_.reset();
   takeover_result_ = r;
   takeover_done_.store(true, std::memory_order_release);

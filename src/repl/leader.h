@@ -43,6 +43,7 @@
 #include "src/repl/peer_link.h"
 #include "src/repl/replay.h"
 #include "src/repl/replica_proto.h"
+#include "src/repl/takeover.h"
 #include "src/repl/watermark.h"
 #include "src/runtime/event_loop.h"
 
@@ -70,18 +71,6 @@ struct Takeover {
   std::unique_ptr<ReplayApplier> applier;
   std::vector<std::unique_ptr<PaxosAcceptorStore>> stores;  // (a deque inside: not nothrow-movable)
   std::vector<std::unique_ptr<AcceptorLog>> logs;
-};
-
-// How a takeover ended (ReplicationLeader::wait_takeover).
-struct TakeoverResult {
-  // The shard's final watermark of the epochs before: every record at or below it is chosen
-  // and installed in the new leader's store; every record above it is discarded everywhere.
-  uint64_t final_tid = 0;
-  // Above every TID logged before the takeover: the new epoch's first floor.
-  uint64_t floor_tid = 0;
-  uint64_t replayed_txns = 0;   // records the takeover installed (chosen since the hand-over)
-  uint64_t discarded_txns = 0;  // records above final_tid, never installed
-  uint64_t elapsed_ns = 0;      // start() to the last stream's old slots chosen
 };
 
 struct LeaderOptions {
@@ -213,7 +202,7 @@ class ReplicationLeader {
   std::thread thread_;
   // Takeover (replication thread until done is published).
   std::unique_ptr<ReplayApplier> takeover_applier_;
-  std::vector<uint64_t> takeover_last_slot_;  // per stream: its last old slot (0: electing)
+  std::optional<TakeoverTracker> takeover_tracker_;  // while takeover_applier_ is set
   uint64_t takeover_start_ns_ = 0;
   std::atomic<bool> takeover_done_{false};
   TakeoverResult takeover_result_;  // written before takeover_done_ is published

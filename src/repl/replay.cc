@@ -168,6 +168,12 @@ ReplayCut ReplayApplier::cut() const {
       sc.next_slot = load_u64(head.bytes.span().data() + 24);
       sc.next_record = head.next_record;
     }
+    // Behind a hole nothing is installed: restart at the no-op, which holds the stream again.
+    const uint64_t hole = positions_[s].hole_slot;
+    if (hole != 0 && hole < sc.next_slot) {
+      sc.next_slot = hole;
+      sc.next_record = 0;
+    }
   }
   return c;
 }
@@ -180,7 +186,8 @@ void ReplayApplier::restore(const ReplayCut& cut) {
   for (const EpochFence& f : cut.fences) add_fence(f.epoch, f.final_tid);
   for (uint32_t s = 0; s < queues_.size(); ++s) {
     wm_.advance(s, cut.streams[s].stream_tid);
-    positions_[s] = Position{cut.streams[s].next_slot, cut.streams[s].next_record};
+    positions_[s] = Position{cut.streams[s].next_slot, cut.streams[s].next_record, 0,
+                             cut.streams[s].stream_tid};
   }
 }
 
@@ -203,8 +210,18 @@ void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes)
   // watermark pass the final one, so every record above it is judged by the fence.
   if ((flags & kLogFlagEpochStart) != 0) {
     add_fence(load_u64(bytes.data() + 16), load_u64(bytes.data() + 40));
+    pos.hole_slot = 0;
   }
-  wm_.advance(stream, max_tid);
+  // A no-op is a hole a new leader's phase 1 filled: whatever the failed leader proposed there
+  // is lost, so the old entries phase 1 recovered after it (their max_tid above the hole's
+  // records) do not prove that every record at or below their max_tid is chosen. The stream's
+  // watermark stays where it was until the new epoch starts on it; its records after the hole
+  // wait, and are above the final watermark the takeover computes from this watermark, so the
+  // fence discards them. Judged from this stream's own log order alone, every replica decides
+  // alike (without it, one whose other stream ran ahead installed them before the fence).
+  if ((flags & kLogFlagNoop) != 0 && pos.hole_slot == 0) pos.hole_slot = slot;
+  pos.logged_tid = std::max(pos.logged_tid, max_tid);
+  if (pos.hole_slot == 0) wm_.advance(stream, max_tid);
   auto& q = queues_[stream];
   if (q.empty()) {
     uint32_t next = skip;
@@ -227,13 +244,20 @@ void ReplayApplier::add_fence(uint64_t epoch, uint64_t final_tid) {
     }
   }
   SHOAL_ASSERT(fences_.size() < kEpochFencesMax, "more than %zu epoch changes", kEpochFencesMax);
-  SHOAL_ASSERT(fences_.empty() || fences_.back().epoch < epoch, "epoch %lu started after epoch %lu",
-               epoch, fences_.back().epoch);
-  fences_.push_back(EpochFence{epoch, final_tid});
+  // Not necessarily after the last one: a takeover that crashed after its epoch start was
+  // chosen on some streams only leaves that start before the next epoch's on those streams,
+  // and a replica catching up may deliver another stream's later start first (found by
+  // sim/epoch_change_sim_test.cc; this asserted). discard_above() does not depend on the
+  // order; the cut keeps them in epoch order. The watermark still cannot pass an epoch's F
+  // before its start arrives on the stream that held it at F.
+  const auto at = std::lower_bound(fences_.begin(), fences_.end(), epoch,
+                                   [](const EpochFence& f, uint64_t e) { return f.epoch < e; });
+  fences_.insert(at, EpochFence{epoch, final_tid});
 }
 
 uint64_t ReplayApplier::discard_above(uint64_t epoch) const {
   uint64_t limit = UINT64_MAX;
+  if (ignore_fences_for_test_) return limit;
   for (const EpochFence& f : fences_) {
     if (f.epoch > epoch) limit = std::min(limit, f.final_tid);
   }

@@ -95,6 +95,9 @@ class ReplayApplier {
 
   // Every record at or below it is installed.
   uint64_t applied_tid() const { return wm_.shard(); }
+  // The highest max_tid `stream` delivered, including entries after a hole (above its
+  // watermark until the next epoch start): a new epoch's floor must be above it.
+  uint64_t logged_tid(uint32_t stream) const { return positions_[stream].logged_tid; }
   // The snapshot TID of the bootstrap (the max_tid of an entry flagged kLogFlagBootstrapEnd,
   // src/repl/bootstrap.h), 0 until such an entry arrived.
   uint64_t bootstrap_tid() const { return bootstrap_tid_; }
@@ -107,6 +110,9 @@ class ReplayApplier {
   const std::vector<EpochFence>& fences() const { return fences_; }
   const ReplayStats& stats() const { return stats_; }
   size_t queued_entries() const;
+  // Test only (a planted bug for the simulator's checker, sim/epoch_change_sim_test.cc):
+  // records above an epoch fence are installed instead of discarded. Never set in production.
+  void ignore_fences_for_test() { ignore_fences_for_test_ = true; }
   // Calls fn(commit TID) for every record received and not installed (held above the
   // watermark), e.g. to count what a takeover discards.
   template <typename Fn>
@@ -135,6 +141,11 @@ class ReplayApplier {
   struct Position {
     uint64_t next_slot = 1;     // the slot the stream delivers next
     uint32_t skip_records = 0;  // records of next_slot installed before a restore
+    // The slot of a chosen no-op (a hole a new leader's phase 1 filled) not yet followed by
+    // an epoch start on this stream; 0: none. Until then the stream's watermark stays where
+    // it was before the hole (see on_chosen).
+    uint64_t hole_slot = 0;
+    uint64_t logged_tid = 0;  // the highest max_tid delivered, held back or not
   };
 
   // Each write of the entry being installed, in order, for prefetching ahead (replay.cc).
@@ -159,6 +170,7 @@ class ReplayApplier {
   // Records of an entry of `epoch` above this TID are discarded (UINT64_MAX: none).
   uint64_t discard_above(uint64_t epoch) const;
   std::vector<EpochFence> fences_;
+  bool ignore_fences_for_test_ = false;
 };
 
 }  // namespace shoal::repl

@@ -111,6 +111,73 @@ TEST(ReplayApplier, AnEpochStartDiscardsTheOldEpochAboveItsFinalWatermark) {
   EXPECT_EQ(applier.cut().fences.size(), 1u);
 }
 
+// A hole a new leader's phase 1 filled with a no-op (the failed leader's entry there is lost)
+// holds its stream's watermark before the hole: the old entries recovered after it do not
+// prove that every record at or below their max_tid is chosen (the lost entry's TID 15 is
+// below stream 0's 30). Without the hold, stream 1's records 20 and 25 would be installed
+// here while a replica that saw the epoch start first discards them (found by
+// sim/epoch_change_sim_test.cc). A checkpoint cut taken meanwhile restarts at the no-op.
+TEST(ReplayApplier, AHoleFilledByANoopHoldsItsStreamUntilTheEpochStarts) {
+  txn::Engine engine;
+  txn::Table<1>* table = engine.create_table<1>("t");
+  ReplayApplier applier(engine, 2);
+  EntryMaker m0, m1;
+  const uint64_t t = uint64_t{2} << 32;
+  applier.on_chosen(0, m0.make(1, t + 10, WriteOp::kInsert, {1}, 0));
+  const auto seal_empty = [](EntryMaker& m, uint32_t stream, uint64_t epoch, uint64_t slot,
+                             uint16_t flags, uint64_t floor, uint64_t final_tid) {
+    m.builder.reset({reinterpret_cast<std::byte*>(m.words.data()), m.words.size() * 8},
+                    LogEntryId{0, stream, epoch, slot}, BatchLimits{});
+    return m.builder.seal(flags, floor, final_tid);
+  };
+  applier.on_chosen(0, seal_empty(m0, 0, 2, 2, kLogFlagNoop, 0, 0));   // TID 15 lost
+  applier.on_chosen(0, m0.make(3, t + 30, WriteOp::kInsert, {3}, 0));  // recovered
+  applier.on_chosen(1, m1.make(1, t + 20, WriteOp::kInsert, {2}, 1));
+  applier.on_chosen(1, m1.make(2, t + 25, WriteOp::kInsert, {4}, 1));
+  EXPECT_EQ(applier.applied_tid(), t + 10);  // not 25: stream 0 is held at its hole
+  EXPECT_EQ(applier.logged_tid(0), t + 30);
+  const ReplayCut cut = applier.cut();
+  EXPECT_EQ(cut.streams[0].next_slot, 2u);  // a restart delivers the no-op again
+  EXPECT_EQ(cut.streams[0].stream_tid, t + 10);
+  // The takeover's F is that watermark; the epoch starts discard everything above it.
+  const uint64_t final_tid = applier.applied_tid(), floor = t + 40;
+  applier.on_chosen(0, seal_empty(m0, 0, 2, 4, kLogFlagEpochStart, floor, final_tid));
+  applier.on_chosen(1, seal_empty(m1, 1, 2, 3, kLogFlagEpochStart, floor, final_tid));
+  EXPECT_EQ(applier.applied_tid(), floor);
+  EXPECT_EQ(applier.stats().discarded_txns, 3u);
+  Row r;
+  EXPECT_TRUE(table->peek(txn::Table<1>::KeyT{{1}}, &r, sizeof r).ok());
+  for (uint64_t k : {2, 3, 4}) {
+    EXPECT_FALSE(table->peek(txn::Table<1>::KeyT{{k}}, &r, sizeof r).ok()) << k;
+  }
+}
+
+// Epoch 2's leader failed after its epoch start was chosen on stream 0 only; epoch 3 started
+// on both streams. A replica catching up may get stream 1's epoch-3 start before stream 0's
+// epoch-2 start: both fences are kept, in epoch order (this asserted before).
+TEST(ReplayApplier, EpochStartsMayArriveOutOfEpochOrderAcrossStreams) {
+  txn::Engine engine;
+  engine.create_table<1>("t");
+  ReplayApplier applier(engine, 2);
+  EntryMaker m0, m1;
+  const uint64_t t = uint64_t{2} << 32;
+  applier.on_chosen(0, m0.make(1, t + 10, WriteOp::kInsert, {1}, 0));
+  applier.on_chosen(1, m1.make(1, t + 20, WriteOp::kInsert, {2}, 1));
+  const auto seal_start = [](EntryMaker& m, uint32_t stream, uint64_t epoch, uint64_t slot,
+                             uint64_t floor, uint64_t final_tid) {
+    m.builder.reset({reinterpret_cast<std::byte*>(m.words.data()), m.words.size() * 8},
+                    LogEntryId{0, stream, epoch, slot}, BatchLimits{});
+    return m.builder.seal(kLogFlagEpochStart, floor, final_tid);
+  };
+  applier.on_chosen(1, seal_start(m1, 1, 3, 2, t + 30, t + 20));
+  applier.on_chosen(0, seal_start(m0, 0, 2, 2, t + 20, t + 10));
+  applier.on_chosen(0, seal_start(m0, 0, 3, 3, t + 30, t + 20));
+  ASSERT_EQ(applier.fences().size(), 2u);
+  EXPECT_EQ(applier.fences()[0].epoch, 2u);
+  EXPECT_EQ(applier.fences()[1].epoch, 3u);
+  EXPECT_EQ(applier.applied_tid(), t + 30);
+}
+
 // An epoch-start entry carries its fence in min_tid; records never ride on it, and formats
 // before 4 do not know the flag.
 TEST(ReplayApplier, EpochStartEntriesAreCheckedOnParse) {
