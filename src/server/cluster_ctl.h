@@ -20,6 +20,7 @@
 // Threads: all of this runs on the calling (main) thread; it forks but starts no threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -90,6 +91,10 @@ struct DistBenchOptions {
   uint32_t follower_reads = 0;
   bool unsafe_follower_read_newest = false;
   std::string cpu_placement = "auto";  // local run: SpawnOptions::cpu_placement
+  // Ctrl-C (src/base/interrupt.h). Set before the run starts: nothing is run, Aborted. Set
+  // during the run: the shard servers cannot end a run early yet (no control method for it),
+  // so the controller says so, lets them finish their `seconds` and reports as usual.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Exit-code-shaped outcome: Ok; Unavailable (a shard went away or transactions failed: the

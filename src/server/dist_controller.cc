@@ -3,6 +3,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -211,6 +212,30 @@ void collect(ControlClient& client, uint32_t shards, uint64_t deadline_ms,
       return;
     }
     sleep_ms(100);
+  }
+}
+
+bool stopped(const DistBenchOptions& o) {
+  return o.stop != nullptr && o.stop->load(std::memory_order_relaxed);
+}
+
+// Sleeps through the servers' run of o.seconds. A stop request cannot shorten it (the shard
+// servers have no control method that ends a run early): it is acknowledged once, with the
+// time left, and the run's report follows as usual.
+void wait_for_run(const DistBenchOptions& o) {
+  constexpr uint64_t kPollMs = 50;  // how soon a stop request is acknowledged
+  const uint64_t end_ms = now_ms() + static_cast<uint64_t>(o.seconds * 1000);
+  bool told = false;
+  // Bounded by end_ms.
+  for (uint64_t now = now_ms(); now < end_ms; now = now_ms()) {
+    if (!told && stopped(o)) {
+      told = true;
+      fmt::print(stderr,
+                 "shoal: the shard servers cannot end a run early yet: {:.1f} s left, then the "
+                 "report\n",
+                 static_cast<double>(end_ms - now) / 1000);
+    }
+    sleep_ms(std::min(kPollMs, end_ms - now));
   }
 }
 
@@ -689,13 +714,14 @@ Status run_dist_bench(const DistBenchOptions& o) {
           loaded, o.workload, o.workload));
     }
   }
+  if (stopped(o)) return Status::Aborted("interrupted before the run started");
   MicroParams params{o.seconds, o.cross_shard_pct, o.inflight, o.seed};
   for (uint32_t s = 0; s < shards; ++s) {
     auto started = client.call(s, kStart, params.to_json(), kCallTimeoutMs);
     if (!started.ok()) return started.status();
   }
   fmt::print(stderr, "running {} on {} shards for {:.1f} s...\n", o.workload, shards, o.seconds);
-  sleep_ms(static_cast<uint64_t>(o.seconds * 1000));
+  wait_for_run(o);
   std::vector<ShardOutcome> outcomes;
   collect(client, shards, now_ms() + kCollectGraceMs, &outcomes);
   MicroStats total;
