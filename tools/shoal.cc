@@ -339,9 +339,11 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
   BenchCommands c;
   c.bench = app.add_subcommand("bench", "Load a workload into an in-process engine and run it");
   // Not require_subcommand(): its error ("A subcommand is required") would also be the answer
-  // to a misspelt workload. A word that is no workload lands in this positional instead.
-  c.bench->add_option("workload", f.unknown_workload, "tpcc, micro, ycsb or transport")
-      ->check(CLI::IsMember({"tpcc", "micro", "ycsb", "transport"}));
+  // to a misspelt workload. A word that is no workload lands in this positional instead, and
+  // so does the value after an unknown flag (`bench tpcc --foo 3`). It is judged after the
+  // parse (bench_positional_error), not by a validator here: CLI11 runs validators before it
+  // reports unknown flags, and "3 is no workload" would hide the real mistake, --foo.
+  c.bench->add_option("workload", f.unknown_workload, "tpcc, micro, ycsb, bank or transport");
   c.bench->add_option("--workers", f.run.workers, "Worker threads")
       ->check(
           number_in(1u, bench::kMaxWorkers, false, fmt::format("in [1, {}]", bench::kMaxWorkers)))
@@ -676,6 +678,17 @@ int run_transport_bench(const BenchCommands& c, const BenchFlags& f) {
   return 0;
 }
 
+// A word in bench's positional (BenchFlags::unknown_workload), once CLI11 found nothing else
+// wrong: a misspelt workload, or a stray word after one. "" when there is none.
+std::string bench_positional_error(const BenchCommands& c, const BenchFlags& f) {
+  if (f.unknown_workload.empty()) return {};
+  if (c.bench->get_subcommands().empty()) {
+    return fmt::format("workload: {} not in {{tpcc,micro,ycsb,bank,transport}}",
+                       f.unknown_workload);
+  }
+  return fmt::format("unexpected argument '{}'", f.unknown_workload);
+}
+
 // CLI11 errors as one line on stderr ("shoal: error: --workers: Value 0 not in range ...").
 int usage_error(const CLI::ParseError& e) {
   std::string what = e.what();
@@ -710,6 +723,10 @@ int main(int argc, char** argv) {
     return shoal::usage_error(e);
   }
   if (commands.bench->parsed()) {
+    if (const std::string why = shoal::bench_positional_error(commands, flags); !why.empty()) {
+      fmt::print(stderr, "shoal: error: {} (see --help)\n", why);
+      return shoal::kExitUsage;
+    }
     if (commands.bench->get_subcommands().empty()) {
       std::fputs(
           "shoal: error: bench needs a workload: tpcc, micro, ycsb or transport (see --help)\n",
