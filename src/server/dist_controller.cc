@@ -15,6 +15,7 @@
 #include "bench/runner.h"
 #include "sim/serializability.h"
 #include "src/base/env.h"
+#include "src/base/json_field.h"
 #include "src/cluster/config.h"
 #include "src/net/tcp_transport.h"
 #include "src/server/cluster_ctl.h"
@@ -186,11 +187,17 @@ void collect(ControlClient& client, uint32_t shards, uint64_t deadline_ms,
         }
         continue;
       }
-      if (!reply->value("done", false)) {
+      bool done = false;
+      nlohmann::json stats_json = nlohmann::json::object();
+      Status read = json_optional_field(*reply, "done", &done);
+      if (read.ok() && !done) {
         pending = true;
         continue;
       }
-      auto stats = MicroStats::from_json(reply->value("stats", nlohmann::json::object()));
+      if (read.ok()) read = json_optional_field(*reply, "stats", &stats_json);
+      if (read.ok()) read = json_optional_field(*reply, "orphaned", &so.orphaned);
+      if (read.ok()) read = json_optional_field(*reply, "log", &so.log);
+      auto stats = read.ok() ? MicroStats::from_json(stats_json) : Result<MicroStats>(read);
       if (!stats.ok()) {
         so.gone = true;
         so.error = stats.status().to_string();
@@ -198,8 +205,6 @@ void collect(ControlClient& client, uint32_t shards, uint64_t deadline_ms,
       }
       so.done = true;
       so.stats = std::move(*stats);
-      so.orphaned = reply->value("orphaned", uint64_t{0});
-      so.log = reply->value("log", nlohmann::json());
     }
     if (!pending) return;
     if (now_ms() >= deadline_ms) {
@@ -359,11 +364,23 @@ void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
       payments.clear();
       return;
     }
-    for (const auto& p : reply->value("payments", nlohmann::json::array())) {
-      if (!p.is_array() || p.size() != 3) continue;
+    auto list = json_field<nlohmann::json>(*reply, "payments");
+    if (!list.ok() || !list->is_array()) {
+      r->check_failures.push_back(
+          fmt::format("shard {}: malformed payments: {}", s,
+                      list.ok() ? std::string("'payments': not a list") : list.status().message()));
+      payments.clear();
+      return;
+    }
+    for (const auto& p : *list) {
+      // [kind, key, amount]; anything else is no payment of ours (the owner's check fails).
+      if (!p.is_array() || p.size() != 3 || !p[0].is_number_unsigned() ||
+          !p[1].is_number_unsigned()) {
+        continue;
+      }
       const uint64_t key = p[1].get<uint64_t>();
       // Kind 0 keys are warehouse ids; the others pack the warehouse in their top 16 bits.
-      const uint32_t w = static_cast<uint32_t>(p[0].get<int>() == 0 ? key : key >> 48);
+      const uint32_t w = static_cast<uint32_t>(p[0].get<uint64_t>() == 0 ? key : key >> 48);
       if (w >= 1 && w <= map.warehouses()) payments[map.shard_of(w)].push_back(p);
     }
   }
@@ -373,8 +390,12 @@ void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
       r->check_failures.push_back(fmt::format("shard {}: {}", s, reply.status().to_string()));
       continue;
     }
-    for (const auto& f : reply->value("failures", nlohmann::json::array())) {
-      r->check_failures.push_back(fmt::format("shard {}: {}", s, f.get<std::string>()));
+    std::vector<std::string> failures;
+    if (Status read = json_optional_field(*reply, "failures", &failures); !read.ok()) {
+      failures = {"malformed check reply: " + read.message()};
+    }
+    for (const std::string& f : failures) {
+      r->check_failures.push_back(fmt::format("shard {}: {}", s, f));
     }
   }
 }
