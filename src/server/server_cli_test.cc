@@ -860,11 +860,6 @@ TEST_F(ServerCli, CtrlCEndsABenchEarlyAndReportsWhatItMeasured) {
 // end, are compared and checked, and are stopped; after a second one (here during the
 // report's quiesce or at once) nothing of the run is left running.
 TEST_F(ServerCli, CtrlCStopsTheFollowersOfAReplicatedBench) {
-  // The bench's WAL directory goes under $TMPDIR; a second Ctrl-C leaves it behind, so here
-  // it is the test's own (removed by TearDown).
-  const char* tmpdir = std::getenv("TMPDIR");
-  const std::string saved_tmpdir = tmpdir != nullptr ? tmpdir : "";
-  setenv("TMPDIR", dir_.c_str(), 1);
   for (const int sigints : {1, 2}) {
     SCOPED_TRACE(fmt::format("{} SIGINT(s)", sigints));
     const std::string log = path(fmt::format("bench-{}.log", sigints));
@@ -895,11 +890,6 @@ TEST_F(ServerCli, CtrlCStopsTheFollowersOfAReplicatedBench) {
     const std::vector<pid_t> left = still_running(followers, 10);
     EXPECT_TRUE(left.empty()) << fmt::format("followers still running: {}", fmt::join(left, ", "));
     for (pid_t p : left) kill(p, SIGKILL);
-  }
-  if (tmpdir != nullptr) {
-    setenv("TMPDIR", saved_tmpdir.c_str(), 1);
-  } else {
-    unsetenv("TMPDIR");
   }
   config_.clear();  // nothing for TearDown's `cluster down`
 }
