@@ -90,6 +90,7 @@ struct alignas(64) ThreadState {
 struct RunClock {
   std::atomic<uint32_t> ready{0};
   std::atomic<bool> go{false};
+  std::atomic<bool> stop{false};  // ends the run before the deadline (RunOptions::stop)
   uint64_t measure_start_ns = 0;  // written before `go` is released
   uint64_t deadline_ns = 0;
 };
@@ -122,7 +123,8 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
   const uint64_t deadline_ns = clock.deadline_ns;
   uint64_t aborts_before = worker->stats().conflict_aborts;
   uint64_t now_ns = env.now_ns();
-  while (now_ns < deadline_ns) {
+  // A relaxed load per transaction: the stop only has to be seen soon, not at once.
+  while (now_ns < deadline_ns && !clock.stop.load(std::memory_order_relaxed)) {
     const uint64_t start_ns = now_ns;
     const uint64_t logged_before = appender != nullptr ? appender->stats().txns : 0;
     const Outcome outcome = client->run_one();
@@ -339,11 +341,15 @@ Status check_options(const RunOptions& o) {
   return Status::Ok();
 }
 
+// How often the main thread looks at RunOptions::stop between live lines: Ctrl-C ends the
+// measurement within this much.
+constexpr uint64_t kStopPollNs = 50'000'000;
+
 // Starts the workers (worker i on placement.worker_cpus[i] when pinned), prints live lines
-// until the deadline, joins them.
+// until the deadline or RunOptions::stop (then *interrupted), joins them.
 void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& options,
                  const CpuPlacement& placement, std::vector<std::unique_ptr<ThreadState>>& states,
-                 uint64_t* measure_start_ns, repl::ReplicationLeader* leader) {
+                 uint64_t* measure_start_ns, bool* interrupted, repl::ReplicationLeader* leader) {
   Env& env = engine.env();
   const size_t types = workload.txn_types().size();
   for (uint32_t i = 0; i < options.workers; ++i)
@@ -370,7 +376,7 @@ void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& opti
   uint64_t last_tick_ns = start_ns;
   uint64_t ticks = 0;
   // Bounded: every pass either prints a tick, sleeps towards the next tick or the deadline,
-  // or ends the loop at the deadline.
+  // or ends the loop at the deadline or on a stop request.
   for (;;) {
     const uint64_t now_ns = env.now_ns();
     const uint64_t next_tick_ns = start_ns + (ticks + 1) * kNsPerSec;
@@ -385,7 +391,12 @@ void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& opti
       continue;
     }
     if (now_ns >= clock.deadline_ns) break;
-    env.sleep_ns(std::min(next_tick_ns, clock.deadline_ns) - now_ns);
+    if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
+      clock.stop.store(true, std::memory_order_relaxed);
+      *interrupted = true;
+      break;
+    }
+    env.sleep_ns(std::min({next_tick_ns, clock.deadline_ns, now_ns + kStopPollNs}) - now_ns);
   }
   for (auto& t : threads) t.join();
   *measure_start_ns = clock.measure_start_ns;
@@ -461,6 +472,8 @@ nlohmann::json RunResult::to_json() const {
   j["workload"] = workload;
   j["workers"] = workers;
   j["seconds"] = seconds;
+  j["requested_seconds"] = requested_seconds;
+  j["interrupted"] = interrupted;
   j["load_seconds"] = load_seconds;
   j["committed"] = committed;
   j["user_aborts"] = user_aborts;
@@ -530,8 +543,12 @@ nlohmann::json RunResult::to_json() const {
 }
 
 std::string RunResult::to_table() const {
-  std::string s = fmt::format("\n{}: {} worker{}, {:.2f} s measured, load {:.2f} s\n", workload,
-                              workers, workers == 1 ? "" : "s", seconds, load_seconds);
+  std::string s =
+      fmt::format("\n{}: {} worker{}, {:.2f} s measured{}, load {:.2f} s\n", workload, workers,
+                  workers == 1 ? "" : "s", seconds,
+                  interrupted ? fmt::format(" (interrupted; {:g} s requested)", requested_seconds)
+                              : std::string(),
+                  load_seconds);
   s += fmt::format("{:<14} {:>12} {:>11} {:>11} {:>8} {:>9} {:>9} {:>9} {:>9}\n", "type",
                    "committed", "user_abort", "conflicts", "failed", "p50_us", "p90_us", "p99_us",
                    "p999_us");
@@ -630,6 +647,7 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
   RunResult r;
   r.workload = workload.name();
   r.workers = options.workers;
+  r.requested_seconds = options.seconds;
   Env& env = engine.env();
 
   LoadProgress progress(options.progress, r.workload, env);
@@ -658,7 +676,7 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
     fmt::print(options.progress, "cpu placement: {}\n", r.cpu_placement);
   std::vector<std::unique_ptr<ThreadState>> states;
   uint64_t measure_start_ns = 0;
-  run_workers(workload, engine, options, placement, states, &measure_start_ns,
+  run_workers(workload, engine, options, placement, states, &measure_start_ns, &r.interrupted,
               replicated ? &replicated->leader() : nullptr);
   // The quiesce, the checks and the followers' last replay may use every CPU again.
   if (placement.pinned()) restore_run(placement.usable_cpus, replicated.get());

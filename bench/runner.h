@@ -14,6 +14,7 @@
 // Latency is per run_one() call, retries included, and only for committed outcomes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -46,6 +47,10 @@ struct RunOptions {
   std::FILE* progress = stderr;
   // The final table; nullptr prints nothing.
   std::FILE* report = stdout;
+  // When it becomes true during the run (Ctrl-C: src/base/interrupt.h), the measurement ends
+  // early and the run reports what it measured, checks and JSON included
+  // (RunResult::interrupted). nullptr: the run always lasts `seconds`.
+  const std::atomic<bool>* stop = nullptr;
 
   // Replication of the shard (issue 5). replicas > 1 starts replicas-1 follower processes
   // (`shoal replica`, children that die with this process) in regions region-1.., streams one
@@ -122,7 +127,9 @@ struct ReplicationResult {
 struct RunResult {
   std::string workload;
   uint32_t workers = 0;
-  double seconds = 0;  // measured wall time
+  double seconds = 0;            // measured wall time
+  double requested_seconds = 0;  // RunOptions::seconds
+  bool interrupted = false;      // RunOptions::stop ended the measurement before its time
   double load_seconds = 0;
   uint64_t committed = 0;  // Ok + UserAbort, all types
   uint64_t user_aborts = 0;

@@ -151,6 +151,9 @@ Status ReplicatedRun::spawn_followers(const RunOptions& options) {
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // followers die with the bench
       if (::getppid() != parent) ::_exit(1);
+      // Out of the terminal's foreground group: Ctrl-C goes to the bench alone, which reports
+      // and then stops the followers (src/base/interrupt.h); they still die with it.
+      ::setpgid(0, 0);
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (fd >= 0) {
         ::dup2(fd, 1);

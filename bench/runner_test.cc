@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "bench/micro/micro.h"
 #include "bench/ycsb/ycsb.h"
@@ -189,6 +190,57 @@ TEST(RunnerTest, WarmupIsNotCounted) {
   EXPECT_GT(r->per_type[0].committed, 0u);
   EXPECT_LT(r->per_type[0].committed, w.incr_ok_.load());  // warmup commits excluded
   EXPECT_LT(r->seconds, 0.35);
+}
+
+// RunOptions::stop (Ctrl-C) ends a 60 s run soon after it is set; the result covers the time
+// measured and is otherwise complete (check run, JSON written, marked interrupted).
+TEST(RunnerTest, StopEndsTheRunEarlyAndReportsTheTimeMeasured) {
+  CounterWorkload w;
+  txn::Engine engine;
+  std::atomic<bool> stop{false};
+  RunOptions o = quiet(60, 2);
+  o.stop = &stop;
+  o.check = true;
+  o.json_path = temp_path("runner_test_stop");
+  std::thread stopper([&stop] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    stop.store(true);
+  });
+  const auto started = std::chrono::steady_clock::now();
+  Result<RunResult> r = run_benchmark(w, engine, o);
+  const double took_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  stopper.join();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_LT(took_s, 10.0);
+  EXPECT_TRUE(r->interrupted);
+  EXPECT_EQ(r->requested_seconds, 60.0);
+  EXPECT_GT(r->seconds, 0.25);
+  EXPECT_LT(r->seconds, 10.0);
+  EXPECT_GT(r->committed, 0u);
+  EXPECT_DOUBLE_EQ(r->committed_per_sec, static_cast<double>(r->committed) / r->seconds);
+  EXPECT_TRUE(r->checked);
+  EXPECT_TRUE(r->consistent());
+  EXPECT_EQ(r->per_type[0].committed, w.incr_ok_.load());  // nothing ran past the report
+  EXPECT_NE(r->to_table().find("(interrupted; 60 s requested)"), std::string::npos);
+  std::ifstream in(o.json_path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  EXPECT_EQ(j.value("interrupted", false), true);
+  EXPECT_EQ(j.value("requested_seconds", 0.0), 60.0);
+  EXPECT_EQ(j.value("consistency", ""), "ok");
+  std::filesystem::remove(o.json_path);
+
+  // Not set: the run lasts its seconds and says nothing of an interruption.
+  CounterWorkload w2;
+  txn::Engine engine2;
+  std::atomic<bool> never{false};
+  RunOptions full = quiet(0.2, 1);
+  full.stop = &never;
+  Result<RunResult> r2 = run_benchmark(w2, engine2, full);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_FALSE(r2->interrupted);
+  EXPECT_GT(r2->seconds, 0.19);
+  EXPECT_EQ(r2->to_table().find("interrupted"), std::string::npos);
 }
 
 TEST(RunnerTest, RejectsBadOptions) {

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Configures and builds one flavour: release (default), debug, asan or tsan, in build/<flavour>.
-# Extra arguments are ninja targets.
+# Extra arguments are ninja targets. Environment:
+#   SHOAL_WERROR=1      warnings are errors (scripts/run-tests.sh sets it; default off)
+#   SHOAL_NATIVE=1      release: -march=native instead of the portable x86-64-v2 baseline
+#   SHOAL_CMAKE_ARGS    more cmake arguments, split on spaces
+#   SHOAL_BUILD_JOBS    ninja -j (default: nproc)
+# Both switches are passed on every run, so a build directory always has the ones asked for
+# now, not whatever an earlier run left in its cache.
 set -euo pipefail
 flavour="${1:-release}"
 shift || true
@@ -12,6 +18,10 @@ case "$flavour" in
   tsan) args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=tsan) ;;
   *) echo "build.sh: unknown flavour '$flavour' (release, debug, asan, tsan)" >&2; exit 2 ;;
 esac
+args+=("-DSHOAL_WERROR=$([ "${SHOAL_WERROR:-0}" = 1 ] && echo ON || echo OFF)")
+args+=("-DSHOAL_NATIVE=$([ "${SHOAL_NATIVE:-0}" = 1 ] && echo ON || echo OFF)")
+read -r -a extra <<< "${SHOAL_CMAKE_ARGS:-}"
+args+=("${extra[@]}")
 jobs="${SHOAL_BUILD_JOBS:-$(nproc)}"
 cmake -S "$root" -B "$root/build/$flavour" -G Ninja "${args[@]}" >/dev/null
 ninja -C "$root/build/$flavour" -j "$jobs" "$@"

@@ -27,6 +27,8 @@ run_fuzzers() {
 }
 
 "$root/scripts/install-deps.sh"
+# Warnings are errors in every flavour built here (build.sh; off by default for users).
+export SHOAL_WERROR=1
 "$root/scripts/build.sh" release
 (cd "$root/build/release" && ctest --output-on-failure -j 2 --timeout 600)
 if [ "${SHOAL_SKIP_FUZZ:-0}" != "1" ]; then

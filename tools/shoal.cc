@@ -15,7 +15,8 @@
 //                                           (src/server/cluster_ctl.h)
 //
 // Exit codes: 0 success; 2 bad command line; 1 the run failed (load error, unwritable JSON);
-// 3 --check found a consistency failure.
+// 3 --check found a consistency failure; 130 a bench interrupted by Ctrl-C (reported if it was
+// the first, src/base/interrupt.h; 1 and 3 outrank it).
 //
 // Threads: main() parses on the main thread; the benchmark runner starts its own workers.
 #include <cctype>
@@ -33,6 +34,7 @@
 #include "bench/transport/transport.h"
 #include "bench/ycsb/ycsb.h"
 #include "src/base/cpu_placement.h"
+#include "src/base/interrupt.h"
 #include "src/cluster/config.h"
 #include "src/server/cluster_ctl.h"
 #include "src/server/replica_cli.h"
@@ -116,6 +118,18 @@ CLI::Validator cpu_list() {
       },
       "LIST");
 }
+
+// What Ctrl-C does to a bench (tpcc, micro, ycsb, bank; not transport), in `bench --help`.
+constexpr const char* kBenchInterruptHelp =
+    "Ctrl-C: the first ends the measurement early and reports what was measured (throughput over "
+    "the\nmeasured seconds, --check and --json as usual), then exits 130 (or 1 / 3 if the run "
+    "failed /\nthe check failed); the second quits at once with 130, no report, the processes "
+    "the bench\nstarted stopped with it. Across shard processes (--shards, --cluster) the servers "
+    "cannot end\na run early yet: the first Ctrl-C waits for their --seconds, then reports.";
+
+// The first SIGINT's line on stderr (the handler cannot format).
+constexpr const char* kBenchInterruptMessage =
+    "\nshoal: interrupted: ending the run, the report follows (Ctrl-C again to quit at once)\n";
 
 // `bench transport`: its own --transport and --iterations; --seconds (pipelined time per
 // transport and size; default 1 s here, not the workloads' 10 s) and --json come from `bench`.
@@ -360,9 +374,11 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
   BenchCommands c;
   c.bench = app.add_subcommand("bench", "Load a workload into an in-process engine and run it");
   // Not require_subcommand(): its error ("A subcommand is required") would also be the answer
-  // to a misspelt workload. A word that is no workload lands in this positional instead.
-  c.bench->add_option("workload", f.unknown_workload, "tpcc, micro, ycsb or transport")
-      ->check(CLI::IsMember({"tpcc", "micro", "ycsb", "transport"}));
+  // to a misspelt workload. A word that is no workload lands in this positional instead, and
+  // so does the value after an unknown flag (`bench tpcc --foo 3`). It is judged after the
+  // parse (bench_positional_error), not by a validator here: CLI11 runs validators before it
+  // reports unknown flags, and "3 is no workload" would hide the real mistake, --foo.
+  c.bench->add_option("workload", f.unknown_workload, "tpcc, micro, ycsb, bank or transport");
   c.bench->add_option("--workers", f.run.workers, "Worker threads")
       ->check(
           number_in(1u, bench::kMaxWorkers, false, fmt::format("in [1, {}]", bench::kMaxWorkers)))
@@ -387,6 +403,8 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
                    "leave it to the scheduler")
       ->check(CLI::IsMember({"auto", "none"}))
       ->capture_default_str();
+
+  c.bench->footer(kBenchInterruptHelp);
 
   c.tpcc = c.bench->add_subcommand("tpcc", "TPC-C: the 5-transaction mix over W warehouses");
   c.tpcc->add_option("--warehouses", f.warehouses, "Number of warehouses (>= 1)")
@@ -617,8 +635,13 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
   d.seconds = f.run.seconds;
   d.seed = f.run.seed;
   d.json_path = f.run.json_path;
+  d.stop = &interrupt_flag();
   Status s = server::run_dist_bench(d);
-  if (s.ok()) return 0;
+  if (s.ok() || s.code() == Code::kAborted) {
+    if (!interrupt_flag().load()) return 0;
+    fmt::print(stderr, "shoal: interrupted{}\n", s.ok() ? "" : " before the run started");
+    return kExitInterrupted;
+  }
   fmt::print(stderr, "shoal: error: {}\n", s.to_string());
   if (s.code() == Code::kCorruption) return kExitInconsistent;
   return s.code() == Code::kInvalidArgument ? kExitUsage : kExitRunFailed;
@@ -650,6 +673,7 @@ int run_bench(const BenchCommands& c, BenchFlags& f) {
   std::unique_ptr<bench::Workload> workload = make_workload(c, f);
   if (workload == nullptr) return kExitUsage;
   f.run.warehouses = f.warehouses;
+  f.run.stop = &interrupt_flag();
   txn::Engine engine;
   Result<bench::RunResult> result = bench::run_benchmark(*workload, engine, f.run);
   if (!result.ok()) {
@@ -660,6 +684,11 @@ int run_bench(const BenchCommands& c, BenchFlags& f) {
     fmt::print(stderr, "shoal: consistency check FAILED ({} condition(s))\n",
                result->check_failures.size());
     return kExitInconsistent;
+  }
+  if (result->interrupted) {
+    fmt::print(stderr, "shoal: interrupted: {:.2f} s of the {:g} s requested measured\n",
+               result->seconds, result->requested_seconds);
+    return kExitInterrupted;
   }
   return 0;
 }
@@ -691,6 +720,17 @@ int run_transport_bench(const BenchCommands& c, const BenchFlags& f) {
   return 0;
 }
 
+// A word in bench's positional (BenchFlags::unknown_workload), once CLI11 found nothing else
+// wrong: a misspelt workload, or a stray word after one. "" when there is none.
+std::string bench_positional_error(const BenchCommands& c, const BenchFlags& f) {
+  if (f.unknown_workload.empty()) return {};
+  if (c.bench->get_subcommands().empty()) {
+    return fmt::format("workload: {} not in {{tpcc,micro,ycsb,bank,transport}}",
+                       f.unknown_workload);
+  }
+  return fmt::format("unexpected argument '{}'", f.unknown_workload);
+}
+
 // CLI11 errors as one line on stderr ("shoal: error: --workers: Value 0 not in range ...").
 int usage_error(const CLI::ParseError& e) {
   std::string what = e.what();
@@ -708,7 +748,8 @@ int main(int argc, char** argv) {
   CLI::App app{"shoal: an in-memory serializable transactional key-value store", "shoal"};
   app.require_subcommand(1);
   app.footer(
-      "Exit codes: 0 ok, 1 run failed, 2 bad command line, 3 consistency check failed.\n"
+      "Exit codes: 0 ok, 1 run failed, 2 bad command line, 3 consistency check failed, 130 a "
+      "bench\ninterrupted by Ctrl-C (see shoal bench --help).\n"
       "Example: shoal bench micro --keys 100000 --workers 2 --seconds 5 --json out.json\n"
       "         shoal bench transport --transport shm --iterations 20000 --json transport.json\n"
       "         shoal bench micro --shards 2 --cross-shard-pct 100 --seconds 5");
@@ -724,6 +765,10 @@ int main(int argc, char** argv) {
     return shoal::usage_error(e);
   }
   if (commands.bench->parsed()) {
+    if (const std::string why = shoal::bench_positional_error(commands, flags); !why.empty()) {
+      fmt::print(stderr, "shoal: error: {} (see --help)\n", why);
+      return shoal::kExitUsage;
+    }
     if (commands.bench->get_subcommands().empty()) {
       std::fputs(
           "shoal: error: bench needs a workload: tpcc, micro, ycsb or transport (see --help)\n",
@@ -731,6 +776,8 @@ int main(int argc, char** argv) {
       return shoal::kExitUsage;
     }
     if (commands.transport->parsed()) return shoal::run_transport_bench(commands, flags);
+    // Before any thread or child process starts (src/base/interrupt.h).
+    shoal::install_interrupt_handler(shoal::kBenchInterruptMessage);
     if (commands.bank->parsed()) {
       if (commands.bank->count("--shards") == 0 && commands.bank->count("--cluster") == 0) {
         std::fputs(

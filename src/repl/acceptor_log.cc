@@ -92,15 +92,6 @@ WalOptions acceptor_wal_options(FsyncPolicy fsync, bool accept_sync_elsewhere) {
   return wo;
 }
 
-Status sync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return io_error("cannot open", dir);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return io_error("cannot sync", dir);
-  return Status::Ok();
-}
-
 }  // namespace
 
 std::string AcceptorLog::wal_path(uint64_t segment) const {

@@ -16,6 +16,7 @@
 
 #include "src/base/ebr.h"
 #include "src/repl/log_format.h"
+#include "src/repl/wal.h"
 
 namespace shoal::repl {
 namespace {
@@ -262,13 +263,7 @@ Status publish_checkpoint(const std::string& tmp_path, const std::string& path) 
     return Status::IOError(
         fmt::format("rename {} to {}: {}", tmp_path, path, std::strerror(errno)));
   }
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd < 0 || ::fsync(d.fd) != 0) {
-    return Status::IOError(fmt::format("sync directory {}: {}", dir, std::strerror(errno)));
-  }
-  return Status::Ok();
+  return sync_parent_dir(path);
 }
 
 namespace {

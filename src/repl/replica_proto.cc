@@ -3,7 +3,11 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
+#include <cstdio>
+
 #include <fmt/format.h>
+
+#include "src/base/json_field.h"
 
 namespace shoal::repl {
 
@@ -26,17 +30,18 @@ nlohmann::json Schema::to_json() const {
 
 Result<Schema> Schema::from_json(const nlohmann::json& j) {
   Schema s;
-  if (!j.is_object() || !j.contains("tables") || !j["tables"].is_array()) {
-    return Status::Corruption("schema: no table list");
+  auto fail = [](const Status& why) { return Status::Corruption("schema: " + why.message()); };
+  auto tables = json_field<nlohmann::json>(j, "tables");
+  if (!tables.ok()) return fail(tables.status());
+  if (!tables->is_array()) return fail(Status::InvalidArgument("'tables': not a list"));
+  for (const nlohmann::json& t : *tables) {
+    auto name = json_field<std::string>(t, "name");
+    if (!name.ok()) return fail(name.status());
+    auto key_words = json_field<uint32_t>(t, "key_words");
+    if (!key_words.ok()) return fail(key_words.status());
+    s.tables.push_back({std::move(*name), *key_words});
   }
-  for (const auto& t : j["tables"]) {
-    if (!t.contains("name") || !t.contains("key_words") || !t["name"].is_string() ||
-        !t["key_words"].is_number_unsigned()) {
-      return Status::Corruption("schema: a table without name or key_words");
-    }
-    s.tables.push_back({t["name"].get<std::string>(), t["key_words"].get<uint32_t>()});
-  }
-  s.workload = j.value("workload", "");
+  if (Status st = json_optional_field(j, "workload", &s.workload); !st.ok()) return fail(st);
   return s;
 }
 
@@ -88,38 +93,59 @@ nlohmann::json FollowerReadStats::to_json() const {
           {"engine_bytes", engine_bytes}};
 }
 
-FollowerReadStats FollowerReadStats::from_json(const nlohmann::json& j) {
+Result<FollowerReadStats> FollowerReadStats::parse(const nlohmann::json& j) {
   FollowerReadStats r;
-  if (!j.is_object()) return r;
-  r.threads = j.value("threads", 0u);
-  r.transactions = j.value("transactions", uint64_t{0});
-  r.snapshots = j.value("snapshots", uint64_t{0});
-  r.torn = j.value("torn", uint64_t{0});
-  r.first_violation = j.value("first_violation", std::string());
-  r.seconds = j.value("seconds", 0.0);
-  r.lag_epochs_mean = j.value("lag_epochs_mean", 0.0);
-  r.lag_epochs_max = j.value("lag_epochs_max", uint64_t{0});
-  r.version_chain_bytes = j.value("version_chain_bytes", uint64_t{0});
-  r.engine_bytes = j.value("engine_bytes", uint64_t{0});
+  SHOAL_TRY(json_optional_field(j, "threads", &r.threads));
+  SHOAL_TRY(json_optional_field(j, "transactions", &r.transactions));
+  SHOAL_TRY(json_optional_field(j, "snapshots", &r.snapshots));
+  SHOAL_TRY(json_optional_field(j, "torn", &r.torn));
+  SHOAL_TRY(json_optional_field(j, "first_violation", &r.first_violation));
+  SHOAL_TRY(json_optional_field(j, "seconds", &r.seconds));
+  SHOAL_TRY(json_optional_field(j, "lag_epochs_mean", &r.lag_epochs_mean));
+  SHOAL_TRY(json_optional_field(j, "lag_epochs_max", &r.lag_epochs_max));
+  SHOAL_TRY(json_optional_field(j, "version_chain_bytes", &r.version_chain_bytes));
+  SHOAL_TRY(json_optional_field(j, "engine_bytes", &r.engine_bytes));
+  return r;
+}
+
+Result<FollowerReport> FollowerReport::parse(const nlohmann::json& j) {
+  FollowerReport r;
+  auto fail = [](const Status& why) {
+    return Status::InvalidArgument("follower status: " + why.message());
+  };
+  // The replica id is the one field a report means nothing without.
+  auto replica = json_field<uint32_t>(j, "replica");
+  if (!replica.ok()) return fail(replica.status());
+  r.replica = *replica;
+  for (const Status& st :
+       {json_optional_field(j, "applied_tid", &r.applied_tid),
+        json_optional_field(j, "digest_done", &r.digest_done),
+        json_optional_field(j, "digest", &r.digest), json_optional_field(j, "checked", &r.checked),
+        json_optional_field(j, "check_failures", &r.check_failures),
+        json_optional_field(j, "replay_txns", &r.replay_txns),
+        json_optional_field(j, "replay_writes", &r.replay_writes),
+        json_optional_field(j, "replay_cpu_ns", &r.replay_cpu_ns),
+        json_optional_field(j, "wal_bytes", &r.wal_bytes),
+        json_optional_field(j, "recovered_slots", &r.recovered_slots),
+        json_optional_field(j, "chosen_slots", &r.chosen_slots)}) {
+    if (!st.ok()) return fail(st);
+  }
+  nlohmann::json reads;
+  if (Status st = json_optional_field(j, "reads", &reads); !st.ok()) return fail(st);
+  if (!reads.is_null()) {
+    auto parsed = FollowerReadStats::parse(reads);
+    if (!parsed.ok()) return fail(Status::InvalidArgument("reads." + parsed.status().message()));
+    r.reads = std::move(*parsed);
+  }
   return r;
 }
 
 FollowerReport FollowerReport::from_json(const nlohmann::json& j) {
-  FollowerReport r;
-  r.replica = j.value("replica", 0u);
-  r.applied_tid = j.value("applied_tid", uint64_t{0});
-  r.digest_done = j.value("digest_done", false);
-  r.digest = j.value("digest", uint64_t{0});
-  r.checked = j.value("checked", false);
-  r.check_failures = j.value("check_failures", std::vector<std::string>{});
-  r.replay_txns = j.value("replay_txns", uint64_t{0});
-  r.replay_writes = j.value("replay_writes", uint64_t{0});
-  r.replay_cpu_ns = j.value("replay_cpu_ns", uint64_t{0});
-  r.wal_bytes = j.value("wal_bytes", uint64_t{0});
-  r.recovered_slots = j.value("recovered_slots", uint64_t{0});
-  r.chosen_slots = j.value("chosen_slots", uint64_t{0});
-  if (j.contains("reads")) r.reads = FollowerReadStats::from_json(j["reads"]);
-  return r;
+  auto parsed = parse(j);
+  if (parsed.ok()) return std::move(*parsed);
+  std::fprintf(stderr, "replication: ignoring a malformed report: %s\n",
+               parsed.status().to_string().c_str());
+  return FollowerReport{};
 }
 
 uint64_t engine_digest(const txn::Engine& engine) {

@@ -66,7 +66,8 @@ struct FollowerReadStats {
   // 0 torn), lag ..." (no newline).
   std::string to_text() const;
   nlohmann::json to_json() const;
-  static FollowerReadStats from_json(const nlohmann::json& j);
+  // Every field is optional (absent: 0 or empty); one of the wrong type fails, naming it.
+  [[nodiscard]] static Result<FollowerReadStats> parse(const nlohmann::json& j);
 };
 
 struct FollowerReport {
@@ -89,6 +90,11 @@ struct FollowerReport {
     return replay_cpu_ns == 0 ? 0 : static_cast<double>(replay_txns) * 1e9 / replay_cpu_ns;
   }
   nlohmann::json to_json() const;
+  // A follower's "status" message: "replica" is required, the other fields optional (absent:
+  // 0 or empty); a malformed message fails naming the field, never throws.
+  [[nodiscard]] static Result<FollowerReport> parse(const nlohmann::json& j);
+  // parse() for callers that cannot handle an error yet (leader.cc): a malformed report is
+  // logged and read as an empty one (applied_tid 0: "not there yet"). New code uses parse().
   static FollowerReport from_json(const nlohmann::json& j);
 };
 

@@ -21,15 +21,24 @@ Status io_error(std::string_view what, const std::string& path, int err) {
   return Status::IOError(fmt::format("{} {}: {}", what, path, strerror(err)));
 }
 
-// Makes a new file's directory entry durable, so a synced WAL is not lost with its name.
-void sync_parent_dir(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return;
-  (void)::fsync(dfd);
-  ::close(dfd);
+}  // namespace
+
+Status sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return io_error("open directory", dir, errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return io_error("sync directory", dir, err);
+  return Status::Ok();
 }
+
+Status sync_parent_dir(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return sync_dir(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
+}
+
+namespace {
 
 // A read window over the file for recovery: entries are fetched by (offset, length) and read
 // in large chunks, so a log of many small entries costs few syscalls. Bytes handed out stay
@@ -133,7 +142,13 @@ Result<std::unique_ptr<Wal>> Wal::open(const std::string& path, const WalOptions
     }
     return io_error("lock WAL", path, err);
   }
-  if (!existed) sync_parent_dir(path);
+  // A new WAL's name must be durable before anything synced into it counts.
+  if (!existed) {
+    if (Status synced = sync_parent_dir(path); !synced.ok()) {
+      ::close(fd);
+      return synced;
+    }
+  }
   std::unique_ptr<Wal> wal(new Wal(path, fd, options));
   if (options.use_io_uring) wal->setup_ring();
   return wal;

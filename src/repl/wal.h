@@ -135,4 +135,10 @@ class Wal {
   Status failed_;  // ok until an append fails
 };
 
+// Makes the entries of directory `dir` durable (a file created, renamed or deleted in it):
+// open + fsync of the directory. IOError naming the directory and the failing step.
+[[nodiscard]] Status sync_dir(const std::string& dir);
+// sync_dir of the directory that holds `path` ("." for a bare file name).
+[[nodiscard]] Status sync_parent_dir(const std::string& path);
+
 }  // namespace shoal::repl

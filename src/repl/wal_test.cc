@@ -295,6 +295,24 @@ TEST_F(WalTest, SecondOpenOfTheSameFileRefused) {
   EXPECT_EQ(second.status().code(), Code::kUnavailable);
 }
 
+// The one directory-sync helper (WAL creation, the acceptor log's segments, checkpoints):
+// failures are errors naming the directory, not ignored.
+TEST_F(WalTest, DirectorySyncReportsFailuresNamingTheDirectory) {
+  EXPECT_TRUE(sync_dir(dir_).ok());
+  EXPECT_TRUE(sync_parent_dir(path_).ok());
+  EXPECT_TRUE(sync_parent_dir("no-slash.wal").ok());  // the working directory
+  const Status missing = sync_dir(dir_ + "/missing");
+  EXPECT_EQ(missing.code(), Code::kIOError);
+  EXPECT_NE(missing.message().find("open directory " + dir_ + "/missing"), std::string::npos)
+      << missing.to_string();
+  const Status parent = sync_parent_dir(dir_ + "/missing/x.wal");
+  EXPECT_EQ(parent.code(), Code::kIOError);
+  EXPECT_NE(parent.message().find(dir_ + "/missing"), std::string::npos) << parent.to_string();
+  // A file is no directory: open(O_DIRECTORY) fails with ENOTDIR.
+  std::ofstream(dir_ + "/plain") << "x";
+  EXPECT_EQ(sync_dir(dir_ + "/plain").code(), Code::kIOError);
+}
+
 // Pages of `path` in the page cache (mincore over a read-only mapping).
 size_t resident_pages(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);

@@ -20,6 +20,7 @@
 // Threads: all of this runs on the calling (main) thread; it forks but starts no threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -96,6 +97,10 @@ struct DistBenchOptions {
   // NewOrders checked against the final state (failover_run.h).
   double kill_leader_at = 0;
   uint32_t kill_shard = 0;
+  // Ctrl-C (src/base/interrupt.h). Set before the run starts: nothing is run, Aborted. Set
+  // during the run: the shard servers cannot end a run early yet (no control method for it),
+  // so the controller says so, lets them finish their `seconds` and reports as usual.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Exit-code-shaped outcome: Ok; Unavailable (a shard went away or transactions failed: the

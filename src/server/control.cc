@@ -6,6 +6,7 @@
 
 #include "src/base/assert.h"
 #include "src/base/env.h"
+#include "src/base/json_field.h"
 #include "src/net/tcp_transport.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
@@ -20,9 +21,7 @@ Result<nlohmann::json> parse_control(std::string_view text) {
     return Status::InvalidArgument(fmt::format("control payload of {} bytes", text.size()));
   }
   if (text.empty()) return nlohmann::json::object();
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::InvalidArgument("control payload is not JSON");
-  return j;
+  return parse_peer_json(text, "control payload");
 }
 
 struct ControlClient::LoopHolder {

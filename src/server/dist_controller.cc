@@ -3,6 +3,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "bench/runner.h"
 #include "sim/serializability.h"
 #include "src/base/env.h"
+#include "src/base/json_field.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
 #include "src/cluster/etcd_config_manager.h"
@@ -237,11 +239,17 @@ void collect(ControlClient& client, uint32_t shards, uint64_t deadline_ms,
         }
         continue;
       }
-      if (!reply->value("done", false)) {
+      bool done = false;
+      nlohmann::json stats_json = nlohmann::json::object();
+      Status read = json_optional_field(*reply, "done", &done);
+      if (read.ok() && !done) {
         pending = true;
         continue;
       }
-      auto stats = MicroStats::from_json(reply->value("stats", nlohmann::json::object()));
+      if (read.ok()) read = json_optional_field(*reply, "stats", &stats_json);
+      if (read.ok()) read = json_optional_field(*reply, "orphaned", &so.orphaned);
+      if (read.ok()) read = json_optional_field(*reply, "log", &so.log);
+      auto stats = read.ok() ? MicroStats::from_json(stats_json) : Result<MicroStats>(read);
       if (!stats.ok()) {
         so.gone = true;
         so.error = stats.status().to_string();
@@ -249,8 +257,6 @@ void collect(ControlClient& client, uint32_t shards, uint64_t deadline_ms,
       }
       so.done = true;
       so.stats = std::move(*stats);
-      so.orphaned = reply->value("orphaned", uint64_t{0});
-      so.log = reply->value("log", nlohmann::json());
     }
     if (!pending) return;
     if (now_ms() >= deadline_ms) {
@@ -264,6 +270,10 @@ void collect(ControlClient& client, uint32_t shards, uint64_t deadline_ms,
     }
     sleep_ms(100);
   }
+}
+
+bool stopped(const DistBenchOptions& o) {
+  return o.stop != nullptr && o.stop->load(std::memory_order_relaxed);
 }
 
 bench::LatencyUs latency_of(const Histogram& h) {
@@ -386,11 +396,23 @@ void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
       payments.clear();
       return;
     }
-    for (const auto& p : reply->value("payments", nlohmann::json::array())) {
-      if (!p.is_array() || p.size() != 3) continue;
+    auto list = json_field<nlohmann::json>(*reply, "payments");
+    if (!list.ok() || !list->is_array()) {
+      r->check_failures.push_back(
+          fmt::format("shard {}: malformed payments: {}", s,
+                      list.ok() ? std::string("'payments': not a list") : list.status().message()));
+      payments.clear();
+      return;
+    }
+    for (const auto& p : *list) {
+      // [kind, key, amount]; anything else is no payment of ours (the owner's check fails).
+      if (!p.is_array() || p.size() != 3 || !p[0].is_number_unsigned() ||
+          !p[1].is_number_unsigned()) {
+        continue;
+      }
       const uint64_t key = p[1].get<uint64_t>();
       // Kind 0 keys are warehouse ids; the others pack the warehouse in their top 16 bits.
-      const uint32_t w = static_cast<uint32_t>(p[0].get<int>() == 0 ? key : key >> 48);
+      const uint32_t w = static_cast<uint32_t>(p[0].get<uint64_t>() == 0 ? key : key >> 48);
       if (w >= 1 && w <= map.warehouses()) payments[map.shard_of(w)].push_back(p);
     }
   }
@@ -400,8 +422,12 @@ void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
       r->check_failures.push_back(fmt::format("shard {}: {}", s, reply.status().to_string()));
       continue;
     }
-    for (const auto& f : reply->value("failures", nlohmann::json::array())) {
-      r->check_failures.push_back(fmt::format("shard {}: {}", s, f.get<std::string>()));
+    std::vector<std::string> failures;
+    if (Status read = json_optional_field(*reply, "failures", &failures); !read.ok()) {
+      failures = {"malformed check reply: " + read.message()};
+    }
+    for (const std::string& f : failures) {
+      r->check_failures.push_back(fmt::format("shard {}: {}", s, f));
     }
   }
 }
@@ -609,7 +635,11 @@ void wait_for_rejoin(ControlClient& client, const cluster::ClusterConfig& config
   fmt::print(stderr, "waiting for shard {}'s restarted replica to rejoin...\n", shard);
   while (now_ms() < deadline) {  // bounded by the deadline
     auto pong = client.call(shard, kPing, nlohmann::json::object(), kCallTimeoutMs);
-    if (pong.ok() && pong->value("followers_connected", 0u) >= followers) return;
+    uint32_t connected = 0;
+    if (pong.ok() && json_optional_field(*pong, "followers_connected", &connected).ok() &&
+        connected >= followers) {
+      return;
+    }
     sleep_ms(100);
   }
   fmt::print(stderr, "shard {}: a follower did not rejoin within {} ms\n", shard, kRejoinTimeoutMs);
@@ -633,12 +663,18 @@ void check_acknowledged(ControlClient& client, uint32_t shards, const std::strin
       failures += fmt::format(" shard {}: {};", s, reply.status().to_string());
       continue;
     }
-    checked += reply->value("checked", uint64_t{0});
-    const uint64_t m = reply->value("missing", uint64_t{0});
+    uint64_t c = 0, m = 0;
+    nlohmann::json first = nullptr;
+    Status read = json_optional_field(*reply, "checked", &c);
+    if (read.ok()) read = json_optional_field(*reply, "missing", &m);
+    if (read.ok()) read = json_optional_field(*reply, "first_missing", &first);
+    if (!read.ok()) {
+      failures += fmt::format(" shard {}: malformed answer: {};", s, read.message());
+      continue;
+    }
+    checked += c;
     missing += m;
-    if (m != 0)
-      failures += fmt::format(" shard {}: first missing {};", s,
-                              reply->value("first_missing", nlohmann::json()).dump());
+    if (m != 0) failures += fmt::format(" shard {}: first missing {};", s, first.dump());
   }
   x->json["acknowledged_checked"] = checked;
   x->json["acknowledged_lost"] = failures.empty() ? nlohmann::json(missing) : nlohmann::json();
@@ -837,6 +873,7 @@ Status run_dist_bench(const DistBenchOptions& o) {
           loaded, o.workload, o.workload));
     }
   }
+  if (stopped(o)) return Status::Aborted("interrupted before the run started");
   MicroParams params{o.seconds, o.cross_shard_pct, o.inflight, o.seed};
   fmt::print(stderr, "running {} on {} shards for {:.1f} s...\n", o.workload, shards, o.seconds);
   KillPlan kill{o.kill_leader_at, o.kill_shard, nullptr};
@@ -849,8 +886,8 @@ Status run_dist_bench(const DistBenchOptions& o) {
     return Status::Ok();
   };
   WatchedRun watched;
-  SHOAL_TRY(
-      run_watched(client, *config, local.procs, local.etcd_endpoints, params, kill, &watched));
+  SHOAL_TRY(run_watched(client, *config, local.procs, local.etcd_endpoints, params, kill, o.stop,
+                        &watched));
   std::vector<ShardOutcome> outcomes;
   collect(client, shards, now_ms() + kCollectGraceMs, &outcomes);
   MicroStats total;

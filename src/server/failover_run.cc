@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "src/base/env.h"
+#include "src/base/json_field.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/etcd_config_manager.h"
 
@@ -124,7 +125,8 @@ class Failover {
 
 Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
                    const std::vector<ServerProcess>& procs, const std::vector<std::string>& etcd,
-                   const MicroParams& params, const KillPlan& kill, WatchedRun* out) {
+                   const MicroParams& params, const KillPlan& kill, const std::atomic<bool>* stop,
+                   WatchedRun* out) {
   const auto shards = static_cast<uint32_t>(config.shards.size());
   Failover failover(client, config, procs, kill, out);
   if (kill.at_seconds > 0) SHOAL_TRY(failover.open_manager(etcd));
@@ -136,9 +138,17 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
   const uint64_t end_ms = start_ms + static_cast<uint64_t>(params.seconds * 1000);
   out->committed_per_second.assign(static_cast<size_t>(std::ceil(params.seconds)), 0);
   std::vector<uint64_t> last(shards, 0);
-  uint64_t last_rise_wall_us = 0;                          // the kill target's, before the kill
+  uint64_t last_rise_wall_us = 0;  // the kill target's, before the kill
+  bool told_stop = false;
   for (uint64_t next_ms = start_ms; now_ms() < end_ms;) {  // bounded by end_ms
     const uint64_t now = now_ms();
+    if (!told_stop && stop != nullptr && stop->load(std::memory_order_relaxed)) {
+      told_stop = true;
+      fmt::print(stderr,
+                 "shoal: the shard servers cannot end a run early yet: {:.1f} s left, then the "
+                 "report\n",
+                 static_cast<double>(end_ms - now) / 1000);
+    }
     if (kill.at_seconds > 0 && !out->killed && now >= start_ms + kill.at_seconds * 1000) {
       SHOAL_TRY(failover.kill_leader());
       out->killed_leader_committed = last[kill.shard];
@@ -149,7 +159,11 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
       if (out->killed && s == kill.shard && !failover.running()) continue;
       auto stats = client.call(s, kStats, nlohmann::json::object(), kStatsTimeoutMs);
       if (!stats.ok()) continue;  // a late answer: the next sample counts it
-      const uint64_t live = stats->value("live_committed", uint64_t{0});
+      uint64_t live = 0, first_us = 0;
+      if (!json_optional_field(*stats, "live_committed", &live).ok() ||
+          !json_optional_field(*stats, "first_commit_unix_us", &first_us).ok()) {
+        continue;  // malformed: the next sample
+      }
       const size_t second =
           std::min<size_t>((now - start_ms) / 1000, out->committed_per_second.size() - 1);
       if (live > last[s]) {
@@ -157,7 +171,6 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
         if (s == kill.shard && !out->killed) last_rise_wall_us = RealEnv::instance().wall_us();
         last[s] = live;
       }
-      const uint64_t first_us = stats->value("first_commit_unix_us", uint64_t{0});
       if (out->killed && s == kill.shard && out->failover_ms < 0 && first_us != 0 &&
           last_rise_wall_us != 0) {
         out->failover_ms = static_cast<double>(first_us - last_rise_wall_us) / 1000.0;

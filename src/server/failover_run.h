@@ -10,6 +10,7 @@
 // Threads: the calling thread only (ControlClient is single-threaded).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -52,9 +53,12 @@ struct WatchedRun {
 // Starts the load on every shard (params) and watches it to its end (see above). `etcd`:
 // the configuration manager's endpoints (required with a kill). Errors: a shard that cannot be
 // started, or a kill without a process to kill or a manager to ask.
+// `stop` (Ctrl-C, may be null): the shard servers cannot end a run early yet (no control
+// method for it), so a stop is acknowledged once with the time left and the run goes on.
 [[nodiscard]] Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
                                  const std::vector<ServerProcess>& procs,
                                  const std::vector<std::string>& etcd, const MicroParams& params,
-                                 const KillPlan& kill, WatchedRun* out);
+                                 const KillPlan& kill, const std::atomic<bool>* stop,
+                                 WatchedRun* out);
 
 }  // namespace shoal::server

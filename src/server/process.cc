@@ -36,6 +36,9 @@ uint64_t now_ms() {
   if (die_with) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(126);  // the parent died before prctl took effect
+    // Out of the terminal's foreground group: Ctrl-C goes to the bench alone, which reports
+    // and then stops us (src/base/interrupt.h); we still die with it.
+    setpgid(0, 0);
   } else {
     setsid();  // outlives `cluster up`; not in the terminal's process group
   }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "src/base/env.h"
+#include "src/base/json_field.h"
 
 namespace shoal::server {
 namespace {
@@ -22,23 +23,52 @@ void sleep_ms(uint64_t ms) {
   nanosleep(&ts, nullptr);
 }
 
-ReplicaState replica_of(const nlohmann::json& f) {
+// One follower of a kRepl report, every field checked (a server's reply is peer input).
+Result<ReplicaState> replica_of(const nlohmann::json& f) {
   ReplicaState r;
-  r.replica = f.value("replica", 0u);
-  r.lost = f.value("lost", false);
-  r.applied_tid = f.value("applied_tid", uint64_t{0});
-  r.digest = f.value("digest", uint64_t{0});
-  r.checked = f.value("checked", false);
-  for (const auto& c : f.value("check_failures", nlohmann::json::array())) {
+  uint64_t cpu_ns = 0;
+  nlohmann::json failures, reads;
+  for (const Status& st :
+       {json_optional_field(f, "replica", &r.replica), json_optional_field(f, "lost", &r.lost),
+        json_optional_field(f, "applied_tid", &r.applied_tid),
+        json_optional_field(f, "digest", &r.digest), json_optional_field(f, "checked", &r.checked),
+        json_optional_field(f, "check_failures", &failures),
+        json_optional_field(f, "replay_txns", &r.replay_txns),
+        json_optional_field(f, "replay_cpu_ns", &cpu_ns),
+        json_optional_field(f, "wal_bytes", &r.wal_bytes),
+        json_optional_field(f, "reads", &reads)}) {
+    SHOAL_TRY(st);
+  }
+  if (!failures.is_null() && !failures.is_array()) {
+    return Status::InvalidArgument("'check_failures': not a list");
+  }
+  for (const auto& c : failures) {
     r.check_failures.push_back(c.is_string() ? c.get<std::string>() : c.dump());
   }
-  r.replay_txns = f.value("replay_txns", uint64_t{0});
-  const uint64_t cpu_ns = f.value("replay_cpu_ns", uint64_t{0});
   r.replay_txns_per_cpu_sec =
       cpu_ns == 0 ? 0 : static_cast<double>(r.replay_txns) * 1e9 / static_cast<double>(cpu_ns);
-  r.wal_bytes = f.value("wal_bytes", uint64_t{0});
-  if (f.contains("reads")) r.reads = repl::FollowerReadStats::from_json(f["reads"]);
+  if (!reads.is_null()) {
+    auto parsed = repl::FollowerReadStats::parse(reads);
+    if (!parsed.ok()) return Status::InvalidArgument("reads." + parsed.status().message());
+    r.reads = std::move(*parsed);
+  }
   return r;
+}
+
+// The fields of a finished kRepl report into *out.
+Status read_report(const nlohmann::json& reply, ShardReplicaStates* out) {
+  nlohmann::json followers = nlohmann::json::array();
+  SHOAL_TRY(json_optional_field(reply, "floor", &out->floor));
+  SHOAL_TRY(json_optional_field(reply, "leader_digest", &out->leader_digest));
+  SHOAL_TRY(json_optional_field(reply, "leader_replica", &out->leader_replica));
+  SHOAL_TRY(json_optional_field(reply, "followers", &followers));
+  if (!followers.is_array()) return Status::InvalidArgument("'followers': not a list");
+  for (const auto& f : followers) {
+    auto r = replica_of(f);
+    if (!r.ok()) return Status::InvalidArgument("followers[]." + r.status().message());
+    out->followers.push_back(std::move(*r));
+  }
+  return Status::Ok();
 }
 
 // Polls kRepl "report" on one shard until it is done or the deadline passes.
@@ -56,16 +86,19 @@ void collect_shard(ControlClient& client, uint32_t s, const nlohmann::json& paym
       out->error = reply.status().to_string();
       return;
     }
-    if (reply->value("done", false)) {
-      out->floor = reply->value("floor", uint64_t{0});
-      out->leader_digest = reply->value("leader_digest", uint64_t{0});
-      out->leader_replica = reply->value("leader_replica", 0u);
-      for (const auto& f : reply->value("followers", nlohmann::json::array())) {
-        out->followers.push_back(replica_of(f));
-      }
+    bool done = false, closed = false;
+    std::string lagging;
+    Status read = json_optional_field(*reply, "done", &done);
+    if (read.ok() && done) read = read_report(*reply, out);
+    if (read.ok() && !done) read = json_optional_field(*reply, "closed", &closed);
+    if (read.ok() && !done) read = json_optional_field(*reply, "lagging", &lagging);
+    if (!read.ok()) {
+      out->followers.clear();
+      out->error = fmt::format("shard {}: malformed replication report: {}", s, read.message());
       return;
     }
-    last = reply->value("lagging", reply->value("closed", false) ? "busy" : "still closing");
+    if (done) return;
+    last = !lagging.empty() ? lagging : closed ? "busy" : "still closing";
     if (now_ms() >= deadline_ms) {
       out->error = "not quiesced in time: " + last;
       return;

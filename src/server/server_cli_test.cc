@@ -83,6 +83,54 @@ Outcome finish(pid_t pid, const std::string& log, double timeout_s) {
   return o;
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Polls `log` until it contains `needle`; false after timeout_s.
+bool wait_for_text(const std::string& log, const std::string& needle, double timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  // Bounded by the deadline.
+  while (read_file(log).find(needle) == std::string::npos) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
+}
+
+// The processes `pid`'s threads forked (/proc/<pid>/task/*/children).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    std::ifstream in(task.path() / "children");
+    for (pid_t child = 0; in >> child;) out.push_back(child);
+  }
+  return out;
+}
+
+// True while `pid` exists and is not a zombie (a child of ours or reparented).
+bool running(pid_t pid) {
+  const std::string stat = read_file(fmt::format("/proc/{}/stat", pid));
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+// Waits up to timeout_s for every pid in `pids` to be gone; the ones still running.
+std::vector<pid_t> still_running(const std::vector<pid_t>& pids, double timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  std::vector<pid_t> left = pids;
+  // Bounded by the deadline.
+  for (;;) {
+    std::erase_if(left, [](pid_t p) { return !running(p); });
+    if (left.empty() || Clock::now() >= deadline) return left;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 uint16_t free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -754,15 +802,9 @@ TEST_F(ServerCli, ServerWaitingForItsFollowersStopsOnSigterm) {
   const pid_t server = start({"server", "--config", config_, "--shard", "0", "--keys-per-partition",
                               "2000", "--data-dir", path("r0")},
                              log);
-  bool waiting = false;
-  for (int i = 0; i < 300 && !waiting; ++i) {  // bounded: 60 s for the load on a busy machine
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    std::ifstream in(log);
-    std::stringstream text;
-    text << in.rdbuf();
-    waiting = text.str().find("waiting for a majority") != std::string::npos;
-  }
-  ASSERT_TRUE(waiting) << "the server never started waiting for its followers";
+  // 60 s for the load on a busy machine.
+  ASSERT_TRUE(wait_for_text(log, "waiting for a majority", 60))
+      << "the server never started waiting for its followers";
   const auto signalled = Clock::now();
   kill(server, SIGTERM);
   const Outcome o = finish(server, log, 10);
@@ -773,6 +815,82 @@ TEST_F(ServerCli, ServerWaitingForItsFollowersStopsOnSigterm) {
   EXPECT_NE(o.output.find("stopped by a signal while waiting for a majority of its replicas"),
             std::string::npos)
       << o.output;
+  config_.clear();  // nothing for TearDown's `cluster down`
+}
+
+// Ctrl-C (src/base/interrupt.h): the first SIGINT ends a 30 s TPC-C run within seconds of
+// its start, and the report covers the seconds measured, with the consistency check and the
+// JSON; exit status 130.
+TEST_F(ServerCli, CtrlCEndsABenchEarlyAndReportsWhatItMeasured) {
+  const std::string log = path("bench.log");
+  const std::string json = path("bench.json");
+  const auto started = Clock::now();
+  const pid_t bench = start({"bench", "tpcc", "--seconds", "30", "--check", "--json", json}, log);
+  // Printed right before the workers start; the load takes a second or two.
+  ASSERT_TRUE(wait_for_text(log, "cpu placement:", 60)) << read_file(log);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const auto signalled = Clock::now();
+  kill(bench, SIGINT);
+  const Outcome o = finish(bench, log, 30);
+  const double after_signal_s = std::chrono::duration<double>(Clock::now() - signalled).count();
+  const double in_all_s = std::chrono::duration<double>(Clock::now() - started).count();
+  EXPECT_EQ(o.exit_code, 130) << o.output;
+  EXPECT_LT(after_signal_s, 10.0) << o.output;
+  EXPECT_LT(in_all_s, 25.0) << o.output;
+  EXPECT_NE(o.output.find("shoal: interrupted: ending the run"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("(interrupted; 30 s requested)"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("throughput: "), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("consistency: ok"), std::string::npos) << o.output;
+  const nlohmann::json j = read_json(json);
+  ASSERT_TRUE(j.is_object()) << read_file(json);
+  EXPECT_EQ(j.value("interrupted", false), true);
+  EXPECT_EQ(j.value("consistency", ""), "ok");
+  EXPECT_EQ(j.value("requested_seconds", 0.0), 30.0);
+  // Throughput over the seconds measured, not the 30 requested.
+  const double seconds = j.value("seconds", 0.0);
+  EXPECT_GT(seconds, 1.0);
+  EXPECT_LT(seconds, 15.0);
+  EXPECT_GT(j.value("committed", uint64_t{0}), 0u);
+  EXPECT_NEAR(j.value("committed_per_sec", 0.0),
+              static_cast<double>(j.value("committed", uint64_t{0})) / seconds, 1.0);
+  config_.clear();  // nothing for TearDown's `cluster down`
+}
+
+// The replicated in-process bench: after the first Ctrl-C the followers still replay to the
+// end, are compared and checked, and are stopped; after a second one (here during the
+// report's quiesce or at once) nothing of the run is left running.
+TEST_F(ServerCli, CtrlCStopsTheFollowersOfAReplicatedBench) {
+  for (const int sigints : {1, 2}) {
+    SCOPED_TRACE(fmt::format("{} SIGINT(s)", sigints));
+    const std::string log = path(fmt::format("bench-{}.log", sigints));
+    const pid_t bench =
+        start({"bench", "tpcc", "--replicas", "3", "--seconds", "30", "--check"}, log);
+    // After the followers installed the load, right before the workers start.
+    ASSERT_TRUE(wait_for_text(log, "cpu placement:", 120)) << read_file(log);
+    const std::vector<pid_t> followers = children_of(bench);
+    EXPECT_EQ(followers.size(), 2u);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const auto signalled = Clock::now();
+    for (int i = 0; i < sigints; ++i) {
+      kill(bench, SIGINT);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    const Outcome o = finish(bench, log, 60);
+    const double after_signal_s = std::chrono::duration<double>(Clock::now() - signalled).count();
+    EXPECT_EQ(o.exit_code, 130) << o.output;
+    EXPECT_LT(after_signal_s, sigints == 1 ? 20.0 : 3.0) << o.output;
+    if (sigints == 1) {
+      EXPECT_NE(o.output.find("(interrupted; 30 s requested)"), std::string::npos) << o.output;
+      EXPECT_NE(o.output.find("replica 2: digest"), std::string::npos) << o.output;
+      EXPECT_NE(o.output.find("consistency: ok"), std::string::npos) << o.output;
+    } else {
+      EXPECT_NE(o.output.find("shoal: interrupted again: exiting now"), std::string::npos)
+          << o.output;
+    }
+    const std::vector<pid_t> left = still_running(followers, 10);
+    EXPECT_TRUE(left.empty()) << fmt::format("followers still running: {}", fmt::join(left, ", "));
+    for (pid_t p : left) kill(p, SIGKILL);
+  }
   config_.clear();  // nothing for TearDown's `cluster down`
 }
 
