@@ -37,6 +37,8 @@ constexpr size_t kPageBytes = 4096;
 constexpr size_t kMaxRingBytes = size_t{1} << 30;
 constexpr size_t kCqEntries = 8192;  // the provider queues overflow; this is the fast part
 constexpr size_t kCqBatch = 32;
+constexpr size_t kMaxTxInflight = 256;  // fi_writedata calls without a local completion
+constexpr size_t kRxQueueEntries = 64;
 constexpr int kMaxCqReadsPerProgress = 8;  // bounds one progress() call
 constexpr uint64_t kMaxSleepSliceNs = 10'000'000;
 constexpr uint64_t kLivenessCheckNs = 1'000'000;
@@ -120,6 +122,10 @@ Result<fi_info*> provider_info(const std::string& provider) {
   static std::map<std::string, fi_info*>* cache = new std::map<std::string, fi_info*>();
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache->find(provider); it != cache->end()) return it->second;
+  // tcp;ofi_rxm posts 128 receive bounce buffers of 16 KiB per connection and memsets them:
+  // ~400 ms in fi_enable on this VM (page faults). We post no receives (everything is RMA), so
+  // 16 do; the environment's own setting wins (overwrite = 0). Read at provider load.
+  setenv("FI_OFI_RXM_MSG_RX_SIZE", "16", 0);
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) return Status::IOError("fabric: fi_allocinfo failed");
   const bool shm = provider == "shm";  // names, not IP addresses
@@ -130,6 +136,14 @@ Result<fi_info*> provider_info(const std::string& provider) {
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
   hints->domain_attr->threading = FI_THREAD_DOMAIN;  // one domain per endpoint, one thread
   hints->tx_attr->msg_order = FI_ORDER_RMA_WAW;      // the receiver trusts the latest end
+  // Small queues: we post no receives, and at most kMaxTxInflight writes. tcp;ofi_rxm's
+  // defaults (2048 each, 16 KiB bounce buffers) memset ~64 MiB per endpoint: 1.8 s per pair
+  // on this VM, most of it page faults.
+  hints->tx_attr->size = kMaxTxInflight;
+  // A write completes locally once the provider has sent it, not when the peer acknowledges
+  // it: close() and a full send queue then never wait for the peer's progress.
+  hints->tx_attr->op_flags = FI_TRANSMIT_COMPLETE;
+  hints->rx_attr->size = kRxQueueEntries;
   hints->fabric_attr->prov_name = strdup(provider.c_str());
   if (!shm) hints->addr_format = FI_SOCKADDR_IN;
   fi_info* info = nullptr;
@@ -213,6 +227,7 @@ struct FabricEndpoint::State {
   uint64_t drops = 0;
   uint32_t rx_max_payload = 0;
   bool peer_wants_credit = false;
+  Status rx_error;  // a bad announcement: reported after the frames announced before it
 
   // Send side: the mirror of the peer's ring, and what of it the peer has.
   uint8_t* mirror = nullptr;
@@ -272,7 +287,7 @@ struct FabricEndpoint::State {
   Status check_peer();
   Status peer_gone(Status why);
   void block_once(uint64_t timeout_ns);
-  bool has_input() const { return rx_cursor != rx_end; }
+  bool has_input() const { return rx_cursor != rx_end || !rx_error.ok(); }
   Result<size_t> poll(Completion* out, size_t max);
   Status wait(uint64_t timeout_ns);
   bool prepare_to_block();
@@ -317,7 +332,7 @@ Status FabricEndpoint::State::open_fabric() {
   if (int e = fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV))
     return fi_status("fi_ep_bind(cq)", e);
   if (int e = fi_enable(ep)) return fi_status("fi_enable", e);
-  tx_inflight_limit = std::clamp<uint64_t>(info->tx_attr->size / 2, 1, 256);
+  tx_inflight_limit = std::clamp<uint64_t>(info->tx_attr->size / 2, 1, kMaxTxInflight);
 
   // Our receive region: mailbox, ring control, ring data.
   rx_ring_bytes = options.ring_bytes;
@@ -531,12 +546,14 @@ Status FabricEndpoint::State::on_completion(const fi_cq_data_entry& e) {
     case kFrames: {
       const uint64_t end = extend_position(rx_end, value);
       if (end - rx_released > rx_ring_bytes) {
-        return Status::Corruption(fmt::format(
+        if (!rx_error.ok()) return Status::Ok();
+        rx_error = Status::Corruption(fmt::format(
             "fabric: peer announced frames up to position {}, {} bytes past what we released "
             "({}) in a ring of {} bytes: a write past the ring's bounds",
             end, end - rx_released, rx_released, rx_ring_bytes));
+        return Status::Ok();
       }
-      rx_end = end;
+      if (rx_error.ok()) rx_end = end;
       return Status::Ok();
     }
     case kCredit: {
@@ -706,7 +723,10 @@ Status FabricEndpoint::State::push(uint32_t flags, uint32_t imm, uint64_t epoch,
 bool FabricEndpoint::State::next_frame(Frame* out, Status* error) {
   // Bounded: each iteration consumes a pad or a fenced write; give control back after a burst.
   for (int skips = 0; skips < 64; ++skips) {
-    if (rx_cursor == rx_end) return false;
+    if (rx_cursor == rx_end) {
+      if (!rx_error.ok()) *error = rx_error;
+      return false;
+    }
     const uint64_t offset = rx_cursor & (rx_ring_bytes - 1);
     const uint64_t left = rx_ring_bytes - offset;
     const uint64_t readable = std::min(rx_end - rx_cursor, left);
