@@ -54,7 +54,7 @@ struct BenchFlags {
   bench::MicroOptions micro;
   bench::YcsbOptions ycsb;
   std::string ycsb_workload = "A";
-  std::string transport = "all";  // shm, tcp, uring or all
+  std::string transport = "all";  // shm, tcp, uring, fabric or all
   int transport_iterations = bench::transport::Options{}.iterations;
   std::string unknown_workload;  // a bench positional that matched no workload subcommand
   // `bench micro` / `bench tpcc` across shard processes (--shards or --cluster).
@@ -139,8 +139,9 @@ void add_transport_command(BenchCommands& c, BenchFlags& f) {
       "RPC ping-pong latency and pipelined throughput (64 B, 64 KiB, 1 MiB) per transport, "
       "each beside a raw baseline measured in the same run");
   c.transport
-      ->add_option("--transport", f.transport, "Transport to measure: shm, tcp, uring or all")
-      ->check(CLI::IsMember({"shm", "tcp", "uring", "all"}))
+      ->add_option("--transport", f.transport,
+                   "Transport to measure: shm, tcp, uring, fabric or all")
+      ->check(CLI::IsMember({"shm", "tcp", "uring", "fabric", "all"}))
       ->capture_default_str();
   c.transport
       ->add_option("--iterations", f.transport_iterations,

@@ -41,6 +41,7 @@ nlohmann::json size_json(const SizeResult& s) {
 // {"raw_baseline", "rpc", "raw", "p50_ratio", "pipelined" (64 B), "large": {"65536": ...}}
 nlohmann::json transport_json(const TransportResult& t) {
   nlohmann::json j;
+  if (!t.provider.empty()) j["provider"] = t.provider;
   if (!t.skipped.empty()) {
     j["skipped"] = t.skipped;
     return j;
@@ -123,8 +124,8 @@ nlohmann::json Report::to_json() const {
 std::string Report::to_table() const {
   std::string out = fmt::format(
       "RPCs through RpcEndpoint: server process on CPU 1, client on CPU 0 ({} CPUs online)\n"
-      "raw = the same ping-pong without Shoal: shm vs a bare SPSC shared-memory ring, tcp and "
-      "uring vs bare busy-polled TCP\n"
+      "raw = the same ping-pong without Shoal: shm vs a bare SPSC shared-memory ring, tcp, "
+      "uring and fabric vs bare busy-polled TCP\n"
       "pipelined = one client core against one server core; request of <size>, 64 B reply\n\n",
       sysconf(_SC_NPROCESSORS_ONLN));
   out += fmt::format("{:<9} {:>7} {:>19} {:>19} {:>8} {:>16} {:>9}\n", "transport", "size",
@@ -141,6 +142,9 @@ std::string Report::to_table() const {
           size_label(s.bytes), s.rpc.p50_us, s.rpc.p99_us, s.raw.p50_us, s.raw.p99_us,
           s.p50_ratio(), rate_text(s.pipelined.rpcs_per_sec), mbytes);
     }
+  }
+  for (const TransportResult& t : transports) {
+    if (!t.provider.empty()) out += fmt::format("{}: libfabric provider {}\n", t.name, t.provider);
   }
   const std::vector<Target> goals = targets(transports);
   if (!goals.empty()) out += "\ntargets (64 B):\n";

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "bench/transport/raw_baselines.h"
+#include "src/net/fabric_transport.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
 #include "src/net/uring_transport.h"
@@ -81,6 +82,16 @@ Status run_one(const std::string& name, const Options& o, TransportResult* out) 
         out, o, [] { return net::TcpEndpoint::pair(); }, raw_tcp_pingpong);
   }
   std::string why;
+  if (name == "fabric") {
+    // The provider in the name: figures from tcp;ofi_rxm and from shm are not comparable.
+    out->provider = net::FabricEndpoint::provider_name();
+    if (!net::FabricEndpoint::supported(&why)) {
+      out->skipped = "no libfabric provider with FI_RMA works: " + why;
+      return Status::Ok();
+    }
+    return measure<net::FabricEndpoint>(
+        out, o, [] { return net::FabricEndpoint::pair(); }, raw_tcp_pingpong);
+  }
   if (!net::UringEndpoint::supported(&why)) {
     out->skipped = "io_uring unavailable: " + why;
     return Status::Ok();

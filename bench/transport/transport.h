@@ -1,10 +1,11 @@
 // `shoal bench transport`: RPC latency and throughput over each transport, each beside a raw
 // baseline measured in the same run (issue 3, item 6).
 //
-// For every selected transport (shm, tcp, uring) and message size (64 B, 64 KiB, 1 MiB):
+// For every selected transport (shm, tcp, uring, fabric) and message size (64 B, 64 KiB, 1 MiB):
 //   - ping-pong: round-trip p50/p99 of echo RPCs through rt::RpcEndpoint (rpc_runs.h), next to
 //     the same ping-pong without Shoal (raw_baselines.h): a bare SPSC shared-memory ring for
-//     shm, a bare busy-polled TCP connection for tcp and uring.
+//     shm, a bare busy-polled TCP connection for tcp, uring and fabric (whose provider,
+//     tcp;ofi_rxm by default, runs over loopback TCP; the provider is in TransportResult::name).
 //   - pipelined: RPCs per second with many calls outstanding (128 callers for 64 B, fewer for
 //     large requests, which are answered with a 64 B ack).
 // Server: a forked child on CPU 1; client: this process on CPU 0. "Per core" follows
@@ -13,7 +14,8 @@
 //
 // Errors: InvalidArgument (options), IOError (JSON path not writable, checked before running;
 // fork/socket failures), or the first failed run's Status. A transport this machine cannot run
-// (io_uring disabled) is reported as skipped, not as an error.
+// (io_uring disabled, no libfabric provider with FI_RMA) is reported as skipped, with the
+// reason, not as an error.
 // Threads: call from a process with no other threads (the runs fork()).
 #pragma once
 
@@ -30,7 +32,7 @@
 
 namespace shoal::bench::transport {
 
-inline const char* const kTransportNames[] = {"shm", "tcp", "uring"};
+inline const char* const kTransportNames[] = {"shm", "tcp", "uring", "fabric"};
 inline constexpr const char* kDefaultTransport = "tcp";  // whose numbers go to the JSON top level
 
 struct Options {
@@ -59,6 +61,7 @@ struct TransportResult {
   std::string name;
   std::string raw_baseline;       // "spsc_shm_ring" or "tcp_busy_poll"
   std::string skipped;            // non-empty: why this transport did not run
+  std::string provider;           // fabric: the libfabric provider measured
   std::vector<SizeResult> sizes;  // 64 B first
 };
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "src/base/env.h"
+#include "src/net/fabric_transport.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
 #include "src/net/transport_test_util.h"
@@ -41,10 +42,18 @@ class TransportConformance : public ::testing::Test {
       std::string why;
       if (!UringEndpoint::supported(&why)) GTEST_SKIP() << "io_uring unavailable: " << why;
     }
+    if constexpr (std::is_same_v<E, FabricEndpoint>) {
+      std::string why;
+      if (!FabricEndpoint::supported(&why)) {
+        GTEST_SKIP() << "no libfabric provider with FI_EP_RDM + FI_RMA + remote CQ data works "
+                        "on 127.0.0.1: "
+                     << why;
+      }
+    }
   }
 };
-using Transports =
-    ::testing::Types<ShmEndpoint, TcpEndpoint, WanShaped<ShmEndpoint>, UringEndpoint>;
+using Transports = ::testing::Types<ShmEndpoint, TcpEndpoint, WanShaped<ShmEndpoint>, UringEndpoint,
+                                    FabricEndpoint>;
 class TransportNames {
  public:
   template <typename T>
@@ -52,6 +61,7 @@ class TransportNames {
     if (std::is_same_v<T, ShmEndpoint>) return "shm";
     if (std::is_same_v<T, TcpEndpoint>) return "tcp";
     if (std::is_same_v<T, UringEndpoint>) return "uring";
+    if (std::is_same_v<T, FabricEndpoint>) return "fabric";
     return "shm_wan";
   }
 };

@@ -1,0 +1,166 @@
+// Fabric-transport specific tests (the conformance suite covers the common contract): a peer
+// that registers a too-small ring, a writer that announces bytes past the ring's bounds, stale
+// epochs, the rendezvous over loopback TCP across processes, loopback-only addresses.
+#include "src/net/fabric_transport.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "src/net/socket_util.h"
+#include "src/net/transport_test_util.h"
+
+namespace shoal::net {
+namespace {
+
+using namespace ::shoal::net::test_util;  // NOLINT: test helpers
+
+class FabricTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!FabricEndpoint::supported(&why)) {
+      GTEST_SKIP() << "no libfabric provider with FI_EP_RDM + FI_RMA + remote CQ data works on "
+                      "127.0.0.1: "
+                   << why;
+    }
+  }
+};
+
+// A client that speaks the rendezvous by hand and sends `hello` (not a real endpoint).
+Status accept_with_hello(const FabricHello& hello) {
+  auto listener = FabricListener::listen("127.0.0.1", 0);
+  if (!listener.ok()) return listener.status();
+  std::thread client([&] {
+    auto addr = parse_ipv4("127.0.0.1", listener->port());
+    auto fd = dial_tcp(*addr, 5000, "test");
+    if (!fd.ok()) return;
+    (void)!::send(*fd, &hello, sizeof(hello), MSG_NOSIGNAL);
+    FabricHello theirs;  // the listener's hello, then wait for it to hang up
+    char sink[sizeof(theirs)];
+    while (::recv(*fd, sink, sizeof(sink), 0) > 0) {
+    }
+    ::close(*fd);
+  });
+  auto ep = listener->accept();
+  Status s = ep.status();
+  listener = FabricListener();  // closes the listening socket
+  if (ep.ok()) ep->close();
+  client.join();
+  return s;
+}
+
+FabricHello plausible_hello() {
+  FabricHello h;
+  h.address_bytes = 16;  // never used: the hello is refused before the address is
+  h.ring_bytes = 64 * 1024;
+  h.region_bytes = fabric_region_bytes(h.ring_bytes);
+  std::strncpy(h.provider, FabricEndpoint::provider_name().c_str(), sizeof(h.provider) - 1);
+  return h;
+}
+
+TEST_F(FabricTest, PeerWithATooSmallRingIsRefused) {
+  FabricHello tiny = plausible_hello();
+  tiny.ring_bytes = 1024;
+  tiny.region_bytes = fabric_region_bytes(1024);
+  Status s = accept_with_hello(tiny);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("receive ring of 1024 bytes"), std::string::npos) << s.message();
+
+  FabricHello short_region = plausible_hello();  // claims 64 KiB, registered 4 KiB
+  short_region.region_bytes = 4096;
+  s = accept_with_hello(short_region);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("too small for its ring"), std::string::npos) << s.message();
+
+  FabricHello odd = plausible_hello();
+  odd.ring_bytes = 96 * 1024;  // not a power of two
+  EXPECT_EQ(accept_with_hello(odd).code(), Code::kInvalidArgument);
+
+  FabricHello garbage = plausible_hello();
+  garbage.magic = 42;
+  EXPECT_EQ(accept_with_hello(garbage).code(), Code::kCorruption);
+}
+
+TEST_F(FabricTest, WritePastTheRingsBoundsIsCorruption) {
+  EndpointOptions o;
+  o.ring_bytes = 64 * 1024;
+  auto link = FabricEndpoint::pair(o);
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  ASSERT_TRUE(a.send(1, as_bytes("ok")).ok());
+  ASSERT_TRUE(a.flush().ok());
+  // A writer that ignores its credit: announces two rings' worth beyond what b released.
+  ASSERT_TRUE(a.announce_for_test(frame_bytes(2) + 2 * o.ring_bytes).ok());
+  Received r;
+  ASSERT_TRUE(recv_one(b, &r).ok());  // what came before is still delivered
+  EXPECT_EQ(std::string(r.bytes.begin(), r.bytes.end()), "ok");
+  Status s = recv_one(b, &r, 5 * kSecondNs);
+  EXPECT_EQ(s.code(), Code::kCorruption) << s.to_string();
+  EXPECT_NE(s.message().find("past the ring's bounds"), std::string::npos) << s.message();
+  EXPECT_EQ(b.send(1, as_bytes("x")).code(), Code::kCorruption);  // final
+}
+
+TEST_F(FabricTest, StaleEpochWritesAreDroppedThenRefused) {
+  auto link = FabricEndpoint::pair();
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  ASSERT_TRUE(b.set_fence_epoch(7).ok());
+  // a has not polled the fence yet: its write goes out and b drops it.
+  ASSERT_TRUE(a.write_with_imm(6, 1, as_bytes("stale, in flight")).ok());
+  ASSERT_TRUE(a.write_with_imm(7, 2, as_bytes("current")).ok());
+  ASSERT_TRUE(a.flush().ok());
+  Received r;
+  ASSERT_TRUE(recv_one(b, &r).ok());
+  EXPECT_EQ(r.imm, 2u);
+  EXPECT_EQ(b.fenced_drops(), 1u);
+  ASSERT_TRUE(b.send(0, as_bytes("sync")).ok());
+  ASSERT_TRUE(b.flush().ok());
+  ASSERT_TRUE(recv_one(a, &r).ok());  // a has now processed the fence announcement
+  EXPECT_EQ(a.write_with_imm(6, 3, as_bytes("stale")).code(), Code::kAborted);
+  auto span = a.reserve(5);
+  ASSERT_TRUE(span.ok());
+  EXPECT_EQ(a.commit_write(5, 4, 5).code(), Code::kAborted);
+  EXPECT_EQ(b.set_fence_epoch(6).code(), Code::kInvalidArgument);  // fences only move forward
+}
+
+TEST_F(FabricTest, RendezvousOverLoopbackTcpAcrossProcesses) {
+  auto listener = FabricListener::listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+  const uint16_t port = listener->port();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto ep = FabricEndpoint::connect("127.0.0.1", port);
+    if (!ep.ok()) _exit(1);
+    Received r;
+    if (!recv_one(*ep, &r).ok()) _exit(2);
+    if (!ep->send(r.imm + 1, r.bytes).ok() || !ep->flush().ok()) _exit(3);
+    if (!recv_one(*ep, &r).ok()) _exit(4);  // the parent's goodbye
+    _exit(0);
+  }
+  auto ep = listener->accept(10'000);
+  ASSERT_TRUE(ep.ok()) << ep.status().to_string();
+  const auto big = pattern(3 << 20, 5);  // fragmented, several laps of the 1 MiB ring
+  ASSERT_TRUE(ep->send(41, big).ok());
+  ASSERT_TRUE(ep->flush().ok());
+  Received r;
+  ASSERT_TRUE(recv_one(*ep, &r).ok());
+  EXPECT_EQ(r.imm, 42u);
+  EXPECT_TRUE(r.bytes == big);
+  ASSERT_TRUE(ep->send(0, as_bytes("bye")).ok());
+  ASSERT_TRUE(ep->flush().ok());
+  EXPECT_EQ(wait_child(pid), 0);
+}
+
+TEST(FabricAddressTest, OnlyLoopbackAddresses) {
+  EXPECT_EQ(FabricListener::listen("10.1.2.3", 0).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(FabricEndpoint::connect("192.0.2.1", 9).status().code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shoal::net
