@@ -1,5 +1,6 @@
 // The measured part of a distributed benchmark run, watched: every shard's committed count is
-// sampled every kSampleMs (the per-second series the report prints), and with a kill planned
+// sampled every kSampleMs with a kill planned, kSampleMsQuiet without (the per-second series
+// the report prints), and with a kill planned
 // (`bench --kill-leader-at T`) one shard's leader process is SIGKILLed T seconds in. The
 // replicas then agree on its replacement (through the configuration manager, replica_cli.h);
 // the controller learns it from the same place, points its control client at the new leader
@@ -24,7 +25,8 @@
 
 namespace shoal::server {
 
-inline constexpr uint64_t kSampleMs = 20;
+inline constexpr uint64_t kSampleMs = 20;        // with a kill planned
+inline constexpr uint64_t kSampleMsQuiet = 250;  // without: the per-second series only
 
 struct KillPlan {
   double at_seconds = 0;  // 0: no kill

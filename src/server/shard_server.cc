@@ -957,13 +957,13 @@ Status ShardServer::take_over(repl::Takeover&) {
   }
   txn::EngineOptions eo = engine_options();
   eo.track_dependencies = true;  // a replicated shard's versions carry their vectors
-  engine_->start_leading((r->floor_tid >> 32) + 1, &eo);
+  const size_t purged = engine_->start_leading((r->floor_tid >> 32) + 1, &eo);
   snapshot_tid_ = r->floor_tid;
   fmt::print(stderr,
              "shoal server: shard {}: replica {} took over in epoch {} in {:.1f} ms: final "
-             "watermark {:#x}, {} txns installed, {} discarded above it\n",
+             "watermark {:#x}, {} txns installed, {} discarded above it, {} tombstones purged\n",
              options_.shard, me_, epoch_, static_cast<double>(r->elapsed_ns) / 1e6, r->final_tid,
-             r->replayed_txns, r->discarded_txns);
+             r->replayed_txns, r->discarded_txns, purged);
   return Status::Ok();
 }
 

@@ -357,7 +357,7 @@ Engine::Engine(EngineOptions options, Env* env) : options_(options), env_(env) {
   if (options_.epoch_ticker) start_ticker();
 }
 
-void Engine::start_leading(uint64_t at_least_epoch, const EngineOptions* leader_options) {
+size_t Engine::start_leading(uint64_t at_least_epoch, const EngineOptions* leader_options) {
   uint64_t e = epoch_.load(std::memory_order_acquire);
   while (e < at_least_epoch && !epoch_.compare_exchange_weak(e, at_least_epoch)) {
   }
@@ -372,6 +372,9 @@ void Engine::start_leading(uint64_t at_least_epoch, const EngineOptions* leader_
     options_.epoch_ticker = true;
     start_ticker();
   }
+  size_t purged = 0;
+  for (auto& t : tables_) purged += t->purge_tombstones();
+  return purged;
 }
 
 void Engine::start_ticker() {

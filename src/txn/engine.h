@@ -130,6 +130,12 @@ class TableBase {
   using ScanFn = std::function<bool(const uint64_t* key_words, const void* value,
                                     uint32_t size_bytes, uint64_t version)>;
   virtual void scan_committed(const ScanFn& fn) const = 0;
+  // A follower's engine becoming a leader's (Engine::start_leading): removes from the index
+  // the tombstones replay left (absent records kept so that an older replayed write stays
+  // dead) that carry no version chain; returns how many. A leader's own removes unlink at once,
+  // and its scans (TPC-C Delivery's oldest NEW-ORDER) would otherwise step over every row ever
+  // delivered. REQUIRES: quiescent (no replay, no transactions).
+  virtual size_t purge_tombstones() = 0;
 
  protected:
   friend class Txn;
@@ -192,6 +198,7 @@ class Table final : public TableBase {
   }
   bool prefetch_step(BTreePrefetch* p) const override { return index_.prefetch_step(p); }
   void scan_committed(const ScanFn& fn) const override;
+  size_t purge_tombstones() override;
   static KeyT key_of(const uint64_t* words) {
     KeyT k;
     std::copy(words, words + K, k.w.begin());
@@ -490,7 +497,8 @@ class Engine {
   // ticker (off while it followed) starts. `leader_options` (a leader's: dependency tracking,
   // lock waits), when given, replace the follower's; shard_id stays. Call before any worker
   // commits and before any thread but the caller's uses the engine.
-  void start_leading(uint64_t at_least_epoch, const EngineOptions* leader_options = nullptr);
+  // Replay's tombstones are purged (TableBase::purge_tombstones). Returns how many.
+  size_t start_leading(uint64_t at_least_epoch, const EngineOptions* leader_options = nullptr);
 
   const EngineOptions& options() const { return options_; }
   Env& env() { return *env_; }

@@ -287,6 +287,33 @@ void Table<K>::scan_committed(const ScanFn& fn) const {
 }
 
 template <size_t K>
+size_t Table<K>::purge_tombstones() {
+  ebr::Guard guard;
+  std::vector<std::pair<KeyT, Record*>> dead;  // collected first, removed after the scan
+  index_.scan(
+      KeyT::min(), KeyT::max(),
+      [&](const KeyT& key, void* value) {
+        auto* rec = static_cast<Record*>(value);
+        const uint64_t word = rec->word.load(std::memory_order_acquire);
+        const bool tombstone = (word & (Tid::kLock | Tid::kStateMask)) == Tid::kAbsent;
+        if (tombstone && std::atomic_ref<Record*>(rec->older).load() == nullptr) {
+          dead.emplace_back(key, rec);
+        }
+        return true;
+      },
+      [](const typename BTree<K>::NodeRef&) {});
+  size_t purged = 0;
+  for (const auto& [key, rec] : dead) {  // bounded by the scan
+    if (!index_.remove(key, rec)) continue;
+    rec->word.fetch_or(Tid::kUnlinked, std::memory_order_acq_rel);
+    record_bytes_.add(-static_cast<int64_t>(Record::alloc_bytes(rec->capacity_words)));
+    ebr::retire(rec, &Record::free_one);
+    ++purged;
+  }
+  return purged;
+}
+
+template <size_t K>
 Table<K>::~Table() {
   // Records are owned by the table; the tree frees its own nodes.
   ebr::Guard guard;

@@ -58,6 +58,34 @@ TEST(ReplayApply, RemoveLeavesATombstoneThatOlderWritesCannotRevive) {
   EXPECT_EQ(contents(table), (std::vector<std::pair<uint64_t, uint64_t>>{{3, 3}}));
 }
 
+// A follower promoted to leader (Engine::start_leading) drops replay's tombstones: the index
+// keeps only live rows, reads and scans see the same, and the engine commits on top.
+TEST(ReplayApply, StartLeadingPurgesTombstones) {
+  EngineOptions o;
+  o.epoch_ticker = false;
+  Engine e(o);
+  auto t = e.create_table_with_key_words("t", 1);
+  ASSERT_TRUE(t.ok());
+  TableBase& table = **t;
+  {
+    ebr::Guard guard;
+    for (uint64_t k = 0; k < 1000; ++k) {
+      const V v{k};
+      ASSERT_TRUE(table.apply_replicated(&k, WriteKind::kInsert, &v, sizeof v, 10 + k));
+    }
+    for (uint64_t k = 0; k < 1000; k += 2) {
+      ASSERT_TRUE(table.apply_replicated(&k, WriteKind::kRemove, nullptr, 0, 5000 + k));
+    }
+  }
+  EXPECT_EQ(table.record_count(), 1000u);  // 500 of them tombstones
+  const auto before = contents(table);
+  EXPECT_EQ(before.size(), 500u);
+  EXPECT_EQ(e.start_leading(uint64_t{1} << 20), 500u);
+  EXPECT_EQ(table.record_count(), 500u);
+  EXPECT_EQ(contents(table), before);
+  EXPECT_GE(e.epoch(), uint64_t{1} << 20);
+}
+
 TEST(ReplayApply, ValuesMayGrow) {
   EngineOptions o;
   o.epoch_ticker = false;
