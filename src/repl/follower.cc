@@ -206,7 +206,6 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
       const PaxosSlot* p = st->store.find(slot);
       SHOAL_ASSERT(p != nullptr && !p->value.empty(), "recovered chosen slot %lu missing", slot);
       applier_->on_chosen(s, p->value.span());
-      note_epoch(p->value.span());
     }
     st->store.set_hooks(st->log->hooks());
     st->transport = std::make_unique<Transport>(this, s);
@@ -533,14 +532,8 @@ FollowerReport Follower::report(bool digest, bool check, const nlohmann::json& c
   return r;
 }
 
-void Follower::note_epoch(std::span<const std::byte> entry) {
-  const uint64_t e = load_u64(entry.data() + 16);  // the header's epoch
-  if (e > epoch_.load(std::memory_order_relaxed)) epoch_.store(e, std::memory_order_release);
-}
-
 void Follower::hand_to_replay(uint32_t stream, EntryBuffer entry_buffer) {
   const std::span<const std::byte> entry = entry_buffer.span();
-  note_epoch(entry);
   if (!replay_thread_.joinable()) {  // restart recovery, before run(): install at once
     applier_->on_chosen(stream, entry);
     publish_replay();

@@ -161,8 +161,6 @@ class Follower {
   // Records (transactions) installed so far, published with applied_tid (any thread).
   uint64_t replayed_txns() const { return replay_txns_.load(std::memory_order_acquire); }
   uint64_t recovered_slots() const { return recovered_slots_; }
-  // The newest epoch an entry it holds was logged in (0: none yet). Any thread.
-  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   CheckpointCounters checkpoints() const;
   // Status as sent to the leader (digest and check computed on demand, cached per TID).
   FollowerReport report(bool digest, bool check,
@@ -245,8 +243,6 @@ class Follower {
   std::vector<std::thread> readers_;
   std::atomic<bool> readers_stop_{false}, schema_ready_{false};
   std::atomic<uint64_t> max_received_tid_{0};  // the newest TID an entry brought us
-  std::atomic<uint64_t> epoch_{0};             // the newest epoch an entry brought us
-  void note_epoch(std::span<const std::byte> entry);
   std::atomic<uint64_t> read_txns_{0}, read_snapshots_{0}, torn_snapshots_{0};
   std::atomic<uint64_t> lag_epochs_sum_{0}, lag_epochs_max_{0};
   std::atomic<uint64_t> reads_first_ns_{0}, reads_last_ns_{0};

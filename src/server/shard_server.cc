@@ -269,7 +269,7 @@ class ShardServer {
     return config_.shards[shard].replicas.at(leaders_[shard]);
   }
   const cluster::Replica& me() const { return config_.shards[options_.shard].replicas.at(me_); }
-  [[nodiscard]] Status take_over(repl::Takeover& takeover);
+  [[nodiscard]] Status take_over();
   bool replicated() const { return config_.shards[options_.shard].replicas.size() > 1; }
   // Any shard with replicas: terminals then wait for the vectorized watermark.
   bool cluster_replicated() const {
@@ -916,7 +916,7 @@ Status ShardServer::start_replication(Promotion* promotion) {
                                        me.host, lo.listen_port, leader.status().to_string()));
   }
   replication_ = std::move(*leader);
-  if (promotion != nullptr) return take_over(promotion->takeover);
+  if (promotion != nullptr) return take_over();
   fmt::print(stderr,
              "shoal server: shard {}: waiting for a majority of {} replicas on {}:{} (batch {} "
              "txns / {} us)\n",
@@ -940,7 +940,7 @@ Status ShardServer::start_replication(Promotion* promotion) {
 
 // A promotion: phase 1 on every stream and the old slots installed (bounded, in slices that see
 // SIGTERM), then the epoch start on every stream before any worker commits.
-Status ShardServer::take_over(repl::Takeover&) {
+Status ShardServer::take_over() {
   const uint64_t start_ns = RealEnv::instance().now_ns();
   Result<repl::TakeoverResult> r = Status::Timeout("not run");
   for (;;) {  // bounded by replication_timeout_ms and g_stop
