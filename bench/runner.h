@@ -72,6 +72,7 @@ struct RunOptions {
   // the followers' network threads (acknowledgements) keep normal priority. It changes nothing
   // where followers have cores to themselves. 0: same priority as the leader.
   int replica_nice = 10;
+  int64_t replay_lag_ms = -1;   // the ratekeeper's bound (LeaderOptions); -1: its default
   // Follower reads: each follower runs this many reader threads of read-only transactions at
   // its snapshot during the run (src/txn/snapshot.h); 0: none.
   uint32_t follower_reads = 0;

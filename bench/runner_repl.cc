@@ -72,6 +72,9 @@ Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload, 
   lo.link = options.replica_transport == "tcp" ? repl::LinkKind::kTcp : repl::LinkKind::kShm;
   lo.appender.limits.batch_txns_max = options.batch_txns;
   lo.appender.limits.batch_age_ns_max = static_cast<uint64_t>(options.batch_us * 1e3);
+  if (options.replay_lag_ms >= 0) {
+    lo.follower_replay_lag_ms_max = static_cast<uint64_t>(options.replay_lag_ms);
+  }
   lo.wal_dir = run->dir_ + "/replica-0";
   std::error_code ec;
   std::filesystem::create_directories(lo.wal_dir, ec);

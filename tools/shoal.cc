@@ -214,6 +214,10 @@ void add_dist_tpcc_options(CLI::App* tpcc, server::DistBenchOptions& d) {
                    "replicas elect a new one and the run goes on (failover_ms, "
                    "acknowledged_lost in the report). Runs shard servers even with --shards 1")
       ->check(number_in(0.0, 1e6, true, "> 0"));
+  tpcc->add_flag("--hang-leader", d.hang_leader,
+                 "With --kill-leader-at: SIGSTOP the leader instead (its connections stay open: "
+                 "the followers' heartbeat timeout detects it); resumed once replaced, it must "
+                 "exit deposed (status 4)");
   tpcc->add_option("--kill-shard", d.kill_shard, "The shard whose leader --kill-leader-at kills")
       ->check(number_in(0u, 63u, false, "in [0, 63]"));
   tpcc->add_option("--inflight", d.inflight,
@@ -294,6 +298,11 @@ void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
   add_batch_options(tpcc, r.batch_txns, r.batch_us,
                     fmt::format(" (defaults {} txns / {} us; with --shards: every shard server's)",
                                 r.batch_txns, r.batch_us));
+  tpcc->add_option("--replay-lag-ms", r.replay_lag_ms,
+                   "Ratekeeper: leaders stop proposing while a follower's replay trails by more "
+                   "than this (bounds the failover's replay backlog; 0: unbounded; default 100)")
+      ->check(number_in(int64_t{0}, static_cast<int64_t>(cluster::kReplayLagMsMax), false,
+                        "in [0, 600000]"));
   tpcc->add_option("--fsync", r.fsync, "WAL sync policy on every replica")
       ->check(CLI::IsMember({"none", "batch", "always"}))
       ->capture_default_str();
@@ -631,6 +640,7 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
   d.wan_rtt_ms = f.run.wan_rtt_ms;
   d.fsync = f.run.fsync;
   d.replica_nice = f.run.replica_nice;
+  d.replay_lag_ms = f.run.replay_lag_ms;
   d.cpu_placement = f.run.cpu_placement;
   d.workers = f.run.workers;
   d.seconds = f.run.seconds;
@@ -802,6 +812,9 @@ int main(int argc, char** argv) {
                             ? "--wan-rtt-ms: needs --replicas >= 2"
                         : r.replicas == 1 && r.follower_reads > 0 && !remote
                             ? "--follower-reads: needs --replicas >= 2"
+                        : flags.tpcc_dist.hang_leader &&
+                                commands.tpcc->count("--kill-leader-at") == 0
+                            ? "--hang-leader: needs --kill-leader-at (when to hang it)"
                             : nullptr;
       if (bad != nullptr) {
         fmt::print(stderr, "shoal: error: {}\n", bad);

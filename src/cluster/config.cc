@@ -170,6 +170,15 @@ Status ClusterConfig::validate() const {
   if (!(batch_us > 0 && batch_us <= kBatchUsMax)) {
     return field_error("cluster.batch_us", fmt::format("must be in (0, 1e7], not {}", batch_us));
   }
+  if (replay_lag_ms > kReplayLagMsMax) {
+    return field_error("cluster.replay_lag_ms",
+                       fmt::format("must be in [0, {}], not {}", kReplayLagMsMax, replay_lag_ms));
+  }
+  if (leader_timeout_ms < kLeaderTimeoutMsMin || leader_timeout_ms > kLeaderTimeoutMsMax) {
+    return field_error("cluster.leader_timeout_ms",
+                       fmt::format("must be in [{}, {}], not {}", kLeaderTimeoutMsMin,
+                                   kLeaderTimeoutMsMax, leader_timeout_ms));
+  }
   SHOAL_TRY(validate_regions_and_wan(*this));
   return validate_shards(*this);
 }
@@ -237,7 +246,8 @@ Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
   const toml::table* t = root["cluster"].as_table();
   if (t == nullptr) return field_error("cluster", "missing [cluster] table");
   SHOAL_TRY(reject_unknown_keys(
-      *t, "cluster", {"name", "transport", "workers", "replicas", "batch_txns", "batch_us"}));
+      *t, "cluster", {"name", "transport", "workers", "replicas", "batch_txns", "batch_us",
+                     "replay_lag_ms", "leader_timeout_ms"}));
   NodeView v{*t};
   SHOAL_TRY(read_string(v["name"], "cluster.name", &c->name));
   std::string transport = std::string(transport_name(c->transport));
@@ -258,6 +268,10 @@ Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
   SHOAL_TRY(read_uint(v["replicas"], "cluster.replicas", 1, 7, &replicas));
   SHOAL_TRY(read_uint(v["batch_txns"], "cluster.batch_txns", 1, kBatchTxnsMax, &batch_txns));
   SHOAL_TRY(read_double(v["batch_us"], "cluster.batch_us", &c->batch_us));
+  SHOAL_TRY(read_uint(v["replay_lag_ms"], "cluster.replay_lag_ms", 0, kReplayLagMsMax,
+                      &c->replay_lag_ms));
+  SHOAL_TRY(read_uint(v["leader_timeout_ms"], "cluster.leader_timeout_ms", kLeaderTimeoutMsMin,
+                      kLeaderTimeoutMsMax, &c->leader_timeout_ms));
   c->workers_per_shard = static_cast<uint32_t>(workers);
   c->replicas_per_shard = static_cast<uint32_t>(replicas);
   c->batch_txns = static_cast<uint32_t>(batch_txns);
@@ -350,8 +364,9 @@ std::string ClusterConfig::to_toml() const {
   // fmt's "{}" is the shortest form that reads back to the same double.
   std::string out = fmt::format(
       "[cluster]\nname = \"{}\"\ntransport = \"{}\"\nworkers = {}\nreplicas = {}\n"
-      "batch_txns = {}\nbatch_us = {}\n",
-      name, transport_name(transport), workers_per_shard, replicas_per_shard, batch_txns, batch_us);
+      "batch_txns = {}\nbatch_us = {}\nreplay_lag_ms = {}\nleader_timeout_ms = {}\n",
+      name, transport_name(transport), workers_per_shard, replicas_per_shard, batch_txns, batch_us,
+      replay_lag_ms, leader_timeout_ms);
   for (const Region& r : regions) out += fmt::format("\n[[region]]\nname = \"{}\"\n", r.name);
   for (const WanLink& l : wan) {
     out += fmt::format("\n[[wan]]\nfrom = \"{}\"\nto = \"{}\"\none_way_ms = {}\njitter_ms = {}\n",

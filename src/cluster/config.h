@@ -62,6 +62,10 @@ struct Shard {
 // batch waits at most 10 s for more.
 inline constexpr uint32_t kBatchTxnsMax = 65'535;
 inline constexpr double kBatchUsMax = 1e7;
+inline constexpr uint64_t kReplayLagMsMax = 600'000;
+// Several of the leader's heartbeats (every 10 ms, repl::paxos_options_for_rtt) at least.
+inline constexpr uint64_t kLeaderTimeoutMsMin = 30;
+inline constexpr uint64_t kLeaderTimeoutMsMax = 600'000;
 
 struct ClusterConfig {
   std::string name = "shoal";
@@ -73,6 +77,16 @@ struct ClusterConfig {
   // first. Each in [1, kBatchTxnsMax] and (0, kBatchUsMax]; `shoal server` flags override.
   uint32_t batch_txns = 400;
   double batch_us = 4000;
+  // The ratekeeper's bound ([cluster] replay_lag_ms, repl::LeaderOptions::
+  // follower_replay_lag_ms_max): a leader stops proposing while a follower's replay trails
+  // its watermark by more than this, which bounds the backlog a promoted follower installs
+  // before it serves. In [0, kReplayLagMsMax]; 0: unbounded.
+  uint64_t replay_lag_ms = 100;
+  // Failure detection ([cluster] leader_timeout_ms): a follower suspects its leader after
+  // this long without a message from it (plus the round trip between their regions), and
+  // the configuration manager then names a successor. Mako uses 35 ms inside a data center.
+  // In [kLeaderTimeoutMsMin, kLeaderTimeoutMsMax].
+  uint64_t leader_timeout_ms = 100;
   std::vector<Region> regions;
   std::vector<WanLink> wan;
   std::vector<Shard> shards;

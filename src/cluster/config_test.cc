@@ -125,6 +125,10 @@ TEST(ClusterConfig, BadConfigsNameTheField) {
       {"replicas = 3", "replicas = 3\nbatch_us = -1.0", "cluster.batch_us: must be in (0, 1e7]"},
       {"replicas = 3", "replicas = 3\nbatch_us = 2e7", "cluster.batch_us: must be in (0, 1e7]"},
       {"replicas = 3", "replicas = 3\nbatch_us = nan", "cluster.batch_us: must be in (0, 1e7]"},
+      {"replicas = 3", "replicas = 3\nreplay_lag_ms = 600001", "cluster.replay_lag_ms"},
+      {"replicas = 3", "replicas = 3\nreplay_lag_ms = -5", "cluster.replay_lag_ms"},
+      {"replicas = 3", "replicas = 3\nleader_timeout_ms = 5",
+       "cluster.leader_timeout_ms: must be in [30, 600000], not 5"},
       {"replicas = 3", "replicas = 3\nbatch_us = \"fast\"", "cluster.batch_us: expected a number"},
       {"name = \"geo\"", "name = ", "config:"},  // a TOML syntax error, with line and column
   };

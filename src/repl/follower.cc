@@ -558,6 +558,7 @@ void Follower::publish_replay() {
   replay_writes_.store(st.writes, std::memory_order_release);
   replay_cpu_ns_.store(st.cpu_ns, std::memory_order_release);
   applied_.store(applier_->applied_tid(), std::memory_order_release);
+  if (applier_->bootstrap_installed()) bootstrap_installed_.store(true, std::memory_order_release);
   // Every record at or below it is installed, and once the whole bootstrap is (the applied
   // TID reached its end marker's S) the store there is one the leader had: snapshots may be
   // taken from then on. Before, a snapshot could see part of the load.
@@ -747,6 +748,8 @@ void Follower::on_tick(void* self, uint64_t) {
                  f->replay_txns_.load(), f->learns_deferred_);
   }
   if (f->options_.checkpoint_interval_ms > 0 && f->applier_) f->maybe_request_checkpoint(now);
+  f->report_replayed();
+  f->check_leader_heard(now);
   if ((f->stop_ != nullptr && f->stop_->load(std::memory_order_acquire)) || !f->failed_.ok()) {
     f->loop_->stop();
     return;
@@ -754,9 +757,39 @@ void Follower::on_tick(void* self, uint64_t) {
   (void)f->loop_->add_timer(f->loop_->now_ns() + kTickNs, &on_tick, self);
 }
 
+// The leader's ratekeeper (LeaderOptions::follower_replay_lag_ms_max) paces the shard by
+// these reports: one small message a tick at most, only when replay moved.
+void Follower::report_replayed() {
+  const uint64_t applied = applied_tid();
+  if (applied == replayed_sent_) return;
+  replayed_sent_ = applied;
+  const std::string text = nlohmann::json{{"type", "replayed"}, {"tid", applied}}.dump();
+  send(kControlSession, std::as_bytes(std::span(text.data(), text.size())));
+  if (ep_) (void)ep_->flush();
+}
+
+void Follower::check_leader_heard(uint64_t now_ns) {
+  const uint64_t timeout_ns = options_.leader_timeout_ms * 1'000'000;
+  const bool own_stall = now_ns - last_tick_ns_ > timeout_ns / 2 ||
+                         replay_pending_.load(std::memory_order_acquire) >= kReplayQueueMax;
+  last_tick_ns_ = now_ns;
+  if (timeout_ns == 0 || !bootstrap_installed_.load(std::memory_order_acquire)) return;
+  if (own_stall) {
+    last_heard_ns_ = now_ns;
+    return;
+  }
+  if (now_ns - last_heard_ns_ <= timeout_ns || !failed_.ok()) return;
+  leader_silent_ = true;
+  failed_ = Status::Unavailable(fmt::format("replica {}: nothing from leader {} for {} ms",
+                                            options_.replica, leader_replica_,
+                                            (now_ns - last_heard_ns_) / 1'000'000));
+}
+
 Status Follower::run(const std::atomic<bool>* stop) {
   stop_ = stop;
   leader_stopped_ = false;
+  replayed_sent_ = 0;  // a new connection: the leader has not heard any
+  leader_silent_ = false;
   net::EndpointOptions eo;
   eo.max_message_bytes = options_.paxos.max_message_bytes + 4096;
   eo.tcp_buffer_bytes = tcp_buffer_bytes_for(eo.max_message_bytes);
@@ -781,6 +814,7 @@ Status Follower::run(const std::atomic<bool>* stop) {
   lo.spin_ns = 5'000;  // followers share the machine with the leader's workers
   loop_ = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
   last_checkpoint_ns_ = loop_->now_ns();  // the first checkpoint one interval from now
+  last_heard_ns_ = last_tick_ns_ = loop_->now_ns();
   rt::PollerWake wake;
   wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {
     auto* f = static_cast<Follower*>(ctx);
@@ -808,6 +842,7 @@ Status Follower::run(const std::atomic<bool>* stop) {
           }
           if (*n == 0) break;
           any = true;
+          f->last_heard_ns_ = f->loop_->now_ns();
           f->holding_ = true;
           for (size_t i = 0; i < *n; ++i) f->on_message(c[i].imm, c[i].bytes);
           f->ep_->release();

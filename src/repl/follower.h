@@ -106,6 +106,14 @@ struct FollowerOptions {
   // and segments covered by the previous checkpoint are deleted (two are kept). 0: never.
   // A restart loads the newest valid checkpoint and replays only the WAL after it.
   uint64_t checkpoint_interval_ms = 0;
+  // Failure detection: run() ends (leader_silent()) when nothing came from the leader for
+  // this long while its connection stays open (a hung or partitioned leader; a dead one closes
+  // it). The leader's streams send heartbeats every PaxosOptions::heartbeat_ns, so this must
+  // be several of those plus a round trip. Armed once the bootstrap is installed (a leader
+  // busy bootstrapping is slow, not dead). This replica's own stalls do not count: a tick
+  // more than half the timeout late, or the poller paused by replay backpressure, restart
+  // the clock. 0: only a closed connection ends the leader.
+  uint64_t leader_timeout_ms = 0;
 };
 
 // What the follower's checkpoints did (any thread; tests and the log line).
@@ -144,6 +152,8 @@ class Follower {
 
   // The last run() ended because the leader said it stops (not a crash: nobody takes over).
   bool leader_stopped() const { return leader_stopped_; }
+  // The last run() ended because the leader was silent for leader_timeout_ms (suspected).
+  bool leader_silent() const { return leader_silent_; }
 
   // The leader changed (design section 5: the configuration manager named replica `replica`):
   // the next run() dials it. REQUIRES: run() is not running; replica != this replica.
@@ -209,6 +219,13 @@ class Follower {
   std::atomic<uint64_t> replay_pending_{0};  // queued or in hand
   std::atomic<uint64_t> applied_{0}, replay_txns_{0}, replay_writes_{0}, replay_cpu_ns_{0};
   uint64_t last_debug_ns_ = 0;
+  uint64_t replayed_sent_ = 0;  // network thread: the applied TID last reported to the leader
+  void report_replayed();
+  // Failure detection (leader_timeout_ms), network thread.
+  uint64_t last_heard_ns_ = 0, last_tick_ns_ = 0;
+  bool leader_silent_ = false;
+  std::atomic<bool> bootstrap_installed_{false};  // published by publish_replay()
+  void check_leader_heard(uint64_t now_ns);
   uint64_t learns_deferred_ = 0;  // network thread
   // Checkpoints (checkpoint_interval_ms > 0). The network thread requests one (tick), the
   // replay thread writes it between entries (take_checkpoint), a short-lived thread makes it

@@ -65,6 +65,8 @@ struct ReplicationLeader::Peer {
   PeerLink ep;
   bool dead = false;
   Status why;
+  uint64_t replayed_tid = 0;  // the follower's applied TID as it last reported
+  bool replay_reported = false;
   Peer(ReplicationLeader* s, uint32_t r, RawEndpoint e, net::LinkShape shape)
       : self(s), replica(r), ep(std::move(e), shape) {}
 };
@@ -267,6 +269,7 @@ void ReplicationLeader::on_post(void* self) {
 }
 
 void ReplicationLeader::tick() {
+  wm_history_.note(watermark_.load(std::memory_order_relaxed), loop_->now_ns());
   accept_connections();
   for (uint32_t r = 0; r < peers_.size(); ++r) {
     if (peers_[r] && peers_[r]->dead) drop_peer(r, peers_[r]->why);
@@ -327,11 +330,11 @@ void ReplicationLeader::tick() {
     std::fprintf(stderr,
                  "repl: leading %u/%u proposed %lu chosen %lu elections %lu stepped_down %lu "
                  "retransmits %lu watermark %lx pending %zu room %u role %d lag_waits %lu "
-                 "catching_up %lu catchup %lu entries (%lu from the WAL) %lu bytes\n",
+                 "replay_lag_waits %lu (max %lu ms) catching_up %lu catchup %lu entries (%lu from the WAL) %lu bytes\n",
                  leading, options_.streams, st.proposed, st.chosen, st.elections, st.stepped_down,
                  st.retransmits, watermark(), streams_[0]->pending.size(),
                  streams_[0]->paxos->pipeline_room(), static_cast<int>(streams_[0]->paxos->role()),
-                 st.lag_waits, st.catching_up, st.catchup_entries, st.catchup_wal_entries,
+                 st.lag_waits, st.replay_lag_waits, st.replay_lag_ms_max, st.catching_up, st.catchup_entries, st.catchup_wal_entries,
                  st.catchup_bytes);
   }
   if (!request.is_null() && now - last_request_ns_ >= 20'000'000) {
@@ -410,6 +413,25 @@ bool ReplicationLeader::followers_keep_up(Stream& s) {
     if (s.paxos->peer_chosen_index(r) + options_.follower_lag_slots_max < next) {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.lag_waits;
+      return false;
+    }
+  }
+  return followers_replay_keeps_up(s);
+}
+
+bool ReplicationLeader::followers_replay_keeps_up(const Stream& s) {
+  if (options_.follower_replay_lag_ms_max == 0) return true;
+  // Stopping the proposals stops the watermark: a follower's replay then reaches it and the
+  // lag falls to 0, so this never stalls the shard for longer than a replay of the bound.
+  const uint64_t now = loop_->now_ns();
+  for (uint32_t r = 0; r < peers_.size(); ++r) {
+    const Peer* p = peers_[r].get();
+    if (p == nullptr || p->dead || s.catching_up[r] || !p->replay_reported) continue;
+    const uint64_t lag_ms = wm_history_.lag_ns(p->replayed_tid, now) / 1'000'000;
+    if (lag_ms > options_.follower_replay_lag_ms_max) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.replay_lag_waits;
+      stats_.replay_lag_ms_max = std::max(stats_.replay_lag_ms_max, lag_ms);
       return false;
     }
   }
@@ -653,7 +675,16 @@ void ReplicationLeader::drop_peer(uint32_t replica, const Status& why) {
 
 void ReplicationLeader::handle_control(uint32_t from, std::span<const uint8_t> bytes) {
   auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
-  if (j.is_discarded() || j.value("type", "") != "status") return;
+  if (j.is_discarded() || !j.is_object()) return;
+  const std::string type = j.value("type", "");
+  if (type == "replayed") {
+    const auto tid = j.find("tid");
+    if (tid == j.end() || !tid->is_number_unsigned() || !peers_[from]) return;  // malformed
+    peers_[from]->replayed_tid = tid->get<uint64_t>();
+    peers_[from]->replay_reported = true;
+    return;
+  }
+  if (type != "status") return;
   FollowerReport r = FollowerReport::from_json(j);
   r.replica = from;
   std::lock_guard<std::mutex> lock(mu_);

@@ -96,6 +96,12 @@ struct LeaderOptions {
   // PaxosOptions::pipeline_slots is catching up (from the WAL, paced): it is not waited for
   // until it is back within this bound. REQUIRES: < retain_chosen_slots.
   uint64_t follower_lag_slots_max = 192;
+  // The ratekeeper: proposals also stop while a connected follower (one not catching up)
+  // reports a replay position the shard watermark passed more than this long ago, and resume
+  // once it is back within it. The backlog a follower replays before it can serve as the
+  // shard's leader (its takeover) is so bounded, and with it the failover time. Followers
+  // report their applied TID every tick ({"type":"replayed"}). 0: unbounded.
+  uint64_t follower_replay_lag_ms_max = 100;
   Schema schema;  // sent to every follower
 };
 
@@ -104,6 +110,8 @@ struct LeaderStats {
   uint64_t restamped = 0, send_errors = 0, followers_connected = 0;
   uint64_t elections = 0, stepped_down = 0, became_leader = 0;
   uint64_t lag_waits = 0;            // drains that stopped proposing for a follower lagging too far
+  uint64_t replay_lag_waits = 0;     // ... for a follower's replay trailing too far (ratekeeper)
+  uint64_t replay_lag_ms_max = 0;    // the largest replay lag a follower reported, in ms
   uint64_t catchup_entries = 0;      // chosen entries sent by paxos_learn
   uint64_t catchup_bytes = 0;        // ... their bytes
   uint64_t catchup_wal_entries = 0;  // ... of which read back from the WAL
@@ -173,8 +181,10 @@ class ReplicationLeader {
   static void on_post(void* self);
   void tick();
   void drain(Stream& s);
-  // False (counted in lag_waits) while a connected follower lags follower_lag_slots_max.
+  // False (counted in lag_waits) while a connected follower lags follower_lag_slots_max, or
+  // (replay_lag_waits) its replay lags follower_replay_lag_ms_max.
   bool followers_keep_up(Stream& s);
+  bool followers_replay_keeps_up(const Stream& s);
   void update_catching_up(Stream& s);
   void sync_logs();
   void accept_connections();
@@ -196,6 +206,7 @@ class ReplicationLeader {
   std::vector<RawEndpoint> greeting_;         // accepted, waiting for hello
   ShardWatermark wm_;
   std::atomic<uint64_t> watermark_{0};
+  WatermarkHistory wm_history_;  // replication thread
   std::atomic<uint32_t> leading_{0};
   std::atomic<uint32_t> connected_{0};  // peers_ that are set (replication thread writes)
   std::atomic<bool> stop_{false};

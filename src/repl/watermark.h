@@ -16,6 +16,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -50,6 +52,55 @@ class ShardWatermark {
  private:
   std::vector<uint64_t> streams_;
   uint64_t shard_ = 0;
+};
+
+// When the shard watermark passed each value, for the last kSamples changes: turns a
+// follower's replayed TID into how long ago the leader's watermark was there (its replay lag
+// in time), which is what bounds the backlog a promoted follower installs before it serves
+// (LeaderOptions::follower_replay_lag_ms_max).
+//
+// Threads: owned by the leader's replication thread.
+class WatermarkHistory {
+ public:
+  static constexpr size_t kSamples = 4096;  // at one per tick (2 ms): about 8 s
+
+  // The watermark is `tid` at `now_ns`. Lower or equal values change nothing (the watermark
+  // only grows). REQUIRES: now_ns does not go backwards.
+  void note(uint64_t tid, uint64_t now_ns) {
+    if (count_ > 0 && tid <= at(count_ - 1).tid) return;
+    ring_[(first_ + count_) % kSamples] = Sample{tid, now_ns};
+    if (count_ < kSamples) {
+      ++count_;
+    } else {
+      first_ = (first_ + 1) % kSamples;
+    }
+  }
+
+  // How long ago the watermark first rose above `replayed_tid`: 0 when it never has (the
+  // replica is level with it); the oldest sample's age when that is older than the history.
+  uint64_t lag_ns(uint64_t replayed_tid, uint64_t now_ns) const {
+    if (count_ == 0 || at(count_ - 1).tid <= replayed_tid) return 0;
+    size_t lo = 0, hi = count_ - 1;  // the first sample above replayed_tid lies in [lo, hi]
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (at(mid).tid > replayed_tid) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    const uint64_t since = at(lo).ns;
+    return now_ns > since ? now_ns - since : 0;
+  }
+
+ private:
+  struct Sample {
+    uint64_t tid = 0;
+    uint64_t ns = 0;
+  };
+  const Sample& at(size_t i) const { return ring_[(first_ + i) % kSamples]; }
+  std::array<Sample, kSamples> ring_{};
+  size_t first_ = 0, count_ = 0;
 };
 
 }  // namespace shoal::repl

@@ -127,5 +127,32 @@ TEST(ShardWatermark, TxnsSharingAStreamCommitAboveItsPromise) {
   lagging.end();
 }
 
+TEST(WatermarkHistory, LagIsHowLongAgoTheWatermarkPassedTheReplayedTid) {
+  WatermarkHistory h;
+  EXPECT_EQ(h.lag_ns(0, 100), 0u);  // no history: level
+  h.note(10, 1'000);
+  h.note(10, 2'000);  // not a rise: ignored
+  h.note(20, 3'000);
+  h.note(30, 5'000);
+  EXPECT_EQ(h.lag_ns(30, 9'000), 0u);  // level with the watermark
+  EXPECT_EQ(h.lag_ns(40, 9'000), 0u);  // ahead (a report racing the sample)
+  EXPECT_EQ(h.lag_ns(25, 9'000), 4'000u);  // the watermark went above 25 at 5'000
+  EXPECT_EQ(h.lag_ns(20, 9'000), 4'000u);
+  EXPECT_EQ(h.lag_ns(19, 9'000), 6'000u);  // above 19 at 3'000
+  EXPECT_EQ(h.lag_ns(0, 9'000), 8'000u);   // the first sample
+}
+
+TEST(WatermarkHistory, KeepsTheNewestSamplesWhenFull) {
+  WatermarkHistory h;
+  const size_t n = WatermarkHistory::kSamples + 100;
+  for (size_t i = 1; i <= n; ++i) h.note(i * 10, i * 1'000);
+  // Sample i is at tid 10i, time 1000i; the first 100 fell out of the ring.
+  EXPECT_EQ(h.lag_ns(n * 10 - 5, n * 1'000), 0u);
+  EXPECT_EQ(h.lag_ns((n - 1) * 10, n * 1'000 + 500), 500u);
+  EXPECT_EQ(h.lag_ns(500 * 10 + 3, n * 1'000), (n - 501) * 1'000);
+  // Older than the history: the oldest kept sample (i = 101) bounds it from below.
+  EXPECT_EQ(h.lag_ns(5, n * 1'000), (n - 101) * 1'000);
+}
+
 }  // namespace
 }  // namespace shoal::repl

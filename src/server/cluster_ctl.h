@@ -82,6 +82,7 @@ struct DistBenchOptions {
   double wan_rtt_ms = 0;
   std::string fsync = "batch";  // every replica's WAL
   int replica_nice = 10;        // followers' replay threads (they share this machine)
+  int64_t replay_lag_ms = -1;   // local run: the config's ratekeeper bound (-1: its default)
   // Local run: the config's log batching (0: its defaults, 400 txns / 1000 us).
   uint32_t batch_txns = 0;
   double batch_us = 0;
@@ -97,6 +98,7 @@ struct DistBenchOptions {
   // NewOrders checked against the final state (failover_run.h).
   double kill_leader_at = 0;
   uint32_t kill_shard = 0;
+  bool hang_leader = false;  // SIGSTOP instead of SIGKILL (KillPlan::hang)
   // Ctrl-C (src/base/interrupt.h). Set before the run starts: nothing is run, Aborted. Set
   // during the run: the shard servers cannot end a run early yet (no control method for it),
   // so the controller says so, lets them finish their `seconds` and reports as usual.

@@ -30,6 +30,7 @@
 #include "src/server/failover_run.h"
 #include "src/server/process.h"
 #include "src/server/repl_ctl.h"
+#include "src/server/shard_server.h"
 
 namespace shoal::server {
 namespace fs = std::filesystem;
@@ -174,6 +175,7 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   }
   if (o.batch_txns != 0) lc->config.batch_txns = o.batch_txns;
   if (o.batch_us != 0) lc->config.batch_us = o.batch_us;
+  if (o.replay_lag_ms >= 0) lc->config.replay_lag_ms = static_cast<uint64_t>(o.replay_lag_ms);
   lc->config.name = fmt::format("bench-{}", getpid());
   SHOAL_TRY(lc->config.validate());
   lc->dir = (fs::temp_directory_path() / fmt::format("shoal-bench-{}", getpid())).string();
@@ -605,6 +607,9 @@ RunExtras watched_extras(const DistBenchOptions& o, const WatchedRun& w) {
                         {"kill_to_first_commit_ms", w.kill_to_commit_ms},
                         {"killed_leader_committed", w.killed_leader_committed},
                         {"killed_replica_restarted", w.restarted},
+                        {"signal", w.hung ? "SIGSTOP" : "SIGKILL"},
+                        {"deposed_exit_code", w.deposed_exit_code},
+                        {"deposed_exit_ms", w.deposed_exit_ms},
                         {"error", w.error}};
   x.json["failover_ms"] = w.failover_ms;
   x.text += fmt::format("committed per second: {}\n", fmt::join(w.committed_per_second, " "));
@@ -618,11 +623,21 @@ RunExtras watched_extras(const DistBenchOptions& o, const WatchedRun& w) {
     return x;
   }
   x.text += fmt::format(
-      "failover: shard {}'s leader (replica {}) killed at {:.1f} s; replica {} leads in epoch "
+      "failover: shard {}'s leader (replica {}) {} at {:.1f} s; replica {} leads in epoch "
       "{}: elected {:.0f} ms after the kill, first commit {:.0f} ms after the kill, failover "
       "{:.0f} ms (last commit seen before the kill to the first after)\n",
-      w.shard, w.old_leader, o.kill_leader_at, w.new_leader, w.new_epoch, w.leader_elected_ms,
-      w.kill_to_commit_ms, w.failover_ms);
+      w.shard, w.old_leader, w.hung ? "hung (SIGSTOP)" : "killed", o.kill_leader_at,
+      w.new_leader, w.new_epoch, w.leader_elected_ms, w.kill_to_commit_ms, w.failover_ms);
+  if (w.hung) {
+    x.text += fmt::format(
+        "the hung leader, resumed once replaced: exit status {} after {:.0f} ms ({})\n",
+        w.deposed_exit_code, w.deposed_exit_ms,
+        w.deposed_exit_code == kExitDeposed ? "deposed, as it must" : "NOT the deposed exit");
+    if (w.deposed_exit_code != kExitDeposed) {
+      x.verdict = Status::Unavailable(fmt::format(
+          "the hung leader did not exit deposed (status {})", w.deposed_exit_code));
+    }
+  }
   return x;
 }
 
@@ -876,7 +891,7 @@ Status run_dist_bench(const DistBenchOptions& o) {
   if (stopped(o)) return Status::Aborted("interrupted before the run started");
   MicroParams params{o.seconds, o.cross_shard_pct, o.inflight, o.seed};
   fmt::print(stderr, "running {} on {} shards for {:.1f} s...\n", o.workload, shards, o.seconds);
-  KillPlan kill{o.kill_leader_at, o.kill_shard, nullptr};
+  KillPlan kill{o.kill_leader_at, o.kill_shard, o.hang_leader, nullptr};
   kill.restart = [&local](uint32_t shard, uint32_t replica) -> Status {
     auto p = spawn_follower(local.config, local.spawn, local.placement, shard, replica);
     if (!p.ok()) return p.status();

@@ -1,7 +1,9 @@
 #include "src/server/failover_run.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 
+#include <cerrno>
 #include <cmath>
 #include <memory>
 
@@ -49,15 +51,20 @@ class Failover {
     return Status::Ok();
   }
 
-  // SIGKILL of the shard's leader process.
+  // SIGKILL (or, to hang it, SIGSTOP) of the shard's leader process.
   [[nodiscard]] Status kill_leader() {
     for (const ServerProcess& p : procs_) {
       if (p.shard != plan_.shard || p.replica != out_->old_leader || !alive(p)) continue;
-      if (::kill(p.pid, SIGKILL) != 0) {
+      const int sig = plan_.hang ? SIGSTOP : SIGKILL;
+      if (::kill(p.pid, sig) != 0) {
         return Status::IOError(fmt::format("kill {}: {}", process_name(p), std::strerror(errno)));
       }
-      fmt::print(stderr, "killed shard {}'s leader (replica {}, pid {}) with SIGKILL\n",
-                 plan_.shard, out_->old_leader, p.pid);
+      fmt::print(stderr, "{} shard {}'s leader (replica {}, pid {}) with {}\n",
+                 plan_.hang ? "hung" : "killed", plan_.shard, out_->old_leader, p.pid,
+                 plan_.hang ? "SIGSTOP" : "SIGKILL");
+      old_pid_ = p.pid;
+      old_child_ = p.child;
+      out_->hung = plan_.hang;
       out_->killed = true;
       out_->shard = plan_.shard;
       kill_ms_ = now_ms();
@@ -95,6 +102,7 @@ class Failover {
     fmt::print(stderr,
                "shard {}: replica {} leads in epoch {}; load restarted there for {:.1f} s\n",
                plan_.shard, out_->new_leader, out_->new_epoch, rest.seconds);
+    if (plan_.hang) resume_deposed();
     if (plan_.restart) {
       const Status st = plan_.restart(plan_.shard, out_->old_leader);
       out_->restarted = st.ok();
@@ -110,6 +118,35 @@ class Failover {
   uint64_t kill_wall_us() const { return kill_wall_us_; }
 
  private:
+  // The hung leader, its successor serving: SIGCONT, then it must exit on its own (deposed).
+  // Bounded by kDeposedExitTimeoutMs, after which it is killed (deposed_exit_code stays -1).
+  void resume_deposed() {
+    const pid_t pid = old_pid_;
+    (void)::kill(pid, SIGCONT);
+    const uint64_t start = now_ms();
+    while (now_ms() - start < kDeposedExitTimeoutMs) {  // bounded
+      int status = 0;
+      const pid_t r = old_child_ ? ::waitpid(pid, &status, WNOHANG) : 0;
+      const bool gone = old_child_ ? r == pid : (::kill(pid, 0) != 0 && errno == ESRCH);
+      if (gone) {
+        out_->deposed_exit_code = old_child_ && WIFEXITED(status) ? WEXITSTATUS(status)
+                                                                           : -1;
+        out_->deposed_exit_ms = static_cast<double>(now_ms() - start);
+        fmt::print(stderr, "shard {}: the hung leader (pid {}) exited {} ms after SIGCONT ({})\n",
+                   plan_.shard, pid, now_ms() - start,
+                   out_->deposed_exit_code >= 0
+                       ? fmt::format("status {}", out_->deposed_exit_code)
+                       : std::string("killed by a signal or not our child"));
+        return;
+      }
+      RealEnv::instance().sleep_ns(10'000'000);
+    }
+    fmt::print(stderr, "shard {}: the hung leader (pid {}) still runs {} ms after SIGCONT: killed\n",
+               plan_.shard, pid, kDeposedExitTimeoutMs);
+    (void)::kill(pid, SIGKILL);
+    if (old_child_) (void)::waitpid(pid, nullptr, 0);
+  }
+
   ControlClient& client_;
   const cluster::ClusterConfig& config_;
   const std::vector<ServerProcess>& procs_;
@@ -117,6 +154,8 @@ class Failover {
   WatchedRun* out_;
   std::unique_ptr<cluster::EtcdConfigManager> manager_;
   std::unique_ptr<cluster::ClusterStateStore> store_;
+  pid_t old_pid_ = 0;  // set by kill_leader()
+  bool old_child_ = false;
   uint64_t kill_ms_ = 0, kill_wall_us_ = 0;
   bool elected_ = false, running_ = false;
 };

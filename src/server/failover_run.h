@@ -27,10 +27,16 @@ namespace shoal::server {
 
 inline constexpr uint64_t kSampleMs = 20;        // with a kill planned
 inline constexpr uint64_t kSampleMsQuiet = 250;  // without: the per-second series only
+inline constexpr uint64_t kDeposedExitTimeoutMs = 5000;
 
 struct KillPlan {
   double at_seconds = 0;  // 0: no kill
   uint32_t shard = 0;
+  // SIGSTOP instead of SIGKILL: the leader hangs with its connections open, so only its
+  // followers' heartbeat timeout can tell (repl::FollowerOptions::leader_timeout_ms). Once its
+  // successor serves it gets SIGCONT and must find itself deposed and exit
+  // (kExitDeposed, DepositionWatch) within kDeposedExitTimeoutMs.
+  bool hang = false;
   // Restarts the killed replica once its successor serves (it rejoins as a follower); null:
   // it stays down.
   std::function<Status(uint32_t shard, uint32_t replica)> restart;
@@ -49,6 +55,11 @@ struct WatchedRun {
   // The killed leader's commits as last sampled (its final statistics died with it).
   uint64_t killed_leader_committed = 0;
   bool restarted = false;  // the killed replica was started again (as a follower)
+  // A hang (KillPlan::hang): the old leader's exit status after SIGCONT (-1: it did not exit
+  // in time and was killed) and how long after the SIGCONT it exited.
+  bool hung = false;
+  int deposed_exit_code = -1;
+  double deposed_exit_ms = -1;
   std::string error;       // why the failover did not complete, if it did not
 };
 

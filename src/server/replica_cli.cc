@@ -87,6 +87,11 @@ Status run_replica(const ReplicaOptions& options) {
   };
   fo.replay_nice = options.replay_nice;
   fo.checkpoint_interval_ms = options.checkpoint_interval_ms;
+  // Suspecting a live leader only makes sense where someone can take over (etcd); the
+  // round trip to the leader's region comes on top.
+  if (!options.server.etcd.empty()) {
+    fo.leader_timeout_ms = config->leader_timeout_ms + (2 * one_way_ns + 999'999) / 1'000'000;
+  }
   fo.serve_reads = options.serve_reads;
   fo.unsafe_snapshot_read_newest = options.unsafe_snapshot_read_newest;
   fo.read_rounds = [](txn::Engine& engine,
@@ -178,8 +183,9 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
   // majority ends in its connect timeout (Unavailable).
   for (uint32_t round = 0; round < kLeaderChangesMax; ++round) {
     const Status s = follower->run();
-    std::fprintf(stderr, "replica %u: leader %u gone (%s); applied up to TID %lu\n",
-                 options.replica, leader, s.to_string().c_str(), follower->applied_tid());
+    std::fprintf(stderr, "replica %u: leader %u %s (%s); applied up to TID %lu\n",
+                 options.replica, leader, follower->leader_silent() ? "silent" : "gone",
+                 s.to_string().c_str(), follower->applied_tid());
     if (!s.ok()) return s;
     // Without a configuration manager nobody can tell a dead leader from one that stopped (a
     // benchmark's end): the follower stops with it, as before.

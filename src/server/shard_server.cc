@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -35,7 +36,9 @@
 #include "src/repl/leader.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
+#include "src/cluster/etcd_config_manager.h"
 #include "src/server/control.h"
+#include "src/server/deposition_watch.h"
 #include "src/server/dist_bank.h"
 #include "src/server/dist_micro.h"
 #include "src/server/dist_tpcc.h"
@@ -324,6 +327,9 @@ class ShardServer {
   std::unique_ptr<ControlPlane> control_;  // transport shm only
   // Replication (after engine_: the leader reads it; before workers_: they hold its appenders).
   std::unique_ptr<repl::ReplicationLeader> replication_;
+  std::unique_ptr<cluster::ConfigManager> etcd_;  // a replicated shard under etcd
+  std::unique_ptr<DepositionWatch> deposition_watch_;  // after etcd_: it reads through it
+  [[nodiscard]] Status start_deposition_watch();
   uint64_t snapshot_tid_ = 0;
   std::mutex repl_mu_;                      // one kRepl call at a time (collect_reports)
   std::atomic<bool> closing_{false};        // a close is in flight
@@ -678,6 +684,7 @@ Status ShardServer::serve() {
     });
   }
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  SHOAL_TRY(start_deposition_watch());
   fmt::print(stderr,
              "shoal server: shard {} replica {} ready on {}:{} (epoch {}, {} worker{}, keys [{}, "
              "{}))\n",
@@ -687,6 +694,35 @@ Status ShardServer::serve() {
   accept_loop();
   stop_workers();
   fmt::print(stderr, "shoal server: shard {} stopped\n", options_.shard);
+  return Status::Ok();
+}
+
+// A leader replaced while it hung must stop at once (DepositionWatch): it exits as a crash
+// would, without the "bye" that tells followers a leader stopped on purpose; it rejoins as a
+// follower when restarted.
+Status ShardServer::start_deposition_watch() {
+  if (options_.etcd.empty() || replication_ == nullptr) return Status::Ok();
+  cluster::EtcdOptions eo;
+  eo.endpoints = options_.etcd;
+  auto manager = cluster::EtcdConfigManager::create(eo);
+  if (!manager.ok()) return manager.status();
+  etcd_ = std::move(*manager);
+  DepositionWatchOptions wo;
+  wo.cluster = config_.name;
+  wo.shard = options_.shard;
+  wo.replica = me_;
+  wo.epoch = epoch_;
+  const uint32_t shard = options_.shard, me = me_;
+  const uint64_t epoch = epoch_;
+  deposition_watch_ = std::make_unique<DepositionWatch>(
+      *etcd_, wo, [shard, me, epoch](uint64_t now_epoch, uint32_t leader) {
+        std::fprintf(stderr,
+                     "shoal server: shard %u replica %u: deposed: the configuration manager "
+                     "names replica %u the leader in epoch %lu (we led in epoch %lu); exiting\n",
+                     shard, me, leader, now_epoch, epoch);
+        std::_Exit(kExitDeposed);
+      });
+  deposition_watch_->start();
   return Status::Ok();
 }
 
@@ -893,6 +929,7 @@ Status ShardServer::start_replication(Promotion* promotion) {
   lo.paxos.epoch = epoch_;  // the no-ops that fill holes
   lo.retain_chosen_slots = options_.retain_slots;
   lo.follower_lag_slots_max = options_.retain_slots * 3 / 4;
+  lo.follower_replay_lag_ms_max = config_.replay_lag_ms;
   lo.schema = repl::Schema::of(*engine_, options_.workload);
   if (promotion == nullptr) {  // a promoted follower's WAL comes with its takeover
     lo.wal_dir = options_.data_dir.empty()

@@ -106,6 +106,10 @@ struct Promotion {
   repl::Takeover takeover;
 };
 
+// The exit status of a leader that found itself replaced (DepositionWatch): it stopped serving
+// at once, as a crash would.
+inline constexpr int kExitDeposed = 4;
+
 // Runs the shard until SIGTERM or SIGINT. Errors: InvalidArgument (config, naming the field;
 // shard out of range), Unavailable (a peer never accepted, naming it), IOError (listen),
 // Timeout (a promotion whose takeover found no majority).
