@@ -20,6 +20,7 @@
 //
 // Threads: main() parses on the main thread; the benchmark runner starts its own workers.
 #include <cctype>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -755,7 +756,18 @@ int usage_error(const CLI::ParseError& e) {
 }  // namespace
 }  // namespace shoal
 
+// libfabric pulls in libinfinipath (PSM), whose constructor installs handlers for SIGINT,
+// SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT before main: they write "shoal.80s-<pid>,<host>.btr"
+// files into the working directory and call exit() from the handler, whose thread-local
+// destructors then abort (a follower SIGTERMed while it recovered its WAL left such files).
+// Ours are installed where a command needs them; everything else gets the default back, so
+// a crash dumps core and a SIGTERM just terminates.
+void restore_default_signal_handlers() {
+  for (int sig : {SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL, SIGABRT}) (void)std::signal(sig, SIG_DFL);
+}
+
 int main(int argc, char** argv) {
+  restore_default_signal_handlers();
   CLI::App app{"shoal: an in-memory serializable transactional key-value store", "shoal"};
   app.require_subcommand(1);
   app.footer(
