@@ -62,10 +62,11 @@ void Connection::process() {
       return;
     }
     if (*parsed == 0) return;
+    const uint64_t reply_start = out_.written_total();
     session_.execute(parser_.args(), out_);
     in_head_ += *parsed;
     if (const uint64_t token = session_.take_durable_token(); token != 0) {
-      gates_.push_back({out_.written_total(), token});
+      gates_.push_back({reply_start, token});
     }
     if (session_.quit_requested()) closing_ = true;
   }
@@ -78,7 +79,7 @@ std::string_view Connection::sendable(const std::function<bool(uint64_t)>& is_du
   }
   const std::string_view pending = out_.pending();
   if (gates_.empty()) return pending;
-  const uint64_t end = gates_.front().output_end;
+  const uint64_t end = gates_.front().output_start;
   return pending.substr(0, static_cast<size_t>(end - out_.consumed_total()));
 }
 

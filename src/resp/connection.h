@@ -75,7 +75,7 @@ class Connection {
 
  private:
   struct Gate {
-    uint64_t output_end;  // ReplyWriter::written_total() after the gated reply
+    uint64_t output_start;  // ReplyWriter::written_total() before the gated reply
     uint64_t token;
   };
 
