@@ -17,7 +17,7 @@ run_fuzzers() {
   fi
   local seconds="${SHOAL_FUZZ_SECONDS:-10}"
   mkdir -p "$root/build/fuzz"
-  for script in src/net/fuzz/build.sh src/repl/fuzz/build.sh; do
+  for script in src/net/fuzz/build.sh src/repl/fuzz/build.sh src/resp/fuzz/build.sh; do
     echo "run-tests: $script: fuzzing for $seconds s" >&2
     if ! (cd "$root/build/fuzz" && "$root/$script" "$seconds"); then
       echo "run-tests: $script FAILED (a crash leaves its input in build/fuzz/crash-*)" >&2
