@@ -151,6 +151,21 @@ bool delta_arg(Ctx& c, int64_t* delta) {
   return false;
 }
 
+// DEL and EXISTS: replies how many arguments name live keys (a repeated key counts again for
+// EXISTS; for DEL it is gone the second time: the transaction sees its own deletes). With
+// `remove`, every key found is deleted, expired ones too.
+Status count_live_keys(Ctx& c, bool remove) {
+  int64_t live = 0;
+  for (size_t i = 1; i < c.args.size(); ++i) {
+    Read r;
+    SHOAL_TRY(read_key(c, c.args[i], &r));
+    if (remove && r.found) SHOAL_TRY(c.txn->del(c.args[i]));
+    live += r.live ? 1 : 0;
+  }
+  c.out.integer(live);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status cmd_get(Ctx& c) {
@@ -213,26 +228,10 @@ Status cmd_getdel(Ctx& c) {
 }
 
 Status cmd_del(Ctx& c) {
-  int64_t deleted = 0;
-  for (size_t i = 1; i < c.args.size(); ++i) {
-    Read r;
-    SHOAL_TRY(read_key(c, c.args[i], &r));
-    if (r.found) SHOAL_TRY(c.txn->del(c.args[i]));  // the transaction sees its own deletes
-    deleted += r.live ? 1 : 0;
-  }
-  c.out.integer(deleted);
-  return Status::Ok();
+  return count_live_keys(c, /*remove=*/true);
 }
-
 Status cmd_exists(Ctx& c) {
-  int64_t live = 0;
-  for (size_t i = 1; i < c.args.size(); ++i) {
-    Read r;
-    SHOAL_TRY(read_key(c, c.args[i], &r));
-    live += r.live ? 1 : 0;
-  }
-  c.out.integer(live);
-  return Status::Ok();
+  return count_live_keys(c, /*remove=*/false);
 }
 
 Status cmd_mget(Ctx& c) {

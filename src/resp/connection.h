@@ -11,7 +11,7 @@
 // Back-pressure: process() stops before a request while the output is over the writer's soft
 // limit (resp_writer.h) and wants_input() turns false; the server stops reading the socket
 // until the peer drains the output. Input is bounded by the parser's max_request_bytes plus
-// one read (input_space() offers no more), output by the writer's hard limit.
+// one read when the server reads only while wants_input(); output by the writer's hard limit.
 // Fairness: process() executes at most max_requests_per_turn requests, then returns with
 // has_work() true, so one pipelining client cannot hold a server thread.
 // Durability: a committed transaction's reply may leave only once its CommitInfo token is
@@ -64,7 +64,10 @@ class Connection {
   void consume_output(size_t n);
   size_t pending_output_bytes() const { return out_.pending_bytes(); }
 
-  bool wants_input() const { return !closing_ && !out_.over_soft_limit(); }
+  // Whether to read the socket: not while complete requests wait (has_work(): call process()
+  // first) or the output is over its soft limit. Reading only then bounds the input to one
+  // partial request (max_request_bytes) plus one read.
+  bool wants_input() const { return !closing_ && !has_work_ && !out_.over_soft_limit(); }
   // Unparsed input remains and process() can make progress on it.
   bool has_work() const { return !closing_ && has_work_; }
   // QUIT or a protocol error: close once the output is sent.
