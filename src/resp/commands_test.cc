@@ -371,6 +371,16 @@ TEST_F(Commands, OutputOverTheHardLimitCloses) {
   EXPECT_TRUE(t.conn.must_close_now());
 }
 
+TEST_F(Commands, IdleConnectionReleasesItsBuffers) {
+  ASSERT_EQ(c.call({"SET", "big", std::string(100000, 'x')}), "+OK\r\n");
+  ASSERT_EQ(c.call({"GET", "big"}).size(), 100011u);
+  EXPECT_GE(c.conn.buffer_bytes(), 200000u);
+  c.conn.release_buffers();
+  EXPECT_LT(c.conn.buffer_bytes(), 64u);  // an empty std::string keeps its inline bytes
+  EXPECT_EQ(c.call({"STRLEN", "big"}), ":100000\r\n");
+  EXPECT_LT(sizeof(Connection), 1024u);
+}
+
 TEST_F(Commands, RepliesWaitForDurability) {
   uint64_t durable = 0;
   auto is_durable = [&](uint64_t token) { return token <= durable; };

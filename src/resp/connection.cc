@@ -87,4 +87,12 @@ void Connection::consume_output(size_t n) {
   out_.consume(n);
 }
 
+void Connection::release_buffers() {
+  if (in_head_ == in_len_) {
+    std::vector<char>().swap(in_);
+    in_head_ = in_len_ = 0;
+  }
+  out_.shrink();
+}
+
 }  // namespace shoal::resp

@@ -76,6 +76,12 @@ class Connection {
   bool must_close_now() const { return out_.overflowed(); }
   Session& session() { return session_; }
 
+  // Frees the input and output buffers when both are empty, so that an idle connection costs
+  // sizeof(Connection) plus its session's small state (a server calls it when a connection
+  // goes quiet; 10,000 idle clients must not pin 10,000 x 16 KiB).
+  void release_buffers();
+  size_t buffer_bytes() const { return in_.capacity() + out_.capacity_bytes(); }
+
  private:
   struct Gate {
     uint64_t output_start;  // ReplyWriter::written_total() before the gated reply

@@ -34,10 +34,12 @@
 //   - Errors: Aborted (from any call) means "conflict: abort() and retry"; any other error is
 //     reported to the client as "-ERR <message>" after abort().
 // Durability: commit() returns once the transaction is committed (serialized); its
-// CommitInfo::durable_token names what must be durable before the reply may leave (0: nothing,
-// e.g. read-only). The connection holds replies behind that token (connection.h); the server
-// decides when a token is durable (the vectorized watermark) or treats every token as durable
-// when started to reply at the speculative commit.
+// CommitInfo::durable_token names what must be durable before the reply may leave (0:
+// nothing). A read-only transaction that read a version not yet durable must return a token
+// too (covering the newest version it read): otherwise a client could be shown a value that a
+// crash then takes back. The connection holds replies behind the token (connection.h); the
+// server decides when a token is durable (the vectorized watermark) or treats every token as
+// durable when started to reply at the speculative commit.
 // Threads: a KvTxn belongs to one session (one connection thread) and is reused for its
 // transactions one after another; KvBackend::open() is thread-safe.
 // Blocking: calls are synchronous. A local engine answers from memory; a cross-shard

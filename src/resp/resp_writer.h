@@ -70,6 +70,14 @@ class ReplyWriter {
   // layer rolls back the reply of a transaction attempt that conflicted. REQUIRES:
   // consumed_total() <= mark <= written_total() (nothing consumed since the mark).
   void rollback(uint64_t mark);
+  // Frees the buffer's memory when nothing is pending (an idle connection).
+  void shrink() {
+    if (pending_bytes() == 0) {
+      std::string().swap(buf_);
+      head_ = 0;
+    }
+  }
+  size_t capacity_bytes() const { return buf_.capacity(); }
   bool over_soft_limit() const { return pending_bytes() >= limits_.soft_limit_bytes; }
   bool overflowed() const { return overflowed_; }
   // Bytes ever written / consumed: positions that stay valid across consume().
