@@ -133,6 +133,7 @@ Status cmd_unwatch(Ctx& c);
 Status cmd_client_setname(Ctx& c);
 Status cmd_client_getname(Ctx& c);
 Status cmd_client_id(Ctx& c);
+Status cmd_config_get(Ctx& c);
 Status cmd_command(Ctx& c);
 Status cmd_command_count(Ctx& c);
 Status cmd_command_info(Ctx& c);

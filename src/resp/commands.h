@@ -6,7 +6,8 @@
 // without a password does), SELECT 0, QUIT, GET, SET (EX PX EXAT PXAT KEEPTTL NX XX GET),
 // SETNX, GETSET, GETDEL, DEL, EXISTS, MGET, MSET, INCR, INCRBY, DECR, DECRBY, APPEND, STRLEN,
 // SCAN (MATCH COUNT TYPE), DBSIZE, INFO, CLIENT SETNAME/GETNAME/ID, COMMAND (COUNT, INFO,
-// DOCS, LIST), MULTI, EXEC, DISCARD, WATCH, UNWATCH; error replies in Redis's wording.
+// DOCS, LIST), CONFIG GET, MULTI, EXEC, DISCARD, WATCH, UNWATCH; error replies in Redis's
+// wording.
 //
 // Transactions: each data command is one backend transaction; each EXEC is one transaction
 // holding its queued commands, so EXEC is serializable and atomic. A transaction that meets a

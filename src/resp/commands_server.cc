@@ -2,6 +2,7 @@
 #include <string>
 
 #include "src/resp/command_table.h"
+#include "src/resp/glob.h"
 
 namespace shoal::resp {
 namespace {
@@ -232,6 +233,31 @@ Status cmd_client_getname(Ctx& c) {
 
 Status cmd_client_id(Ctx& c) {
   c.out.integer(static_cast<int64_t>(c.state.options.client_id));
+  return Status::Ok();
+}
+
+// CONFIG GET: the few parameters clients ask about (redis-benchmark reads save and
+// appendonly), read-only; Shoal is configured by its cluster config, not by CONFIG SET.
+Status cmd_config_get(Ctx& c) {
+  static constexpr std::pair<std::string_view, std::string_view> kParams[] = {
+      {"appendonly", "no"}, {"databases", "1"},
+      {"maxmemory", "0"},   {"proto-max-bulk-len", "1048576"},
+      {"save", ""},
+  };
+  std::vector<const std::pair<std::string_view, std::string_view>*> hits;
+  for (const auto& param : kParams) {
+    for (size_t i = 2; i < c.args.size(); ++i) {
+      if (glob_match(lower(c.args[i]), param.first)) {
+        hits.push_back(&param);
+        break;
+      }
+    }
+  }
+  c.out.map_header(hits.size());
+  for (const auto* h : hits) {
+    c.out.bulk(h->first);
+    c.out.bulk(h->second);
+  }
   return Status::Ok();
 }
 

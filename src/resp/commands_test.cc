@@ -302,7 +302,7 @@ TEST_F(Commands, HelloSwitchesToResp3) {
 }
 
 TEST_F(Commands, CommandIntrospectionForRedisCli) {
-  EXPECT_EQ(c.call({"COMMAND", "COUNT"}), ":30\r\n");
+  EXPECT_EQ(c.call({"COMMAND", "COUNT"}), ":31\r\n");
   EXPECT_EQ(c.call({"COMMAND", "COUNT", "x"}),
             "-ERR wrong number of arguments for 'command|count' command\r\n");
   EXPECT_EQ(c.call({"COMMAND", "FOO"}), "-ERR unknown subcommand 'FOO'. Try COMMAND HELP.\r\n");
@@ -311,7 +311,11 @@ TEST_F(Commands, CommandIntrospectionForRedisCli) {
   EXPECT_NE(info.find("$-1\r\n"), std::string::npos);
   const std::string docs = c.call({"COMMAND", "DOCS", "set"});
   EXPECT_NE(docs.find("summary"), std::string::npos);
-  EXPECT_EQ(c.call({"COMMAND"}).substr(0, 5), "*30\r\n");
+  EXPECT_EQ(c.call({"COMMAND"}).substr(0, 5), "*31\r\n");
+  EXPECT_EQ(c.call({"CONFIG", "GET", "APPENDONLY", "data*"}),
+            "*4\r\n" + bulk("appendonly") + bulk("no") + bulk("databases") + bulk("1"));
+  EXPECT_EQ(c.call({"CONFIG", "SET", "save", ""}),
+            "-ERR unknown subcommand 'SET'. Try CONFIG HELP.\r\n");
   const std::string inf = c.call({"INFO"});
   EXPECT_NE(inf.find("# Server\r\nredis_version:"), std::string::npos);
   EXPECT_NE(inf.find("# Keyspace"), std::string::npos);

@@ -136,7 +136,8 @@ struct Step {
   bool compare = true;
 };
 
-std::vector<Step> script() {
+// RESP2: the string commands' replies and errors.
+std::vector<Step> resp2_string_steps() {
   const std::string_view kMin = "-9223372036854775808";
   return {
       {{"PING"}},
@@ -181,6 +182,13 @@ std::vector<Step> script() {
       {{"SET", "a", "1", "KEEPTTL", "EX", "5"}},
       {{"SET", "a", "1", "FOO"}},
       {{"SET", "a", "1", "EX"}},
+  };
+}
+
+// RESP2: connection and server commands, arity and unknown-command errors, MULTI/EXEC/WATCH,
+// SCAN.
+std::vector<Step> resp2_server_steps() {
+  return {
       {{"DBSIZE"}},
       {{"SELECT", "0"}},
       {{"SELECT", "1"}},
@@ -239,6 +247,12 @@ std::vector<Step> script() {
       {{"HELLO", "x"}},
       {{"HELLO", "2", "FOO"}},
       {{"HELLO", "3", "AUTH", "bob", "x"}},
+  };
+}
+
+// After HELLO 3: RESP3 replies (null, map), then back to RESP2.
+std::vector<Step> resp3_steps() {
+  return {
       {{"HELLO", "3"}, false},
       {{"GET", "nokey"}},
       {{"MGET", "a", "nokey"}},
@@ -252,6 +266,13 @@ std::vector<Step> script() {
       {{"INCR", "t"}},
       {{"MULTI"}},
       {{"EXEC"}},
+      {{"CONFIG", "GET", "appendonly"}},
+      {{"CONFIG", "GET", "databases"}},  // (Redis orders several parameters at random)
+      {{"CONFIG", "GET", "save"}},
+      {{"CONFIG", "GET", "nosuch"}},
+      {{"CONFIG"}},
+      {{"CONFIG", "GET"}},
+      {{"CONFIG", "FOO"}},
       {{"INFO"}, false},
       {{"HELLO", "2"}, false},
       {{"GET", "nokey"}},
@@ -271,7 +292,10 @@ TEST(RedisCompat, SameBytesAsRedisServer) {
   testing::ManualEnv env;
   testing::TestClient ours{backend, env};
   int compared = 0;
-  for (const Step& step : script()) {
+  std::vector<Step> script = resp2_string_steps();
+  for (Step& step : resp2_server_steps()) script.push_back(std::move(step));
+  for (Step& step : resp3_steps()) script.push_back(std::move(step));
+  for (const Step& step : script) {
     const std::string want = redis.call(step.args);
     const std::string got = ours.call(step.args);
     if (!step.compare) continue;
