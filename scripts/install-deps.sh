@@ -12,7 +12,10 @@ packages=(
   # The configuration manager (src/cluster/config_manager.h): etcd 3.4 as the server and
   # etcdctl to inspect it; libcurl for EtcdConfigManager's requests to its JSON gateway.
   etcd-server etcd-client libcurl4-openssl-dev
-  # The libFuzzer targets (src/net/fuzz, src/repl/fuzz) build with clang and its runtime.
+  # The Redis protocol layer (src/resp) is tested against the real thing: redis-server (its
+  # replies, byte for byte), redis-cli and the hiredis client library.
+  redis-server redis-tools libhiredis-dev
+  # The libFuzzer targets (src/net/fuzz, src/repl/fuzz, src/resp/fuzz) build with clang and its runtime.
   clang libclang-rt-14-dev
 )
 missing=()

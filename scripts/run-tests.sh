@@ -17,7 +17,7 @@ run_fuzzers() {
   fi
   local seconds="${SHOAL_FUZZ_SECONDS:-10}"
   mkdir -p "$root/build/fuzz"
-  for script in src/net/fuzz/build.sh src/repl/fuzz/build.sh; do
+  for script in src/net/fuzz/build.sh src/repl/fuzz/build.sh src/resp/fuzz/build.sh; do
     echo "run-tests: $script: fuzzing for $seconds s" >&2
     if ! (cd "$root/build/fuzz" && "$root/$script" "$seconds"); then
       echo "run-tests: $script FAILED (a crash leaves its input in build/fuzz/crash-*)" >&2
@@ -38,8 +38,9 @@ if [ "${SHOAL_SKIP_SANITIZERS:-0}" != "1" ]; then
   export SHOAL_TEST_SCALE=small
   sanitized=(base_test index_test txn_test sim_test workloads_test cluster_test)
   # repl_test under ASan too (WAL reads into reused buffers, catch-up): its library is
-  # built for sim_test anyway; ~20 s of tests.
-  "$root/scripts/build.sh" asan "${sanitized[@]}" repl_test
+  # built for sim_test anyway; ~20 s of tests. resp_test too (the RESP parser and command
+  # layer take untrusted bytes; ~2 min to build, ~1 s to run); not under TSan (one thread).
+  "$root/scripts/build.sh" asan "${sanitized[@]}" repl_test resp_test
   # Only the binaries above are built here: skip the CLI tests and the others' placeholders.
   (cd "$root/build/asan" && ctest --output-on-failure -j 2 --timeout 600 -E '^cli_|_NOT_BUILT$')
   # Plus the in-process replication tests (a leader thread, follower threads, workers): run

@@ -1,0 +1,319 @@
+// The string commands: GET SET SETNX GETSET GETDEL DEL EXISTS MGET MSET INCR INCRBY DECR
+// DECRBY APPEND STRLEN DBSIZE. Each runs inside the transaction in Ctx::txn.
+#include <charconv>
+#include <climits>
+
+#include "src/resp/command_table.h"
+#include "src/resp/value_format.h"
+
+namespace shoal::resp {
+namespace {
+
+constexpr std::string_view kNotInteger = "ERR value is not an integer or out of range";
+constexpr std::string_view kTooBig = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
+
+// A key as read: whether a record exists at all, and whether it is live (not expired).
+struct Read {
+  bool found = false;
+  bool live = false;
+  StoredString value;  // views state.raw: valid until the next read
+};
+
+Status read_key(Ctx& c, std::string_view key, Read* r) {
+  uint64_t version = 0;
+  Status s = c.txn->get(key, &c.state.raw, &version);
+  *r = Read{};
+  if (s.is_not_found()) return Status::Ok();
+  SHOAL_TRY(s);
+  auto decoded = decode_string(c.state.raw);
+  if (!decoded.ok()) return decoded.status();
+  r->found = true;
+  r->value = *decoded;
+  r->live = !r->value.expired(c.now_ms);
+  return Status::Ok();
+}
+
+Status write_value(Ctx& c, std::string_view key, std::string_view payload, uint64_t expiry_ms) {
+  encode_string(payload, expiry_ms, &c.state.encoded);
+  return c.txn->put(key, c.state.encoded);
+}
+
+void reply_value(Ctx& c, const Read& r) {
+  if (r.live) {
+    c.out.bulk(r.value.payload);
+  } else {
+    c.out.null();
+  }
+}
+
+// SET's options, parsed as Redis 7.0 parses them (parseExtendedStringArgumentsOrReply).
+struct SetOptions {
+  bool nx = false, xx = false, get = false, keepttl = false;
+  char unit = 0;            // 0 none, 'e' EX, 'p' PX, 'E' EXAT, 'P' PXAT
+  std::string_view expire;  // the expiry argument
+};
+
+bool is_option(std::string_view arg, std::string_view name) {
+  if (arg.size() != name.size()) return false;
+  for (size_t i = 0; i < arg.size(); ++i) {
+    char a = arg[i];
+    if (a >= 'a' && a <= 'z') a = static_cast<char>(a - ('a' - 'A'));
+    if (a != name[i]) return false;
+  }
+  return true;
+}
+
+bool parse_set_options(Args args, SetOptions* o) {
+  static constexpr std::pair<std::string_view, char> kUnits[] = {
+      {"EX", 'e'}, {"PX", 'p'}, {"EXAT", 'E'}, {"PXAT", 'P'}};
+  for (size_t j = 3; j < args.size(); ++j) {  // each pass consumes 1 or 2 arguments
+    const std::string_view a = args[j];
+    const bool has_next = j + 1 < args.size();
+    if (is_option(a, "NX") && !o->xx) {
+      o->nx = true;
+    } else if (is_option(a, "XX") && !o->nx) {
+      o->xx = true;
+    } else if (is_option(a, "GET")) {
+      o->get = true;
+    } else if (is_option(a, "KEEPTTL") && o->unit == 0) {
+      o->keepttl = true;
+    } else {
+      bool matched = false;
+      for (const auto& [name, unit] : kUnits) {
+        // The same unit may repeat (the last wins); two different ones may not.
+        if (is_option(a, name) && !o->keepttl && (o->unit == 0 || o->unit == unit) && has_next) {
+          o->unit = unit;
+          o->expire = args[++j];
+          matched = true;
+          break;
+        }
+      }
+      if (!matched) return false;
+    }
+  }
+  return true;
+}
+
+// The absolute expiry in Unix ms for SET's option, or false (reply written) when invalid.
+bool expiry_of(Ctx& c, const SetOptions& o, uint64_t* expiry_ms) {
+  *expiry_ms = kNoExpiry;
+  if (o.unit == 0) return true;
+  int64_t v = 0;
+  if (!parse_i64(o.expire, &v)) {
+    c.out.error(kNotInteger);
+    return false;
+  }
+  const bool seconds = o.unit == 'e' || o.unit == 'E';
+  const bool relative = o.unit == 'e' || o.unit == 'p';
+  bool ok = v > 0 && (!seconds || v <= LLONG_MAX / 1000);
+  if (ok && seconds) v *= 1000;
+  if (ok && relative) ok = !__builtin_add_overflow(v, static_cast<int64_t>(c.now_ms), &v);
+  if (!ok) {
+    c.out.error("ERR invalid expire time in 'set' command");
+    return false;
+  }
+  *expiry_ms = static_cast<uint64_t>(v);
+  return true;
+}
+
+bool value_fits(Ctx& c, std::string_view value) {
+  if (value.size() <= kMaxValueBytes) return true;
+  c.out.error(kTooBig);
+  return false;
+}
+
+// INCR/INCRBY/DECR/DECRBY: adds delta to the key's integer (absent: 0), keeping its expiry.
+Status incr_by(Ctx& c, int64_t delta) {
+  Read r;
+  SHOAL_TRY(read_key(c, c.args[1], &r));
+  int64_t old = 0;
+  if (r.live && !parse_i64(r.value.payload, &old)) {
+    c.out.error(kNotInteger);
+    return Status::Ok();
+  }
+  int64_t result = 0;
+  if (__builtin_add_overflow(old, delta, &result)) {
+    c.out.error("ERR increment or decrement would overflow");
+    return Status::Ok();
+  }
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof(digits), result).ptr;
+  SHOAL_TRY(write_value(c, c.args[1], std::string_view(digits, end - digits),
+                        r.live ? r.value.expiry_ms : kNoExpiry));
+  c.out.integer(result);
+  return Status::Ok();
+}
+
+// The delta argument of INCRBY/DECRBY, or false (reply written).
+bool delta_arg(Ctx& c, int64_t* delta) {
+  if (parse_i64(c.args[2], delta)) return true;
+  c.out.error(kNotInteger);
+  return false;
+}
+
+// DEL and EXISTS: replies how many arguments name live keys (a repeated key counts again for
+// EXISTS; for DEL it is gone the second time: the transaction sees its own deletes). With
+// `remove`, every key found is deleted, expired ones too.
+Status count_live_keys(Ctx& c, bool remove) {
+  int64_t live = 0;
+  for (size_t i = 1; i < c.args.size(); ++i) {
+    Read r;
+    SHOAL_TRY(read_key(c, c.args[i], &r));
+    if (remove && r.found) SHOAL_TRY(c.txn->del(c.args[i]));
+    live += r.live ? 1 : 0;
+  }
+  c.out.integer(live);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status cmd_get(Ctx& c) {
+  Read r;
+  SHOAL_TRY(read_key(c, c.args[1], &r));
+  reply_value(c, r);
+  return Status::Ok();
+}
+
+Status cmd_set(Ctx& c) {
+  SetOptions o;
+  if (!parse_set_options(c.args, &o)) {
+    c.out.error("ERR syntax error");
+    return Status::Ok();
+  }
+  uint64_t expiry = kNoExpiry;
+  if (!value_fits(c, c.args[2]) || !expiry_of(c, o, &expiry)) return Status::Ok();
+  Read r;
+  // A plain SET is a blind write: no read, so nothing to validate at commit.
+  if (o.get || o.nx || o.xx || o.keepttl) SHOAL_TRY(read_key(c, c.args[1], &r));
+  if (o.get) reply_value(c, r);
+  if ((o.nx && r.live) || (o.xx && !r.live)) {
+    if (!o.get) c.out.null();
+    return Status::Ok();
+  }
+  if (o.keepttl && r.live) expiry = r.value.expiry_ms;
+  if (expiry != kNoExpiry && expiry <= c.now_ms) {
+    SHOAL_TRY(c.txn->del(c.args[1]));  // already expired (EXAT in the past): as Redis, gone
+  } else {
+    SHOAL_TRY(write_value(c, c.args[1], c.args[2], expiry));
+  }
+  if (!o.get) c.out.simple("OK");
+  return Status::Ok();
+}
+
+Status cmd_setnx(Ctx& c) {
+  if (!value_fits(c, c.args[2])) return Status::Ok();
+  Read r;
+  SHOAL_TRY(read_key(c, c.args[1], &r));
+  if (!r.live) SHOAL_TRY(write_value(c, c.args[1], c.args[2], kNoExpiry));
+  c.out.integer(r.live ? 0 : 1);
+  return Status::Ok();
+}
+
+Status cmd_getset(Ctx& c) {
+  if (!value_fits(c, c.args[2])) return Status::Ok();
+  Read r;
+  SHOAL_TRY(read_key(c, c.args[1], &r));
+  SHOAL_TRY(write_value(c, c.args[1], c.args[2], kNoExpiry));
+  reply_value(c, r);
+  return Status::Ok();
+}
+
+Status cmd_getdel(Ctx& c) {
+  Read r;
+  SHOAL_TRY(read_key(c, c.args[1], &r));
+  if (r.found) SHOAL_TRY(c.txn->del(c.args[1]));
+  reply_value(c, r);
+  return Status::Ok();
+}
+
+Status cmd_del(Ctx& c) {
+  return count_live_keys(c, /*remove=*/true);
+}
+Status cmd_exists(Ctx& c) {
+  return count_live_keys(c, /*remove=*/false);
+}
+
+Status cmd_mget(Ctx& c) {
+  c.out.array_header(c.args.size() - 1);
+  for (size_t i = 1; i < c.args.size(); ++i) {
+    Read r;
+    SHOAL_TRY(read_key(c, c.args[i], &r));
+    reply_value(c, r);
+  }
+  return Status::Ok();
+}
+
+Status cmd_mset(Ctx& c) {
+  if (c.args.size() % 2 == 0) {
+    reply_arity_error(c.out, *find_command("mset"));
+    return Status::Ok();
+  }
+  for (size_t i = 2; i < c.args.size(); i += 2) {
+    if (!value_fits(c, c.args[i])) return Status::Ok();
+  }
+  for (size_t i = 1; i < c.args.size(); i += 2) {
+    SHOAL_TRY(write_value(c, c.args[i], c.args[i + 1], kNoExpiry));
+  }
+  c.out.simple("OK");
+  return Status::Ok();
+}
+
+Status cmd_incr(Ctx& c) {
+  return incr_by(c, 1);
+}
+Status cmd_decr(Ctx& c) {
+  return incr_by(c, -1);
+}
+
+Status cmd_incrby(Ctx& c) {
+  int64_t delta = 0;
+  if (!delta_arg(c, &delta)) return Status::Ok();
+  return incr_by(c, delta);
+}
+
+Status cmd_decrby(Ctx& c) {
+  int64_t delta = 0;
+  if (!delta_arg(c, &delta)) return Status::Ok();
+  if (delta == LLONG_MIN) {
+    c.out.error("ERR decrement would overflow");
+    return Status::Ok();
+  }
+  return incr_by(c, -delta);
+}
+
+Status cmd_append(Ctx& c) {
+  Read r;
+  SHOAL_TRY(read_key(c, c.args[1], &r));
+  std::string& payload = c.state.payload;
+  payload.clear();
+  if (r.live) {
+    if (r.value.payload.size() + c.args[2].size() > kMaxValueBytes) {
+      c.out.error(kTooBig);
+      return Status::Ok();
+    }
+    payload.append(r.value.payload);
+  } else if (!value_fits(c, c.args[2])) {
+    return Status::Ok();
+  }
+  payload.append(c.args[2]);
+  SHOAL_TRY(write_value(c, c.args[1], payload, r.live ? r.value.expiry_ms : kNoExpiry));
+  c.out.integer(static_cast<int64_t>(payload.size()));
+  return Status::Ok();
+}
+
+Status cmd_strlen(Ctx& c) {
+  Read r;
+  SHOAL_TRY(read_key(c, c.args[1], &r));
+  c.out.integer(r.live ? static_cast<int64_t>(r.value.payload.size()) : 0);
+  return Status::Ok();
+}
+
+Status cmd_dbsize(Ctx& c) {
+  auto n = c.state.backend.count_keys();
+  if (!n.ok()) return n.status();
+  c.out.integer(static_cast<int64_t>(*n));
+  return Status::Ok();
+}
+
+}  // namespace shoal::resp
