@@ -224,6 +224,8 @@ class Follower {
   // Failure detection (leader_timeout_ms), network thread.
   uint64_t last_heard_ns_ = 0, last_tick_ns_ = 0;
   bool leader_silent_ = false;
+  bool malformed_control_said_ = false;  // network thread
+  void note_malformed_control(const std::string& why);
   std::atomic<bool> bootstrap_installed_{false};  // published by publish_replay()
   void check_leader_heard(uint64_t now_ns);
   uint64_t learns_deferred_ = 0;  // network thread

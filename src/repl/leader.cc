@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "src/base/json_field.h"
+
 namespace shoal::repl {
 
 PaxosOptions paxos_options_for_rtt(uint64_t rtt_ns) {
@@ -569,8 +571,12 @@ void ReplicationLeader::accept_connections() {
       uint32_t replica = options_.replica;  // none: refused below
       if (c[0].imm == kControlSession) {
         auto j = nlohmann::json::parse(c[0].bytes.begin(), c[0].bytes.end(), nullptr, false);
-        if (!j.is_discarded() && j.value("type", "") == "hello") {
-          replica = j.value("replica", options_.replica);
+        std::string type;
+        uint32_t said = options_.replica;
+        // Malformed (a wrong type anywhere): refused below, as a connection without a hello.
+        if (!j.is_discarded() && json_optional_field(j, "type", &type).ok() && type == "hello" &&
+            json_optional_field(j, "replica", &said).ok()) {
+          replica = said;
         }
       }
       // Anything behind the hello (a restarted follower's heartbeats) is dropped: Paxos
@@ -675,20 +681,26 @@ void ReplicationLeader::drop_peer(uint32_t replica, const Status& why) {
 
 void ReplicationLeader::handle_control(uint32_t from, std::span<const uint8_t> bytes) {
   auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return;
-  const std::string type = j.value("type", "");
+  std::string type;
+  // Malformed messages from a follower are dropped: it is refused nothing else for them.
+  if (j.is_discarded() || !json_optional_field(j, "type", &type).ok()) return;
   if (type == "replayed") {
-    const auto tid = j.find("tid");
-    if (tid == j.end() || !tid->is_number_unsigned() || !peers_[from]) return;  // malformed
-    peers_[from]->replayed_tid = tid->get<uint64_t>();
+    auto tid = json_field<uint64_t>(j, "tid");
+    if (!tid.ok() || !peers_[from]) return;
+    peers_[from]->replayed_tid = *tid;
     peers_[from]->replay_reported = true;
     return;
   }
   if (type != "status") return;
-  FollowerReport r = FollowerReport::from_json(j);
-  r.replica = from;
+  auto r = FollowerReport::parse(j);
+  if (!r.ok()) {  // dropped: the request is repeated, and a sound follower answers it
+    std::fprintf(stderr, "replication: follower %u: dropped a malformed report: %s\n", from,
+                 r.status().to_string().c_str());
+    return;
+  }
+  r->replica = from;
   std::lock_guard<std::mutex> lock(mu_);
-  reports_[from] = std::move(r);
+  reports_[from] = std::move(*r);
 }
 
 void ReplicationLeader::send(uint32_t to, uint32_t session, std::span<const std::byte> bytes) {
