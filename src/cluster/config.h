@@ -16,7 +16,9 @@
 
 namespace shoal::cluster {
 
-enum class TransportKind : uint8_t { kTcp, kShm, kUring, kSim };
+// What shard servers and replication run over (uring and fabric exist as transports, src/net,
+// but are not wired into them: a config naming them is refused).
+enum class TransportKind : uint8_t { kTcp, kShm };
 std::string_view transport_name(TransportKind kind);
 
 struct Region {
