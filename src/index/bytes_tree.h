@@ -6,40 +6,46 @@
 // lexicographic byte order: "ab" < "ab\0" < "abc" < "b").
 //
 // Layers: layer 0 holds every key; a layer at depth d holds keys that share their first 8*d
-// bytes, keyed by the next slice of the key: Key<2>{w[0] = up to 8 bytes big-endian, zero
-// padded; w[1] = how many of them are real (1..8) or kLonger (9) when the key goes on}. Zero
-// padding plus the length word make layer-key order equal to key order (a key that ends
-// inside a slice sorts before every longer key with the same padded slice, and a slice of 8
-// that ends sorts before the kLonger entry of the same slice). A kLonger entry holds either
-// - a Suffix: the one key with that slice; the rest of its bytes and its value, immutable
-//   once published (changes publish a new Suffix and retire the old one through EBR), or
-// - a sub-layer (a pointer tagged with bit 0) holding all keys with that 8-byte slice; a
-//   sub-layer, once published, stays for the life of the tree (empty ones are not
-//   collected, see "Not done").
-// A second key with the slice of a Suffix turns the entry into a sub-layer: the new layer
-// (and, when the two keys share further slices, a chain of them) is built privately with both
-// keys, then swapped in with BasicBTree::compare_and_replace(..., bump_version = true).
+// bytes. Each layer is a BTree<1> keyed by the next slice of the key: up to 8 bytes,
+// big-endian, zero padded, so that word order is byte order. Keys whose slices are equal
+// after padding ("ab", "ab\0", "ab\0\0\0\0\0\0" and every key that goes on beyond the
+// slice) share one entry; the entry tells them apart by their "class": the number of real
+// bytes in the slice (1..8) or kLonger (9) for a key that goes on. Shorter sorts first, which
+// is byte order. An entry's value is a tagged pointer (user values must be 4-byte aligned):
+//   kValue   the user value of the one key of class 8 (the common case for keys of 8n bytes:
+//            such a layer is exactly a BTree<1> of the slices and their values);
+//   kSuffix  the one key, of class kLonger: a Suffix with its bytes after the slice and its
+//            value;
+//   kLayer   only keys of class kLonger, two or more, in the sub-layer it points to;
+//   kBucket  any other set: an immutable array of (class, user value / tagged Suffix /
+//            tagged sub-layer) sorted by class.
+// Entries are immutable: every change builds the new entry (a new Bucket or Suffix; a new
+// sub-layer chain, built privately, when a second kLonger key meets a Suffix) and swaps it in
+// with BasicBTree::compare_and_replace against the entry it was computed from, or inserts
+// or removes the whole entry; what the swap unlinked is retired through EBR. Membership
+// changes swap with bump_version = true; value changes (update) without. A sub-layer, once
+// published, stays in its slice's entry (carried from entry to entry) for the life of the
+// tree, so a writer that descended into it never writes into an unreachable layer.
 //
 // Versions and phantoms (what the OCC engine needs). NodeRefs are leaves of any layer; a
 // recorded version still matching at commit means no key in the range the record vouches for
 // was added or removed. Argument, by induction on the layers:
-// - A layer leaf's version changes on every insert or remove of a layer entry in its range
-//   (BasicBTree's contract), on every Suffix -> sub-layer swap (bumped explicitly), and on a
-//   Suffix removal (a layer remove). Changing a Suffix's value (update) does not bump it.
+// - A layer leaf's version changes on every insert or remove of an entry in its range
+//   (BasicBTree's contract) and on every swap of an entry that adds or removes a key there
+//   (bumped explicitly). Updates change no version.
 // - get() reports the leaf of the deepest layer it read. If the key is absent there, a later
-//   insert of it either inserts into that leaf's range in that layer (bump), or finds the
-//   Suffix of another key where it would go and swaps it for a sub-layer (bump). The entry
-//   get() passed through in upper layers are sub-layers, which never change again.
+//   insert of it adds an entry to that leaf's range, or swaps the entry of its slice for one
+//   with the key (bump). The entries get() passed through above are sub-layers, which stay.
 // - scan() reports every leaf it reads in every layer it enters, in key order. A key k that
 //   is inserted later into the covered range [lo, last delivered] (or [lo, hi]) has, in each
-//   layer on its path, a layer key inside the range that layer's scan covered. At the first
-//   layer where k's entry was missing or a Suffix at scan time, its insert changes that
-//   layer's leaf (insert or swap); in every layer above it k's entry was a sub-layer that the
-//   scan entered, reporting the leaves covering k's part of it. Removals are symmetric.
-// - insert_if_absent() reports the leaf it changed: the deepest layer's leaf for a plain
-//   insert, or the leaf of the swapped entry for a Suffix -> sub-layer swap, with the
-//   versions before and after, as BasicBTree does; the engine's "own insert" fix-up
-//   (Txn::note_own_insert) then works unchanged.
+//   layer on its path, a slice inside the range that layer's scan covered. At the first
+//   layer where k's slice had no entry or an entry without a sub-layer for k, k's insert
+//   changes that layer's leaf (insert or bumped swap); in every layer above, k's entry held
+//   a sub-layer that the scan entered, reporting the leaves covering k's part of it.
+//   Removals are symmetric.
+// - insert_if_absent() reports the leaf it changed, with the versions before and after, as
+//   BasicBTree does (for a swap: the swapped entry's leaf), so the engine's "own insert"
+//   fix-up (Txn::note_own_insert) works unchanged.
 //
 // Threads: all member functions except the destructor may run concurrently from any thread.
 // REQUIRES (every operation): the calling thread holds an ebr::Guard for as long as it uses
@@ -51,7 +57,7 @@
 // last bytes takes about 1 MiB of stack.
 //
 // Not done: empty sub-layers are kept (memory is that of the peak, about 1.1 KiB per
-// sub-layer); no descending scan.
+// sub-layer); no descending scan; no prefetching descents (BTreePrefetch).
 #pragma once
 
 #include <cstddef>
@@ -67,7 +73,7 @@ namespace shoal {
 
 class BytesTree {
  public:
-  using Layer = BTree<2>;
+  using Layer = BTree<1>;
   using NodeRef = Layer::NodeRef;
   static constexpr size_t kKeyBytesMax = 8192;
 
@@ -81,21 +87,22 @@ class BytesTree {
   static bool valid_key(std::string_view key) { return !key.empty() && key.size() <= kKeyBytesMax; }
 
   BytesTree() = default;
-  ~BytesTree();  // frees every layer and suffix. REQUIRES: no concurrent users
+  ~BytesTree();  // frees every layer, bucket and suffix. REQUIRES: no concurrent users
   BytesTree(const BytesTree&) = delete;
   BytesTree& operator=(const BytesTree&) = delete;
 
-  // Finds key: kOk with *value set, or kNotFound. If leaf_out != nullptr, fills it with the
-  // leaf that held (or would hold) the answer and its version, as BasicBTree::get does.
+  // Finds key: kOk with *value set (if value != nullptr), or kNotFound. If leaf_out !=
+  // nullptr, fills it with the leaf that held (or would hold) the answer and its version.
   Result get(std::string_view key, void** value, NodeRef* leaf_out) const;
 
-  // Inserts (key, v) if key is absent (kOk), else kExists with *existing set (if not null).
-  // *before / *after_version as in BasicBTree::insert_if_absent (see the file comment for
-  // which leaf is reported). Any of the out pointers may be nullptr. REQUIRES: v != nullptr.
+  // Inserts (key, v) if key is absent (kOk), else kExists with *existing set. *before /
+  // *after_version as in BasicBTree::insert_if_absent (see the file comment for which leaf
+  // is reported). Any out pointer may be nullptr.
+  // REQUIRES: v != nullptr and 4-byte aligned (records are; the low bits tag entries).
   Result insert_if_absent(std::string_view key, void* v, void** existing, NodeRef* before,
                           uint64_t* after_version);
 
-  // Replaces a present key's value without changing any leaf version. REQUIRES: v != nullptr.
+  // Replaces a present key's value without changing any leaf version. REQUIRES: as insert.
   Result update(std::string_view key, void* v);
 
   // Removes key if its value == expected (kOk), else kNotFound. Bumps a leaf version.
@@ -117,18 +124,43 @@ class BytesTree {
   size_t size() const;  // keys; exact when quiescent
 
  private:
-  static constexpr uint64_t kLonger = 9;  // Key<2>::w[1] of an entry whose key goes on
-  static constexpr uintptr_t kLayerTag = 1;
+  static constexpr uint64_t kLonger = 9;  // the class of a key that goes on past the slice
+  static constexpr size_t kClasses = 9;   // classes 1..8 and kLonger
+  enum Tag : uintptr_t { kValue = 0, kSuffix = 1, kLayer = 2, kBucket = 3 };
+  static constexpr uintptr_t kTagMask = 3;
 
-  // The one key of a kLonger entry: its bytes after the slice, and its value. Immutable.
+  // The one key of a kSuffix item: its bytes after the slice, and its value. Immutable.
   struct Suffix {
     void* value;
     uint32_t size_bytes;
     std::string_view bytes() const { return {reinterpret_cast<const char*>(this + 1), size_bytes}; }
   };
+  // One key class of an entry. cls 1..8: e is the user value; kLonger: a tagged Suffix/Layer.
+  struct Item {
+    uint64_t cls;
+    void* e;
+  };
+  // An entry decoded (a copy): its items sorted by class.
+  struct Slot {
+    size_t n = 0;
+    Item items[kClasses];
+    const Item* find(uint64_t cls) const;
+    void put(Item item);  // inserts or replaces item.cls
+    void erase(uint64_t cls);
+  };
+  // A kBucket entry: n items, sorted by class, follow the header. Immutable.
+  struct Bucket {
+    uint64_t n;
+    const Item* items() const { return reinterpret_cast<const Item*>(this + 1); }
+  };
+  // Where a key stands in a layer.
+  struct Place {
+    uint64_t slice;
+    uint64_t cls;
+    std::string_view tail;  // the bytes after the slice (kLonger only)
+  };
 
-  // The layer key of the next slice of `rest` (the key's bytes from this layer's depth on).
-  static Key<2> layer_key(std::string_view rest) {
+  static Place place_of(std::string_view rest) {
     const size_t n = rest.size();
     uint64_t w = 0;
     if (n >= 8) {
@@ -137,54 +169,44 @@ class BytesTree {
     } else {
       for (size_t i = 0; i < n; ++i) w |= uint64_t{static_cast<uint8_t>(rest[i])} << (56 - 8 * i);
     }
-    return Key<2>{{w, n > 8 ? kLonger : n}};
+    return Place{w, n > 8 ? kLonger : n, rest.substr(n > 8 ? 8 : n)};
   }
-  // The bytes after the next slice (a Suffix's bytes, a sub-layer's rest); never throws.
-  static std::string_view after_slice(std::string_view rest) {
-    return rest.substr(rest.size() < 8 ? rest.size() : 8);
+  static Tag tag_of(const void* e) {
+    return static_cast<Tag>(reinterpret_cast<uintptr_t>(e) & kTagMask);
   }
-  static bool is_layer(const void* entry) {
-    return (reinterpret_cast<uintptr_t>(entry) & kLayerTag) != 0;
+  template <class T>
+  static T* untag(void* e) {
+    return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(e) & ~kTagMask);
   }
-  static Layer* as_layer(void* entry) {
-    return reinterpret_cast<Layer*>(reinterpret_cast<uintptr_t>(entry) & ~kLayerTag);
+  static void* tag(const void* p, Tag t) {
+    return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | t);
   }
-  static void* tag_layer(Layer* layer) {
-    return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(layer) | kLayerTag);
-  }
-  static const Suffix* as_suffix(void* entry) { return static_cast<const Suffix*>(entry); }
 
-  static Suffix* new_suffix(std::string_view bytes, void* value);
+  static Item item_for(const Place& p, void* value);  // allocates the Suffix of kLonger
+  static void decode(void* e, Slot* slot);
+  static void* encode(const Slot& slot);  // allocates a Bucket when one is needed
+  static void* new_suffix(std::string_view bytes, void* value);  // tagged
   static void free_suffix(void* p);
-  // The entry for a key whose remaining bytes at this layer are `rest`.
-  static void* entry_for(std::string_view rest, void* value);
-  // A private chain of layers holding both keys (their bytes from the new layer's depth on).
-  // REQUIRES: a != b, and both longer than 0 bytes.
-  static Layer* build_pair(std::string_view a, void* va, std::string_view b, void* vb);
-  // Frees the layers below `layer` and every Suffix in them (not `layer` itself).
+  static void free_bucket(void* p);
+  // A private chain of layers holding both keys (their bytes from the new layer's depth on),
+  // tagged. REQUIRES: a != b, both non-empty.
+  static void* build_pair(std::string_view a, void* va, std::string_view b, void* vb);
+  // Frees an unpublished or dead kLonger item (a Suffix, or a layer with all below it).
+  static void free_item(void* e);
+  // Frees the contents of `layer` (entries, and the layers below), not `layer` itself.
   static void free_contents(Layer* layer);
-  // Descends from `layer`, where *rest holds the key's bytes from that layer's depth on,
-  // through sub-layers to the layer that holds the key's entry; sets *lk to the key's layer
-  // key there and advances *rest. A kLonger entry is read (*entry: a Suffix, or nullptr when
-  // absent, read under *ref if ref != nullptr); an entry of a key that ends in this layer is
-  // left to the caller (*entry = nullptr).
-  Layer* descend(const Layer* layer, std::string_view* rest, Key<2>* lk, void** entry,
-                 NodeRef* ref) const;
-  // Where an operation on one key stands (see descend()).
-  struct Spot {
-    Layer* layer;
-    std::string_view rest;
-    Key<2> lk;
-    void* entry;
-  };
-  template <class Step>
-  Result at_entry(std::string_view key, NodeRef* ref, Step&& step);
-  // Swaps the Suffix s at lk for a new sub-layer holding s's key and (tail, v); false if the
-  // entry changed meanwhile.
-  bool swap_in_pair(Layer* layer, const Key<2>& lk, const Suffix* s, std::string_view tail, void* v,
-                    NodeRef* before, uint64_t* after_version);
 
-  // Scan state shared by the layers of one scan.
+  // Swaps the entry old_e (decoded: old_slot) at slice for the encoding of new_slot: inserts
+  // it when old_e is nullptr, removes the entry when new_slot is empty. False if the entry
+  // changed meanwhile. Retires what the swap unlinked, or frees what it built if it failed.
+  static bool swap_entry(Layer* layer, uint64_t slice, void* old_e, const Slot& old_slot,
+                         const Slot& new_slot, bool bump, NodeRef* before, uint64_t* after_version);
+  // Runs step(Layer*, const Place&, void* entry, const NodeRef&) -> std::optional<Result> at
+  // the layer holding key's entry (see bytes_tree.cc); insert_value: insert_if_absent's value.
+  template <class Step>
+  Result at_entry(std::string_view key, void* insert_value, NodeRef* before,
+                  uint64_t* after_version, Step&& step);
+
   struct ScanCtx {
     char key[kKeyBytesMax];  // the bytes of the layers above (the prefix)
     bool go = true;          // false once on_entry asked to stop
@@ -193,9 +215,10 @@ class BytesTree {
   void scan_layer(const Layer& layer, size_t depth, std::optional<std::string_view> lo,
                   std::optional<std::string_view> hi, ScanCtx* ctx, OnEntry& on_entry,
                   OnLeaf& on_leaf) const;
-  template <class OnEntry>
-  static bool deliver_suffix(const Suffix* s, size_t depth, std::optional<std::string_view> lo,
-                             std::optional<std::string_view> hi, ScanCtx* ctx, OnEntry& on_entry);
+  template <class OnEntry, class OnLeaf>
+  bool scan_item(const Item& item, size_t depth, const std::optional<Place>& lo,
+                 const std::optional<Place>& hi, ScanCtx* ctx, OnEntry& on_entry,
+                 OnLeaf& on_leaf) const;
 
   Layer root_;
   StripedCounter size_;
@@ -220,35 +243,49 @@ template <class OnEntry, class OnLeaf>
 void BytesTree::scan_layer(const Layer& layer, size_t depth, std::optional<std::string_view> lo,
                            std::optional<std::string_view> hi, ScanCtx* ctx, OnEntry& on_entry,
                            OnLeaf& on_leaf) const {
-  const Key<2> lo_key = lo ? layer_key(*lo) : Key<2>::min();
-  const Key<2> hi_key = hi ? layer_key(*hi) : Key<2>::max();
   SHOAL_DCHECK(depth < kKeyBytesMax / 8);  // layers exist only for keys that go on
-  auto entry = [&](const Key<2>& k, void* v) -> bool {
+  std::optional<Place> lo_at, hi_at;
+  if (lo) lo_at = place_of(*lo);
+  if (hi) hi_at = place_of(*hi);
+  auto entry = [&](const Key1& k, void* e) -> bool {
     const uint64_t slice = __builtin_bswap64(k.w[0]);
     std::memcpy(ctx->key + depth * 8, &slice, 8);
-    if (k.w[1] != kLonger) {
-      ctx->go = on_entry(std::string_view(ctx->key, depth * 8 + k.w[1]), v);
-      return ctx->go;
+    // Only the entries of the bounds' own slices are cut by the bounds' classes and tails.
+    const std::optional<Place>& lo_cut = lo_at && lo_at->slice == k.w[0] ? lo_at : std::nullopt;
+    const std::optional<Place>& hi_cut = hi_at && hi_at->slice == k.w[0] ? hi_at : std::nullopt;
+    Slot slot;
+    decode(e, &slot);
+    for (size_t i = 0; i < slot.n && ctx->go; ++i) {
+      if (!scan_item(slot.items[i], depth, lo_cut, hi_cut, ctx, on_entry, on_leaf)) break;
     }
-    // Only the entry with a bound's own slice is cut by that bound below this layer.
-    std::optional<std::string_view> sub_lo, sub_hi;
-    if (lo && k == lo_key) sub_lo = after_slice(*lo);
-    if (hi && k == hi_key) sub_hi = after_slice(*hi);
-    if (is_layer(v)) {
-      scan_layer(*as_layer(v), depth + 1, sub_lo, sub_hi, ctx, on_entry, on_leaf);
-      return ctx->go;
-    }
-    return deliver_suffix(as_suffix(v), depth, sub_lo, sub_hi, ctx, on_entry);
+    return ctx->go;
   };
-  layer.scan(lo_key, hi_key, entry, on_leaf);
+  layer.scan(Key1{{lo_at ? lo_at->slice : 0}}, Key1{{hi_at ? hi_at->slice : ~uint64_t{0}}}, entry,
+             on_leaf);
 }
 
-template <class OnEntry>
-bool BytesTree::deliver_suffix(const Suffix* s, size_t depth, std::optional<std::string_view> lo,
-                               std::optional<std::string_view> hi, ScanCtx* ctx,
-                               OnEntry& on_entry) {
+// Delivers one item of an entry of the prefix in ctx->key; false once past hi.
+template <class OnEntry, class OnLeaf>
+bool BytesTree::scan_item(const Item& item, size_t depth, const std::optional<Place>& lo,
+                          const std::optional<Place>& hi, ScanCtx* ctx, OnEntry& on_entry,
+                          OnLeaf& on_leaf) const {
+  if (lo && item.cls < lo->cls) return true;
+  if (hi && item.cls > hi->cls) return false;
+  if (item.cls != kLonger) {
+    ctx->go = on_entry(std::string_view(ctx->key, depth * 8 + item.cls), item.e);
+    return ctx->go;
+  }
+  std::optional<std::string_view> sub_lo, sub_hi;  // set when a bound goes on in this slice
+  if (lo && lo->cls == kLonger) sub_lo = lo->tail;
+  if (hi && hi->cls == kLonger) sub_hi = hi->tail;
+  if (tag_of(item.e) == kLayer) {
+    scan_layer(*untag<Layer>(item.e), depth + 1, sub_lo, sub_hi, ctx, on_entry, on_leaf);
+    return ctx->go;
+  }
+  const Suffix* s = untag<Suffix>(item.e);
   const std::string_view rest = s->bytes();
-  if ((lo && rest < *lo) || (hi && *hi < rest)) return true;
+  if (sub_lo && rest < *sub_lo) return true;
+  if (sub_hi && *sub_hi < rest) return false;
   const size_t at = depth * 8 + 8;
   SHOAL_ASSERT(at + rest.size() <= kKeyBytesMax, "bytes_tree: key of %zu bytes", at + rest.size());
   std::memcpy(ctx->key + at, rest.data(), rest.size());

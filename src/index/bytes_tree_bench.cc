@@ -79,7 +79,7 @@ const std::vector<std::string>& keys_of(Shape shape) {
 }
 
 void* as_value(size_t i) {
-  return reinterpret_cast<void*>(static_cast<uintptr_t>(i + 1));
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(i + 1) << 2);  // aligned, as records
 }
 
 template <size_t K>

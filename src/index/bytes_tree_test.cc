@@ -23,11 +23,12 @@ using NodeRef = BytesTree::NodeRef;
 using Model = std::map<std::string, uint64_t>;
 using Entries = std::vector<std::pair<std::string, uint64_t>>;
 
+// Values are 4-byte aligned, as records are (BytesTree tags the low bits of its entries).
 void* as_value(uint64_t v) {
-  return reinterpret_cast<void*>(static_cast<uintptr_t>(v));
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(v << 2));
 }
 uint64_t from_value(const void* p) {
-  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
+  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)) >> 2;
 }
 
 // Keys with shared prefixes of lengths around the 8-byte slices, embedded zero bytes, keys
