@@ -391,6 +391,27 @@ TEST(BytesTreeVersionTest, SuffixToSubLayerChangesScannedVersion) {
   EXPECT_EQ(scan(tree, "prefix00-a", std::string_view("prefix00-z"), 100).entries.size(), 2u);
 }
 
+// Keys whose slices are equal after padding share one entry (a bucket): adding a shorter or
+// longer one between the scan's bounds changes the entry, and must change the version.
+TEST(BytesTreeVersionTest, KeysSharingASliceChangeScannedVersion) {
+  using namespace std::string_literals;
+  for (const std::string& added :
+       {"ab\0"s, "ab\0\0\0\0\0\0"s, "ab\0\0\0\0\0\0\0"s, "ab\0\0\0\0\0\0\0\1"s}) {
+    ebr::Guard guard;
+    BytesTree tree;
+    ASSERT_EQ(tree.insert_if_absent("ab", as_value(1), nullptr, nullptr, nullptr), Result::kOk);
+    ASSERT_EQ(tree.insert_if_absent("ab\1", as_value(2), nullptr, nullptr, nullptr), Result::kOk);
+    const ScanOut out = scan(tree, "ab", std::string_view("ab\1"), 100);
+    ASSERT_EQ(out.entries.size(), 2u);
+    ASSERT_EQ(tree.insert_if_absent(added, as_value(3), nullptr, nullptr, nullptr), Result::kOk);
+    EXPECT_TRUE(any_changed(out.refs)) << added.size();
+    EXPECT_EQ(scan(tree, "ab", std::string_view("ab\1"), 100).entries.size(), 3u);
+    const ScanOut again = scan(tree, "ab", std::string_view("ab\1"), 100);
+    ASSERT_EQ(tree.remove(added, as_value(3)), Result::kOk);
+    EXPECT_TRUE(any_changed(again.refs)) << added.size();
+  }
+}
+
 // --- concurrency (also run under TSan) ---
 
 // Keys from numbers: x and x ^ 1 share all but their last bytes, so that the insert of an
