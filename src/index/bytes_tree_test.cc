@@ -414,6 +414,8 @@ TEST(BytesTreeVersionTest, KeysSharingASliceChangeScannedVersion) {
 
 // --- concurrency (also run under TSan) ---
 
+constexpr int kThreads = 4;
+
 // Keys from numbers: x and x ^ 1 share all but their last bytes, so that the insert of an
 // odd key turns its even neighbor's suffix entry into a sub-layer while others read it. The
 // families' prefixes end at, inside and beyond the 8-byte slices.
@@ -504,6 +506,73 @@ TEST(BytesTreeTest, ConcurrentScansSeeStableKeysAndDetectChanges) {
     ASSERT_EQ(tree.get(k, &v, nullptr), Result::kOk) << k;
     ASSERT_EQ(from_value(v), want);
   }
+}
+
+// All threads fight over the same few hundred keys, most of them sharing padded slices
+// (buckets) or slices (suffixes turning into sub-layers). insert_if_absent succeeds only on an
+// absent key and remove only with the remover's own value, so each thread knows exactly which
+// keys it owns; the end state must be their union.
+TEST(BytesTreeTest, ConcurrentOverlappingKeysSharingSlices) {
+  std::vector<std::string> universe;
+  {
+    Rng rng(77);
+    std::set<std::string> distinct;
+    while (distinct.size() < 300) distinct.insert(random_key(rng));
+    universe.assign(distinct.begin(), distinct.end());
+  }
+  BytesTree tree;
+  std::vector<std::set<size_t>> owned(kThreads);
+  auto value_of = [](size_t x, int t) {
+    return as_value(x * kThreads + static_cast<size_t>(t) + 1);  // never null
+  };
+  auto key_of = [](const void* v) { return (from_value(v) - 1) / kThreads; };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Rng rng(500 + t);
+      for (int i = 0; i < 200000; ++i) {
+        ebr::Guard guard;
+        const size_t x = rng.uniform(0, universe.size() - 1);
+        const std::string& k = universe[x];
+        const bool mine = owned[t].count(x) != 0;
+        const uint64_t op = rng.uniform(0, 99);
+        if (op < 45) {
+          void* old = nullptr;
+          const Result r = tree.insert_if_absent(k, value_of(x, t), &old, nullptr, nullptr);
+          if (r == Result::kOk) {
+            ASSERT_FALSE(mine);
+            owned[t].insert(x);
+          } else {
+            ASSERT_EQ(r, Result::kExists);
+            ASSERT_EQ(key_of(old), x);
+            ASSERT_EQ(old == value_of(x, t), mine);
+          }
+        } else if (op < 90) {
+          ASSERT_EQ(tree.remove(k, value_of(x, t)), mine ? Result::kOk : Result::kNotFound);
+          owned[t].erase(x);
+        } else {
+          void* v = nullptr;
+          const Result r = tree.get(k, &v, nullptr);
+          if (mine) {
+            ASSERT_EQ(r, Result::kOk);
+            ASSERT_EQ(v, value_of(x, t));
+          } else if (r == Result::kOk) {
+            ASSERT_EQ(key_of(v), x);
+          }
+        }
+        if (i % 256 == 0) ebr::quiesce();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ebr::Guard guard;
+  Entries want;
+  for (int t = 0; t < kThreads; ++t) {
+    for (size_t x : owned[t]) want.emplace_back(universe[x], from_value(value_of(x, t)));
+  }
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(scan(tree, "", std::nullopt, ~size_t{0}).entries, want);
+  EXPECT_EQ(tree.size(), want.size());
 }
 
 }  // namespace
