@@ -57,7 +57,7 @@
 // last bytes takes about 1 MiB of stack.
 //
 // Not done: empty sub-layers are kept (memory is that of the peak, about 1.1 KiB per
-// sub-layer); no descending scan; no prefetching descents (BTreePrefetch).
+// sub-layer); no descending scan; no prefetching descents (BTreePrefetch); no memory_bytes().
 #pragma once
 
 #include <cstddef>
@@ -66,6 +66,7 @@
 #include <optional>
 #include <string_view>
 
+#include "src/base/assert.h"
 #include "src/base/striped_counter.h"
 #include "src/index/btree.h"
 
