@@ -400,6 +400,7 @@ Result<ClusterConfig> make_local_config(uint32_t shards, uint32_t replicas, uint
   c.name = "local";
   c.workers_per_shard = workers;
   c.replicas_per_shard = replicas;
+  c.leader_timeout_ms = kLocalLeaderTimeoutMs;
   for (uint32_t r = 0; r < replicas; ++r) c.regions.push_back(Region{fmt::format("region-{}", r)});
   uint16_t port = base_port;
   for (uint32_t s = 0; s < shards; ++s) {

@@ -821,6 +821,7 @@ void Follower::check_leader_heard(uint64_t now_ns) {
 Status Follower::run(const std::atomic<bool>* stop) {
   stop_ = stop;
   leader_stopped_ = false;
+  leader_unreachable_ = false;
   replayed_sent_ = 0;  // a new connection: the leader has not heard any
   leader_silent_ = false;
   malformed_control_said_ = false;
@@ -832,12 +833,18 @@ Status Follower::run(const std::atomic<bool>* stop) {
     auto ep =
         net::ShmEndpoint::connect(replication_shm_name(options_.leader_host, options_.leader_port),
                                   eo, options_.connect_timeout_ms);
-    if (!ep.ok()) return ep.status();
+    if (!ep.ok()) {
+      leader_unreachable_ = true;
+      return ep.status();
+    }
     ep_.emplace(std::move(*ep), options_.receive_shape);
   } else {
     auto ep = net::TcpEndpoint::connect(options_.leader_host, options_.leader_port, eo,
                                         options_.connect_timeout_ms);
-    if (!ep.ok()) return ep.status();
+    if (!ep.ok()) {
+      leader_unreachable_ = true;
+      return ep.status();
+    }
     ep_.emplace(std::move(*ep), options_.receive_shape);
   }
   failed_ = Status::Ok();

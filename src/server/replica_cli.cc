@@ -183,10 +183,16 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
   // majority ends in its connect timeout (Unavailable).
   for (uint32_t round = 0; round < kLeaderChangesMax; ++round) {
     const Status s = follower->run();
+    const bool unreachable = follower->leader_unreachable();
     std::fprintf(stderr, "replica %u: leader %u %s (%s); applied up to TID %lu\n",
-                 options.replica, leader, follower->leader_silent() ? "silent" : "gone",
+                 options.replica, leader,
+                 unreachable              ? "unreachable"
+                 : follower->leader_silent() ? "silent"
+                                             : "gone",
                  s.to_string().c_str(), follower->applied_tid());
-    if (!s.ok()) return s;
+    // A leader we could not reach for the whole connect timeout counts as failed, like one
+    // whose connection ended; any other error is ours (the WAL, a malformed schema): fatal.
+    if (!s.ok() && !(unreachable && !options.server.etcd.empty())) return s;
     // Without a configuration manager nobody can tell a dead leader from one that stopped (a
     // benchmark's end): the follower stops with it, as before.
     if (options.server.etcd.empty() || follower->leader_stopped()) return Status::Ok();
