@@ -485,6 +485,14 @@ void Follower::handle_control(std::span<const uint8_t> bytes) {
                : !streams.ok() ? streams.status()
                                : set_schema(*schema, *streams, /*persist=*/true);
     if (!s.ok()) failed_ = Status::InvalidArgument("the leader's schema: " + s.message());
+  } else if (type == "successor") {
+    auto replica = json_field<uint32_t>(j, "replica");
+    if (!replica.ok() || *replica >= options_.replicas) {
+      note_malformed_control("successor: " + (replica.ok() ? std::string("no such replica")
+                                                           : replica.status().message()));
+      return;
+    }
+    successor_hint_.store(*replica, std::memory_order_release);
   } else if (type == "bye") {  // the leader stops (not a crash): run() returns
     leader_stopped_ = true;
     failed_ = Status::Unavailable("the leader stopped");
@@ -736,6 +744,7 @@ void Follower::set_leader(uint32_t replica, const std::string& host, uint16_t po
   SHOAL_ASSERT(replica != options_.replica && replica < options_.replicas && !loop_,
                "set_leader(%u) on replica %u of %u", replica, options_.replica, options_.replicas);
   leader_replica_ = replica;
+  successor_hint_.store(kNoReplica, std::memory_order_release);  // the new leader names its own
   options_.leader_host = host;
   options_.leader_port = port;
 }

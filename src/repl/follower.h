@@ -157,6 +157,11 @@ class Follower {
   // The last run() failed to connect to the leader within connect_timeout_ms (its error says
   // how): it may be dead, or gone while we dialed.
   bool leader_unreachable() const { return leader_unreachable_; }
+  // The replica the leader last named its successor (the follower whose replay it paces
+  // itself by, LeaderOptions::follower_replay_lag_ms_max), kNoReplica if none yet. Network
+  // (any thread).
+  static constexpr uint32_t kNoReplica = UINT32_MAX;
+  uint32_t successor_hint() const { return successor_hint_.load(std::memory_order_acquire); }
 
   // The leader changed (design section 5: the configuration manager named replica `replica`):
   // the next run() dials it. REQUIRES: run() is not running; replica != this replica.
@@ -228,6 +233,7 @@ class Follower {
   uint64_t last_heard_ns_ = 0, last_tick_ns_ = 0;
   bool leader_silent_ = false;
   bool leader_unreachable_ = false;
+  std::atomic<uint32_t> successor_hint_{kNoReplica};
   bool malformed_control_said_ = false;  // network thread
   void note_malformed_control(const std::string& why);
   std::atomic<bool> bootstrap_installed_{false};  // published by publish_replay()

@@ -175,6 +175,15 @@ TEST(Replication, FollowersConvergeToTheLeadersStore) {
     EXPECT_GE(r.applied_tid, final_tid);
     EXPECT_EQ(r.replay_txns, 4000u);
   }
+  // Both followers hear the same designated successor, one of them (the ratekeeper's).
+  uint32_t a = Follower::kNoReplica, b = Follower::kNoReplica;
+  for (int i = 0; i < 300 && (a == Follower::kNoReplica || a != b); ++i) {  // bounded: 3 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    a = c.followers[0]->follower().successor_hint();
+    b = c.followers[1]->follower().successor_hint();
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_TRUE(a == 1 || a == 2) << a;
 }
 
 // Quiesces the cluster at `final_tid`: both followers report the leader's digest, having
