@@ -87,9 +87,11 @@ Status run_replica(const ReplicaOptions& options) {
   };
   fo.replay_nice = options.replay_nice;
   fo.checkpoint_interval_ms = options.checkpoint_interval_ms;
-  // Suspecting a live leader only makes sense where someone can take over (etcd); the
-  // round trip to the leader's region comes on top.
-  if (!options.server.etcd.empty()) {
+  // Suspecting a live leader only makes sense where someone can take over: etcd to agree on
+  // who, and three replicas or more, so that a majority remains without the old leader (with
+  // two, the deposed leader exits and its successor can never take over). The round trip to
+  // the leader's region comes on top.
+  if (!options.server.etcd.empty() && shard.replicas.size() >= 3) {
     fo.leader_timeout_ms = config->leader_timeout_ms + (2 * one_way_ns + 999'999) / 1'000'000;
   }
   fo.serve_reads = options.serve_reads;
@@ -194,8 +196,11 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
     // whose connection ended; any other error is ours (the WAL, a malformed schema): fatal.
     if (!s.ok() && !(unreachable && !options.server.etcd.empty())) return s;
     // Without a configuration manager nobody can tell a dead leader from one that stopped (a
-    // benchmark's end): the follower stops with it, as before.
-    if (options.server.etcd.empty() || follower->leader_stopped()) return Status::Ok();
+    // benchmark's end), and with two replicas no successor has a majority: the follower stops
+    // with it, as before.
+    if (options.server.etcd.empty() || follower->leader_stopped() || shard.replicas.size() < 3) {
+      return Status::Ok();
+    }
     // The leader's designated successor replayed furthest (the leader paced itself by it):
     // the others give it kSuccessorGraceMs to stand first, so the takeover installs the
     // smallest backlog; if it is gone too, they stand after the grace.
