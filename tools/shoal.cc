@@ -332,6 +332,10 @@ void add_served_options(CLI::App* c, server::ServerOptions& so, const std::strin
   c->add_option("--ack-journal", so.ack_journal_dir,
                 "TPC-C: append every acknowledged NewOrder's key to a file per worker in this "
                 "directory (the benchmark's acknowledged-lost check)");
+  c->add_option("--metrics-port", so.metrics_port,
+                "Serve GET /metrics (Prometheus text) on this port of the replica's configured "
+                "host (default: the config's metrics_port; none without one)")
+      ->check(number_in(1u, 65535u, false, "in [1, 65535]"));
   c->add_option("--etcd", so.etcd,
                 "The configuration manager: etcd client endpoints (host:port, comma-separated); "
                 "replicas agree on a failed leader's replacement through it")

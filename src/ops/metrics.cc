@@ -96,8 +96,8 @@ void MetricsText::family(std::string_view name, std::string_view type, std::stri
   fmt::format_to(std::back_inserter(text_), "\n# TYPE {} {}\n", name, type);
 }
 
-void MetricsText::labels_text(Labels labels, std::string_view le) {
-  if (labels.size() == 0 && le.empty()) return;
+void MetricsText::labels_text(std::span<const Label> labels, std::string_view le) {
+  if (labels.empty() && le.empty()) return;
   text_.push_back('{');
   bool first = true;
   for (const Label& l : labels) {
@@ -118,14 +118,14 @@ void MetricsText::labels_text(Labels labels, std::string_view le) {
   text_.push_back('}');
 }
 
-void MetricsText::sample(std::string_view name, Labels labels, uint64_t value) {
+void MetricsText::sample(std::string_view name, std::span<const Label> labels, uint64_t value) {
   SHOAL_CHECK(valid_metric_name(name));
   text_.append(name);
   labels_text(labels, {});
   fmt::format_to(std::back_inserter(text_), " {}\n", value);
 }
 
-void MetricsText::sample(std::string_view name, Labels labels, double value) {
+void MetricsText::sample(std::string_view name, std::span<const Label> labels, double value) {
   SHOAL_CHECK(valid_metric_name(name));
   text_.append(name);
   labels_text(labels, {});
@@ -144,7 +144,7 @@ void MetricsText::gauge(std::string_view name, std::string_view help, double val
   sample(name, {}, value);
 }
 
-void MetricsText::histogram(std::string_view name, Labels labels, const BucketSnapshot& h) {
+void MetricsText::histogram(std::string_view name, std::span<const Label> labels, const BucketSnapshot& h) {
   SHOAL_CHECK(valid_metric_name(name));
   uint64_t cumulative = 0;
   std::string le;

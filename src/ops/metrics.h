@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -76,19 +77,28 @@ class MetricsText {
   // (counters end in _total), each family once per scrape, its samples right after.
   void family(std::string_view name, std::string_view type, std::string_view help);
   // One sample line `name{labels} value`.
-  void sample(std::string_view name, Labels labels, uint64_t value);
-  void sample(std::string_view name, Labels labels, double value);
+  void sample(std::string_view name, std::span<const Label> labels, uint64_t value);
+  void sample(std::string_view name, std::span<const Label> labels, double value);
+  void sample(std::string_view name, Labels labels, uint64_t value) {
+    sample(name, std::span<const Label>(labels.begin(), labels.size()), value);
+  }
+  void sample(std::string_view name, Labels labels, double value) {
+    sample(name, std::span<const Label>(labels.begin(), labels.size()), value);
+  }
   // A family of one unlabelled sample.
   void counter(std::string_view name, std::string_view help, uint64_t value);
   void gauge(std::string_view name, std::string_view help, double value);
   // A histogram's samples (its family declared before): name_bucket{...,le="..."} cumulative,
   // name_sum in seconds, name_count.
-  void histogram(std::string_view name, Labels labels, const BucketSnapshot& h);
+  void histogram(std::string_view name, std::span<const Label> labels, const BucketSnapshot& h);
+  void histogram(std::string_view name, Labels labels, const BucketSnapshot& h) {
+    histogram(name, std::span<const Label>(labels.begin(), labels.size()), h);
+  }
 
   const std::string& text() const { return text_; }
 
  private:
-  void labels_text(Labels labels, std::string_view le);
+  void labels_text(std::span<const Label> labels, std::string_view le);
   std::string text_;
 };
 
