@@ -22,7 +22,8 @@ BucketSnapshot& BucketSnapshot::operator+=(const BucketSnapshot& other) {
 
 BucketSnapshot LatencyBuckets::snapshot() const {
   BucketSnapshot s;
-  for (size_t i = 0; i < counts_.size(); ++i) s.counts[i] = counts_[i].load(std::memory_order_relaxed);
+  for (size_t i = 0; i < counts_.size(); ++i)
+    s.counts[i] = counts_[i].load(std::memory_order_relaxed);
   s.sum_ns = sum_ns_.load(std::memory_order_relaxed);
   return s;
 }
@@ -56,7 +57,9 @@ void append_double(double v, std::string* out) {
 
 }  // namespace
 
-bool valid_metric_name(std::string_view name) { return valid_name(name, true); }
+bool valid_metric_name(std::string_view name) {
+  return valid_name(name, true);
+}
 bool valid_label_name(std::string_view name) {
   return valid_name(name, false) && !name.starts_with("__");
 }
@@ -144,7 +147,8 @@ void MetricsText::gauge(std::string_view name, std::string_view help, double val
   sample(name, {}, value);
 }
 
-void MetricsText::histogram(std::string_view name, std::span<const Label> labels, const BucketSnapshot& h) {
+void MetricsText::histogram(std::string_view name, std::span<const Label> labels,
+                            const BucketSnapshot& h) {
   SHOAL_CHECK(valid_metric_name(name));
   uint64_t cumulative = 0;
   std::string le;

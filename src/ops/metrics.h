@@ -47,7 +47,8 @@ struct BucketSnapshot {
 // kLatencyBoundsS in nanoseconds (exact: each bound is a whole number of ns).
 inline constexpr std::array<uint64_t, kLatencyBoundsS.size()> kLatencyBoundsNs = [] {
   std::array<uint64_t, kLatencyBoundsS.size()> ns{};
-  for (size_t i = 0; i < ns.size(); ++i) ns[i] = static_cast<uint64_t>(kLatencyBoundsS[i] * 1e9 + 0.5);
+  for (size_t i = 0; i < ns.size(); ++i)
+    ns[i] = static_cast<uint64_t>(kLatencyBoundsS[i] * 1e9 + 0.5);
   return ns;
 }();
 

@@ -74,7 +74,7 @@ struct MetricsHttp::Handler {
 };
 
 Result<std::unique_ptr<MetricsHttp>> MetricsHttp::start(const std::string& host, uint16_t port,
-                                                       RenderFn render) {
+                                                        RenderFn render) {
   SHOAL_CHECK(render != nullptr);
   auto addr = resolve_ipv4(host);
   if (!addr.ok()) return addr.status();

@@ -166,8 +166,8 @@ double bucket_quantile(const BucketSnapshot& counts, double q) {
 BucketSnapshot bucket_delta(const BucketSnapshot& after, const BucketSnapshot& before) {
   BucketSnapshot d;
   for (size_t i = 0; i < d.counts.size(); ++i) {
-    d.counts[i] = after.counts[i] >= before.counts[i] ? after.counts[i] - before.counts[i]
-                                                      : after.counts[i];
+    d.counts[i] =
+        after.counts[i] >= before.counts[i] ? after.counts[i] - before.counts[i] : after.counts[i];
   }
   d.sum_ns = after.sum_ns >= before.sum_ns ? after.sum_ns - before.sum_ns : after.sum_ns;
   return d;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "src/ops/metrics_http.h"
+#include "src/ops/metrics_parse.h"
 #include "src/ops/promtool.h"
 
 namespace shoal::ops {
@@ -63,8 +64,7 @@ TEST(MetricsText, HistogramBucketsAreCumulativeAndCountMatchesInf) {
   EXPECT_NE(t.find("shoal_test_latency_seconds_bucket{kind=\"commit\",le=\"+Inf\"} 3\n"),
             std::string::npos);
   EXPECT_NE(t.find("shoal_test_latency_seconds_count{kind=\"commit\"} 3\n"), std::string::npos);
-  EXPECT_NE(t.find("shoal_test_latency_seconds_sum{kind=\"commit\"} 30.00201\n"),
-            std::string::npos)
+  EXPECT_NE(t.find("shoal_test_latency_seconds_sum{kind=\"commit\"} 30.00201\n"), std::string::npos)
       << t;
   EXPECT_NE(t.find("shoal_test_latency_seconds_count{kind=\"empty\"} 0\n"), std::string::npos);
 }
@@ -87,6 +87,38 @@ TEST(MetricsText, PromtoolAcceptsIt) {
   }
   ASSERT_TRUE(verdict.ok()) << verdict.status().to_string();
   EXPECT_EQ(*verdict, "") << "promtool check metrics complained:\n" << *verdict;
+}
+
+TEST(MetricsParse, ReadsBackWhatWeWrite) {
+  auto samples = parse_metrics_text(sample_text());
+  ASSERT_TRUE(samples.ok()) << samples.status().to_string();
+  EXPECT_EQ(sum_samples(*samples, "shoal_test_events_total"), 42);
+  EXPECT_EQ(sum_samples(*samples, "shoal_test_txns_total"), 8);
+  EXPECT_EQ(sum_samples(*samples, "shoal_test_txns_total", {{"outcome", "failed"}}), 1);
+  // Escapes undone.
+  EXPECT_EQ(sum_samples(*samples, "shoal_test_txns_total", {{"type", "a \"quoted\\\" \n name"}}),
+            1);
+  EXPECT_EQ(max_samples(*samples, "shoal_test_ratio"), 0.25);
+  const BucketSnapshot b = buckets_of(*samples, "shoal_test_latency_seconds", {{"kind", "commit"}});
+  EXPECT_EQ(b.count(), 3u);
+  EXPECT_EQ(b.counts[0], 1u);
+  EXPECT_EQ(b.counts[5], 1u);  // le 0.0025
+  EXPECT_EQ(b.counts.back(), 1u);
+  EXPECT_FALSE(parse_metrics_text("shoal_x{a=\"1\" 3\n").ok());
+  EXPECT_FALSE(parse_metrics_text("shoal_x 3 4 x\nshoal_y\n").ok());
+}
+
+TEST(MetricsParse, QuantilesInterpolateInsideTheirBucket) {
+  BucketSnapshot b;
+  EXPECT_EQ(bucket_quantile(b, 0.5), 0);
+  b.counts[4] = 100;  // (0.5 ms, 1 ms]
+  EXPECT_NEAR(bucket_quantile(b, 0.5), 0.75e-3, 1e-12);
+  EXPECT_NEAR(bucket_quantile(b, 1.0), 1e-3, 1e-12);
+  b.counts.back() = 100;  // above 10 s: reported as the highest bound
+  EXPECT_EQ(bucket_quantile(b, 0.99), 10.0);
+  BucketSnapshot later = b;
+  later.counts[4] += 7;
+  EXPECT_EQ(bucket_delta(later, b).count(), 7u);
 }
 
 size_t append_body(char* data, size_t size, size_t n, void* out) {

@@ -81,9 +81,10 @@ std::string shard_line(uint32_t id, const ShardView& before, const ShardView& no
     kind = "spec";
   }
   const auto ms = [](double s) { return s * 1e3; };
-  return fmt::format("{:>5}  {:>6}  {:>10.0f}  {:>9.1f}  {:>9.2f}  {:>9.2f}  {:>4}  {:>8.1f}  {:>9.0f}",
-                     id, now.leader, rate, aborts, ms(ops::bucket_quantile(lat, 0.5)),
-                     ms(ops::bucket_quantile(lat, 0.99)), kind, ms(now.lag_s), now.followers);
+  return fmt::format(
+      "{:>5}  {:>6}  {:>10.0f}  {:>9.1f}  {:>9.2f}  {:>9.2f}  {:>4}  {:>8.1f}  {:>9.0f}", id,
+      now.leader, rate, aborts, ms(ops::bucket_quantile(lat, 0.5)),
+      ms(ops::bucket_quantile(lat, 0.99)), kind, ms(now.lag_s), now.followers);
 }
 
 }  // namespace
@@ -95,9 +96,9 @@ Status cluster_top(const TopOptions& options) {
     bool any = false;
     for (const cluster::Replica& r : s.replicas) any = any || r.metrics_port != 0;
     if (!any) {
-      return Status::InvalidArgument(fmt::format(
-          "shard[{}]: no replica has a metrics_port in {}: cluster top reads /metrics", s.id,
-          options.config_path));
+      return Status::InvalidArgument(
+          fmt::format("shard[{}]: no replica has a metrics_port in {}: cluster top reads /metrics",
+                      s.id, options.config_path));
     }
   }
   cluster::HttpClient http;

@@ -11,7 +11,9 @@ namespace shoal::server {
 
 namespace {
 
-uint64_t load(const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); }
+uint64_t load(const std::atomic<uint64_t>& a) {
+  return a.load(std::memory_order_relaxed);
+}
 
 template <typename A, typename B>
 void copy_counts(const A& from, B* to) {
@@ -113,8 +115,9 @@ namespace {
 using Counts = WorkerMetrics::Totals::Counts;
 
 // One sample per transaction type of `c`, labelled type and then `label`=`value`.
-void per_type(ops::MetricsText* m, std::string_view name, const std::vector<std::string_view>& types,
-              const Counts& c, std::string_view label, std::string_view value) {
+void per_type(ops::MetricsText* m, std::string_view name,
+              const std::vector<std::string_view>& types, const Counts& c, std::string_view label,
+              std::string_view value) {
   for (size_t t = 0; t < types.size() && t < c.size(); ++t) {
     if (label.empty()) {
       m->sample(name, {{"type", types[t]}}, c[t]);
@@ -293,8 +296,7 @@ void render_server_metrics(const ServerMetricsView& v, ops::MetricsText* m) {
               "The vectorized watermark: each shard's watermark as this shard knows it (least "
               "advanced worker).");
     for (uint32_t s = 0; s < v.shards && s < WorkerMetrics::kShardsMax; ++s) {
-      m->sample("shoal_vector_watermark", {{"shard", std::to_string(s)}},
-                t.vector_watermark[s]);
+      m->sample("shoal_vector_watermark", {{"shard", std::to_string(s)}}, t.vector_watermark[s]);
     }
   }
   if (v.replication != nullptr) render_leader(v, m);
@@ -318,11 +320,13 @@ void render_follower_metrics(const FollowerMetricsView& v, ops::MetricsText* m) 
   const auto per_stream = [&](std::string_view name, std::string_view help,
                               uint64_t repl::FollowerStreamPosition::*field) {
     m->family(name, "gauge", help);
-    for (size_t s = 0; s < p.size(); ++s) m->sample(name, {{"stream", std::to_string(s)}}, p[s].*field);
+    for (size_t s = 0; s < p.size(); ++s)
+      m->sample(name, {{"stream", std::to_string(s)}}, p[s].*field);
   };
   per_stream("shoal_repl_received_slot", "The highest slot accepted or learnt here, per stream.",
              &repl::FollowerStreamPosition::received);
-  per_stream("shoal_repl_chosen_slot", "Every slot at or below it is known chosen here, per stream.",
+  per_stream("shoal_repl_chosen_slot",
+             "Every slot at or below it is known chosen here, per stream.",
              &repl::FollowerStreamPosition::chosen);
   per_stream("shoal_repl_wal_bytes", "This replica's WAL size in bytes, per stream.",
              &repl::FollowerStreamPosition::wal_bytes);
@@ -333,8 +337,8 @@ void render_follower_metrics(const FollowerMetricsView& v, ops::MetricsText* m) 
   m->family("shoal_checkpoints_total", "counter", "Checkpoints of the replayed store, by outcome.");
   m->sample("shoal_checkpoints_total", {{"outcome", "written"}}, c.written);
   m->sample("shoal_checkpoints_total", {{"outcome", "failed"}}, c.failed);
-  m->counter("shoal_checkpoint_wal_deleted_bytes_total",
-             "WAL bytes deleted behind checkpoints.", c.wal_bytes_deleted);
+  m->counter("shoal_checkpoint_wal_deleted_bytes_total", "WAL bytes deleted behind checkpoints.",
+             c.wal_bytes_deleted);
   m->gauge("shoal_checkpoint_pause_seconds", "The last checkpoint's pause of replay.",
            static_cast<double>(c.pause_ns_last) / 1e9);
 }

@@ -78,7 +78,7 @@ struct ServerMetricsView {
   uint32_t replica = 0;
   uint32_t shards = 1;  // vectorized watermark entries
   uint64_t epoch = 0;
-  bool replicated_cluster = false;  // the vectorized watermark exists
+  bool replicated_cluster = false;           // the vectorized watermark exists
   std::vector<std::string_view> type_names;  // transaction type labels, by type index
   std::vector<const WorkerMetrics*> workers;
   repl::ReplicationLeader* replication = nullptr;  // null: one replica
