@@ -64,12 +64,14 @@ bool valid_label_name(std::string_view name) {
   return valid_name(name, false) && !name.starts_with("__");
 }
 
-void escape_label_value(std::string_view value, std::string* out) {
-  for (char c : value) {
-    if (c == '\\') {
-      out->append("\\\\");
-    } else if (c == '"') {
-      out->append("\\\"");
+namespace {
+
+// Backslash and newline are escaped in both; a double quote only in label values.
+void escape(std::string_view text, bool quote, std::string* out) {
+  for (char c : text) {
+    if (c == '\\' || (quote && c == '"')) {
+      out->push_back('\\');
+      out->push_back(c);
     } else if (c == '\n') {
       out->append("\\n");
     } else {
@@ -78,16 +80,13 @@ void escape_label_value(std::string_view value, std::string* out) {
   }
 }
 
+}  // namespace
+
+void escape_label_value(std::string_view value, std::string* out) {
+  escape(value, true, out);
+}
 void escape_help(std::string_view help, std::string* out) {
-  for (char c : help) {
-    if (c == '\\') {
-      out->append("\\\\");
-    } else if (c == '\n') {
-      out->append("\\n");
-    } else {
-      out->push_back(c);
-    }
-  }
+  escape(help, false, out);
 }
 
 void MetricsText::family(std::string_view name, std::string_view type, std::string_view help) {
