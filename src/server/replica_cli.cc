@@ -180,6 +180,7 @@ Result<uint32_t> next_leader(const ReplicaOptions& options, const cluster::Clust
 // neither names a port. REQUIRES: the result is destroyed before `follower`.
 Result<std::unique_ptr<ops::MetricsHttp>> start_follower_metrics(const ReplicaOptions& options,
                                                                 const cluster::Replica& me,
+                                                                const std::string& data_dir,
                                                                 const repl::Follower* follower) {
   const uint16_t port = options.server.metrics_port != 0 ? options.server.metrics_port
                                                          : me.metrics_port;
@@ -188,6 +189,7 @@ Result<std::unique_ptr<ops::MetricsHttp>> start_follower_metrics(const ReplicaOp
   v.shard = options.shard;
   v.replica = options.replica;
   v.follower = follower;
+  v.data_dir = data_dir;
   auto http = ops::MetricsHttp::start(me.host, port, [v]() mutable {
     v.rss_bytes = bench::current_rss_bytes();
     ops::MetricsText m;
@@ -206,7 +208,8 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
                             const std::string& data_dir, uint32_t leader,
                             std::unique_ptr<repl::Follower> follower) {
   const cluster::Shard& shard = config.shards[options.shard];
-  auto metrics = start_follower_metrics(options, shard.replicas[options.replica], follower.get());
+  auto metrics =
+      start_follower_metrics(options, shard.replicas[options.replica], data_dir, follower.get());
   if (!metrics.ok()) return metrics.status();
   // Bounded: each round follows one leader until it is gone; a replica that cannot reach a
   // majority ends in its connect timeout (Unavailable).

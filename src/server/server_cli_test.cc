@@ -936,7 +936,7 @@ TEST_F(ServerCli, EveryReplicaServesMetricsThatPromtoolAccepts) {
     ports.push_back(static_cast<uint16_t>(std::stoi(with.substr(at + 15))));
   }
   ASSERT_EQ(ports.size(), 4u) << with;
-  Outcome o = up();
+  Outcome o = up({"--checkpoint-interval-ms", "200"});
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const std::string before = scrape(ports[0]);
   ASSERT_FALSE(before.empty()) << "shard 0's leader does not serve /metrics";
@@ -953,7 +953,7 @@ TEST_F(ServerCli, EveryReplicaServesMetricsThatPromtoolAccepts) {
   for (const char* name :
        {"shoal_txn_committed_total", "shoal_txn_aborted_total", "shoal_txn_failed_total",
         "shoal_txn_speculative_latency_seconds_bucket", "shoal_txn_commit_latency_seconds_count",
-        "shoal_2pc_committed_total", "shoal_epoch", "shoal_watermark", "shoal_vector_watermark",
+        "shoal_2pc_committed_total", "shoal_2pc_round_trips_total", "shoal_epoch", "shoal_watermark", "shoal_vector_watermark",
         "shoal_repl_chosen_slot", "shoal_repl_persisted_slot", "shoal_repl_lag_seconds",
         "shoal_repl_lag_bytes", "shoal_repl_batches_total", "shoal_repl_fsync_latency_seconds",
         "shoal_repl_wal_bytes", "shoal_connections", "shoal_process_resident_bytes"}) {
@@ -963,12 +963,17 @@ TEST_F(ServerCli, EveryReplicaServesMetricsThatPromtoolAccepts) {
             sample_sum(before, "shoal_txn_committed_total") + 100)
       << leader;
   EXPECT_GT(sample_sum(leader, "shoal_2pc_committed_total"), 0) << leader;
+  EXPECT_GT(sample_sum(leader, "shoal_2pc_round_trips_total"),
+            sample_sum(leader, "shoal_2pc_committed_total"))
+      << leader;
   EXPECT_GT(sample_sum(leader, "shoal_repl_chosen_slot"), 0) << leader;
   for (const char* name : {"shoal_repl_applied_tid", "shoal_repl_replayed_txns_total",
-                           "shoal_repl_received_slot", "shoal_checkpoints_total"}) {
+                           "shoal_repl_received_slot", "shoal_checkpoints_total",
+                           "shoal_checkpoint_bytes"}) {
     EXPECT_NE(follower.find(std::string(name)), std::string::npos) << name << "\n" << follower;
   }
   EXPECT_GT(sample_sum(follower, "shoal_repl_replayed_txns_total"), 100) << follower;
+  EXPECT_GT(sample_sum(follower, "shoal_checkpoint_bytes"), 0) << follower;
   for (const std::string& text : {before, leader, follower, scrape(ports[2]), scrape(ports[3])}) {
     ASSERT_FALSE(text.empty());
     auto verdict = ops::promtool_check_metrics(text);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
@@ -58,6 +59,14 @@ void WorkerMetrics::set_vector_watermark(uint32_t shard, uint64_t watermark) {
   if (shard < kShardsMax) vector_watermark_[shard].store(watermark, std::memory_order_relaxed);
 }
 
+void WorkerMetrics::set_peer_rpc(uint32_t shard, uint64_t calls, uint64_t timeouts,
+                                 uint64_t retransmits) {
+  if (shard >= kShardsMax) return;
+  peer_calls_[shard].store(calls, std::memory_order_relaxed);
+  peer_timeouts_[shard].store(timeouts, std::memory_order_relaxed);
+  peer_retransmits_[shard].store(retransmits, std::memory_order_relaxed);
+}
+
 WorkerMetrics::Totals WorkerMetrics::totals() const {
   Totals t;
   copy_counts(committed_local_, &t.committed_local);
@@ -67,6 +76,9 @@ WorkerMetrics::Totals WorkerMetrics::totals() const {
   copy_counts(failed_timeout_, &t.failed_timeout);
   copy_counts(failed_other_, &t.failed_other);
   copy_counts(vector_watermark_, &t.vector_watermark);
+  copy_counts(peer_calls_, &t.peer_calls);
+  copy_counts(peer_timeouts_, &t.peer_timeouts);
+  copy_counts(peer_retransmits_, &t.peer_retransmits);
   t.conflicts = load(local_conflicts_) + load(coordinator_conflicts_);
   t.timeouts = load(coordinator_timeouts_);
   t.in_doubt = load(in_doubt_);
@@ -86,6 +98,9 @@ void WorkerMetrics::Totals::add(const Totals& o) {
   add_counts(o.failed_unavailable, &failed_unavailable);
   add_counts(o.failed_timeout, &failed_timeout);
   add_counts(o.failed_other, &failed_other);
+  add_counts(o.peer_calls, &peer_calls);
+  add_counts(o.peer_timeouts, &peer_timeouts);
+  add_counts(o.peer_retransmits, &peer_retransmits);
   conflicts += o.conflicts;
   timeouts += o.timeouts;
   in_doubt += o.in_doubt;
@@ -167,6 +182,25 @@ void render_txns(const ServerMetricsView& v, const WorkerMetrics::Totals& t, ops
   m->counter("shoal_2pc_committed_total",
              "Cross-shard transactions this shard coordinated and committed by two-phase commit.",
              cross);
+}
+
+// Per connection to another shard (summed over the workers, each has its own).
+void render_peers(const ServerMetricsView& v, const WorkerMetrics::Totals& t, ops::MetricsText* m) {
+  const auto per_peer = [&](std::string_view name, std::string_view help,
+                            const std::array<uint64_t, WorkerMetrics::kShardsMax>& c) {
+    m->family(name, "counter", help);
+    for (uint32_t s = 0; s < v.shards && s < c.size(); ++s) {
+      if (s != v.shard) m->sample(name, {{"peer_shard", std::to_string(s)}}, c[s]);
+    }
+  };
+  per_peer("shoal_2pc_round_trips_total",
+           "Requests to another shard's participant (reads, fragments, lock, validate, install): "
+           "one round trip each, by peer shard.",
+           t.peer_calls);
+  per_peer("shoal_2pc_timeouts_total", "Requests to another shard that timed out, by peer shard.",
+           t.peer_timeouts);
+  per_peer("shoal_2pc_retransmits_total", "Requests to another shard sent again, by peer shard.",
+           t.peer_retransmits);
 }
 
 void render_positions(const repl::ReplicationPositions& p, uint32_t me, ops::MetricsText* m) {
@@ -271,6 +305,23 @@ void render_leader(const ServerMetricsView& v, ops::MetricsText* m) {
   m->histogram("shoal_repl_fsync_latency_seconds", {}, l.fsync_latency());
 }
 
+// The checkpoint files' bytes in `dir` (repl/checkpoint.h names them *.ckpt; a follower
+// keeps two). Bounded: at most kEntriesMax directory entries are looked at.
+uint64_t checkpoint_bytes(const std::string& dir) {
+  constexpr size_t kEntriesMax = 4096;
+  std::error_code ec;
+  uint64_t bytes = 0;
+  size_t seen = 0;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end && seen < kEntriesMax;
+       it.increment(ec), ++seen) {
+    if (it->path().extension() != ".ckpt") continue;
+    const uint64_t size = it->file_size(ec);
+    if (!ec) bytes += size;
+    ec.clear();
+  }
+  return bytes;
+}
+
 void render_info(std::string_view role, uint32_t shard, uint32_t replica, ops::MetricsText* m) {
   m->family("shoal_info", "gauge", "Always 1: which shard and replica this process is, its role.");
   const std::string s = std::to_string(shard), r = std::to_string(replica);
@@ -286,6 +337,7 @@ void render_server_metrics(const ServerMetricsView& v, ops::MetricsText* m) {
   t.vector_watermark.fill(~uint64_t{0});
   for (const WorkerMetrics* w : v.workers) t.add(w->totals());
   render_txns(v, t, m);
+  render_peers(v, t, m);
   m->family("shoal_connections", "gauge",
             "Open connections, by kind (incoming: remote coordinators and control; peer: this "
             "shard's links to the other shards, over every worker).");
@@ -339,6 +391,8 @@ void render_follower_metrics(const FollowerMetricsView& v, ops::MetricsText* m) 
   m->sample("shoal_checkpoints_total", {{"outcome", "failed"}}, c.failed);
   m->counter("shoal_checkpoint_wal_deleted_bytes_total", "WAL bytes deleted behind checkpoints.",
              c.wal_bytes_deleted);
+  m->gauge("shoal_checkpoint_bytes", "Bytes of the checkpoint files kept in the data directory.",
+           static_cast<double>(checkpoint_bytes(v.data_dir)));
   m->gauge("shoal_checkpoint_pause_seconds", "The last checkpoint's pause of replay.",
            static_cast<double>(c.pause_ns_last) / 1e9);
 }

@@ -43,6 +43,9 @@ class WorkerMetrics {
   void set_coordinator(uint64_t conflict_aborts, uint64_t timeouts, uint64_t in_doubt);
   void set_connections(uint64_t incoming, uint64_t peers_up);
   void set_vector_watermark(uint32_t shard, uint64_t watermark);
+  // This worker's RPC connection to `shard` (its coordinator's 2PC link): calls made (one
+  // round trip each), calls that timed out, retransmissions.
+  void set_peer_rpc(uint32_t shard, uint64_t calls, uint64_t timeouts, uint64_t retransmits);
 
   // A reader's copy (any thread; approximate while the worker runs). Sums of several
   // workers' copies add field by field.
@@ -53,6 +56,7 @@ class WorkerMetrics {
     uint64_t conflicts = 0, timeouts = 0, in_doubt = 0, unacknowledged = 0;
     uint64_t incoming = 0, peers_up = 0;
     std::array<uint64_t, kShardsMax> vector_watermark{};  // min over the workers summed
+    std::array<uint64_t, kShardsMax> peer_calls{}, peer_timeouts{}, peer_retransmits{};
     ops::BucketSnapshot speculative_local, speculative_cross, commit_latency;
     void add(const Totals& o);
   };
@@ -69,6 +73,8 @@ class WorkerMetrics {
   std::atomic<uint64_t> in_doubt_{0}, unacknowledged_{0};
   std::atomic<uint64_t> incoming_{0}, peers_up_{0};
   std::array<std::atomic<uint64_t>, kShardsMax> vector_watermark_{};
+  std::array<std::atomic<uint64_t>, kShardsMax> peer_calls_{}, peer_timeouts_{},
+      peer_retransmits_{};
   ops::LatencyBuckets speculative_local_, speculative_cross_, commit_latency_;
 };
 
@@ -94,6 +100,7 @@ struct FollowerMetricsView {
   uint32_t shard = 0;
   uint32_t replica = 0;
   const repl::Follower* follower = nullptr;  // null while none runs (between leaders)
+  std::string data_dir;                      // where its checkpoints are (their bytes)
   uint64_t rss_bytes = 0;
 };
 void render_follower_metrics(const FollowerMetricsView& v, ops::MetricsText* m);

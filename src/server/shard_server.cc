@@ -101,6 +101,7 @@ struct Peer {
   virtual ~Peer() = default;
   virtual dist::ShardLink* link() = 0;
   virtual Status status() const = 0;
+  virtual const rt::RpcStats& rpc_stats() const = 0;
   uint32_t shard = 0;
   bool down = false;
 };
@@ -108,6 +109,7 @@ template <typename E>
 struct PeerOver final : Peer {  // members destroyed bottom-up: link, rpc, endpoint
   dist::ShardLink* link() override { return rpc_link.get(); }
   Status status() const override { return rpc->status(); }
+  const rt::RpcStats& rpc_stats() const override { return rpc->stats(); }
   E endpoint;
   std::unique_ptr<rt::RpcEndpoint<E>> rpc;
   std::unique_ptr<dist::RpcLink<E>> rpc_link;
@@ -931,7 +933,12 @@ void Worker::publish_metrics() {
   const dist::CoordinatorStats& c = coordinator->stats();
   metrics.set_coordinator(c.conflict_aborts, c.timeouts, c.in_doubt);
   uint64_t peers_up = 0;
-  for (const auto& p : peers) peers_up += p != nullptr && !p->down;
+  for (const auto& p : peers) {
+    if (p == nullptr) continue;
+    peers_up += !p->down;
+    const rt::RpcStats& r = p->rpc_stats();
+    metrics.set_peer_rpc(p->shard, r.calls, r.timeouts, r.retransmits);
+  }
   metrics.set_connections(incoming.size(), peers_up);
   if (vector_watermark != nullptr) {
     for (uint32_t s = 0; s < vector_watermark->shards(); ++s) {
