@@ -163,6 +163,14 @@ TEST(MetricsHttp, ServesMetricsAndRefusesTheRest) {
   auto again = MetricsHttp::start("127.0.0.1", port, [] { return std::string(); });
   ASSERT_FALSE(again.ok());
   EXPECT_NE(again.status().to_string().find(std::to_string(port)), std::string::npos);
+  // Once stopped its port is free again at once (a follower promoted to leader hands its
+  // metrics port to the server it becomes).
+  server->reset();
+  auto next = MetricsHttp::start("127.0.0.1", port, [] { return std::string("x 1\n"); });
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  body.clear();
+  EXPECT_EQ(http("GET", port, "/metrics", &body), 200);
+  EXPECT_EQ(body, "x 1\n");
 }
 
 TEST(MetricsHttp, UnknownHostIsAnError) {
