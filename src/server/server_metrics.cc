@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "src/repl/follower.h"
@@ -277,7 +278,7 @@ void render_followers(const repl::ReplicationPositions& p, uint32_t me, ops::Met
       bytes += static_cast<double>(s.chosen - s.peer_chosen[r]) *
                (static_cast<double>(s.chosen_bytes) / static_cast<double>(s.chosen_entries));
     }
-    m->sample("shoal_repl_lag_bytes", {{"replica", std::to_string(r)}}, bytes);
+    m->sample("shoal_repl_lag_bytes", {{"replica", std::to_string(r)}}, std::round(bytes));
   }
 }
 
