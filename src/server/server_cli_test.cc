@@ -897,6 +897,15 @@ TEST_F(ServerCli, CtrlCStopsTheFollowersOfAReplicatedBench) {
   config_.clear();  // nothing for TearDown's `cluster down`
 }
 
+TEST_F(ServerCli, ClusterTopNeedsAMetricsPortNamingTheShard) {
+  write_config();
+  const Outcome o = run({"cluster", "top", "--config", config_, "--iterations", "1"}, 30);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("shard[0]: no replica has a metrics_port"), std::string::npos)
+      << o.output;
+  config_.clear();  // nothing for TearDown's `cluster down`
+}
+
 // GET http://127.0.0.1:port/metrics: the body, empty if it did not answer 200.
 std::string scrape(uint16_t port) {
   cluster::HttpClient http;
