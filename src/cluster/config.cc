@@ -25,10 +25,6 @@ std::string_view transport_name(TransportKind kind) {
       return "tcp";
     case TransportKind::kShm:
       return "shm";
-    case TransportKind::kUring:
-      return "uring";
-    case TransportKind::kSim:
-      return "sim";
   }
   return "?";
 }
@@ -260,12 +256,19 @@ Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
     c->transport = TransportKind::kTcp;
   else if (transport == "shm")
     c->transport = TransportKind::kShm;
-  else if (transport == "uring")
-    c->transport = TransportKind::kUring;
+  else if (transport == "uring" || transport == "fabric")
+    // Both pass the transport conformance suite but are not wired into the shard servers
+    // and replication yet: refused rather than silently run over TCP.
+    return field_error("cluster.transport",
+                       "'" + transport +
+                           "' is not available to shard servers and replication yet (`shoal "
+                           "bench transport --transport " +
+                           transport + "` measures it); use tcp or shm");
   else if (transport == "sim")
-    c->transport = TransportKind::kSim;
+    return field_error("cluster.transport",
+                       "'sim' is the simulator's network (sim/), not a cluster's; use tcp or shm");
   else
-    return field_error("cluster.transport", "'" + transport + "' is not tcp, shm, uring or sim");
+    return field_error("cluster.transport", "'" + transport + "' is not tcp or shm");
   uint64_t workers = c->workers_per_shard, replicas = c->replicas_per_shard;
   uint64_t batch_txns = c->batch_txns;
   SHOAL_TRY(read_uint(v["workers"], "cluster.workers", 1, 256, &workers));
@@ -404,6 +407,7 @@ Result<ClusterConfig> make_local_config(uint32_t shards, uint32_t replicas, uint
   c.name = "local";
   c.workers_per_shard = workers;
   c.replicas_per_shard = replicas;
+  c.leader_timeout_ms = kLocalLeaderTimeoutMs;
   for (uint32_t r = 0; r < replicas; ++r) c.regions.push_back(Region{fmt::format("region-{}", r)});
   uint16_t port = base_port;
   for (uint32_t s = 0; s < shards; ++s) {

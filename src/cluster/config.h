@@ -16,7 +16,9 @@
 
 namespace shoal::cluster {
 
-enum class TransportKind : uint8_t { kTcp, kShm, kUring, kSim };
+// What shard servers and replication run over (uring and fabric exist as transports, src/net,
+// but are not wired into them: a config naming them is refused).
+enum class TransportKind : uint8_t { kTcp, kShm };
 std::string_view transport_name(TransportKind kind);
 
 struct Region {
@@ -69,6 +71,11 @@ inline constexpr uint64_t kReplayLagMsMax = 600'000;
 // Several of the leader's heartbeats (every 10 ms, repl::paxos_options_for_rtt) at least.
 inline constexpr uint64_t kLeaderTimeoutMsMin = 30;
 inline constexpr uint64_t kLeaderTimeoutMsMax = 600'000;
+// make_local_config's: a whole replicated cluster on one shared machine (the bench's local
+// runs, tests). A leader's replication thread is single and its sends block while a follower
+// catching up from the WAL drains them; on two loaded cores that silenced it for more than
+// 100 ms, and the other follower deposed a healthy leader.
+inline constexpr uint64_t kLocalLeaderTimeoutMs = 500;
 
 struct ClusterConfig {
   std::string name = "shoal";

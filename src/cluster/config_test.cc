@@ -112,7 +112,13 @@ struct BadCase {
 
 TEST(ClusterConfig, BadConfigsNameTheField) {
   const std::vector<BadCase> cases = {
-      {"transport = \"shm\"", "transport = \"carrier-pigeon\"", "cluster.transport"},
+      {"transport = \"shm\"", "transport = \"carrier-pigeon\"",
+       "cluster.transport: 'carrier-pigeon' is not tcp or shm"},
+      {"transport = \"shm\"", "transport = \"uring\"",
+       "cluster.transport: 'uring' is not available to shard servers and replication yet"},
+      {"transport = \"shm\"", "transport = \"fabric\"",
+       "cluster.transport: 'fabric' is not available to shard servers and replication yet"},
+      {"transport = \"shm\"", "transport = \"sim\"", "cluster.transport: 'sim' is the simulator's"},
       {"workers = 2", "workers = 0", "cluster.workers"},
       {"workers = 2", "workers = \"two\"", "cluster.workers: expected an integer"},
       {"region = \"eu\"\nhost", "region = \"mars\"\nhost",

@@ -20,8 +20,8 @@
 // Unlinked nodes are freed through ebr::retire().
 //
 // Leaf versions: strictly increase on every insert, remove, split and range change of a leaf
-// (never ABA); update() alone leaves them unchanged. A locked or obsolete leaf never shows a
-// version equal to one recorded by a reader.
+// (never ABA); update() and an unbumped compare_and_replace() leave them unchanged. A locked
+// or obsolete leaf never shows a version equal to one recorded by a reader.
 //
 // Threads: all member functions except the destructor may run concurrently from any thread.
 // REQUIRES (every operation): the calling thread holds an ebr::Guard for as long as it uses
@@ -137,6 +137,15 @@ class BasicBTree {
   // Replaces the value of a present key without changing the leaf version. Returns false if
   // k is absent. REQUIRES: v != nullptr.
   bool update(const KeyT& k, void* v);
+
+  // Replaces k's value with v only if it is `expected`; returns false, changing nothing, if k
+  // is absent or holds another value. With bump_version == false the leaf version stays, as
+  // in update(); with true it changes as an insert's does, and *before / *after_version report
+  // it as insert_if_absent() does (either may be nullptr), so that readers who recorded the
+  // leaf fail validation (BytesTree swaps a key's entry for a sub-layer this way).
+  // REQUIRES: v != nullptr, expected != nullptr.
+  bool compare_and_replace(const KeyT& k, const void* expected, void* v, bool bump_version,
+                           NodeRef* before, uint64_t* after_version);
 
   // Removes k if its value == expected; returns true if removed. Bumps the leaf version. An
   // emptied leaf is unlinked when it can be done without waiting (see file comment).
@@ -260,6 +269,10 @@ class BasicBTree {
   bool absorb_into_pred(Leaf* e, Leaf* locked[2]);
   bool absorb_into_succ(Leaf* e, Leaf* locked[2]);
   static void inner_erase(Inner* in, size_t key_idx, size_t child_idx);
+
+  // update() and compare_and_replace(); expected == nullptr matches any value.
+  bool replace_value(const KeyT& k, const void* expected, void* v, bool bump_version,
+                     NodeRef* before, uint64_t* after_version);
 
   void add_size(int64_t delta) { size_.add(delta); }
 
@@ -859,6 +872,19 @@ void SHOAL_BTREE::inner_insert_at(Inner* in, size_t left_idx, const KeyT& sep, N
 
 SHOAL_BTREE_TEMPLATE
 bool SHOAL_BTREE::update(const KeyT& k, void* v) {
+  return replace_value(k, nullptr, v, false, nullptr, nullptr);
+}
+
+SHOAL_BTREE_TEMPLATE
+bool SHOAL_BTREE::compare_and_replace(const KeyT& k, const void* expected, void* v,
+                                      bool bump_version, NodeRef* before, uint64_t* after_version) {
+  SHOAL_ASSERT(expected != nullptr, "%s", "compare_and_replace needs an expected value");
+  return replace_value(k, expected, v, bump_version, before, after_version);
+}
+
+SHOAL_BTREE_TEMPLATE
+bool SHOAL_BTREE::replace_value(const KeyT& k, const void* expected, void* v, bool bump_version,
+                                NodeRef* before, uint64_t* after_version) {
   SHOAL_ASSERT(v != nullptr, "%s", "btree values must not be null");
   for (uint64_t attempt = 0;; ++attempt) {
     btree_detail::backoff(attempt);
@@ -866,7 +892,8 @@ bool SHOAL_BTREE::update(const KeyT& k, void* v) {
     Leaf* leaf = const_cast<Leaf*>(find_leaf(k, &lv));
     const size_t n = leaf_count(leaf);
     const size_t pos = leaf_lower_bound(leaf, n, k);
-    const bool found = pos < n && load_key(leaf->keys[pos]) == k;
+    const bool found = pos < n && load_key(leaf->keys[pos]) == k &&
+                       (expected == nullptr || btree_detail::ld(leaf->values[pos]) == expected);
     if (!found) {
       if (leaf->version.load(std::memory_order_acquire) == lv) return false;
       continue;
@@ -874,7 +901,13 @@ bool SHOAL_BTREE::update(const KeyT& k, void* v) {
     // The lock keeps a concurrent split from copying the old value after we stored the new.
     if (!try_lock(leaf, lv)) continue;
     btree_detail::st(leaf->values[pos], v);
-    unlock_unchanged(leaf);
+    if (!bump_version) {
+      unlock_unchanged(leaf);
+      return true;
+    }
+    const uint64_t after = unlock(leaf);
+    if (before != nullptr) *before = NodeRef{leaf, lv};
+    if (after_version != nullptr) *after_version = after;
     return true;
   }
 }

@@ -96,6 +96,10 @@ Status recv_fds(int sock, std::span<Fd> out, Hello* hello, uint64_t timeout_ms) 
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
   const ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  // A peer that closed before its hello (it refused us, or it is exiting) is gone, not corrupt:
+  // callers retry or look for another peer.
+  if (n == 0) return Status::Unavailable("shm rendezvous: the peer closed before its hello");
+  if (n < 0) return errno_status("shm rendezvous: recvmsg");
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   if (c == nullptr || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
     return Status::Corruption("shm rendezvous: hello without file descriptors");

@@ -18,6 +18,8 @@
 
 #include <fmt/format.h>
 
+#include "src/base/json_field.h"
+
 namespace shoal::repl {
 
 class Follower::Transport final : public PaxosTransport {
@@ -163,12 +165,17 @@ Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options)
     std::stringstream text;
     text << in.rdbuf();
     auto j = nlohmann::json::parse(text.str(), nullptr, false);
-    if (j.is_discarded() || !j.contains("schema") || !j.contains("streams")) {
-      return Status::Corruption("follower: unreadable " + schema_path(options.data_dir));
+    auto fields = j.is_discarded() ? Result<nlohmann::json>(Status::InvalidArgument("not JSON"))
+                                   : json_field<nlohmann::json>(j, "schema");
+    auto streams = fields.ok() ? json_field<uint32_t>(j, "streams") : Result<uint32_t>(0u);
+    if (!fields.ok() || !streams.ok()) {
+      return Status::Corruption(fmt::format(
+          "follower: unreadable {}: {}", schema_path(options.data_dir),
+          (!fields.ok() ? fields.status() : streams.status()).message()));
     }
-    auto schema = Schema::from_json(j["schema"]);
+    auto schema = Schema::from_json(*fields);
     if (!schema.ok()) return schema.status();
-    SHOAL_TRY(f->set_schema(*schema, j["streams"].get<uint32_t>(), /*persist=*/false));
+    SHOAL_TRY(f->set_schema(*schema, *streams, /*persist=*/false));
   }
   return f;
 }
@@ -455,24 +462,58 @@ void Follower::on_message(uint32_t session, std::span<const uint8_t> bytes) {
   // Other sessions (a stream before the schema arrived): dropped; Paxos retransmits.
 }
 
+// A leader's malformed control message is dropped (said once per run: a broken or hostile
+// peer must not flood the log or crash us).
+void Follower::note_malformed_control(const std::string& why) {
+  if (malformed_control_said_) return;
+  malformed_control_said_ = true;
+  std::fprintf(stderr, "replica %u: dropped a malformed control message from the leader: %s\n",
+               options_.replica, why.c_str());
+}
+
 void Follower::handle_control(std::span<const uint8_t> bytes) {
   auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
-  if (j.is_discarded()) return;
-  const std::string type = j.value("type", "");
+  std::string type;
+  if (j.is_discarded() || !json_optional_field(j, "type", &type).ok()) {
+    note_malformed_control("not a JSON object with a string 'type'");
+    return;
+  }
   if (type == "schema") {
-    auto schema = Schema::from_json(j.value("schema", nlohmann::json()));
-    Status s = schema.ok() ? set_schema(*schema, j.value("streams", 0u), /*persist=*/true)
-                           : schema.status();
-    if (!s.ok()) failed_ = std::move(s);
+    // Without a schema nothing can be replayed: a malformed one ends the run.
+    auto fields = json_field<nlohmann::json>(j, "schema");
+    auto streams = json_field<uint32_t>(j, "streams");
+    auto schema = fields.ok() ? Schema::from_json(*fields) : Result<Schema>(fields.status());
+    Status s = !schema.ok()    ? schema.status()
+               : !streams.ok() ? streams.status()
+                               : set_schema(*schema, *streams, /*persist=*/true);
+    if (!s.ok()) failed_ = Status::InvalidArgument("the leader's schema: " + s.message());
+  } else if (type == "successor") {
+    auto replica = json_field<uint32_t>(j, "replica");
+    if (!replica.ok() || *replica >= options_.replicas) {
+      note_malformed_control("successor: " + (replica.ok() ? std::string("no such replica")
+                                                           : replica.status().message()));
+      return;
+    }
+    successor_hint_.store(*replica, std::memory_order_release);
   } else if (type == "bye") {  // the leader stops (not a crash): run() returns
     leader_stopped_ = true;
     failed_ = Status::Unavailable("the leader stopped");
   } else if (type == "report") {
-    const uint64_t target = j.value("target", uint64_t{0});
+    uint64_t target = 0;
+    bool digest = false, check = false;
+    nlohmann::json args;
+    if (Status st = [&]() -> Status {
+          SHOAL_TRY(json_optional_field(j, "target", &target));
+          SHOAL_TRY(json_optional_field(j, "digest", &digest));
+          SHOAL_TRY(json_optional_field(j, "check", &check));
+          return json_optional_field(j, "check_args", &args);
+        }();
+        !st.ok()) {
+      note_malformed_control("report request: " + st.message());
+      return;
+    }
     const bool ready = applied_tid() >= target;
-    const auto args = j.find("check_args");
-    FollowerReport r = report(ready && j.value("digest", false), ready && j.value("check", false),
-                              args == j.end() ? nlohmann::json() : *args);
+    FollowerReport r = report(ready && digest, ready && check, args);
     const std::string text = r.to_json().dump();
     send(kControlSession, std::as_bytes(std::span(text.data(), text.size())));
   }
@@ -705,6 +746,7 @@ void Follower::set_leader(uint32_t replica, const std::string& host, uint16_t po
   SHOAL_ASSERT(replica != options_.replica && replica < options_.replicas && !loop_,
                "set_leader(%u) on replica %u of %u", replica, options_.replica, options_.replicas);
   leader_replica_ = replica;
+  successor_hint_.store(kNoReplica, std::memory_order_release);  // the new leader names its own
   options_.leader_host = host;
   options_.leader_port = port;
 }
@@ -805,8 +847,10 @@ void Follower::check_leader_heard(uint64_t now_ns) {
 Status Follower::run(const std::atomic<bool>* stop) {
   stop_ = stop;
   leader_stopped_ = false;
+  leader_unreachable_ = false;
   replayed_sent_ = 0;  // a new connection: the leader has not heard any
   leader_silent_ = false;
+  malformed_control_said_ = false;
   net::EndpointOptions eo;
   eo.max_message_bytes = options_.paxos.max_message_bytes + 4096;
   eo.tcp_buffer_bytes = tcp_buffer_bytes_for(eo.max_message_bytes);
@@ -815,12 +859,18 @@ Status Follower::run(const std::atomic<bool>* stop) {
     auto ep =
         net::ShmEndpoint::connect(replication_shm_name(options_.leader_host, options_.leader_port),
                                   eo, options_.connect_timeout_ms);
-    if (!ep.ok()) return ep.status();
+    if (!ep.ok()) {
+      leader_unreachable_ = true;
+      return ep.status();
+    }
     ep_.emplace(std::move(*ep), options_.receive_shape);
   } else {
     auto ep = net::TcpEndpoint::connect(options_.leader_host, options_.leader_port, eo,
                                         options_.connect_timeout_ms);
-    if (!ep.ok()) return ep.status();
+    if (!ep.ok()) {
+      leader_unreachable_ = true;
+      return ep.status();
+    }
     ep_.emplace(std::move(*ep), options_.receive_shape);
   }
   failed_ = Status::Ok();

@@ -161,6 +161,14 @@ class Follower {
   bool leader_stopped() const { return leader_stopped_; }
   // The last run() ended because the leader was silent for leader_timeout_ms (suspected).
   bool leader_silent() const { return leader_silent_; }
+  // The last run() failed to connect to the leader within connect_timeout_ms (its error says
+  // how): it may be dead, or gone while we dialed.
+  bool leader_unreachable() const { return leader_unreachable_; }
+  // The replica the leader last named its successor (the follower whose replay it paces
+  // itself by, LeaderOptions::follower_replay_lag_ms_max), kNoReplica if none yet. Network
+  // (any thread).
+  static constexpr uint32_t kNoReplica = UINT32_MAX;
+  uint32_t successor_hint() const { return successor_hint_.load(std::memory_order_acquire); }
 
   // The leader changed (design section 5: the configuration manager named replica `replica`):
   // the next run() dials it. REQUIRES: run() is not running; replica != this replica.
@@ -237,6 +245,10 @@ class Follower {
   // Failure detection (leader_timeout_ms), network thread.
   uint64_t last_heard_ns_ = 0, last_tick_ns_ = 0;
   bool leader_silent_ = false;
+  bool leader_unreachable_ = false;
+  std::atomic<uint32_t> successor_hint_{kNoReplica};
+  bool malformed_control_said_ = false;  // network thread
+  void note_malformed_control(const std::string& why);
   std::atomic<bool> bootstrap_installed_{false};  // published by publish_replay()
   void check_leader_heard(uint64_t now_ns);
   uint64_t learns_deferred_ = 0;  // network thread

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "src/base/json_field.h"
+
 namespace shoal::repl {
 
 PaxosOptions paxos_options_for_rtt(uint64_t rtt_ns) {
@@ -276,6 +278,7 @@ void ReplicationLeader::tick() {
   for (uint32_t r = 0; r < peers_.size(); ++r) {
     if (peers_[r] && peers_[r]->dead) drop_peer(r, peers_[r]->why);
   }
+  update_successor(loop_->now_ns());
   uint32_t leading = 0;
   for (auto& s : streams_) {
     s->paxos->tick();
@@ -423,22 +426,42 @@ bool ReplicationLeader::followers_keep_up(Stream& s) {
 }
 
 bool ReplicationLeader::followers_replay_keeps_up(const Stream& s) {
-  if (options_.follower_replay_lag_ms_max == 0) return true;
-  // Stopping the proposals stops the watermark: a follower's replay then reaches it and the
-  // lag falls to 0, so this never stalls the shard for longer than a replay of the bound.
-  const uint64_t now = loop_->now_ns();
+  (void)s;
+  if (options_.follower_replay_lag_ms_max == 0 || successor_ == kNoSuccessor) return true;
+  // Only the designated successor is waited for: it is the one that takes over (the others
+  // defer to it, replica_cli.cc), and holding the shard to its slowest follower's replay cost
+  // 40% of the throughput on two cores. Stopping the proposals stops the watermark, so the
+  // successor's lag falls to 0 within a replay of the bound.
+  const Peer* p = peers_[successor_].get();
+  if (p == nullptr) return true;
+  const uint64_t lag_ms = wm_history_.lag_ns(p->replayed_tid, loop_->now_ns()) / 1'000'000;
+  if (lag_ms <= options_.follower_replay_lag_ms_max) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.replay_lag_waits;
+  stats_.replay_lag_ms_max = std::max(stats_.replay_lag_ms_max, lag_ms);
+  return false;
+}
+
+// The successor: the connected follower, caught up on every stream, that replayed furthest.
+// Followers hear who it is when it changes and every kSuccessorResendNs (new connections).
+void ReplicationLeader::update_successor(uint64_t now_ns) {
+  uint32_t best = kNoSuccessor;
   for (uint32_t r = 0; r < peers_.size(); ++r) {
     const Peer* p = peers_[r].get();
-    if (p == nullptr || p->dead || s.catching_up[r] || !p->replay_reported) continue;
-    const uint64_t lag_ms = wm_history_.lag_ns(p->replayed_tid, now) / 1'000'000;
-    if (lag_ms > options_.follower_replay_lag_ms_max) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.replay_lag_waits;
-      stats_.replay_lag_ms_max = std::max(stats_.replay_lag_ms_max, lag_ms);
-      return false;
-    }
+    if (p == nullptr || p->dead || !p->replay_reported) continue;
+    bool catching_up = false;
+    for (const auto& st : streams_) catching_up = catching_up || st->catching_up[r];
+    if (catching_up) continue;
+    if (best == kNoSuccessor || p->replayed_tid > peers_[best]->replayed_tid) best = r;
   }
-  return true;
+  if (best == successor_ && now_ns - successor_sent_ns_ < kSuccessorResendNs) return;
+  successor_ = best;
+  successor_sent_ns_ = now_ns;
+  if (best == kNoSuccessor) return;
+  const nlohmann::json j = {{"type", "successor"}, {"replica", best}};
+  for (uint32_t r = 0; r < peers_.size(); ++r) {
+    if (peers_[r] && !peers_[r]->dead) send_control(r, j);
+  }
 }
 
 void ReplicationLeader::request_sync(Stream& s) {
@@ -577,8 +600,12 @@ void ReplicationLeader::accept_connections() {
       uint32_t replica = options_.replica;  // none: refused below
       if (c[0].imm == kControlSession) {
         auto j = nlohmann::json::parse(c[0].bytes.begin(), c[0].bytes.end(), nullptr, false);
-        if (!j.is_discarded() && j.value("type", "") == "hello") {
-          replica = j.value("replica", options_.replica);
+        std::string type;
+        uint32_t said = options_.replica;
+        // Malformed (a wrong type anywhere): refused below, as a connection without a hello.
+        if (!j.is_discarded() && json_optional_field(j, "type", &type).ok() && type == "hello" &&
+            json_optional_field(j, "replica", &said).ok()) {
+          replica = said;
         }
       }
       // Anything behind the hello (a restarted follower's heartbeats) is dropped: Paxos
@@ -683,20 +710,26 @@ void ReplicationLeader::drop_peer(uint32_t replica, const Status& why) {
 
 void ReplicationLeader::handle_control(uint32_t from, std::span<const uint8_t> bytes) {
   auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return;
-  const std::string type = j.value("type", "");
+  std::string type;
+  // Malformed messages from a follower are dropped: it is refused nothing else for them.
+  if (j.is_discarded() || !json_optional_field(j, "type", &type).ok()) return;
   if (type == "replayed") {
-    const auto tid = j.find("tid");
-    if (tid == j.end() || !tid->is_number_unsigned() || !peers_[from]) return;  // malformed
-    peers_[from]->replayed_tid = tid->get<uint64_t>();
+    auto tid = json_field<uint64_t>(j, "tid");
+    if (!tid.ok() || !peers_[from]) return;
+    peers_[from]->replayed_tid = *tid;
     peers_[from]->replay_reported = true;
     return;
   }
   if (type != "status") return;
-  FollowerReport r = FollowerReport::from_json(j);
-  r.replica = from;
+  auto r = FollowerReport::parse(j);
+  if (!r.ok()) {  // dropped: the request is repeated, and a sound follower answers it
+    std::fprintf(stderr, "replication: follower %u: dropped a malformed report: %s\n", from,
+                 r.status().to_string().c_str());
+    return;
+  }
+  r->replica = from;
   std::lock_guard<std::mutex> lock(mu_);
-  reports_[from] = std::move(r);
+  reports_[from] = std::move(*r);
 }
 
 void ReplicationLeader::send(uint32_t to, uint32_t session, std::span<const std::byte> bytes) {

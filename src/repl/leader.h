@@ -97,11 +97,13 @@ struct LeaderOptions {
   // PaxosOptions::pipeline_slots is catching up (from the WAL, paced): it is not waited for
   // until it is back within this bound. REQUIRES: < retain_chosen_slots.
   uint64_t follower_lag_slots_max = 192;
-  // The ratekeeper: proposals also stop while a connected follower (one not catching up)
-  // reports a replay position the shard watermark passed more than this long ago, and resume
-  // once it is back within it. The backlog a follower replays before it can serve as the
-  // shard's leader (its takeover) is so bounded, and with it the failover time. Followers
-  // report their applied TID every tick ({"type":"replayed"}). 0: unbounded.
+  // The ratekeeper: proposals also stop while the designated successor (the connected
+  // follower, caught up on every stream, that replayed furthest; followers are told who it is
+  // and the others defer to it when the leader fails) reports a replay position the shard
+  // watermark passed more than this long ago, and resume once it is back within it. The
+  // backlog the successor replays before it can serve as the shard's leader (its takeover) is
+  // so bounded, and with it the failover time. Followers report their applied TID every tick
+  // ({"type":"replayed"}). 0: unbounded.
   uint64_t follower_replay_lag_ms_max = 100;
   Schema schema;  // sent to every follower
 };
@@ -211,6 +213,11 @@ class ReplicationLeader {
   // (replay_lag_waits) its replay lags follower_replay_lag_ms_max.
   bool followers_keep_up(Stream& s);
   bool followers_replay_keeps_up(const Stream& s);
+  void update_successor(uint64_t now_ns);
+  static constexpr uint32_t kNoSuccessor = UINT32_MAX;
+  static constexpr uint64_t kSuccessorResendNs = 500'000'000;
+  uint32_t successor_ = kNoSuccessor;  // replication thread
+  uint64_t successor_sent_ns_ = 0;
   void update_catching_up(Stream& s);
   void sync_logs();
   void accept_connections();

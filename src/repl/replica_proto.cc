@@ -140,14 +140,6 @@ Result<FollowerReport> FollowerReport::parse(const nlohmann::json& j) {
   return r;
 }
 
-FollowerReport FollowerReport::from_json(const nlohmann::json& j) {
-  auto parsed = parse(j);
-  if (parsed.ok()) return std::move(*parsed);
-  std::fprintf(stderr, "replication: ignoring a malformed report: %s\n",
-               parsed.status().to_string().c_str());
-  return FollowerReport{};
-}
-
 uint64_t engine_digest(const txn::Engine& engine) {
   XXH3_state_t state;
   XXH3_64bits_reset(&state);

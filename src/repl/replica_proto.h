@@ -93,9 +93,6 @@ struct FollowerReport {
   // A follower's "status" message: "replica" is required, the other fields optional (absent:
   // 0 or empty); a malformed message fails naming the field, never throws.
   [[nodiscard]] static Result<FollowerReport> parse(const nlohmann::json& j);
-  // parse() for callers that cannot handle an error yet (leader.cc): a malformed report is
-  // logged and read as an empty one (applied_tid 0: "not there yet"). New code uses parse().
-  static FollowerReport from_json(const nlohmann::json& j);
 };
 
 // XXH3-64 over every table (in id order) of (table id, then per live record in key order:

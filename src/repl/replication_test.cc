@@ -175,6 +175,15 @@ TEST(Replication, FollowersConvergeToTheLeadersStore) {
     EXPECT_GE(r.applied_tid, final_tid);
     EXPECT_EQ(r.replay_txns, 4000u);
   }
+  // Both followers hear the same designated successor, one of them (the ratekeeper's).
+  uint32_t a = Follower::kNoReplica, b = Follower::kNoReplica;
+  for (int i = 0; i < 300 && (a == Follower::kNoReplica || a != b); ++i) {  // bounded: 3 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    a = c.followers[0]->follower().successor_hint();
+    b = c.followers[1]->follower().successor_hint();
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_TRUE(a == 1 || a == 2) << a;
 }
 
 // Quiesces the cluster at `final_tid`: both followers report the leader's digest, having
@@ -484,6 +493,88 @@ TEST(Replication, FollowerRefusesABadCheckpointAndStillRecoversCorrectly) {
 
 // A replica directory marked with a newer layout (say, one whose WAL this binary would
 // misread) is refused with one line naming the file; this binary's own marker is accepted.
+// A leader that sends malformed control messages (wrong types, not JSON) does not crash its
+// follower: they are dropped and it keeps answering; a malformed schema ends its run with an
+// error naming it (nothing could be replayed without one).
+TEST(Replication, FollowerDropsMalformedControlMessagesAndRefusesABadSchema) {
+  auto listener = net::TcpListener::listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+  TempDir dir;
+  FollowerOptions fo;
+  fo.data_dir = dir.path();
+  fo.quiet = true;
+  fo.leader_port = listener->port();
+  auto f = Follower::open(fo);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  Status ran;
+  std::thread follower([&] { ran = (*f)->run(); });
+  auto leader = listener->accept(10'000);
+  ASSERT_TRUE(leader.ok()) << leader.status().to_string();
+  auto send = [&](const std::string& text) {
+    ASSERT_TRUE(leader->send(kControlSession, {reinterpret_cast<const uint8_t*>(text.data()),
+                                               text.size()})
+                    .ok());
+    ASSERT_TRUE(leader->flush().ok());
+  };
+  for (const char* bad : {"not json", "[1, 2]", R"({"type": 5})", R"({"type": "report",
+       "target": "x"})", R"({"type": "report", "digest": 1})", R"({"type": "replayed"})"}) {
+    send(bad);
+  }
+  send(R"({"type": "report", "target": 0})");  // still answering: a status report comes back
+  bool reported = false;
+  for (int i = 0; i < 1000 && !reported; ++i) {  // bounded: 10 s
+    net::Completion c[8];
+    auto n = leader->poll(c, 8);
+    ASSERT_TRUE(n.ok()) << n.status().to_string();
+    for (size_t k = 0; k < *n; ++k) {
+      auto j = nlohmann::json::parse(c[k].bytes.begin(), c[k].bytes.end(), nullptr, false);
+      reported = reported || (c[k].imm == kControlSession && j.is_object() &&
+                              j.value("type", "") == "status");
+    }
+    leader->release();
+    if (!reported) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(reported);
+  send(R"({"type": "schema", "schema": 3, "streams": 1})");
+  follower.join();
+  EXPECT_EQ(ran.code(), Code::kInvalidArgument) << ran.to_string();
+  EXPECT_NE(ran.message().find("the leader's schema"), std::string::npos) << ran.to_string();
+}
+
+// A connection whose hello is malformed (wrong field types) is refused, and garbage after a
+// good follower's hello is dropped: the leader stays up and keeps its follower.
+TEST(Replication, LeaderRefusesMalformedHellosAndDropsMalformedReports) {
+  txn::Engine engine;
+  LeaderOptions lo;
+  lo.replicas = 2;
+  auto l = ReplicationLeader::start(lo, engine);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto send = [](net::TcpEndpoint& ep, const std::string& text) {
+    (void)ep.send(kControlSession, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+    (void)ep.flush();
+  };
+  for (const char* bad : {R"({"type": "hello", "replica": "one"})", R"({"type": 1})", "{"}) {
+    auto ep = net::TcpEndpoint::connect("127.0.0.1", (*l)->port());
+    ASSERT_TRUE(ep.ok()) << ep.status().to_string();
+    send(*ep, bad);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ((*l)->followers_connected(), 0u) << bad;
+  }
+  auto ep = net::TcpEndpoint::connect("127.0.0.1", (*l)->port());
+  ASSERT_TRUE(ep.ok()) << ep.status().to_string();
+  send(*ep, R"({"type": "hello", "replica": 1})");
+  for (int i = 0; i < 500 && (*l)->followers_connected() == 0; ++i) {  // bounded: 5 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ((*l)->followers_connected(), 1u);
+  for (const char* bad : {R"({"type": "replayed", "tid": -1})", R"({"type": "status",
+       "applied_tid": "x"})", R"({"type": ["status"]})", "[]"}) {
+    send(*ep, bad);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ((*l)->followers_connected(), 1u);
+}
+
 TEST(Replication, FollowerRefusesANewerDirectoryLayout) {
   TempDir dir;
   FollowerOptions fo;

@@ -215,13 +215,29 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
   // majority ends in its connect timeout (Unavailable).
   for (uint32_t round = 0; round < kLeaderChangesMax; ++round) {
     const Status s = follower->run();
+    const bool unreachable = follower->leader_unreachable();
     std::fprintf(stderr, "replica %u: leader %u %s (%s); applied up to TID %lu\n",
-                 options.replica, leader, follower->leader_silent() ? "silent" : "gone",
+                 options.replica, leader,
+                 unreachable              ? "unreachable"
+                 : follower->leader_silent() ? "silent"
+                                             : "gone",
                  s.to_string().c_str(), follower->applied_tid());
-    if (!s.ok()) return s;
+    // A leader we could not reach for the whole connect timeout counts as failed, like one
+    // whose connection ended; any other error is ours (the WAL, a malformed schema): fatal.
+    if (!s.ok() && !(unreachable && !options.server.etcd.empty())) return s;
     // Without a configuration manager nobody can tell a dead leader from one that stopped (a
     // benchmark's end): the follower stops with it, as before.
     if (options.server.etcd.empty() || follower->leader_stopped()) return Status::Ok();
+    // The leader's designated successor replayed furthest (the leader paced itself by it):
+    // the others give it kSuccessorGraceMs to stand first, so the takeover installs the
+    // smallest backlog; if it is gone too, they stand after the grace.
+    const uint32_t successor = follower->successor_hint();
+    if (successor != repl::Follower::kNoReplica && successor != options.replica &&
+        successor != leader) {
+      std::fprintf(stderr, "replica %u: replica %u is the designated successor: %lu ms for it\n",
+                   options.replica, successor, kSuccessorGraceMs);
+      RealEnv::instance().sleep_ns(kSuccessorGraceMs * 1'000'000);
+    }
     uint64_t epoch = 0;
     std::vector<uint32_t> leaders;
     auto next = next_leader(options, config, leader, &epoch, &leaders);

@@ -54,6 +54,9 @@ struct ReplicaOptions {
 // Follows the shard's leader with `follower` (opened by run_replica) and, whenever the leader
 // is gone, agrees on the next one; promoted, runs the shard server until SIGTERM.
 inline constexpr uint32_t kLeaderChangesMax = 64;
+// How long a follower that is not the failed leader's designated successor waits before it
+// stands in etcd (the successor stands at once).
+inline constexpr uint64_t kSuccessorGraceMs = 300;
 [[nodiscard]] Status follow_and_take_over(const ReplicaOptions& options,
                                           const cluster::ClusterConfig& config,
                                           const std::string& data_dir, uint32_t leader,
