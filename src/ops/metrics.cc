@@ -15,16 +15,24 @@ uint64_t BucketSnapshot::count() const {
 }
 
 BucketSnapshot& BucketSnapshot::operator+=(const BucketSnapshot& other) {
+  SHOAL_CHECK(bounds == other.bounds);
   for (size_t i = 0; i < counts.size(); ++i) counts[i] += other.counts[i];
-  sum_ns += other.sum_ns;
+  sum += other.sum;
   return *this;
 }
 
-BucketSnapshot LatencyBuckets::snapshot() const {
+Buckets::Buckets(const BucketBounds& bounds) : bounds_(&bounds) {
+  for (size_t i = 0; i < limits_.size(); ++i) {
+    limits_[i] = static_cast<uint64_t>(bounds.upper[i] * bounds.per_unit + 0.5);
+  }
+}
+
+BucketSnapshot Buckets::snapshot() const {
   BucketSnapshot s;
+  s.bounds = bounds_;
   for (size_t i = 0; i < counts_.size(); ++i)
     s.counts[i] = counts_[i].load(std::memory_order_relaxed);
-  s.sum_ns = sum_ns_.load(std::memory_order_relaxed);
+  s.sum = sum_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -154,7 +162,7 @@ void MetricsText::histogram(std::string_view name, std::span<const Label> labels
   for (size_t i = 0; i < h.counts.size(); ++i) {
     cumulative += h.counts[i];
     le.clear();
-    append_double(i < kLatencyBoundsS.size() ? kLatencyBoundsS[i] : INFINITY, &le);
+    append_double(i < h.bounds->upper.size() ? h.bounds->upper[i] : INFINITY, &le);
     fmt::format_to(std::back_inserter(text_), "{}_bucket", name);
     labels_text(labels, le);
     fmt::format_to(std::back_inserter(text_), " {}\n", cumulative);
@@ -162,7 +170,7 @@ void MetricsText::histogram(std::string_view name, std::span<const Label> labels
   fmt::format_to(std::back_inserter(text_), "{}_sum", name);
   labels_text(labels, {});
   text_.push_back(' ');
-  append_double(static_cast<double>(h.sum_ns) / 1e9, &text_);
+  append_double(static_cast<double>(h.sum) / h.bounds->per_unit, &text_);
   fmt::format_to(std::back_inserter(text_), "\n{}_count", name);
   labels_text(labels, {});
   fmt::format_to(std::back_inserter(text_), " {}\n", cumulative);

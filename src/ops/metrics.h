@@ -7,12 +7,12 @@
 // constant): it is asserted to be a valid metric or label name, not escaped. Label values and
 // help text are escaped as the format requires (backslash, double quote, newline).
 //
-// LatencyBuckets: a latency histogram with Prometheus' fixed cumulative buckets that ONE
+// Buckets (LatencyBuckets): a histogram with fixed Prometheus buckets (latencies or sizes) that ONE
 // thread writes (relaxed load + store per field: no locked instruction on the hot path) and
 // any thread reads. A reader's snapshot is approximate while the writer runs; its _count is
 // the sum of its buckets, so a scrape is always self-consistent.
 //
-// Threads: a MetricsText is owned by one thread; LatencyBuckets as above.
+// Threads: a MetricsText is owned by one thread; Buckets as above.
 #pragma once
 
 #include <array>
@@ -30,36 +30,45 @@ namespace shoal::ops {
 using Label = std::pair<std::string_view, std::string_view>;
 using Labels = std::initializer_list<Label>;
 
-// Upper bounds (seconds) of LatencyBuckets: 50 us to 10 s, roughly 1-2.5-5 per decade.
-inline constexpr std::array<double, 17> kLatencyBoundsS = {
-    50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
-    50e-3, 100e-3, 250e-3, 500e-3, 1.0,  2.5,    5.0,  10.0};
+// A histogram's layout: 17 upper bounds in the unit exported (seconds, bytes), then +Inf, and
+// how many recorded units make one exported unit (1e9: recorded in ns, exported in seconds).
+inline constexpr size_t kBucketBoundsCount = 17;
+struct BucketBounds {
+  std::array<double, kBucketBoundsCount> upper;
+  double per_unit;
+};
+// Latencies: 50 us to 10 s, roughly 1-2.5-5 per decade; recorded in ns.
+inline constexpr BucketBounds kLatencyBounds = {
+    {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3,
+     1.0, 2.5, 5.0, 10.0},
+    1e9};
+// Sizes: 256 B to 128 MiB in powers of 2 and 4; recorded in bytes.
+inline constexpr BucketBounds kSizeBounds = {
+    {256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576, 2097152, 4194304,
+     8388608, 16777216, 33554432, 67108864, 134217728},
+    1};
 
 // A histogram's state as written: per-bucket (not cumulative) counts, the last one above every
-// bound (+Inf), and the sum of the samples.
+// bound (+Inf), and the sum of the samples in recorded units.
 struct BucketSnapshot {
-  std::array<uint64_t, kLatencyBoundsS.size() + 1> counts{};
-  uint64_t sum_ns = 0;
+  const BucketBounds* bounds = &kLatencyBounds;
+  std::array<uint64_t, kBucketBoundsCount + 1> counts{};
+  uint64_t sum = 0;
   uint64_t count() const;
+  // REQUIRES: other has the same bounds.
   BucketSnapshot& operator+=(const BucketSnapshot& other);
 };
 
-// kLatencyBoundsS in nanoseconds (exact: each bound is a whole number of ns).
-inline constexpr std::array<uint64_t, kLatencyBoundsS.size()> kLatencyBoundsNs = [] {
-  std::array<uint64_t, kLatencyBoundsS.size()> ns{};
-  for (size_t i = 0; i < ns.size(); ++i)
-    ns[i] = static_cast<uint64_t>(kLatencyBoundsS[i] * 1e9 + 0.5);
-  return ns;
-}();
-
-class LatencyBuckets {
+// A histogram of one of the layouts above that one thread writes and any thread reads.
+class Buckets {
  public:
-  // REQUIRES: called by one thread only (the owner).
-  void observe(uint64_t latency_ns) {
+  explicit Buckets(const BucketBounds& bounds = kLatencyBounds);
+  // REQUIRES: called by one thread only (the owner). `value` in recorded units.
+  void observe(uint64_t value) {
     size_t i = 0;
-    while (i < kLatencyBoundsNs.size() && latency_ns > kLatencyBoundsNs[i]) ++i;
+    while (i < limits_.size() && value > limits_[i]) ++i;
     bump(counts_[i], 1);
-    bump(sum_ns_, latency_ns);
+    bump(sum_, value);
   }
   // Any thread.
   BucketSnapshot snapshot() const;
@@ -68,9 +77,12 @@ class LatencyBuckets {
   static void bump(std::atomic<uint64_t>& a, uint64_t by) {
     a.store(a.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
-  std::array<std::atomic<uint64_t>, kLatencyBoundsS.size() + 1> counts_{};
-  std::atomic<uint64_t> sum_ns_{0};
+  const BucketBounds* bounds_;
+  std::array<uint64_t, kBucketBoundsCount> limits_;  // the bounds in recorded units
+  std::array<std::atomic<uint64_t>, kBucketBoundsCount + 1> counts_{};
+  std::atomic<uint64_t> sum_{0};
 };
+using LatencyBuckets = Buckets;  // in ns, exported in seconds (the default layout)
 
 class MetricsText {
  public:
@@ -90,7 +102,7 @@ class MetricsText {
   void counter(std::string_view name, std::string_view help, uint64_t value);
   void gauge(std::string_view name, std::string_view help, double value);
   // A histogram's samples (its family declared before): name_bucket{...,le="..."} cumulative,
-  // name_sum in seconds, name_count.
+  // name_sum in the exported unit, name_count.
   void histogram(std::string_view name, std::span<const Label> labels, const BucketSnapshot& h);
   void histogram(std::string_view name, Labels labels, const BucketSnapshot& h) {
     histogram(name, std::span<const Label>(labels.begin(), labels.size()), h);

@@ -131,11 +131,11 @@ BucketSnapshot buckets_of(std::span<const MetricSample> samples, std::string_vie
   for (const MetricSample& s : samples) {
     if (!matches(s, bucket, match)) continue;
     const std::string le(s.label("le"));
-    size_t i = kLatencyBoundsS.size();  // +Inf
+    size_t i = kLatencyBounds.upper.size();  // +Inf
     if (le != "+Inf") {
       const double bound = std::strtod(le.c_str(), nullptr);
       i = 0;
-      while (i < kLatencyBoundsS.size() && kLatencyBoundsS[i] < bound * (1 - 1e-9)) ++i;
+      while (i < kLatencyBounds.upper.size() && kLatencyBounds.upper[i] < bound * (1 - 1e-9)) ++i;
     }
     if (i < cumulative.counts.size()) cumulative.counts[i] += static_cast<uint64_t>(s.value);
   }
@@ -149,27 +149,29 @@ BucketSnapshot buckets_of(std::span<const MetricSample> samples, std::string_vie
 double bucket_quantile(const BucketSnapshot& counts, double q) {
   const uint64_t total = counts.count();
   if (total == 0) return 0;
+  const auto& upper = counts.bounds->upper;
   const double rank = std::clamp(q, 0.0, 1.0) * static_cast<double>(total);
   double seen = 0;
   for (size_t i = 0; i < counts.counts.size(); ++i) {
     const double in_bucket = static_cast<double>(counts.counts[i]);
     if (seen + in_bucket >= rank && in_bucket > 0) {
-      if (i == kLatencyBoundsS.size()) return kLatencyBoundsS.back();
-      const double lo = i == 0 ? 0 : kLatencyBoundsS[i - 1];
-      return lo + (kLatencyBoundsS[i] - lo) * ((rank - seen) / in_bucket);
+      if (i == upper.size()) return upper.back();
+      const double lo = i == 0 ? 0 : upper[i - 1];
+      return lo + (upper[i] - lo) * ((rank - seen) / in_bucket);
     }
     seen += in_bucket;
   }
-  return kLatencyBoundsS.back();
+  return upper.back();
 }
 
 BucketSnapshot bucket_delta(const BucketSnapshot& after, const BucketSnapshot& before) {
   BucketSnapshot d;
+  d.bounds = after.bounds;
   for (size_t i = 0; i < d.counts.size(); ++i) {
     d.counts[i] =
         after.counts[i] >= before.counts[i] ? after.counts[i] - before.counts[i] : after.counts[i];
   }
-  d.sum_ns = after.sum_ns >= before.sum_ns ? after.sum_ns - before.sum_ns : after.sum_ns;
+  d.sum = after.sum >= before.sum ? after.sum - before.sum : after.sum;
   return d;
 }
 

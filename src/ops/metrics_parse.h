@@ -36,8 +36,8 @@ double sum_samples(std::span<const MetricSample> samples, std::string_view name,
 double max_samples(std::span<const MetricSample> samples, std::string_view name,
                    std::initializer_list<Label> match = {});
 
-// A histogram's cumulative bucket counts (kLatencyBoundsS, then +Inf) summed over every
-// series of `name`_bucket matching `match`.
+// A latency histogram's bucket counts (kLatencyBounds, then +Inf; per bucket, not cumulative)
+// summed over every series of `name`_bucket matching `match`.
 BucketSnapshot buckets_of(std::span<const MetricSample> samples, std::string_view name,
                           std::initializer_list<Label> match = {});
 // The q-quantile (q in [0, 1]) of non-cumulative counts, in seconds, interpolated inside

@@ -69,6 +69,20 @@ TEST(MetricsText, HistogramBucketsAreCumulativeAndCountMatchesInf) {
   EXPECT_NE(t.find("shoal_test_latency_seconds_count{kind=\"empty\"} 0\n"), std::string::npos);
 }
 
+TEST(MetricsText, SizeHistogramsExportBytes) {
+  Buckets sizes(kSizeBounds);
+  sizes.observe(1000);
+  sizes.observe(200'000'000);  // above every bound
+  MetricsText m;
+  m.family("shoal_test_batch_bytes", "histogram", "Sizes.");
+  m.histogram("shoal_test_batch_bytes", {}, sizes.snapshot());
+  const std::string t = m.text();
+  EXPECT_NE(t.find("shoal_test_batch_bytes_bucket{le=\"256\"} 0\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("shoal_test_batch_bytes_bucket{le=\"1024\"} 1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("shoal_test_batch_bytes_bucket{le=\"+Inf\"} 2\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("shoal_test_batch_bytes_sum 200001000\n"), std::string::npos) << t;
+}
+
 TEST(MetricsText, NamesAreValidated) {
   EXPECT_TRUE(valid_metric_name("shoal_a:b_total"));
   EXPECT_FALSE(valid_metric_name("9lives"));

@@ -531,6 +531,7 @@ void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std:
   if (s.log) s.log->note_chosen(slot);
   s.chosen_bytes += entry.size();
   ++s.chosen_entries;
+  batch_bytes_.observe(entry.size());
   // A takeover installs the old slots as they are chosen (gated by the watermark as any
   // follower's replay; above the final watermark the records stay queued and are dropped).
   // Its watermark is the shard's meanwhile: it holds a stream at a hole phase 1 filled with a

@@ -196,6 +196,8 @@ class ReplicationLeader {
   ReplicationPositions positions() const;
   // Latency of our own WAL's group fdatasyncs (fsync batch/always; any thread).
   ops::BucketSnapshot fsync_latency() const { return fsync_latency_.snapshot(); }
+  // Sizes of the log entries (batches) chosen, over every stream (any thread).
+  ops::BucketSnapshot batch_bytes() const { return batch_bytes_.snapshot(); }
 
  private:
   struct Stream;
@@ -279,6 +281,7 @@ class ReplicationLeader {
   ReplicationPositions positions_;  // under mu_; the replication thread fills it every tick
   void note_positions();            // replication thread, holding mu_
   ops::LatencyBuckets fsync_latency_;  // the syncer thread writes
+  ops::Buckets batch_bytes_{ops::kSizeBounds};  // the replication thread writes
 };
 
 }  // namespace shoal::repl

@@ -964,7 +964,8 @@ TEST_F(ServerCli, EveryReplicaServesMetricsThatPromtoolAccepts) {
         "shoal_txn_speculative_latency_seconds_bucket", "shoal_txn_commit_latency_seconds_count",
         "shoal_2pc_committed_total", "shoal_2pc_round_trips_total", "shoal_epoch", "shoal_watermark", "shoal_vector_watermark",
         "shoal_repl_chosen_slot", "shoal_repl_persisted_slot", "shoal_repl_lag_seconds",
-        "shoal_repl_lag_bytes", "shoal_repl_batches_total", "shoal_repl_fsync_latency_seconds",
+        "shoal_repl_lag_bytes", "shoal_repl_batch_size_bytes_bucket",
+        "shoal_repl_fsync_latency_seconds",
         "shoal_repl_wal_bytes", "shoal_connections", "shoal_process_resident_bytes"}) {
     EXPECT_NE(leader.find(std::string(name)), std::string::npos) << name << "\n" << leader;
   }

@@ -301,6 +301,9 @@ void render_leader(const ServerMetricsView& v, ops::MetricsText* m) {
   const repl::ReplicationPositions p = l.positions();
   render_positions(p, v.replica, m);
   render_followers(p, v.replica, m);
+  m->family("shoal_repl_batch_size_bytes", "histogram",
+            "Sizes of the log entries (batches) chosen, over every stream.");
+  m->histogram("shoal_repl_batch_size_bytes", {}, l.batch_bytes());
   m->family("shoal_repl_fsync_latency_seconds", "histogram",
             "Latency of this replica's WAL group fdatasyncs.");
   m->histogram("shoal_repl_fsync_latency_seconds", {}, l.fsync_latency());
