@@ -518,8 +518,9 @@ ServerCommands add_server_commands(CLI::App& app) {
   c.top = c.cluster->add_subcommand(
       "top", "Live per-shard view from the leaders' /metrics: txn/s, aborts, p50/p99, lag");
   c.top->add_option("--config", c.top_options.config_path, "Cluster config (TOML)")->required();
-  c.top->add_option("--iterations", c.top_options.iterations, "Screens to print (default: until "
-                    "interrupted)")
+  c.top
+      ->add_option("--iterations", c.top_options.iterations,
+                   "Screens to print (default: until interrupted)")
       ->check(number_in(1u, 1'000'000u, false, "in [1, 1000000]"));
   c.top->add_option("--interval-ms", c.top_options.interval_ms, "Time between screens")
       ->check(number_in(uint64_t{100}, uint64_t{3'600'000}, false, "in [100, 3600000]"))

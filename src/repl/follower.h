@@ -251,7 +251,7 @@ class Follower {
   void note_malformed_control(const std::string& why);
   std::atomic<bool> bootstrap_installed_{false};  // published by publish_replay()
   void check_leader_heard(uint64_t now_ns);
-  uint64_t learns_deferred_ = 0;  // network thread
+  uint64_t learns_deferred_ = 0;       // network thread
   ops::LatencyBuckets fsync_latency_;  // the network thread writes
   mutable std::mutex positions_mu_;
   std::vector<FollowerStreamPosition> positions_;  // guarded by positions_mu_

@@ -4,17 +4,17 @@
 
 #include <fmt/format.h>
 
+#include "bench/runner.h"
 #include "bench/tpcc/tpcc.h"
 #include "bench/tpcc/tpcc_follower_reads.h"
 #include "src/base/cpu_placement.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
 #include "src/cluster/etcd_config_manager.h"
+#include "src/ops/metrics_http.h"
 #include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
-#include "bench/runner.h"
-#include "src/ops/metrics_http.h"
 #include "src/server/payments_json.h"
 #include "src/server/server_metrics.h"
 
@@ -179,11 +179,11 @@ Result<uint32_t> next_leader(const ReplicaOptions& options, const cluster::Clust
 // GET /metrics for this follower (ServerOptions::metrics_port, else the config's); null when
 // neither names a port. REQUIRES: the result is destroyed before `follower`.
 Result<std::unique_ptr<ops::MetricsHttp>> start_follower_metrics(const ReplicaOptions& options,
-                                                                const cluster::Replica& me,
-                                                                const std::string& data_dir,
-                                                                const repl::Follower* follower) {
-  const uint16_t port = options.server.metrics_port != 0 ? options.server.metrics_port
-                                                         : me.metrics_port;
+                                                                 const cluster::Replica& me,
+                                                                 const std::string& data_dir,
+                                                                 const repl::Follower* follower) {
+  const uint16_t port =
+      options.server.metrics_port != 0 ? options.server.metrics_port : me.metrics_port;
   if (port == 0) return std::unique_ptr<ops::MetricsHttp>();
   FollowerMetricsView v;
   v.shard = options.shard;
@@ -197,8 +197,8 @@ Result<std::unique_ptr<ops::MetricsHttp>> start_follower_metrics(const ReplicaOp
     return m.text();
   });
   if (!http.ok()) return http.status();
-  std::fprintf(stderr, "replica %u of shard %u: metrics on http://%s:%u/metrics\n",
-               options.replica, options.shard, me.host.c_str(), (*http)->port());
+  std::fprintf(stderr, "replica %u of shard %u: metrics on http://%s:%u/metrics\n", options.replica,
+               options.shard, me.host.c_str(), (*http)->port());
   return std::move(*http);
 }
 

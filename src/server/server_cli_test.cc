@@ -949,9 +949,9 @@ TEST_F(ServerCli, EveryReplicaServesMetricsThatPromtoolAccepts) {
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const std::string before = scrape(ports[0]);
   ASSERT_FALSE(before.empty()) << "shard 0's leader does not serve /metrics";
-  const pid_t bench = start({"bench", "micro", "--cluster", config_, "--cross-shard-pct", "20",
-                             "--seconds", "2"},
-                            path("bench.log"));
+  const pid_t bench =
+      start({"bench", "micro", "--cluster", config_, "--cross-shard-pct", "20", "--seconds", "2"},
+            path("bench.log"));
   o = run({"cluster", "top", "--config", config_, "--iterations", "1"}, 30);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("txn/s"), std::string::npos) << o.output;
@@ -962,10 +962,10 @@ TEST_F(ServerCli, EveryReplicaServesMetricsThatPromtoolAccepts) {
   for (const char* name :
        {"shoal_txn_committed_total", "shoal_txn_aborted_total", "shoal_txn_failed_total",
         "shoal_txn_speculative_latency_seconds_bucket", "shoal_txn_commit_latency_seconds_count",
-        "shoal_2pc_committed_total", "shoal_2pc_round_trips_total", "shoal_epoch", "shoal_watermark", "shoal_vector_watermark",
-        "shoal_repl_chosen_slot", "shoal_repl_persisted_slot", "shoal_repl_lag_seconds",
-        "shoal_repl_lag_bytes", "shoal_repl_batch_size_bytes_bucket",
-        "shoal_repl_fsync_latency_seconds",
+        "shoal_2pc_committed_total", "shoal_2pc_round_trips_total", "shoal_epoch",
+        "shoal_watermark", "shoal_vector_watermark", "shoal_repl_chosen_slot",
+        "shoal_repl_persisted_slot", "shoal_repl_lag_seconds", "shoal_repl_lag_bytes",
+        "shoal_repl_batch_size_bytes_bucket", "shoal_repl_fsync_latency_seconds",
         "shoal_repl_wal_bytes", "shoal_connections", "shoal_process_resident_bytes"}) {
     EXPECT_NE(leader.find(std::string(name)), std::string::npos) << name << "\n" << leader;
   }
@@ -977,9 +977,9 @@ TEST_F(ServerCli, EveryReplicaServesMetricsThatPromtoolAccepts) {
             sample_sum(leader, "shoal_2pc_committed_total"))
       << leader;
   EXPECT_GT(sample_sum(leader, "shoal_repl_chosen_slot"), 0) << leader;
-  for (const char* name : {"shoal_repl_applied_tid", "shoal_repl_replayed_txns_total",
-                           "shoal_repl_received_slot", "shoal_checkpoints_total",
-                           "shoal_checkpoint_bytes"}) {
+  for (const char* name :
+       {"shoal_repl_applied_tid", "shoal_repl_replayed_txns_total", "shoal_repl_received_slot",
+        "shoal_checkpoints_total", "shoal_checkpoint_bytes"}) {
     EXPECT_NE(follower.find(std::string(name)), std::string::npos) << name << "\n" << follower;
   }
   EXPECT_GT(sample_sum(follower, "shoal_repl_replayed_txns_total"), 100) << follower;

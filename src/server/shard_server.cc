@@ -31,6 +31,7 @@
 #include "src/index/key.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
+#include "src/ops/metrics_http.h"
 #include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
@@ -44,7 +45,6 @@
 #include "src/server/dist_tpcc.h"
 #include "src/server/payments_json.h"
 #include "src/server/server_metrics.h"
-#include "src/ops/metrics_http.h"
 #include "src/txn/engine.h"
 
 namespace shoal::server {
