@@ -15,6 +15,9 @@ packages=(
   # The Redis protocol layer (src/resp) is tested against the real thing: redis-server (its
   # replies, byte for byte), redis-cli and the hiredis client library.
   redis-server redis-tools libhiredis-dev
+  # Metrics (src/ops): libmicrohttpd serves /metrics; prometheus ships promtool, which the
+  # tests run on the exposition text.
+  libmicrohttpd-dev prometheus
   # The libFuzzer targets (src/net/fuzz, src/repl/fuzz, src/resp/fuzz) build with clang and its runtime.
   clang libclang-rt-14-dev
 )

@@ -38,6 +38,7 @@
 #include "src/base/interrupt.h"
 #include "src/cluster/config.h"
 #include "src/server/cluster_ctl.h"
+#include "src/server/cluster_top.h"
 #include "src/server/replica_cli.h"
 #include "src/server/shard_server.h"
 #include "src/txn/engine.h"
@@ -72,8 +73,10 @@ struct ServerCommands {
   CLI::App* down = nullptr;
   CLI::App* check = nullptr;
   CLI::App* digest = nullptr;
+  CLI::App* top = nullptr;
   server::ServerOptions server_options;
   server::ClusterOptions cluster_options;
+  server::TopOptions top_options;
 };
 
 struct BenchCommands {
@@ -332,6 +335,10 @@ void add_served_options(CLI::App* c, server::ServerOptions& so, const std::strin
   c->add_option("--ack-journal", so.ack_journal_dir,
                 "TPC-C: append every acknowledged NewOrder's key to a file per worker in this "
                 "directory (the benchmark's acknowledged-lost check)");
+  c->add_option("--metrics-port", so.metrics_port,
+                "Serve GET /metrics (Prometheus text) on this port of the replica's configured "
+                "host (default: the config's metrics_port; none without one)")
+      ->check(number_in(1u, 65535u, false, "in [1, 65535]"));
   c->add_option("--etcd", so.etcd,
                 "The configuration manager: etcd client endpoints (host:port, comma-separated); "
                 "replicas agree on a failed leader's replacement through it")
@@ -508,6 +515,16 @@ ServerCommands add_server_commands(CLI::App& app) {
   for (CLI::App* sub : {c.up, c.status, c.down, c.check, c.digest}) {
     sub->add_option("--config", co.config_path, "Cluster config (TOML)")->required();
   }
+  c.top = c.cluster->add_subcommand(
+      "top", "Live per-shard view from the leaders' /metrics: txn/s, aborts, p50/p99, lag");
+  c.top->add_option("--config", c.top_options.config_path, "Cluster config (TOML)")->required();
+  c.top
+      ->add_option("--iterations", c.top_options.iterations,
+                   "Screens to print (default: until interrupted)")
+      ->check(number_in(1u, 1'000'000u, false, "in [1, 1000000]"));
+  c.top->add_option("--interval-ms", c.top_options.interval_ms, "Time between screens")
+      ->check(number_in(uint64_t{100}, uint64_t{3'600'000}, false, "in [100, 3600000]"))
+      ->capture_default_str();
   for (CLI::App* sub : {c.up, c.down}) {
     sub->add_option("--run-dir", co.run_dir, "Pid and log directory (default .shoal/<name>)");
   }
@@ -555,6 +572,8 @@ int run_server_commands(const ServerCommands& c) {
     s = server::cluster_check(c.cluster_options);
   } else if (c.digest->parsed()) {
     s = server::cluster_digest(c.cluster_options);
+  } else if (c.top->parsed()) {
+    s = server::cluster_top(c.top_options);
   }
   if (s.ok()) return 0;
   fmt::print(stderr, "shoal: error: {}\n", s.to_string());

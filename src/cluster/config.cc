@@ -93,6 +93,10 @@ Status validate_replica(const ClusterConfig& c, const std::string& field, const 
   if (!endpoints->insert({r.host, r.port}).second) {
     return field_error(field, fmt::format("address {}:{} is used twice", r.host, r.port));
   }
+  if (r.metrics_port != 0 && !endpoints->insert({r.host, r.metrics_port}).second) {
+    return field_error(field + ".metrics_port",
+                       fmt::format("address {}:{} is used twice", r.host, r.metrics_port));
+  }
   return Status::Ok();
 }
 
@@ -295,14 +299,16 @@ Status parse_shard(const toml::table& t, const std::string& f, ClusterConfig* c)
   s.id = static_cast<uint32_t>(id);
   SHOAL_TRY(for_each_table_in_array(
       v["replica"], f + ".replica", [&](const toml::table& rt, const std::string& rf) -> Status {
-        SHOAL_TRY(reject_unknown_keys(rt, rf, {"region", "host", "port"}));
+        SHOAL_TRY(reject_unknown_keys(rt, rf, {"region", "host", "port", "metrics_port"}));
         NodeView rv{rt};
         Replica r;
-        uint64_t port = 0;
+        uint64_t port = 0, metrics_port = 0;
         SHOAL_TRY(read_string(rv["region"], rf + ".region", &r.region));
         SHOAL_TRY(read_string(rv["host"], rf + ".host", &r.host));
         SHOAL_TRY(read_uint(rv["port"], rf + ".port", 1, 65535, &port));
+        SHOAL_TRY(read_uint(rv["metrics_port"], rf + ".metrics_port", 1, 65535, &metrics_port));
         r.port = static_cast<uint16_t>(port);
+        r.metrics_port = static_cast<uint16_t>(metrics_port);
         s.replicas.push_back(std::move(r));
         return Status::Ok();
       }));
@@ -381,6 +387,7 @@ std::string ClusterConfig::to_toml() const {
     for (const Replica& r : s.replicas) {
       out += fmt::format("[[shard.replica]]\nregion = \"{}\"\nhost = \"{}\"\nport = {}\n", r.region,
                          r.host, r.port);
+      if (r.metrics_port != 0) out += fmt::format("metrics_port = {}\n", r.metrics_port);
     }
   }
   return out;

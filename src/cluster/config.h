@@ -37,6 +37,9 @@ struct Replica {
   std::string region;
   std::string host;
   uint16_t port = 0;
+  // Where its process serves GET /metrics (Prometheus text, docs/OPERATIONS.md "Metrics"), on
+  // `host` too; 0: no metrics endpoint. validate() keeps it apart from every other address.
+  uint16_t metrics_port = 0;
 };
 
 // Where a shard's leader listens for its followers (src/repl/leader.h) when the shard has

@@ -89,6 +89,22 @@ TEST(ClusterConfig, RoundTripsThroughToml) {
   for (uint64_t w = 1; w <= 10; ++w) EXPECT_NE(again->shard_for_partition(w), nullptr) << w;
 }
 
+TEST(ClusterConfig, MetricsPortIsOptionalAndRoundTrips) {
+  auto plain = parse_config(kGood);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->shards[0].replicas[0].metrics_port, 0);  // none unless configured
+  EXPECT_EQ(plain->to_toml().find("metrics_port"), std::string::npos);
+  std::string text = kGood;
+  text.replace(text.find("port = 7002"), 11, "port = 7002\nmetrics_port = 9102");
+  auto c = parse_config(text);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->shards[0].replicas[1].metrics_port, 9102);
+  auto again = parse_config(c->to_toml());
+  ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << c->to_toml();
+  EXPECT_EQ(again->shards[0].replicas[1].metrics_port, 9102);
+  EXPECT_EQ(again->to_toml(), c->to_toml());
+}
+
 // Each bad config must fail with a message naming the offending field.
 struct BadCase {
   std::string from, to, expect;
@@ -137,6 +153,14 @@ TEST(ClusterConfig, BadConfigsNameTheField) {
        "cluster.leader_timeout_ms: must be in [30, 600000], not 5"},
       {"replicas = 3", "replicas = 3\nbatch_us = \"fast\"", "cluster.batch_us: expected a number"},
       {"name = \"geo\"", "name = ", "config:"},  // a TOML syntax error, with line and column
+      {"port = 7004", "port = 7004\nmetrics_port = 0",
+       "shard[0].replica[2].metrics_port: must be in [1, 65535], not 0"},
+      {"port = 7004", "port = 7004\nmetrics_port = 7002",
+       "shard[0].replica[2].metrics_port: address 127.0.0.1:7002 is used twice"},
+      {"port = 7000", "port = 7000\nmetrics_port = 7001",
+       "its replication port 127.0.0.1:7001 (port + 1) is another replica's address"},
+      {"port = 7004", "port = 7004\nmetrics_port = \"x\"",
+       "shard[0].replica[2].metrics_port: expected an integer"},
   };
   for (const BadCase& bc : cases) {
     std::string text = kGood;

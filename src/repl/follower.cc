@@ -429,7 +429,9 @@ void Follower::release_held() {
   holding_ = false;
   for (auto& s : streams_) {
     if (!s->log->dirty()) continue;
+    const uint64_t start_ns = loop_->now_ns();
     Status st = s->log->sync();
+    if (options_.fsync != FsyncPolicy::kNone) fsync_latency_.observe(loop_->now_ns() - start_ns);
     if (!st.ok()) {
       failed_ = std::move(st);  // nothing unsynced is ever acknowledged
       held_index_.clear();
@@ -769,6 +771,20 @@ Result<Takeover> Follower::hand_over(std::unique_ptr<txn::Engine>* engine) {
   return t;
 }
 
+void Follower::note_positions() {
+  std::lock_guard<std::mutex> lock(positions_mu_);
+  positions_.resize(streams_.size());
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    const Stream& s = *streams_[i];
+    positions_[i] = {s.store.last_slot(), s.store.chosen_index(), s.log->wal_bytes()};
+  }
+}
+
+std::vector<FollowerStreamPosition> Follower::positions() const {
+  std::lock_guard<std::mutex> lock(positions_mu_);
+  return positions_;
+}
+
 uint64_t Follower::applied_tid() const {
   return applied_.load(std::memory_order_acquire);
 }
@@ -790,6 +806,7 @@ void Follower::on_tick(void* self, uint64_t) {
                  f->replay_txns_.load(), f->learns_deferred_);
   }
   if (f->options_.checkpoint_interval_ms > 0 && f->applier_) f->maybe_request_checkpoint(now);
+  f->note_positions();
   f->report_replayed();
   f->check_leader_heard(now);
   if ((f->stop_ != nullptr && f->stop_->load(std::memory_order_acquire)) || !f->failed_.ok()) {

@@ -127,6 +127,13 @@ struct CheckpointCounters {
   uint64_t refused = 0;     // checkpoints open() refused (corrupt, torn, newer format)
 };
 
+// Where each of the follower's streams stands, as of its network thread's last tick (metrics).
+struct FollowerStreamPosition {
+  uint64_t received = 0;   // the highest slot accepted or learned here
+  uint64_t chosen = 0;     // every slot at or below it is known chosen here
+  uint64_t wal_bytes = 0;  // this stream's WAL (live segments)
+};
+
 inline constexpr uint32_t kReadThreadsMax = 16;
 
 // A replica's directory (a follower's, or a leader's WAL directory: a former leader restarts
@@ -180,6 +187,12 @@ class Follower {
   uint64_t replayed_txns() const { return replay_txns_.load(std::memory_order_acquire); }
   uint64_t recovered_slots() const { return recovered_slots_; }
   CheckpointCounters checkpoints() const;
+  // As of the last tick (any thread).
+  std::vector<FollowerStreamPosition> positions() const;
+  // Entries chosen and queued for replay, not yet installed (any thread).
+  uint64_t replay_backlog() const { return replay_pending_.load(std::memory_order_relaxed); }
+  // Latency of the WAL fdatasyncs before acknowledging (fsync batch/always; any thread).
+  ops::BucketSnapshot fsync_latency() const { return fsync_latency_.snapshot(); }
   // Status as sent to the leader (digest and check computed on demand, cached per TID).
   FollowerReport report(bool digest, bool check,
                         const nlohmann::json& check_args = nlohmann::json());
@@ -238,7 +251,11 @@ class Follower {
   void note_malformed_control(const std::string& why);
   std::atomic<bool> bootstrap_installed_{false};  // published by publish_replay()
   void check_leader_heard(uint64_t now_ns);
-  uint64_t learns_deferred_ = 0;  // network thread
+  uint64_t learns_deferred_ = 0;       // network thread
+  ops::LatencyBuckets fsync_latency_;  // the network thread writes
+  mutable std::mutex positions_mu_;
+  std::vector<FollowerStreamPosition> positions_;  // guarded by positions_mu_
+  void note_positions();                           // network thread (tick)
   // Checkpoints (checkpoint_interval_ms > 0). The network thread requests one (tick), the
   // replay thread writes it between entries (take_checkpoint), a short-lived thread makes it
   // durable, and the network thread then rotates and truncates the WALs (finish_checkpoint).

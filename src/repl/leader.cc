@@ -56,6 +56,8 @@ struct ReplicationLeader::Stream {
   bool leading = false;
   // By replica: catching up (not waited for) until back within follower_lag_slots_max.
   std::array<bool, kPaxosReplicasMax> catching_up{};
+  uint64_t persisted = 0;  // the durable slot on_durable last noted
+  uint64_t chosen_bytes = 0, chosen_entries = 0;
   uint64_t catchup_errors_seen = 0;
   bool catchup_wal_noted = false;  // said once on stderr
   explicit Stream(uint64_t retain) : store(retain) {}
@@ -323,6 +325,7 @@ void ReplicationLeader::tick() {
       stats_.stepped_down += ps.stepped_down;
       stats_.became_leader += ps.became_leader;
     }
+    note_positions();
   }
   // Report requests are re-sent every 20 ms until answered (cheap JSON, cold path).
   const uint64_t now = loop_->now_ns();
@@ -483,7 +486,9 @@ void ReplicationLeader::syncer_main() {
     }
     for (uint32_t s = 0; s < options_.streams; ++s) {
       if (want[s] == done[s]) continue;
+      const uint64_t start_ns = RealEnv::instance().now_ns();
       const Status st = streams_[s]->log->sync_from_any_thread();
+      fsync_latency_.observe(RealEnv::instance().now_ns() - start_ns);
       SHOAL_ASSERT(st.ok(), "replication: WAL sync failed: %s", st.to_string().c_str());
     }
     done = want;
@@ -506,6 +511,7 @@ void ReplicationLeader::on_durable(void* self) {
     durable = l->sync_.durable;
   }
   for (uint32_t s = 0; s < l->options_.streams; ++s) {
+    l->streams_[s]->persisted = durable[s].second;
     l->streams_[s]->paxos->note_self_durable(durable[s].first, durable[s].second);
   }
 }
@@ -523,6 +529,9 @@ void ReplicationLeader::sync_logs() {
 
 void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std::byte> entry) {
   if (s.log) s.log->note_chosen(slot);
+  s.chosen_bytes += entry.size();
+  ++s.chosen_entries;
+  batch_bytes_.observe(entry.size());
   // A takeover installs the old slots as they are chosen (gated by the watermark as any
   // follower's replay; above the final watermark the records stay queued and are dropped).
   // Its watermark is the shard's meanwhile: it holds a stream at a hole phase 1 filled with a
@@ -807,6 +816,38 @@ Result<std::vector<FollowerReport>> ReplicationLeader::collect_reports(
     }
     env.sleep_ns(5'000'000);
   }
+}
+
+void ReplicationLeader::note_positions() {
+  positions_.streams.resize(streams_.size());
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    const Stream& s = *streams_[i];
+    StreamPosition& p = positions_.streams[i];
+    p.proposed = s.paxos->next_slot() - 1;
+    p.chosen = s.paxos->chosen_index();
+    p.persisted = s.log ? s.persisted : p.chosen;  // no WAL: nothing to make durable
+    p.wal_bytes = s.log ? s.log->wal_bytes() : 0;
+    p.chosen_bytes = s.chosen_bytes;
+    p.chosen_entries = s.chosen_entries;
+    for (uint32_t r = 0; r < options_.replicas && r < kPaxosReplicasMax; ++r) {
+      p.peer_chosen[r] = r == options_.replica ? p.chosen : s.paxos->peer_chosen_index(r);
+    }
+  }
+  positions_.followers.resize(options_.replicas);
+  const uint64_t now = loop_->now_ns();
+  for (uint32_t r = 0; r < options_.replicas; ++r) {
+    const Peer* peer = r < peers_.size() ? peers_[r].get() : nullptr;
+    FollowerPosition& f = positions_.followers[r];
+    f.connected = peer != nullptr && !peer->dead;
+    f.replayed_tid = peer != nullptr ? peer->replayed_tid : f.replayed_tid;
+    const bool reported = f.connected && peer->replay_reported;
+    f.replay_lag_ns = reported ? wm_history_.lag_ns(f.replayed_tid, now) : 0;
+  }
+}
+
+ReplicationPositions ReplicationLeader::positions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return positions_;
 }
 
 LeaderStats ReplicationLeader::stats() const {

@@ -37,6 +37,7 @@
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
 #include "src/net/wan_shaper.h"
+#include "src/ops/metrics.h"
 #include "src/repl/acceptor_log.h"
 #include "src/repl/appender.h"
 #include "src/repl/paxos_stream.h"
@@ -121,6 +122,27 @@ struct LeaderStats {
   uint64_t catching_up = 0;          // (stream, follower) pairs not waited for right now
 };
 
+// Where each stream and follower stands, as of the replication thread's last tick (metrics,
+// src/server/server_metrics.h). Slots are Paxos slot numbers; one slot is one sealed entry.
+struct StreamPosition {
+  uint64_t proposed = 0;      // the highest slot proposed
+  uint64_t chosen = 0;        // every slot at or below it is chosen
+  uint64_t persisted = 0;     // our own acceptances are durable up to this slot (fsync)
+  uint64_t wal_bytes = 0;     // this stream's WAL on this replica
+  uint64_t chosen_bytes = 0;  // entry bytes chosen so far (batch size = bytes / entries)
+  uint64_t chosen_entries = 0;
+  std::array<uint64_t, kPaxosReplicasMax> peer_chosen{};  // by replica, as each reported
+};
+struct FollowerPosition {
+  bool connected = false;
+  uint64_t replayed_tid = 0;   // the follower's applied TID as it last reported
+  uint64_t replay_lag_ns = 0;  // how long ago the shard watermark passed replayed_tid
+};
+struct ReplicationPositions {
+  std::vector<StreamPosition> streams;      // by stream
+  std::vector<FollowerPosition> followers;  // by replica id ([own] unused)
+};
+
 class ReplicationLeader {
  public:
   // Listens, creates the appenders and streams, starts the replication thread.
@@ -170,6 +192,12 @@ class ReplicationLeader {
   void stop();
   // After stop(), or approximate while running.
   LeaderStats stats() const;
+  // As of the last tick (any thread; copies under a short lock).
+  ReplicationPositions positions() const;
+  // Latency of our own WAL's group fdatasyncs (fsync batch/always; any thread).
+  ops::BucketSnapshot fsync_latency() const { return fsync_latency_.snapshot(); }
+  // Sizes of the log entries (batches) chosen, over every stream (any thread).
+  ops::BucketSnapshot batch_bytes() const { return batch_bytes_.snapshot(); }
 
  private:
   struct Stream;
@@ -248,8 +276,12 @@ class ReplicationLeader {
   nlohmann::json report_request_;  // null: none
   uint64_t report_target_ = 0;
   std::vector<std::optional<FollowerReport>> reports_;
-  std::vector<bool> lost_;  // by replica: was connected, connection gone
-  LeaderStats stats_;       // under mu_ when read from outside
+  std::vector<bool> lost_;             // by replica: was connected, connection gone
+  LeaderStats stats_;                  // under mu_ when read from outside
+  ReplicationPositions positions_;     // under mu_; the replication thread fills it every tick
+  void note_positions();               // replication thread, holding mu_
+  ops::LatencyBuckets fsync_latency_;  // the syncer thread writes
+  ops::Buckets batch_bytes_{ops::kSizeBounds};  // the replication thread writes
 };
 
 }  // namespace shoal::repl

@@ -184,6 +184,37 @@ TEST(Replication, FollowersConvergeToTheLeadersStore) {
   }
   EXPECT_EQ(a, b);
   EXPECT_TRUE(a == 1 || a == 2) << a;
+  // What /metrics reads (src/server/server_metrics.h), published by the ticks: every stream
+  // chosen, durable and known chosen by both followers; both fsynced their WAL (kBatch).
+  ReplicationPositions p;
+  for (int i = 0; i < 300; ++i) {  // bounded: 3 s
+    p = c.leader->positions();
+    if (p.streams.size() == 2 && p.streams[0].peer_chosen[1] == p.streams[0].chosen &&
+        p.streams[1].peer_chosen[2] == p.streams[1].chosen) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(p.streams.size(), 2u);
+  ASSERT_EQ(p.followers.size(), 3u);
+  for (const StreamPosition& s : p.streams) {
+    EXPECT_GT(s.chosen, 0u);
+    EXPECT_EQ(s.persisted, s.chosen);
+    EXPECT_GT(s.wal_bytes, 0u);
+    EXPECT_GT(s.chosen_entries, 0u);
+    EXPECT_GT(s.chosen_bytes, s.chosen_entries);
+  }
+  EXPECT_TRUE(p.followers[1].connected && p.followers[2].connected);
+  EXPECT_GT(c.leader->fsync_latency().count(), 0u);
+  for (auto& f : c.followers) {
+    const std::vector<FollowerStreamPosition> fp = f->follower().positions();
+    ASSERT_EQ(fp.size(), 2u);
+    for (size_t s = 0; s < fp.size(); ++s) {
+      EXPECT_GE(fp[s].received, fp[s].chosen);
+      EXPECT_GT(fp[s].wal_bytes, 0u);
+    }
+    EXPECT_GT(f->follower().fsync_latency().count(), 0u);
+  }
 }
 
 // Quiesces the cluster at `final_tid`: both followers report the leader's digest, having

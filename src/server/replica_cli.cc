@@ -4,16 +4,19 @@
 
 #include <fmt/format.h>
 
+#include "bench/runner.h"
 #include "bench/tpcc/tpcc.h"
 #include "bench/tpcc/tpcc_follower_reads.h"
 #include "src/base/cpu_placement.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
 #include "src/cluster/etcd_config_manager.h"
+#include "src/ops/metrics_http.h"
 #include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
 #include "src/server/payments_json.h"
+#include "src/server/server_metrics.h"
 
 namespace shoal::server {
 
@@ -175,12 +178,41 @@ Result<uint32_t> next_leader(const ReplicaOptions& options, const cluster::Clust
   return (*leaders)[options.shard];
 }
 
+// GET /metrics for this follower (ServerOptions::metrics_port, else the config's); null when
+// neither names a port. REQUIRES: the result is destroyed before `follower`.
+Result<std::unique_ptr<ops::MetricsHttp>> start_follower_metrics(const ReplicaOptions& options,
+                                                                 const cluster::Replica& me,
+                                                                 const std::string& data_dir,
+                                                                 const repl::Follower* follower) {
+  const uint16_t port =
+      options.server.metrics_port != 0 ? options.server.metrics_port : me.metrics_port;
+  if (port == 0) return std::unique_ptr<ops::MetricsHttp>();
+  FollowerMetricsView v;
+  v.shard = options.shard;
+  v.replica = options.replica;
+  v.follower = follower;
+  v.data_dir = data_dir;
+  auto http = ops::MetricsHttp::start(me.host, port, [v]() mutable {
+    v.rss_bytes = bench::current_rss_bytes();
+    ops::MetricsText m;
+    render_follower_metrics(v, &m);
+    return m.text();
+  });
+  if (!http.ok()) return http.status();
+  std::fprintf(stderr, "replica %u of shard %u: metrics on http://%s:%u/metrics\n", options.replica,
+               options.shard, me.host.c_str(), (*http)->port());
+  return std::move(*http);
+}
+
 }  // namespace
 
 Status follow_and_take_over(const ReplicaOptions& options, const cluster::ClusterConfig& config,
                             const std::string& data_dir, uint32_t leader,
                             std::unique_ptr<repl::Follower> follower) {
   const cluster::Shard& shard = config.shards[options.shard];
+  auto metrics =
+      start_follower_metrics(options, shard.replicas[options.replica], data_dir, follower.get());
+  if (!metrics.ok()) return metrics.status();
   // Bounded: each round follows one leader until it is gone; a replica that cannot reach a
   // majority ends in its connect timeout (Unavailable).
   for (uint32_t round = 0; round < kLeaderChangesMax; ++round) {
@@ -229,6 +261,7 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
     }
     std::fprintf(stderr, "replica %u: taking over shard %u in epoch %lu\n", options.replica,
                  options.shard, epoch);
+    metrics->reset();  // it reads the follower; the server serves /metrics on the same port
     Promotion p;
     p.replica = options.replica;
     p.epoch = epoch;

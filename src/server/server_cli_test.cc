@@ -30,6 +30,9 @@
 #include <nlohmann/json.hpp>
 
 #include "src/base/cpu_placement.h"
+#include "src/cluster/http_client.h"
+#include "src/ops/metrics_parse.h"
+#include "src/ops/promtool.h"
 
 namespace shoal::server {
 namespace {
@@ -892,6 +895,104 @@ TEST_F(ServerCli, CtrlCStopsTheFollowersOfAReplicatedBench) {
     for (pid_t p : left) kill(p, SIGKILL);
   }
   config_.clear();  // nothing for TearDown's `cluster down`
+}
+
+TEST_F(ServerCli, ClusterTopNeedsAMetricsPortNamingTheShard) {
+  write_config();
+  const Outcome o = run({"cluster", "top", "--config", config_, "--iterations", "1"}, 30);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("shard[0]: no replica has a metrics_port"), std::string::npos)
+      << o.output;
+  config_.clear();  // nothing for TearDown's `cluster down`
+}
+
+// GET http://127.0.0.1:port/metrics: the body, empty if it did not answer 200.
+std::string scrape(uint16_t port) {
+  cluster::HttpClient http;
+  cluster::HttpResponse response;
+  cluster::HttpFailure failure;
+  const std::string url = fmt::format("http://127.0.0.1:{}/metrics", port);
+  if (!http.request(url, {}, true, 5000, &response, &failure)) return {};
+  return response.status == 200 ? response.body : std::string();
+}
+
+double sample_sum(const std::string& text, std::string_view name) {
+  auto samples = ops::parse_metrics_text(text);
+  return samples.ok() ? ops::sum_samples(*samples, name) : -1;
+}
+
+// Every replica serves /metrics on its configured metrics_port: the leaders' counters rise
+// under load, the followers report their replay, promtool accepts every scrape, and `cluster
+// top` prints a line per shard from them.
+TEST_F(ServerCli, EveryReplicaServesMetricsThatPromtoolAccepts) {
+  write_replicated_config(2, 2);
+  // A metrics port for every replica, above the config's ports and free now.
+  std::string toml = read_file(config_), with;
+  uint16_t next = 0;
+  for (size_t at = toml.find("\nport = "); at != std::string::npos; at = toml.find("\nport = ")) {
+    const size_t eol = toml.find('\n', at + 1);
+    next = std::max<uint16_t>(next, static_cast<uint16_t>(std::stoi(toml.substr(at + 8)) + 100));
+    with += toml.substr(0, eol + 1);
+    toml.erase(0, eol + 1);
+    while (!port_free(next)) ++next;
+    with += fmt::format("metrics_port = {}\n", next++);
+  }
+  with += toml;
+  std::ofstream(config_) << with;
+  std::vector<uint16_t> ports;  // shard 0 leader, follower, shard 1 leader, follower
+  for (size_t at = with.find("metrics_port = "); at != std::string::npos;
+       at = with.find("metrics_port = ", at + 1)) {
+    ports.push_back(static_cast<uint16_t>(std::stoi(with.substr(at + 15))));
+  }
+  ASSERT_EQ(ports.size(), 4u) << with;
+  Outcome o = up({"--checkpoint-interval-ms", "200"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string before = scrape(ports[0]);
+  ASSERT_FALSE(before.empty()) << "shard 0's leader does not serve /metrics";
+  const pid_t bench =
+      start({"bench", "micro", "--cluster", config_, "--cross-shard-pct", "20", "--seconds", "2"},
+            path("bench.log"));
+  o = run({"cluster", "top", "--config", config_, "--iterations", "1"}, 30);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("txn/s"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("\n    1       0 "), std::string::npos) << o.output;  // shard 1's line
+  const Outcome b = finish(bench, path("bench.log"), 120);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::string leader = scrape(ports[0]), follower = scrape(ports[1]);
+  for (const char* name :
+       {"shoal_txn_committed_total", "shoal_txn_aborted_total", "shoal_txn_failed_total",
+        "shoal_txn_speculative_latency_seconds_bucket", "shoal_txn_commit_latency_seconds_count",
+        "shoal_2pc_committed_total", "shoal_2pc_round_trips_total", "shoal_epoch",
+        "shoal_watermark", "shoal_vector_watermark", "shoal_repl_chosen_slot",
+        "shoal_repl_persisted_slot", "shoal_repl_lag_seconds", "shoal_repl_lag_bytes",
+        "shoal_repl_batch_size_bytes_bucket", "shoal_repl_fsync_latency_seconds",
+        "shoal_repl_wal_bytes", "shoal_connections", "shoal_process_resident_bytes"}) {
+    EXPECT_NE(leader.find(std::string(name)), std::string::npos) << name << "\n" << leader;
+  }
+  EXPECT_GT(sample_sum(leader, "shoal_txn_committed_total"),
+            sample_sum(before, "shoal_txn_committed_total") + 100)
+      << leader;
+  EXPECT_GT(sample_sum(leader, "shoal_2pc_committed_total"), 0) << leader;
+  EXPECT_GT(sample_sum(leader, "shoal_2pc_round_trips_total"),
+            sample_sum(leader, "shoal_2pc_committed_total"))
+      << leader;
+  EXPECT_GT(sample_sum(leader, "shoal_repl_chosen_slot"), 0) << leader;
+  for (const char* name :
+       {"shoal_repl_applied_tid", "shoal_repl_replayed_txns_total", "shoal_repl_received_slot",
+        "shoal_checkpoints_total", "shoal_checkpoint_bytes"}) {
+    EXPECT_NE(follower.find(std::string(name)), std::string::npos) << name << "\n" << follower;
+  }
+  EXPECT_GT(sample_sum(follower, "shoal_repl_replayed_txns_total"), 100) << follower;
+  EXPECT_GT(sample_sum(follower, "shoal_checkpoint_bytes"), 0) << follower;
+  for (const std::string& text : {before, leader, follower, scrape(ports[2]), scrape(ports[3])}) {
+    ASSERT_FALSE(text.empty());
+    auto verdict = ops::promtool_check_metrics(text);
+    if (!verdict.ok() && verdict.status().code() == Code::kNotFound) {
+      GTEST_SKIP() << "promtool not installed (Debian package prometheus)";
+    }
+    ASSERT_TRUE(verdict.ok()) << verdict.status().to_string();
+    EXPECT_EQ(*verdict, "") << text;
+  }
 }
 
 }  // namespace

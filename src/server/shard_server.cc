@@ -31,6 +31,7 @@
 #include "src/index/key.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
+#include "src/ops/metrics_http.h"
 #include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
@@ -43,6 +44,7 @@
 #include "src/server/dist_micro.h"
 #include "src/server/dist_tpcc.h"
 #include "src/server/payments_json.h"
+#include "src/server/server_metrics.h"
 #include "src/txn/engine.h"
 
 namespace shoal::server {
@@ -99,6 +101,7 @@ struct Peer {
   virtual ~Peer() = default;
   virtual dist::ShardLink* link() = 0;
   virtual Status status() const = 0;
+  virtual const rt::RpcStats& rpc_stats() const = 0;
   uint32_t shard = 0;
   bool down = false;
 };
@@ -106,6 +109,7 @@ template <typename E>
 struct PeerOver final : Peer {  // members destroyed bottom-up: link, rpc, endpoint
   dist::ShardLink* link() override { return rpc_link.get(); }
   Status status() const override { return rpc->status(); }
+  const rt::RpcStats& rpc_stats() const override { return rpc->stats(); }
   E endpoint;
   std::unique_ptr<rt::RpcEndpoint<E>> rpc;
   std::unique_ptr<dist::RpcLink<E>> rpc_link;
@@ -151,6 +155,7 @@ struct Worker {
   AckJournal ack_journal;  // ServerOptions::ack_journal_dir (TPC-C): what was acknowledged
   // Commits recorded so far, over every load (the controller's live view; loop thread writes).
   std::atomic<uint64_t> live_committed{0};
+  WorkerMetrics metrics;  // /metrics (server_metrics.h); loop thread writes
   Rng link_rng{1};
   std::unique_ptr<dist::LocalLink> self_link;
   std::vector<std::unique_ptr<Peer>> peers;  // by shard; null for our own
@@ -193,6 +198,7 @@ struct Worker {
   }
   void publish();
   void health();
+  void publish_metrics();  // health tick: what only this loop can read, for /metrics
   void teardown();
   static void health_thunk(void* self, uint64_t);
   static void ack_grace_thunk(void* self, uint64_t);
@@ -340,6 +346,10 @@ class ShardServer {
   std::atomic<uint32_t> running_{0};  // workers with a load in flight
   std::atomic<uint64_t> down_mask_{0};
   std::atomic<uint64_t> first_commit_unix_us_{0};
+  // GET /metrics (ServerOptions::metrics_port); last: stopped before anything it reads goes.
+  [[nodiscard]] Status start_metrics();
+  std::string render_metrics();  // the metrics thread
+  std::unique_ptr<ops::MetricsHttp> metrics_http_;
 };
 
 void reply_json(const nlohmann::json& j, rt::MsgBuffer* out) {
@@ -653,6 +663,7 @@ Status ShardServer::serve() {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  SHOAL_TRY(start_metrics());  // its thread inherits the blocked signals
   for (auto& w : workers_) {
     Worker* wp = w.get();
     auto timer = wp->loop->add_timer(wp->loop->now_ns() + kHealthTickNs, &Worker::health_thunk, wp);
@@ -695,6 +706,33 @@ Status ShardServer::serve() {
   stop_workers();
   fmt::print(stderr, "shoal server: shard {} stopped\n", options_.shard);
   return Status::Ok();
+}
+
+Status ShardServer::start_metrics() {
+  const uint16_t port = options_.metrics_port != 0 ? options_.metrics_port : me().metrics_port;
+  if (port == 0) return Status::Ok();
+  auto http = ops::MetricsHttp::start(me().host, port, [this] { return render_metrics(); });
+  if (!http.ok()) return http.status();
+  metrics_http_ = std::move(*http);
+  fmt::print(stderr, "shoal server: shard {} replica {}: metrics on http://{}:{}/metrics\n",
+             options_.shard, me_, me().host, metrics_http_->port());
+  return Status::Ok();
+}
+
+std::string ShardServer::render_metrics() {
+  ServerMetricsView v;
+  v.shard = options_.shard;
+  v.replica = me_;
+  v.shards = static_cast<uint32_t>(config_.shards.size());
+  v.epoch = epoch_;
+  v.replicated_cluster = cluster_replicated();
+  v.type_names = txn_type_names(options_.workload);
+  for (const auto& w : workers_) v.workers.push_back(&w->metrics);
+  v.replication = replication_.get();
+  v.rss_bytes = bench::current_rss_bytes();
+  ops::MetricsText m;
+  render_server_metrics(v, &m);
+  return m.text();
 }
 
 // A leader replaced while it hung must stop at once (DepositionWatch): it exits as a crash
@@ -888,6 +926,25 @@ void Worker::health() {
     if (in->failed_seen_ns == 0) in->failed_seen_ns = now;
     return now - in->failed_seen_ns >= 2 * kHealthTickNs;
   });
+  publish_metrics();
+}
+
+void Worker::publish_metrics() {
+  const dist::CoordinatorStats& c = coordinator->stats();
+  metrics.set_coordinator(c.conflict_aborts, c.timeouts, c.in_doubt);
+  uint64_t peers_up = 0;
+  for (const auto& p : peers) {
+    if (p == nullptr) continue;
+    peers_up += !p->down;
+    const rt::RpcStats& r = p->rpc_stats();
+    metrics.set_peer_rpc(p->shard, r.calls, r.timeouts, r.retransmits);
+  }
+  metrics.set_connections(incoming.size(), peers_up);
+  if (vector_watermark != nullptr) {
+    for (uint32_t s = 0; s < vector_watermark->shards(); ++s) {
+      metrics.set_vector_watermark(s, vector_watermark->get(s));
+    }
+  }
 }
 
 void Worker::health_thunk(void* self, uint64_t) {
@@ -1273,9 +1330,11 @@ rt::Task<void> wait_for_ack(Worker* w, const txn::DepVec& vector, uint64_t start
   Status covered = co_await w->vector_watermark->wait_covered(vector);
   if (covered.ok()) {
     w->stats.latency_commit.record(w->loop->now_ns() - start_ns);
+    w->metrics.acknowledged(w->loop->now_ns() - start_ns);
     if (order.o_id != 0) w->ack_journal.note(order);
   } else {
     ++w->stats.unacknowledged;
+    w->metrics.unacknowledged();
   }
 }
 
@@ -1311,6 +1370,7 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
     const uint64_t local_tid_before = w->tpcc->local->txn().last_commit_tid();
     TpccOutcome out = co_await run_tpcc_txn(*w->tpcc, dtxn, in);
     w->stats.conflict_aborts += out.conflicts;
+    w->metrics.conflicts(out.conflicts);
     w->record(out.cross, out.status, w->loop->now_ns() - start_ns, in.type);
     // Acknowledgement (design 3 step 8): "committed" once the vectorized watermark covers
     // the transaction's vector; the latency above was speculative (visible). A cross-shard
@@ -1408,6 +1468,7 @@ void Worker::record(bool cross, const Status& s, uint64_t latency_ns, uint32_t t
     server->note_commit();
     ++stats.committed_by_type[type];
     stats.latency_by_type[type].record(latency_ns);
+    metrics.committed(type, cross, s.is_user_abort(), latency_ns);
     if (s.is_user_abort()) ++stats.user_aborts;
     if (cross) {
       ++stats.committed_cross;
@@ -1421,6 +1482,9 @@ void Worker::record(bool cross, const Status& s, uint64_t latency_ns, uint32_t t
   ++stats.failed_by_type[type];
   if (cross) ++stats.failed_cross;
   if (s.code() == Code::kUnavailable) ++stats.unavailable;
+  metrics.failed(type, s.code() == Code::kUnavailable ? WorkerMetrics::Failure::kUnavailable
+                       : s.code() == Code::kTimeout   ? WorkerMetrics::Failure::kTimeout
+                                                      : WorkerMetrics::Failure::kOther);
   if (stats.first_error.empty()) stats.first_error = s.to_string();
 }
 

@@ -91,6 +91,9 @@ struct ServerOptions {
   // TPC-C: every acknowledged NewOrder's key is appended to a file per worker here
   // (src/server/ack_journal.h), for the benchmark's acknowledged-lost check. Empty: none.
   std::string ack_journal_dir;
+  // GET /metrics (Prometheus text, docs/OPERATIONS.md "Metrics") on this replica's host and
+  // this port (`--metrics-port`); 0: the config's metrics_port for this replica (0 there: none).
+  uint16_t metrics_port = 0;
 };
 
 // A follower of this shard promoted in place (replica_cli.cc; design section 5): the server
