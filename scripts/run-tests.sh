@@ -38,9 +38,10 @@ if [ "${SHOAL_SKIP_SANITIZERS:-0}" != "1" ]; then
   export SHOAL_TEST_SCALE=small
   sanitized=(base_test index_test txn_test sim_test workloads_test cluster_test)
   # repl_test under ASan too (WAL reads into reused buffers, catch-up): its library is
-  # built for sim_test anyway; ~20 s of tests. resp_test too (the RESP parser and command
-  # layer take untrusted bytes; ~2 min to build, ~1 s to run); not under TSan (one thread).
-  "$root/scripts/build.sh" asan "${sanitized[@]}" repl_test resp_test
+  # built for sim_test anyway; ~20 s of tests. The RESP parser and command layer (untrusted
+  # bytes) run under ASan+UBSan in their libFuzzer target above; resp_test's own ASan build
+  # (~2 min) is left out to keep the test command near its 25 minutes.
+  "$root/scripts/build.sh" asan "${sanitized[@]}" repl_test
   # Only the binaries above are built here: skip the CLI tests and the others' placeholders.
   (cd "$root/build/asan" && ctest --output-on-failure -j 2 --timeout 600 -E '^cli_|_NOT_BUILT$')
   # Plus the in-process replication tests (a leader thread, follower threads, workers): run
