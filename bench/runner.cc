@@ -37,6 +37,7 @@ struct LiveCounters {
   std::atomic<uint64_t> conflict_aborts{0};
   std::atomic<uint64_t> failed{0};
   std::array<std::atomic<uint64_t>, Histogram::kBucketCount> latency_buckets{};
+  std::array<std::atomic<uint64_t>, Histogram::kBucketCount> commit_latency_buckets{};
 };
 
 struct TypeTally {
@@ -60,12 +61,15 @@ class AckQueue {
   bool full() const { return tail_ - head_ == kCapacity; }
   bool empty() const { return tail_ == head_; }
   void push(const PendingAck& a) { slots_[tail_++ % kCapacity] = a; }
-  // Records every pending transaction the watermark covers, as of now_ns.
-  void drain(uint64_t watermark, uint64_t now_ns, Histogram& commit_latency) {
+  // Records every pending transaction the watermark covers, as of now_ns (measured ones in
+  // commit_latency; all of them in the live line's buckets when `live` is given).
+  void drain(uint64_t watermark, uint64_t now_ns, Histogram& commit_latency, LiveCounters* live) {
     while (!empty()) {
       const PendingAck& a = slots_[head_ % kCapacity];
       if (a.required_tid > watermark) return;
-      if (a.measured) commit_latency.record(now_ns - a.start_ns);
+      const uint64_t latency_ns = now_ns - a.start_ns;
+      if (a.measured) commit_latency.record(latency_ns);
+      if (live != nullptr) bump(live->commit_latency_buckets[Histogram::bucket_of(latency_ns)]);
       ++head_;
     }
   }
@@ -140,11 +144,11 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
       // between transactions, so it seals its aged batch (tick) or it would wait on itself.
       while (state.acks.full()) {
         appender->tick();
-        state.acks.drain(leader->watermark(), env.now_ns(), state.commit_latency);
+        state.acks.drain(leader->watermark(), env.now_ns(), state.commit_latency, &state.live);
         std::this_thread::yield();
       }
       state.acks.push({required, start_ns, start_ns >= measure_start_ns});
-      state.acks.drain(leader->watermark(), now_ns, state.commit_latency);
+      state.acks.drain(leader->watermark(), now_ns, state.commit_latency, &state.live);
     }
     const uint64_t aborts_now = worker->stats().conflict_aborts;
     const uint64_t retries = aborts_now - aborts_before;
@@ -238,44 +242,71 @@ class LoadProgress {
 class LiveSampler {
  public:
   explicit LiveSampler(const std::vector<std::unique_ptr<ThreadState>>& states)
-      : states_(states), prev_buckets_(Histogram::kBucketCount, 0) {}
+      : states_(states),
+        prev_buckets_(Histogram::kBucketCount, 0),
+        prev_commit_buckets_(Histogram::kBucketCount, 0) {}
 
-  void print(std::FILE* out, double elapsed_s, double interval_s, bool warmup) {
+  SecondSample sample(double elapsed_s, double interval_s, bool warmup) {
     uint64_t committed = 0, aborts = 0, failed = 0;
     for (const auto& s : states_) {
       committed += s->live.committed.load(std::memory_order_relaxed);
       aborts += s->live.conflict_aborts.load(std::memory_order_relaxed);
       failed += s->live.failed.load(std::memory_order_relaxed);
     }
-    window_->reset();
-    for (size_t i = 0; i < Histogram::kBucketCount; ++i) {
-      uint64_t total = 0;
-      for (const auto& s : states_)
-        total += s->live.latency_buckets[i].load(std::memory_order_relaxed);
-      // A bucket's samples are counted at its midpoint: within the histogram's precision.
-      window_->record_n(Histogram::bucket_low(i) + (Histogram::bucket_width(i) - 1) / 2,
-                        total - prev_buckets_[i]);
-      prev_buckets_[i] = total;
-    }
     const double per_s = 1.0 / std::max(interval_s, 1e-9);
-    fmt::print(
-        out,
-        "[{:5.1f}s{}] committed/s {:>10.0f}  aborts/s {:>9.0f}{}  p50 {:.1f} us  p99 {:.1f} us\n",
-        elapsed_s, warmup ? " warmup" : "",
-        static_cast<double>(committed - prev_committed_) * per_s,
-        static_cast<double>(aborts - prev_aborts_) * per_s,
-        failed != prev_failed_ ? fmt::format("  failed/s {:.0f}", (failed - prev_failed_) * per_s)
-                               : "",
-        window_->percentile(50) / 1e3, window_->percentile(99) / 1e3);
-    std::fflush(out);
+    SecondSample x;
+    x.t_s = elapsed_s;
+    x.warmup = warmup;
+    x.committed_per_sec = static_cast<double>(committed - prev_committed_) * per_s;
+    x.aborts_per_sec = static_cast<double>(aborts - prev_aborts_) * per_s;
+    x.failed_per_sec = static_cast<double>(failed - prev_failed_) * per_s;
+    window(&LiveCounters::latency_buckets, prev_buckets_);
+    x.latency_p50_us = window_->percentile(50) / 1e3;
+    x.latency_p99_us = window_->percentile(99) / 1e3;
+    const uint64_t acked = window(&LiveCounters::commit_latency_buckets, prev_commit_buckets_);
+    x.acked_per_sec = static_cast<double>(acked) * per_s;
+    x.commit_latency_p50_us = acked != 0 ? window_->percentile(50) / 1e3 : 0;
+    x.commit_latency_p99_us = acked != 0 ? window_->percentile(99) / 1e3 : 0;
     prev_committed_ = committed;
     prev_aborts_ = aborts;
     prev_failed_ = failed;
+    return x;
+  }
+
+  static void print(std::FILE* out, const SecondSample& x, bool replicated) {
+    fmt::print(
+        out,
+        "[{:5.1f}s{}] committed/s {:>10.0f}  aborts/s {:>9.0f}{}  p50 {:.1f} us  p99 {:.1f} us{}\n",
+        x.t_s, x.warmup ? " warmup" : "", x.committed_per_sec, x.aborts_per_sec,
+        x.failed_per_sec != 0 ? fmt::format("  failed/s {:.0f}", x.failed_per_sec) : "",
+        x.latency_p50_us, x.latency_p99_us,
+        replicated ? fmt::format("  commit p50 {:.1f} us p99 {:.1f} us", x.commit_latency_p50_us,
+                                 x.commit_latency_p99_us)
+                   : "");
+    std::fflush(out);
   }
 
  private:
+  // Loads window_ with the samples of one bucket array since the last call; returns how many.
+  uint64_t window(std::array<std::atomic<uint64_t>, Histogram::kBucketCount> LiveCounters::*buckets,
+                  std::vector<uint64_t>& prev) {
+    window_->reset();
+    uint64_t n = 0;
+    for (size_t i = 0; i < Histogram::kBucketCount; ++i) {
+      uint64_t total = 0;
+      for (const auto& s : states_) total += (s->live.*buckets)[i].load(std::memory_order_relaxed);
+      // A bucket's samples are counted at its midpoint: within the histogram's precision.
+      window_->record_n(Histogram::bucket_low(i) + (Histogram::bucket_width(i) - 1) / 2,
+                        total - prev[i]);
+      n += total - prev[i];
+      prev[i] = total;
+    }
+    return n;
+  }
+
   const std::vector<std::unique_ptr<ThreadState>>& states_;
   std::vector<uint64_t> prev_buckets_;
+  std::vector<uint64_t> prev_commit_buckets_;
   std::unique_ptr<Histogram> window_ = std::make_unique<Histogram>();
   uint64_t prev_committed_ = 0, prev_aborts_ = 0, prev_failed_ = 0;
 };
@@ -349,7 +380,8 @@ constexpr uint64_t kStopPollNs = 50'000'000;
 // until the deadline or RunOptions::stop (then *interrupted), joins them.
 void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& options,
                  const CpuPlacement& placement, std::vector<std::unique_ptr<ThreadState>>& states,
-                 uint64_t* measure_start_ns, bool* interrupted, repl::ReplicationLeader* leader) {
+                 uint64_t* measure_start_ns, bool* interrupted, repl::ReplicationLeader* leader,
+                 std::vector<SecondSample>* series) {
   Env& env = engine.env();
   const size_t types = workload.txn_types().size();
   for (uint32_t i = 0; i < options.workers; ++i)
@@ -382,10 +414,11 @@ void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& opti
     const uint64_t next_tick_ns = start_ns + (ticks + 1) * kNsPerSec;
     if (now_ns >= next_tick_ns) {
       ticks = (now_ns - start_ns) / kNsPerSec;  // skips ticks missed while descheduled
+      series->push_back(sampler.sample(static_cast<double>(now_ns - start_ns) / kNsPerSec,
+                                       static_cast<double>(now_ns - last_tick_ns) / kNsPerSec,
+                                       now_ns < clock.measure_start_ns));
       if (options.progress != nullptr) {
-        sampler.print(options.progress, static_cast<double>(now_ns - start_ns) / kNsPerSec,
-                      static_cast<double>(now_ns - last_tick_ns) / kNsPerSec,
-                      now_ns < clock.measure_start_ns);
+        LiveSampler::print(options.progress, series->back(), leader != nullptr);
       }
       last_tick_ns = now_ns;
       continue;
@@ -539,6 +572,23 @@ nlohmann::json RunResult::to_json() const {
   j["rss_bytes"] = rss_bytes;
   j["peak_rss_bytes"] = peak_rss_bytes;
   j["cpu_placement"] = cpu_placement;
+  nlohmann::json series_json = nlohmann::json::array();
+  for (const SecondSample& x : series) {
+    nlohmann::json e = {{"t_s", x.t_s},
+                        {"warmup", x.warmup},
+                        {"committed_per_sec", x.committed_per_sec},
+                        {"aborts_per_sec", x.aborts_per_sec},
+                        {"failed_per_sec", x.failed_per_sec},
+                        {"latency_p50_us", x.latency_p50_us},
+                        {"latency_p99_us", x.latency_p99_us}};
+    if (replication.enabled) {
+      e["acked_per_sec"] = x.acked_per_sec;
+      e["commit_latency_p50_us"] = x.commit_latency_p50_us;
+      e["commit_latency_p99_us"] = x.commit_latency_p99_us;
+    }
+    series_json.push_back(std::move(e));
+  }
+  j["series"] = std::move(series_json);
   return j;
 }
 
@@ -677,7 +727,7 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
   std::vector<std::unique_ptr<ThreadState>> states;
   uint64_t measure_start_ns = 0;
   run_workers(workload, engine, options, placement, states, &measure_start_ns, &r.interrupted,
-              replicated ? &replicated->leader() : nullptr);
+              replicated ? &replicated->leader() : nullptr, &r.series);
   // The quiesce, the checks and the followers' last replay may use every CPU again.
   if (placement.pinned()) restore_run(placement.usable_cpus, replicated.get());
   if (replicated) {
@@ -689,7 +739,7 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
       const uint64_t w = replicated->leader().watermark();
       bool pending = false;
       for (auto& s : states) {
-        s->acks.drain(w, env.now_ns(), s->commit_latency);
+        s->acks.drain(w, env.now_ns(), s->commit_latency, nullptr);
         pending = pending || !s->acks.empty();
       }
       if (!pending && w >= final_tid) break;

@@ -72,7 +72,7 @@ struct RunOptions {
   // the followers' network threads (acknowledgements) keep normal priority. It changes nothing
   // where followers have cores to themselves. 0: same priority as the leader.
   int replica_nice = 10;
-  int64_t replay_lag_ms = -1;   // the ratekeeper's bound (LeaderOptions); -1: its default
+  int64_t replay_lag_ms = -1;  // the ratekeeper's bound (LeaderOptions); -1: its default
   // Follower reads: each follower runs this many reader threads of read-only transactions at
   // its snapshot during the run (src/txn/snapshot.h); 0: none.
   uint32_t follower_reads = 0;
@@ -125,6 +125,23 @@ struct ReplicationResult {
   std::vector<FollowerResult> followers;
 };
 
+// One live line of the run: what the second ending at t_s (from the start, warmup included)
+// committed, and its latencies. RunResult::series, the JSON's "series" (what
+// scripts/plot-bench.py draws).
+struct SecondSample {
+  double t_s = 0;
+  bool warmup = false;
+  double committed_per_sec = 0;
+  double aborts_per_sec = 0;
+  double failed_per_sec = 0;
+  double latency_p50_us = 0;  // speculative: run_one() calls that ended in the second
+  double latency_p99_us = 0;
+  // Replicated runs: transactions the shard watermark acknowledged in the second.
+  double acked_per_sec = 0;
+  double commit_latency_p50_us = 0;
+  double commit_latency_p99_us = 0;
+};
+
 struct RunResult {
   std::string workload;
   uint32_t workers = 0;
@@ -147,6 +164,7 @@ struct RunResult {
   bool checked = false;
   std::vector<std::string> check_failures;  // empty when consistent (or not checked)
   ReplicationResult replication;            // followers' digests and checks fail the check
+  std::vector<SecondSample> series;         // one per live line (RunOptions::progress or not)
 
   bool consistent() const { return check_failures.empty(); }
   // The JSON document written to RunOptions::json_path (see the field list in runner.cc).

@@ -143,7 +143,7 @@ Status ReplicatedRun::spawn_followers(const RunOptions& options) {
                                      std::to_string(options.replica_nice),
                                      "--serve-reads",
                                      std::to_string(options.follower_reads)};
-    if (options.unsafe_follower_read_newest) args.push_back("--unsafe-snapshot-read-newest");
+    if (options.unsafe_follower_read_newest) args.emplace_back("--unsafe-snapshot-read-newest");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -18,6 +18,8 @@ packages=(
   # Metrics (src/ops): libmicrohttpd serves /metrics; prometheus ships promtool, which the
   # tests run on the exposition text.
   libmicrohttpd-dev prometheus
+  # Plots of bench runs (scripts/plot-bench.py).
+  python3-matplotlib
   # The libFuzzer targets (src/net/fuzz, src/repl/fuzz, src/resp/fuzz) build with clang and its runtime.
   clang libclang-rt-14-dev
 )

@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""Draws a `shoal bench` run from its JSON file (--json) as a PNG.
+
+    scripts/plot-bench.py run.json run.png [--title TEXT]
+
+Panels, over the seconds of the run:
+  - throughput: committed/s (and aborts/s; acknowledged/s when replicated);
+  - latency: speculative p50/p99 and, when replicated, commit (acknowledged) p50/p99, on a
+    log scale.
+In-process runs (`bench tpcc|micro|ycsb`) carry a "series" of per-second samples; runs across
+shard processes (`--shards`, `--cluster`) carry "committed_per_second" only (throughput, no
+latency panel). A leader kill (`--kill-leader-at`) is drawn as a vertical line at the kill and
+a shaded span until the failed shard's first commit after it (failover_ms).
+
+Runs on Debian's python3 with python3-matplotlib (scripts/install-deps.sh), not a pyenv one. Exit status 2 and a message for a
+file that is not a bench JSON.
+"""
+import argparse
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on a server or in CI
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def fail(message):
+    print(f"plot-bench: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            run = json.load(f)
+    except OSError as e:
+        fail(f"cannot read {path}: {e.strerror}")
+    except json.JSONDecodeError as e:
+        fail(f"{path} is not JSON: {e}")
+    if not isinstance(run, dict) or not ("series" in run or "committed_per_second" in run):
+        fail(f"{path}: no 'series' or 'committed_per_second': not a shoal bench JSON file "
+             "(written by a bench run with --json)")
+    return run
+
+
+def column(series, key):
+    return [float(x.get(key, 0.0)) for x in series]
+
+
+def mark_failover(axes, run):
+    failover = run.get("failover")
+    if not isinstance(failover, dict) or not failover.get("killed"):
+        return
+    kill_s = float(failover.get("killed_at_s", 0))
+    failover_ms = run.get("failover_ms")
+    for ax in axes:
+        ax.axvline(kill_s, color="red", linestyle="--", linewidth=1)
+        if isinstance(failover_ms, (int, float)) and failover_ms > 0:
+            ax.axvspan(kill_s, kill_s + failover_ms / 1000.0, color="red", alpha=0.15)
+    label = f"leader of shard {failover.get('shard', '?')} killed"
+    if isinstance(failover_ms, (int, float)):
+        label += f"; failover {failover_ms:.0f} ms"
+    axes[0].annotate(label, xy=(kill_s, 1.0), xycoords=("data", "axes fraction"),
+                     xytext=(4, -12), textcoords="offset points", color="red", fontsize=8)
+
+
+def plot(run, out_path, title):
+    series = run.get("series")
+    in_process = isinstance(series, list) and len(series) > 0
+    rows = 2 if in_process else 1
+    fig, axes = plt.subplots(rows, 1, figsize=(9, 3.2 * rows), sharex=True, squeeze=False)
+    axes = [a[0] for a in axes]
+    tput = axes[0]
+    if in_process:
+        t = column(series, "t_s")
+        tput.plot(t, column(series, "committed_per_sec"), label="committed/s")
+        tput.plot(t, column(series, "aborts_per_sec"), label="aborts/s", linewidth=0.8)
+        replicated = "acked_per_sec" in series[0]
+        if replicated:
+            tput.plot(t, column(series, "acked_per_sec"), label="acknowledged/s", linewidth=0.8)
+        lat = axes[1]
+        lat.plot(t, column(series, "latency_p50_us"), label="speculative p50")
+        lat.plot(t, column(series, "latency_p99_us"), label="speculative p99")
+        if replicated:
+            lat.plot(t, column(series, "commit_latency_p50_us"), label="commit p50")
+            lat.plot(t, column(series, "commit_latency_p99_us"), label="commit p99")
+        lat.set_yscale("log")
+        lat.set_ylabel("latency (us)")
+        lat.legend(loc="upper right", fontsize=8)
+        lat.grid(True, which="both", alpha=0.3)
+        warmup_end = max((x["t_s"] for x in series if x.get("warmup")), default=None)
+        if warmup_end is not None:
+            for ax in axes:
+                ax.axvspan(0, warmup_end, color="grey", alpha=0.15)
+    else:
+        per_second = [float(v) for v in run["committed_per_second"]]
+        tput.plot([i + 1 for i in range(len(per_second))], per_second, label="committed/s",
+                  drawstyle="steps-pre")
+    tput.set_ylabel("transactions/s")
+    tput.set_ylim(bottom=0)
+    tput.legend(loc="lower right", fontsize=8)
+    tput.grid(True, alpha=0.3)
+    axes[-1].set_xlabel("seconds from start")
+    mark_failover(axes, run)
+    if not title:
+        title = f"shoal bench {run.get('workload', '')}"
+        if run.get("shards"):
+            title += f", {run['shards']} shards"
+        replication = run.get("replication")
+        if isinstance(replication, dict) and replication.get("replicas", 1) > 1:
+            title += f", {replication['replicas']} replicas"
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Plot a shoal bench JSON file.")
+    parser.add_argument("json_path")
+    parser.add_argument("png_path")
+    parser.add_argument("--title", default="")
+    args = parser.parse_args()
+    plot(load(args.json_path), args.png_path, args.title)
+    print(f"plot-bench: wrote {args.png_path}")
+
+
+if __name__ == "__main__":
+    main()
