@@ -236,8 +236,8 @@ class WanShaped {
   }
   void end_block() requires BlockableEndpoint<E> { inner_.end_block(); }
   // When the next held completion becomes due (UINT64_MAX: none held). An event loop must
-  // poll at that time even without input: give it as the poller's deadline (RpcEndpoint and
-  // rt::TransportReceiver do), which is also what drives the shaper under virtual time.
+  // poll at that time even without input: give it as the poller's deadline (RpcEndpoint
+  // does), which is also what drives the shaper under virtual time.
   uint64_t next_due_ns() const { return count_ > 0 ? at(0).due_ns : UINT64_MAX; }
   size_t held_messages() const { return count_; }
 

@@ -7,7 +7,7 @@
 #include "src/cluster/config.h"
 #include "src/net/wan_shaper.h"
 
-namespace shoal::rt {
+namespace shoal::server {
 namespace {
 
 TEST(WanConfig, ClusterConfigFillsTheWanMatrix) {
@@ -24,4 +24,4 @@ TEST(WanConfig, ClusterConfigFillsTheWanMatrix) {
 }
 
 }  // namespace
-}  // namespace shoal::rt
+}  // namespace shoal::server
