@@ -1,9 +1,13 @@
 #include "src/kv/engine_kv_backend.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 
 namespace shoal::kv {
 namespace {
+
+constexpr uint32_t kBackoffPausesMax = 1 << 12;
 
 class EngineKvTxn final : public resp::KvTxn {
  public:
@@ -54,11 +58,15 @@ class EngineKvTxn final : public resp::KvTxn {
     if (s.ok()) {
       // A read-only transaction commits no version: what must be durable is what it read.
       info.durable_token = wrote_ ? txn_.last_commit_tid() : txn_.max_seen_version();
+      backoff_pauses_ = 1;
     } else {
       txn_.abort();
     }
     close();
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      if (s.is_aborted()) back_off();
+      return s;
+    }
     return info;
   }
 
@@ -69,6 +77,14 @@ class EngineKvTxn final : public resp::KvTxn {
   }
 
  private:
+  // The session retries an aborted transaction at once; sessions hammering one key (INCR)
+  // would collide in lockstep, so a conflict pauses first, doubling up to kBackoffPausesMax
+  // (as Worker::run does).
+  void back_off() {
+    for (uint32_t i = 0; i < backoff_pauses_; ++i) _mm_pause();
+    backoff_pauses_ = std::min(backoff_pauses_ * 2, kBackoffPausesMax);
+  }
+
   void close() {
     txn_.end();
     open_ = false;
@@ -80,6 +96,7 @@ class EngineKvTxn final : public resp::KvTxn {
   bool open_ = false;
   bool wrote_ = false;
   uint64_t transactions_ = 0;
+  uint32_t backoff_pauses_ = 1;
 };
 
 }  // namespace

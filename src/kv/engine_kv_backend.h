@@ -11,7 +11,8 @@
 // server drives the Txn calls from its workers, where the stream's appender lives).
 //
 // Threads: open() and count_keys() from any thread; each KvTxn on one thread at a time, which
-// quiesces EBR (src/base/ebr.h) every 64 transactions as a Worker does.
+// quiesces EBR (src/base/ebr.h) every 64 transactions and backs off after a conflict as a
+// Worker does.
 // REQUIRES: the engine and the table outlive the backend and every KvTxn it opened.
 #pragma once
 

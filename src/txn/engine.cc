@@ -221,7 +221,8 @@ void Txn::install(uint64_t tid) {
       retire_record(rec, &w.table->record_bytes_);
       continue;
     }
-    if (keep_old_values_ && w.kind == WriteKind::kPut) keep_old_value(w);
+    // Byte-key puts are logged whole (no patches), and may be 1 MiB: no old copy for them.
+    if (keep_old_values_ && w.kind == WriteKind::kPut && !w.ops->bytes_key) keep_old_value(w);
     if (Record::words_for(w.size_bytes) > rec->capacity_words) {
       install_grown(w, tid);
       continue;

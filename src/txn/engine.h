@@ -185,8 +185,8 @@ struct WriteView {
   WriteKind kind;
   const void* value;  // nullptr for kRemove
   uint32_t size_bytes;
-  // kPut only, when the worker keeps old values (a commit hook is installed): the bytes the
-  // put overwrote (else nullptr) and their version, so a log can carry only what changed.
+  // kPut of a Table<K> only, when the worker keeps old values (a commit hook is installed): the
+  // bytes the put overwrote (else nullptr) and their version, so a log can carry only what changed.
   const void* old_value = nullptr;
   uint32_t old_size_bytes = 0;
   uint64_t base_tid = 0;
