@@ -308,7 +308,11 @@ Status Txn::write_bytes(BytesTable& table, std::string_view key, std::string_vie
     }
     const uint64_t word = rec->word.load(std::memory_order_acquire);
     if (word & Tid::kUnlinked) continue;  // removed meanwhile: look up again
-    if (word & Tid::kLock) return Status::Aborted();
+    // A blind overwrite of a present record needs no stable word (its lock at commit decides);
+    // "absent" and "present" as answers do, and a locked record's is being decided.
+    if ((word & Tid::kLock) && ((word & Tid::kAbsent) || mode == BytesWriteMode::kInsertOnly)) {
+      return Status::Aborted();
+    }
     WriteKind kind = WriteKind::kPut;
     if (word & Tid::kAbsent) {
       // Absent: we take the placeholder (or tombstone) over; "absent" is a read of it.
