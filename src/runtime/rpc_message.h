@@ -155,8 +155,13 @@ class BufferPool {
     b.resize(payload_bytes);
     return b;
   }
+  // Buffers over kPooledBytesMax go back to the heap: a message carrying a large value (the
+  // Redis front end's 1 MiB strings) must not pin that much in each of max_pooled slots.
+  static constexpr size_t kPooledBytesMax = size_t{64} << 10;
   void put(MsgBuffer b) {
-    if (b.capacity() != 0 && free_.size() < max_pooled_) free_.push_back(std::move(b));
+    if (b.capacity() != 0 && b.capacity() <= kPooledBytesMax && free_.size() < max_pooled_) {
+      free_.push_back(std::move(b));
+    }
   }
 
  private:
