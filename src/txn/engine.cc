@@ -307,6 +307,49 @@ void Txn::end() {
   bufs_->guard.reset();
 }
 
+// ---- TableBase (replication) ----
+
+void TableBase::push_replicated_version(Record* rec) {
+  const uint64_t word = rec->word.load(std::memory_order_relaxed) & ~Tid::kLock;
+  Record* old = Record::make(rec->size_bytes, word);
+  std::memcpy(old->data, rec->data, rec->size_bytes);
+  old->older = std::atomic_ref<Record*>(rec->older).load(std::memory_order_relaxed);
+  chain_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(old->capacity_words)));
+  record_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(old->capacity_words)));
+  // Release: a reader that loads the pointer sees the copy's word and data.
+  std::atomic_ref<Record*>(rec->older).store(old, std::memory_order_release);
+}
+
+void TableBase::trim_chain(Record* rec, uint64_t head_tid) {
+  const uint64_t horizon = engine_->version_horizon();
+  if (horizon == 0) return;  // no registry publishes one: keep everything
+  // Keep the versions newer than the horizon and the newest one at or below it.
+  Record* keep = rec;
+  uint64_t version = head_tid;
+  for (int depth = 0; version > horizon; ++depth) {
+    SHOAL_ASSERT(depth < (1 << 20), "%s", "version chain cycle");
+    keep = std::atomic_ref<Record*>(keep->older).load(std::memory_order_relaxed);
+    if (keep == nullptr) return;
+    version = Tid::version(keep->word.load(std::memory_order_relaxed));
+  }
+  Record* cut = std::atomic_ref<Record*>(keep->older).load(std::memory_order_relaxed);
+  if (cut == nullptr) return;
+  std::atomic_ref<Record*>(keep->older).store(nullptr, std::memory_order_release);
+  int64_t bytes = 0;
+  for (const Record* r = cut; r != nullptr; r = r->older) {
+    bytes += static_cast<int64_t>(Record::alloc_bytes(r->capacity_words));
+  }
+  chain_bytes_.add(-bytes);
+  record_bytes_.add(-bytes);
+  ebr::retire(cut, &Record::free);  // frees the cut versions and their chain
+}
+
+void TableBase::retire_purged(Record* rec) {
+  rec->word.fetch_or(Tid::kUnlinked, std::memory_order_acq_rel);
+  record_bytes_.add(-static_cast<int64_t>(Record::alloc_bytes(rec->capacity_words)));
+  ebr::retire(rec, &Record::free_one);
+}
+
 // ---- Worker ----
 
 Worker::Worker(Engine* engine, uint32_t id, uint64_t seed)
@@ -399,8 +442,19 @@ Engine::~Engine() {
   ebr::drain_all_for_tests();
 }
 
+BytesTable* Engine::create_bytes_table(const std::string& name) {
+  SHOAL_ASSERT(find_table(name) == nullptr, "table %s exists", name.c_str());
+  auto table = std::make_unique<BytesTable>(name, static_cast<uint32_t>(tables_.size()));
+  BytesTable* raw = table.get();
+  raw->engine_ = this;
+  tables_.push_back(std::move(table));
+  return raw;
+}
+
 Result<TableBase*> Engine::create_table_with_key_words(const std::string& name, size_t key_words) {
   switch (key_words) {
+    case 0:
+      return static_cast<TableBase*>(create_bytes_table(name));
     case 1:
       return static_cast<TableBase*>(create_table<1>(name));
     case 2:
@@ -411,7 +465,7 @@ Result<TableBase*> Engine::create_table_with_key_words(const std::string& name, 
       return static_cast<TableBase*>(create_table<4>(name));
     default:
       return Status::InvalidArgument("table " + name + ": keys of " + std::to_string(key_words) +
-                                     " words are not supported (1..4)");
+                                     " words are not supported (0..4)");
   }
 }
 

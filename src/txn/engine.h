@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -42,6 +43,9 @@ namespace shoal::txn {
 
 class Engine;
 class Txn;
+class BytesTable;
+struct BytesScan;
+struct BytesEntry;
 enum class WriteKind : uint8_t { kPut, kInsert, kRemove };
 template <size_t K>
 struct TableOpsFor;
@@ -59,6 +63,8 @@ class TableBase {
   virtual ~TableBase() = default;
   const std::string& name() const { return name_; }
   uint32_t id() const { return id_; }
+  // Words of a Key<K> table's keys; 0 for a BytesTable, whose untyped keys (below) are packed
+  // byte strings (bytes_table.h: pack_key).
   virtual size_t key_words() const = 0;
   virtual size_t record_count() const = 0;
   virtual size_t memory_bytes() const = 0;
@@ -75,7 +81,8 @@ class TableBase {
   bool read_only() const { return read_only_; }
 
   // Untyped access for code that knows a table only by id (remote requests, log replay):
-  // keys are key_words() 64-bit words. The same semantics as the typed Txn calls.
+  // keys are key_words() 64-bit words (a BytesTable: a packed byte key). The same semantics as
+  // the typed Txn calls (a BytesTable's txn_put inserts or overwrites).
   virtual Status txn_get(Txn& txn, const uint64_t* key_words, void* out, uint32_t out_bytes,
                          uint32_t* size_out) = 0;
   virtual Status txn_put(Txn& txn, const uint64_t* key_words, const void* value,
@@ -139,6 +146,22 @@ class TableBase {
 
  protected:
   friend class Txn;
+  friend class Engine;
+  // The body of apply_replicated over any index. `at` is bound to the key: at.lookup() ->
+  // Record* (nullptr: absent), at.insert(Record*) -> bool (false: the key is held, nothing
+  // changed), at.replace(Record*) -> bool (false: absent). Defined in engine_impl.h.
+  template <class IndexAt>
+  bool install_replicated(const IndexAt& at, WriteKind kind, const void* value, uint32_t size_bytes,
+                          uint64_t tid, void* known);
+  // With version chains: pushes rec's current version (tombstones too) onto its chain, for
+  // snapshot readers (src/txn/snapshot.h). REQUIRES: rec locked by the caller.
+  void push_replicated_version(Record* rec);
+  // Cuts rec's chain below the newest version <= the engine's version horizon (the head's
+  // new version being head_tid) and retires the cut part. REQUIRES: rec locked by the caller.
+  void trim_chain(Record* rec, uint64_t head_tid);
+  // purge_tombstones: rec, a tombstone, has just left the index; retire it.
+  void retire_purged(Record* rec);
+  Engine* engine_ = nullptr;     // set by create_table / create_bytes_table
   StripedCounter record_bytes_;  // bytes of records (and their headers) in this table
   StripedCounter chain_bytes_;   // of them, bytes of older versions kept for snapshot reads
   // The largest TID that removed a key of this table. Removed records leave the index at once,
@@ -230,13 +253,6 @@ class Table final : public TableBase {
   friend class Engine;
   friend class SnapshotReader;
   friend struct TableOpsFor<K>;
-  // With version chains: pushes rec's current version (tombstones too) onto its chain, for
-  // snapshot readers (src/txn/snapshot.h). REQUIRES: rec locked by the caller.
-  void push_replicated_version(Record* rec);
-  // Cuts rec's chain below the newest version <= the engine's version horizon (the head's
-  // new version being head_tid) and retires the cut part. REQUIRES: rec locked by the caller.
-  void trim_chain(Record* rec, uint64_t head_tid);
-  Engine* engine_ = nullptr;  // set by create_table
   BTree<K> index_;
 };
 
@@ -323,6 +339,27 @@ class Txn {
   // Descending scan from hi down to lo.
   template <size_t K, typename Fn>
   Status rscan(Table<K>& table, const Key<K>& hi, const Key<K>& lo, size_t limit, Fn&& fn);
+
+  // ---- Byte-key tables (BytesTable, src/txn/bytes_table.h) ----
+  // Keys of 1..kBytesKeyBytesMax bytes, values of 0..kBytesValueBytesMax bytes; others are
+  // refused (InvalidArgument). Any call may return Aborted: a conflict, abort() and retry. The
+  // transaction sees its own writes (get, remove and scan after put/remove). Plain synchronous
+  // calls on this Txn, usable wherever a Txn is (a Worker's procedure, a 2PC fragment).
+  // Reads key: Ok with *value replaced by the value and *version its commit TID; NotFound with
+  // *version the TID of the absent record that holds the key's place (a tombstone a follower's
+  // replay left), else 0. A key this transaction wrote reports version 0.
+  Status get(BytesTable& table, std::string_view key, std::string* value, uint64_t* version);
+  // Inserts the key or overwrites its value.
+  Status put(BytesTable& table, std::string_view key, std::string_view value);
+  // Inserts a new key. AlreadyExists if present.
+  Status insert(BytesTable& table, std::string_view key, std::string_view value);
+  // Deletes a key. NotFound if absent (the absence is then part of what commit validates).
+  Status remove(BytesTable& table, std::string_view key);
+  // Ascending scan of scan.start .. scan.end (BytesScan), at most scan.limit entries:
+  // fn(const BytesEntry&) -> bool (false stops). Protected against phantoms up to the last key
+  // delivered (or the range's end).
+  template <typename Fn>
+  Status scan(BytesTable& table, const BytesScan& scan, Fn&& fn);
 
   // Whether install() keeps an arena copy of what each put overwrites (WriteView::old_value),
   // so a commit hook can log a put as a patch of its changed bytes (src/repl/appender.h).
@@ -416,6 +453,20 @@ class Txn {
   static Status refuse_read_only(const TableBase& table);
   template <bool kReverse, size_t K, typename Fn>
   Status scan_impl(Table<K>& table, const Key<K>& from, const Key<K>& to, size_t limit, Fn& fn);
+  // Byte-key tables (bytes_table.cc).
+  enum class BytesWriteMode : uint8_t { kUpsert, kInsertOnly };
+  Status write_bytes(BytesTable& table, std::string_view key, std::string_view value,
+                     BytesWriteMode mode);
+  // An existing write of this transaction to the key's record, turned into a put of value.
+  Status rewrite_bytes(WriteEntry& w, std::string_view value, BytesWriteMode mode);
+  // The key's record, or nullptr with the leaf recorded (guarding "absent").
+  Record* lookup_bytes(BytesTable& table, std::string_view key);
+  // Copies rec's value into *value (resized) and records the read; returns the word.
+  uint64_t observe_bytes(Record* rec, std::string* value);
+  using BytesVisit = bool (*)(void* ctx, const BytesEntry& entry);
+  Status scan_bytes(BytesTable& table, const BytesScan& scan, BytesVisit visit, void* ctx);
+  void stage_bytes_write(BytesTable& table, std::string_view key, Record* rec,
+                         uint64_t* buffered_value, uint32_t size_bytes, WriteKind kind, bool fresh);
   WriteEntry* find_write(const Record* rec);
   uint64_t* buffer_value(const void* value, uint32_t size_bytes);
   void record_node(const void* leaf, uint64_t version, uint64_t (*current)(const void*));
@@ -479,10 +530,13 @@ class Engine {
   // REQUIRES: called before transactions run; name unique.
   template <size_t K>
   Table<K>* create_table(const std::string& name);
-  // create_table<K> with K chosen at run time (a follower creating the leader's schema).
-  // InvalidArgument for key widths no table uses (supported: 1, 2, 3, 4 words).
+  // create_table<K> with K chosen at run time (a follower creating the leader's schema); 0
+  // creates a BytesTable. InvalidArgument for key widths no table uses (supported: 0, 1, 2, 3,
+  // 4 words).
   [[nodiscard]] Result<TableBase*> create_table_with_key_words(const std::string& name,
                                                                size_t key_words);
+  // A table of byte-string keys (bytes_table.h). REQUIRES: as create_table.
+  BytesTable* create_bytes_table(const std::string& name);
   TableBase* find_table(const std::string& name) const;
   const std::vector<std::unique_ptr<TableBase>>& tables() const { return tables_; }
 
@@ -529,4 +583,5 @@ class Engine {
 
 }  // namespace shoal::txn
 
+#include "src/txn/bytes_table.h"
 #include "src/txn/engine_impl.h"

@@ -123,30 +123,24 @@ void Table<K>::for_each(const KeyT& lo, const KeyT& hi,
       [](const typename BTree<K>::NodeRef&) {});
 }
 
-template <size_t K>
-bool Table<K>::apply_replicated(const uint64_t* key_words, WriteKind kind, const void* value,
-                                uint32_t size_bytes, uint64_t tid, void* known) {
-  SHOAL_ASSERT(size_bytes <= kValueBytesMax, "replicated value of %u bytes", size_bytes);
+template <class IndexAt>
+bool TableBase::install_replicated(const IndexAt& at, WriteKind kind, const void* value,
+                                   uint32_t size_bytes, uint64_t tid, void* known) {
   SHOAL_ASSERT(tid != 0 && tid <= Tid::kVersionMask, "replicated TID %lu", tid);
   const bool remove = kind == WriteKind::kRemove;
-  const KeyT key = key_of(key_words);
   // An insert is almost always of a key the replica has never held (TPC-C: orders, order
   // lines, history): one descent that inserts, instead of a lookup and then an insert.
   bool try_insert = kind == WriteKind::kInsert && known == nullptr;
   // Bounded in practice: a pass repeats only when another replayer of the same key changed
   // the index between our lookup and our insert/lock (it then holds a newer state).
   for (;;) {
-    auto* rec = known != nullptr ? static_cast<Record*>(known)
-                : try_insert     ? nullptr
-                                 : static_cast<Record*>(index_.get(key, nullptr));
+    auto* rec = known != nullptr ? static_cast<Record*>(known) : try_insert ? nullptr : at.lookup();
     try_insert = false;
     known = nullptr;
     if (rec == nullptr) {
       Record* fresh = Record::make(remove ? 0 : size_bytes, remove ? (tid | Tid::kAbsent) : tid);
       if (!remove) fresh->write_locked(value, size_bytes);
-      typename BTree<K>::NodeRef before{};
-      uint64_t after = 0;
-      if (index_.insert_if_absent(key, fresh, &before, &after) != nullptr) {
+      if (!at.insert(fresh)) {
         Record::free(fresh);  // the key is held (a tombstone, or replayed already): look it up
         continue;
       }
@@ -179,7 +173,7 @@ bool Table<K>::apply_replicated(const uint64_t* key_words, WriteKind kind, const
           .store(std::atomic_ref<Record*>(rec->older).load(std::memory_order_relaxed),
                  std::memory_order_release);
       if (chains) trim_chain(grown, tid);
-      const bool replaced = index_.update(key, grown);
+      const bool replaced = at.replace(grown);
       SHOAL_ASSERT(replaced, "%s", "a locked record was missing from its index");
       grown->unlock_with(tid);
       rec->word.store(tid | Tid::kAbsent | Tid::kUnlinked, std::memory_order_release);
@@ -193,6 +187,24 @@ bool Table<K>::apply_replicated(const uint64_t* key_words, WriteKind kind, const
     rec->unlock_with(tid);
     return true;
   }
+}
+
+template <size_t K>
+bool Table<K>::apply_replicated(const uint64_t* key_words, WriteKind kind, const void* value,
+                                uint32_t size_bytes, uint64_t tid, void* known) {
+  SHOAL_ASSERT(size_bytes <= kValueBytesMax, "replicated value of %u bytes", size_bytes);
+  struct At {
+    BTree<K>& index;
+    const KeyT key;
+    Record* lookup() const { return static_cast<Record*>(index.get(key, nullptr)); }
+    bool insert(Record* rec) const {
+      typename BTree<K>::NodeRef before{};
+      uint64_t after = 0;
+      return index.insert_if_absent(key, rec, &before, &after) == nullptr;
+    }
+    bool replace(Record* rec) const { return index.update(key, rec); }
+  };
+  return install_replicated(At{index_, key_of(key_words)}, kind, value, size_bytes, tid, known);
 }
 
 template <size_t K>
@@ -236,43 +248,6 @@ bool Table<K>::apply_replicated_patch(const uint64_t* key_words, uint64_t base_t
 }
 
 template <size_t K>
-void Table<K>::push_replicated_version(Record* rec) {
-  const uint64_t word = rec->word.load(std::memory_order_relaxed) & ~Tid::kLock;
-  Record* old = Record::make(rec->size_bytes, word);
-  std::memcpy(old->data, rec->data, rec->size_bytes);
-  old->older = std::atomic_ref<Record*>(rec->older).load(std::memory_order_relaxed);
-  chain_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(old->capacity_words)));
-  record_bytes_.add(static_cast<int64_t>(Record::alloc_bytes(old->capacity_words)));
-  // Release: a reader that loads the pointer sees the copy's word and data.
-  std::atomic_ref<Record*>(rec->older).store(old, std::memory_order_release);
-}
-
-template <size_t K>
-void Table<K>::trim_chain(Record* rec, uint64_t head_tid) {
-  const uint64_t horizon = engine_->version_horizon();
-  if (horizon == 0) return;  // no registry publishes one: keep everything
-  // Keep the versions newer than the horizon and the newest one at or below it.
-  Record* keep = rec;
-  uint64_t version = head_tid;
-  for (int depth = 0; version > horizon; ++depth) {
-    SHOAL_ASSERT(depth < (1 << 20), "%s", "version chain cycle");
-    keep = std::atomic_ref<Record*>(keep->older).load(std::memory_order_relaxed);
-    if (keep == nullptr) return;
-    version = Tid::version(keep->word.load(std::memory_order_relaxed));
-  }
-  Record* cut = std::atomic_ref<Record*>(keep->older).load(std::memory_order_relaxed);
-  if (cut == nullptr) return;
-  std::atomic_ref<Record*>(keep->older).store(nullptr, std::memory_order_release);
-  int64_t bytes = 0;
-  for (const Record* r = cut; r != nullptr; r = r->older) {
-    bytes += static_cast<int64_t>(Record::alloc_bytes(r->capacity_words));
-  }
-  chain_bytes_.add(-bytes);
-  record_bytes_.add(-bytes);
-  ebr::retire(cut, &Record::free);  // frees the cut versions and their chain
-}
-
-template <size_t K>
 void Table<K>::scan_committed(const ScanFn& fn) const {
   ebr::Guard guard;
   index_.scan(
@@ -305,9 +280,7 @@ size_t Table<K>::purge_tombstones() {
   size_t purged = 0;
   for (const auto& [key, rec] : dead) {  // bounded by the scan
     if (!index_.remove(key, rec)) continue;
-    rec->word.fetch_or(Tid::kUnlinked, std::memory_order_acq_rel);
-    record_bytes_.add(-static_cast<int64_t>(Record::alloc_bytes(rec->capacity_words)));
-    ebr::retire(rec, &Record::free_one);
+    retire_purged(rec);
     ++purged;
   }
   return purged;

@@ -46,7 +46,7 @@ struct Record {
   alignas(8) uint64_t data[];
 
   static Record* make(uint32_t size_bytes, uint64_t initial_word);
-  static void free(void* record);  // with its chain of older versions
+  static void free(void* record);      // with its chain of older versions
   static void free_one(void* record);  // alone: its chain lives on in a newer record
   static size_t alloc_bytes(uint32_t capacity_words) {
     return sizeof(Record) + capacity_words * sizeof(uint64_t);
