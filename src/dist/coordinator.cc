@@ -291,10 +291,9 @@ rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
     bool wrote = false;
     uint64_t tid = 0;
     ExecPrepared prepared;
-    Status s = co_await links_[shard]->exec(txn.id_, txn.epoch_, txn.deferred_.fragment,
-                                            txn.deferred_.args,
-                                            {out, kUnreadFragmentResultBytesMax}, &size,
-                                            &wrote, &tid, &prepared);
+    Status s = co_await links_[shard]->exec(
+        txn.id_, txn.epoch_, txn.deferred_.fragment, txn.deferred_.args,
+        {out, kUnreadFragmentResultBytesMax}, &size, &wrote, &tid, &prepared);
     if (!s.ok()) co_return s;
     if (wrote) {
       txn.fragment_written_.push_back(shard);

@@ -159,8 +159,8 @@ Status Participant::exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<
   if (slot == nullptr) return status;
   if (slot->phase != Phase::kExecuting) return Status::Aborted("fragment after lock");
   *out_size = 0;
-  const void* ctx = fragments_->ctx_of[fragment] != nullptr ? fragments_->ctx_of[fragment]
-                                                            : fragments_->ctx;
+  const void* ctx =
+      fragments_->ctx_of[fragment] != nullptr ? fragments_->ctx_of[fragment] : fragments_->ctx;
   SHOAL_TRY(fragments_->fns[fragment](*slot->txn, ctx, args, out, out_size));
   SHOAL_ASSERT(*out_size <= out.size(), "fragment %u wrote %u of %zu bytes", fragment, *out_size,
                out.size());

@@ -72,8 +72,7 @@ rt::Task<Status> DistKvTxn::get(std::string_view key, std::string* value, uint64
   const uint32_t shard = shard_of(key);
   for (int attempt = 0; attempt < 2; ++attempt) {  // the second with room for the value
     uint32_t size = 0;
-    SHOAL_CO_TRY(retryable(
-        co_await txn_->exec(shard, kFragKvGet, as_bytes(key), result_, &size)));
+    SHOAL_CO_TRY(retryable(co_await txn_->exec(shard, kFragKvGet, as_bytes(key), result_, &size)));
     KvGetResult r;
     SHOAL_CO_TRY(decode_kv_get({result_.data(), size}, &r));
     *version = r.version;
@@ -109,13 +108,12 @@ rt::Task<Status> DistKvTxn::scan_shard(uint32_t shard, const resp::ScanRange& ra
   }
   a.has_end = !range.end.empty();
   a.end = range.end;
-  if (shard + 1 < config.shards.size() &&
-      (!a.has_end || config.kv_split_keys[shard] < range.end)) {
+  if (shard + 1 < config.shards.size() && (!a.has_end || config.kv_split_keys[shard] < range.end)) {
     a.has_end = true;  // the next shard's first key
     a.end = config.kv_split_keys[shard];
   }
-  a.value_prefix_bytes = static_cast<uint32_t>(
-      std::min<size_t>(value_prefix_bytes, dist::kFragmentBytesMax / 2));
+  a.value_prefix_bytes =
+      static_cast<uint32_t>(std::min<size_t>(value_prefix_bytes, dist::kFragmentBytesMax / 2));
   if (result_.size() < kScanBufferBytes) result_.resize(kScanBufferBytes);
   for (size_t got = 0; got < limit;) {  // each pass delivers >= 1 key or grows the buffer
     a.limit = static_cast<uint32_t>(limit - got);
@@ -147,8 +145,8 @@ rt::Task<Status> DistKvTxn::scan(const resp::ScanRange& range, size_t limit,
   for (uint32_t shard = range.start.empty() ? 0 : shard_of(range.start);
        shard < config.shards.size() && out->size() - before < limit; ++shard) {
     if (shard > 0 && !range.end.empty() && !(config.kv_split_keys[shard - 1] < range.end)) break;
-    SHOAL_CO_TRY(co_await scan_shard(shard, range, limit - (out->size() - before),
-                                     value_prefix_bytes, out));
+    SHOAL_CO_TRY(
+        co_await scan_shard(shard, range, limit - (out->size() - before), value_prefix_bytes, out));
   }
   co_return Status::Ok();
 }
@@ -197,7 +195,7 @@ rt::Task<uint64_t> KvAcks::token_for(const txn::DepVec& vector) {
     }
     s.token = 0;  // no task room: wait here instead
   }
-  const txn::DepVec copy = vector;  // the caller's may change while we wait
+  const txn::DepVec copy = vector;                    // the caller's may change while we wait
   (co_await watermark_.wait_covered(copy)).ignore();  // released at shutdown: nobody waits
   co_return 0;
 }

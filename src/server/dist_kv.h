@@ -74,7 +74,7 @@ class KvAcks {
 struct DistKvOptions {
   dist::Coordinator* coordinator = nullptr;
   const cluster::ClusterConfig* config = nullptr;
-  KvAcks* acks = nullptr;  // nullptr: reply at the speculative commit
+  KvAcks* acks = nullptr;          // nullptr: reply at the speculative commit
   uint32_t pooled_txns_max = 256;  // DistTxns kept for reuse
 };
 

@@ -85,8 +85,8 @@ std::string& get_scratch() {
   return value;
 }
 
-Status kv_get(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args,
-              std::span<uint8_t> out, uint32_t* out_size) {
+Status kv_get(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args, std::span<uint8_t> out,
+              uint32_t* out_size) {
   const std::string_view key(reinterpret_cast<const char*>(args.data()), args.size());
   if (!key_ok(key) || out.size() < kKvGetResultMin) return bad_args("get");
   std::string& value = get_scratch();

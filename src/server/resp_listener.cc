@@ -205,11 +205,10 @@ bool RespWorker::read_some(Client* c) {
 
 void RespWorker::write_some(Client* c) {
   while (c->writable) {  // each pass sends bytes or stops
-    const std::string_view out = acks_ == nullptr
-                                     ? c->conn.sendable()
-                                     : c->conn.sendable([this](uint64_t token) {
-                                         return acks_->is_durable(token);
-                                       });
+    const std::string_view out =
+        acks_ == nullptr
+            ? c->conn.sendable()
+            : c->conn.sendable([this](uint64_t token) { return acks_->is_durable(token); });
     if (out.empty()) return;
     const ssize_t sent = ::send(c->fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent > 0) {
@@ -248,10 +247,11 @@ bool RespWorker::serve(Client* c) {
   }
   if (c->resuming) return true;
   const bool can_read = c->readable && !c->peer_closed && c->conn.wants_input();
-  const bool held = !flushed && (acks_ == nullptr ? c->conn.sendable().empty()
-                                                  : c->conn.sendable([this](uint64_t t) {
-                                                      return acks_->is_durable(t);
-                                                    }).empty());
+  const bool held =
+      !flushed &&
+      (acks_ == nullptr
+           ? c->conn.sendable().empty()
+           : c->conn.sendable([this](uint64_t t) { return acks_->is_durable(t); }).empty());
   if (c->conn.has_work() || can_read || (c->writable && !flushed && !held)) {
     activate(c);
   } else if (held && !c->gated) {
@@ -287,8 +287,8 @@ void RespWorker::close_client(Client* c) {
 // ---- RespListener ----
 
 Result<std::unique_ptr<RespListener>> RespListener::listen(const std::string& host, uint16_t port,
-                                                          std::vector<RespWorker*> workers,
-                                                          uint32_t max_connections) {
+                                                           std::vector<RespWorker*> workers,
+                                                           uint32_t max_connections) {
   SHOAL_ASSERT(!workers.empty(), "%s", "RespListener without workers");
   addrinfo hints{};
   hints.ai_family = AF_INET;
@@ -342,7 +342,8 @@ void RespListener::accept_loop() {
     const int client = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (client < 0) {
       // Out of descriptors: the listen socket stays readable, so wait instead of spinning.
-      if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (errno == EMFILE || errno == ENFILE)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;  // EAGAIN, ECONNABORTED: the next one
     }
     if (connections_.fetch_add(1) >= max_connections_) {
