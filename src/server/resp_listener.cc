@@ -353,7 +353,12 @@ void RespListener::accept_loop() {
       continue;
     }
     RespWorker* w = workers_[next++ % workers_.size()];
-    if (!w->hand_off(client)) {
+    // A full hand-off queue: its loop is busy; wait for it a little (bounded) before giving up.
+    bool handed = false;
+    for (int i = 0; i < 1000 && !(handed = w->hand_off(client)) && !stop_.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!handed) {
       ::close(client);
       connections_.fetch_sub(1);
     }
