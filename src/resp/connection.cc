@@ -99,8 +99,10 @@ std::string_view Connection::sendable(const std::function<bool(uint64_t)>& is_du
     gates_.pop_front();
   }
   const std::string_view pending = out_.pending();
-  if (gates_.empty()) return pending;
-  const uint64_t end = gates_.front().output_start;
+  // A suspended request's partial reply stays: a conflict rolls it back (ReplyWriter::rollback
+  // cannot take back bytes already sent).
+  uint64_t end = in_flight() ? reply_start_ : out_.written_total();
+  if (!gates_.empty()) end = std::min(end, gates_.front().output_start);
   return pending.substr(0, static_cast<size_t>(end - out_.consumed_total()));
 }
 

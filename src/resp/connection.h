@@ -74,7 +74,8 @@ class Connection {
   rt::Task<void> finish_in_flight();
 
   // The output that may be sent now; is_durable(token) says whether a commit token is durable
-  // (nullptr: every token is, replies at the speculative commit).
+  // (nullptr: every token is, replies at the speculative commit). Never the reply of a request
+  // in flight (a retry after a conflict takes it back).
   std::string_view sendable(const std::function<bool(uint64_t)>& is_durable = nullptr);
   void consume_output(size_t n);
   size_t pending_output_bytes() const { return out_.pending_bytes(); }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "src/base/ebr.h"
 #include "src/server/kv_fragments.h"
 
 namespace shoal::server {
@@ -28,15 +29,14 @@ std::span<const uint8_t> as_bytes(std::string_view s) {
 
 class DistKvTxn final : public resp::KvTxn {
  public:
-  explicit DistKvTxn(DistKvBackend& backend) : backend_(backend) {}
+  explicit DistKvTxn(DistKvBackend& backend) : backend_(backend), o_(backend.options()) {}
   ~DistKvTxn() override {
     if (txn_ != nullptr) backend_.give_back(std::move(txn_));
   }
 
   void begin() override {
-    SHOAL_ASSERT(txn_ == nullptr, "%s", "DistKvTxn::begin with a transaction open");
-    txn_ = backend_.take_txn();
-    backend_.options().coordinator->begin(*txn_);
+    SHOAL_ASSERT(mode_ == Mode::kNone, "%s", "DistKvTxn::begin with a transaction open");
+    open_ = true;
   }
 
   rt::Task<Status> get(std::string_view key, std::string* value, uint64_t* version) override;
@@ -48,31 +48,99 @@ class DistKvTxn final : public resp::KvTxn {
   rt::Task<void> abort() override;
 
  private:
-  uint32_t shard_of(std::string_view key) const {
-    return backend_.options().config->shard_for_kv_key(key);
+  // kLocal: on the worker's Txn (the fast path); kDist: through the coordinator.
+  enum class Mode : uint8_t { kNone, kLocal, kDist };
+
+  uint32_t shard_of(std::string_view key) const { return o_.config->shard_for_kv_key(key); }
+  // Makes the transaction able to touch `shard`: starts it locally or through 2PC, or, when
+  // a local transaction reaches another shard, ends the attempt (Aborted) so that the
+  // session's retry runs it through 2PC.
+  Status enter(uint32_t shard);
+  // Notes a conflict for the backoff before the retry.
+  Status note(Status s) {
+    s = retryable(std::move(s));
+    conflicted_ |= s.is_aborted();
+    return s;
   }
-  // One shard's part of a scan: keys of `range` on `shard` (clipped to its split keys).
-  rt::Task<Status> scan_shard(uint32_t shard, const resp::ScanRange& range, size_t limit,
-                              size_t value_prefix_bytes, std::vector<resp::KeyValue>* out);
+  rt::Task<void> back_off();
+  // `range` clipped to `shard`'s keys (its split keys).
+  KvScanArgs clip(uint32_t shard, const resp::ScanRange& range) const;
+  Status scan_local(const KvScanArgs& a, size_t limit, std::vector<resp::KeyValue>* out);
+  // One shard's part of a scan through 2PC.
+  rt::Task<Status> scan_shard(uint32_t shard, KvScanArgs a, size_t limit,
+                              std::vector<resp::KeyValue>* out);
+  Result<resp::CommitInfo> commit_local(txn::DepVec* vector);
   void close() {
     if (result_.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(result_);
     if (args_.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(args_);
-    backend_.give_back(std::move(txn_));
+    if (txn_ != nullptr) backend_.give_back(std::move(txn_));
+    mode_ = Mode::kNone;
+    open_ = false;
   }
 
   DistKvBackend& backend_;
-  std::unique_ptr<dist::DistTxn> txn_;  // while a transaction is open
+  const DistKvOptions& o_;
+  Mode mode_ = Mode::kNone;
+  bool open_ = false;
+  bool force_dist_ = false;   // the last attempt reached a second shard: 2PC from the start
+  bool local_wrote_ = false;  // kLocal: a put or del
+  bool conflicted_ = false;   // the open attempt met a conflict
+  uint32_t conflicts_ = 0;    // in a row (backoff)
+  uint64_t local_runs_ = 0;
+  std::unique_ptr<dist::DistTxn> txn_;  // kDist
   std::vector<uint8_t> args_;
   std::vector<uint8_t> result_;
   std::string cursor_;  // a scan's last key, while it goes on
 };
 
+Status DistKvTxn::enter(uint32_t shard) {
+  SHOAL_ASSERT(open_, "%s", "DistKvTxn: a call without begin()");
+  if (mode_ == Mode::kDist) return Status::Ok();
+  if (shard == o_.own_shard && o_.local != nullptr && !force_dist_) {
+    if (mode_ == Mode::kNone) {
+      o_.local->begin();
+      mode_ = Mode::kLocal;
+      local_wrote_ = false;
+    }
+    return Status::Ok();
+  }
+  if (mode_ == Mode::kLocal) {
+    force_dist_ = true;
+    return Status::Aborted("kv: the transaction reaches another shard: again through 2PC");
+  }
+  txn_ = backend_.take_txn();
+  o_.coordinator->begin(*txn_);
+  mode_ = Mode::kDist;
+  return Status::Ok();
+}
+
+rt::Task<void> DistKvTxn::back_off() {
+  if (o_.loop == nullptr) co_return;
+  ++conflicts_;
+  // The lock in the way may be a remote coordinator's, released by a message this loop has
+  // yet to read: let the loop run first, then wait a little longer each time (as the
+  // coordinator's own retries do, coordinator.h).
+  if (conflicts_ <= 2) {
+    co_await o_.loop->yield();
+    co_return;
+  }
+  const uint64_t d = std::min<uint64_t>(2'000'000, uint64_t{20'000} << std::min(conflicts_, 7u));
+  const uint64_t mix =
+      (reinterpret_cast<uintptr_t>(this) * 0x9e3779b97f4a7c15ULL + conflicts_) >> 33;
+  (co_await o_.loop->sleep_for(d / 2 + mix % (d / 2 + 1))).ignore();
+}
+
 rt::Task<Status> DistKvTxn::get(std::string_view key, std::string* value, uint64_t* version) {
-  if (result_.size() < kGetBufferBytes) result_.resize(kGetBufferBytes);
   const uint32_t shard = shard_of(key);
+  SHOAL_CO_TRY(enter(shard));
+  if (mode_ == Mode::kLocal) {
+    Status s = o_.local->get(*o_.table, key, value, version);
+    co_return s.is_not_found() ? s : note(std::move(s));
+  }
+  if (result_.size() < kGetBufferBytes) result_.resize(kGetBufferBytes);
   for (int attempt = 0; attempt < 2; ++attempt) {  // the second with room for the value
     uint32_t size = 0;
-    SHOAL_CO_TRY(retryable(co_await txn_->exec(shard, kFragKvGet, as_bytes(key), result_, &size)));
+    SHOAL_CO_TRY(note(co_await txn_->exec(shard, kFragKvGet, as_bytes(key), result_, &size)));
     KvGetResult r;
     SHOAL_CO_TRY(decode_kv_get({result_.data(), size}, &r));
     *version = r.version;
@@ -87,18 +155,29 @@ rt::Task<Status> DistKvTxn::get(std::string_view key, std::string* value, uint64
 }
 
 rt::Task<Status> DistKvTxn::put(std::string_view key, std::string_view value) {
+  const uint32_t shard = shard_of(key);
+  SHOAL_CO_TRY(enter(shard));
+  if (mode_ == Mode::kLocal) {
+    local_wrote_ = true;
+    co_return note(o_.local->put(*o_.table, key, value));
+  }
   encode_kv_put(key, value, &args_);
-  co_return retryable(co_await txn_->exec(shard_of(key), kFragKvPut, args_, {}));
+  co_return note(co_await txn_->exec(shard, kFragKvPut, args_, {}));
 }
 
 rt::Task<Status> DistKvTxn::del(std::string_view key) {
-  co_return retryable(co_await txn_->exec(shard_of(key), kFragKvDel, as_bytes(key), {}));
+  const uint32_t shard = shard_of(key);
+  SHOAL_CO_TRY(enter(shard));
+  if (mode_ == Mode::kLocal) {
+    local_wrote_ = true;
+    Status s = o_.local->remove(*o_.table, key);
+    co_return s.is_not_found() ? Status::Ok() : note(std::move(s));
+  }
+  co_return note(co_await txn_->exec(shard, kFragKvDel, as_bytes(key), {}));
 }
 
-rt::Task<Status> DistKvTxn::scan_shard(uint32_t shard, const resp::ScanRange& range, size_t limit,
-                                       size_t value_prefix_bytes,
-                                       std::vector<resp::KeyValue>* out) {
-  const cluster::ClusterConfig& config = *backend_.options().config;
+KvScanArgs DistKvTxn::clip(uint32_t shard, const resp::ScanRange& range) const {
+  const cluster::ClusterConfig& config = *o_.config;
   KvScanArgs a;
   a.start = range.start;
   a.start_inclusive = range.start_inclusive;
@@ -112,14 +191,30 @@ rt::Task<Status> DistKvTxn::scan_shard(uint32_t shard, const resp::ScanRange& ra
     a.has_end = true;  // the next shard's first key
     a.end = config.kv_split_keys[shard];
   }
-  a.value_prefix_bytes =
-      static_cast<uint32_t>(std::min<size_t>(value_prefix_bytes, dist::kFragmentBytesMax / 2));
+  return a;
+}
+
+Status DistKvTxn::scan_local(const KvScanArgs& a, size_t limit, std::vector<resp::KeyValue>* out) {
+  txn::BytesScan scan;
+  scan.start = a.start;
+  scan.start_inclusive = a.start_inclusive;
+  if (a.has_end) scan.end = a.end;
+  scan.limit = limit;
+  scan.value_prefix_bytes = a.value_prefix_bytes;
+  return note(o_.local->scan(*o_.table, scan, [&](const txn::BytesEntry& e) {
+    out->push_back({std::string(e.key), std::string(e.value)});
+    return true;
+  }));
+}
+
+rt::Task<Status> DistKvTxn::scan_shard(uint32_t shard, KvScanArgs a, size_t limit,
+                                       std::vector<resp::KeyValue>* out) {
   if (result_.size() < kScanBufferBytes) result_.resize(kScanBufferBytes);
   for (size_t got = 0; got < limit;) {  // each pass delivers >= 1 key or grows the buffer
     a.limit = static_cast<uint32_t>(limit - got);
     encode_kv_scan(a, &args_);
     uint32_t size = 0, count = 0;
-    SHOAL_CO_TRY(retryable(co_await txn_->exec(shard, kFragKvScan, args_, result_, &size)));
+    SHOAL_CO_TRY(note(co_await txn_->exec(shard, kFragKvScan, args_, result_, &size)));
     bool more = false;
     std::string_view last;
     SHOAL_CO_TRY(decode_kv_scan({result_.data(), size}, false, out, &more, &count, &last));
@@ -139,34 +234,89 @@ rt::Task<Status> DistKvTxn::scan_shard(uint32_t shard, const resp::ScanRange& ra
 
 rt::Task<Status> DistKvTxn::scan(const resp::ScanRange& range, size_t limit,
                                  size_t value_prefix_bytes, std::vector<resp::KeyValue>* out) {
-  const cluster::ClusterConfig& config = *backend_.options().config;
+  const cluster::ClusterConfig& config = *o_.config;
   const size_t before = out->size();
   // Shards in key order, from the one owning the range's start, until the range ends.
   for (uint32_t shard = range.start.empty() ? 0 : shard_of(range.start);
        shard < config.shards.size() && out->size() - before < limit; ++shard) {
     if (shard > 0 && !range.end.empty() && !(config.kv_split_keys[shard - 1] < range.end)) break;
-    SHOAL_CO_TRY(
-        co_await scan_shard(shard, range, limit - (out->size() - before), value_prefix_bytes, out));
+    SHOAL_CO_TRY(enter(shard));
+    KvScanArgs a = clip(shard, range);
+    a.value_prefix_bytes =
+        static_cast<uint32_t>(std::min<size_t>(value_prefix_bytes, dist::kFragmentBytesMax / 2));
+    const size_t left = limit - (out->size() - before);
+    if (mode_ == Mode::kLocal) {
+      SHOAL_CO_TRY(scan_local(a, left, out));
+    } else {
+      SHOAL_CO_TRY(co_await scan_shard(shard, a, left, out));
+    }
   }
   co_return Status::Ok();
 }
 
+Result<resp::CommitInfo> DistKvTxn::commit_local(txn::DepVec* vector) {
+  txn::Txn& t = *o_.local;
+  Status s = t.commit();
+  if (s.ok() && local_wrote_ && o_.commit_hook != nullptr) {
+    Status logged = o_.commit_hook(o_.commit_hook_ctx, t);
+    if (!logged.ok()) {  // installed, not logged: never acknowledged (txn::CommitHook)
+      t.end();
+      return logged;
+    }
+  }
+  if (s.ok()) {
+    // As the TPC-C terminals' acknowledgement (shard_server.cc ack_vector): what it read
+    // depends on, and our shard's entry at its commit TID or the newest version it read.
+    *vector = t.deps();
+    vector->raise(o_.own_shard,
+                  std::max(t.max_seen_version(), local_wrote_ ? t.last_commit_tid() : 0));
+  } else {
+    t.abort();
+  }
+  t.end();
+  if ((++local_runs_ & 63) == 0) ebr::quiesce();  // as txn::Worker::run does
+  if (!s.ok()) return note(std::move(s));
+  return resp::CommitInfo{};
+}
+
 rt::Task<Result<resp::CommitInfo>> DistKvTxn::commit() {
-  SHOAL_ASSERT(txn_ != nullptr, "%s", "commit without begin");
-  const Status s = retryable(co_await backend_.options().coordinator->finish(*txn_));
-  resp::CommitInfo info;
-  if (s.ok() && backend_.options().acks != nullptr) {
-    info.durable_token = co_await backend_.options().acks->token_for(txn_->vector());
+  SHOAL_ASSERT(open_, "%s", "commit without begin");
+  const Mode mode = mode_;
+  Result<resp::CommitInfo> done = resp::CommitInfo{};
+  txn::DepVec local_vector;
+  if (mode == Mode::kLocal) {
+    done = commit_local(&local_vector);
+  } else if (mode == Mode::kDist) {
+    Status s = note(co_await o_.coordinator->finish(*txn_));
+    if (!s.ok()) done = s;
+  }
+  if (done.ok() && mode != Mode::kNone && o_.acks != nullptr) {
+    done->durable_token =
+        co_await o_.acks->token_for(mode == Mode::kLocal ? local_vector : txn_->vector());
   }
   close();
-  if (!s.ok()) co_return s;
-  co_return info;
+  if (conflicted_) {
+    conflicted_ = false;
+    co_await back_off();
+  } else {
+    if (done.ok()) conflicts_ = 0;
+    force_dist_ = false;
+  }
+  co_return done;
 }
 
 rt::Task<void> DistKvTxn::abort() {
-  if (txn_ == nullptr) co_return;
-  co_await backend_.options().coordinator->abort(*txn_);
+  if (mode_ == Mode::kLocal) {
+    o_.local->abort();
+    o_.local->end();
+  } else if (mode_ == Mode::kDist) {
+    co_await o_.coordinator->abort(*txn_);
+  }
   close();
+  if (conflicted_) {
+    conflicted_ = false;
+    co_await back_off();
+  }
 }
 
 }  // namespace

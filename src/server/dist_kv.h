@@ -1,13 +1,14 @@
 // The Redis front end's backend inside a shard server: resp::KvBackend / KvTxn over the
 // worker's dist::Coordinator, so any server coordinates any transaction, across shards.
 //
-// A key's shard comes from the config's kv_split_keys (ClusterConfig::shard_for_kv_key). Each
-// get/put/del is one fragment (kv_fragments.h) executed on the owning shard in the
-// transaction's context: the local shard's through the worker's direct LocalLink (a function
-// call: a GET on a local key never suspends), another shard's over its RpcLink. A scan walks
-// the shards in key order, each shard's part of the range by fragments of bounded results.
-// commit() is the coordinator's 2PC (Coordinator::finish); Aborted and Timeout come back as
-// Aborted, which the session retries from begin().
+// A key's shard comes from the config's kv_split_keys (ClusterConfig::shard_for_kv_key). A
+// transaction that stays on the server's own shard runs on the worker's local Txn (the fast
+// path, DistKvOptions::local); otherwise each get/put/del is one fragment (kv_fragments.h) executed
+// on the owning shard in the transaction's context: the local shard's through the worker's direct
+// LocalLink (a function call: a GET on a local key never suspends), another shard's over its
+// RpcLink. A scan walks the shards in key order, each shard's part of the range by fragments of
+// bounded results. commit() is the coordinator's 2PC (Coordinator::finish); Aborted and Timeout
+// come back as Aborted, which the session retries from begin().
 //
 // Acknowledgement (KvAcks): a committed transaction's CommitInfo::durable_token names its
 // dependency vector until the vectorized watermark covers it (a shard's own entry comes from
@@ -31,6 +32,7 @@
 #include "src/dist/vector_watermark.h"
 #include "src/resp/kv_backend.h"
 #include "src/runtime/event_loop.h"
+#include "src/txn/engine.h"
 
 namespace shoal::server {
 
@@ -76,6 +78,17 @@ struct DistKvOptions {
   const cluster::ClusterConfig* config = nullptr;
   KvAcks* acks = nullptr;          // nullptr: reply at the speculative commit
   uint32_t pooled_txns_max = 256;  // DistTxns kept for reuse
+  rt::EventLoop* loop = nullptr;   // backoff after a conflict (nullptr: none)
+  // The local fast path (nullptr: every transaction through 2PC): a transaction whose keys
+  // are all on own_shard runs on this Txn of the worker's and commits there, as TPC-C's local
+  // terminals do (commit_hook logs it to the worker's replication stream). Its first key on
+  // another shard aborts the attempt, and the session's retry runs it through 2PC. Local
+  // transactions never suspend, so one Txn serves every session of the loop.
+  txn::Txn* local = nullptr;
+  txn::BytesTable* table = nullptr;
+  uint32_t own_shard = 0;
+  txn::CommitHook commit_hook = nullptr;
+  void* commit_hook_ctx = nullptr;
 };
 
 class DistKvBackend final : public resp::KvBackend {

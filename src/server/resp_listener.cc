@@ -122,6 +122,9 @@ void RespWorker::adopt(int fd) {
   }
   resp::ConnectionOptions options;
   options.session.client_id = next_client_id_++;
+  // As the coordinator's own retries (shard_server.cc): with backoff capped at 2 ms, a hot key
+  // whose locks live for network round trips on a loaded machine needs more than 64.
+  options.session.max_txn_attempts = 1000;
   auto client = std::make_unique<Client>(backend_, env_, options);
   client->fd = fd;
   if (free_slots_.empty()) {

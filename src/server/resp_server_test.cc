@@ -133,6 +133,9 @@ class RespServer : public ::testing::Test {
     }
   }
   void TearDown() override {
+    if (HasFailure()) {
+      for (const std::string& log : logs_) fmt::print("--- {}:\n{}\n", log, slurp(log));
+    }
     for (pid_t pid : pids_) {
       if (pid <= 0) continue;
       kill(pid, SIGTERM);
@@ -317,6 +320,45 @@ TEST_F(RespServer, HiredisPipelinesAndLargeValues) {
   }
   EXPECT_EQ(run(c, "DBSIZE"), "2002");
   EXPECT_EQ(run(c, "MGET a1999 z1998"), "[\"1999\",\"1998\"]");
+  redisFree(c);
+#endif
+}
+
+// Concurrent clients on both servers: INCR of a shard-0 key (the local fast path on server 0,
+// 2PC from server 1), and MULTI/EXEC incrementing keys of both shards: no increment is lost
+// and the two-shard pairs stay equal (each EXEC is one serializable transaction).
+TEST_F(RespServer, ConcurrentIncrementsAcrossShardsLoseNothing) {
+#if !defined(SHOAL_HAVE_HIREDIS)
+  GTEST_SKIP() << "hiredis not found at build time (apt-get install libhiredis-dev)";
+#else
+  constexpr int kClients = 8, kRounds = 150;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kClients);
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([this, t, &errors] {
+      redisContext* c = redisConnect("127.0.0.1", ports_[t % 2]);
+      if (c == nullptr || c->err != 0) {
+        errors[t] = "connect";
+        return;
+      }
+      for (int i = 0; i < kRounds && errors[t].empty(); ++i) {
+        const std::string single = run(c, "INCR counter");
+        if (single.empty() || single[0] == '-') errors[t] = single;
+        run(c, "MULTI");
+        run(c, "INCR left");
+        run(c, "INCR right");
+        const std::string exec = run(c, "EXEC");
+        if (exec.empty() || exec[0] != '[') errors[t] = exec;
+      }
+      redisFree(c);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  redisContext* c = redisConnect("127.0.0.1", ports_[1]);
+  ASSERT_TRUE(c != nullptr && c->err == 0);
+  const std::string n = std::to_string(kClients * kRounds);
+  EXPECT_EQ(run(c, "MGET counter left right"), "[\"" + n + "\",\"" + n + "\",\"" + n + "\"]");
   redisFree(c);
 #endif
 }

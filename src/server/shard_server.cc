@@ -608,6 +608,18 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     ko.coordinator = w->coordinator.get();
     ko.config = &config_;
     ko.acks = w->kv_acks.get();
+    ko.loop = w->loop.get();
+    // The local fast path: a Txn of this worker's, logged to its stream as the participant's.
+    txn::Txn& local = engine_->make_worker()->txn();
+    if (w->appender != nullptr) {
+      local.set_tid_floor(w->appender->promised_tid());
+      local.set_keep_old_values(true);  // puts logged as patches
+      ko.commit_hook = &repl::StreamAppender::commit_hook;
+      ko.commit_hook_ctx = w->appender;
+    }
+    ko.local = &local;
+    ko.table = kv_table_;
+    ko.own_shard = options_.shard;
     w->kv_backend = std::make_unique<DistKvBackend>(ko);
     w->resp = std::make_unique<RespWorker>(*w->loop, *w->kv_backend, w->kv_acks.get(),
                                            RealEnv::instance(), options_.resp_max_connections);
