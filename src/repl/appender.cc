@@ -22,6 +22,12 @@ WriteOp op_of(txn::WriteKind kind) {
 
 }  // namespace
 
+// A transaction's byte-key writes (bounded by the engine) fit one large entry with room for its
+// header, dependencies and some fixed-key writes.
+static_assert(txn::kBytesTxnWriteBytesMax + (64u << 10) <= kLogLargeEntryBytes);
+static_assert(txn::kBytesKeyBytesMax == kLogBytesKeyBytesMax);
+static_assert(txn::packed_key_words(5) == log_packed_key_words(5));
+
 StreamAppender::StreamAppender(const AppenderOptions& options, txn::Engine& engine, Env& env,
                                WakeFn wake, void* wake_ctx)
     : options_(options),
@@ -29,7 +35,7 @@ StreamAppender::StreamAppender(const AppenderOptions& options, txn::Engine& engi
       env_(env),
       wake_(wake),
       wake_ctx_(wake_ctx),
-      buffer_bytes_(pad8(options.limits.batch_bytes_max)),
+      buffer_bytes_(pad8(std::max(options.limits.batch_bytes_max, kLogLargeEntryBytes))),
       sealed_(options.pool_buffers),
       free_(options.pool_buffers),
       policy_(options.limits, &env) {
@@ -74,13 +80,20 @@ Status StreamAppender::open_batch() {
     }
   }
   if (wait_start_ns != 0) stats_.buffer_wait_ns += env_.now_ns() - wait_start_ns;
+  ++sequence_;
+  reset_builder(/*whole_buffer=*/false);
+  return Status::Ok();
+}
+
+void StreamAppender::reset_builder(bool whole_buffer) {
   LogEntryId id;
   id.shard = options_.shard;
   id.stream = options_.stream;
   id.epoch = options_.epoch;
-  id.sequence = ++sequence_;
-  builder_.reset(buffer(buffer_), id, options_.limits);
-  return Status::Ok();
+  id.sequence = sequence_;
+  BatchLimits limits = options_.limits;
+  if (whole_buffer) limits.batch_bytes_max = static_cast<uint32_t>(buffer_bytes_);
+  builder_.reset(buffer(buffer_), id, limits);
 }
 
 void StreamAppender::seal(uint64_t floor_tid, uint16_t flags, uint64_t final_tid) {
@@ -105,6 +118,16 @@ Status StreamAppender::append_record(uint64_t tid, std::span<const txn::DepEntry
     SHOAL_TRY(open_batch());
     r = builder_.append(tid, deps, writes);
   }
+  if (r == AppendResult::kNeverFits) {
+    // Larger than a batch (a byte key's large value): a batch as large as the whole buffer
+    // (kLogLargeEntryBytes at least), which the next refused append or the age seals.
+    if (builder_.txn_count() > 0) {
+      seal(0);
+      SHOAL_TRY(open_batch());
+    }
+    reset_builder(/*whole_buffer=*/true);  // nothing is in the open batch yet
+    r = builder_.append(tid, deps, writes);
+  }
   SHOAL_ASSERT(r == AppendResult::kOk,
                "a transaction of %zu writes does not fit an empty log batch of %zu bytes",
                writes.size(), builder_.capacity_bytes());
@@ -122,8 +145,10 @@ TxnWrite StreamAppender::log_write(const txn::WriteView& w, size_t* scratch_used
                {w.key_words, w.key_word_count},
                {static_cast<const std::byte*>(w.value),
                 w.kind == txn::WriteKind::kRemove ? 0 : w.size_bytes}};
-  if (!options_.log_patches || w.kind != txn::WriteKind::kPut || w.old_value == nullptr ||
-      w.old_size_bytes != w.size_bytes || w.size_bytes > kLogPatchValueBytesMax) {
+  out.bytes_key = w.bytes_key;
+  if (!options_.log_patches || w.bytes_key || w.kind != txn::WriteKind::kPut ||
+      w.old_value == nullptr || w.old_size_bytes != w.size_bytes ||
+      w.size_bytes > kLogPatchValueBytesMax) {
     return out;
   }
   // Only the changed bytes: the follower applies them onto the version the put overwrote,

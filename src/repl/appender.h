@@ -10,7 +10,9 @@
 //
 // Backpressure: when every buffer is sealed and not yet taken back (Paxos pipeline full, a
 // follower slow, the WAN long), the worker waits in append() for a free buffer. That bounds
-// what a leader holds unreplicated to pool_buffers x batch bytes per stream. The wait yields,
+// what a leader holds unreplicated to pool_buffers x buffer bytes per stream (a buffer holds
+// max(batch_bytes_max, kLogLargeEntryBytes): a transaction larger than a batch, a byte key's
+// 1 MiB value, takes a batch as large as a buffer; docs/LOG_FORMAT.md). The wait yields,
 // then sleeps (50 us, doubling to 1 ms: no busy spin), and ends when AppenderOptions::stop is
 // set (a shutdown, e.g. SIGTERM while the followers are gone): the append then fails with
 // Unavailable and the stream is *stopped* for good: every later append, tick and finish fails
@@ -185,6 +187,9 @@ class StreamAppender {
   // Waits for a free buffer and opens a batch in it; Unavailable (and the stream stopped)
   // when options_.stop is set while it waits, or once stopped before.
   [[nodiscard]] Status open_batch();
+  // Starts the batch in the current buffer at the current sequence, limited by the batch
+  // size, or by the buffer's (an oversized transaction's batch).
+  void reset_builder(bool whole_buffer);
   // The log form of one write: a patch (body in patch_scratch_ after *scratch_used) or as is.
   TxnWrite log_write(const txn::WriteView& w, size_t* scratch_used);
   // Patch bodies of one transaction; a transaction whose patches would not fit logs the rest

@@ -58,7 +58,10 @@ Result<BootstrapResult> bootstrap_followers(ReplicationLeader& leader, txn::Engi
   StreamAppender& a = leader.appender(0);
   constexpr size_t kRowsPerRecord = 64;
   constexpr size_t kRecordBytesMax = 256 * 1024;
-  std::vector<uint64_t> keys(kRowsPerRecord * 8);
+  // A record's keys: at most its bytes' worth, plus one large row's packed byte key (a row
+  // larger than kRecordBytesMax goes alone).
+  std::vector<uint64_t> keys(kRecordBytesMax / 8 + txn::kPackedKeyWordsMax);
+  size_t key_words_used = 0;
   std::vector<TxnWrite> writes;
   writes.reserve(kRowsPerRecord);
   size_t record_bytes = 0;
@@ -74,6 +77,7 @@ Result<BootstrapResult> bootstrap_followers(ReplicationLeader& leader, txn::Engi
     failed = a.append_record(base_tid + out.records, {}, writes);
     writes.clear();
     record_bytes = 0;
+    key_words_used = 0;
     if (failed.ok()) {
       failed = wait_inflight_below(leader, env, kBootstrapInflightMax, deadline_ns, stop);
     }
@@ -82,13 +86,17 @@ Result<BootstrapResult> bootstrap_followers(ReplicationLeader& leader, txn::Engi
     const size_t kw = table->key_words();
     if (!failed.ok()) return failed;
     table->scan_committed([&](const uint64_t* key, const void* value, uint32_t size, uint64_t) {
-      const size_t bytes = log_write_bytes(kw, size);
+      const size_t words = txn::untyped_key_words(kw, key);
+      const size_t bytes = log_write_bytes(words, size);
       if (writes.size() == kRowsPerRecord || record_bytes + bytes > kRecordBytesMax) emit();
-      uint64_t* k = keys.data() + writes.size() * 8;
-      std::copy(key, key + kw, k);
+      uint64_t* k = keys.data() + key_words_used;
+      std::copy(key, key + words, k);  // a BytesTable's packed key lives only during the call
+      key_words_used += words;
       // Values stay where they are: nothing changes the engine until the run starts.
-      writes.push_back(
-          {table->id(), WriteOp::kInsert, {k, kw}, {static_cast<const std::byte*>(value), size}});
+      TxnWrite w{
+          table->id(), WriteOp::kInsert, {k, words}, {static_cast<const std::byte*>(value), size}};
+      w.bytes_key = kw == 0;
+      writes.push_back(w);
       record_bytes += bytes;
       return failed.ok();
     });

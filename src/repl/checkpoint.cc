@@ -27,7 +27,9 @@ namespace {
 //   per stream 24: next_slot u64, stream_tid u64, next_record u32, zero u32
 //   per fence 16 (version 2): epoch u64, final_tid u64
 //   per table 8: table id u32, key words u32
-//   rows: table id u32, value bytes u32, tid u64, key words, value padded to 8
+//   rows: table id u32, value bytes u32, tid u64, key words (version 3: a table of 0 key
+//         words, a BytesTable, has packed byte keys: length u64, bytes padded to 8), value
+//         padded to 8
 //   end row: table id kEndTable, 0, row count; then the trailer (not hashed):
 //   trailer 16: bytes before the trailer u64, XXH3-64 of those bytes u64
 constexpr size_t kHeaderBytes = 64;
@@ -56,11 +58,16 @@ class ChunkWriter {
       : fd_(fd), path_(std::move(path)), words_(kCheckpointChunkBytes / 8) {
     XXH3_64bits_reset(&hash_);
   }
-  // REQUIRES: n <= kCheckpointChunkBytes.
   Status put(const void* p, size_t n) {
-    if (used_ + n > kCheckpointChunkBytes) SHOAL_TRY(flush());
-    std::memcpy(bytes() + used_, p, n);
-    used_ += n;
+    const auto* src = static_cast<const std::byte*>(p);
+    while (n > 0) {  // bounded: each pass copies >= 1 byte, flushing a full chunk first
+      if (used_ == kCheckpointChunkBytes) SHOAL_TRY(flush());
+      const size_t take = std::min(n, kCheckpointChunkBytes - used_);
+      std::memcpy(bytes() + used_, src, take);
+      used_ += take;
+      src += take;
+      n -= take;
+    }
     return Status::Ok();
   }
   Status put_u32(uint32_t v) { return put(&v, 4); }
@@ -230,12 +237,12 @@ Result<CheckpointStats> write_checkpoint(const std::string& tmp_path, const txn:
   Status failed;
   for (const auto& t : engine.tables()) {
     const uint32_t id = t->id();
-    const size_t key_bytes = t->key_words() * 8;
+    const size_t key_words = t->key_words();
     t->scan_committed([&](const uint64_t* key, const void* value, uint32_t size, uint64_t tid) {
       failed = w.put_u32(id);
       if (failed.ok()) failed = w.put_u32(size);
       if (failed.ok()) failed = w.put_u64(tid);
-      if (failed.ok()) failed = w.put(key, key_bytes);
+      if (failed.ok()) failed = w.put(key, 8 * txn::untyped_key_words(key_words, key));
       if (failed.ok()) failed = w.put(value, size);
       if (failed.ok()) failed = w.put_zeros(pad8(size) - size);
       ++stats.rows;
@@ -371,11 +378,22 @@ Result<ReplayCut> read_layout(ChunkReader& r, const std::string& path, const txn
   return cut;
 }
 
+// Reads a row's key into key: key_words words, or (0) a packed byte key, whose length is
+// checked before its bytes are read.
+Status read_key(ChunkReader& r, const std::string& path, size_t key_words, uint64_t* key) {
+  if (key_words != 0) return r.read(key, key_words * 8);
+  SHOAL_TRY(r.read(key, 8));
+  if (key[0] < 1 || key[0] > txn::kBytesKeyBytesMax) {
+    return refuse(path, fmt::format("byte key of {} bytes at offset {}", key[0], r.offset() - 8));
+  }
+  return r.read(key + 1, 8 * (txn::packed_key_words(key[0]) - 1));
+}
+
 Status load_rows(ChunkReader& r, const std::string& path, txn::Engine& engine,
                  uint64_t content_bytes) {
   const auto& tables = engine.tables();
-  std::vector<uint64_t> value((txn::TableBase::kValueBytesMax + 7) / 8);
-  uint64_t key[kLogKeyWordsMax];
+  std::vector<uint64_t> value;  // sized by the largest row so far
+  std::vector<uint64_t> key(txn::kPackedKeyWordsMax);
   uint64_t rows = 0;
   for (;;) {  // bounded by the verified length: every row consumes >= 16 bytes
     ebr::Guard guard;
@@ -391,14 +409,18 @@ Status load_rows(ChunkReader& r, const std::string& path, txn::Engine& engine,
         }
         return Status::Ok();
       }
-      if (table >= tables.size() || size > txn::TableBase::kValueBytesMax || tid == 0) {
+      const bool bytes_key = table < tables.size() && tables[table]->key_words() == 0;
+      const uint32_t value_max =
+          bytes_key ? txn::kBytesValueBytesMax : txn::TableBase::kValueBytesMax;
+      if (table >= tables.size() || size > value_max || tid == 0) {
         return refuse(path, fmt::format("row {} at offset {}: table {}, {} bytes, TID {}", rows,
                                         r.offset() - 16, table, size, tid));
       }
       txn::TableBase& t = *tables[table];
-      SHOAL_TRY(r.read(key, t.key_words() * 8));
+      SHOAL_TRY(read_key(r, path, t.key_words(), key.data()));
+      if (value.size() * 8 < pad8(size)) value.resize(pad8(size) / 8);
       SHOAL_TRY(r.read(value.data(), pad8(size)));
-      if (!t.apply_replicated(key, txn::WriteKind::kInsert, value.data(), size, tid)) {
+      if (!t.apply_replicated(key.data(), txn::WriteKind::kInsert, value.data(), size, tid)) {
         return refuse(path, fmt::format("row {}: key held twice in table {}", rows, table));
       }
       ++rows;

@@ -30,7 +30,8 @@ namespace shoal::repl {
 
 inline constexpr uint32_t kCheckpointMagic = 0x4b434853;  // "SHCK" in file byte order
 // 2: the epoch fences (ReplayCut::fences) after the stream cuts; 1 had none (its count is 0).
-inline constexpr uint32_t kCheckpointVersion = 2;  // what this binary writes; reads 1 too
+// What this binary writes; it reads 1 and 2 too. Version 3: byte-key tables (key words 0).
+inline constexpr uint32_t kCheckpointVersion = 3;
 inline constexpr size_t kCheckpointChunkBytes = size_t{1} << 20;  // write/read buffer
 
 struct CheckpointStats {

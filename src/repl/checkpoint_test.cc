@@ -144,11 +144,11 @@ TEST_F(CheckpointTest, CorruptedTornAndNewerFilesAreRefusedBeforeLoading) {
 
   const std::string newer = dir_ + "/newer.ckpt";
   std::filesystem::copy_file(path, newer);
-  flip_byte(newer, 4);  // version 2 -> 0x58
+  flip_byte(newer, 4);  // version 3 -> 0x59
   r = load_checkpoint(newer, *e, 2);
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
   EXPECT_EQ(r.status().message(),
-            "checkpoint " + newer + ": format version 88, this binary reads up to 2; refused");
+            "checkpoint " + newer + ": format version 89, this binary reads up to 3; refused");
 
   r = load_checkpoint(path, *e, 3);
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);

@@ -1,7 +1,7 @@
 // libFuzzer target for the log decoder: LogEntryView::parse() over arbitrary bytes, then a walk
 // of every record, dependency and write of an accepted entry. It may not crash, read out of
 // bounds or accept an entry whose views leave the input (a patch applied onto a value of its
-// stated size included); every rejection must be Corruption or
+// stated size, and a byte key's bytes, format 5, included); every rejection must be Corruption or
 // NotSupported with a message. A second pass fixes up the checksum so that the structural
 // checks behind it are fuzzed too, not only the checksum.
 //
@@ -33,6 +33,13 @@ void check(const std::byte* data, size_t size) {
     for (uint32_t d = 0; d < rec.dep_count(); ++d) sum += rec.dep(d).ts;
     rec.for_each_write([&](const shoal::repl::WriteView& w) {
       for (uint32_t k = 0; k < w.key_word_count; ++k) sum += w.key_word(k);
+      if (w.bytes_key) {
+        // An accepted byte key lies inside the input and within its length limit.
+        const std::string_view key = w.byte_key();
+        if (key.empty() || key.size() > shoal::repl::kLogBytesKeyBytesMax) std::abort();
+        if (reinterpret_cast<const std::byte*>(key.data()) + key.size() > data + size) std::abort();
+        for (char c : key) sum += static_cast<uint8_t>(c);
+      }
       if (w.value.data() + w.value.size() > data + size) std::abort();
       for (std::byte b : w.value) sum += static_cast<uint8_t>(b);
       if (w.op == shoal::repl::WriteOp::kPatch) {

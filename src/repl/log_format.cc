@@ -175,13 +175,19 @@ AppendResult LogBatchBuilder::append(uint64_t commit_tid, std::span<const txn::D
   std::byte* w = r + kLogRecordHeaderBytes + log_dep_bytes(deps.size());
   if ((deps.size() & 1) != 0) store_u32(w - 4, 0);  // zero the shard array's padding
   for (const TxnWrite& tw : writes) {
-    SHOAL_ASSERT(!tw.key.empty() && tw.key.size() <= kLogKeyWordsMax, "key of %zu words",
-                 tw.key.size());
+    if (tw.bytes_key) {
+      SHOAL_ASSERT(!tw.key.empty() && tw.key[0] >= 1 && tw.key[0] <= kLogBytesKeyBytesMax &&
+                       tw.key.size() == log_packed_key_words(tw.key[0]) && tw.op != WriteOp::kPatch,
+                   "byte key of %zu words", tw.key.size());
+    } else {
+      SHOAL_ASSERT(!tw.key.empty() && tw.key.size() <= kLogKeyWordsMax, "key of %zu words",
+                   tw.key.size());
+    }
     SHOAL_ASSERT(tw.op != WriteOp::kRemove || tw.value.empty(), "a remove carries no value");
     const bool patch = tw.op == WriteOp::kPatch;
     store_u32(w, tw.table_id);
     w[4] = static_cast<std::byte>(tw.op);
-    w[5] = static_cast<std::byte>(tw.key.size());
+    w[5] = static_cast<std::byte>(tw.bytes_key ? 0 : tw.key.size());
     store_u16(w + 6, patch ? tw.patch_ranges : 0);
     store_u32(w + 8, static_cast<uint32_t>(tw.value.size()));
     store_u32(w + 12, patch ? tw.patch_value_bytes : 0);
@@ -256,7 +262,10 @@ txn::DepEntry RecordView::dep(uint32_t i) const {
 }
 
 WriteView RecordView::decode_write(const std::byte* w) {
-  const uint32_t key_words = static_cast<uint8_t>(w[5]);
+  const bool bytes_key = w[5] == std::byte{0};
+  const auto key_words =
+      static_cast<uint32_t>(bytes_key ? log_packed_key_words(load_u64(w + kLogWriteHeaderBytes))
+                                      : static_cast<uint8_t>(w[5]));
   const auto op = static_cast<WriteOp>(w[4]);
   const bool patch = op == WriteOp::kPatch;
   return WriteView{load_u32(w),
@@ -265,7 +274,8 @@ WriteView RecordView::decode_write(const std::byte* w) {
                    w + kLogWriteHeaderBytes,
                    {w + kLogWriteHeaderBytes + 8 * size_t{key_words}, load_u32(w + 8)},
                    patch ? load_u32(w + 12) : 0,
-                   patch ? load_u16(w + 6) : uint16_t{0}};
+                   patch ? load_u16(w + 6) : uint16_t{0},
+                   bytes_key};
 }
 
 LogEntryId LogEntryView::id() const {
@@ -326,6 +336,20 @@ const char* check_patch(const std::byte* body, uint32_t body_bytes, uint32_t ran
   return p == end ? nullptr : "patch ranges do not fill the body";
 }
 
+// Checks a packed byte key at k (within [k, end)): its length word, room and zero padding.
+// Returns the bytes it takes (length word included), or 0 when malformed (`why` says).
+uint64_t check_byte_key(const std::byte* k, const std::byte* end, const char** why) {
+  if (end - k < 8) return *why = "byte key length overruns its record", 0;
+  const uint64_t len = load_u64(k);
+  if (len < 1 || len > kLogBytesKeyBytesMax) return *why = "byte key length", 0;
+  const uint64_t packed = 8 * log_packed_key_words(len);
+  if (packed > static_cast<uint64_t>(end - k)) return *why = "byte key overruns its record", 0;
+  for (uint64_t i = 8 + len; i < packed; ++i) {
+    if (k[i] != std::byte{0}) return *why = "byte key padding", 0;
+  }
+  return packed;
+}
+
 // Checks one write at w (within [w, end)); returns its size or 0 when malformed (`why` says).
 size_t check_write(const std::byte* w, const std::byte* end, uint16_t version, const char** why) {
   if (end - w < static_cast<ptrdiff_t>(kLogWriteHeaderBytes)) return *why = "write header", 0;
@@ -336,14 +360,21 @@ size_t check_write(const std::byte* w, const std::byte* end, uint16_t version, c
   if (op < 1 || op > 4 || (patch && version < kLogFormatPatchVersion)) {
     return *why = "unknown write op", 0;
   }
-  if (key_words < 1 || key_words > kLogKeyWordsMax) return *why = "key word count", 0;
+  uint64_t key_bytes = 8 * uint64_t{key_words};
+  if (key_words == 0 && version >= kLogFormatBytesKeyVersion) {
+    key_bytes = check_byte_key(w + kLogWriteHeaderBytes, end, why);
+    if (key_bytes == 0) return 0;
+    if (patch) return *why = "patch of a byte key", 0;
+  } else if (key_words < 1 || key_words > kLogKeyWordsMax) {
+    return *why = "key word count", 0;
+  }
   if (!patch && (load_u16(w + 6) != 0 || load_u32(w + 12) != 0)) {
     return *why = "reserved write bits", 0;
   }
   if (op == static_cast<uint8_t>(WriteOp::kRemove) && value_bytes != 0) {
     return *why = "remove with a value", 0;
   }
-  const uint64_t size = kLogWriteHeaderBytes + 8 * uint64_t{key_words} + pad8(value_bytes);
+  const uint64_t size = kLogWriteHeaderBytes + key_bytes + pad8(value_bytes);
   if (size > static_cast<uint64_t>(end - w)) return *why = "write overruns its record", 0;
   if (patch) {
     const std::byte* body = w + kLogWriteHeaderBytes + 8 * size_t{key_words};

@@ -1,4 +1,4 @@
-// Replication log format, version 2: the bytes a stream's leader writes once and every replica
+// Replication log format, version 5: the bytes a stream's leader writes once and every replica
 // sends, keeps, persists and replays as they are (design section 4, lesson 4). The layout is
 // specified byte by byte in docs/LOG_FORMAT.md; this header is its only encoder and decoder.
 //
@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string_view>
 
 #include "shoal/status.h"
 #include "src/base/env.h"
@@ -33,15 +34,28 @@ static_assert(std::endian::native == std::endian::little,
               "need byte swaps in the load/store helpers");
 
 inline constexpr uint32_t kLogMagic = 0x474c4853;             // "SHLG" in file byte order
-inline constexpr uint16_t kLogFormatVersion = 4;              // what this binary writes
+inline constexpr uint16_t kLogFormatVersion = 5;              // what this binary writes
 inline constexpr uint16_t kLogFormatMinVersion = 1;           // oldest version this binary reads
 inline constexpr uint16_t kLogFormatPatchVersion = 2;         // first version with WriteOp::kPatch
 inline constexpr uint16_t kLogFormatBootstrapEndVersion = 3;  // first with kLogFlagBootstrapEnd
 inline constexpr uint16_t kLogFormatEpochStartVersion = 4;    // first with kLogFlagEpochStart
+inline constexpr uint16_t kLogFormatBytesKeyVersion = 5;      // first with byte-key writes
 inline constexpr size_t kLogHeaderBytes = 64;
 inline constexpr size_t kLogRecordHeaderBytes = 16;
 inline constexpr size_t kLogWriteHeaderBytes = 16;
 inline constexpr uint32_t kLogKeyWordsMax = 8;  // Key<K> has at most 8 words
+// Format 5: a write whose key_words field is 0 carries a byte key (a BytesTable's, src/txn/
+// bytes_table.h), packed: a u64 length (1..kLogBytesKeyBytesMax), then the bytes, zero padded.
+inline constexpr uint32_t kLogBytesKeyBytesMax = 8192;
+inline constexpr size_t log_packed_key_words(uint64_t key_bytes) {
+  return 1 + (key_bytes + 7) / 8;
+}
+// The entry size a stream's buffers hold at least, whatever batch_bytes_max says: one
+// transaction whose byte-key writes fill txn::kBytesTxnWriteBytesMax (a 1 MiB value), with
+// its header, dependencies and a few fixed-key writes. A record larger than batch_bytes_max
+// gets an entry of its own (StreamAppender). Readers' limits (Paxos messages, 2 MiB or more:
+// replication_message_bytes) are above it.
+inline constexpr uint32_t kLogLargeEntryBytes = (1u << 20) + (128u << 10);
 // Hard ceiling on one entry; readers also take a (smaller) configured bound.
 inline constexpr uint32_t kLogEntryBytesMax = 1u << 30;
 
@@ -110,8 +124,8 @@ inline constexpr size_t pad8(size_t n) {
   return (n + 7) & ~size_t{7};
 }
 
-// One write of a transaction, as the builder takes it. `key` is 1..8 words; `value` is empty
-// for kRemove.
+// One write of a transaction, as the builder takes it. `key` is 1..8 words, or with bytes_key
+// a packed byte key (log_packed_key_words(key[0]) words); `value` is empty for kRemove.
 struct TxnWrite {
   uint32_t table_id = 0;
   WriteOp op = WriteOp::kPut;
@@ -119,6 +133,7 @@ struct TxnWrite {
   std::span<const std::byte> value;  // kPatch: the patch body (encode_patch)
   uint32_t patch_value_bytes = 0;    // kPatch: size of the value before and after
   uint16_t patch_ranges = 0;         // kPatch: ranges in the body
+  bool bytes_key = false;            // key is a packed byte key (never with kPatch)
 };
 
 // Encodes into `out` the body of a kPatch write turning `old_value` into `new_value` (same
@@ -167,7 +182,8 @@ class LogBatchBuilder {
 
   // Appends one transaction record: commit TID, sparse dependency entries (any order; copied
   // as given) and writes. On kFull/kNeverFits the batch is unchanged.
-  // REQUIRES: an open (reset, not sealed) batch; each key 1..8 words; remove has no value.
+  // REQUIRES: an open (reset, not sealed) batch; each key 1..8 words or a packed byte key;
+  // remove has no value; a patch has no byte key.
   [[nodiscard]] AppendResult append(uint64_t commit_tid, std::span<const txn::DepEntry> deps,
                                     std::span<const TxnWrite> writes);
 
@@ -234,11 +250,17 @@ class BatchPolicy {
 struct WriteView {
   uint32_t table_id;
   WriteOp op;
-  uint32_t key_word_count;
+  uint32_t key_word_count;           // a byte key: its packed words (length word included)
   const std::byte* key_bytes;        // key_word_count * 8 bytes, little-endian words
   std::span<const std::byte> value;  // kPatch: the patch body
   uint32_t patch_value_bytes = 0;    // kPatch only
   uint16_t patch_ranges = 0;         // kPatch only
+  bool bytes_key = false;            // format 5: key_bytes holds a packed byte key
+
+  // A byte key's bytes. REQUIRES: bytes_key.
+  std::string_view byte_key() const {
+    return {reinterpret_cast<const char*>(key_bytes + 8), static_cast<size_t>(load_u64(key_bytes))};
+  }
 
   uint64_t key_word(uint32_t i) const { return load_u64(key_bytes + 8 * size_t{i}); }
   // kPatch: the version the patch was computed against.

@@ -21,7 +21,17 @@ struct GenWrite {
   std::vector<std::byte> value;  // kPatch: the body
   uint32_t patch_value_bytes = 0;
   uint16_t patch_ranges = 0;
+  bool bytes_key = false;  // key is a packed byte key (format 5)
 };
+
+// A packed byte key (word 0 its length, then its bytes, zero padded) of `len` random bytes.
+std::vector<uint64_t> random_byte_key(Rng& rng, size_t len) {
+  std::vector<uint64_t> key(log_packed_key_words(len), 0);
+  key[0] = len;
+  auto* bytes = reinterpret_cast<unsigned char*>(key.data() + 1);
+  for (size_t i = 0; i < len; ++i) bytes[i] = static_cast<unsigned char>(rng.next());
+  return key;
+}
 
 // A value of `size` random bytes and a copy with `changes` random bytes changed.
 std::pair<std::vector<std::byte>, std::vector<std::byte>> old_and_new(Rng& rng, size_t size,
@@ -72,6 +82,10 @@ GenTxn random_txn(Rng& rng, uint64_t tid, uint32_t writes_max, uint32_t value_by
     w.op = static_cast<WriteOp>(rng.uniform(1, 4));
     w.key.resize(rng.uniform(1, kLogKeyWordsMax));
     for (auto& k : w.key) k = rng.next();
+    if (w.op != WriteOp::kPatch && rng.uniform(0, 3) == 0) {
+      w.bytes_key = true;
+      w.key = random_byte_key(rng, rng.uniform(1, 40));
+    }
     if (w.op == WriteOp::kPatch) {
       make_patch(rng, value_bytes_max, &w);
     } else if (w.op != WriteOp::kRemove) {
@@ -86,7 +100,8 @@ GenTxn random_txn(Rng& rng, uint64_t tid, uint32_t writes_max, uint32_t value_by
 AppendResult append_txn(LogBatchBuilder& b, const GenTxn& t) {
   std::vector<TxnWrite> ws;
   for (const GenWrite& w : t.writes) {
-    ws.push_back({w.table_id, w.op, w.key, w.value, w.patch_value_bytes, w.patch_ranges});
+    ws.push_back(
+        {w.table_id, w.op, w.key, w.value, w.patch_value_bytes, w.patch_ranges, w.bytes_key});
   }
   return b.append(t.tid, t.deps, ws);
 }
@@ -105,7 +120,12 @@ void expect_same(const LogEntryView& e, const std::vector<GenTxn>& txns) {
       const GenWrite& g = t.writes[j++];
       EXPECT_EQ(w.table_id, g.table_id);
       EXPECT_EQ(w.op, g.op);
+      ASSERT_EQ(w.bytes_key, g.bytes_key);
       ASSERT_EQ(w.key_word_count, g.key.size());
+      if (g.bytes_key) {
+        EXPECT_EQ(w.byte_key(),
+                  std::string_view(reinterpret_cast<const char*>(g.key.data() + 1), g.key[0]));
+      }
       for (uint32_t k = 0; k < w.key_word_count; ++k) EXPECT_EQ(w.key_word(k), g.key[k]);
       ASSERT_EQ(w.value.size(), g.value.size());
       EXPECT_EQ(w.patch_value_bytes, g.patch_value_bytes);
@@ -288,7 +308,7 @@ TEST(LogFormat, NewerVersionRefusedWithClearText) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
   EXPECT_EQ(r.status().message(),
-            "log entry at offset 4096: log format version 5 is newer than this reader's 4");
+            "log entry at offset 4096: log format version 6 is newer than this reader's 5");
   store_u16(e.data() + 4, 0);
   reseal(e);
   EXPECT_EQ(LogEntryView::parse(e).status().code(), Code::kCorruption);
@@ -519,6 +539,68 @@ TEST(LogFormat, ChecksumErrorNamesTheOffset) {
       << r.status().message();
 }
 
+// Format 5: byte keys of 1..8192 bytes round-trip; malformed lengths, padding and patches of
+// byte keys are refused with the reason; an older entry cannot hold one.
+TEST(LogFormat, ByteKeysRoundTripAndMalformedOnesAreRefused) {
+  Rng rng(5);
+  Buf buf(64 << 10);
+  const std::vector<std::byte> value(100, std::byte{7});
+  for (const size_t len : {size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{8192}}) {
+    const std::vector<uint64_t> key = random_byte_key(rng, len);
+    LogBatchBuilder b;
+    b.reset(buf.span(), {1, 0, 1, 1}, {});
+    TxnWrite w{4, WriteOp::kPut, key, value};
+    w.bytes_key = true;
+    ASSERT_EQ(b.append(10, {}, {&w, 1}), AppendResult::kOk);
+    const auto sealed = b.seal();
+    const std::vector<std::byte> good(sealed.begin(), sealed.end());
+    auto r = LogEntryView::parse(good);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    r->for_each_record([&](const RecordView& rec) {
+      rec.for_each_write([&](const WriteView& v) {
+        ASSERT_TRUE(v.bytes_key);
+        EXPECT_EQ(v.byte_key(),
+                  std::string_view(reinterpret_cast<const char*>(key.data() + 1), len));
+        EXPECT_EQ(v.value.size(), value.size());
+      });
+    });
+    // The key's length word sits at payload offset 16 (record header) + 16 (write header).
+    const size_t at = kLogHeaderBytes + kLogRecordHeaderBytes + kLogWriteHeaderBytes;
+    const struct {
+      uint64_t len_word;
+      const char* why;
+    } bad_lengths[] = {{0, "byte key length"},
+                       {8193, "byte key length"},
+                       {uint64_t{1} << 40, "byte key length"},
+                       {len + 200, len + 200 > 8192 ? "byte key length" : "overruns"}};
+    for (const auto& c : bad_lengths) {
+      std::vector<std::byte> e = good;
+      store_u64(e.data() + at, c.len_word);
+      reseal(e);
+      auto copy = exact_copy(e.data(), e.size());
+      auto bad = LogEntryView::parse({copy.get(), e.size()});
+      ASSERT_FALSE(bad.ok()) << c.len_word;
+      EXPECT_EQ(bad.status().code(), Code::kCorruption);
+      EXPECT_NE(bad.status().message().find(c.why), std::string::npos) << bad.status().message();
+    }
+    if (len % 8 != 0) {  // a non-zero padding byte after the key
+      std::vector<std::byte> e = good;
+      e[at + 8 + len] = std::byte{1};
+      reseal(e);
+      EXPECT_NE(LogEntryView::parse(e).status().message().find("byte key padding"),
+                std::string::npos);
+    }
+    std::vector<std::byte> e = good;  // a patch of a byte key
+    e[kLogHeaderBytes + kLogRecordHeaderBytes + 4] = static_cast<std::byte>(WriteOp::kPatch);
+    reseal(e);
+    EXPECT_EQ(LogEntryView::parse(e).status().code(), Code::kCorruption);
+    store_u16(e.data() + 4, kLogFormatEpochStartVersion);  // format 4: key_words 0 is invalid
+    e[kLogHeaderBytes + kLogRecordHeaderBytes + 4] = static_cast<std::byte>(WriteOp::kPut);
+    reseal(e);
+    EXPECT_NE(LogEntryView::parse(e).status().message().find("key word count"), std::string::npos);
+  }
+}
+
 // Touches every byte a view exposes, so ASan sees any out-of-bounds view.
 uint64_t walk(const LogEntryView& e) {
   uint64_t sum = 0;
@@ -527,6 +609,9 @@ uint64_t walk(const LogEntryView& e) {
     for (uint32_t d = 0; d < r.dep_count(); ++d) sum += r.dep(d).ts + r.dep(d).shard;
     r.for_each_write([&](const WriteView& w) {
       for (uint32_t k = 0; k < w.key_word_count; ++k) sum += w.key_word(k);
+      if (w.bytes_key) {
+        for (char c : w.byte_key()) sum += static_cast<uint8_t>(c);
+      }
       for (std::byte b : w.value) sum += static_cast<uint8_t>(b);
     });
   });

@@ -95,6 +95,10 @@ void ReplayApplier::collect_targets(const LogEntryView& entry, uint32_t first_re
     r.for_each_write([&](const WriteView& w) {
       SHOAL_ASSERT(w.table_id < tables.size(), "replayed write to table %u of %zu", w.table_id,
                    tables.size());
+      // A byte key goes to a BytesTable (key_words 0), key words to a table of that width.
+      SHOAL_ASSERT(tables[w.table_id]->key_words() == (w.bytes_key ? 0 : w.key_word_count),
+                   "replayed write of a %u-word key to table %u of %zu-word keys", w.key_word_count,
+                   w.table_id, tables[w.table_id]->key_words());
       // Keys are little-endian words in place; entries are 8-byte aligned, so are the words.
       targets_.push_back(
           PrefetchTarget{tables[w.table_id].get(), reinterpret_cast<const uint64_t*>(w.key_bytes)});

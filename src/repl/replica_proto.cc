@@ -145,10 +145,10 @@ uint64_t engine_digest(const txn::Engine& engine) {
   XXH3_64bits_reset(&state);
   for (const auto& t : engine.tables()) {
     const uint32_t id = t->id();
-    const size_t key_bytes = t->key_words() * 8;
+    const size_t key_words = t->key_words();
     XXH3_64bits_update(&state, &id, sizeof id);
     t->scan_committed([&](const uint64_t* key, const void* value, uint32_t size, uint64_t) {
-      XXH3_64bits_update(&state, key, key_bytes);
+      XXH3_64bits_update(&state, key, 8 * txn::untyped_key_words(key_words, key));
       XXH3_64bits_update(&state, &size, sizeof size);
       XXH3_64bits_update(&state, value, size);
       return true;

@@ -271,7 +271,7 @@ TEST_F(WalTest, NewerFormatStopsRecoveryAndTouchesNothing) {
   auto r = wal->recover([](const LogEntryView&) { return Status::Ok(); });
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
-  EXPECT_NE(r.status().message().find("version 5 is newer than this reader's 4"),
+  EXPECT_NE(r.status().message().find("version 6 is newer than this reader's 5"),
             std::string::npos);
   EXPECT_EQ(file_bytes(), ends[2]);
 }

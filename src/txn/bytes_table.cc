@@ -14,7 +14,7 @@ struct BytesTableOps {
   static bool replace(TableBase* table, const uint64_t* key_words, void* value) {
     return tree(table).update(unpack_key(key_words), value) == BytesTree::Result::kOk;
   }
-  static constexpr TableOps ops{&remove, &replace, &BytesTree::leaf_version};
+  static constexpr TableOps ops{&remove, &replace, &BytesTree::leaf_version, true};
 };
 
 namespace {
@@ -31,6 +31,10 @@ Status check_value(std::string_view value) {
                                    std::to_string(kBytesValueBytesMax) + ")");
   }
   return Status::Ok();
+}
+// What one byte-key write counts against kBytesTxnWriteBytesMax.
+size_t write_cost(std::string_view key, size_t value_bytes) {
+  return key.size() + value_bytes + kBytesWriteOverheadBytes;
 }
 uint32_t relaxed_size(const Record* rec) {
   return std::atomic_ref<uint32_t>(const_cast<uint32_t&>(rec->size_bytes))
@@ -280,6 +284,7 @@ Status Txn::write_bytes(BytesTable& table, std::string_view key, std::string_vie
   if (table.read_only()) return refuse_read_only(table);
   TxnBuffers& b = *bufs_;
   const auto size = static_cast<uint32_t>(value.size());
+  SHOAL_TRY(charge_bytes_write(key, value.size()));
   for (int attempt = 0; attempt < 64; ++attempt) {
     void* found = nullptr;
     if (table.index_.get(key, &found, nullptr) != BytesTree::Result::kOk) {
@@ -321,9 +326,21 @@ Status Txn::write_bytes(BytesTable& table, std::string_view key, std::string_vie
   return Status::Aborted();
 }
 
+Status Txn::charge_bytes_write(std::string_view key, size_t value_bytes) {
+  const size_t after = bufs_->bytes_written + write_cost(key, value_bytes);
+  if (after > kBytesTxnWriteBytesMax) {
+    return Status::InvalidArgument("transaction writes more than " +
+                                   std::to_string(kBytesTxnWriteBytesMax) +
+                                   " bytes of byte keys and values");
+  }
+  bufs_->bytes_written = after;
+  return Status::Ok();
+}
+
 Status Txn::remove(BytesTable& table, std::string_view key) {
   SHOAL_TRY(check_key(key));
   if (table.read_only()) return refuse_read_only(table);
+  SHOAL_TRY(charge_bytes_write(key, 0));
   TxnBuffers& b = *bufs_;
   for (int attempt = 0; attempt < 64; ++attempt) {
     Record* rec = lookup_bytes(table, key);

@@ -37,6 +37,13 @@ namespace shoal::txn {
 inline constexpr size_t kBytesKeyBytesMax = BytesTree::kKeyBytesMax;
 // A Redis string of 1 MiB with its stored header (src/resp/value_format.h), and room to spare.
 inline constexpr uint32_t kBytesValueBytesMax = (1u << 20) + 64;
+// What one transaction may write to byte-key tables: the sum over its put/insert/remove calls
+// of key bytes + value bytes + kBytesWriteOverheadBytes (a call beyond it is refused with
+// InvalidArgument). It bounds the transaction's replication log record, which must fit one
+// log entry (src/repl/log_format.h: kLogLargeEntryBytes): one largest value with its key, or
+// many smaller writes. The overhead is a write's log header and key padding.
+inline constexpr size_t kBytesWriteOverheadBytes = 40;
+inline constexpr size_t kBytesTxnWriteBytesMax = (1u << 20) + (64u << 10);
 // Words of a packed key of key_bytes bytes; the most a packed key takes.
 inline constexpr size_t packed_key_words(size_t key_bytes) {
   return 1 + (key_bytes + 7) / 8;
@@ -48,6 +55,11 @@ inline void pack_key(std::string_view key, uint64_t* out) {
   out[0] = key.size();
   out[words - 1] = 0;  // the padding of the last word
   std::memcpy(out + 1, key.data(), key.size());
+}
+// Words of an untyped key of a table whose key_words() is table_key_words: those, or for a
+// BytesTable (0) the packed key's.
+inline size_t untyped_key_words(size_t table_key_words, const uint64_t* key) {
+  return table_key_words != 0 ? table_key_words : packed_key_words(key[0]);
 }
 // The bytes of a packed key. REQUIRES: packed[0] <= kBytesKeyBytesMax.
 inline std::string_view unpack_key(const uint64_t* packed) {

@@ -36,6 +36,7 @@ void Txn::begin() {
   b.nodes.clear();
   b.arena.reset();
   b.max_seen_version = 0;
+  b.bytes_written = 0;
   b.last_table = nullptr;
   b.last_rec = nullptr;
   deps_.clear();

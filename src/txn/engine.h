@@ -190,6 +190,8 @@ struct WriteView {
   const void* old_value = nullptr;
   uint32_t old_size_bytes = 0;
   uint64_t base_tid = 0;
+  // A BytesTable's write: key_words is a packed byte key (bytes_table.h: unpack_key).
+  bool bytes_key = false;
 };
 
 template <size_t K>
@@ -341,13 +343,14 @@ class Txn {
   Status rscan(Table<K>& table, const Key<K>& hi, const Key<K>& lo, size_t limit, Fn&& fn);
 
   // ---- Byte-key tables (BytesTable, src/txn/bytes_table.h) ----
-  // Keys of 1..kBytesKeyBytesMax bytes, values of 0..kBytesValueBytesMax bytes; others are
-  // refused (InvalidArgument). Any call may return Aborted: a conflict, abort() and retry. The
-  // transaction sees its own writes (get, remove and scan after put/remove). Plain synchronous
-  // calls on this Txn, usable wherever a Txn is (a Worker's procedure, a 2PC fragment).
-  // Reads key: Ok with *value replaced by the value and *version its commit TID; NotFound with
-  // *version the TID of the absent record that holds the key's place (a tombstone a follower's
-  // replay left), else 0. A key this transaction wrote reports version 0.
+  // Keys of 1..kBytesKeyBytesMax bytes, values of 0..kBytesValueBytesMax bytes, and at most
+  // kBytesTxnWriteBytesMax written per transaction; others are refused (InvalidArgument). Any call
+  // may return Aborted: a conflict, abort() and retry. The transaction sees its own writes (get,
+  // remove and scan after put/remove). Plain synchronous calls on this Txn, usable wherever a Txn
+  // is (a Worker's procedure, a 2PC fragment). Reads key: Ok with *value replaced by the value and
+  // *version its commit TID; NotFound with *version the TID of the absent record that holds the
+  // key's place (a tombstone a follower's replay left), else 0. A key this transaction wrote
+  // reports version 0.
   Status get(BytesTable& table, std::string_view key, std::string* value, uint64_t* version);
   // Inserts the key or overwrites its value.
   Status put(BytesTable& table, std::string_view key, std::string_view value);
@@ -459,6 +462,8 @@ class Txn {
                      BytesWriteMode mode);
   // An existing write of this transaction to the key's record, turned into a put of value.
   Status rewrite_bytes(WriteEntry& w, std::string_view value, BytesWriteMode mode);
+  // Counts a byte-key write against kBytesTxnWriteBytesMax; InvalidArgument beyond it.
+  Status charge_bytes_write(std::string_view key, size_t value_bytes);
   // The key's record, or nullptr with the leaf recorded (guarding "absent").
   Record* lookup_bytes(BytesTable& table, std::string_view key);
   // Copies rec's value into *value (resized) and records the read; returns the word.

@@ -14,6 +14,7 @@ struct TableOps {
   bool (*remove)(TableBase* table, const uint64_t* key_words, const void* expected);
   bool (*replace)(TableBase* table, const uint64_t* key_words, void* value);
   uint64_t (*leaf_version)(const void* leaf);
+  bool bytes_key;  // a BytesTable's: keys are packed byte strings
 };
 
 template <size_t K>
@@ -25,7 +26,7 @@ struct TableOpsFor {
   static bool replace(TableBase* table, const uint64_t* key_words, void* value) {
     return tree(table).update(Table<K>::key_of(key_words), value);
   }
-  static constexpr TableOps ops{&remove, &replace, &BTree<K>::leaf_version};
+  static constexpr TableOps ops{&remove, &replace, &BTree<K>::leaf_version, false};
 };
 
 struct ReadEntry {
@@ -67,6 +68,8 @@ struct TxnBuffers {
   uint64_t last_key[8] = {};
   Record* last_rec = nullptr;
   std::vector<uint64_t> scratch;  // one value's words, for scans
+  // Bytes the byte-key writes so far take against kBytesTxnWriteBytesMax (bytes_table.h).
+  size_t bytes_written = 0;
 };
 
 template <size_t K>
@@ -590,7 +593,7 @@ template <typename Fn>
 void Txn::for_each_write(Fn&& fn) const {
   for (const WriteEntry& w : bufs_->writes) {
     fn(WriteView{w.table->id(), w.key_words, w.key_word_count, w.kind, w.value, w.size_bytes,
-                 w.old_value, w.old_size_bytes, w.base_tid});
+                 w.old_value, w.old_size_bytes, w.base_tid, w.ops->bytes_key});
   }
 }
 
