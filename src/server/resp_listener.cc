@@ -43,6 +43,8 @@ struct RespWorker::Client {
   bool active = false;       // in active_
   bool gated = false;        // in gated_
   bool resuming = false;     // a request is in flight; resume() completes it
+  bool quiet = false;        // in quiet_: its buffers go after kQuietNs without traffic
+  uint64_t quiet_since_ns = 0;
   resp::Connection conn;
 };
 
@@ -77,6 +79,7 @@ void RespWorker::shutdown() {
   }
   active_.clear();
   gated_.clear();
+  quiet_.clear();
 }
 
 bool RespWorker::prepare_wake(void* self, int fds[rt::kMaxPollerFds]) {
@@ -125,6 +128,9 @@ void RespWorker::adopt(int fd) {
   // As the coordinator's own retries (shard_server.cc): with backoff capped at 2 ms, a hot key
   // whose locks live for network round trips on a loaded machine needs more than 64.
   options.session.max_txn_attempts = 1000;
+  // 4 KiB reads: a 16-command pipeline of GETs is 0.5 KiB, and 10,000 clients that all send at
+  // once hold 40 MB of input, not 160 (larger requests grow the buffer, connection.h).
+  options.read_bytes = 4096;
   auto client = std::make_unique<Client>(backend_, env_, options);
   client->fd = fd;
   if (free_slots_.empty()) {
@@ -175,6 +181,7 @@ bool RespWorker::poll() {
     }
     gated_.clear();
   }
+  release_quiet_buffers();
   // Serve a bounded batch; who still has work goes to the back.
   const size_t batch = std::min(active_.size(), kActivePerPoll);
   did |= batch > 0 || n > 0;
@@ -261,8 +268,30 @@ bool RespWorker::serve(Client* c) {
     c->gated = true;
     gated_.push_back(c);
   }
-  if (!c->conn.has_work() && flushed && !c->conn.in_flight()) c->conn.release_buffers();
+  if (!c->conn.has_work() && flushed && !c->conn.in_flight()) {
+    // Quiet now; its buffers go only if it stays so (a pipelining client is quiet between
+    // batches, and freeing then would cost an allocation per batch).
+    c->quiet_since_ns = loop_.iteration_now_ns();
+    if (!c->quiet) {
+      c->quiet = true;
+      quiet_.push_back(c);
+    }
+  }
   return true;
+}
+
+void RespWorker::release_quiet_buffers() {
+  const uint64_t now = loop_.iteration_now_ns();
+  if (now < next_sweep_ns_) return;
+  next_sweep_ns_ = now + kQuietNs;
+  std::erase_if(quiet_, [now](Client* c) {
+    const bool still = !c->conn.has_work() && !c->conn.in_flight() &&
+                       c->conn.pending_output_bytes() == 0 && !c->readable;
+    if (still && now - c->quiet_since_ns < kQuietNs) return false;  // look again next sweep
+    if (still) c->conn.release_buffers();
+    c->quiet = false;
+    return true;
+  });
 }
 
 rt::Task<void> RespWorker::resume(RespWorker* w, Client* c) {
@@ -279,6 +308,7 @@ void RespWorker::close_client(Client* c) {
     if (on_close_ != nullptr) on_close_(on_close_ctx_);
   }
   if (c->gated) std::erase(gated_, c);
+  if (c->quiet) std::erase(quiet_, c);
   if (c->active) std::erase(active_, c);
   ++stats_.closed;
   --live_;

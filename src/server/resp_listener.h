@@ -18,7 +18,7 @@
 // output waits on one is re-checked whenever an acknowledgement arrives.
 // Malformed input: the connection answers the protocol error and closes; others go on.
 // Memory per idle client: sizeof(Client) plus the connection's and session's small state
-// (the connection's buffers are released when it goes quiet).
+// (the connection's buffers are released once it has been quiet for kQuietNs).
 // Threads: RespListener's accept thread; each RespWorker belongs to its loop's thread, except
 // hand_off() (any thread).
 #pragma once
@@ -75,6 +75,7 @@ class RespWorker {
  private:
   struct Client;
   static constexpr size_t kActivePerPoll = 64;
+  static constexpr uint64_t kQuietNs = 100'000'000;  // idle this long: buffers released
   static constexpr size_t kHandOffMax = 1024;
 
   static bool poll_thunk(void* self) { return static_cast<RespWorker*>(self)->poll(); }
@@ -88,6 +89,8 @@ class RespWorker {
   bool read_some(Client* c);
   void write_some(Client* c);
   void close_client(Client* c);
+  // Every kQuietNs: frees the buffers of clients quiet for that long.
+  void release_quiet_buffers();
   static rt::Task<void> resume(RespWorker* w, Client* c);
 
   rt::EventLoop& loop_;
@@ -101,6 +104,8 @@ class RespWorker {
   size_t live_ = 0;
   std::vector<Client*> active_;  // clients that can make progress without a new event
   std::vector<Client*> gated_;   // clients whose output waits for an acknowledgement
+  std::vector<Client*> quiet_;   // clients with nothing to do, buffers still held
+  uint64_t next_sweep_ns_ = 0;
   uint64_t acks_seen_ = 0;
   uint64_t next_client_id_ = 1;
   RespWorkerStats stats_;
