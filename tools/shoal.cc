@@ -339,6 +339,18 @@ void add_served_options(CLI::App* c, server::ServerOptions& so, const std::strin
                 "Serve GET /metrics (Prometheus text) on this port of the replica's configured "
                 "host (default: the config's metrics_port; none without one)")
       ->check(number_in(1u, 65535u, false, "in [1, 65535]"));
+  c->add_option("--resp-port", so.resp_port,
+                "Serve the Redis protocol on this port of the replica's configured host (0: a "
+                "free port, printed; default: the config's resp_port; none without one)")
+      ->check(number_in(0, 65535, false, "in [0, 65535]"));
+  c->add_flag("--resp-reply-at-speculative-commit", so.resp_reply_at_speculative_commit,
+              "Answer a Redis write at its speculative commit instead of once it is durable "
+              "(replicated on a majority of every shard it touched)");
+  c->add_option("--resp-max-connections", so.resp_max_connections,
+                "Redis-protocol clients at once (beyond: \"-ERR max number of clients "
+                "reached\")")
+      ->check(number_in(1u, 100000u, false, "in [1, 100000]"))
+      ->capture_default_str();
   c->add_option("--etcd", so.etcd,
                 "The configuration manager: etcd client endpoints (host:port, comma-separated); "
                 "replicas agree on a failed leader's replacement through it")
@@ -782,7 +794,8 @@ int usage_error(const CLI::ParseError& e) {
 // Ours are installed where a command needs them; everything else gets the default back, so
 // a crash dumps core and a SIGTERM just terminates.
 void restore_default_signal_handlers() {
-  for (int sig : {SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL, SIGABRT}) (void)std::signal(sig, SIG_DFL);
+  for (int sig : {SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL, SIGABRT})
+    (void)std::signal(sig, SIG_DFL);
 }
 
 int main(int argc, char** argv) {
@@ -839,14 +852,14 @@ int main(int argc, char** argv) {
     if (commands.tpcc->parsed()) {
       const auto& r = flags.run;
       const bool remote = commands.tpcc->count("--cluster") > 0;  // its config's replicas
-      const char* bad = r.replicas == 1 && commands.tpcc->count("--wan-rtt-ms") > 0
-                            ? "--wan-rtt-ms: needs --replicas >= 2"
-                        : r.replicas == 1 && r.follower_reads > 0 && !remote
-                            ? "--follower-reads: needs --replicas >= 2"
-                        : flags.tpcc_dist.hang_leader &&
-                                commands.tpcc->count("--kill-leader-at") == 0
-                            ? "--hang-leader: needs --kill-leader-at (when to hang it)"
-                            : nullptr;
+      const char* bad =
+          r.replicas == 1 && commands.tpcc->count("--wan-rtt-ms") > 0
+              ? "--wan-rtt-ms: needs --replicas >= 2"
+          : r.replicas == 1 && r.follower_reads > 0 && !remote
+              ? "--follower-reads: needs --replicas >= 2"
+          : flags.tpcc_dist.hang_leader && commands.tpcc->count("--kill-leader-at") == 0
+              ? "--hang-leader: needs --kill-leader-at (when to hang it)"
+              : nullptr;
       if (bad != nullptr) {
         fmt::print(stderr, "shoal: error: {}\n", bad);
         return shoal::kExitUsage;

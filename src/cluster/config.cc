@@ -97,6 +97,10 @@ Status validate_replica(const ClusterConfig& c, const std::string& field, const 
     return field_error(field + ".metrics_port",
                        fmt::format("address {}:{} is used twice", r.host, r.metrics_port));
   }
+  if (r.resp_port != 0 && !endpoints->insert({r.host, r.resp_port}).second) {
+    return field_error(field + ".resp_port",
+                       fmt::format("address {}:{} is used twice", r.host, r.resp_port));
+  }
   return Status::Ok();
 }
 
@@ -153,6 +157,27 @@ Status validate_shards(const ClusterConfig& c) {
   return Status::Ok();
 }
 
+Status validate_kv_split_keys(const ClusterConfig& c) {
+  if (c.kv_split_keys.size() + 1 != c.shards.size() && !c.shards.empty()) {
+    return field_error("cluster.kv_split_keys",
+                       fmt::format("{} split keys for {} shards: give shards - 1",
+                                   c.kv_split_keys.size(), c.shards.size()));
+  }
+  for (size_t i = 0; i < c.kv_split_keys.size(); ++i) {
+    const std::string& k = c.kv_split_keys[i];
+    if (k.empty() || k.size() > kKvSplitKeyBytesMax) {
+      return field_error(fmt::format("cluster.kv_split_keys[{}]", i),
+                         fmt::format("must be 1 to {} bytes", kKvSplitKeyBytesMax));
+    }
+    // std::string compares as unsigned bytes (char_traits<char>::compare is memcmp).
+    if (i > 0 && !(c.kv_split_keys[i - 1] < k)) {
+      return field_error(fmt::format("cluster.kv_split_keys[{}]", i),
+                         "split keys must be strictly ascending");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ClusterConfig::validate() const {
@@ -180,7 +205,29 @@ Status ClusterConfig::validate() const {
                                    kLeaderTimeoutMsMax, leader_timeout_ms));
   }
   SHOAL_TRY(validate_regions_and_wan(*this));
+  SHOAL_TRY(validate_kv_split_keys(*this));
   return validate_shards(*this);
+}
+
+std::vector<std::string> default_kv_split_keys(uint32_t shards) {
+  std::vector<std::string> keys;
+  for (uint32_t i = 1; i < shards; ++i) {
+    // Two letters: past 26 shards one runs out (more than 676 would repeat keys, which
+    // validate() refuses).
+    const uint64_t at = uint64_t{26} * 26 * i / shards;
+    std::string k(1, static_cast<char>('a' + at / 26));
+    if (at % 26 != 0) k.push_back(static_cast<char>('a' + at % 26));
+    keys.push_back(std::move(k));
+  }
+  return keys;
+}
+
+uint32_t ClusterConfig::shard_for_kv_key(std::string_view key) const {
+  // upper_bound: the first split key above `key`; keys equal to a split key go right.
+  const auto it = std::upper_bound(
+      kv_split_keys.begin(), kv_split_keys.end(), key,
+      [](std::string_view k, const std::string& split) { return k < std::string_view(split); });
+  return static_cast<uint32_t>(it - kv_split_keys.begin());
 }
 
 // ---- TOML ----
@@ -245,9 +292,10 @@ Status for_each_table_in_array(NodeView v, const std::string& field, Fn&& fn) {
 Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
   const toml::table* t = root["cluster"].as_table();
   if (t == nullptr) return field_error("cluster", "missing [cluster] table");
-  SHOAL_TRY(reject_unknown_keys(
-      *t, "cluster", {"name", "transport", "workers", "replicas", "batch_txns", "batch_us",
-                     "replay_lag_ms", "leader_timeout_ms"}));
+  SHOAL_TRY(
+      reject_unknown_keys(*t, "cluster",
+                          {"name", "transport", "workers", "replicas", "batch_txns", "batch_us",
+                           "replay_lag_ms", "leader_timeout_ms", "kv_split_keys"}));
   NodeView v{*t};
   SHOAL_TRY(read_string(v["name"], "cluster.name", &c->name));
   std::string transport = std::string(transport_name(c->transport));
@@ -279,6 +327,19 @@ Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
                       &c->replay_lag_ms));
   SHOAL_TRY(read_uint(v["leader_timeout_ms"], "cluster.leader_timeout_ms", kLeaderTimeoutMsMin,
                       kLeaderTimeoutMsMax, &c->leader_timeout_ms));
+  if (v["kv_split_keys"]) {
+    const toml::array* keys = v["kv_split_keys"].as_array();
+    if (keys == nullptr)
+      return field_error("cluster.kv_split_keys", "expected an array of strings");
+    for (size_t i = 0; i < keys->size(); ++i) {
+      std::string k;
+      SHOAL_TRY(read_string(NodeView{(*keys)[i]}, fmt::format("cluster.kv_split_keys[{}]", i), &k));
+      if (!(*keys)[i].is_string()) {
+        return field_error(fmt::format("cluster.kv_split_keys[{}]", i), "expected a string");
+      }
+      c->kv_split_keys.push_back(std::move(k));
+    }
+  }
   c->workers_per_shard = static_cast<uint32_t>(workers);
   c->replicas_per_shard = static_cast<uint32_t>(replicas);
   c->batch_txns = static_cast<uint32_t>(batch_txns);
@@ -299,16 +360,19 @@ Status parse_shard(const toml::table& t, const std::string& f, ClusterConfig* c)
   s.id = static_cast<uint32_t>(id);
   SHOAL_TRY(for_each_table_in_array(
       v["replica"], f + ".replica", [&](const toml::table& rt, const std::string& rf) -> Status {
-        SHOAL_TRY(reject_unknown_keys(rt, rf, {"region", "host", "port", "metrics_port"}));
+        SHOAL_TRY(
+            reject_unknown_keys(rt, rf, {"region", "host", "port", "metrics_port", "resp_port"}));
         NodeView rv{rt};
         Replica r;
-        uint64_t port = 0, metrics_port = 0;
+        uint64_t port = 0, metrics_port = 0, resp_port = 0;
         SHOAL_TRY(read_string(rv["region"], rf + ".region", &r.region));
         SHOAL_TRY(read_string(rv["host"], rf + ".host", &r.host));
         SHOAL_TRY(read_uint(rv["port"], rf + ".port", 1, 65535, &port));
         SHOAL_TRY(read_uint(rv["metrics_port"], rf + ".metrics_port", 1, 65535, &metrics_port));
+        SHOAL_TRY(read_uint(rv["resp_port"], rf + ".resp_port", 1, 65535, &resp_port));
         r.port = static_cast<uint16_t>(port);
         r.metrics_port = static_cast<uint16_t>(metrics_port);
+        r.resp_port = static_cast<uint16_t>(resp_port);
         s.replicas.push_back(std::move(r));
         return Status::Ok();
       }));
@@ -356,6 +420,9 @@ Result<ClusterConfig> parse_config(std::string_view toml_text, std::string_view 
   }
   ClusterConfig c;
   Status s = parse_root(parsed.table(), &c);
+  if (s.ok() && !parsed.table()["cluster"]["kv_split_keys"]) {
+    c.kv_split_keys = default_kv_split_keys(static_cast<uint32_t>(c.shards.size()));
+  }
   if (s.ok()) s = c.validate();
   if (!s.ok()) return Status::InvalidArgument(fmt::format("{}: {}", origin, s.message()));
   return c;
@@ -376,6 +443,25 @@ std::string ClusterConfig::to_toml() const {
       "batch_txns = {}\nbatch_us = {}\nreplay_lag_ms = {}\nleader_timeout_ms = {}\n",
       name, transport_name(transport), workers_per_shard, replicas_per_shard, batch_txns, batch_us,
       replay_lag_ms, leader_timeout_ms);
+  if (!kv_split_keys.empty()) {
+    out += "kv_split_keys = [";
+    for (size_t i = 0; i < kv_split_keys.size(); ++i) {
+      out += i == 0 ? "\"" : ", \"";
+      for (const char ch : kv_split_keys[i]) {  // TOML basic string escapes
+        const auto b = static_cast<uint8_t>(ch);
+        if (ch == '"' || ch == '\\') {
+          out += '\\';
+          out += ch;
+        } else if (b < 0x20 || b == 0x7f) {
+          out += fmt::format("\\u{:04x}", b);
+        } else {
+          out += ch;
+        }
+      }
+      out += '"';
+    }
+    out += "]\n";
+  }
   for (const Region& r : regions) out += fmt::format("\n[[region]]\nname = \"{}\"\n", r.name);
   for (const WanLink& l : wan) {
     out += fmt::format("\n[[wan]]\nfrom = \"{}\"\nto = \"{}\"\none_way_ms = {}\njitter_ms = {}\n",
@@ -388,6 +474,7 @@ std::string ClusterConfig::to_toml() const {
       out += fmt::format("[[shard.replica]]\nregion = \"{}\"\nhost = \"{}\"\nport = {}\n", r.region,
                          r.host, r.port);
       if (r.metrics_port != 0) out += fmt::format("metrics_port = {}\n", r.metrics_port);
+      if (r.resp_port != 0) out += fmt::format("resp_port = {}\n", r.resp_port);
     }
   }
   return out;
@@ -421,6 +508,7 @@ Result<ClusterConfig> make_local_config(uint32_t shards, uint32_t replicas, uint
     }
     c.shards.push_back(std::move(shard));
   }
+  c.kv_split_keys = default_kv_split_keys(shards);
   SHOAL_TRY(c.validate());
   return c;
 }

@@ -1,8 +1,8 @@
 // Cluster configuration: which shards exist, which workload partition keys each owns, where
 // their replicas run (region, address), the transport, and the WAN delays between regions.
 //
-// Loaded once at start-up from a TOML file (docs/OPERATIONS.md, "The config") and then read-only, so any
-// thread may read it. Every check that can fail on user input returns InvalidArgument naming
+// Loaded once at start-up from a TOML file (docs/OPERATIONS.md, "The config") and then read-only,
+// so any thread may read it. Every check that can fail on user input returns InvalidArgument naming
 // the field ("shard[1].replica[0].region: unknown region 'eu'"); a ClusterConfig that exists
 // has passed validate().
 #pragma once
@@ -40,6 +40,9 @@ struct Replica {
   // Where its process serves GET /metrics (Prometheus text, docs/OPERATIONS.md "Metrics"), on
   // `host` too; 0: no metrics endpoint. validate() keeps it apart from every other address.
   uint16_t metrics_port = 0;
+  // Where its process serves the Redis protocol (docs/RESP.md), on `host` too; 0: none.
+  // validate() keeps it apart from every other address, as metrics_port.
+  uint16_t resp_port = 0;
 };
 
 // Where a shard's leader listens for its followers (src/repl/leader.h) when the shard has
@@ -78,6 +81,15 @@ inline constexpr uint64_t kLeaderTimeoutMsMax = 600'000;
 // 500 ms exceeded too).
 inline constexpr uint64_t kLocalLeaderTimeoutMs = 1000;
 
+// The Redis-protocol key space is range-partitioned across shards by split keys ([cluster]
+// kv_split_keys): shard 0 owns keys below split[0], shard i keys in [split[i-1], split[i]),
+// the last shard the rest. Each split key is 1 to 8192 bytes; they are strictly ascending
+// (unsigned byte order) and number shards - 1.
+inline constexpr size_t kKvSplitKeyBytesMax = 8192;
+// The split keys a config without kv_split_keys gets: lower-case letters cutting 'a'..'z'
+// into equal parts ("n" for two shards), so keys written by hand spread over the shards.
+std::vector<std::string> default_kv_split_keys(uint32_t shards);
+
 struct ClusterConfig {
   std::string name = "shoal";
   TransportKind transport = TransportKind::kTcp;
@@ -101,7 +113,12 @@ struct ClusterConfig {
   std::vector<Region> regions;
   std::vector<WanLink> wan;
   std::vector<Shard> shards;
+  // shards - 1 split keys (see kKvSplitKeyBytesMax); a parsed config without them gets
+  // default_kv_split_keys().
+  std::vector<std::string> kv_split_keys;
 
+  // The shard owning a Redis-protocol key (kv_split_keys).
+  uint32_t shard_for_kv_key(std::string_view key) const;
   // The shard owning a partition key; nullptr if none does.
   const Shard* shard_for_partition(uint64_t key) const;
   const Region* find_region(std::string_view name) const;
@@ -121,7 +138,8 @@ struct ClusterConfig {
 
 // A local cluster on 127.0.0.1: `shards` shards, each with `replicas` replicas in as many
 // regions (region-0 holds every leader), partition keys 1..partitions split evenly, ports
-// from base_port up (two per replica when replicas > 1: its own and replication_port()).
+// from base_port up (two per replica when replicas > 1: its own and replication_port()),
+// default_kv_split_keys(shards); no metrics or RESP ports.
 [[nodiscard]] Result<ClusterConfig> make_local_config(uint32_t shards, uint32_t replicas,
                                                       uint32_t workers, uint64_t partitions,
                                                       uint16_t base_port);

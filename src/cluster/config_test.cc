@@ -1,5 +1,6 @@
 #include "src/cluster/config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace shoal::cluster {
@@ -105,6 +106,76 @@ TEST(ClusterConfig, MetricsPortIsOptionalAndRoundTrips) {
   EXPECT_EQ(again->to_toml(), c->to_toml());
 }
 
+// kGood with two more shards (3 in all).
+std::string three_shards() {
+  std::string text = kGood;
+  for (int s = 1; s <= 2; ++s) {
+    text += fmt::format("[[shard]]\nid = {}\npartition_lo = {}\npartition_hi = {}\n", s, 2 * s + 1,
+                        2 * s + 3);
+    int port = 7000 + 100 * s;
+    for (const char* region : {"us", "eu", "ap"}) {
+      text += fmt::format("[[shard.replica]]\nregion = \"{}\"\nhost = \"127.0.0.1\"\nport = {}\n",
+                          region, port);
+      port += 2;
+    }
+  }
+  return text;
+}
+
+TEST(ClusterConfig, RespPortAndKvSplitKeys) {
+  auto plain = parse_config(three_shards());
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->shards[0].replicas[0].resp_port, 0);
+  EXPECT_EQ(plain->kv_split_keys, default_kv_split_keys(3));
+  std::string text = three_shards();
+  text.replace(text.find("port = 7002"), 11, "port = 7002\nresp_port = 6380");
+  text.replace(text.find("replicas = 3"), 12,
+               "replicas = 3\nkv_split_keys = [\"g\", \"q\\u0001\\\"\"]");
+  auto c = parse_config(text);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->shards[0].replicas[1].resp_port, 6380);
+  ASSERT_EQ(c->kv_split_keys.size(), 2u);
+  EXPECT_EQ(c->kv_split_keys[1], std::string("q\x01\""));
+  auto again = parse_config(c->to_toml());
+  ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << c->to_toml();
+  EXPECT_EQ(again->to_toml(), c->to_toml());
+  EXPECT_EQ(again->kv_split_keys, c->kv_split_keys);
+  EXPECT_EQ(c->shard_for_kv_key("a"), 0u);
+  EXPECT_EQ(c->shard_for_kv_key("fzzz"), 0u);
+  EXPECT_EQ(c->shard_for_kv_key("g"), 1u);  // a split key belongs to the shard it starts
+  EXPECT_EQ(c->shard_for_kv_key("q"), 1u);
+  EXPECT_EQ(c->shard_for_kv_key("q\x01\""), 2u);
+  EXPECT_EQ(c->shard_for_kv_key("\xff"), 2u);
+  const std::vector<std::pair<std::string, std::string>> bad_cases = {
+      {"[\"m\"]", "cluster.kv_split_keys: 1 split keys for 3 shards: give shards - 1"},
+      {"[\"m\", \"m\"]", "cluster.kv_split_keys[1]: split keys must be strictly ascending"},
+      {"[\"m\", \"b\"]", "cluster.kv_split_keys[1]: split keys must be strictly ascending"},
+      {"[\"m\", \"\"]", "cluster.kv_split_keys[1]: must be 1 to 8192 bytes"},
+      {"[1, 2]", "cluster.kv_split_keys[0]: expected a string"},
+      {"\"m\"", "cluster.kv_split_keys: expected an array of strings"}};
+  for (const auto& [keys, expect] : bad_cases) {
+    std::string bad = three_shards();
+    bad.replace(bad.find("replicas = 3"), 12, "replicas = 3\nkv_split_keys = " + keys);
+    auto r = parse_config(bad);
+    ASSERT_FALSE(r.ok()) << keys;
+    EXPECT_NE(r.status().message().find(expect), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(ClusterConfig, DefaultKvSplitKeysAreAscending) {
+  EXPECT_EQ(default_kv_split_keys(1), std::vector<std::string>{});
+  EXPECT_EQ(default_kv_split_keys(2), std::vector<std::string>{"n"});
+  for (uint32_t shards : {3u, 26u, 27u, 100u, 600u}) {
+    const auto keys = default_kv_split_keys(shards);
+    ASSERT_EQ(keys.size(), shards - 1);
+    for (size_t i = 1; i < keys.size(); ++i) EXPECT_LT(keys[i - 1], keys[i]) << shards;
+  }
+  auto local = make_local_config(2, 1, 1, 2, 7000);
+  ASSERT_TRUE(local.ok());
+  EXPECT_EQ(local->shard_for_kv_key("apple"), 0u);
+  EXPECT_EQ(local->shard_for_kv_key("zebra"), 1u);
+}
+
 // Each bad config must fail with a message naming the offending field.
 struct BadCase {
   std::string from, to, expect;
@@ -161,6 +232,12 @@ TEST(ClusterConfig, BadConfigsNameTheField) {
        "its replication port 127.0.0.1:7001 (port + 1) is another replica's address"},
       {"port = 7004", "port = 7004\nmetrics_port = \"x\"",
        "shard[0].replica[2].metrics_port: expected an integer"},
+      {"port = 7004", "port = 7004\nresp_port = 0",
+       "shard[0].replica[2].resp_port: must be in [1, 65535], not 0"},
+      {"port = 7004", "port = 7004\nmetrics_port = 9000\nresp_port = 9000",
+       "shard[0].replica[2].resp_port: address 127.0.0.1:9000 is used twice"},
+      {"port = 7000", "port = 7000\nresp_port = 7001",
+       "its replication port 127.0.0.1:7001 (port + 1) is another replica's address"},
   };
   for (const BadCase& bc : cases) {
     std::string text = kGood;

@@ -157,6 +157,40 @@ Coordinator::Coordinator(CoordinatorOptions options, std::vector<ShardLink*> lin
   SHOAL_ASSERT(options_.shard_id < links_.size(), "own shard %u out of range", options_.shard_id);
 }
 
+void Coordinator::begin(DistTxn& txn) {
+  txn.coordinator_ = this;
+  txn.reset(make_txn_id(options_.shard_id, options_.worker_id, next_seq_++), *epoch_);
+}
+
+rt::Task<Status> Coordinator::finish(DistTxn& txn) {
+  bool decided = false;
+  Status s = co_await commit(txn, &decided);
+  if (s.ok()) {
+    ++stats_.committed;
+    if (txn.touched_.size() > 1) ++stats_.cross_shard;
+    co_return s;
+  }
+  if (decided) {  // C2: committed; some install unconfirmed. Never abort now.
+    ++stats_.in_doubt;
+    co_return s;
+  }
+  co_await abort_all(txn);  // C1
+  if (s.is_aborted()) {
+    ++stats_.conflict_aborts;
+  } else if (s.code() == Code::kTimeout) {
+    ++stats_.timeouts;
+  } else {
+    if (s.code() == Code::kUnavailable) ++stats_.unavailable;
+    ++stats_.failed;
+  }
+  co_return s;
+}
+
+rt::Task<void> Coordinator::abort(DistTxn& txn) {
+  ++stats_.user_aborts;
+  co_await abort_all(txn);
+}
+
 rt::Task<Status> Coordinator::run(DistTxn& txn, DistProcedure proc, const void* args,
                                   void* result) {
   txn.coordinator_ = this;
@@ -252,14 +286,14 @@ rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
     const uint32_t shard = txn.deferred_shard_;
     txn.deferred_shard_ = UINT32_MAX;
     txn.touch(shard);  // from here on abort_all reaches it
-    auto* out = static_cast<uint8_t*>(txn.values_.allocate(kFragmentBytesMax));
+    auto* out = static_cast<uint8_t*>(txn.values_.allocate(kUnreadFragmentResultBytesMax));
     uint32_t size = 0;
     bool wrote = false;
     uint64_t tid = 0;
     ExecPrepared prepared;
-    Status s = co_await links_[shard]->exec(txn.id_, txn.epoch_, txn.deferred_.fragment,
-                                            txn.deferred_.args, {out, kFragmentBytesMax}, &size,
-                                            &wrote, &tid, &prepared);
+    Status s = co_await links_[shard]->exec(
+        txn.id_, txn.epoch_, txn.deferred_.fragment, txn.deferred_.args,
+        {out, kUnreadFragmentResultBytesMax}, &size, &wrote, &tid, &prepared);
     if (!s.ok()) co_return s;
     if (wrote) {
       txn.fragment_written_.push_back(shard);

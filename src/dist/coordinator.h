@@ -260,6 +260,15 @@ class Coordinator {
   // own error. `txn` is caller-owned so many can be in flight.
   rt::Task<Status> run(DistTxn& txn, DistProcedure proc, const void* args, void* result);
 
+  // Interactive transactions, for a client that decides step by step (the Redis front end,
+  // src/server/dist_kv.h): begin(txn), then txn's get/exec calls, then finish(txn) to commit
+  // (on a failure before the decision it aborts every shard touched, C1, and returns the
+  // failure: Aborted/Timeout are worth a retry from begin()) or abort(txn) to give up. No
+  // retries and no backoff here: the caller owns the loop run() would be.
+  void begin(DistTxn& txn);
+  rt::Task<Status> finish(DistTxn& txn);
+  rt::Task<void> abort(DistTxn& txn);
+
   const CoordinatorStats& stats() const { return stats_; }
   size_t shard_count() const { return links_.size(); }
 

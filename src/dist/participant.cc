@@ -159,7 +159,9 @@ Status Participant::exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<
   if (slot == nullptr) return status;
   if (slot->phase != Phase::kExecuting) return Status::Aborted("fragment after lock");
   *out_size = 0;
-  SHOAL_TRY(fragments_->fns[fragment](*slot->txn, fragments_->ctx, args, out, out_size));
+  const void* ctx =
+      fragments_->ctx_of[fragment] != nullptr ? fragments_->ctx_of[fragment] : fragments_->ctx;
+  SHOAL_TRY(fragments_->fns[fragment](*slot->txn, ctx, args, out, out_size));
   SHOAL_ASSERT(*out_size <= out.size(), "fragment %u wrote %u of %zu bytes", fragment, *out_size,
                out.size());
   bool any = false;
@@ -370,7 +372,7 @@ Status Participant::validate_install(TxnId id, uint64_t epoch, const txn::DepVec
     uint32_t out_size = 0;
     bool wrote = false;
     uint64_t proposed = 0;
-    scratch_out_.resize(kFragmentBytesMax);  // its result stays here: nobody waits for it
+    scratch_out_.resize(kUnreadFragmentResultBytesMax);  // its result: nobody waits for it
     Status status = exec(id, epoch, fragment->fragment, fragment->args, scratch_out_, &out_size,
                          &wrote, &proposed);
     if (!status.ok()) {

@@ -101,10 +101,18 @@ inline TxnId make_txn_id(uint32_t shard, uint32_t worker, uint64_t seq) {
 using Fragment = Status (*)(txn::Txn& txn, const void* ctx, std::span<const uint8_t> args,
                             std::span<uint8_t> out, uint32_t* out_size);
 inline constexpr uint32_t kFragmentsMax = 16;
-inline constexpr uint32_t kFragmentBytesMax = 8192;  // arguments and results, each
+// Arguments and results, each: a Redis front end's put carries a key (8 KiB) and a value
+// (1 MiB plus its header), src/server/kv_fragments.h. A caller sizes its result buffer to
+// what it expects (the reply message is as large), not to this bound.
+inline constexpr uint32_t kFragmentBytesMax = (1u << 20) + (16u << 10);
+// The result buffer of a fragment whose result nobody reads (exec_at_commit, F8).
+inline constexpr uint32_t kUnreadFragmentResultBytesMax = 8192;
+// Fragments by id; ctx_of[i], when set, is fragment i's context instead of ctx (workloads
+// sharing one table: TPC-C's fragments and the Redis front end's on one shard server).
 struct FragmentTable {
   const void* ctx = nullptr;
   Fragment fns[kFragmentsMax] = {};
+  const void* ctx_of[kFragmentsMax] = {};
 };
 // A fragment to run, with its arguments (F8).
 struct FragmentCall {

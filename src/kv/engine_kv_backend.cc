@@ -13,7 +13,7 @@ class EngineKvTxn final : public resp::KvTxn {
  public:
   EngineKvTxn(txn::Engine& engine, txn::BytesTable& table)
       : table_(table), txn_(&engine, engine.env().seed()) {}
-  ~EngineKvTxn() override { abort(); }
+  ~EngineKvTxn() override { abort_now(); }
 
   void begin() override {
     SHOAL_ASSERT(!open_, "%s", "KvTxn::begin with a transaction open");
@@ -22,23 +22,37 @@ class EngineKvTxn final : public resp::KvTxn {
     wrote_ = false;
   }
 
-  Status get(std::string_view key, std::string* value, uint64_t* version) override {
-    return txn_.get(table_, key, value, version);
+  // Every call completes inline: the engine answers from memory.
+  rt::Task<Status> get(std::string_view key, std::string* value, uint64_t* version) override {
+    co_return txn_.get(table_, key, value, version);
   }
 
-  Status put(std::string_view key, std::string_view value) override {
+  rt::Task<Status> put(std::string_view key, std::string_view value) override {
     wrote_ = true;
-    return txn_.put(table_, key, value);
+    co_return txn_.put(table_, key, value);
   }
 
-  Status del(std::string_view key) override {
+  rt::Task<Status> del(std::string_view key) override {
     wrote_ = true;
     const Status s = txn_.remove(table_, key);
-    return s.is_not_found() ? Status::Ok() : s;  // deleting an absent key is not an error
+    co_return s.is_not_found() ? Status::Ok() : s;  // deleting an absent key is not an error
   }
 
-  Status scan(const resp::ScanRange& range, size_t limit, size_t value_prefix_bytes,
-              std::vector<resp::KeyValue>* out) override {
+  rt::Task<Status> scan(const resp::ScanRange& range, size_t limit, size_t value_prefix_bytes,
+                        std::vector<resp::KeyValue>* out) override {
+    co_return scan_now(range, limit, value_prefix_bytes, out);
+  }
+
+  rt::Task<Result<resp::CommitInfo>> commit() override { co_return commit_now(); }
+
+  rt::Task<void> abort() override {
+    abort_now();
+    co_return;
+  }
+
+ private:
+  Status scan_now(const resp::ScanRange& range, size_t limit, size_t value_prefix_bytes,
+                  std::vector<resp::KeyValue>* out) {
     txn::BytesScan scan;
     scan.start = range.start;
     scan.start_inclusive = range.start_inclusive;
@@ -51,7 +65,7 @@ class EngineKvTxn final : public resp::KvTxn {
     });
   }
 
-  Result<resp::CommitInfo> commit() override {
+  Result<resp::CommitInfo> commit_now() {
     SHOAL_ASSERT(open_, "%s", "KvTxn::commit without a transaction");
     const Status s = txn_.commit();
     resp::CommitInfo info;
@@ -70,13 +84,12 @@ class EngineKvTxn final : public resp::KvTxn {
     return info;
   }
 
-  void abort() override {
+  void abort_now() {
     if (!open_) return;
     txn_.abort();
     close();
   }
 
- private:
   // The session retries an aborted transaction at once; sessions hammering one key (INCR)
   // would collide in lockstep, so a conflict pauses first, doubling up to kBackoffPausesMax
   // (as Worker::run does).

@@ -2,7 +2,8 @@
 // engine's BytesTable (src/txn/bytes_table.h). It depends on resp and txn; neither depends on
 // it.
 //
-// Each KvTxn (one per session) owns a txn::Txn and runs its transactions on the caller's thread:
+// Each KvTxn (one per session) owns a txn::Txn and runs its transactions on the caller's thread
+// (every call's task completes inline, never suspending):
 // begin() -> Txn::begin, get/put/del/scan -> the Txn's byte-key calls, commit() -> Silo's
 // commit (certify + install), abort() -> Txn::abort. Serializable as any engine transaction:
 // reads and scanned ranges are validated at commit. CommitInfo::durable_token is the commit TID
@@ -28,7 +29,7 @@ class EngineKvBackend final : public resp::KvBackend {
   EngineKvBackend(txn::Engine& engine, txn::BytesTable& table) : engine_(engine), table_(table) {}
   std::unique_ptr<resp::KvTxn> open() override;
   // Records in the table: live keys, and in-flight inserts' placeholders while they last.
-  Result<uint64_t> count_keys() override { return table_.record_count(); }
+  rt::Task<Result<uint64_t>> count_keys() override { co_return table_.record_count(); }
 
  private:
   txn::Engine& engine_;
@@ -40,7 +41,7 @@ class OwnedEngineKvBackend final : public resp::KvBackend {
  public:
   explicit OwnedEngineKvBackend(txn::EngineOptions options = {});
   std::unique_ptr<resp::KvTxn> open() override { return backend_->open(); }
-  Result<uint64_t> count_keys() override { return backend_->count_keys(); }
+  rt::Task<Result<uint64_t>> count_keys() override { return backend_->count_keys(); }
   txn::Engine& engine() { return *engine_; }
   txn::BytesTable& table() { return *table_; }
 

@@ -18,6 +18,7 @@ namespace {
 
 using resp::testing::BackendCase;
 using resp::testing::Commands;
+using resp::testing::now;
 
 INSTANTIATE_TEST_SUITE_P(
     Engine, Commands,
@@ -81,15 +82,16 @@ TEST(EngineKvBackend, ScansInsideATransactionSeeNoPhantoms) {
       t->begin();
       std::string v;
       uint64_t version = 0;
-      Status s = t->get(k + "a", &v, &version);
+      Status s = now(t->get(k + "a", &v, &version));
       const bool present = s.ok();
-      if (s.ok() || s.is_not_found()) s = present ? t->del(k + "a") : t->put(k + "a", "x");
-      if (s.ok()) s = present ? t->del(k + "b") : t->put(k + "b", "y");
+      if (s.ok() || s.is_not_found())
+        s = present ? now(t->del(k + "a")) : now(t->put(k + "a", "x"));
+      if (s.ok()) s = present ? now(t->del(k + "b")) : now(t->put(k + "b", "y"));
       if (!s.ok()) {
-        t->abort();
+        now(t->abort());
         continue;
       }
-      if (t->commit().ok()) flips.fetch_add(1);
+      if (now(t->commit()).ok()) flips.fetch_add(1);
     }
   });
   std::unique_ptr<resp::KvTxn> r = backend.open();
@@ -99,14 +101,14 @@ TEST(EngineKvBackend, ScansInsideATransactionSeeNoPhantoms) {
   while (committed < scans || flips.load() < 10 * scans) {
     std::vector<resp::KeyValue> first, second;
     r->begin();
-    Status s = r->scan(range, 100000, 4, &first);
-    if (s.ok()) s = r->scan(range, 100000, 4, &second);
+    Status s = now(r->scan(range, 100000, 4, &first));
+    if (s.ok()) s = now(r->scan(range, 100000, 4, &second));
     if (!s.ok()) {
-      r->abort();
+      now(r->abort());
       ++conflicts;
       continue;
     }
-    if (!r->commit().ok()) {
+    if (!now(r->commit()).ok()) {
       ++conflicts;
       continue;
     }
@@ -128,27 +130,27 @@ TEST(EngineKvBackend, VersionsAndDurableTokens) {
   std::string v;
   uint64_t version = 99;
   t->begin();
-  EXPECT_TRUE(t->get("k", &v, &version).is_not_found());
+  EXPECT_TRUE(now(t->get("k", &v, &version)).is_not_found());
   EXPECT_EQ(version, resp::kAbsentVersion);
-  ASSERT_TRUE(t->put("k", "1").ok());
-  auto put = t->commit();
+  ASSERT_TRUE(now(t->put("k", "1")).ok());
+  auto put = now(t->commit());
   ASSERT_TRUE(put.ok());
   EXPECT_GT(put->durable_token, 0u);
   t->begin();
-  ASSERT_TRUE(t->get("k", &v, &version).ok());
+  ASSERT_TRUE(now(t->get("k", &v, &version)).ok());
   EXPECT_EQ(version, put->durable_token);  // the version read is the write's commit TID
-  auto read = t->commit();
+  auto read = now(t->commit());
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(read->durable_token, put->durable_token);  // a reader waits for what it read
   t->begin();
-  ASSERT_TRUE(t->del("absent").ok());
-  ASSERT_TRUE(t->del("k").ok());
-  ASSERT_TRUE(t->commit().ok());
-  EXPECT_EQ(backend.count_keys().value(), 0u);
+  ASSERT_TRUE(now(t->del("absent")).ok());
+  ASSERT_TRUE(now(t->del("k")).ok());
+  ASSERT_TRUE(now(t->commit()).ok());
+  EXPECT_EQ(now(backend.count_keys()).value(), 0u);
   t->begin();
-  ASSERT_TRUE(t->put("k", std::string(300, 'x')).ok());
-  t->abort();  // nothing installed, nothing left in the index
-  EXPECT_EQ(backend.count_keys().value(), 0u);
+  ASSERT_TRUE(now(t->put("k", std::string(300, 'x'))).ok());
+  now(t->abort());  // nothing installed, nothing left in the index
+  EXPECT_EQ(now(backend.count_keys()).value(), 0u);
 }
 
 }  // namespace

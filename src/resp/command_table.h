@@ -2,12 +2,12 @@
 // interface). A handler runs one command's semantics against an open transaction (data
 // commands) and writes exactly one reply.
 //
-// Handler contract: returns Ok once it wrote its reply (an error reply too: syntax errors,
-// "not an integer" and the like are replies, not failures, and such a command writes nothing
-// to the backend). It returns a backend Status as is (Aborted: the caller rolls back and
-// retries; other: the caller rolls back and replies "-ERR <message>"); the reply it may have
-// begun is then taken back by the caller.
-// Threads: the table is immutable; a SessionState belongs to its session's thread.
+// Handler contract (a coroutine: rt::Task<Status>): returns Ok once it wrote its reply (an error
+// reply too: syntax errors, "not an integer" and the like are replies, not failures, and such a
+// command writes nothing to the backend). It returns a backend Status as is (Aborted: the caller
+// rolls back and retries; other: the caller rolls back and replies "-ERR <message>"); the reply it
+// may have begun is then taken back by the caller. Threads: the table is immutable; a SessionState
+// belongs to its session's thread.
 #pragma once
 
 #include <array>
@@ -22,6 +22,7 @@
 #include "src/resp/commands.h"
 #include "src/resp/kv_backend.h"
 #include "src/resp/resp_writer.h"
+#include "src/runtime/task.h"
 
 namespace shoal::resp {
 
@@ -73,7 +74,8 @@ struct Ctx {
   uint64_t now_ms;
 };
 
-using Handler = Status (*)(Ctx&);
+// A coroutine: data commands await the backend; the rest complete inline.
+using Handler = rt::Task<Status> (*)(Ctx&);
 
 enum CommandFlags : uint32_t {
   kData = 1,     // runs inside a backend transaction (and has key arguments)
@@ -106,38 +108,38 @@ void reply_arity_error(ReplyWriter& out, const CommandSpec& spec);
 std::string lower(std::string_view s);
 
 // Handlers, by file.
-Status cmd_get(Ctx& c);
-Status cmd_set(Ctx& c);
-Status cmd_setnx(Ctx& c);
-Status cmd_getset(Ctx& c);
-Status cmd_getdel(Ctx& c);
-Status cmd_del(Ctx& c);
-Status cmd_exists(Ctx& c);
-Status cmd_mget(Ctx& c);
-Status cmd_mset(Ctx& c);
-Status cmd_incr(Ctx& c);
-Status cmd_incrby(Ctx& c);
-Status cmd_decr(Ctx& c);
-Status cmd_decrby(Ctx& c);
-Status cmd_append(Ctx& c);
-Status cmd_strlen(Ctx& c);
-Status cmd_scan(Ctx& c);  // commands_scan.cc
-Status cmd_dbsize(Ctx& c);
-Status cmd_ping(Ctx& c);  // commands_server.cc
-Status cmd_echo(Ctx& c);
-Status cmd_hello(Ctx& c);
-Status cmd_select(Ctx& c);
-Status cmd_quit(Ctx& c);
-Status cmd_info(Ctx& c);
-Status cmd_unwatch(Ctx& c);
-Status cmd_client_setname(Ctx& c);
-Status cmd_client_getname(Ctx& c);
-Status cmd_client_id(Ctx& c);
-Status cmd_config_get(Ctx& c);
-Status cmd_command(Ctx& c);
-Status cmd_command_count(Ctx& c);
-Status cmd_command_info(Ctx& c);
-Status cmd_command_docs(Ctx& c);
-Status cmd_command_list(Ctx& c);
+rt::Task<Status> cmd_get(Ctx& c);
+rt::Task<Status> cmd_set(Ctx& c);
+rt::Task<Status> cmd_setnx(Ctx& c);
+rt::Task<Status> cmd_getset(Ctx& c);
+rt::Task<Status> cmd_getdel(Ctx& c);
+rt::Task<Status> cmd_del(Ctx& c);
+rt::Task<Status> cmd_exists(Ctx& c);
+rt::Task<Status> cmd_mget(Ctx& c);
+rt::Task<Status> cmd_mset(Ctx& c);
+rt::Task<Status> cmd_incr(Ctx& c);
+rt::Task<Status> cmd_incrby(Ctx& c);
+rt::Task<Status> cmd_decr(Ctx& c);
+rt::Task<Status> cmd_decrby(Ctx& c);
+rt::Task<Status> cmd_append(Ctx& c);
+rt::Task<Status> cmd_strlen(Ctx& c);
+rt::Task<Status> cmd_scan(Ctx& c);  // commands_scan.cc
+rt::Task<Status> cmd_dbsize(Ctx& c);
+rt::Task<Status> cmd_ping(Ctx& c);  // commands_server.cc
+rt::Task<Status> cmd_echo(Ctx& c);
+rt::Task<Status> cmd_hello(Ctx& c);
+rt::Task<Status> cmd_select(Ctx& c);
+rt::Task<Status> cmd_quit(Ctx& c);
+rt::Task<Status> cmd_info(Ctx& c);
+rt::Task<Status> cmd_unwatch(Ctx& c);
+rt::Task<Status> cmd_client_setname(Ctx& c);
+rt::Task<Status> cmd_client_getname(Ctx& c);
+rt::Task<Status> cmd_client_id(Ctx& c);
+rt::Task<Status> cmd_config_get(Ctx& c);
+rt::Task<Status> cmd_command(Ctx& c);
+rt::Task<Status> cmd_command_count(Ctx& c);
+rt::Task<Status> cmd_command_info(Ctx& c);
+rt::Task<Status> cmd_command_docs(Ctx& c);
+rt::Task<Status> cmd_command_list(Ctx& c);
 
 }  // namespace shoal::resp

@@ -111,58 +111,68 @@ void reply_too_many_conflicts(ReplyWriter& out, int attempts) {
 
 }  // namespace
 
-// Everything Session does, split off so that its header stays small.
+// Everything Session does, split off so that its header stays small. Coroutines where the
+// backend may suspend; each completes inline over a backend that does not.
 class SessionImpl {
  public:
-  static void run_single(SessionState& s, const CommandSpec& spec, Args args, ReplyWriter& out);
-  static void run_exec(SessionState& s, MultiState& m, ReplyWriter& out);
-  static void run_watch(SessionState& s, Args args, ReplyWriter& out);
+  static rt::Task<void> run_single(SessionState& s, const CommandSpec& spec, Args args,
+                                   ReplyWriter& out);
+  static rt::Task<void> run_exec(SessionState& s, MultiState& m, ReplyWriter& out);
+  static rt::Task<void> run_watch(SessionState& s, Args args, ReplyWriter& out);
   static void queue(SessionState& s, MultiState& m, const CommandSpec& spec, Args args,
                     ReplyWriter& out);
   // One attempt at EXEC's transaction. Ok: committed (reply written) or watched key changed
   // (null written); Aborted: conflict (the caller rolls back the reply); other: failure.
-  static Status exec_attempt(SessionState& s, MultiState& m, ReplyWriter& out);
-  static Status watched_unchanged(SessionState& s, uint64_t now, bool* unchanged);
+  static rt::Task<Status> exec_attempt(SessionState& s, MultiState& m, ReplyWriter& out);
+  static rt::Task<Status> watched_unchanged(SessionState& s, uint64_t now, bool* unchanged);
+  // One WATCH attempt: reads every new key of args into s.watched and commits. Ok, or a
+  // failure (everything added is dropped again); a limit error is a reply (*replied).
+  static rt::Task<Status> watch_attempt(SessionState& s, Args args, ReplyWriter& out,
+                                        bool* replied);
+  // Commits the open transaction (Ok: noted) or aborts it after a failed handler.
+  static rt::Task<Status> finish(SessionState& s, Status handler_status);
   static void note_commit(SessionState& s, const CommitInfo& info) {
     ++s.commits;
     if (info.durable_token > s.durable_token) s.durable_token = info.durable_token;
   }
 };
 
-void SessionImpl::run_single(SessionState& s, const CommandSpec& spec, Args args,
-                             ReplyWriter& out) {
-  if (!keys_ok(spec, args, out)) return;
+rt::Task<Status> SessionImpl::finish(SessionState& s, Status handler_status) {
+  if (!handler_status.ok()) {
+    co_await s.txn->abort();
+    co_return handler_status;
+  }
+  auto committed = co_await s.txn->commit();
+  if (!committed.ok()) co_return committed.status();
+  note_commit(s, *committed);
+  co_return Status::Ok();
+}
+
+rt::Task<void> SessionImpl::run_single(SessionState& s, const CommandSpec& spec, Args args,
+                                       ReplyWriter& out) {
+  if (!keys_ok(spec, args, out)) co_return;
   const uint64_t mark = out.written_total();
   for (int attempt = 0; attempt < s.options.max_txn_attempts; ++attempt) {
     s.txn->begin();
     Ctx c{s, args, out, s.txn.get(), now_ms(s.env)};
-    Status st = spec.handler(c);
-    if (st.ok()) {
-      auto committed = s.txn->commit();
-      if (committed.ok()) {
-        note_commit(s, *committed);
-        return;
-      }
-      st = committed.status();
-    } else {
-      s.txn->abort();
-    }
+    const Status st = co_await finish(s, co_await spec.handler(c));
+    if (st.ok()) co_return;
     out.rollback(mark);
     if (!st.is_aborted()) {
       reply_backend_error(out, st);
-      return;
+      co_return;
     }
     ++s.conflicts;
   }
   reply_too_many_conflicts(out, s.options.max_txn_attempts);
 }
 
-Status SessionImpl::watched_unchanged(SessionState& s, uint64_t now, bool* unchanged) {
+rt::Task<Status> SessionImpl::watched_unchanged(SessionState& s, uint64_t now, bool* unchanged) {
   *unchanged = true;
   for (const WatchedKey& w : s.watched) {
     uint64_t version = 0;
-    Status st = s.txn->get(w.key, &s.raw, &version);
-    if (!st.ok() && !st.is_not_found()) return st;
+    Status st = co_await s.txn->get(w.key, &s.raw, &version);
+    if (!st.ok() && !st.is_not_found()) co_return st;
     bool live = false;
     if (st.ok()) {
       auto decoded = decode_string(s.raw);
@@ -171,21 +181,21 @@ Status SessionImpl::watched_unchanged(SessionState& s, uint64_t now, bool* uncha
     // Changed by a write, or live at WATCH and expired since (Redis 7 aborts then too).
     if (version != w.version || (w.live && !live)) *unchanged = false;
   }
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status SessionImpl::exec_attempt(SessionState& s, MultiState& m, ReplyWriter& out) {
+rt::Task<Status> SessionImpl::exec_attempt(SessionState& s, MultiState& m, ReplyWriter& out) {
   s.txn->begin();
   const uint64_t now = now_ms(s.env);
   bool unchanged = true;
-  if (Status st = watched_unchanged(s, now, &unchanged); !st.ok()) {
-    s.txn->abort();
-    return st;
+  if (Status st = co_await watched_unchanged(s, now, &unchanged); !st.ok()) {
+    co_await s.txn->abort();
+    co_return st;
   }
   if (!unchanged) {
-    s.txn->abort();
+    co_await s.txn->abort();
     out.null_array();
-    return Status::Ok();
+    co_return Status::Ok();
   }
   out.array_header(m.commands.size());
   for (const QueuedCommand& q : m.commands) {
@@ -196,21 +206,15 @@ Status SessionImpl::exec_attempt(SessionState& s, MultiState& m, ReplyWriter& ou
     }
     if ((q.spec->flags & kData) != 0 && !keys_ok(*q.spec, m.args, out)) continue;
     Ctx c{s, m.args, out, s.txn.get(), now};
-    if (Status st = q.spec->handler(c); !st.ok()) {
-      s.txn->abort();
-      return st;
-    }
+    if (Status st = co_await q.spec->handler(c); !st.ok()) co_return co_await finish(s, st);
   }
-  auto committed = s.txn->commit();
-  if (!committed.ok()) return committed.status();
-  note_commit(s, *committed);
-  return Status::Ok();
+  co_return co_await finish(s, Status::Ok());
 }
 
-void SessionImpl::run_exec(SessionState& s, MultiState& m, ReplyWriter& out) {
+rt::Task<void> SessionImpl::run_exec(SessionState& s, MultiState& m, ReplyWriter& out) {
   if (!m.active) {
     out.error("ERR EXEC without MULTI");
-    return;
+    co_return;
   }
   if (m.dirty) {
     out.error("EXECABORT Transaction discarded because of previous errors.");
@@ -219,7 +223,7 @@ void SessionImpl::run_exec(SessionState& s, MultiState& m, ReplyWriter& out) {
     const int protocol = s.protocol;  // a queued HELLO may change it: restored on retry
     int attempt = 0;
     for (; attempt < s.options.max_txn_attempts; ++attempt) {
-      Status st = exec_attempt(s, m, out);
+      Status st = co_await exec_attempt(s, m, out);
       if (st.ok()) break;
       out.rollback(mark);
       s.protocol = protocol;
@@ -236,54 +240,57 @@ void SessionImpl::run_exec(SessionState& s, MultiState& m, ReplyWriter& out) {
   s.watched.clear();  // EXEC always unwatches
 }
 
-void SessionImpl::run_watch(SessionState& s, Args args, ReplyWriter& out) {
+rt::Task<Status> SessionImpl::watch_attempt(SessionState& s, Args args, ReplyWriter& out,
+                                            bool* replied) {
+  s.txn->begin();
+  const uint64_t now = now_ms(s.env);
+  Status st;
+  for (size_t i = 1; i < args.size() && st.ok(); ++i) {
+    bool seen = false;  // already watched: Redis keeps the first WATCH's view
+    for (const WatchedKey& w : s.watched) seen |= w.key == args[i];
+    if (seen) continue;
+    if (s.watched.size() >= s.options.max_watched_keys) {
+      out.error("ERR too many watched keys (the limit is " +
+                std::to_string(s.options.max_watched_keys) + ")");
+      *replied = true;
+      co_await s.txn->abort();
+      co_return Status::Ok();
+    }
+    WatchedKey w{std::string(args[i]), 0, false};
+    st = co_await s.txn->get(w.key, &s.raw, &w.version);
+    if (st.is_not_found()) {
+      st = Status::Ok();
+    } else if (st.ok()) {
+      auto decoded = decode_string(s.raw);
+      w.live = decoded.ok() && !decoded->expired(now);
+    }
+    s.watched.push_back(std::move(w));
+  }
+  co_return co_await finish(s, st);
+}
+
+rt::Task<void> SessionImpl::run_watch(SessionState& s, Args args, ReplyWriter& out) {
   const CommandSpec& spec = *find_command("watch");
-  if (!keys_ok(spec, args, out)) return;
+  if (!keys_ok(spec, args, out)) co_return;
   const size_t before = s.watched.size();
   for (int attempt = 0; attempt < s.options.max_txn_attempts; ++attempt) {
-    s.watched.resize(before);
-    s.txn->begin();
-    const uint64_t now = now_ms(s.env);
-    Status st;
-    for (size_t i = 1; i < args.size() && st.ok(); ++i) {
-      bool seen = false;  // already watched: Redis keeps the first WATCH's view
-      for (const WatchedKey& w : s.watched) seen |= w.key == args[i];
-      if (seen) continue;
-      if (s.watched.size() >= s.options.max_watched_keys) {
-        s.txn->abort();
-        s.watched.resize(before);
-        out.error("ERR too many watched keys (the limit is " +
-                  std::to_string(s.options.max_watched_keys) + ")");
-        return;
-      }
-      WatchedKey w{std::string(args[i]), 0, false};
-      st = s.txn->get(w.key, &s.raw, &w.version);
-      if (st.is_not_found()) {
-        st = Status::Ok();
-      } else if (st.ok()) {
-        auto decoded = decode_string(s.raw);
-        w.live = decoded.ok() && !decoded->expired(now);
-      }
-      s.watched.push_back(std::move(w));
+    bool replied = false;
+    const Status st = co_await watch_attempt(s, args, out, &replied);
+    if (replied) {
+      s.watched.resize(before);
+      co_return;
     }
     if (st.ok()) {
-      auto committed = s.txn->commit();
-      if (committed.ok()) {
-        out.simple("OK");
-        return;
-      }
-      st = committed.status();
-    } else {
-      s.txn->abort();
+      out.simple("OK");
+      co_return;
     }
+    s.watched.resize(before);
     if (!st.is_aborted()) {
-      s.watched.resize(before);
       reply_backend_error(out, st);
-      return;
+      co_return;
     }
     ++s.conflicts;
   }
-  s.watched.resize(before);
   reply_too_many_conflicts(out, s.options.max_txn_attempts);
 }
 
@@ -333,8 +340,8 @@ uint64_t Session::take_durable_token() {
   return t;
 }
 
-void Session::execute(Args args, ReplyWriter& out) {
-  if (args.empty()) return;
+rt::Task<void> Session::execute(Args args, ReplyWriter& out) {
+  if (args.empty()) co_return;
   SessionState& s = *state_;
   MultiState& m = *multi_;
   ++s.commands;
@@ -342,7 +349,7 @@ void Session::execute(Args args, ReplyWriter& out) {
   const CommandSpec* spec = resolve(args, out);
   if (spec == nullptr) {
     m.dirty |= m.active;  // a rejected command aborts the transaction being queued
-    return;
+    co_return;
   }
   const std::string_view name = spec->name;
   if (m.active && (spec->flags & kNoQueue) == 0) {
@@ -355,7 +362,7 @@ void Session::execute(Args args, ReplyWriter& out) {
       out.simple("OK");
     }
   } else if (name == "exec") {
-    SessionImpl::run_exec(s, m, out);
+    co_await SessionImpl::run_exec(s, m, out);
   } else if (name == "discard") {
     if (!m.active) {
       out.error("ERR DISCARD without MULTI");
@@ -368,13 +375,13 @@ void Session::execute(Args args, ReplyWriter& out) {
     if (m.active) {
       out.error("ERR WATCH inside MULTI is not allowed");
     } else {
-      SessionImpl::run_watch(s, args, out);
+      co_await SessionImpl::run_watch(s, args, out);
     }
   } else if ((spec->flags & kData) != 0) {
-    SessionImpl::run_single(s, *spec, args, out);
+    co_await SessionImpl::run_single(s, *spec, args, out);
   } else {
     Ctx c{s, args, out, nullptr, now_ms(s.env)};
-    if (Status st = spec->handler(c); !st.ok()) reply_backend_error(out, st);
+    if (Status st = co_await spec->handler(c); !st.ok()) reply_backend_error(out, st);
   }
 }
 

@@ -35,6 +35,7 @@
 #include "src/base/env.h"
 #include "src/resp/kv_backend.h"
 #include "src/resp/resp_writer.h"
+#include "src/runtime/task.h"
 
 namespace shoal::resp {
 
@@ -56,9 +57,11 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Executes one request and appends its reply to out (an empty request is ignored). The
-  // arguments are read only during the call (queued commands are copied).
-  void execute(std::span<const std::string_view> args, ReplyWriter& out);
+  // Executes one request and appends its reply to out (an empty request is ignored). A
+  // coroutine: it suspends only when the backend does (kv_backend.h). REQUIRES: args and out
+  // stay valid and untouched by others until the task completes (queued commands are copied);
+  // one execute() at a time per session.
+  rt::Task<void> execute(std::span<const std::string_view> args, ReplyWriter& out);
 
   // QUIT was answered: close once the output is flushed.
   bool quit_requested() const;

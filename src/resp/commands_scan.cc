@@ -98,15 +98,15 @@ bool keep_key(Ctx& c, const ScanArgs& a, const KeyValue& kv) {
 
 }  // namespace
 
-Status cmd_scan(Ctx& c) {
+rt::Task<Status> cmd_scan(Ctx& c) {
   ScanArgs a;
-  if (!parse_scan(c, &a)) return Status::Ok();
+  if (!parse_scan(c, &a)) co_return Status::Ok();
   ScanCursor* cur = nullptr;
   if (a.cursor != 0) {
     cur = find_cursor(c.state, a.cursor);
     if (cur == nullptr) {
       c.out.error("ERR invalid cursor");
-      return Status::Ok();
+      co_return Status::Ok();
     }
   }
   const std::string prefix = glob_literal_prefix(a.pattern);
@@ -122,7 +122,7 @@ Status cmd_scan(Ctx& c) {
   const size_t limit = static_cast<size_t>(std::min(a.count, kMaxScanCount));
   std::vector<KeyValue>& batch = c.state.scan_batch;
   batch.clear();
-  SHOAL_TRY(c.txn->scan(range, limit, kValueHeaderBytes, &batch));
+  SHOAL_CO_TRY(co_await c.txn->scan(range, limit, kValueHeaderBytes, &batch));
   uint64_t next = 0;
   if (batch.size() >= limit) next = save_cursor(c.state, batch.back().key);
   size_t kept = 0;
@@ -135,7 +135,7 @@ Status cmd_scan(Ctx& c) {
   for (const KeyValue& kv : batch) {
     if (keep_key(c, a, kv)) c.out.bulk(kv.key);
   }
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
 }  // namespace shoal::resp

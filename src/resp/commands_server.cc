@@ -114,7 +114,7 @@ void reply_command_doc(Ctx& c, const CommandSpec& spec) {
 
 }  // namespace
 
-Status cmd_ping(Ctx& c) {
+rt::Task<Status> cmd_ping(Ctx& c) {
   if (c.args.size() > 2) {
     reply_arity_error(c.out, *find_command("ping"));
   } else if (c.args.size() == 2) {
@@ -122,43 +122,43 @@ Status cmd_ping(Ctx& c) {
   } else {
     c.out.simple("PONG");
   }
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_echo(Ctx& c) {
+rt::Task<Status> cmd_echo(Ctx& c) {
   c.out.bulk(c.args[1]);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_hello(Ctx& c) {
+rt::Task<Status> cmd_hello(Ctx& c) {
   int64_t version = c.state.protocol;
   if (c.args.size() >= 2) {
     if (!parse_i64(c.args[1], &version)) {
       c.out.error("ERR Protocol version is not an integer or out of range");
-      return Status::Ok();
+      co_return Status::Ok();
     }
     if (version < 2 || version > 3) {
       c.out.error("NOPROTO unsupported protocol version");
-      return Status::Ok();
+      co_return Status::Ok();
     }
   }
   std::string_view setname;
   bool has_setname = false;
-  if (!parse_hello_options(c, &setname, &has_setname)) return Status::Ok();
+  if (!parse_hello_options(c, &setname, &has_setname)) co_return Status::Ok();
   if (has_setname) {
     if (!valid_client_name(setname)) {
       c.out.error("ERR Client names cannot contain spaces, newlines or special characters.");
-      return Status::Ok();
+      co_return Status::Ok();
     }
     c.state.client_name.assign(setname);
   }
   c.state.protocol = static_cast<int>(version);
   c.out.set_protocol(c.state.protocol);
   reply_hello(c);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_select(Ctx& c) {
+rt::Task<Status> cmd_select(Ctx& c) {
   int64_t db = 0;
   if (!parse_i64(c.args[1], &db)) {
     c.out.error("ERR value is not an integer or out of range");
@@ -167,22 +167,22 @@ Status cmd_select(Ctx& c) {
   } else {
     c.out.simple("OK");
   }
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_quit(Ctx& c) {
+rt::Task<Status> cmd_quit(Ctx& c) {
   c.state.quit = true;
   c.out.simple("OK");
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_unwatch(Ctx& c) {
+rt::Task<Status> cmd_unwatch(Ctx& c) {
   c.state.watched.clear();
   c.out.simple("OK");
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_info(Ctx& c) {
+rt::Task<Status> cmd_info(Ctx& c) {
   std::string text;
   if (wants_section(c.args, "server")) {
     info_section(&text, "Server",
@@ -202,43 +202,43 @@ Status cmd_info(Ctx& c) {
                      "\r\n");
   }
   if (wants_section(c.args, "keyspace")) {
-    auto keys = c.state.backend.count_keys();
-    if (!keys.ok()) return keys.status();
+    auto keys = co_await c.state.backend.count_keys();
+    if (!keys.ok()) co_return keys.status();
     std::string body;
     if (*keys > 0) body = "db0:keys=" + std::to_string(*keys) + ",expires=0,avg_ttl=0\r\n";
     info_section(&text, "Keyspace", body);
   }
   c.out.verbatim("txt", text);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_client_setname(Ctx& c) {
+rt::Task<Status> cmd_client_setname(Ctx& c) {
   if (!valid_client_name(c.args[2])) {
     c.out.error("ERR Client names cannot contain spaces, newlines or special characters.");
-    return Status::Ok();
+    co_return Status::Ok();
   }
   c.state.client_name.assign(c.args[2]);
   c.out.simple("OK");
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_client_getname(Ctx& c) {
+rt::Task<Status> cmd_client_getname(Ctx& c) {
   if (c.state.client_name.empty()) {
     c.out.null();
   } else {
     c.out.bulk(c.state.client_name);
   }
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_client_id(Ctx& c) {
+rt::Task<Status> cmd_client_id(Ctx& c) {
   c.out.integer(static_cast<int64_t>(c.state.options.client_id));
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
 // CONFIG GET: the few parameters clients ask about (redis-benchmark reads save and
 // appendonly), read-only; Shoal is configured by its cluster config, not by CONFIG SET.
-Status cmd_config_get(Ctx& c) {
+rt::Task<Status> cmd_config_get(Ctx& c) {
   static constexpr std::pair<std::string_view, std::string_view> kParams[] = {
       {"appendonly", "no"}, {"databases", "1"},
       {"maxmemory", "0"},   {"proto-max-bulk-len", "1048576"},
@@ -258,22 +258,22 @@ Status cmd_config_get(Ctx& c) {
     c.out.bulk(h->first);
     c.out.bulk(h->second);
   }
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_command(Ctx& c) {
+rt::Task<Status> cmd_command(Ctx& c) {
   c.out.array_header(all_commands().size());
   for (const CommandSpec& spec : all_commands()) reply_command_info(c, spec);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_command_count(Ctx& c) {
+rt::Task<Status> cmd_command_count(Ctx& c) {
   c.out.integer(static_cast<int64_t>(all_commands().size()));
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_command_info(Ctx& c) {
-  if (c.args.size() == 2) return cmd_command(c);
+rt::Task<Status> cmd_command_info(Ctx& c) {
+  if (c.args.size() == 2) co_return co_await cmd_command(c);
   c.out.array_header(c.args.size() - 2);
   for (size_t i = 2; i < c.args.size(); ++i) {
     const CommandSpec* spec = find_command(c.args[i]);
@@ -283,10 +283,10 @@ Status cmd_command_info(Ctx& c) {
       reply_command_info(c, *spec);
     }
   }
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_command_docs(Ctx& c) {
+rt::Task<Status> cmd_command_docs(Ctx& c) {
   std::vector<const CommandSpec*> specs;
   if (c.args.size() == 2) {
     for (const CommandSpec& spec : all_commands()) specs.push_back(&spec);
@@ -298,13 +298,13 @@ Status cmd_command_docs(Ctx& c) {
   }
   c.out.map_header(specs.size());
   for (const CommandSpec* spec : specs) reply_command_doc(c, *spec);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_command_list(Ctx& c) {
+rt::Task<Status> cmd_command_list(Ctx& c) {
   c.out.array_header(all_commands().size());
   for (const CommandSpec& spec : all_commands()) c.out.bulk(spec.name);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
 }  // namespace shoal::resp

@@ -19,21 +19,23 @@ struct Read {
   StoredString value;  // views state.raw: valid until the next read
 };
 
-Status read_key(Ctx& c, std::string_view key, Read* r) {
+rt::Task<Status> read_key(Ctx& c, std::string_view key, Read* r) {
   uint64_t version = 0;
-  Status s = c.txn->get(key, &c.state.raw, &version);
+  Status s = co_await c.txn->get(key, &c.state.raw, &version);
   *r = Read{};
-  if (s.is_not_found()) return Status::Ok();
-  SHOAL_TRY(s);
+  if (s.is_not_found()) co_return Status::Ok();
+  SHOAL_CO_TRY(s);
   auto decoded = decode_string(c.state.raw);
-  if (!decoded.ok()) return decoded.status();
+  if (!decoded.ok()) co_return decoded.status();
   r->found = true;
   r->value = *decoded;
   r->live = !r->value.expired(c.now_ms);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status write_value(Ctx& c, std::string_view key, std::string_view payload, uint64_t expiry_ms) {
+// Not a coroutine: the put's own task, after encoding into the session's buffer.
+rt::Task<Status> write_value(Ctx& c, std::string_view key, std::string_view payload,
+                             uint64_t expiry_ms) {
   encode_string(payload, expiry_ms, &c.state.encoded);
   return c.txn->put(key, c.state.encoded);
 }
@@ -123,25 +125,25 @@ bool value_fits(Ctx& c, std::string_view value) {
 }
 
 // INCR/INCRBY/DECR/DECRBY: adds delta to the key's integer (absent: 0), keeping its expiry.
-Status incr_by(Ctx& c, int64_t delta) {
+rt::Task<Status> incr_by(Ctx& c, int64_t delta) {
   Read r;
-  SHOAL_TRY(read_key(c, c.args[1], &r));
+  SHOAL_CO_TRY(co_await read_key(c, c.args[1], &r));
   int64_t old = 0;
   if (r.live && !parse_i64(r.value.payload, &old)) {
     c.out.error(kNotInteger);
-    return Status::Ok();
+    co_return Status::Ok();
   }
   int64_t result = 0;
   if (__builtin_add_overflow(old, delta, &result)) {
     c.out.error("ERR increment or decrement would overflow");
-    return Status::Ok();
+    co_return Status::Ok();
   }
   char digits[24];
   const auto end = std::to_chars(digits, digits + sizeof(digits), result).ptr;
-  SHOAL_TRY(write_value(c, c.args[1], std::string_view(digits, end - digits),
-                        r.live ? r.value.expiry_ms : kNoExpiry));
+  SHOAL_CO_TRY(co_await write_value(c, c.args[1], std::string_view(digits, end - digits),
+                                    r.live ? r.value.expiry_ms : kNoExpiry));
   c.out.integer(result);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
 // The delta argument of INCRBY/DECRBY, or false (reply written).
@@ -154,166 +156,167 @@ bool delta_arg(Ctx& c, int64_t* delta) {
 // DEL and EXISTS: replies how many arguments name live keys (a repeated key counts again for
 // EXISTS; for DEL it is gone the second time: the transaction sees its own deletes). With
 // `remove`, every key found is deleted, expired ones too.
-Status count_live_keys(Ctx& c, bool remove) {
+rt::Task<Status> count_live_keys(Ctx& c, bool remove) {
   int64_t live = 0;
   for (size_t i = 1; i < c.args.size(); ++i) {
     Read r;
-    SHOAL_TRY(read_key(c, c.args[i], &r));
-    if (remove && r.found) SHOAL_TRY(c.txn->del(c.args[i]));
+    SHOAL_CO_TRY(co_await read_key(c, c.args[i], &r));
+    if (remove && r.found) SHOAL_CO_TRY(co_await c.txn->del(c.args[i]));
     live += r.live ? 1 : 0;
   }
   c.out.integer(live);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
 }  // namespace
 
-Status cmd_get(Ctx& c) {
+rt::Task<Status> cmd_get(Ctx& c) {
   Read r;
-  SHOAL_TRY(read_key(c, c.args[1], &r));
+  SHOAL_CO_TRY(co_await read_key(c, c.args[1], &r));
   reply_value(c, r);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_set(Ctx& c) {
+rt::Task<Status> cmd_set(Ctx& c) {
   SetOptions o;
   if (!parse_set_options(c.args, &o)) {
     c.out.error("ERR syntax error");
-    return Status::Ok();
+    co_return Status::Ok();
   }
   uint64_t expiry = kNoExpiry;
-  if (!value_fits(c, c.args[2]) || !expiry_of(c, o, &expiry)) return Status::Ok();
+  if (!value_fits(c, c.args[2]) || !expiry_of(c, o, &expiry)) co_return Status::Ok();
   Read r;
   // A plain SET is a blind write: no read, so nothing to validate at commit.
-  if (o.get || o.nx || o.xx || o.keepttl) SHOAL_TRY(read_key(c, c.args[1], &r));
+  if (o.get || o.nx || o.xx || o.keepttl) SHOAL_CO_TRY(co_await read_key(c, c.args[1], &r));
   if (o.get) reply_value(c, r);
   if ((o.nx && r.live) || (o.xx && !r.live)) {
     if (!o.get) c.out.null();
-    return Status::Ok();
+    co_return Status::Ok();
   }
   if (o.keepttl && r.live) expiry = r.value.expiry_ms;
   if (expiry != kNoExpiry && expiry <= c.now_ms) {
-    SHOAL_TRY(c.txn->del(c.args[1]));  // already expired (EXAT in the past): as Redis, gone
+    SHOAL_CO_TRY(
+        co_await c.txn->del(c.args[1]));  // already expired (EXAT in the past): as Redis, gone
   } else {
-    SHOAL_TRY(write_value(c, c.args[1], c.args[2], expiry));
+    SHOAL_CO_TRY(co_await write_value(c, c.args[1], c.args[2], expiry));
   }
   if (!o.get) c.out.simple("OK");
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_setnx(Ctx& c) {
-  if (!value_fits(c, c.args[2])) return Status::Ok();
+rt::Task<Status> cmd_setnx(Ctx& c) {
+  if (!value_fits(c, c.args[2])) co_return Status::Ok();
   Read r;
-  SHOAL_TRY(read_key(c, c.args[1], &r));
-  if (!r.live) SHOAL_TRY(write_value(c, c.args[1], c.args[2], kNoExpiry));
+  SHOAL_CO_TRY(co_await read_key(c, c.args[1], &r));
+  if (!r.live) SHOAL_CO_TRY(co_await write_value(c, c.args[1], c.args[2], kNoExpiry));
   c.out.integer(r.live ? 0 : 1);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_getset(Ctx& c) {
-  if (!value_fits(c, c.args[2])) return Status::Ok();
+rt::Task<Status> cmd_getset(Ctx& c) {
+  if (!value_fits(c, c.args[2])) co_return Status::Ok();
   Read r;
-  SHOAL_TRY(read_key(c, c.args[1], &r));
-  SHOAL_TRY(write_value(c, c.args[1], c.args[2], kNoExpiry));
+  SHOAL_CO_TRY(co_await read_key(c, c.args[1], &r));
+  SHOAL_CO_TRY(co_await write_value(c, c.args[1], c.args[2], kNoExpiry));
   reply_value(c, r);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_getdel(Ctx& c) {
+rt::Task<Status> cmd_getdel(Ctx& c) {
   Read r;
-  SHOAL_TRY(read_key(c, c.args[1], &r));
-  if (r.found) SHOAL_TRY(c.txn->del(c.args[1]));
+  SHOAL_CO_TRY(co_await read_key(c, c.args[1], &r));
+  if (r.found) SHOAL_CO_TRY(co_await c.txn->del(c.args[1]));
   reply_value(c, r);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_del(Ctx& c) {
-  return count_live_keys(c, /*remove=*/true);
+rt::Task<Status> cmd_del(Ctx& c) {
+  return count_live_keys(c, /*remove=*/true);  // not a coroutine: no frame of its own
 }
-Status cmd_exists(Ctx& c) {
-  return count_live_keys(c, /*remove=*/false);
+rt::Task<Status> cmd_exists(Ctx& c) {
+  return count_live_keys(c, /*remove=*/false);  // not a coroutine: no frame of its own
 }
 
-Status cmd_mget(Ctx& c) {
+rt::Task<Status> cmd_mget(Ctx& c) {
   c.out.array_header(c.args.size() - 1);
   for (size_t i = 1; i < c.args.size(); ++i) {
     Read r;
-    SHOAL_TRY(read_key(c, c.args[i], &r));
+    SHOAL_CO_TRY(co_await read_key(c, c.args[i], &r));
     reply_value(c, r);
   }
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_mset(Ctx& c) {
+rt::Task<Status> cmd_mset(Ctx& c) {
   if (c.args.size() % 2 == 0) {
     reply_arity_error(c.out, *find_command("mset"));
-    return Status::Ok();
+    co_return Status::Ok();
   }
   for (size_t i = 2; i < c.args.size(); i += 2) {
-    if (!value_fits(c, c.args[i])) return Status::Ok();
+    if (!value_fits(c, c.args[i])) co_return Status::Ok();
   }
   for (size_t i = 1; i < c.args.size(); i += 2) {
-    SHOAL_TRY(write_value(c, c.args[i], c.args[i + 1], kNoExpiry));
+    SHOAL_CO_TRY(co_await write_value(c, c.args[i], c.args[i + 1], kNoExpiry));
   }
   c.out.simple("OK");
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_incr(Ctx& c) {
-  return incr_by(c, 1);
+rt::Task<Status> cmd_incr(Ctx& c) {
+  return incr_by(c, 1);  // not a coroutine: no frame of its own
 }
-Status cmd_decr(Ctx& c) {
-  return incr_by(c, -1);
+rt::Task<Status> cmd_decr(Ctx& c) {
+  return incr_by(c, -1);  // not a coroutine: no frame of its own
 }
 
-Status cmd_incrby(Ctx& c) {
+rt::Task<Status> cmd_incrby(Ctx& c) {
   int64_t delta = 0;
-  if (!delta_arg(c, &delta)) return Status::Ok();
-  return incr_by(c, delta);
+  if (!delta_arg(c, &delta)) co_return Status::Ok();
+  co_return co_await incr_by(c, delta);
 }
 
-Status cmd_decrby(Ctx& c) {
+rt::Task<Status> cmd_decrby(Ctx& c) {
   int64_t delta = 0;
-  if (!delta_arg(c, &delta)) return Status::Ok();
+  if (!delta_arg(c, &delta)) co_return Status::Ok();
   if (delta == LLONG_MIN) {
     c.out.error("ERR decrement would overflow");
-    return Status::Ok();
+    co_return Status::Ok();
   }
-  return incr_by(c, -delta);
+  co_return co_await incr_by(c, -delta);
 }
 
-Status cmd_append(Ctx& c) {
+rt::Task<Status> cmd_append(Ctx& c) {
   Read r;
-  SHOAL_TRY(read_key(c, c.args[1], &r));
+  SHOAL_CO_TRY(co_await read_key(c, c.args[1], &r));
   std::string& payload = c.state.payload;
   payload.clear();
   if (r.live) {
     if (r.value.payload.size() + c.args[2].size() > kMaxValueBytes) {
       c.out.error(kTooBig);
-      return Status::Ok();
+      co_return Status::Ok();
     }
     payload.append(r.value.payload);
   } else if (!value_fits(c, c.args[2])) {
-    return Status::Ok();
+    co_return Status::Ok();
   }
   payload.append(c.args[2]);
-  SHOAL_TRY(write_value(c, c.args[1], payload, r.live ? r.value.expiry_ms : kNoExpiry));
+  SHOAL_CO_TRY(co_await write_value(c, c.args[1], payload, r.live ? r.value.expiry_ms : kNoExpiry));
   c.out.integer(static_cast<int64_t>(payload.size()));
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_strlen(Ctx& c) {
+rt::Task<Status> cmd_strlen(Ctx& c) {
   Read r;
-  SHOAL_TRY(read_key(c, c.args[1], &r));
+  SHOAL_CO_TRY(co_await read_key(c, c.args[1], &r));
   c.out.integer(r.live ? static_cast<int64_t>(r.value.payload.size()) : 0);
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
-Status cmd_dbsize(Ctx& c) {
-  auto n = c.state.backend.count_keys();
-  if (!n.ok()) return n.status();
+rt::Task<Status> cmd_dbsize(Ctx& c) {
+  auto n = co_await c.state.backend.count_keys();
+  if (!n.ok()) co_return n.status();
   c.out.integer(static_cast<int64_t>(*n));
-  return Status::Ok();
+  co_return Status::Ok();
 }
 
 }  // namespace shoal::resp

@@ -42,11 +42,13 @@ void Connection::feed(std::string_view bytes) {
     // Each process() executes a request or stops for want of bytes or output room.
     do {
       process();
+      SHOAL_ASSERT(!in_flight(), "%s", "Connection::feed() over a backend that suspended");
     } while (has_work() && !out_.over_soft_limit());
   }
 }
 
 void Connection::process() {
+  SHOAL_ASSERT(!in_flight(), "%s", "Connection::process() while a request is in flight");
   has_work_ = false;
   for (size_t done = 0; done < options_.max_requests_per_turn; ++done) {
     if (closing_ || out_.overflowed()) return;
@@ -62,15 +64,34 @@ void Connection::process() {
       return;
     }
     if (*parsed == 0) return;
-    const uint64_t reply_start = out_.written_total();
-    session_.execute(parser_.args(), out_);
-    in_head_ += *parsed;
-    if (const uint64_t token = session_.take_durable_token(); token != 0) {
-      gates_.push_back({reply_start, token});
+    request_bytes_ = *parsed;
+    reply_start_ = out_.written_total();
+    rt::Task<void> request = session_.execute(parser_.args(), out_);
+    if (!request.start_inline()) {
+      in_flight_ = std::move(request);
+      has_work_ = true;  // process() again once it ended
+      return;
     }
-    if (session_.quit_requested()) closing_ = true;
+    complete_request();
   }
   has_work_ = in_head_ < in_len_;
+}
+
+rt::Task<void> Connection::finish_in_flight() {
+  SHOAL_ASSERT(in_flight(), "%s", "finish_in_flight() without a request in flight");
+  co_await in_flight_.join();
+  in_flight_ = rt::Task<void>();
+  complete_request();
+  has_work_ = in_head_ < in_len_;
+}
+
+void Connection::complete_request() {
+  in_head_ += request_bytes_;
+  request_bytes_ = 0;
+  if (const uint64_t token = session_.take_durable_token(); token != 0) {
+    gates_.push_back({reply_start_, token});
+  }
+  if (session_.quit_requested()) closing_ = true;
 }
 
 std::string_view Connection::sendable(const std::function<bool(uint64_t)>& is_durable) {
@@ -78,8 +99,10 @@ std::string_view Connection::sendable(const std::function<bool(uint64_t)>& is_du
     gates_.pop_front();
   }
   const std::string_view pending = out_.pending();
-  if (gates_.empty()) return pending;
-  const uint64_t end = gates_.front().output_start;
+  // A suspended request's partial reply stays: a conflict rolls it back (ReplyWriter::rollback
+  // cannot take back bytes already sent).
+  uint64_t end = in_flight() ? reply_start_ : out_.written_total();
+  if (!gates_.empty()) end = std::min(end, gates_.front().output_start);
   return pending.substr(0, static_cast<size_t>(end - out_.consumed_total()));
 }
 
@@ -88,6 +111,7 @@ void Connection::consume_output(size_t n) {
 }
 
 void Connection::release_buffers() {
+  if (in_flight()) return;  // its arguments live in the input, its reply may be half written
   if (in_head_ == in_len_) {
     std::vector<char>().swap(in_);
     in_head_ = in_len_ = 0;

@@ -42,10 +42,12 @@
 // durable when started to reply at the speculative commit.
 // Threads: a KvTxn belongs to one session (one connection thread) and is reused for its
 // transactions one after another; KvBackend::open() is thread-safe.
-// Blocking: calls are synchronous. A local engine answers from memory; a cross-shard
-// transaction's calls would wait for round trips on the caller's thread, so a server hosting
-// sessions on its event loop must either run them on worker threads or turn these calls into
-// coroutines (rt::Task) with the same shape.
+// Coroutines: every call that may wait returns an rt::Task (src/runtime/task.h), so a server
+// hosts sessions on its event loop: a cross-shard transaction's call suspends its session's
+// coroutine for the round trip while the loop serves others. A backend whose data is at hand
+// (MemBackend, the local shard) completes the task inline without suspending: the caller's
+// co_await then costs a pooled coroutine frame and a call. Tasks are awaited at once, one at a
+// time per KvTxn; the pointers and views passed stay valid until the task completes.
 #pragma once
 
 #include <cstddef>
@@ -56,6 +58,7 @@
 #include <vector>
 
 #include "shoal/status.h"
+#include "src/runtime/task.h"
 
 namespace shoal::resp {
 
@@ -87,22 +90,23 @@ class KvTxn {
   virtual void begin() = 0;
   // Ok and *value (replaced) when the key exists, NotFound when not; *version set in both
   // cases. REQUIRES: a transaction is open; 1 <= key.size() <= kMaxKeyBytes.
-  [[nodiscard]] virtual Status get(std::string_view key, std::string* value, uint64_t* version) = 0;
+  virtual rt::Task<Status> get(std::string_view key, std::string* value, uint64_t* version) = 0;
   // Buffers a write. REQUIRES: as get; value.size() <= kMaxStoredValueBytes (value_format.h).
-  [[nodiscard]] virtual Status put(std::string_view key, std::string_view value) = 0;
+  virtual rt::Task<Status> put(std::string_view key, std::string_view value) = 0;
   // Buffers a delete; deleting an absent key is not an error.
-  [[nodiscard]] virtual Status del(std::string_view key) = 0;
+  virtual rt::Task<Status> del(std::string_view key) = 0;
   // Appends to *out up to `limit` keys of `range` in ascending order with their values, each
   // cut to its first value_prefix_bytes bytes (SCAN reads only the value's header, so a scan
   // batch costs keys, not megabyte values). Fewer than `limit` appended means the range is
   // exhausted. REQUIRES: a transaction is open; 1 <= limit <= 100000.
-  [[nodiscard]] virtual Status scan(const ScanRange& range, size_t limit, size_t value_prefix_bytes,
-                                    std::vector<KeyValue>* out) = 0;
+  virtual rt::Task<Status> scan(const ScanRange& range, size_t limit, size_t value_prefix_bytes,
+                                std::vector<KeyValue>* out) = 0;
   // Ok: committed. Aborted: a conflict, nothing installed, retry. Other: failed, nothing
   // installed. Either way the transaction is closed.
-  [[nodiscard]] virtual Result<CommitInfo> commit() = 0;
-  // Closes the open transaction, installing nothing. No-op when none is open.
-  virtual void abort() = 0;
+  virtual rt::Task<Result<CommitInfo>> commit() = 0;
+  // Closes the open transaction, installing nothing (a distributed backend releases what the
+  // shards hold for it before the task completes). No-op when none is open.
+  virtual rt::Task<void> abort() = 0;
 };
 
 class KvBackend {
@@ -112,7 +116,7 @@ class KvBackend {
   virtual std::unique_ptr<KvTxn> open() = 0;
   // Keys stored (DBSIZE). Not transactional; it may include keys whose expiry has passed
   // (as Redis's DBSIZE does until they are reclaimed).
-  [[nodiscard]] virtual Result<uint64_t> count_keys() = 0;
+  virtual rt::Task<Result<uint64_t>> count_keys() = 0;
 };
 
 }  // namespace shoal::resp

@@ -61,23 +61,23 @@ BENCHMARK(BM_PipelinedGetSet);
 class NullTxn final : public KvTxn {
  public:
   void begin() override {}
-  Status get(std::string_view, std::string*, uint64_t* version) override {
+  rt::Task<Status> get(std::string_view, std::string*, uint64_t* version) override {
     *version = kAbsentVersion;
-    return Status::NotFound();
+    co_return Status::NotFound();
   }
-  Status put(std::string_view, std::string_view) override { return Status::Ok(); }
-  Status del(std::string_view) override { return Status::Ok(); }
-  Status scan(const ScanRange&, size_t, size_t, std::vector<KeyValue>*) override {
-    return Status::Ok();
+  rt::Task<Status> put(std::string_view, std::string_view) override { co_return Status::Ok(); }
+  rt::Task<Status> del(std::string_view) override { co_return Status::Ok(); }
+  rt::Task<Status> scan(const ScanRange&, size_t, size_t, std::vector<KeyValue>*) override {
+    co_return Status::Ok();
   }
-  Result<CommitInfo> commit() override { return CommitInfo{}; }
-  void abort() override {}
+  rt::Task<Result<CommitInfo>> commit() override { co_return CommitInfo{}; }
+  rt::Task<void> abort() override { co_return; }
 };
 
 class NullBackend final : public KvBackend {
  public:
   std::unique_ptr<KvTxn> open() override { return std::make_unique<NullTxn>(); }
-  Result<uint64_t> count_keys() override { return uint64_t{0}; }
+  rt::Task<Result<uint64_t>> count_keys() override { co_return uint64_t{0}; }
 };
 
 void BM_PipelinedGetSetLayerOnly(benchmark::State& state) {

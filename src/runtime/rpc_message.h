@@ -55,8 +55,8 @@ static_assert(std::endian::native == std::endian::little, "big-endian hosts need
 inline void encode_rpc_header(const RpcHeader& h, uint8_t* dst) {
   const uint32_t word0 = uint32_t{kRpcMagic} | uint32_t{kRpcVersion} << 16 |
                          uint32_t{static_cast<uint8_t>(h.kind)} << 24;
-  const uint32_t word1 = uint32_t{h.method} | uint32_t{static_cast<uint8_t>(h.code)} << 16 |
-                         uint32_t{h.flags} << 24;
+  const uint32_t word1 =
+      uint32_t{h.method} | uint32_t{static_cast<uint8_t>(h.code)} << 16 | uint32_t{h.flags} << 24;
   std::memcpy(dst + 0, &word0, 4);
   std::memcpy(dst + 4, &word1, 4);
   std::memcpy(dst + 8, &h.session, 4);
@@ -155,8 +155,13 @@ class BufferPool {
     b.resize(payload_bytes);
     return b;
   }
+  // Buffers over kPooledBytesMax go back to the heap: a message carrying a large value (the
+  // Redis front end's 1 MiB strings) must not pin that much in each of max_pooled slots.
+  static constexpr size_t kPooledBytesMax = size_t{64} << 10;
   void put(MsgBuffer b) {
-    if (b.capacity() != 0 && free_.size() < max_pooled_) free_.push_back(std::move(b));
+    if (b.capacity() != 0 && b.capacity() <= kPooledBytesMax && free_.size() < max_pooled_) {
+      free_.push_back(std::move(b));
+    }
   }
 
  private:

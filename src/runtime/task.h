@@ -9,7 +9,8 @@
 //     moves the result out of the frame (await once). REQUIRES: a Task is awaited at most once.
 //   - No exceptions: errors travel as Status / Result<T> values; an exception escaping a body
 //     is a broken invariant and aborts.
-//   - Inline start (Task<T>, for a runtime that runs the synchronous part of a task at once, as
+//   - Inline start (Task<T> and Task<void>, for a runtime that runs the synchronous part of a task
+//   at once, as
 //     RpcEndpoint does with a request's handler): start_inline() runs the body on the caller's
 //     stack until its first suspension or its end and says whether it ended; an ended task
 //     hands over its value with take(); a suspended one is co_awaited later through join(),
@@ -270,6 +271,25 @@ class [[nodiscard]] Task<void> {
       void await_resume() noexcept {}
     };
     return Awaiter{{h_}};
+  }
+
+  // As Task<T>'s: runs the body now until its first suspension or its end (true: ended).
+  bool start_inline() {
+    h_.resume();
+    return h_.done();
+  }
+  // As Task<T>'s: awaits a task start_inline() left suspended. REQUIRES: started; joined once.
+  auto join() noexcept {
+    struct Joiner {
+      Handle child;
+      bool await_ready() noexcept { return child.done(); }
+      void await_suspend(std::coroutine_handle<> awaiter) noexcept {
+        child.promise().continuation = awaiter;
+      }
+      void await_resume() noexcept {}
+    };
+    SHOAL_ASSERT(h_, "%s", "join() on an empty Task");
+    return Joiner{h_};
   }
 
  private:

@@ -22,6 +22,7 @@
 #include "src/base/cpu_placement.h"
 #include "src/base/env.h"
 #include "src/cluster/config.h"
+#include "src/cluster/etcd_config_manager.h"
 #include "src/dist/coordinator.h"
 #include "src/dist/local_link.h"
 #include "src/dist/participant.h"
@@ -37,13 +38,15 @@
 #include "src/repl/leader.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
-#include "src/cluster/etcd_config_manager.h"
 #include "src/server/control.h"
 #include "src/server/deposition_watch.h"
 #include "src/server/dist_bank.h"
+#include "src/server/dist_kv.h"
 #include "src/server/dist_micro.h"
 #include "src/server/dist_tpcc.h"
+#include "src/server/kv_fragments.h"
 #include "src/server/payments_json.h"
+#include "src/server/resp_listener.h"
 #include "src/server/server_metrics.h"
 #include "src/txn/engine.h"
 
@@ -163,6 +166,11 @@ struct Worker {
   std::unique_ptr<dist::Coordinator> coordinator;
   uint64_t epoch = 1;
   std::unique_ptr<TpccShardContext> tpcc;  // TPC-C terminals' shared state (workload tpcc)
+  // The Redis protocol (resp_listener.h): null when the server has no RESP port. Destroyed
+  // after the loop (its in-flight requests' frames must outlive nothing that resumes them).
+  std::unique_ptr<KvAcks> kv_acks;
+  std::unique_ptr<DistKvBackend> kv_backend;
+  std::unique_ptr<RespWorker> resp;
 
   // Load state (loop thread).
   MicroParams params;
@@ -321,6 +329,14 @@ class ShardServer {
   uint32_t loads_started_ = 0;  // control thread (on_start)
   std::unique_ptr<WarehouseMap> warehouse_map_;
   dist::FragmentTable fragments_;
+  txn::BytesTable* kv_table_ = nullptr;  // the Redis front end's keys (kv_fragments.h)
+  // The RESP port (stopped before the workers); 0: none.
+  [[nodiscard]] Status start_resp();
+  uint16_t resp_port() const {
+    return options_.resp_port >= 0 ? static_cast<uint16_t>(options_.resp_port) : me().resp_port;
+  }
+  bool resp_enabled() const { return options_.resp_port >= 0 || me().resp_port != 0; }
+  std::unique_ptr<RespListener> resp_listener_;
   net::TcpListener listener_;
   net::ShmListener shm_listener_;  // transport shm: data connections from other shards
   // Transport shm: accepts from init() on (peers dial while we still dial them, and an shm
@@ -333,7 +349,7 @@ class ShardServer {
   std::unique_ptr<ControlPlane> control_;  // transport shm only
   // Replication (after engine_: the leader reads it; before workers_: they hold its appenders).
   std::unique_ptr<repl::ReplicationLeader> replication_;
-  std::unique_ptr<cluster::ConfigManager> etcd_;  // a replicated shard under etcd
+  std::unique_ptr<cluster::ConfigManager> etcd_;       // a replicated shard under etcd
   std::unique_ptr<DepositionWatch> deposition_watch_;  // after etcd_: it reads through it
   [[nodiscard]] Status start_deposition_watch();
   uint64_t snapshot_tid_ = 0;
@@ -441,6 +457,12 @@ Status ShardServer::init(const ServerOptions& options, Promotion* promotion) {
     return Status::InvalidArgument(
         fmt::format("--workload: '{}' is not micro, tpcc or bank", options_.workload));
   }
+  // Every shard keeps the Redis front end's keys and serves its fragments, whether or not this
+  // server listens on a RESP port: any server's coordinator may reach our keys.
+  auto kv = kv_table(*engine_);
+  if (!kv.ok()) return kv.status();
+  kv_table_ = *kv;
+  register_kv_fragments(&fragments_, kv_table_);
   auto listener = net::TcpListener::listen(me().host, me().port);
   if (!listener.ok()) {
     return Status::IOError(fmt::format("shard[{}].replica[{}]: cannot listen on {}:{}: {}",
@@ -521,13 +543,15 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   // on rows other transactions wait for all that time. Measured (docs/OPERATIONS.md):
   // TPC-C on 2 shards 118K/s with 256, 184K/s with 1.
   lo.ready_batch = 1;
+  // RESP: a task per client with a request in flight, and one per pending acknowledgement.
+  if (resp_enabled()) lo.max_tasks += options_.resp_max_connections + kPendingAcksMax;
   w->loop = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
   dist::ParticipantOptions po;
   po.inflight_max = 8192;          // every remote worker's in-flight transactions, with room
   po.lease_ns = 2000 * kMs;        // > a live coordinator's gap on a loaded machine
   po.tombstone_ns = 10'000 * kMs;  // > the RPC deadline
   w->participant = std::make_unique<dist::Participant>(*engine_, options_.shard, po);
-  if (tpcc_ != nullptr) w->participant->set_fragments(&fragments_);
+  w->participant->set_fragments(&fragments_);
   w->service = std::make_unique<dist::ParticipantService>(*w->participant, *w->loop);
   if (replication_ != nullptr) w->service->set_watermark_source(replication_->watermark_source());
   if (cluster_replicated()) {
@@ -575,6 +599,31 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     w->participant->set_commit_hook(&repl::StreamAppender::commit_hook, w->appender);
     // One stream, several Txns (participant F10): every TID goes above what it promised.
     w->participant->set_tid_floor(w->appender->promised_tid());
+  }
+  if (resp_enabled()) {
+    if (w->vector_watermark != nullptr && !options_.resp_reply_at_speculative_commit) {
+      w->kv_acks = std::make_unique<KvAcks>(*w->loop, *w->vector_watermark, kPendingAcksMax);
+    }
+    DistKvOptions ko;
+    ko.coordinator = w->coordinator.get();
+    ko.config = &config_;
+    ko.acks = w->kv_acks.get();
+    ko.loop = w->loop.get();
+    // The local fast path: a Txn of this worker's, logged to its stream as the participant's.
+    txn::Txn& local = engine_->make_worker()->txn();
+    if (w->appender != nullptr) {
+      local.set_tid_floor(w->appender->promised_tid());
+      local.set_keep_old_values(true);  // puts logged as patches
+      ko.commit_hook = &repl::StreamAppender::commit_hook;
+      ko.commit_hook_ctx = w->appender;
+    }
+    ko.local = &local;
+    ko.table = kv_table_;
+    ko.own_shard = options_.shard;
+    w->kv_backend = std::make_unique<DistKvBackend>(ko);
+    w->resp = std::make_unique<RespWorker>(*w->loop, *w->kv_backend, w->kv_acks.get(),
+                                           RealEnv::instance(), options_.resp_max_connections);
+    SHOAL_TRY(w->resp->start());
   }
   if (tpcc_ != nullptr) {
     w->tpcc = std::make_unique<TpccShardContext>();
@@ -695,6 +744,7 @@ Status ShardServer::serve() {
     });
   }
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  SHOAL_TRY(start_resp());
   SHOAL_TRY(start_deposition_watch());
   fmt::print(stderr,
              "shoal server: shard {} replica {} ready on {}:{} (epoch {}, {} worker{}, keys [{}, "
@@ -705,6 +755,27 @@ Status ShardServer::serve() {
   accept_loop();
   stop_workers();
   fmt::print(stderr, "shoal server: shard {} stopped\n", options_.shard);
+  return Status::Ok();
+}
+
+Status ShardServer::start_resp() {
+  if (!resp_enabled()) return Status::Ok();
+  std::vector<RespWorker*> workers;
+  for (auto& w : workers_) workers.push_back(w->resp.get());
+  auto l = RespListener::listen(me().host, resp_port(), std::move(workers),
+                                options_.resp_max_connections);
+  if (!l.ok()) return l.status();
+  resp_listener_ = std::move(*l);
+  resp_listener_->start();
+  fmt::print(
+      stderr,
+      "shoal server: shard {} replica {}: redis protocol on {}:{} (replies {}; keys [{}, {}))\n",
+      options_.shard, me_, me().host, resp_listener_->port(),
+      options_.resp_reply_at_speculative_commit || workers_[0]->kv_acks == nullptr
+          ? "at the speculative commit"
+          : "once durable",
+      options_.shard == 0 ? "" : config_.kv_split_keys[options_.shard - 1],
+      options_.shard + 1 == config_.shards.size() ? "" : config_.kv_split_keys[options_.shard]);
   return Status::Ok();
 }
 
@@ -851,6 +922,7 @@ void ShardServer::stop_shm_acceptor() {
 
 void ShardServer::stop_workers() {
   stop_shm_acceptor();
+  if (resp_listener_ != nullptr) resp_listener_->stop();
   if (control_ != nullptr) {
     control_->loop->stop();
     if (control_->thread.joinable()) control_->thread.join();
@@ -862,6 +934,7 @@ void ShardServer::stop_workers() {
 }
 
 void Worker::teardown() {
+  if (resp != nullptr) resp->shutdown();
   watermark_exchange.reset();
   coordinator.reset();
   incoming.clear();
@@ -871,6 +944,9 @@ void Worker::teardown() {
   service.reset();
   participant.reset();
   loop.reset();
+  resp.reset();
+  kv_backend.reset();
+  kv_acks.reset();
 }
 
 template <typename E>

@@ -94,6 +94,14 @@ struct ServerOptions {
   // GET /metrics (Prometheus text, docs/OPERATIONS.md "Metrics") on this replica's host and
   // this port (`--metrics-port`); 0: the config's metrics_port for this replica (0 there: none).
   uint16_t metrics_port = 0;
+  // The Redis protocol (docs/RESP.md, "In the shard server") on this replica's host: -1: the
+  // config's resp_port for this replica (0 there: none); 0: a free port (printed); else this.
+  int32_t resp_port = -1;
+  // Reply to a RESP write at its speculative commit instead of once it is durable (the
+  // vectorized watermark covers it). Faster; a reply may then name a write that a failover
+  // takes back.
+  bool resp_reply_at_speculative_commit = false;
+  uint32_t resp_max_connections = 10'000;  // clients at once on the RESP port (all workers)
 };
 
 // A follower of this shard promoted in place (replica_cli.cc; design section 5): the server

@@ -22,7 +22,7 @@ class FaultBackend final : public KvBackend {
  public:
   explicit FaultBackend(std::unique_ptr<KvBackend> inner) : inner_(std::move(inner)) {}
   std::unique_ptr<KvTxn> open() override { return std::make_unique<Txn>(inner_->open(), this); }
-  Result<uint64_t> count_keys() override { return inner_->count_keys(); }
+  rt::Task<Result<uint64_t>> count_keys() override { return inner_->count_keys(); }
   // The next n commits abort the inner transaction and return Aborted.
   void fail_next_commits(int n) { fail_commits_.store(n); }
   // The stored value of key (tests inspect the encoding), read in a transaction of its own.
@@ -32,12 +32,12 @@ class FaultBackend final : public KvBackend {
       t->begin();
       std::string value;
       uint64_t version = 0;
-      const Status s = t->get(key, &value, &version);
+      const Status s = now(t->get(key, &value, &version));
       if (!s.ok() && !s.is_not_found()) {
-        t->abort();
+        now(t->abort());
         continue;
       }
-      if (t->commit().ok()) return s.ok() ? std::optional<std::string>(value) : std::nullopt;
+      if (now(t->commit()).ok()) return s.ok() ? std::optional<std::string>(value) : std::nullopt;
     }
     ADD_FAILURE() << "raw(" << key << "): conflicts";
     return std::nullopt;
@@ -49,24 +49,26 @@ class FaultBackend final : public KvBackend {
     Txn(std::unique_ptr<KvTxn> inner, FaultBackend* owner)
         : inner_(std::move(inner)), owner_(owner) {}
     void begin() override { inner_->begin(); }
-    Status get(std::string_view k, std::string* v, uint64_t* version) override {
+    rt::Task<Status> get(std::string_view k, std::string* v, uint64_t* version) override {
       return inner_->get(k, v, version);
     }
-    Status put(std::string_view k, std::string_view v) override { return inner_->put(k, v); }
-    Status del(std::string_view k) override { return inner_->del(k); }
-    Status scan(const ScanRange& r, size_t limit, size_t prefix,
-                std::vector<KeyValue>* out) override {
+    rt::Task<Status> put(std::string_view k, std::string_view v) override {
+      return inner_->put(k, v);
+    }
+    rt::Task<Status> del(std::string_view k) override { return inner_->del(k); }
+    rt::Task<Status> scan(const ScanRange& r, size_t limit, size_t prefix,
+                          std::vector<KeyValue>* out) override {
       return inner_->scan(r, limit, prefix, out);
     }
-    Result<CommitInfo> commit() override {
+    rt::Task<Result<CommitInfo>> commit() override {
       if (owner_->fail_commits_.fetch_sub(1) > 0) {
-        inner_->abort();
-        return Status::Aborted("injected conflict");
+        co_await inner_->abort();
+        co_return Status::Aborted("injected conflict");
       }
       owner_->fail_commits_.store(0);
-      return inner_->commit();
+      co_return co_await inner_->commit();
     }
-    void abort() override { inner_->abort(); }
+    rt::Task<void> abort() override { return inner_->abort(); }
 
    private:
     std::unique_ptr<KvTxn> inner_;

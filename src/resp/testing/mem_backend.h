@@ -4,6 +4,7 @@
 // store's mutex (Aborted when one changed), then installs the writes with a fresh version
 // each. Deletes leave a tombstone holding the delete's version. Tests can make the next
 // commits fail (fail_next_commits) to exercise the session's retry path.
+// Every call completes inline (its task never suspends), as a local engine's would.
 // Threads: the store is thread-safe (one mutex); each MemTxn belongs to one thread.
 #pragma once
 
@@ -25,7 +26,8 @@ class MemBackend final : public KvBackend {
   };
 
   std::unique_ptr<KvTxn> open() override;
-  Result<uint64_t> count_keys() override {
+  rt::Task<Result<uint64_t>> count_keys() override { co_return count_keys_now(); }
+  Result<uint64_t> count_keys_now() {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t n = 0;
     for (const auto& [k, e] : store_) n += e.value.has_value() ? 1 : 0;
@@ -66,7 +68,25 @@ class MemTxn final : public KvTxn {
     writes_.clear();
   }
 
-  Status get(std::string_view key, std::string* value, uint64_t* version) override {
+  rt::Task<Status> get(std::string_view key, std::string* value, uint64_t* version) override {
+    co_return get_now(key, value, version);
+  }
+  rt::Task<Status> put(std::string_view key, std::string_view value) override {
+    co_return put_now(key, value);
+  }
+  rt::Task<Status> del(std::string_view key) override { co_return del_now(key); }
+  rt::Task<Status> scan(const ScanRange& range, size_t limit, size_t value_prefix_bytes,
+                        std::vector<KeyValue>* out) override {
+    co_return scan_now(range, limit, value_prefix_bytes, out);
+  }
+  rt::Task<Result<CommitInfo>> commit() override { co_return commit_now(); }
+  rt::Task<void> abort() override {
+    open_ = false;
+    co_return;
+  }
+
+  // The same calls, synchronous.
+  Status get_now(std::string_view key, std::string* value, uint64_t* version) {
     SHOAL_ASSERT(open_ && !key.empty() && key.size() <= kMaxKeyBytes, "get");
     if (auto w = writes_.find(key); w != writes_.end()) {
       *version = kAbsentVersion;  // unspecified for the transaction's own writes
@@ -83,24 +103,21 @@ class MemTxn final : public KvTxn {
     return Status::Ok();
   }
 
-  Status put(std::string_view key, std::string_view value) override {
+  Status put_now(std::string_view key, std::string_view value) {
     SHOAL_ASSERT(open_ && !key.empty() && key.size() <= kMaxKeyBytes, "put");
     writes_.insert_or_assign(std::string(key), std::string(value));
     return Status::Ok();
   }
 
-  Status del(std::string_view key) override {
+  Status del_now(std::string_view key) {
     SHOAL_ASSERT(open_ && !key.empty() && key.size() <= kMaxKeyBytes, "del");
     writes_.insert_or_assign(std::string(key), std::nullopt);
     return Status::Ok();
   }
 
-  Status scan(const ScanRange& range, size_t limit, size_t value_prefix_bytes,
-              std::vector<KeyValue>* out) override;
-
-  Result<CommitInfo> commit() override;
-
-  void abort() override { open_ = false; }
+  Status scan_now(const ScanRange& range, size_t limit, size_t value_prefix_bytes,
+                  std::vector<KeyValue>* out);
+  Result<CommitInfo> commit_now();
 
  private:
   bool in_range(const ScanRange& r, std::string_view k) const {
@@ -119,8 +136,8 @@ inline std::unique_ptr<KvTxn> MemBackend::open() {
 }
 
 // Merges the store with the transaction's own writes, in key order.
-inline Status MemTxn::scan(const ScanRange& range, size_t limit, size_t value_prefix_bytes,
-                           std::vector<KeyValue>* out) {
+inline Status MemTxn::scan_now(const ScanRange& range, size_t limit, size_t value_prefix_bytes,
+                               std::vector<KeyValue>* out) {
   SHOAL_ASSERT(open_ && limit >= 1, "scan");
   std::lock_guard<std::mutex> lock(b_.mu_);
   auto s = range.start_inclusive ? b_.store_.lower_bound(range.start)
@@ -152,7 +169,7 @@ inline Status MemTxn::scan(const ScanRange& range, size_t limit, size_t value_pr
   return Status::Ok();
 }
 
-inline Result<CommitInfo> MemTxn::commit() {
+inline Result<CommitInfo> MemTxn::commit_now() {
   SHOAL_ASSERT(open_, "commit without begin");
   open_ = false;
   std::lock_guard<std::mutex> lock(b_.mu_);

@@ -25,6 +25,17 @@ class ManualEnv final : public Env {
   uint64_t wall_us_ = 1'700'000'000'000'000;  // Nov 2023
 };
 
+// The value of a backend call that completes inline (MemBackend, the engine's backend): tests
+// call KvTxn directly. REQUIRES (asserted): the task does not suspend.
+template <typename T>
+T now(rt::Task<T> task) {
+  SHOAL_ASSERT(task.start_inline(), "%s", "a backend call suspended in now()");
+  return task.take();
+}
+inline void now(rt::Task<void> task) {
+  SHOAL_ASSERT(task.start_inline(), "%s", "a backend call suspended in now()");
+}
+
 // A command as a RESP array of bulk strings.
 inline std::string encode_command(const std::vector<std::string_view>& args) {
   std::string out = "*" + std::to_string(args.size()) + "\r\n";

@@ -1,0 +1,426 @@
+#include "src/server/dist_kv.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "src/base/ebr.h"
+#include "src/server/kv_fragments.h"
+
+namespace shoal::server {
+namespace {
+
+constexpr size_t kGetBufferBytes = 512;        // a get's first result buffer (grows on demand)
+constexpr size_t kScanBufferBytes = 64 << 10;  // a scan fragment's result (more: go on)
+constexpr size_t kKeptBufferBytes = 64 << 10;  // larger buffers are freed after a transaction
+constexpr uint32_t kCountBatchKeys = 10'000;   // DBSIZE: keys per read-only transaction
+
+// Aborted and Timeout: worth a retry from begin() (the session's loop, kv_backend.h).
+Status retryable(Status s) {
+  if (s.code() == Code::kTimeout) {
+    return Status::Aborted("timed out (" + s.message() + ")");
+  }
+  return s;
+}
+
+std::span<const uint8_t> as_bytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+class DistKvTxn final : public resp::KvTxn {
+ public:
+  explicit DistKvTxn(DistKvBackend& backend) : backend_(backend), o_(backend.options()) {}
+  ~DistKvTxn() override {
+    if (txn_ != nullptr) backend_.give_back(std::move(txn_));
+  }
+
+  void begin() override {
+    SHOAL_ASSERT(mode_ == Mode::kNone, "%s", "DistKvTxn::begin with a transaction open");
+    open_ = true;
+  }
+
+  rt::Task<Status> get(std::string_view key, std::string* value, uint64_t* version) override;
+  rt::Task<Status> put(std::string_view key, std::string_view value) override;
+  rt::Task<Status> del(std::string_view key) override;
+  rt::Task<Status> scan(const resp::ScanRange& range, size_t limit, size_t value_prefix_bytes,
+                        std::vector<resp::KeyValue>* out) override;
+  rt::Task<Result<resp::CommitInfo>> commit() override;
+  rt::Task<void> abort() override;
+
+ private:
+  // kLocal: on the worker's Txn (the fast path); kDist: through the coordinator.
+  enum class Mode : uint8_t { kNone, kLocal, kDist };
+
+  uint32_t shard_of(std::string_view key) const { return o_.config->shard_for_kv_key(key); }
+  // Makes the transaction able to touch `shard`: starts it locally or through 2PC, or, when
+  // a local transaction reaches another shard, ends the attempt (Aborted) so that the
+  // session's retry runs it through 2PC.
+  Status enter(uint32_t shard);
+  // Notes a conflict for the backoff before the retry.
+  Status note(Status s) {
+    s = retryable(std::move(s));
+    conflicted_ |= s.is_aborted();
+    return s;
+  }
+  rt::Task<void> back_off();
+  // `range` clipped to `shard`'s keys (its split keys).
+  KvScanArgs clip(uint32_t shard, const resp::ScanRange& range) const;
+  Status scan_local(const KvScanArgs& a, size_t limit, std::vector<resp::KeyValue>* out);
+  // One shard's part of a scan through 2PC.
+  rt::Task<Status> scan_shard(uint32_t shard, KvScanArgs a, size_t limit,
+                              std::vector<resp::KeyValue>* out);
+  Result<resp::CommitInfo> commit_local(txn::DepVec* vector);
+  void close() {
+    if (result_.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(result_);
+    if (args_.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(args_);
+    if (txn_ != nullptr) backend_.give_back(std::move(txn_));
+    mode_ = Mode::kNone;
+    open_ = false;
+  }
+
+  DistKvBackend& backend_;
+  const DistKvOptions& o_;
+  Mode mode_ = Mode::kNone;
+  bool open_ = false;
+  bool force_dist_ = false;   // the last attempt reached a second shard: 2PC from the start
+  bool local_wrote_ = false;  // kLocal: a put or del
+  bool conflicted_ = false;   // the open attempt met a conflict
+  uint32_t conflicts_ = 0;    // in a row (backoff)
+  uint64_t local_runs_ = 0;
+  std::unique_ptr<dist::DistTxn> txn_;  // kDist
+  std::vector<uint8_t> args_;
+  std::vector<uint8_t> result_;
+  std::string cursor_;  // a scan's last key, while it goes on
+};
+
+Status DistKvTxn::enter(uint32_t shard) {
+  SHOAL_ASSERT(open_, "%s", "DistKvTxn: a call without begin()");
+  if (mode_ == Mode::kDist) return Status::Ok();
+  if (shard == o_.own_shard && o_.local != nullptr && !force_dist_) {
+    if (mode_ == Mode::kNone) {
+      o_.local->begin();
+      mode_ = Mode::kLocal;
+      local_wrote_ = false;
+    }
+    return Status::Ok();
+  }
+  if (mode_ == Mode::kLocal) {
+    force_dist_ = true;
+    return Status::Aborted("kv: the transaction reaches another shard: again through 2PC");
+  }
+  txn_ = backend_.take_txn();
+  o_.coordinator->begin(*txn_);
+  mode_ = Mode::kDist;
+  return Status::Ok();
+}
+
+rt::Task<void> DistKvTxn::back_off() {
+  if (o_.loop == nullptr) co_return;
+  ++conflicts_;
+  // The lock in the way may be a remote coordinator's, released by a message this loop has
+  // yet to read: let the loop run first, then wait a little longer each time (as the
+  // coordinator's own retries do, coordinator.h).
+  if (conflicts_ <= 2) {
+    co_await o_.loop->yield();
+    co_return;
+  }
+  const uint64_t d = std::min<uint64_t>(2'000'000, uint64_t{20'000} << std::min(conflicts_, 7u));
+  const uint64_t mix =
+      (reinterpret_cast<uintptr_t>(this) * 0x9e3779b97f4a7c15ULL + conflicts_) >> 33;
+  (co_await o_.loop->sleep_for(d / 2 + mix % (d / 2 + 1))).ignore();
+}
+
+rt::Task<Status> DistKvTxn::get(std::string_view key, std::string* value, uint64_t* version) {
+  const uint32_t shard = shard_of(key);
+  SHOAL_CO_TRY(enter(shard));
+  if (mode_ == Mode::kLocal) {
+    Status s = o_.local->get(*o_.table, key, value, version);
+    co_return s.is_not_found() ? s : note(std::move(s));
+  }
+  if (result_.size() < kGetBufferBytes) result_.resize(kGetBufferBytes);
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the second with room for the value
+    uint32_t size = 0;
+    SHOAL_CO_TRY(note(co_await txn_->exec(shard, kFragKvGet, as_bytes(key), result_, &size)));
+    KvGetResult r;
+    SHOAL_CO_TRY(decode_kv_get({result_.data(), size}, &r));
+    *version = r.version;
+    if (r.kind == kKvFound) {
+      value->assign(r.value);
+      co_return Status::Ok();
+    }
+    if (r.kind == kKvAbsent) co_return Status::NotFound();
+    result_.resize(r.needed);
+  }
+  co_return Status::Corruption("kv get: the value grew inside its own transaction");
+}
+
+rt::Task<Status> DistKvTxn::put(std::string_view key, std::string_view value) {
+  const uint32_t shard = shard_of(key);
+  SHOAL_CO_TRY(enter(shard));
+  if (mode_ == Mode::kLocal) {
+    local_wrote_ = true;
+    co_return note(o_.local->put(*o_.table, key, value));
+  }
+  encode_kv_put(key, value, &args_);
+  co_return note(co_await txn_->exec(shard, kFragKvPut, args_, {}));
+}
+
+rt::Task<Status> DistKvTxn::del(std::string_view key) {
+  const uint32_t shard = shard_of(key);
+  SHOAL_CO_TRY(enter(shard));
+  if (mode_ == Mode::kLocal) {
+    local_wrote_ = true;
+    Status s = o_.local->remove(*o_.table, key);
+    co_return s.is_not_found() ? Status::Ok() : note(std::move(s));
+  }
+  co_return note(co_await txn_->exec(shard, kFragKvDel, as_bytes(key), {}));
+}
+
+KvScanArgs DistKvTxn::clip(uint32_t shard, const resp::ScanRange& range) const {
+  const cluster::ClusterConfig& config = *o_.config;
+  KvScanArgs a;
+  a.start = range.start;
+  a.start_inclusive = range.start_inclusive;
+  if (shard > 0 && (a.start.empty() || a.start < config.kv_split_keys[shard - 1])) {
+    a.start = config.kv_split_keys[shard - 1];  // the shard's first key
+    a.start_inclusive = true;
+  }
+  a.has_end = !range.end.empty();
+  a.end = range.end;
+  if (shard + 1 < config.shards.size() && (!a.has_end || config.kv_split_keys[shard] < range.end)) {
+    a.has_end = true;  // the next shard's first key
+    a.end = config.kv_split_keys[shard];
+  }
+  return a;
+}
+
+Status DistKvTxn::scan_local(const KvScanArgs& a, size_t limit, std::vector<resp::KeyValue>* out) {
+  txn::BytesScan scan;
+  scan.start = a.start;
+  scan.start_inclusive = a.start_inclusive;
+  if (a.has_end) scan.end = a.end;
+  scan.limit = limit;
+  scan.value_prefix_bytes = a.value_prefix_bytes;
+  return note(o_.local->scan(*o_.table, scan, [&](const txn::BytesEntry& e) {
+    out->push_back({std::string(e.key), std::string(e.value)});
+    return true;
+  }));
+}
+
+rt::Task<Status> DistKvTxn::scan_shard(uint32_t shard, KvScanArgs a, size_t limit,
+                                       std::vector<resp::KeyValue>* out) {
+  if (result_.size() < kScanBufferBytes) result_.resize(kScanBufferBytes);
+  for (size_t got = 0; got < limit;) {  // each pass delivers >= 1 key or grows the buffer
+    a.limit = static_cast<uint32_t>(limit - got);
+    encode_kv_scan(a, &args_);
+    uint32_t size = 0, count = 0;
+    SHOAL_CO_TRY(note(co_await txn_->exec(shard, kFragKvScan, args_, result_, &size)));
+    bool more = false;
+    std::string_view last;
+    SHOAL_CO_TRY(decode_kv_scan({result_.data(), size}, false, out, &more, &count, &last));
+    got += count;
+    if (!more) break;
+    if (count == 0) {  // one entry larger than the buffer: grow it (bounded by the message)
+      if (result_.size() >= dist::kFragmentBytesMax) co_return Status::Corruption("kv scan");
+      result_.resize(std::min<size_t>(result_.size() * 4, dist::kFragmentBytesMax));
+      continue;
+    }
+    cursor_.assign(last);
+    a.start = cursor_;
+    a.start_inclusive = false;
+  }
+  co_return Status::Ok();
+}
+
+rt::Task<Status> DistKvTxn::scan(const resp::ScanRange& range, size_t limit,
+                                 size_t value_prefix_bytes, std::vector<resp::KeyValue>* out) {
+  const cluster::ClusterConfig& config = *o_.config;
+  const size_t before = out->size();
+  // Shards in key order, from the one owning the range's start, until the range ends.
+  for (uint32_t shard = range.start.empty() ? 0 : shard_of(range.start);
+       shard < config.shards.size() && out->size() - before < limit; ++shard) {
+    if (shard > 0 && !range.end.empty() && !(config.kv_split_keys[shard - 1] < range.end)) break;
+    SHOAL_CO_TRY(enter(shard));
+    KvScanArgs a = clip(shard, range);
+    a.value_prefix_bytes =
+        static_cast<uint32_t>(std::min<size_t>(value_prefix_bytes, dist::kFragmentBytesMax / 2));
+    const size_t left = limit - (out->size() - before);
+    if (mode_ == Mode::kLocal) {
+      SHOAL_CO_TRY(scan_local(a, left, out));
+    } else {
+      SHOAL_CO_TRY(co_await scan_shard(shard, a, left, out));
+    }
+  }
+  co_return Status::Ok();
+}
+
+Result<resp::CommitInfo> DistKvTxn::commit_local(txn::DepVec* vector) {
+  txn::Txn& t = *o_.local;
+  Status s = t.commit();
+  if (s.ok() && local_wrote_ && o_.commit_hook != nullptr) {
+    Status logged = o_.commit_hook(o_.commit_hook_ctx, t);
+    if (!logged.ok()) {  // installed, not logged: never acknowledged (txn::CommitHook)
+      t.end();
+      return logged;
+    }
+  }
+  if (s.ok()) {
+    // As the TPC-C terminals' acknowledgement (shard_server.cc ack_vector): what it read
+    // depends on, and our shard's entry at its commit TID or the newest version it read.
+    *vector = t.deps();
+    vector->raise(o_.own_shard,
+                  std::max(t.max_seen_version(), local_wrote_ ? t.last_commit_tid() : 0));
+  } else {
+    t.abort();
+  }
+  t.end();
+  if ((++local_runs_ & 63) == 0) ebr::quiesce();  // as txn::Worker::run does
+  if (!s.ok()) return note(std::move(s));
+  return resp::CommitInfo{};
+}
+
+rt::Task<Result<resp::CommitInfo>> DistKvTxn::commit() {
+  SHOAL_ASSERT(open_, "%s", "commit without begin");
+  const Mode mode = mode_;
+  Result<resp::CommitInfo> done = resp::CommitInfo{};
+  txn::DepVec local_vector;
+  if (mode == Mode::kLocal) {
+    done = commit_local(&local_vector);
+  } else if (mode == Mode::kDist) {
+    Status s = note(co_await o_.coordinator->finish(*txn_));
+    if (!s.ok()) done = s;
+  }
+  if (done.ok() && mode != Mode::kNone && o_.acks != nullptr) {
+    done->durable_token =
+        co_await o_.acks->token_for(mode == Mode::kLocal ? local_vector : txn_->vector());
+  }
+  close();
+  if (conflicted_) {
+    conflicted_ = false;
+    co_await back_off();
+  } else {
+    if (done.ok()) conflicts_ = 0;
+    force_dist_ = false;
+  }
+  co_return done;
+}
+
+rt::Task<void> DistKvTxn::abort() {
+  if (mode_ == Mode::kLocal) {
+    o_.local->abort();
+    o_.local->end();
+  } else if (mode_ == Mode::kDist) {
+    co_await o_.coordinator->abort(*txn_);
+  }
+  close();
+  if (conflicted_) {
+    conflicted_ = false;
+    co_await back_off();
+  }
+}
+
+}  // namespace
+
+// ---- KvAcks ----
+
+KvAcks::KvAcks(rt::EventLoop& loop, dist::VectorWatermark& watermark, uint32_t slots)
+    : loop_(loop), watermark_(watermark), slots_(slots) {
+  SHOAL_ASSERT(slots >= 1 && slots < (1u << kSlotBits), "%u ack slots", slots);
+  for (uint32_t i = slots; i > 0; --i) free_.push_back(i - 1);
+}
+
+KvAcks::~KvAcks() = default;
+
+rt::Task<uint64_t> KvAcks::token_for(const txn::DepVec& vector) {
+  if (watermark_.covers(vector)) co_return 0;
+  if (!free_.empty()) {
+    const uint32_t slot = free_.back();
+    Slot& s = slots_[slot];
+    s.vector = vector;
+    s.token = (++s.generation << kSlotBits) | slot;
+    if (loop_.spawn(watch(this, slot)).ok()) {
+      free_.pop_back();
+      ++pending_;
+      co_return s.token;
+    }
+    s.token = 0;  // no task room: wait here instead
+  }
+  const txn::DepVec copy = vector;                    // the caller's may change while we wait
+  (co_await watermark_.wait_covered(copy)).ignore();  // released at shutdown: nobody waits
+  co_return 0;
+}
+
+bool KvAcks::is_durable(uint64_t token) const {
+  const uint64_t slot = token & ((uint64_t{1} << kSlotBits) - 1);
+  return slot >= slots_.size() || slots_[slot].token != token;
+}
+
+rt::Task<void> KvAcks::watch(KvAcks* acks, uint32_t slot) {
+  Slot& s = acks->slots_[slot];
+  // Released at shutdown (Unavailable): the replies then never leave, as the process stops.
+  (co_await acks->watermark_.wait_covered(s.vector)).ignore();
+  s.token = 0;
+  acks->free_.push_back(slot);
+  --acks->pending_;
+  ++acks->acknowledged_;
+}
+
+// ---- DistKvBackend ----
+
+DistKvBackend::DistKvBackend(DistKvOptions options) : options_(options) {
+  SHOAL_ASSERT(options_.coordinator != nullptr && options_.config != nullptr, "%s",
+               "DistKvBackend without coordinator or config");
+}
+
+DistKvBackend::~DistKvBackend() = default;
+
+std::unique_ptr<resp::KvTxn> DistKvBackend::open() {
+  return std::make_unique<DistKvTxn>(*this);
+}
+
+std::unique_ptr<dist::DistTxn> DistKvBackend::take_txn() {
+  if (pool_.empty()) return std::make_unique<dist::DistTxn>();
+  auto t = std::move(pool_.back());
+  pool_.pop_back();
+  return t;
+}
+
+void DistKvBackend::give_back(std::unique_ptr<dist::DistTxn> txn) {
+  if (pool_.size() < options_.pooled_txns_max) pool_.push_back(std::move(txn));
+}
+
+rt::Task<Result<uint64_t>> DistKvBackend::count_keys() {
+  uint64_t total = 0;
+  std::vector<uint8_t> args, result(kScanBufferBytes);
+  std::string cursor;
+  for (uint32_t shard = 0; shard < options_.config->shards.size(); ++shard) {
+    KvScanArgs a;
+    a.count_only = true;
+    a.limit = kCountBatchKeys;
+    if (shard > 0) a.start = options_.config->kv_split_keys[shard - 1];
+    if (shard + 1 < options_.config->shards.size()) {
+      a.has_end = true;
+      a.end = options_.config->kv_split_keys[shard];
+    }
+    for (;;) {  // one batch per pass; ends when a batch counts fewer than its limit
+      dist::DistTxn txn;
+      options_.coordinator->begin(txn);
+      encode_kv_scan(a, &args);
+      uint32_t size = 0, count = 0;
+      Status s = co_await txn.exec(shard, kFragKvScan, args, result, &size);
+      bool more = false;
+      std::string_view last;
+      if (s.ok()) s = decode_kv_scan({result.data(), size}, true, nullptr, &more, &count, &last);
+      if (s.ok()) cursor.assign(last);
+      co_await options_.coordinator->abort(txn);  // read-only and not one snapshot: no commit
+      if (!s.ok()) co_return s;
+      total += count;
+      if (count < a.limit) break;
+      a.start = cursor;
+      a.start_inclusive = false;
+    }
+  }
+  co_return total;
+}
+
+}  // namespace shoal::server

@@ -1,0 +1,151 @@
+// The Redis-protocol port of `shoal server` (docs/RESP.md, "In the shard server").
+//
+// RespListener: a listening socket and its accept thread. Each accepted client socket is
+// handed to a worker's RespWorker, round robin, through a bounded hand-off queue and a post
+// to that worker's loop. At most max_connections clients at once (the server's whole RESP
+// port): the next is answered "-ERR max number of clients reached" and closed, as Redis does.
+//
+// RespWorker: one per worker loop. A loop poller drains an epoll set (edge triggered) of its
+// clients; the loop sleeps in ppoll on the epoll fd like on its other sockets. Each client is
+// a resp::Connection whose requests run as coroutines on this loop (Session::execute over the
+// worker's DistKvBackend): a request that waits for another shard suspends, and a small task
+// resumes the connection when it ends, so one loop serves many clients and its 2PC traffic.
+// Per poll, at most kActivePerPoll clients are served, each for at most one read and one
+// process() turn (connection.h: max_requests_per_turn), so nobody holds the loop.
+// Back-pressure: a client's socket is read only while its connection wants input (its output
+// under the soft limit, no request in flight); output beyond the hard limit closes it.
+// Durability: replies leave when their token is durable (dist_kv.h KvAcks); a client whose
+// output waits on one is re-checked whenever an acknowledgement arrives.
+// Malformed input: the connection answers the protocol error and closes; others go on.
+// Memory per idle client: sizeof(Client) plus the connection's and session's small state
+// (the connection's buffers are released once it has been quiet for kQuietNs).
+// Threads: RespListener's accept thread; each RespWorker belongs to its loop's thread, except
+// hand_off() (any thread).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/status.h"
+#include "src/base/env.h"
+#include "src/resp/connection.h"
+#include "src/runtime/event_loop.h"
+#include "src/server/dist_kv.h"
+
+namespace shoal::server {
+
+struct RespWorkerStats {
+  uint64_t accepted = 0;
+  uint64_t closed = 0;
+  uint64_t protocol_errors = 0;  // closed after a protocol error or an output overflow
+  uint64_t suspensions = 0;      // requests that waited on another shard (or an ack slot)
+};
+
+class RespWorker {
+ public:
+  // REQUIRES: backend, acks (nullptr: replies at the speculative commit) and loop outlive it.
+  RespWorker(rt::EventLoop& loop, resp::KvBackend& backend, KvAcks* acks, Env& env,
+             uint32_t max_clients);
+  ~RespWorker();
+  RespWorker(const RespWorker&) = delete;
+  RespWorker& operator=(const RespWorker&) = delete;
+
+  // Loop thread: registers the poller. IOError when epoll cannot be created.
+  [[nodiscard]] Status start();
+  // Loop thread, at the loop's end: closes every socket and removes the poller. Clients with a
+  // request in flight keep their coroutine frames until the destructor, which must then run
+  // after the loop is gone (nothing may resume them in between).
+  void shutdown();
+  // Any thread: queues an accepted socket for this worker (false: queue full, caller closes).
+  bool hand_off(int fd);
+  // Loop thread: live clients now.
+  size_t clients() const { return live_; }
+  const RespWorkerStats& stats() const { return stats_; }
+  // Called by each client when it closes (the listener's connection count).
+  void set_on_close(void (*fn)(void* ctx), void* ctx) {
+    on_close_ = fn;
+    on_close_ctx_ = ctx;
+  }
+
+ private:
+  struct Client;
+  static constexpr size_t kActivePerPoll = 64;
+  static constexpr uint64_t kQuietNs = 100'000'000;  // idle this long: buffers released
+  static constexpr size_t kHandOffMax = 1024;
+
+  static bool poll_thunk(void* self) { return static_cast<RespWorker*>(self)->poll(); }
+  static bool prepare_wake(void* self, int fds[rt::kMaxPollerFds]);
+  static void drain_hand_offs(void* self);
+  bool poll();
+  void adopt(int fd);
+  void activate(Client* c);
+  // Reads, processes and writes what it can; false when the client is gone (closed).
+  bool serve(Client* c);
+  bool read_some(Client* c);
+  void write_some(Client* c);
+  void close_client(Client* c);
+  // Every kQuietNs: frees the buffers of clients quiet for that long.
+  void release_quiet_buffers();
+  static rt::Task<void> resume(RespWorker* w, Client* c);
+
+  rt::EventLoop& loop_;
+  resp::KvBackend& backend_;
+  KvAcks* acks_;
+  Env& env_;
+  uint32_t max_clients_;
+  int epoll_fd_ = -1;
+  std::vector<std::unique_ptr<Client>> clients_;  // by slot; null: free
+  std::vector<uint32_t> free_slots_;
+  size_t live_ = 0;
+  std::vector<Client*> active_;  // clients that can make progress without a new event
+  std::vector<Client*> gated_;   // clients whose output waits for an acknowledgement
+  std::vector<Client*> quiet_;   // clients with nothing to do, buffers still held
+  uint64_t next_sweep_ns_ = 0;
+  uint64_t acks_seen_ = 0;
+  uint64_t next_client_id_ = 1;
+  RespWorkerStats stats_;
+  void (*on_close_)(void*) = nullptr;
+  void* on_close_ctx_ = nullptr;
+  std::mutex hand_off_mu_;
+  std::vector<int> hand_offs_;  // guarded by hand_off_mu_
+  std::atomic<bool> hand_offs_waiting_{false};
+};
+
+class RespListener {
+ public:
+  // Listens on host:port (0: a free port, see port()). REQUIRES: workers outlive it.
+  [[nodiscard]] static Result<std::unique_ptr<RespListener>> listen(
+      const std::string& host, uint16_t port, std::vector<RespWorker*> workers,
+      uint32_t max_connections);
+  ~RespListener();  // stops the accept thread and closes the socket
+  RespListener(const RespListener&) = delete;
+  RespListener& operator=(const RespListener&) = delete;
+
+  uint16_t port() const { return port_; }
+  // Starts accepting on a thread of its own.
+  void start();
+  void stop();
+  uint32_t connections() const { return connections_.load(); }
+
+ private:
+  RespListener() = default;
+  void accept_loop();
+  static void on_client_closed(void* self) {
+    static_cast<RespListener*>(self)->connections_.fetch_sub(1);
+  }
+
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  uint32_t max_connections_ = 0;
+  std::vector<RespWorker*> workers_;
+  std::atomic<uint32_t> connections_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace shoal::server
