@@ -119,6 +119,9 @@ std::string ClusterStateStore::shard_key(uint32_t shard) const {
 std::string ClusterStateStore::final_watermark_key(uint64_t epoch, uint32_t shard) const {
   return prefix_ + "epochs/" + std::to_string(epoch) + "/final_watermark/" + std::to_string(shard);
 }
+std::string ClusterStateStore::epoch_floor_key(uint64_t epoch, uint32_t shard) const {
+  return prefix_ + "epochs/" + std::to_string(epoch) + "/floor/" + std::to_string(shard);
+}
 std::string ClusterStateStore::fvw_key(uint64_t epoch) const {
   return prefix_ + "epochs/" + std::to_string(epoch) + "/fvw";
 }
@@ -247,6 +250,28 @@ Result<std::optional<uint64_t>> ClusterStateStore::final_watermark(uint64_t epoc
   if (!*j) return std::optional<uint64_t>();
   uint64_t out = 0;
   SHOAL_TRY(read_u64(key, **j, "watermark", UINT64_MAX, &out));
+  return std::optional<uint64_t>(out);
+}
+
+Result<uint64_t> ClusterStateStore::publish_epoch_floor(uint64_t epoch, uint32_t shard,
+                                                        uint64_t floor) {
+  const std::string key = epoch_floor_key(epoch, shard);
+  auto stored = create_once(key, json{{"floor", floor}}.dump());
+  if (!stored.ok()) return stored.status();
+  auto j = parse_object(key, *stored);
+  if (!j.ok()) return j.status();
+  uint64_t out = 0;
+  SHOAL_TRY(read_u64(key, *j, "floor", UINT64_MAX, &out));
+  return out;
+}
+
+Result<std::optional<uint64_t>> ClusterStateStore::epoch_floor(uint64_t epoch, uint32_t shard) {
+  const std::string key = epoch_floor_key(epoch, shard);
+  auto j = get_object(key);
+  if (!j.ok()) return j.status();
+  if (!*j) return std::optional<uint64_t>();
+  uint64_t out = 0;
+  SHOAL_TRY(read_u64(key, **j, "floor", UINT64_MAX, &out));
   return std::optional<uint64_t>(out);
 }
 

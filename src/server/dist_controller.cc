@@ -772,6 +772,13 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
   }
   j["committed_cross"] = total.committed_cross;
   j["unavailable"] = total.unavailable;
+  j["failover_retries"] = total.failover_retries;
+  if (total.failover_retries > 0) {
+    text += fmt::format(
+        "failover: {} attempts found a shard unreachable and were retried after "
+        "the redial of its new leader\n",
+        total.failover_retries);
+  }
   nlohmann::json per_shard = nlohmann::json::array();
   std::vector<std::string> gone;
   std::string first_gone_error;
