@@ -113,6 +113,10 @@ class ClusterStateStore {
  private:
   // Writes `value` at `key` if absent; returns the value stored there afterwards.
   Result<std::string> create_once(const std::string& key, const std::string& value);
+  // create_once of {field: value}; returns the number stored there afterwards.
+  Result<uint64_t> create_u64_once(const std::string& key, const char* field, uint64_t value);
+  // The number in {field: n} at `key`, nullopt if absent.
+  Result<std::optional<uint64_t>> get_u64(const std::string& key, const char* field);
   // The JSON object stored at `key`, nullopt if absent, Corruption naming the key if not one.
   Result<std::optional<nlohmann::json>> get_object(const std::string& key);
 

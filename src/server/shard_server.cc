@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include "src/base/env.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
+#include "src/cluster/etcd_config_manager.h"
 #include "src/dist/coordinator.h"
 #include "src/dist/local_link.h"
 #include "src/dist/participant.h"
@@ -38,9 +40,9 @@
 #include "src/repl/leader.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
-#include "src/cluster/etcd_config_manager.h"
 #include "src/server/control.h"
 #include "src/server/deposition_watch.h"
+#include "src/server/discard_journal.h"
 #include "src/server/dist_bank.h"
 #include "src/server/dist_micro.h"
 #include "src/server/dist_tpcc.h"
@@ -189,6 +191,21 @@ struct Worker {
   MicroStats stats;
   BankHistory bank_log;  // workload bank: committed transactions (read after done, as published)
   repl::StreamAppender* appender = nullptr;  // this worker's replication stream (replicated only)
+  // What a failover elsewhere may make us discard (discard_journal.h; replicated shards of a
+  // cluster that follows failovers); written by this loop's commits, read while paused.
+  std::unique_ptr<DiscardJournal> discard_journal;
+  // The commit hook of both places this worker commits: logs the transaction on its stream and
+  // journals it for a discard. ctx: the Worker.
+  static Status logged_commit(void* ctx, const txn::Txn& txn);
+  // After a cross-shard transaction this worker coordinated: its own writes' journal entries
+  // get its final vector, or are marked in doubt (discard_journal.h).
+  void note_outcome(const Status& s, const dist::DistTxn& txn) {
+    if (discard_journal == nullptr || txn.shards().size() < 2) return;
+    const uint64_t own = txn.vector().get(server_shard);
+    if (own != 0 && (s.ok() || txn.in_doubt())) discard_journal->update(own, txn.vector(), !s.ok());
+  }
+  uint32_t server_shard = 0;  // server->shard(), for note_outcome
+  static void pause_thunk(void* self);
   uint64_t repl_txns_seen = 0;
   repl::AppenderStats log_base;  // the appender's counts when this load started
 
@@ -280,6 +297,11 @@ class ShardServer {
 
   void note_down(uint32_t shard) { down_mask_.fetch_or(uint64_t{1} << shard); }
   void note_up(uint32_t shard) { down_mask_.fetch_and(~(uint64_t{1} << shard)); }
+  // Whether a shard that becomes unreachable may come back under a new leader (the server
+  // watches the configuration manager): only then do clients retry what it failed.
+  bool follows_failovers() const { return !options_.etcd.empty(); }
+  // A worker's side of a discard's pause (its loop thread): blocks until the discard is over.
+  void park_worker();
   // The first commit this process recorded, in wall-clock microseconds (a failover's end, as
   // the benchmark measures it: docs/OPERATIONS.md).
   void note_commit() {
@@ -325,6 +347,15 @@ class ShardServer {
   [[nodiscard]] Status connect_to(uint32_t shard, uint64_t deadline_ns, F&& with);
   // DepositionWatch: another shard's leader changed; every worker redials it (watch thread).
   void follow_leader(uint32_t shard, uint32_t replica, uint64_t epoch);
+  // The FVW's discard (watch thread): with every worker paused, undoes what depends on the
+  // failed shard's lost TIDs (discard_journal.h), logged on stream 0. Bounded wait for the
+  // workers to pause.
+  [[nodiscard]] Status discard_lost_versions(const LostRange& range);
+  std::mutex pause_mu_;
+  std::condition_variable pause_cv_;
+  uint32_t parked_ = 0;                 // under pause_mu_
+  bool pausing_ = false;                // under pause_mu_
+  txn::Worker* compensator_ = nullptr;  // discard_lost_versions: the engine's, logged on stream 0
   // The shm rendezvous name of a shard (an abstract unix socket: per cluster and address).
   std::string shm_name(uint32_t shard) const;
   void accept_loop();
@@ -547,6 +578,7 @@ Status ShardServer::load_tpcc() {
 Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   auto w = std::make_unique<Worker>();
   w->server = this;
+  w->server_shard = options_.shard;
   w->index = index;
   rt::LoopOptions lo;
   lo.max_pollers = kIncomingMax + kShardsMax + 8;
@@ -616,7 +648,10 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     // Both places this worker's thread commits: the participant (every coordinator's
     // installs here) and, for TPC-C, the terminals' local Worker.
     w->appender = &replication_->appender(index);
-    w->participant->set_commit_hook(&repl::StreamAppender::commit_hook, w->appender);
+    if (follows_failovers() && config_.shards.size() > 1 && w->vector_watermark != nullptr) {
+      w->discard_journal = std::make_unique<DiscardJournal>(options_.shard);
+    }
+    w->participant->set_commit_hook(&Worker::logged_commit, w.get());
     // One stream, several Txns (participant F10): every TID goes above what it promised.
     w->participant->set_tid_floor(w->appender->promised_tid());
   }
@@ -628,8 +663,8 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     w->tpcc->coordinator = w->coordinator.get();
     w->tpcc->local = engine_->make_worker();
     if (w->appender != nullptr) {  // local transactions commit on its Txn (dist_tpcc.cc)
-      w->tpcc->commit_hook = &repl::StreamAppender::commit_hook;
-      w->tpcc->commit_hook_ctx = w->appender;
+      w->tpcc->commit_hook = &Worker::logged_commit;
+      w->tpcc->commit_hook_ctx = w.get();
       w->tpcc->local->txn().set_tid_floor(w->appender->promised_tid());
       w->tpcc->local->txn().set_keep_old_values(true);  // puts logged as patches
     }
@@ -720,6 +755,13 @@ void ShardServer::follow_leader(uint32_t shard, uint32_t replica, uint64_t epoch
                options_.shard, shard, record.to_string());
     return;
   }
+  if (!workers_.empty() && workers_[0]->discard_journal != nullptr) {
+    const Status discarded = discard_lost_versions(LostRange{shard, lost_above, lost_through});
+    if (!discarded.ok()) {
+      fmt::print(stderr, "shoal server: shard {}: discarding what depends on shard {}'s loss: {}\n",
+                 options_.shard, shard, discarded.to_string());
+    }
+  }
   leaders_[shard] = replica;  // read by connect_to, on this thread only after init
   fmt::print(stderr,
              "shoal server: shard {}: shard {} is led by replica {} since epoch {} (lost its TIDs "
@@ -752,6 +794,71 @@ void ShardServer::follow_leader(uint32_t shard, uint32_t replica, uint64_t epoch
                  options_.shard, wp->index, shard, s.to_string());
     }
   }
+}
+
+Status Worker::logged_commit(void* ctx, const txn::Txn& txn) {
+  auto* w = static_cast<Worker*>(ctx);
+  SHOAL_TRY(w->appender->append(txn));
+  if (w->discard_journal != nullptr) {
+    const dist::VectorWatermark& vw = *w->vector_watermark;
+    w->discard_journal->record(txn, [&vw](uint32_t shard, uint64_t ts) {
+      return shard < vw.shards() && vw.get(shard) >= ts;
+    });
+  }
+  return Status::Ok();
+}
+
+void Worker::pause_thunk(void* self) {
+  static_cast<Worker*>(self)->server->park_worker();
+}
+
+void ShardServer::park_worker() {
+  std::unique_lock<std::mutex> lock(pause_mu_);
+  ++parked_;
+  pause_cv_.notify_all();
+  pause_cv_.wait(lock, [this] { return !pausing_; });  // bounded by discard_lost_versions
+  --parked_;
+}
+
+Status ShardServer::discard_lost_versions(const LostRange& range) {
+  constexpr uint64_t kPauseWaitMs = 5000;
+  {
+    std::lock_guard<std::mutex> lock(pause_mu_);
+    pausing_ = true;
+  }
+  uint32_t posted = 0;
+  for (auto& w : workers_) posted += w->loop->post(&Worker::pause_thunk, w.get()).ok();
+  Result<DiscardResult> r =
+      Status::Timeout(fmt::format("the workers did not pause within {} ms", kPauseWaitMs));
+  std::unique_lock<std::mutex> lock(pause_mu_);
+  const bool all =
+      posted == workers_.size() && pause_cv_.wait_for(lock, std::chrono::milliseconds(kPauseWaitMs),
+                                                      [&] { return parked_ == workers_.size(); });
+  if (all) {
+    // Every worker waits in park_worker: the journals, the engine and stream 0 are ours.
+    const uint64_t start_ns = RealEnv::instance().now_ns();
+    std::vector<DiscardJournal*> journals;
+    for (auto& w : workers_) journals.push_back(w->discard_journal.get());
+    if (compensator_ == nullptr) {
+      compensator_ = engine_->make_worker();
+      compensator_->set_commit_hook(&repl::StreamAppender::commit_hook, workers_[0]->appender);
+      compensator_->txn().set_tid_floor(workers_[0]->appender->promised_tid());
+    }
+    r = discard_lost(journals, *engine_, *compensator_, range);
+    for (DiscardJournal* j : journals) j->settle(range.shard);
+    if (r.ok()) {
+      fmt::print(stderr,
+                 "shoal server: shard {}: discarded what depends on shard {}'s lost TIDs in {:.1f} "
+                 "ms: {} lost writes, {} records restored, {} removed, {} not discardable, {} "
+                 "not judged\n",
+                 options_.shard, range.shard,
+                 static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6, r->lost_writes,
+                 r->restored, r->removed, r->not_discarded, r->unknown);
+    }
+  }
+  pausing_ = false;
+  pause_cv_.notify_all();
+  return r.ok() ? Status::Ok() : r.status();
 }
 
 template <typename E>
@@ -1510,7 +1617,9 @@ rt::Task<void> after_failure(Worker* w, Code code) {
 // in doubt) is retried while the load runs: its shard is failing over, and this worker redials
 // the new leader as soon as the configuration manager names it (follow_leader). Counts it.
 bool retry_after_failover(Worker* w, const Status& s, const dist::DistTxn& txn) {
-  if (s.code() != Code::kUnavailable || txn.in_doubt()) return false;
+  if (s.code() != Code::kUnavailable || txn.in_doubt() || !w->server->follows_failovers()) {
+    return false;
+  }
   if (w->loop->now_ns() >= w->load_end_ns) return false;
   ++w->stats.failover_retries;
   return true;
@@ -1532,6 +1641,7 @@ rt::Task<void> load_client(Worker* w, uint64_t seed) {
       (co_await w->loop->sleep_for(kUnavailablePauseNs)).ignore();
       s = co_await w->coordinator->run(txn, &dist_rmw4, &args, nullptr);
     }
+    w->note_outcome(s, txn);
     w->record(cross, s, w->loop->now_ns() - start_ns);
     // A shard that is gone fails cross-shard transactions at once: yield so the loop's
     // pollers and timers keep their turn even then.
@@ -1558,6 +1668,7 @@ rt::Task<void> bank_client(Worker* w, uint64_t seed) {
       (co_await w->loop->sleep_for(kUnavailablePauseNs)).ignore();
       s = co_await w->coordinator->run(txn, &dist_bank, &args, &rec);
     }
+    w->note_outcome(s, txn);
     if (s.ok()) w->bank_log.add(rec);
     w->record(cross, s, w->loop->now_ns() - start_ns, args.audit ? kBankAudit : kBankTransfer);
     if (!s.ok()) co_await after_failure(w, s.code());
@@ -1616,6 +1727,7 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
       (co_await w->loop->sleep_for(kUnavailablePauseNs)).ignore();
       out = co_await run_tpcc_txn(*w->tpcc, dtxn, in);
     }
+    if (out.cross) w->note_outcome(out.status, dtxn);
     w->stats.conflict_aborts += out.conflicts;
     w->metrics.conflicts(out.conflicts);
     w->record(out.cross, out.status, w->loop->now_ns() - start_ns, in.type);
