@@ -23,7 +23,11 @@ bool CoveredAwaiter::await_suspend(std::coroutine_handle<> h) {
 }
 
 VectorWatermark::VectorWatermark(rt::EventLoop& loop, uint32_t shards, uint32_t waiters_max)
-    : loop_(loop), waiters_max_(waiters_max), entries_(shards, 0), heaps_(shards) {
+    : loop_(loop),
+      waiters_max_(waiters_max),
+      entries_(shards, 0),
+      heaps_(shards),
+      held_(shards, false) {
   SHOAL_ASSERT(shards >= 1 && shards <= DistTxn::kShardsMax, "%u shards", shards);
   SHOAL_ASSERT(waiters_max >= 1, "%s", "a vector watermark needs room for one waiter");
 }
@@ -86,7 +90,7 @@ Status VectorWatermark::raise(uint32_t shard, uint64_t watermark) {
     return Status::InvalidArgument(
         fmt::format("watermark of shard {} in a {}-shard cluster", shard, entries_.size()));
   }
-  if (watermark <= entries_[shard]) return Status::Ok();
+  if (watermark <= entries_[shard] || held_[shard]) return Status::Ok();
   ++stats_.rises;
   entries_[shard] = watermark;
   std::vector<Parked>& heap = heaps_[shard];
@@ -121,6 +125,11 @@ void VectorWatermark::release_all(const Status& why) {
   waiting_ = 0;
 }
 
+void VectorWatermark::hold(uint32_t shard) {
+  SHOAL_ASSERT(shard < held_.size(), "hold: shard %u of %zu", shard, held_.size());
+  held_[shard] = true;
+}
+
 bool VectorWatermark::lost(const txn::DepVec& vector) const {
   for (const LostRange& r : lost_) {  // bounded: kLostRangesMax
     const uint64_t ts = vector.get(r.shard);
@@ -141,6 +150,7 @@ Result<size_t> VectorWatermark::fence(uint32_t shard, uint64_t lost_above, uint6
         fmt::format("{} failovers fenced: no room for another", kLostRangesMax));
   }
   lost_.push_back(LostRange{shard, lost_above, lost_through});
+  held_[shard] = false;
   size_t ended = 0;
   for (std::vector<Parked>& heap : heaps_) {
     const auto keep = std::partition(heap.begin(), heap.end(),

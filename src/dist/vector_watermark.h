@@ -21,7 +21,10 @@
 // lost range: a wait whose vector has an entry for X in (F, floor] ends at once with Aborted
 // ("lost in a failover"), now and whenever it is asked again; such a transaction is never
 // acknowledged. The server fences before it redials X's new leader (shard_server.h), so no
-// entry learnt from the new leader can cover a lost TID first.
+// entry learnt from the new leader can cover a lost TID first; and it holds the shard's entry
+// (hold: raises ignored) from the moment its link to the old leader fails until that fence,
+// because the new leader's watermark reaches us through its own requests before we learn
+// the lost range.
 //
 // Waiting (wait_covered): a coroutine that needs its vector covered parks on the first entry of
 // its vector that is not covered yet, in a per-shard min-heap ordered by the TID it waits for.
@@ -103,6 +106,10 @@ class VectorWatermark {
   // Returns how many waits it ended. InvalidArgument for a shard out of range or an empty
   // range; Unavailable beyond kLostRangesMax fences (the server then stops following).
   [[nodiscard]] Result<size_t> fence(uint32_t shard, uint64_t lost_above, uint64_t lost_through);
+  // Ignores raises of `shard`'s entry until the next fence() of it (see above). REQUIRES:
+  // shard < shards().
+  void hold(uint32_t shard);
+  bool held(uint32_t shard) const { return held_[shard]; }
   // Whether `vector` names a TID a fence declared lost.
   bool lost(const txn::DepVec& vector) const;
   static constexpr size_t kLostRangesMax = 64;  // failovers one server follows
@@ -134,6 +141,7 @@ class VectorWatermark {
   std::vector<uint64_t> entries_;
   std::vector<std::vector<Parked>> heaps_;  // per shard, a min-heap by ts
   std::vector<LostRange> lost_;             // fence(): at most kLostRangesMax
+  std::vector<bool> held_;                  // per shard: hold() until fence()
   size_t waiting_ = 0;
   VectorWatermarkStats stats_;
 };

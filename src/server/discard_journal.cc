@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -138,36 +139,37 @@ Status compensate(txn::Txn& t, const void* args, void*) {
 
 }  // namespace
 
-Result<DiscardResult> discard_lost(std::span<DiscardJournal* const> journals, txn::Engine& engine,
-                                   txn::Worker& compensator, const LostRange& range) {
-  DiscardResult out;
-  std::vector<std::pair<const DiscardJournal::Entry*, const DiscardJournal*>> all;
-  for (const DiscardJournal* j : journals) {
-    for (size_t i = 0; i < j->size(); ++i) all.emplace_back(&j->at(i), j);
-  }
-  std::stable_sort(all.begin(), all.end(),
-                   [](const auto& a, const auto& b) { return a.first->tid > b.first->tid; });
+namespace {
+
+using Journaled = std::pair<const DiscardJournal::Entry*, const DiscardJournal*>;
+using TxnKey = std::pair<const DiscardJournal*, uint64_t>;  // a worker's TIDs are unique
+
+// One pass down every record's chain, newest first, with the transactions in `kept` taken as
+// not lost: what to undo per record, and the lost transactions with a write that cannot be
+// undone (added to *blocked).
+std::map<RecordKey, RecordState> plan(const std::vector<Journaled>& all, const LostRange& range,
+                                      const std::set<TxnKey>& kept,
+                                      std::map<RecordKey, uint64_t>* newest_cache,
+                                      txn::Engine& engine, std::set<TxnKey>* blocked) {
   std::map<RecordKey, RecordState> records;
   for (const auto& [e, journal] : all) {  // newest first
-    if (e->deps_overflow) {
-      ++out.unknown;
-      continue;
-    }
-    const bool lost = range.names(e->deps, e->dep_count);
-    out.lost_writes += lost;
-    auto [it, fresh] = records.try_emplace(record_key(*e));
+    if (e->deps_overflow) continue;
+    const bool lost = range.names(e->deps, e->dep_count) && !kept.contains(TxnKey{journal, e->tid});
+    RecordKey key = record_key(*e);
+    auto [it, fresh] = records.try_emplace(key);
     RecordState& r = it->second;
-    if (fresh) r.newest = newest_tid(engine, *e);
-    if (r.settled || e->tid != r.newest) {  // under a kept version, or not on the chain
-      out.not_discarded += lost;
-      continue;
+    if (fresh) {
+      auto [c, uncached] = newest_cache->try_emplace(std::move(key), 0);
+      if (uncached) c->second = newest_tid(engine, *e);
+      r.newest = c->second;
     }
+    const bool on_top = !r.settled && e->tid == r.newest;
     if (!lost) {
-      r.settled = true;
+      if (on_top) r.settled = true;
       continue;
     }
-    if (!e->undoable) {
-      ++out.not_discarded;
+    if (!on_top || !e->undoable) {  // under a kept version, off the chain, or a remove
+      blocked->insert(TxnKey{journal, e->tid});
       r.settled = true;
       continue;
     }
@@ -175,6 +177,42 @@ Result<DiscardResult> discard_lost(std::span<DiscardJournal* const> journals, tx
     r.journal = journal;
     r.newest = e->kind == txn::WriteKind::kInsert ? 0 : e->base_tid;
   }
+  return records;
+}
+
+}  // namespace
+
+Result<DiscardResult> discard_lost(std::span<DiscardJournal* const> journals, txn::Engine& engine,
+                                   txn::Worker& compensator, const LostRange& range) {
+  DiscardResult out;
+  std::vector<Journaled> all;
+  for (const DiscardJournal* j : journals) {
+    for (size_t i = 0; i < j->size(); ++i) all.emplace_back(&j->at(i), j);
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return a.first->tid > b.first->tid; });
+  // A transaction is undone wholly or not at all: one with a write that cannot be undone is
+  // kept, which may block others under it; repeat until nothing more is blocked (bounded: each
+  // round keeps at least one more transaction).
+  std::set<TxnKey> kept;
+  std::map<RecordKey, uint64_t> newest_cache;
+  std::map<RecordKey, RecordState> records;
+  for (size_t round = 0; round <= all.size(); ++round) {
+    std::set<TxnKey> blocked;
+    records = plan(all, range, kept, &newest_cache, engine, &blocked);
+    const size_t before = kept.size();
+    kept.insert(blocked.begin(), blocked.end());
+    if (kept.size() == before) break;
+  }
+  for (const auto& [e, journal] : all) {
+    if (e->deps_overflow) {
+      ++out.unknown;
+    } else if (range.names(e->deps, e->dep_count)) {
+      ++out.lost_writes;
+      out.not_discarded += kept.contains(TxnKey{journal, e->tid});
+    }
+  }
+  out.kept_txns = kept.size();
   for (const auto& [key, r] : records) {
     if (r.undo_to == nullptr) continue;
     const DiscardJournal::Entry& e = *r.undo_to;

@@ -21,10 +21,10 @@
 // (update), and marks them in doubt at the other shards when an install there went unanswered
 // (C2): lost if that shard fails over (presumed lost, as F6 presumes abort), settled otherwise.
 //
-// Not discardable (counted, never guessed): a remove (its old value is not kept), a put whose
-// old value was not kept, an entry beyond the journal's bounds (overflow), or a lost version
-// under a newer version that is not lost (a blind write on top: it stays, and so does the
-// lost one under it, which nothing reads any more).
+// A lost transaction is undone wholly or not at all. It is kept (counted, never guessed) when
+// one of its writes cannot be undone: a remove (its old value is not kept), a put whose old
+// value was not kept, or a write under a newer version that stays (not lost, or kept itself).
+// Writes beyond the journal's bounds (overflow) are not journaled: counted.
 //
 // Threads: a journal is written by its worker's loop thread (record, trim); discard_lost runs
 // on another thread while every worker is paused (shard_server.cc), which orders it.
@@ -129,7 +129,8 @@ struct DiscardResult {
   uint64_t lost_writes = 0;    // journaled writes of transactions naming a lost TID
   uint64_t restored = 0;       // records put back to what the first lost write overwrote
   uint64_t removed = 0;        // records a lost insert created, removed
-  uint64_t not_discarded = 0;  // lost writes left in place (see the header)
+  uint64_t not_discarded = 0;  // lost writes left in place: their transaction is kept
+  uint64_t kept_txns = 0;      // lost transactions kept whole: a write could not be undone
   uint64_t unknown = 0;        // journaled writes whose vector overflowed: not judged
 };
 

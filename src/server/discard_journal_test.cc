@@ -177,6 +177,22 @@ TEST(DiscardJournal, OwnFirstInstallsAreJudgedByTheirFinalVectorAndDoubtByTheFai
   EXPECT_EQ(s.journal.size(), 0u);
 }
 
+// A lost transaction with a write that cannot be undone (here: under a blind write that
+// stays) is kept whole: its other write is not undone either.
+TEST(DiscardJournal, ALostTransactionIsUndoneWhollyOrNotAtAll) {
+  Survivor s;
+  s.cross(1, {{1, 111}, {2, 222}}, 0, kFinal + 1);  // lost
+  s.cross(2, {{2, 999}}, 0, kFinal - 1);            // kept, blindly over key 2
+  DiscardJournal* journals[] = {&s.journal};
+  auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->kept_txns, 1u);
+  EXPECT_EQ(r->not_discarded, 2u);
+  EXPECT_EQ(r->restored, 0u);
+  const std::map<uint64_t, uint64_t> expected = {{1, 111}, {2, 999}, {3, 3}, {4, 4}};
+  EXPECT_EQ(s.state(), expected);
+}
+
 TEST(DiscardJournal, CoveredEntriesAreForgotten) {
   Survivor s;
   s.cross(1, {{1, 101}}, 0, kFinal + 3);

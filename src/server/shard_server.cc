@@ -746,6 +746,22 @@ Status ShardServer::connect_to(uint32_t shard, uint64_t deadline_ns, F&& with) {
 // be reached (its post queue full) keeps its failed link: its transactions there keep failing.
 void ShardServer::follow_leader(uint32_t shard, uint32_t replica, uint64_t epoch) {
   if (shard >= leaders_.size() || replica >= config_.shards[shard].replicas.size()) return;
+  // Hold the shard's vector watermark entry at once (its link may not have failed: a hung
+  // leader), so that the new leader's word cannot cover what was lost before the fence.
+  for (auto& w : workers_) {
+    struct Hold {
+      Worker* w;
+      uint32_t shard;
+    };
+    auto* h = new Hold{w.get(), shard};
+    const Status posted = w->loop->post(
+        [](void* ctx) {
+          std::unique_ptr<Hold> h(static_cast<Hold*>(ctx));
+          if (h->w->vector_watermark != nullptr) h->w->vector_watermark->hold(h->shard);
+        },
+        h);
+    if (!posted.ok()) delete h;
+  }
   // The fence first: until its new leader published what the failover lost, the workers
   // keep their failed link (transactions needing the shard wait and retry).
   uint64_t lost_above = 0, lost_through = 0;
@@ -849,11 +865,11 @@ Status ShardServer::discard_lost_versions(const LostRange& range) {
     if (r.ok()) {
       fmt::print(stderr,
                  "shoal server: shard {}: discarded what depends on shard {}'s lost TIDs in {:.1f} "
-                 "ms: {} lost writes, {} records restored, {} removed, {} not discardable, {} "
-                 "not judged\n",
+                 "ms: {} lost writes, {} records restored, {} removed, {} left in {} transactions "
+                 "kept whole, {} not judged\n",
                  options_.shard, range.shard,
                  static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6, r->lost_writes,
-                 r->restored, r->removed, r->not_discarded, r->unknown);
+                 r->restored, r->removed, r->not_discarded, r->kept_txns, r->unknown);
     }
   }
   pausing_ = false;
@@ -1185,6 +1201,8 @@ void Worker::health() {
     if (p == nullptr || p->down || p->status().ok()) continue;
     p->down = true;
     server->note_down(p->shard);
+    // It may fail over: nothing its new leader says raises its entry before the fence.
+    if (vector_watermark != nullptr && server->follows_failovers()) vector_watermark->hold(p->shard);
     const size_t released = participant->abort_coordinated_by(p->shard);
     fmt::print(stderr,
                "shoal server: shard {} worker {}: shard {} unreachable ({}); released {} of its "
@@ -1669,7 +1687,18 @@ rt::Task<void> bank_client(Worker* w, uint64_t seed) {
       s = co_await w->coordinator->run(txn, &dist_bank, &args, &rec);
     }
     w->note_outcome(s, txn);
-    if (s.ok()) w->bank_log.add(rec);
+    // Replicated: only what was acknowledged goes to the history (what a failover discards
+    // never is); the rest is counted as not recorded.
+    if (s.ok() && w->vector_watermark != nullptr) {
+      const Status acked = co_await w->vector_watermark->wait_covered(txn.vector());
+      if (acked.ok()) {
+        w->bank_log.add(rec);
+      } else {
+        w->bank_log.add_unrecorded();
+      }
+    } else if (s.ok()) {
+      w->bank_log.add(rec);
+    }
     w->record(cross, s, w->loop->now_ns() - start_ns, args.audit ? kBankAudit : kBankTransfer);
     if (!s.ok()) co_await after_failure(w, s.code());
   }
