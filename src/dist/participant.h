@@ -193,6 +193,8 @@ class Participant {
     commit_hook_ = hook;
     commit_hook_ctx_ = ctx;
   }
+  // Inside the commit hook of an install: the transaction being logged; 0 elsewhere.
+  TxnId logging_id() const { return logging_id_; }
   // F10: installs go above *floor (a replicated shard server's stream promise, shared with
   // the worker's own transactions: repl::StreamAppender::promised_tid), and every context's
   // proposals too. nullptr: none. REQUIRES: *floor outlives the participant; set before the
@@ -304,6 +306,7 @@ class Participant {
   std::vector<TxnId> scratch_ids_;
   const FragmentTable* fragments_ = nullptr;
   const uint64_t* tid_floor_ = nullptr;  // F10
+  TxnId logging_id_ = 0;                 // logging_id()
   std::vector<uint8_t> scratch_out_;     // F8 fragments' results
   ParticipantStats stats_;
 };

@@ -14,7 +14,7 @@ namespace shoal::server {
 DiscardJournal::DiscardJournal(uint32_t shard)
     : shard_(shard), entries_(kEntriesMax), bytes_(kBytesMax) {}
 
-bool DiscardJournal::push(const txn::Txn& txn, const txn::WriteView& w) {
+bool DiscardJournal::push(const txn::Txn& txn, const txn::WriteView& w, bool pending) {
   if (count_ == kEntriesMax || w.key_word_count > kKeyWordsMax) return false;
   Entry e;
   e.tid = txn.last_commit_tid();
@@ -22,6 +22,7 @@ bool DiscardJournal::push(const txn::Txn& txn, const txn::WriteView& w) {
   e.key_word_count = w.key_word_count;
   std::copy_n(w.key_words, w.key_word_count, e.key);
   e.kind = w.kind;
+  e.pending = pending;
   for (const txn::DepEntry& d : txn.deps().entries()) {
     if (d.shard == shard_) continue;
     if (e.dep_count == kDepsMax) {
@@ -57,6 +58,7 @@ void DiscardJournal::update(uint64_t tid, const txn::DepVec& vector, bool in_dou
   for (size_t back = 0; back < std::min(count_, kUpdateScanMax); ++back) {
     Entry& e = entries_[(head_ + count_ - 1 - back) % kEntriesMax];
     if (e.tid != tid) continue;
+    e.pending = false;
     for (const txn::DepEntry& d : vector.entries()) {
       if (d.shard == shard_) continue;
       const uint64_t ts = in_doubt ? kInDoubt : d.ts;

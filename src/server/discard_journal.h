@@ -62,9 +62,12 @@ class DiscardJournal {
   explicit DiscardJournal(uint32_t shard);
 
   // Journals `txn`'s writes (REQUIRES: right after its install: its deps() hold its vector)
-  // if its vector has another shard's entry that `covered` does not cover. Trims first.
+  // if its vector has another shard's entry that `covered` does not cover, or, `ours` (a
+  // cross-shard transaction this worker coordinates), if it names another shard at all: its
+  // entries there may be proposals, below what that shard installs; they stay (pending) until
+  // update() gives the final vector. Trims first.
   template <typename Covered>
-  void record(const txn::Txn& txn, Covered&& covered);
+  void record(const txn::Txn& txn, bool ours, Covered&& covered);
   // Forgets the oldest entries whose other-shard entries are all covered.
   template <typename Covered>
   void trim(Covered&& covered);
@@ -91,6 +94,7 @@ class DiscardJournal {
     uint32_t ring_bytes = 0;                // bytes_ it holds, a wrap's skipped end included
     uint32_t dep_count = 0;
     bool deps_overflow = false;  // more other-shard entries than kDepsMax: lost is unknown
+    bool pending = false;        // ours, awaiting update(): never trimmed before
     txn::DepEntry deps[kDepsMax] = {};
   };
   // Entries oldest first (i = 0 .. size()-1). REQUIRES: the owner thread is paused.
@@ -100,7 +104,7 @@ class DiscardJournal {
   }
 
  private:
-  bool push(const txn::Txn& txn, const txn::WriteView& w);
+  bool push(const txn::Txn& txn, const txn::WriteView& w, bool pending);
   void pop_front();
 
   uint32_t shard_;
@@ -147,6 +151,8 @@ template <typename Covered>
 void DiscardJournal::trim(Covered&& covered) {
   while (count_ > 0) {  // bounded by kEntriesMax
     const Entry& e = entries_[head_];
+    // A pending entry whose update never came (beyond kUpdateScanMax) is let go at half full.
+    if (e.pending && count_ < kEntriesMax / 2) break;
     if (e.deps_overflow) break;
     bool all = true;
     for (uint32_t i = 0; i < e.dep_count && all; ++i) all = covered(e.deps[i].shard, e.deps[i].ts);
@@ -157,15 +163,17 @@ void DiscardJournal::trim(Covered&& covered) {
 }
 
 template <typename Covered>
-void DiscardJournal::record(const txn::Txn& txn, Covered&& covered) {
+void DiscardJournal::record(const txn::Txn& txn, bool ours, Covered&& covered) {
   trim(covered);
-  bool uncovered = false;
+  bool uncovered = false, other = false;
   for (const txn::DepEntry& d : txn.deps().entries()) {
-    if (d.shard != shard_ && !covered(d.shard, d.ts)) uncovered = true;
+    if (d.shard == shard_) continue;
+    other = true;
+    if (!covered(d.shard, d.ts)) uncovered = true;
   }
-  if (!uncovered) return;
+  if (!uncovered && !(ours && other)) return;
   txn.for_each_write([&](const txn::WriteView& w) {
-    if (push(txn, w)) {
+    if (push(txn, w, ours && other)) {
       ++stats_.recorded;
     } else {
       ++stats_.overflow;

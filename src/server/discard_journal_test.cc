@@ -38,8 +38,11 @@ struct Survivor {
   }
   static Status hook(void* self, const txn::Txn& txn) {
     auto* s = static_cast<Survivor*>(self);
-    s->journal.record(
-        txn, [](uint32_t shard, uint64_t ts) { return shard == kShard || ts <= kCoveredUpTo; });
+    const dist::TxnId logging = s->participant.logging_id();
+    const bool ours = logging != 0 && (logging >> 48) == kShard;
+    s->journal.record(txn, ours, [](uint32_t shard, uint64_t ts) {
+      return shard == kShard || ts <= kCoveredUpTo;
+    });
     return Status::Ok();
   }
   // A remote coordinator's transaction: its writes here, installed with shard 0's entry
@@ -156,15 +159,19 @@ TEST(DiscardJournal, SkippingTheDiscardIsCaught) {
 // whose install at shard 0 went unanswered (in doubt) is presumed lost once shard 0 fails over.
 TEST(DiscardJournal, OwnFirstInstallsAreJudgedByTheirFinalVectorAndDoubtByTheFailover) {
   Survivor s;
-  const uint64_t c6 = s.cross(1, {{1, 101}}, 0, kFinal - 2);
+  // Ours (coordinated here), naming shard 0's proposals, which its watermark already passed:
+  // journaled anyway, pending until the outcome.
+  const uint64_t c6 = s.cross(dist::make_txn_id(kShard, 0, 1), {{1, 101}}, 0, kCoveredUpTo - 2);
   txn::DepVec final_vector;
   final_vector.raise(0, kFinal + 7);
   s.journal.update(c6, final_vector, /*in_doubt=*/false);
-  const uint64_t doubtful = s.cross(2, {{2, 202}}, 0, kFinal - 3);
+  const uint64_t doubtful =
+      s.cross(dist::make_txn_id(kShard, 0, 2), {{2, 202}}, 0, kCoveredUpTo - 3);
   txn::DepVec proposal;
-  proposal.raise(0, kFinal - 3);
+  proposal.raise(0, kCoveredUpTo - 3);
   s.journal.update(doubtful, proposal, /*in_doubt=*/true);
-  s.cross(3, {{3, 303}}, 0, kFinal - 4);  // confirmed at or below F: kept
+  s.cross(3, {{3, 303}}, 0, kFinal - 4);  // another shard's, at or below F: kept
+  EXPECT_EQ(s.journal.size(), 3u);
   DiscardJournal* journals[] = {&s.journal};
   auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
   ASSERT_TRUE(r.ok()) << r.status().to_string();

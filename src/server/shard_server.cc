@@ -817,7 +817,10 @@ Status Worker::logged_commit(void* ctx, const txn::Txn& txn) {
   SHOAL_TRY(w->appender->append(txn));
   if (w->discard_journal != nullptr) {
     const dist::VectorWatermark& vw = *w->vector_watermark;
-    w->discard_journal->record(txn, [&vw](uint32_t shard, uint64_t ts) {
+    // Our own coordinator's installs here (through the local link): note_outcome follows.
+    const dist::TxnId logging = w->participant->logging_id();
+    const bool ours = logging != 0 && (logging >> 48) == w->server_shard;
+    w->discard_journal->record(txn, ours, [&vw](uint32_t shard, uint64_t ts) {
       return shard < vw.shards() && vw.get(shard) >= ts;
     });
   }

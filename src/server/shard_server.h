@@ -40,6 +40,9 @@
 // older ones), and replaces its link to X (the old one is failed, kept 10 s for calls still in
 // it). Meanwhile transactions needing X fail with Unavailable, installed nothing, and their
 // clients retry them. A promoted leader publishes that record before its workers start.
+// Before the redial the watch thread pauses every worker and undoes what depends on X's lost
+// TIDs (discard_journal.h: each worker journals its commits not yet covered by its vector
+// watermark), as writes logged on stream 0.
 //
 // Threads: run_server() is called on the main thread and returns after SIGTERM/SIGINT.
 #pragma once
