@@ -57,6 +57,7 @@ bool DiscardJournal::push(const txn::Txn& txn, const txn::WriteView& w, bool pen
 void DiscardJournal::update(uint64_t tid, const txn::DepVec& vector, bool in_doubt) {
   for (size_t back = 0; back < std::min(count_, kUpdateScanMax); ++back) {
     Entry& e = entries_[(head_ + count_ - 1 - back) % kEntriesMax];
+    if (e.tid < tid) break;  // a worker's TIDs grow: older entries are below it
     if (e.tid != tid) continue;
     e.pending = false;
     for (const txn::DepEntry& d : vector.entries()) {

@@ -54,8 +54,8 @@ class DiscardJournal {
   static constexpr size_t kBytesMax = 8 << 20;
   static constexpr uint32_t kDepsMax = 8;  // other shards' entries kept per write
   static constexpr uint32_t kKeyWordsMax = 8;
-  static constexpr uint64_t kInDoubt = UINT64_MAX - 1;  // a dep entry: lost if its shard fails
-  static constexpr size_t kUpdateScanMax = 256;         // newest entries update() looks at
+  static constexpr uint64_t kInDoubt = UINT64_MAX - 1;   // a dep entry: lost if its shard fails
+  static constexpr size_t kUpdateScanMax = kEntriesMax;  // entries update() looks at, newest first
 
   // `shard`: this shard (its own entries are never lost). `covered(vector-entry)`: whether the
   // worker's vectorized watermark covers shard s at ts.
