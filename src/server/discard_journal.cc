@@ -153,7 +153,8 @@ using TxnKey = std::pair<const DiscardJournal*, uint64_t>;  // a worker's TIDs a
 std::map<RecordKey, RecordState> plan(const std::vector<Journaled>& all, const LostRange& range,
                                       const std::set<TxnKey>& kept,
                                       std::map<RecordKey, uint64_t>* newest_cache,
-                                      txn::Engine& engine, std::set<TxnKey>* blocked) {
+                                      txn::Engine& engine, std::set<TxnKey>* blocked,
+                                      DiscardResult* reasons) {
   std::map<RecordKey, RecordState> records;
   for (const auto& [e, journal] : all) {  // newest first
     if (e->deps_overflow) continue;
@@ -173,6 +174,13 @@ std::map<RecordKey, RecordState> plan(const std::vector<Journaled>& all, const L
     }
     if (!on_top || !e->undoable) {  // under a kept version, off the chain, or a remove
       blocked->insert(TxnKey{journal, e->tid});
+      if (!on_top) {
+        ++reasons->blocked_under;
+      } else if (e->kind == txn::WriteKind::kRemove) {
+        ++reasons->blocked_removes;
+      } else {
+        ++reasons->blocked_no_old_value;
+      }
       r.settled = true;
       continue;
     }
@@ -202,7 +210,7 @@ Result<DiscardResult> discard_lost(std::span<DiscardJournal* const> journals, tx
   std::map<RecordKey, RecordState> records;
   for (size_t round = 0; round <= all.size(); ++round) {
     std::set<TxnKey> blocked;
-    records = plan(all, range, kept, &newest_cache, engine, &blocked);
+    records = plan(all, range, kept, &newest_cache, engine, &blocked, &out);
     const size_t before = kept.size();
     kept.insert(blocked.begin(), blocked.end());
     if (kept.size() == before) break;

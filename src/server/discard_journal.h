@@ -136,6 +136,9 @@ struct DiscardResult {
   uint64_t not_discarded = 0;  // lost writes left in place: their transaction is kept
   uint64_t kept_txns = 0;      // lost transactions kept whole: a write could not be undone
   uint64_t unknown = 0;        // journaled writes whose vector overflowed: not judged
+  // Why transactions were kept whole (writes that could not be undone): under a version that
+  // stays, a remove, a put without its old value.
+  uint64_t blocked_under = 0, blocked_removes = 0, blocked_no_old_value = 0;
 };
 
 // Undoes every lost write still visible (see the header), through `compensator` (a Worker of

@@ -194,6 +194,7 @@ TEST(DiscardJournal, ALostTransactionIsUndoneWhollyOrNotAtAll) {
   auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->kept_txns, 1u);
+  EXPECT_EQ(r->blocked_under, 1u);
   EXPECT_EQ(r->not_discarded, 2u);
   EXPECT_EQ(r->restored, 0u);
   const std::map<uint64_t, uint64_t> expected = {{1, 111}, {2, 999}, {3, 3}, {4, 4}};

@@ -869,10 +869,12 @@ Status ShardServer::discard_lost_versions(const LostRange& range) {
       fmt::print(stderr,
                  "shoal server: shard {}: discarded what depends on shard {}'s lost TIDs in {:.1f} "
                  "ms: {} lost writes, {} records restored, {} removed, {} left in {} transactions "
-                 "kept whole, {} not judged\n",
+                 "kept whole (writes under a kept version {}, removes {}, without an old value {}), "
+                 "{} not judged\n",
                  options_.shard, range.shard,
                  static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6, r->lost_writes,
-                 r->restored, r->removed, r->not_discarded, r->kept_txns, r->unknown);
+                 r->restored, r->removed, r->not_discarded, r->kept_txns, r->blocked_under,
+                 r->blocked_removes, r->blocked_no_old_value, r->unknown);
     }
   }
   pausing_ = false;
