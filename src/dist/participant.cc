@@ -35,6 +35,12 @@ Status Participant::check_epoch(uint64_t epoch) const {
     return Status::Aborted(
         fmt::format("stale epoch {} < {} at shard {}", epoch, epoch_, shard_id_));
   }
+  if (epoch > epoch_) [[unlikely]] {
+    // Not yet ours: this shard has not fenced and discarded what that epoch's failover lost,
+    // and a transaction of the new epoch could depend on a lost version here. Retried.
+    return Status::Aborted(fmt::format("epoch {} not yet reached at shard {} (in epoch {})", epoch,
+                                       shard_id_, epoch_));
+  }
   return Status::Ok();
 }
 

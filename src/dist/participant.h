@@ -66,7 +66,11 @@
 //
 // Epochs: every request carries the coordinator's epoch; read/lock/validate from an older
 // epoch than the participant's are refused (Aborted, "stale epoch"), so a deposed coordinator
-// cannot start or certify work after a failover. install and abort are not epoch-checked: an
+// cannot start or certify work after a failover; and from a newer one too (Aborted, retried),
+// until the participant's shard server has learnt that epoch and fenced and discarded what
+// its failover lost (shard_server.h): else a new leader's transaction could read a lost
+// version here, and its vector's entry for the new leader's shard, a new-epoch TID, would
+// hide that dependency (vectors keep one TID per shard, the largest). install and abort are not epoch-checked: an
 // install completes a decision already taken, an abort only releases.
 //
 // Threads: owned by one worker thread; every call runs there. Bounds: at most `inflight_max`
