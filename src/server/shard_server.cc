@@ -1350,7 +1350,9 @@ Status ShardServer::take_over() {
   eo.track_dependencies = true;  // a replicated shard's versions carry their vectors
   const size_t purged = engine_->start_leading((r->floor_tid >> 32) + 1, &eo);
   snapshot_tid_ = r->floor_tid;
-  SHOAL_TRY(publish_takeover(r->final_tid, r->floor_tid));
+  // The old leader's lost TIDs include ones nobody received (above the floor we saw): count
+  // as lost everything below our first TID (start_leading: the floor's engine epoch + 1).
+  SHOAL_TRY(publish_takeover(r->final_tid, (((r->floor_tid >> 32) + 1) << 32) - 1));
   fmt::print(stderr,
              "shoal server: shard {}: replica {} took over in epoch {} in {:.1f} ms: final "
              "watermark {:#x}, {} txns installed, {} discarded above it, {} tombstones purged\n",
