@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "sim/history.h"
 #include "sim/serializability.h"
 #include "sim/sim_env.h"
@@ -298,6 +300,68 @@ TEST(DistSim, SkippedValidationIsCaught) {
              r.vectors_missing != 0;
   }
   EXPECT_TRUE(caught);
+}
+
+// One transfer from shard 0's key 0 to shard 1's key 0, run to its end; its status and id.
+Status run_one_transfer(Cluster& c, dist::Coordinator& coord, TxnId* id = nullptr) {
+  Status result = Status::Timeout("not run");
+  TxnArgs args{&c, {c.global_key(0, 0), c.global_key(1, 0)}, 2, false, 1, 1};
+  TxnResult r;
+  dist::DistTxn txn;
+  auto task = [](dist::Coordinator* co, dist::DistTxn* t, TxnArgs* a, TxnResult* out,
+                 Status* st) -> rt::Task<void> { *st = co_await co->run(*t, &bank_txn, a, out); };
+  Status spawned = c.loop.spawn(task(&coord, &txn, &args, &r, &result));
+  if (!spawned.ok()) return spawned;
+  Status ran = c.env.run_until_true([&] { return c.loop.live_tasks() == 0; },
+                                    c.env.now_ns() + 10'000'000'000ULL);
+  if (!ran.ok())
+    return Status::Timeout(fmt::format("{} ({} tasks live, result {})", ran.to_string(),
+                                       c.loop.live_tasks(), result.to_string()));
+  if (id != nullptr) *id = txn.id();
+  return result;
+}
+
+// A failover of shard 1 as the shard servers handle it (shard_server.h, "Failover of another
+// shard"): its new leader's participant serves the same store in epoch 2; the other shard's
+// coordinator is pointed at it (set_link) and carries epoch 2 once it learned it. Old-epoch
+// requests are refused in both directions: the survivor's coordinator until it learns the
+// epoch, and the deposed leader's coordinator at the survivor's participant.
+TEST(DistSim, RedialedShardServesTheNewEpochAndFencesTheOld) {
+  Cluster c(5, 2, kKeysPerShard, false);
+  uint64_t survivor_epoch = 1, deposed_epoch = 1;
+  dist::CoordinatorOptions o;
+  o.max_retries = 5;
+  dist::Coordinator survivor(o, c.link_ptrs(), &survivor_epoch);
+  o.shard_id = 1;
+  dist::Coordinator deposed(o, c.link_ptrs(), &deposed_epoch);
+  ASSERT_TRUE(run_one_transfer(c, survivor).ok());
+  // Shard 1 fails over: a new participant (the promoted replica's) in epoch 2.
+  dist::Participant promoted(*c.engines[1], 1, 256);
+  promoted.advance_epoch(2);
+  dist::LocalLink to_promoted(promoted, c.loop, c.rng, 1'000, 40'000);
+  survivor.set_link(1, &to_promoted);
+  // Before the survivor learns epoch 2, the new leader refuses its transactions (retried,
+  // every attempt refused: nothing installed).
+  const Status stale = run_one_transfer(c, survivor);
+  EXPECT_TRUE(stale.is_aborted()) << stale.to_string();
+  EXPECT_EQ(promoted.active(), 0u);
+  // It learns it (the deposition watch) and fences its own participant too.
+  survivor_epoch = 2;
+  c.participants[0]->advance_epoch(2);
+  EXPECT_TRUE(run_one_transfer(c, survivor).ok());
+  // The deposed leader's coordinator still runs in epoch 1: the survivor refuses it.
+  const Status fenced = run_one_transfer(c, deposed);
+  EXPECT_TRUE(fenced.is_aborted()) << fenced.to_string();
+  EXPECT_EQ(c.participants[0]->active(), 0u);
+  // A new leader's coordinator numbers its transactions above its predecessor's.
+  dist::CoordinatorOptions no;
+  no.shard_id = 1;
+  no.first_seq = (uint64_t{2} << 32) + 1;
+  uint64_t new_epoch = 2;
+  dist::Coordinator successor(no, {c.links[0].get(), &to_promoted}, &new_epoch);
+  TxnId id = 0;
+  ASSERT_TRUE(run_one_transfer(c, successor, &id).ok());
+  EXPECT_GE(id & ((uint64_t{1} << 40) - 1), uint64_t{2} << 32);
 }
 
 }  // namespace

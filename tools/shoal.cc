@@ -197,6 +197,16 @@ void add_dist_bank_options(CLI::App* bank, server::DistBenchOptions& d) {
   bank->add_option("--transport", d.transport, "Between the local shard servers: shm or tcp")
       ->check(CLI::IsMember({"shm", "tcp"}))
       ->capture_default_str();
+  bank->add_option("--replicas", d.replicas,
+                   "Replicas of each shard, leader included (1: no replication; a local run)")
+      ->check(number_in(1u, 16u, false, "in [1, 16]"))
+      ->capture_default_str();
+  bank->add_option("--kill-leader-at", d.kill_leader_at,
+                   "Local replicated run: SIGKILL a shard's leader this many seconds in; its "
+                   "replicas elect a new one, the other shards redial it and the run goes on")
+      ->check(number_in(0.0, 1e6, true, "> 0"));
+  bank->add_option("--kill-shard", d.kill_shard, "The shard whose leader --kill-leader-at kills")
+      ->check(number_in(0u, 63u, false, "in [0, 63]"));
   bank->add_option("--accounts-per-shard", d.keys_per_partition,
                    "Accounts per shard (local cluster; few: contended)")
       ->check(number_in(uint64_t{4}, uint64_t{100'000'000}, false, "in [4, 1e8]"))
@@ -633,16 +643,13 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
     if (sub->count("--inflight") == 0) d.inflight = 8;
     if (d.baseline) d.baseline_committed_per_sec = measure_tpcc_baseline(f);
   }
-  if (tpcc && sub->count("--kill-leader-at") > 0) {
+  const uint32_t replicas = bank ? d.replicas : f.run.replicas;  // bank has its own --replicas
+  if ((tpcc || bank) && sub->count("--kill-leader-at") > 0) {
     const char* bad = remote
                           ? "--kill-leader-at: a local run only (kill a cluster's leader by hand)"
-                      : f.run.replicas < 3       ? "--kill-leader-at: needs --replicas >= 3"
+                      : replicas < 3             ? "--kill-leader-at: needs --replicas >= 3"
                       : d.kill_shard >= d.shards ? "--kill-shard: not a shard of the run"
-                      // The other shards would keep versions that depend on what the failed
-                      // leader lost: that needs the FVW discard across shards (issue 14).
-                      : d.shards > 1 ? "--kill-leader-at: one shard only for now (--shards 1): "
-                                       "recovery across shards (the FVW) is not built yet"
-                                     : nullptr;
+                                                 : nullptr;
     if (bad != nullptr) {
       fmt::print(stderr, "shoal: error: {}\n", bad);
       return kExitUsage;
@@ -668,7 +675,7 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
     d.follower_reads = f.run.follower_reads;
     d.unsafe_follower_read_newest = f.run.unsafe_follower_read_newest;
   }
-  d.replicas = f.run.replicas;
+  d.replicas = replicas;
   d.wan_rtt_ms = f.run.wan_rtt_ms;
   d.fsync = f.run.fsync;
   d.replica_nice = f.run.replica_nice;

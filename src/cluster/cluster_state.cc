@@ -119,6 +119,9 @@ std::string ClusterStateStore::shard_key(uint32_t shard) const {
 std::string ClusterStateStore::final_watermark_key(uint64_t epoch, uint32_t shard) const {
   return prefix_ + "epochs/" + std::to_string(epoch) + "/final_watermark/" + std::to_string(shard);
 }
+std::string ClusterStateStore::epoch_floor_key(uint64_t epoch, uint32_t shard) const {
+  return prefix_ + "epochs/" + std::to_string(epoch) + "/floor/" + std::to_string(shard);
+}
 std::string ClusterStateStore::fvw_key(uint64_t epoch) const {
   return prefix_ + "epochs/" + std::to_string(epoch) + "/fvw";
 }
@@ -219,16 +222,43 @@ Result<std::string> ClusterStateStore::create_once(const std::string& key,
   return std::move(r->current->value);
 }
 
-Result<uint64_t> ClusterStateStore::publish_final_watermark(uint64_t epoch, uint32_t shard,
-                                                            uint64_t watermark) {
-  const std::string key = final_watermark_key(epoch, shard);
-  auto stored = create_once(key, json{{"watermark", watermark}}.dump());
+Result<uint64_t> ClusterStateStore::create_u64_once(const std::string& key, const char* field,
+                                                    uint64_t value) {
+  auto stored = create_once(key, json{{field, value}}.dump());
   if (!stored.ok()) return stored.status();
   auto j = parse_object(key, *stored);
   if (!j.ok()) return j.status();
   uint64_t out = 0;
-  SHOAL_TRY(read_u64(key, *j, "watermark", UINT64_MAX, &out));
+  SHOAL_TRY(read_u64(key, *j, field, UINT64_MAX, &out));
   return out;
+}
+
+Result<std::optional<uint64_t>> ClusterStateStore::get_u64(const std::string& key,
+                                                           const char* field) {
+  auto j = get_object(key);
+  if (!j.ok()) return j.status();
+  if (!*j) return std::optional<uint64_t>();
+  uint64_t out = 0;
+  SHOAL_TRY(read_u64(key, **j, field, UINT64_MAX, &out));
+  return std::optional<uint64_t>(out);
+}
+
+Result<uint64_t> ClusterStateStore::publish_final_watermark(uint64_t epoch, uint32_t shard,
+                                                            uint64_t watermark) {
+  return create_u64_once(final_watermark_key(epoch, shard), "watermark", watermark);
+}
+
+Result<std::optional<uint64_t>> ClusterStateStore::final_watermark(uint64_t epoch, uint32_t shard) {
+  return get_u64(final_watermark_key(epoch, shard), "watermark");
+}
+
+Result<uint64_t> ClusterStateStore::publish_epoch_floor(uint64_t epoch, uint32_t shard,
+                                                        uint64_t floor) {
+  return create_u64_once(epoch_floor_key(epoch, shard), "floor", floor);
+}
+
+Result<std::optional<uint64_t>> ClusterStateStore::epoch_floor(uint64_t epoch, uint32_t shard) {
+  return get_u64(epoch_floor_key(epoch, shard), "floor");
 }
 
 Result<std::optional<json>> ClusterStateStore::get_object(const std::string& key) {
@@ -238,16 +268,6 @@ Result<std::optional<json>> ClusterStateStore::get_object(const std::string& key
   auto j = parse_object(key, (*v)->value);
   if (!j.ok()) return j.status();
   return std::optional<json>(std::move(*j));
-}
-
-Result<std::optional<uint64_t>> ClusterStateStore::final_watermark(uint64_t epoch, uint32_t shard) {
-  const std::string key = final_watermark_key(epoch, shard);
-  auto j = get_object(key);
-  if (!j.ok()) return j.status();
-  if (!*j) return std::optional<uint64_t>();
-  uint64_t out = 0;
-  SHOAL_TRY(read_u64(key, **j, "watermark", UINT64_MAX, &out));
-  return std::optional<uint64_t>(out);
 }
 
 Result<std::vector<uint64_t>> ClusterStateStore::publish_fvw(uint64_t epoch,

@@ -7,6 +7,9 @@
 //   epochs/<E>/final_watermark/<s>      {"watermark": w}   shard s's last watermark in epoch E
 //                                                          (kInfiniteWatermark: healthy shard)
 //   epochs/<E>/fvw                      {"fvw": [w0, w1, ..]}  the finalized vector watermark
+//   epochs/<E>/floor/<s>                {"floor": f}       shard s failed over at the end of
+//                                                          epoch E: every TID it logged until
+//                                                          then is <= f, every later one > f
 //   alive/<s>                           {"replica": r}     on the leader's lease: vanishes when
 //                                                          the leader stops renewing it
 //
@@ -66,6 +69,7 @@ class ClusterStateStore {
   std::string shard_key(uint32_t shard) const;
   std::string final_watermark_key(uint64_t epoch, uint32_t shard) const;
   std::string fvw_key(uint64_t epoch) const;
+  std::string epoch_floor_key(uint64_t epoch, uint32_t shard) const;
   std::string alive_key(uint32_t shard) const;
 
   // Creates epoch 1 with these shards (their since_epoch is set to 1) unless an epoch exists:
@@ -88,6 +92,13 @@ class ClusterStateStore {
                                                          uint64_t watermark);
   [[nodiscard]] Result<std::optional<uint64_t>> final_watermark(uint64_t epoch, uint32_t shard);
 
+  // Records the floor of shard's TIDs at the end of `epoch` (its failover: see the keys above)
+  // unless one is recorded; returns the stored one. With the final watermark F it bounds what
+  // the failover lost: shard's TIDs in (F, floor].
+  [[nodiscard]] Result<uint64_t> publish_epoch_floor(uint64_t epoch, uint32_t shard,
+                                                     uint64_t floor);
+  [[nodiscard]] Result<std::optional<uint64_t>> epoch_floor(uint64_t epoch, uint32_t shard);
+
   // Records the FVW of `epoch` unless one is recorded; returns the stored one.
   // REQUIRES: !fvw.empty().
   [[nodiscard]] Result<std::vector<uint64_t>> publish_fvw(uint64_t epoch,
@@ -102,6 +113,10 @@ class ClusterStateStore {
  private:
   // Writes `value` at `key` if absent; returns the value stored there afterwards.
   Result<std::string> create_once(const std::string& key, const std::string& value);
+  // create_once of {field: value}; returns the number stored there afterwards.
+  Result<uint64_t> create_u64_once(const std::string& key, const char* field, uint64_t value);
+  // The number in {field: n} at `key`, nullopt if absent.
+  Result<std::optional<uint64_t>> get_u64(const std::string& key, const char* field);
   // The JSON object stored at `key`, nullopt if absent, Corruption naming the key if not one.
   Result<std::optional<nlohmann::json>> get_object(const std::string& key);
 

@@ -482,6 +482,15 @@ TYPED_TEST(ConfigManagerConformance, ClusterStateRoundTripsAndPublishesOnce) {
   auto none = store.final_watermark(2, 0);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
+  // The floor of a failed-over shard's old TIDs, written once too.
+  EXPECT_FALSE(store.epoch_floor(1, 0)->has_value());
+  auto floor = store.publish_epoch_floor(1, 0, 5000);
+  ASSERT_TRUE(floor.ok() && *floor == 5000u);
+  auto floor2 = store.publish_epoch_floor(1, 0, 7);
+  ASSERT_TRUE(floor2.ok() && *floor2 == 5000u);
+  auto read_floor = store.epoch_floor(1, 0);
+  ASSERT_TRUE(read_floor.ok() && read_floor->has_value());
+  EXPECT_EQ(**read_floor, 5000u);
   auto fvw = store.publish_fvw(1, {1234, 5678});
   ASSERT_TRUE(fvw.ok());
   auto fvw2 = store.publish_fvw(1, {1, 1});

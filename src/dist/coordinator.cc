@@ -12,6 +12,7 @@ namespace shoal::dist {
 void DistTxn::reset(TxnId id, uint64_t epoch) {
   id_ = id;
   epoch_ = epoch;
+  in_doubt_ = false;
   touched_.clear();
   fragment_written_.clear();
   locked_early_.clear();
@@ -151,7 +152,7 @@ Status DistTxn::exec_at_commit(uint32_t shard, uint32_t fragment, std::span<cons
 
 Coordinator::Coordinator(CoordinatorOptions options, std::vector<ShardLink*> links,
                          const uint64_t* epoch)
-    : options_(options), links_(std::move(links)), epoch_(epoch) {
+    : options_(options), links_(std::move(links)), epoch_(epoch), next_seq_(options.first_seq) {
   SHOAL_ASSERT(!links_.empty() && links_.size() <= DistTxn::kShardsMax, "%zu shard links",
                links_.size());
   SHOAL_ASSERT(options_.shard_id < links_.size(), "own shard %u out of range", options_.shard_id);
@@ -172,6 +173,7 @@ rt::Task<Status> Coordinator::finish(DistTxn& txn) {
   }
   if (decided) {  // C2: committed; some install unconfirmed. Never abort now.
     ++stats_.in_doubt;
+    txn.in_doubt_ = true;
     co_return s;
   }
   co_await abort_all(txn);  // C1
@@ -191,6 +193,12 @@ rt::Task<void> Coordinator::abort(DistTxn& txn) {
   co_await abort_all(txn);
 }
 
+void Coordinator::set_link(uint32_t shard, ShardLink* link) {
+  SHOAL_ASSERT(shard < links_.size() && link != nullptr, "set_link: shard %u of %zu", shard,
+               links_.size());
+  links_[shard] = link;
+}
+
 rt::Task<Status> Coordinator::run(DistTxn& txn, DistProcedure proc, const void* args,
                                   void* result) {
   txn.coordinator_ = this;
@@ -206,6 +214,7 @@ rt::Task<Status> Coordinator::run(DistTxn& txn, DistProcedure proc, const void* 
     }
     if (decided) {  // C2: committed; some install unconfirmed. Never abort now.
       ++stats_.in_doubt;
+      txn.in_doubt_ = true;
       co_return s;
     }
     co_await abort_all(txn);  // C1
@@ -339,6 +348,7 @@ rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
     if (s.code() == Code::kUnavailable || s.code() == Code::kTimeout) {
       // Decided there or not: we cannot know. Release the rest (C4) and say so.
       ++stats_.in_doubt;
+      txn.in_doubt_ = true;
       co_return Status::Unavailable(
           fmt::format("transaction {:#x} in doubt: shard {} took its commit decision and did "
                       "not answer ({}); the other shards released it",

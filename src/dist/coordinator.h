@@ -181,6 +181,9 @@ class DistTxn {
   }
 
   TxnId id() const { return id_; }
+  // After run() failed: whether some shard may have installed it (C2, C4: its outcome is in
+  // doubt). A transaction that failed and is not in doubt installed nothing: it may be retried.
+  bool in_doubt() const { return in_doubt_; }
   // After a commit: the transaction's dependency vector (one entry per shard it wrote, plus
   // what its reads depended on).
   const txn::DepVec& vector() const { return vector_; }
@@ -210,6 +213,7 @@ class DistTxn {
   Coordinator* coordinator_ = nullptr;
   TxnId id_ = 0;
   uint64_t epoch_ = 0;
+  bool in_doubt_ = false;
   std::vector<uint32_t> touched_;
   std::vector<uint32_t> fragment_written_;  // shards whose fragments left writes
   std::vector<uint32_t> locked_early_;      // of those, shards locked by their exec
@@ -234,6 +238,10 @@ struct CoordinatorOptions {
   // Without it a retry re-reads the same keys at once, and a lock held for network round
   // trips burns through max_retries in a few milliseconds. Off (nullptr) by default.
   rt::EventLoop* backoff_loop = nullptr;
+  // The first transaction sequence number (40 bits in the TxnId). A shard's new leader starts
+  // above every id its predecessor may have used (participants keep tombstones of those, F1):
+  // the epoch in the top bits of the sequence.
+  uint64_t first_seq = 1;
   uint64_t backoff_min_ns = 20'000;
   uint64_t backoff_max_ns = 2'000'000;
 };
@@ -271,6 +279,11 @@ class Coordinator {
 
   const CoordinatorStats& stats() const { return stats_; }
   size_t shard_count() const { return links_.size(); }
+  // Points shard `shard` at another link (its new leader after a failover). A transaction
+  // suspended in the old link finishes there (with the old link's error, typically): the old
+  // link must outlive every call already made through it. REQUIRES: shard < shard_count(),
+  // link != nullptr, called on the coordinator's loop.
+  void set_link(uint32_t shard, ShardLink* link);
 
  private:
   friend class DistTxn;

@@ -35,6 +35,12 @@ Status Participant::check_epoch(uint64_t epoch) const {
     return Status::Aborted(
         fmt::format("stale epoch {} < {} at shard {}", epoch, epoch_, shard_id_));
   }
+  if (epoch > epoch_) [[unlikely]] {
+    // Not yet ours: this shard has not fenced and discarded what that epoch's failover lost,
+    // and a transaction of the new epoch could depend on a lost version here. Retried.
+    return Status::Aborted(fmt::format("epoch {} not yet reached at shard {} (in epoch {})", epoch,
+                                       shard_id_, epoch_));
+  }
   return Status::Ok();
 }
 
@@ -324,7 +330,9 @@ Status Participant::install(TxnId id, uint64_t epoch, uint64_t tid, const txn::D
   }
   tid = std::max(tid, floor_tid() + 1);  // F10
   slot->txn->install_and_unlock(tid, &vector);
+  logging_id_ = id;
   Status logged = log_commit(*slot->txn);
+  logging_id_ = 0;
   // Installed either way; a tombstone without a TID makes repeats answer as F5 (not logged).
   finish(id, slot, Ended::kCommitted, logged.ok() ? tid : 0);
   if (!logged.ok()) return logged;
@@ -415,7 +423,9 @@ Status Participant::validate_install(TxnId id, uint64_t epoch, const txn::DepVec
   full.merge(*deps);
   full.raise(shard_id_, *tid);
   slot->txn->install_and_unlock(*tid, &full);
+  logging_id_ = id;
   Status logged = log_commit(*slot->txn);
+  logging_id_ = 0;
   finish(id, slot, Ended::kCommitted, logged.ok() ? *tid : 0);
   return logged;
 }

@@ -66,7 +66,11 @@
 //
 // Epochs: every request carries the coordinator's epoch; read/lock/validate from an older
 // epoch than the participant's are refused (Aborted, "stale epoch"), so a deposed coordinator
-// cannot start or certify work after a failover. install and abort are not epoch-checked: an
+// cannot start or certify work after a failover; and from a newer one too (Aborted, retried),
+// until the participant's shard server has learnt that epoch and fenced and discarded what
+// its failover lost (shard_server.h): else a new leader's transaction could read a lost
+// version here, and its vector's entry for the new leader's shard, a new-epoch TID, would
+// hide that dependency (vectors keep one TID per shard, the largest). install and abort are not epoch-checked: an
 // install completes a decision already taken, an abort only releases.
 //
 // Threads: owned by one worker thread; every call runs there. Bounds: at most `inflight_max`
@@ -201,6 +205,8 @@ class Participant {
     commit_hook_ = hook;
     commit_hook_ctx_ = ctx;
   }
+  // Inside the commit hook of an install: the transaction being logged; 0 elsewhere.
+  TxnId logging_id() const { return logging_id_; }
   // F10: installs go above *floor (a replicated shard server's stream promise, shared with
   // the worker's own transactions: repl::StreamAppender::promised_tid), and every context's
   // proposals too. nullptr: none. REQUIRES: *floor outlives the participant; set before the
@@ -312,6 +318,7 @@ class Participant {
   std::vector<TxnId> scratch_ids_;
   const FragmentTable* fragments_ = nullptr;
   const uint64_t* tid_floor_ = nullptr;  // F10
+  TxnId logging_id_ = 0;                 // logging_id()
   std::vector<uint8_t> scratch_out_;     // F8 fragments' results
   ParticipantStats stats_;
 };

@@ -8,7 +8,12 @@
 #include "src/dist/coordinator.h"
 
 namespace shoal::dist {
-bool CoveredAwaiter::await_ready() const {
+bool CoveredAwaiter::await_ready() {
+  if (vw_->lost(*vector_)) [[unlikely]] {
+    ++vw_->stats_.refused;
+    status_ = Status::Aborted("the transaction depends on a version lost in a failover");
+    return true;
+  }
   return vw_->covers(*vector_);
 }
 
@@ -18,7 +23,11 @@ bool CoveredAwaiter::await_suspend(std::coroutine_handle<> h) {
 }
 
 VectorWatermark::VectorWatermark(rt::EventLoop& loop, uint32_t shards, uint32_t waiters_max)
-    : loop_(loop), waiters_max_(waiters_max), entries_(shards, 0), heaps_(shards) {
+    : loop_(loop),
+      waiters_max_(waiters_max),
+      entries_(shards, 0),
+      heaps_(shards),
+      held_(shards, false) {
   SHOAL_ASSERT(shards >= 1 && shards <= DistTxn::kShardsMax, "%u shards", shards);
   SHOAL_ASSERT(waiters_max >= 1, "%s", "a vector watermark needs room for one waiter");
 }
@@ -81,7 +90,7 @@ Status VectorWatermark::raise(uint32_t shard, uint64_t watermark) {
     return Status::InvalidArgument(
         fmt::format("watermark of shard {} in a {}-shard cluster", shard, entries_.size()));
   }
-  if (watermark <= entries_[shard]) return Status::Ok();
+  if (watermark <= entries_[shard] || held_[shard]) return Status::Ok();
   ++stats_.rises;
   entries_[shard] = watermark;
   std::vector<Parked>& heap = heaps_[shard];
@@ -114,6 +123,52 @@ void VectorWatermark::release_all(const Status& why) {
     heap.clear();
   }
   waiting_ = 0;
+}
+
+void VectorWatermark::hold(uint32_t shard) {
+  SHOAL_ASSERT(shard < held_.size(), "hold: shard %u of %zu", shard, held_.size());
+  held_[shard] = true;
+}
+
+bool VectorWatermark::lost(const txn::DepVec& vector) const {
+  for (const LostRange& r : lost_) {  // bounded: kLostRangesMax
+    const uint64_t ts = vector.get(r.shard);
+    if (ts > r.above && ts <= r.through) return true;
+  }
+  return false;
+}
+
+Result<size_t> VectorWatermark::fence(uint32_t shard, uint64_t lost_above, uint64_t lost_through) {
+  if (shard >= entries_.size() || lost_above >= lost_through) {
+    return Status::InvalidArgument(
+        fmt::format("fence of shard {} ({:#x}, {:#x}] in a {}-shard "
+                    "cluster",
+                    shard, lost_above, lost_through, entries_.size()));
+  }
+  if (lost_.size() >= kLostRangesMax) {
+    return Status::Unavailable(
+        fmt::format("{} failovers fenced: no room for another", kLostRangesMax));
+  }
+  lost_.push_back(LostRange{shard, lost_above, lost_through});
+  held_[shard] = false;
+  size_t ended = 0;
+  for (std::vector<Parked>& heap : heaps_) {
+    const auto keep = std::partition(heap.begin(), heap.end(),
+                                     [&](const Parked& p) { return !lost(*p.waiter->vector_); });
+    for (auto it = keep; it != heap.end(); ++it) {
+      it->waiter->status_ = Status::Aborted(fmt::format(
+          "the transaction depends on shard {}'s TID {:#x}, lost in its failover (final "
+          "watermark {:#x})",
+          shard, it->waiter->vector_->get(shard), lost_above));
+      ++stats_.refused;
+      ++ended;
+      loop_.schedule(it->waiter->handle_);
+    }
+    heap.erase(keep, heap.end());
+    std::make_heap(heap.begin(), heap.end(), &VectorWatermark::later);
+  }
+  waiting_ -= ended;
+  return ended;
 }
 
 }  // namespace shoal::dist

@@ -14,6 +14,18 @@
 // messages are harmless; a value learnt here was that shard's watermark at some point, so it
 // never exceeds the shard's true watermark.
 //
+// Failover (the FVW, design section 5): when shard X fails over, every version X logged above
+// its final watermark F (and at or below its new epoch's floor: everything the old leader
+// logged) is lost, and so is every transaction whose vector names one of them, although X's
+// watermark, as its new leader reports it, will pass those TIDs. fence(X, F, floor) records the
+// lost range: a wait whose vector has an entry for X in (F, floor] ends at once with Aborted
+// ("lost in a failover"), now and whenever it is asked again; such a transaction is never
+// acknowledged. The server fences before it redials X's new leader (shard_server.h), so no
+// entry learnt from the new leader can cover a lost TID first; and it holds the shard's entry
+// (hold: raises ignored) from the moment its link to the old leader fails until that fence,
+// because the new leader's watermark reaches us through its own requests before we learn
+// the lost range.
+//
 // Waiting (wait_covered): a coroutine that needs its vector covered parks on the first entry of
 // its vector that is not covered yet, in a per-shard min-heap ordered by the TID it waits for.
 // raise(s, w) pops exactly the waiters of shard s with TID <= w; each moves on to its next
@@ -51,7 +63,7 @@ class VectorWatermark;
 // waiters_max coroutines already wait or release_all() ended the wait).
 class CoveredAwaiter {
  public:
-  bool await_ready() const;
+  bool await_ready();
   bool await_suspend(std::coroutine_handle<> h);
   Status await_resume() { return std::move(status_); }
 
@@ -89,6 +101,18 @@ class VectorWatermark {
   CoveredAwaiter wait_covered(const txn::DepVec& vector) { return CoveredAwaiter(this, &vector); }
   // Ends every wait with `why` (shutdown). Their coroutines are scheduled on the loop.
   void release_all(const Status& why);
+  // Shard `shard` failed over: its TIDs in (lost_above, lost_through] are lost (see above).
+  // Ends the waits whose vectors name one (Aborted) and refuses such waits from now on.
+  // Returns how many waits it ended. InvalidArgument for a shard out of range or an empty
+  // range; Unavailable beyond kLostRangesMax fences (the server then stops following).
+  [[nodiscard]] Result<size_t> fence(uint32_t shard, uint64_t lost_above, uint64_t lost_through);
+  // Ignores raises of `shard`'s entry until the next fence() of it (see above). REQUIRES:
+  // shard < shards().
+  void hold(uint32_t shard);
+  bool held(uint32_t shard) const { return held_[shard]; }
+  // Whether `vector` names a TID a fence declared lost.
+  bool lost(const txn::DepVec& vector) const;
+  static constexpr size_t kLostRangesMax = 64;  // failovers one server follows
 
   size_t waiting() const { return waiting_; }
   uint32_t waiters_max() const { return waiters_max_; }
@@ -96,6 +120,10 @@ class VectorWatermark {
 
  private:
   friend class CoveredAwaiter;
+  struct LostRange {
+    uint32_t shard;
+    uint64_t above, through;
+  };
   struct Parked {
     uint64_t ts;  // the vector entry it waits to see covered
     CoveredAwaiter* waiter;
@@ -112,6 +140,8 @@ class VectorWatermark {
   uint32_t waiters_max_;
   std::vector<uint64_t> entries_;
   std::vector<std::vector<Parked>> heaps_;  // per shard, a min-heap by ts
+  std::vector<LostRange> lost_;             // fence(): at most kLostRangesMax
+  std::vector<bool> held_;                  // per shard: hold() until fence()
   size_t waiting_ = 0;
   VectorWatermarkStats stats_;
 };

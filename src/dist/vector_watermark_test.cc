@@ -170,5 +170,85 @@ TEST(WatermarkWire, ParticipantServesTheExchangeAndCountsMalformedRequests) {
   EXPECT_EQ(service.watermark(), 77u);
 }
 
+// A failover of shard 0 (the FVW): its final watermark F, its new epoch's floor; waits whose
+// vectors name shard 0's TIDs in (F, floor] were never replicated and must never be
+// acknowledged, although the new leader's watermark passes them. Returns how many of the
+// waits that completed Ok name a lost TID; `skip_fence` plants the bug (no fence applied).
+size_t acknowledged_lost_after_failover(bool skip_fence, std::vector<Status>* statuses) {
+  rt::EventLoop loop(RealEnv::instance());  // no test here depends on time
+  VectorWatermark vw(loop, 2, 8);
+  const uint64_t final_tid = (uint64_t{1} << 32) | 0x20, floor = (uint64_t{1} << 32) | 0x40;
+  const txn::DepVec kept = vec({{0, final_tid - 8}});
+  const txn::DepVec lost_on_0 = vec({{0, final_tid + 0x10}, {1, 5}});
+  const txn::DepVec lost_parked_on_1 = vec({{1, 7}, {0, floor - 1}});
+  const std::vector<const txn::DepVec*> vectors = {&kept, &lost_on_0, &lost_parked_on_1};
+  std::vector<int> done;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(loop.spawn(waiter(vw, vectors[i], i, &done, statuses)).ok());
+  }
+  drain(loop);
+  EXPECT_EQ(vw.waiting(), 3u);
+  // The link to the old leader failed: held, so an early word from the new leader (its
+  // watermark in a request of its own) covers nothing lost before the fence. The planted bug
+  // does neither.
+  if (!skip_fence) vw.hold(0);
+  EXPECT_TRUE(vw.raise(0, (uint64_t{2} << 32) | 1).ok());
+  EXPECT_EQ(vw.get(0), skip_fence ? (uint64_t{2} << 32) | 1 : 0u);
+  drain(loop);
+  if (!skip_fence) {
+    auto ended = vw.fence(0, final_tid, floor);
+    EXPECT_TRUE(ended.ok() && *ended == 2u);
+  }
+  // The new leader serves in epoch 2; shard 1 goes on.
+  EXPECT_TRUE(vw.raise(0, (uint64_t{2} << 32) | 5).ok());
+  EXPECT_TRUE(vw.raise(1, 10).ok());
+  drain(loop);
+  EXPECT_EQ(done.size(), 3u);
+  size_t acknowledged_lost = 0;
+  for (size_t i = 0; i < done.size(); ++i) {
+    if ((*statuses)[i].ok() && done[i] != 0) ++acknowledged_lost;
+  }
+  return acknowledged_lost;
+}
+
+TEST(VectorWatermark, AFenceEndsWaitsOnLostVersionsAndRefusesLaterOnes) {
+  std::vector<Status> statuses;
+  EXPECT_EQ(acknowledged_lost_after_failover(/*skip_fence=*/false, &statuses), 0u);
+  ASSERT_EQ(statuses.size(), 3u);
+  size_t aborted = 0, ok = 0;
+  for (const Status& s : statuses) {
+    aborted += s.is_aborted();
+    ok += s.ok();
+  }
+  EXPECT_EQ(aborted, 2u);
+  EXPECT_EQ(ok, 1u);
+  // After the fence: a new wait naming a lost TID ends at once; new-epoch TIDs are covered.
+  rt::EventLoop loop(RealEnv::instance());
+  VectorWatermark vw(loop, 2, 4);
+  ASSERT_TRUE(vw.fence(0, 10, 20).ok());
+  EXPECT_EQ(vw.fence(0, 20, 20).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(vw.fence(2, 1, 2).status().code(), Code::kInvalidArgument);
+  EXPECT_TRUE(vw.lost(vec({{0, 15}})));
+  EXPECT_FALSE(vw.lost(vec({{0, 10}, {1, 99}})));
+  EXPECT_FALSE(vw.lost(vec({{0, 21}})));
+  ASSERT_TRUE(vw.raise(0, 30).ok());
+  const txn::DepVec lost = vec({{0, 15}}), fresh = vec({{0, 25}});
+  std::vector<int> done;
+  std::vector<Status> later;
+  ASSERT_TRUE(loop.spawn(waiter(vw, &lost, 0, &done, &later)).ok());
+  ASSERT_TRUE(loop.spawn(waiter(vw, &fresh, 1, &done, &later)).ok());
+  drain(loop);
+  ASSERT_EQ(later.size(), 2u);
+  EXPECT_TRUE(later[0].is_aborted()) << later[0].to_string();
+  EXPECT_TRUE(later[1].ok());
+}
+
+// The planted bug: without the fence, the new leader's watermark acknowledges the two
+// transactions whose shard-0 part died with the old leader. The check above must see it.
+TEST(VectorWatermark, SkippingTheFenceIsCaught) {
+  std::vector<Status> statuses;
+  EXPECT_EQ(acknowledged_lost_after_failover(/*skip_fence=*/true, &statuses), 2u);
+}
+
 }  // namespace
 }  // namespace shoal::dist

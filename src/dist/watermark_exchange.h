@@ -69,6 +69,17 @@ class WatermarkExchange {
     links_.push_back(Linked{shard, &link});
     return Status::Ok();
   }
+  // Asks `shard` through `link` from now on (its new leader after a failover); a call in flight
+  // on the old link finishes there. InvalidArgument if `shard` has no link. REQUIRES: as
+  // add_link; the old link outlives its call in flight.
+  [[nodiscard]] Status replace_link(uint32_t shard, ShardLink& link) {
+    for (Linked& l : links_) {
+      if (l.shard != shard) continue;
+      l.link = &link;
+      return Status::Ok();
+    }
+    return Status::InvalidArgument(fmt::format("watermark exchange: no link to shard {}", shard));
+  }
   void start() {
     running_ = true;
     arm();

@@ -8,8 +8,13 @@
 namespace shoal::server {
 
 DepositionWatch::DepositionWatch(cluster::ConfigManager& manager,
-                                 const DepositionWatchOptions& options, DeposedFn on_deposed)
-    : manager_(manager), options_(options), on_deposed_(std::move(on_deposed)) {
+                                 const DepositionWatchOptions& options, DeposedFn on_deposed,
+                                 LeaderChangeFn on_leader_change)
+    : manager_(manager),
+      options_(options),
+      on_deposed_(std::move(on_deposed)),
+      on_leader_change_(std::move(on_leader_change)),
+      leaders_(options.leaders) {
   SHOAL_ASSERT(options_.poll_ms > 0, "%s", "DepositionWatch: poll_ms > 0");
 }
 
@@ -41,6 +46,13 @@ bool DepositionWatch::check_once() {
   }
   unreachable_said_ = false;
   if (options_.shard >= state->shards.size()) return false;  // not ours to judge
+  // Other shards first: a server deposed right after exits anyway.
+  for (uint32_t sh = 0; sh < state->shards.size() && sh < leaders_.size(); ++sh) {
+    const uint32_t now = state->shards[sh].leader_replica;
+    if (sh == options_.shard || now == leaders_[sh]) continue;
+    leaders_[sh] = now;
+    if (on_leader_change_) on_leader_change_(sh, now, state->shards[sh].since_epoch);
+  }
   const cluster::ShardState& s = state->shards[options_.shard];
   if (s.leader_replica == options_.replica) return false;
   on_deposed_(state->epoch, s.leader_replica);

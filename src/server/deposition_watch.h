@@ -10,6 +10,11 @@
 // another replica leads it, calls on_deposed once (the server prints why and exits at once,
 // as a crash would: it restarts as a follower of the new leader).
 //
+// The same look tells the server when another shard's leader changed (a failover there): with
+// DepositionWatchOptions::leaders set, on_leader_change(shard, replica, epoch) is called once
+// per change, in the order seen, so that the server's workers redial that shard's new leader
+// and carry the new epoch (shard_server.h, "Failover of another shard").
+//
 // etcd unreachable: the watch keeps polling and says so once (a leader cut off from etcd and
 // from its followers cannot be told, and cannot acknowledge anything either).
 //
@@ -36,16 +41,20 @@ struct DepositionWatchOptions {
   uint32_t replica = 0;  // this process
   uint64_t epoch = 0;    // the epoch it leads in
   uint64_t poll_ms = 100;
+  // Per shard, the leader replica the server dialed; empty: other shards are not watched.
+  std::vector<uint32_t> leaders;
 };
 
 // Who replaced us: the epoch and the replica the configuration manager names now.
 using DeposedFn = std::function<void(uint64_t epoch, uint32_t leader_replica)>;
+// Another shard is led by another replica since `epoch` (the epoch its new leader took over in).
+using LeaderChangeFn = std::function<void(uint32_t shard, uint32_t leader_replica, uint64_t epoch)>;
 
 class DepositionWatch {
  public:
   // REQUIRES: manager outlives this; poll_ms > 0.
   DepositionWatch(cluster::ConfigManager& manager, const DepositionWatchOptions& options,
-                  DeposedFn on_deposed);
+                  DeposedFn on_deposed, LeaderChangeFn on_leader_change = nullptr);
   ~DepositionWatch();  // stops and joins the thread
   DepositionWatch(const DepositionWatch&) = delete;
   DepositionWatch& operator=(const DepositionWatch&) = delete;
@@ -60,6 +69,8 @@ class DepositionWatch {
   cluster::ConfigManager& manager_;
   const DepositionWatchOptions options_;
   DeposedFn on_deposed_;
+  LeaderChangeFn on_leader_change_;
+  std::vector<uint32_t> leaders_;  // the watch thread: the other shards' leaders as last told
   bool unreachable_said_ = false;  // the watch thread
   std::mutex mu_;
   std::condition_variable cv_;

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "src/base/env.h"
 #include "src/cluster/cluster_state.h"
@@ -48,6 +50,36 @@ TEST(DepositionWatch, SilentWhileNamedThenReportsTheSuccessor) {
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(seen_epoch, 3u);
   EXPECT_EQ(seen_leader, 1u);
+}
+
+TEST(DepositionWatch, TellsEachOtherShardsLeaderChangeOnce) {
+  cluster::InMemoryConfigManager manager(RealEnv::instance());
+  cluster::ClusterStateStore store(manager, "c");
+  ASSERT_TRUE(store.initialize(two_shards_of_three()).ok());
+  std::vector<std::tuple<uint32_t, uint32_t, uint64_t>> changes;
+  int deposed = 0;
+  DepositionWatchOptions o;
+  o.cluster = "c";
+  o.shard = 1;
+  o.replica = 0;
+  o.epoch = 1;
+  o.leaders = {0, 0};
+  DepositionWatch watch(
+      manager, o, [&](uint64_t, uint32_t) { ++deposed; },
+      [&](uint32_t shard, uint32_t leader, uint64_t epoch) {
+        changes.emplace_back(shard, leader, epoch);
+      });
+  EXPECT_FALSE(watch.check_once());
+  EXPECT_TRUE(changes.empty());
+  ASSERT_TRUE(store.begin_epoch_change(1, 0, 2).ok());
+  EXPECT_FALSE(watch.check_once());
+  EXPECT_FALSE(watch.check_once());                     // told once, not on every look
+  ASSERT_TRUE(store.begin_epoch_change(2, 0, 1).ok());  // a second failover of shard 0
+  EXPECT_FALSE(watch.check_once());
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0], std::make_tuple(0u, 2u, uint64_t{2}));
+  EXPECT_EQ(changes[1], std::make_tuple(0u, 1u, uint64_t{3}));
+  EXPECT_EQ(deposed, 0);
 }
 
 TEST(DepositionWatch, AnUninitializedClusterIsNotADeposition) {

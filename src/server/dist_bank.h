@@ -93,8 +93,11 @@ class BankHistory {
       ++dropped_;
     }
   }
+  // A committed transaction left out: on a replicated cluster only acknowledged ones are
+  // recorded (a failover may discard the others, shard_server.cc bank_client).
+  void add_unrecorded() { ++dropped_; }
   size_t size() const { return txns_.size(); }
-  uint64_t dropped() const { return dropped_; }
+  uint64_t dropped() const { return dropped_; }  // full, or add_unrecorded
   // Appends transactions from index `from` to `out` as a JSON list body (no brackets) of flat
   // lists [id, R, key, seq, writer (R times), W, key, seq (W times)], stopping before `out`
   // would exceed max_bytes. Returns the index after the last one appended.

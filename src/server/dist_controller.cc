@@ -437,8 +437,9 @@ void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
 // Bank: the money over all shards must be what was loaded, and the merged history of every
 // worker's committed transactions must be serializable (sim/serializability.h). Lines for the
 // report go to *text, fields for the JSON to *json.
+// `unlogged`: commits whose records died with a killed leader (not recorded either).
 void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards, bench::RunResult* r,
-                std::string* text, nlohmann::json* json) {
+                std::string* text, nlohmann::json* json, uint64_t unlogged) {
   r->checked = true;
   for (const ShardOutcome& so : shards) {
     if (so.gone) {
@@ -473,7 +474,7 @@ void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards, 
     r->check_failures.push_back(fmt::format("money: {} made or lost", balance - expected));
   }
   sim::History history;
-  uint64_t dropped = 0;
+  uint64_t dropped = unlogged;
   for (uint32_t s = 0; s < shards.size(); ++s) {
     uint64_t workers = 1;
     for (uint64_t w = 0; w < workers; ++w) {
@@ -522,9 +523,9 @@ void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards, 
   (*json)["anomaly_counts"] = counts;
   if (dropped != 0) {
     *text += fmt::format(
-        "history: logs full ({} per worker): {} transactions not recorded; {} that read from "
-        "them left out of the check\n",
-        kBankHistoryMax, dropped, left_out);
+        "history: {} transactions not recorded (logs full at {} per worker, never acknowledged, "
+        "or died with a killed leader); {} that read from them left out of the check\n",
+        dropped, kBankHistoryMax, left_out);
   }
   if (report.serializable()) {
     *text += fmt::format("serializability: ok ({} transactions, {} edges)\n", report.committed_txns,
@@ -772,6 +773,13 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
   }
   j["committed_cross"] = total.committed_cross;
   j["unavailable"] = total.unavailable;
+  j["failover_retries"] = total.failover_retries;
+  if (total.failover_retries > 0) {
+    text += fmt::format(
+        "failover: {} attempts found a shard unreachable and were retried after "
+        "the redial of its new leader\n",
+        total.failover_retries);
+  }
   nlohmann::json per_shard = nlohmann::json::array();
   std::vector<std::string> gone;
   std::string first_gone_error;
@@ -916,7 +924,7 @@ Status run_dist_bench(const DistBenchOptions& o) {
   if (o.workload == "tpcc") {
     check_tpcc(client, *config, outcomes, &r, &payments);
   } else if (o.workload == "bank") {
-    check_bank(client, outcomes, &r, &check_text, &check_json);
+    check_bank(client, outcomes, &r, &check_text, &check_json, watched.killed_leader_committed);
   } else {
     check(client, outcomes, total, &r);
   }

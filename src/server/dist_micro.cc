@@ -92,6 +92,7 @@ void MicroStats::merge(const MicroStats& o) {
   conflict_aborts += o.conflict_aborts;
   failed += o.failed;
   unavailable += o.unavailable;
+  failover_retries += o.failover_retries;
   unacknowledged += o.unacknowledged;
   failed_cross += o.failed_cross;
   user_aborts += o.user_aborts;
@@ -143,6 +144,7 @@ nlohmann::json MicroStats::to_json() const {
           {"conflict_aborts", conflict_aborts},
           {"failed", failed},
           {"unavailable", unavailable},
+          {"failover_retries", failover_retries},
           {"unacknowledged", unacknowledged},
           {"failed_cross", failed_cross},
           {"user_aborts", user_aborts},
@@ -177,6 +179,9 @@ Result<MicroStats> MicroStats::from_json(const nlohmann::json& j) {
   SHOAL_TRY(count("failed_cross", &s.failed_cross));
   if (auto e = j.find("first_error"); e != j.end() && e->is_string()) s.first_error = *e;
   if (auto u = j.find("user_aborts"); u != j.end() && u->is_number_unsigned()) s.user_aborts = *u;
+  if (auto r = j.find("failover_retries"); r != j.end() && r->is_number_unsigned()) {
+    s.failover_retries = *r;
+  }
   for (const char* name : {"committed_by_type", "failed_by_type"}) {
     auto it = j.find(name);
     if (it == j.end()) continue;

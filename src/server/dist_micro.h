@@ -88,6 +88,9 @@ struct MicroStats {
   uint64_t conflict_aborts = 0;  // retried attempts (the coordinator's count)
   uint64_t failed = 0;           // transactions that gave up (any non-Ok final status)
   uint64_t unavailable = 0;      // of those: a shard was gone
+  // Attempts that found a shard unreachable, installed nothing, and were retried once its new
+  // leader was redialed (a failover; not failures: their clients were never answered).
+  uint64_t failover_retries = 0;
   uint64_t failed_cross = 0;
   std::string first_error;               // the first failure's text, for the report
   Histogram latency_local;               // ns, committed local transactions (retries included)

@@ -32,6 +32,18 @@
 // participant releases every transaction X coordinated (Participant::abort_coordinated_by,
 // rule F6 there: presumed abort, safe with 2 shards; see that comment for >= 3).
 //
+// Failover of another shard (with etcd; docs/REPLICATION.md, "Failover across shards"): the
+// DepositionWatch tells the server that shard X has a new leader; the watch thread waits for
+// X's published final watermark and epoch floor, dials the new leader once per worker and
+// posts each connection to its worker, which fences X's lost TIDs off its vector watermark
+// (never acknowledged), takes the new epoch (its coordinator sends it, its participant refuses
+// older ones), and replaces its link to X (the old one is failed, kept 10 s for calls still in
+// it). Meanwhile transactions needing X fail with Unavailable, installed nothing, and their
+// clients retry them. A promoted leader publishes that record before its workers start.
+// Before the redial the watch thread pauses every worker and undoes what depends on X's lost
+// TIDs (discard_journal.h: each worker journals its commits not yet covered by its vector
+// watermark), as writes logged on stream 0.
+//
 // Threads: run_server() is called on the main thread and returns after SIGTERM/SIGINT.
 #pragma once
 

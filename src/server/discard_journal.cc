@@ -1,0 +1,247 @@
+#include "src/server/discard_journal.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "src/base/assert.h"
+
+namespace shoal::server {
+
+DiscardJournal::DiscardJournal(uint32_t shard)
+    : shard_(shard), entries_(kEntriesMax), bytes_(kBytesMax) {}
+
+bool DiscardJournal::push(const txn::Txn& txn, const txn::WriteView& w, bool pending) {
+  if (count_ == kEntriesMax || w.key_word_count > kKeyWordsMax) return false;
+  Entry e;
+  e.tid = txn.last_commit_tid();
+  e.table_id = w.table_id;
+  e.key_word_count = w.key_word_count;
+  std::copy_n(w.key_words, w.key_word_count, e.key);
+  e.kind = w.kind;
+  e.pending = pending;
+  for (const txn::DepEntry& d : txn.deps().entries()) {
+    if (d.shard == shard_) continue;
+    if (e.dep_count == kDepsMax) {
+      e.deps_overflow = true;
+      break;
+    }
+    e.deps[e.dep_count++] = d;
+  }
+  if (w.kind == txn::WriteKind::kInsert) {
+    e.undoable = true;  // before it: absent (base_tid 0)
+  } else if (w.kind == txn::WriteKind::kPut && w.old_value != nullptr) {
+    // The old value goes at the ring's tail, or at its start if the end is too short.
+    const size_t size = w.old_size_bytes;
+    const size_t offset = bytes_tail_ + size <= kBytesMax ? bytes_tail_ : 0;
+    const size_t consumed =
+        offset == 0 && bytes_tail_ != 0 ? (kBytesMax - bytes_tail_) + size : size;
+    if (bytes_used_ + consumed > kBytesMax) return false;
+    std::memcpy(bytes_.data() + offset, w.old_value, size);
+    e.old_offset = static_cast<uint32_t>(offset);
+    e.old_size = static_cast<uint32_t>(size);
+    e.ring_bytes = static_cast<uint32_t>(consumed);
+    e.base_tid = w.base_tid;
+    e.undoable = true;
+    bytes_used_ += consumed;
+    bytes_tail_ = offset + size;
+  }
+  entries_[(head_ + count_) % kEntriesMax] = e;
+  ++count_;
+  return true;
+}
+
+void DiscardJournal::update(uint64_t tid, const txn::DepVec& vector, bool in_doubt) {
+  for (size_t back = 0; back < std::min(count_, kUpdateScanMax); ++back) {
+    Entry& e = entries_[(head_ + count_ - 1 - back) % kEntriesMax];
+    if (e.tid < tid) break;  // a worker's TIDs grow: older entries are below it
+    if (e.tid != tid) continue;
+    e.pending = false;
+    for (const txn::DepEntry& d : vector.entries()) {
+      if (d.shard == shard_) continue;
+      const uint64_t ts = in_doubt ? kInDoubt : d.ts;
+      uint32_t i = 0;
+      while (i < e.dep_count && e.deps[i].shard != d.shard) ++i;
+      if (i == e.dep_count) {
+        if (e.dep_count == kDepsMax) {
+          e.deps_overflow = true;
+          continue;
+        }
+        e.deps[e.dep_count++] = {d.shard, 0};
+      }
+      if (e.deps[i].ts != kInDoubt) e.deps[i].ts = std::max(e.deps[i].ts, ts);
+    }
+  }
+}
+
+void DiscardJournal::settle(uint32_t shard) {
+  for (size_t i = 0; i < count_; ++i) {  // bounded by kEntriesMax
+    Entry& e = entries_[(head_ + i) % kEntriesMax];
+    for (uint32_t d = 0; d < e.dep_count; ++d) {
+      if (e.deps[d].shard == shard && e.deps[d].ts == kInDoubt) e.deps[d].ts = 0;
+    }
+  }
+}
+
+void DiscardJournal::pop_front() {
+  SHOAL_ASSERT(count_ > 0, "%s", "pop from an empty discard journal");
+  bytes_used_ -= entries_[head_].ring_bytes;
+  head_ = (head_ + 1) % kEntriesMax;
+  if (--count_ == 0) {
+    SHOAL_ASSERT(bytes_used_ == 0, "discard journal: %zu bytes left", bytes_used_);
+    bytes_tail_ = 0;
+  }
+}
+
+namespace {
+
+// A journaled record's state during a discard: its newest version as the pass goes down its
+// chain, and the write to undo to (the oldest lost one above what stays).
+struct RecordState {
+  uint64_t newest = 0;   // TID of the record's newest version (0: absent)
+  bool settled = false;  // a kept version is on top: nothing under it changes
+  const DiscardJournal::Entry* undo_to = nullptr;
+  const DiscardJournal* journal = nullptr;  // undo_to's
+};
+
+using RecordKey = std::vector<uint64_t>;  // table id, then the key words
+
+RecordKey record_key(const DiscardJournal::Entry& e) {
+  RecordKey k{e.table_id};
+  k.insert(k.end(), e.key, e.key + e.key_word_count);
+  return k;
+}
+
+// The TID of the record's newest version (0 when absent). A fresh read, aborted.
+uint64_t newest_tid(txn::Engine& engine, const DiscardJournal::Entry& e) {
+  txn::TableBase* table = engine.tables()[e.table_id].get();
+  txn::Txn t(&engine, 1);
+  t.begin();
+  static thread_local uint8_t buf[txn::TableBase::kValueBytesMax];
+  uint32_t size = 0;
+  const Status s = table->txn_get(t, e.key, buf, sizeof buf, &size);
+  const uint64_t tid = s.ok() ? t.max_seen_version() : 0;
+  t.abort();
+  return tid;
+}
+
+struct Compensation {
+  txn::TableBase* table;
+  const uint64_t* key;
+  std::span<const uint8_t> value;  // empty: remove
+};
+
+Status compensate(txn::Txn& t, const void* args, void*) {
+  const auto* c = static_cast<const Compensation*>(args);
+  if (c->value.empty()) return c->table->txn_remove(t, c->key);
+  return c->table->txn_put(t, c->key, c->value.data(), static_cast<uint32_t>(c->value.size()));
+}
+
+}  // namespace
+
+namespace {
+
+using Journaled = std::pair<const DiscardJournal::Entry*, const DiscardJournal*>;
+using TxnKey = std::pair<const DiscardJournal*, uint64_t>;  // a worker's TIDs are unique
+
+// One pass down every record's chain, newest first, with the transactions in `kept` taken as
+// not lost: what to undo per record, and the lost transactions with a write that cannot be
+// undone (added to *blocked).
+std::map<RecordKey, RecordState> plan(const std::vector<Journaled>& all, const LostRange& range,
+                                      const std::set<TxnKey>& kept,
+                                      std::map<RecordKey, uint64_t>* newest_cache,
+                                      txn::Engine& engine, std::set<TxnKey>* blocked,
+                                      DiscardResult* reasons) {
+  std::map<RecordKey, RecordState> records;
+  for (const auto& [e, journal] : all) {  // newest first
+    if (e->deps_overflow) continue;
+    const bool lost = range.names(e->deps, e->dep_count) && !kept.contains(TxnKey{journal, e->tid});
+    RecordKey key = record_key(*e);
+    auto [it, fresh] = records.try_emplace(key);
+    RecordState& r = it->second;
+    if (fresh) {
+      auto [c, uncached] = newest_cache->try_emplace(std::move(key), 0);
+      if (uncached) c->second = newest_tid(engine, *e);
+      r.newest = c->second;
+    }
+    const bool on_top = !r.settled && e->tid == r.newest;
+    if (!lost) {
+      if (on_top) r.settled = true;
+      continue;
+    }
+    if (!on_top || !e->undoable) {  // under a kept version, off the chain, or a remove
+      blocked->insert(TxnKey{journal, e->tid});
+      if (!on_top) {
+        ++reasons->blocked_under;
+      } else if (e->kind == txn::WriteKind::kRemove) {
+        ++reasons->blocked_removes;
+      } else {
+        ++reasons->blocked_no_old_value;
+      }
+      r.settled = true;
+      continue;
+    }
+    r.undo_to = e;
+    r.journal = journal;
+    r.newest = e->kind == txn::WriteKind::kInsert ? 0 : e->base_tid;
+  }
+  return records;
+}
+
+}  // namespace
+
+Result<DiscardResult> discard_lost(std::span<DiscardJournal* const> journals, txn::Engine& engine,
+                                   txn::Worker& compensator, const LostRange& range) {
+  DiscardResult out;
+  std::vector<Journaled> all;
+  for (const DiscardJournal* j : journals) {
+    for (size_t i = 0; i < j->size(); ++i) all.emplace_back(&j->at(i), j);
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return a.first->tid > b.first->tid; });
+  // A transaction is undone wholly or not at all: one with a write that cannot be undone is
+  // kept, which may block others under it; repeat until nothing more is blocked (bounded: each
+  // round keeps at least one more transaction).
+  std::set<TxnKey> kept;
+  std::map<RecordKey, uint64_t> newest_cache;
+  std::map<RecordKey, RecordState> records;
+  for (size_t round = 0; round <= all.size(); ++round) {
+    std::set<TxnKey> blocked;
+    records = plan(all, range, kept, &newest_cache, engine, &blocked, &out);
+    const size_t before = kept.size();
+    kept.insert(blocked.begin(), blocked.end());
+    if (kept.size() == before) break;
+  }
+  for (const auto& [e, journal] : all) {
+    if (e->deps_overflow) {
+      ++out.unknown;
+    } else if (range.names(e->deps, e->dep_count)) {
+      ++out.lost_writes;
+      out.not_discarded += kept.contains(TxnKey{journal, e->tid});
+    }
+  }
+  out.kept_txns = kept.size();
+  for (const auto& [key, r] : records) {
+    if (r.undo_to == nullptr) continue;
+    const DiscardJournal::Entry& e = *r.undo_to;
+    const bool insert = e.kind == txn::WriteKind::kInsert;
+    Compensation c{engine.tables()[e.table_id].get(), e.key,
+                   insert ? std::span<const uint8_t>() : r.journal->old_value(e)};
+    const Status s = compensator.run(&compensate, &c);
+    if (!s.ok()) {
+      return Status::Unavailable(
+          fmt::format("discarding a lost write of table {}: {}", e.table_id, s.to_string()));
+    }
+    if (insert) {
+      ++out.removed;
+    } else {
+      ++out.restored;
+    }
+  }
+  return out;
+}
+
+}  // namespace shoal::server

@@ -1,0 +1,215 @@
+// DiscardJournal and discard_lost: shard 1 survives a failover of shard 0 that lost shard 0's
+// TIDs in (F, floor]. Shard 1's participant installed halves of cross-shard transactions, some
+// naming lost TIDs, and a local transaction read one of those; after the discard, shard 1 holds
+// exactly the transactions that name no lost TID. Skipping the discard (the planted bug) leaves
+// a state the same check rejects.
+#include "src/server/discard_journal.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "src/dist/participant.h"
+#include "src/index/key.h"
+
+namespace shoal::server {
+namespace {
+
+constexpr uint32_t kShard = 1;
+constexpr uint64_t kFinal = (uint64_t{1} << 32) | 100;  // shard 0's final watermark F
+constexpr uint64_t kFloor = (uint64_t{1} << 32) | 200;  // its old TIDs' floor
+constexpr uint64_t kCoveredUpTo = kFinal - 50;          // shard 0's entry in our watermark
+
+struct Survivor {
+  Survivor() : engine(options()), journal(kShard), participant(engine, kShard, 16) {
+    table = engine.create_table<1>("t");
+    for (uint64_t k = 1; k <= 4; ++k) EXPECT_TRUE(table->load(key1(k), uint64_t{k}).ok());
+    participant.set_commit_hook(&Survivor::hook, this);
+    local = engine.make_worker();
+    local->set_commit_hook(&Survivor::hook, this);
+    compensator = engine.make_worker();
+  }
+  static txn::EngineOptions options() {
+    txn::EngineOptions o;
+    o.shard_id = kShard;
+    o.epoch_ticker = false;
+    o.track_dependencies = true;
+    return o;
+  }
+  static Status hook(void* self, const txn::Txn& txn) {
+    auto* s = static_cast<Survivor*>(self);
+    const dist::TxnId logging = s->participant.logging_id();
+    const bool ours = logging != 0 && (logging >> 48) == kShard;
+    s->journal.record(txn, ours, [](uint32_t shard, uint64_t ts) {
+      return shard == kShard || ts <= kCoveredUpTo;
+    });
+    return Status::Ok();
+  }
+  // A remote coordinator's transaction: its writes here, installed with shard 0's entry
+  // `remote_ts` in its vector.
+  // Returns the TID it installed at (0 on failure).
+  uint64_t cross(dist::TxnId id, std::vector<std::pair<uint64_t, uint64_t>> puts,
+                 uint64_t insert_key, uint64_t remote_ts) {
+    std::vector<dist::StagedWrite> writes;
+    std::vector<uint64_t> values;
+    values.reserve(puts.size() + 1);
+    for (auto [k, v] : puts) {
+      values.push_back(v);
+      dist::StagedWrite w;
+      w.key_word_count = 1;
+      w.key[0] = k;
+      w.value = &values.back();
+      w.size_bytes = sizeof(uint64_t);
+      writes.push_back(w);
+    }
+    if (insert_key != 0) {
+      values.push_back(insert_key * 10);
+      dist::StagedWrite w;
+      w.key_word_count = 1;
+      w.key[0] = insert_key;
+      w.kind = txn::WriteKind::kInsert;
+      w.value = &values.back();
+      w.size_bytes = sizeof(uint64_t);
+      writes.push_back(w);
+    }
+    uint64_t proposed = 0, installed = 0;
+    txn::DepVec deps, vector;
+    EXPECT_TRUE(participant.lock(id, 1, writes.data(), writes.size(), &proposed).ok());
+    EXPECT_TRUE(participant.validate(id, 1, &deps).ok());
+    vector.raise(kShard, proposed);
+    vector.raise(0, remote_ts);
+    EXPECT_TRUE(participant.install(id, 1, proposed, vector, &installed).ok());
+    return installed;
+  }
+  // A local transaction: reads `from`, writes its value + 1000 to `to`.
+  void local_copy(uint64_t from, uint64_t to) {
+    struct Args {
+      txn::Table<1>* table;
+      uint64_t from, to;
+    } args{table, from, to};
+    Status s = local->run(
+        [](txn::Txn& t, const void* a, void*) -> Status {
+          const auto* in = static_cast<const Args*>(a);
+          uint64_t v = 0;
+          SHOAL_TRY(t.get(*in->table, key1(in->from), &v));
+          return t.put(*in->table, key1(in->to), v + 1000);
+        },
+        &args);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  std::map<uint64_t, uint64_t> state() {
+    std::map<uint64_t, uint64_t> out;
+    table->for_each(key1(0), Key1::max(), [&](const Key1& k, const void* v, uint32_t) {
+      out[k.w[0]] = *static_cast<const uint64_t*>(v);
+      return true;
+    });
+    return out;
+  }
+
+  txn::Engine engine;
+  DiscardJournal journal;
+  dist::Participant participant;
+  txn::Table<1>* table = nullptr;
+  txn::Worker* local = nullptr;
+  txn::Worker* compensator = nullptr;
+};
+
+// The run: A kept (shard 0's TID at or below F), B lost (above F: it put key 2 and inserted
+// key 50), C local and reading B's key 2 (so lost too), D a blind write of key 4 on top of
+// nothing lost, E lost again on key 2 (over B). Returns the state after the discard (or
+// without it: the planted bug).
+std::map<uint64_t, uint64_t> survive_failover(bool skip_discard, DiscardResult* result) {
+  Survivor s;
+  s.cross(1, {{1, 101}}, 0, kFinal - 5);   // A: kept
+  s.cross(2, {{2, 202}}, 50, kFinal + 3);  // B: lost
+  s.local_copy(2, 3);                      // C: read B: lost
+  s.cross(3, {{4, 404}}, 0, kFinal - 1);   // D: kept
+  s.cross(4, {{2, 252}}, 0, kFinal + 4);   // E: lost
+  EXPECT_EQ(s.journal.size(), 6u);         // A, B (2 writes), C, D, E
+  if (!skip_discard) {
+    DiscardJournal* journals[] = {&s.journal};
+    auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (r.ok()) *result = *r;
+  }
+  return s.state();
+}
+
+// What shard 1 must hold: the load, with only the kept transactions A and D.
+const std::map<uint64_t, uint64_t> kSurvivingState = {{1, 101}, {2, 2}, {3, 3}, {4, 404}};
+
+TEST(DiscardJournal, ALostTransactionIsWhollyOutAndTheRestStays) {
+  DiscardResult r;
+  EXPECT_EQ(survive_failover(/*skip_discard=*/false, &r), kSurvivingState);
+  EXPECT_EQ(r.lost_writes, 4u);  // B's two, C's, E's
+  EXPECT_EQ(r.restored, 2u);     // key 2 (to the load, under E and B), key 3
+  EXPECT_EQ(r.removed, 1u);      // key 50
+  EXPECT_EQ(r.not_discarded, 0u);
+  EXPECT_EQ(r.unknown, 0u);
+}
+
+// The planted bug: without the discard the survivor keeps B, C and E.
+TEST(DiscardJournal, SkippingTheDiscardIsCaught) {
+  DiscardResult r;
+  EXPECT_NE(survive_failover(/*skip_discard=*/true, &r), kSurvivingState);
+}
+
+// C6: our own shard installed first, naming shard 0's proposal (at or below F); shard 0
+// installed above it (F10), past F, and lost it. The final vector decides. And a transaction
+// whose install at shard 0 went unanswered (in doubt) is presumed lost once shard 0 fails over.
+TEST(DiscardJournal, OwnFirstInstallsAreJudgedByTheirFinalVectorAndDoubtByTheFailover) {
+  Survivor s;
+  // Ours (coordinated here), naming shard 0's proposals, which its watermark already passed:
+  // journaled anyway, pending until the outcome.
+  const uint64_t c6 = s.cross(dist::make_txn_id(kShard, 0, 1), {{1, 101}}, 0, kCoveredUpTo - 2);
+  txn::DepVec final_vector;
+  final_vector.raise(0, kFinal + 7);
+  s.journal.update(c6, final_vector, /*in_doubt=*/false);
+  const uint64_t doubtful =
+      s.cross(dist::make_txn_id(kShard, 0, 2), {{2, 202}}, 0, kCoveredUpTo - 3);
+  txn::DepVec proposal;
+  proposal.raise(0, kCoveredUpTo - 3);
+  s.journal.update(doubtful, proposal, /*in_doubt=*/true);
+  s.cross(3, {{3, 303}}, 0, kFinal - 4);  // another shard's, at or below F: kept
+  EXPECT_EQ(s.journal.size(), 3u);
+  DiscardJournal* journals[] = {&s.journal};
+  auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->restored, 2u);
+  const std::map<uint64_t, uint64_t> expected = {{1, 1}, {2, 2}, {3, 303}, {4, 4}};
+  EXPECT_EQ(s.state(), expected);
+  // Settled once judged: the in-doubt entry no longer blocks trimming.
+  s.journal.settle(0);
+  s.journal.trim([](uint32_t, uint64_t ts) { return ts <= kFinal + 7; });
+  EXPECT_EQ(s.journal.size(), 0u);
+}
+
+// A lost transaction with a write that cannot be undone (here: under a blind write that
+// stays) is kept whole: its other write is not undone either.
+TEST(DiscardJournal, ALostTransactionIsUndoneWhollyOrNotAtAll) {
+  Survivor s;
+  s.cross(1, {{1, 111}, {2, 222}}, 0, kFinal + 1);  // lost
+  s.cross(2, {{2, 999}}, 0, kFinal - 1);            // kept, blindly over key 2
+  DiscardJournal* journals[] = {&s.journal};
+  auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->kept_txns, 1u);
+  EXPECT_EQ(r->blocked_under, 1u);
+  EXPECT_EQ(r->not_discarded, 2u);
+  EXPECT_EQ(r->restored, 0u);
+  const std::map<uint64_t, uint64_t> expected = {{1, 111}, {2, 999}, {3, 3}, {4, 4}};
+  EXPECT_EQ(s.state(), expected);
+}
+
+TEST(DiscardJournal, CoveredEntriesAreForgotten) {
+  Survivor s;
+  s.cross(1, {{1, 101}}, 0, kFinal + 3);
+  s.cross(2, {{2, 202}}, 0, kCoveredUpTo - 1);  // covered at once: never journaled
+  EXPECT_EQ(s.journal.size(), 1u);
+  s.journal.trim([](uint32_t, uint64_t) { return true; });  // everything covered now
+  EXPECT_EQ(s.journal.size(), 0u);
+  EXPECT_EQ(s.journal.stats().trimmed, 1u);
+}
+
+}  // namespace
+}  // namespace shoal::server
