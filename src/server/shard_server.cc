@@ -215,6 +215,10 @@ struct Worker {
   uint32_t server_shard = 0;  // server->shard(), for note_outcome
   static void pause_thunk(void* self);
   uint64_t repl_txns_seen = 0;
+  // The pending repl_tick_thunk timer and when it is due (loop thread), so that a commit on an
+  // idle shard can bring every worker's tick forward (hurry_repl_tick).
+  uint64_t repl_tick_id = 0;
+  uint64_t repl_tick_due_ns = 0;
   repl::AppenderStats log_base;  // the appender's counts when this load started
 
   // Shared: written by the loop thread before done.store(release); read after an acquire.
@@ -249,6 +253,10 @@ struct Worker {
   static void health_thunk(void* self, uint64_t);
   static void ack_grace_thunk(void* self, uint64_t);
   static void repl_tick_thunk(void* self, uint64_t);
+  void schedule_repl_tick(uint64_t due_ns);
+  // Brings the next tick forward to a busy tick's distance (posted to every worker when the
+  // shard commits after being idle).
+  static void hurry_repl_tick(void* self);
   static void close_floor_thunk(void* self);
   static void close_stream_thunk(void* self);
 };
@@ -318,6 +326,15 @@ class ShardServer {
     first_commit_unix_us_.compare_exchange_strong(none, RealEnv::instance().wall_us());
   }
   void load_finished() { running_.fetch_sub(1); }
+  // Called by a worker that logged a commit (its loop thread). Every
+  // worker's stream ticks at the busy rate for kReplTickIdleNs after it. A transaction is
+  // acknowledged only once every stream of the shard promised past it, and an idle stream
+  // promises only at its tick: with 50 ms idle ticks a lone SET on a quiet shard waited
+  // 25-50 ms for the others' floor entries.
+  void note_logged_commit(uint64_t now_ns);
+  bool committed_recently(uint64_t now_ns) const {
+    return now_ns - last_commit_ns_.load(std::memory_order_relaxed) < kReplTickIdleNs;
+  }
 
  private:
   txn::EngineOptions engine_options() const;
@@ -361,6 +378,8 @@ class ShardServer {
   [[nodiscard]] Status discard_lost_versions(const LostRange& range);
   std::mutex pause_mu_;
   std::condition_variable pause_cv_;
+  // See note_logged_commit.
+  std::atomic<uint64_t> last_commit_ns_{0};
   uint32_t parked_ = 0;                 // under pause_mu_
   bool pausing_ = false;                // under pause_mu_
   txn::Worker* compensator_ = nullptr;  // discard_lost_versions: the engine's, logged on stream 0
@@ -692,9 +711,9 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     txn::Txn& local = engine_->make_worker()->txn();
     if (w->appender != nullptr) {
       local.set_tid_floor(w->appender->promised_tid());
-      local.set_keep_old_values(true);  // puts logged as patches
-      ko.commit_hook = &repl::StreamAppender::commit_hook;
-      ko.commit_hook_ctx = w->appender;
+      local.set_keep_old_values(true);          // puts logged as patches
+      ko.commit_hook = &Worker::logged_commit;  // the discard journal and tick hurry too
+      ko.commit_hook_ctx = w.get();
     }
     ko.local = &local;
     ko.table = kv_table_;
@@ -864,6 +883,7 @@ void ShardServer::follow_leader(uint32_t shard, uint32_t replica, uint64_t epoch
 Status Worker::logged_commit(void* ctx, const txn::Txn& txn) {
   auto* w = static_cast<Worker*>(ctx);
   SHOAL_TRY(w->appender->append(txn));
+  w->server->note_logged_commit(w->loop->now_ns());
   if (w->discard_journal != nullptr) {
     const dist::VectorWatermark& vw = *w->vector_watermark;
     // Our own coordinator's installs here (through the local link): note_outcome follows.
@@ -915,15 +935,16 @@ Status ShardServer::discard_lost_versions(const LostRange& range) {
     r = discard_lost(journals, *engine_, *compensator_, range);
     for (DiscardJournal* j : journals) j->settle(range.shard);
     if (r.ok()) {
-      fmt::print(stderr,
-                 "shoal server: shard {}: discarded what depends on shard {}'s lost TIDs in {:.1f} "
-                 "ms: {} lost writes, {} records restored, {} removed, {} left in {} transactions "
-                 "kept whole (writes under a kept version {}, removes {}, without an old value {}), "
-                 "{} not judged\n",
-                 options_.shard, range.shard,
-                 static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6, r->lost_writes,
-                 r->restored, r->removed, r->not_discarded, r->kept_txns, r->blocked_under,
-                 r->blocked_removes, r->blocked_no_old_value, r->unknown);
+      fmt::print(
+          stderr,
+          "shoal server: shard {}: discarded what depends on shard {}'s lost TIDs in {:.1f} "
+          "ms: {} lost writes, {} records restored, {} removed, {} left in {} transactions "
+          "kept whole (writes under a kept version {}, removes {}, without an old value {}), "
+          "{} not judged\n",
+          options_.shard, range.shard,
+          static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6, r->lost_writes,
+          r->restored, r->removed, r->not_discarded, r->kept_txns, r->blocked_under,
+          r->blocked_removes, r->blocked_no_old_value, r->unknown);
     }
   }
   pausing_ = false;
@@ -997,9 +1018,7 @@ Status ShardServer::serve() {
     auto timer = wp->loop->add_timer(wp->loop->now_ns() + kHealthTickNs, &Worker::health_thunk, wp);
     if (!timer.ok()) return timer.status();
     if (wp->appender != nullptr) {
-      auto tick =
-          wp->loop->add_timer(wp->loop->now_ns() + kReplTickIdleNs, &Worker::repl_tick_thunk, wp);
-      if (!tick.ok()) return tick.status();
+      wp->schedule_repl_tick(wp->loop->now_ns() + kReplTickIdleNs);
     }
     if (wp->watermark_exchange != nullptr) wp->watermark_exchange->start();
     const int cpu = worker_cpus_.empty() ? -1 : worker_cpus_[wp->index];
@@ -1283,7 +1302,8 @@ void Worker::health() {
     p->down = true;
     server->note_down(p->shard);
     // It may fail over: nothing its new leader says raises its entry before the fence.
-    if (vector_watermark != nullptr && server->follows_failovers()) vector_watermark->hold(p->shard);
+    if (vector_watermark != nullptr && server->follows_failovers())
+      vector_watermark->hold(p->shard);
     const size_t released = participant->abort_coordinated_by(p->shard);
     fmt::print(stderr,
                "shoal server: shard {} worker {}: shard {} unreachable ({}); released {} of its "
@@ -1574,11 +1594,41 @@ void Worker::repl_tick_thunk(void* self, uint64_t) {
   w->appender->tick();
   w->ack_journal.flush();  // what was acknowledged leaves the process within a tick
   const uint64_t txns = w->appender->stats().txns;
-  const bool busy = txns != w->repl_txns_seen || !w->done.load(std::memory_order_relaxed);
+  const uint64_t now_ns = w->loop->now_ns();
+  const bool shard_busy = w->server->committed_recently(now_ns);
+  const bool busy =
+      txns != w->repl_txns_seen || !w->done.load(std::memory_order_relaxed) || shard_busy;
   w->repl_txns_seen = txns;
-  auto id = w->loop->add_timer(w->loop->now_ns() + (busy ? kReplTickBusyNs : kReplTickIdleNs),
-                               &Worker::repl_tick_thunk, w);
+  w->schedule_repl_tick(now_ns + (busy ? kReplTickBusyNs : kReplTickIdleNs));
+}
+
+void Worker::schedule_repl_tick(uint64_t due_ns) {
+  auto id = loop->add_timer(due_ns, &Worker::repl_tick_thunk, this);
   SHOAL_ASSERT(id.ok(), "replication tick timer: %s", id.status().to_string().c_str());
+  repl_tick_id = *id;
+  repl_tick_due_ns = due_ns;
+}
+
+void Worker::hurry_repl_tick(void* self) {
+  auto* w = static_cast<Worker*>(self);
+  if (w->appender == nullptr || w->repl_tick_id == 0) return;  // not ticking (yet)
+  const uint64_t due_ns = w->loop->now_ns() + kReplTickBusyNs;
+  if (w->repl_tick_due_ns <= due_ns) return;
+  w->loop->cancel_timer(w->repl_tick_id);
+  w->schedule_repl_tick(due_ns);
+}
+
+// On the committing worker's loop thread. One relaxed load per commit; a store at most once
+// per busy tick; posts only when the shard was idle (once per quiet period).
+void ShardServer::note_logged_commit(uint64_t now_ns) {
+  const uint64_t last_ns = last_commit_ns_.load(std::memory_order_relaxed);
+  if (now_ns - last_ns < kReplTickBusyNs) return;
+  last_commit_ns_.store(now_ns, std::memory_order_relaxed);
+  if (now_ns - last_ns < kReplTickIdleNs) return;
+  for (auto& w : workers_) {
+    // A full post queue only delays this worker's floor to its idle tick.
+    (void)w->loop->post(&Worker::hurry_repl_tick, w.get());
+  }
 }
 
 Status ShardServer::post_to_workers(void (*fn)(void*)) {
