@@ -42,12 +42,19 @@ run_fuzzers() {
   return "$failed"
 }
 
+# Each stage's start and the seconds since the script began, to see where the time goes.
+stage() { echo "run-tests: [$(( SECONDS ))s] $*" >&2; }
+
+stage "install dependencies"
 "$root/scripts/install-deps.sh"
 # Warnings are errors in every flavour built here (build.sh; off by default for users).
 export SHOAL_WERROR=1
+stage "release build"
 "$root/scripts/build.sh" release
+stage "release tests"
 (cd "$root/build/release" && ctest --output-on-failure -j 2 --timeout 600)
 if [ "${SHOAL_SKIP_FUZZ:-0}" != "1" ]; then
+  stage "fuzzers"
   run_fuzzers
 fi
 if [ "${SHOAL_SKIP_SANITIZERS:-0}" != "1" ]; then
@@ -57,13 +64,21 @@ if [ "${SHOAL_SKIP_SANITIZERS:-0}" != "1" ]; then
   # built for sim_test anyway; ~20 s of tests. The RESP parser and command layer (untrusted
   # bytes) run under ASan+UBSan in their libFuzzer target above; resp_test's own ASan build
   # (~2 min) is left out to keep the test command near its 25 minutes.
+  stage "ASan+UBSan build"
   "$root/scripts/build.sh" asan "${sanitized[@]}" repl_test
+  stage "ASan+UBSan tests"
   # Only the binaries above are built here: skip the CLI tests and the others' placeholders.
   (cd "$root/build/asan" && ctest --output-on-failure -j 2 --timeout 600 -E '^cli_|_NOT_BUILT$')
   # Plus the in-process replication tests (a leader thread, follower threads, workers): run
   # under TSan they found a use-after-free of the leader's loop at stop and an EBR slot race.
-  "$root/scripts/build.sh" tsan "${sanitized[@]}" repl_test
+  # TSan builds only the binaries that hold those and the engine's concurrent tests (EBR, the
+  # indexes, OCC): the simulator's, TPC-C's and the cluster's libraries (half the TSan build's
+  # CPU) are left out to keep the test command near its 25 minutes.
+  stage "TSan build"
+  "$root/scripts/build.sh" tsan base_test index_test txn_test repl_test
+  stage "TSan tests"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   (cd "$root/build/tsan" && ctest --output-on-failure -j 2 --timeout 600 \
      -R 'Concurrent|^Replication\.' -E '_NOT_BUILT$')
 fi
+stage "done"

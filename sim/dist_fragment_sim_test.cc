@@ -39,7 +39,7 @@
 #include "src/runtime/rpc.h"
 
 namespace shoal::sim {
-namespace {
+namespace dist_fragment_sim_test {  // named, not anonymous: unique in a unity build
 
 // Small balances: debits run dry now and then. Few accounts: transactions collide often.
 constexpr uint64_t kKeysPerShard = 32;
@@ -1229,5 +1229,5 @@ TEST(DistFragmentRules, ExecRefusals) {
   sh.expect_clean(int64_t{kKeysPerShard} * kInitial + 5);
 }
 
-}  // namespace
+}  // namespace dist_fragment_sim_test
 }  // namespace shoal::sim

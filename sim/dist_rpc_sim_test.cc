@@ -29,7 +29,7 @@
 #include "src/runtime/rpc.h"
 
 namespace shoal::sim {
-namespace {
+namespace dist_rpc_sim_test {  // named, not anonymous: unique in a unity build
 
 constexpr uint64_t kKeysPerShard = 64;
 constexpr uint32_t kTableId = 0;
@@ -575,5 +575,5 @@ TEST(DistRpcWire, GarbageOverRpcIsAnsweredAndTheLinkKeepsWorking) {
   EXPECT_EQ(c.services[0]->malformed(), methods);
 }
 
-}  // namespace
+}  // namespace dist_rpc_sim_test
 }  // namespace shoal::sim

@@ -20,7 +20,7 @@
 #include "src/runtime/event_loop.h"
 
 namespace shoal::sim {
-namespace {
+namespace dist_sim_test {  // named, not anonymous: unique in a unity build
 
 struct Account {
   uint64_t seq;     // per-key version number, for the history checker
@@ -364,5 +364,5 @@ TEST(DistSim, RedialedShardServesTheNewEpochAndFencesTheOld) {
   EXPECT_GE(id & ((uint64_t{1} << 40) - 1), uint64_t{2} << 32);
 }
 
-}  // namespace
+}  // namespace dist_sim_test
 }  // namespace shoal::sim

@@ -29,7 +29,7 @@
 #include "src/txn/engine.h"
 
 namespace shoal::sim {
-namespace {
+namespace dist_watermark_sim_test {  // named, not anonymous: unique in a unity build
 
 constexpr uint64_t kKeysPerShard = 32;
 constexpr uint32_t kTableId = 0;
@@ -349,5 +349,5 @@ TEST(DistWatermarkSim, AckOnOwnShardOnlyIsCaught) {
               (unsigned long long)(seed - 1));
 }
 
-}  // namespace
+}  // namespace dist_watermark_sim_test
 }  // namespace shoal::sim

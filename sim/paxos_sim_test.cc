@@ -26,7 +26,7 @@
 #include "src/repl/paxos_stream.h"
 
 namespace shoal::sim {
-namespace {
+namespace paxos_sim_test {  // named, not anonymous: unique in a unity build
 
 using repl::PaxosAcceptorStore;
 using repl::PaxosStream;
@@ -391,5 +391,5 @@ TEST(PaxosSim, SameSeedSameTrace) {
   EXPECT_NE(a.trace_hash, other.trace_hash) << a.hint;
 }
 
-}  // namespace
+}  // namespace paxos_sim_test
 }  // namespace shoal::sim

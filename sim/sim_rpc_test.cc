@@ -14,7 +14,7 @@
 #include "src/runtime/rpc.h"
 
 namespace shoal::sim {
-namespace {
+namespace sim_rpc_test {  // named, not anonymous: unique in a unity build
 
 using rt::EventLoop;
 using rt::MsgBuffer;
@@ -439,5 +439,5 @@ TEST(SimRpc, WanShaperAddsOneWayDelayBothWays) {
   }
 }
 
-}  // namespace
+}  // namespace sim_rpc_test
 }  // namespace shoal::sim

@@ -16,7 +16,7 @@
 #include "src/base/env.h"
 
 namespace shoal {
-namespace {
+namespace bytes_tree_test {  // named, not anonymous: unique in a unity build
 
 using Result = BytesTree::Result;
 using NodeRef = BytesTree::NodeRef;
@@ -575,5 +575,5 @@ TEST(BytesTreeTest, ConcurrentOverlappingKeysSharingSlices) {
   EXPECT_EQ(tree.size(), want.size());
 }
 
-}  // namespace
+}  // namespace bytes_tree_test
 }  // namespace shoal

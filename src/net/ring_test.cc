@@ -12,7 +12,7 @@
 #include "src/base/env.h"
 
 namespace shoal::net {
-namespace {
+namespace ring_test {  // named, not anonymous: unique in a unity build
 
 // A heap region holding one ring, 64-byte aligned.
 struct Region {
@@ -258,11 +258,11 @@ TEST(RingTest, ConcurrentProducerConsumerWithSleeping) {
   producer.join();
 }
 
-}  // namespace
+}  // namespace ring_test
 }  // namespace shoal::net
 
 namespace shoal::net {
-namespace {
+namespace ring_test {  // named, not anonymous: unique in a unity build
 
 TEST(MessageAssemblerTest, ReassemblesAndRejectsForeignFragments) {
   MessageAssembler assembler(100);
@@ -314,5 +314,5 @@ TEST(MessageAssemblerTest, ReleaseBetweenFragmentsKeepsThePartialMessage) {
   EXPECT_FALSE(assembler.active());
 }
 
-}  // namespace
+}  // namespace ring_test
 }  // namespace shoal::net

@@ -19,7 +19,7 @@
 #include "src/net/uring_transport.h"
 
 namespace shoal::net {
-namespace {
+namespace uring_transport_test {  // named, not anonymous: unique in a unity build
 
 using namespace ::shoal::net::test_util;  // NOLINT: test helpers
 
@@ -192,5 +192,5 @@ TEST_F(UringTransport, ZeroCopySendCountsCopiedNotifications) {
               static_cast<unsigned long long>(a.zero_copy_copied()));
 }
 
-}  // namespace
+}  // namespace uring_transport_test
 }  // namespace shoal::net

@@ -12,7 +12,7 @@
 #include <vector>
 
 namespace shoal::repl {
-namespace {
+namespace paxos_stream_test {  // named, not anonymous: unique in a unity build
 
 constexpr uint64_t kMs = 1'000'000;
 using Bytes = std::vector<std::byte>;
@@ -350,11 +350,11 @@ TEST(EntryBuffer, SharesOutliveTheOriginalAndPooledBlocksHoldOnlyTheirBytes) {
   EXPECT_TRUE(EntryBuffer(std::span<const std::byte>{}).empty());
 }
 
-}  // namespace
+}  // namespace paxos_stream_test
 }  // namespace shoal::repl
 
 namespace shoal::repl {
-namespace {
+namespace paxos_stream_test {  // named, not anonymous: unique in a unity build
 
 // An accepted (not chosen) suffix larger than one message: the new leader's phase 1 pages
 // through it (incomplete promises, same ballot, next page after the shortest one) and keeps
@@ -428,11 +428,11 @@ TEST(PaxosStream, SlowPhaseOnePagingStillElects) {
   }
 }
 
-}  // namespace
+}  // namespace paxos_stream_test
 }  // namespace shoal::repl
 
 namespace shoal::repl {
-namespace {
+namespace paxos_stream_test {  // named, not anonymous: unique in a unity build
 
 // defer_self_ack: the leader's own vote counts only once note_self_durable says its WAL has it.
 // With one follower down, a slot needs that vote; with both up, the followers choose alone.
@@ -530,11 +530,11 @@ TEST(PaxosStream, DeferredSelfAckCoversReproposals) {
   EXPECT_EQ(c.logs[1][3], x);
 }
 
-}  // namespace
+}  // namespace paxos_stream_test
 }  // namespace shoal::repl
 
 namespace shoal::repl {
-namespace {
+namespace paxos_stream_test {  // named, not anonymous: unique in a unity build
 
 // A ChosenSlotSource over a replica's delivered log (what its WAL would hold), counting reads.
 class LogSource final : public ChosenSlotSource {
@@ -649,5 +649,5 @@ TEST(PaxosStream, SourceErrorsAreCountedAndNothingIsSent) {
             "acceptor WAL x: slot 3: bad; not served");
 }
 
-}  // namespace
+}  // namespace paxos_stream_test
 }  // namespace shoal::repl

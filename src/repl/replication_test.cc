@@ -20,7 +20,7 @@
 #include "src/repl/leader.h"
 
 namespace shoal::repl {
-namespace {
+namespace replication_test {  // named, not anonymous: unique in a unity build
 
 struct Row {
   uint64_t a, b;
@@ -653,11 +653,11 @@ TEST(Replication, FollowerRefusesAnOlderDirectoryLayout) {
   EXPECT_TRUE(Follower::open(fo).ok());
 }
 
-}  // namespace
+}  // namespace replication_test
 }  // namespace shoal::repl
 
 namespace shoal::repl {
-namespace {
+namespace replication_test {  // named, not anonymous: unique in a unity build
 
 Status insert_row(txn::Txn& txn, const void* args, void*) {
   auto* table = static_cast<txn::Table<1>*>(txn.engine().tables()[0].get());
@@ -710,8 +710,6 @@ bool has_key(txn::Engine& engine, txn::Worker* w, uint64_t k) {
       &args);
   return st.ok() && r.a == k && r.b == k * 3;
 }
-
-}  // namespace
 
 // Design section 5, one shard: the leader dies with transactions in flight; follower 1 is
 // promoted in place (its replayed engine becomes the leader's store, its acceptor state the
@@ -793,4 +791,5 @@ TEST(Replication, FollowerPromotedInPlaceKeepsEveryAcknowledgedTransaction) {
   c.followers[1]->stop();
 }
 
+}  // namespace replication_test
 }  // namespace shoal::repl

@@ -9,7 +9,7 @@
 #include <vector>
 
 namespace shoal::txn {
-namespace {
+namespace engine_test {  // named, not anonymous: unique in a unity build
 
 struct Account {
   int64_t balance;
@@ -486,5 +486,5 @@ TEST(EngineConcurrent, ConcurrentReadThenInsertOrRemoveNeverLeaksAConflict) {
   t2.join();
 }
 
-}  // namespace
+}  // namespace engine_test
 }  // namespace shoal::txn

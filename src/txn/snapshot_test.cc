@@ -13,7 +13,7 @@
 #include <vector>
 
 namespace shoal::txn {
-namespace {
+namespace snapshot_test {  // named, not anonymous: unique in a unity build
 
 struct Small {
   uint64_t x;
@@ -291,5 +291,5 @@ TEST(ConcurrentSnapshotRead, ReadersNeverSeeATornSnapshotDuringReplay) {
             kAccounts * Record::alloc_bytes(Record::words_for(sizeof(Account))));
 }
 
-}  // namespace
+}  // namespace snapshot_test
 }  // namespace shoal::txn
