@@ -176,9 +176,11 @@ Status ReplicationLeader::init(Takeover* takeover) {
       auto rec = st->log->recover(st->store);
       if (!rec.ok()) return rec.status();
       if (rec->slots != 0) {
-        return Status::NotSupported(
-            "replication: a leader restarting from its WAL is not supported yet (" +
-            options_.wal_dir + " holds entries)");
+        return Status::AlreadyExists(
+            "replication: " + options_.wal_dir +
+            " holds a log; a leader over it recovers it (`shoal server --recover-epoch E`, as "
+            "`cluster up` restarts a cluster) or it is cleared first (`cluster up --fresh`); "
+            "not started, nothing written");
       }
       st->store.set_hooks(st->log->hooks());
     }
@@ -336,12 +338,13 @@ void ReplicationLeader::tick() {
     std::fprintf(stderr,
                  "repl: leading %u/%u proposed %lu chosen %lu elections %lu stepped_down %lu "
                  "retransmits %lu watermark %lx pending %zu room %u role %d lag_waits %lu "
-                 "replay_lag_waits %lu (max %lu ms) catching_up %lu catchup %lu entries (%lu from the WAL) %lu bytes\n",
+                 "replay_lag_waits %lu (max %lu ms) catching_up %lu catchup %lu entries (%lu from "
+                 "the WAL) %lu bytes\n",
                  leading, options_.streams, st.proposed, st.chosen, st.elections, st.stepped_down,
                  st.retransmits, watermark(), streams_[0]->pending.size(),
                  streams_[0]->paxos->pipeline_room(), static_cast<int>(streams_[0]->paxos->role()),
-                 st.lag_waits, st.replay_lag_waits, st.replay_lag_ms_max, st.catching_up, st.catchup_entries, st.catchup_wal_entries,
-                 st.catchup_bytes);
+                 st.lag_waits, st.replay_lag_waits, st.replay_lag_ms_max, st.catching_up,
+                 st.catchup_entries, st.catchup_wal_entries, st.catchup_bytes);
   }
   if (!request.is_null() && now - last_request_ns_ >= 20'000'000) {
     last_request_ns_ = now;
