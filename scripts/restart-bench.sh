@@ -25,12 +25,12 @@ for n in $(seq 1 "$rounds"); do
   "$shoal" cluster up "${c[@]}" --run-dir "$d" --workload tpcc --ack-journal \
     --checkpoint-interval-ms "$interval" | grep -E 'loaded afresh|restarted'
   "$shoal" bench tpcc --cluster "$work/c.toml" --seconds "$seconds" 2>&1 |
-    grep -E '^committed|txn/s' | head -2 || true
+    grep -E '^throughput' || true
   before=$("$shoal" cluster digest "${c[@]}" | grep -o 'digest [0-9a-f]*' | sort | tr '\n' ' ')
   "$shoal" cluster down "${c[@]}" --run-dir "$d" > /dev/null
   echo "round $n: WAL on disk after the run: $(du -sh "$d"/shard-0-replica-* | tr '\n' ' ')"
   echo "round $n clean:"
-  "$shoal" cluster up "${c[@]}" --run-dir "$d" --checkpoint-interval-ms "$interval" |
+  "$shoal" cluster up "${c[@]}" --run-dir "$d" --workload tpcc --ack-journal --checkpoint-interval-ms "$interval" |
     grep -E 'restarted|loaded'
   grep -h 'recovered its store\|took over in epoch' "$d/shard-0.log" | tail -2
   after=$("$shoal" cluster digest "${c[@]}" | grep -o 'digest [0-9a-f]*' | sort | tr '\n' ' ')
@@ -43,7 +43,7 @@ for n in $(seq 1 "$rounds"); do
   sleep $((seconds / 2))
   for p in "$d"/*.pid; do kill -9 "$(cat "$p")" || true; done
   wait "$bench" || true
-  "$shoal" cluster up "${c[@]}" --run-dir "$d" --checkpoint-interval-ms "$interval" |
+  "$shoal" cluster up "${c[@]}" --run-dir "$d" --workload tpcc --ack-journal --checkpoint-interval-ms "$interval" |
     grep -E 'restarted|loaded'
   grep -h 'recovered its store\|took over in epoch' "$d/shard-0.log" | tail -2
   "$shoal" cluster check "${c[@]}" --run-dir "$d" | sed 's/^/  /'

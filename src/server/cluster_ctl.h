@@ -4,7 +4,11 @@
 //
 // Run directory (`cluster up`/`down`): <run_dir>/shard-<i>.pid and shard-<i>.log per shard,
 // shard-<i>-replica-<r>.{pid,log} and the WAL directory shard-<i>-replica-<r>/ per replica of
-// a replicated shard; run_dir defaults to .shoal/<cluster name>/. `down` signals only pids whose
+// a replicated shard, up.json (the epoch, workload, workers and keys of the last `up`); run_dir
+// defaults to .shoal/<cluster name>/. An `up` over a run directory where a replicated cluster
+// ran restarts every replica from its own disk (followers as `shoal replica`, leaders as
+// `shoal server --recover-epoch`, replica_cli.h) in the next epoch, loading nothing; `--fresh`
+// (or no replica directory) clears and loads. `down` signals only pids whose
 // command line is a `shoal server` or `shoal replica` (a stale pid file must not kill an unrelated
 // process that reused the pid). Stopping is SIGTERM, then SIGKILL after stop_timeout_ms.
 //

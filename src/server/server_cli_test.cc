@@ -3,7 +3,9 @@
 // the cluster up/status/down round trip, a shard killed mid-run, and the bank's history check
 // (serializable and money conserved; a planted bug caught); replicated shards: digests equal
 // on every replica, a dead follower does not stop its shard, a planted difference is found,
-// followers of every shard serve read-only transactions at their snapshots.
+// followers of every shard serve read-only transactions at their snapshots; a whole cluster
+// restarted from disk (`cluster down`/`up`, and after SIGKILL of every process) keeps its rows
+// and every acknowledged transaction, and bad directories are refused.
 //
 // Robustness on a loaded 2-core machine: every child runs under a deadline and is killed
 // (and reaped) when it passes; ports come from the kernel (bind to port 0); each test works
