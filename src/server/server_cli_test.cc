@@ -859,6 +859,14 @@ TEST_F(ServerCli, ClusterDownThenUpRestartsEveryReplicaFromItsDisk) {
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("replicas: every follower identical to its leader"), std::string::npos)
       << o.output;
+  // A stale epoch: its log already started epoch 2.
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = run({"server", "--config", config_, "--shard", "1", "--workload", "tpcc", "--data-dir",
+           run_dir() + "/shard-1-replica-0", "--recover-epoch", "2"},
+          120);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("already holds epoch 2"), std::string::npos) << o.output;
 }
 
 // Every process of a replicated TPC-C cluster SIGKILLed in the middle of a run (no clean
