@@ -192,6 +192,35 @@ void print_shard_line(uint32_t s, const cluster::ClusterConfig& c, const std::st
   fmt::print("shard {:<3} {:<21} {}\n", s, fmt::format("{}:{}", r.host, r.port), what);
 }
 
+// What `up` started, and how long until it served.
+void print_up_report(const cluster::ClusterConfig& config, const std::vector<ServerProcess>& procs,
+                     const CpuPlacement& placement, bool restart, const UpRecord& rec,
+                     double ready_s, const std::string& dir) {
+  for (const auto& p : procs) {
+    if (p.replica == 0) {
+      print_shard_line(p.shard, config, fmt::format("up  pid {}", p.pid));
+    } else {
+      fmt::print("  replica {} {:<21} up  pid {}\n", p.replica,
+                 fmt::format("({})", config.shards[p.shard].replicas[p.replica].region), p.pid);
+    }
+  }
+  fmt::print("cpu placement: {}\n", placement.describe());
+  if (restart) {
+    fmt::print(
+        "restarted from disk in epoch {}: every replica recovered its store (workload {}, "
+        "nothing loaded); serving {:.2f} s after the processes started\n",
+        rec.epoch, rec.workload, ready_s);
+  } else {
+    fmt::print(
+        "loaded afresh (workload {}, epoch {}); serving {:.2f} s after the processes "
+        "started\n",
+        rec.workload, rec.epoch, ready_s);
+  }
+  fmt::print("cluster '{}': {} shard{} x {} replica{} up; run dir {}\n", config.name,
+             config.shards.size(), config.shards.size() == 1 ? "" : "s", config.replicas_per_shard,
+             config.replicas_per_shard == 1 ? "" : "s", dir);
+}
+
 }  // namespace
 
 Status cluster_up(const ClusterOptions& o) {
@@ -260,30 +289,8 @@ Status cluster_up(const ClusterOptions& o) {
     for (const auto& p : *procs) fs::remove(pid_path(dir, p.shard, p.replica), ec);
     return s;
   }
-  for (const auto& p : *procs) {
-    if (p.replica == 0) {
-      print_shard_line(p.shard, *config, fmt::format("up  pid {}", p.pid));
-    } else {
-      fmt::print("  replica {} {:<21} up  pid {}\n", p.replica,
-                 fmt::format("({})", config->shards[p.shard].replicas[p.replica].region), p.pid);
-    }
-  }
-  fmt::print("cpu placement: {}\n", placement->describe());
-  const double ready_s = static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e9;
-  if (restart) {
-    fmt::print(
-        "restarted from disk in epoch {}: every replica recovered its store (workload {}, "
-        "nothing loaded); serving {:.2f} s after the processes started\n",
-        rec.epoch, rec.workload, ready_s);
-  } else {
-    fmt::print(
-        "loaded afresh (workload {}, epoch {}); serving {:.2f} s after the processes "
-        "started\n",
-        rec.workload, rec.epoch, ready_s);
-  }
-  fmt::print("cluster '{}': {} shard{} x {} replica{} up; run dir {}\n", config->name,
-             config->shards.size(), config->shards.size() == 1 ? "" : "s",
-             config->replicas_per_shard, config->replicas_per_shard == 1 ? "" : "s", dir);
+  print_up_report(*config, *procs, *placement, restart, rec,
+                  static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e9, dir);
   return Status::Ok();
 }
 
