@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "src/base/json_field.h"
+#include "src/net/auth.h"
 
 namespace shoal::repl {
 
@@ -108,6 +109,10 @@ Result<std::unique_ptr<ReplicationLeader>> ReplicationLeader::start(const Leader
   }
   std::unique_ptr<ReplicationLeader> l(new ReplicationLeader(options, engine));
   SHOAL_TRY(l->init(takeover));
+  if (!net::cluster_secret().empty()) {
+    l->authenticating_ = true;
+    l->acceptor_ = std::thread([p = l.get()] { p->authenticating_acceptor_main(); });
+  }
   l->thread_ = std::thread([p = l.get()] { p->thread_main(); });
   if (l->deferred_sync_) l->syncer_ = std::thread([p = l.get()] { p->syncer_main(); });
   return l;
@@ -218,6 +223,7 @@ void ReplicationLeader::stop() {
   }
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_release);
+  if (acceptor_.joinable()) acceptor_.join();  // it looks at stop_ every accept slice
   // Bounded: the loop drains posts every iteration; retry while its post queue is full.
   while (!loop_->post([](void* l) { static_cast<rt::EventLoop*>(l)->stop(); }, loop_.get()).ok()) {
     std::this_thread::yield();
@@ -233,6 +239,7 @@ void ReplicationLeader::stop() {
 }
 
 void ReplicationLeader::thread_main() {
+  loop_->take_ownership();  // built by create() on the caller's thread
   SHOAL_ASSERT(loop_->add_timer(loop_->now_ns() + kTickNs, &on_tick, this).ok(), "%s",
                "replication tick timer");
   if (stop_.load(std::memory_order_acquire)) return;
@@ -581,9 +588,28 @@ Result<TakeoverResult> ReplicationLeader::wait_takeover(uint64_t timeout_ms) {
   return takeover_result_;
 }
 
+void ReplicationLeader::authenticating_acceptor_main() {
+  while (!stop_.load(std::memory_order_acquire)) {
+    auto ep = listener_.accept(100);  // a slice: stop() joins within it plus one handshake
+    if (!ep.ok()) {
+      if (ep.status().code() == Code::kInvalidArgument) {
+        fmt::print(stderr, "replication: {}\n", ep.status().message());
+      }
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(authenticated_mu_);
+    if (authenticated_.size() < kAuthenticatedMax) authenticated_.push_back(std::move(*ep));
+  }
+}
+
 void ReplicationLeader::accept_connections() {
   // Bounded: at most a few new connections per tick.
-  for (int i = 0; i < 4; ++i) {
+  if (authenticating_) {
+    std::lock_guard<std::mutex> lock(authenticated_mu_);
+    for (auto& ep : authenticated_) greeting_.emplace_back(std::move(ep));
+    authenticated_.clear();
+  }
+  for (int i = 0; i < 4 && !authenticating_; ++i) {
     auto ep = listener_.accept(0);
     if (!ep.ok()) break;
     greeting_.emplace_back(std::move(*ep));

@@ -19,6 +19,7 @@
 #include "src/base/json_field.h"
 #include "src/cluster/config.h"
 #include "src/net/tcp_transport.h"
+#include "src/server/cluster_config.h"
 #include "src/server/control.h"
 #include "src/server/dist_micro.h"
 #include "src/server/process.h"
@@ -60,7 +61,7 @@ pid_t live_server_pid(const std::string& path, uint32_t replica = 0) {
 
 Result<cluster::ClusterConfig> load(const std::string& path) {
   if (path.empty()) return Status::InvalidArgument("--config: required");
-  return cluster::load_config_file(path);
+  return load_cluster_config(path);
 }
 
 // What `up` started the cluster with (<run_dir>/up.json): a restart keeps it, in a new epoch.

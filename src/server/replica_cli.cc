@@ -15,6 +15,7 @@
 #include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
+#include "src/server/cluster_config.h"
 #include "src/server/payments_json.h"
 #include "src/server/server_metrics.h"
 
@@ -103,7 +104,7 @@ Status confine_to_cpus(const ReplicaOptions& options) {
 
 // The config, with options.shard in it.
 Result<cluster::ClusterConfig> load_config_of_shard(const ReplicaOptions& options) {
-  auto config = cluster::load_config_file(options.config_path);
+  auto config = load_cluster_config(options.config_path);
   if (!config.ok()) return config.status();
   if (options.shard >= config->shards.size()) {
     return Status::InvalidArgument(

@@ -49,8 +49,13 @@ struct RespWorker::Client {
 };
 
 RespWorker::RespWorker(rt::EventLoop& loop, resp::KvBackend& backend, KvAcks* acks, Env& env,
-                       uint32_t max_clients)
-    : loop_(loop), backend_(backend), acks_(acks), env_(env), max_clients_(max_clients) {}
+                       uint32_t max_clients, std::string_view password)
+    : loop_(loop),
+      backend_(backend),
+      acks_(acks),
+      env_(env),
+      max_clients_(max_clients),
+      password_(password) {}
 
 RespWorker::~RespWorker() {
   for (auto& c : clients_) {
@@ -125,6 +130,7 @@ void RespWorker::adopt(int fd) {
   }
   resp::ConnectionOptions options;
   options.session.client_id = next_client_id_++;
+  options.session.password = password_;
   // As the coordinator's own retries (shard_server.cc): with backoff capped at 2 ms, a hot key
   // whose locks live for network round trips on a loaded machine needs more than 64.
   options.session.max_txn_attempts = 1000;

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -48,9 +49,10 @@ struct RespWorkerStats {
 
 class RespWorker {
  public:
-  // REQUIRES: backend, acks (nullptr: replies at the speculative commit) and loop outlive it.
+  // REQUIRES: backend, acks (nullptr: replies at the speculative commit), loop and the bytes of
+  // password (Redis's requirepass; empty: none) outlive it.
   RespWorker(rt::EventLoop& loop, resp::KvBackend& backend, KvAcks* acks, Env& env,
-             uint32_t max_clients);
+             uint32_t max_clients, std::string_view password = {});
   ~RespWorker();
   RespWorker(const RespWorker&) = delete;
   RespWorker& operator=(const RespWorker&) = delete;
@@ -98,6 +100,7 @@ class RespWorker {
   KvAcks* acks_;
   Env& env_;
   uint32_t max_clients_;
+  std::string_view password_;
   int epoll_fd_ = -1;
   std::vector<std::unique_ptr<Client>> clients_;  // by slot; null: free
   std::vector<uint32_t> free_slots_;
