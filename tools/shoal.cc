@@ -75,6 +75,7 @@ struct ServerCommands {
   CLI::App* digest = nullptr;
   CLI::App* top = nullptr;
   server::ServerOptions server_options;
+  uint64_t recover_epoch = 0;  // `server --recover-epoch E`: restart from the data dir
   server::ClusterOptions cluster_options;
   server::TopOptions top_options;
 };
@@ -525,6 +526,13 @@ ServerCommands add_server_commands(CLI::App& app) {
       ->capture_default_str();
   add_batch_options(c.server, so.batch_txns, so.batch_us,
                     " (replicated shards; default: the config's batch_txns / batch_us)");
+  c.server
+      ->add_option("--recover-epoch", c.recover_epoch,
+                   "Replicated shards: recover this leader's store from --data-dir (its "
+                   "checkpoint and WAL, as a follower restarts) instead of loading, and take "
+                   "over its followers in this epoch (above every earlier one; `cluster up` "
+                   "passes it when it restarts a cluster)")
+      ->check(number_in(uint64_t{2}, uint64_t{1} << 40, false, "in [2, 2^40]"));
   c.cluster = app.add_subcommand("cluster", "Start, inspect and stop a cluster of shard servers");
   c.cluster->require_subcommand(1);
   auto& co = c.cluster_options;
@@ -547,9 +555,15 @@ ServerCommands add_server_commands(CLI::App& app) {
   c.top->add_option("--interval-ms", c.top_options.interval_ms, "Time between screens")
       ->check(number_in(uint64_t{100}, uint64_t{3'600'000}, false, "in [100, 3600000]"))
       ->capture_default_str();
-  for (CLI::App* sub : {c.up, c.down}) {
+  for (CLI::App* sub : {c.up, c.down, c.check}) {
     sub->add_option("--run-dir", co.run_dir, "Pid and log directory (default .shoal/<name>)");
   }
+  c.up->add_flag("--fresh", co.fresh,
+                 "Clear the run directory's replica WALs and ack journals and load afresh "
+                 "(default: a replicated cluster that ran there before restarts from its disk)");
+  c.up->add_flag("--ack-journal", co.ack_journal,
+                 "TPC-C: journal every acknowledged NewOrder in the run directory; `cluster "
+                 "check` looks each up in the stores");
   c.up->add_option("--workers", co.workers, "Worker threads per shard (default: the config's)")
       ->check(number_in(1u, 64u, false, "in [1, 64]"));
   c.up->add_option("--workload", co.workload,
@@ -582,10 +596,22 @@ ServerCommands add_server_commands(CLI::App& app) {
 
 int run_server_commands(const ServerCommands& c) {
   Status s;
-  if (c.server->parsed()) {
+  if (c.server->parsed() && c.recover_epoch != 0) {
+    server::ReplicaOptions ro;
+    ro.config_path = c.server_options.config_path;
+    ro.shard = c.server_options.shard;
+    ro.replica = 0;  // the configured leader (no configuration manager moves it)
+    ro.data_dir = c.server_options.data_dir;
+    ro.fsync = c.server_options.fsync;
+    ro.server = c.server_options;
+    s = server::recover_and_lead(ro, c.recover_epoch);
+  } else if (c.server->parsed()) {
     s = server::run_server(c.server_options);
   } else if (c.up->parsed()) {
-    s = server::cluster_up(c.cluster_options);
+    server::ClusterOptions co = c.cluster_options;
+    co.workload_given = c.up->count("--workload") > 0;
+    co.keys_given = c.up->count("--keys-per-partition") > 0;
+    s = server::cluster_up(co);
   } else if (c.status->parsed()) {
     s = server::cluster_status(c.cluster_options);
   } else if (c.down->parsed()) {

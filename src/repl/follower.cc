@@ -126,6 +126,68 @@ Status prepare_replica_dir(const std::string& dir) {
   return check_dir_layout(dir);
 }
 
+namespace {
+
+// identity.json's content for `id`, and whether `dir` has one that differs (an error naming
+// both) or none (Ok, *absent set).
+Status compare_identity(const std::string& dir, const ReplicaIdentity& id, bool* absent) {
+  const std::string path = dir + "/identity.json";
+  const nlohmann::json want = {
+      {"cluster", id.cluster}, {"shard", id.shard}, {"replica", id.replica}};
+  std::ifstream in(path);
+  *absent = !in;
+  if (*absent) return Status::Ok();
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto have = nlohmann::json::parse(text.str(), nullptr, false);
+  if (have.is_discarded() || !have.is_object()) {
+    return Status::Corruption(fmt::format("{}: unreadable (not JSON); refused", path));
+  }
+  if (have != want) {
+    return Status::InvalidArgument(fmt::format(
+        "{} belongs to {}, not to cluster '{}' shard {} replica {}; refused, nothing written "
+        "(a --data-dir of another cluster, shard or replica?)",
+        dir, have.dump(), id.cluster, id.shard, id.replica));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status check_replica_dir_to_recover(const std::string& dir, const ReplicaIdentity& id) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::NotFound(fmt::format("{}: no replica directory to recover from", dir));
+  }
+  bool absent = false;
+  SHOAL_TRY(compare_identity(dir, id, &absent));  // an older directory has none
+  if (!std::filesystem::exists(schema_path(dir), ec) ||
+      !std::filesystem::exists(dir + "/layout", ec)) {
+    return Status::NotFound(fmt::format(
+        "{}: holds no replica to recover from (no schema.json or layout: it never led or "
+        "followed a shard)",
+        dir));
+  }
+  return check_dir_layout(dir);  // reads the marker there; writes nothing
+}
+
+Status check_replica_identity(const std::string& dir, const ReplicaIdentity& id) {
+  bool absent = false;
+  SHOAL_TRY(compare_identity(dir, id, &absent));
+  if (!absent) return Status::Ok();
+  // A new directory, or one written before identities (it is adopted as what it is used as).
+  const std::string path = dir + "/identity.json", tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << nlohmann::json{{"cluster", id.cluster}, {"shard", id.shard}, {"replica", id.replica}}
+             .dump()
+      << "\n";
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError("replica directory: cannot write " + path);
+  }
+  return Status::Ok();
+}
+
 Follower::Follower(const FollowerOptions& options)
     : options_(options), leader_replica_(options.leader_replica) {
   txn::EngineOptions eo;
@@ -158,7 +220,13 @@ Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options)
   if (options.serve_reads > 0 && !options.read_rounds) {
     return Status::InvalidArgument("--serve-reads: this replica has no read-only transactions");
   }
+  const ReplicaIdentity identity{options.cluster_name, options.shard, options.replica};
+  if (!options.cluster_name.empty()) {  // before anything is written there
+    bool absent = false;
+    SHOAL_TRY(compare_identity(options.data_dir, identity, &absent));
+  }
   SHOAL_TRY(prepare_replica_dir(options.data_dir));
+  if (!options.cluster_name.empty()) SHOAL_TRY(check_replica_identity(options.data_dir, identity));
   std::unique_ptr<Follower> f(new Follower(options));
   std::ifstream in(schema_path(options.data_dir));
   if (in) {
@@ -169,9 +237,9 @@ Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options)
                                    : json_field<nlohmann::json>(j, "schema");
     auto streams = fields.ok() ? json_field<uint32_t>(j, "streams") : Result<uint32_t>(0u);
     if (!fields.ok() || !streams.ok()) {
-      return Status::Corruption(fmt::format(
-          "follower: unreadable {}: {}", schema_path(options.data_dir),
-          (!fields.ok() ? fields.status() : streams.status()).message()));
+      return Status::Corruption(
+          fmt::format("follower: unreadable {}: {}", schema_path(options.data_dir),
+                      (!fields.ok() ? fields.status() : streams.status()).message()));
     }
     auto schema = Schema::from_json(*fields);
     if (!schema.ok()) return schema.status();

@@ -81,6 +81,9 @@ struct FollowerOptions {
   net::LinkShape receive_shape;    // WAN delay of what the leader sends us
   LinkKind link = LinkKind::kTcp;  // kShm: the leader runs on this host (see LeaderOptions)
   std::string data_dir;            // WAL, journal and schema; created if absent
+  // The cluster's name: data_dir's identity.json must name it, shard and replica (written
+  // when absent; check_replica_identity). Empty: not checked.
+  std::string cluster_name;
   FsyncPolicy fsync = FsyncPolicy::kBatch;
   // shard/stream/replica fields are set per stream; max_message_bytes must match the
   // leader's (replication_message_bytes).
@@ -140,6 +143,23 @@ inline constexpr uint32_t kReadThreadsMax = 16;
 // over it as a follower): created if absent; its layout marker checked, or written when it
 // holds no replica files yet. NotSupported/Corruption for another layout, naming what to do.
 [[nodiscard]] Status prepare_replica_dir(const std::string& dir);
+// Whose directory it is (identity.json): written when absent, else compared.
+struct ReplicaIdentity {
+  std::string cluster;
+  uint32_t shard = 0;
+  uint32_t replica = 0;
+};
+// InvalidArgument naming both when the directory belongs to another cluster, shard or replica
+// (nothing is written then), Corruption when the file is unreadable.
+[[nodiscard]] Status check_replica_identity(const std::string& dir, const ReplicaIdentity& id);
+
+// A directory a leader restarts from (`shoal server --recover-epoch`): NotFound when it is
+// missing or holds no schema.json and layout marker (never used by a replica), InvalidArgument
+// when its identity.json names another replica (directories older than identities have none),
+// NotSupported/Corruption for another layout (prepare_replica_dir). Writes nothing.
+[[nodiscard]] Status check_replica_dir_to_recover(const std::string& dir,
+                                                  const ReplicaIdentity& id);
+
 // The schema and stream count a replica's directory keeps (schema.json): with it a replica
 // restarting there (a follower, or a former leader rejoining as one) recovers its WAL before it
 // dials anyone, instead of after the leader sent the schema (a recovery of seconds on the

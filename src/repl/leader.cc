@@ -181,9 +181,11 @@ Status ReplicationLeader::init(Takeover* takeover) {
       auto rec = st->log->recover(st->store);
       if (!rec.ok()) return rec.status();
       if (rec->slots != 0) {
-        return Status::NotSupported(
-            "replication: a leader restarting from its WAL is not supported yet (" +
-            options_.wal_dir + " holds entries)");
+        return Status::AlreadyExists(
+            "replication: " + options_.wal_dir +
+            " holds a log; a leader over it recovers it (`shoal server --recover-epoch E`, as "
+            "`cluster up` restarts a cluster) or it is cleared first (`cluster up --fresh`); "
+            "not started, nothing written");
       }
       st->store.set_hooks(st->log->hooks());
     }

@@ -4,14 +4,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "src/base/env.h"
+#include "src/base/json_field.h"
 #include "src/cluster/config.h"
 #include "src/net/tcp_transport.h"
 #include "src/server/cluster_config.h"
@@ -26,6 +31,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr uint64_t kPingTimeoutMs = 1000;
+constexpr uint64_t kRestartReadyTimeoutMs = 600'000;
 
 std::string run_dir_of(const ClusterOptions& o, const cluster::ClusterConfig& c) {
   return o.run_dir.empty() ? fmt::format(".shoal/{}", c.name) : o.run_dir;
@@ -58,17 +64,174 @@ Result<cluster::ClusterConfig> load(const std::string& path) {
   return load_cluster_config(path);
 }
 
+// What `up` started the cluster with (<run_dir>/up.json): a restart keeps it, in a new epoch.
+struct UpRecord {
+  uint64_t epoch = 1;
+  std::string workload;
+  uint32_t workers = 0;
+  uint64_t keys_per_partition = 0;
+};
+
+std::string up_record_path(const std::string& dir) {
+  return dir + "/up.json";
+}
+
+// The record, or nullopt when the run directory has none.
+Result<std::optional<UpRecord>> read_up_record(const std::string& dir) {
+  std::ifstream in(up_record_path(dir));
+  if (!in) return std::optional<UpRecord>();
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto j = nlohmann::json::parse(text.str(), nullptr, false);
+  UpRecord r;
+  Status read = j.is_object() ? Status::Ok() : Status::InvalidArgument("not a JSON object");
+  if (read.ok()) read = json_optional_field(j, "epoch", &r.epoch);
+  if (read.ok()) read = json_optional_field(j, "workload", &r.workload);
+  if (read.ok()) read = json_optional_field(j, "workers", &r.workers);
+  if (read.ok()) read = json_optional_field(j, "keys_per_partition", &r.keys_per_partition);
+  if (!read.ok() || r.epoch == 0 || r.workload.empty() || r.workers == 0) {
+    return Status::Corruption(fmt::format("{}: unreadable ({}); `cluster up --fresh` starts over",
+                                          up_record_path(dir), read.message()));
+  }
+  return std::optional<UpRecord>(r);
+}
+
+Status write_up_record(const std::string& dir, const UpRecord& r) {
+  const std::string path = up_record_path(dir), tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << nlohmann::json{{"epoch", r.epoch},
+                        {"workload", r.workload},
+                        {"workers", r.workers},
+                        {"keys_per_partition", r.keys_per_partition}}
+             .dump()
+      << "\n";
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError("cannot write " + path);
+  }
+  return Status::Ok();
+}
+
+bool any_replica_dir(const std::string& dir, const cluster::ClusterConfig& c) {
+  std::error_code ec;
+  for (uint32_t s = 0; s < c.shards.size(); ++s) {
+    for (uint32_t r = 0; r < c.shards[s].replicas.size(); ++r) {
+      if (fs::exists(cluster::replica_dir(dir, s, r), ec)) return true;
+    }
+  }
+  return false;
+}
+
+// `up --fresh`, or the first `up`: what an earlier incarnation left goes (its WALs: a leader
+// refuses to start a fresh log over one; its ack journals: they name orders of the old load).
+void clear_run_dir(const std::string& dir, const cluster::ClusterConfig& c) {
+  std::error_code ec;
+  for (uint32_t s = 0; s < c.shards.size(); ++s) {
+    for (uint32_t r = 0; r < c.shards[s].replicas.size(); ++r) {
+      fs::remove_all(cluster::replica_dir(dir, s, r), ec);
+    }
+  }
+  for (const auto& e : fs::directory_iterator(dir, ec)) {  // bounded by the directory
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("acks-") && name.ends_with(".bin")) fs::remove(e.path(), ec);
+  }
+}
+
+// How `up` starts: a restart from disk (Ok with *restart true and *rec the new epoch's record)
+// or afresh. A restart keeps what the record says; flags given must agree with it.
+Status plan_up(const ClusterOptions& o, const cluster::ClusterConfig& c, const std::string& dir,
+               bool* restart, UpRecord* rec) {
+  rec->workload = o.workload;
+  rec->workers = o.workers != 0 ? o.workers : c.workers_per_shard;
+  rec->keys_per_partition = o.keys_per_partition;
+  *restart = false;
+  auto recorded = read_up_record(dir);
+  if (o.fresh || c.replicas_per_shard == 1 || !any_replica_dir(dir, c)) {
+    // Nothing to recover (without replicas no process keeps a log): afresh, in epoch 1 (the
+    // replica directories go, and with them every log of a later epoch).
+    rec->epoch = 1;
+    return Status::Ok();
+  }
+  if (!recorded.ok()) return recorded.status();
+  if (!recorded->has_value()) {
+    return Status::NotSupported(fmt::format(
+        "{} holds replica directories but no up.json (an older shoal started that cluster): "
+        "`cluster up --fresh` clears them and loads afresh",
+        dir));
+  }
+  const UpRecord& was = **recorded;
+  const auto differs = [&](bool given, const std::string& flag, const std::string& now,
+                           const std::string& then) -> Status {
+    if (!given || now == then) return Status::Ok();
+    return Status::InvalidArgument(fmt::format(
+        "{} {}: {} restarts the cluster it holds, which ran {} {} (up.json); drop the flag, or "
+        "`--fresh` to load afresh",
+        flag, now, dir, flag, then));
+  };
+  SHOAL_TRY(differs(o.workload_given, "--workload", o.workload, was.workload));
+  SHOAL_TRY(
+      differs(o.workers != 0, "--workers", std::to_string(o.workers), std::to_string(was.workers)));
+  SHOAL_TRY(differs(o.keys_given, "--keys-per-partition", std::to_string(o.keys_per_partition),
+                    std::to_string(was.keys_per_partition)));
+  for (uint32_t s = 0; s < c.shards.size(); ++s) {
+    const std::string leader = cluster::replica_dir(dir, s, 0);
+    if (!fs::exists(leader + "/schema.json")) {
+      return Status::NotFound(fmt::format(
+          "shard {}'s leader directory {} holds no log: the cluster cannot restart from disk "
+          "(`cluster up --fresh` loads afresh)",
+          s, leader));
+    }
+  }
+  *rec = was;
+  rec->epoch = was.epoch + 1;
+  *restart = true;
+  return Status::Ok();
+}
+
 void print_shard_line(uint32_t s, const cluster::ClusterConfig& c, const std::string& what) {
   const cluster::Replica& r = c.shards[s].replicas.at(0);
   fmt::print("shard {:<3} {:<21} {}\n", s, fmt::format("{}:{}", r.host, r.port), what);
 }
 
+// What `up` started, and how long until it served.
+void print_up_report(const cluster::ClusterConfig& config, const std::vector<ServerProcess>& procs,
+                     const CpuPlacement& placement, bool restart, const UpRecord& rec,
+                     double ready_s, const std::string& dir) {
+  for (const auto& p : procs) {
+    if (p.replica == 0) {
+      print_shard_line(p.shard, config, fmt::format("up  pid {}", p.pid));
+    } else {
+      fmt::print("  replica {} {:<21} up  pid {}\n", p.replica,
+                 fmt::format("({})", config.shards[p.shard].replicas[p.replica].region), p.pid);
+    }
+  }
+  fmt::print("cpu placement: {}\n", placement.describe());
+  if (restart) {
+    fmt::print(
+        "restarted from disk in epoch {}: every replica recovered its store (workload {}, "
+        "nothing loaded); serving {:.2f} s after the processes started\n",
+        rec.epoch, rec.workload, ready_s);
+  } else {
+    fmt::print(
+        "loaded afresh (workload {}, epoch {}); serving {:.2f} s after the processes "
+        "started\n",
+        rec.workload, rec.epoch, ready_s);
+  }
+  fmt::print("cluster '{}': {} shard{} x {} replica{} up; run dir {}\n", config.name,
+             config.shards.size(), config.shards.size() == 1 ? "" : "s", config.replicas_per_shard,
+             config.replicas_per_shard == 1 ? "" : "s", dir);
+}
+
 }  // namespace
 
 Status cluster_up(const ClusterOptions& o) {
+  // (A restart of a TPC-C cluster with these flags names --workload tpcc too, as recorded.)
   if (o.serve_reads > 0 && o.workload != "tpcc") {
     return Status::InvalidArgument(
         "--serve-reads: needs --workload tpcc (the only one with read-only transactions)");
+  }
+  if (o.ack_journal && o.workload != "tpcc") {
+    return Status::InvalidArgument("--ack-journal: needs --workload tpcc (it journals NewOrders)");
   }
   auto config = load(o.config_path);
   if (!config.ok()) return config.status();
@@ -87,20 +250,26 @@ Status cluster_up(const ClusterOptions& o) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status::IOError(fmt::format("run dir {}: {}", dir, ec.message()));
-  // Every `up` loads its data afresh and no replica recovers from its WAL yet (a leader
-  // refuses to start over entries): the previous incarnation's WALs go.
-  for (uint32_t s = 0; s < config->shards.size(); ++s) {
-    for (uint32_t r = 0; r < config->shards[s].replicas.size() && config->replicas_per_shard > 1;
-         ++r) {
-      fs::remove_all(cluster::replica_dir(dir, s, r), ec);
-    }
-  }
+  bool restart = false;
+  UpRecord rec;
+  SHOAL_TRY(plan_up(o, *config, dir, &restart, &rec));
+  if (!restart) clear_run_dir(dir, *config);
+  // Written before anything starts: a failed restart is retried in a newer epoch still.
+  SHOAL_TRY(write_up_record(dir, rec));
   SpawnOptions so;
   so.config_path = fs::absolute(o.config_path).string();
   so.log_dir = dir;
-  so.workers = o.workers;
-  so.keys_per_partition = o.keys_per_partition;
-  so.workload = o.workload;
+  so.workers = rec.workers;
+  so.keys_per_partition = rec.keys_per_partition;
+  so.workload = rec.workload;
+  so.recover_epoch = restart ? rec.epoch : 0;
+  // A restart's leaders read their whole WALs before they serve or dial each other (seconds
+  // per minute of load: docs/RESULTS.md): wait for that, not for a load's 60 s. A process that
+  // exits meanwhile still ends the wait at once.
+  const uint64_t ready_timeout_ms =
+      restart ? std::max(o.ready_timeout_ms, kRestartReadyTimeoutMs) : o.ready_timeout_ms;
+  if (restart) so.connect_timeout_ms = kRestartReadyTimeoutMs;
+  if (o.ack_journal) so.ack_journal_dir = fs::absolute(dir).string();
   so.fsync = o.fsync;
   so.batch_txns = o.batch_txns;
   so.batch_us = o.batch_us;
@@ -109,29 +278,20 @@ Status cluster_up(const ClusterOptions& o) {
   so.cpu_placement = o.cpu_placement;
   auto placement = plan_host_placement(*config, so);
   if (!placement.ok()) return placement.status();
+  const uint64_t start_ns = RealEnv::instance().now_ns();
   auto procs = spawn_servers(*config, so, *placement);
   if (!procs.ok()) return procs.status();
   for (const auto& p : *procs) {
     std::ofstream(pid_path(dir, p.shard, p.replica)) << p.pid << "\n";
   }
   ControlClient client(*config);
-  if (Status s = wait_ready(client, *procs, o.ready_timeout_ms); !s.ok()) {
+  if (Status s = wait_ready(client, *procs, ready_timeout_ms); !s.ok()) {
     stop_servers(*procs, o.stop_timeout_ms);
     for (const auto& p : *procs) fs::remove(pid_path(dir, p.shard, p.replica), ec);
     return s;
   }
-  for (const auto& p : *procs) {
-    if (p.replica == 0) {
-      print_shard_line(p.shard, *config, fmt::format("up  pid {}", p.pid));
-    } else {
-      fmt::print("  replica {} {:<21} up  pid {}\n", p.replica,
-                 fmt::format("({})", config->shards[p.shard].replicas[p.replica].region), p.pid);
-    }
-  }
-  fmt::print("cpu placement: {}\n", placement->describe());
-  fmt::print("cluster '{}': {} shard{} x {} replica{} up; run dir {}\n", config->name,
-             config->shards.size(), config->shards.size() == 1 ? "" : "s",
-             config->replicas_per_shard, config->replicas_per_shard == 1 ? "" : "s", dir);
+  print_up_report(*config, *procs, *placement, restart, rec,
+                  static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e9, dir);
   return Status::Ok();
 }
 
@@ -198,10 +358,44 @@ Status cluster_down(const ClusterOptions& o) {
   return Status::Ok();
 }
 
+namespace {
+
+// `check` of a TPC-C cluster: its consistency conditions, and the acknowledged NewOrders of the
+// run directory's journals (`up --ack-journal`) looked up.
+Status check_tpcc_run(ControlClient& client, const cluster::ClusterConfig& config,
+                      const std::string& dir) {
+  std::vector<nlohmann::json> payments;
+  const std::vector<std::string> failures = check_tpcc_cluster(client, config, &payments);
+  for (const std::string& f : failures) fmt::print("consistency: {}\n", f);
+  if (failures.empty()) {
+    fmt::print("consistency: TPC-C conditions hold on all {} shard{}\n", config.shards.size(),
+               config.shards.size() == 1 ? "" : "s");
+  }
+  const AckCheck acks =
+      check_acknowledged_orders(client, static_cast<uint32_t>(config.shards.size()), dir);
+  fmt::print("{}", acks.line());
+  if (!failures.empty()) {
+    return Status::Corruption(fmt::format("{} TPC-C condition{} failed (first: {})",
+                                          failures.size(), failures.size() == 1 ? "" : "s",
+                                          failures.front()));
+  }
+  if (!acks.failures.empty()) {
+    return Status::Corruption("acknowledged transactions lost or not checked:" + acks.failures);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status cluster_check(const ClusterOptions& o) {
   auto config = load(o.config_path);
   if (!config.ok()) return config.status();
   ControlClient client(*config);
+  const std::string dir = run_dir_of(o, *config);
+  auto recorded = read_up_record(dir);
+  if (recorded.ok() && recorded->has_value() && (*recorded)->workload == "tpcc") {
+    return check_tpcc_run(client, *config, dir);
+  }
   Status first;
   for (uint32_t s = 0; s < config->shards.size(); ++s) {
     auto scan = client.call(s, kScan, nlohmann::json::object(), 60'000);

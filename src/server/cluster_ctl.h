@@ -4,7 +4,11 @@
 //
 // Run directory (`cluster up`/`down`): <run_dir>/shard-<i>.pid and shard-<i>.log per shard,
 // shard-<i>-replica-<r>.{pid,log} and the WAL directory shard-<i>-replica-<r>/ per replica of
-// a replicated shard; run_dir defaults to .shoal/<cluster name>/. `down` signals only pids whose
+// a replicated shard, up.json (the epoch, workload, workers and keys of the last `up`); run_dir
+// defaults to .shoal/<cluster name>/. An `up` over a run directory where a replicated cluster
+// ran restarts every replica from its own disk (followers as `shoal replica`, leaders as
+// `shoal server --recover-epoch`, replica_cli.h) in the next epoch, loading nothing; `--fresh`
+// (or no replica directory) clears and loads. `down` signals only pids whose
 // command line is a `shoal server` or `shoal replica` (a stale pid file must not kill an unrelated
 // process that reused the pid). Stopping is SIGTERM, then SIGKILL after stop_timeout_ms.
 //
@@ -24,7 +28,11 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "shoal/status.h"
+#include "src/cluster/config.h"
+#include "src/server/control.h"
 
 namespace shoal::server {
 
@@ -45,6 +53,17 @@ struct ClusterOptions {
   uint32_t serve_reads = 0;
   uint64_t checkpoint_interval_ms = 0;  // `up`: followers' checkpoint interval (0: none)
   std::string cpu_placement = "auto";   // `up`: SpawnOptions::cpu_placement
+  // `up` over a run directory that an earlier `up` of a replicated cluster left (up.json and
+  // replica directories): every replica restarts from its own disk and nothing is loaded,
+  // unless `fresh` (the replica directories and ack journals are cleared, the load is afresh).
+  // A restart keeps the recorded workload, workers and keys; *_given says the flag was
+  // given, which must then agree with the record (InvalidArgument otherwise).
+  bool fresh = false;
+  bool workload_given = false;
+  bool keys_given = false;
+  // `up --ack-journal`, TPC-C: the terminals journal every acknowledged NewOrder into the run
+  // directory (acks-*.bin, ack_journal.h), which `check` then looks up in the stores.
+  bool ack_journal = false;
 };
 
 // Each prints its table to stdout; a non-Ok Status is the one-line reason for exit code 1.
@@ -52,7 +71,10 @@ struct ClusterOptions {
 [[nodiscard]] Status cluster_status(const ClusterOptions& options);
 [[nodiscard]] Status cluster_down(const ClusterOptions& options);
 // Reads every key of every shard with fresh transactions: Unavailable when a shard does not
-// answer, Aborted when a key is unreadable (a lock left behind).
+// answer, Aborted when a key is unreadable (a lock left behind). A TPC-C cluster (as up.json
+// records it) is checked with TPC-C's consistency conditions instead (Corruption when one
+// fails), and with every acknowledged NewOrder of the run directory's ack journals looked up
+// (Corruption when one is missing).
 [[nodiscard]] Status cluster_check(const ClusterOptions& options);
 // Quiesces every shard (no load may run: kRepl close) and prints each replica's engine digest,
 // shard x replica; Corruption when a follower differs from its leader, Unavailable when a
@@ -111,5 +133,21 @@ struct DistBenchOptions {
 // (local --replicas or a config with replicas > 1) are quiesced after the run and every
 // replica's digest and check reported (repl_ctl.h).
 [[nodiscard]] Status run_dist_bench(const DistBenchOptions& options);
+
+// TPC-C over every shard of a running cluster (no load may run): the consistency conditions,
+// each shard's with the HISTORY payments the other shards hold for its customers (returned in
+// *payments_out, per shard). The failures, each naming its shard; empty when all hold.
+std::vector<std::string> check_tpcc_cluster(ControlClient& client,
+                                            const cluster::ClusterConfig& config,
+                                            std::vector<nlohmann::json>* payments_out);
+
+// The acknowledged NewOrders journaled in `dir` (acks-*.bin) looked up in their home shards'
+// stores. failures: shards that did not answer or lack orders ("" when none).
+struct AckCheck {
+  uint64_t checked = 0, missing = 0;
+  std::string failures;
+  std::string line() const;  // the report's line, "\n"-terminated
+};
+AckCheck check_acknowledged_orders(ControlClient& client, uint32_t shards, const std::string& dir);
 
 }  // namespace shoal::server

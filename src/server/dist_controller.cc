@@ -388,51 +388,8 @@ void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
       return;
     }
   }
-  const WarehouseMap map(config);
-  const uint32_t n = static_cast<uint32_t>(shards.size());
-  std::vector<nlohmann::json>& payments = *payments_out;
-  payments.assign(n, nlohmann::json::array());
-  for (uint32_t s = 0; s < n; ++s) {
-    auto reply = client.call(s, kScan, {{"step", "payments"}}, 120'000);
-    if (!reply.ok()) {
-      r->check_failures.push_back(fmt::format("shard {}: {}", s, reply.status().to_string()));
-      payments.clear();
-      return;
-    }
-    auto list = json_field<nlohmann::json>(*reply, "payments");
-    if (!list.ok() || !list->is_array()) {
-      r->check_failures.push_back(
-          fmt::format("shard {}: malformed payments: {}", s,
-                      list.ok() ? std::string("'payments': not a list") : list.status().message()));
-      payments.clear();
-      return;
-    }
-    for (const auto& p : *list) {
-      // [kind, key, amount]; anything else is no payment of ours (the owner's check fails).
-      if (!p.is_array() || p.size() != 3 || !p[0].is_number_unsigned() ||
-          !p[1].is_number_unsigned()) {
-        continue;
-      }
-      const uint64_t key = p[1].get<uint64_t>();
-      // Kind 0 keys are warehouse ids; the others pack the warehouse in their top 16 bits.
-      const uint32_t w = static_cast<uint32_t>(p[0].get<uint64_t>() == 0 ? key : key >> 48);
-      if (w >= 1 && w <= map.warehouses()) payments[map.shard_of(w)].push_back(p);
-    }
-  }
-  for (uint32_t s = 0; s < n; ++s) {
-    auto reply = client.call(s, kScan, {{"step", "check"}, {"payments", payments[s]}}, 600'000);
-    if (!reply.ok()) {
-      r->check_failures.push_back(fmt::format("shard {}: {}", s, reply.status().to_string()));
-      continue;
-    }
-    std::vector<std::string> failures;
-    if (Status read = json_optional_field(*reply, "failures", &failures); !read.ok()) {
-      failures = {"malformed check reply: " + read.message()};
-    }
-    for (const std::string& f : failures) {
-      r->check_failures.push_back(fmt::format("shard {}: {}", s, f));
-    }
-  }
+  std::vector<std::string> failures = check_tpcc_cluster(client, config, payments_out);
+  r->check_failures.insert(r->check_failures.end(), failures.begin(), failures.end());
 }
 
 // Bank: the money over all shards must be what was loaded, and the merged history of every
@@ -628,16 +585,16 @@ RunExtras watched_extras(const DistBenchOptions& o, const WatchedRun& w) {
       "failover: shard {}'s leader (replica {}) {} at {:.1f} s; replica {} leads in epoch "
       "{}: elected {:.0f} ms after the kill, first commit {:.0f} ms after the kill, failover "
       "{:.0f} ms (last commit seen before the kill to the first after)\n",
-      w.shard, w.old_leader, w.hung ? "hung (SIGSTOP)" : "killed", o.kill_leader_at,
-      w.new_leader, w.new_epoch, w.leader_elected_ms, w.kill_to_commit_ms, w.failover_ms);
+      w.shard, w.old_leader, w.hung ? "hung (SIGSTOP)" : "killed", o.kill_leader_at, w.new_leader,
+      w.new_epoch, w.leader_elected_ms, w.kill_to_commit_ms, w.failover_ms);
   if (w.hung) {
     x.text += fmt::format(
         "the hung leader, resumed once replaced: exit status {} after {:.0f} ms ({})\n",
         w.deposed_exit_code, w.deposed_exit_ms,
         w.deposed_exit_code == kExitDeposed ? "deposed, as it must" : "NOT the deposed exit");
     if (w.deposed_exit_code != kExitDeposed) {
-      x.verdict = Status::Unavailable(fmt::format(
-          "the hung leader did not exit deposed (status {})", w.deposed_exit_code));
+      x.verdict = Status::Unavailable(
+          fmt::format("the hung leader did not exit deposed (status {})", w.deposed_exit_code));
     }
   }
   return x;
@@ -666,40 +623,12 @@ void wait_for_rejoin(ControlClient& client, const cluster::ClusterConfig& config
 // home shard's final store.
 void check_acknowledged(ControlClient& client, uint32_t shards, const std::string& dir,
                         RunExtras* x) {
-  nlohmann::json paths = nlohmann::json::array();
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {  // bounded by the directory
-    const std::string name = e.path().filename().string();
-    if (name.starts_with("acks-") && name.ends_with(".bin")) paths.push_back(e.path().string());
-  }
-  uint64_t checked = 0, missing = 0;
-  std::string failures;
-  for (uint32_t s = 0; s < shards; ++s) {
-    auto reply = client.call(s, kScan, {{"step", "acks"}, {"paths", paths}}, kCallTimeoutMs * 12);
-    if (!reply.ok()) {
-      failures += fmt::format(" shard {}: {};", s, reply.status().to_string());
-      continue;
-    }
-    uint64_t c = 0, m = 0;
-    nlohmann::json first = nullptr;
-    Status read = json_optional_field(*reply, "checked", &c);
-    if (read.ok()) read = json_optional_field(*reply, "missing", &m);
-    if (read.ok()) read = json_optional_field(*reply, "first_missing", &first);
-    if (!read.ok()) {
-      failures += fmt::format(" shard {}: malformed answer: {};", s, read.message());
-      continue;
-    }
-    checked += c;
-    missing += m;
-    if (m != 0) failures += fmt::format(" shard {}: first missing {};", s, first.dump());
-  }
-  x->json["acknowledged_checked"] = checked;
-  x->json["acknowledged_lost"] = failures.empty() ? nlohmann::json(missing) : nlohmann::json();
-  x->text +=
-      fmt::format("acknowledged NewOrders (journaled by the terminals): {} checked, {} lost{}\n",
-                  checked, missing, failures.empty() ? "" : " (" + failures + ")");
-  if (!failures.empty() && x->verdict.ok()) {
-    x->verdict = Status::Corruption("acknowledged transactions lost or not checked:" + failures);
+  const AckCheck a = check_acknowledged_orders(client, shards, dir);
+  x->json["acknowledged_checked"] = a.checked;
+  x->json["acknowledged_lost"] = a.failures.empty() ? nlohmann::json(a.missing) : nlohmann::json();
+  x->text += a.line();
+  if (!a.failures.empty() && x->verdict.ok()) {
+    x->verdict = Status::Corruption("acknowledged transactions lost or not checked:" + a.failures);
   }
 }
 
@@ -852,6 +781,92 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
 }
 
 }  // namespace
+
+std::vector<std::string> check_tpcc_cluster(ControlClient& client,
+                                            const cluster::ClusterConfig& config,
+                                            std::vector<nlohmann::json>* payments_out) {
+  std::vector<std::string> failures;
+  const WarehouseMap map(config);
+  const auto n = static_cast<uint32_t>(config.shards.size());
+  std::vector<nlohmann::json>& payments = *payments_out;
+  payments.assign(n, nlohmann::json::array());
+  for (uint32_t s = 0; s < n; ++s) {
+    auto reply = client.call(s, kScan, {{"step", "payments"}}, 120'000);
+    if (!reply.ok()) {
+      failures.push_back(fmt::format("shard {}: {}", s, reply.status().to_string()));
+      payments.clear();
+      return failures;
+    }
+    auto list = json_field<nlohmann::json>(*reply, "payments");
+    if (!list.ok() || !list->is_array()) {
+      failures.push_back(
+          fmt::format("shard {}: malformed payments: {}", s,
+                      list.ok() ? std::string("'payments': not a list") : list.status().message()));
+      payments.clear();
+      return failures;
+    }
+    for (const auto& p : *list) {
+      // [kind, key, amount]; anything else is no payment of ours (the owner's check fails).
+      if (!p.is_array() || p.size() != 3 || !p[0].is_number_unsigned() ||
+          !p[1].is_number_unsigned()) {
+        continue;
+      }
+      const uint64_t key = p[1].get<uint64_t>();
+      // Kind 0 keys are warehouse ids; the others pack the warehouse in their top 16 bits.
+      const uint32_t w = static_cast<uint32_t>(p[0].get<uint64_t>() == 0 ? key : key >> 48);
+      if (w >= 1 && w <= map.warehouses()) payments[map.shard_of(w)].push_back(p);
+    }
+  }
+  for (uint32_t s = 0; s < n; ++s) {
+    auto reply = client.call(s, kScan, {{"step", "check"}, {"payments", payments[s]}}, 600'000);
+    if (!reply.ok()) {
+      failures.push_back(fmt::format("shard {}: {}", s, reply.status().to_string()));
+      continue;
+    }
+    std::vector<std::string> shard_failures;
+    if (Status read = json_optional_field(*reply, "failures", &shard_failures); !read.ok()) {
+      shard_failures = {"malformed check reply: " + read.message()};
+    }
+    for (const std::string& f : shard_failures)
+      failures.push_back(fmt::format("shard {}: {}", s, f));
+  }
+  return failures;
+}
+
+std::string AckCheck::line() const {
+  return fmt::format("acknowledged NewOrders (journaled by the terminals): {} checked, {} lost{}\n",
+                     checked, missing, failures.empty() ? "" : " (" + failures + ")");
+}
+
+AckCheck check_acknowledged_orders(ControlClient& client, uint32_t shards, const std::string& dir) {
+  nlohmann::json paths = nlohmann::json::array();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {  // bounded by the directory
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("acks-") && name.ends_with(".bin")) paths.push_back(e.path().string());
+  }
+  AckCheck a;
+  for (uint32_t s = 0; s < shards; ++s) {
+    auto reply = client.call(s, kScan, {{"step", "acks"}, {"paths", paths}}, kCallTimeoutMs * 12);
+    if (!reply.ok()) {
+      a.failures += fmt::format(" shard {}: {};", s, reply.status().to_string());
+      continue;
+    }
+    uint64_t c = 0, m = 0;
+    nlohmann::json first = nullptr;
+    Status read = json_optional_field(*reply, "checked", &c);
+    if (read.ok()) read = json_optional_field(*reply, "missing", &m);
+    if (read.ok()) read = json_optional_field(*reply, "first_missing", &first);
+    if (!read.ok()) {
+      a.failures += fmt::format(" shard {}: malformed answer: {};", s, read.message());
+      continue;
+    }
+    a.checked += c;
+    a.missing += m;
+    if (m != 0) a.failures += fmt::format(" shard {}: first missing {};", s, first.dump());
+  }
+  return a;
+}
 
 Status run_dist_bench(const DistBenchOptions& o) {
   LocalCluster local;

@@ -32,7 +32,7 @@ uint64_t now_ms() {
 
 // The child side of spawn: only async-signal-safe calls until exec.
 [[noreturn]] void exec_child(const char* exe, char* const* argv, const char* log, bool die_with,
-                             pid_t parent) {
+                             pid_t parent, bool append_log) {
   if (die_with) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(126);  // the parent died before prctl took effect
@@ -42,7 +42,8 @@ uint64_t now_ms() {
   } else {
     setsid();  // outlives `cluster up`; not in the terminal's process group
   }
-  const int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd =
+      open(log, O_WRONLY | O_CREAT | (append_log ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
   if (fd >= 0) {
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
@@ -69,8 +70,10 @@ std::string process_name(const ServerProcess& p) {
 
 namespace {
 
-// Forks and execs `args` with its output in p->log_path. IOError on a failed fork.
-Status spawn_one(std::vector<std::string> args, bool die_with_parent, ServerProcess* p) {
+// Forks and execs `args` with its output in p->log_path (appended to with append_log: a
+// restart keeps what the process logged before). IOError on a failed fork.
+Status spawn_one(std::vector<std::string> args, bool die_with_parent, ServerProcess* p,
+                 bool append_log = false) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -80,7 +83,8 @@ Status spawn_one(std::vector<std::string> args, bool die_with_parent, ServerProc
   if (p->pid < 0)
     return Status::IOError(fmt::format("fork for {}: errno {}", process_name(*p), errno));
   if (p->pid == 0)
-    exec_child(args[0].c_str(), argv.data(), p->log_path.c_str(), die_with_parent, parent);
+    exec_child(args[0].c_str(), argv.data(), p->log_path.c_str(), die_with_parent, parent,
+               append_log);
   return Status::Ok();
 }
 
@@ -130,6 +134,9 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
     args.push_back(std::to_string(options.workers));
   }
   if (options.unsafe_skip_read_validation) args.push_back("--unsafe-skip-read-validation");
+  if (options.connect_timeout_ms != 0) {
+    args.insert(args.end(), {"--connect-timeout-ms", std::to_string(options.connect_timeout_ms)});
+  }
   add_etcd_arg(options, &args);
   if (placement.pinned()) {
     args.insert(args.end(), {"--worker-cpus",
@@ -140,6 +147,9 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
     args.insert(args.end(),
                 {"--data-dir", cluster::replica_dir(data_dir, s, 0), "--fsync", options.fsync});
     add_batch_args(options, &args);
+    if (options.recover_epoch != 0) {
+      args.insert(args.end(), {"--recover-epoch", std::to_string(options.recover_epoch)});
+    }
   }
   return args;
 }
@@ -216,7 +226,8 @@ Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& c
         p.log_path = cluster::replica_dir(options.log_dir, s, r) + ".log";
         args = replica_args(*exe, options, config.shards.size(), s, r, data_dir, placement);
       }
-      if (Status st = spawn_one(std::move(args), options.die_with_parent, &p); !st.ok()) {
+      const bool restart = options.recover_epoch != 0;
+      if (Status st = spawn_one(std::move(args), options.die_with_parent, &p, restart); !st.ok()) {
         stop_servers(procs, 2000);
         return st;
       }

@@ -57,6 +57,13 @@ struct SpawnOptions {
   // The configuration manager's endpoints (`--etcd` of every server and replica); empty: none.
   std::vector<std::string> etcd;
   std::string ack_journal_dir;  // `--ack-journal` of every server and replica (TPC-C)
+  // Non-zero: every replicated shard's server restarts from its data directory in this epoch
+  // (`shoal server --recover-epoch`, replica_cli.h) instead of loading; followers restart
+  // from theirs as always.
+  uint64_t recover_epoch = 0;
+  // Non-zero: every server's `--connect-timeout-ms` (dialing the other shards once it serves;
+  // a restart's leaders recover their WALs first, for as long as those take).
+  uint64_t connect_timeout_ms = 0;
 };
 
 // The plan to hand spawn_servers (planned once, so the caller can print what it starts):

@@ -21,41 +21,19 @@
 
 namespace shoal::server {
 
-Status run_replica(const ReplicaOptions& options) {
-  auto config = load_cluster_config(options.config_path);
-  if (!config.ok()) return config.status();
-  if (options.shard >= config->shards.size()) {
-    return Status::InvalidArgument(
-        fmt::format("--shard {}: the config has {} shards", options.shard, config->shards.size()));
-  }
-  const cluster::Shard& shard = config->shards[options.shard];
-  // The leader: replica 0 at first; the configuration manager's after a failover (a former
-  // leader restarts as a follower of its successor).
-  uint32_t leader_replica = 0;
-  if (!options.server.etcd.empty()) {
-    auto leader = current_leader(options, *config);
-    if (!leader.ok()) return leader.status();
-    leader_replica = *leader;
-  }
-  if (options.replica == leader_replica || options.replica >= shard.replicas.size()) {
-    return Status::InvalidArgument(fmt::format(
-        "--replica {}: shard {} has replicas 0..{}, led by replica {}{}", options.replica,
-        options.shard, shard.replicas.size() - 1, leader_replica,
-        options.replica == leader_replica ? " (a leader restarting from its WAL: not supported yet)"
-                                          : ""));
-  }
+namespace {
+
+// The follower of replica options.replica of its shard, dialing `leader_replica` when run:
+// everything run_replica and recover_and_lead share.
+Result<repl::FollowerOptions> follower_options(const ReplicaOptions& options,
+                                               const cluster::ClusterConfig& config,
+                                               uint32_t leader_replica) {
+  const cluster::Shard& shard = config.shards[options.shard];
   auto fsync = repl::parse_fsync(options.fsync, "--fsync");
   if (!fsync.ok()) return fsync.status();
-  if (!options.cpus.empty()) {
-    auto cpus = parse_cpu_list(options.cpus, "--cpus");
-    if (!cpus.ok()) return cpus.status();
-    SHOAL_TRY(confine_threads(0, *cpus));  // before any thread starts: they all inherit it
-  }
   const cluster::Replica& leader = shard.replicas[leader_replica];
   const cluster::Replica& me = shard.replicas[options.replica];
-  const double one_way_ms = config->one_way_ms(leader.region, me.region);
-  const auto one_way_ns = static_cast<uint64_t>(one_way_ms * 1e6);
-
+  const auto one_way_ns = static_cast<uint64_t>(config.one_way_ms(leader.region, me.region) * 1e6);
   repl::FollowerOptions fo;
   fo.shard = options.shard;
   fo.replica = options.replica;
@@ -65,14 +43,12 @@ Status run_replica(const ReplicaOptions& options) {
   fo.leader_port = cluster::replication_port(leader);
   fo.receive_shape = {one_way_ns, 0};
   // The config's transport is the host's: shm means every replica runs here.
-  fo.link = config->transport == cluster::TransportKind::kShm ? repl::LinkKind::kShm
-                                                              : repl::LinkKind::kTcp;
+  fo.link = config.transport == cluster::TransportKind::kShm ? repl::LinkKind::kShm
+                                                             : repl::LinkKind::kTcp;
   fo.data_dir = options.data_dir.empty()
-                    ? cluster::replica_dir(".shoal/" + config->name, options.shard, options.replica)
+                    ? cluster::replica_dir(".shoal/" + config.name, options.shard, options.replica)
                     : options.data_dir;
-  std::error_code ec;
-  std::filesystem::create_directories(fo.data_dir, ec);
-  if (ec) return Status::IOError("cannot create " + fo.data_dir + ": " + ec.message());
+  fo.cluster_name = config.name;
   fo.fsync = *fsync;
   fo.paxos = repl::paxos_options_for_rtt(2 * one_way_ns);
   fo.paxos.max_message_bytes =
@@ -96,7 +72,7 @@ Status run_replica(const ReplicaOptions& options) {
   // two, the deposed leader exits and its successor can never take over). The round trip to
   // the leader's region comes on top.
   if (!options.server.etcd.empty() && shard.replicas.size() >= 3) {
-    fo.leader_timeout_ms = config->leader_timeout_ms + (2 * one_way_ns + 999'999) / 1'000'000;
+    fo.leader_timeout_ms = config.leader_timeout_ms + (2 * one_way_ns + 999'999) / 1'000'000;
   }
   fo.serve_reads = options.serve_reads;
   fo.unsafe_snapshot_read_newest = options.unsafe_snapshot_read_newest;
@@ -116,12 +92,125 @@ Status run_replica(const ReplicaOptions& options) {
         });
   };
   fo.connect_timeout_ms = options.connect_timeout_ms;
-  auto follower = repl::Follower::open(fo);
+  return fo;
+}
+
+Status confine_to_cpus(const ReplicaOptions& options) {
+  if (options.cpus.empty()) return Status::Ok();
+  auto cpus = parse_cpu_list(options.cpus, "--cpus");
+  if (!cpus.ok()) return cpus.status();
+  return confine_threads(0, *cpus);  // before any thread starts: they all inherit it
+}
+
+// The config, with options.shard in it.
+Result<cluster::ClusterConfig> load_config_of_shard(const ReplicaOptions& options) {
+  auto config = load_cluster_config(options.config_path);
+  if (!config.ok()) return config.status();
+  if (options.shard >= config->shards.size()) {
+    return Status::InvalidArgument(
+        fmt::format("--shard {}: the config has {} shards", options.shard, config->shards.size()));
+  }
+  return config;
+}
+
+}  // namespace
+
+Status run_replica(const ReplicaOptions& options) {
+  auto config = load_config_of_shard(options);
+  if (!config.ok()) return config.status();
+  const cluster::Shard& shard = config->shards[options.shard];
+  // The leader: replica 0 at first; the configuration manager's after a failover (a former
+  // leader restarts as a follower of its successor).
+  uint32_t leader_replica = 0;
+  if (!options.server.etcd.empty()) {
+    auto leader = current_leader(options, *config);
+    if (!leader.ok()) return leader.status();
+    leader_replica = *leader;
+  }
+  if (options.replica == leader_replica || options.replica >= shard.replicas.size()) {
+    return Status::InvalidArgument(
+        fmt::format("--replica {}: shard {} has replicas 0..{}, led by replica {}{}",
+                    options.replica, options.shard, shard.replicas.size() - 1, leader_replica,
+                    options.replica == leader_replica
+                        ? " (the leader restarts from its disk as `shoal server --recover-epoch E`)"
+                        : ""));
+  }
+  auto fo = follower_options(options, *config, leader_replica);
+  if (!fo.ok()) return fo.status();
+  SHOAL_TRY(confine_to_cpus(options));
+  std::error_code ec;
+  std::filesystem::create_directories(fo->data_dir, ec);
+  if (ec) return Status::IOError("cannot create " + fo->data_dir + ": " + ec.message());
+  auto follower = repl::Follower::open(*fo);
   if (!follower.ok()) return follower.status();
+  const cluster::Replica& leader = shard.replicas[leader_replica];
+  const cluster::Replica& me = shard.replicas[options.replica];
   std::fprintf(stderr, "replica %u of shard %u: following %s:%u from %s (one-way %.1f ms)\n",
-               options.replica, options.shard, leader.host.c_str(), fo.leader_port,
-               me.region.c_str(), one_way_ms);
-  return follow_and_take_over(options, *config, fo.data_dir, leader_replica, std::move(*follower));
+               options.replica, options.shard, leader.host.c_str(), fo->leader_port,
+               me.region.c_str(), config->one_way_ms(leader.region, me.region));
+  return follow_and_take_over(options, *config, fo->data_dir, leader_replica, std::move(*follower));
+}
+
+Status recover_and_lead(const ReplicaOptions& options, uint64_t epoch) {
+  auto config = load_config_of_shard(options);
+  if (!config.ok()) return config.status();
+  const cluster::Shard& shard = config->shards[options.shard];
+  if (shard.replicas.size() < 2) {
+    return Status::InvalidArgument(
+        fmt::format("--recover-epoch: shard {} has one replica, which keeps no WAL to recover from",
+                    options.shard));
+  }
+  if (!options.server.etcd.empty()) {
+    return Status::InvalidArgument(
+        "--recover-epoch: not with --etcd (the configuration manager's epoch and leader would "
+        "have to move too; `cluster up` runs without one)");
+  }
+  if (epoch < 2) {
+    return Status::InvalidArgument(fmt::format(
+        "--recover-epoch: {}: the first run is epoch 1, a restart comes after it", epoch));
+  }
+  // Any other replica: the follower is only opened (its disk recovered), never run.
+  auto fo = follower_options(options, *config,
+                             (options.replica + 1) % static_cast<uint32_t>(shard.replicas.size()));
+  if (!fo.ok()) return fo.status();
+  // Nothing is created over a missing or foreign directory (Follower::open would start an
+  // empty replica there).
+  SHOAL_TRY(repl::check_replica_dir_to_recover(fo->data_dir,
+                                               {config->name, options.shard, options.replica}));
+  SHOAL_TRY(confine_to_cpus(options));
+  const uint64_t start_ns = RealEnv::instance().now_ns();
+  auto follower = repl::Follower::open(*fo);
+  if (!follower.ok()) return follower.status();
+  const uint64_t applied = (*follower)->applied_tid();
+  const uint64_t recovered = (*follower)->recovered_slots();
+  Promotion p;
+  p.replica = options.replica;
+  p.epoch = epoch;
+  p.leaders.assign(config->shards.size(), 0);  // without etcd every shard is led by replica 0
+  p.leaders[options.shard] = options.replica;
+  auto takeover = (*follower)->hand_over(&p.engine);
+  if (!takeover.ok()) return takeover.status();
+  follower->reset();
+  const auto& fences = takeover->applier->fences();
+  if (!fences.empty() && fences.back().epoch >= epoch) {
+    return Status::InvalidArgument(fmt::format(
+        "--recover-epoch {}: {} already holds epoch {} (the run directory's up.json is older "
+        "than its WAL?); restart with an epoch above it",
+        epoch, fo->data_dir, fences.back().epoch));
+  }
+  std::fprintf(stderr,
+               "shoal server: shard %u replica %u: recovered its store from %s in %.1f ms (%lu "
+               "slots, applied TID %#lx); taking over in epoch %lu\n",
+               options.shard, options.replica, fo->data_dir.c_str(),
+               static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6, recovered,
+               applied, epoch);
+  p.takeover = std::move(*takeover);
+  ServerOptions so = options.server;
+  so.config_path = options.config_path;
+  so.shard = options.shard;
+  so.fsync = options.fsync;
+  so.data_dir = fo->data_dir;
+  return run_server(so, &p);
 }
 
 namespace {
@@ -219,9 +308,9 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
   for (uint32_t round = 0; round < kLeaderChangesMax; ++round) {
     const Status s = follower->run();
     const bool unreachable = follower->leader_unreachable();
-    std::fprintf(stderr, "replica %u: leader %u %s (%s); applied up to TID %lu\n",
-                 options.replica, leader,
-                 unreachable              ? "unreachable"
+    std::fprintf(stderr, "replica %u: leader %u %s (%s); applied up to TID %lu\n", options.replica,
+                 leader,
+                 unreachable                 ? "unreachable"
                  : follower->leader_silent() ? "silent"
                                              : "gone",
                  s.to_string().c_str(), follower->applied_tid());

@@ -51,6 +51,19 @@ struct ReplicaOptions {
 
 [[nodiscard]] Status run_replica(const ReplicaOptions& options);
 
+// `shoal server --recover-epoch E` (`cluster up` over a run directory it ran before): replica
+// options.replica of a replicated shard, its leader, restarts from its own disk. Its store is
+// rebuilt as a restarting follower's is (the newest valid checkpoint, then the chosen slots of
+// its WAL after it, Follower::open), then promoted in place in epoch E through the failover's
+// takeover (run_server with a Promotion: phase 1 on every stream, which its followers,
+// restarted over their own directories, answer; what a majority holds above its recovered
+// chosen index is re-proposed; the tail above the final watermark, never acknowledged, is
+// discarded), and it serves. Nothing is loaded. Errors: NotFound when data_dir holds no
+// replica (nothing is created there), InvalidArgument when the directory is another
+// replica's (check_replica_identity) or its log already saw epoch E or a later one, or with
+// etcd (not supported yet: the configuration manager holds the epoch then).
+[[nodiscard]] Status recover_and_lead(const ReplicaOptions& options, uint64_t epoch);
+
 // Follows the shard's leader with `follower` (opened by run_replica) and, whenever the leader
 // is gone, agrees on the next one; promoted, runs the shard server until SIGTERM.
 inline constexpr uint32_t kLeaderChangesMax = 64;

@@ -3,7 +3,9 @@
 // the cluster up/status/down round trip, a shard killed mid-run, and the bank's history check
 // (serializable and money conserved; a planted bug caught); replicated shards: digests equal
 // on every replica, a dead follower does not stop its shard, a planted difference is found,
-// followers of every shard serve read-only transactions at their snapshots.
+// followers of every shard serve read-only transactions at their snapshots; a whole cluster
+// restarted from disk (`cluster down`/`up`, and after SIGKILL of every process) keeps its rows
+// and every acknowledged transaction, and bad directories are refused.
 //
 // Robustness on a loaded 2-core machine: every child runs under a deadline and is killed
 // (and reaped) when it passes; ports come from the kernel (bind to port 0); each test works
@@ -20,6 +22,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <iterator>
 #include <sstream>
 #include <string>
@@ -571,8 +575,9 @@ TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
   o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("stopped 6 processes"), std::string::npos) << o.output;
-  o = up();  // again over the same run directory: a fresh start, the old WALs cleared
+  o = up({"--fresh"});  // again over the same run directory: the old WALs cleared, loaded
   ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("loaded afresh"), std::string::npos) << o.output;
   o = run({"cluster", "digest", "--config", config_}, 120);
   EXPECT_EQ(o.exit_code, 0) << o.output;
 }
@@ -813,6 +818,172 @@ TEST_F(ServerCli, FollowerKilledAfterACheckpointRestartsFromItAndConverges) {
     if (p == server || p == restarted || p == victim) p = -1;  // reaped
   }
   config_.clear();  // nothing for TearDown's `cluster down`
+}
+
+// Every replica's digest in a `cluster digest` output, by "shard S replica R".
+std::map<std::string, std::string> digests_of(const std::string& output) {
+  std::map<std::string, std::string> out;
+  const std::regex line("(shard [0-9]+ replica [0-9]+): digest ([0-9a-f]{16})");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    out[(*it)[1].str()] = (*it)[2].str();
+  }
+  return out;
+}
+
+// How many acknowledged NewOrders `cluster check` looked up, if it found none missing (-1:
+// the line is absent or names losses).
+int64_t acknowledged_checked_none_lost(const std::string& output) {
+  std::smatch m;
+  const std::regex line(
+      "acknowledged NewOrders \\(journaled by the terminals\\): ([0-9]+) "
+      "checked, 0 lost\n");
+  return std::regex_search(output, m, line) ? std::stoll(m[1].str()) : -1;
+}
+
+// The pids in the run directory's pid files (every server and replica `up` started).
+std::vector<pid_t> run_dir_pids(const std::string& dir) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".pid") continue;
+    long pid = 0;
+    std::ifstream(e.path()) >> pid;
+    if (pid > 0) out.push_back(static_cast<pid_t>(pid));
+  }
+  return out;
+}
+
+// `cluster down` then `cluster up` over the same run directory: every replica restarts from its
+// own disk (leaders and followers; checkpoints and WALs), nothing is loaded, and every replica's
+// digest is the one it had before; TPC-C's conditions hold across both shards and every
+// acknowledged NewOrder is there; the cluster then runs on in the new epoch.
+TEST_F(ServerCli, ClusterDownThenUpRestartsEveryReplicaFromItsDisk) {
+  write_replicated_config(2, 3);
+  Outcome o = up({"--workload", "tpcc", "--ack-journal", "--checkpoint-interval-ms", "300"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("loaded afresh (workload tpcc, epoch 1)"), std::string::npos) << o.output;
+  o = run({"bench", "tpcc", "--cluster", config_, "--seconds", "2"}, 180);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = run({"cluster", "digest", "--config", config_}, 120);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::map<std::string, std::string> before = digests_of(o.output);
+  ASSERT_EQ(before.size(), 6u) << o.output;
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  // A flag that disagrees with what the directory holds is refused, nothing started.
+  o = up({"--workload", "micro"});
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--workload micro: "), std::string::npos) << o.output;
+  // A torn tail on shard 0's leader (a write cut short): recovered up to the last whole entry.
+  {
+    std::ofstream wal(run_dir() + "/shard-0-replica-0/stream-0.wal",
+                      std::ios::binary | std::ios::app);
+    ASSERT_TRUE(wal.good());
+    wal << std::string(100, '\xab');
+  }
+  o = up({"--checkpoint-interval-ms", "300"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("restarted from disk in epoch 2"), std::string::npos) << o.output;
+  const std::string leader_log = read_file(run_dir() + "/shard-0.log");
+  EXPECT_NE(leader_log.find("cutting 100 bytes at offset"), std::string::npos) << leader_log;
+  EXPECT_NE(leader_log.find("recovered its store from"), std::string::npos) << leader_log;
+  o = run({"cluster", "digest", "--config", config_}, 120);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(digests_of(o.output), before) << o.output;
+  o = run({"cluster", "check", "--config", config_, "--run-dir", run_dir()}, 300);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("TPC-C conditions hold on all 2 shards"), std::string::npos) << o.output;
+  EXPECT_GT(acknowledged_checked_none_lost(o.output), 0) << o.output;
+  // It goes on: a run in epoch 2 (new HISTORY keys, new TIDs), its followers identical.
+  o = run({"bench", "tpcc", "--cluster", config_, "--seconds", "1", "--check"}, 180);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("replicas: every follower identical to its leader"), std::string::npos)
+      << o.output;
+  // A stale epoch: its log already started epoch 2.
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = run({"server", "--config", config_, "--shard", "1", "--workload", "tpcc", "--data-dir",
+           run_dir() + "/shard-1-replica-0", "--recover-epoch", "2"},
+          120);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("already holds epoch 2"), std::string::npos) << o.output;
+}
+
+// Every process of a replicated TPC-C cluster SIGKILLed in the middle of a run (no clean
+// shutdown), then `cluster up` over the run directory: each replica recovers what its disk
+// holds and the leader takes over its followers in a new epoch (phase 1 recovers every chosen
+// entry; the tail above the final watermark, never acknowledged, is discarded). Every NewOrder a
+// terminal was told committed is in the store, TPC-C's conditions hold, the replicas are
+// identical. (One shard: across shards an unacknowledged transaction's halves can be cut at
+// different final watermarks; docs/OPERATIONS.md "Restarting a cluster".)
+TEST_F(ServerCli, EveryProcessKilledMidRunRestartsWithEveryAcknowledgedTransaction) {
+  write_replicated_config(1, 3);
+  Outcome o = up({"--workload", "tpcc", "--ack-journal"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string bench_log = path("bench.log");
+  const pid_t bench = start({"bench", "tpcc", "--cluster", config_, "--seconds", "6"}, bench_log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  const std::vector<pid_t> pids = run_dir_pids(run_dir());
+  ASSERT_EQ(pids.size(), 3u);
+  for (pid_t p : pids) EXPECT_EQ(kill(p, SIGKILL), 0) << p;
+  o = finish(bench, bench_log, 120);
+  EXPECT_NE(o.exit_code, 0) << o.output;  // its cluster died under it
+  bool acks = false;
+  for (const auto& e : fs::directory_iterator(run_dir())) {
+    acks = acks || (e.path().filename().string().starts_with("acks-") && fs::file_size(e) > 0);
+  }
+  ASSERT_TRUE(acks) << "no NewOrder was acknowledged before the kill";
+  o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("restarted from disk in epoch 2"), std::string::npos) << o.output;
+  o = run({"cluster", "check", "--config", config_, "--run-dir", run_dir()}, 300);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("TPC-C conditions hold on all 1 shard\n"), std::string::npos) << o.output;
+  EXPECT_GT(acknowledged_checked_none_lost(o.output), 0) << o.output;
+  o = run({"cluster", "digest", "--config", config_}, 120);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(digests_of(o.output).size(), 3u) << o.output;
+}
+
+// A leader restarted over a directory that is not its own, or over none: a clear message and a
+// non-zero exit; nothing written there.
+TEST_F(ServerCli, LeaderRecoveryRefusesAMissingOrForeignDirectory) {
+  write_replicated_config(1, 3);
+  Outcome o = run({"server", "--config", config_, "--shard", "0", "--data-dir", path("none"),
+                   "--recover-epoch", "2"},
+                  30);
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("no replica directory to recover from"), std::string::npos) << o.output;
+  EXPECT_FALSE(fs::exists(path("none")));
+  // A follower's directory of replica 1, with its identity: not replica 0's.
+  fs::create_directories(path("r1"));
+  std::ofstream(path("r1/schema.json")) << "{}\n";
+  std::ofstream(path("r1/identity.json")) << R"({"cluster":"repltest","replica":1,"shard":0})"
+                                          << "\n";
+  o = run({"server", "--config", config_, "--shard", "0", "--data-dir", path("r1"),
+           "--recover-epoch", "2"},
+          30);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("not to cluster 'repltest' shard 0 replica 0; refused"),
+            std::string::npos)
+      << o.output;
+  EXPECT_EQ(read_file(path("r1/schema.json")), "{}\n");
+  // Another cluster's directory, for a follower.
+  std::ofstream(path("r1/identity.json")) << R"({"cluster":"other","replica":1,"shard":0})"
+                                          << "\n";
+  o = run(
+      {"replica", "--config", config_, "--shard", "0", "--replica", "1", "--data-dir", path("r1")},
+      30);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find(R"(belongs to {"cluster":"other")"), std::string::npos) << o.output;
+  EXPECT_FALSE(fs::exists(path("r1/layout")));
+  // A fresh leader over a directory that holds a replica's log: refused, its schema kept.
+  o = run({"server", "--config", config_, "--shard", "0", "--keys-per-partition", "20000",
+           "--data-dir", path("r1")},
+          60);
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("holds a replica's log"), std::string::npos) << o.output;
+  EXPECT_EQ(read_file(path("r1/schema.json")), "{}\n");
 }
 
 // A leader that changes a record without logging it (a planted bug): `cluster digest` names

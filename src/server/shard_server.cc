@@ -1444,9 +1444,18 @@ Status ShardServer::start_replication(Promotion* promotion) {
       return Status::IOError(
           fmt::format("--data-dir: cannot create {}: {}", lo.wal_dir, ec.message()));
     }
-    // The layout marker and schema a follower needs: this replica may restart as one (a
-    // failover).
+    // A fresh leader over a replica's directory would overwrite its schema and mix logs.
+    if (std::filesystem::exists(lo.wal_dir + "/schema.json", ec)) {
+      return Status::AlreadyExists(fmt::format(
+          "shard {}: {} holds a replica's log; restart it from there (`shoal server "
+          "--recover-epoch E`, as `cluster up` does over a run directory) or clear it first "
+          "(`cluster up --fresh`); not started, nothing written",
+          options_.shard, lo.wal_dir));
+    }
+    // The layout marker, identity and schema a follower needs: this replica may restart as
+    // one (a failover) or recover its store from here (`--recover-epoch`).
     SHOAL_TRY(repl::prepare_replica_dir(lo.wal_dir));
+    SHOAL_TRY(repl::check_replica_identity(lo.wal_dir, {config_.name, options_.shard, me_}));
     SHOAL_TRY(repl::write_replica_schema(lo.wal_dir, lo.schema, lo.streams));
   }
   auto leader = repl::ReplicationLeader::start(
