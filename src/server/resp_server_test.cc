@@ -35,7 +35,7 @@
 extern char** environ;
 
 namespace shoal::server {
-namespace {
+namespace resp_server_test {  // named: unity builds put test files together
 
 namespace fs = std::filesystem;
 constexpr const char* kRedisCli = "/usr/bin/redis-cli";
@@ -432,5 +432,5 @@ TEST_F(RespServer, TenThousandIdleClients) {
   }
 }
 
-}  // namespace
+}  // namespace resp_server_test
 }  // namespace shoal::server
