@@ -12,17 +12,6 @@ namespace shoal::server {
 namespace proto = client::proto;
 using proto::Op;
 
-namespace {
-
-constexpr size_t kKeptScratchBytes = 64 << 10;  // larger scratch is freed when quiet
-
-template <typename T>
-void free_if_large(T* v) {
-  if (v->capacity() > kKeptScratchBytes) T().swap(*v);
-}
-
-}  // namespace
-
 ClientConnection::ClientConnection(resp::KvBackend& backend, Env& env,
                                    ClientConnectionOptions options)
     : backend_(backend), env_(env), options_(options) {}
@@ -151,8 +140,9 @@ void ClientConnection::release_buffers() {
     std::string().swap(out_);
     out_head_ = 0;
   }
-  free_if_large(&value_);
-  free_if_large(&stored_);
+  std::string().swap(value_);
+  std::string().swap(stored_);
+  std::string().swap(cursor_);
   std::vector<resp::KeyValue>().swap(entries_);
 }
 

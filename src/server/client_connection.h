@@ -89,8 +89,14 @@ class ClientConnection {
   bool has_work() const { return !closing_ && has_work_ && !in_flight() && !blocked(); }
   bool should_close() const { return closing_; }
   bool must_close_now() const { return overflowed_; }
-  // Frees the input and output buffers when both are empty (an idle connection).
+  // Frees the input and output buffers and large scratch when they are empty (an idle
+  // connection: it then holds sizeof(ClientConnection) plus its KvTxns once used).
   void release_buffers();
+  // Heap bytes held by its buffers and scratch.
+  size_t buffer_bytes() const {
+    return in_.capacity() + heap_bytes(out_) + heap_bytes(value_) + heap_bytes(stored_) +
+           heap_bytes(cursor_) + entries_.capacity() * sizeof(resp::KeyValue);
+  }
   // The interactive transaction when one is open (the client went away: abort it), else
   // nullptr. REQUIRES: !in_flight().
   std::unique_ptr<resp::KvTxn> take_open_txn();
@@ -100,6 +106,9 @@ class ClientConnection {
     uint64_t output_start;  // written_total() before the held reply
     uint64_t token;
   };
+  static size_t heap_bytes(const std::string& s) {
+    return s.capacity() > std::string().capacity() ? s.capacity() : 0;  // not the inline buffer
+  }
   bool blocked() const {
     return pending_output_bytes() >= options_.output_soft_limit_bytes ||
            gates_.size() >= client::proto::kMaxHeldReplies;

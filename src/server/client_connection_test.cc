@@ -139,6 +139,17 @@ TEST_F(ClientConnectionTest, OpenTransactionIsHandedOverAtClose) {
   EXPECT_EQ(got[1].op_or_code, static_cast<uint8_t>(Code::kNotFound));
 }
 
+// An idle connection's memory once its buffers are released (docs/CLIENT.md, "Bounds").
+TEST_F(ClientConnectionTest, QuietConnectionIsSmall) {
+  EXPECT_LT(sizeof(ClientConnection), 1024u);
+  ClientConnection c(backend_, RealEnv::instance());
+  const std::string big(100'000, 'v');
+  pump(c, proto::hello() + frame(1, Op::kPutOne, std::string(1, '\0') + key_body("k", big, true)) +
+              frame(2, Op::kGetOne, one_body("k")));
+  c.release_buffers();
+  EXPECT_EQ(c.buffer_bytes(), 0u);
+}
+
 // Deterministic random input: bytes after a good hello, and bytes from the start.
 TEST_F(ClientConnectionTest, RandomBytesNeverBreakIt) {
   Rng rng(42);
