@@ -12,6 +12,8 @@ packages=(
   # The configuration manager (src/cluster/config_manager.h): etcd 3.4 as the server and
   # etcdctl to inspect it; libcurl for EtcdConfigManager's requests to its JSON gateway.
   etcd-server etcd-client libcurl4-openssl-dev
+  # Cluster authentication (src/net/auth.h): HMAC-SHA256 from OpenSSL's libcrypto.
+  libssl-dev
   # The Redis protocol layer (src/resp) is tested against the real thing: redis-server (its
   # replies, byte for byte), redis-cli and the hiredis client library.
   redis-server redis-tools libhiredis-dev

@@ -59,23 +59,26 @@ if [ "${SHOAL_SKIP_FUZZ:-0}" != "1" ]; then
 fi
 if [ "${SHOAL_SKIP_SANITIZERS:-0}" != "1" ]; then
   export SHOAL_TEST_SCALE=small
-  sanitized=(base_test index_test txn_test sim_test workloads_test cluster_test)
-  # repl_test under ASan too (WAL reads into reused buffers, catch-up): its library is
-  # built for sim_test anyway; ~20 s of tests. The RESP parser and command layer (untrusted
-  # bytes) run under ASan+UBSan in their libFuzzer target above; resp_test's own ASan build
-  # (~2 min) is left out to keep the test command near its 25 minutes.
+  # ASan+UBSan: the engine, the simulator's protocol tests, replication (WAL reads into reused
+  # buffers, catch-up), the transports and the runtime. The RESP parser and command layer
+  # (untrusted bytes) run under ASan+UBSan in their libFuzzer target above. Left out to keep
+  # the test command under its 25 minutes on 2 cores: TPC-C's and the cluster config's tests
+  # (workloads_test, cluster_test: their libraries alone are a third of this build's CPU) and
+  # resp_test; `scripts/build.sh asan workloads_test cluster_test resp_test` builds them.
+  sanitized=(base_test index_test txn_test sim_test repl_test net_test runtime_test)
   stage "ASan+UBSan build"
-  "$root/scripts/build.sh" asan "${sanitized[@]}" repl_test
+  "$root/scripts/build.sh" asan "${sanitized[@]}"
   stage "ASan+UBSan tests"
   # Only the binaries above are built here: skip the CLI tests and the others' placeholders.
   (cd "$root/build/asan" && ctest --output-on-failure -j 2 --timeout 600 -E '^cli_|_NOT_BUILT$')
   # Plus the in-process replication tests (a leader thread, follower threads, workers): run
   # under TSan they found a use-after-free of the leader's loop at stop and an EBR slot race.
-  # TSan builds only the binaries that hold those and the engine's concurrent tests (EBR, the
-  # indexes, OCC): the simulator's, TPC-C's and the cluster's libraries (half the TSan build's
-  # CPU) are left out to keep the test command near its 25 minutes.
+  # TSan builds only the binaries that hold those and the concurrent tests of the engine (EBR,
+  # the indexes, OCC) and the transports' rings: the simulator's, TPC-C's and the cluster's
+  # libraries (half the TSan build's CPU) are left out to keep the test command under its 25
+  # minutes.
   stage "TSan build"
-  "$root/scripts/build.sh" tsan base_test index_test txn_test repl_test
+  "$root/scripts/build.sh" tsan base_test index_test txn_test repl_test net_test
   stage "TSan tests"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   (cd "$root/build/tsan" && ctest --output-on-failure -j 2 --timeout 600 \

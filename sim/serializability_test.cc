@@ -285,7 +285,9 @@ double check_seconds(const History& h, CheckReport* out) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-TEST(Serializability, LargeHistoryChecksQuickly) {
+// A large history is checked, and 100 planted stale reads in it are found. How long the check
+// takes is printed here and measured by sim_bench (BM_CheckLargeHistory), not asserted.
+TEST(Serializability, LargeHistoryIsCheckedAndPlantedStaleReadsFound) {
   History h = serial_history(SerialOptions{.txns = 100'000, .keys = 1000, .seed = 42});
   CheckReport r;
   const double clean_s = check_seconds(h, &r);
@@ -296,9 +298,6 @@ TEST(Serializability, LargeHistoryChecksQuickly) {
   const double dirty_s = check_seconds(h, &r);
   EXPECT_FALSE(r.serializable());
   std::printf("check(): 100 planted stale reads: %.3f s\n%s", dirty_s, r.to_string().c_str());
-  // Generous: sanitizer builds are several times slower than the ~0.1 s of a release build.
-  EXPECT_LT(clean_s, 5.0);
-  EXPECT_LT(dirty_s, 5.0);
 }
 
 TEST(Serializability, RecorderMergesPerThreadLogs) {

@@ -296,10 +296,10 @@ Status for_each_table_in_array(NodeView v, const std::string& field, Fn&& fn) {
 Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
   const toml::table* t = root["cluster"].as_table();
   if (t == nullptr) return field_error("cluster", "missing [cluster] table");
-  SHOAL_TRY(
-      reject_unknown_keys(*t, "cluster",
-                          {"name", "transport", "workers", "replicas", "batch_txns", "batch_us",
-                           "replay_lag_ms", "leader_timeout_ms", "kv_split_keys"}));
+  SHOAL_TRY(reject_unknown_keys(
+      *t, "cluster",
+      {"name", "transport", "workers", "replicas", "batch_txns", "batch_us", "replay_lag_ms",
+       "leader_timeout_ms", "kv_split_keys", "resp_password_file", "secret_file"}));
   NodeView v{*t};
   SHOAL_TRY(read_string(v["name"], "cluster.name", &c->name));
   std::string transport = std::string(transport_name(c->transport));
@@ -331,6 +331,9 @@ Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
                       &c->replay_lag_ms));
   SHOAL_TRY(read_uint(v["leader_timeout_ms"], "cluster.leader_timeout_ms", kLeaderTimeoutMsMin,
                       kLeaderTimeoutMsMax, &c->leader_timeout_ms));
+  SHOAL_TRY(
+      read_string(v["resp_password_file"], "cluster.resp_password_file", &c->resp_password_file));
+  SHOAL_TRY(read_string(v["secret_file"], "cluster.secret_file", &c->secret_file));
   if (v["kv_split_keys"]) {
     const toml::array* keys = v["kv_split_keys"].as_array();
     if (keys == nullptr)
@@ -439,7 +442,30 @@ Result<ClusterConfig> load_config_file(const std::string& path) {
   if (!in) return Status::InvalidArgument("cannot read config file '" + path + "'");
   std::stringstream text;
   text << in.rdbuf();
-  return parse_config(text.str(), path);
+  auto config = parse_config(text.str(), path);
+  if (!config.ok()) return config;
+  const size_t slash = path.rfind('/');
+  for (std::string* file : {&config->resp_password_file, &config->secret_file}) {
+    if (!file->empty() && (*file)[0] != '/' && slash != std::string::npos) {
+      *file = path.substr(0, slash + 1) + *file;
+    }
+  }
+  return config;
+}
+
+Result<std::string> read_password_file(const std::string& path, std::string_view field) {
+  std::ifstream in(path);
+  if (!in) return field_error(std::string(field), "cannot read '" + path + "'");
+  std::string line;
+  std::getline(in, line);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.empty())
+    return field_error(std::string(field), "'" + path + "' starts with an empty line");
+  if (line.size() > kPasswordBytesMax) {
+    return field_error(std::string(field),
+                       fmt::format("'{}': longer than {} bytes", path, kPasswordBytesMax));
+  }
+  return line;
 }
 
 std::string ClusterConfig::to_toml() const {
@@ -468,6 +494,10 @@ std::string ClusterConfig::to_toml() const {
     }
     out += "]\n";
   }
+  if (!resp_password_file.empty()) {
+    out += fmt::format("resp_password_file = \"{}\"\n", resp_password_file);
+  }
+  if (!secret_file.empty()) out += fmt::format("secret_file = \"{}\"\n", secret_file);
   for (const Region& r : regions) out += fmt::format("\n[[region]]\nname = \"{}\"\n", r.name);
   for (const WanLink& l : wan) {
     out += fmt::format("\n[[wan]]\nfrom = \"{}\"\nto = \"{}\"\none_way_ms = {}\njitter_ms = {}\n",

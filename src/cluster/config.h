@@ -119,6 +119,14 @@ struct ClusterConfig {
   // shards - 1 split keys (see kKvSplitKeyBytesMax); a parsed config without them gets
   // default_kv_split_keys().
   std::vector<std::string> kv_split_keys;
+  // The Redis port's password (Redis's requirepass; [cluster] resp_password_file): a file
+  // holding it on its first line; empty: no password. A relative path is taken from the config
+  // file's directory (load_config_file). read_password_file() reads it.
+  std::string resp_password_file;
+  // The cluster secret ([cluster] secret_file, net/auth.h): a file holding it on its first
+  // line, which every process of the cluster reads; each TCP connection between them proves
+  // it. Empty: no authentication. Relative paths as resp_password_file's.
+  std::string secret_file;
 
   // The shard owning a Redis-protocol key (kv_split_keys).
   uint32_t shard_for_kv_key(std::string_view key) const;
@@ -138,6 +146,13 @@ struct ClusterConfig {
 [[nodiscard]] Result<ClusterConfig> parse_config(std::string_view toml_text,
                                                  std::string_view origin = "config");
 [[nodiscard]] Result<ClusterConfig> load_config_file(const std::string& path);
+
+// A password or secret kept in a file: its first line, without the line end. InvalidArgument
+// naming `field` when the file cannot be read, the line is empty, or longer than
+// kPasswordBytesMax.
+inline constexpr size_t kPasswordBytesMax = 4096;
+[[nodiscard]] Result<std::string> read_password_file(const std::string& path,
+                                                     std::string_view field);
 
 // A local cluster on 127.0.0.1: `shards` shards, each with `replicas` replicas in as many
 // regions (region-0 holds every leader), partition keys 1..partitions split evenly, ports

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 namespace shoal::cluster {
 namespace {
@@ -263,6 +267,39 @@ TEST(ClusterConfig, OverlappingShardsAreRejected) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("shard[1].partition: overlaps shard 0"), std::string::npos)
       << s.message();
+}
+
+// resp_password_file: relative to the config file's directory, round-trips, and the file's
+// first line is the password; an unreadable, empty or oversized one is refused, naming it.
+TEST(ClusterConfig, RespPasswordFileIsReadFromTheConfigsDirectory) {
+  const std::string dir = ::testing::TempDir() + fmt::format("shoal-pw-{}", getpid());
+  std::filesystem::create_directories(dir);
+  std::string text = kGood;
+  text.replace(text.find("replicas = 3"), 12, "replicas = 3\nresp_password_file = \"pw\"");
+  std::ofstream(dir + "/c.toml") << text;
+  std::ofstream(dir + "/pw") << "s3cret\r\nsecond line ignored\n";
+  auto c = load_config_file(dir + "/c.toml");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->resp_password_file, dir + "/pw");
+  auto again = parse_config(c->to_toml());
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->resp_password_file, dir + "/pw");
+  auto pw = read_password_file(c->resp_password_file, "cluster.resp_password_file");
+  ASSERT_TRUE(pw.ok()) << pw.status().to_string();
+  EXPECT_EQ(*pw, "s3cret");
+
+  std::ofstream(dir + "/empty") << "\nnot the first line\n";
+  std::ofstream(dir + "/long") << std::string(kPasswordBytesMax + 1, 'x');
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {dir + "/missing", "cluster.resp_password_file: cannot read '" + dir + "/missing'"},
+      {dir + "/empty", "starts with an empty line"},
+      {dir + "/long", "longer than 4096 bytes"}};
+  for (const auto& [path, expect] : bad) {
+    auto r = read_password_file(path, "cluster.resp_password_file");
+    ASSERT_FALSE(r.ok()) << path;
+    EXPECT_NE(r.status().message().find(expect), std::string::npos) << r.status().message();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ClusterConfig, MissingFileIsAClearError) {

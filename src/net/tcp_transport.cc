@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "src/net/auth.h"
 #include "src/net/socket_util.h"
 
 namespace shoal::net {
@@ -66,6 +67,14 @@ Result<TcpEndpoint> TcpEndpoint::connect(const std::string& host, uint16_t port,
   if (!addr.ok()) return addr.status();
   auto fd = dial_tcp(*addr, timeout_ms, "tcp");
   if (!fd.ok()) return fd.status();
+  if (const std::string& secret = cluster_secret(); !secret.empty()) {
+    const Status s = prove_to_acceptor(*fd, secret, fmt::format("tcp {}:{}", host, port),
+                                       std::max(kAuthTimeoutMs, timeout_ms));
+    if (!s.ok()) {
+      ::close(*fd);
+      return s;
+    }
+  }
   auto ep = adopt(*fd, options);
   if (!ep.ok()) return ep.status();
   ep->connector_ = true;
@@ -541,8 +550,19 @@ Result<TcpEndpoint> TcpListener::accept(uint64_t timeout_ms) {
   if (::poll(&p, 1, static_cast<int>(timeout_ms)) <= 0) {
     return Status::Timeout("tcp accept: no connection");
   }
-  const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  sockaddr_in from{};
+  socklen_t from_len = sizeof(from);
+  const int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC);
   if (fd < 0) return errno_status("tcp accept", errno);
+  if (const std::string& secret = cluster_secret(); !secret.empty()) {
+    if (Status s = verify_dialer(fd, secret); !s.ok()) {
+      ::close(fd);
+      char ip[INET_ADDRSTRLEN] = "?";
+      inet_ntop(AF_INET, &from.sin_addr, ip, sizeof(ip));
+      return Status::InvalidArgument(
+          fmt::format("tcp accept: refused {}:{}: {}", ip, ntohs(from.sin_port), s.message()));
+    }
+  }
   return TcpEndpoint::adopt(fd, options_);
 }
 

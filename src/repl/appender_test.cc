@@ -1,15 +1,12 @@
 // StreamAppender's wait for a free log buffer (src/repl/appender.h, Backpressure): it sleeps
-// rather than spins, a stop request from another thread ends it within a bound, and a stopped
+// rather than spins, a stop request ends it at its next look (on virtual time), and a stopped
 // stream logs nothing more; a transaction whose commit hook failed is never reported
 // committed by txn::Worker::run.
 #include "src/repl/appender.h"
 
 #include <atomic>
-#include <thread>
 
 #include <gtest/gtest.h>
-
-#include "src/repl/replay.h"  // thread_cpu_ns
 
 namespace shoal::repl {
 namespace {
@@ -25,17 +22,45 @@ struct OneTable {
   txn::Table<1>* table = nullptr;
 };
 
+// Virtual time for the wait: sleep_ns() advances the clock and counts the wake-ups; after
+// stop_after_sleeps of them it sets the stop flag itself, as another thread would.
+class WaitClock final : public Env {
+ public:
+  WaitClock(std::atomic<bool>* stop, uint64_t stop_after_sleeps)
+      : stop_(stop), stop_after_sleeps_(stop_after_sleeps) {}
+  uint64_t now_ns() override { return now_ns_; }
+  uint64_t wall_us() override { return now_ns_ / 1000; }
+  void sleep_ns(uint64_t ns) override {
+    now_ns_ += ns;
+    if (++sleeps == stop_after_sleeps_) {
+      stop_ns = now_ns_;
+      stop_->store(true);
+    }
+  }
+  uint64_t seed() override { return 1; }
+  uint64_t sleeps = 0;
+  uint64_t stop_ns = 0;
+
+ private:
+  std::atomic<bool>* stop_;
+  uint64_t stop_after_sleeps_;
+  uint64_t now_ns_ = 1'000'000'000;
+};
+
 // A pool of 2 buffers, one record per entry, and no replication thread taking entries: the
-// third record waits for a buffer that never comes, until stop is set.
+// third record waits for a buffer that never comes, until stop is set. On virtual time, so
+// what it checks does not depend on the machine's load: the wait sleeps (a wake-up per
+// millisecond once its sleep has grown), and it ends at its first look after the stop.
 TEST(StreamAppender, AWaitForABufferEndsWhenStopIsRequested) {
   OneTable t;
-  Env& env = RealEnv::instance();
   std::atomic<bool> stop{false};
+  constexpr uint64_t kSleeps = 1000;
+  WaitClock clock(&stop, kSleeps);
   AppenderOptions o;
   o.limits.batch_txns_max = 1;
   o.pool_buffers = 2;
   o.stop = &stop;
-  StreamAppender a(o, t.engine, env, nullptr, nullptr);
+  StreamAppender a(o, t.engine, clock, nullptr, nullptr);
   uint64_t key = 1;
   const uint64_t value = 7;
   const TxnWrite write{t.table->id(),
@@ -45,32 +70,16 @@ TEST(StreamAppender, AWaitForABufferEndsWhenStopIsRequested) {
   const uint64_t tid = uint64_t{2} << 32;
   ASSERT_TRUE(a.append_record(tid + 1, {}, {&write, 1}).ok());
   ASSERT_TRUE(a.append_record(tid + 2, {}, {&write, 1}).ok());
-  std::atomic<bool> returned{false};
-  std::atomic<uint64_t> returned_ns{0}, cpu_ns{0};
-  Status result;
-  std::thread waiter([&] {
-    const uint64_t cpu_start = thread_cpu_ns();
-    result = a.append_record(tid + 3, {}, {&write, 1});
-    cpu_ns = thread_cpu_ns() - cpu_start;
-    returned_ns = env.now_ns();
-    returned = true;
-  });
-  constexpr uint64_t kWaitMs = 300;
-  std::this_thread::sleep_for(std::chrono::milliseconds(kWaitMs));
-  EXPECT_FALSE(returned.load()) << "no buffer was free: the append must wait";
-  const uint64_t stop_ns = env.now_ns();
-  stop = true;
-  waiter.join();
-  ASSERT_TRUE(returned.load());
-  // Bounded: the wait sleeps at most 1 ms between looks at the flag (2 s for a loaded box).
-  EXPECT_LT(returned_ns.load() - stop_ns, uint64_t{2'000'000'000});
-  // No busy spin: a few wake-ups per millisecond cost far less than the 300 ms waited.
-  EXPECT_LT(cpu_ns.load(), kWaitMs * 1'000'000 / 4) << "the wait spun";
+  const Status result = a.append_record(tid + 3, {}, {&write, 1});
+  // It slept rather than spun: kSleeps wake-ups covered most of a virtual second (the sleep
+  // doubles from 50 us to 1 ms within its first 80 sleeps), and none after the stop.
+  EXPECT_EQ(clock.sleeps, kSleeps);
+  EXPECT_GE(clock.stop_ns - 1'000'000'000, (kSleeps - 100) * 1'000'000);
+  EXPECT_EQ(a.stats().buffer_wait_ns, clock.stop_ns - 1'000'000'000);
   EXPECT_EQ(result.code(), Code::kUnavailable);
   EXPECT_NE(result.to_string().find("stopped while waiting for a log buffer"), std::string::npos)
       << result.to_string();
   EXPECT_EQ(a.stats().buffer_waits, 1u);
-  EXPECT_GE(a.stats().buffer_wait_ns, kWaitMs * 1'000'000 / 2);  // the thread started late
   // Stopped for good: nothing is logged after a transaction that was not.
   EXPECT_EQ(a.stopped().code(), Code::kUnavailable);
   EXPECT_EQ(a.finish(tid + 10).code(), Code::kUnavailable);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "src/base/json_field.h"
+#include "src/net/auth.h"
 
 namespace shoal::repl {
 
@@ -108,6 +109,10 @@ Result<std::unique_ptr<ReplicationLeader>> ReplicationLeader::start(const Leader
   }
   std::unique_ptr<ReplicationLeader> l(new ReplicationLeader(options, engine));
   SHOAL_TRY(l->init(takeover));
+  if (!net::cluster_secret().empty()) {
+    l->authenticating_ = true;
+    l->acceptor_ = std::thread([p = l.get()] { p->authenticating_acceptor_main(); });
+  }
   l->thread_ = std::thread([p = l.get()] { p->thread_main(); });
   if (l->deferred_sync_) l->syncer_ = std::thread([p = l.get()] { p->syncer_main(); });
   return l;
@@ -216,6 +221,7 @@ void ReplicationLeader::stop() {
   }
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_release);
+  if (acceptor_.joinable()) acceptor_.join();  // it looks at stop_ every accept slice
   // Bounded: the loop drains posts every iteration; retry while its post queue is full.
   while (!loop_->post([](void* l) { static_cast<rt::EventLoop*>(l)->stop(); }, loop_.get()).ok()) {
     std::this_thread::yield();
@@ -231,6 +237,7 @@ void ReplicationLeader::stop() {
 }
 
 void ReplicationLeader::thread_main() {
+  loop_->take_ownership();  // built by create() on the caller's thread
   SHOAL_ASSERT(loop_->add_timer(loop_->now_ns() + kTickNs, &on_tick, this).ok(), "%s",
                "replication tick timer");
   if (stop_.load(std::memory_order_acquire)) return;
@@ -336,12 +343,13 @@ void ReplicationLeader::tick() {
     std::fprintf(stderr,
                  "repl: leading %u/%u proposed %lu chosen %lu elections %lu stepped_down %lu "
                  "retransmits %lu watermark %lx pending %zu room %u role %d lag_waits %lu "
-                 "replay_lag_waits %lu (max %lu ms) catching_up %lu catchup %lu entries (%lu from the WAL) %lu bytes\n",
+                 "replay_lag_waits %lu (max %lu ms) catching_up %lu catchup %lu entries (%lu from "
+                 "the WAL) %lu bytes\n",
                  leading, options_.streams, st.proposed, st.chosen, st.elections, st.stepped_down,
                  st.retransmits, watermark(), streams_[0]->pending.size(),
                  streams_[0]->paxos->pipeline_room(), static_cast<int>(streams_[0]->paxos->role()),
-                 st.lag_waits, st.replay_lag_waits, st.replay_lag_ms_max, st.catching_up, st.catchup_entries, st.catchup_wal_entries,
-                 st.catchup_bytes);
+                 st.lag_waits, st.replay_lag_waits, st.replay_lag_ms_max, st.catching_up,
+                 st.catchup_entries, st.catchup_wal_entries, st.catchup_bytes);
   }
   if (!request.is_null() && now - last_request_ns_ >= 20'000'000) {
     last_request_ns_ = now;
@@ -578,9 +586,28 @@ Result<TakeoverResult> ReplicationLeader::wait_takeover(uint64_t timeout_ms) {
   return takeover_result_;
 }
 
+void ReplicationLeader::authenticating_acceptor_main() {
+  while (!stop_.load(std::memory_order_acquire)) {
+    auto ep = listener_.accept(100);  // a slice: stop() joins within it plus one handshake
+    if (!ep.ok()) {
+      if (ep.status().code() == Code::kInvalidArgument) {
+        fmt::print(stderr, "replication: {}\n", ep.status().message());
+      }
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(authenticated_mu_);
+    if (authenticated_.size() < kAuthenticatedMax) authenticated_.push_back(std::move(*ep));
+  }
+}
+
 void ReplicationLeader::accept_connections() {
   // Bounded: at most a few new connections per tick.
-  for (int i = 0; i < 4; ++i) {
+  if (authenticating_) {
+    std::lock_guard<std::mutex> lock(authenticated_mu_);
+    for (auto& ep : authenticated_) greeting_.emplace_back(std::move(ep));
+    authenticated_.clear();
+  }
+  for (int i = 0; i < 4 && !authenticating_; ++i) {
     auto ep = listener_.accept(0);
     if (!ep.ok()) break;
     greeting_.emplace_back(std::move(*ep));

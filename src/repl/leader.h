@@ -235,6 +235,16 @@ class ReplicationLeader {
   uint16_t port_ = 0;
   net::TcpListener listener_;
   std::optional<net::ShmListener> shm_listener_;  // LinkKind::kShm
+  // With a cluster secret (net/auth.h) each accept runs the authentication handshake, which
+  // waits on the dialer: a thread of its own accepts then, so that a dialer that says nothing
+  // cannot stall the replication loop, and parks what it accepted here (at most
+  // kAuthenticatedMax, taken by accept_connections()).
+  void authenticating_acceptor_main();
+  static constexpr size_t kAuthenticatedMax = 16;
+  std::mutex authenticated_mu_;
+  std::vector<net::TcpEndpoint> authenticated_;
+  std::thread acceptor_;
+  bool authenticating_ = false;  // set before the threads start; acceptor_ runs
   std::unique_ptr<rt::EventLoop> loop_;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by replica id; [0] unused (us)

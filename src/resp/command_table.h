@@ -42,13 +42,15 @@ struct ScanCursor {
 };
 
 struct SessionState {
-  SessionState(KvBackend& b, Env& e, SessionOptions o) : backend(b), env(e), options(o) {}
+  SessionState(KvBackend& b, Env& e, SessionOptions o)
+      : backend(b), env(e), options(o), authenticated(o.password.empty()) {}
   KvBackend& backend;
   Env& env;
   SessionOptions options;
   std::unique_ptr<KvTxn> txn;
   int protocol = 2;
   bool quit = false;
+  bool authenticated = false;  // AUTH passed, or no password is required
   std::string client_name;
   std::vector<WatchedKey> watched;
   std::array<ScanCursor, kScanCursors> cursors;
@@ -82,6 +84,7 @@ enum CommandFlags : uint32_t {
   kWrite = 2,    // may write (COMMAND's "write" flag; else "readonly" for kData)
   kNoQueue = 4,  // runs at once even inside MULTI: MULTI, EXEC, DISCARD, WATCH, QUIT
   kAdmin = 8,    // connection/server commands (COMMAND's flags: "fast" not set)
+  kNoAuth = 16,  // allowed before AUTH when a password is required: AUTH, HELLO, QUIT
 };
 
 struct CommandSpec {
@@ -108,6 +111,7 @@ void reply_arity_error(ReplyWriter& out, const CommandSpec& spec);
 std::string lower(std::string_view s);
 
 // Handlers, by file.
+rt::Task<Status> cmd_auth(Ctx& c);
 rt::Task<Status> cmd_get(Ctx& c);
 rt::Task<Status> cmd_set(Ctx& c);
 rt::Task<Status> cmd_setnx(Ctx& c);

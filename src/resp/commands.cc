@@ -352,6 +352,11 @@ rt::Task<void> Session::execute(Args args, ReplyWriter& out) {
     co_return;
   }
   const std::string_view name = spec->name;
+  if (!s.authenticated && (spec->flags & kNoAuth) == 0) {
+    out.error("NOAUTH Authentication required.");
+    m.dirty |= m.active;
+    co_return;
+  }
   if (m.active && (spec->flags & kNoQueue) == 0) {
     SessionImpl::queue(s, m, *spec, args, out);
   } else if (name == "multi") {

@@ -2,8 +2,7 @@
 //
 // execute() takes one parsed request (resp_parser.h) and appends its reply (resp_writer.h).
 // Semantics follow redis-server 7.0 for the commands in the table (command_table.cc): PING,
-// ECHO, HELLO (RESP2/RESP3; AUTH accepts the user "default" with any password, as Redis
-// without a password does), SELECT 0, QUIT, GET, SET (EX PX EXAT PXAT KEEPTTL NX XX GET),
+// ECHO, AUTH, HELLO (RESP2/RESP3, with AUTH), SELECT 0, QUIT, GET, SET (EX PX EXAT PXAT KEEPTTL NX XX GET),
 // SETNX, GETSET, GETDEL, DEL, EXISTS, MGET, MSET, INCR, INCRBY, DECR, DECRBY, APPEND, STRLEN,
 // SCAN (MATCH COUNT TYPE), DBSIZE, INFO, CLIENT SETNAME/GETNAME/ID, COMMAND (COUNT, INFO,
 // DOCS, LIST), CONFIG GET, MULTI, EXEC, DISCARD, WATCH, UNWATCH; error replies in Redis's
@@ -19,6 +18,8 @@
 // are per session (a table of the latest kScanCursors), iterate in key order, and an unknown
 // cursor is an error; a key absent at WATCH that was created and deleted again before EXEC
 // is seen as unchanged.
+// Authentication: SessionOptions::password is the only user's ("default") password, as Redis's
+// requirepass; without one, AUTH <user> <any> with the user "default" succeeds, as in Redis.
 // Expiry: EX/PX/EXAT/PXAT store an absolute Unix-ms expiry in the value (value_format.h) and
 // an expired key is absent to every command; "now" is Env::wall_us() of the injected Env.
 // Threads: a Session belongs to its connection's thread.
@@ -45,6 +46,10 @@ struct SessionOptions {
   size_t max_queued_bytes = 64u << 20;  // MULTI queue, arguments' bytes
   size_t max_watched_keys = 10000;
   int max_txn_attempts = 64;  // conflicts before "-ERR ... conflict"
+  // Redis's requirepass: when not empty, every command but AUTH, HELLO (with AUTH) and QUIT
+  // is refused with NOAUTH until the client proves it (AUTH [default] <password>).
+  // REQUIRES: the bytes it views outlive the session.
+  std::string_view password;
 };
 
 struct SessionState;  // command_table.h

@@ -36,16 +36,30 @@ void reply_hello(Ctx& c) {
 }
 
 // HELLO's options after the version: AUTH user pass, SETNAME name. False: reply written.
+// The only user is "default"; without a password it accepts any (Redis's "nopass"). The
+// comparison takes the same time wherever the first difference is.
+bool password_matches(const SessionState& s, std::string_view user, std::string_view password) {
+  if (user != "default") return false;
+  const std::string_view want = s.options.password;
+  if (want.empty()) return true;
+  unsigned diff = static_cast<unsigned>(want.size() ^ password.size());
+  for (size_t i = 0; i < password.size(); ++i) {
+    diff |= static_cast<unsigned char>(password[i]) ^
+            static_cast<unsigned char>(want[i < want.size() ? i : 0]);
+  }
+  return diff == 0;
+}
+
 bool parse_hello_options(Ctx& c, std::string_view* setname, bool* has_setname) {
   for (size_t j = 2; j < c.args.size(); ++j) {  // each pass consumes 2 or 3 arguments
     const std::string opt = lower(c.args[j]);
     const size_t left = c.args.size() - j - 1;
     if (opt == "auth" && left >= 2) {
-      // No users or passwords yet: like Redis whose default user has no password.
-      if (c.args[j + 1] != "default") {
+      if (!password_matches(c.state, c.args[j + 1], c.args[j + 2])) {
         c.out.error("WRONGPASS invalid username-password pair or user is disabled.");
         return false;
       }
+      c.state.authenticated = true;
       j += 2;
     } else if (opt == "setname" && left >= 1) {
       *setname = c.args[++j];
@@ -145,6 +159,13 @@ rt::Task<Status> cmd_hello(Ctx& c) {
   std::string_view setname;
   bool has_setname = false;
   if (!parse_hello_options(c, &setname, &has_setname)) co_return Status::Ok();
+  if (!c.state.authenticated) {
+    c.out.error(
+        "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
+        "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
+        "select the RESP protocol version at the same time");
+    co_return Status::Ok();
+  }
   if (has_setname) {
     if (!valid_client_name(setname)) {
       c.out.error("ERR Client names cannot contain spaces, newlines or special characters.");
@@ -155,6 +176,28 @@ rt::Task<Status> cmd_hello(Ctx& c) {
   c.state.protocol = static_cast<int>(version);
   c.out.set_protocol(c.state.protocol);
   reply_hello(c);
+  co_return Status::Ok();
+}
+
+// AUTH <password> | AUTH <user> <password>, with Redis 7's replies.
+rt::Task<Status> cmd_auth(Ctx& c) {
+  if (c.args.size() > 3) {
+    c.out.error("ERR syntax error");
+    co_return Status::Ok();
+  }
+  if (c.args.size() == 2 && c.state.options.password.empty()) {
+    c.out.error(
+        "ERR AUTH <password> called without any password configured for the default user. "
+        "Are you sure your configuration is correct?");
+    co_return Status::Ok();
+  }
+  const std::string_view user = c.args.size() == 3 ? c.args[1] : "default";
+  if (!password_matches(c.state, user, c.args.back())) {
+    c.out.error("WRONGPASS invalid username-password pair or user is disabled.");
+    co_return Status::Ok();
+  }
+  c.state.authenticated = true;
+  c.out.simple("OK");
   co_return Status::Ok();
 }
 

@@ -305,8 +305,45 @@ TEST_P(Commands, HelloSwitchesToResp3) {
   EXPECT_EQ(c.call({"GET", "none"}), "$-1\r\n");
 }
 
+// requirepass: nothing but AUTH, HELLO ... AUTH and QUIT before the password; Redis 7's replies.
+TEST_P(Commands, PasswordIsRequiredBeforeAnyCommand) {
+  ConnectionOptions options;
+  options.session.password = "s3cret";
+  TestClient locked(backend, env, options);
+  const std::string noauth = "-NOAUTH Authentication required.\r\n";
+  const std::string wrongpass =
+      "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+  EXPECT_EQ(locked.call({"SET", "k", "v"}), noauth);
+  EXPECT_EQ(locked.call({"PING"}), noauth);
+  EXPECT_EQ(locked.call({"MULTI"}), noauth);
+  EXPECT_EQ(locked.call({"NOSUCH"}).substr(0, 20), "-ERR unknown command");  // lookup first
+  EXPECT_EQ(locked.call({"HELLO", "3"}).substr(0, 50),
+            "-NOAUTH HELLO must be called with the client alrea");
+  EXPECT_EQ(locked.call({"AUTH", "wrong"}), wrongpass);
+  EXPECT_EQ(locked.call({"AUTH", "s3cre"}), wrongpass);
+  EXPECT_EQ(locked.call({"AUTH", "s3cret!"}), wrongpass);
+  EXPECT_EQ(locked.call({"AUTH", "bob", "s3cret"}), wrongpass);
+  EXPECT_EQ(locked.call({"HELLO", "3", "AUTH", "default", "no"}), wrongpass);
+  EXPECT_EQ(locked.call({"GET", "k"}), noauth);
+  EXPECT_EQ(locked.call({"AUTH", "s3cret"}), "+OK\r\n");
+  EXPECT_EQ(locked.call({"SET", "k", "v"}), "+OK\r\n");
+
+  TestClient by_hello(backend, env, options);
+  EXPECT_EQ(by_hello.call({"HELLO", "2", "AUTH", "default", "s3cret"}).substr(0, 5), "*14\r\n");
+  EXPECT_EQ(by_hello.call({"GET", "k"}), bulk("v"));
+
+  TestClient quitter(backend, env, options);
+  EXPECT_EQ(quitter.call({"QUIT"}), "+OK\r\n");
+
+  // Without a password: AUTH <password> is an error, the user "default" takes any password.
+  EXPECT_EQ(c.call({"AUTH", "x"}).substr(0, 60),
+            "-ERR AUTH <password> called without any password configured ");
+  EXPECT_EQ(c.call({"AUTH", "default", "x"}), "+OK\r\n");
+  EXPECT_EQ(c.call({"AUTH", "a", "b", "c"}), "-ERR syntax error\r\n");
+}
+
 TEST_P(Commands, CommandIntrospectionForRedisCli) {
-  EXPECT_EQ(c.call({"COMMAND", "COUNT"}), ":31\r\n");
+  EXPECT_EQ(c.call({"COMMAND", "COUNT"}), ":32\r\n");
   EXPECT_EQ(c.call({"COMMAND", "COUNT", "x"}),
             "-ERR wrong number of arguments for 'command|count' command\r\n");
   EXPECT_EQ(c.call({"COMMAND", "FOO"}), "-ERR unknown subcommand 'FOO'. Try COMMAND HELP.\r\n");
@@ -315,7 +352,7 @@ TEST_P(Commands, CommandIntrospectionForRedisCli) {
   EXPECT_NE(info.find("$-1\r\n"), std::string::npos);
   const std::string docs = c.call({"COMMAND", "DOCS", "set"});
   EXPECT_NE(docs.find("summary"), std::string::npos);
-  EXPECT_EQ(c.call({"COMMAND"}).substr(0, 5), "*31\r\n");
+  EXPECT_EQ(c.call({"COMMAND"}).substr(0, 5), "*32\r\n");
   EXPECT_EQ(c.call({"CONFIG", "GET", "APPENDONLY", "data*"}),
             "*4\r\n" + bulk("appendonly") + bulk("no") + bulk("databases") + bulk("1"));
   EXPECT_EQ(c.call({"CONFIG", "SET", "save", ""}),

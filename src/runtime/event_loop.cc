@@ -59,6 +59,10 @@ EventLoop::~EventLoop() {
   close(event_fd_);
 }
 
+void EventLoop::take_ownership() {
+  owner_ = std::this_thread::get_id();
+}
+
 void EventLoop::check_thread() {
   SHOAL_DCHECK(std::this_thread::get_id() == owner_);
 }
@@ -321,7 +325,7 @@ void EventLoop::block(uint64_t now_ns) {
 }
 
 void EventLoop::run() {
-  owner_ = std::this_thread::get_id();  // the loop may be built on one thread, run on another
+  take_ownership();  // the loop may be built on one thread, run on another
   uint64_t idle_since_ns = 0;
   uint64_t idle_passes = 0;  // empty iterations since the last one that did work
   while (!stop_.load(std::memory_order_relaxed)) {

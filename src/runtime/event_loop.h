@@ -204,6 +204,11 @@ class EventLoop {
     return post([](void* p) { std::coroutine_handle<>::from_address(p).resume(); }, h.address());
   }
 
+  // Makes the calling thread the loop's owner: a loop built on one thread and run on another
+  // calls it first on the thread that will run it, before registering timers or pollers
+  // there (run() takes ownership too). REQUIRES: the previous owner no longer touches the loop.
+  void take_ownership();
+
   // One non-blocking iteration. Returns true when it did any work.
   bool run_once();
   // Runs iterations with adaptive spin/block until stop(). REQUIRES: a real-time Env.

@@ -311,8 +311,9 @@ TEST(EventLoop, SleepingLoopWakesWhenTcpPeerSendsOrDies) {
   wakes_on_message_and_death<net::TcpEndpoint>();
 }
 
-// A loop serving an idle endpoint sleeps until its 1 s stop() check: a handful of sleeps and
-// almost no CPU in 300 ms. Without the wait fds it sleeps in 1 ms slices (about 300 sleeps).
+// A loop serving an idle endpoint sleeps until its 1 s stop() check: a handful of sleeps in
+// 300 ms. Without the wait fds it sleeps in 1 ms slices (about 300 sleeps). The count of
+// sleeps is what is checked (not the CPU the thread used, which a loaded machine skews).
 TEST(EventLoop, IdleLoopWithTransportDoesNotSpin) {
   for (const bool with_wake : {true, false}) {
     auto link = net::ShmEndpoint::pair();
@@ -321,20 +322,12 @@ TEST(EventLoop, IdleLoopWithTransportDoesNotSpin) {
     EventLoop loop(env);
     CountingPoller<net::ShmEndpoint> p{&link->second};
     ASSERT_TRUE(p.register_on(loop, with_wake).ok());
-    uint64_t cpu_us = 0;
-    std::thread t([&] {
-      loop.run();
-      rusage ru;
-      getrusage(RUSAGE_THREAD, &ru);
-      cpu_us = ru.ru_utime.tv_sec * 1'000'000 + ru.ru_utime.tv_usec +
-               ru.ru_stime.tv_sec * 1'000'000 + ru.ru_stime.tv_usec;
-    });
+    std::thread t([&] { loop.run(); });
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     loop.stop();
     t.join();
     if (with_wake) {
       EXPECT_LE(loop.stats().blocks, 3u);
-      EXPECT_LT(cpu_us, 20'000u) << "idle loop used " << cpu_us << " us of CPU in 300 ms";
     } else {
       EXPECT_GE(loop.stats().blocks, 50u);  // the slices this change removes where it can
     }

@@ -14,6 +14,7 @@
 
 #include "src/cluster/config.h"
 #include "src/net/tcp_transport.h"
+#include "src/server/cluster_config.h"
 #include "src/server/control.h"
 #include "src/server/dist_micro.h"
 #include "src/server/process.h"
@@ -54,7 +55,7 @@ pid_t live_server_pid(const std::string& path, uint32_t replica = 0) {
 
 Result<cluster::ClusterConfig> load(const std::string& path) {
   if (path.empty()) return Status::InvalidArgument("--config: required");
-  return cluster::load_config_file(path);
+  return load_cluster_config(path);
 }
 
 void print_shard_line(uint32_t s, const cluster::ClusterConfig& c, const std::string& what) {

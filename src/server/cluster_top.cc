@@ -10,6 +10,7 @@
 #include "src/cluster/config.h"
 #include "src/cluster/http_client.h"
 #include "src/ops/metrics_parse.h"
+#include "src/server/cluster_config.h"
 
 namespace shoal::server {
 
@@ -90,7 +91,7 @@ std::string shard_line(uint32_t id, const ShardView& before, const ShardView& no
 }  // namespace
 
 Status cluster_top(const TopOptions& options) {
-  auto config = cluster::load_config_file(options.config_path);
+  auto config = load_cluster_config(options.config_path);
   if (!config.ok()) return config.status();
   for (const cluster::Shard& s : config->shards) {
     bool any = false;

@@ -22,6 +22,7 @@
 #include "src/cluster/etcd_config_manager.h"
 #include "src/cluster/etcd_process.h"
 #include "src/net/tcp_transport.h"
+#include "src/server/cluster_config.h"
 #include "src/server/cluster_ctl.h"
 #include "src/server/control.h"
 #include "src/server/dist_bank.h"
@@ -857,7 +858,7 @@ Status run_dist_bench(const DistBenchOptions& o) {
   cluster::ClusterConfig remote;
   const cluster::ClusterConfig* config = nullptr;
   if (!o.cluster_path.empty()) {
-    auto c = cluster::load_config_file(o.cluster_path);
+    auto c = load_cluster_config(o.cluster_path);
     if (!c.ok()) return c.status();
     remote = std::move(*c);
     config = &remote;

@@ -15,13 +15,14 @@
 #include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
+#include "src/server/cluster_config.h"
 #include "src/server/payments_json.h"
 #include "src/server/server_metrics.h"
 
 namespace shoal::server {
 
 Status run_replica(const ReplicaOptions& options) {
-  auto config = cluster::load_config_file(options.config_path);
+  auto config = load_cluster_config(options.config_path);
   if (!config.ok()) return config.status();
   if (options.shard >= config->shards.size()) {
     return Status::InvalidArgument(

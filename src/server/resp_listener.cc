@@ -34,9 +34,11 @@ void set_nodelay(int fd) {
 
 // ---- the protocols ----
 
-resp::ConnectionOptions RespProtocol::options(uint64_t client_id, bool /*durable_acks*/) {
+resp::ConnectionOptions RespProtocol::options(uint64_t client_id, bool /*durable_acks*/,
+                                              std::string_view password) {
   resp::ConnectionOptions options;
   options.session.client_id = client_id;
+  options.session.password = password;
   // As the coordinator's own retries (shard_server.cc): with backoff capped at 2 ms, a hot key
   // whose locks live for network round trips on a loaded machine needs more than 64.
   options.session.max_txn_attempts = 1000;
@@ -50,7 +52,8 @@ std::string_view RespProtocol::too_many() {
   return "-ERR max number of clients reached\r\n";
 }
 
-ClientConnectionOptions ClientProtocol::options(uint64_t /*client_id*/, bool durable_acks) {
+ClientConnectionOptions ClientProtocol::options(uint64_t /*client_id*/, bool durable_acks,
+                                                std::string_view /*password*/) {
   ClientConnectionOptions options;
   options.durable_acks = durable_acks;
   return options;
@@ -90,8 +93,13 @@ struct StreamWorker<P>::Client {
 
 template <typename P>
 StreamWorker<P>::StreamWorker(rt::EventLoop& loop, resp::KvBackend& backend, KvAcks* acks, Env& env,
-                              uint32_t max_clients)
-    : loop_(loop), backend_(backend), acks_(acks), env_(env), max_clients_(max_clients) {}
+                              uint32_t max_clients, std::string_view password)
+    : loop_(loop),
+      backend_(backend),
+      acks_(acks),
+      env_(env),
+      max_clients_(max_clients),
+      password_(password) {}
 
 template <typename P>
 StreamWorker<P>::~StreamWorker() {
@@ -172,8 +180,8 @@ void StreamWorker<P>::adopt(int fd) {
     if (on_close_ != nullptr) on_close_(on_close_ctx_);
     return;
   }
-  auto client =
-      std::make_unique<Client>(backend_, env_, P::options(next_client_id_++, acks_ != nullptr));
+  auto client = std::make_unique<Client>(
+      backend_, env_, P::options(next_client_id_++, acks_ != nullptr, password_));
   client->fd = fd;
   if (free_slots_.empty()) {
     free_slots_.push_back(static_cast<uint32_t>(clients_.size()));

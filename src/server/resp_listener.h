@@ -58,7 +58,7 @@ struct StreamWorkerStats {
 struct RespProtocol {
   using Connection = resp::Connection;
   using Options = resp::ConnectionOptions;
-  static Options options(uint64_t client_id, bool durable_acks);
+  static Options options(uint64_t client_id, bool durable_acks, std::string_view password);
   static std::string_view too_many();
   static std::unique_ptr<resp::KvTxn> take_open_txn(Connection&) { return nullptr; }
 };
@@ -66,7 +66,7 @@ struct RespProtocol {
 struct ClientProtocol {
   using Connection = ClientConnection;
   using Options = ClientConnectionOptions;
-  static Options options(uint64_t client_id, bool durable_acks);
+  static Options options(uint64_t client_id, bool durable_acks, std::string_view password);
   static std::string_view too_many();
   static std::unique_ptr<resp::KvTxn> take_open_txn(Connection& c) { return c.take_open_txn(); }
 };
@@ -84,9 +84,10 @@ class StreamAcceptor {
 template <typename P>
 class StreamWorker final : public StreamAcceptor {
  public:
-  // REQUIRES: backend, acks (nullptr: replies at the speculative commit) and loop outlive it.
+  // REQUIRES: backend, acks (nullptr: replies at the speculative commit), loop and the bytes of
+  // password (Redis's requirepass; empty: none; the client protocol has none yet) outlive it.
   StreamWorker(rt::EventLoop& loop, resp::KvBackend& backend, KvAcks* acks, Env& env,
-               uint32_t max_clients);
+               uint32_t max_clients, std::string_view password = {});
   ~StreamWorker() override;
   StreamWorker(const StreamWorker&) = delete;
   StreamWorker& operator=(const StreamWorker&) = delete;
@@ -133,6 +134,7 @@ class StreamWorker final : public StreamAcceptor {
   KvAcks* acks_;
   Env& env_;
   uint32_t max_clients_;
+  std::string_view password_;
   int epoll_fd_ = -1;
   std::vector<std::unique_ptr<Client>> clients_;  // by slot; null: free
   std::vector<uint32_t> free_slots_;

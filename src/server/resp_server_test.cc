@@ -78,14 +78,19 @@ class RespServer : public ::testing::Test {
     dir_ = fs::temp_directory_path() / fmt::format("shoal-resp-{}", getpid());
     fs::create_directories(dir_);
     const std::string config = (dir_ / "c.toml").string();
+    std::string password_line;
+    if (!password_.empty()) {  // a path relative to the config's directory
+      std::ofstream(dir_ / "resp.pw") << password_ << "\n";
+      password_line = "resp_password_file = \"resp.pw\"\n";
+    }
     std::ofstream(config) << fmt::format(
         "[cluster]\nname = \"resp-{}\"\ntransport = \"tcp\"\nworkers = 1\nreplicas = 1\n"
-        "kv_split_keys = [\"m\"]\n\n[[region]]\nname = \"r0\"\n\n"
+        "kv_split_keys = [\"m\"]\n{}\n[[region]]\nname = \"r0\"\n\n"
         "[[shard]]\nid = 0\npartition_lo = 1\npartition_hi = 2\n[[shard.replica]]\n"
         "region = \"r0\"\nhost = \"127.0.0.1\"\nport = {}\n\n"
         "[[shard]]\nid = 1\npartition_lo = 2\npartition_hi = 3\n[[shard.replica]]\n"
         "region = \"r0\"\nhost = \"127.0.0.1\"\nport = {}\n",
-        getpid(), free_port(), free_port());
+        getpid(), password_line, free_port(), free_port());
     for (int s = 0; s < 2; ++s) {
       const std::string log = (dir_ / fmt::format("s{}.log", s)).string();
       const std::string shard = std::to_string(s);
@@ -155,6 +160,7 @@ class RespServer : public ::testing::Test {
     return out;
   }
 
+  std::string password_;  // set before SetUp: the servers' resp_password_file holds it
   fs::path dir_;
   pid_t pids_[2] = {-1, -1};
   std::string logs_[2];
@@ -179,6 +185,27 @@ TEST_F(RespServer, RedisCliAcrossShards) {
   EXPECT_EQ(cli(0, "MGET apple zebra nokey"), "1) \"2\"\n2) \"10\"\n3) (nil)\n");
   EXPECT_EQ(cli(1, "DEL apple zebra nokey"), "(integer) 2\n");
   EXPECT_EQ(cli(0, "DBSIZE"), "(integer) 2\n");
+}
+
+// requirepass through the config (resp_password_file): redis-cli without the password is told
+// NOAUTH for every command, with a wrong one WRONGPASS, with the right one (-a) it works,
+// on both servers and across shards.
+class RespServerWithPassword : public RespServer {
+ protected:
+  void SetUp() override {
+    password_ = "correct horse";
+    RespServer::SetUp();
+  }
+};
+
+TEST_F(RespServerWithPassword, RedisCliNeedsThePassword) {
+  if (access(kRedisCli, X_OK) != 0) GTEST_SKIP() << kRedisCli << " not installed (redis-tools)";
+  EXPECT_EQ(cli(0, "SET apple 1"), "(error) NOAUTH Authentication required.\n");
+  EXPECT_EQ(cli(1, "PING"), "(error) NOAUTH Authentication required.\n");
+  EXPECT_NE(cli(0, "--no-auth-warning -a wrong SET apple 1").find("WRONGPASS"), std::string::npos);
+  EXPECT_EQ(cli(0, "--no-auth-warning -a 'correct horse' SET zebra 1"), "OK\n");
+  EXPECT_EQ(cli(1, "--no-auth-warning -a 'correct horse' GET zebra"), "\"1\"\n");
+  EXPECT_EQ(cli(1, "GET zebra"), "(error) NOAUTH Authentication required.\n");
 }
 
 // Two redis-cli sessions on different servers: the first WATCHes a key of the other shard,

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -348,6 +349,45 @@ TEST_F(ServerCli, ClusterUpStatusDownRoundTrip) {
   o = run({"cluster", "status", "--config", config_}, 30);
   EXPECT_NE(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("DOWN"), std::string::npos) << o.output;
+}
+
+// [cluster] secret_file: servers, followers, `cluster status` and a bench against the cluster
+// all prove the secret and work; a config with another secret, or none, is refused, and the
+// server says whom it refused.
+TEST_F(ServerCli, ClusterSecretIsProvedOnEveryConnection) {
+  write_replicated_config(2, 2);
+  std::string toml;
+  {
+    std::ifstream in(config_);
+    toml.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string with_secret = "[cluster]\nsecret_file = \"secret\"\n";
+  std::ofstream(path("secret")) << "the cluster's secret\n";
+  std::ofstream(path("wrong")) << "a guess\n";
+  std::ofstream(config_) << with_secret << toml.substr(10);  // after "[cluster]\n"
+  Outcome o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = wait_status_ok();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = run({"bench", "micro", "--cluster", config_, "--cross-shard-pct", "50", "--seconds", "1"},
+          120);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+
+  const std::string wrong = path("wrong.toml"), none = path("none.toml");
+  std::ofstream(wrong) << "[cluster]\nsecret_file = \"wrong\"\n" << toml.substr(10);
+  std::ofstream(none) << toml;
+  o = run({"cluster", "status", "--config", wrong}, 30);
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("refused our cluster secret"), std::string::npos) << o.output;
+  o = run({"cluster", "status", "--config", none}, 30);
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  std::string log;
+  {
+    std::ifstream in(run_dir() + "/shard-0.log");
+    log.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(log.find("the dialer's cluster secret is wrong"), std::string::npos) << log;
+  EXPECT_NE(log.find("the dialer sent no authentication"), std::string::npos) << log;
 }
 
 // The CPUs each thread of `pid` may run on, as /proc prints them ("0", "1-3").

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -32,6 +33,7 @@
 #include "src/dist/vector_watermark.h"
 #include "src/dist/watermark_exchange.h"
 #include "src/index/key.h"
+#include "src/net/auth.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
 #include "src/ops/metrics_http.h"
@@ -40,6 +42,7 @@
 #include "src/repl/leader.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/rpc.h"
+#include "src/server/cluster_config.h"
 #include "src/server/control.h"
 #include "src/server/deposition_watch.h"
 #include "src/server/discard_journal.h"
@@ -282,7 +285,7 @@ struct ControlPlane {
 
 class ShardServer {
  public:
-  ~ShardServer() { stop_shm_acceptor(); }
+  ~ShardServer() { stop_early_acceptor(); }
   [[nodiscard]] Status init(const ServerOptions& options, Promotion* promotion);
   [[nodiscard]] Status serve();
 
@@ -391,8 +394,10 @@ class ShardServer {
   std::string shm_name(uint32_t shard) const;
   void accept_loop();
   void stop_workers();
-  [[nodiscard]] Status start_shm_acceptor();
-  void stop_shm_acceptor();
+  [[nodiscard]] Status start_early_acceptor();
+  void stop_early_acceptor();
+  template <typename E>
+  void hand_out(E endpoint, uint32_t* next);
   template <typename E>
   void hand_to_worker(E endpoint, uint32_t* next);
 
@@ -428,15 +433,20 @@ class ShardServer {
   // The workers' key-value backends and the ports' workers (make_worker).
   [[nodiscard]] Status make_kv_workers(Worker* w);
   std::unique_ptr<StreamListener> client_listener_;
+  std::string resp_password_;  // empty: the Redis port asks none (config resp_password_file)
   net::TcpListener listener_;
   net::ShmListener shm_listener_;  // transport shm: data connections from other shards
-  // Transport shm: accepts from init() on (peers dial while we still dial them, and an shm
-  // connect waits for the accepting side to share its rings), parking connections in
-  // shm_pending_ until accept_loop() hands them to workers.
-  std::thread shm_acceptor_;
-  std::atomic<bool> shm_stop_{false};
-  std::mutex shm_mu_;
+  // The early acceptor: accepts from init() on, on a thread of its own, where a dialer must be
+  // answered before we serve (peers dial us while we still dial them): transport shm (an shm
+  // connect waits for the accepting side to share its rings) and TCP with a cluster secret
+  // (net/auth.h: a dialer waits for our challenge). It parks connections in *_pending_ until
+  // accept_loop() hands them out. Without either, the kernel's backlog holds early dials.
+  bool early_tcp_ = false;  // set before the acceptor starts: it accepts TCP, not accept_loop()
+  std::thread early_acceptor_;
+  std::atomic<bool> early_stop_{false};
+  std::mutex early_mu_;
   std::vector<net::ShmEndpoint> shm_pending_;
+  std::vector<net::TcpEndpoint> tcp_pending_;
   std::unique_ptr<ControlPlane> control_;  // transport shm only
   // Replication (after engine_: the leader reads it; before workers_: they hold its appenders).
   std::unique_ptr<repl::ReplicationLeader> replication_;
@@ -506,7 +516,7 @@ Status ShardServer::apply_placement() {
 
 Status ShardServer::init(const ServerOptions& options, Promotion* promotion) {
   options_ = options;
-  auto config = cluster::load_config_file(options.config_path);
+  auto config = load_cluster_config(options.config_path);
   if (!config.ok()) return config.status();
   config_ = std::move(*config);
   if (options.shard >= config_.shards.size()) {
@@ -519,6 +529,11 @@ Status ShardServer::init(const ServerOptions& options, Promotion* promotion) {
         fmt::format("shards: {} shards, at most {} supported", config_.shards.size(), kShardsMax));
   }
   if (options_.workers == 0) options_.workers = config_.workers_per_shard;
+  if (!config_.resp_password_file.empty()) {
+    auto pw = cluster::read_password_file(config_.resp_password_file, "cluster.resp_password_file");
+    if (!pw.ok()) return pw.status();
+    resp_password_ = std::move(*pw);
+  }
   leaders_.assign(config_.shards.size(), 0);
   if (promotion != nullptr) {
     if (promotion->leaders.size() != config_.shards.size()) {
@@ -570,8 +585,8 @@ Status ShardServer::init(const ServerOptions& options, Promotion* promotion) {
                                        listener.status().to_string()));
   }
   listener_ = std::move(*listener);
-  // The shm acceptor first: other shards dial us while we wait for our followers.
-  if (config_.transport == cluster::TransportKind::kShm) SHOAL_TRY(start_shm_acceptor());
+  // The early acceptor first: other shards dial us while we wait for our followers.
+  SHOAL_TRY(start_early_acceptor());
   if (replicated()) SHOAL_TRY(start_replication(promotion));
   const uint64_t deadline_ns = RealEnv::instance().now_ns() + options_.connect_timeout_ms * kMs;
   for (uint32_t w = 0; w < options_.workers; ++w) SHOAL_TRY(make_worker(w, deadline_ns));
@@ -1121,7 +1136,7 @@ Status ShardServer::make_kv_workers(Worker* w) {
     if (options_.resp_reply_at_speculative_commit) ko.acks = nullptr;
     w->kv_backend = std::make_unique<DistKvBackend>(ko);
     w->resp = std::make_unique<RespWorker>(*w->loop, *w->kv_backend, ko.acks, RealEnv::instance(),
-                                           options_.resp_max_connections);
+                                           options_.resp_max_connections, resp_password_);
     SHOAL_TRY(w->resp->start());
   }
   return Status::Ok();
@@ -1236,51 +1251,88 @@ void ControlPlane::adopt(net::TcpEndpoint tcp) {
   if (auto in = open_incoming(server, *loop, std::move(tcp))) conns.push_back(std::move(in));
 }
 
-void ShardServer::accept_loop() {
-  uint32_t next = 0;
-  while (!g_stop.load()) {
-    auto tcp = listener_.accept(kAcceptSliceMs);
-    if (tcp.ok() && control_ != nullptr) {
-      post_adopt(control_.get(), std::move(*tcp));
-    } else if (tcp.ok()) {
-      hand_to_worker(std::move(*tcp), &next);
-    }
-    // else: no connection in this slice (or EINTR from a signal)
-    std::vector<net::ShmEndpoint> shm;
-    {
-      std::lock_guard<std::mutex> lock(shm_mu_);
-      shm.swap(shm_pending_);
-    }
-    for (auto& e : shm) hand_to_worker(std::move(e), &next);
+template <typename E>
+void ShardServer::hand_out(E endpoint, uint32_t* next) {
+  if constexpr (std::is_same_v<E, net::TcpEndpoint>) {
+    if (control_ != nullptr) return post_adopt(control_.get(), std::move(endpoint));
+  }
+  hand_to_worker(std::move(endpoint), next);
+}
+
+// A TCP accept that failed: a refused dialer is logged (net/auth.h); else nobody came in this
+// slice (or EINTR from a signal).
+static void note_refused(uint32_t shard, const Status& accept_status) {
+  if (accept_status.code() == Code::kInvalidArgument) {
+    fmt::print(stderr, "shoal server: shard {}: {}\n", shard, accept_status.message());
   }
 }
 
-Status ShardServer::start_shm_acceptor() {
-  const std::string name = shm_name(options_.shard);
-  auto listener = net::ShmListener::listen(name);
-  if (!listener.ok()) {
-    return Status::IOError(fmt::format("shard[{}]: cannot listen on shm {}: {}", options_.shard,
-                                       name, listener.status().to_string()));
+void ShardServer::accept_loop() {
+  uint32_t next = 0;
+  while (!g_stop.load()) {
+    if (early_tcp_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(kAcceptSliceMs / 10));
+    } else if (auto tcp = listener_.accept(kAcceptSliceMs); tcp.ok()) {
+      hand_out(std::move(*tcp), &next);
+    } else {
+      note_refused(options_.shard, tcp.status());
+    }
+    std::vector<net::ShmEndpoint> shm;
+    std::vector<net::TcpEndpoint> tcp;
+    {
+      std::lock_guard<std::mutex> lock(early_mu_);
+      shm.swap(shm_pending_);
+      tcp.swap(tcp_pending_);
+    }
+    for (auto& e : shm) hand_out(std::move(e), &next);
+    for (auto& e : tcp) hand_out(std::move(e), &next);
   }
-  shm_listener_ = std::move(*listener);
-  shm_acceptor_ = std::thread([this] {
-    while (!shm_stop_.load()) {
-      auto e = shm_listener_.accept(kAcceptSliceMs);
-      if (!e.ok()) continue;  // nobody in this slice, or a peer that gave up mid-handshake
-      std::lock_guard<std::mutex> lock(shm_mu_);
-      if (shm_pending_.size() < kIncomingMax * 4) shm_pending_.push_back(std::move(*e));
+}
+
+Status ShardServer::start_early_acceptor() {
+  const bool shm = config_.transport == cluster::TransportKind::kShm;
+  early_tcp_ = !net::cluster_secret().empty();
+  if (!shm && !early_tcp_) return Status::Ok();
+  if (shm) {
+    const std::string name = shm_name(options_.shard);
+    auto listener = net::ShmListener::listen(name);
+    if (!listener.ok()) {
+      return Status::IOError(fmt::format("shard[{}]: cannot listen on shm {}: {}", options_.shard,
+                                         name, listener.status().to_string()));
+    }
+    shm_listener_ = std::move(*listener);
+  }
+  early_acceptor_ = std::thread([this, shm] {
+    // Each accept waits at most a slice (both listeners: half a slice each), so stop is seen.
+    const uint64_t slice_ms = shm && early_tcp_ ? kAcceptSliceMs / 2 : kAcceptSliceMs;
+    while (!early_stop_.load()) {
+      if (shm) {
+        // Not ok: nobody in this slice, or a peer that gave up mid-handshake.
+        if (auto e = shm_listener_.accept(slice_ms); e.ok()) {
+          std::lock_guard<std::mutex> lock(early_mu_);
+          if (shm_pending_.size() < kIncomingMax * 4) shm_pending_.push_back(std::move(*e));
+        }
+      }
+      if (early_tcp_) {
+        if (auto e = listener_.accept(slice_ms); e.ok()) {
+          std::lock_guard<std::mutex> lock(early_mu_);
+          if (tcp_pending_.size() < kIncomingMax * 4) tcp_pending_.push_back(std::move(*e));
+        } else {
+          note_refused(options_.shard, e.status());
+        }
+      }
     }
   });
   return Status::Ok();
 }
 
-void ShardServer::stop_shm_acceptor() {
-  shm_stop_.store(true);
-  if (shm_acceptor_.joinable()) shm_acceptor_.join();
+void ShardServer::stop_early_acceptor() {
+  early_stop_.store(true);
+  if (early_acceptor_.joinable()) early_acceptor_.join();
 }
 
 void ShardServer::stop_workers() {
-  stop_shm_acceptor();
+  stop_early_acceptor();
   if (resp_listener_ != nullptr) resp_listener_->stop();
   if (client_listener_ != nullptr) client_listener_->stop();
   if (control_ != nullptr) {
