@@ -13,8 +13,12 @@
 //   shoal cluster up|status|down|check|digest --config FILE
 //                                           manage a cluster of shard servers and replicas
 //                                           (src/server/cluster_ctl.h)
+//   shoal kv get|put|del|scan --cluster FILE ...
+//                                           one key-value transaction through the client
+//                                           library (include/shoal/client.h, docs/CLIENT.md)
 //
-// Exit codes: 0 success; 2 bad command line; 1 the run failed (load error, unwritable JSON);
+// Exit codes: 0 success; 2 bad command line; 1 the run failed (load error, unwritable JSON;
+// `kv get` of a missing key, which prints nothing);
 // 3 --check found a consistency failure; 130 a bench interrupted by Ctrl-C (reported if it was
 // the first, src/base/interrupt.h; 1 and 3 outrank it).
 //
@@ -34,6 +38,7 @@
 #include "bench/tpcc/tpcc.h"
 #include "bench/transport/transport.h"
 #include "bench/ycsb/ycsb.h"
+#include "shoal/client.h"
 #include "src/base/cpu_placement.h"
 #include "src/base/interrupt.h"
 #include "src/cluster/config.h"
@@ -360,6 +365,15 @@ void add_served_options(CLI::App* c, server::ServerOptions& so, const std::strin
   c->add_option("--resp-max-connections", so.resp_max_connections,
                 "Redis-protocol clients at once (beyond: \"-ERR max number of clients "
                 "reached\")")
+      ->check(number_in(1u, 100000u, false, "in [1, 100000]"))
+      ->capture_default_str();
+  c->add_option("--client-port", so.client_port,
+                "Serve the Shoal client protocol (docs/CLIENT.md) on this port of the replica's "
+                "configured host (0: a free port, printed; default: the config's client_port; "
+                "none without one)")
+      ->check(number_in(0, 65535, false, "in [0, 65535]"));
+  c->add_option("--client-max-connections", so.client_max_connections,
+                "Client-protocol clients at once (beyond: an error frame and close)")
       ->check(number_in(1u, 100000u, false, "in [1, 100000]"))
       ->capture_default_str();
   c->add_option("--etcd", so.etcd,
@@ -796,6 +810,83 @@ int run_transport_bench(const BenchCommands& c, const BenchFlags& f) {
   return 0;
 }
 
+// `shoal kv`: a single-key transaction (get, put, del) or a scan in one transaction, through
+// the client library on a server of the cluster's config.
+struct KvCommands {
+  CLI::App* kv = nullptr;
+  CLI::App* get = nullptr;
+  CLI::App* put = nullptr;
+  CLI::App* del = nullptr;
+  CLI::App* scan = nullptr;
+  std::string cluster;
+  std::string key;
+  std::string value;
+  std::string start;
+  std::string end;
+  uint32_t limit = 100;
+  bool speculative = false;
+};
+
+void add_kv_command(CLI::App& app, KvCommands& c) {
+  c.kv = app.add_subcommand("kv", "Read and write keys through the client library");
+  c.kv->require_subcommand(1);
+  c.get = c.kv->add_subcommand("get", "Print a key's value (missing: nothing, exit 1)");
+  c.put = c.kv->add_subcommand("put", "Write a key's value");
+  c.del = c.kv->add_subcommand("del", "Delete a key");
+  c.scan = c.kv->add_subcommand("scan", "Print keys in [START, END) as KEY<tab>VALUE lines");
+  for (CLI::App* sub : {c.get, c.put, c.del, c.scan}) {
+    sub->add_option("--cluster", c.cluster, "Cluster config (TOML) naming client ports")
+        ->required();
+  }
+  for (CLI::App* sub : {c.get, c.put, c.del}) {
+    sub->add_option("key", c.key, "The key (1 to 8192 bytes)")->required();
+  }
+  c.put->add_option("value", c.value, "The value (at most 1 MiB)")->required();
+  c.scan->add_option("start", c.start, "First key (default: the first)");
+  c.scan->add_option("end", c.end, "Key after the last (default: none)");
+  c.scan->add_option("--limit", c.limit, "Keys at most")
+      ->check(number_in(1u, 100000u, false, "in [1, 100000]"))
+      ->capture_default_str();
+  for (CLI::App* sub : {c.put, c.del}) {
+    sub->add_flag("--speculative", c.speculative,
+                  "Return at the commit point instead of once durable on a majority");
+  }
+}
+
+int kv_failed(const Status& s) {
+  fmt::print(stderr, "shoal: error: {}\n", s.to_string());
+  return s.code() == Code::kInvalidArgument ? kExitUsage : kExitRunFailed;
+}
+
+int run_kv_command(const KvCommands& c) {
+  auto client = Client::connect_cluster(c.cluster);
+  if (!client.ok()) return kv_failed(client.status());
+  const Durability d = c.speculative ? Durability::kSpeculative : Durability::kDurable;
+  if (c.get->parsed()) {
+    std::string value;
+    const Status s = (*client)->get(c.key, &value);
+    if (s.is_not_found()) return kExitRunFailed;
+    if (!s.ok()) return kv_failed(s);
+    fmt::print("{}\n", value);
+    return 0;
+  }
+  if (c.put->parsed() || c.del->parsed()) {
+    Result<CommitResult> r =
+        c.put->parsed() ? (*client)->put(c.key, c.value, d) : (*client)->del(c.key, d);
+    if (!r.ok()) return kv_failed(r.status());
+    fmt::print("OK ({})\n", r->durable ? "durable" : "speculative");
+    return 0;
+  }
+  std::vector<KeyValue> found;
+  const Status s = (*client)->run([&](Transaction& t) {
+    found.clear();
+    return t.scan(c.start, c.end, c.limit, &found);
+  });
+  if (!s.ok()) return kv_failed(s);
+  for (const KeyValue& e : found) fmt::print("{}\t{}\n", e.key, e.value);
+  return 0;
+}
+
 // A word in bench's positional (BenchFlags::unknown_workload), once CLI11 found nothing else
 // wrong: a misspelt workload, or a stray word after one. "" when there is none.
 std::string bench_positional_error(const BenchCommands& c, const BenchFlags& f) {
@@ -846,6 +937,8 @@ int main(int argc, char** argv) {
   shoal::ServerCommands server_commands = shoal::add_server_commands(app);
   shoal::server::ReplicaOptions replica_options;
   CLI::App* replica_command = shoal::add_replica_command(app, replica_options);
+  shoal::KvCommands kv_commands;
+  shoal::add_kv_command(app, kv_commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -923,6 +1016,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "shoal: error: {}\n", s.to_string());
     return s.code() == shoal::Code::kInvalidArgument ? shoal::kExitUsage : shoal::kExitRunFailed;
   }
+  if (kv_commands.kv->parsed()) return shoal::run_kv_command(kv_commands);
   if (server_commands.server->parsed() || server_commands.cluster->parsed()) {
     return shoal::run_server_commands(server_commands);
   }

@@ -34,7 +34,7 @@ uint32_t outstanding_for(size_t bytes) {
 }
 
 Status in_context(const Status& s, std::string_view transport, size_t bytes, const char* what) {
-  return rt::status_from_code(
+  return status_from_code(
       s.code(), fmt::format("{} {} {}: {}", transport, size_label(bytes), what, s.message()));
 }
 

@@ -70,6 +70,10 @@ class [[nodiscard]] Status {
   std::string msg_;
 };
 
+// Rebuilds a Status from a code that crossed the wire (an RPC reply, the client protocol):
+// Corruption for a byte that is no Code.
+[[nodiscard]] Status status_from_code(Code code, std::string msg);
+
 // A value or the Status saying why there is none.
 template <typename T>
 class [[nodiscard]] Result {

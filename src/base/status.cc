@@ -46,4 +46,32 @@ void assert_fail(const char* cond, const char* file, int line, const char* fmt, 
 }
 }  // namespace detail
 
+Status status_from_code(Code code, std::string msg) {
+  switch (code) {
+    case Code::kOk:
+      return Status::Ok();
+    case Code::kNotFound:
+      return Status::NotFound(std::move(msg));
+    case Code::kAlreadyExists:
+      return Status::AlreadyExists(std::move(msg));
+    case Code::kAborted:
+      return Status::Aborted(std::move(msg));
+    case Code::kUserAbort:
+      return Status::UserAbort(std::move(msg));
+    case Code::kInvalidArgument:
+      return Status::InvalidArgument(std::move(msg));
+    case Code::kCorruption:
+      return Status::Corruption(std::move(msg));
+    case Code::kIOError:
+      return Status::IOError(std::move(msg));
+    case Code::kUnavailable:
+      return Status::Unavailable(std::move(msg));
+    case Code::kTimeout:
+      return Status::Timeout(std::move(msg));
+    case Code::kNotSupported:
+      return Status::NotSupported(std::move(msg));
+  }
+  return Status::Corruption("unknown status code");
+}
+
 }  // namespace shoal

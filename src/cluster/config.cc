@@ -101,6 +101,10 @@ Status validate_replica(const ClusterConfig& c, const std::string& field, const 
     return field_error(field + ".resp_port",
                        fmt::format("address {}:{} is used twice", r.host, r.resp_port));
   }
+  if (r.client_port != 0 && !endpoints->insert({r.host, r.client_port}).second) {
+    return field_error(field + ".client_port",
+                       fmt::format("address {}:{} is used twice", r.host, r.client_port));
+  }
   return Status::Ok();
 }
 
@@ -363,19 +367,21 @@ Status parse_shard(const toml::table& t, const std::string& f, ClusterConfig* c)
   s.id = static_cast<uint32_t>(id);
   SHOAL_TRY(for_each_table_in_array(
       v["replica"], f + ".replica", [&](const toml::table& rt, const std::string& rf) -> Status {
-        SHOAL_TRY(
-            reject_unknown_keys(rt, rf, {"region", "host", "port", "metrics_port", "resp_port"}));
+        SHOAL_TRY(reject_unknown_keys(
+            rt, rf, {"region", "host", "port", "metrics_port", "resp_port", "client_port"}));
         NodeView rv{rt};
         Replica r;
-        uint64_t port = 0, metrics_port = 0, resp_port = 0;
+        uint64_t port = 0, metrics_port = 0, resp_port = 0, client_port = 0;
         SHOAL_TRY(read_string(rv["region"], rf + ".region", &r.region));
         SHOAL_TRY(read_string(rv["host"], rf + ".host", &r.host));
         SHOAL_TRY(read_uint(rv["port"], rf + ".port", 1, 65535, &port));
         SHOAL_TRY(read_uint(rv["metrics_port"], rf + ".metrics_port", 1, 65535, &metrics_port));
         SHOAL_TRY(read_uint(rv["resp_port"], rf + ".resp_port", 1, 65535, &resp_port));
+        SHOAL_TRY(read_uint(rv["client_port"], rf + ".client_port", 1, 65535, &client_port));
         r.port = static_cast<uint16_t>(port);
         r.metrics_port = static_cast<uint16_t>(metrics_port);
         r.resp_port = static_cast<uint16_t>(resp_port);
+        r.client_port = static_cast<uint16_t>(client_port);
         s.replicas.push_back(std::move(r));
         return Status::Ok();
       }));
@@ -505,6 +511,7 @@ std::string ClusterConfig::to_toml() const {
                          r.host, r.port);
       if (r.metrics_port != 0) out += fmt::format("metrics_port = {}\n", r.metrics_port);
       if (r.resp_port != 0) out += fmt::format("resp_port = {}\n", r.resp_port);
+      if (r.client_port != 0) out += fmt::format("client_port = {}\n", r.client_port);
     }
   }
   return out;

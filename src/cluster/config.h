@@ -43,6 +43,9 @@ struct Replica {
   // Where its process serves the Redis protocol (docs/RESP.md), on `host` too; 0: none.
   // validate() keeps it apart from every other address, as metrics_port.
   uint16_t resp_port = 0;
+  // Where its process serves the Shoal client protocol (docs/CLIENT.md), on `host` too; 0:
+  // none. validate() keeps it apart from every other address, as resp_port.
+  uint16_t client_port = 0;
 };
 
 // Where a shard's leader listens for its followers (src/repl/leader.h) when the shard has

@@ -132,12 +132,13 @@ TEST(ClusterConfig, RespPortAndKvSplitKeys) {
   EXPECT_EQ(plain->shards[0].replicas[0].resp_port, 0);
   EXPECT_EQ(plain->kv_split_keys, default_kv_split_keys(3));
   std::string text = three_shards();
-  text.replace(text.find("port = 7002"), 11, "port = 7002\nresp_port = 6380");
+  text.replace(text.find("port = 7002"), 11, "port = 7002\nresp_port = 6380\nclient_port = 6390");
   text.replace(text.find("replicas = 3"), 12,
                "replicas = 3\nkv_split_keys = [\"g\", \"q\\u0001\\\"\"]");
   auto c = parse_config(text);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->shards[0].replicas[1].resp_port, 6380);
+  EXPECT_EQ(c->shards[0].replicas[1].client_port, 6390);
   ASSERT_EQ(c->kv_split_keys.size(), 2u);
   EXPECT_EQ(c->kv_split_keys[1], std::string("q\x01\""));
   auto again = parse_config(c->to_toml());
@@ -240,6 +241,8 @@ TEST(ClusterConfig, BadConfigsNameTheField) {
        "shard[0].replica[2].resp_port: must be in [1, 65535], not 0"},
       {"port = 7004", "port = 7004\nmetrics_port = 9000\nresp_port = 9000",
        "shard[0].replica[2].resp_port: address 127.0.0.1:9000 is used twice"},
+      {"port = 7004", "port = 7004\nresp_port = 9000\nclient_port = 9000",
+       "shard[0].replica[2].client_port: address 127.0.0.1:9000 is used twice"},
       {"port = 7000", "port = 7000\nresp_port = 7001",
        "its replication port 127.0.0.1:7001 (port + 1) is another replica's address"},
   };

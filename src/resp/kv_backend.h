@@ -114,6 +114,11 @@ class KvBackend {
   virtual ~KvBackend() = default;
   // A transaction context for one session, reused for all its transactions.
   virtual std::unique_ptr<KvTxn> open() = 0;
+  // A transaction context whose transactions may stay open while its session waits for its
+  // client between requests (the client protocol's interactive transactions, where the Redis
+  // layer's never do): it must not hold anything other sessions need meanwhile. A backend
+  // whose open() contexts already share nothing returns one of those.
+  virtual std::unique_ptr<KvTxn> open_interactive() { return open(); }
   // Keys stored (DBSIZE). Not transactional; it may include keys whose expiry has passed
   // (as Redis's DBSIZE does until they are reclaimed).
   virtual rt::Task<Result<uint64_t>> count_keys() = 0;

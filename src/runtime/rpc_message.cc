@@ -48,34 +48,6 @@ Result<RpcHeader> decode_rpc_header(std::span<const uint8_t> msg) {
   return h;
 }
 
-Status status_from_code(Code code, std::string msg) {
-  switch (code) {
-    case Code::kOk:
-      return Status::Ok();
-    case Code::kNotFound:
-      return Status::NotFound(std::move(msg));
-    case Code::kAlreadyExists:
-      return Status::AlreadyExists(std::move(msg));
-    case Code::kAborted:
-      return Status::Aborted(std::move(msg));
-    case Code::kUserAbort:
-      return Status::UserAbort(std::move(msg));
-    case Code::kInvalidArgument:
-      return Status::InvalidArgument(std::move(msg));
-    case Code::kCorruption:
-      return Status::Corruption(std::move(msg));
-    case Code::kIOError:
-      return Status::IOError(std::move(msg));
-    case Code::kUnavailable:
-      return Status::Unavailable(std::move(msg));
-    case Code::kTimeout:
-      return Status::Timeout(std::move(msg));
-    case Code::kNotSupported:
-      return Status::NotSupported(std::move(msg));
-  }
-  return Status::Corruption("unknown status code");
-}
-
 void MsgBuffer::grow(size_t payload_capacity) {
   // Grow geometrically so a buffer reused for growing messages settles quickly.
   const size_t cap = std::max({payload_capacity, 2 * cap_, size_t{64}});

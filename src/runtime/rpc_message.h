@@ -92,9 +92,6 @@ inline void encode_rpc_header(const RpcHeader& h, uint8_t* dst) {
 // Never reads past msg.
 [[nodiscard]] Result<RpcHeader> decode_rpc_header(std::span<const uint8_t> msg);
 
-// Rebuilds a Status from a code that crossed the wire.
-[[nodiscard]] Status status_from_code(Code code, std::string msg);
-
 class MsgBuffer {
  public:
   MsgBuffer() = default;

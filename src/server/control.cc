@@ -122,7 +122,7 @@ Result<nlohmann::json> ControlClient::call(uint32_t shard, ControlMethod method,
       return Status::Timeout(
           fmt::format("shard {} at {}: no answer within {} ms", shard, address(shard), timeout_ms));
     }
-    return rt::status_from_code(s.code(), fmt::format("shard {}: {}", shard, s.message()));
+    return status_from_code(s.code(), fmt::format("shard {}: {}", shard, s.message()));
   }
   return parse_control(*reply);
 }

@@ -14,6 +14,9 @@ constexpr size_t kGetBufferBytes = 512;        // a get's first result buffer (g
 constexpr size_t kScanBufferBytes = 64 << 10;  // a scan fragment's result (more: go on)
 constexpr size_t kKeptBufferBytes = 64 << 10;  // larger buffers are freed after a transaction
 constexpr uint32_t kCountBatchKeys = 10'000;   // DBSIZE: keys per read-only transaction
+// A scanned value's bytes carried by a scan fragment (a batch's result must fit a message);
+// longer ones are read by a get each.
+constexpr size_t kScanValueBytesMax = dist::kFragmentBytesMax / 2;
 
 // Aborted and Timeout: worth a retry from begin() (the session's loop, kv_backend.h).
 Status retryable(Status s) {
@@ -29,7 +32,8 @@ std::span<const uint8_t> as_bytes(std::string_view s) {
 
 class DistKvTxn final : public resp::KvTxn {
  public:
-  explicit DistKvTxn(DistKvBackend& backend) : backend_(backend), o_(backend.options()) {}
+  DistKvTxn(DistKvBackend& backend, bool local_fast_path)
+      : backend_(backend), o_(backend.options()), local_fast_path_(local_fast_path) {}
   ~DistKvTxn() override {
     if (txn_ != nullptr) backend_.give_back(std::move(txn_));
   }
@@ -80,6 +84,7 @@ class DistKvTxn final : public resp::KvTxn {
 
   DistKvBackend& backend_;
   const DistKvOptions& o_;
+  const bool local_fast_path_;  // may run on o_.local (never between a client's requests)
   Mode mode_ = Mode::kNone;
   bool open_ = false;
   bool force_dist_ = false;   // the last attempt reached a second shard: 2PC from the start
@@ -96,7 +101,7 @@ class DistKvTxn final : public resp::KvTxn {
 Status DistKvTxn::enter(uint32_t shard) {
   SHOAL_ASSERT(open_, "%s", "DistKvTxn: a call without begin()");
   if (mode_ == Mode::kDist) return Status::Ok();
-  if (shard == o_.own_shard && o_.local != nullptr && !force_dist_) {
+  if (shard == o_.own_shard && o_.local != nullptr && local_fast_path_ && !force_dist_) {
     if (mode_ == Mode::kNone) {
       o_.local->begin();
       mode_ = Mode::kLocal;
@@ -242,13 +247,23 @@ rt::Task<Status> DistKvTxn::scan(const resp::ScanRange& range, size_t limit,
     if (shard > 0 && !range.end.empty() && !(config.kv_split_keys[shard - 1] < range.end)) break;
     SHOAL_CO_TRY(enter(shard));
     KvScanArgs a = clip(shard, range);
-    a.value_prefix_bytes =
-        static_cast<uint32_t>(std::min<size_t>(value_prefix_bytes, dist::kFragmentBytesMax / 2));
+    const size_t cap = std::min<size_t>(value_prefix_bytes, kScanValueBytesMax);
+    a.value_prefix_bytes = static_cast<uint32_t>(cap);
     const size_t left = limit - (out->size() - before);
+    const size_t first = out->size();
     if (mode_ == Mode::kLocal) {
       SHOAL_CO_TRY(scan_local(a, left, out));
     } else {
       SHOAL_CO_TRY(co_await scan_shard(shard, a, left, out));
+    }
+    // Values a scan fragment cut at its cap are read whole (a get each), as asked.
+    for (size_t i = first; cap < value_prefix_bytes && i < out->size(); ++i) {
+      if ((*out)[i].value.size() < cap) continue;
+      uint64_t version = 0;
+      Status s = co_await get((*out)[i].key, &(*out)[i].value, &version);
+      if (s.is_not_found()) s = Status::Aborted("kv scan: a key scanned is gone");
+      SHOAL_CO_TRY(s);
+      if ((*out)[i].value.size() > value_prefix_bytes) (*out)[i].value.resize(value_prefix_bytes);
     }
   }
   co_return Status::Ok();
@@ -384,7 +399,11 @@ DistKvBackend::DistKvBackend(DistKvOptions options) : options_(options) {
 DistKvBackend::~DistKvBackend() = default;
 
 std::unique_ptr<resp::KvTxn> DistKvBackend::open() {
-  return std::make_unique<DistKvTxn>(*this);
+  return std::make_unique<DistKvTxn>(*this, true);
+}
+
+std::unique_ptr<resp::KvTxn> DistKvBackend::open_interactive() {
+  return std::make_unique<DistKvTxn>(*this, false);
 }
 
 std::unique_ptr<dist::DistTxn> DistKvBackend::take_txn() {

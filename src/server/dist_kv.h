@@ -96,6 +96,11 @@ class DistKvBackend final : public resp::KvBackend {
   explicit DistKvBackend(DistKvOptions options);
   ~DistKvBackend() override;
   std::unique_ptr<resp::KvTxn> open() override;
+  // Without the local fast path (one Txn shared by the loop's sessions): every transaction
+  // through the coordinator, so an open one holds only its own DistTxn. A participant drops
+  // a transaction's state when its coordinator is silent for its lease (ParticipantOptions::
+  // lease_ns): an interactive transaction idle that long fails at its next call.
+  std::unique_ptr<resp::KvTxn> open_interactive() override;
   // DBSIZE: every shard's keys, counted in batches of short read-only transactions (not one
   // snapshot, as the interface allows).
   rt::Task<Result<uint64_t>> count_keys() override;

@@ -17,12 +17,13 @@
 
 #include <fmt/format.h>
 
+#include "src/client/protocol.h"
+
 namespace shoal::server {
 namespace {
 
 constexpr int kEventsPerPoll = 64;
 constexpr int kAcceptSliceMs = 100;  // how often the accept thread sees stop()
-constexpr std::string_view kTooMany = "-ERR max number of clients reached\r\n";
 
 void set_nodelay(int fd) {
   const int one = 1;
@@ -31,25 +32,68 @@ void set_nodelay(int fd) {
 
 }  // namespace
 
-struct RespWorker::Client {
-  Client(resp::KvBackend& backend, Env& env, resp::ConnectionOptions options)
+// ---- the protocols ----
+
+resp::ConnectionOptions RespProtocol::options(uint64_t client_id, bool /*durable_acks*/,
+                                              std::string_view password) {
+  resp::ConnectionOptions options;
+  options.session.client_id = client_id;
+  options.session.password = password;
+  // As the coordinator's own retries (shard_server.cc): with backoff capped at 2 ms, a hot key
+  // whose locks live for network round trips on a loaded machine needs more than 64.
+  options.session.max_txn_attempts = 1000;
+  // 4 KiB reads: a 16-command pipeline of GETs is 0.5 KiB, and 10,000 clients that all send at
+  // once hold 40 MB of input, not 160 (larger requests grow the buffer, connection.h).
+  options.read_bytes = 4096;
+  return options;
+}
+
+std::string_view RespProtocol::too_many() {
+  return "-ERR max number of clients reached\r\n";
+}
+
+ClientConnectionOptions ClientProtocol::options(uint64_t /*client_id*/, bool durable_acks,
+                                                std::string_view /*password*/) {
+  ClientConnectionOptions options;
+  options.durable_acks = durable_acks;
+  return options;
+}
+
+std::string_view ClientProtocol::too_many() {
+  // An error frame of id 0, where the client waits for the hello's reply.
+  static const std::string frame = [] {
+    std::string out;
+    client::proto::FrameWriter w(&out);
+    w.begin(0, static_cast<uint8_t>(Code::kUnavailable));
+    w.str("max number of clients reached");
+    (void)w.end();
+    return out;
+  }();
+  return frame;
+}
+
+template <typename P>
+struct StreamWorker<P>::Client {
+  Client(resp::KvBackend& backend, Env& env, typename P::Options options)
       : conn(backend, env, options) {}
   int fd = -1;
   uint32_t slot = 0;
   bool readable = false;     // the socket may have input (edge seen, no EAGAIN since)
   bool writable = true;      // the socket may take output
   bool peer_closed = false;  // EOF or an error: no more input
+  bool hung_up = false;      // the peer shut down its side: read until EOF, even after a short read
   bool broken = false;       // a send failed: no more output either
   bool active = false;       // in active_
   bool gated = false;        // in gated_
   bool resuming = false;     // a request is in flight; resume() completes it
   bool quiet = false;        // in quiet_: its buffers go after kQuietNs without traffic
   uint64_t quiet_since_ns = 0;
-  resp::Connection conn;
+  typename P::Connection conn;
 };
 
-RespWorker::RespWorker(rt::EventLoop& loop, resp::KvBackend& backend, KvAcks* acks, Env& env,
-                       uint32_t max_clients, std::string_view password)
+template <typename P>
+StreamWorker<P>::StreamWorker(rt::EventLoop& loop, resp::KvBackend& backend, KvAcks* acks, Env& env,
+                              uint32_t max_clients, std::string_view password)
     : loop_(loop),
       backend_(backend),
       acks_(acks),
@@ -57,7 +101,8 @@ RespWorker::RespWorker(rt::EventLoop& loop, resp::KvBackend& backend, KvAcks* ac
       max_clients_(max_clients),
       password_(password) {}
 
-RespWorker::~RespWorker() {
+template <typename P>
+StreamWorker<P>::~StreamWorker() {
   for (auto& c : clients_) {
     if (c != nullptr && c->fd >= 0) ::close(c->fd);
   }
@@ -66,15 +111,17 @@ RespWorker::~RespWorker() {
   for (int fd : hand_offs_) ::close(fd);
 }
 
-Status RespWorker::start() {
+template <typename P>
+Status StreamWorker<P>::start() {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return Status::IOError(fmt::format("epoll_create1: {}", strerror(errno)));
   rt::PollerWake wake;
-  wake.prepare = &RespWorker::prepare_wake;
-  return loop_.add_poller(&RespWorker::poll_thunk, this, nullptr, wake);
+  wake.prepare = &StreamWorker<P>::prepare_wake;
+  return loop_.add_poller(&StreamWorker<P>::poll_thunk, this, nullptr, wake);
 }
 
-void RespWorker::shutdown() {
+template <typename P>
+void StreamWorker<P>::shutdown() {
   loop_.remove_poller(this);
   for (auto& c : clients_) {
     if (c == nullptr || c->fd < 0) continue;
@@ -87,8 +134,9 @@ void RespWorker::shutdown() {
   quiet_.clear();
 }
 
-bool RespWorker::prepare_wake(void* self, int fds[rt::kMaxPollerFds]) {
-  auto* w = static_cast<RespWorker*>(self);
+template <typename P>
+bool StreamWorker<P>::prepare_wake(void* self, int fds[rt::kMaxPollerFds]) {
+  auto* w = static_cast<StreamWorker<P>*>(self);
   // Work without a new event: the loop must not sleep.
   if (!w->active_.empty() || w->hand_offs_waiting_.load(std::memory_order_acquire)) return false;
   if (w->acks_ != nullptr && w->acks_->acknowledged() != w->acks_seen_ && !w->gated_.empty()) {
@@ -98,7 +146,8 @@ bool RespWorker::prepare_wake(void* self, int fds[rt::kMaxPollerFds]) {
   return true;
 }
 
-bool RespWorker::hand_off(int fd) {
+template <typename P>
+bool StreamWorker<P>::hand_off(int fd) {
   {
     std::lock_guard<std::mutex> lock(hand_off_mu_);
     if (hand_offs_.size() >= kHandOffMax) return false;
@@ -106,12 +155,13 @@ bool RespWorker::hand_off(int fd) {
   }
   hand_offs_waiting_.store(true, std::memory_order_release);
   // A full post ring is fine: the poller drains the queue too (the flag keeps the loop up).
-  loop_.post(&RespWorker::drain_hand_offs, this).ignore();
+  loop_.post(&StreamWorker<P>::drain_hand_offs, this).ignore();
   return true;
 }
 
-void RespWorker::drain_hand_offs(void* self) {
-  auto* w = static_cast<RespWorker*>(self);
+template <typename P>
+void StreamWorker<P>::drain_hand_offs(void* self) {
+  auto* w = static_cast<StreamWorker<P>*>(self);
   std::vector<int> fds;
   {
     std::lock_guard<std::mutex> lock(w->hand_off_mu_);
@@ -121,23 +171,17 @@ void RespWorker::drain_hand_offs(void* self) {
   for (int fd : fds) w->adopt(fd);
 }
 
-void RespWorker::adopt(int fd) {
+template <typename P>
+void StreamWorker<P>::adopt(int fd) {
   if (epoll_fd_ < 0 || live_ >= max_clients_) {
-    (void)::send(fd, kTooMany.data(), kTooMany.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const std::string_view too_many = P::too_many();
+    (void)::send(fd, too_many.data(), too_many.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     ::close(fd);
     if (on_close_ != nullptr) on_close_(on_close_ctx_);
     return;
   }
-  resp::ConnectionOptions options;
-  options.session.client_id = next_client_id_++;
-  options.session.password = password_;
-  // As the coordinator's own retries (shard_server.cc): with backoff capped at 2 ms, a hot key
-  // whose locks live for network round trips on a loaded machine needs more than 64.
-  options.session.max_txn_attempts = 1000;
-  // 4 KiB reads: a 16-command pipeline of GETs is 0.5 KiB, and 10,000 clients that all send at
-  // once hold 40 MB of input, not 160 (larger requests grow the buffer, connection.h).
-  options.read_bytes = 4096;
-  auto client = std::make_unique<Client>(backend_, env_, options);
+  auto client = std::make_unique<Client>(
+      backend_, env_, P::options(next_client_id_++, acks_ != nullptr, password_));
   client->fd = fd;
   if (free_slots_.empty()) {
     free_slots_.push_back(static_cast<uint32_t>(clients_.size()));
@@ -159,13 +203,15 @@ void RespWorker::adopt(int fd) {
   clients_[client->slot] = std::move(client);
 }
 
-void RespWorker::activate(Client* c) {
+template <typename P>
+void StreamWorker<P>::activate(Client* c) {
   if (c->active || c->fd < 0) return;
   c->active = true;
   active_.push_back(c);
 }
 
-bool RespWorker::poll() {
+template <typename P>
+bool StreamWorker<P>::poll() {
   bool did = false;
   if (hand_offs_waiting_.load(std::memory_order_acquire)) {
     drain_hand_offs(this);
@@ -176,6 +222,7 @@ bool RespWorker::poll() {
   for (int i = 0; i < n; ++i) {
     auto* c = static_cast<Client*>(events[i].data.ptr);
     if ((events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) c->readable = true;
+    if ((events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) c->hung_up = true;
     if ((events[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) != 0) c->writable = true;
     activate(c);
   }
@@ -200,12 +247,15 @@ bool RespWorker::poll() {
   return did;
 }
 
-bool RespWorker::read_some(Client* c) {
+template <typename P>
+bool StreamWorker<P>::read_some(Client* c) {
   auto space = c->conn.input_space();
   const ssize_t got = ::recv(c->fd, space.data(), space.size(), MSG_DONTWAIT);
   if (got > 0) {
     c->conn.commit_input(static_cast<size_t>(got));
-    if (static_cast<size_t>(got) < space.size()) c->readable = false;  // drained (edge mode)
+    // A short read drained the socket (edge mode), unless the peer's end of stream came with
+    // the same edge: no new edge will announce it, so read on to the EOF.
+    if (static_cast<size_t>(got) < space.size() && !c->hung_up) c->readable = false;
     return true;
   }
   c->conn.commit_input(0);
@@ -219,7 +269,8 @@ bool RespWorker::read_some(Client* c) {
   return false;
 }
 
-void RespWorker::write_some(Client* c) {
+template <typename P>
+void StreamWorker<P>::write_some(Client* c) {
   while (c->writable) {  // each pass sends bytes or stops
     const std::string_view out =
         acks_ == nullptr
@@ -241,7 +292,8 @@ void RespWorker::write_some(Client* c) {
   }
 }
 
-bool RespWorker::serve(Client* c) {
+template <typename P>
+bool StreamWorker<P>::serve(Client* c) {
   if (c->resuming || c->fd < 0) return true;  // resume() activates it again
   if (c->readable && !c->peer_closed && c->conn.wants_input()) read_some(c);
   if (c->conn.has_work()) {
@@ -286,7 +338,8 @@ bool RespWorker::serve(Client* c) {
   return true;
 }
 
-void RespWorker::release_quiet_buffers() {
+template <typename P>
+void StreamWorker<P>::release_quiet_buffers() {
   const uint64_t now = loop_.iteration_now_ns();
   if (now < next_sweep_ns_) return;
   next_sweep_ns_ = now + kQuietNs;
@@ -300,18 +353,33 @@ void RespWorker::release_quiet_buffers() {
   });
 }
 
-rt::Task<void> RespWorker::resume(RespWorker* w, Client* c) {
+template <typename P>
+rt::Task<void> StreamWorker<P>::resume(StreamWorker<P>* w, Client* c) {
   co_await c->conn.finish_in_flight();
   c->resuming = false;
   w->activate(c);
 }
 
-void RespWorker::close_client(Client* c) {
+template <typename P>
+rt::Task<void> StreamWorker<P>::abort_orphan(std::unique_ptr<resp::KvTxn> txn) {
+  co_await txn->abort();
+}
+
+template <typename P>
+void StreamWorker<P>::close_client(Client* c) {
   if (c->fd >= 0) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
     ::close(c->fd);
     c->fd = -1;
     if (on_close_ != nullptr) on_close_(on_close_ctx_);
+  }
+  // Its open transaction (a client gone mid-transaction) is aborted, releasing what the
+  // shards hold for it, by a task of its own: the client's state goes now.
+  if (std::unique_ptr<resp::KvTxn> open = P::take_open_txn(c->conn); open != nullptr) {
+    ++stats_.orphans_aborted;
+    // Without task room (every client's budget in use), dropping it is safe too: the
+    // participants release a transaction whose coordinator is silent for their lease.
+    if (loop_.task_room() > 0) loop_.spawn(abort_orphan(std::move(open))).ignore();
   }
   if (c->gated) std::erase(gated_, c);
   if (c->quiet) std::erase(quiet_, c);
@@ -323,57 +391,61 @@ void RespWorker::close_client(Client* c) {
   clients_[slot].reset();  // no request in flight (serve() checked): nothing references it
 }
 
-// ---- RespListener ----
+template class StreamWorker<RespProtocol>;
+template class StreamWorker<ClientProtocol>;
 
-Result<std::unique_ptr<RespListener>> RespListener::listen(const std::string& host, uint16_t port,
-                                                           std::vector<RespWorker*> workers,
-                                                           uint32_t max_connections) {
-  SHOAL_ASSERT(!workers.empty(), "%s", "RespListener without workers");
+// ---- StreamListener ----
+
+Result<std::unique_ptr<StreamListener>> StreamListener::listen(
+    const std::string& what, const std::string& host, uint16_t port,
+    std::vector<StreamAcceptor*> workers, uint32_t max_connections, std::string_view too_many) {
+  SHOAL_ASSERT(!workers.empty(), "%s", "StreamListener without workers");
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) {
-    return Status::InvalidArgument(fmt::format("resp: cannot resolve '{}'", host));
+    return Status::InvalidArgument(fmt::format("{}: cannot resolve '{}'", what, host));
   }
   sockaddr_in addr = *reinterpret_cast<sockaddr_in*>(found->ai_addr);
   freeaddrinfo(found);
   addr.sin_port = htons(port);
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status::IOError(fmt::format("resp: socket: {}", strerror(errno)));
+  if (fd < 0) return Status::IOError(fmt::format("{}: socket: {}", what, strerror(errno)));
   const int one = 1;
   (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 1024) != 0) {
     const std::string why = strerror(errno);
     ::close(fd);
-    return Status::IOError(fmt::format("resp: cannot listen on {}:{}: {}", host, port, why));
+    return Status::IOError(fmt::format("{}: cannot listen on {}:{}: {}", what, host, port, why));
   }
   socklen_t len = sizeof(addr);
   (void)getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  std::unique_ptr<RespListener> l(new RespListener());
+  std::unique_ptr<StreamListener> l(new StreamListener());
   l->fd_ = fd;
   l->port_ = ntohs(addr.sin_port);
   l->max_connections_ = max_connections;
+  l->too_many_ = too_many;
   l->workers_ = std::move(workers);
-  for (RespWorker* w : l->workers_) w->set_on_close(&RespListener::on_client_closed, l.get());
+  for (StreamAcceptor* w : l->workers_) w->set_on_close(&StreamListener::on_client_closed, l.get());
   return l;
 }
 
-RespListener::~RespListener() {
+StreamListener::~StreamListener() {
   stop();
   if (fd_ >= 0) ::close(fd_);
 }
 
-void RespListener::start() {
+void StreamListener::start() {
   thread_ = std::thread([this] { accept_loop(); });
 }
 
-void RespListener::stop() {
+void StreamListener::stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
 }
 
-void RespListener::accept_loop() {
+void StreamListener::accept_loop() {
   size_t next = 0;
   while (!stop_.load()) {
     pollfd p{fd_, POLLIN, 0};
@@ -386,12 +458,12 @@ void RespListener::accept_loop() {
       continue;  // EAGAIN, ECONNABORTED: the next one
     }
     if (connections_.fetch_add(1) >= max_connections_) {
-      (void)::send(client, kTooMany.data(), kTooMany.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)::send(client, too_many_.data(), too_many_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(client);
       connections_.fetch_sub(1);
       continue;
     }
-    RespWorker* w = workers_[next++ % workers_.size()];
+    StreamAcceptor* w = workers_[next++ % workers_.size()];
     // A full hand-off queue: its loop is busy; wait for it a little (bounded) before giving up.
     bool handed = false;
     for (int i = 0; i < 1000 && !(handed = w->hand_off(client)) && !stop_.load(); ++i) {

@@ -1,26 +1,30 @@
-// The Redis-protocol port of `shoal server` (docs/RESP.md, "In the shard server").
+// The client ports of `shoal server`: the Redis protocol (docs/RESP.md, "In the shard server")
+// and the Shoal client protocol (docs/CLIENT.md), served by one piece of machinery.
 //
-// RespListener: a listening socket and its accept thread. Each accepted client socket is
-// handed to a worker's RespWorker, round robin, through a bounded hand-off queue and a post
-// to that worker's loop. At most max_connections clients at once (the server's whole RESP
-// port): the next is answered "-ERR max number of clients reached" and closed, as Redis does.
+// StreamListener: a listening socket and its accept thread. Each accepted client socket is
+// handed to a worker (a StreamAcceptor: that port's StreamWorker on each worker loop), round
+// robin, through a bounded hand-off queue and a post to that worker's loop. At most
+// max_connections clients at once on the port: the next is answered the protocol's "too
+// many" reply ("-ERR max number of clients reached", as Redis does; an error frame) and closed.
 //
-// RespWorker: one per worker loop. A loop poller drains an epoll set (edge triggered) of its
-// clients; the loop sleeps in ppoll on the epoll fd like on its other sockets. Each client is
-// a resp::Connection whose requests run as coroutines on this loop (Session::execute over the
-// worker's DistKvBackend): a request that waits for another shard suspends, and a small task
-// resumes the connection when it ends, so one loop serves many clients and its 2PC traffic.
+// StreamWorker<P>: one per worker loop and port. A loop poller drains an epoll set (edge
+// triggered) of its clients; the loop sleeps in ppoll on the epoll fd like on its other
+// sockets. Each client is a P::Connection (resp::Connection, or ClientConnection for the
+// client protocol) whose requests run as coroutines on this loop over the worker's
+// DistKvBackend: a request that waits for another shard suspends, and a small task resumes
+// the connection when it ends, so one loop serves many clients and its 2PC traffic.
 // Per poll, at most kActivePerPoll clients are served, each for at most one read and one
-// process() turn (connection.h: max_requests_per_turn), so nobody holds the loop.
+// process() turn (max_requests_per_turn), so nobody holds the loop.
 // Back-pressure: a client's socket is read only while its connection wants input (its output
 // under the soft limit, no request in flight); output beyond the hard limit closes it.
 // Durability: replies leave when their token is durable (dist_kv.h KvAcks); a client whose
 // output waits on one is re-checked whenever an acknowledgement arrives.
 // Malformed input: the connection answers the protocol error and closes; others go on.
+// A client that goes away with a transaction open (P::take_open_txn) has it aborted by a task.
 // Memory per idle client: sizeof(Client) plus the connection's and session's small state
 // (the connection's buffers are released once it has been quiet for kQuietNs).
-// Threads: RespListener's accept thread; each RespWorker belongs to its loop's thread, except
-// hand_off() (any thread).
+// Threads: StreamListener's accept thread; each StreamWorker belongs to its loop's thread,
+// except hand_off() (any thread).
 #pragma once
 
 #include <atomic>
@@ -36,26 +40,57 @@
 #include "src/base/env.h"
 #include "src/resp/connection.h"
 #include "src/runtime/event_loop.h"
+#include "src/server/client_connection.h"
 #include "src/server/dist_kv.h"
 
 namespace shoal::server {
 
-struct RespWorkerStats {
+struct StreamWorkerStats {
   uint64_t accepted = 0;
   uint64_t closed = 0;
   uint64_t protocol_errors = 0;  // closed after a protocol error or an output overflow
   uint64_t suspensions = 0;      // requests that waited on another shard (or an ack slot)
+  uint64_t orphans_aborted = 0;  // transactions left open by a client that went away
 };
 
-class RespWorker {
+// What a protocol plugs into StreamWorker: its connection type, the options of a new one,
+// the reply refusing a client over the limit, and the transaction a closing client left open.
+struct RespProtocol {
+  using Connection = resp::Connection;
+  using Options = resp::ConnectionOptions;
+  static Options options(uint64_t client_id, bool durable_acks, std::string_view password);
+  static std::string_view too_many();
+  static std::unique_ptr<resp::KvTxn> take_open_txn(Connection&) { return nullptr; }
+};
+
+struct ClientProtocol {
+  using Connection = ClientConnection;
+  using Options = ClientConnectionOptions;
+  static Options options(uint64_t client_id, bool durable_acks, std::string_view password);
+  static std::string_view too_many();
+  static std::unique_ptr<resp::KvTxn> take_open_txn(Connection& c) { return c.take_open_txn(); }
+};
+
+// The listener's side of a worker: where accepted sockets go.
+class StreamAcceptor {
+ public:
+  virtual ~StreamAcceptor() = default;
+  // Any thread: queues an accepted socket for this worker (false: queue full, caller closes).
+  virtual bool hand_off(int fd) = 0;
+  // Called by each client when it closes (the listener's connection count).
+  virtual void set_on_close(void (*fn)(void* ctx), void* ctx) = 0;
+};
+
+template <typename P>
+class StreamWorker final : public StreamAcceptor {
  public:
   // REQUIRES: backend, acks (nullptr: replies at the speculative commit), loop and the bytes of
-  // password (Redis's requirepass; empty: none) outlive it.
-  RespWorker(rt::EventLoop& loop, resp::KvBackend& backend, KvAcks* acks, Env& env,
-             uint32_t max_clients, std::string_view password = {});
-  ~RespWorker();
-  RespWorker(const RespWorker&) = delete;
-  RespWorker& operator=(const RespWorker&) = delete;
+  // password (Redis's requirepass; empty: none; the client protocol has none yet) outlive it.
+  StreamWorker(rt::EventLoop& loop, resp::KvBackend& backend, KvAcks* acks, Env& env,
+               uint32_t max_clients, std::string_view password = {});
+  ~StreamWorker() override;
+  StreamWorker(const StreamWorker&) = delete;
+  StreamWorker& operator=(const StreamWorker&) = delete;
 
   // Loop thread: registers the poller. IOError when epoll cannot be created.
   [[nodiscard]] Status start();
@@ -63,13 +98,11 @@ class RespWorker {
   // request in flight keep their coroutine frames until the destructor, which must then run
   // after the loop is gone (nothing may resume them in between).
   void shutdown();
-  // Any thread: queues an accepted socket for this worker (false: queue full, caller closes).
-  bool hand_off(int fd);
+  bool hand_off(int fd) override;
   // Loop thread: live clients now.
   size_t clients() const { return live_; }
-  const RespWorkerStats& stats() const { return stats_; }
-  // Called by each client when it closes (the listener's connection count).
-  void set_on_close(void (*fn)(void* ctx), void* ctx) {
+  const StreamWorkerStats& stats() const { return stats_; }
+  void set_on_close(void (*fn)(void* ctx), void* ctx) override {
     on_close_ = fn;
     on_close_ctx_ = ctx;
   }
@@ -80,7 +113,7 @@ class RespWorker {
   static constexpr uint64_t kQuietNs = 100'000'000;  // idle this long: buffers released
   static constexpr size_t kHandOffMax = 1024;
 
-  static bool poll_thunk(void* self) { return static_cast<RespWorker*>(self)->poll(); }
+  static bool poll_thunk(void* self) { return static_cast<StreamWorker*>(self)->poll(); }
   static bool prepare_wake(void* self, int fds[rt::kMaxPollerFds]);
   static void drain_hand_offs(void* self);
   bool poll();
@@ -93,7 +126,8 @@ class RespWorker {
   void close_client(Client* c);
   // Every kQuietNs: frees the buffers of clients quiet for that long.
   void release_quiet_buffers();
-  static rt::Task<void> resume(RespWorker* w, Client* c);
+  static rt::Task<void> resume(StreamWorker* w, Client* c);
+  static rt::Task<void> abort_orphan(std::unique_ptr<resp::KvTxn> txn);
 
   rt::EventLoop& loop_;
   resp::KvBackend& backend_;
@@ -111,7 +145,7 @@ class RespWorker {
   uint64_t next_sweep_ns_ = 0;
   uint64_t acks_seen_ = 0;
   uint64_t next_client_id_ = 1;
-  RespWorkerStats stats_;
+  StreamWorkerStats stats_;
   void (*on_close_)(void*) = nullptr;
   void* on_close_ctx_ = nullptr;
   std::mutex hand_off_mu_;
@@ -119,15 +153,22 @@ class RespWorker {
   std::atomic<bool> hand_offs_waiting_{false};
 };
 
-class RespListener {
+using RespWorker = StreamWorker<RespProtocol>;
+using ClientWorker = StreamWorker<ClientProtocol>;
+extern template class StreamWorker<RespProtocol>;
+extern template class StreamWorker<ClientProtocol>;
+
+class StreamListener {
  public:
-  // Listens on host:port (0: a free port, see port()). REQUIRES: workers outlive it.
-  [[nodiscard]] static Result<std::unique_ptr<RespListener>> listen(
-      const std::string& host, uint16_t port, std::vector<RespWorker*> workers,
-      uint32_t max_connections);
-  ~RespListener();  // stops the accept thread and closes the socket
-  RespListener(const RespListener&) = delete;
-  RespListener& operator=(const RespListener&) = delete;
+  // Listens on host:port (0: a free port, see port()); `what` names the port in errors and
+  // too_many is the reply refusing a client over max_connections (it must outlive the
+  // listener). REQUIRES: workers outlive it.
+  [[nodiscard]] static Result<std::unique_ptr<StreamListener>> listen(
+      const std::string& what, const std::string& host, uint16_t port,
+      std::vector<StreamAcceptor*> workers, uint32_t max_connections, std::string_view too_many);
+  ~StreamListener();  // stops the accept thread and closes the socket
+  StreamListener(const StreamListener&) = delete;
+  StreamListener& operator=(const StreamListener&) = delete;
 
   uint16_t port() const { return port_; }
   // Starts accepting on a thread of its own.
@@ -136,16 +177,17 @@ class RespListener {
   uint32_t connections() const { return connections_.load(); }
 
  private:
-  RespListener() = default;
+  StreamListener() = default;
   void accept_loop();
   static void on_client_closed(void* self) {
-    static_cast<RespListener*>(self)->connections_.fetch_sub(1);
+    static_cast<StreamListener*>(self)->connections_.fetch_sub(1);
   }
 
   int fd_ = -1;
   uint16_t port_ = 0;
   uint32_t max_connections_ = 0;
-  std::vector<RespWorker*> workers_;
+  std::vector<StreamAcceptor*> workers_;
+  std::string_view too_many_;
   std::atomic<uint32_t> connections_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -28,6 +28,8 @@
 
 #include <fmt/format.h>
 
+#include "src/server/testing/processes.h"
+
 #if defined(SHOAL_HAVE_HIREDIS)
 #include <hiredis/hiredis.h>
 #endif
@@ -35,44 +37,14 @@
 extern char** environ;
 
 namespace shoal::server {
-namespace {
+namespace resp_server_test {  // named: unity builds put test files together
 
 namespace fs = std::filesystem;
 constexpr const char* kRedisCli = "/usr/bin/redis-cli";
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A port the kernel says is free now (bind to 0).
-uint16_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-// A TCP connection to 127.0.0.1:port (-1 on failure).
-int dial(uint16_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+using test_processes::dial;
+using test_processes::free_port;
+using test_processes::slurp;
 
 // Reads until `want` bytes or EOF or 10 s.
 std::string read_some(int fd, size_t want) {
@@ -158,17 +130,7 @@ class RespServer : public ::testing::Test {
   }
 
   static pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = -1;
-    EXPECT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    return pid;
+    return test_processes::spawn(args, log);
   }
 
   // The port a server printed ("redis protocol on 127.0.0.1:P"), waiting up to 60 s for it
@@ -459,5 +421,5 @@ TEST_F(RespServer, TenThousandIdleClients) {
   }
 }
 
-}  // namespace
+}  // namespace resp_server_test
 }  // namespace shoal::server

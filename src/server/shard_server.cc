@@ -192,6 +192,10 @@ struct Worker {
   std::unique_ptr<KvAcks> kv_acks;
   std::unique_ptr<DistKvBackend> kv_backend;
   std::unique_ptr<RespWorker> resp;
+  // The client protocol (client_connection.h): its own backend, whose tokens always follow
+  // the watermark (each commit says durable or speculative); null without a client port.
+  std::unique_ptr<DistKvBackend> client_backend;
+  std::unique_ptr<ClientWorker> client;
 
   // Load state (loop thread).
   MicroParams params;
@@ -417,7 +421,18 @@ class ShardServer {
     return options_.resp_port >= 0 ? static_cast<uint16_t>(options_.resp_port) : me().resp_port;
   }
   bool resp_enabled() const { return options_.resp_port >= 0 || me().resp_port != 0; }
-  std::unique_ptr<RespListener> resp_listener_;
+  std::unique_ptr<StreamListener> resp_listener_;
+  // The client protocol's port, likewise.
+  [[nodiscard]] Status start_client_port();
+  uint16_t client_port() const {
+    return options_.client_port >= 0 ? static_cast<uint16_t>(options_.client_port)
+                                     : me().client_port;
+  }
+  bool client_enabled() const { return options_.client_port >= 0 || me().client_port != 0; }
+  bool kv_enabled() const { return resp_enabled() || client_enabled(); }
+  // The workers' key-value backends and the ports' workers (make_worker).
+  [[nodiscard]] Status make_kv_workers(Worker* w);
+  std::unique_ptr<StreamListener> client_listener_;
   std::string resp_password_;  // empty: the Redis port asks none (config resp_password_file)
   net::TcpListener listener_;
   net::ShmListener shm_listener_;  // transport shm: data connections from other shards
@@ -645,7 +660,9 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   // TPC-C on 2 shards 118K/s with 256, 184K/s with 1.
   lo.ready_batch = 1;
   // RESP: a task per client with a request in flight, and one per pending acknowledgement.
-  if (resp_enabled()) lo.max_tasks += options_.resp_max_connections + kPendingAcksMax;
+  if (resp_enabled()) lo.max_tasks += options_.resp_max_connections;
+  if (client_enabled()) lo.max_tasks += options_.client_max_connections;
+  if (kv_enabled()) lo.max_tasks += kPendingAcksMax;
   w->loop = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
   dist::ParticipantOptions po;
   po.inflight_max = 8192;          // every remote worker's in-flight transactions, with room
@@ -713,32 +730,7 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     // One stream, several Txns (participant F10): every TID goes above what it promised.
     w->participant->set_tid_floor(w->appender->promised_tid());
   }
-  if (resp_enabled()) {
-    if (w->vector_watermark != nullptr && !options_.resp_reply_at_speculative_commit) {
-      w->kv_acks = std::make_unique<KvAcks>(*w->loop, *w->vector_watermark, kPendingAcksMax);
-    }
-    DistKvOptions ko;
-    ko.coordinator = w->coordinator.get();
-    ko.config = &config_;
-    ko.acks = w->kv_acks.get();
-    ko.loop = w->loop.get();
-    // The local fast path: a Txn of this worker's, logged to its stream as the participant's.
-    txn::Txn& local = engine_->make_worker()->txn();
-    if (w->appender != nullptr) {
-      local.set_tid_floor(w->appender->promised_tid());
-      local.set_keep_old_values(true);          // puts logged as patches
-      ko.commit_hook = &Worker::logged_commit;  // the discard journal and tick hurry too
-      ko.commit_hook_ctx = w.get();
-    }
-    ko.local = &local;
-    ko.table = kv_table_;
-    ko.own_shard = options_.shard;
-    w->kv_backend = std::make_unique<DistKvBackend>(ko);
-    w->resp = std::make_unique<RespWorker>(*w->loop, *w->kv_backend, w->kv_acks.get(),
-                                           RealEnv::instance(), options_.resp_max_connections,
-                                           resp_password_);
-    SHOAL_TRY(w->resp->start());
-  }
+  SHOAL_TRY(make_kv_workers(w.get()));
   if (tpcc_ != nullptr) {
     w->tpcc = std::make_unique<TpccShardContext>();
     w->tpcc->workload = tpcc_.get();
@@ -1059,6 +1051,7 @@ Status ShardServer::serve() {
   }
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
   SHOAL_TRY(start_resp());
+  SHOAL_TRY(start_client_port());
   SHOAL_TRY(start_deposition_watch());
   fmt::print(stderr,
              "shoal server: shard {} replica {} ready on {}:{} (epoch {}, {} worker{}, keys [{}, "
@@ -1075,10 +1068,10 @@ Status ShardServer::serve() {
 
 Status ShardServer::start_resp() {
   if (!resp_enabled()) return Status::Ok();
-  std::vector<RespWorker*> workers;
+  std::vector<StreamAcceptor*> workers;
   for (auto& w : workers_) workers.push_back(w->resp.get());
-  auto l = RespListener::listen(me().host, resp_port(), std::move(workers),
-                                options_.resp_max_connections);
+  auto l = StreamListener::listen("resp", me().host, resp_port(), std::move(workers),
+                                  options_.resp_max_connections, RespProtocol::too_many());
   if (!l.ok()) return l.status();
   resp_listener_ = std::move(*l);
   resp_listener_->start();
@@ -1091,6 +1084,61 @@ Status ShardServer::start_resp() {
           : "once durable",
       options_.shard == 0 ? "" : config_.kv_split_keys[options_.shard - 1],
       options_.shard + 1 == config_.shards.size() ? "" : config_.kv_split_keys[options_.shard]);
+  return Status::Ok();
+}
+
+Status ShardServer::start_client_port() {
+  if (!client_enabled()) return Status::Ok();
+  std::vector<StreamAcceptor*> workers;
+  for (auto& w : workers_) workers.push_back(w->client.get());
+  auto l = StreamListener::listen("client port", me().host, client_port(), std::move(workers),
+                                  options_.client_max_connections, ClientProtocol::too_many());
+  if (!l.ok()) return l.status();
+  client_listener_ = std::move(*l);
+  client_listener_->start();
+  fmt::print(stderr,
+             "shoal server: shard {} replica {}: client protocol on {}:{} (durable commits {})\n",
+             options_.shard, me_, me().host, client_listener_->port(),
+             workers_[0]->kv_acks == nullptr ? "unavailable: no replication" : "by the watermark");
+  return Status::Ok();
+}
+
+Status ShardServer::make_kv_workers(Worker* w) {
+  if (!kv_enabled()) return Status::Ok();
+  if (w->vector_watermark != nullptr) {
+    w->kv_acks = std::make_unique<KvAcks>(*w->loop, *w->vector_watermark, kPendingAcksMax);
+  }
+  DistKvOptions ko;
+  ko.coordinator = w->coordinator.get();
+  ko.config = &config_;
+  ko.acks = w->kv_acks.get();
+  ko.loop = w->loop.get();
+  // The local fast path: a Txn of this worker's, logged to its stream as the participant's.
+  // Both ports' backends share it: a transaction on it never suspends before it ends.
+  txn::Txn& local = engine_->make_worker()->txn();
+  if (w->appender != nullptr) {
+    local.set_tid_floor(w->appender->promised_tid());
+    local.set_keep_old_values(true);          // puts logged as patches
+    ko.commit_hook = &Worker::logged_commit;  // the discard journal and tick hurry too
+    ko.commit_hook_ctx = w;
+  }
+  ko.local = &local;
+  ko.table = kv_table_;
+  ko.own_shard = options_.shard;
+  if (client_enabled()) {
+    w->client_backend = std::make_unique<DistKvBackend>(ko);
+    w->client =
+        std::make_unique<ClientWorker>(*w->loop, *w->client_backend, w->kv_acks.get(),
+                                       RealEnv::instance(), options_.client_max_connections);
+    SHOAL_TRY(w->client->start());
+  }
+  if (resp_enabled()) {
+    if (options_.resp_reply_at_speculative_commit) ko.acks = nullptr;
+    w->kv_backend = std::make_unique<DistKvBackend>(ko);
+    w->resp = std::make_unique<RespWorker>(*w->loop, *w->kv_backend, ko.acks, RealEnv::instance(),
+                                           options_.resp_max_connections, resp_password_);
+    SHOAL_TRY(w->resp->start());
+  }
   return Status::Ok();
 }
 
@@ -1286,6 +1334,7 @@ void ShardServer::stop_early_acceptor() {
 void ShardServer::stop_workers() {
   stop_early_acceptor();
   if (resp_listener_ != nullptr) resp_listener_->stop();
+  if (client_listener_ != nullptr) client_listener_->stop();
   if (control_ != nullptr) {
     control_->loop->stop();
     if (control_->thread.joinable()) control_->thread.join();
@@ -1298,6 +1347,7 @@ void ShardServer::stop_workers() {
 
 void Worker::teardown() {
   if (resp != nullptr) resp->shutdown();
+  if (client != nullptr) client->shutdown();
   watermark_exchange.reset();
   coordinator.reset();
   incoming.clear();
@@ -1309,7 +1359,9 @@ void Worker::teardown() {
   participant.reset();
   loop.reset();
   resp.reset();
+  client.reset();
   kv_backend.reset();
+  client_backend.reset();
   kv_acks.reset();
 }
 

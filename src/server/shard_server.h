@@ -114,6 +114,11 @@ struct ServerOptions {
   // takes back.
   bool resp_reply_at_speculative_commit = false;
   uint32_t resp_max_connections = 10'000;  // clients at once on the RESP port (all workers)
+  // The Shoal client protocol (docs/CLIENT.md) on this replica's host: -1: the config's
+  // client_port for this replica (0 there: none); 0: a free port (printed); else this. Its
+  // commits are durable or speculative as each client asks.
+  int32_t client_port = -1;
+  uint32_t client_max_connections = 10'000;  // clients at once on the client port
 };
 
 // A follower of this shard promoted in place (replica_cli.cc; design section 5): the server
