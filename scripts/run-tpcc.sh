@@ -28,7 +28,8 @@ rm -rf "$run_dir"
 mkdir -p "$run_dir"
 
 # Replica r of shard s listens on base + 8s + 2r (a leader's followers dial its port + 1),
-# serves /metrics on base + 16 + 3s + r, and a leader the Redis protocol on base + 28 + s.
+# serves /metrics on base + 16 + 3s + r, and a leader the Redis protocol on base + 28 + s and
+# the client library's protocol (docs/CLIENT.md) on base + 30 + s.
 {
   printf '[cluster]\nname = "local"\ntransport = "tcp"\nworkers = 1\nreplicas = 3\n'
   printf 'kv_split_keys = ["n"]\n'
@@ -40,7 +41,9 @@ mkdir -p "$run_dir"
       printf '[[shard.replica]]\nregion = "r%d"\nhost = "127.0.0.1"\nport = %d\n' \
         "$r" $((base + 8 * s + 2 * r))
       printf 'metrics_port = %d\n' $((base + 16 + 3 * s + r))
-      if [ "$r" -eq 0 ]; then printf 'resp_port = %d\n' $((base + 28 + s)); fi
+      if [ "$r" -eq 0 ]; then
+        printf 'resp_port = %d\nclient_port = %d\n' $((base + 28 + s)) $((base + 30 + s))
+      fi
     done
   done
 } > "$config"
@@ -55,6 +58,8 @@ The cluster keeps running. Talk to it with any Redis client, through either lead
 coordinates transactions across both shards; keys below "n" live on shard 0):
   redis-cli -p $((base + 28)) SET apple 1
   redis-cli -p $((base + 29)) GET apple
+or with the client library's command line:
+  $shoal kv get apple --cluster $config
 Watch it:   $shoal cluster top --config $config
 Run again:  $shoal bench tpcc --cluster $config --seconds 10 --check
 Stop it:    $shoal cluster down --config $config --run-dir $run_dir
