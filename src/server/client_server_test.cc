@@ -165,31 +165,11 @@ class ClientServer : public ::testing::Test {
         "region = \"r0\"\nhost = \"127.0.0.1\"\nport = {}\n{}",
         getpid(), ports_[0], client_port(0), ports_[1], client_port(1));
   }
-  void TearDown() override {
-    if (HasFailure()) {
-      for (const std::string& log : logs_) fmt::print("--- {}:\n{}\n", log, slurp(log));
-    }
-    for (pid_t pid : pids_) {
-      if (pid <= 0) continue;
-      kill(pid, SIGTERM);
-      waitpid(pid, nullptr, 0);
-    }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  void TearDown() override { test_processes::stop_servers(pids_, logs_, dir_, HasFailure()); }
   // The client port a server printed ("client protocol on 127.0.0.1:P"), waiting up to 60 s
   // for it and for "ready"; 0 when it did not come.
   static uint16_t wait_for_port(const std::string& log) {
-    constexpr std::string_view kLine = "client protocol on 127.0.0.1:";
-    for (int i = 0; i < 600; ++i) {  // bounded: 60 s
-      const std::string text = slurp(log);
-      const size_t at = text.find(kLine);
-      if (at != std::string::npos && text.find(" ready on ") != std::string::npos) {
-        return static_cast<uint16_t>(std::stoi(text.substr(at + kLine.size())));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return 0;
+    return test_processes::wait_for_printed_port(log, "client protocol on 127.0.0.1:");
   }
   std::unique_ptr<Client> connect(int shard) {
     auto c = Client::connect("127.0.0.1", client_ports_[shard]);

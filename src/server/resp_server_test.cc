@@ -45,6 +45,7 @@ constexpr const char* kRedisCli = "/usr/bin/redis-cli";
 using test_processes::dial;
 using test_processes::free_port;
 using test_processes::slurp;
+using test_processes::spawn;
 
 // Reads until `want` bytes or EOF or 10 s.
 std::string read_some(int fd, size_t want) {
@@ -116,35 +117,11 @@ class RespServer : public ::testing::Test {
       ASSERT_NE(ports_[s], 0) << slurp(logs_[s]);
     }
   }
-  void TearDown() override {
-    if (HasFailure()) {
-      for (const std::string& log : logs_) fmt::print("--- {}:\n{}\n", log, slurp(log));
-    }
-    for (pid_t pid : pids_) {
-      if (pid <= 0) continue;
-      kill(pid, SIGTERM);
-      waitpid(pid, nullptr, 0);
-    }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  void TearDown() override { test_processes::stop_servers(pids_, logs_, dir_, HasFailure()); }
 
-  static pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
-    return test_processes::spawn(args, log);
-  }
-
-  // The port a server printed ("redis protocol on 127.0.0.1:P"), waiting up to 60 s for it
-  // and for "ready".
+  // The Redis port a server printed, waiting up to 60 s for it and for "ready".
   static uint16_t wait_for_port(const std::string& log) {
-    for (int i = 0; i < 600; ++i) {  // bounded: 60 s
-      const std::string text = slurp(log);
-      const size_t at = text.find("redis protocol on 127.0.0.1:");
-      if (at != std::string::npos && text.find(" ready on ") != std::string::npos) {
-        return static_cast<uint16_t>(std::stoi(text.substr(at + 28)));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return 0;
+    return test_processes::wait_for_printed_port(log, "redis protocol on 127.0.0.1:");
   }
 
   // redis-cli -p port --no-raw args, its stdin fed by the shell command `feed` when given.

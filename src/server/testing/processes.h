@@ -7,16 +7,24 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 extern char** environ;
@@ -72,6 +80,37 @@ inline pid_t spawn(const std::vector<std::string>& args, const std::string& log)
   EXPECT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
   posix_spawn_file_actions_destroy(&fa);
   return pid;
+}
+
+// The port a server printed after `line` ("redis protocol on 127.0.0.1:"), once its log also
+// says " ready on "; waits up to 60 s, 0 when it did not come.
+inline uint16_t wait_for_printed_port(const std::string& log, std::string_view line) {
+  for (int i = 0; i < 600; ++i) {  // bounded: 60 s
+    const std::string text = slurp(log);
+    const size_t at = text.find(line);
+    if (at != std::string::npos && text.find(" ready on ") != std::string::npos) {
+      return static_cast<uint16_t>(std::stoi(text.substr(at + line.size())));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return 0;
+}
+
+// A fixture's end: prints the servers' logs when the test failed, stops each server still
+// running (SIGTERM, then waits for it) and removes its directory.
+inline void stop_servers(std::span<const pid_t> pids, std::span<const std::string> logs,
+                         const std::filesystem::path& dir, bool failed) {
+  if (failed) {
+    for (const std::string& log : logs)
+      std::printf("--- %s:\n%s\n", log.c_str(), slurp(log).c_str());
+  }
+  for (pid_t pid : pids) {
+    if (pid <= 0) continue;
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace shoal::server::test_processes
