@@ -112,8 +112,7 @@ Status prove_to_acceptor(int fd, std::string_view secret, std::string_view peer,
       !s.ok()) {
     std::string why = std::string(peer) + ": no authentication challenge (" + s.message() +
                       "): does it have the cluster's secret_file?";
-    return s.code() == Code::kTimeout ? Status::Timeout(std::move(why))
-                                      : Status::Unavailable(std::move(why));
+    return status_from_code(s.code(), std::move(why));
   }
   if (std::memcmp(challenge, kMagic.data(), kMagic.size()) != 0) {
     return Status::InvalidArgument(std::string(peer) + ": not a Shoal authentication challenge");

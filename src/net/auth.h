@@ -37,7 +37,7 @@ const std::string& cluster_secret();
 // accepted ours. InvalidArgument (our secret refused, or the acceptor's proof wrong), Timeout
 // (no challenge within challenge_wait_ms: the acceptor has no secret, or has not begun to
 // accept: a server accepts only once it serves, so dialers wait for the challenge as long
-// as they would wait to connect), Unavailable (closed) otherwise; `peer` names it.
+// as they would wait to connect), Unavailable (closed) or IOError otherwise; `peer` names it.
 [[nodiscard]] Status prove_to_acceptor(int fd, std::string_view secret, std::string_view peer,
                                        uint64_t challenge_wait_ms = kAuthTimeoutMs);
 // The acceptor's half. Ok: the dialer proved the secret. Otherwise the dialer was told no (when
