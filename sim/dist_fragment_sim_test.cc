@@ -1230,4 +1230,92 @@ TEST(DistFragmentRules, ExecRefusals) {
 }
 
 }  // namespace dist_fragment_sim_test
+
+// ---- F11: prepared halves of a dead coordinator wait for its shard's new leader ----
+
+namespace dist_fragment_sim_test {
+
+// Runs a credit of `amount` to `key` as transaction `id` and locks it; with `prepare`, also
+// validates it (its yes vote: the context is prepared). Returns the proposed TID.
+uint64_t credit_locked(dist::Participant& p, TxnId id, uint64_t key, int64_t amount, bool prepare) {
+  const MoveArgs args{key, amount, 200 + id % 1000, 0};
+  MoveResult r{};
+  uint32_t size = 0;
+  bool wrote = false;
+  uint64_t proposed = 0;
+  SHOAL_CHECK(p.exec(id, 1, kCredit, bytes_of(args), out_of(&r), &size, &wrote, &proposed).ok());
+  SHOAL_CHECK(wrote && proposed != 0);
+  txn::DepVec deps;
+  if (prepare) SHOAL_CHECK(p.validate(id, 1, &deps).ok());
+  return proposed;
+}
+
+TEST(DistFragmentRules, PreparedHalvesWaitForTheCoordinatorsNewLeaderAndFollowItsWord) {
+  OneShard sh;
+  dist::Participant& p = sh.p();
+  const TxnId committed = dist::make_txn_id(2, 0, 1), lost = dist::make_txn_id(2, 0, 2);
+  const TxnId unvoted = dist::make_txn_id(2, 0, 3), elsewhere = dist::make_txn_id(1, 0, 4);
+  const uint64_t proposed = credit_locked(p, committed, 3, 5, true);
+  credit_locked(p, lost, 4, 7, true);
+  credit_locked(p, unvoted, 5, 9, false);
+  credit_locked(p, elsewhere, 6, 11, true);
+  // Coordinator shard 2 died: what has not voted ends; the prepared halves wait.
+  EXPECT_EQ(p.abort_coordinated_by(2, /*keep_prepared=*/true), 1u);
+  std::vector<TxnId> waiting;
+  p.prepared_coordinated_by(2, &waiting);
+  EXPECT_EQ(waiting, (std::vector<TxnId>{committed, lost}));
+  // Its new leader found `committed` in its log: installed here at the vector it logged.
+  txn::DepVec vector;
+  vector.raise(0, proposed + 100);
+  vector.raise(2, 77);
+  uint64_t tid = 0;
+  ASSERT_TRUE(p.resolve(committed, true, vector, &tid).ok());
+  EXPECT_EQ(tid, proposed + 100);
+  EXPECT_EQ(sh.balance(3), kInitial + 5);
+  // ... and not `lost` (its half died with the failover): aborted, nothing installed.
+  EXPECT_TRUE(p.resolve(lost, false, {}, &tid).is_aborted());
+  EXPECT_EQ(sh.balance(4), kInitial);
+  EXPECT_EQ(p.resolve(lost, true, vector, &tid).code(), Code::kNotFound);  // ended already
+  EXPECT_EQ(p.stats().resolved_committed, 1u);
+  EXPECT_EQ(p.stats().resolved_aborted, 1u);
+  // Presumed abort (no failover follows) ends prepared ones too.
+  EXPECT_EQ(p.abort_coordinated_by(1), 1u);
+  sh.expect_clean(int64_t{kKeysPerShard} * kInitial + 5);
+}
+
+bool decided_only_42(const void* ctx, TxnId id, uint64_t* tid, txn::DepVec* vector) {
+  (void)ctx;
+  if (id != 42) return false;
+  *tid = 4200;
+  vector->clear();
+  vector->raise(0, 4200);
+  vector->raise(1, 17);
+  return true;
+}
+
+TEST(DistFragmentWire, ResolveAnswersWhatTheShardsLogDecided) {
+  OneShard sh;
+  rt::MsgBuffer req, resp;
+  dist::wire::encode_txn_only(42, 0, &req);
+  // A replica that did not take over from a log knows no decisions.
+  EXPECT_EQ(sh.service->serve(dist::wire::kResolve, payload_of(req), &resp).code(),
+            Code::kUnavailable);
+  sh.p().set_decision_lookup(&decided_only_42, nullptr);
+  ASSERT_TRUE(sh.service->serve(dist::wire::kResolve, payload_of(req), &resp).ok());
+  uint64_t tid = 0;
+  txn::DepVec vector;
+  ASSERT_TRUE(dist::wire::decode_validate_install_reply(payload_of(resp), &vector, &tid).ok());
+  EXPECT_EQ(tid, 4200u);
+  EXPECT_EQ(vector.get(1), 17u);
+  dist::wire::encode_txn_only(43, 0, &req);
+  EXPECT_EQ(sh.service->serve(dist::wire::kResolve, payload_of(req), &resp).code(),
+            Code::kNotFound);
+  // A resolve carries nothing after its header.
+  std::vector<uint8_t> longer = payload_of(req);
+  longer.push_back(0);
+  EXPECT_EQ(sh.service->serve(dist::wire::kResolve, longer, &resp).code(), Code::kCorruption);
+  sh.expect_clean();
+}
+
+}  // namespace dist_fragment_sim_test
 }  // namespace shoal::sim

@@ -314,13 +314,18 @@ rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
     Status s = co_await lock_all(txn);
     if (!s.ok()) co_return s;
   }
-  // C4: the last remote shard with writes that has not voted yet is the last agent (F7): it
-  // validates after every other participant voted yes and installs at once. With none (every
-  // remote writer prepared at its exec, F9) we decide ourselves (C6).
+  // C6: when our own shard writes, its vote decides and its install (logged with the
+  // transaction's id) comes before any other: the decision outlives this process in our
+  // shard's log (participant.h F11). Otherwise C4: the last remote shard with writes that has
+  // not voted yet is the last agent (F7): it validates after every other participant voted
+  // yes and installs at once.
   const uint32_t own = options_.shard_id;
+  const bool own_writes =
+      std::find(txn.written_.begin(), txn.written_.end(), own) != txn.written_.end();
   txn.last_agent_ = txn.deferred_shard_;  // F8's shard, if any, decides
   for (uint32_t shard : txn.written_) {
-    if (shard != own && txn.last_agent_ == UINT32_MAX && !txn.prepared_early(shard)) {
+    if (!own_writes && shard != own && txn.last_agent_ == UINT32_MAX &&
+        !txn.prepared_early(shard)) {
       txn.last_agent_ = shard;
     }
   }
@@ -359,12 +364,13 @@ rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
     txn.vector_.raise(txn.last_agent_, tid);
   }
   *decided = true;  // C1: every shard voted yes
-  if (txn.last_agent_ == UINT32_MAX && !txn.prepared_early_.empty()) {
-    // C6: our own vote decided; install here first, so our rows (the hot ones) are released
-    // without waiting for a round trip.
+  if (txn.last_agent_ == UINT32_MAX && own_writes) {
+    // C6: our own vote decided; install here first: our shard logs the decision before any
+    // other shard shows the transaction, and our rows (the hot ones) are released without
+    // waiting for a round trip.
     const auto mine = std::find(txn.written_.begin(), txn.written_.end(), own);
-    if (mine != txn.written_.end()) std::rotate(txn.written_.begin(), mine, txn.written_.end());
-    ++stats_.own_decided;
+    std::rotate(txn.written_.begin(), mine, txn.written_.end());
+    if (txn.written_.size() > 1) ++stats_.own_decided;
   }
   co_return co_await install_all(txn);
 }
@@ -373,10 +379,10 @@ rt::Task<Status> Coordinator::install_all(DistTxn& txn) {
   // The vector's entry for a written shard is at least its proposal (raised in lock_all) and
   // at least every dependency on that shard, so installing there keeps the vector above
   // everything the transaction read. Every shard gets its install even when one fails (C2).
-  // Remote shards install first and our own shard last, as they lock: if this process dies
-  // midway, its own writes were never visible, so a survivor that releases the transaction
-  // (Participant::abort_coordinated_by) cannot strand a reader of them. Except after C6,
-  // where commit() put our own shard first (see there).
+  // Our own shard first when it writes (C6, commit() put it there): the vector the others
+  // install at then names the TID our shard logged it at (F10 may raise it above our
+  // proposal), so a failover that loses our half loses theirs too (the FVW discard). Else
+  // remote shards in order, after the last agent (C4).
   Status first_failure;
   for (uint32_t shard : txn.written_) {
     if (shard == txn.last_agent_) continue;  // installed by its validate_install (F7)

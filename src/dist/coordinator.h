@@ -8,7 +8,8 @@
 //               shard by shard would let write skew slip between shards); ours first
 //   3. install  at each shard's entry of the vector = max(read dependencies, proposals);
 //               the writes are visible at once (speculatively: replication comes later).
-//               The last remote shard with writes validates and installs in one step (C4).
+//               Our own shard installs first when it writes (C6); else the last remote shard
+//               with writes validates and installs in one step (C4).
 // Any failure before the decision aborts every participant. Conflicts (Aborted) and lost
 // messages (Timeout) retry the procedure with a new transaction id, bounded by max_retries.
 //
@@ -22,15 +23,13 @@
 //      is ever sent for it. If a shard cannot be reached for its install (Unavailable, or the
 //      link's retries run out) the outcome there is in doubt: run() returns Unavailable saying
 //      so, the other shards are installed, and resolving the in-doubt shard is recovery's job.
-//   C4 Last agent (participant.h F7). When a remote shard has writes, the last of them does not
-//      get validate + install but one validate_install, sent after every other participant
-//      voted yes: its vote decides, and it installs at once. Ok: decided, the others install
-//      (ours last, as in C2). Aborted: not decided (C1). No answer (Unavailable, or Timeout
-//      after the link's retries): the outcome there is unknown; the others are released and
-//      run() returns Unavailable saying the transaction is in doubt (recovery's job, as C2).
-//      One round trip less per cross-shard commit, and our own shard's locks (the hot rows of
-//      a workload partitioned by home: TPC-C's warehouse and district) are held for one round
-//      trip instead of two.
+//   C4 Last agent (participant.h F7), only when our own shard has no writes. The last remote
+//      shard with writes does not get validate + install but one validate_install, sent after
+//      every other participant voted yes: its vote decides, and it installs at once. Ok:
+//      decided, the others install (C2). Aborted: not decided (C1). No answer (Unavailable, or
+//      Timeout after the link's retries): the outcome there is unknown; the others are
+//      released and run() returns Unavailable saying the transaction is in doubt (recovery's
+//      job, as C2). One round trip less per such commit.
 //   C5 A fragment deferred with exec_at_commit locks before any shard validates, as every
 //      write must (step 2). Sent with the last agent's validate_install (F8) it would lock
 //      after the other shards validated, and a transaction committing in between could
@@ -38,17 +37,18 @@
 //      transaction touched another shard, commit runs it first with exec (locking at once)
 //      and its shard becomes an ordinary last agent (F7); only a transaction touching no other
 //      shard gets the one-shot F8.
-//   C6 Pinned votes (participant.h F9). A fragment run with last_on_shard whose reads are all
-//      rows it locked votes yes in its exec reply: nothing it read can change until the
-//      decision, so an early vote is as good as one cast after every lock (step 2's reason for
-//      waiting does not apply). Such shards get no validate and are never the last agent.
-//      When every remote writer voted that way, our own shard validates last and its vote
-//      decides: we install here first, then the others. Our own locks (TPC-C's warehouse and
-//      district rows) are then held for no round trip at all, only the remote rows (a
-//      customer, stock lines) for one. Failure: if this process dies after installing here
-//      and before the remote installs, a survivor aborts its prepared part (F6), the half of
-//      a transaction whose other half died with this shard's state; recovery (replicated
-//      logs) finishes it instead.
+//   C6 Our own vote decides whenever our shard writes: every remote writer votes first (at
+//      validate, or in its exec reply when its reads are all rows it locked: participant.h
+//      F9, pinned votes, which need no validate round trip), then our shard validates and
+//      installs first, logging the transaction with its id (docs/LOG_FORMAT.md, DIST_TXN),
+//      then the others install at a vector naming the TID our shard logged. Our own locks
+//      (TPC-C's warehouse and district rows) are held for no round trip after the votes. If
+//      this process dies after installing here and before the remote installs, the survivors
+//      keep their prepared halves until our shard's new leader tells them whether our half
+//      survived the failover (participant.h F11): the decision outlives its coordinator. If
+//      it dies before, nothing of the transaction was logged here and they abort. The price:
+//      a remote writer that cannot vote early takes a validate and an install round trip
+//      where C4's last agent took one validate_install.
 //   C3 Each attempt uses a fresh TxnId, so requests of an aborted attempt (late, duplicated)
 //      can never be mistaken for the retry's: participants refuse them (tombstones).
 //
@@ -111,6 +111,16 @@ class ShardLink {
   virtual rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
                                             txn::DepVec* deps, uint64_t* tid,
                                             const FragmentCall* fragment) = 0;
+  // F11 (participant.h): asks a coordinator shard's new leader what its log says of `id`, a
+  // transaction the shard's old leader coordinated: Ok (committed: *tid is its TID there,
+  // *vector what it logged), NotFound (not committed), else the outcome is not known yet.
+  // Retried by the link until answered, like install. Links without it: NotSupported.
+  virtual rt::Task<Status> decision(TxnId id, uint64_t* tid, txn::DepVec* vector) {
+    (void)id;
+    (void)tid;
+    (void)vector;
+    co_return Status::NotSupported("this shard link cannot ask for decisions");
+  }
   // The watermark exchange (watermark_exchange.h): tells the shard ours and learns its
   // watermark (the link raises its VectorWatermark). Sent at most once, like read. Links
   // that carry no watermarks (in process) answer NotSupported.
@@ -255,7 +265,7 @@ struct CoordinatorStats {
   uint64_t timeouts = 0;     // attempts lost to a Timeout (then retried, C1)
   uint64_t unavailable = 0;  // transactions failed because a shard was gone
   uint64_t in_doubt = 0;     // committed, but an install was not acknowledged (C2)
-  uint64_t own_decided = 0;  // committed by our own vote, every remote writer voted early (C6)
+  uint64_t own_decided = 0;  // cross-shard commits decided by our own vote (C6)
 };
 
 class Coordinator {

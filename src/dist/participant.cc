@@ -449,15 +449,60 @@ void Participant::abort_unless_prepared(TxnId id) {
   abort(id);
 }
 
-size_t Participant::abort_coordinated_by(uint32_t coordinator_shard) {
+size_t Participant::abort_coordinated_by(uint32_t coordinator_shard, bool keep_prepared) {
   scratch_ids_.clear();
   for (const auto& [id, index] : active_) {
-    if ((id >> 48) == coordinator_shard) scratch_ids_.push_back(id);
+    if ((id >> 48) != coordinator_shard) continue;
+    if (keep_prepared && slots_[index].phase == Phase::kPrepared) continue;
+    scratch_ids_.push_back(id);
   }
   std::sort(scratch_ids_.begin(), scratch_ids_.end());  // deterministic order
   for (TxnId id : scratch_ids_) abort(id);
   stats_.orphaned += scratch_ids_.size();
   return scratch_ids_.size();
+}
+
+void Participant::prepared_coordinated_by(uint32_t coordinator_shard,
+                                          std::vector<TxnId>* out) const {
+  out->clear();
+  for (const auto& [id, index] : active_) {
+    if ((id >> 48) == coordinator_shard && slots_[index].phase == Phase::kPrepared) {
+      out->push_back(id);
+    }
+  }
+  std::sort(out->begin(), out->end());
+}
+
+Status Participant::resolve(TxnId id, bool committed, const txn::DepVec& vector, uint64_t* tid) {
+  *tid = 0;
+  const auto it = active_.find(id);
+  if (it == active_.end() || slots_[it->second].phase != Phase::kPrepared) {
+    return Status::NotFound(fmt::format("transaction {:#x} is not prepared here", id));
+  }
+  if (!committed) {
+    abort(id);
+    ++stats_.resolved_aborted;
+    return Status::Aborted(
+        fmt::format("transaction {:#x}: its coordinator's half did not survive", id));
+  }
+  // Where the coordinator logged it said which TID this shard proposed (its vector's entry).
+  const uint64_t at = std::max(vector.get(shard_id_), slots_[it->second].proposed_tid);
+  SHOAL_TRY(install(id, epoch_, at, vector, tid));
+  ++stats_.resolved_committed;
+  return Status::Ok();
+}
+
+Status Participant::decision(TxnId id, uint64_t* tid, txn::DepVec* vector) const {
+  if (decision_lookup_ == nullptr) {
+    return Status::Unavailable(fmt::format(
+        "shard {} knows no decisions of its coordinator (it did not take over from a log)",
+        shard_id_));
+  }
+  if (!decision_lookup_(decision_lookup_ctx_, id, tid, vector)) {
+    return Status::NotFound(
+        fmt::format("transaction {:#x} is not committed in shard {}'s log", id, shard_id_));
+  }
+  return Status::Ok();
 }
 
 size_t Participant::expire_idle() {

@@ -23,8 +23,8 @@
 //      that TID, so a coordinator may retry installs until one is acknowledged.
 //   F3 Prepared contexts never end on their own. After a successful validate with writes the
 //      locks stay until the coordinator's install or abort; only the coordinator knows whether
-//      every other shard voted yes. (A coordinator that dies leaves them in doubt until
-//      failover resolves them: an epoch change, outside this layer.)
+//      every other shard voted yes. (A coordinator that dies leaves them in doubt until its
+//      shard's failover resolves them: F11.)
 //   F4 Leases. A context that is not prepared (executing, or locked but not yet validated) and
 //      has heard nothing from its coordinator for `lease_ns` is aborted by expire_idle(). This
 //      is safe because the coordinator cannot commit without this shard's validate vote, which
@@ -63,6 +63,13 @@
 //      for a transaction no other participant validated before (its locks come last:
 //      coordinator.h C5). A fragment that fails ends the context here (Aborted / UserAbort /
 //      its error).
+//   F11 The decision outlives the coordinator. A coordinator logs its own half of a
+//      cross-shard transaction first, with the transaction's id (coordinator.h C6), before any
+//      other shard installs. When its process dies, the shards holding prepared halves keep
+//      them (abort_coordinated_by with keep_prepared) until its shard's new leader, which
+//      replayed that log up to the final watermark, answers decision(): committed there
+//      (install here at the vector it logged) or not (abort: its half was lost, so nothing of
+//      the transaction survives). resolve() applies the answer.
 //
 // Epochs: every request carries the coordinator's epoch; read/lock/validate from an older
 // epoch than the participant's are refused (Aborted, "stale epoch"), so a deposed coordinator
@@ -70,8 +77,8 @@
 // until the participant's shard server has learnt that epoch and fenced and discarded what
 // its failover lost (shard_server.h): else a new leader's transaction could read a lost
 // version here, and its vector's entry for the new leader's shard, a new-epoch TID, would
-// hide that dependency (vectors keep one TID per shard, the largest). install and abort are not epoch-checked: an
-// install completes a decision already taken, an abort only releases.
+// hide that dependency (vectors keep one TID per shard, the largest). install and abort are not
+// epoch-checked: an install completes a decision already taken, an abort only releases.
 //
 // Threads: owned by one worker thread; every call runs there. Bounds: at most `inflight_max`
 // live contexts (Aborted "busy" beyond: the coordinator retries; not Unavailable, which means
@@ -155,13 +162,15 @@ struct ParticipantOptions {
 };
 
 struct ParticipantStats {
-  uint64_t refused_ended = 0;      // late read/lock/validate for a tombstoned id (F1)
-  uint64_t early_aborts = 0;       // aborts for ids never seen here (F1)
-  uint64_t repeated_installs = 0;  // F2 / F5 / F7
-  uint64_t unknown_installs = 0;   // F5: repeats answered NotFound (installed TID not known)
-  uint64_t unlogged_installs = 0;  // installed, but the commit hook failed (stream stopped)
-  uint64_t expired = 0;            // leases run out (F4)
-  uint64_t orphaned = 0;           // aborted because their coordinator's shard died (F6)
+  uint64_t refused_ended = 0;       // late read/lock/validate for a tombstoned id (F1)
+  uint64_t early_aborts = 0;        // aborts for ids never seen here (F1)
+  uint64_t repeated_installs = 0;   // F2 / F5 / F7
+  uint64_t unknown_installs = 0;    // F5: repeats answered NotFound (installed TID not known)
+  uint64_t unlogged_installs = 0;   // installed, but the commit hook failed (stream stopped)
+  uint64_t expired = 0;             // leases run out (F4)
+  uint64_t orphaned = 0;            // aborted because their coordinator's shard died (F6)
+  uint64_t resolved_committed = 0;  // prepared halves installed on a new leader's word (F11)
+  uint64_t resolved_aborted = 0;    // prepared halves aborted on a new leader's word (F11)
   uint64_t tombstones_evicted = 0;
 };
 
@@ -247,16 +256,33 @@ class Participant {
   size_t expire_idle();
   // abort(), except that a context that voted yes (prepared) waits for its decision (F3).
   void abort_unless_prepared(TxnId id);
-  // F6 (coordinator death, presumed abort): aborts every context, prepared ones included,
-  // whose TxnId names `coordinator_shard` as its coordinator. For a shard server whose link to
-  // that shard failed for good (its process is gone). Coordinators install remote shards first
-  // and their own last, so with two shards a prepared survivor means the dead shard never
-  // showed the writes: aborting is safe. Two exceptions, both waiting for the epoch change and
-  // recovery of issue 5: with three or more shards a commit installed on a third shard before
-  // the crash would be broken here, and a transaction the dead shard decided itself
-  // (coordinator.h C6) was installed there first (its half died with that shard's state).
-  // Returns how many.
-  size_t abort_coordinated_by(uint32_t coordinator_shard);
+  // F6 (coordinator death). Aborts every context whose TxnId names `coordinator_shard` as its
+  // coordinator; with keep_prepared, prepared ones stay (locks held) for resolve() below.
+  // Without keep_prepared (presumed abort: no failover will follow, so nothing better can be
+  // known) a prepared context of a transaction its coordinator decided and installed
+  // elsewhere is broken here: safe with two shards when the coordinator installs itself
+  // last, not otherwise. Returns how many ended.
+  size_t abort_coordinated_by(uint32_t coordinator_shard, bool keep_prepared = false);
+  // The prepared contexts coordinated by `coordinator_shard`, in id order.
+  void prepared_coordinated_by(uint32_t coordinator_shard, std::vector<TxnId>* out) const;
+  // F11 (the decision outlives its coordinator). After the coordinator's shard failed over,
+  // its new leader knows from its log which of the old leader's transactions committed (the
+  // coordinator logs its own half first, with the id: coordinator.h C6): resolve ends a
+  // prepared context with that answer: installs it (Ok, at the coordinator's vector; *tid is
+  // where) or aborts it (Aborted: the coordinator's half did not survive, so nothing of it
+  // did). NotFound when `id` is not prepared here. REQUIRES: the answer came from the
+  // coordinator shard's leader of a later epoch.
+  [[nodiscard]] Status resolve(TxnId id, bool committed, const txn::DepVec& vector, uint64_t* tid);
+  // What this shard's log says of a transaction its own coordinator ran before a failover
+  // (the lookup set below): Ok with the commit TID here and the vector, NotFound when it did
+  // not commit (or is older than the lookup remembers), Unavailable without a lookup (this
+  // replica did not take over from a log).
+  using DecisionLookup = bool (*)(const void* ctx, TxnId id, uint64_t* tid, txn::DepVec* vector);
+  void set_decision_lookup(DecisionLookup lookup, const void* ctx) {
+    decision_lookup_ = lookup;
+    decision_lookup_ctx_ = ctx;
+  }
+  [[nodiscard]] Status decision(TxnId id, uint64_t* tid, txn::DepVec* vector) const;
   // The earliest time expire_idle() could end something; UINT64_MAX when nothing can expire.
   uint64_t next_expiry_ns() const;
 
@@ -317,9 +343,11 @@ class Participant {
   std::deque<std::pair<TxnId, uint64_t>> tombstone_fifo_;
   std::vector<TxnId> scratch_ids_;
   const FragmentTable* fragments_ = nullptr;
-  const uint64_t* tid_floor_ = nullptr;  // F10
-  TxnId logging_id_ = 0;                 // logging_id()
-  std::vector<uint8_t> scratch_out_;     // F8 fragments' results
+  const uint64_t* tid_floor_ = nullptr;       // F10
+  DecisionLookup decision_lookup_ = nullptr;  // F11
+  const void* decision_lookup_ctx_ = nullptr;
+  TxnId logging_id_ = 0;              // logging_id()
+  std::vector<uint8_t> scratch_out_;  // F8 fragments' results
   ParticipantStats stats_;
 };
 

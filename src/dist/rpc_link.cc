@@ -368,6 +368,9 @@ Status ParticipantService::serve(uint16_t method, std::span<const uint8_t> reque
       case wire::kValidateInstall:
         s = serve_validate_install(id, epoch, r.rest(), response);
         break;
+      case wire::kResolve:
+        s = serve_resolve(id, r.rest(), response);
+        break;
       default:  // kAbort
         s = r.left() == 0 ? Status::Ok() : trailing("abort", r.left());
         if (s.ok()) participant_.abort(id);
@@ -533,6 +536,19 @@ Status ParticipantService::serve_validate_install(TxnId id, uint64_t epoch,
   Writer w(out->payload());
   w.put(tid);
   encode_vector(deps, w);
+  return Status::Ok();
+}
+
+Status ParticipantService::serve_resolve(TxnId id, std::span<const uint8_t> rest,
+                                         rt::MsgBuffer* out) {
+  if (!rest.empty()) return trailing("resolve", rest.size());
+  txn::DepVec vector;
+  uint64_t tid = 0;
+  SHOAL_TRY(participant_.decision(id, &tid, &vector));
+  out->resize(8 + 4 + vector.size() * kDepEntryBytes);
+  Writer w(out->payload());
+  w.put(tid);
+  encode_vector(vector, w);
   return Status::Ok();
 }
 

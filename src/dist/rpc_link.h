@@ -29,6 +29,10 @@
 //   kWatermark 47 (the periodic exchange, watermark_exchange.h; not a transaction: no txn
 //                 header) the asker's shard u32, reserved u32 (0),       empty (the trailer
 //                 the asker's shard watermark u64                        is the answer)
+//   kResolve 48 (F11: asked of a coordinator shard's new leader)  tid u64, count u32,
+//                -                                                 (shard u32, ts u64)*: the
+//                                                                   decision its log holds;
+//                                                                   NotFound: not committed
 // A non-Ok participant Status travels as the RPC response code (its message stays behind).
 // Bounds, checked before any loop or copy: key_words 1..8, out_bytes and size <= the engine's
 // kValueBytesMax, writes <= DistTxn::kWritesMax, vector entries <= DistTxn::kShardsMax, a
@@ -79,7 +83,8 @@ enum Method : uint16_t {
 };
 inline constexpr uint16_t kMethodFirst = kRead;
 inline constexpr uint16_t kWatermark = 47;
-inline constexpr uint16_t kMethodLast = kWatermark;
+inline constexpr uint16_t kResolve = 48;
+inline constexpr uint16_t kMethodLast = kResolve;
 inline constexpr size_t kWatermarkTrailerBytes = 8;
 inline constexpr size_t kWatermarkRequestBytes = 16;
 // What a shard without replication reports: every version it has is covered.
@@ -191,6 +196,7 @@ class ParticipantService {
   Status serve_validate_install(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
                                 rt::MsgBuffer* out);
   Status serve_watermark(std::span<const uint8_t> request);
+  Status serve_resolve(TxnId id, std::span<const uint8_t> rest, rt::MsgBuffer* out);
   void arm_expiry();
   static void expiry_thunk(void* self, uint64_t);
 
@@ -309,6 +315,12 @@ class RpcLink final : public ShardLink {
     rpc_.recycle(std::move(*reply));
     co_return s;
   }
+  // F11: one call, retried like install until answered (the answer is final: a log).
+  rt::Task<Status> decision(TxnId id, uint64_t* tid, txn::DepVec* vector) override {
+    rt::MsgBuffer req = rpc_.buffer(0);
+    wire::encode_txn_only(id, 0, &req);
+    co_return co_await call_until_answered(id, wire::kResolve, std::move(req), vector, tid);
+  }
   rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
                                     txn::DepVec* deps, uint64_t* tid,
                                     const FragmentCall* fragment) override {
@@ -354,7 +366,7 @@ class RpcLink final : public ShardLink {
         std::span<const uint8_t> body;
         Status s = strip_watermark(reply->payload(), &body);
         if (s.ok()) {
-          s = method == wire::kValidateInstall
+          s = method == wire::kValidateInstall || method == wire::kResolve
                   ? wire::decode_validate_install_reply(body, deps, tid)
               : method == wire::kInstall ? wire::decode_install_reply(body, tid)
                                          : wire::decode_empty_reply(body);

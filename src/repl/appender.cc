@@ -110,13 +110,13 @@ void StreamAppender::seal(uint64_t floor_tid, uint16_t flags, uint64_t final_tid
 }
 
 Status StreamAppender::append_record(uint64_t tid, std::span<const txn::DepEntry> deps,
-                                     std::span<const TxnWrite> writes) {
+                                     std::span<const TxnWrite> writes, uint64_t dist_txn_id) {
   if (!builder_.open()) SHOAL_TRY(open_batch());
-  AppendResult r = builder_.append(tid, deps, writes);
+  AppendResult r = builder_.append(tid, deps, writes, dist_txn_id);
   if (r == AppendResult::kFull) {
     seal(0);
     SHOAL_TRY(open_batch());
-    r = builder_.append(tid, deps, writes);
+    r = builder_.append(tid, deps, writes, dist_txn_id);
   }
   if (r == AppendResult::kNeverFits) {
     // Larger than a batch (a byte key's large value): a batch as large as the whole buffer
@@ -126,7 +126,7 @@ Status StreamAppender::append_record(uint64_t tid, std::span<const txn::DepEntry
       SHOAL_TRY(open_batch());
     }
     reset_builder(/*whole_buffer=*/true);  // nothing is in the open batch yet
-    r = builder_.append(tid, deps, writes);
+    r = builder_.append(tid, deps, writes, dist_txn_id);
   }
   SHOAL_ASSERT(r == AppendResult::kOk,
                "a transaction of %zu writes does not fit an empty log batch of %zu bytes",
@@ -168,7 +168,7 @@ TxnWrite StreamAppender::log_write(const txn::WriteView& w, size_t* scratch_used
   return out;
 }
 
-Status StreamAppender::append(const txn::Txn& txn) {
+Status StreamAppender::append(const txn::Txn& txn, uint64_t dist_txn_id) {
   const uint64_t tid = txn.last_commit_tid();
   writes_.clear();
   size_t scratch_used = 0;
@@ -187,7 +187,7 @@ Status StreamAppender::append(const txn::Txn& txn) {
   for (const txn::DepEntry& d : txn.deps().entries()) {
     if (d.shard != own) deps_.push_back(d);  // our own entry is the commit TID itself
   }
-  return append_record(tid, deps_, writes_);
+  return append_record(tid, deps_, writes_, dist_txn_id);
 }
 
 void StreamAppender::tick() {

@@ -145,12 +145,14 @@ class StreamAppender {
   }
   // Logs a committed transaction (read-only ones log nothing). Worker thread. Unavailable
   // once the stream is stopped (see Backpressure): the transaction is not logged.
-  [[nodiscard]] Status append(const txn::Txn& txn);
+  // dist_txn_id: non-zero when the transaction is this shard's coordinator's own half of a
+  // distributed transaction (its record carries the id: docs/LOG_FORMAT.md, DIST_TXN).
+  [[nodiscard]] Status append(const txn::Txn& txn, uint64_t dist_txn_id = 0);
   // Appends one record as given (bootstrap of the initial state, tests). Worker thread.
   // Unavailable once stopped. REQUIRES: tid >= every TID appended before; the record fits an
   // empty batch.
   [[nodiscard]] Status append_record(uint64_t tid, std::span<const txn::DepEntry> deps,
-                                     std::span<const TxnWrite> writes);
+                                     std::span<const TxnWrite> writes, uint64_t dist_txn_id = 0);
   // The worker is idle: seal an aged batch, or write a floor entry after idle_ns. Does
   // nothing once stopped.
   void tick();

@@ -73,8 +73,9 @@ uint64_t log_entry_checksum(const std::byte* entry, size_t payload_bytes) {
   return XXH3_64bits_digest(&state);
 }
 
-size_t log_record_bytes(size_t dep_count, std::span<const TxnWrite> writes) {
-  size_t bytes = kLogRecordHeaderBytes + log_dep_bytes(dep_count);
+size_t log_record_bytes(size_t dep_count, std::span<const TxnWrite> writes, bool dist_txn) {
+  size_t bytes =
+      kLogRecordHeaderBytes + (dist_txn ? kLogRecordDistTxnBytes : 0) + log_dep_bytes(dep_count);
   for (const TxnWrite& w : writes) bytes += log_write_bytes(w.key.size(), w.value.size());
   return bytes;
 }
@@ -149,10 +150,11 @@ void LogBatchBuilder::reset(std::span<std::byte> buffer, const LogEntryId& id,
 }
 
 AppendResult LogBatchBuilder::append(uint64_t commit_tid, std::span<const txn::DepEntry> deps,
-                                     std::span<const TxnWrite> writes) {
+                                     std::span<const TxnWrite> writes, uint64_t dist_txn_id) {
   SHOAL_ASSERT(open_, "append to a sealed or never-reset batch");
-  const size_t need = log_record_bytes(deps.size(), writes);
-  if (deps.size() > UINT16_MAX || writes.size() > UINT16_MAX || need > UINT32_MAX ||
+  const bool dist_txn = dist_txn_id != 0;
+  const size_t need = log_record_bytes(deps.size(), writes, dist_txn);
+  if (deps.size() > kLogRecordDepsMax || writes.size() > UINT16_MAX || need > UINT32_MAX ||
       need > capacity_bytes_ - kLogHeaderBytes) {
     return AppendResult::kNeverFits;
   }
@@ -163,16 +165,17 @@ AppendResult LogBatchBuilder::append(uint64_t commit_tid, std::span<const txn::D
   std::byte* r = buf_ + used_bytes_;
   store_u64(r, commit_tid);
   store_u32(r + 8, static_cast<uint32_t>(need));
-  store_u16(r + 12, static_cast<uint16_t>(deps.size()));
+  store_u16(r + 12, static_cast<uint16_t>(deps.size() | (dist_txn ? kLogRecordDistTxn : 0)));
   store_u16(r + 14, static_cast<uint16_t>(writes.size()));
+  if (dist_txn) store_u64(r + kLogRecordHeaderBytes, dist_txn_id);
   // Dependencies as two arrays (timestamps, then shards) so every u64 stays aligned.
-  std::byte* ts = r + kLogRecordHeaderBytes;
+  std::byte* ts = r + kLogRecordHeaderBytes + (dist_txn ? kLogRecordDistTxnBytes : 0);
   std::byte* shards = ts + 8 * deps.size();
   for (size_t i = 0; i < deps.size(); ++i) {
     store_u64(ts + 8 * i, deps[i].ts);
     store_u32(shards + 4 * i, deps[i].shard);
   }
-  std::byte* w = r + kLogRecordHeaderBytes + log_dep_bytes(deps.size());
+  std::byte* w = ts + log_dep_bytes(deps.size());
   if ((deps.size() & 1) != 0) store_u32(w - 4, 0);  // zero the shard array's padding
   for (const TxnWrite& tw : writes) {
     if (tw.bytes_key) {
@@ -256,7 +259,7 @@ BatchPolicy::Reason BatchPolicy::should_seal(const LogBatchBuilder& builder) {
 
 txn::DepEntry RecordView::dep(uint32_t i) const {
   SHOAL_DCHECK(i < dep_count());
-  const std::byte* ts = p_ + kLogRecordHeaderBytes;
+  const std::byte* ts = deps_begin();
   const std::byte* shards = ts + 8 * size_t{dep_count()};
   return txn::DepEntry{load_u32(shards + 4 * size_t{i}), load_u64(ts + 8 * size_t{i})};
 }
@@ -404,8 +407,13 @@ Status check_records(const std::byte* entry, uint64_t offset) {
     if (rbytes % 8 != 0 || rbytes > static_cast<uint64_t>(end - r)) return bad("record_bytes");
     const uint64_t tid = load_u64(r);
     if (tid < min_tid || tid > max_tid) return bad("commit TID outside the entry's range");
-    const size_t deps_end = kLogRecordHeaderBytes + log_dep_bytes(load_u16(r + 12));
+    const uint16_t deps_field = load_u16(r + 12);
+    const bool dist_txn = (deps_field & kLogRecordDistTxn) != 0;
+    if (dist_txn && version < kLogFormatDistTxnVersion) return bad("dependency count");
+    const size_t deps_end = kLogRecordHeaderBytes + (dist_txn ? kLogRecordDistTxnBytes : 0) +
+                            log_dep_bytes(deps_field & kLogRecordDepsMax);
     if (deps_end > rbytes) return bad("dependency vector overruns");
+    if (dist_txn && load_u64(r + kLogRecordHeaderBytes) == 0) return bad("distributed txn id 0");
     const std::byte* const rend = r + rbytes;
     const std::byte* w = r + deps_end;
     for (uint32_t j = 0, n = load_u16(r + 14); j < n; ++j) {

@@ -34,15 +34,23 @@ static_assert(std::endian::native == std::endian::little,
               "need byte swaps in the load/store helpers");
 
 inline constexpr uint32_t kLogMagic = 0x474c4853;             // "SHLG" in file byte order
-inline constexpr uint16_t kLogFormatVersion = 5;              // what this binary writes
+inline constexpr uint16_t kLogFormatVersion = 6;              // what this binary writes
 inline constexpr uint16_t kLogFormatMinVersion = 1;           // oldest version this binary reads
 inline constexpr uint16_t kLogFormatPatchVersion = 2;         // first version with WriteOp::kPatch
 inline constexpr uint16_t kLogFormatBootstrapEndVersion = 3;  // first with kLogFlagBootstrapEnd
 inline constexpr uint16_t kLogFormatEpochStartVersion = 4;    // first with kLogFlagEpochStart
 inline constexpr uint16_t kLogFormatBytesKeyVersion = 5;      // first with byte-key writes
+inline constexpr uint16_t kLogFormatDistTxnVersion = 6;       // first with kLogRecordDistTxn
 inline constexpr size_t kLogHeaderBytes = 64;
 inline constexpr size_t kLogRecordHeaderBytes = 16;
 inline constexpr size_t kLogWriteHeaderBytes = 16;
+// Format 6: bit 15 of a record's dep_count field says the record is its coordinator's own half
+// of a distributed transaction, and the transaction's id (dist::TxnId, u64) follows the record
+// header, before the dependencies: the decision outlives the coordinator in its shard's log
+// (docs/LOG_FORMAT.md). The count itself is the low 15 bits.
+inline constexpr uint16_t kLogRecordDistTxn = 1u << 15;
+inline constexpr uint32_t kLogRecordDepsMax = kLogRecordDistTxn - 1;
+inline constexpr size_t kLogRecordDistTxnBytes = 8;
 inline constexpr uint32_t kLogKeyWordsMax = 8;  // Key<K> has at most 8 words
 // Format 5: a write whose key_words field is 0 carries a byte key (a BytesTable's, src/txn/
 // bytes_table.h), packed: a u64 length (1..kLogBytesKeyBytesMax), then the bytes, zero padded.
@@ -143,8 +151,8 @@ struct TxnWrite {
 size_t encode_patch(std::span<const std::byte> old_value, std::span<const std::byte> new_value,
                     uint64_t base_tid, std::span<std::byte> out, uint16_t* range_count);
 
-// Bytes one record takes in a payload.
-size_t log_record_bytes(size_t dep_count, std::span<const TxnWrite> writes);
+// Bytes one record takes in a payload (with a distributed transaction's id when dist_txn).
+size_t log_record_bytes(size_t dep_count, std::span<const TxnWrite> writes, bool dist_txn = false);
 inline size_t log_dep_bytes(size_t dep_count) {
   return pad8(dep_count * 12);
 }
@@ -181,11 +189,13 @@ class LogBatchBuilder {
   void reset(std::span<std::byte> buffer, const LogEntryId& id, const BatchLimits& limits);
 
   // Appends one transaction record: commit TID, sparse dependency entries (any order; copied
-  // as given) and writes. On kFull/kNeverFits the batch is unchanged.
+  // as given) and writes. A non-zero dist_txn_id marks the record as its coordinator's own
+  // half of that distributed transaction (kLogRecordDistTxn). On kFull/kNeverFits the batch
+  // is unchanged.
   // REQUIRES: an open (reset, not sealed) batch; each key 1..8 words or a packed byte key;
   // remove has no value; a patch has no byte key.
   [[nodiscard]] AppendResult append(uint64_t commit_tid, std::span<const txn::DepEntry> deps,
-                                    std::span<const TxnWrite> writes);
+                                    std::span<const TxnWrite> writes, uint64_t dist_txn_id = 0);
 
   // Writes the header (min/max TID, counts, flags) and the checksum; returns the entry bytes,
   // a prefix of the buffer. The builder is closed until the next reset().
@@ -275,15 +285,17 @@ class RecordView {
  public:
   uint64_t commit_tid() const { return load_u64(p_); }
   uint32_t record_bytes() const { return load_u32(p_ + 8); }
-  uint32_t dep_count() const { return load_u16(p_ + 12); }
+  uint32_t dep_count() const { return load_u16(p_ + 12) & kLogRecordDepsMax; }
   uint32_t write_count() const { return load_u16(p_ + 14); }
+  // The distributed transaction whose coordinator's half this record is (format 6), else 0.
+  uint64_t dist_txn_id() const { return has_dist_txn() ? load_u64(p_ + kLogRecordHeaderBytes) : 0; }
   // REQUIRES: i < dep_count()
   txn::DepEntry dep(uint32_t i) const;
 
   // Calls fn(const WriteView&) for each write, in order.
   template <typename Fn>
   void for_each_write(Fn&& fn) const {
-    const std::byte* w = p_ + kLogRecordHeaderBytes + log_dep_bytes(dep_count());
+    const std::byte* w = deps_begin() + log_dep_bytes(dep_count());
     for (uint32_t i = 0, n = write_count(); i < n; ++i) {
       const WriteView v = decode_write(w);
       fn(v);
@@ -294,6 +306,10 @@ class RecordView {
  private:
   friend class LogEntryView;
   explicit RecordView(const std::byte* p) : p_(p) {}
+  bool has_dist_txn() const { return (load_u16(p_ + 12) & kLogRecordDistTxn) != 0; }
+  const std::byte* deps_begin() const {
+    return p_ + kLogRecordHeaderBytes + (has_dist_txn() ? kLogRecordDistTxnBytes : 0);
+  }
   static WriteView decode_write(const std::byte* w);
   const std::byte* p_;
 };

@@ -307,8 +307,10 @@ TEST(LogFormat, NewerVersionRefusedWithClearText) {
   auto r = LogEntryView::parse(e, 4096);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
-  EXPECT_EQ(r.status().message(),
-            "log entry at offset 4096: log format version 6 is newer than this reader's 5");
+  EXPECT_EQ(r.status().message(), "log entry at offset 4096: log format version " +
+                                      std::to_string(kLogFormatVersion + 1) +
+                                      " is newer than this reader's " +
+                                      std::to_string(kLogFormatVersion));
   store_u16(e.data() + 4, 0);
   reseal(e);
   EXPECT_EQ(LogEntryView::parse(e).status().code(), Code::kCorruption);
@@ -492,6 +494,51 @@ TEST(LogFormat, PatchInAVersionOneEntryRefused) {
   auto r = LogEntryView::parse(e);
   EXPECT_EQ(r.status().code(), Code::kCorruption);
   EXPECT_NE(r.status().message().find("unknown write op"), std::string::npos);
+}
+
+TEST(LogFormat, DistributedTxnIdRoundTripsAndOldVersionsRefuseIt) {
+  std::vector<std::byte> buf(4096);
+  const uint64_t key[2] = {5, 6};
+  const std::byte value[3] = {std::byte{1}, std::byte{2}, std::byte{3}};
+  const TxnWrite w{7, WriteOp::kPut, key, value};
+  const txn::DepEntry deps[3] = {{0, 11}, {2, 13}, {3, 14}};
+  LogBatchBuilder b;
+  b.reset(buf, {1, 0, 1, 1}, {});
+  ASSERT_EQ(b.append(20, deps, {&w, 1}, 0x0001'0002'0000'0042ull), AppendResult::kOk);
+  ASSERT_EQ(b.append(21, {deps, 1}, {&w, 1}), AppendResult::kOk);
+  const auto sealed = b.seal();
+  std::vector<std::byte> e(sealed.begin(), sealed.end());
+  auto view = LogEntryView::parse(e);
+  ASSERT_TRUE(view.ok()) << view.status().to_string();
+  std::vector<uint64_t> ids;
+  view->for_each_record([&](const RecordView& r) {
+    ids.push_back(r.dist_txn_id());
+    ASSERT_EQ(r.dep_count(), ids.size() == 1 ? 3u : 1u);
+    EXPECT_EQ(r.dep(0).ts, 11u);
+    if (r.dep_count() == 3) {
+      EXPECT_EQ(r.dep(2).shard, 3u);
+    }
+    r.for_each_write([&](const WriteView& wv) {
+      EXPECT_EQ(wv.table_id, 7u);
+      EXPECT_EQ(wv.key_word(1), 6u);
+      EXPECT_EQ(wv.value.size(), 3u);
+    });
+  });
+  EXPECT_EQ(ids, (std::vector<uint64_t>{0x0001'0002'0000'0042ull, 0}));
+  // The flag means nothing to a version-5 reader's records: refused, not misread.
+  std::vector<std::byte> old = e;
+  store_u16(old.data() + 4, kLogFormatDistTxnVersion - 1);
+  reseal(old);
+  auto r = LogEntryView::parse(old);
+  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  EXPECT_NE(r.status().message().find("dependency count"), std::string::npos);
+  // An id of 0 under the flag is no transaction.
+  std::vector<std::byte> zero = e;
+  store_u64(zero.data() + kLogHeaderBytes + kLogRecordHeaderBytes, 0);
+  reseal(zero);
+  r = LogEntryView::parse(zero);
+  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  EXPECT_NE(r.status().message().find("distributed txn id 0"), std::string::npos);
 }
 
 TEST(LogFormat, UnknownFlagsRefused) {

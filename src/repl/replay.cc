@@ -149,6 +149,7 @@ bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
       if (known != nullptr) ++stats_.known_writes;
       if (!applied) ++stats_.skipped_writes;
     });
+    if (r.dist_txn_id() != 0) decisions_->note(r);
     ++stats_.txns;
   });
   if (done) *next = view->record_count();

@@ -23,10 +23,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "src/base/assert.h"
+#include "src/repl/decision_log.h"
 #include "src/repl/log_format.h"
 #include "src/repl/paxos_stream.h"
 #include "src/repl/watermark.h"
@@ -108,6 +110,9 @@ class ReplayApplier {
   }
   const ShardWatermark& watermark() const { return wm_; }
   const std::vector<EpochFence>& fences() const { return fences_; }
+  // The distributed transactions this shard's coordinator committed, as installed (only what
+  // the fences kept). Shared: a promoted replica's workers answer from it after the takeover.
+  const std::shared_ptr<DecisionLog>& decisions() const { return decisions_; }
   const ReplayStats& stats() const { return stats_; }
   size_t queued_entries() const;
   // Test only (a planted bug for the simulator's checker, sim/epoch_change_sim_test.cc):
@@ -170,6 +175,7 @@ class ReplayApplier {
   // Records of an entry of `epoch` above this TID are discarded (UINT64_MAX: none).
   uint64_t discard_above(uint64_t epoch) const;
   std::vector<EpochFence> fences_;
+  std::shared_ptr<DecisionLog> decisions_ = std::make_shared<DecisionLog>();
   bool ignore_fences_for_test_ = false;
 };
 

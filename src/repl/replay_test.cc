@@ -21,7 +21,7 @@ struct EntryMaker {
   LogBatchBuilder builder;
   std::span<const std::byte> make(uint64_t slot, uint64_t first_tid, WriteOp op,
                                   const std::vector<uint64_t>& keys, uint32_t stream = 0,
-                                  uint64_t epoch = 1) {
+                                  uint64_t epoch = 1, uint64_t first_dist_txn_id = 0) {
     BatchLimits limits;
     limits.batch_txns_max = 1 << 20;  // one entry for all the keys
     builder.reset({reinterpret_cast<std::byte*>(words.data()), words.size() * 8},
@@ -36,7 +36,12 @@ struct EntryMaker {
     // Two writes per record, so prefetches run across records too.
     for (size_t i = 0; i < keys.size(); i += 2) {
       const size_t n = std::min<size_t>(2, keys.size() - i);
-      EXPECT_EQ(builder.append(first_tid + i, {}, std::span(writes).subspan(i, n)),
+      // With first_dist_txn_id, each record is a coordinator's half of a distributed
+      // transaction (ids first_dist_txn_id + i), naming shard 1 in its vector.
+      const txn::DepEntry dep{1, first_tid + i + 1};
+      const uint64_t id = first_dist_txn_id == 0 ? 0 : first_dist_txn_id + i;
+      EXPECT_EQ(builder.append(first_tid + i, {&dep, id == 0 ? 0u : 1u},
+                               std::span(writes).subspan(i, n), id),
                 AppendResult::kOk);
     }
     return builder.seal();
@@ -109,6 +114,38 @@ TEST(ReplayApplier, AnEpochStartDiscardsTheOldEpochAboveItsFinalWatermark) {
   EXPECT_EQ(applier.fences()[0].epoch, 2u);
   EXPECT_EQ(applier.fences()[0].final_tid, final_tid);
   EXPECT_EQ(applier.cut().fences.size(), 1u);
+}
+
+// The decisions a new leader answers the other shards from (participant.h F11): a
+// coordinator's halves it installed, not the ones the epoch fence discarded.
+TEST(ReplayApplier, DecisionsAreTheInstalledRecordsOfDistributedTransactions) {
+  txn::Engine engine;
+  engine.create_table<1>("t");
+  ReplayApplier applier(engine, 2);
+  EntryMaker m0, m1;
+  const uint64_t t = uint64_t{2} << 32;
+  applier.on_chosen(0, m0.make(1, t + 10, WriteOp::kInsert, {1, 2, 3, 4}, 0, 1, 100));  // 10, 12
+  applier.on_chosen(1, m1.make(1, t + 20, WriteOp::kInsert, {5, 6}, 1));                // 20
+  applier.on_chosen(0, m0.make(2, t + 30, WriteOp::kInsert, {7, 8}, 0, 1, 200));        // above F
+  EXPECT_EQ(applier.applied_tid(), t + 20);
+  for (uint32_t s = 0; s < 2; ++s) {
+    EntryMaker& m = s == 0 ? m0 : m1;
+    m.builder.reset({reinterpret_cast<std::byte*>(m.words.data()), m.words.size() * 8},
+                    LogEntryId{0, s, 2, s == 0 ? 3u : 2u}, BatchLimits{});
+    applier.on_chosen(s, m.builder.seal(kLogFlagEpochStart, t + 40, t + 20));
+  }
+  EXPECT_EQ(applier.stats().discarded_txns, 1u);
+  const DecisionLog& d = *applier.decisions();
+  EXPECT_EQ(d.size(), 2u);
+  uint64_t tid = 0;
+  txn::DepVec vector;
+  ASSERT_TRUE(d.find(102, 0, &tid, &vector));
+  EXPECT_EQ(tid, t + 12);
+  EXPECT_EQ(vector.get(0), t + 12);  // the shard's own entry: where it committed
+  EXPECT_EQ(vector.get(1), t + 13);  // as logged
+  EXPECT_TRUE(d.find(100, 0, &tid, &vector));
+  EXPECT_FALSE(d.find(200, 0, &tid, &vector));  // discarded with the failed epoch's tail
+  EXPECT_FALSE(d.find(101, 0, &tid, &vector));  // never logged
 }
 
 // A hole a new leader's phase 1 filled with a no-op (the failed leader's entry there is lost)

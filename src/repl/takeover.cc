@@ -44,6 +44,7 @@ TakeoverResult TakeoverTracker::result(const ReplayApplier& applier) const {
                  r.final_tid);
     ++r.discarded_txns;
   });
+  r.decisions = applier.decisions();
   return r;
 }
 

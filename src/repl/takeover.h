@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "src/repl/replay.h"
@@ -31,6 +32,9 @@ struct TakeoverResult {
   uint64_t replayed_txns = 0;   // records the takeover installed (chosen since the hand-over)
   uint64_t discarded_txns = 0;  // records above final_tid, never installed
   uint64_t elapsed_ns = 0;      // start() to the last stream's old slots chosen
+  // The old epochs' committed distributed transactions that survived (at or below
+  // final_tid): what the shard's coordinator decided, for the shards holding their halves.
+  std::shared_ptr<const DecisionLog> decisions;
 };
 
 class TakeoverTracker {

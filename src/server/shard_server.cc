@@ -456,6 +456,10 @@ class ShardServer {
   // and fenced on our own workers' vector watermarks: our TIDs in (lost_above_, lost_through_].
   [[nodiscard]] Status publish_takeover(uint64_t final_tid, uint64_t floor_tid);
   uint64_t lost_above_ = 0, lost_through_ = 0;  // both 0: nothing lost (not promoted)
+  // A promotion: what our predecessor's log says its coordinator committed (participant.h
+  // F11); our participants answer the other shards' kResolve from it. Read-only by then.
+  std::shared_ptr<const repl::DecisionLog> decisions_;
+  static bool find_decision(const void* ctx, dist::TxnId id, uint64_t* tid, txn::DepVec* vector);
   // Waits (bounded) for shard's failover record of `epoch` - 1 (its final watermark and
   // floor, published by its new leader before it serves).
   [[nodiscard]] Status await_failover_record(uint32_t shard, uint64_t epoch, uint64_t* final_tid,
@@ -674,6 +678,7 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   w->epoch = epoch_;
   w->participant->advance_epoch(epoch_);
   w->participant->set_fragments(&fragments_);
+  if (decisions_ != nullptr) w->participant->set_decision_lookup(&find_decision, this);
   w->service = std::make_unique<dist::ParticipantService>(*w->participant, *w->loop);
   if (replication_ != nullptr) w->service->set_watermark_source(replication_->watermark_source());
   if (cluster_replicated()) {
@@ -890,13 +895,19 @@ void ShardServer::follow_leader(uint32_t shard, uint32_t replica, uint64_t epoch
 
 Status Worker::logged_commit(void* ctx, const txn::Txn& txn) {
   auto* w = static_cast<Worker*>(ctx);
-  SHOAL_TRY(w->appender->append(txn));
+  // Our own coordinator's installs here (through the local link).
+  const dist::TxnId logging = w->participant->logging_id();
+  const bool ours = logging != 0 && (logging >> 48) == w->server_shard;
+  // One that other shards take part in carries its id: its decision, for the shards holding
+  // its prepared halves should we fail over (participant.h F11).
+  const bool cross_shard =
+      ours && std::any_of(txn.deps().entries().begin(), txn.deps().entries().end(),
+                          [w](const txn::DepEntry& d) { return d.shard != w->server_shard; });
+  SHOAL_TRY(w->appender->append(txn, cross_shard ? logging : 0));
   w->server->note_logged_commit(w->loop->now_ns());
   if (w->discard_journal != nullptr) {
     const dist::VectorWatermark& vw = *w->vector_watermark;
-    // Our own coordinator's installs here (through the local link): note_outcome follows.
-    const dist::TxnId logging = w->participant->logging_id();
-    const bool ours = logging != 0 && (logging >> 48) == w->server_shard;
+    // Ours: note_outcome follows.
     w->discard_journal->record(txn, ours, [&vw](uint32_t shard, uint64_t ts) {
       return shard < vw.shards() && vw.get(shard) >= ts;
     });
@@ -960,6 +971,34 @@ Status ShardServer::discard_lost_versions(const LostRange& range) {
   return r.ok() ? Status::Ok() : r.status();
 }
 
+// F11 (participant.h): asks `shard`'s new leader what its log says of each transaction its
+// predecessor coordinated that is still prepared here, and installs or aborts it. One that
+// gets no answer stays prepared, its locks held, until a later failover of that shard asks
+// again: 2PC blocks rather than guess.
+rt::Task<void> resolve_prepared(Worker* w, uint32_t shard, dist::ShardLink* link,
+                                std::vector<dist::TxnId> ids) {
+  size_t committed = 0, aborted = 0, unknown = 0;
+  for (const dist::TxnId id : ids) {
+    uint64_t tid = 0, installed = 0;
+    txn::DepVec vector;
+    const Status answer = co_await link->decision(id, &tid, &vector);
+    Status s = answer;
+    if (answer.ok() || answer.code() == Code::kNotFound) {
+      s = w->participant->resolve(id, answer.ok(), vector, &installed);
+      if (s.ok()) ++committed;
+      if (s.code() == Code::kAborted) ++aborted;
+      if (s.ok() || s.code() == Code::kAborted || s.code() == Code::kNotFound) continue;
+    }
+    ++unknown;
+    fmt::print(stderr, "shoal server: shard {} worker {}: transaction {:#x} of shard {}: {}\n",
+               w->server_shard, w->index, id, shard, s.to_string());
+  }
+  fmt::print(stderr,
+             "shoal server: shard {} worker {}: shard {}'s new leader resolved {} prepared "
+             "transactions: {} committed, {} aborted, {} still in doubt\n",
+             w->server_shard, w->index, shard, ids.size(), committed, aborted, unknown);
+}
+
 template <typename E>
 void Worker::redial(uint32_t shard, uint64_t new_epoch, uint64_t lost_above, uint64_t lost_through,
                     E endpoint) {
@@ -992,7 +1031,7 @@ void Worker::redial(uint32_t shard, uint64_t new_epoch, uint64_t lost_above, uin
   if (old != nullptr) {
     if (!old->down) {  // a hung leader: its connection never failed (health() did not see it)
       old->down = true;
-      const size_t released = participant->abort_coordinated_by(shard);
+      const size_t released = participant->abort_coordinated_by(shard, /*keep_prepared=*/true);
       fmt::print(stderr, "shoal server: shard {} worker {}: released {} transactions of shard {}\n",
                  server->shard(), index, released, shard);
     }
@@ -1003,6 +1042,18 @@ void Worker::redial(uint32_t shard, uint64_t new_epoch, uint64_t lost_above, uin
   }
   peers[shard] = std::move(*peer);
   coordinator->set_link(shard, peers[shard]->link());
+  std::vector<dist::TxnId> prepared;
+  participant->prepared_coordinated_by(shard, &prepared);
+  if (!prepared.empty()) {
+    const Status spawned =
+        loop->spawn(resolve_prepared(this, shard, peers[shard]->link(), std::move(prepared)));
+    if (!spawned.ok()) {
+      fmt::print(stderr,
+                 "shoal server: shard {} worker {}: cannot ask shard {}'s new leader about its "
+                 "prepared transactions ({}): they stay prepared\n",
+                 server->shard(), index, shard, spawned.to_string());
+    }
+  }
   if (watermark_exchange != nullptr) {
     const Status s = watermark_exchange->replace_link(shard, *peers[shard]->link());
     SHOAL_ASSERT(s.ok(), "watermark exchange: %s", s.to_string().c_str());
@@ -1409,11 +1460,14 @@ void Worker::health() {
     // It may fail over: nothing its new leader says raises its entry before the fence.
     if (vector_watermark != nullptr && server->follows_failovers())
       vector_watermark->hold(p->shard);
-    const size_t released = participant->abort_coordinated_by(p->shard);
+    // Its prepared transactions wait for its new leader's word when it fails over (F11).
+    const bool keep_prepared = server->follows_failovers();
+    const size_t released = participant->abort_coordinated_by(p->shard, keep_prepared);
     fmt::print(stderr,
                "shoal server: shard {} worker {}: shard {} unreachable ({}); released {} of its "
-               "transactions\n",
-               server->shard(), index, p->shard, p->status().to_string(), released);
+               "transactions{}\n",
+               server->shard(), index, p->shard, p->status().to_string(), released,
+               keep_prepared ? " (prepared ones wait for its new leader)" : "");
   }
   const uint64_t now = loop->now_ns();
   std::erase_if(retired, [now](const std::unique_ptr<Peer>& p) {
@@ -1560,14 +1614,17 @@ Status ShardServer::take_over() {
   eo.track_dependencies = true;  // a replicated shard's versions carry their vectors
   const size_t purged = engine_->start_leading((r->floor_tid >> 32) + 1, &eo);
   snapshot_tid_ = r->floor_tid;
+  decisions_ = r->decisions;
   // The old leader's lost TIDs include ones nobody received (above the floor we saw): count
   // as lost everything below our first TID (start_leading: the floor's engine epoch + 1).
   SHOAL_TRY(publish_takeover(r->final_tid, (((r->floor_tid >> 32) + 1) << 32) - 1));
   fmt::print(stderr,
              "shoal server: shard {}: replica {} took over in epoch {} in {:.1f} ms: final "
-             "watermark {:#x}, {} txns installed, {} discarded above it, {} tombstones purged\n",
+             "watermark {:#x}, {} txns installed, {} discarded above it, {} tombstones purged, "
+             "{} cross-shard decisions known\n",
              options_.shard, me_, epoch_, static_cast<double>(r->elapsed_ns) / 1e6, r->final_tid,
-             r->replayed_txns, r->discarded_txns, purged);
+             r->replayed_txns, r->discarded_txns, purged,
+             decisions_ != nullptr ? decisions_->size() : 0);
   return Status::Ok();
 }
 
@@ -1592,6 +1649,12 @@ Status ShardServer::publish_takeover(uint64_t final_tid, uint64_t floor_tid) {
   fvw[options_.shard] = lost_above_;
   auto stored = store.publish_fvw(old_epoch, fvw);
   return stored.ok() ? Status::Ok() : stored.status();
+}
+
+bool ShardServer::find_decision(const void* ctx, dist::TxnId id, uint64_t* tid,
+                                txn::DepVec* vector) {
+  const auto* server = static_cast<const ShardServer*>(ctx);
+  return server->decisions_->find(id, server->options_.shard, tid, vector);
 }
 
 Status ShardServer::await_failover_record(uint32_t shard, uint64_t epoch, uint64_t* final_tid,
