@@ -38,6 +38,7 @@
 #include "src/cluster/http_client.h"
 #include "src/ops/metrics_parse.h"
 #include "src/ops/promtool.h"
+#include "src/server/testing/processes.h"
 
 namespace shoal::server {
 namespace {
@@ -139,18 +140,8 @@ std::vector<pid_t> still_running(const std::vector<pid_t>& pids, double timeout_
   }
 }
 
-uint16_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using test_processes::free_low_ports;
+using test_processes::port_free;
 
 class ServerCli : public ::testing::Test {
  protected:
@@ -192,8 +183,10 @@ class ServerCli : public ::testing::Test {
     }
     return o;
   }
-  // A 2-shard config on free ports.
+  // A 2-shard config on free ports (below the ephemeral range: free_low_ports).
   std::string write_config(uint32_t shards = 2) {
+    const uint16_t port = free_low_ports(shards);
+    EXPECT_NE(port, 0) << "no free ports below the ephemeral range";
     std::string toml =
         "[cluster]\nname = \"clitest\"\ntransport = \"tcp\"\nworkers = 1\n"
         "replicas = 1\n\n[[region]]\nname = \"r0\"\n";
@@ -201,7 +194,7 @@ class ServerCli : public ::testing::Test {
       toml += fmt::format(
           "\n[[shard]]\nid = {}\npartition_lo = {}\npartition_hi = {}\n[[shard.replica]]\n"
           "region = \"r0\"\nhost = \"127.0.0.1\"\nport = {}\n",
-          s, s + 1, s + 2, free_port());
+          s, s + 1, s + 2, port + s);
     }
     config_ = path("cluster.toml");
     std::ofstream(config_) << toml;
@@ -219,7 +212,8 @@ class ServerCli : public ::testing::Test {
     for (uint32_t r = 1; r < replicas; ++r) {
       toml += fmt::format("\n[[wan]]\nfrom = \"r0\"\nto = \"r{}\"\none_way_ms = 1.0\n", r);
     }
-    uint16_t port = low_port_pair();
+    uint16_t port = free_low_ports(2 * shards * replicas);
+    EXPECT_NE(port, 0) << "no free ports below the ephemeral range";
     for (uint32_t s = 0; s < shards; ++s) {
       toml += fmt::format("\n[[shard]]\nid = {}\npartition_lo = {}\npartition_hi = {}\n", s, s + 1,
                           s + 2);
@@ -232,26 +226,6 @@ class ServerCli : public ::testing::Test {
     config_ = path("cluster.toml");
     std::ofstream(config_) << toml;
     return config_;
-  }
-  // The first of 32 consecutive ports in [12000, 32000) that are free now.
-  static uint16_t low_port_pair() {
-    for (uint32_t attempt = 0; attempt < 200; ++attempt) {
-      const auto base = static_cast<uint16_t>(12000 + (getpid() * 7919 + attempt * 337) % 20000);
-      bool free = true;
-      for (uint16_t p = base; p < base + 32 && free; ++p) free = port_free(p);
-      if (free) return base;
-    }
-    return 12000;
-  }
-  static bool port_free(uint16_t port) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    close(fd);
-    return ok;
   }
   Outcome up(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {
