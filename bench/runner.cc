@@ -22,8 +22,6 @@
 namespace shoal::bench {
 namespace {
 
-constexpr uint64_t kNsPerSec = 1'000'000'000;
-
 // Single-writer counter bump: the owning thread is the only writer, so a relaxed load+store
 // publishes the new value without a locked read-modify-write on the data path.
 inline void bump(std::atomic<uint64_t>& counter, uint64_t n = 1) {
@@ -183,9 +181,9 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
 }
 
 // Load progress: a redrawn bar on a terminal, a line per 10% otherwise.
-class LoadProgress {
+class LoadProgressDisplay {
  public:
-  LoadProgress(std::FILE* out, std::string name, Env& env)
+  LoadProgressDisplay(std::FILE* out, std::string name, Env& env)
       : out_(out),
         name_(std::move(name)),
         env_(env),
@@ -700,7 +698,7 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
   r.requested_seconds = options.seconds;
   Env& env = engine.env();
 
-  LoadProgress progress(options.progress, r.workload, env);
+  LoadProgressDisplay progress(options.progress, r.workload, env);
   const uint64_t load_start_ns = env.now_ns();
   LoadOptions load_options;
   load_options.workers = options.workers;

@@ -29,6 +29,8 @@
 
 namespace shoal::bench {
 
+inline constexpr uint64_t kNsPerSec = 1'000'000'000;
+
 struct RunOptions {
   double seconds = 10;      // measured duration; REQUIRES: > 0
   uint32_t workers = 1;     // REQUIRES: in [1, kMaxWorkers]

@@ -18,8 +18,6 @@
 namespace shoal::bench {
 namespace {
 
-constexpr uint64_t kNsPerSec = 1'000'000'000;
-
 std::string tail(const std::string& path, size_t lines) {
   std::ifstream in(path);
   std::vector<std::string> last;

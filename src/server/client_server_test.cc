@@ -44,7 +44,6 @@ namespace fs = std::filesystem;
 namespace proto = client::proto;
 
 using test_processes::dial;
-using test_processes::free_port;
 using test_processes::slurp;
 using test_processes::spawn;
 
@@ -133,8 +132,9 @@ class ClientServer : public ::testing::Test {
     dir_ = fs::temp_directory_path() / fmt::format("shoal-client-{}", getpid());
     fs::create_directories(dir_);
     config_ = (dir_ / "c.toml").string();
-    ports_[0] = free_port();
-    ports_[1] = free_port();
+    ports_[0] = test_processes::free_low_ports(2);
+    ASSERT_NE(ports_[0], 0) << "no two free ports below the ephemeral range";
+    ports_[1] = static_cast<uint16_t>(ports_[0] + 1);
     write_config();
     // Client ports picked by the servers (--client-port 0: a port chosen here could be taken
     // by the servers' own outgoing connections first), then written into the config for
@@ -570,7 +570,8 @@ class ClientReplicated : public ::testing::Test {
     config_ = (dir_ / "c.toml").string();
     // Below the ephemeral range: a process dialing out must not take a port bound later
     // (a leader's replication port, port + 1).
-    uint16_t port = low_ports();
+    uint16_t port = test_processes::free_low_ports(12);
+    ASSERT_NE(port, 0) << "no 12 free ports below the ephemeral range";
     std::string toml =
         "[cluster]\nname = \"client-repl\"\ntransport = \"tcp\"\nworkers = 1\nreplicas = 2\n"
         "kv_split_keys = [\"m\"]\n\n[[region]]\nname = \"r0\"\n\n[[region]]\nname = \"r1\"\n";
@@ -598,24 +599,6 @@ class ClientReplicated : public ::testing::Test {
   Shell cluster(const std::string& verb, const std::string& extra) {
     return shell(fmt::format("{} cluster {} --config {} --run-dir {} {}", SHOAL_BINARY, verb,
                              config_, (dir_ / "run").string(), extra));
-  }
-  // The first of 16 consecutive ports in [12000, 32000) that are free now.
-  static uint16_t low_ports() {
-    for (uint32_t attempt = 0; attempt < 200; ++attempt) {
-      const auto base = static_cast<uint16_t>(12000 + (getpid() * 7919 + attempt * 337) % 20000);
-      bool free = true;
-      for (uint16_t p = base; p < base + 16 && free; ++p) {
-        const int fd = socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a.sin_port = htons(p);
-        free = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-        close(fd);
-      }
-      if (free) return base;
-    }
-    return 12000;
   }
 
   fs::path dir_;

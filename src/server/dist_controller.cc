@@ -37,20 +37,10 @@ namespace shoal::server {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr uint64_t kMs = 1'000'000;
 constexpr uint64_t kCallTimeoutMs = 5000;
 constexpr uint64_t kCollectGraceMs = 60'000;     // after the run: servers finish in-flight work
 constexpr uint64_t kQuiesceTimeoutMs = 300'000;  // followers applying the closed floor
 constexpr uint64_t kRejoinTimeoutMs = 120'000;   // a restarted replica recovering its WAL
-
-void sleep_ms(uint64_t ms) {
-  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * kMs)};
-  nanosleep(&ts, nullptr);
-}
-
-uint64_t now_ms() {
-  return RealEnv::instance().now_ns() / kMs;
-}
 
 // A local cluster owned by this run: stopped (and its directory removed when clean) on every
 // exit path, by destruction.

@@ -19,10 +19,6 @@ namespace {
 
 constexpr uint64_t kStatsTimeoutMs = 1000;  // one sample's call: a busy server answers late
 
-uint64_t now_ms() {
-  return RealEnv::instance().now_ns() / 1'000'000;
-}
-
 // The kill and what follows it, one step per sample.
 class Failover {
  public:

@@ -17,18 +17,17 @@
 #include "src/base/env.h"
 
 namespace shoal::server {
-namespace {
-
-constexpr uint64_t kMs = 1'000'000;
 
 void sleep_ms(uint64_t ms) {
-  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * kMs)};
+  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1'000'000)};
   nanosleep(&ts, nullptr);
 }
 
 uint64_t now_ms() {
-  return RealEnv::instance().now_ns() / kMs;
+  return RealEnv::instance().now_ns() / 1'000'000;
 }
+
+namespace {
 
 // The child side of spawn: only async-signal-safe calls until exec.
 [[noreturn]] void exec_child(const char* exe, char* const* argv, const char* log, bool die_with,

@@ -108,4 +108,9 @@ size_t stop_servers(const std::vector<ServerProcess>& procs, uint64_t timeout_ms
 // The last `lines` lines of a file ("" when unreadable), for error messages.
 std::string tail_file(const std::string& path, size_t lines);
 
+// Milliseconds on the monotonic clock, and a sleep of `ms` (not resumed after a signal): the
+// waits of the tools that drive server processes (spawn, control, failover runs).
+uint64_t now_ms();
+void sleep_ms(uint64_t ms);
+
 }  // namespace shoal::server

@@ -6,22 +6,13 @@
 
 #include "src/base/env.h"
 #include "src/base/json_field.h"
+#include "src/server/process.h"
 
 namespace shoal::server {
 namespace {
 
-constexpr uint64_t kMs = 1'000'000;
-constexpr uint64_t kCallTimeoutMs = 10'000;
+constexpr uint64_t kReplCallTimeoutMs = 10'000;
 constexpr uint64_t kReportWaitMs = 1000;  // per report call (the server bounds it too)
-
-uint64_t now_ms() {
-  return RealEnv::instance().now_ns() / kMs;
-}
-
-void sleep_ms(uint64_t ms) {
-  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * kMs)};
-  nanosleep(&ts, nullptr);
-}
 
 // One follower of a kRepl report, every field checked (a server's reply is peer input).
 Result<ReplicaState> replica_of(const nlohmann::json& f) {
@@ -81,7 +72,7 @@ void collect_shard(ControlClient& client, uint32_t s, const nlohmann::json& paym
   }
   std::string last = "no answer";
   for (;;) {  // bounded by the deadline
-    auto reply = client.call(s, kRepl, request, kCallTimeoutMs);
+    auto reply = client.call(s, kRepl, request, kReplCallTimeoutMs);
     if (!reply.ok()) {
       out->error = reply.status().to_string();
       return;
@@ -117,7 +108,7 @@ std::vector<ShardReplicaStates> collect_replica_states(ControlClient& client,
   std::vector<ShardReplicaStates> out(n);
   for (uint32_t s = 0; s < n; ++s) {
     out[s].shard = s;
-    auto closing = client.call(s, kRepl, {{"step", "close"}}, kCallTimeoutMs);
+    auto closing = client.call(s, kRepl, {{"step", "close"}}, kReplCallTimeoutMs);
     if (!closing.ok()) out[s].error = closing.status().to_string();
   }
   const uint64_t deadline_ms = now_ms() + timeout_ms;

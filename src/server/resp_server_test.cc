@@ -43,7 +43,6 @@ namespace fs = std::filesystem;
 constexpr const char* kRedisCli = "/usr/bin/redis-cli";
 
 using test_processes::dial;
-using test_processes::free_port;
 using test_processes::slurp;
 using test_processes::spawn;
 
@@ -84,6 +83,8 @@ class RespServer : public ::testing::Test {
       std::ofstream(dir_ / "resp.pw") << password_ << "\n";
       password_line = "resp_password_file = \"resp.pw\"\n";
     }
+    const uint16_t ports_base = test_processes::free_low_ports(2);
+    ASSERT_NE(ports_base, 0) << "no two free ports below the ephemeral range";
     std::ofstream(config) << fmt::format(
         "[cluster]\nname = \"resp-{}\"\ntransport = \"tcp\"\nworkers = 1\nreplicas = 1\n"
         "kv_split_keys = [\"m\"]\n{}\n[[region]]\nname = \"r0\"\n\n"
@@ -91,7 +92,7 @@ class RespServer : public ::testing::Test {
         "region = \"r0\"\nhost = \"127.0.0.1\"\nport = {}\n\n"
         "[[shard]]\nid = 1\npartition_lo = 2\npartition_hi = 3\n[[shard.replica]]\n"
         "region = \"r0\"\nhost = \"127.0.0.1\"\nport = {}\n",
-        getpid(), password_line, free_port(), free_port());
+        getpid(), password_line, ports_base, ports_base + 1);
     for (int s = 0; s < 2; ++s) {
       const std::string log = (dir_ / fmt::format("s{}.log", s)).string();
       const std::string shard = std::to_string(s);

@@ -38,6 +38,7 @@
 #include "src/cluster/http_client.h"
 #include "src/ops/metrics_parse.h"
 #include "src/ops/promtool.h"
+#include "src/server/testing/processes.h"
 
 namespace shoal::server {
 namespace {
@@ -139,18 +140,8 @@ std::vector<pid_t> still_running(const std::vector<pid_t>& pids, double timeout_
   }
 }
 
-uint16_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using test_processes::free_low_ports;
+using test_processes::port_free;
 
 class ServerCli : public ::testing::Test {
  protected:
@@ -192,8 +183,10 @@ class ServerCli : public ::testing::Test {
     }
     return o;
   }
-  // A 2-shard config on free ports.
+  // A 2-shard config on free ports (below the ephemeral range: free_low_ports).
   std::string write_config(uint32_t shards = 2) {
+    const uint16_t port = free_low_ports(shards);
+    EXPECT_NE(port, 0) << "no free ports below the ephemeral range";
     std::string toml =
         "[cluster]\nname = \"clitest\"\ntransport = \"tcp\"\nworkers = 1\n"
         "replicas = 1\n\n[[region]]\nname = \"r0\"\n";
@@ -201,7 +194,7 @@ class ServerCli : public ::testing::Test {
       toml += fmt::format(
           "\n[[shard]]\nid = {}\npartition_lo = {}\npartition_hi = {}\n[[shard.replica]]\n"
           "region = \"r0\"\nhost = \"127.0.0.1\"\nport = {}\n",
-          s, s + 1, s + 2, free_port());
+          s, s + 1, s + 2, port + s);
     }
     config_ = path("cluster.toml");
     std::ofstream(config_) << toml;
@@ -219,7 +212,8 @@ class ServerCli : public ::testing::Test {
     for (uint32_t r = 1; r < replicas; ++r) {
       toml += fmt::format("\n[[wan]]\nfrom = \"r0\"\nto = \"r{}\"\none_way_ms = 1.0\n", r);
     }
-    uint16_t port = low_port_pair();
+    uint16_t port = free_low_ports(2 * shards * replicas);
+    EXPECT_NE(port, 0) << "no free ports below the ephemeral range";
     for (uint32_t s = 0; s < shards; ++s) {
       toml += fmt::format("\n[[shard]]\nid = {}\npartition_lo = {}\npartition_hi = {}\n", s, s + 1,
                           s + 2);
@@ -232,26 +226,6 @@ class ServerCli : public ::testing::Test {
     config_ = path("cluster.toml");
     std::ofstream(config_) << toml;
     return config_;
-  }
-  // The first of 32 consecutive ports in [12000, 32000) that are free now.
-  static uint16_t low_port_pair() {
-    for (uint32_t attempt = 0; attempt < 200; ++attempt) {
-      const auto base = static_cast<uint16_t>(12000 + (getpid() * 7919 + attempt * 337) % 20000);
-      bool free = true;
-      for (uint16_t p = base; p < base + 32 && free; ++p) free = port_free(p);
-      if (free) return base;
-    }
-    return 12000;
-  }
-  static bool port_free(uint16_t port) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    close(fd);
-    return ok;
   }
   Outcome up(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {
@@ -274,7 +248,8 @@ nlohmann::json read_json(const std::string& p) {
 TEST_F(ServerCli, MicroTwoShardsLocalAndCrossShardAreConsistent) {
   for (const char* pct : {"0", "100"}) {
     const std::string json = path(fmt::format("micro-{}.json", pct));
-    Outcome o = run({"bench", "micro", "--shards", "2", "--cross-shard-pct", pct, "--seconds", "2",
+    // One second is thousands of transactions; the assertions need more than 100.
+    Outcome o = run({"bench", "micro", "--shards", "2", "--cross-shard-pct", pct, "--seconds", "1",
                      "--keys-per-shard", "20000", "--json", json},
                     120);
     ASSERT_EQ(o.exit_code, 0) << o.output;
@@ -462,9 +437,12 @@ TEST_F(ServerCli, KilledShardFailsTransactionsAndSurvivorKeepsNoLocks) {
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const std::string log = path("bench.log");
   const pid_t bench = start({"bench", "micro", "--cluster", config_, "--cross-shard-pct", "50",
-                             "--seconds", "4", "--json", path("kill.json")},
+                             "--seconds", "3", "--json", path("kill.json")},
                             log);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Mid-run: the bench prints this right before it starts both shards (a fixed sleep from its
+  // start could end before the run begins on a loaded machine); then half a second of run.
+  ASSERT_TRUE(wait_for_text(log, "running micro on 2 shards", 60)) << read_file(log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   long victim = 0;
   std::ifstream(run_dir() + "/shard-1.pid") >> victim;
   ASSERT_GT(victim, 0);
@@ -862,7 +840,8 @@ TEST_F(ServerCli, ClusterDownThenUpRestartsEveryReplicaFromItsDisk) {
   Outcome o = up({"--workload", "tpcc", "--ack-journal", "--checkpoint-interval-ms", "300"});
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("loaded afresh (workload tpcc, epoch 1)"), std::string::npos) << o.output;
-  o = run({"bench", "tpcc", "--cluster", config_, "--seconds", "2"}, 180);
+  // A second of TPC-C: acknowledged NewOrders journaled and checkpoints written (every 300 ms).
+  o = run({"bench", "tpcc", "--cluster", config_, "--seconds", "1"}, 180);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   o = run({"cluster", "digest", "--config", config_}, 120);
   ASSERT_EQ(o.exit_code, 0) << o.output;
@@ -921,18 +900,24 @@ TEST_F(ServerCli, EveryProcessKilledMidRunRestartsWithEveryAcknowledgedTransacti
   Outcome o = up({"--workload", "tpcc", "--ack-journal"});
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const std::string bench_log = path("bench.log");
-  const pid_t bench = start({"bench", "tpcc", "--cluster", config_, "--seconds", "6"}, bench_log);
-  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  const pid_t bench = start({"bench", "tpcc", "--cluster", config_, "--seconds", "4"}, bench_log);
+  // Killed once a terminal has journaled an acknowledged NewOrder (bounded: 60 s), not after a
+  // fixed time: what the restart must keep exists then, and the run goes on.
+  auto acknowledged = [&] {
+    for (const auto& e : fs::directory_iterator(run_dir())) {
+      if (e.path().filename().string().starts_with("acks-") && fs::file_size(e) > 0) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 600 && !acknowledged(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   const std::vector<pid_t> pids = run_dir_pids(run_dir());
   ASSERT_EQ(pids.size(), 3u);
   for (pid_t p : pids) EXPECT_EQ(kill(p, SIGKILL), 0) << p;
   o = finish(bench, bench_log, 120);
   EXPECT_NE(o.exit_code, 0) << o.output;  // its cluster died under it
-  bool acks = false;
-  for (const auto& e : fs::directory_iterator(run_dir())) {
-    acks = acks || (e.path().filename().string().starts_with("acks-") && fs::file_size(e) > 0);
-  }
-  ASSERT_TRUE(acks) << "no NewOrder was acknowledged before the kill";
+  ASSERT_TRUE(acknowledged()) << "no NewOrder was acknowledged before the kill";
   o = up();
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("restarted from disk in epoch 2"), std::string::npos) << o.output;
@@ -1040,9 +1025,8 @@ TEST_F(ServerCli, CtrlCEndsABenchEarlyAndReportsWhatItMeasured) {
   const std::string json = path("bench.json");
   const auto started = Clock::now();
   const pid_t bench = start({"bench", "tpcc", "--seconds", "30", "--check", "--json", json}, log);
-  // Printed right before the workers start; the load takes a second or two.
-  ASSERT_TRUE(wait_for_text(log, "cpu placement:", 60)) << read_file(log);
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  // The first live line: a second of the run measured (after the load, a second or two).
+  ASSERT_TRUE(wait_for_text(log, "committed/s", 60)) << read_file(log);
   const auto signalled = Clock::now();
   kill(bench, SIGINT);
   const Outcome o = finish(bench, log, 30);
@@ -1079,11 +1063,10 @@ TEST_F(ServerCli, CtrlCStopsTheFollowersOfAReplicatedBench) {
     const std::string log = path(fmt::format("bench-{}.log", sigints));
     const pid_t bench =
         start({"bench", "tpcc", "--replicas", "3", "--seconds", "30", "--check"}, log);
-    // After the followers installed the load, right before the workers start.
-    ASSERT_TRUE(wait_for_text(log, "cpu placement:", 120)) << read_file(log);
+    // The first live line: the followers installed the load and a second of the run passed.
+    ASSERT_TRUE(wait_for_text(log, "committed/s", 120)) << read_file(log);
     const std::vector<pid_t> followers = children_of(bench);
     EXPECT_EQ(followers.size(), 2u);
-    std::this_thread::sleep_for(std::chrono::seconds(2));
     const auto signalled = Clock::now();
     for (int i = 0; i < sigints; ++i) {
       kill(bench, SIGINT);

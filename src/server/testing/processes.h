@@ -1,7 +1,7 @@
 // Tests only: helpers for tests that run real `shoal server` processes and talk to them over
-// loopback TCP (resp_server_test.cc, client_server_test.cc). Header only, inline: the test
-// binary compiles its files in unity batches, where file-local copies would collide.
-// Threads: any; each call is independent.
+// loopback TCP (resp_server_test.cc, client_server_test.cc, server_cli_test.cc). Header only,
+// inline: the test binary compiles its files in unity batches, where file-local copies would
+// collide. Threads: any; each call is independent.
 #pragma once
 
 #include <arpa/inet.h>
@@ -38,17 +38,44 @@ inline std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// A port the kernel says is free now (bind to 0).
-inline uint16_t free_port() {
+// True if 127.0.0.1:port can be bound now.
+inline bool port_free(uint16_t port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  a.sin_port = htons(port);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   close(fd);
-  return ntohs(a.sin_port);
+  return ok;
+}
+
+// The first of `count` consecutive loopback ports that are free now, below the kernel's
+// ephemeral range, for the ports a config names before its servers start (0 if none found).
+// Not a port from binding port 0: that one is ephemeral, and an outgoing connection of any
+// process (the servers dialing each other, another test) may take it before its server binds
+// it (bind, close, reuse). Below the range only a program binding that very port can. The
+// search starts at a place set by the pid, and moves on at each call, so that tests running
+// side by side and successive calls of one test pick different ports.
+inline uint16_t free_low_ports(uint32_t count) {
+  constexpr uint32_t kLowest = 10'000;
+  uint32_t ephemeral_lo = 32'768;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> ephemeral_lo;
+  if (ephemeral_lo < kLowest + 2 * count) return 0;
+  const uint32_t span = ephemeral_lo - kLowest - count;
+  static uint32_t calls = 0;  // a test's calls: each one another block
+  for (uint32_t attempt = 0; attempt < 200; ++attempt) {
+    const uint32_t at = static_cast<uint32_t>(getpid()) * 7919 + (calls * 200 + attempt) * 337;
+    const auto base = static_cast<uint16_t>(kLowest + at % span);
+    bool free = true;
+    for (uint32_t p = base; p < base + count && free; ++p)
+      free = port_free(static_cast<uint16_t>(p));
+    if (free) {
+      ++calls;
+      return base;
+    }
+  }
+  return 0;
 }
 
 // A TCP connection to 127.0.0.1:port (-1 on failure), its reads bounded by 10 s.
