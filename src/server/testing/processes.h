@@ -38,12 +38,12 @@ inline std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// A port the kernel says is free now (bind to 0).
-inline uint16_t free_port() {
+// A port the kernel says is free on `host` now (bind to 0).
+inline uint16_t free_port(const char* host = "127.0.0.1") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(inet_pton(AF_INET, host, &a.sin_addr), 1) << host;
   EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   socklen_t len = sizeof(a);
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
@@ -51,13 +51,13 @@ inline uint16_t free_port() {
   return ntohs(a.sin_port);
 }
 
-// A TCP connection to 127.0.0.1:port (-1 on failure), its reads bounded by 10 s.
-inline int dial(uint16_t port) {
+// A TCP connection to host:port (-1 on failure), its reads bounded by 10 s.
+inline int dial(uint16_t port, const char* host = "127.0.0.1") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(inet_pton(AF_INET, host, &a.sin_addr), 1) << host;
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
     close(fd);
     return -1;
