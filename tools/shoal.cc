@@ -13,7 +13,7 @@
 //   shoal cluster up|status|down|check|digest --config FILE
 //                                           manage a cluster of shard servers and replicas
 //                                           (src/server/cluster_ctl.h)
-//   shoal kv get|put|del|scan --cluster FILE ...
+//   shoal kv get|put|del|scan --cluster FILE [--password-file F] ...
 //                                           one key-value transaction through the client
 //                                           library (include/shoal/client.h, docs/CLIENT.md)
 //
@@ -819,6 +819,7 @@ struct KvCommands {
   CLI::App* del = nullptr;
   CLI::App* scan = nullptr;
   std::string cluster;
+  std::string password_file;  // empty: the config's resp_password_file, if it names one
   std::string key;
   std::string value;
   std::string start;
@@ -837,6 +838,9 @@ void add_kv_command(CLI::App& app, KvCommands& c) {
   for (CLI::App* sub : {c.get, c.put, c.del, c.scan}) {
     sub->add_option("--cluster", c.cluster, "Cluster config (TOML) naming client ports")
         ->required();
+    sub->add_option("--password-file", c.password_file,
+                    "File whose first line is the client password (default: the config's "
+                    "resp_password_file)");
   }
   for (CLI::App* sub : {c.get, c.put, c.del}) {
     sub->add_option("key", c.key, "The key (1 to 8192 bytes)")->required();
@@ -859,7 +863,13 @@ int kv_failed(const Status& s) {
 }
 
 int run_kv_command(const KvCommands& c) {
-  auto client = Client::connect_cluster(c.cluster);
+  ClientOptions options;
+  if (!c.password_file.empty()) {
+    Result<std::string> password = cluster::read_password_file(c.password_file, "--password-file");
+    if (!password.ok()) return kv_failed(password.status());
+    options.password = std::move(*password);
+  }
+  auto client = Client::connect_cluster(c.cluster, options);
   if (!client.ok()) return kv_failed(client.status());
   const Durability d = c.speculative ? Durability::kSpeculative : Durability::kDurable;
   if (c.get->parsed()) {

@@ -23,6 +23,8 @@
 // CommitResult::durable is true. Durability::kSpeculative returns at the commit point
 // instead (durable false: a failover may still take it back). On a cluster without
 // replication every commit is speculative (durable false): nothing is more durable there.
+// Authentication: a cluster with [cluster] resp_password_file asks its password in the hello
+// (ClientOptions::password; connect_cluster reads the file itself): PermissionDenied otherwise.
 // Errors (Status): Aborted for a conflict (the transaction is over; run() retries it),
 // NotFound for a missing key (the transaction goes on), InvalidArgument for a key or value
 // over the limits or a call out of order, Unavailable when the server cannot be reached or
@@ -65,6 +67,11 @@ struct ClientOptions {
   Env* env = nullptr;  // clock, sleeps and seeds for run()'s backoff (nullptr: the machine's)
   int connect_timeout_ms = 5000;
   int io_timeout_ms = 30'000;  // one request's reply; beyond: Timeout, connection closed
+  // The cluster's client password ([cluster] resp_password_file: the Redis port's, so an
+  // application has one credential for both), sent in the hello. Empty: none, except that
+  // connect_cluster() then reads the config's file when it names one. A server that asks for
+  // another (or one, and gets none) refuses the connection: PermissionDenied. Sent in clear.
+  std::string password;
 };
 
 struct RunOptions {
@@ -110,13 +117,17 @@ class Transaction {
 
 class Client {
  public:
-  // Connects to host:port (a server's client port) and performs the handshake.
+  // Connects to host:port (a server's client port) and performs the handshake (with
+  // options.password: PermissionDenied when the server wants another, or one and got none;
+  // InvalidArgument when it is over 4096 bytes).
   [[nodiscard]] static Result<std::unique_ptr<Client>> connect(const std::string& host,
                                                                uint16_t port,
                                                                ClientOptions options = {});
   // Reads a cluster config (TOML, docs/OPERATIONS.md) and connects to a server with a
   // client_port: shard leaders first, starting at one picked by the process id, then the
   // other replicas (a promoted follower opens its port). Unavailable when none answers.
+  // Without options.password, the config's resp_password_file (when it names one) is read
+  // for it (InvalidArgument when it cannot be).
   [[nodiscard]] static Result<std::unique_ptr<Client>> connect_cluster(
       const std::string& config_path, ClientOptions options = {});
   ~Client();

@@ -27,7 +27,10 @@ enum class Code : uint8_t {
   kUnavailable,      // a peer or resource is gone
   kTimeout,
   kNotSupported,
+  kPermissionDenied,  // a credential is missing or wrong (the client port's password)
 };
+// The highest Code: a byte above it that crossed the wire is no Code.
+inline constexpr Code kLastCode = Code::kPermissionDenied;
 
 std::string_view code_name(Code code);
 
@@ -50,6 +53,9 @@ class [[nodiscard]] Status {
   static Status Timeout(std::string msg) { return Status(Code::kTimeout, std::move(msg)); }
   static Status NotSupported(std::string msg) {
     return Status(Code::kNotSupported, std::move(msg));
+  }
+  static Status PermissionDenied(std::string msg) {
+    return Status(Code::kPermissionDenied, std::move(msg));
   }
 
   bool ok() const { return code_ == Code::kOk; }

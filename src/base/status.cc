@@ -17,6 +17,7 @@ std::string_view code_name(Code code) {
     case Code::kUnavailable: return "Unavailable";
     case Code::kTimeout: return "Timeout";
     case Code::kNotSupported: return "NotSupported";
+    case Code::kPermissionDenied: return "PermissionDenied";
   }
   return "Unknown";
 }
@@ -70,6 +71,8 @@ Status status_from_code(Code code, std::string msg) {
       return Status::Timeout(std::move(msg));
     case Code::kNotSupported:
       return Status::NotSupported(std::move(msg));
+    case Code::kPermissionDenied:
+      return Status::PermissionDenied(std::move(msg));
   }
   return Status::Corruption("unknown status code");
 }

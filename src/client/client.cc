@@ -81,6 +81,10 @@ struct Client::Reply {
 
 Result<std::unique_ptr<Client>> Client::connect(const std::string& host, uint16_t port,
                                                 ClientOptions options) {
+  if (options.password.size() > proto::kMaxPasswordBytes) {
+    return Status::InvalidArgument(fmt::format("password of {} bytes: at most {}",
+                                               options.password.size(), proto::kMaxPasswordBytes));
+  }
   Result<int> fd = dial(host, port, options.connect_timeout_ms);
   if (!fd.ok()) return fd.status();
   std::unique_ptr<Client> c(new Client());
@@ -97,6 +101,12 @@ Result<std::unique_ptr<Client>> Client::connect_cluster(const std::string& confi
                                                         ClientOptions options) {
   Result<cluster::ClusterConfig> config = cluster::load_config_file(config_path);
   if (!config.ok()) return config.status();
+  if (options.password.empty() && !config->resp_password_file.empty()) {
+    Result<std::string> password =
+        cluster::read_password_file(config->resp_password_file, "cluster.resp_password_file");
+    if (!password.ok()) return password.status();
+    options.password = std::move(*password);
+  }
   // Leaders first (replica 0 at start), from a shard picked by the process id so that
   // clients spread over the servers; then every other replica (a promoted follower).
   std::vector<const cluster::Replica*> order;
@@ -137,7 +147,7 @@ Status Client::broken(Status why) {
 }
 
 Status Client::handshake() {
-  SHOAL_TRY(send_all(proto::hello()));
+  SHOAL_TRY(send_all(proto::hello(proto::kVersion, options_.password)));
   Reply r;
   SHOAL_TRY(read_reply(0, &r));
   if (r.code != Code::kOk) return broken(r.status());

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "src/base/constant_time.h"
+
 namespace shoal::client::proto {
 
 static_assert(std::endian::native == std::endian::little,
@@ -57,25 +59,58 @@ Result<FrameView> next_frame(std::string_view buf, uint32_t max_frame_bytes) {
   return f;
 }
 
-std::string hello(uint16_t version) {
+std::string hello(uint16_t version, std::string_view password) {
+  SHOAL_ASSERT(password.size() <= kMaxPasswordBytes, "password of %zu bytes", password.size());
   std::string out(kMagic, sizeof(kMagic));
   FrameWriter w(&out);
   w.u16(version);
-  w.u16(0);
+  w.u16(version >= 2 ? static_cast<uint16_t>(password.size()) : 0);
+  if (version >= 2) out.append(password);
   return out;
 }
 
-Status check_hello(std::string_view bytes) {
-  SHOAL_ASSERT(bytes.size() == kHelloBytes, "hello of %zu bytes", bytes.size());
-  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+Result<Hello> parse_hello(std::string_view buf) {
+  Hello h;
+  if (buf.size() < kHelloBytes) return h;
+  if (std::memcmp(buf.data(), kMagic, sizeof(kMagic)) != 0) {
     return Status::InvalidArgument(
         "bad magic: not a Shoal client hello (expected \"SHLC\", docs/CLIENT.md)");
   }
-  FrameReader r(bytes.substr(sizeof(kMagic)));
-  const uint16_t version = r.u16();
-  if (version != kVersion) {
-    return Status::InvalidArgument(fmt::format(
-        "unsupported client protocol version {} (this server speaks {})", version, kVersion));
+  FrameReader r(buf.substr(sizeof(kMagic), kHelloBytes - sizeof(kMagic)));
+  h.version = r.u16();
+  const uint16_t password_bytes = r.u16();
+  if (h.version < kMinVersion || h.version > kVersion) {
+    return Status::InvalidArgument(
+        fmt::format("unsupported client protocol version {} (this server speaks {} to {})",
+                    h.version, kMinVersion, kVersion));
+  }
+  if (h.version == 1) {
+    h.bytes = kHelloBytes;
+    return h;
+  }
+  if (password_bytes > kMaxPasswordBytes) {
+    return Status::InvalidArgument(fmt::format("hello: a password of {} bytes (at most {})",
+                                               password_bytes, kMaxPasswordBytes));
+  }
+  if (buf.size() < kHelloBytes + password_bytes) return Hello{};
+  h.password = buf.substr(kHelloBytes, password_bytes);
+  h.bytes = kHelloBytes + password_bytes;
+  return h;
+}
+
+Status check_password(const Hello& hello, std::string_view required) {
+  if (required.empty()) return Status::Ok();
+  if (hello.version < 2) {
+    return Status::PermissionDenied(
+        "this server asks for a password, which client protocol version 1 cannot carry "
+        "(update the client library)");
+  }
+  if (hello.password.empty()) {
+    return Status::PermissionDenied(
+        "this server asks for a password (ClientOptions::password, `shoal kv --password-file`)");
+  }
+  if (!constant_time_equal(required, hello.password)) {
+    return Status::PermissionDenied("wrong password");
   }
   return Status::Ok();
 }

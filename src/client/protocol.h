@@ -1,18 +1,26 @@
 // The Shoal client protocol's wire format (docs/CLIENT.md): the bytes between the client
 // library (include/shoal/client.h) and a server's client port (src/server/client_connection.h).
 //
-// A connection opens with the client's 8-byte hello (magic "SHLC", version u16, zero u16);
-// then both sides send frames. Every integer is little-endian.
+// A connection opens with the client's hello; then both sides send frames. Every integer is
+// little-endian.
+//   hello v2 = "SHLC" | u16 2 | u16 password length P (0..kMaxPasswordBytes) | P bytes
+//   hello v1 = "SHLC" | u16 1 | u16 (ignored)          (no password: accepted only by a
+//              server that asks none, so that clients older than the password keep working)
+// A server with a password ([cluster] resp_password_file, the Redis port's) refuses a hello
+// without it or with another with a PermissionDenied error frame and closes: nothing else a
+// connection sends is executed before its hello was accepted. The password travels in clear, as
+// Redis's AUTH: the port authenticates, it does not encrypt.
 //   frame   = u32 length (of what follows) | u64 request id | u8 opcode (request) or status
 //             code (reply, shoal::Code) | body
 //   string  = u32 length | bytes
-// The server answers the hello with a reply frame of id 0: kOk and (u16 version, u32
-// max request frame bytes, u32 max replies held per connection), or an error (a wrong magic
-// or version) after which it closes. Replies come in request order and echo the request's id.
-// An error reply's body is a string (the message); an ok reply's body depends on the opcode
-// (see Op). Limits: a request frame is at most kMaxRequestFrameBytes, a reply frame at most
-// kMaxReplyFrameBytes; an oversized or malformed frame gets an error reply and the connection
-// closes; an unknown opcode gets an error reply and the connection goes on.
+// The server answers the hello with a reply frame of id 0: kOk and (u16 version: the
+// hello's, u32 max request frame bytes, u32 max replies held per connection), or an error
+// (a wrong magic, version or password) after which it closes. Replies come in request order
+// and echo the request's id. An error reply's body is a string (the message); an ok reply's
+// body depends on the opcode (see Op). Limits: a request frame is at most
+// kMaxRequestFrameBytes, a reply frame at most kMaxReplyFrameBytes; an oversized or malformed
+// frame gets an error reply and the connection closes; an unknown opcode gets an error reply
+// and the connection goes on.
 //
 // Threads: plain functions and value types; FrameWriter/FrameReader belong to their caller.
 #pragma once
@@ -28,8 +36,13 @@
 namespace shoal::client::proto {
 
 inline constexpr char kMagic[4] = {'S', 'H', 'L', 'C'};
-inline constexpr uint16_t kVersion = 1;
+// What this library sends, and the oldest hello a server accepts.
+inline constexpr uint16_t kVersion = 2;
+inline constexpr uint16_t kMinVersion = 1;
+// The hello's fixed part (v2's password follows it).
 inline constexpr size_t kHelloBytes = 8;
+// As the config's password files (cluster::kPasswordBytesMax).
+inline constexpr size_t kMaxPasswordBytes = 4096;
 inline constexpr size_t kLengthBytes = 4;
 // id and opcode/status: the smallest frame after its length field.
 inline constexpr uint32_t kFrameMinBytes = 9;
@@ -151,10 +164,22 @@ struct FrameView {
 // InvalidArgument when its length is over `max_frame_bytes` or under kFrameMinBytes.
 [[nodiscard]] Result<FrameView> next_frame(std::string_view buf, uint32_t max_frame_bytes);
 
-// The client's hello.
-std::string hello(uint16_t version = kVersion);
-// Checks a hello's 8 bytes: InvalidArgument naming what is wrong.
-[[nodiscard]] Status check_hello(std::string_view bytes);
+// The client's hello (version 1 carries no password; tests send it as an old client would).
+// REQUIRES: password.size() <= kMaxPasswordBytes.
+std::string hello(uint16_t version = kVersion, std::string_view password = {});
+
+struct Hello {
+  uint16_t version = 0;
+  std::string_view password;  // into the parsed bytes; empty for version 1
+  size_t bytes = 0;           // the hello's length; 0: not complete yet
+};
+// The hello at the start of `buf`: bytes 0 while it is incomplete; InvalidArgument naming what
+// is wrong (magic, version, password length) as soon as the bytes show it.
+[[nodiscard]] Result<Hello> parse_hello(std::string_view buf);
+// Whether a hello may proceed on a server whose password is `required` (empty: none asked):
+// PermissionDenied saying whether the password is missing or wrong. The comparison takes the
+// same time wherever the passwords differ.
+[[nodiscard]] Status check_password(const Hello& hello, std::string_view required);
 
 // A key's and a value's size against the byte tables' limits (InvalidArgument saying which).
 [[nodiscard]] Status check_key(std::string_view key);

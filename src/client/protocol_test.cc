@@ -75,13 +75,62 @@ TEST(ClientProtocol, FrameLengthLimits) {
 
 TEST(ClientProtocol, Hello) {
   EXPECT_EQ(hello().size(), kHelloBytes);
-  EXPECT_TRUE(check_hello(hello()).ok());
-  EXPECT_EQ(check_hello(hello(2)).message(),
-            "unsupported client protocol version 2 (this server speaks 1)");
+  EXPECT_EQ(hello(kVersion, "pw").size(), kHelloBytes + 2);
+  EXPECT_EQ(hello(1, "ignored").size(), kHelloBytes);  // version 1 has no password
+  const std::string bytes = hello(kVersion, "secret") + "next frame";
+  Result<Hello> h = parse_hello(bytes);  // its password views `bytes`
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  EXPECT_EQ(h->version, 2);
+  EXPECT_EQ(h->password, "secret");
+  EXPECT_EQ(h->bytes, kHelloBytes + 6);
+  h = parse_hello(hello(1));
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->version, 1);
+  EXPECT_EQ(h->bytes, kHelloBytes);
+  // Incomplete at every length short of the whole.
+  const std::string full = hello(kVersion, "secret");
+  for (size_t n = 0; n < full.size(); ++n) {
+    h = parse_hello(std::string_view(full).substr(0, n));
+    ASSERT_TRUE(h.ok()) << n;
+    EXPECT_EQ(h->bytes, 0u) << n;
+  }
+  EXPECT_EQ(parse_hello(hello(3)).status().message(),
+            "unsupported client protocol version 3 (this server speaks 1 to 2)");
+  EXPECT_EQ(parse_hello(hello(0)).status().code(), Code::kInvalidArgument);
   std::string bad = hello();
   bad[0] = 'X';
-  EXPECT_EQ(check_hello(bad).code(), Code::kInvalidArgument);
-  EXPECT_NE(check_hello(bad).message().find("bad magic"), std::string::npos);
+  EXPECT_EQ(parse_hello(bad).status().code(), Code::kInvalidArgument);
+  EXPECT_NE(parse_hello(bad).status().message().find("bad magic"), std::string::npos);
+  std::string long_password = hello();  // a length over the limit is refused before its bytes
+  long_password[6] = static_cast<char>(0x01);
+  long_password[7] = static_cast<char>(0x10);  // 4097
+  EXPECT_EQ(parse_hello(long_password).status().message(),
+            "hello: a password of 4097 bytes (at most 4096)");
+  EXPECT_TRUE(parse_hello(hello(kVersion, std::string(kMaxPasswordBytes, 'p'))).ok());
+}
+
+TEST(ClientProtocol, PasswordCheck) {
+  auto check = [](const std::string& bytes, std::string_view required) {
+    Result<Hello> h = parse_hello(bytes);
+    EXPECT_TRUE(h.ok() && h->bytes > 0);
+    return check_password(*h, required);
+  };
+  EXPECT_TRUE(check(hello(), "").ok());  // no password asked: anything goes
+  EXPECT_TRUE(check(hello(1), "").ok());
+  EXPECT_TRUE(check(hello(kVersion, "unasked"), "").ok());
+  EXPECT_TRUE(check(hello(kVersion, "s3cret"), "s3cret").ok());
+  const Status wrong = check(hello(kVersion, "s3creT"), "s3cret");
+  EXPECT_EQ(wrong.code(), Code::kPermissionDenied);
+  EXPECT_EQ(wrong.message(), "wrong password");
+  EXPECT_EQ(check(hello(kVersion, "s3cret!"), "s3cret").code(), Code::kPermissionDenied);
+  EXPECT_EQ(check(hello(kVersion, "s3cre"), "s3cret").code(), Code::kPermissionDenied);
+  const Status missing = check(hello(), "s3cret");
+  EXPECT_EQ(missing.code(), Code::kPermissionDenied);
+  EXPECT_NE(missing.message().find("asks for a password"), std::string::npos);
+  const Status old = check(hello(1), "s3cret");
+  EXPECT_EQ(old.code(), Code::kPermissionDenied);
+  EXPECT_NE(old.message().find("version 1 cannot carry"), std::string::npos);
+  EXPECT_EQ(status_from_code(Code::kPermissionDenied, "x").to_string(), "PermissionDenied: x");
 }
 
 TEST(ClientProtocol, KeyAndValueLimits) {

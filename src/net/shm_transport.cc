@@ -121,6 +121,23 @@ Status recv_fds(int sock, std::span<Fd> out, Hello* hello, uint64_t timeout_ms) 
   return Status::Ok();
 }
 
+// Abstract unix socket names have no file permissions: any process of the host (in the same
+// network namespace) may connect to a listener, or bind a name first. Only processes of our
+// own user share rings with us; SO_PEERCRED gives the peer's at connect()/listen() time.
+Status check_peer_user(int sock, const char* side) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return errno_status("shm: SO_PEERCRED");
+  }
+  if (cred.uid != geteuid()) {
+    return Status::PermissionDenied(fmt::format(
+        "shm {}: refused pid {} of uid {}: the transport connects processes of uid {} only", side,
+        cred.pid, cred.uid, geteuid()));
+  }
+  return Status::Ok();
+}
+
 Result<Fd> make_eventfd() {
   Fd fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!fd.ok()) return errno_status("eventfd");
@@ -130,6 +147,9 @@ Result<Fd> make_eventfd() {
 Result<Fd> make_memfd(size_t ring_bytes) {
   Fd fd(memfd_create("shoal-shm", MFD_CLOEXEC));
   if (!fd.ok()) return errno_status("memfd_create");
+  // A memfd starts at mode 0777; /proc/<pid>/fd/N reopens it by that mode (for whoever may
+  // reach the process's fd directory), so the rings are made the owner's alone.
+  if (fchmod(fd.get(), 0600) != 0) return errno_status("fchmod memfd");
   if (ftruncate(fd.get(), static_cast<off_t>(2 * ring_slot_bytes(ring_bytes))) != 0) {
     return errno_status("ftruncate memfd");
   }
@@ -234,6 +254,7 @@ Result<ShmEndpoint> ShmEndpoint::connect(const std::string& name, const Endpoint
     Fd sock(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
     if (!sock.ok()) return errno_status("socket");
     if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len) == 0) {
+      SHOAL_TRY(check_peer_user(sock.get(), "connect"));
       return handshake(std::move(sock), options, timeout_ms);
     }
     const int err = errno;
@@ -555,6 +576,7 @@ Result<ShmEndpoint> ShmListener::accept(uint64_t timeout_ms, uint64_t handshake_
   }
   Fd sock(accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
   if (!sock.ok()) return errno_status("shm accept");
+  SHOAL_TRY(check_peer_user(sock.get(), "accept"));
   auto memfd = make_memfd(options_.ring_bytes);
   if (!memfd.ok()) return memfd.status();
   auto bell = make_eventfd();

@@ -10,7 +10,11 @@
 // Rendezvous: the accepting side creates the memfd and passes it over a unix-domain socket
 // with SCM_RIGHTS (ShmListener / ShmEndpoint::connect, abstract socket names), or pair() makes
 // both ends over a socketpair (tests, fork). Each side also passes its doorbell eventfd, which
-// the peer writes only when this side blocks in an event loop (prepare_to_block()). The socket then
+// the peer writes only when this side blocks in an event loop (prepare_to_block()).
+// Access: abstract socket names carry no permissions, so both ends check the other's user
+// (SO_PEERCRED): a peer of another uid is refused (PermissionDenied) before any ring is
+// shared; the memfd is mode 0600 (its owner's alone). Same-user processes are trusted: the
+// cluster secret (auth.h) guards TCP only. The socket then
 // carries no data: it stays open only so that a peer's death (even SIGKILL) shows up as a hang-up,
 // which this side checks when it is idle (every 64th empty poll(), at most once per
 // millisecond, and between futex sleeps), never per message.
@@ -59,6 +63,7 @@ class ShmEndpoint {
   [[nodiscard]] static Result<std::pair<ShmEndpoint, ShmEndpoint>> pair(
       const EndpointOptions& options = {});
   // Connects to a ShmListener bound to `name` (an abstract unix socket name).
+  // PermissionDenied when the listener runs as another user.
   [[nodiscard]] static Result<ShmEndpoint> connect(const std::string& name,
                                                    const EndpointOptions& options = {},
                                                    uint64_t timeout_ms = 5000);
@@ -187,7 +192,8 @@ class ShmListener {
   ~ShmListener();
   // Waits up to timeout_ms for a connect(), then creates and shares the rings, waiting up to
   // handshake_timeout_ms for the peer's half (a loop polling with timeout 0 still lets a
-  // connecting peer finish).
+  // connecting peer finish). PermissionDenied (the socket closed) when the peer runs as
+  // another user.
   [[nodiscard]] Result<ShmEndpoint> accept(uint64_t timeout_ms = 5000,
                                            uint64_t handshake_timeout_ms = 5000);
 

@@ -1,6 +1,7 @@
 // Connection and server commands: PING ECHO HELLO SELECT QUIT INFO UNWATCH CLIENT COMMAND.
 #include <string>
 
+#include "src/base/constant_time.h"
 #include "src/resp/command_table.h"
 #include "src/resp/glob.h"
 
@@ -42,12 +43,7 @@ bool password_matches(const SessionState& s, std::string_view user, std::string_
   if (user != "default") return false;
   const std::string_view want = s.options.password;
   if (want.empty()) return true;
-  unsigned diff = static_cast<unsigned>(want.size() ^ password.size());
-  for (size_t i = 0; i < password.size(); ++i) {
-    diff |= static_cast<unsigned char>(password[i]) ^
-            static_cast<unsigned char>(want[i < want.size() ? i : 0]);
-  }
-  return diff == 0;
+  return constant_time_equal(want, password);
 }
 
 bool parse_hello_options(Ctx& c, std::string_view* setname, bool* has_setname) {

@@ -33,7 +33,7 @@ Result<RpcHeader> decode_rpc_header(std::span<const uint8_t> msg) {
   }
   h.kind = static_cast<RpcKind>(p[3]);
   h.method = get_le<uint16_t>(p + 4);
-  if (p[6] > static_cast<uint8_t>(Code::kNotSupported)) {
+  if (p[6] > static_cast<uint8_t>(kLastCode)) {
     return Status::Corruption(fmt::format("rpc header: unknown status code {}", p[6]));
   }
   h.code = static_cast<Code>(p[6]);

@@ -76,7 +76,7 @@ inline void encode_rpc_header(const RpcHeader& h, uint8_t* dst) {
   if ((word0 & 0xffffff) != (uint32_t{kRpcMagic} | uint32_t{kRpcVersion} << 16) ||
       (kind != static_cast<uint8_t>(RpcKind::kRequest) &&
        kind != static_cast<uint8_t>(RpcKind::kResponse)) ||
-      code > static_cast<uint8_t>(Code::kNotSupported)) {
+      code > static_cast<uint8_t>(kLastCode)) {
     return false;
   }
   out->kind = static_cast<RpcKind>(kind);

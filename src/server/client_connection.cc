@@ -45,16 +45,19 @@ void ClientConnection::commit_input(size_t n) {
 }
 
 bool ClientConnection::take_hello(std::string_view buf) {
-  if (buf.size() < proto::kHelloBytes) return false;
-  if (Status s = proto::check_hello(buf.substr(0, proto::kHelloBytes)); !s.ok()) {
-    reply_error(0, s);
+  Result<proto::Hello> hello = proto::parse_hello(buf);
+  Status refused = hello.ok() ? Status::Ok() : hello.status();
+  if (hello.ok() && hello->bytes == 0) return false;
+  if (refused.ok()) refused = proto::check_password(*hello, options_.password);
+  if (!refused.ok()) {
+    reply_error(0, refused);
     closing_ = true;
     return false;
   }
-  in_head_ += proto::kHelloBytes;
+  in_head_ += hello->bytes;
   hello_done_ = true;
   proto::FrameWriter w = begin_reply(0, Code::kOk);
-  w.u16(proto::kVersion);
+  w.u16(hello->version);  // the client's: a version 1 client reads its own back
   w.u32(proto::kMaxRequestFrameBytes);
   w.u32(proto::kMaxHeldReplies);
   end_reply(w);

@@ -26,6 +26,9 @@
 // Bounds: a request frame of at most proto::kMaxRequestFrameBytes (the input holds one partial
 // frame plus one read); at most proto::kMaxHeldReplies replies held for durability (beyond,
 // no input is read or processed); output soft limit (stop processing) and hard limit (close).
+// Authentication: with options.password set, a hello without that password is answered with
+// a PermissionDenied error frame and the connection closes; nothing after the hello is
+// executed before it was accepted.
 // Malformed input (bad hello, oversized or malformed frame) is answered with an error frame
 // (id 0 when the frame's id is unknown) and the connection closes; an unknown opcode is
 // answered and the connection goes on.
@@ -58,6 +61,8 @@ struct ClientConnectionOptions {
   // The backend's commit tokens stand for the vectorized watermark (a replicated cluster):
   // a reply held until its token is durable says durable.
   bool durable_acks = false;
+  // The password the hello must carry (empty: none asked). Its bytes outlive the connection.
+  std::string_view password;
 };
 
 class ClientConnection {
@@ -114,7 +119,8 @@ class ClientConnection {
            gates_.size() >= client::proto::kMaxHeldReplies;
   }
   uint64_t written_total() const { return consumed_total_ + pending_output_bytes(); }
-  // The hello at the start of the input: false while incomplete or when it was refused.
+  // The hello at the start of the input: false while incomplete or when it was refused (a
+  // bad magic or version, or the password).
   bool take_hello(std::string_view buf);
   rt::Task<void> execute(uint64_t id, uint8_t op, std::string_view body);
   rt::Task<void> txn_op(uint64_t id, client::proto::Op op, std::string_view body);

@@ -1,8 +1,9 @@
 // ClientConnection (the server side of the client protocol) over the engine's KvBackend
 // (src/kv, a real engine in process): a pipelined session gives the same replies however its
 // bytes are split, a transaction's replies, the open transaction handed over at a close,
-// and random bytes (with and without a good hello) never break it: every reply is a
-// well-formed frame and the connection ends up closing or waiting for more.
+// a password checked before any request, and random bytes (with and without a good hello)
+// never break it: every reply is a well-formed frame and the connection ends up closing or
+// waiting for more.
 #include "src/server/client_connection.h"
 
 #include <gtest/gtest.h>
@@ -148,6 +149,49 @@ TEST_F(ClientConnectionTest, QuietConnectionIsSmall) {
               frame(2, Op::kGetOne, one_body("k")));
   c.release_buffers();
   EXPECT_EQ(c.buffer_bytes(), 0u);
+}
+
+// With a password: the right one is served; a wrong or missing one (a version 1 hello, an
+// empty password) gets one PermissionDenied frame and the connection closes, and the request
+// sent behind the hello was not executed. Refused at every split of the hello.
+TEST_F(ClientConnectionTest, PasswordIsCheckedBeforeAnyRequest) {
+  ClientConnectionOptions options;
+  options.password = "s3cret";
+  const std::string put = frame(1, Op::kPutOne, std::string(1, '\1') + key_body("k", "v", true));
+  const std::string get = frame(1, Op::kGetOne, one_body("k"));
+  for (const std::string& bad : {proto::hello(proto::kVersion, "s3creT"), proto::hello(),
+                                 proto::hello(1), proto::hello(proto::kVersion, "s3cret-")}) {
+    const std::string in = bad + put;
+    for (size_t cut = 0; cut <= in.size(); ++cut) {
+      ClientConnection c(backend_, RealEnv::instance(), options);
+      std::string out = pump(c, std::string_view(in).substr(0, cut));
+      if (!c.should_close()) out += pump(c, std::string_view(in).substr(cut));
+      std::vector<proto::FrameView> got;
+      ASSERT_TRUE(frames(out, &got));
+      ASSERT_EQ(got.size(), 1u) << "cut " << cut;
+      EXPECT_EQ(got[0].id, 0u);
+      EXPECT_EQ(got[0].op_or_code, static_cast<uint8_t>(Code::kPermissionDenied));
+      EXPECT_TRUE(c.should_close());
+    }
+  }
+  ClientConnection good(backend_, RealEnv::instance(), options);
+  std::vector<proto::FrameView> got;
+  std::string out = pump(good, proto::hello(proto::kVersion, "s3cret") + get);
+  ASSERT_TRUE(frames(out, &got));
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].op_or_code, static_cast<uint8_t>(Code::kOk));
+  proto::FrameReader version(got[0].body);
+  EXPECT_EQ(version.u16(), proto::kVersion);
+  EXPECT_EQ(got[1].op_or_code, static_cast<uint8_t>(Code::kNotFound)) << "a refused put ran";
+  EXPECT_FALSE(good.should_close());
+  // A version 1 client is served by a server without a password, and told version 1.
+  ClientConnection old(backend_, RealEnv::instance());
+  got.clear();
+  out = pump(old, proto::hello(1) + get);
+  ASSERT_TRUE(frames(out, &got));
+  ASSERT_EQ(got.size(), 2u);
+  proto::FrameReader v1(got[0].body);
+  EXPECT_EQ(v1.u16(), 1u);
 }
 
 // Deterministic random input: bytes after a good hello, and bytes from the start.

@@ -8,6 +8,13 @@
 // servers keep serving other clients; `shoal kv` reads and writes through the library.
 // ClientReplicated: `shoal cluster up` of 2 shards x 2 replicas, where a durable commit is
 // durable and a speculative one is not.
+// ClientAuth: `shoal cluster up` of 1 shard x 2 replicas (127.0.0.2 and 127.0.0.3) with a
+// cluster secret and a client password (issue 17 item 4): every listener of both processes
+// (data, replication, Redis, client, metrics) is bound to its replica's host only (from
+// /proc/<pid>/fd and /proc/net/tcp{,6}); the client port refuses a wrong password, none and
+// a version 1 hello (PermissionDenied, then closed, the request behind it not run) and serves
+// the right one, which connect_cluster and `shoal kv` read from the config or --password-file;
+// the Redis port asks the same password.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -19,11 +26,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -432,7 +442,7 @@ TEST_F(ClientServer, BadHellosAreAnsweredAndClosed) {
   send_bytes(fd, proto::hello(7));
   r = read_frame(fd, &buffered);
   EXPECT_EQ(r.code, static_cast<uint8_t>(Code::kInvalidArgument));
-  EXPECT_NE(r.message().find("unsupported client protocol version 7 (this server speaks 1)"),
+  EXPECT_NE(r.message().find("unsupported client protocol version 7 (this server speaks 1 to 2)"),
             std::string::npos)
       << r.message();
   EXPECT_TRUE(closed_by_server(fd, &buffered));
@@ -594,6 +604,11 @@ class ClientReplicated : public ::testing::Test {
     Shell down = cluster("down", "");
     EXPECT_EQ(down.exit_code, 0) << down.output;
     std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_ / "run", ec)) {
+      if (HasFailure() && e.path().extension() == ".log") {
+        std::printf("--- %s:\n%s\n", e.path().c_str(), slurp(e.path().string()).c_str());
+      }
+    }
     fs::remove_all(dir_, ec);
   }
   Shell cluster(const std::string& verb, const std::string& extra) {
@@ -631,6 +646,213 @@ TEST_F(ClientReplicated, DurableAndSpeculativeCommits) {
   EXPECT_EQ(v, "2");
   ASSERT_TRUE((*c)->get("zebra", &v, Durability::kSpeculative).ok());
   EXPECT_EQ(v, "1");
+}
+
+constexpr const char* kHosts[2] = {"127.0.0.2", "127.0.0.3"};
+constexpr const char* kPassword = "open sesame";
+
+struct Listening {
+  std::string address;  // "127.0.0.2" (IPv4) or "v6" for any IPv6 socket
+  uint16_t port = 0;
+};
+
+// The listening TCP sockets of process `pid`: its socket inodes (/proc/<pid>/fd) looked up in
+// /proc/net/tcp and tcp6 (state 0A: LISTEN).
+std::vector<Listening> listening_sockets(pid_t pid) {
+  std::set<std::string> inodes;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    const std::string target = fs::read_symlink(e.path(), ec).string();
+    if (target.starts_with("socket:[")) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<Listening> out;
+  for (const char* table : {"tcp", "tcp6"}) {
+    std::ifstream in(fmt::format("/proc/{}/net/{}", pid, table));
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      f >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >>
+          inode;
+      if (state != "0A" || inodes.count(inode) == 0) continue;
+      const size_t colon = local.find(':');
+      Listening l;
+      l.port = static_cast<uint16_t>(std::stoul(local.substr(colon + 1), nullptr, 16));
+      if (std::string_view(table) == "tcp") {
+        in_addr a{};
+        a.s_addr = static_cast<in_addr_t>(std::stoul(local.substr(0, colon), nullptr, 16));
+        char text[INET_ADDRSTRLEN];
+        l.address = inet_ntop(AF_INET, &a, text, sizeof(text));
+      } else {
+        l.address = "v6";
+      }
+      out.push_back(l);
+    }
+  }
+  return out;
+}
+
+// ClientReplicated's cluster commands and teardown over a config of its own.
+class ClientAuth : public ClientReplicated {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / fmt::format("shoal-client-auth-{}", getpid());
+    fs::create_directories(dir_);
+    config_ = (dir_ / "c.toml").string();
+    std::ofstream(dir_ / "secret") << "cluster secret\n";
+    std::ofstream(dir_ / "client.pw") << kPassword << "\n";
+    std::ofstream(dir_ / "wrong.pw") << "open sesame!\n";
+    std::string toml =
+        "[cluster]\nname = \"client-auth\"\ntransport = \"tcp\"\nworkers = 1\nreplicas = 2\n"
+        "secret_file = \"secret\"\nresp_password_file = \"client.pw\"\n\n"
+        "[[region]]\nname = \"r0\"\n\n[[region]]\nname = \"r1\"\n\n"
+        "[[shard]]\nid = 0\npartition_lo = 1\npartition_hi = 2\n";
+    for (int r = 0; r < 2; ++r) {
+      // port, port + 1 (the leader's replication port), Redis, client, metrics.
+      const uint16_t base = test_processes::free_low_ports(5, kHosts[r]);
+      ASSERT_NE(base, 0) << kHosts[r];
+      const uint16_t p[4] = {base, static_cast<uint16_t>(base + 2), static_cast<uint16_t>(base + 3),
+                             static_cast<uint16_t>(base + 4)};
+      ports_[r] = {p[0], static_cast<uint16_t>(p[0] + 1), p[1], p[2], p[3]};
+      toml += fmt::format(
+          "[[shard.replica]]\nregion = \"r{}\"\nhost = \"{}\"\nport = {}\nresp_port = {}\n"
+          "client_port = {}\nmetrics_port = {}\n",
+          r, kHosts[r], p[0], p[1], p[2], p[3]);
+    }
+    std::ofstream(config_) << toml;
+    // The same cluster without the password file: for clients that are not told it.
+    std::string bare = toml;
+    const std::string password_line = "resp_password_file = \"client.pw\"\n";
+    bare.erase(bare.find(password_line), password_line.size());
+    std::ofstream(dir_ / "bare.toml") << bare;
+    const Shell up = cluster("up", "--keys-per-partition 1000");
+    ASSERT_EQ(up.exit_code, 0) << up.output;
+  }
+  Shell kv(const std::string& args) { return shell(fmt::format("{} kv {}", SHOAL_BINARY, args)); }
+  pid_t pid_of(const std::string& file) {
+    pid_t pid = -1;
+    std::ifstream(dir_ / "run" / file) >> pid;
+    return pid;
+  }
+  uint16_t client_port() const { return ports_[0][3]; }
+  Result<std::unique_ptr<Client>> connect_leader(std::string password) {
+    ClientOptions options;
+    options.password = std::move(password);
+    return Client::connect(kHosts[0], client_port(), options);
+  }
+
+  // Per replica: port, replication port, Redis, client, metrics.
+  std::array<uint16_t, 5> ports_[2];
+};
+
+TEST_F(ClientAuth, EveryListenerBindsItsReplicaHost) {
+  const pid_t pids[2] = {pid_of("shard-0.pid"), pid_of("shard-0-replica-1.pid")};
+  // The leader listens on all five; its follower on its metrics port (it opens the others
+  // when promoted, on the same host).
+  const std::set<uint16_t> expected[2] = {
+      {ports_[0].begin(), ports_[0].end()},
+      {ports_[1][4]},
+  };
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_GT(pids[r], 0) << r;
+    std::set<uint16_t> seen;
+    for (const Listening& l : listening_sockets(pids[r])) {
+      EXPECT_EQ(l.address, kHosts[r])
+          << "replica " << r << " listens on " << l.address << ":" << l.port;
+      seen.insert(l.port);
+    }
+    for (uint16_t port : expected[r]) {
+      EXPECT_EQ(seen.count(port), 1u) << "replica " << r << " does not listen on " << port;
+    }
+    // Nothing answers on another loopback address at the same ports.
+    for (uint16_t port : seen) {
+      const int fd = dial(port, "127.0.0.1");
+      EXPECT_LT(fd, 0) << "127.0.0.1:" << port << " accepted a connection";
+      if (fd >= 0) close(fd);
+    }
+  }
+}
+
+TEST_F(ClientAuth, ClientPortAsksThePassword) {
+  // The library: a wrong password and none are refused, the right one is served.
+  auto wrong = connect_leader("open sesame!");
+  EXPECT_EQ(wrong.status().code(), Code::kPermissionDenied) << wrong.status().to_string();
+  EXPECT_EQ(wrong.status().message(), "wrong password");
+  auto none = connect_leader("");
+  EXPECT_EQ(none.status().code(), Code::kPermissionDenied) << none.status().to_string();
+  auto right = connect_leader(kPassword);
+  ASSERT_TRUE(right.ok()) << right.status().to_string();
+  ASSERT_TRUE((*right)->put("apple", "red").ok());
+  // connect_cluster reads the config's password file; with a config without it, refused.
+  auto from_config = Client::connect_cluster(config_);
+  ASSERT_TRUE(from_config.ok()) << from_config.status().to_string();
+  std::string v;
+  ASSERT_TRUE((*from_config)->get("apple", &v).ok());
+  EXPECT_EQ(v, "red");
+  auto bare = Client::connect_cluster((dir_ / "bare.toml").string());
+  EXPECT_EQ(bare.status().code(), Code::kPermissionDenied) << bare.status().to_string();
+
+  // Raw hellos with a request behind them: one error frame of id 0, then the server closes,
+  // and the put was not executed.
+  std::string put;
+  proto::FrameWriter w(&put);
+  w.begin(1, static_cast<uint8_t>(proto::Op::kPutOne));
+  w.u8(static_cast<uint8_t>(proto::Durability::kSpeculative));
+  w.str("apple");
+  w.str("stolen");
+  (void)w.end();
+  for (const std::string& hello :
+       {proto::hello(proto::kVersion, "open sesame!"), proto::hello(), proto::hello(1)}) {
+    const int fd = dial(client_port(), kHosts[0]);
+    ASSERT_GE(fd, 0);
+    send_bytes(fd, hello + put);
+    std::string buffered;
+    const RawReply r = read_frame(fd, &buffered);
+    EXPECT_EQ(r.id, 0u);
+    EXPECT_EQ(r.code, static_cast<uint8_t>(Code::kPermissionDenied)) << r.message();
+    EXPECT_TRUE(closed_by_server(fd, &buffered));
+    EXPECT_EQ(buffered, "") << "more than the refusal came back";
+    close(fd);
+  }
+  ASSERT_TRUE((*right)->get("apple", &v).ok());
+  EXPECT_EQ(v, "red");
+
+  // The Redis port asks the same password.
+  {
+    const int fd = dial(ports_[0][2], kHosts[0]);
+    ASSERT_GE(fd, 0);
+    const std::string ping = "PING\r\n";
+    ASSERT_EQ(send(fd, ping.data(), ping.size(), MSG_NOSIGNAL), 6);
+    char buf[256];
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    close(fd);
+    ASSERT_GT(n, 0);
+    EXPECT_EQ(std::string(buf, static_cast<size_t>(n)).substr(0, 7), "-NOAUTH");
+  }
+
+  // `shoal kv`: the config's password, --password-file over it, a bare config without one.
+  const std::string bare_config = (dir_ / "bare.toml").string();
+  Shell o = kv(fmt::format("put pear green --cluster {}", config_));
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(o.output, "OK (durable)\n");
+  o = kv(fmt::format("get pear --cluster {} --password-file {}", bare_config,
+                     (dir_ / "client.pw").string()));
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(o.output, "green\n");
+  o = kv(fmt::format("get pear --cluster {}", bare_config));
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("shoal: error: PermissionDenied: this server asks for a password"),
+            std::string::npos)
+      << o.output;
+  o = kv(fmt::format("get pear --cluster {} --password-file {}", config_,
+                     (dir_ / "wrong.pw").string()));
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_EQ(o.output, "shoal: error: PermissionDenied: wrong password\n");
+  o = kv(fmt::format("get pear --cluster {} --password-file {}", config_,
+                     (dir_ / "missing.pw").string()));
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--password-file: cannot read"), std::string::npos) << o.output;
 }
 
 }  // namespace client_server_test

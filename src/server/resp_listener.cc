@@ -53,9 +53,10 @@ std::string_view RespProtocol::too_many() {
 }
 
 ClientConnectionOptions ClientProtocol::options(uint64_t /*client_id*/, bool durable_acks,
-                                                std::string_view /*password*/) {
+                                                std::string_view password) {
   ClientConnectionOptions options;
   options.durable_acks = durable_acks;
+  options.password = password;
   return options;
 }
 

@@ -85,7 +85,8 @@ template <typename P>
 class StreamWorker final : public StreamAcceptor {
  public:
   // REQUIRES: backend, acks (nullptr: replies at the speculative commit), loop and the bytes of
-  // password (Redis's requirepass; empty: none; the client protocol has none yet) outlive it.
+  // password (empty: none) outlive it. Both ports ask the same one, [cluster]
+  // resp_password_file's: Redis's requirepass, the client protocol's hello.
   StreamWorker(rt::EventLoop& loop, resp::KvBackend& backend, KvAcks* acks, Env& env,
                uint32_t max_clients, std::string_view password = {});
   ~StreamWorker() override;

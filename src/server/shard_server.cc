@@ -433,7 +433,9 @@ class ShardServer {
   // The workers' key-value backends and the ports' workers (make_worker).
   [[nodiscard]] Status make_kv_workers(Worker* w);
   std::unique_ptr<StreamListener> client_listener_;
-  std::string resp_password_;  // empty: the Redis port asks none (config resp_password_file)
+  // Both client ports' (Redis AUTH, the client protocol's hello); empty: none asked
+  // (config resp_password_file).
+  std::string resp_password_;
   net::TcpListener listener_;
   net::ShmListener shm_listener_;  // transport shm: data connections from other shards
   // The early acceptor: accepts from init() on, on a thread of its own, where a dialer must be
@@ -1178,9 +1180,9 @@ Status ShardServer::make_kv_workers(Worker* w) {
   ko.own_shard = options_.shard;
   if (client_enabled()) {
     w->client_backend = std::make_unique<DistKvBackend>(ko);
-    w->client =
-        std::make_unique<ClientWorker>(*w->loop, *w->client_backend, w->kv_acks.get(),
-                                       RealEnv::instance(), options_.client_max_connections);
+    w->client = std::make_unique<ClientWorker>(*w->loop, *w->client_backend, w->kv_acks.get(),
+                                               RealEnv::instance(), options_.client_max_connections,
+                                               resp_password_);
     SHOAL_TRY(w->client->start());
   }
   if (resp_enabled()) {

@@ -38,26 +38,26 @@ inline std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// True if 127.0.0.1:port can be bound now.
-inline bool port_free(uint16_t port) {
+// True if host:port (an IPv4 address) can be bound now.
+inline bool port_free(uint16_t port, const char* host = "127.0.0.1") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(inet_pton(AF_INET, host, &a.sin_addr), 1) << host;
   a.sin_port = htons(port);
   const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   close(fd);
   return ok;
 }
 
-// The first of `count` consecutive loopback ports that are free now, below the kernel's
+// The first of `count` consecutive ports on `host` that are free now, below the kernel's
 // ephemeral range, for the ports a config names before its servers start (0 if none found).
 // Not a port from binding port 0: that one is ephemeral, and an outgoing connection of any
 // process (the servers dialing each other, another test) may take it before its server binds
 // it (bind, close, reuse). Below the range only a program binding that very port can. The
 // search starts at a place set by the pid, and moves on at each call, so that tests running
 // side by side and successive calls of one test pick different ports.
-inline uint16_t free_low_ports(uint32_t count) {
+inline uint16_t free_low_ports(uint32_t count, const char* host = "127.0.0.1") {
   constexpr uint32_t kLowest = 10'000;
   uint32_t ephemeral_lo = 32'768;
   if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> ephemeral_lo;
@@ -69,7 +69,7 @@ inline uint16_t free_low_ports(uint32_t count) {
     const auto base = static_cast<uint16_t>(kLowest + at % span);
     bool free = true;
     for (uint32_t p = base; p < base + count && free; ++p)
-      free = port_free(static_cast<uint16_t>(p));
+      free = port_free(static_cast<uint16_t>(p), host);
     if (free) {
       ++calls;
       return base;
@@ -78,13 +78,13 @@ inline uint16_t free_low_ports(uint32_t count) {
   return 0;
 }
 
-// A TCP connection to 127.0.0.1:port (-1 on failure), its reads bounded by 10 s.
-inline int dial(uint16_t port) {
+// A TCP connection to host:port (-1 on failure), its reads bounded by 10 s.
+inline int dial(uint16_t port, const char* host = "127.0.0.1") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(inet_pton(AF_INET, host, &a.sin_addr), 1) << host;
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
     close(fd);
     return -1;
