@@ -462,7 +462,9 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
   c.bench->footer(kBenchInterruptHelp);
 
   c.tpcc = c.bench->add_subcommand("tpcc", "TPC-C: the 5-transaction mix over W warehouses");
-  c.tpcc->add_option("--warehouses", f.warehouses, "Number of warehouses (>= 1)")
+  c.tpcc
+      ->add_option("--warehouses", f.warehouses,
+                   "Number of warehouses (>= 1; with --shards N, N unless given)")
       ->check(number_in(1u, 100'000u, false, "in [1, 100000]"))
       ->capture_default_str();
   add_dist_tpcc_options(c.tpcc, f.tpcc_dist);
@@ -677,6 +679,8 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
   }
   if (tpcc) {
     d.workload = "tpcc";
+    // One warehouse per shard at least unless told otherwise: each shard needs one to serve.
+    if (sub->count("--warehouses") == 0) f.warehouses = std::max(f.warehouses, d.shards);
     d.warehouses = f.warehouses;
     // Local TPC-C transactions run start to commit without suspending: a few terminals keep
     // the cross-shard ones overlapped without delaying the loop's polling for long.
