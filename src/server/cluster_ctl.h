@@ -114,6 +114,7 @@ struct DistBenchOptions {
   uint32_t follower_reads = 0;
   bool unsafe_follower_read_newest = false;
   std::string cpu_placement = "auto";  // local run: SpawnOptions::cpu_placement
+  bool client_ports = false;           // local run: every replica gets a client_port (bench kv)
   // Local replicated run: SIGKILL shard kill_shard's leader this many seconds into the run
   // (0: never); its replicas elect a new leader through the configuration manager, the load
   // goes on there, and the report adds failover_ms, the per-second series and the acknowledged
