@@ -354,7 +354,7 @@ void check_transfers(const KvBenchOptions& o, const Target& t, const Accounts& a
     c.check_aborts += attempts > 0 ? attempts - 1 : 0;
     if (s.ok()) {
       ++c.check_committed;
-      c.check_cross += acc.shard[pick[0]] != acc.shard[pick[1]] ? 1 : 0;
+      c.check_cross += !audit && acc.shard[pick[0]] != acc.shard[pick[1]] ? 1 : 0;
       log.append(std::move(rec));
       continue;
     }
