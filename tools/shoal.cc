@@ -478,6 +478,8 @@ void add_kv_bench_command(BenchCommands& c, BenchFlags& f) {
   c.kv->add_option("--fsync", d.fsync, "Local replicated cluster: every replica's WAL sync policy")
       ->check(CLI::IsMember({"none", "batch", "always"}))
       ->capture_default_str();
+  add_batch_options(c.kv, d.batch_txns, d.batch_us,
+                    " (the local cluster's leaders; default: 400 txns / 4000 us)");
   c.kv->add_option("--cluster", k.cluster_path,
                    "Run against the running cluster in this config (its client ports)");
   // Test only (hidden): the local servers skip read validation; --check must catch it.
@@ -487,7 +489,7 @@ void add_kv_bench_command(BenchCommands& c, BenchFlags& f) {
 int run_kv_bench_command(const BenchCommands& c, BenchFlags& f) {
   server::KvBenchOptions& k = f.kv;
   const bool remote = c.kv->count("--cluster") > 0;
-  for (const char* flag : {"--shards", "--replicas", "--fsync"}) {
+  for (const char* flag : {"--shards", "--replicas", "--fsync", "--batch-txns", "--batch-us"}) {
     if (remote && c.kv->count(flag) > 0) {
       fmt::print(stderr, "shoal: error: {}: with --cluster the running cluster's apply\n", flag);
       return kExitUsage;

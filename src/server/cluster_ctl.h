@@ -105,7 +105,7 @@ struct DistBenchOptions {
   std::string fsync = "batch";  // every replica's WAL
   int replica_nice = 10;        // followers' replay threads (they share this machine)
   int64_t replay_lag_ms = -1;   // local run: the config's ratekeeper bound (-1: its default)
-  // Local run: the config's log batching (0: its defaults, 400 txns / 1000 us).
+  // Local run: the config's log batching (0: its defaults, 400 txns / 4000 us).
   uint32_t batch_txns = 0;
   double batch_us = 0;
   // Local run, tpcc: reader threads per follower running OrderStatus and StockLevel at its
