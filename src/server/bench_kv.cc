@@ -489,7 +489,6 @@ bench::RunResult aggregate(const KvBenchOptions& o,
   r.aborts_per_sec = static_cast<double>(r.conflict_aborts) / seconds;
   r.rss_bytes = bench::current_rss_bytes();
   r.peak_rss_bytes = bench::peak_rss_bytes();
-  r.cpu_placement = "the servers': " + o.local.cpu_placement;
   return r;
 }
 
@@ -570,6 +569,8 @@ Status run(const KvBenchOptions& o) {
   }
   bench::RunResult r = aggregate(o, conns, start_ns, load_s);
   r.interrupted = interrupted;
+  r.cpu_placement = o.cluster_path.empty() ? "local servers: " + t.local.placement.describe()
+                                           : std::string("the running cluster's");
   r.series = series;
   uint64_t durable = 0, writes = 0;
   std::string first_error;
