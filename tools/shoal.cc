@@ -33,11 +33,9 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "bench/micro/micro.h"
+#include "bench/dist_bench.h"
 #include "bench/runner.h"
-#include "bench/tpcc/tpcc.h"
 #include "bench/transport/transport.h"
-#include "bench/ycsb/ycsb.h"
 #include "shoal/client.h"
 #include "src/base/cpu_placement.h"
 #include "src/base/interrupt.h"
@@ -47,6 +45,9 @@
 #include "src/server/replica_cli.h"
 #include "src/server/shard_server.h"
 #include "src/txn/engine.h"
+#include "src/workload/micro/micro.h"
+#include "src/workload/tpcc/tpcc.h"
+#include "src/workload/ycsb/ycsb.h"
 
 namespace shoal {
 namespace {

@@ -1,6 +1,6 @@
 // `shoal cluster up|status|down|check` and `shoal bench micro|tpcc|bank --shards N | --cluster F`:
-// starting shard server processes, finding out which answer, stopping them, and driving the
-// distributed microbenchmark from outside.
+// starting shard server processes, finding out which answer, stopping them, and the options of
+// the benchmarks driven from outside (their controller: bench/dist_bench.h).
 //
 // Run directory (`cluster up`/`down`): <run_dir>/shard-<i>.pid and shard-<i>.log per shard,
 // shard-<i>-replica-<r>.{pid,log} and the WAL directory shard-<i>-replica-<r>/ per replica of
@@ -127,12 +127,7 @@ struct DistBenchOptions {
   const std::atomic<bool>* stop = nullptr;
 };
 
-// Exit-code-shaped outcome: Ok; Unavailable (a shard went away or transactions failed: the
-// report says which); Corruption (consistency check failed on a leader or a follower, or a
-// follower's digest differs from its leader's); other errors from setup. Replicated shards
-// (local --replicas or a config with replicas > 1) are quiesced after the run and every
-// replica's digest and check reported (repl_ctl.h).
-[[nodiscard]] Status run_dist_bench(const DistBenchOptions& options);
+// The benchmark controller, run_dist_bench, is a driver: bench/dist_bench.h.
 
 // TPC-C over every shard of a running cluster (no load may run): the consistency conditions,
 // each shard's with the HISTORY payments the other shards hold for its customers (returned in

@@ -15,10 +15,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "bench/tpcc/tpcc_random.h"
-#include "bench/tpcc/tpcc_schema.h"
-#include "bench/tpcc/tpcc_txns.h"
-#include "bench/workload.h"
+#include "src/workload/tpcc/tpcc_random.h"
+#include "src/workload/tpcc/tpcc_schema.h"
+#include "src/workload/tpcc/tpcc_txns.h"
+#include "src/workload/workload.h"
 
 namespace shoal::bench {
 

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "bench/tpcc/tpcc.h"
+#include "src/workload/tpcc/tpcc.h"
 
 namespace shoal::bench {
 

@@ -1,7 +1,7 @@
 // Tests of the TPC-C workload: the generators, the loader's population and consistency, each
 // transaction type on its own, the invalid-item rollback, and a concurrent two-warehouse run.
 // TPCC_TEST_TXNS scales the per-thread transaction count of the run tests (smaller under TSan).
-#include "bench/tpcc/tpcc.h"
+#include "src/workload/tpcc/tpcc.h"
 
 #include <gtest/gtest.h>
 
