@@ -184,6 +184,7 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.workload = o.workload;
   so.die_with_parent = true;
   so.unsafe_skip_read_validation = o.unsafe_skip_read_validation;
+  so.tpcc_read_only_hint = o.tpcc_read_only_hint;
   so.fsync = o.fsync;
   so.replica_nice = o.replica_nice;
   so.serve_reads = o.follower_reads;

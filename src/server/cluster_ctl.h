@@ -98,6 +98,7 @@ struct DistBenchOptions {
   std::string json_path;
   // Local run, test only: the servers skip read validation (the bank's checker must notice).
   bool unsafe_skip_read_validation = false;
+  bool tpcc_read_only_hint = true;  // local run, tpcc: TpccOptions::read_only_hint on every shard
   // Local run: replicas per shard (1: none), leader included; followers are `shoal replica`
   // processes in regions region-1.. at wan_rtt_ms / 2 one way from the leaders' region.
   uint32_t replicas = 1;

@@ -642,6 +642,7 @@ Status ShardServer::load_tpcc() {
   to.warehouses = map.warehouses();
   to.load_first_warehouse = map.first(options_.shard);
   to.load_last_warehouse = map.last(options_.shard);
+  to.read_only_hint = options_.tpcc_read_only_hint;
   tpcc_ = std::make_unique<bench::TpccWorkload>(to);
   bench::LoadOptions lo;
   lo.workers = options_.workers;
