@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "bench/dist_bench.h"
+#include "bench/local_cluster.h"
 #include "bench/runner.h"
 #include "src/base/env.h"
 #include "src/base/json_field.h"
@@ -43,41 +44,13 @@ constexpr uint64_t kCollectGraceMs = 60'000;     // after the run: servers finis
 constexpr uint64_t kQuiesceTimeoutMs = 300'000;  // followers applying the closed floor
 constexpr uint64_t kRejoinTimeoutMs = 120'000;   // a restarted replica recovering its WAL
 
-// A local cluster owned by this run: stopped (and its directory removed when clean) on every
-// exit path, by destruction.
-struct LocalCluster {
-  std::string dir;
-  cluster::ClusterConfig config;
-  std::vector<ServerProcess> procs;
-  std::unique_ptr<cluster::EtcdProcess> etcd;  // replicated: the configuration manager
-  std::vector<std::string> etcd_endpoints;
-  SpawnOptions spawn;  // how procs were started (a killed replica restarts the same way)
-  CpuPlacement placement;
-  bool keep_dir = false;
-  ~LocalCluster() {
-    if (std::getenv("SHOAL_KEEP_RUN_DIR") != nullptr) keep_dir = true;  // logs for debugging
-    if (!procs.empty()) stop_servers(procs, 10'000);
-    if (etcd) (void)etcd->stop(2'000);
-    std::error_code ec;
-    if (dir.empty()) return;
-    if (!keep_dir) {
-      fs::remove_all(dir, ec);
-      return;
-    }
-    // Kept for its logs and config; the replicas' WAL directories (hundreds of MB per run)
-    // would fill a disk over a few failed runs.
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-      if (e.is_directory(ec)) fs::remove_all(e.path(), ec);
-    }
-  }
-};
-
 // Free loopback ports for every replica of every shard, below the kernel's ephemeral range
 // (else the outgoing connections of the processes starting up may take one before its owner
 // binds it): bind each, then release them all right before the servers start (a small race
 // with other programs, far smaller than a fixed base port). A replicated shard's leader also
-// needs port + 1 (its replication port).
-Status assign_free_ports(cluster::ClusterConfig* config) {
+// needs port + 1 (its replication port). With client_ports every replica also gets a
+// client_port (a follower opens it once promoted).
+Status assign_free_ports(cluster::ClusterConfig* config, bool client_ports) {
   constexpr uint32_t kAttemptsMax = 1000;
   constexpr uint32_t kLowest = 10'000;
   uint32_t ephemeral_lo = 32'768;
@@ -87,28 +60,34 @@ Status assign_free_ports(cluster::ClusterConfig* config) {
   if (ephemeral_lo <= kLowest + 1000) ephemeral_lo = 65'535;  // odd kernel setting: use any
   Rng rng(static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15ULL ^ RealEnv::instance().now_ns());
   std::vector<net::TcpListener> held;
+  // A free port (and port + 1 when `pair`), held until this function returns.
+  auto pick = [&](bool pair) -> Result<uint16_t> {
+    for (uint32_t attempt = 0; attempt < kAttemptsMax; ++attempt) {
+      const auto port = static_cast<uint16_t>(rng.uniform(kLowest, ephemeral_lo - 2));
+      auto l = net::TcpListener::listen("127.0.0.1", port);
+      if (!l.ok()) continue;
+      if (pair) {
+        auto next = net::TcpListener::listen("127.0.0.1", static_cast<uint16_t>(port + 1));
+        if (!next.ok()) continue;  // taken: try another
+        held.push_back(std::move(*next));
+      }
+      held.push_back(std::move(*l));
+      return port;
+    }
+    return Status::Unavailable(
+        fmt::format("no free loopback port in [{}, {})", kLowest, ephemeral_lo));
+  };
   for (cluster::Shard& shard : config->shards) {
-    for (uint32_t r = 0; r < shard.replicas.size(); ++r) {
+    for (cluster::Replica& replica : shard.replicas) {
       // Every replica of a replicated shard may lead it (a failover): each needs its
       // replication port, port + 1, free too.
-      const bool pair = shard.replicas.size() > 1;
-      for (uint32_t attempt = 0;; ++attempt) {
-        if (attempt == kAttemptsMax) {
-          return Status::Unavailable(
-              fmt::format("no free loopback port in [{}, {})", kLowest, ephemeral_lo));
-        }
-        const auto port = static_cast<uint16_t>(rng.uniform(kLowest, ephemeral_lo - 2));
-        auto l = net::TcpListener::listen("127.0.0.1", port);
-        if (!l.ok()) continue;
-        if (pair) {
-          auto next = net::TcpListener::listen("127.0.0.1", static_cast<uint16_t>(port + 1));
-          if (!next.ok()) continue;  // taken: try another
-          held.push_back(std::move(*next));
-        }
-        held.push_back(std::move(*l));
-        shard.replicas[r].port = port;
-        break;
-      }
+      auto port = pick(shard.replicas.size() > 1);
+      if (!port.ok()) return port.status();
+      replica.port = *port;
+      if (!client_ports) continue;
+      auto client_port = pick(false);
+      if (!client_port.ok()) return client_port.status();
+      replica.client_port = *client_port;
     }
   }
   return Status::Ok();
@@ -145,6 +124,25 @@ Status start_config_manager(LocalCluster* lc) {
   return Status::Ok();
 }
 
+}  // namespace
+
+LocalCluster::~LocalCluster() {
+  if (std::getenv("SHOAL_KEEP_RUN_DIR") != nullptr) keep_dir = true;  // logs for debugging
+  if (!procs.empty()) stop_servers(procs, 10'000);
+  if (etcd) (void)etcd->stop(2'000);
+  std::error_code ec;
+  if (dir.empty()) return;
+  if (!keep_dir) {
+    fs::remove_all(dir, ec);
+    return;
+  }
+  // Kept for its logs and config; the replicas' WAL directories (hundreds of MB per run)
+  // would fill a disk over a few failed runs.
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_directory(ec)) fs::remove_all(e.path(), ec);
+  }
+}
+
 Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   const bool tpcc = o.workload == "tpcc";
   if (tpcc && o.warehouses < o.shards) {
@@ -157,7 +155,7 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   lc->config = std::move(*config);
   lc->config.transport =
       o.transport == "tcp" ? cluster::TransportKind::kTcp : cluster::TransportKind::kShm;
-  SHOAL_TRY(assign_free_ports(&lc->config));
+  SHOAL_TRY(assign_free_ports(&lc->config, o.client_ports));
   // Every region pair at half the round trip (region-0 holds the leaders).
   for (uint32_t a = 0; a < o.replicas; ++a) {
     for (uint32_t b = a + 1; b < o.replicas && o.wan_rtt_ms > 0; ++b) {
@@ -205,6 +203,8 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   lc->placement = *placement;
   return Status::Ok();
 }
+
+namespace {
 
 struct ShardOutcome {
   bool done = false;
@@ -271,17 +271,6 @@ bool stopped(const DistBenchOptions& o) {
   return o.stop != nullptr && o.stop->load(std::memory_order_relaxed);
 }
 
-bench::LatencyUs latency_of(const Histogram& h) {
-  bench::LatencyUs l;
-  l.p50 = static_cast<double>(h.percentile(50)) / 1e3;
-  l.p90 = static_cast<double>(h.percentile(90)) / 1e3;
-  l.p99 = static_cast<double>(h.percentile(99)) / 1e3;
-  l.p999 = static_cast<double>(h.percentile(99.9)) / 1e3;
-  l.mean = h.mean() / 1e3;
-  l.max = static_cast<double>(h.max()) / 1e3;
-  return l;
-}
-
 bench::RunResult make_result(const DistBenchOptions& o, uint32_t shards, uint32_t workers,
                              const MicroStats& t) {
   bench::RunResult r;
@@ -296,16 +285,16 @@ bench::RunResult make_result(const DistBenchOptions& o, uint32_t shards, uint32_
   r.aborts_per_sec = static_cast<double>(t.conflict_aborts) / o.seconds;
   Histogram all = t.latency_local;
   all.merge(t.latency_cross);
-  r.latency_us = latency_of(all);
-  r.commit_latency_us = latency_of(t.latency_commit);  // all zero without replication
+  r.latency_us = bench::summarize(all);
+  r.commit_latency_us = bench::summarize(t.latency_commit);  // all zero without replication
   bench::TypeResult local{"rmw4-local",
                           t.committed - t.committed_cross,
                           0,
                           0,
                           t.failed - t.failed_cross,
-                          latency_of(t.latency_local)};
-  bench::TypeResult cross{"rmw4-cross",   t.committed_cross,          0, 0,
-                          t.failed_cross, latency_of(t.latency_cross)};
+                          bench::summarize(t.latency_local)};
+  bench::TypeResult cross{
+      "rmw4-cross", t.committed_cross, 0, 0, t.failed_cross, bench::summarize(t.latency_cross)};
   r.per_type = {local, cross};
   if (o.workload == "tpcc" || o.workload == "bank") {
     r.per_type.clear();
@@ -317,7 +306,7 @@ bench::RunResult make_result(const DistBenchOptions& o, uint32_t shards, uint32_
       tr.name = bank ? bank_names[i] : names[i];
       tr.committed = t.committed_by_type[i];
       tr.failed = t.failed_by_type[i];
-      tr.latency_us = latency_of(t.latency_by_type[i]);
+      tr.latency_us = bench::summarize(t.latency_by_type[i]);
       r.per_type.push_back(tr);
     }
     // Latency is kept per placement, not per type: the split that matters across shards.
@@ -450,52 +439,13 @@ void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards, 
       }
     }
   }
-  const size_t left_out = dropped != 0 ? drop_unrecorded_readers(&history) : 0;
-  const sim::CheckReport report = sim::check_report(history);
-  (*json)["serializable"] = report.serializable();
-  (*json)["history_txns"] = report.committed_txns;
-  (*json)["history_edges"] = report.edges;
-  (*json)["history_not_recorded"] = dropped;
-  (*json)["history_left_out"] = left_out;
-  nlohmann::json anomalies = nlohmann::json::array();
-  for (const sim::Anomaly& a : report.anomalies) {
-    anomalies.push_back(
-        {{"kind", sim::anomaly_kind_name(a.kind)}, {"witness", readable_txn_ids(a.explanation)}});
-  }
-  nlohmann::json counts = nlohmann::json::object();
-  for (size_t k = 0; k < sim::CheckReport::kKindCount; ++k) {
-    if (report.counts[k] != 0) {
-      counts[std::string(sim::anomaly_kind_name(static_cast<sim::AnomalyKind>(k)))] =
-          report.counts[k];
-    }
-  }
-  (*json)["anomalies"] = anomalies;
-  (*json)["anomaly_counts"] = counts;
-  if (dropped != 0) {
-    *text += fmt::format(
-        "history: {} transactions not recorded (logs full at {} per worker, never acknowledged, "
-        "or died with a killed leader); {} that read from them left out of the check\n",
-        dropped, kBankHistoryMax, left_out);
-  }
-  if (report.serializable()) {
-    *text += fmt::format("serializability: ok ({} transactions, {} edges)\n", report.committed_txns,
-                         report.edges);
-    return;
-  }
-  *text += fmt::format(
-      "serializability: FAILED ({} transactions, {} edges); transaction ids "
-      "are T<shard>.<worker>.<attempt>\n",
-      report.committed_txns, report.edges);
-  for (size_t k = 0; k < sim::CheckReport::kKindCount; ++k) {
-    if (report.counts[k] == 0) continue;
-    const auto kind = static_cast<sim::AnomalyKind>(k);
-    *text += fmt::format("  {}: {}\n", sim::anomaly_kind_name(kind), report.counts[k]);
-    for (const sim::Anomaly& a : report.anomalies) {
-      if (a.kind == kind) *text += fmt::format("    {}\n", readable_txn_ids(a.explanation));
-    }
-    r->check_failures.push_back(
-        fmt::format("serializability: {} x {}", report.counts[k], sim::anomaly_kind_name(kind)));
-  }
+  BankHistoryNotes notes;
+  notes.unrecorded =
+      fmt::format("logs full at {} per worker, never acknowledged, or died with a killed leader",
+                  kBankHistoryMax);
+  notes.id_legend = "transaction ids are T<shard>.<worker>.<attempt>";
+  notes.readable_ids = readable_txn_ids;
+  check_bank_history(std::move(history), dropped, notes, &r->check_failures, text, json);
 }
 
 // The replicas' part of the report: digests and checks per shard and replica.

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/live.h"
 #include "bench/runner_repl.h"
 #include "src/base/assert.h"
 #include "src/base/cpu_placement.h"
@@ -21,22 +22,6 @@
 
 namespace shoal::bench {
 namespace {
-
-// Single-writer counter bump: the owning thread is the only writer, so a relaxed load+store
-// publishes the new value without a locked read-modify-write on the data path.
-inline void bump(std::atomic<uint64_t>& counter, uint64_t n = 1) {
-  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-}
-
-// What a worker thread publishes for the live line. Cumulative since the thread started
-// (warmup included); the main thread diffs successive samples.
-struct LiveCounters {
-  std::atomic<uint64_t> committed{0};
-  std::atomic<uint64_t> conflict_aborts{0};
-  std::atomic<uint64_t> failed{0};
-  std::array<std::atomic<uint64_t>, Histogram::kBucketCount> latency_buckets{};
-  std::array<std::atomic<uint64_t>, Histogram::kBucketCount> commit_latency_buckets{};
-};
 
 struct TypeTally {
   uint64_t committed = 0;
@@ -236,78 +221,7 @@ class LoadProgressDisplay {
   bool drawn_ = false;
 };
 
-// The live line: diffs of the workers' cumulative counters over the last interval.
-class LiveSampler {
- public:
-  explicit LiveSampler(const std::vector<std::unique_ptr<ThreadState>>& states)
-      : states_(states),
-        prev_buckets_(Histogram::kBucketCount, 0),
-        prev_commit_buckets_(Histogram::kBucketCount, 0) {}
-
-  SecondSample sample(double elapsed_s, double interval_s, bool warmup) {
-    uint64_t committed = 0, aborts = 0, failed = 0;
-    for (const auto& s : states_) {
-      committed += s->live.committed.load(std::memory_order_relaxed);
-      aborts += s->live.conflict_aborts.load(std::memory_order_relaxed);
-      failed += s->live.failed.load(std::memory_order_relaxed);
-    }
-    const double per_s = 1.0 / std::max(interval_s, 1e-9);
-    SecondSample x;
-    x.t_s = elapsed_s;
-    x.warmup = warmup;
-    x.committed_per_sec = static_cast<double>(committed - prev_committed_) * per_s;
-    x.aborts_per_sec = static_cast<double>(aborts - prev_aborts_) * per_s;
-    x.failed_per_sec = static_cast<double>(failed - prev_failed_) * per_s;
-    window(&LiveCounters::latency_buckets, prev_buckets_);
-    x.latency_p50_us = window_->percentile(50) / 1e3;
-    x.latency_p99_us = window_->percentile(99) / 1e3;
-    const uint64_t acked = window(&LiveCounters::commit_latency_buckets, prev_commit_buckets_);
-    x.acked_per_sec = static_cast<double>(acked) * per_s;
-    x.commit_latency_p50_us = acked != 0 ? window_->percentile(50) / 1e3 : 0;
-    x.commit_latency_p99_us = acked != 0 ? window_->percentile(99) / 1e3 : 0;
-    prev_committed_ = committed;
-    prev_aborts_ = aborts;
-    prev_failed_ = failed;
-    return x;
-  }
-
-  static void print(std::FILE* out, const SecondSample& x, bool replicated) {
-    fmt::print(
-        out,
-        "[{:5.1f}s{}] committed/s {:>10.0f}  aborts/s {:>9.0f}{}  p50 {:.1f} us  p99 {:.1f} us{}\n",
-        x.t_s, x.warmup ? " warmup" : "", x.committed_per_sec, x.aborts_per_sec,
-        x.failed_per_sec != 0 ? fmt::format("  failed/s {:.0f}", x.failed_per_sec) : "",
-        x.latency_p50_us, x.latency_p99_us,
-        replicated ? fmt::format("  commit p50 {:.1f} us p99 {:.1f} us", x.commit_latency_p50_us,
-                                 x.commit_latency_p99_us)
-                   : "");
-    std::fflush(out);
-  }
-
- private:
-  // Loads window_ with the samples of one bucket array since the last call; returns how many.
-  uint64_t window(std::array<std::atomic<uint64_t>, Histogram::kBucketCount> LiveCounters::*buckets,
-                  std::vector<uint64_t>& prev) {
-    window_->reset();
-    uint64_t n = 0;
-    for (size_t i = 0; i < Histogram::kBucketCount; ++i) {
-      uint64_t total = 0;
-      for (const auto& s : states_) total += (s->live.*buckets)[i].load(std::memory_order_relaxed);
-      // A bucket's samples are counted at its midpoint: within the histogram's precision.
-      window_->record_n(Histogram::bucket_low(i) + (Histogram::bucket_width(i) - 1) / 2,
-                        total - prev[i]);
-      n += total - prev[i];
-      prev[i] = total;
-    }
-    return n;
-  }
-
-  const std::vector<std::unique_ptr<ThreadState>>& states_;
-  std::vector<uint64_t> prev_buckets_;
-  std::vector<uint64_t> prev_commit_buckets_;
-  std::unique_ptr<Histogram> window_ = std::make_unique<Histogram>();
-  uint64_t prev_committed_ = 0, prev_aborts_ = 0, prev_failed_ = 0;
-};
+}  // namespace
 
 LatencyUs summarize(const Histogram& h) {
   LatencyUs l;
@@ -319,6 +233,8 @@ LatencyUs summarize(const Histogram& h) {
   l.max = h.max() / 1e3;
   return l;
 }
+
+namespace {
 
 nlohmann::json latency_json(const LatencyUs& l) {
   return {{"p50", l.p50},   {"p90", l.p90},   {"p99", l.p99},
@@ -402,7 +318,9 @@ void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& opti
 
   // Ticks at whole seconds from the start (warmup included), so a run of N seconds prints N
   // lines.
-  LiveSampler sampler(states);
+  std::vector<const LiveCounters*> live;
+  for (const auto& s : states) live.push_back(&s->live);
+  LiveSampler sampler(std::move(live));
   uint64_t last_tick_ns = start_ns;
   uint64_t ticks = 0;
   // Bounded: every pass either prints a tick, sleeps towards the next tick or the deadline,

@@ -27,6 +27,10 @@
 #include "src/txn/engine.h"
 #include "src/workload/workload.h"
 
+namespace shoal {
+class Histogram;  // src/base/histogram.h
+}  // namespace shoal
+
 namespace shoal::bench {
 
 inline constexpr uint64_t kNsPerSec = 1'000'000'000;
@@ -86,6 +90,9 @@ inline constexpr uint32_t kMaxWorkers = 1024;
 struct LatencyUs {
   double p50 = 0, p90 = 0, p99 = 0, p999 = 0, mean = 0, max = 0;
 };
+
+// A histogram's percentiles, mean and max (recorded in ns), in microseconds.
+LatencyUs summarize(const Histogram& h);
 
 struct TypeResult {
   std::string name;

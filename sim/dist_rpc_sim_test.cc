@@ -501,6 +501,25 @@ TEST(DistRpcWire, ParticipantFaultRules) {
   EXPECT_GE(p.stats().refused_ended, 2u);
 }
 
+// F10: with a stream floor, a context proposes kProposalLeadTids above it, so that the
+// worker's commits until the install stay below the proposal and the install lands on it.
+TEST(DistRpcWire, ProposalsLeadTheStreamSoInstallsLandOnThem) {
+  OneShard sh;
+  dist::Participant& p = *sh.participant;
+  uint64_t floor = uint64_t{5} << 32;
+  p.set_tid_floor(&floor);
+  const uint64_t key = 3;
+  const dist::StagedWrite w = staged_put(key, Account{1, 1, 7});
+  uint64_t proposed = 0, installed = 0;
+  txn::DepVec deps;
+  ASSERT_TRUE(p.lock(1, 1, &w, 1, &proposed).ok());
+  EXPECT_EQ(proposed, floor + dist::Participant::kProposalLeadTids);
+  ASSERT_TRUE(p.validate(1, 1, &deps).ok());
+  floor += 100;  // the worker logged 100 commits meanwhile
+  ASSERT_TRUE(p.install(1, 1, proposed, deps, &installed).ok());
+  EXPECT_EQ(installed, proposed);
+}
+
 // F10: with a stream floor, a context proposes and installs above it and says where; a
 // repeated install answers with the same TID.
 TEST(DistRpcWire, InstallsGoAboveTheStreamFloorAndReportIt) {
@@ -517,7 +536,7 @@ TEST(DistRpcWire, InstallsGoAboveTheStreamFloorAndReportIt) {
   ASSERT_TRUE(p.lock(1, 1, &w, 1, &proposed).ok());
   EXPECT_GT(proposed, floor);
   ASSERT_TRUE(p.validate(1, 1, &deps).ok());
-  floor = proposed + 100;  // the worker logged a later commit meanwhile
+  floor = proposed + 100;  // the worker logged more commits than the lead meanwhile
   ASSERT_TRUE(p.install(1, 1, proposed, deps, &installed).ok());
   EXPECT_EQ(installed, floor + 1);
   ASSERT_TRUE(p.install(1, 1, proposed, deps, &again).ok());

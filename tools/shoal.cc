@@ -7,6 +7,9 @@
 //   shoal bench bank --shards N | --cluster FILE [--cross-shard-pct P ...]
 //                                           transfers across shard processes, the recorded
 //                                           history checked for serializability
+//   shoal bench kv --shards N | --cluster FILE [--workload a|b|c|f --connections N ...]
+//                                           YCSB through the client library over the network
+//                                           (bench/bench_kv.h)
 //   shoal server --config FILE --shard N    one shard server (src/server/shard_server.h)
 //   shoal replica --config FILE --shard N --replica R
 //                                           one follower replica (src/server/replica_cli.h)
@@ -33,6 +36,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "bench/bench_kv.h"
 #include "bench/dist_bench.h"
 #include "bench/runner.h"
 #include "bench/transport/transport.h"
@@ -69,7 +73,10 @@ struct BenchFlags {
   server::DistBenchOptions dist;
   server::DistBenchOptions tpcc_dist;
   server::DistBenchOptions bank_dist;  // `bench bank` (always across shard processes)
-  bool tpcc_read_only_hint = true;     // `bench tpcc --no-read-only-hint`: false
+  server::KvBenchOptions kv;           // `bench kv` (through the client library)
+  std::string kv_workload = "a";
+  std::string kv_distribution = "zipfian";
+  bool tpcc_read_only_hint = true;  // `bench tpcc --no-read-only-hint`: false
 };
 
 struct ServerCommands {
@@ -94,6 +101,7 @@ struct BenchCommands {
   CLI::App* bank = nullptr;
   CLI::App* ycsb = nullptr;
   CLI::App* transport = nullptr;
+  CLI::App* kv = nullptr;
 };
 
 // A validator with a plain message: "--workers: must be in [1, 1024], not 0". CLI11's own
@@ -426,6 +434,97 @@ CLI::App* add_replica_command(CLI::App& app, server::ReplicaOptions& o) {
   return c;
 }
 
+// `bench kv`: YCSB through the client library against a local cluster (--shards, --replicas)
+// or a running one (--cluster); bench's --workers is the local servers' workers per shard.
+void add_kv_bench_command(BenchCommands& c, BenchFlags& f) {
+  server::KvBenchOptions& k = f.kv;
+  server::DistBenchOptions& d = k.local;
+  c.kv = c.bench->add_subcommand(
+      "kv",
+      "YCSB A, B, C, F through the client library over the network, against a local cluster "
+      "(--shards, --replicas) or a running one (--cluster)");
+  c.kv->add_option("--workload", f.kv_workload,
+                   "a: 50% read/50% update, b: 95/5, c: read only, f: 50% read/50% "
+                   "read-modify-write")
+      ->check(CLI::IsMember({"a", "b", "c", "f"}, CLI::ignore_case))
+      ->capture_default_str();
+  c.kv->add_option("--connections", k.connections,
+                   "Client connections, a thread each (a Client is blocking)")
+      ->check(number_in(1u, server::kKvBenchConnectionsMax, false,
+                        fmt::format("in [1, {}]", server::kKvBenchConnectionsMax)))
+      ->capture_default_str();
+  c.kv->add_option("--keys", k.keys, "Records, loaded through the client before the run")
+      ->check(number_in(uint64_t{2}, uint64_t{1'000'000'000}, false, "in [2, 1e9]"))
+      ->capture_default_str();
+  c.kv->add_option("--value-bytes", k.value_bytes, "Bytes per value")
+      ->check(number_in(0u, 1u << 20, false, "in [0, 1048576]"))
+      ->capture_default_str();
+  c.kv->add_option("--distribution", f.kv_distribution, "Key choice: zipfian or uniform")
+      ->check(CLI::IsMember({"zipfian", "uniform"}))
+      ->capture_default_str();
+  c.kv->add_option("--theta", k.theta, "Zipfian skew in [0, 1)")
+      ->check(number_in(0.0, 0.999999, false, "in [0, 1)"))
+      ->capture_default_str();
+  c.kv->add_flag("--speculative", k.speculative,
+                 "Return at the commit point instead of once durable on a majority");
+  c.kv->add_option("--check-seconds", k.check_seconds,
+                   "With --check: seconds of bank transfers whose client-side history is checked")
+      ->check(number_in(0.0, 600.0, true, "in (0, 600]"))
+      ->capture_default_str();
+  c.kv->add_option("--shards", d.shards, "Start a local cluster of N shard servers")
+      ->check(number_in(1u, 64u, false, "in [1, 64]"))
+      ->capture_default_str();
+  c.kv->add_option("--replicas", d.replicas,
+                   "Replicas of each shard of the local cluster, leader included")
+      ->check(number_in(1u, 16u, false, "in [1, 16]"))
+      ->capture_default_str();
+  c.kv->add_option("--fsync", d.fsync, "Local replicated cluster: every replica's WAL sync policy")
+      ->check(CLI::IsMember({"none", "batch", "always"}))
+      ->capture_default_str();
+  add_batch_options(c.kv, d.batch_txns, d.batch_us,
+                    " (the local cluster's leaders; default: 400 txns / 4000 us)");
+  c.kv->add_option("--cluster", k.cluster_path,
+                   "Run against the running cluster in this config (its client ports)");
+  // Test only (hidden): the local servers skip read validation; --check must catch it.
+  c.kv->add_flag("--unsafe-skip-read-validation", d.unsafe_skip_read_validation)->group("");
+}
+
+int run_kv_bench_command(const BenchCommands& c, BenchFlags& f) {
+  server::KvBenchOptions& k = f.kv;
+  const bool remote = c.kv->count("--cluster") > 0;
+  for (const char* flag : {"--shards", "--replicas", "--fsync", "--batch-txns", "--batch-us"}) {
+    if (remote && c.kv->count(flag) > 0) {
+      fmt::print(stderr, "shoal: error: {}: with --cluster the running cluster's apply\n", flag);
+      return kExitUsage;
+    }
+  }
+  for (const char* flag : {"--workers", "--cpu-placement"}) {
+    if (remote && c.bench->count(flag) > 0) {
+      fmt::print(stderr, "shoal: error: {}: with --cluster the running cluster's apply\n", flag);
+      return kExitUsage;
+    }
+  }
+  if (c.bench->count("--warmup") > 0) {
+    fmt::print(stderr, "shoal: error: --warmup does not apply to bench kv\n");
+    return kExitUsage;
+  }
+  k.workload = static_cast<char>(std::toupper(static_cast<unsigned char>(f.kv_workload.at(0))));
+  k.zipfian = f.kv_distribution == "zipfian";
+  k.seconds = f.run.seconds;
+  k.check = f.run.check;
+  k.seed = f.run.seed;
+  k.json_path = f.run.json_path;
+  k.local.workers = f.run.workers;
+  k.local.cpu_placement = f.run.cpu_placement;
+  k.stop = &interrupt_flag();
+  const Status s = server::run_kv_bench(k);
+  if (s.ok()) return interrupt_flag().load() ? kExitInterrupted : 0;
+  fmt::print(stderr, "shoal: error: {}\n", s.to_string());
+  if (s.code() == Code::kCorruption) return kExitInconsistent;
+  if (interrupt_flag().load()) return kExitInterrupted;
+  return s.code() == Code::kInvalidArgument ? kExitUsage : kExitRunFailed;
+}
+
 // Options shared by every workload live on `bench`; the workload subcommands fall through to
 // them, so `shoal bench micro --seconds 5` and `shoal bench --seconds 5 micro` both work.
 BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
@@ -436,7 +535,7 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
   // so does the value after an unknown flag (`bench tpcc --foo 3`). It is judged after the
   // parse (bench_positional_error), not by a validator here: CLI11 runs validators before it
   // reports unknown flags, and "3 is no workload" would hide the real mistake, --foo.
-  c.bench->add_option("workload", f.unknown_workload, "tpcc, micro, ycsb, bank or transport");
+  c.bench->add_option("workload", f.unknown_workload, "tpcc, micro, ycsb, bank, kv or transport");
   c.bench->add_option("--workers", f.run.workers, "Worker threads")
       ->check(
           number_in(1u, bench::kMaxWorkers, false, fmt::format("in [1, {}]", bench::kMaxWorkers)))
@@ -469,7 +568,9 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
                    "Keep ITEM and the customer-name index ordinary tables: their reads are "
                    "validated like any other (TPC-C as specified; the default marks them "
                    "read-only, docs/RESULTS.md)");
-  c.tpcc->add_option("--warehouses", f.warehouses, "Number of warehouses (>= 1)")
+  c.tpcc
+      ->add_option("--warehouses", f.warehouses,
+                   "Number of warehouses (>= 1; with --shards N, N unless given)")
       ->check(number_in(1u, 100'000u, false, "in [1, 100000]"))
       ->capture_default_str();
   add_dist_tpcc_options(c.tpcc, f.tpcc_dist);
@@ -504,7 +605,8 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
       ->check(number_in(0.0, 0.999999, false, "in [0, 1)"))
       ->capture_default_str();
   add_transport_command(c, f);
-  for (CLI::App* sub : {c.tpcc, c.micro, c.bank, c.ycsb, c.transport}) sub->fallthrough();
+  add_kv_bench_command(c, f);
+  for (CLI::App* sub : {c.tpcc, c.micro, c.bank, c.ycsb, c.transport, c.kv}) sub->fallthrough();
   return c;
 }
 
@@ -702,6 +804,8 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
   }
   if (tpcc) {
     d.workload = "tpcc";
+    // One warehouse per shard at least unless told otherwise: each shard needs one to serve.
+    if (sub->count("--warehouses") == 0) f.warehouses = std::max(f.warehouses, d.shards);
     d.warehouses = f.warehouses;
     // Local TPC-C transactions run start to commit without suspending: a few terminals keep
     // the cross-shard ones overlapped without delaying the loop's polling for long.
@@ -929,7 +1033,7 @@ int run_kv_command(const KvCommands& c) {
 std::string bench_positional_error(const BenchCommands& c, const BenchFlags& f) {
   if (f.unknown_workload.empty()) return {};
   if (c.bench->get_subcommands().empty()) {
-    return fmt::format("workload: {} not in {{tpcc,micro,ycsb,bank,transport}}",
+    return fmt::format("workload: {} not in {{tpcc,micro,ycsb,bank,kv,transport}}",
                        f.unknown_workload);
   }
   return fmt::format("unexpected argument '{}'", f.unknown_workload);
@@ -989,13 +1093,15 @@ int main(int argc, char** argv) {
     }
     if (commands.bench->get_subcommands().empty()) {
       std::fputs(
-          "shoal: error: bench needs a workload: tpcc, micro, ycsb or transport (see --help)\n",
+          "shoal: error: bench needs a workload: tpcc, micro, ycsb, bank, kv or transport (see "
+          "--help)\n",
           stderr);
       return shoal::kExitUsage;
     }
     if (commands.transport->parsed()) return shoal::run_transport_bench(commands, flags);
     // Before any thread or child process starts (src/base/interrupt.h).
     shoal::install_interrupt_handler(shoal::kBenchInterruptMessage);
+    if (commands.kv->parsed()) return shoal::run_kv_bench_command(commands, flags);
     if (commands.bank->parsed()) {
       if (commands.bank->count("--shards") == 0 && commands.bank->count("--cluster") == 0) {
         std::fputs(

@@ -207,6 +207,9 @@ Status Participant::lock_context(TxnId id, Slot* slot, uint64_t* proposed_tid) {
     return status;
   }
   slot->phase = Phase::kLocked;
+  // F10: ahead of the stream, so that the install lands at exactly the proposal as a rule.
+  if (tid_floor_ != nullptr)
+    *proposed_tid = std::max(*proposed_tid, *tid_floor_ + kProposalLeadTids);
   slot->proposed_tid = *proposed_tid;
   return Status::Ok();
 }

@@ -55,7 +55,12 @@
 //      grow (src/repl/appender.h). A context proposes above that promise and installs at
 //      max(the coordinator's TID, promise + 1), reporting where (install's and
 //      validate_install's replies), so the transaction's vector, and the acknowledgement that
-//      waits on it, name the TID that was logged.
+//      waits on it, name the TID that was logged. The proposal leads the promise by
+//      kProposalLeadTids, so that the worker's own commits until the install (each one TID
+//      above the promise) stay below it and the install lands at exactly the proposal, as
+//      a rule: the coordinator's shard, which installed first (C6), showed versions whose
+//      vectors name the proposal, and readers of those inherit it (docs/REPLICATION.md, known
+//      gap 2). Only a worker that commits more than the lead in between installs above it.
 //   F8 One-shot last agent. validate_install() may carry a fragment: the participant runs it
 //      (starting the context if this is the transaction's first contact), locks what it
 //      wrote, then validates and installs as F7: a remote shard's whole part of a
@@ -221,6 +226,10 @@ class Participant {
   // proposals too. nullptr: none. REQUIRES: *floor outlives the participant; set before the
   // first transaction.
   void set_tid_floor(const uint64_t* floor) { tid_floor_ = floor; }
+  // F10: how far a proposal leads the stream's promise: 2^20 cross-shard installs per worker
+  // and 40 ms TID epoch still fit the epoch's 2^32 sequence numbers.
+  static constexpr uint64_t kProposalLeadTids = uint64_t{1} << 12;
+
   // The fragments exec() runs. REQUIRES: `table` outlives the participant.
   void set_fragments(const FragmentTable* table) { fragments_ = table; }
 

@@ -106,7 +106,7 @@ struct DistBenchOptions {
   std::string fsync = "batch";  // every replica's WAL
   int replica_nice = 10;        // followers' replay threads (they share this machine)
   int64_t replay_lag_ms = -1;   // local run: the config's ratekeeper bound (-1: its default)
-  // Local run: the config's log batching (0: its defaults, 400 txns / 1000 us).
+  // Local run: the config's log batching (0: its defaults, 400 txns / 4000 us).
   uint32_t batch_txns = 0;
   double batch_us = 0;
   // Local run, tpcc: reader threads per follower running OrderStatus and StockLevel at its
@@ -115,6 +115,7 @@ struct DistBenchOptions {
   uint32_t follower_reads = 0;
   bool unsafe_follower_read_newest = false;
   std::string cpu_placement = "auto";  // local run: SpawnOptions::cpu_placement
+  bool client_ports = false;           // local run: every replica gets a client_port (bench kv)
   // Local replicated run: SIGKILL shard kill_shard's leader this many seconds into the run
   // (0: never); its replicas elect a new leader through the configuration manager, the load
   // goes on there, and the report adds failover_ms, the per-second series and the acknowledged

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "src/check/serializability.h"
+
 namespace shoal::server {
 
 void pick_bank_txn(const KeyLayout& layout, uint32_t home, bool cross, Rng& rng, BankArgs* out) {
@@ -146,6 +148,58 @@ size_t drop_unrecorded_readers(sim::History* history) {
   const size_t removed = txns.size() - kept;
   txns.resize(kept);
   return removed;
+}
+
+void check_bank_history(sim::History history, uint64_t unrecorded, const BankHistoryNotes& notes,
+                        std::vector<std::string>* failures, std::string* text,
+                        nlohmann::json* json) {
+  const auto ids = [&notes](const std::string& t) {
+    return notes.readable_ids != nullptr ? notes.readable_ids(t) : t;
+  };
+  const size_t left_out = unrecorded != 0 ? drop_unrecorded_readers(&history) : 0;
+  const sim::CheckReport report = sim::check_report(history);
+  (*json)["serializable"] = report.serializable();
+  (*json)["history_txns"] = report.committed_txns;
+  (*json)["history_edges"] = report.edges;
+  (*json)["history_not_recorded"] = unrecorded;
+  (*json)["history_left_out"] = left_out;
+  nlohmann::json anomalies = nlohmann::json::array();
+  for (const sim::Anomaly& a : report.anomalies) {
+    anomalies.push_back(
+        {{"kind", sim::anomaly_kind_name(a.kind)}, {"witness", ids(a.explanation)}});
+  }
+  nlohmann::json counts = nlohmann::json::object();
+  for (size_t k = 0; k < sim::CheckReport::kKindCount; ++k) {
+    if (report.counts[k] != 0) {
+      counts[std::string(sim::anomaly_kind_name(static_cast<sim::AnomalyKind>(k)))] =
+          report.counts[k];
+    }
+  }
+  (*json)["anomalies"] = anomalies;
+  (*json)["anomaly_counts"] = counts;
+  if (unrecorded != 0) {
+    *text += fmt::format(
+        "history: {} transactions not recorded ({}); {} that read from them left out of the "
+        "check\n",
+        unrecorded, notes.unrecorded, left_out);
+  }
+  if (report.serializable()) {
+    *text += fmt::format("serializability: ok ({} transactions, {} edges)\n", report.committed_txns,
+                         report.edges);
+    return;
+  }
+  *text += fmt::format("serializability: FAILED ({} transactions, {} edges); {}\n",
+                       report.committed_txns, report.edges, notes.id_legend);
+  for (size_t k = 0; k < sim::CheckReport::kKindCount; ++k) {
+    if (report.counts[k] == 0) continue;
+    const auto kind = static_cast<sim::AnomalyKind>(k);
+    *text += fmt::format("  {}: {}\n", sim::anomaly_kind_name(kind), report.counts[k]);
+    for (const sim::Anomaly& a : report.anomalies) {
+      if (a.kind == kind) *text += fmt::format("    {}\n", ids(a.explanation));
+    }
+    failures->push_back(
+        fmt::format("serializability: {} x {}", report.counts[k], sim::anomaly_kind_name(kind)));
+  }
 }
 
 std::string readable_txn_ids(const std::string& text) {

@@ -119,6 +119,23 @@ class BankHistory {
 // invented (some may be missed). Returns how many were removed.
 size_t drop_unrecorded_readers(sim::History* history);
 
+// How check_bank_history's report names what it could not record and the transactions.
+struct BankHistoryNotes {
+  std::string unrecorded;  // why transactions went unrecorded, for the report's line
+  std::string id_legend;   // how to read the transaction ids of a witness
+  std::string (*readable_ids)(const std::string& text) = nullptr;  // nullptr: ids as they are
+};
+
+// The Adya check (src/check/serializability.h) of a bank history of committed transactions, of
+// which `unrecorded` more committed (or may have) without being recorded: the transactions
+// that read from those are dropped first (drop_unrecorded_readers). Adds the report's lines
+// to *text, the fields serializable, history_txns, history_edges, history_not_recorded,
+// history_left_out, anomalies and anomaly_counts to *json, and one failure per anomaly kind
+// found to *failures.
+void check_bank_history(sim::History history, uint64_t unrecorded, const BankHistoryNotes& notes,
+                        std::vector<std::string>* failures, std::string* text,
+                        nlohmann::json* json);
+
 // "T<id>" in a checker explanation rewritten as "T<shard>.<worker>.<seq>" (dist::make_txn_id).
 std::string readable_txn_ids(const std::string& text);
 

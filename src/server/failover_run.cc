@@ -93,7 +93,9 @@ class Failover {
     MicroParams rest = params;
     rest.seconds = static_cast<double>(end_ms - now) / 1000.0;
     auto started = client_.call(plan_.shard, kStart, rest.to_json(), kStatsTimeoutMs);
-    if (!started.ok()) return false;  // not serving yet: next sample
+    // AlreadyExists: an earlier call of ours started it and its answer was lost (timed out on
+    // a loaded machine); the load runs. Any other error: not serving yet, next sample.
+    if (!started.ok() && started.status().code() != Code::kAlreadyExists) return false;
     running_ = true;
     fmt::print(stderr,
                "shard {}: replica {} leads in epoch {}; load restarted there for {:.1f} s\n",

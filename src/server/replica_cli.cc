@@ -268,6 +268,24 @@ Result<uint32_t> next_leader(const ReplicaOptions& options, const cluster::Clust
   return (*leaders)[options.shard];
 }
 
+// Up to kSuccessorGraceMs for etcd to name another leader than `failed` (the designated
+// successor standing), looking every kSuccessorPollMs: a fixed sleep of the whole grace made
+// the successor's phase 1 wait for this replica's dial (a majority of 3 needs it) and was most
+// of a failover's time. Errors end the wait: next_leader reports them.
+void wait_for_successor(const ReplicaOptions& options, const cluster::ClusterConfig& config,
+                        uint32_t failed) {
+  auto manager = open_manager(options);
+  if (!manager.ok()) return;
+  cluster::ClusterStateStore store(**manager, config.name);
+  const uint64_t deadline_ns = RealEnv::instance().now_ns() + kSuccessorGraceMs * 1'000'000;
+  while (RealEnv::instance().now_ns() < deadline_ns) {  // bounded by the grace
+    auto state = store.load_state();
+    if (!state.ok() || options.shard >= state->shards.size()) return;
+    if (state->shards[options.shard].leader_replica != failed) return;
+    RealEnv::instance().sleep_ns(kSuccessorPollMs * 1'000'000);
+  }
+}
+
 // GET /metrics for this follower (ServerOptions::metrics_port, else the config's); null when
 // neither names a port. REQUIRES: the result is destroyed before `follower`.
 Result<std::unique_ptr<ops::MetricsHttp>> start_follower_metrics(const ReplicaOptions& options,
@@ -331,7 +349,7 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
         successor != leader) {
       std::fprintf(stderr, "replica %u: replica %u is the designated successor: %lu ms for it\n",
                    options.replica, successor, kSuccessorGraceMs);
-      RealEnv::instance().sleep_ns(kSuccessorGraceMs * 1'000'000);
+      wait_for_successor(options, config, leader);
     }
     uint64_t epoch = 0;
     std::vector<uint32_t> leaders;

@@ -70,6 +70,8 @@ inline constexpr uint32_t kLeaderChangesMax = 64;
 // How long a follower that is not the failed leader's designated successor waits before it
 // stands in etcd (the successor stands at once).
 inline constexpr uint64_t kSuccessorGraceMs = 300;
+// How often such a follower asks etcd meanwhile whether the successor stood already.
+inline constexpr uint64_t kSuccessorPollMs = 5;
 [[nodiscard]] Status follow_and_take_over(const ReplicaOptions& options,
                                           const cluster::ClusterConfig& config,
                                           const std::string& data_dir, uint32_t leader,

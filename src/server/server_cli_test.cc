@@ -22,9 +22,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -510,6 +510,56 @@ TEST_F(ServerCli, BankSkippedReadValidationIsCaught) {
   if (anomalies) {
     EXPECT_FALSE(j["anomalies"].empty());
   }
+}
+
+// `bench kv`: YCSB A through the client library against a local 2-shard cluster it starts
+// with client ports, then bank transfers through the client whose client-side history the
+// checker finds serializable with the money conserved; the JSON has the other benches' keys.
+TEST_F(ServerCli, BenchKvThroughTheClientLibraryIsConsistent) {
+  const std::string json = path("kv.json");
+  Outcome o = run({"bench", "kv", "--shards", "2", "--replicas", "1", "--seconds", "2", "--keys",
+                   "2000", "--connections", "4", "--check", "--check-seconds", "1", "--json", json},
+                  120);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("serializability: ok ("), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("money: ok"), std::string::npos) << o.output;
+  nlohmann::json j = read_json(json);
+  ASSERT_FALSE(j.is_discarded()) << o.output;
+  EXPECT_EQ(j["consistency"], "ok");
+  EXPECT_GT(j["committed_per_sec"].get<double>(), 0.0);
+  EXPECT_GT(j["committed"].get<uint64_t>(), 100u);
+  EXPECT_EQ(j["failed"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(j.contains("aborts_per_sec"));
+  for (const char* q : {"p50", "p90", "p99", "p999", "max", "mean"}) {
+    EXPECT_TRUE(j["commit_latency_us"].contains(q)) << q;
+  }
+  EXPECT_GT(j["commit_latency_us"]["p50"].get<double>(), 0.0);
+  EXPECT_GE(j["committed_per_second"].size(), 1u);
+  EXPECT_EQ(j["per_type"].size(), 2u);  // A: read and update
+  EXPECT_EQ(j["shards"], 2);
+  // Both shards own records, and the check's history crossed them.
+  for (const auto& n : j["keys_per_shard"]) EXPECT_GT(n.get<uint64_t>(), 500u);
+  EXPECT_EQ(j["check"]["shards"], 2);
+  EXPECT_EQ(j["check"]["serializable"], true);
+  EXPECT_EQ(j["check"]["money_conserved"], true);
+  EXPECT_GT(j["check"]["history_txns"].get<uint64_t>(), 100u);
+  EXPECT_GT(j["check"]["committed_cross"].get<uint64_t>(), 0u);
+}
+
+// The same check with read validation switched off in the servers (a planted bug): the
+// client-side history must show it (or the money), exit 3.
+TEST_F(ServerCli, BenchKvCheckCatchesSkippedReadValidation) {
+  const std::string json = path("kv-unsafe.json");
+  Outcome o =
+      run({"bench", "kv", "--shards", "2", "--seconds", "1", "--keys", "100", "--connections", "4",
+           "--check", "--check-seconds", "2", "--unsafe-skip-read-validation", "--json", json},
+          120);
+  EXPECT_EQ(o.exit_code, 3) << o.output;
+  nlohmann::json j = read_json(json);
+  ASSERT_FALSE(j.is_discarded()) << o.output;
+  EXPECT_EQ(j["consistency"], "failed");
+  EXPECT_TRUE(j["check"]["serializable"] == false || j["check"]["money_conserved"] == false)
+      << o.output;
 }
 
 // 2 shards x 3 replicas: `cluster up` starts the followers (and passes its batching to the

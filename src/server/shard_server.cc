@@ -2242,7 +2242,7 @@ Status ShardServer::on_start(std::span<const uint8_t> request, rt::MsgBuffer* ou
   }
   uint32_t idle = 0;
   if (!running_.compare_exchange_strong(idle, static_cast<uint32_t>(workers_.size()))) {
-    return Status::InvalidArgument("a load is already running");
+    return Status::AlreadyExists("a load is already running");
   }
   ++loads_started_;
   for (auto& w : workers_) {

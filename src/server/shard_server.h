@@ -30,7 +30,9 @@
 // Peer death: when a worker's link to shard X fails for good (Unavailable: the process is
 // gone), its coordinator fails every transaction needing X with Unavailable naming X, and its
 // participant releases every transaction X coordinated (Participant::abort_coordinated_by,
-// rule F6 there: presumed abort, safe with 2 shards; see that comment for >= 3).
+// rule F6 there: presumed abort, safe with 2 shards; see that comment for >= 3). When X's
+// replicas follow failovers, prepared halves are kept instead and resolved at X's new leader
+// after the redial (rule F11, Participant::resolve).
 //
 // Failover of another shard (with etcd; docs/REPLICATION.md, "Failover across shards"): the
 // DepositionWatch tells the server that shard X has a new leader; the watch thread waits for
