@@ -1,7 +1,7 @@
 // The live line of a benchmark run (`shoal bench`'s "[  3.0s] committed/s ..."): per-thread
 // counters that each load thread publishes, and the main thread's sampler that diffs them
 // once a second into a SecondSample (RunResult::series) and prints it. bench/runner.cc and
-// the client-library bench (src/server/bench_kv.cc) share it.
+// the client-library bench (bench/bench_kv.cc) share it.
 //
 // Threads: a LiveCounters has one writer (its thread, with bump(): relaxed load + store, no
 // locked read-modify-write on the data path) and is read by the sampler's thread.

@@ -22,10 +22,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/workload.h"
 #include "shoal/status.h"
 #include "src/repl/replica_proto.h"
 #include "src/txn/engine.h"
+#include "src/workload/workload.h"
 
 namespace shoal {
 class Histogram;  // src/base/histogram.h
@@ -187,9 +187,5 @@ struct RunResult {
 // A failed consistency check is not an error: see RunResult::consistent().
 // REQUIRES: `engine` is fresh (no tables); no other thread uses it during the call.
 Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine, const RunOptions& options);
-
-// Memory of this process, from /proc/self/statm (current) and getrusage (peak).
-uint64_t current_rss_bytes();
-uint64_t peak_rss_bytes();
 
 }  // namespace shoal::bench

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "bench/runner.h"
-#include "bench/workload.h"
 #include "src/repl/leader.h"
+#include "src/workload/workload.h"
 
 namespace shoal::bench {
 

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <thread>
 
-#include "bench/micro/micro.h"
-#include "bench/ycsb/ycsb.h"
+#include "src/workload/micro/micro.h"
+#include "src/workload/ycsb/ycsb.h"
 
 namespace shoal::bench {
 namespace {

@@ -63,8 +63,8 @@ if [ "${SHOAL_SKIP_SANITIZERS:-0}" != "1" ]; then
   # buffers, catch-up), the transports and the runtime. The RESP parser and command layer
   # (untrusted bytes) run under ASan+UBSan in their libFuzzer target above. Left out to keep
   # the test command under its 25 minutes on 2 cores: TPC-C's and the cluster config's tests
-  # (workloads_test, cluster_test: their libraries alone are a third of this build's CPU) and
-  # resp_test; `scripts/build.sh asan workloads_test cluster_test resp_test` builds them.
+  # (workload_test, cluster_test: their libraries alone are a third of this build's CPU) and
+  # resp_test; `scripts/build.sh asan workload_test cluster_test resp_test` builds them.
   sanitized=(base_test index_test txn_test sim_test repl_test net_test runtime_test)
   stage "ASan+UBSan build"
   "$root/scripts/build.sh" asan "${sanitized[@]}"

@@ -31,11 +31,11 @@
 #include <utility>
 #include <vector>
 
-#include "sim/history.h"
-#include "sim/serializability.h"
 #include "sim/sim_env.h"
 #include "sim/sim_network.h"
 #include "src/base/env.h"
+#include "src/check/history.h"
+#include "src/check/serializability.h"
 #include "src/dist/coordinator.h"
 #include "src/dist/participant.h"
 #include "src/dist/rpc_link.h"

@@ -27,10 +27,10 @@
 #include <vector>
 
 #include "sim/dist_cluster_test_util.h"
-#include "sim/history.h"
-#include "sim/serializability.h"
 #include "sim/sim_env.h"
 #include "sim/sim_network.h"
+#include "src/check/history.h"
+#include "src/check/serializability.h"
 #include "src/dist/coordinator.h"
 #include "src/dist/local_link.h"
 #include "src/dist/participant.h"

@@ -12,9 +12,9 @@
 
 #include <fmt/format.h>
 
-#include "sim/history.h"
-#include "sim/serializability.h"
 #include "sim/sim_env.h"
+#include "src/check/history.h"
+#include "src/check/serializability.h"
 #include "src/dist/coordinator.h"
 #include "src/dist/local_link.h"
 #include "src/runtime/event_loop.h"

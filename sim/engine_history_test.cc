@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "sim/history.h"
-#include "sim/serializability.h"
+#include "src/check/history.h"
+#include "src/check/serializability.h"
 #include "src/txn/engine.h"
 
 namespace shoal::sim {

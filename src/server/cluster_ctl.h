@@ -1,6 +1,6 @@
 // `shoal cluster up|status|down|check` and `shoal bench micro|tpcc|bank --shards N | --cluster F`:
-// starting shard server processes, finding out which answer, stopping them, and driving the
-// distributed microbenchmark from outside.
+// starting shard server processes, finding out which answer, stopping them, and the options of
+// the benchmarks driven from outside (their controller: bench/dist_bench.h).
 //
 // Run directory (`cluster up`/`down`): <run_dir>/shard-<i>.pid and shard-<i>.log per shard,
 // shard-<i>-replica-<r>.{pid,log} and the WAL directory shard-<i>-replica-<r>/ per replica of
@@ -98,6 +98,7 @@ struct DistBenchOptions {
   std::string json_path;
   // Local run, test only: the servers skip read validation (the bank's checker must notice).
   bool unsafe_skip_read_validation = false;
+  bool tpcc_read_only_hint = true;  // local run, tpcc: TpccOptions::read_only_hint on every shard
   // Local run: replicas per shard (1: none), leader included; followers are `shoal replica`
   // processes in regions region-1.. at wan_rtt_ms / 2 one way from the leaders' region.
   uint32_t replicas = 1;
@@ -128,12 +129,7 @@ struct DistBenchOptions {
   const std::atomic<bool>* stop = nullptr;
 };
 
-// Exit-code-shaped outcome: Ok; Unavailable (a shard went away or transactions failed: the
-// report says which); Corruption (consistency check failed on a leader or a follower, or a
-// follower's digest differs from its leader's); other errors from setup. Replicated shards
-// (local --replicas or a config with replicas > 1) are quiesced after the run and every
-// replica's digest and check reported (repl_ctl.h).
-[[nodiscard]] Status run_dist_bench(const DistBenchOptions& options);
+// The benchmark controller, run_dist_bench, is a driver: bench/dist_bench.h.
 
 // TPC-C over every shard of a running cluster (no load may run): the consistency conditions,
 // each shard's with the HISTORY payments the other shards hold for its customers (returned in

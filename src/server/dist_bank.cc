@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "sim/serializability.h"
+#include "src/check/serializability.h"
 
 namespace shoal::server {
 

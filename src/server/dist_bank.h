@@ -7,7 +7,7 @@
 // kBankInitialBalance. A value is {balance, seq, writer}: seq is the account's version (every
 // committed write is a read-modify-write of seq + 1) and writer the DistTxn id of the attempt
 // that wrote it (0: the load), so every read knows the version it saw and who wrote it
-// (sim/history.h's model).
+// (src/check/history.h's model).
 // Transactions: a transfer moves 1..20 from one account to another (with probability
 // cross_shard_pct % the two are on different shards: the 2PC path); kBankAuditPct % are
 // read-only audits of 4 accounts (2 + 2 on two shards when cross).
@@ -15,8 +15,8 @@
 // (key, seq, writer), its writes as (key, new seq)) to a BankHistory, capped at
 // kBankHistoryMax transactions per worker; later ones are counted as dropped. The controller
 // pages the logs out (kHistory, control.h), drops what reads from unrecorded transactions
-// (drop_unrecorded_readers), runs the Adya checker (sim/serializability.h) and checks that the
-// balances over all shards still sum to accounts x kBankInitialBalance.
+// (drop_unrecorded_readers), runs the Adya checker (src/check/serializability.h) and checks that
+// the balances over all shards still sum to accounts x kBankInitialBalance.
 //
 // Threads: a BankHistory is written by its worker's loop thread and read only after that
 // worker published the end of its load (an acquire of Worker::done); the functions are pure.
@@ -30,8 +30,8 @@
 #include <nlohmann/json.hpp>
 
 #include "shoal/status.h"
-#include "sim/history.h"
 #include "src/base/env.h"
+#include "src/check/history.h"
 #include "src/dist/coordinator.h"
 #include "src/server/dist_micro.h"
 
@@ -126,7 +126,7 @@ struct BankHistoryNotes {
   std::string (*readable_ids)(const std::string& text) = nullptr;  // nullptr: ids as they are
 };
 
-// The Adya check (sim/serializability.h) of a bank history of committed transactions, of
+// The Adya check (src/check/serializability.h) of a bank history of committed transactions, of
 // which `unrecorded` more committed (or may have) without being recorded: the transactions
 // that read from those are dropped first (drop_unrecorded_readers). Adds the report's lines
 // to *text, the fields serializable, history_txns, history_edges, history_not_recorded,

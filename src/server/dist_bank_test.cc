@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "sim/serializability.h"
+#include "src/check/serializability.h"
 #include "src/dist/participant.h"
 
 namespace shoal::server {

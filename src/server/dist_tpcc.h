@@ -30,13 +30,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "bench/tpcc/tpcc.h"
 #include "shoal/status.h"
 #include "src/cluster/config.h"
 #include "src/dist/coordinator.h"
 #include "src/runtime/event_loop.h"
 #include "src/runtime/task.h"
 #include "src/server/dist_micro.h"
+#include "src/workload/tpcc/tpcc.h"
 
 namespace shoal::server {
 

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/tpcc/tpcc.h"
 #include "shoal/status.h"
+#include "src/workload/tpcc/tpcc.h"
 
 namespace shoal::server {
 

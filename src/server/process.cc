@@ -133,6 +133,7 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
     args.push_back(std::to_string(options.workers));
   }
   if (options.unsafe_skip_read_validation) args.push_back("--unsafe-skip-read-validation");
+  if (!options.tpcc_read_only_hint) args.push_back("--no-read-only-hint");
   if (options.connect_timeout_ms != 0) {
     args.insert(args.end(), {"--connect-timeout-ms", std::to_string(options.connect_timeout_ms)});
   }

@@ -38,6 +38,7 @@ struct SpawnOptions {
   uint64_t keys_per_partition = 1'000'000;
   bool die_with_parent = false;  // PR_SET_PDEATHSIG; else the child starts its own session
   bool unsafe_skip_read_validation = false;  // test only: `--unsafe-skip-read-validation`
+  bool tpcc_read_only_hint = true;           // false: `--no-read-only-hint`
   // Replicated shards: every replica's WAL in <data_dir>/shard-<s>-replica-<r> (empty: the
   // log_dir), its sync policy, and the followers' replay nice level.
   std::string data_dir;

@@ -3,7 +3,7 @@
 // and collect per replica its engine digest and, for TPC-C, the cluster-wide consistency
 // check (each follower of shard s gets the HISTORY payments other shards hold for shard s's
 // customers, as its leader does). Used by `shoal bench --shards N --replicas R` / `--cluster`
-// (dist_controller.cc) and `shoal cluster digest` (cluster_ctl.cc).
+// (bench/dist_controller.cc) and `shoal cluster digest` (cluster_ctl.cc).
 //
 // Threads: the calling thread (it drives a ControlClient).
 #pragma once

@@ -4,10 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "bench/runner.h"
-#include "bench/tpcc/tpcc.h"
-#include "bench/tpcc/tpcc_follower_reads.h"
 #include "src/base/cpu_placement.h"
+#include "src/base/process_memory.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
 #include "src/cluster/etcd_config_manager.h"
@@ -18,6 +16,8 @@
 #include "src/server/cluster_config.h"
 #include "src/server/payments_json.h"
 #include "src/server/server_metrics.h"
+#include "src/workload/tpcc/tpcc.h"
+#include "src/workload/tpcc/tpcc_follower_reads.h"
 
 namespace shoal::server {
 
@@ -301,7 +301,7 @@ Result<std::unique_ptr<ops::MetricsHttp>> start_follower_metrics(const ReplicaOp
   v.follower = follower;
   v.data_dir = data_dir;
   auto http = ops::MetricsHttp::start(me.host, port, [v]() mutable {
-    v.rss_bytes = bench::current_rss_bytes();
+    v.rss_bytes = current_rss_bytes();
     ops::MetricsText m;
     render_follower_metrics(v, &m);
     return m.text();

@@ -20,9 +20,9 @@
 
 #include <fmt/format.h>
 
-#include "bench/runner.h"
 #include "src/base/cpu_placement.h"
 #include "src/base/env.h"
+#include "src/base/process_memory.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
 #include "src/cluster/etcd_config_manager.h"
@@ -642,6 +642,7 @@ Status ShardServer::load_tpcc() {
   to.warehouses = map.warehouses();
   to.load_first_warehouse = map.first(options_.shard);
   to.load_last_warehouse = map.last(options_.shard);
+  to.read_only_hint = options_.tpcc_read_only_hint;
   tpcc_ = std::make_unique<bench::TpccWorkload>(to);
   bench::LoadOptions lo;
   lo.workers = options_.workers;
@@ -1216,7 +1217,7 @@ std::string ShardServer::render_metrics() {
   v.type_names = txn_type_names(options_.workload);
   for (const auto& w : workers_) v.workers.push_back(&w->metrics);
   v.replication = replication_.get();
-  v.rss_bytes = bench::current_rss_bytes();
+  v.rss_bytes = current_rss_bytes();
   ops::MetricsText m;
   render_server_metrics(v, &m);
   return m.text();
@@ -2277,8 +2278,8 @@ Status ShardServer::on_stats(rt::MsgBuffer* out) {
       orphaned += w->published_participant.orphaned;
       expired += w->published_participant.expired;
     }
-    total.rss_bytes = bench::current_rss_bytes();
-    total.peak_rss_bytes = bench::peak_rss_bytes();
+    total.rss_bytes = current_rss_bytes();
+    total.peak_rss_bytes = peak_rss_bytes();
     j["stats"] = total.to_json();
     j["orphaned"] = orphaned;
     j["expired"] = expired;
@@ -2405,7 +2406,7 @@ Status ShardServer::check_acks(const nlohmann::json& request, rt::MsgBuffer* out
   return Status::Ok();
 }
 
-// TPC-C's check in two steps (the controller runs them, see dist_controller.cc):
+// TPC-C's check in two steps (the controller runs them, see cluster_check.cc):
 //   {"step": "payments"}: the HISTORY sums this shard holds for other shards' warehouses, as
 //      [[kind, key, cents], ...] (kind 0: by warehouse, 1: by district, 2: by customer; keys as
 //      in bench::ForeignPayments)

@@ -74,6 +74,8 @@ struct ServerOptions {
   // Test only: EngineOptions::unsafe_skip_read_validation (a planted bug the bank's checker
   // must catch). Never for real use: transactions are no longer serializable.
   bool unsafe_skip_read_validation = false;
+  // Workload tpcc: TpccOptions::read_only_hint (ITEM and the customer-name index read-only).
+  bool tpcc_read_only_hint = true;
   // Test only (workload micro, replicated): after the followers installed the load, change one
   // record here without logging it, so `shoal cluster digest` must report a difference.
   bool unsafe_plant_divergence = false;

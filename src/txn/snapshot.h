@@ -73,7 +73,7 @@ struct SnapshotReaderOptions {
 };
 
 // What one round of read-only transactions at one snapshot found (a workload's checks, e.g.
-// bench/tpcc/tpcc_follower_reads.h).
+// src/workload/tpcc/tpcc_follower_reads.h).
 struct ReadRoundResult {
   uint32_t transactions = 0;  // read-only transactions run
   bool torn = false;          // a condition that holds in every consistent state failed

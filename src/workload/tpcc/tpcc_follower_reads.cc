@@ -1,8 +1,8 @@
-#include "bench/tpcc/tpcc_follower_reads.h"
+#include "src/workload/tpcc/tpcc_follower_reads.h"
 
 #include <fmt/format.h>
 
-#include "bench/tpcc/tpcc_txns.h"
+#include "src/workload/tpcc/tpcc_txns.h"
 
 namespace shoal::bench::tpcc {
 namespace {

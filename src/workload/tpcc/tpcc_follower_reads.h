@@ -17,10 +17,10 @@
 #include <cstdint>
 #include <string>
 
-#include "bench/tpcc/tpcc_schema.h"
 #include "shoal/status.h"
 #include "src/base/env.h"
 #include "src/txn/snapshot.h"
+#include "src/workload/tpcc/tpcc_schema.h"
 
 namespace shoal::bench::tpcc {
 

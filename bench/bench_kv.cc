@@ -1,6 +1,6 @@
 // run_kv_bench (bench_kv.h): the load, the measured YCSB run and the client-side bank check,
 // all through the client library.
-#include "src/server/bench_kv.h"
+#include "bench/bench_kv.h"
 
 #include <algorithm>
 #include <charconv>
@@ -15,16 +15,17 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/live.h"
+#include "bench/local_cluster.h"
 #include "bench/runner.h"
-#include "bench/ycsb/ycsb.h"
 #include "shoal/client.h"
-#include "sim/history.h"
 #include "src/base/env.h"
 #include "src/base/histogram.h"
+#include "src/base/process_memory.h"
+#include "src/check/history.h"
 #include "src/cluster/config.h"
 #include "src/server/control.h"
 #include "src/server/dist_bank.h"
-#include "src/server/local_cluster.h"
+#include "src/workload/ycsb/ycsb.h"
 
 namespace shoal::server {
 namespace {
@@ -487,8 +488,8 @@ bench::RunResult aggregate(const KvBenchOptions& o,
   const double seconds = std::max(r.seconds, 1e-9);
   r.committed_per_sec = static_cast<double>(r.committed) / seconds;
   r.aborts_per_sec = static_cast<double>(r.conflict_aborts) / seconds;
-  r.rss_bytes = bench::current_rss_bytes();
-  r.peak_rss_bytes = bench::peak_rss_bytes();
+  r.rss_bytes = current_rss_bytes();
+  r.peak_rss_bytes = peak_rss_bytes();
   return r;
 }
 

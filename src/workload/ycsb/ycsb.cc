@@ -1,4 +1,4 @@
-#include "bench/ycsb/ycsb.h"
+#include "src/workload/ycsb/ycsb.h"
 
 #include <cmath>
 #include <cstring>

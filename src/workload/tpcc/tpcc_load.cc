@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "bench/tpcc/tpcc.h"
+#include "src/workload/tpcc/tpcc.h"
 
 namespace shoal::bench {
 
@@ -288,8 +288,10 @@ Status TpccWorkload::load(txn::Engine& engine, const LoadOptions& options,
   if (!first_error.ok()) return first_error;
   // No transaction writes ITEM or the customer-by-name index (clause 1.4: customers and items
   // are never added, C_LAST never changes): reads of them need no validation.
-  tables_.item->make_read_only();
-  tables_.customer_name->make_read_only();
+  if (options_.read_only_hint) {
+    tables_.item->make_read_only();
+    tables_.customer_name->make_read_only();
+  }
   if (progress) progress(1.0);
   return Status::Ok();
 }

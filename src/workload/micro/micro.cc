@@ -1,4 +1,4 @@
-#include "bench/micro/micro.h"
+#include "src/workload/micro/micro.h"
 
 #include <atomic>
 #include <cstring>

@@ -12,15 +12,15 @@
 // spread over the key space. (YCSB proper draws the rank over 10^10 items with a precomputed
 // zeta for theta 0.99; drawing over `records` keeps any theta exact.)
 //
-// Threads: as Workload (bench/workload.h). The Zipfian constants are computed once in
+// Threads: as Workload (src/workload/workload.h). The Zipfian constants are computed once in
 // load() and only read afterwards; every Client has its own generator state.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
-#include "bench/workload.h"
 #include "src/base/env.h"
+#include "src/workload/workload.h"
 
 namespace shoal::bench {
 

@@ -1,11 +1,11 @@
-// Follower reads of TPC-C (bench/tpcc/tpcc_follower_reads.h): at a consistent snapshot every
+// Follower reads of TPC-C (src/workload/tpcc/tpcc_follower_reads.h): at a consistent snapshot every
 // round passes while replay has installed half of a newer transaction; the planted
 // newest-version bug reads that half and every round reports the torn district.
-#include "bench/tpcc/tpcc_follower_reads.h"
+#include "src/workload/tpcc/tpcc_follower_reads.h"
 
 #include <gtest/gtest.h>
 
-#include "bench/tpcc/tpcc.h"
+#include "src/workload/tpcc/tpcc.h"
 
 namespace shoal::bench::tpcc {
 namespace {

@@ -1,4 +1,4 @@
-#include "sim/serializability.h"
+#include "src/check/serializability.h"
 
 #include <algorithm>
 #include <optional>

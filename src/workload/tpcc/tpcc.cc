@@ -1,4 +1,4 @@
-#include "bench/tpcc/tpcc.h"
+#include "src/workload/tpcc/tpcc.h"
 
 namespace shoal::bench {
 

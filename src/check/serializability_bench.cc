@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "sim/serializability.h"
 #include "src/base/env.h"  // Rng
+#include "src/check/serializability.h"
 
 namespace shoal::sim {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "bench/tpcc/tpcc.h"
+#include "src/workload/tpcc/tpcc.h"
 
 namespace shoal::bench {
 

@@ -5,14 +5,14 @@
 // Consistency condition: the sum of all counters equals 4 x the transactions the clients saw
 // commit (each commit adds exactly 4; aborted attempts add nothing).
 //
-// Threads: as Workload (bench/workload.h). Each Client counts its commits in its own slot,
+// Threads: as Workload (src/workload/workload.h). Each Client counts its commits in its own slot,
 // owned by the Workload so that check() can read it after the clients are gone.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
-#include "bench/workload.h"
+#include "src/workload/workload.h"
 
 namespace shoal::bench {
 

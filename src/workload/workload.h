@@ -32,8 +32,8 @@ class Client {
 };
 
 struct LoadOptions {
-  uint32_t workers = 1;      // threads that will run; loaders may use them in parallel
-  uint32_t warehouses = 1;   // TPC-C scale; other workloads read their own settings
+  uint32_t workers = 1;     // threads that will run; loaders may use them in parallel
+  uint32_t warehouses = 1;  // TPC-C scale; other workloads read their own settings
   uint64_t seed = 1;
 };
 

@@ -1,4 +1,4 @@
-// A serializability checker over recorded histories (sim/history.h), after Adya's
+// A serializability checker over recorded histories (src/check/history.h), after Adya's
 // direct serialization graph.
 //
 // Nodes are the committed transactions; edges are the dependencies between them:
@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sim/history.h"
+#include "src/check/history.h"
 
 namespace shoal::sim {
 

@@ -13,9 +13,9 @@
 
 #include <cstdint>
 
-#include "bench/tpcc/tpcc_schema.h"
 #include "shoal/status.h"
 #include "src/txn/engine.h"
+#include "src/workload/tpcc/tpcc_schema.h"
 
 namespace shoal::txn {
 class SnapshotReader;  // src/txn/snapshot.h
@@ -176,8 +176,8 @@ struct PaymentHomeArgs {
 [[nodiscard]] Status stock_level(txn::Txn& txn, const void* args, void* result);
 // The two read-only transactions at a follower's snapshot (src/txn/snapshot.h): the same
 // reads as above, through the reader. A row the schema guarantees but the snapshot lacks
-// reads as Aborted (at a consistent snapshot it never happens: bench/tpcc/tpcc_follower_reads.h).
-// REQUIRES: reader.open().
+// reads as Aborted (at a consistent snapshot it never happens:
+// src/workload/tpcc/tpcc_follower_reads.h). REQUIRES: reader.open().
 [[nodiscard]] Status order_status_at_snapshot(txn::SnapshotReader& reader,
                                               const OrderStatusArgs& args,
                                               OrderStatusResult* result);

@@ -1,4 +1,4 @@
-#include "bench/tpcc/tpcc_random.h"
+#include "src/workload/tpcc/tpcc_random.h"
 
 #include <cstring>
 

@@ -1,11 +1,11 @@
-#include "bench/tpcc/tpcc_txns.h"
+#include "src/workload/tpcc/tpcc_txns.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 
-#include "bench/tpcc/tpcc_random.h"
 #include "src/txn/snapshot.h"
+#include "src/workload/tpcc/tpcc_random.h"
 
 namespace shoal::bench::tpcc {
 

@@ -10,7 +10,7 @@
 // Keys: record i is "<2 letters>user<i, 10 digits>", the letters from fnv1a64(i), so that
 // records spread evenly over "aa".."zz" and so over shards split by letters (the default
 // kv_split_keys); the report counts the records each shard owns under the config's splits.
-// Key choice: scrambled Zipfian (bench/ycsb's generator, theta 0.99 by default) or uniform.
+// Key choice: scrambled Zipfian (src/workload/ycsb's generator, theta 0.99 by default) or uniform.
 // Load: before the measurement every record is written through the client library, single-key
 // speculative puts spread over the connections (the byte-key table has no server-side bulk
 // load path); the load's time is reported apart.
@@ -27,7 +27,7 @@
 // account's version, writer the id of the attempt that wrote it), every transfer a run() of
 // two gets and two puts, every fifth transaction a read-only audit of 4 accounts. Each thread
 // records its committed attempts (reads with the version and writer they saw, writes with the
-// new version) in a client-side history that the project's checker (sim/serializability.h)
+// new version) in a client-side history that the project's checker (src/check/serializability.h)
 // checks after the run, with the balances summed in one transaction (money conserved). A
 // transaction whose outcome is unknown (the connection broke at its commit) is counted as not
 // recorded, and what read from it is left out of the check (drop_unrecorded_readers).

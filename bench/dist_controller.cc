@@ -1,5 +1,5 @@
-// run_dist_bench (declared in cluster_ctl.h): the controller of the distributed
-// microbenchmark. See cluster_ctl.h for the flow.
+// run_dist_bench (declared in bench/dist_bench.h): the controller of the benchmarks across
+// shard processes. See src/server/cluster_ctl.h for the flow.
 #include <time.h>
 #include <unistd.h>
 
@@ -13,10 +13,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench/dist_bench.h"
+#include "bench/local_cluster.h"
 #include "bench/runner.h"
-#include "sim/serializability.h"
 #include "src/base/env.h"
 #include "src/base/json_field.h"
+#include "src/check/serializability.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
 #include "src/cluster/etcd_config_manager.h"
@@ -29,7 +31,6 @@
 #include "src/server/dist_micro.h"
 #include "src/server/dist_tpcc.h"
 #include "src/server/failover_run.h"
-#include "src/server/local_cluster.h"
 #include "src/server/process.h"
 #include "src/server/repl_ctl.h"
 #include "src/server/shard_server.h"
@@ -181,6 +182,7 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.workload = o.workload;
   so.die_with_parent = true;
   so.unsafe_skip_read_validation = o.unsafe_skip_read_validation;
+  so.tpcc_read_only_hint = o.tpcc_read_only_hint;
   so.fsync = o.fsync;
   so.replica_nice = o.replica_nice;
   so.serve_reads = o.follower_reads;
@@ -372,7 +374,7 @@ void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
 }
 
 // Bank: the money over all shards must be what was loaded, and the merged history of every
-// worker's committed transactions must be serializable (sim/serializability.h). Lines for the
+// worker's committed transactions must be serializable (src/check/serializability.h). Lines for the
 // report go to *text, fields for the JSON to *json.
 // `unlogged`: commits whose records died with a killed leader (not recorded either).
 void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards, bench::RunResult* r,
@@ -721,92 +723,6 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
 }
 
 }  // namespace
-
-std::vector<std::string> check_tpcc_cluster(ControlClient& client,
-                                            const cluster::ClusterConfig& config,
-                                            std::vector<nlohmann::json>* payments_out) {
-  std::vector<std::string> failures;
-  const WarehouseMap map(config);
-  const auto n = static_cast<uint32_t>(config.shards.size());
-  std::vector<nlohmann::json>& payments = *payments_out;
-  payments.assign(n, nlohmann::json::array());
-  for (uint32_t s = 0; s < n; ++s) {
-    auto reply = client.call(s, kScan, {{"step", "payments"}}, 120'000);
-    if (!reply.ok()) {
-      failures.push_back(fmt::format("shard {}: {}", s, reply.status().to_string()));
-      payments.clear();
-      return failures;
-    }
-    auto list = json_field<nlohmann::json>(*reply, "payments");
-    if (!list.ok() || !list->is_array()) {
-      failures.push_back(
-          fmt::format("shard {}: malformed payments: {}", s,
-                      list.ok() ? std::string("'payments': not a list") : list.status().message()));
-      payments.clear();
-      return failures;
-    }
-    for (const auto& p : *list) {
-      // [kind, key, amount]; anything else is no payment of ours (the owner's check fails).
-      if (!p.is_array() || p.size() != 3 || !p[0].is_number_unsigned() ||
-          !p[1].is_number_unsigned()) {
-        continue;
-      }
-      const uint64_t key = p[1].get<uint64_t>();
-      // Kind 0 keys are warehouse ids; the others pack the warehouse in their top 16 bits.
-      const uint32_t w = static_cast<uint32_t>(p[0].get<uint64_t>() == 0 ? key : key >> 48);
-      if (w >= 1 && w <= map.warehouses()) payments[map.shard_of(w)].push_back(p);
-    }
-  }
-  for (uint32_t s = 0; s < n; ++s) {
-    auto reply = client.call(s, kScan, {{"step", "check"}, {"payments", payments[s]}}, 600'000);
-    if (!reply.ok()) {
-      failures.push_back(fmt::format("shard {}: {}", s, reply.status().to_string()));
-      continue;
-    }
-    std::vector<std::string> shard_failures;
-    if (Status read = json_optional_field(*reply, "failures", &shard_failures); !read.ok()) {
-      shard_failures = {"malformed check reply: " + read.message()};
-    }
-    for (const std::string& f : shard_failures)
-      failures.push_back(fmt::format("shard {}: {}", s, f));
-  }
-  return failures;
-}
-
-std::string AckCheck::line() const {
-  return fmt::format("acknowledged NewOrders (journaled by the terminals): {} checked, {} lost{}\n",
-                     checked, missing, failures.empty() ? "" : " (" + failures + ")");
-}
-
-AckCheck check_acknowledged_orders(ControlClient& client, uint32_t shards, const std::string& dir) {
-  nlohmann::json paths = nlohmann::json::array();
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {  // bounded by the directory
-    const std::string name = e.path().filename().string();
-    if (name.starts_with("acks-") && name.ends_with(".bin")) paths.push_back(e.path().string());
-  }
-  AckCheck a;
-  for (uint32_t s = 0; s < shards; ++s) {
-    auto reply = client.call(s, kScan, {{"step", "acks"}, {"paths", paths}}, kCallTimeoutMs * 12);
-    if (!reply.ok()) {
-      a.failures += fmt::format(" shard {}: {};", s, reply.status().to_string());
-      continue;
-    }
-    uint64_t c = 0, m = 0;
-    nlohmann::json first = nullptr;
-    Status read = json_optional_field(*reply, "checked", &c);
-    if (read.ok()) read = json_optional_field(*reply, "missing", &m);
-    if (read.ok()) read = json_optional_field(*reply, "first_missing", &first);
-    if (!read.ok()) {
-      a.failures += fmt::format(" shard {}: malformed answer: {};", s, read.message());
-      continue;
-    }
-    a.checked += c;
-    a.missing += m;
-    if (m != 0) a.failures += fmt::format(" shard {}: first missing {};", s, first.dump());
-  }
-  return a;
-}
 
 Status run_dist_bench(const DistBenchOptions& o) {
   LocalCluster local;
