@@ -1689,6 +1689,7 @@ Status ShardServer::adopt_store(Promotion& p) {
     to.warehouses = warehouse_map_->warehouses();
     to.load_first_warehouse = warehouse_map_->first(options_.shard);
     to.load_last_warehouse = warehouse_map_->last(options_.shard);
+    to.read_only_hint = options_.tpcc_read_only_hint;  // as the loading leader had it
     tpcc_ = std::make_unique<bench::TpccWorkload>(to);
     bench::LoadOptions lo;
     lo.warehouses = warehouse_map_->warehouses();

@@ -136,7 +136,8 @@ class TpccWorkload final : public Workload {
                                       uint64_t seed) override;
   // Serves tables loaded elsewhere and replicated into `engine` (a follower promoted to
   // leader, design section 5): finds them and derives the NURand constants from
-  // options.seed exactly as load() did. Corruption when a TPC-C table is missing.
+  // options.seed exactly as load() did, and marks the read-only tables as load() does
+  // (TpccOptions::read_only_hint). Corruption when a TPC-C table is missing.
   [[nodiscard]] Status attach(txn::Engine& engine, const LoadOptions& options);
   std::vector<std::string> check(txn::Engine& engine) override {
     return check_tpcc_conditions(engine, /*after_load=*/false);

@@ -224,6 +224,10 @@ Status TpccWorkload::attach(txn::Engine& engine, const LoadOptions& options) {
   }
   Rng rng(options.seed);
   nurand_ = NurandConstants::make(rng);  // the draw load() makes first
+  if (options_.read_only_hint) {         // as load() leaves them (a promoted follower's tables)
+    tables_.item->make_read_only();
+    tables_.customer_name->make_read_only();
+  }
   return Status::Ok();
 }
 

@@ -177,6 +177,25 @@ TEST(TpccLoad, ReadOnlyHintMarksItemAndTheNameIndexOnly) {
   EXPECT_EQ(join(without.workload->check(*without.engine)), "");
 }
 
+// A promoted follower's workload attaches to replicated tables: with the hint it marks them
+// as load() would have (a failover must not turn the hint off), without it it leaves them.
+TEST(TpccLoad, AttachAppliesTheReadOnlyHintAsLoadDid) {
+  Loaded replicated(1, 1, /*read_only_hint=*/false);
+  LoadOptions lo;
+  lo.warehouses = 1;
+  lo.seed = 42;
+  TpccOptions hint_off;
+  hint_off.read_only_hint = false;
+  TpccWorkload without(hint_off);
+  ASSERT_TRUE(without.attach(*replicated.engine, lo).ok());
+  EXPECT_FALSE(replicated.t().item->read_only());
+  TpccWorkload with(TpccOptions{});
+  ASSERT_TRUE(with.attach(*replicated.engine, lo).ok());
+  EXPECT_TRUE(replicated.t().item->read_only());
+  EXPECT_TRUE(replicated.t().customer_name->read_only());
+  EXPECT_FALSE(replicated.t().customer->read_only());
+}
+
 TEST(TpccLoad, CheckReportsABrokenCondition) {
   Loaded db(1);
   txn::Worker* worker = db.engine->make_worker();
