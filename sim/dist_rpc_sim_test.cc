@@ -509,7 +509,8 @@ TEST(DistRpcWire, ProposalsLeadTheStreamSoInstallsLandOnThem) {
   uint64_t floor = uint64_t{5} << 32;
   p.set_tid_floor(&floor);
   const uint64_t key = 3;
-  const dist::StagedWrite w = staged_put(key, Account{1, 1, 7});
+  const Account acc{1, 1, 7};  // the staged write points at it
+  const dist::StagedWrite w = staged_put(key, acc);
   uint64_t proposed = 0, installed = 0;
   txn::DepVec deps;
   ASSERT_TRUE(p.lock(1, 1, &w, 1, &proposed).ok());
