@@ -606,9 +606,7 @@ Status run(const KvBenchOptions& o) {
   std::fflush(stdout);
 
   nlohmann::json j = r.to_json();
-  const bench::LatencyUs& l = r.commit_latency_us;
-  j["commit_latency_us"] = {{"p50", l.p50},   {"p90", l.p90},   {"p99", l.p99},
-                            {"p999", l.p999}, {"mean", l.mean}, {"max", l.max}};
+  j["commit_latency_us"] = bench::latency_json(r.commit_latency_us);
   nlohmann::json per_second = nlohmann::json::array();
   for (const bench::SecondSample& x : series) per_second.push_back(x.committed_per_sec);
   j["committed_per_second"] = per_second;

@@ -606,8 +606,7 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
     // Speculative (visible) is r.latency_us; acknowledged: the vectorized watermark covered
     // the transaction's vector (replicated clusters).
     const bench::LatencyUs& c = r.commit_latency_us;
-    j["commit_latency_us"] = {{"p50", c.p50},   {"p90", c.p90},   {"p99", c.p99},
-                              {"p999", c.p999}, {"mean", c.mean}, {"max", c.max}};
+    j["commit_latency_us"] = bench::latency_json(c);
     j["acknowledged"] = total.latency_commit.count();
     j["unacknowledged"] = total.unacknowledged;
     text += fmt::format(

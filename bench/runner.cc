@@ -234,12 +234,12 @@ LatencyUs summarize(const Histogram& h) {
   return l;
 }
 
-namespace {
-
 nlohmann::json latency_json(const LatencyUs& l) {
   return {{"p50", l.p50},   {"p90", l.p90},   {"p99", l.p99},
           {"p999", l.p999}, {"mean", l.mean}, {"max", l.max}};
 }
+
+namespace {
 
 Status check_options(const RunOptions& o) {
   if (!(o.seconds > 0) || !std::isfinite(o.seconds)) {

@@ -93,6 +93,8 @@ struct LatencyUs {
 
 // A histogram's percentiles, mean and max (recorded in ns), in microseconds.
 LatencyUs summarize(const Histogram& h);
+// {p50, p90, p99, p999, mean, max}: the JSON of every bench's latency fields.
+nlohmann::json latency_json(const LatencyUs& l);
 
 struct TypeResult {
   std::string name;

@@ -244,6 +244,13 @@ Status decode_validate_reply(std::span<const uint8_t> reply, txn::DepVec* deps) 
   return decode_vector(r, deps, "validate reply");
 }
 
+void encode_tid_vector_reply(uint64_t tid, const txn::DepVec& vector, rt::MsgBuffer* out) {
+  out->resize(8 + 4 + vector.size() * kDepEntryBytes);
+  Writer w(out->payload());
+  w.put(tid);
+  encode_vector(vector, w);
+}
+
 Status decode_validate_install_reply(std::span<const uint8_t> reply, txn::DepVec* deps,
                                      uint64_t* tid) {
   Reader r(reply);
@@ -532,10 +539,7 @@ Status ParticipantService::serve_validate_install(TxnId id, uint64_t epoch,
   const FragmentCall call{fragment, {args, args_bytes}};
   SHOAL_TRY(participant_.validate_install(id, epoch, vector, &deps, &tid,
                                           fragment == kNoFragment ? nullptr : &call));
-  out->resize(8 + 4 + deps.size() * kDepEntryBytes);
-  Writer w(out->payload());
-  w.put(tid);
-  encode_vector(deps, w);
+  wire::encode_tid_vector_reply(tid, deps, out);
   return Status::Ok();
 }
 
@@ -545,10 +549,7 @@ Status ParticipantService::serve_resolve(TxnId id, std::span<const uint8_t> rest
   txn::DepVec vector;
   uint64_t tid = 0;
   SHOAL_TRY(participant_.decision(id, &tid, &vector));
-  out->resize(8 + 4 + vector.size() * kDepEntryBytes);
-  Writer w(out->payload());
-  w.put(tid);
-  encode_vector(vector, w);
+  wire::encode_tid_vector_reply(tid, vector, out);
   return Status::Ok();
 }
 

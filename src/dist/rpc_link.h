@@ -125,6 +125,8 @@ void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidat
 // kInstall's reply: the TID it installed at (a participant that no longer knows it answers
 // NotFound instead, F5). tid may be nullptr.
 [[nodiscard]] Status decode_install_reply(std::span<const uint8_t> reply, uint64_t* tid);
+// kValidateInstall's and kResolve's reply: a TID and a vector.
+void encode_tid_vector_reply(uint64_t tid, const txn::DepVec& vector, rt::MsgBuffer* out);
 [[nodiscard]] Status decode_validate_install_reply(std::span<const uint8_t> reply,
                                                    txn::DepVec* deps, uint64_t* tid);
 // A reply flagged prepared needs `prepared` (InvalidArgument without: not asked for).

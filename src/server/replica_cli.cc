@@ -221,13 +221,9 @@ Result<std::unique_ptr<cluster::EtcdConfigManager>> open_manager(const ReplicaOp
   return cluster::EtcdConfigManager::create(eo);
 }
 
-}  // namespace
-
-Result<uint32_t> current_leader(const ReplicaOptions& options,
-                                const cluster::ClusterConfig& config) {
-  auto manager = open_manager(options);
-  if (!manager.ok()) return manager.status();
-  cluster::ClusterStateStore store(**manager, config.name);
+// The shard's leader as `store` holds it now.
+Result<uint32_t> leader_in(cluster::ClusterStateStore& store, const ReplicaOptions& options,
+                           const cluster::ClusterConfig& config) {
   auto state = store.load_state();
   if (!state.ok()) {
     return Status::Unavailable(
@@ -238,6 +234,16 @@ Result<uint32_t> current_leader(const ReplicaOptions& options,
         fmt::format("etcd holds {} shards for cluster {}", state->shards.size(), config.name));
   }
   return state->shards[options.shard].leader_replica;
+}
+
+}  // namespace
+
+Result<uint32_t> current_leader(const ReplicaOptions& options,
+                                const cluster::ClusterConfig& config) {
+  auto manager = open_manager(options);
+  if (!manager.ok()) return manager.status();
+  cluster::ClusterStateStore store(**manager, config.name);
+  return leader_in(store, options, config);
 }
 
 namespace {
@@ -279,9 +285,8 @@ void wait_for_successor(const ReplicaOptions& options, const cluster::ClusterCon
   cluster::ClusterStateStore store(**manager, config.name);
   const uint64_t deadline_ns = RealEnv::instance().now_ns() + kSuccessorGraceMs * 1'000'000;
   while (RealEnv::instance().now_ns() < deadline_ns) {  // bounded by the grace
-    auto state = store.load_state();
-    if (!state.ok() || options.shard >= state->shards.size()) return;
-    if (state->shards[options.shard].leader_replica != failed) return;
+    Result<uint32_t> leader = leader_in(store, options, config);
+    if (!leader.ok() || *leader != failed) return;
     RealEnv::instance().sleep_ns(kSuccessorPollMs * 1'000'000);
   }
 }

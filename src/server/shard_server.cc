@@ -347,6 +347,8 @@ class ShardServer {
   txn::EngineOptions engine_options() const;
   [[nodiscard]] Status load_table();
   [[nodiscard]] Status load_tpcc();
+  bench::TpccOptions tpcc_options() const;
+  bench::LoadOptions tpcc_load_options() const;
   // A promotion: the follower's engine and its replicated tables instead of a load.
   [[nodiscard]] Status adopt_store(Promotion& p);
   // The address shard `shard` is served at now: its current leader replica's.
@@ -625,6 +627,24 @@ Status ShardServer::load_table() {
   return Status::Ok();
 }
 
+// The workload a shard server runs: this shard's warehouses (warehouse_map_), whether it loads
+// them or a promotion finds them replicated. REQUIRES: warehouse_map_ set.
+bench::TpccOptions ShardServer::tpcc_options() const {
+  bench::TpccOptions to;
+  to.warehouses = warehouse_map_->warehouses();
+  to.load_first_warehouse = warehouse_map_->first(options_.shard);
+  to.load_last_warehouse = warehouse_map_->last(options_.shard);
+  to.read_only_hint = options_.tpcc_read_only_hint;
+  return to;
+}
+
+bench::LoadOptions ShardServer::tpcc_load_options() const {
+  bench::LoadOptions lo;
+  lo.warehouses = warehouse_map_->warehouses();
+  lo.seed = 1;  // every shard: the same ITEM rows and NURand constants
+  return lo;
+}
+
 Status ShardServer::load_tpcc() {
   warehouse_map_ = std::make_unique<WarehouseMap>(config_);
   const WarehouseMap& map = *warehouse_map_;
@@ -638,16 +658,9 @@ Status ShardServer::load_tpcc() {
   // carry the vectors acknowledgement will wait on.
   eo.track_dependencies = replicated();
   engine_ = std::make_unique<txn::Engine>(eo);
-  bench::TpccOptions to;
-  to.warehouses = map.warehouses();
-  to.load_first_warehouse = map.first(options_.shard);
-  to.load_last_warehouse = map.last(options_.shard);
-  to.read_only_hint = options_.tpcc_read_only_hint;
-  tpcc_ = std::make_unique<bench::TpccWorkload>(to);
-  bench::LoadOptions lo;
+  tpcc_ = std::make_unique<bench::TpccWorkload>(tpcc_options());
+  bench::LoadOptions lo = tpcc_load_options();
   lo.workers = options_.workers;
-  lo.warehouses = map.warehouses();
-  lo.seed = 1;  // every shard: the same ITEM rows and NURand constants
   SHOAL_TRY(tpcc_->load(*engine_, lo, nullptr));
   fragments_ = make_tpcc_fragments(&tpcc_->tables());
   return Status::Ok();
@@ -1685,16 +1698,8 @@ Status ShardServer::adopt_store(Promotion& p) {
   engine_ = std::move(p.engine);
   if (options_.workload == "tpcc") {
     warehouse_map_ = std::make_unique<WarehouseMap>(config_);
-    bench::TpccOptions to;
-    to.warehouses = warehouse_map_->warehouses();
-    to.load_first_warehouse = warehouse_map_->first(options_.shard);
-    to.load_last_warehouse = warehouse_map_->last(options_.shard);
-    to.read_only_hint = options_.tpcc_read_only_hint;  // as the loading leader had it
-    tpcc_ = std::make_unique<bench::TpccWorkload>(to);
-    bench::LoadOptions lo;
-    lo.warehouses = warehouse_map_->warehouses();
-    lo.seed = 1;  // as load_tpcc: the same NURand constants on every shard
-    SHOAL_TRY(tpcc_->attach(*engine_, lo));
+    tpcc_ = std::make_unique<bench::TpccWorkload>(tpcc_options());  // as the loading leader's
+    SHOAL_TRY(tpcc_->attach(*engine_, tpcc_load_options()));
     fragments_ = make_tpcc_fragments(&tpcc_->tables());
     return Status::Ok();
   }
