@@ -645,11 +645,20 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
   j["committed_cross"] = total.committed_cross;
   j["unavailable"] = total.unavailable;
   j["failover_retries"] = total.failover_retries;
+  j["in_doubt_committed"] = total.in_doubt_committed;
+  j["in_doubt_lost"] = total.in_doubt_lost;
   if (total.failover_retries > 0) {
     text += fmt::format(
         "failover: {} attempts found a shard unreachable and were retried after "
         "the redial of its new leader\n",
         total.failover_retries);
+  }
+  if (total.in_doubt_committed + total.in_doubt_lost > 0) {
+    text += fmt::format(
+        "failover: {} transactions left in doubt at the failed shard were settled by its new "
+        "leader's log: {} committed there, {} lost with it (undone, then retried)\n",
+        total.in_doubt_committed + total.in_doubt_lost, total.in_doubt_committed,
+        total.in_doubt_lost);
   }
   nlohmann::json per_shard = nlohmann::json::array();
   std::vector<std::string> gone;

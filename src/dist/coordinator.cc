@@ -13,6 +13,7 @@ void DistTxn::reset(TxnId id, uint64_t epoch) {
   id_ = id;
   epoch_ = epoch;
   in_doubt_ = false;
+  doubtful_.clear();
   touched_.clear();
   fragment_written_.clear();
   locked_early_.clear();
@@ -24,6 +25,16 @@ void DistTxn::reset(TxnId id, uint64_t epoch) {
   writes_.clear();
   values_.reset();
   vector_.clear();
+}
+
+void DistTxn::settle_doubt(bool committed, std::span<const uint64_t> tids) {
+  SHOAL_ASSERT(in_doubt_ && (!committed || tids.size() == doubtful_.size()),
+               "settle_doubt of transaction %lu (in doubt: %d, %zu tids for %zu shards)", id_,
+               in_doubt_, tids.size(), doubtful_.size());
+  in_doubt_ = false;
+  if (committed) {
+    for (size_t i = 0; i < tids.size(); ++i) vector_.raise(doubtful_[i], tids[i]);
+  }
 }
 
 void DistTxn::touch(uint32_t shard) {
@@ -391,6 +402,7 @@ rt::Task<Status> Coordinator::install_all(DistTxn& txn) {
                                                txn.vector_, &installed);
     // F10: a replicated shard may install above our entry; acknowledgement waits for that.
     if (s.ok()) txn.vector_.raise(shard, installed);
+    if (!s.ok()) txn.doubtful_.push_back(shard);
     if (!s.ok() && first_failure.ok()) {
       first_failure = Status::Unavailable(
           fmt::format("transaction {:#x} committed, but its install at shard {} is in doubt: {}",

@@ -22,7 +22,10 @@
 //      (the link retries it until acknowledged; installs are idempotent by id), and no abort
 //      is ever sent for it. If a shard cannot be reached for its install (Unavailable, or the
 //      link's retries run out) the outcome there is in doubt: run() returns Unavailable saying
-//      so, the other shards are installed, and resolving the in-doubt shard is recovery's job.
+//      so (doubtful_shards() names them), the other shards are installed, and resolving the
+//      in-doubt shard is recovery's job: its new leader's log says whether the half survived
+//      (src/server/discard_journal.h), and the caller settles the transaction
+//      (settle_doubt).
 //   C4 Last agent (participant.h F7), only when our own shard has no writes. The last remote
 //      shard with writes does not get validate + install but one validate_install, sent after
 //      every other participant voted yes: its vote decides, and it installs at once. Ok:
@@ -194,6 +197,12 @@ class DistTxn {
   // After run() failed: whether some shard may have installed it (C2, C4: its outcome is in
   // doubt). A transaction that failed and is not in doubt installed nothing: it may be retried.
   bool in_doubt() const { return in_doubt_; }
+  // In doubt after the decision (C2): the shards whose install went unanswered.
+  const std::vector<uint32_t>& doubtful_shards() const { return doubtful_; }
+  // A failover settled the doubt (the caller asked the shards' new leaders, src/server):
+  // committed, its half at each doubtful shard kept at tids[i] (raised into vector()), or not
+  // (nothing of it remains: it may be retried).
+  void settle_doubt(bool committed, std::span<const uint64_t> tids);
   // After a commit: the transaction's dependency vector (one entry per shard it wrote, plus
   // what its reads depended on).
   const txn::DepVec& vector() const { return vector_; }
@@ -224,6 +233,7 @@ class DistTxn {
   TxnId id_ = 0;
   uint64_t epoch_ = 0;
   bool in_doubt_ = false;
+  std::vector<uint32_t> doubtful_;  // C2: installs unanswered
   std::vector<uint32_t> touched_;
   std::vector<uint32_t> fragment_written_;  // shards whose fragments left writes
   std::vector<uint32_t> locked_early_;      // of those, shards locked by their exec

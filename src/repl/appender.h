@@ -145,8 +145,8 @@ class StreamAppender {
   }
   // Logs a committed transaction (read-only ones log nothing). Worker thread. Unavailable
   // once the stream is stopped (see Backpressure): the transaction is not logged.
-  // dist_txn_id: non-zero when the transaction is this shard's coordinator's own half of a
-  // distributed transaction (its record carries the id: docs/LOG_FORMAT.md, DIST_TXN).
+  // dist_txn_id: non-zero when the transaction is this shard's half of a distributed
+  // transaction (its record carries the id: docs/LOG_FORMAT.md, DIST_TXN).
   [[nodiscard]] Status append(const txn::Txn& txn, uint64_t dist_txn_id = 0);
   // Appends one record as given (bootstrap of the initial state, tests). Worker thread.
   // Unavailable once stopped. REQUIRES: tid >= every TID appended before; the record fits an

@@ -1,8 +1,10 @@
-// DecisionLog: the distributed transactions a shard's log says its coordinator committed, as
-// replay installs them (records flagged DIST_TXN, docs/LOG_FORMAT.md), so that the replica
-// that takes over after the coordinator's process died can answer the other shards still
-// holding a prepared half: committed (here is where, and its vector) or not (design section 5;
-// docs/REPLICATION.md, "Failover across shards").
+// DecisionLog: the distributed transactions whose half a shard's log holds (its coordinator's
+// decisions, and the halves other shards' coordinators installed here), as replay installs them
+// (records flagged DIST_TXN, docs/LOG_FORMAT.md), so that the replica that takes over after
+// the leader's process died can answer the other shards: those still holding a prepared half
+// of a transaction it coordinated, and coordinators that left a transaction in doubt here:
+// committed (here is where, and its vector) or not (design section 5; docs/REPLICATION.md,
+// "Failover across shards").
 //
 // Only installed records are noted: replay never installs a record above an epoch fence, so a
 // new leader's log holds exactly the decisions at or below its final watermark, the ones that

@@ -189,8 +189,8 @@ class LogBatchBuilder {
   void reset(std::span<std::byte> buffer, const LogEntryId& id, const BatchLimits& limits);
 
   // Appends one transaction record: commit TID, sparse dependency entries (any order; copied
-  // as given) and writes. A non-zero dist_txn_id marks the record as its coordinator's own
-  // half of that distributed transaction (kLogRecordDistTxn). On kFull/kNeverFits the batch
+  // as given) and writes. A non-zero dist_txn_id marks the record as this shard's half of
+  // that distributed transaction (kLogRecordDistTxn). On kFull/kNeverFits the batch
   // is unchanged.
   // REQUIRES: an open (reset, not sealed) batch; each key 1..8 words or a packed byte key;
   // remove has no value; a patch has no byte key.

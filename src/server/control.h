@@ -22,6 +22,11 @@
 //                "payments","wait_ms"}                "leader_digest", "followers": [{replica,
 //                                                     lost, applied_tid, digest, checked,
 //                                                     check_failures, ...}]
+//   kDecisions 66 {"ids":[id,...]}                  {"found":[[id,tid],...]}: a shard's new
+//                                                    leader, after a failover: which of these
+//                                                    distributed transactions its log holds
+//                                                    (at most kDecisionIdsMax ids; asked by
+//                                                    the other shards' leaders, F11 and C2)
 //
 // Threads: ControlClient owns a private EventLoop and runs it only inside call(); use it from
 // one thread. Every call is bounded by its timeout; a shard that is gone answers Unavailable
@@ -47,8 +52,10 @@ enum ControlMethod : uint16_t {
   kScan = 63,
   kHistory = 64,
   kRepl = 65,
+  kDecisions = 66,
 };
 inline constexpr size_t kControlBytesMax = 1 << 20;
+inline constexpr size_t kDecisionIdsMax = 4096;  // ids per kDecisions call
 
 // Parses a JSON control payload; InvalidArgument on malformed text or an oversized payload.
 [[nodiscard]] Result<nlohmann::json> parse_control(std::string_view text);

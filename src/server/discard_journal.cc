@@ -33,7 +33,7 @@ bool DiscardJournal::push(const txn::Txn& txn, const txn::WriteView& w, bool pen
   }
   if (w.kind == txn::WriteKind::kInsert) {
     e.undoable = true;  // before it: absent (base_tid 0)
-  } else if (w.kind == txn::WriteKind::kPut && w.old_value != nullptr) {
+  } else if (w.kind != txn::WriteKind::kInsert && w.old_value != nullptr) {  // put or remove
     // The old value goes at the ring's tail, or at its start if the end is too short.
     const size_t size = w.old_size_bytes;
     const size_t offset = bytes_tail_ + size <= kBytesMax ? bytes_tail_ : 0;
@@ -54,14 +54,17 @@ bool DiscardJournal::push(const txn::Txn& txn, const txn::WriteView& w, bool pen
   return true;
 }
 
-void DiscardJournal::update(uint64_t tid, const txn::DepVec& vector, bool in_doubt) {
+void DiscardJournal::update(uint64_t tid, const txn::DepVec& vector,
+                            std::span<const uint32_t> doubtful, uint64_t dist_txn_id) {
   for (size_t back = 0; back < std::min(count_, kUpdateScanMax); ++back) {
     Entry& e = entries_[(head_ + count_ - 1 - back) % kEntriesMax];
     if (e.tid < tid) break;  // a worker's TIDs grow: older entries are below it
     if (e.tid != tid) continue;
     e.pending = false;
+    if (!doubtful.empty()) e.dist_txn_id = dist_txn_id;
     for (const txn::DepEntry& d : vector.entries()) {
       if (d.shard == shard_) continue;
+      const bool in_doubt = std::find(doubtful.begin(), doubtful.end(), d.shard) != doubtful.end();
       const uint64_t ts = in_doubt ? kInDoubt : d.ts;
       uint32_t i = 0;
       while (i < e.dep_count && e.deps[i].shard != d.shard) ++i;
@@ -77,13 +80,69 @@ void DiscardJournal::update(uint64_t tid, const txn::DepVec& vector, bool in_dou
   }
 }
 
-void DiscardJournal::settle(uint32_t shard) {
+void DiscardJournal::in_doubt_ids(uint32_t shard, std::vector<uint64_t>* out) const {
+  const size_t first = out->size();
+  for (size_t i = 0; i < count_; ++i) {  // bounded by kEntriesMax
+    const Entry& e = at(i);
+    if (e.dist_txn_id == 0) continue;
+    for (uint32_t d = 0; d < e.dep_count; ++d) {
+      if (e.deps[d].shard != shard || e.deps[d].ts != kInDoubt) continue;
+      // A transaction's writes are adjacent entries: one look back finds a repeat.
+      if (out->size() == first || out->back() != e.dist_txn_id) out->push_back(e.dist_txn_id);
+    }
+  }
+}
+
+void DiscardJournal::resolve(uint64_t dist_txn_id, uint32_t shard, uint64_t tid_there) {
+  SHOAL_ASSERT(dist_txn_id != 0 && tid_there != kInDoubt, "resolve %lu at %lu", dist_txn_id,
+               tid_there);
+  bool found = false;
+  for (size_t i = 0; i < count_; ++i) {  // bounded by kEntriesMax
+    Entry& e = entries_[(head_ + i) % kEntriesMax];
+    if (e.dist_txn_id != dist_txn_id) continue;
+    for (uint32_t d = 0; d < e.dep_count; ++d) {
+      if (e.deps[d].shard == shard && e.deps[d].ts == kInDoubt) {
+        e.deps[d].ts = tid_there;
+        found = true;
+      }
+    }
+  }
+  if (found) note_outcome(dist_txn_id, shard, {Verdict::kCommitted, tid_there});
+}
+
+void DiscardJournal::settle(uint32_t shard, std::span<const uint64_t> kept) {
   for (size_t i = 0; i < count_; ++i) {  // bounded by kEntriesMax
     Entry& e = entries_[(head_ + i) % kEntriesMax];
     for (uint32_t d = 0; d < e.dep_count; ++d) {
-      if (e.deps[d].shard == shard && e.deps[d].ts == kInDoubt) e.deps[d].ts = 0;
+      if (e.deps[d].shard != shard || e.deps[d].ts != kInDoubt) continue;
+      e.deps[d].ts = 0;
+      if (e.dist_txn_id == 0) continue;
+      const bool whole = std::binary_search(kept.begin(), kept.end(), e.tid);
+      note_outcome(e.dist_txn_id, shard, {whole ? Verdict::kKept : Verdict::kLost, 0});
     }
   }
+}
+
+void DiscardJournal::note_outcome(uint64_t dist_txn_id, uint32_t shard, Outcome o) {
+  for (JudgedTxn& j : judged_) {  // bounded by kOutcomesMax
+    if (j.dist_txn_id == dist_txn_id && j.shard == shard) {
+      j.outcome = o;
+      return;
+    }
+  }
+  if (judged_.size() < kOutcomesMax) {
+    judged_.push_back({dist_txn_id, shard, o});
+    return;
+  }
+  judged_[judged_next_] = {dist_txn_id, shard, o};  // the oldest verdict goes
+  judged_next_ = (judged_next_ + 1) % kOutcomesMax;
+}
+
+DiscardJournal::Outcome DiscardJournal::outcome(uint64_t dist_txn_id, uint32_t shard) const {
+  for (const JudgedTxn& j : judged_) {  // bounded by kOutcomesMax; asked once per doubt
+    if (j.dist_txn_id == dist_txn_id && j.shard == shard) return j.outcome;
+  }
+  return {};
 }
 
 void DiscardJournal::pop_front() {
@@ -131,13 +190,22 @@ uint64_t newest_tid(txn::Engine& engine, const DiscardJournal::Entry& e) {
 struct Compensation {
   txn::TableBase* table;
   const uint64_t* key;
-  std::span<const uint8_t> value;  // empty: remove
+  std::span<const uint8_t> value;  // the value before, unless absent_before
+  bool absent_before = false;
 };
 
+// Puts the record back to what it was before the oldest lost write of its chain: absent
+// (that write was an insert) or `value`. Lost writes above it may have left the record present
+// or absent (a remove), so either is met here.
 Status compensate(txn::Txn& t, const void* args, void*) {
   const auto* c = static_cast<const Compensation*>(args);
-  if (c->value.empty()) return c->table->txn_remove(t, c->key);
-  return c->table->txn_put(t, c->key, c->value.data(), static_cast<uint32_t>(c->value.size()));
+  if (c->absent_before) {
+    const Status s = c->table->txn_remove(t, c->key);
+    return s.code() == Code::kNotFound ? Status::Ok() : s;
+  }
+  const auto size = static_cast<uint32_t>(c->value.size());
+  const Status s = c->table->txn_put(t, c->key, c->value.data(), size);
+  return s.code() == Code::kNotFound ? c->table->txn_insert(t, c->key, c->value.data(), size) : s;
 }
 
 }  // namespace
@@ -167,7 +235,10 @@ std::map<RecordKey, RecordState> plan(const std::vector<Journaled>& all, const L
       if (uncached) c->second = newest_tid(engine, *e);
       r.newest = c->second;
     }
-    const bool on_top = !r.settled && e->tid == r.newest;
+    // A remove left the record absent: it is on top while the record is (a later insert of
+    // the key would be journaled above it, or would be a version that stays).
+    const bool on_top =
+        !r.settled && (e->kind == txn::WriteKind::kRemove ? r.newest == 0 : e->tid == r.newest);
     if (!lost) {
       if (on_top) r.settled = true;
       continue;
@@ -224,12 +295,13 @@ Result<DiscardResult> discard_lost(std::span<DiscardJournal* const> journals, tx
     }
   }
   out.kept_txns = kept.size();
+  out.kept.assign(kept.begin(), kept.end());
   for (const auto& [key, r] : records) {
     if (r.undo_to == nullptr) continue;
     const DiscardJournal::Entry& e = *r.undo_to;
     const bool insert = e.kind == txn::WriteKind::kInsert;
     Compensation c{engine.tables()[e.table_id].get(), e.key,
-                   insert ? std::span<const uint8_t>() : r.journal->old_value(e)};
+                   insert ? std::span<const uint8_t>() : r.journal->old_value(e), insert};
     const Status s = compensator.run(&compensate, &c);
     if (!s.ok()) {
       return Status::Unavailable(

@@ -18,12 +18,17 @@
 // that decides by its own vote (coordinator.h C6) installs on its own shard first, naming the
 // other shards' proposed TIDs, and they install at or above them (participant.h F10). So the
 // coordinator's worker updates its own writes' entries with the final vector after the commit
-// (update), and marks them in doubt at the other shards when an install there went unanswered
-// (C2): lost if that shard fails over (presumed lost, as F6 presumes abort), settled otherwise.
+// (update), and marks them in doubt at each shard whose install went unanswered (C2). When such
+// a shard fails over, the survivor asks its new leader, before the discard, which of them its
+// log kept (resolve: kept there at a TID the failover did not lose) and judges the rest lost;
+// each transaction's verdict is then kept for its coordinator (outcome), which tells its client
+// committed or lost instead of "in doubt".
 //
 // A lost transaction is undone wholly or not at all. It is kept (counted, never guessed) when
-// one of its writes cannot be undone: a remove (its old value is not kept), a put whose old
-// value was not kept, or a write under a newer version that stays (not lost, or kept itself).
+// one of its writes cannot be undone: a put or a remove whose old value was not kept (a byte-key
+// table's), or a write under a newer version that stays (not lost, or kept itself). A remove is
+// undone by putting its old value back, and is on top of its record's chain while the record is
+// absent.
 // Writes beyond the journal's bounds (overflow) are not journaled: counted.
 //
 // Threads: a journal is written by its worker's loop thread (record, trim); discard_lost runs
@@ -72,12 +77,34 @@ class DiscardJournal {
   template <typename Covered>
   void trim(Covered&& covered);
 
-  // The transaction that installed `tid` here (this worker's newest entries) committed with
-  // `vector` (raises its entries' deps) or, `in_doubt`, is unconfirmed at the other shards
-  // it names (their entries become kInDoubt). Owner thread.
-  void update(uint64_t tid, const txn::DepVec& vector, bool in_doubt);
-  // After a discard judged `shard`'s failover: its kInDoubt entries are settled (covered).
-  void settle(uint32_t shard);
+  // The transaction `dist_txn_id` that installed `tid` here (this worker's newest entries)
+  // committed with `vector` (raises its entries' deps), its installs at `doubtful` shards
+  // unconfirmed (their entries become kInDoubt). Owner thread.
+  void update(uint64_t tid, const txn::DepVec& vector, std::span<const uint32_t> doubtful,
+              uint64_t dist_txn_id);
+  // Appends the ids of this journal's transactions in doubt at `shard`, each once.
+  void in_doubt_ids(uint32_t shard, std::vector<uint64_t>* out) const;
+  // `shard`'s new leader holds `dist_txn_id`'s half, at `tid_there` (at or below its final
+  // watermark): no longer in doubt there, and committed (outcome).
+  void resolve(uint64_t dist_txn_id, uint32_t shard, uint64_t tid_there);
+  // After a discard judged `shard`'s failover: its entries still kInDoubt were judged lost,
+  // undone unless their transaction was kept whole (`kept`: its TIDs here, sorted); their
+  // outcome says which, and the entries are settled (covered).
+  void settle(uint32_t shard, std::span<const uint64_t> kept);
+
+  // What a failover decided of a transaction this worker left in doubt at `shard`.
+  enum class Verdict : uint8_t {
+    kPending,    // not judged yet (or forgotten: kOutcomesMax)
+    kCommitted,  // its half there survived, at tid
+    kLost,       // gone there, and undone here
+    kKept,       // gone there, but kept whole here (a write could not be undone)
+  };
+  struct Outcome {
+    Verdict verdict = Verdict::kPending;
+    uint64_t tid = 0;  // kCommitted: its TID at that shard
+  };
+  static constexpr size_t kOutcomesMax = 4096;
+  Outcome outcome(uint64_t dist_txn_id, uint32_t shard) const;
 
   size_t size() const { return count_; }
   const DiscardJournalStats& stats() const { return stats_; }
@@ -89,12 +116,13 @@ class DiscardJournal {
     uint32_t key_word_count = 0;
     uint64_t key[kKeyWordsMax] = {};
     txn::WriteKind kind = txn::WriteKind::kPut;
-    bool undoable = false;                  // a put with its old value, or an insert
+    bool undoable = false;                  // a put or remove with its old value, or an insert
     uint32_t old_offset = 0, old_size = 0;  // the old value in bytes_ (puts)
     uint32_t ring_bytes = 0;                // bytes_ it holds, a wrap's skipped end included
     uint32_t dep_count = 0;
     bool deps_overflow = false;  // more other-shard entries than kDepsMax: lost is unknown
     bool pending = false;        // ours, awaiting update(): never trimmed before
+    uint64_t dist_txn_id = 0;    // ours and in doubt somewhere (update)
     txn::DepEntry deps[kDepsMax] = {};
   };
   // Entries oldest first (i = 0 .. size()-1). REQUIRES: the owner thread is paused.
@@ -106,6 +134,7 @@ class DiscardJournal {
  private:
   bool push(const txn::Txn& txn, const txn::WriteView& w, bool pending);
   void pop_front();
+  void note_outcome(uint64_t dist_txn_id, uint32_t shard, Outcome o);
 
   uint32_t shard_;
   std::vector<Entry> entries_;  // ring of kEntriesMax
@@ -113,6 +142,13 @@ class DiscardJournal {
   std::vector<uint8_t> bytes_;  // ring of kBytesMax: old values, in entry order
   size_t bytes_used_ = 0, bytes_tail_ = 0;
   DiscardJournalStats stats_;
+  struct JudgedTxn {
+    uint64_t dist_txn_id = 0;
+    uint32_t shard = 0;
+    Outcome outcome;
+  };
+  std::vector<JudgedTxn> judged_;  // grows to kOutcomesMax, then a ring (judged_next_: oldest)
+  size_t judged_next_ = 0;
 };
 
 // Shard `shard`'s TIDs in (above, through] are lost.
@@ -136,8 +172,9 @@ struct DiscardResult {
   uint64_t not_discarded = 0;  // lost writes left in place: their transaction is kept
   uint64_t kept_txns = 0;      // lost transactions kept whole: a write could not be undone
   uint64_t unknown = 0;        // journaled writes whose vector overflowed: not judged
+  std::vector<std::pair<const DiscardJournal*, uint64_t>> kept;  // the kept whole, by TID
   // Why transactions were kept whole (writes that could not be undone): under a version that
-  // stays, a remove, a put without its old value.
+  // stays, a remove or a put without its old value.
   uint64_t blocked_under = 0, blocked_removes = 0, blocked_no_old_value = 0;
 };
 

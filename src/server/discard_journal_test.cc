@@ -49,7 +49,7 @@ struct Survivor {
   // `remote_ts` in its vector.
   // Returns the TID it installed at (0 on failure).
   uint64_t cross(dist::TxnId id, std::vector<std::pair<uint64_t, uint64_t>> puts,
-                 uint64_t insert_key, uint64_t remote_ts) {
+                 uint64_t insert_key, uint64_t remote_ts, uint64_t remove_key = 0) {
     std::vector<dist::StagedWrite> writes;
     std::vector<uint64_t> values;
     values.reserve(puts.size() + 1);
@@ -70,6 +70,13 @@ struct Survivor {
       w.kind = txn::WriteKind::kInsert;
       w.value = &values.back();
       w.size_bytes = sizeof(uint64_t);
+      writes.push_back(w);
+    }
+    if (remove_key != 0) {
+      dist::StagedWrite w;
+      w.key_word_count = 1;
+      w.key[0] = remove_key;
+      w.kind = txn::WriteKind::kRemove;
       writes.push_back(w);
     }
     uint64_t proposed = 0, installed = 0;
@@ -164,12 +171,13 @@ TEST(DiscardJournal, OwnFirstInstallsAreJudgedByTheirFinalVectorAndDoubtByTheFai
   const uint64_t c6 = s.cross(dist::make_txn_id(kShard, 0, 1), {{1, 101}}, 0, kCoveredUpTo - 2);
   txn::DepVec final_vector;
   final_vector.raise(0, kFinal + 7);
-  s.journal.update(c6, final_vector, /*in_doubt=*/false);
+  s.journal.update(c6, final_vector, {}, dist::make_txn_id(kShard, 0, 1));
   const uint64_t doubtful =
       s.cross(dist::make_txn_id(kShard, 0, 2), {{2, 202}}, 0, kCoveredUpTo - 3);
   txn::DepVec proposal;
   proposal.raise(0, kCoveredUpTo - 3);
-  s.journal.update(doubtful, proposal, /*in_doubt=*/true);
+  const uint32_t unanswered[] = {0};
+  s.journal.update(doubtful, proposal, unanswered, dist::make_txn_id(kShard, 0, 2));
   s.cross(3, {{3, 303}}, 0, kFinal - 4);  // another shard's, at or below F: kept
   EXPECT_EQ(s.journal.size(), 3u);
   DiscardJournal* journals[] = {&s.journal};
@@ -178,8 +186,13 @@ TEST(DiscardJournal, OwnFirstInstallsAreJudgedByTheirFinalVectorAndDoubtByTheFai
   EXPECT_EQ(r->restored, 2u);
   const std::map<uint64_t, uint64_t> expected = {{1, 1}, {2, 2}, {3, 303}, {4, 4}};
   EXPECT_EQ(s.state(), expected);
-  // Settled once judged: the in-doubt entry no longer blocks trimming.
-  s.journal.settle(0);
+  // Settled once judged: the in-doubt entry no longer blocks trimming, and its coordinator
+  // learns it was lost.
+  s.journal.settle(0, {});
+  EXPECT_EQ(s.journal.outcome(dist::make_txn_id(kShard, 0, 2), 0).verdict,
+            DiscardJournal::Verdict::kLost);
+  EXPECT_EQ(s.journal.outcome(dist::make_txn_id(kShard, 0, 1), 0).verdict,
+            DiscardJournal::Verdict::kPending);  // never in doubt
   s.journal.trim([](uint32_t, uint64_t ts) { return ts <= kFinal + 7; });
   EXPECT_EQ(s.journal.size(), 0u);
 }
@@ -199,6 +212,63 @@ TEST(DiscardJournal, ALostTransactionIsUndoneWhollyOrNotAtAll) {
   EXPECT_EQ(r->restored, 0u);
   const std::map<uint64_t, uint64_t> expected = {{1, 111}, {2, 999}, {3, 3}, {4, 4}};
   EXPECT_EQ(s.state(), expected);
+}
+
+// A lost remove is undone by putting its row back (TPC-C's Delivery removes NEW-ORDER rows),
+// also under a lost put of the same row and under a lost insert of the removed key; a kept
+// remove stays.
+TEST(DiscardJournal, LostRemovesPutTheirRowBack) {
+  Survivor s;
+  s.cross(1, {{1, 111}}, 0, kFinal + 1);  // lost put of key 1 ...
+  s.cross(2, {}, 0, kFinal + 2, 1);       // ... then a lost remove of it
+  s.cross(3, {}, 0, kFinal + 3, 2);       // lost remove of key 2 ...
+  s.cross(4, {}, 2, kFinal + 4);          // ... and a lost insert of key 2 again
+  s.cross(5, {}, 0, kFinal - 1, 4);       // kept remove of key 4
+  EXPECT_EQ(s.state(), (std::map<uint64_t, uint64_t>{{2, 20}, {3, 3}}));
+  DiscardJournal* journals[] = {&s.journal};
+  auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->kept_txns, 0u);
+  EXPECT_EQ(r->blocked_removes, 0u);
+  EXPECT_EQ(r->restored, 2u);
+  const std::map<uint64_t, uint64_t> expected = {{1, 1}, {2, 2}, {3, 3}};
+  EXPECT_EQ(s.state(), expected);
+}
+
+// An in-doubt transaction whose half the failed shard's new leader holds (resolve) stays, with
+// a committed verdict; one it does not hold is undone and judged lost; one kept whole (a write
+// under a version that stays) is judged kept.
+TEST(DiscardJournal, InDoubtTransactionsAreJudgedByWhatTheNewLeaderHolds) {
+  Survivor s;
+  const uint32_t unanswered[] = {0};
+  const dist::TxnId held = dist::make_txn_id(kShard, 0, 1), gone = dist::make_txn_id(kShard, 0, 2),
+                    whole = dist::make_txn_id(kShard, 0, 3);
+  txn::DepVec proposal;
+  proposal.raise(0, kFinal - 10);  // at or below F: only the question decides
+  s.journal.update(s.cross(held, {{1, 101}}, 0, kFinal - 10), proposal, unanswered, held);
+  s.journal.update(s.cross(gone, {{2, 202}}, 0, kFinal - 10), proposal, unanswered, gone);
+  s.journal.update(s.cross(whole, {{3, 303}}, 0, kFinal - 10), proposal, unanswered, whole);
+  s.cross(4, {{3, 333}}, 0, kFinal - 2);  // kept, blindly over key 3
+  std::vector<uint64_t> ids;
+  s.journal.in_doubt_ids(0, &ids);
+  EXPECT_EQ(ids, (std::vector<uint64_t>{held, gone, whole}));
+  s.journal.resolve(held, 0, kFinal - 7);
+  DiscardJournal* journals[] = {&s.journal};
+  auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->kept.size(), 1u);
+  const uint64_t kept_tid = r->kept[0].second;
+  s.journal.settle(0, {&kept_tid, 1});
+  const std::map<uint64_t, uint64_t> expected = {{1, 101}, {2, 2}, {3, 333}, {4, 4}};
+  EXPECT_EQ(s.state(), expected);
+  const auto o = s.journal.outcome(held, 0);
+  EXPECT_EQ(o.verdict, DiscardJournal::Verdict::kCommitted);
+  EXPECT_EQ(o.tid, kFinal - 7);
+  EXPECT_EQ(s.journal.outcome(gone, 0).verdict, DiscardJournal::Verdict::kLost);
+  EXPECT_EQ(s.journal.outcome(whole, 0).verdict, DiscardJournal::Verdict::kKept);
+  ids.clear();
+  s.journal.in_doubt_ids(0, &ids);
+  EXPECT_TRUE(ids.empty());
 }
 
 TEST(DiscardJournal, CoveredEntriesAreForgotten) {

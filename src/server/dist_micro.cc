@@ -93,6 +93,8 @@ void MicroStats::merge(const MicroStats& o) {
   failed += o.failed;
   unavailable += o.unavailable;
   failover_retries += o.failover_retries;
+  in_doubt_committed += o.in_doubt_committed;
+  in_doubt_lost += o.in_doubt_lost;
   unacknowledged += o.unacknowledged;
   failed_cross += o.failed_cross;
   user_aborts += o.user_aborts;
@@ -145,6 +147,8 @@ nlohmann::json MicroStats::to_json() const {
           {"failed", failed},
           {"unavailable", unavailable},
           {"failover_retries", failover_retries},
+          {"in_doubt_committed", in_doubt_committed},
+          {"in_doubt_lost", in_doubt_lost},
           {"unacknowledged", unacknowledged},
           {"failed_cross", failed_cross},
           {"user_aborts", user_aborts},
@@ -179,8 +183,10 @@ Result<MicroStats> MicroStats::from_json(const nlohmann::json& j) {
   SHOAL_TRY(count("failed_cross", &s.failed_cross));
   if (auto e = j.find("first_error"); e != j.end() && e->is_string()) s.first_error = *e;
   if (auto u = j.find("user_aborts"); u != j.end() && u->is_number_unsigned()) s.user_aborts = *u;
-  if (auto r = j.find("failover_retries"); r != j.end() && r->is_number_unsigned()) {
-    s.failover_retries = *r;
+  for (auto [name, field] : {std::pair{"failover_retries", &s.failover_retries},
+                             std::pair{"in_doubt_committed", &s.in_doubt_committed},
+                             std::pair{"in_doubt_lost", &s.in_doubt_lost}}) {
+    if (auto r = j.find(name); r != j.end() && r->is_number_unsigned()) *field = *r;
   }
   for (const char* name : {"committed_by_type", "failed_by_type"}) {
     auto it = j.find(name);

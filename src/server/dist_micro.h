@@ -91,6 +91,10 @@ struct MicroStats {
   // Attempts that found a shard unreachable, installed nothing, and were retried once its new
   // leader was redialed (a failover; not failures: their clients were never answered).
   uint64_t failover_retries = 0;
+  // Left in doubt at a shard that failed over (coordinator.h C2), then settled by its verdict
+  // (discard_journal.h): its half there survived (committed, acknowledged as any other), or
+  // was lost with the shard and undone everywhere (then retried as above).
+  uint64_t in_doubt_committed = 0, in_doubt_lost = 0;
   uint64_t failed_cross = 0;
   std::string first_error;               // the first failure's text, for the report
   Histogram latency_local;               // ns, committed local transactions (retries included)

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -22,6 +23,7 @@
 
 #include "src/base/cpu_placement.h"
 #include "src/base/env.h"
+#include "src/base/json_field.h"
 #include "src/base/process_memory.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
@@ -217,7 +219,9 @@ struct Worker {
   void note_outcome(const Status& s, const dist::DistTxn& txn) {
     if (discard_journal == nullptr || txn.shards().size() < 2) return;
     const uint64_t own = txn.vector().get(server_shard);
-    if (own != 0 && (s.ok() || txn.in_doubt())) discard_journal->update(own, txn.vector(), !s.ok());
+    if (own != 0 && (s.ok() || txn.in_doubt())) {
+      discard_journal->update(own, txn.vector(), txn.doubtful_shards(), txn.id());
+    }
   }
   uint32_t server_shard = 0;  // server->shard(), for note_outcome
   static void pause_thunk(void* self);
@@ -305,6 +309,7 @@ class ShardServer {
   Status on_scan(std::span<const uint8_t> request, rt::MsgBuffer* out);
   Status on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out);
   Status on_history(std::span<const uint8_t> request, rt::MsgBuffer* out);
+  Status on_decisions(std::span<const uint8_t> request, rt::MsgBuffer* out);
   // {"step": "acks", "paths": [...]}: reads those ack journals (ack_journal.h) and counts the
   // acknowledged orders of this shard's warehouses that its store lacks. After a run only.
   Status check_acks(const nlohmann::json& request, rt::MsgBuffer* out);
@@ -384,7 +389,17 @@ class ShardServer {
   // The FVW's discard (watch thread): with every worker paused, undoes what depends on the
   // failed shard's lost TIDs (discard_journal.h), logged on stream 0. Bounded wait for the
   // workers to pause.
-  [[nodiscard]] Status discard_lost_versions(const LostRange& range);
+  // Our transactions in doubt at the failed shard (C2) are first asked of its new leader,
+  // `replica` (ask_decisions): those its log holds are not lost.
+  [[nodiscard]] Status discard_lost_versions(const LostRange& range, uint32_t replica);
+  // kDecisions of `shard`'s leader `replica`: the TIDs there of those of `ids` its log holds.
+  // Bounded: a few attempts within kDecisionsAskMs.
+  // Asks and resolves (DiscardJournal::resolve) what the journals hold in doubt at `shard`;
+  // how many transactions that was. REQUIRES: the workers are paused.
+  size_t resolve_in_doubt(std::span<DiscardJournal* const> journals, uint32_t shard,
+                          uint32_t replica);
+  [[nodiscard]] Result<std::vector<std::pair<uint64_t, uint64_t>>> ask_decisions(
+      uint32_t shard, uint32_t replica, const std::vector<uint64_t>& ids);
   std::mutex pause_mu_;
   std::condition_variable pause_cv_;
   // See note_logged_commit.
@@ -463,6 +478,8 @@ class ShardServer {
   // A promotion: what our predecessor's log says its coordinator committed (participant.h
   // F11); our participants answer the other shards' kResolve from it. Read-only by then.
   std::shared_ptr<const repl::DecisionLog> decisions_;
+  // decisions_ for the control threads (kDecisions): set once, after it, with release.
+  std::atomic<const repl::DecisionLog*> decisions_published_{nullptr};
   static bool find_decision(const void* ctx, dist::TxnId id, uint64_t* tid, txn::DepVec* vector);
   // Waits (bounded) for shard's failover record of `epoch` - 1 (its final watermark and
   // floor, published by its new leader before it serves).
@@ -869,7 +886,8 @@ void ShardServer::follow_leader(uint32_t shard, uint32_t replica, uint64_t epoch
     return;
   }
   if (!workers_.empty() && workers_[0]->discard_journal != nullptr) {
-    const Status discarded = discard_lost_versions(LostRange{shard, lost_above, lost_through});
+    const Status discarded =
+        discard_lost_versions(LostRange{shard, lost_above, lost_through}, replica);
     if (!discarded.ok()) {
       fmt::print(stderr, "shoal server: shard {}: discarding what depends on shard {}'s loss: {}\n",
                  options_.shard, shard, discarded.to_string());
@@ -914,11 +932,14 @@ Status Worker::logged_commit(void* ctx, const txn::Txn& txn) {
   // Our own coordinator's installs here (through the local link).
   const dist::TxnId logging = w->participant->logging_id();
   const bool ours = logging != 0 && (logging >> 48) == w->server_shard;
-  // One that other shards take part in carries its id: its decision, for the shards holding
-  // its prepared halves should we fail over (participant.h F11).
+  // One that other shards take part in carries its id: ours, its decision, for the shards
+  // holding its prepared halves should we fail over (participant.h F11); another shard's, what
+  // its coordinator asks our new leader of a transaction it left in doubt here (C2,
+  // discard_journal.h).
   const bool cross_shard =
-      ours && std::any_of(txn.deps().entries().begin(), txn.deps().entries().end(),
-                          [w](const txn::DepEntry& d) { return d.shard != w->server_shard; });
+      logging != 0 &&
+      std::any_of(txn.deps().entries().begin(), txn.deps().entries().end(),
+                  [w](const txn::DepEntry& d) { return d.shard != w->server_shard; });
   SHOAL_TRY(w->appender->append(txn, cross_shard ? logging : 0));
   w->server->note_logged_commit(w->loop->now_ns());
   if (w->discard_journal != nullptr) {
@@ -943,7 +964,43 @@ void ShardServer::park_worker() {
   --parked_;
 }
 
-Status ShardServer::discard_lost_versions(const LostRange& range) {
+Result<std::vector<std::pair<uint64_t, uint64_t>>> ShardServer::ask_decisions(
+    uint32_t shard, uint32_t replica, const std::vector<uint64_t>& ids) {
+  constexpr uint64_t kDecisionsAskMs = 3000, kCallMs = 1000;
+  ControlClient client(config_);
+  client.set_leader(shard, replica);
+  std::vector<std::pair<uint64_t, uint64_t>> found;
+  const uint64_t deadline_ns = RealEnv::instance().now_ns() + kDecisionsAskMs * kMs;
+  for (size_t first = 0; first < ids.size(); first += kDecisionIdsMax) {
+    const size_t end = std::min(ids.size(), first + kDecisionIdsMax);
+    const nlohmann::json request = {
+        {"ids", std::vector<uint64_t>(ids.begin() + static_cast<ptrdiff_t>(first),
+                                      ids.begin() + static_cast<ptrdiff_t>(end))}};
+    Result<nlohmann::json> reply = Status::Timeout("not asked");
+    while (!g_stop.load()) {  // bounded by deadline_ns
+      reply = client.call(shard, kDecisions, request, kCallMs);
+      if (reply.ok() || RealEnv::instance().now_ns() >= deadline_ns) break;
+      client.disconnect(shard);
+      RealEnv::instance().sleep_ns(20 * kMs);
+    }
+    if (!reply.ok()) return reply.status();
+    auto list = json_field<nlohmann::json>(*reply, "found");
+    if (!list.ok() || !list->is_array()) {
+      return Status::Corruption(fmt::format("shard {}'s decisions: no \"found\" list", shard));
+    }
+    for (const nlohmann::json& pair : *list) {
+      uint64_t id = 0, tid = 0;
+      if (!pair.is_array() || pair.size() != 2 || !json_detail::convert(pair[0], &id) ||
+          !json_detail::convert(pair[1], &tid) || tid == DiscardJournal::kInDoubt) {
+        return Status::Corruption(fmt::format("shard {}'s decisions: a malformed entry", shard));
+      }
+      found.emplace_back(id, tid);
+    }
+  }
+  return found;
+}
+
+Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t replica) {
   constexpr uint64_t kPauseWaitMs = 5000;
   {
     std::lock_guard<std::mutex> lock(pause_mu_);
@@ -962,29 +1019,64 @@ Status ShardServer::discard_lost_versions(const LostRange& range) {
     const uint64_t start_ns = RealEnv::instance().now_ns();
     std::vector<DiscardJournal*> journals;
     for (auto& w : workers_) journals.push_back(w->discard_journal.get());
+    const size_t in_doubt = resolve_in_doubt(journals, range.shard, replica);
     if (compensator_ == nullptr) {
       compensator_ = engine_->make_worker();
       compensator_->set_commit_hook(&repl::StreamAppender::commit_hook, workers_[0]->appender);
       compensator_->txn().set_tid_floor(workers_[0]->appender->promised_tid());
     }
     r = discard_lost(journals, *engine_, *compensator_, range);
-    for (DiscardJournal* j : journals) j->settle(range.shard);
+    std::vector<uint64_t> kept;
+    for (DiscardJournal* j : journals) {
+      kept.clear();
+      if (r.ok()) {
+        for (const auto& [journal, tid] : r->kept) {
+          if (journal == j) kept.push_back(tid);
+        }
+      }
+      std::sort(kept.begin(), kept.end());
+      j->settle(range.shard, kept);
+    }
     if (r.ok()) {
       fmt::print(
           stderr,
           "shoal server: shard {}: discarded what depends on shard {}'s lost TIDs in {:.1f} "
           "ms: {} lost writes, {} records restored, {} removed, {} left in {} transactions "
           "kept whole (writes under a kept version {}, removes {}, without an old value {}), "
-          "{} not judged\n",
+          "{} not judged; {} transactions were in doubt there\n",
           options_.shard, range.shard,
           static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6, r->lost_writes,
           r->restored, r->removed, r->not_discarded, r->kept_txns, r->blocked_under,
-          r->blocked_removes, r->blocked_no_old_value, r->unknown);
+          r->blocked_removes, r->blocked_no_old_value, r->unknown, in_doubt);
     }
   }
   pausing_ = false;
   pause_cv_.notify_all();
   return r.ok() ? Status::Ok() : r.status();
+}
+
+size_t ShardServer::resolve_in_doubt(std::span<DiscardJournal* const> journals, uint32_t shard,
+                                     uint32_t replica) {
+  std::vector<uint64_t> ids;
+  for (const DiscardJournal* j : journals) j->in_doubt_ids(shard, &ids);
+  if (ids.empty()) return 0;
+  auto found = ask_decisions(shard, replica, ids);
+  if (!found.ok()) {
+    // 2PC would block here; we judge them lost, as before this question existed, and say so.
+    fmt::print(stderr,
+               "shoal server: shard {}: {} transactions in doubt at shard {} could not be asked "
+               "of its new leader ({}): judged lost\n",
+               options_.shard, ids.size(), shard, found.status().to_string());
+    return ids.size();
+  }
+  for (const auto& [id, tid] : *found) {
+    for (DiscardJournal* j : journals) j->resolve(id, shard, tid);
+  }
+  fmt::print(stderr,
+             "shoal server: shard {}: {} transactions in doubt at shard {}: its new leader "
+             "holds {} of them (committed), the rest are lost\n",
+             options_.shard, ids.size(), shard, found->size());
+  return ids.size();
 }
 
 // F11 (participant.h): asks `shard`'s new leader what its log says of each transaction its
@@ -1463,6 +1555,9 @@ void attach_control(ShardServer* s, rt::RpcEndpoint<E>& rpc) {
   rpc.handle(kRepl, [s](rt::RpcRequest& r) -> rt::Task<Status> {
     co_return s->on_repl(r.payload, r.response);
   });
+  rpc.handle(kDecisions, [s](rt::RpcRequest& r) -> rt::Task<Status> {
+    co_return s->on_decisions(r.payload, r.response);
+  });
 }
 
 // Marks links to dead shards (releasing what they coordinated here) and frees connections
@@ -1631,6 +1726,7 @@ Status ShardServer::take_over() {
   const size_t purged = engine_->start_leading((r->floor_tid >> 32) + 1, &eo);
   snapshot_tid_ = r->floor_tid;
   decisions_ = r->decisions;
+  decisions_published_.store(decisions_.get(), std::memory_order_release);
   // The old leader's lost TIDs include ones nobody received (above the floor we saw): count
   // as lost everything below our first TID (start_leading: the floor's engine epoch + 1).
   SHOAL_TRY(publish_takeover(r->final_tid, (((r->floor_tid >> 32) + 1) << 32) - 1));
@@ -1950,6 +2046,48 @@ rt::Task<void> after_failure(Worker* w, Code code) {
   }
 }
 
+// After a cross-shard transaction: journals its outcome (note_outcome) and, when it was left in
+// doubt at a shard that is failing over (C2), waits for the failover's verdict
+// (discard_journal.h, bounded by kRedialTimeoutMs): committed there (Ok, its vector raised to
+// where its half survived, acknowledged as any other), or lost (nothing of it remains anywhere:
+// Unavailable and no longer in doubt, so retry_after_failover retries it). Kept whole or no
+// verdict in time: still in doubt (failed).
+rt::Task<Status> conclude(Worker* w, Status s, dist::DistTxn& txn) {
+  w->note_outcome(s, txn);
+  if (!txn.in_doubt() || txn.doubtful_shards().empty() || w->discard_journal == nullptr) {
+    co_return s;
+  }
+  const uint64_t deadline_ns = w->loop->now_ns() + kRedialTimeoutMs * kMs;
+  std::array<uint64_t, 8> tids{};
+  const auto& doubtful = txn.doubtful_shards();
+  if (doubtful.size() > tids.size()) co_return s;
+  while (w->loop->now_ns() < deadline_ns) {  // bounded
+    size_t committed = 0, lost = 0, kept = 0;
+    for (size_t i = 0; i < doubtful.size(); ++i) {
+      const DiscardJournal::Outcome o = w->discard_journal->outcome(txn.id(), doubtful[i]);
+      committed += o.verdict == DiscardJournal::Verdict::kCommitted;
+      lost += o.verdict == DiscardJournal::Verdict::kLost;
+      kept += o.verdict == DiscardJournal::Verdict::kKept;
+      tids[i] = o.tid;
+    }
+    if (kept > 0 || (lost > 0 && committed > 0)) co_return s;  // parts stay: in doubt
+    if (committed == doubtful.size()) {
+      txn.settle_doubt(true, std::span<const uint64_t>(tids.data(), doubtful.size()));
+      ++w->stats.in_doubt_committed;
+      co_return Status::Ok();
+    }
+    if (lost > 0 && committed + lost == doubtful.size()) {
+      txn.settle_doubt(false, {});
+      ++w->stats.in_doubt_lost;
+      co_return Status::Unavailable(
+          fmt::format("transaction {:#x} was lost with shard {}'s failover: nothing of it remains",
+                      txn.id(), doubtful[0]));
+    }
+    (co_await w->loop->sleep_for(kUnavailablePauseNs)).ignore();
+  }
+  co_return s;
+}
+
 // A transaction that failed because a shard was unreachable and installed nothing anywhere (not
 // in doubt) is retried while the load runs: its shard is failing over, and this worker redials
 // the new leader as soon as the configuration manager names it (follow_leader). Counts it.
@@ -1973,12 +2111,12 @@ rt::Task<void> load_client(Worker* w, uint64_t seed) {
     const bool cross = can_cross && rng.uniform(0, 99) < w->params.cross_shard_pct;
     pick_keys(layout, home, cross, rng, &args);
     const uint64_t start_ns = w->loop->now_ns();
-    Status s = co_await w->coordinator->run(txn, &dist_rmw4, &args, nullptr);
+    Status s =
+        co_await conclude(w, co_await w->coordinator->run(txn, &dist_rmw4, &args, nullptr), txn);
     while (retry_after_failover(w, s, txn)) {  // bounded by the load's end
       (co_await w->loop->sleep_for(kUnavailablePauseNs)).ignore();
-      s = co_await w->coordinator->run(txn, &dist_rmw4, &args, nullptr);
+      s = co_await conclude(w, co_await w->coordinator->run(txn, &dist_rmw4, &args, nullptr), txn);
     }
-    w->note_outcome(s, txn);
     w->record(cross, s, w->loop->now_ns() - start_ns);
     // A shard that is gone fails cross-shard transactions at once: yield so the loop's
     // pollers and timers keep their turn even then.
@@ -2000,12 +2138,12 @@ rt::Task<void> bank_client(Worker* w, uint64_t seed) {
     const bool cross = can_cross && rng.uniform(0, 99) < w->params.cross_shard_pct;
     pick_bank_txn(layout, home, cross, rng, &args);
     const uint64_t start_ns = w->loop->now_ns();
-    Status s = co_await w->coordinator->run(txn, &dist_bank, &args, &rec);
+    Status s =
+        co_await conclude(w, co_await w->coordinator->run(txn, &dist_bank, &args, &rec), txn);
     while (retry_after_failover(w, s, txn)) {  // bounded by the load's end
       (co_await w->loop->sleep_for(kUnavailablePauseNs)).ignore();
-      s = co_await w->coordinator->run(txn, &dist_bank, &args, &rec);
+      s = co_await conclude(w, co_await w->coordinator->run(txn, &dist_bank, &args, &rec), txn);
     }
-    w->note_outcome(s, txn);
     // Replicated: only what was acknowledged goes to the history (what a failover discards
     // never is); the rest is counted as not recorded.
     if (s.ok() && w->vector_watermark != nullptr) {
@@ -2070,12 +2208,13 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
     const uint64_t start_ns = w->loop->now_ns();
     const uint64_t local_tid_before = w->tpcc->local->txn().last_commit_tid();
     TpccOutcome out = co_await run_tpcc_txn(*w->tpcc, dtxn, in);
+    if (out.cross) out.status = co_await conclude(w, out.status, dtxn);
     while (retry_after_failover(w, out.status, dtxn)) {  // bounded by the load's end
       w->stats.conflict_aborts += out.conflicts;
       (co_await w->loop->sleep_for(kUnavailablePauseNs)).ignore();
       out = co_await run_tpcc_txn(*w->tpcc, dtxn, in);
+      if (out.cross) out.status = co_await conclude(w, out.status, dtxn);
     }
-    if (out.cross) w->note_outcome(out.status, dtxn);
     w->stats.conflict_aborts += out.conflicts;
     w->metrics.conflicts(out.conflicts);
     w->record(out.cross, out.status, w->loop->now_ns() - start_ns, in.type);
@@ -2369,6 +2508,37 @@ Status ShardServer::on_history(std::span<const uint8_t> request, rt::MsgBuffer* 
       "{{\"shard\":{},\"worker\":{},\"workers\":{},\"total\":{},\"dropped\":{},\"next\":{},"
       "\"txns\":[{}]}}",
       options_.shard, worker, workers_.size(), log.size(), log.dropped(), next, txns);
+  out->assign({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+  return Status::Ok();
+}
+
+// kDecisions (control.h): which of these distributed transactions our predecessor's log holds,
+// as this new leader replayed it (participant.h F11, coordinator.h C2).
+Status ShardServer::on_decisions(std::span<const uint8_t> request, rt::MsgBuffer* out) {
+  const repl::DecisionLog* decisions = decisions_published_.load(std::memory_order_acquire);
+  if (decisions == nullptr) {
+    return Status::Unavailable(
+        fmt::format("decisions: shard {} has not taken over from a log", options_.shard));
+  }
+  auto j = parse_control({reinterpret_cast<const char*>(request.data()), request.size()});
+  if (!j.ok()) return j.status();
+  auto ids = json_field<nlohmann::json>(*j, "ids");
+  if (!ids.ok()) return ids.status();
+  if (!ids->is_array() || ids->size() > kDecisionIdsMax) {
+    return Status::InvalidArgument(
+        fmt::format("decisions.ids: an array of at most {} ids", kDecisionIdsMax));
+  }
+  std::string found;
+  for (const nlohmann::json& v : *ids) {
+    uint64_t id = 0, tid = 0;
+    if (!json_detail::convert(v, &id)) {
+      return Status::InvalidArgument("decisions.ids: unsigned 64-bit integers only");
+    }
+    txn::DepVec vector;
+    if (!decisions->find(id, options_.shard, &tid, &vector)) continue;
+    found += fmt::format("{}[{},{}]", found.empty() ? "" : ",", id, tid);
+  }
+  const std::string text = fmt::format("{{\"found\":[{}]}}", found);
   out->assign({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
   return Status::Ok();
 }

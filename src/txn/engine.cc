@@ -207,6 +207,9 @@ void Txn::install(uint64_t tid) {
   for (WriteEntry& w : b.writes) {
     Record* rec = w.rec;
     if (w.kind == WriteKind::kRemove) {
+      // What a remove takes away is kept too: a failover elsewhere may have to put it back
+      // (src/server/discard_journal.h).
+      if (keep_old_values_ && !w.ops->bytes_key) keep_old_value(w);
       // Dead records leave the index at once so scans (TPC-C Delivery over NEW-ORDER) never
       // wade through tombstones; readers holding the pointer see kUnlinked and fail validation.
       rec->word.store(tid | Tid::kAbsent | Tid::kUnlinked | Tid::kLock, std::memory_order_release);

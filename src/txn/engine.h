@@ -185,8 +185,9 @@ struct WriteView {
   WriteKind kind;
   const void* value;  // nullptr for kRemove
   uint32_t size_bytes;
-  // kPut of a Table<K> only, when the worker keeps old values (a commit hook is installed): the
-  // bytes the put overwrote (else nullptr) and their version, so a log can carry only what changed.
+  // kPut or kRemove of a Table<K> only, when the worker keeps old values (a commit hook is
+  // installed): the bytes the write overwrote or removed (else nullptr) and their version, so a
+  // log can carry only what a put changed, and a discard can put a removed row back.
   const void* old_value = nullptr;
   uint32_t old_size_bytes = 0;
   uint64_t base_tid = 0;
@@ -364,8 +365,9 @@ class Txn {
   template <typename Fn>
   Status scan(BytesTable& table, const BytesScan& scan, Fn&& fn);
 
-  // Whether install() keeps an arena copy of what each put overwrites (WriteView::old_value),
-  // so a commit hook can log a put as a patch of its changed bytes (src/repl/appender.h).
+  // Whether install() keeps an arena copy of what each put overwrites or remove takes away
+  // (WriteView::old_value), so a commit hook can log a put as a patch of its changed bytes
+  // (src/repl/appender.h) and journal a remove for its undoing (discard_journal.h).
   // Worker::set_commit_hook sets it; whoever logs from a Txn it drives itself (a 2PC
   // participant, a shard server's terminals) sets it the same way. REQUIRES: between
   // transactions.
@@ -483,7 +485,7 @@ class Txn {
   DepVec deps_;
   uint64_t last_tid_ = 0;
   const uint64_t* tid_floor_ = nullptr;  // set_tid_floor
-  bool keep_old_values_ = false;         // install() copies what each put overwrites (arena)
+  bool keep_old_values_ = false;  // install() copies what each put or remove overwrites (arena)
 };
 
 // Called on the worker's thread after each successful commit (read-only ones included), while
