@@ -163,7 +163,11 @@ Status DistTxn::exec_at_commit(uint32_t shard, uint32_t fragment, std::span<cons
 
 Coordinator::Coordinator(CoordinatorOptions options, std::vector<ShardLink*> links,
                          const uint64_t* epoch)
-    : options_(options), links_(std::move(links)), epoch_(epoch), next_seq_(options.first_seq) {
+    : options_(options),
+      links_(std::move(links)),
+      link_generation_(links_.size(), 0),
+      epoch_(epoch),
+      next_seq_(options.first_seq) {
   SHOAL_ASSERT(!links_.empty() && links_.size() <= DistTxn::kShardsMax, "%zu shard links",
                links_.size());
   SHOAL_ASSERT(options_.shard_id < links_.size(), "own shard %u out of range", options_.shard_id);
@@ -208,6 +212,26 @@ void Coordinator::set_link(uint32_t shard, ShardLink* link) {
   SHOAL_ASSERT(shard < links_.size() && link != nullptr, "set_link: shard %u of %zu", shard,
                links_.size());
   links_[shard] = link;
+  ++link_generation_[shard];
+}
+
+rt::Task<Status> Coordinator::ask_new_leader(DistTxn& txn, uint32_t shard, uint64_t* tid,
+                                             txn::DepVec* vector) {
+  rt::EventLoop* loop = options_.backoff_loop;
+  if (loop == nullptr || options_.in_doubt_wait_ns == 0) {
+    co_return Status::Unavailable("no wait for a new leader");
+  }
+  constexpr uint64_t kPollNs = 5'000'000;
+  const uint64_t generation = link_generation_[shard];
+  const uint64_t deadline_ns = loop->now_ns() + options_.in_doubt_wait_ns;
+  while (link_generation_[shard] == generation && loop->now_ns() < deadline_ns) {  // bounded
+    (co_await loop->sleep_for(kPollNs)).ignore();
+  }
+  if (link_generation_[shard] == generation) {
+    co_return Status::Unavailable(fmt::format("no new leader of shard {} within {} ms", shard,
+                                              options_.in_doubt_wait_ns / 1'000'000));
+  }
+  co_return co_await links_[shard]->decision(txn.id_, tid, vector);
 }
 
 rt::Task<Status> Coordinator::run(DistTxn& txn, DistProcedure proc, const void* args,
@@ -361,6 +385,20 @@ rt::Task<Status> Coordinator::commit(DistTxn& txn, bool* decided) {
     Status s = co_await links_[txn.last_agent_]->validate_install(
         txn.id_, txn.epoch_, txn.vector_, &deps, &tid,
         txn.last_agent_ == txn.deferred_shard_ ? &txn.deferred_ : nullptr);
+    if (s.code() == Code::kUnavailable) {
+      // Gone: its new leader's log will say (C4). The others stay prepared meanwhile.
+      txn::DepVec logged;
+      const Status answer = co_await ask_new_leader(txn, txn.last_agent_, &tid, &logged);
+      if (answer.code() == Code::kNotFound) {
+        co_return Status::Unavailable(
+            fmt::format("transaction {:#x}: shard {} failed over before deciding it", txn.id_,
+                        txn.last_agent_));
+      }
+      if (answer.ok()) {
+        deps = logged;
+        s = Status::Ok();
+      }
+    }
     if (s.code() == Code::kUnavailable || s.code() == Code::kTimeout) {
       // Decided there or not: we cannot know. Release the rest (C4) and say so.
       ++stats_.in_doubt;

@@ -30,9 +30,12 @@
 //      shard with writes does not get validate + install but one validate_install, sent after
 //      every other participant voted yes: its vote decides, and it installs at once. Ok:
 //      decided, the others install (C2). Aborted: not decided (C1). No answer (Unavailable, or
-//      Timeout after the link's retries): the outcome there is unknown; the others are
-//      released and run() returns Unavailable saying the transaction is in doubt (recovery's
-//      job, as C2). One round trip less per such commit.
+//      Timeout after the link's retries): the outcome there is unknown. When its shard is gone
+//      (Unavailable) and fails over, the others stay prepared until its new leader answers
+//      from its log (F11's question, asked the other way): decided there (the others install)
+//      or not (they abort). Otherwise (a Timeout, no new leader within in_doubt_wait_ns, no
+//      answer) the others are released and run() returns Unavailable saying the transaction
+//      is in doubt. One round trip less per such commit.
 //   C5 A fragment deferred with exec_at_commit locks before any shard validates, as every
 //      write must (step 2). Sent with the last agent's validate_install (F8) it would lock
 //      after the other shards validated, and a transaction committing in between could
@@ -264,6 +267,9 @@ struct CoordinatorOptions {
   uint64_t first_seq = 1;
   uint64_t backoff_min_ns = 20'000;
   uint64_t backoff_max_ns = 2'000'000;
+  // C4: how long a transaction whose last agent's shard is gone waits for that shard's new
+  // leader (its other participants stay prepared meanwhile). Needs backoff_loop; 0: no wait.
+  uint64_t in_doubt_wait_ns = 10'000'000'000;
 };
 
 struct CoordinatorStats {
@@ -314,9 +320,14 @@ class Coordinator {
   // The shards with writes (buffered or a fragment's), remote ones first and our own last.
   void order_written_shards(DistTxn& txn);
   rt::Task<void> abort_all(DistTxn& txn);
+  // C4, the last agent gone (Unavailable): waits (bounded by in_doubt_wait_ns, on
+  // backoff_loop) for its shard's new leader (set_link), whose log says whether it decided:
+  // Ok with its TID and vector, NotFound (it did not: abort), or another error (in doubt).
+  rt::Task<Status> ask_new_leader(DistTxn& txn, uint32_t shard, uint64_t* tid, txn::DepVec* vector);
 
   CoordinatorOptions options_;
   std::vector<ShardLink*> links_;
+  std::vector<uint64_t> link_generation_;  // per shard: set_link calls
   const uint64_t* epoch_;
   uint64_t next_seq_ = 1;
   CoordinatorStats stats_;

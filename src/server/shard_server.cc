@@ -73,6 +73,10 @@ constexpr size_t kAckJournalsMax = 4096;      // journals one check_acks call re
 constexpr uint64_t kRetiredKeepNs = 10'000 * kMs;
 // Dialing a failed shard's new leader (it accepts once its takeover began).
 constexpr uint64_t kRedialTimeoutMs = 10'000;
+// A new leader's first engine epoch is this far above the floor it saw (take_over): 2^16
+// epochs of 40 ms are 44 minutes, longer than any old leader outlives its deposition. TIDs
+// have 29 bits of epoch: 8,192 such failovers.
+constexpr uint64_t kTakeoverEpochJump = uint64_t{1} << 16;
 constexpr uint64_t kUnavailablePauseNs = 5 * kMs;  // a client after Unavailable (after_failure)
 // Transactions per worker waiting for their acknowledgement while their terminal goes on; a
 // terminal that finds every slot taken waits for its own (backpressure).
@@ -1020,6 +1024,8 @@ Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t repli
     std::vector<DiscardJournal*> journals;
     for (auto& w : workers_) journals.push_back(w->discard_journal.get());
     const size_t in_doubt = resolve_in_doubt(journals, range.shard, replica);
+    uint64_t overflow = 0;
+    for (const DiscardJournal* j : journals) overflow += j->stats().overflow;
     if (compensator_ == nullptr) {
       compensator_ = engine_->make_worker();
       compensator_->set_commit_hook(&repl::StreamAppender::commit_hook, workers_[0]->appender);
@@ -1043,11 +1049,12 @@ Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t repli
           "shoal server: shard {}: discarded what depends on shard {}'s lost TIDs in {:.1f} "
           "ms: {} lost writes, {} records restored, {} removed, {} left in {} transactions "
           "kept whole (writes under a kept version {}, removes {}, without an old value {}), "
-          "{} not judged; {} transactions were in doubt there\n",
+          "{} not judged; {} transactions were in doubt there; {} writes were never journaled "
+          "(full)\n",
           options_.shard, range.shard,
           static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6, r->lost_writes,
           r->restored, r->removed, r->not_discarded, r->kept_txns, r->blocked_under,
-          r->blocked_removes, r->blocked_no_old_value, r->unknown, in_doubt);
+          r->blocked_removes, r->blocked_no_old_value, r->unknown, in_doubt, overflow);
     }
   }
   pausing_ = false;
@@ -1723,13 +1730,17 @@ Status ShardServer::take_over() {
   }
   txn::EngineOptions eo = engine_options();
   eo.track_dependencies = true;  // a replicated shard's versions carry their vectors
-  const size_t purged = engine_->start_leading((r->floor_tid >> 32) + 1, &eo);
+  // Our TIDs start kTakeoverEpochJump engine epochs above the floor we saw, far above any TID
+  // the old leader can have given in a tail nobody received (its ticker ran on for as long as
+  // it lived: 40 ms per epoch), so that every one of those is in the lost range below.
+  const uint64_t first_epoch = (r->floor_tid >> 32) + kTakeoverEpochJump;
+  const size_t purged = engine_->start_leading(first_epoch, &eo);
   snapshot_tid_ = r->floor_tid;
   decisions_ = r->decisions;
   decisions_published_.store(decisions_.get(), std::memory_order_release);
   // The old leader's lost TIDs include ones nobody received (above the floor we saw): count
-  // as lost everything below our first TID (start_leading: the floor's engine epoch + 1).
-  SHOAL_TRY(publish_takeover(r->final_tid, (((r->floor_tid >> 32) + 1) << 32) - 1));
+  // as lost everything below our first TID.
+  SHOAL_TRY(publish_takeover(r->final_tid, (first_epoch << 32) - 1));
   fmt::print(stderr,
              "shoal server: shard {}: replica {} took over in epoch {} in {:.1f} ms: final "
              "watermark {:#x}, {} txns installed, {} discarded above it, {} tombstones purged, "
