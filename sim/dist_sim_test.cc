@@ -364,5 +364,125 @@ TEST(DistSim, RedialedShardServesTheNewEpochAndFencesTheOld) {
   EXPECT_GE(id & ((uint64_t{1} << 40) - 1), uint64_t{2} << 32);
 }
 
+// C4 with the last agent's shard gone: shard 1 (the first remote writer, coordinator.cc) decided
+// (installed) but its answer was lost with its process. Its new leader's log holds the decision
+// (or, in the second run, not); the coordinator (shard 0, no writes of its own) keeps shard 2
+// prepared until it asks, then installs there (or aborts).
+class AnswerLostLink final : public dist::ShardLink {
+ public:
+  explicit AnswerLostLink(dist::ShardLink& inner) : inner_(inner) {}
+  rt::Task<Status> read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
+                        uint32_t key_word_count, void* out, uint32_t out_bytes,
+                        uint32_t* size_out) override {
+    co_return co_await inner_.read(id, epoch, table_id, key, key_word_count, out, out_bytes,
+                                   size_out);
+  }
+  rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
+                        std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
+                        uint64_t* proposed_tid, dist::ExecPrepared* prepared) override {
+    co_return co_await inner_.exec(id, epoch, fragment, args, out, out_size, wrote, proposed_tid,
+                                   prepared);
+  }
+  rt::Task<Status> lock(TxnId id, uint64_t epoch, const dist::StagedWrite* writes, size_t count,
+                        uint64_t* proposed_tid) override {
+    co_return co_await inner_.lock(id, epoch, writes, count, proposed_tid);
+  }
+  rt::Task<Status> validate(TxnId id, uint64_t epoch, txn::DepVec* deps) override {
+    co_return co_await inner_.validate(id, epoch, deps);
+  }
+  rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
+                           uint64_t* installed_tid) override {
+    co_return co_await inner_.install(id, epoch, tid, vector, installed_tid);
+  }
+  rt::Task<Status> abort(TxnId id, uint64_t epoch) override {
+    co_return co_await inner_.abort(id, epoch);
+  }
+  rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
+                                    txn::DepVec* deps, uint64_t* tid,
+                                    const dist::FragmentCall* fragment) override {
+    decided = co_await inner_.validate_install(id, epoch, vector, &logged, &logged_tid, fragment);
+    logged.raise(1, logged_tid);
+    (void)deps;
+    (void)tid;
+    co_return Status::Unavailable("shard 1 unreachable: its process died");
+  }
+  Status decided = Status::Timeout("not asked");
+  txn::DepVec logged;
+  uint64_t logged_tid = 0;
+
+ private:
+  dist::ShardLink& inner_;
+};
+
+struct Decided {
+  const AnswerLostLink* link;
+  bool kept;  // whether the new leader's log holds it
+};
+
+bool lookup_decided(const void* ctx, TxnId id, uint64_t* tid, txn::DepVec* vector) {
+  (void)id;
+  const auto* d = static_cast<const Decided*>(ctx);
+  if (!d->kept || !d->link->decided.ok()) return false;
+  *tid = d->link->logged_tid;
+  *vector = d->link->logged;
+  return true;
+}
+
+Status last_agent_lost(bool kept, int64_t* shard2_balance, size_t* active_at_2) {
+  Cluster c(11, 3, kKeysPerShard, false);
+  AnswerLostLink dying(*c.links[1]);
+  uint64_t epoch = 1;
+  dist::CoordinatorOptions o;
+  o.max_retries = 1;
+  o.backoff_loop = &c.loop;
+  dist::Coordinator coord(o, {c.links[0].get(), &dying, c.links[2].get()}, &epoch);
+  // Shard 1's new leader: the same store, answering from the log it replayed.
+  dist::Participant promoted(*c.engines[1], 1, 256);
+  Decided decided{&dying, kept};
+  promoted.set_decision_lookup(&lookup_decided, &decided);
+  dist::LocalLink to_promoted(promoted, c.loop, c.rng, 1'000, 40'000);
+  Status result = Status::Timeout("not run");
+  TxnArgs args{&c, {c.global_key(1, 0), c.global_key(2, 0)}, 2, false, 5, 1};
+  TxnResult r;
+  dist::DistTxn txn;
+  auto run = [](dist::Coordinator* co, dist::DistTxn* t, TxnArgs* a, TxnResult* out,
+                Status* st) -> rt::Task<void> { *st = co_await co->run(*t, &bank_txn, a, out); };
+  auto fail_over = [](Cluster* cl, dist::Coordinator* co, dist::ShardLink* link,
+                      const AnswerLostLink* d) -> rt::Task<void> {
+    while (!d->decided.ok()) (co_await cl->loop.sleep_for(1'000'000)).ignore();  // bounded
+    (co_await cl->loop.sleep_for(50'000'000)).ignore();  // the failover takes a while
+    co->set_link(1, link);
+  };
+  SHOAL_TRY(c.loop.spawn(run(&coord, &txn, &args, &r, &result)));
+  SHOAL_TRY(c.loop.spawn(fail_over(&c, &coord, &to_promoted, &dying)));
+  const Status ran = c.env.run_until_true([&] { return c.loop.live_tasks() == 0; },
+                                          c.env.now_ns() + 10'000'000'000ULL);
+  SHOAL_TRY(ran);
+  SHOAL_TRY(dying.decided);
+  Account acc{};
+  txn::Txn t(c.engines[2].get(), 1);
+  t.begin();
+  auto* table = static_cast<txn::Table<1>*>(c.engines[2]->find_table("accounts"));
+  SHOAL_TRY(t.get(*table, key1(c.global_key(2, 0)), &acc));
+  t.abort();
+  *shard2_balance = acc.balance;
+  *active_at_2 = c.participants[2]->active();
+  EXPECT_FALSE(txn.in_doubt());
+  return result;
+}
+
+TEST(DistSim, LastAgentGoneWaitsForItsNewLeadersWord) {
+  int64_t balance = 0;
+  size_t active = 0;
+  const Status committed = last_agent_lost(/*kept=*/true, &balance, &active);
+  EXPECT_TRUE(committed.ok()) << committed.to_string();
+  EXPECT_EQ(balance, kInitial + 5);  // shard 2 installed, not released
+  EXPECT_EQ(active, 0u);
+  const Status lost = last_agent_lost(/*kept=*/false, &balance, &active);
+  EXPECT_EQ(lost.code(), Code::kUnavailable) << lost.to_string();
+  EXPECT_EQ(balance, kInitial);  // aborted there
+  EXPECT_EQ(active, 0u);
+}
+
 }  // namespace dist_sim_test
 }  // namespace shoal::sim

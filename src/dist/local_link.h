@@ -90,6 +90,12 @@ class LocalLink final : public ShardLink {
     participant_.abort(id);
     co_return Status::Ok();
   }
+  rt::Task<Status> decision(TxnId id, uint64_t* tid, txn::DepVec* vector) override {
+    SHOAL_CO_TRY(co_await hop());
+    Status s = participant_.decision(id, tid, vector);
+    SHOAL_CO_TRY(co_await hop());
+    co_return s;
+  }
 
  private:
   rt::Task<Status> hop() {
