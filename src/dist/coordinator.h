@@ -197,6 +197,7 @@ class DistTxn {
   }
 
   TxnId id() const { return id_; }
+  uint64_t epoch() const { return epoch_; }  // the cluster epoch it began in
   // After run() failed: whether some shard may have installed it (C2, C4: its outcome is in
   // doubt). A transaction that failed and is not in doubt installed nothing: it may be retried.
   bool in_doubt() const { return in_doubt_; }

@@ -2082,6 +2082,10 @@ rt::Task<Status> conclude(Worker* w, Status s, dist::DistTxn& txn) {
       tids[i] = o.tid;
     }
     if (kept > 0 || (lost > 0 && committed > 0)) co_return s;  // parts stay: in doubt
+    // This worker followed a failover since the transaction began (the discard, and its
+    // verdicts, come before the redial that raises the epoch): what is still pending was not
+    // in doubt yet when the question was asked, and gets no verdict.
+    if (w->epoch > txn.epoch() && committed + lost < doubtful.size()) co_return s;
     if (committed == doubtful.size()) {
       txn.settle_doubt(true, std::span<const uint64_t>(tids.data(), doubtful.size()));
       ++w->stats.in_doubt_committed;
