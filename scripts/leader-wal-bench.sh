@@ -5,6 +5,7 @@
 # (replica-0 is the leader) the disk usage (du) of its stream-*.wal files, of its checkpoint
 # files, and its number of WAL segments. Prints a table, then the bench's own summary lines.
 # Usage: scripts/leader-wal-bench.sh [seconds] [interval_ms] [sample_s]  (SHOAL=path, TMPDIR=dir)
+# interval_ms 0 runs the baseline: no checkpoints, no truncation.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 shoal="${SHOAL:-$root/build/release/shoal}"
@@ -20,8 +21,10 @@ bytes_of() {  # bytes_of DIR PATTERN: disk usage (du) of the matching files, in 
   kib=$(du -ck "$1"/$2 2>/dev/null | awk 'END { print $1 + 0 }')
   echo $((kib * 1024))
 }
-TMPDIR="$out" "$shoal" bench tpcc --shards 1 --replicas 3 --seconds "$seconds" \
-  --checkpoint-interval-ms "$interval" > "$out/bench.log" 2>&1 &
+flags=()  # interval 0: the baseline, no checkpoints and no truncation anywhere
+[ "$interval" != 0 ] && flags=(--checkpoint-interval-ms "$interval")
+TMPDIR="$out" "$shoal" bench tpcc --shards 1 --replicas 3 --seconds "$seconds" "${flags[@]}" \
+  > "$out/bench.log" 2>&1 &
 bench=$!
 printf '%6s' t_s
 for r in 0 1 2; do printf ' | r%s wal_MB ckpt_MB segs' "$r"; done

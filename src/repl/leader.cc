@@ -649,7 +649,18 @@ void ReplicationLeader::accept_connections() {
         }
       }
       // Anything behind the hello (a restarted follower's heartbeats) is dropped: Paxos
-      // messages are retransmitted.
+      // messages are retransmitted. But not its checkpoint note, sent once per connection
+      // right behind the hello (bounded by the batch of 8).
+      std::vector<nlohmann::json> notes;
+      for (size_t k = 1; n.ok() && k < *n; ++k) {
+        if (c[k].imm != kControlSession) continue;
+        auto j = nlohmann::json::parse(c[k].bytes.begin(), c[k].bytes.end(), nullptr, false);
+        std::string type;
+        if (!j.is_discarded() && json_optional_field(j, "type", &type).ok() &&
+            type == "checkpoint") {
+          notes.push_back(std::move(j));
+        }
+      }
       std::visit([](auto& e) { e.release(); }, greeting_[i]);
       done = true;
       if (replica != options_.replica && replica < options_.replicas) {
@@ -662,6 +673,10 @@ void ReplicationLeader::accept_connections() {
           lost_[replica] = false;
         }
         connected_.fetch_add(1, std::memory_order_acq_rel);
+        // What it needs from our WAL is what this connection says (a replica restarted over
+        // an empty directory says nothing: it may need every slot, so nothing more is deleted).
+        follower_checkpoints_[replica].reset();
+        for (const nlohmann::json& j : notes) note_follower_checkpoint(replica, j);
         // What we know of its chosen index is stale: catching up until it reports otherwise.
         for (auto& s : streams_) s->catching_up[replica] = true;
         Peer* p = peers_[replica].get();
