@@ -923,8 +923,6 @@ void Follower::on_tick(void* self, uint64_t) {
   (void)f->loop_->add_timer(f->loop_->now_ns() + kTickNs, &on_tick, self);
 }
 
-// The leader's ratekeeper (LeaderOptions::follower_replay_lag_ms_max) paces the shard by
-// these reports: one small message a tick at most, only when replay moved.
 void Follower::send_checkpoint_note() {
   if (!checkpoint_note_) return;
   const std::string text = checkpoint_note_->to_json().dump();
@@ -972,6 +970,8 @@ void Follower::serve_checkpoint_chunk(const nlohmann::json& request) {
        std::as_bytes(std::span(chunk_buf_.data(), kCheckpointChunkHeaderBytes + have)));
 }
 
+// The leader's ratekeeper (LeaderOptions::follower_replay_lag_ms_max) paces the shard by
+// these reports: one small message a tick at most, only when replay moved.
 void Follower::report_replayed() {
   const uint64_t applied = applied_tid();
   if (applied == replayed_sent_) return;
