@@ -83,6 +83,10 @@ struct RunOptions {
   // its snapshot during the run (src/txn/snapshot.h); 0: none.
   uint32_t follower_reads = 0;
   bool unsafe_follower_read_newest = false;  // test-only planted bug (torn snapshots)
+  // Followers checkpoint this often (`shoal replica --checkpoint-interval-ms`) and the leader
+  // fetches their checkpoints and truncates its WAL behind them (LeaderOptions::
+  // checkpoint_fetch_interval_ms). 0: neither; every WAL grows with the run.
+  uint64_t checkpoint_interval_ms = 0;
 };
 
 inline constexpr uint32_t kMaxWorkers = 1024;

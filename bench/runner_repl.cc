@@ -82,6 +82,8 @@ Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload, 
   lo.fsync = *fsync;
   lo.paxos = repl::paxos_options_for_rtt(rtt_ns);
   lo.schema = repl::Schema::of(engine, workload.name());
+  lo.checkpoint_fetch_interval_ms = options.checkpoint_interval_ms;
+  lo.checkpoint_dir = lo.wal_dir;
   auto leader = repl::ReplicationLeader::start(lo, engine);
   if (!leader.ok()) return leader.status();
   run->leader_ = std::move(*leader);
@@ -142,6 +144,10 @@ Status ReplicatedRun::spawn_followers(const RunOptions& options) {
                                      "--serve-reads",
                                      std::to_string(options.follower_reads)};
     if (options.unsafe_follower_read_newest) args.emplace_back("--unsafe-snapshot-read-newest");
+    if (options.checkpoint_interval_ms != 0) {
+      args.insert(args.end(),
+                  {"--checkpoint-interval-ms", std::to_string(options.checkpoint_interval_ms)});
+    }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

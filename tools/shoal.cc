@@ -341,6 +341,12 @@ void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
                    "Nice level of the followers' replay threads (they share this machine)")
       ->check(number_in(0, 19, false, "in [0, 19]"))
       ->capture_default_str();
+  tpcc->add_option("--checkpoint-interval-ms", r.checkpoint_interval_ms,
+                   "One shard with --replicas: followers write a checkpoint this often and the "
+                   "leader fetches it and deletes the WAL every replica can do without, so "
+                   "every WAL stays bounded (0: never)")
+      ->check(number_in(uint64_t{0}, uint64_t{86'400'000}, false, "in [0, 86400000]"))
+      ->capture_default_str();
   add_follower_read_options(tpcc, "--follower-reads", r.follower_reads,
                             "Reader threads per follower running OrderStatus and StockLevel at "
                             "its snapshot during the run, checked for torn snapshots; needs "
@@ -653,6 +659,13 @@ ServerCommands add_server_commands(CLI::App& app) {
   add_batch_options(c.server, so.batch_txns, so.batch_us,
                     " (replicated shards; default: the config's batch_txns / batch_us)");
   c.server
+      ->add_option("--checkpoint-interval-ms", so.checkpoint_interval_ms,
+                   "Replicated shards: fetch a follower's newest checkpoint at most this often "
+                   "and delete this leader's WAL segments every replica can do without (0: "
+                   "never; `cluster up --checkpoint-interval-ms` passes it)")
+      ->check(number_in(uint64_t{0}, uint64_t{86'400'000}, false, "in [0, 86400000]"))
+      ->capture_default_str();
+  c.server
       ->add_option("--recover-epoch", c.recover_epoch,
                    "Replicated shards: recover this leader's store from --data-dir (its "
                    "checkpoint and WAL, as a follower restarts) instead of loading, and take "
@@ -729,6 +742,7 @@ int run_server_commands(const ServerCommands& c) {
     ro.replica = 0;  // the configured leader (no configuration manager moves it)
     ro.data_dir = c.server_options.data_dir;
     ro.fsync = c.server_options.fsync;
+    ro.checkpoint_interval_ms = c.server_options.checkpoint_interval_ms;
     ro.server = c.server_options;
     s = server::recover_and_lead(ro, c.recover_epoch);
   } else if (c.server->parsed()) {
@@ -1126,6 +1140,9 @@ int main(int argc, char** argv) {
               ? "--wan-rtt-ms: needs --replicas >= 2"
           : r.replicas == 1 && r.follower_reads > 0 && !remote
               ? "--follower-reads: needs --replicas >= 2"
+          : r.checkpoint_interval_ms > 0 && (r.replicas == 1 || dist)
+              ? "--checkpoint-interval-ms: one shard with --replicas >= 2 (a cluster of several "
+                "shards: `shoal cluster up --checkpoint-interval-ms`)"
           : flags.tpcc_dist.hang_leader && commands.tpcc->count("--kill-leader-at") == 0
               ? "--hang-leader: needs --kill-leader-at (when to hang it)"
               : nullptr;

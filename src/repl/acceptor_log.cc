@@ -142,13 +142,20 @@ Result<std::unique_ptr<AcceptorLog>> AcceptorLog::open(const std::string& dir, u
       }
     }
   }
-  for (size_t i = 0; i + 1 < wals.size(); ++i) log->closed_.push_back({wals[i], 0, 0});
+  for (size_t i = 0; i + 1 < wals.size(); ++i) {
+    Segment seg;
+    seg.number = wals[i];
+    log->closed_.push_back(seg);  // the rest is filled by recover()
+  }
   SHOAL_TRY(log->open_segment(newest));
   return log;
 }
 
 AcceptorLog::~AcceptorLog() {
   if (journal_fd_ >= 0) ::close(journal_fd_);
+  for (const Segment& seg : closed_) {
+    if (seg.read_fd >= 0) ::close(seg.read_fd);
+  }
 }
 
 struct AcceptorLog::JournalFile {
@@ -275,14 +282,14 @@ struct AcceptorLog::Copies {
     Ballot ballot = 0;  // 0: learned before any promise (a chosen value)
   };
   std::map<uint64_t, Copy> last;       // each slot's last copy above the covered slots
-  std::map<uint64_t, SlotCopy> where;  // of those, the ones in the active segment
+  std::map<uint64_t, SlotCopy> where;  // where those lie (global offsets)
   uint64_t superseded = 0;
 };
 
 // One segment's WAL, in order: each copy paired with the ballot of the last promise record at
 // or below its offset; the last copy of a slot wins.
 Result<WalRecovery> AcceptorLog::scan_copies(Wal& wal, const JournalFile& jf, uint64_t covered,
-                                             bool active, uint64_t* max_slot, Copies* copies) {
+                                             uint64_t base, uint64_t* max_slot, Copies* copies) {
   uint64_t offset = 0;  // entries lie back to back from offset 0
   size_t below = 0;     // promise records at or below `offset`
   return wal.recover([&](const LogEntryView& e) -> Status {
@@ -302,7 +309,7 @@ Result<WalRecovery> AcceptorLog::scan_copies(Wal& wal, const JournalFile& jf, ui
     Copies::Copy& c = copies->last[slot];
     if (!c.bytes.empty()) ++copies->superseded;
     c = Copies::Copy{EntryBuffer(e.bytes()), jf.promises[below - 1].ballot};
-    if (active) copies->where[slot] = SlotCopy{at, e.checksum(), e.entry_bytes()};
+    copies->where[slot] = SlotCopy{base + at, e.checksum(), e.entry_bytes()};
     return Status::Ok();
   });
 }
@@ -347,6 +354,8 @@ Status AcceptorLog::recover_segment(uint64_t number, Segment* seg, uint64_t cove
   SHOAL_TRY(load_journal(number, &jf));
   scan->promised = std::max(scan->promised, jf.promised());
   if (seg != nullptr) {
+    seg->base = closed_bytes_;
+    seg->path = wal_path(number);
     if (jf.sealed && jf.sealed_max_slot <= covered) {
       // Every copy is covered: the WAL is not even read.
       struct stat st {};
@@ -358,14 +367,18 @@ Status AcceptorLog::recover_segment(uint64_t number, Segment* seg, uint64_t cove
     }
     auto wal = Wal::open(wal_path(number), acceptor_wal_options(fsync_, accept_sync_elsewhere_));
     if (!wal.ok()) return wal.status();
-    auto rec = scan_copies(**wal, jf, covered, false, &seg->max_slot, copies);
+    auto rec = scan_copies(**wal, jf, covered, seg->base, &seg->max_slot, copies);
     if (!rec.ok()) return rec.status();
     seg->bytes = rec->bytes_kept;
+    // Its copies above the cut are indexed: a leader serves them to a follower catching up.
+    seg->read_fd = ::open(seg->path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (seg->read_fd < 0) return io_error("cannot open", seg->path);
     closed_bytes_ += seg->bytes;
     scan->chosen_hint = std::max(scan->chosen_hint, jf.chosen_hint(rec->bytes_kept));
     return Status::Ok();
   }
-  auto rec = scan_copies(*wal_, jf, covered, true, &active_max_slot_, copies);
+  active_base_ = closed_bytes_;
+  auto rec = scan_copies(*wal_, jf, covered, active_base_, &active_max_slot_, copies);
   if (!rec.ok()) return rec.status();
   SHOAL_TRY(repair_journal(&jf, rec->bytes_kept));
   segment_promised_ = !jf.promises.empty();
@@ -411,16 +424,29 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store, uint64_
 }
 
 Status AcceptorLog::rotate() {
-  SHOAL_ASSERT(!accept_sync_elsewhere_, "%s", "rotate() on a log synced from another thread");
   // Nothing unsynced may stay behind in the closed segment: a later group commit syncs only
   // the active WAL. The sealed record names the segment's highest slot, so recovery with a
   // checkpoint covering it need not read its WAL.
   SHOAL_TRY(wal_->sync());
   SHOAL_TRY(append_record(kSealed, active_max_slot_, 0, wal_->end_offset(), /*sync=*/false));
   if (::fdatasync(journal_fd_) != 0) return io_error("cannot sync", journal_path_);
-  closed_.push_back(Segment{active_, active_max_slot_, wal_->end_offset()});
-  closed_bytes_ += wal_->end_offset();
-  SHOAL_TRY(open_segment(active_ + 1));
+  Segment closing{active_, active_max_slot_, wal_->end_offset(), active_base_, -1, wal_->path()};
+  // Its copies stay indexed (global offsets) and served until the segment is deleted.
+  closing.read_fd = ::open(closing.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (closing.read_fd < 0) return io_error("cannot open", closing.path);
+  {
+    // The syncer thread of a leader may be in sync_from_any_thread(): not while wal_ changes.
+    // Appends before this point were synced above, so its later syncs need only the new WAL.
+    std::lock_guard<std::mutex> lock(swap_mu_);
+    const Status opened = open_segment(active_ + 1);
+    if (!opened.ok()) {
+      ::close(closing.read_fd);
+      return opened;
+    }
+  }
+  closed_.push_back(closing);
+  closed_bytes_ += closing.bytes;
+  active_base_ += closing.bytes;
   SHOAL_TRY(wal_->recover([](const LogEntryView&) { return Status::Ok(); }).status());
   // The new journal opens with the promise at offset 0: every copy the new WAL will hold lies
   // at or above it. The chosen hint at 0 names slots whose copies lie in synced segments.
@@ -432,17 +458,12 @@ Status AcceptorLog::rotate() {
   if (::fdatasync(journal_fd_) != 0) return io_error("cannot sync", journal_path_);
   SHOAL_TRY(sync_dir(dir_));
   dirty_ = false;
-  // The index: copies of sealed groups and of unsealed slots lie in the closed segment now.
-  group_base_ += groups_.size();
-  groups_.clear();
-  irregular_.clear();
-  for (SlotCopy& c : recent_) c = SlotCopy{};
-  cursor_slot_ = 0;
   return Status::Ok();
 }
 
 Result<uint64_t> AcceptorLog::drop_covered_segments(uint64_t covered) {
   uint64_t freed = 0;
+  uint64_t deleted_max_slot = 0;
   auto keep = closed_.begin();
   for (auto it = closed_.begin(); it != closed_.end(); ++it) {  // bounded by the segments
     if (it->max_slot > covered) {
@@ -457,10 +478,28 @@ Result<uint64_t> AcceptorLog::drop_covered_segments(uint64_t covered) {
     if (::unlink(journal_path(it->number).c_str()) != 0 && errno != ENOENT) {
       return io_error("cannot delete", journal_path(it->number));
     }
+    if (it->read_fd >= 0) ::close(it->read_fd);
+    it->read_fd = -1;
+    deleted_max_slot = std::max(deleted_max_slot, it->max_slot);
     freed += it->bytes;
     closed_bytes_ -= it->bytes;
   }
   closed_.erase(keep, closed_.end());
+  // The index forgets the groups whose slots all lie at or below the deleted segments' highest
+  // slot (groups [0, that / kIndexGroupSlots)): it is as long as the WAL kept, not the log's
+  // whole history. A slot of a kept group whose copy was deleted resolves to NotFound.
+  // Bounded by the groups sealed since the last call.
+  while (!groups_.empty() && group_base_ < deleted_max_slot / kIndexGroupSlots) {
+    if (groups_.front().irregular != kRegularGroup) {
+      SHOAL_ASSERT(groups_.front().irregular == irregular_base_ && !irregular_.empty(),
+                   "irregular group %lu, base %lu", groups_.front().irregular, irregular_base_);
+      irregular_.pop_front();
+      ++irregular_base_;
+    }
+    groups_.pop_front();
+    ++group_base_;
+  }
+  if (cursor_slot_ <= deleted_max_slot) cursor_slot_ = 0;
   return freed;
 }
 
@@ -525,7 +564,7 @@ Status AcceptorLog::persist_accept(uint64_t slot, Ballot b, std::span<const std:
   SHOAL_ASSERT(b >= promised_, "accept of slot %lu in ballot %lu below the promise %lu", slot, b,
                promised_);
   if (b > promised_ || !segment_promised_) SHOAL_TRY(persist_promise(b));
-  const uint64_t offset = wal_->end_offset();
+  const uint64_t offset = active_base_ + wal_->end_offset();
   note_slot(slot);
   SHOAL_TRY(wal_->append(entry));
   if (fsync_ == FsyncPolicy::kBatch && !accept_sync_elsewhere_) dirty_ = true;
@@ -538,7 +577,7 @@ Status AcceptorLog::persist_learn(uint64_t slot, std::span<const std::byte> entr
   // leader's syncer) covers it, and a copy lost in a crash is learned again. Before any
   // promise it is written under a promise record of ballot 0 (recovery: chosen).
   if (!segment_promised_) SHOAL_TRY(persist_promise(promised_));
-  const uint64_t offset = wal_->end_offset();
+  const uint64_t offset = active_base_ + wal_->end_offset();
   note_slot(slot);
   SHOAL_TRY(wal_->append(entry));
   if (fsync_ != FsyncPolicy::kNone && !accept_sync_elsewhere_) dirty_ = true;
@@ -554,6 +593,7 @@ Status AcceptorLog::sync() {
 }
 
 Status AcceptorLog::sync_from_any_thread() const {
+  std::lock_guard<std::mutex> lock(swap_mu_);
   if (::fdatasync(wal_->fd()) != 0) return io_error("cannot sync", wal_->path());
   return Status::Ok();
 }
@@ -591,12 +631,24 @@ void AcceptorLog::seal_groups(uint64_t chosen_index) {
         back_to_back = false;
       }
     }
-    if (complete) {
+    // A group whose copies straddle a rotation is kept per slot: hopping from its first copy
+    // would read a deleted segment once the older one goes.
+    if (complete && back_to_back &&
+        segment_base_of(recent_[0].offset) ==
+            segment_base_of(recent_[kIndexGroupSlots - 1].offset)) {
       g.offset = recent_[0].offset;
-      if (!back_to_back) {
-        g.irregular = static_cast<uint32_t>(irregular_.size());
+    } else {
+      // Irregular, or some slots missing (the group straddles a checkpoint's cut after a
+      // restart: the covered slots were never read): one offset per slot, kNoOffset where none.
+      const size_t have = std::min<size_t>(recent_.size(), kIndexGroupSlots);
+      bool any = false;
+      for (size_t k = 0; k < have; ++k) any = any || recent_[k].offset != kNoOffset;
+      if (any) {
+        g.offset = 0;  // not kNoOffset: the group holds some slots, irregular_ says which
+        g.irregular = irregular_base_ + irregular_.size();
         irregular_.emplace_back();
-        for (uint32_t k = 0; k < kIndexGroupSlots; ++k) irregular_.back()[k] = recent_[k].offset;
+        irregular_.back().fill(kNoOffset);
+        for (size_t k = 0; k < have; ++k) irregular_.back()[k] = recent_[k].offset;
       }
     }
     groups_.push_back(g);
@@ -611,16 +663,48 @@ size_t AcceptorLog::index_bytes() const {
          irregular_.size() * sizeof(irregular_[0]);
 }
 
+uint64_t AcceptorLog::segment_base_of(uint64_t global_offset) const {
+  if (global_offset >= active_base_) return active_base_;
+  auto it = std::upper_bound(closed_.begin(), closed_.end(), global_offset,
+                             [](uint64_t off, const Segment& seg) { return off < seg.base; });
+  return it == closed_.begin() ? 0 : (it - 1)->base;
+}
+
+Result<AcceptorLog::FileAt> AcceptorLog::resolve(uint64_t global_offset, uint64_t bytes) const {
+  if (global_offset >= active_base_) {
+    return FileAt{wal_->fd(), global_offset - active_base_, &wal_->path()};
+  }
+  // The closed segment whose range holds it (closed_ is in base order).
+  auto it = std::upper_bound(closed_.begin(), closed_.end(), global_offset,
+                             [](uint64_t off, const Segment& seg) { return off < seg.base; });
+  if (it == closed_.begin()) {
+    return Status::NotFound(
+        fmt::format("acceptor WAL of stream {} in {}: offset {} lies in a "
+                    "deleted segment (truncated)",
+                    stream_, dir_, global_offset));
+  }
+  const Segment& seg = *(it - 1);
+  if (global_offset + bytes > seg.base + seg.bytes || seg.read_fd < 0) {
+    return Status::NotFound(
+        fmt::format("acceptor WAL {}: offset {} (+{} bytes) is not served "
+                    "from this segment",
+                    seg.path, global_offset - seg.base, bytes));
+  }
+  return FileAt{seg.read_fd, global_offset - seg.base, &seg.path};
+}
+
 Status AcceptorLog::pread_exact(std::byte* dst, size_t bytes, uint64_t offset) const {
+  auto at = resolve(offset, bytes);
+  if (!at.ok()) return at.status();
   size_t done = 0;
   while (done < bytes) {  // bounded: each pass reads >= 1 byte or fails
     const ssize_t n =
-        ::pread(wal_->fd(), dst + done, bytes - done, static_cast<off_t>(offset + done));
+        ::pread(at->fd, dst + done, bytes - done, static_cast<off_t>(at->offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return io_error("cannot read", wal_->path());
+    if (n < 0) return io_error("cannot read", *at->path);
     if (n == 0) {
       return Status::Corruption(fmt::format("acceptor WAL {}: ends at offset {} inside an entry",
-                                            wal_->path(), offset + done));
+                                            *at->path, at->offset + done));
     }
     done += static_cast<size_t>(n);
   }
@@ -649,7 +733,12 @@ Result<AcceptorLog::Location> AcceptorLog::locate(uint64_t slot) {
   } else if (const Group& g = groups_[(slot - 1) / kIndexGroupSlots - group_base_];
              g.offset != kNoOffset) {
     const uint32_t k = static_cast<uint32_t>((slot - 1) % kIndexGroupSlots);
-    if (g.irregular != kRegularGroup) return Location{irregular_[g.irregular][k], 0};
+    if (g.irregular != kRegularGroup) {
+      const uint64_t offset = irregular_[g.irregular - irregular_base_][k];
+      if (offset != kNoOffset) return Location{offset, 0};
+      return Status::NotFound(
+          fmt::format("acceptor WAL {}: slot {} is not in the log", wal_->path(), slot));
+    }
     if (k != 0 && cursor_slot_ == slot) return Location{cursor_offset_, 0};
     uint64_t offset = g.offset;
     for (uint32_t i = 0; i < k; ++i) {  // bounded: hops over < kIndexGroupSlots headers

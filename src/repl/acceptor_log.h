@@ -52,7 +52,14 @@
 // the chosen hint. drop_covered_segments(cut) deletes closed segments whose highest slot is at
 // or below a checkpoint's cut. A slot may appear in several segments (rewrites); recovery
 // reads them oldest first, so the last copy still wins, skips slots the checkpoint covers, and
-// does not even read the WAL of a sealed segment the cut covers. A leader never rotates.
+// does not even read the WAL of a sealed segment the cut covers. A leader rotates too, once it
+// holds a checkpoint fetched from a follower (leader.h "WAL truncation on the leader"); its
+// syncer thread may be inside sync_from_any_thread() meanwhile, so the swap of the active WAL
+// and that sync exclude each other (swap_mu_).
+//
+// Offsets in the index are global: segment n's byte b is at base(n) + b, where base(n + 1) =
+// base(n) + the bytes of segment n, so copies that lie back to back across a rotation still
+// form a regular group, and a read resolves an offset to the segment holding it.
 //
 // Serving chosen slots (ChosenSlotSource): a leader catches up a follower that lags beyond the
 // slots its store retains by reading them back from this WAL, byte for byte. The index is
@@ -60,8 +67,10 @@
 // the group's last copies lie back to back (the normal case: one proposal after another),
 // else one offset per slot of that group (rare: rewrites after an election, retransmissions
 // out of order); per slot (offset, checksum) only for slots not yet in a sealed group (above
-// the chosen index, bounded by the acceptance window). Only copies in the newest segment are
-// indexed (a rotated log serves nothing older: NotFound). A read pread()s at most max_bytes into
+// the chosen index, bounded by the acceptance window). Copies in every live segment are indexed
+// (a closed segment is read through a read-only descriptor kept while it lives), except, after
+// a restart, slots a checkpoint covers (never read: NotFound); slots of deleted segments are
+// not found either. A read pread()s at most max_bytes into
 // one reusable buffer and validates every entry before returning it: its own checksum over its
 // bytes (a torn or flipped copy fails), its sequence against the slot (a copy of another slot
 // fails), and for unsealed slots the checksum the index took from the copy when it was written
@@ -81,6 +90,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -125,13 +135,22 @@ class AcceptorLog final : public ChosenSlotSource {
   // files synced, the journal sealed with its highest slot) and starts segment n + 1, whose
   // journal opens with the promise at offset 0 and the chosen hint (synced), so an older
   // segment holds nothing a later one needs once its slots are covered. Reads (ChosenSlotSource)
-  // then serve only copies in the new segment. REQUIRES: not accept_sync_elsewhere (a leader's
-  // syncer holds the files' descriptors).
+  // still serve the closed segment's copies until drop_covered_segments() deletes it. Safe
+  // while another thread is in sync_from_any_thread() (a leader's syncer).
   [[nodiscard]] Status rotate();
   // Deletes the closed segments whose every slot is <= `covered` (a
-  // durable checkpoint's cut, which is chosen). Returns the bytes deleted.
+  // durable checkpoint's cut, which is chosen), and the index groups of their slots.
+  // Returns the bytes deleted.
   [[nodiscard]] Result<uint64_t> drop_covered_segments(uint64_t covered);
   size_t segments() const { return closed_.size() + 1; }
+  // The oldest live segment's number: above 0 once truncation deleted the log's head (its
+  // slots then come only from a checkpoint, or another replica's WAL).
+  uint64_t first_segment() const { return closed_.empty() ? active_ : closed_.front().number; }
+  // The highest slot of the oldest closed segment's copies (0: only the active segment
+  // lives). Tests and metrics.
+  uint64_t oldest_segment_max_slot() const {
+    return closed_.empty() ? 0 : closed_.front().max_slot;
+  }
 
   // The PersistHooks to install on the store (they capture this object).
   PersistHooks hooks();
@@ -171,7 +190,18 @@ class AcceptorLog final : public ChosenSlotSource {
     uint64_t number = 0;
     uint64_t max_slot = 0;  // the highest slot of its copies
     uint64_t bytes = 0;     // WAL bytes
+    uint64_t base = 0;      // the global offset of its byte 0 (see the header comment)
+    int read_fd = -1;       // read-only, for serving its copies; -1: not served
+    std::string path;       // its WAL's (messages)
   };
+  // Where a global offset lies: a descriptor to pread() and the offset in that file.
+  struct FileAt {
+    int fd = -1;
+    uint64_t offset = 0;
+    const std::string* path = nullptr;  // for messages
+  };
+  [[nodiscard]] Result<FileAt> resolve(uint64_t global_offset, uint64_t bytes) const;
+  uint64_t segment_base_of(uint64_t global_offset) const;
   AcceptorLog(std::string dir, uint32_t stream, FsyncPolicy fsync, bool accept_sync_elsewhere)
       : dir_(std::move(dir)),
         stream_(stream),
@@ -191,7 +221,7 @@ class AcceptorLog final : public ChosenSlotSource {
   [[nodiscard]] Result<bool> decode_record(const std::byte* r, uint64_t pos, JournalFile* jf);
   [[nodiscard]] Status load_journal(uint64_t segment, JournalFile* jf);
   [[nodiscard]] Result<WalRecovery> scan_copies(Wal& wal, const JournalFile& jf, uint64_t covered,
-                                                bool active, uint64_t* max_slot, Copies* copies);
+                                                uint64_t base, uint64_t* max_slot, Copies* copies);
   [[nodiscard]] Status repair_journal(JournalFile* jf, uint64_t wal_end);
   [[nodiscard]] Status recover_segment(uint64_t number, Segment* seg, uint64_t covered,
                                        Copies* copies, RecoveryScan* scan);
@@ -204,7 +234,7 @@ class AcceptorLog final : public ChosenSlotSource {
 
   // The slot index (see the header comment).
   static constexpr uint64_t kNoOffset = UINT64_MAX;
-  static constexpr uint32_t kRegularGroup = UINT32_MAX;
+  static constexpr uint64_t kRegularGroup = UINT64_MAX;
   static constexpr uint64_t kRecentSlotsMax = uint64_t{1} << 20;  // beyond: not indexed
   struct SlotCopy {                                               // the last copy of one slot
     uint64_t offset = kNoOffset;
@@ -213,7 +243,7 @@ class AcceptorLog final : public ChosenSlotSource {
   };
   struct Group {
     uint64_t offset = kNoOffset;         // first slot's copy; kNoOffset: a slot is missing
-    uint32_t irregular = kRegularGroup;  // else the index into irregular_
+    uint64_t irregular = kRegularGroup;  // else irregular_[irregular - irregular_base_]
   };
   struct Location {
     uint64_t offset = 0;
@@ -236,6 +266,9 @@ class AcceptorLog final : public ChosenSlotSource {
   uint64_t active_max_slot_ = 0;
   std::vector<Segment> closed_;  // oldest first
   uint64_t closed_bytes_ = 0;
+  uint64_t active_base_ = 0;  // the active segment's global base offset
+  // Held while wal_ is replaced (rotate) and while sync_from_any_thread() uses it.
+  mutable std::mutex swap_mu_;
   Ballot promised_ = 0;            // the latest promise persisted (carried into a new segment)
   bool segment_promised_ = false;  // the active journal holds a promise record
   FsyncPolicy fsync_;
@@ -247,8 +280,9 @@ class AcceptorLog final : public ChosenSlotSource {
   std::deque<SlotCopy> recent_;  // slots [recent_base_, ...): not yet in a sealed group
   uint64_t recent_base_ = 1;     // 1 + kIndexGroupSlots * (group_base_ + groups_.size())
   uint64_t group_base_ = 0;      // groups before it are not indexed (an older segment's)
-  std::vector<Group> groups_;
-  std::vector<std::array<uint64_t, kIndexGroupSlots>> irregular_;
+  std::deque<Group> groups_;
+  std::deque<std::array<uint64_t, kIndexGroupSlots>> irregular_;
+  uint64_t irregular_base_ = 0;  // Group::irregular - irregular_base_ indexes irregular_
   uint64_t cursor_slot_ = 0, cursor_offset_ = 0;  // where the slot after the last read lies
   std::unique_ptr<uint64_t[]> read_buf_;          // reused; grows to the largest max_bytes
   size_t read_buf_bytes_ = 0;

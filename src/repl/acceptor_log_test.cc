@@ -465,9 +465,10 @@ TEST_F(AcceptorLogTest, SegmentsRotateAndOnlyCoveredOnesAreDeleted) {
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/stream-0.2.acc"));
   // A crash between deleting a WAL and its journal leaves the journal: the next open deletes it.
   std::ofstream(dir_ + "/stream-0.acc").put('x');
-  // Reads serve only the active segment's copies: older ones say NotFound.
+  // Reads serve the copies of every live segment; a deleted segment's slots are NotFound.
   std::vector<ChosenEntry> out;
-  EXPECT_EQ(log_->read(150, 160, 4, 1 << 20, &out).code(), Code::kNotFound);
+  EXPECT_EQ(read_all(150, 180, 7, 1 << 20), 5);
+  EXPECT_EQ(log_->read(50, 60, 4, 1 << 20, &out).code(), Code::kNotFound);
 
   const AcceptorRecovery rec = open(/*covered=*/150);
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/stream-0.acc"));
@@ -496,6 +497,45 @@ TEST_F(AcceptorLogTest, SegmentsRotateAndOnlyCoveredOnesAreDeleted) {
   EXPECT_EQ(skipped.slots, 30u);
   EXPECT_EQ(log_->wal_bytes(), bytes);
   EXPECT_EQ(store_->find(200), nullptr);
+}
+
+// A leader rotates while serving catch-up: slots whose copies lie in closed segments are read
+// back byte for byte, across the boundaries (a group of 64 slots spanning two segments), also
+// after a restart (recovery indexes every segment it reads); deleting segments shrinks the
+// index, and their slots are then NotFound, never another slot's bytes.
+TEST_F(AcceptorLogTest, ReadsSpanRetainedSegmentsAndForgetDeletedOnes) {
+  open();
+  ASSERT_TRUE(store_->promise(3).ok());
+  accept(1, 100, 3);  // slots 65..128 form one group across the first rotation
+  choose(100);
+  ASSERT_TRUE(log_->rotate().ok());
+  accept(101, 300, 3);
+  choose(300);
+  ASSERT_TRUE(log_->rotate().ok());
+  accept(301, 400, 3);
+  choose(390);
+  EXPECT_EQ(log_->segments(), 3u);
+  EXPECT_EQ(read_all(1, 390, 16, 1 << 20), 25);
+  const size_t index_before = log_->index_bytes();
+
+  auto freed = log_->drop_covered_segments(150);  // segment 0 (slots 1..100) goes
+  ASSERT_TRUE(freed.ok());
+  EXPECT_GT(*freed, 0u);
+  EXPECT_EQ(log_->oldest_segment_max_slot(), 300u);
+  EXPECT_LT(log_->index_bytes(), index_before);
+  std::vector<ChosenEntry> out;
+  const Status gone = log_->read(10, 20, 4, 1 << 20, &out);
+  EXPECT_EQ(gone.code(), Code::kNotFound) << gone.to_string();
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(read_all(101, 390, 32, 1 << 20), 10);
+
+  // After a restart over a checkpoint at 150 (the leader's own, which the deletion needed),
+  // every slot above it is served again, those of the group the cut splits (129..192) too.
+  open(/*covered=*/150);
+  EXPECT_EQ(read_all(151, 390, 64, 1 << 20), 4);
+  EXPECT_EQ(log_->read(140, 150, 4, 1 << 20, &out).code(), Code::kNotFound);
+  open(/*covered=*/200);
+  EXPECT_EQ(read_all(201, 390, 64, 1 << 20), 3);
 }
 
 }  // namespace

@@ -326,22 +326,17 @@ Status verify_open(const std::string& path, Fd* f, uint64_t* content_bytes) {
   return Status::Ok();
 }
 
-// Reads the header, stream cuts and table list after verification.
-Result<ReplayCut> read_layout(ChunkReader& r, const std::string& path, const txn::Engine& engine,
-                              uint32_t streams) {
+// Reads the header and the stream cuts after verification; *tables: the table count.
+Result<ReplayCut> read_cut(ChunkReader& r, const std::string& path, uint32_t streams,
+                           uint32_t* tables) {
   alignas(8) std::byte h[kHeaderBytes];
   SHOAL_TRY(r.read(h, sizeof h));
   const uint32_t file_streams = load_u32(h + 8);
-  const uint32_t file_tables = load_u32(h + 12);
+  *tables = load_u32(h + 12);
   if (file_streams != streams || file_streams > kStreamsMax) {
     return Status::InvalidArgument(
         fmt::format("checkpoint {}: written for {} streams, this shard has {}; refused", path,
                     file_streams, streams));
-  }
-  if (file_tables != engine.tables().size() || file_tables > kTablesMax) {
-    return Status::InvalidArgument(
-        fmt::format("checkpoint {}: holds {} tables, the schema has {}; refused", path, file_tables,
-                    engine.tables().size()));
   }
   ReplayCut cut;
   cut.applied_tid = load_u64(h + 16);
@@ -365,6 +360,20 @@ Result<ReplayCut> read_layout(ChunkReader& r, const std::string& path, const txn
       return refuse(path, "epoch fences out of order");
     }
     cut.fences.push_back(f);
+  }
+  return cut;
+}
+
+// Reads the header, stream cuts and table list after verification.
+Result<ReplayCut> read_layout(ChunkReader& r, const std::string& path, const txn::Engine& engine,
+                              uint32_t streams) {
+  uint32_t file_tables = 0;
+  auto cut = read_cut(r, path, streams, &file_tables);
+  if (!cut.ok()) return cut.status();
+  if (file_tables != engine.tables().size() || file_tables > kTablesMax) {
+    return Status::InvalidArgument(
+        fmt::format("checkpoint {}: holds {} tables, the schema has {}; refused", path, file_tables,
+                    engine.tables().size()));
   }
   for (const auto& t : engine.tables()) {
     alignas(8) std::byte b[8];
@@ -434,6 +443,15 @@ Status verify_checkpoint(const std::string& path) {
   Fd f;
   uint64_t content_bytes = 0;
   return verify_open(path, &f, &content_bytes);
+}
+
+Result<ReplayCut> verify_checkpoint_cut(const std::string& path, uint32_t streams) {
+  Fd f;
+  uint64_t content_bytes = 0;
+  SHOAL_TRY(verify_open(path, &f, &content_bytes));
+  ChunkReader r(f.fd, content_bytes, path);
+  uint32_t tables = 0;
+  return read_cut(r, path, streams, &tables);
 }
 
 Result<ReplayCut> load_checkpoint(const std::string& path, txn::Engine& engine, uint32_t streams) {

@@ -54,6 +54,9 @@ std::string checkpoint_path(const std::string& dir, uint64_t seq);
 
 // Checks length, header, version and checksum without loading anything.
 [[nodiscard]] Status verify_checkpoint(const std::string& path);
+// The same, then returns the file's cut (a leader checks a checkpoint fetched from a follower
+// against what the follower announced). InvalidArgument for another stream count.
+[[nodiscard]] Result<ReplayCut> verify_checkpoint_cut(const std::string& path, uint32_t streams);
 // Verifies, then installs the rows into `engine` and returns the cut. Errors name the file:
 // Corruption (torn, bad checksum, rows that do not fit the schema), NotSupported (a newer
 // format), InvalidArgument (written for another number of streams or tables).

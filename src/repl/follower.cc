@@ -3,6 +3,7 @@
 #include "src/repl/checkpoint.h"
 #include "src/repl/leader.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -300,6 +301,12 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
     streams_.push_back(std::move(st));
   }
   publish_replay();
+  if (wal_head_missing()) {
+    std::fprintf(stderr,
+                 "replica %u: no checkpoint loaded and the WAL of %s lost its head to truncation: "
+                 "the slots before it must come from the leader's WAL\n",
+                 options_.replica, options_.data_dir.c_str());
+  }
   if (!options_.quiet && (recovered_slots_ > 0 || cut)) {
     std::fprintf(stderr,
                  "replica %u: recovered %lu slots from %s%s; replayed up to TID %lu (%lu txns) "
@@ -344,6 +351,15 @@ Status Follower::load_newest_checkpoint(const Schema& schema, uint32_t streams,
                      path.c_str(), loaded->applied_tid,
                      static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6);
       }
+      // The leader may fetch it at once; what it may delete waits for this follower's next
+      // checkpoint (kept: zeros), after which two are kept again.
+      CheckpointNote note;
+      note.seq = *it;
+      std::error_code size_ec;
+      note.bytes = std::filesystem::file_size(path, size_ec);
+      for (const StreamCut& sc : loaded->streams) note.covered.push_back(sc.next_slot - 1);
+      note.kept.assign(streams, 0);
+      if (!size_ec) checkpoint_note_ = std::move(note);
       *cut = std::move(*loaded);
       return Status::Ok();
     }
@@ -361,6 +377,14 @@ Status Follower::load_newest_checkpoint(const Schema& schema, uint32_t streams,
     SHOAL_TRY(schema.create_tables(*engine_));
   }
   return Status::Ok();
+}
+
+bool Follower::wal_head_missing() const {
+  if (checkpoints().loaded_seq != 0) return false;
+  for (const auto& s : streams_) {
+    if (s->log->first_segment() > 0) return true;
+  }
+  return false;
 }
 
 CheckpointCounters Follower::checkpoints() const {
@@ -472,6 +496,19 @@ void Follower::finish_checkpoint() {
       if (seq < kept_seq_) std::remove(checkpoint_path(options_.data_dir, seq).c_str());
     }
   }
+  // What the leader learns: this checkpoint, and (kept) the older one's cut: a restart that
+  // refuses the newest falls back to it and may need the leader's WAL above it.
+  CheckpointNote note;
+  note.seq = done->seq;
+  std::error_code size_ec;
+  note.bytes = std::filesystem::file_size(checkpoint_path(options_.data_dir, done->seq), size_ec);
+  note.covered = done->covered;
+  note.kept =
+      kept_covered_.empty() ? std::vector<uint64_t>(done->covered.size(), 0) : kept_covered_;
+  if (!size_ec) {
+    checkpoint_note_ = std::move(note);
+    send_checkpoint_note();
+  }
   kept_covered_ = done->covered;
   kept_seq_ = done->seq;
   wal_bytes_at_checkpoint_ = 0;
@@ -563,6 +600,8 @@ void Follower::handle_control(std::span<const uint8_t> bytes) {
       return;
     }
     successor_hint_.store(*replica, std::memory_order_release);
+  } else if (type == "ckpt_get") {
+    serve_checkpoint_chunk(j);
   } else if (type == "bye") {  // the leader stops (not a crash): run() returns
     leader_stopped_ = true;
     failed_ = Status::Unavailable("the leader stopped");
@@ -884,6 +923,53 @@ void Follower::on_tick(void* self, uint64_t) {
   (void)f->loop_->add_timer(f->loop_->now_ns() + kTickNs, &on_tick, self);
 }
 
+void Follower::send_checkpoint_note() {
+  if (!checkpoint_note_) return;
+  const std::string text = checkpoint_note_->to_json().dump();
+  send(kControlSession, std::as_bytes(std::span(text.data(), text.size())));
+}
+
+void Follower::serve_checkpoint_chunk(const nlohmann::json& request) {
+  auto seq = json_field<uint64_t>(request, "seq");
+  auto offset = json_field<uint64_t>(request, "offset");
+  auto max = json_field<uint64_t>(request, "max");
+  if (!seq.ok() || !offset.ok() || !max.ok()) {
+    note_malformed_control("ckpt_get: " + (!seq.ok()      ? seq.status().message()
+                                           : !offset.ok() ? offset.status().message()
+                                                          : max.status().message()));
+    return;
+  }
+  const std::string path = checkpoint_path(options_.data_dir, *seq);
+  // Opened per chunk: the file may be deleted between two requests (a newer checkpoint
+  // replaced it), which the leader then learns instead of reading a moved-on descriptor.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0 || *offset >= static_cast<uint64_t>(st.st_size)) {
+    if (fd >= 0) ::close(fd);
+    const std::string gone = nlohmann::json{{"type", "ckpt_gone"}, {"seq", *seq}}.dump();
+    send(kControlSession, std::as_bytes(std::span(gone.data(), gone.size())));
+    return;
+  }
+  const auto total = static_cast<uint64_t>(st.st_size);
+  // Bounded by what the leader asked, the protocol's chunk size and our message size.
+  const size_t want = static_cast<size_t>(std::min<uint64_t>(
+      {*max, kCheckpointChunkBytesMax, options_.paxos.max_message_bytes, total - *offset}));
+  chunk_buf_.resize(kCheckpointChunkHeaderBytes + want);
+  size_t have = 0;
+  while (have < want) {  // bounded: each pass reads >= 1 byte or stops
+    const ssize_t n = ::pread(fd, chunk_buf_.data() + kCheckpointChunkHeaderBytes + have,
+                              want - have, static_cast<off_t>(*offset + have));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (have == 0) return;  // the leader's fetch times out and tries again later
+  encode_checkpoint_chunk_header(*seq, *offset, total, chunk_buf_.data());
+  send(kCheckpointSession,
+       std::as_bytes(std::span(chunk_buf_.data(), kCheckpointChunkHeaderBytes + have)));
+}
+
 // The leader's ratekeeper (LeaderOptions::follower_replay_lag_ms_max) paces the shard by
 // these reports: one small message a tick at most, only when replay moved.
 void Follower::report_replayed() {
@@ -944,6 +1030,7 @@ Status Follower::run(const std::atomic<bool>* stop) {
   failed_ = Status::Ok();
   const std::string hello = nlohmann::json{{"type", "hello"}, {"replica", options_.replica}}.dump();
   send(kControlSession, std::as_bytes(std::span(hello.data(), hello.size())));
+  send_checkpoint_note();  // a new connection, maybe a new leader: it knows nothing yet
   SHOAL_TRY(ep_->flush());
   rt::LoopOptions lo;
   lo.spin_ns = 5'000;  // followers share the machine with the leader's workers

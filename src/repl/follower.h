@@ -23,7 +23,10 @@
 // Checkpoints (FollowerOptions::checkpoint_interval_ms): the replay thread writes the store at
 // an exact cut between two entries, a short-lived thread makes the file durable, and the
 // network thread then starts new WAL segments and deletes those the older kept checkpoint
-// covers (docs/REPLICATION.md "Checkpoints and WAL truncation").
+// covers (docs/REPLICATION.md "Checkpoints and WAL truncation"). The follower reports each
+// durable checkpoint to the leader (CheckpointNote: its cut, and the cut of the older one it
+// keeps, above which it may need the leader's WAL) and serves the file in chunks when the
+// leader asks for it (the leader keeps it as its own and truncates its WAL behind it).
 //
 // Threads: open() and run() on one thread, which runs the network, Paxos and the WAL; run()
 // starts a replay thread (installs chosen entries, writes checkpoints) and joins it before
@@ -206,6 +209,10 @@ class Follower {
   // Records (transactions) installed so far, published with applied_tid (any thread).
   uint64_t replayed_txns() const { return replay_txns_.load(std::memory_order_acquire); }
   uint64_t recovered_slots() const { return recovered_slots_; }
+  // open() loaded no checkpoint while a stream's WAL lost its head to truncation: the store
+  // lacks the slots before it, which only another replica can give (a follower learns them
+  // from its leader's WAL if that still holds them; a leader restarting alone cannot).
+  bool wal_head_missing() const;
   CheckpointCounters checkpoints() const;
   // As of the last tick (any thread).
   std::vector<FollowerStreamPosition> positions() const;
@@ -279,9 +286,15 @@ class Follower {
   // Checkpoints (checkpoint_interval_ms > 0). The network thread requests one (tick), the
   // replay thread writes it between entries (take_checkpoint), a short-lived thread makes it
   // durable, and the network thread then rotates and truncates the WALs (finish_checkpoint).
-  void take_checkpoint();                          // replay thread
-  void finish_checkpoint();                        // network thread
-  void maybe_request_checkpoint(uint64_t now_ns);  // network thread (tick)
+  void take_checkpoint();  // replay thread
+  // Network thread: the note of the newest durable checkpoint, sent on every connect and
+  // after every checkpoint; nullopt before the first.
+  std::optional<CheckpointNote> checkpoint_note_;
+  void send_checkpoint_note();
+  void serve_checkpoint_chunk(const nlohmann::json& request);  // a leader's ckpt_get
+  std::vector<uint8_t> chunk_buf_;                             // reused
+  void finish_checkpoint();                                    // network thread
+  void maybe_request_checkpoint(uint64_t now_ns);              // network thread (tick)
   struct DoneCheckpoint {
     uint64_t seq = 0;
     Status status;

@@ -1,5 +1,7 @@
 #include "src/repl/leader.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <deque>
 
@@ -141,6 +143,7 @@ Status ReplicationLeader::init(Takeover* takeover) {
   peers_.resize(options_.replicas);
   reports_.resize(options_.replicas);
   lost_.assign(options_.replicas, false);
+  init_checkpoints();
   // Our own acceptances are synced off the replication thread (the syncer), so followers'
   // acceptances make a majority meanwhile. A takeover's logs were opened by the follower and
   // switch to that (kBatch); kAlways logs sync each append themselves, in line.
@@ -236,6 +239,12 @@ void ReplicationLeader::stop() {
   for (auto& p : peers_) {
     if (p) p->ep.close();
   }
+  if (publish_thread_.joinable()) publish_thread_.join();
+  if (fetch_) {  // interrupted: its partial file is of no use
+    if (fetch_->fd >= 0) ::close(fetch_->fd);
+    std::remove(fetch_->tmp.c_str());
+    fetch_.reset();
+  }
 }
 
 void ReplicationLeader::thread_main() {
@@ -298,6 +307,7 @@ void ReplicationLeader::tick() {
   }
   leading_.store(leading, std::memory_order_release);
   if (takeover_applier_) check_takeover();
+  maybe_fetch_checkpoint(loop_->now_ns());
   nlohmann::json request;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -639,7 +649,18 @@ void ReplicationLeader::accept_connections() {
         }
       }
       // Anything behind the hello (a restarted follower's heartbeats) is dropped: Paxos
-      // messages are retransmitted.
+      // messages are retransmitted. But not its checkpoint note, sent once per connection
+      // right behind the hello (bounded by the batch of 8).
+      std::vector<nlohmann::json> notes;
+      for (size_t k = 1; n.ok() && k < *n; ++k) {
+        if (c[k].imm != kControlSession) continue;
+        auto j = nlohmann::json::parse(c[k].bytes.begin(), c[k].bytes.end(), nullptr, false);
+        std::string type;
+        if (!j.is_discarded() && json_optional_field(j, "type", &type).ok() &&
+            type == "checkpoint") {
+          notes.push_back(std::move(j));
+        }
+      }
       std::visit([](auto& e) { e.release(); }, greeting_[i]);
       done = true;
       if (replica != options_.replica && replica < options_.replicas) {
@@ -652,6 +673,10 @@ void ReplicationLeader::accept_connections() {
           lost_[replica] = false;
         }
         connected_.fetch_add(1, std::memory_order_acq_rel);
+        // What it needs from our WAL is what this connection says (a replica restarted over
+        // an empty directory says nothing: it may need every slot, so nothing more is deleted).
+        follower_checkpoints_[replica].reset();
+        for (const nlohmann::json& j : notes) note_follower_checkpoint(replica, j);
         // What we know of its chosen index is stale: catching up until it reports otherwise.
         for (auto& s : streams_) s->catching_up[replica] = true;
         Peer* p = peers_[replica].get();
@@ -717,6 +742,8 @@ void ReplicationLeader::poll_peer(Peer& p) {
         streams_[c[i].imm]->paxos->on_message(p.replica, bytes);
       } else if (c[i].imm == kControlSession) {
         handle_control(p.replica, c[i].bytes);
+      } else if (c[i].imm == kCheckpointSession) {
+        on_checkpoint_chunk(p.replica, c[i].bytes);
       }
     }
     p.ep.release();
@@ -734,6 +761,7 @@ void ReplicationLeader::drop_peer(uint32_t replica, const Status& why) {
   peers_[replica]->ep.close();
   peers_[replica].reset();
   connected_.fetch_sub(1, std::memory_order_acq_rel);
+  if (fetch_ && fetch_->from == replica) abandon_fetch("the follower disconnected", true);
   std::lock_guard<std::mutex> lock(mu_);
   lost_[replica] = true;
 }
@@ -748,6 +776,14 @@ void ReplicationLeader::handle_control(uint32_t from, std::span<const uint8_t> b
     if (!tid.ok() || !peers_[from]) return;
     peers_[from]->replayed_tid = *tid;
     peers_[from]->replay_reported = true;
+    return;
+  }
+  if (type == "checkpoint") {
+    note_follower_checkpoint(from, j);
+    return;
+  }
+  if (type == "ckpt_gone") {  // it took a newer one meanwhile: fetch that instead
+    if (fetch_ && fetch_->from == from) abandon_fetch("deleted by the follower", false);
     return;
   }
   if (type != "status") return;

@@ -17,6 +17,16 @@
 // wait_leading() blocks until every stream leads. Proposals sealed before that wait in the
 // stream's queue (bounded by the appender's buffer pool, which pushes back on the worker).
 //
+// WAL truncation on the leader (LeaderOptions::checkpoint_fetch_interval_ms; docs/
+// REPLICATION.md "WAL truncation on the leader"): the leader takes no checkpoint of its own
+// (its store is written by the workers while it runs); it fetches a follower's newest durable
+// checkpoint over the replication connection, in chunks it pulls one at a time, verifies it
+// (checksum, stream count, the cut the follower announced, a cut within what this leader
+// chose) and publishes it in its own directory, where a restart (`--recover-epoch`, or as a
+// follower after a failover) loads it like a follower's. Each stream's log then starts a new
+// segment and deletes the closed ones at or below leader_wal_truncation_cut(): below both the
+// older of its two kept checkpoints and every other replica's reported need.
+//
 // Threads: start()/wait_leading()/collect_reports()/stop() from one controlling thread;
 // appender(s) on worker s; watermark() anywhere. Everything else runs on the replication
 // thread.
@@ -74,6 +84,18 @@ struct Takeover {
   std::vector<std::unique_ptr<AcceptorLog>> logs;
 };
 
+// The per-stream slot at or below which the leader may delete closed WAL segments: the
+// minimum of (a) the older of the leader's own two kept checkpoints (its restart loads the
+// newest, or the older if the newest is refused, then needs the WAL above it) and (b) every
+// other replica's `kept` (CheckpointNote: the slots above it may have to come from the
+// leader's WAL). Zeros (nothing deleted) while the leader keeps fewer than two checkpoints or
+// a replica has not reported (nullopt): a replica the leader knows nothing about may need any
+// slot. own_kept: oldest first. follower_kept: by replica id, entry `self` ignored.
+// REQUIRES: every vector has `streams` entries.
+std::vector<uint64_t> leader_wal_truncation_cut(
+    uint32_t streams, const std::vector<std::vector<uint64_t>>& own_kept,
+    const std::vector<std::optional<std::vector<uint64_t>>>& follower_kept, uint32_t self);
+
 struct LeaderOptions {
   uint32_t shard = 0;
   uint32_t streams = 1;  // one per worker
@@ -106,6 +128,14 @@ struct LeaderOptions {
   // ({"type":"replayed"}). 0: unbounded.
   uint64_t follower_replay_lag_ms_max = 100;
   Schema schema;  // sent to every follower
+  // WAL truncation on the leader: at most this often, fetch the newest checkpoint a follower
+  // reports into checkpoint_dir and delete WAL segments (see above). 0, or checkpoint_dir
+  // empty: never (the WAL grows without bound). checkpoint_dir is the leader's replica
+  // directory (wal_dir, or a promoted follower's data_dir).
+  uint64_t checkpoint_fetch_interval_ms = 0;
+  std::string checkpoint_dir;
+  // A fetch that received nothing for this long is abandoned (the follower is stuck or gone).
+  uint64_t checkpoint_fetch_timeout_ms = 10'000;
 };
 
 struct LeaderStats {
@@ -120,6 +150,10 @@ struct LeaderStats {
   uint64_t catchup_wal_entries = 0;  // ... of which read back from the WAL
   uint64_t catchup_errors = 0;       // WAL reads refused (the first is printed)
   uint64_t catching_up = 0;          // (stream, follower) pairs not waited for right now
+  uint64_t checkpoints_fetched = 0;  // published in checkpoint_dir
+  uint64_t checkpoint_bytes_fetched = 0;
+  uint64_t checkpoint_fetches_failed = 0;  // refused or abandoned (each said on stderr)
+  uint64_t wal_bytes_deleted = 0;          // by the leader's own truncation
 };
 
 // Where each stream and follower stands, as of the replication thread's last tick (metrics,
@@ -229,6 +263,43 @@ class ReplicationLeader {
   void send(uint32_t to, uint32_t session, std::span<const std::byte> bytes);
   void send_control(uint32_t to, const nlohmann::json& j);
   void on_chosen(Stream& s, uint64_t slot, std::span<const std::byte> entry);
+
+  // WAL truncation on the leader (leader_truncation.cc), replication thread.
+  void init_checkpoints();  // the checkpoints already in checkpoint_dir (a restart)
+  void note_follower_checkpoint(uint32_t from, const nlohmann::json& j);
+  void maybe_fetch_checkpoint(uint64_t now_ns);
+  void request_chunk();
+  void on_checkpoint_chunk(uint32_t from, std::span<const uint8_t> bytes);
+  void abandon_fetch(const std::string& why, bool failure);
+  void finish_fetched_checkpoint();
+  void truncate_wal();
+  struct HeldCheckpoint {
+    uint64_t seq = 0;
+    std::vector<uint64_t> covered;
+  };
+  struct Fetch {
+    uint32_t from = 0;
+    uint64_t follower_seq = 0, total = 0, offset = 0, requested = 0, last_ns = 0;
+    uint64_t seq = 0;  // ours: checkpoint-<seq>.ckpt in checkpoint_dir
+    std::vector<uint64_t> covered;
+    int fd = -1;
+    std::string tmp;
+  };
+  struct Published {
+    Status status;
+    HeldCheckpoint held;
+    uint64_t bytes = 0;
+  };
+  std::vector<std::optional<CheckpointNote>> follower_checkpoints_;  // by replica; kept on drop
+  std::vector<HeldCheckpoint> held_checkpoints_;  // oldest first, at most kHeldCheckpoints
+  static constexpr size_t kHeldCheckpoints = 2;
+  std::optional<Fetch> fetch_;
+  uint64_t next_checkpoint_seq_ = 1;
+  uint64_t last_fetch_end_ns_ = 0;
+  std::thread publish_thread_;  // verifies and publishes a fetched file off the loop
+  std::mutex publish_mu_;
+  std::optional<Published> published_;  // guarded by publish_mu_
+  bool publishing_ = false;             // replication thread: publish_thread_ runs
 
   LeaderOptions options_;
   txn::Engine& engine_;

@@ -4,6 +4,8 @@
 #include <xxhash.h>
 
 #include <cstdio>
+#include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -155,6 +157,84 @@ uint64_t engine_digest(const txn::Engine& engine) {
     });
   }
   return XXH3_64bits_digest(&state);
+}
+
+nlohmann::json CheckpointNote::to_json() const {
+  return {
+      {"type", "checkpoint"}, {"seq", seq}, {"bytes", bytes}, {"covered", covered}, {"kept", kept}};
+}
+
+Result<CheckpointNote> CheckpointNote::parse(const nlohmann::json& j, uint32_t streams) {
+  CheckpointNote n;
+  auto seq = json_field<uint64_t>(j, "seq");
+  if (!seq.ok()) return seq.status();
+  auto bytes = json_field<uint64_t>(j, "bytes");
+  if (!bytes.ok()) return bytes.status();
+  n.seq = *seq;
+  n.bytes = *bytes;
+  for (const char* name : {"covered", "kept"}) {
+    const auto it = j.find(name);
+    if (it == j.end() || !it->is_array() || it->size() != streams) {
+      return Status::InvalidArgument(
+          fmt::format("checkpoint note: \"{}\" must be an array of {} slots", name, streams));
+    }
+    std::vector<uint64_t>& out = std::string_view(name) == "covered" ? n.covered : n.kept;
+    for (const auto& v : *it) {  // bounded by streams
+      if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
+        return Status::InvalidArgument(
+            fmt::format("checkpoint note: \"{}\" holds a non-slot {}", name, v.dump()));
+      }
+      out.push_back(v.get<uint64_t>());
+    }
+  }
+  for (uint32_t s = 0; s < streams; ++s) {
+    if (n.kept[s] > n.covered[s]) {
+      return Status::InvalidArgument(fmt::format(
+          "checkpoint note: stream {} kept {} above covered {}", s, n.kept[s], n.covered[s]));
+    }
+  }
+  if (n.seq == 0 || n.bytes == 0) {
+    return Status::InvalidArgument("checkpoint note: seq and bytes must be positive");
+  }
+  return n;
+}
+
+void encode_checkpoint_chunk_header(uint64_t seq, uint64_t offset, uint64_t total,
+                                    uint8_t out[kCheckpointChunkHeaderBytes]) {
+  const uint32_t magic = kCheckpointChunkMagic, zero = 0;
+  std::memcpy(out, &magic, 4);
+  std::memcpy(out + 4, &zero, 4);
+  std::memcpy(out + 8, &seq, 8);
+  std::memcpy(out + 16, &offset, 8);
+  std::memcpy(out + 24, &total, 8);
+}
+
+Result<CheckpointChunk> parse_checkpoint_chunk(std::span<const uint8_t> message, size_t max_bytes) {
+  if (message.size() < kCheckpointChunkHeaderBytes) {
+    return Status::InvalidArgument(
+        fmt::format("checkpoint chunk: {} bytes, shorter than its {}-byte header", message.size(),
+                    kCheckpointChunkHeaderBytes));
+  }
+  uint32_t magic = 0;
+  std::memcpy(&magic, message.data(), 4);
+  if (magic != kCheckpointChunkMagic) {
+    return Status::InvalidArgument(fmt::format("checkpoint chunk: bad magic {:#x}", magic));
+  }
+  CheckpointChunk c;
+  std::memcpy(&c.seq, message.data() + 8, 8);
+  std::memcpy(&c.offset, message.data() + 16, 8);
+  std::memcpy(&c.total, message.data() + 24, 8);
+  c.bytes = message.subspan(kCheckpointChunkHeaderBytes);
+  if (c.bytes.size() > max_bytes) {
+    return Status::InvalidArgument(fmt::format(
+        "checkpoint chunk: {} bytes, more than the {} asked for", c.bytes.size(), max_bytes));
+  }
+  if (c.offset > c.total || c.bytes.size() > c.total - c.offset) {
+    return Status::InvalidArgument(
+        fmt::format("checkpoint chunk: bytes [{}, {}) beyond the file's {} bytes", c.offset,
+                    c.offset + c.bytes.size(), c.total));
+  }
+  return c;
 }
 
 }  // namespace shoal::repl

@@ -10,11 +10,19 @@
 //   leader -> follower  {"type":"report","target":tid,"digest":bool,"check":bool,
 //                        "check_args":any (optional, handed to the follower's CheckFn)}
 //   follower -> leader  {"type":"status", ... FollowerReport fields}
+//   follower -> leader  {"type":"checkpoint","seq":n,"bytes":b,"covered":[slot per stream],
+//                        "kept":[slot per stream]} (CheckpointNote: its newest durable
+//                        checkpoint, and below what it may still need the leader's WAL)
+//   leader -> follower  {"type":"ckpt_get","seq":n,"offset":o,"max":m} (one chunk, pulled:
+//                        one request outstanding, so the follower's sends never pile up)
+//   follower -> leader  on kCheckpointSession: a chunk (CheckpointChunk), or on
+//                        kControlSession {"type":"ckpt_gone","seq":n} (deleted meanwhile)
 //
 // Threads: plain data and pure functions.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +34,42 @@
 namespace shoal::repl {
 
 inline constexpr uint32_t kControlSession = 0xC0000000u;
+// Binary checkpoint chunks (follower -> leader), docs/REPLICATION.md "WAL truncation on the
+// leader".
+inline constexpr uint32_t kCheckpointSession = 0xC0000001u;
+
+// A follower's newest durable checkpoint, as it reports it to the leader. covered[s]: every
+// slot <= it of stream s is in the file. kept[s]: the follower may still need the slots above
+// it from the leader's WAL (its own WAL is kept above its older checkpoint's cut, and slots it
+// never received come from the leader); zeros until it holds two checkpoints.
+struct CheckpointNote {
+  uint64_t seq = 0;
+  uint64_t bytes = 0;  // the file's size
+  std::vector<uint64_t> covered;
+  std::vector<uint64_t> kept;
+
+  nlohmann::json to_json() const;
+  // InvalidArgument naming the field for a malformed note or one for another stream count.
+  [[nodiscard]] static Result<CheckpointNote> parse(const nlohmann::json& j, uint32_t streams);
+};
+
+// One piece of a checkpoint file: a 32-byte header (magic "CKCH", zero, seq, offset, the
+// file's total bytes; little-endian) and the bytes at that offset.
+inline constexpr uint32_t kCheckpointChunkMagic = 0x48434b43;  // "CKCH" in byte order
+inline constexpr size_t kCheckpointChunkHeaderBytes = 32;
+inline constexpr size_t kCheckpointChunkBytesMax = size_t{1} << 20;
+struct CheckpointChunk {
+  uint64_t seq = 0;
+  uint64_t offset = 0;
+  uint64_t total = 0;
+  std::span<const uint8_t> bytes;  // into the message
+};
+void encode_checkpoint_chunk_header(uint64_t seq, uint64_t offset, uint64_t total,
+                                    uint8_t out[kCheckpointChunkHeaderBytes]);
+// InvalidArgument (naming what is wrong) for a message shorter than the header, another
+// magic, more than max_bytes of payload, or a range beyond the total.
+[[nodiscard]] Result<CheckpointChunk> parse_checkpoint_chunk(std::span<const uint8_t> message,
+                                                             size_t max_bytes);
 
 struct TableSchema {
   std::string name;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace shoal::repl {
 namespace {
@@ -113,6 +114,77 @@ TEST(ReplicaProto, ReadStatsAreOptionalButTyped) {
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.status().message(), "'seconds': a string, not a number");
   EXPECT_FALSE(FollowerReadStats::parse(nlohmann::json(nullptr)).ok());
+}
+
+// A follower's checkpoint note round-trips; a note for another stream count, with a kept cut
+// above its covered one, or without its fields is refused naming what is wrong.
+TEST(ReplicaProto, CheckpointNotesRoundTripAndMalformedOnesAreRefused) {
+  CheckpointNote n;
+  n.seq = 7;
+  n.bytes = 4096;
+  n.covered = {100, 90};
+  n.kept = {50, 0};
+  auto back = CheckpointNote::parse(n.to_json(), 2);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->seq, 7u);
+  EXPECT_EQ(back->bytes, 4096u);
+  EXPECT_EQ(back->covered, n.covered);
+  EXPECT_EQ(back->kept, n.kept);
+
+  auto other_streams = CheckpointNote::parse(n.to_json(), 3);
+  ASSERT_FALSE(other_streams.ok());
+  EXPECT_NE(other_streams.status().message().find("array of 3 slots"), std::string::npos)
+      << other_streams.status().to_string();
+  nlohmann::json j = n.to_json();
+  j["kept"] = {101, 0};
+  auto above = CheckpointNote::parse(j, 2);
+  ASSERT_FALSE(above.ok());
+  EXPECT_NE(above.status().message().find("kept 101 above covered 100"), std::string::npos)
+      << above.status().to_string();
+  j = n.to_json();
+  j["covered"] = {100, "x"};
+  EXPECT_FALSE(CheckpointNote::parse(j, 2).ok());
+  j = n.to_json();
+  j.erase("seq");
+  auto no_seq = CheckpointNote::parse(j, 2);
+  ASSERT_FALSE(no_seq.ok());
+  EXPECT_NE(no_seq.status().message().find("seq"), std::string::npos);
+  j = n.to_json();
+  j["bytes"] = 0;
+  EXPECT_FALSE(CheckpointNote::parse(j, 2).ok());
+}
+
+// A chunk is its header and bytes; a short message, another magic, more bytes than were
+// asked for (a peer sending a too-large chunk) and a range beyond the file are refused.
+TEST(ReplicaProto, CheckpointChunksParseAndBadOnesAreRefused) {
+  std::vector<uint8_t> msg(kCheckpointChunkHeaderBytes + 10);
+  encode_checkpoint_chunk_header(3, 20, 100, msg.data());
+  for (size_t i = 0; i < 10; ++i) msg[kCheckpointChunkHeaderBytes + i] = uint8_t(i);
+  auto c = parse_checkpoint_chunk(msg, 10);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->seq, 3u);
+  EXPECT_EQ(c->offset, 20u);
+  EXPECT_EQ(c->total, 100u);
+  ASSERT_EQ(c->bytes.size(), 10u);
+  EXPECT_EQ(c->bytes[9], 9u);
+
+  auto too_large = parse_checkpoint_chunk(msg, 9);
+  ASSERT_FALSE(too_large.ok());
+  EXPECT_NE(too_large.status().message().find("more than the 9 asked for"), std::string::npos)
+      << too_large.status().to_string();
+  auto short_msg = parse_checkpoint_chunk({msg.data(), 31}, 10);
+  ASSERT_FALSE(short_msg.ok());
+  EXPECT_NE(short_msg.status().message().find("shorter than"), std::string::npos);
+  std::vector<uint8_t> bad = msg;
+  bad[0] ^= 1;
+  auto magic = parse_checkpoint_chunk(bad, 10);
+  ASSERT_FALSE(magic.ok());
+  EXPECT_NE(magic.status().message().find("bad magic"), std::string::npos);
+  encode_checkpoint_chunk_header(3, 95, 100, msg.data());
+  auto beyond = parse_checkpoint_chunk(msg, 10);
+  ASSERT_FALSE(beyond.ok());
+  EXPECT_NE(beyond.status().message().find("beyond the file's 100 bytes"), std::string::npos)
+      << beyond.status().to_string();
 }
 
 }  // namespace

@@ -147,6 +147,10 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
     args.insert(args.end(),
                 {"--data-dir", cluster::replica_dir(data_dir, s, 0), "--fsync", options.fsync});
     add_batch_args(options, &args);
+    if (options.checkpoint_interval_ms != 0) {
+      args.insert(args.end(),
+                  {"--checkpoint-interval-ms", std::to_string(options.checkpoint_interval_ms)});
+    }
     if (options.recover_epoch != 0) {
       args.insert(args.end(), {"--recover-epoch", std::to_string(options.recover_epoch)});
     }

@@ -50,7 +50,9 @@ struct SpawnOptions {
   // Followers' reader threads (`shoal replica --serve-reads`) and the test-only planted bug.
   uint32_t serve_reads = 0;
   bool unsafe_snapshot_read_newest = false;
-  uint64_t checkpoint_interval_ms = 0;  // followers' `shoal replica --checkpoint-interval-ms`
+  // Followers' `shoal replica --checkpoint-interval-ms`, and the leaders' `shoal server
+  // --checkpoint-interval-ms` (they fetch those checkpoints and truncate their WALs).
+  uint64_t checkpoint_interval_ms = 0;
   // "auto": when the servers' workers leave a core of this host over, each worker is pinned
   // to a core of its own (shard 0's first) and everything else, followers included, runs on
   // the rest (plan_host_placement); "none": the scheduler places everything.

@@ -181,6 +181,16 @@ Status recover_and_lead(const ReplicaOptions& options, uint64_t epoch) {
   const uint64_t start_ns = RealEnv::instance().now_ns();
   auto follower = repl::Follower::open(*fo);
   if (!follower.ok()) return follower.status();
+  if ((*follower)->wal_head_missing()) {
+    // Its WAL was truncated behind checkpoints and none of them loads (each refusal was said
+    // above): the store would lack the log's head, and no leader is there to serve it.
+    return Status::NotFound(fmt::format(
+        "--recover-epoch: {}: no checkpoint loads and its WAL was truncated behind them, so "
+        "this leader cannot rebuild its store alone; copy the newest checkpoint-*.ckpt of a "
+        "follower of shard {} into it and restart (a follower's newest cut is above every "
+        "slot the leader deleted), or start it as a follower; not started",
+        fo->data_dir, options.shard));
+  }
   const uint64_t applied = (*follower)->applied_tid();
   const uint64_t recovered = (*follower)->recovered_slots();
   Promotion p;
@@ -209,6 +219,7 @@ Status recover_and_lead(const ReplicaOptions& options, uint64_t epoch) {
   so.config_path = options.config_path;
   so.shard = options.shard;
   so.fsync = options.fsync;
+  so.checkpoint_interval_ms = options.checkpoint_interval_ms;  // its fetches, once leading
   so.data_dir = fo->data_dir;
   return run_server(so, &p);
 }
@@ -387,6 +398,8 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
     so.config_path = options.config_path;
     so.shard = options.shard;
     so.fsync = options.fsync;
+    so.checkpoint_interval_ms = options.checkpoint_interval_ms;  // its fetches, once leading
+    so.checkpoint_interval_ms = options.checkpoint_interval_ms;  // its fetches, once leading
     so.data_dir = data_dir;
     // Placed as the leader was (--worker-cpus), the rest where the follower ran (--cpus).
     so.other_cpus = so.worker_cpus.empty() ? std::string() : options.cpus;

@@ -881,10 +881,29 @@ std::vector<pid_t> run_dir_pids(const std::string& dir) {
   return out;
 }
 
+// The newest WAL segment of stream `s` in a replica directory (stream-<s>.wal is segment 0;
+// a leader that truncated its WAL has deleted it).
+std::string newest_wal_segment(const std::string& dir, uint32_t s) {
+  std::string newest = fmt::format("stream-{}.wal", s);
+  uint64_t newest_n = 0;
+  const std::regex numbered(fmt::format("stream-{}\\.([0-9]+)\\.wal", s));
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, numbered) && std::stoull(m[1].str()) >= newest_n) {
+      newest_n = std::stoull(m[1].str());
+      newest = name;
+    }
+  }
+  return dir + "/" + newest;
+}
+
 // `cluster down` then `cluster up` over the same run directory: every replica restarts from its
 // own disk (leaders and followers; checkpoints and WALs), nothing is loaded, and every replica's
 // digest is the one it had before; TPC-C's conditions hold across both shards and every
-// acknowledged NewOrder is there; the cluster then runs on in the new epoch.
+// acknowledged NewOrder is there; the cluster then runs on in the new epoch. With
+// --checkpoint-interval-ms the leaders fetch their followers' checkpoints and truncate their
+// own WALs behind them: a leader restarts from a fetched checkpoint and the WAL after it.
 TEST_F(ServerCli, ClusterDownThenUpRestartsEveryReplicaFromItsDisk) {
   write_replicated_config(2, 3);
   Outcome o = up({"--workload", "tpcc", "--ack-journal", "--checkpoint-interval-ms", "300"});
@@ -903,9 +922,18 @@ TEST_F(ServerCli, ClusterDownThenUpRestartsEveryReplicaFromItsDisk) {
   o = up({"--workload", "micro"});
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("--workload micro: "), std::string::npos) << o.output;
+  // Each leader holds checkpoints fetched from its followers (their cut is what a restart
+  // loads before its WAL).
+  for (const char* leader : {"/shard-0-replica-0", "/shard-1-replica-0"}) {
+    int checkpoints = 0;
+    for (const auto& e : fs::directory_iterator(run_dir() + leader)) {
+      checkpoints += e.path().extension() == ".ckpt" ? 1 : 0;
+    }
+    EXPECT_GT(checkpoints, 0) << leader;
+  }
   // A torn tail on shard 0's leader (a write cut short): recovered up to the last whole entry.
   {
-    std::ofstream wal(run_dir() + "/shard-0-replica-0/stream-0.wal",
+    std::ofstream wal(newest_wal_segment(run_dir() + "/shard-0-replica-0", 0),
                       std::ios::binary | std::ios::app);
     ASSERT_TRUE(wal.good());
     wal << std::string(100, '\xab');
@@ -916,6 +944,7 @@ TEST_F(ServerCli, ClusterDownThenUpRestartsEveryReplicaFromItsDisk) {
   const std::string leader_log = read_file(run_dir() + "/shard-0.log");
   EXPECT_NE(leader_log.find("cutting 100 bytes at offset"), std::string::npos) << leader_log;
   EXPECT_NE(leader_log.find("recovered its store from"), std::string::npos) << leader_log;
+  EXPECT_NE(leader_log.find("replica 0: loaded "), std::string::npos) << leader_log;
   o = run({"cluster", "digest", "--config", config_}, 120);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_EQ(digests_of(o.output), before) << o.output;

@@ -1658,6 +1658,9 @@ Status ShardServer::start_replication(Promotion* promotion) {
   lo.follower_lag_slots_max = options_.retain_slots * 3 / 4;
   lo.follower_replay_lag_ms_max = config_.replay_lag_ms;
   lo.schema = repl::Schema::of(*engine_, options_.workload);
+  lo.checkpoint_fetch_interval_ms = options_.checkpoint_interval_ms;
+  // A promoted follower's directory is its data_dir (replica_cli.cc sets it).
+  lo.checkpoint_dir = options_.data_dir;
   if (promotion == nullptr) {  // a promoted follower's WAL comes with its takeover
     lo.wal_dir = options_.data_dir.empty()
                      ? cluster::replica_dir(".shoal/" + config_.name, options_.shard, 0)
@@ -1681,6 +1684,7 @@ Status ShardServer::start_replication(Promotion* promotion) {
     SHOAL_TRY(repl::prepare_replica_dir(lo.wal_dir));
     SHOAL_TRY(repl::check_replica_identity(lo.wal_dir, {config_.name, options_.shard, me_}));
     SHOAL_TRY(repl::write_replica_schema(lo.wal_dir, lo.schema, lo.streams));
+    lo.checkpoint_dir = lo.wal_dir;
   }
   auto leader = repl::ReplicationLeader::start(
       lo, *engine_, promotion != nullptr ? &promotion->takeover : nullptr);

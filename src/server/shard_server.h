@@ -93,6 +93,10 @@ struct ServerOptions {
   // healthy followers are waited for at three quarters of it). Tests make it small so that a
   // short run leaves a stopped follower beyond it (caught up from the WAL then).
   uint64_t retain_slots = 256;
+  // Replicated shards: fetch a follower's newest checkpoint at most this often into the data
+  // directory and truncate this leader's WAL behind it (LeaderOptions::
+  // checkpoint_fetch_interval_ms). 0: never (the WAL grows without bound).
+  uint64_t checkpoint_interval_ms = 0;
   // CPU placement (`--worker-cpus`, `--other-cpus`; spawn_servers plans them for every server
   // and follower of a host, src/base/cpu_placement.h): worker i's thread is pinned to the i-th
   // CPU of worker_cpus, every other thread of the process is confined to other_cpus. Both
