@@ -295,6 +295,9 @@ class ShardServer {
   txn::Engine& engine() { return *engine_; }
   bool is_tpcc() const { return tpcc_ != nullptr; }
   bool is_bank() const { return options_.workload == "bank"; }
+  uint32_t replica() const { return me_; }
+  // ServerOptions::ack_journal_dir: TPC-C's ack journals and the bank's history files.
+  const std::string& journal_dir() const { return options_.ack_journal_dir; }
   bench::TpccWorkload& tpcc() { return *tpcc_; }
   const WarehouseMap& warehouses() const { return *warehouse_map_; }
 
@@ -1779,6 +1782,7 @@ void Worker::repl_tick_thunk(void* self, uint64_t) {
   auto* w = static_cast<Worker*>(self);
   w->appender->tick();
   w->ack_journal.flush();  // what was acknowledged leaves the process within a tick
+  w->bank_log.flush();     // the same for the bank's history file
   const uint64_t txns = w->appender->stats().txns;
   const uint64_t now_ns = w->loop->now_ns();
   const bool shard_busy = w->server->committed_recently(now_ns);
@@ -2013,7 +2017,7 @@ rt::Task<void> bank_client(Worker* w, uint64_t seed) {
       if (acked.ok()) {
         w->bank_log.add(rec);
       } else {
-        w->bank_log.add_unrecorded();
+        w->bank_log.add_unrecorded(rec.id);
       }
     } else if (s.ok()) {
       w->bank_log.add(rec);
@@ -2128,6 +2132,15 @@ void Worker::start_load() {
   aborts_base = coordinator->stats().conflict_aborts;
   if (appender != nullptr) log_base = appender->stats();
   bank_log.clear();
+  if (server->is_bank() && params.history_run != 0 && !server->journal_dir().empty()) {
+    const BankHistoryFileHeader h{params.history_run, server->shard(), server->replica(), index,
+                                  load_number};
+    const Status opened =
+        bank_log.open_file(bank_history_path(server->journal_dir(), h, ::getpid()), h);
+    if (!opened.ok()) {  // the controller finds this worker's transactions missing and says so
+      fmt::print(stderr, "shard {} worker {}: {}\n", server->shard(), index, opened.to_string());
+    }
+  }
   load_end_ns = loop->now_ns() + static_cast<uint64_t>(params.seconds * 1e9);
   clients_running = 0;
   for (uint32_t i = 0; i < params.inflight; ++i) {
@@ -2203,6 +2216,7 @@ void Worker::publish() {
   published_participant = participant->stats();
   if (appender != nullptr) published_log = appender->stats() - log_base;
   ack_journal.flush();
+  bank_log.flush();
   done.store(true, std::memory_order_release);
   server->load_finished();
 }
