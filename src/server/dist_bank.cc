@@ -214,8 +214,9 @@ void check_bank_history(sim::History history, uint64_t unrecorded, const BankHis
   (*json)["anomaly_counts"] = counts;
   if (drop && notes.stand_in_unrecorded) {
     *text += fmt::format(
-        "history: {} transactions not recorded ({}); {} of them, read by recorded ones, stand "
-        "in the check by the versions read (their reads unknown)\n",
+        "history: {} transactions not recorded ({}); {} unrecorded writers that recorded "
+        "transactions read from stand in the check by the versions read (their reads "
+        "unknown; a failed attempt whose write was read counts too)\n",
         unrecorded, notes.unrecorded, stand_ins);
   } else if (drop) {
     *text += fmt::format(

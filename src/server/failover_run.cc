@@ -105,8 +105,10 @@ class Failover {
   }
 
   bool running() const { return running_; }
-  // Finished: the new leader committed (failover_ms measured).
-  bool finished() const { return running_ && out_->failover_ms >= 0; }
+  // Finished: the new leader committed (failover_ms measured, unless the shard had not
+  // committed before the kill).
+  bool finished() const { return running_ && first_commit_seen_; }
+  void set_first_commit_seen() { first_commit_seen_ = true; }
   uint64_t kill_wall_us() const { return kill_wall_us_; }
   // The killed shard's last rise in committed count before the kill (wall clock, us; 0: none
   // seen): where failover_ms starts.
@@ -153,7 +155,7 @@ class Failover {
   pid_t old_pid_ = 0;  // set by kill_leader()
   bool old_child_ = false;
   uint64_t kill_ms_ = 0, kill_wall_us_ = 0, rise_before_us_ = 0;
-  bool elected_ = false, running_ = false;
+  bool elected_ = false, running_ = false, first_commit_seen_ = false;
 };
 
 // The configuration manager a run's kills ask (etcd: its endpoints).
@@ -332,10 +334,13 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
         last[s] = live;
       }
       KillOutcome* k = f != nullptr ? &f->outcome() : nullptr;
-      if (k != nullptr && k->failover_ms < 0 && first_us != 0 && f->rise_before_us() != 0) {
-        k->failover_ms = static_cast<double>(first_us - f->rise_before_us()) / 1000.0;
+      if (k != nullptr && !f->finished() && first_us != 0) {
+        f->set_first_commit_seen();
         k->kill_to_commit_ms =
             (static_cast<double>(first_us) - static_cast<double>(f->kill_wall_us())) / 1000.0;
+        if (f->rise_before_us() != 0) {
+          k->failover_ms = static_cast<double>(first_us - f->rise_before_us()) / 1000.0;
+        }
       }
     }
     // Fine samples only where a kill is planned (failover_ms needs them): every sample is a
@@ -354,7 +359,7 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
     // Due but not made: it waited to the end. Not due: the run ended first (no error).
     const double due_s = plan.kills[k].at_seconds;
     if (k == failovers.size() && !waiting.empty() && due_s < params.seconds) {
-      out->kills[k].error = fmt::format("not made: {} by the end of the run", waiting);
+      out->kills[k].error = fmt::format("not made before the run ended: {}", waiting);
     }
   }
   return Status::Ok();
