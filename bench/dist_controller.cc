@@ -593,7 +593,7 @@ void report_kill(const KillOutcome& k, size_t index, size_t count, RunExtras* x)
       "{:.0f} ms (last commit seen before the kill to the first after)\n",
       name, k.shard, k.old_leader, k.hung ? "hung (SIGSTOP)" : "killed", k.killed_at_s,
       k.killed_at_s > k.planned_at_s + 0.5
-          ? fmt::format(" (planned {:.1f} s: waited for the previous failover)", k.planned_at_s)
+          ? fmt::format(" (planned {:.1f} s: it waited, see above)", k.planned_at_s)
           : std::string(),
       k.new_leader, k.new_epoch, k.leader_elected_ms, k.kill_to_commit_ms, k.failover_ms);
   if (k.hung) {

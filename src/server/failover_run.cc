@@ -22,6 +22,8 @@ constexpr uint64_t kStatsTimeoutMs = 1000;  // one sample's call: a busy server 
 // A kill delayed this close to the run's end is not made: its shard would end the run without
 // a leader (an election, a takeover and the load's restart take about a second here).
 constexpr uint64_t kKillTailMs = 2000;
+// A restarted follower has rejoined once it replays within this of its leader's watermark.
+constexpr double kRejoinedLagMs = 500;
 
 // One kill and what follows it, one step per sample. The configuration manager's store is
 // shared by the run's kills.
@@ -179,15 +181,22 @@ Status open_kill_manager(const cluster::ClusterConfig& config, const std::vector
   return Status::Ok();
 }
 
-// True when every follower of `shard` is connected to its leader (kPing); false when not or
-// when the leader does not answer.
-bool followers_all_connected(ControlClient& client, const cluster::ClusterConfig& config,
-                             uint32_t shard) {
+// True when every follower of `shard` is connected to its leader, has reported its replay
+// and replays within kRejoinedLagMs of its watermark (kPing); false when not or when the
+// leader does not answer.
+// Connected is not enough: a restarted replica connects before it has caught up, and one
+// elected then (the next kill) took over with seconds of log to learn (a test's takeover
+// timed out, leaving the shard without a leader).
+bool followers_rejoined(ControlClient& client, const cluster::ClusterConfig& config,
+                        uint32_t shard) {
   const auto followers = static_cast<uint32_t>(config.shards[shard].replicas.size()) - 1;
   auto pong = client.call(shard, kPing, nlohmann::json::object(), kStatsTimeoutMs);
-  uint32_t connected = 0;
+  uint32_t connected = 0, reported = 0;
+  double lag_ms = 0;
   return pong.ok() && json_optional_field(*pong, "followers_connected", &connected).ok() &&
-         connected >= followers;
+         json_optional_field(*pong, "followers_replay_reported", &reported).ok() &&
+         json_optional_field(*pong, "followers_replay_lag_ms_max", &lag_ms).ok() &&
+         connected >= followers && reported >= followers && lag_ms <= kRejoinedLagMs;
 }
 
 }  // namespace
@@ -283,20 +292,22 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
         now >= start_ms + static_cast<uint64_t>(plan.kills[next_kill].at_seconds * 1000)) {
       const uint32_t shard = plan.kills[next_kill].shard;
       // Kills run one after the other (see the header): why this one must wait, if it must.
+      // A delayed kill that reached the run's last kKillTailMs is given up for good (checked
+      // first: the other reasons come and go).
       std::string why;
-      if (!failovers.empty() && !failovers.back()->finished()) {
+      if (!waiting.empty() && now + kKillTailMs > end_ms) {
+        why = fmt::format("less than {:.1f} s of the run left for its failover",
+                          static_cast<double>(kKillTailMs) / 1000);
+      } else if (!failovers.empty() && !failovers.back()->finished()) {
         const KillOutcome& prev = failovers.back()->outcome();
         why = fmt::format("the failover of shard {} (killed at {:.1f} s) had not finished",
                           prev.shard, prev.killed_at_s);
       } else if (current[shard] >= 0 && failovers[current[shard]]->outcome().restarted &&
-                 !followers_all_connected(client, config, shard)) {
-        why =
-            fmt::format("shard {}'s replica restarted after the kill at {:.1f} s had not rejoined",
-                        shard, failovers[current[shard]]->outcome().killed_at_s);
-      }
-      if (why.empty() && !waiting.empty() && now + kKillTailMs > end_ms) {  // delayed only
-        why = fmt::format("less than {:.1f} s of the run left for its failover",
-                          static_cast<double>(kKillTailMs) / 1000);
+                 !followers_rejoined(client, config, shard)) {
+        why = fmt::format(
+            "shard {}'s replica restarted after the kill at {:.1f} s had not rejoined (connected, "
+            "replaying within {:.0f} ms)",
+            shard, failovers[current[shard]]->outcome().killed_at_s, kRejoinedLagMs);
       }
       if (!why.empty() && why != waiting) {
         fmt::print(stderr, "kill {} (shard {} at {:.1f} s) waits: {}\n", next_kill + 1, shard,

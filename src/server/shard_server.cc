@@ -2230,6 +2230,18 @@ Status ShardServer::on_ping(rt::MsgBuffer* out) {
   for (uint32_t s = 0; s < kShardsMax; ++s) {
     if (mask & (uint64_t{1} << s)) down.push_back(s);
   }
+  // The connected followers that reported their replay, and the largest replay lag among
+  // them (a benchmark waits for a restarted follower to catch up before it kills this leader:
+  // failover_run.h). replayed_tid 0: not reported yet.
+  uint64_t lag_ns_max = 0;
+  uint32_t replay_reported = 0;
+  if (replication_ != nullptr) {
+    for (const repl::FollowerPosition& f : replication_->positions().followers) {
+      if (!f.connected || f.replayed_tid == 0) continue;
+      ++replay_reported;
+      lag_ns_max = std::max(lag_ns_max, f.replay_lag_ns);
+    }
+  }
   reply_json(
       {{"shard", options_.shard},
        {"workers", options_.workers},
@@ -2245,6 +2257,8 @@ Status ShardServer::on_ping(rt::MsgBuffer* out) {
        {"batch_us", options_.batch_us},
        {"watermark", replication_ != nullptr ? replication_->watermark() : 0},
        {"followers_connected", replication_ != nullptr ? replication_->followers_connected() : 0},
+       {"followers_replay_reported", replay_reported},
+       {"followers_replay_lag_ms_max", static_cast<double>(lag_ns_max) / 1e6},
        {"unreachable", down}},
       out);
   return Status::Ok();
