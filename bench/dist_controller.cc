@@ -193,6 +193,7 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
     so.etcd = lc->etcd_endpoints;
     if (tpcc) so.ack_journal_dir = lc->dir;
   }
+  if (o.workload == "bank") so.ack_journal_dir = lc->dir;  // the history files
   auto placement = plan_host_placement(lc->config, so);
   if (!placement.ok()) return placement.status();
   fmt::print(stderr, "cpu placement: {}\n", placement->describe());
@@ -373,12 +374,53 @@ void check_tpcc(ControlClient& client, const cluster::ClusterConfig& config,
   r->check_failures.insert(r->check_failures.end(), failures.begin(), failures.end());
 }
 
+// Where check_bank finds the bank's history.
+struct BankHistorySource {
+  // Non-empty: the history files there (bank_history_file.h) of run `run`; empty: the shards'
+  // in-memory logs, paged out (kHistory).
+  std::string dir;
+  uint64_t run = 0;
+  uint64_t committed = 0;  // the shards' count of commits (a killed leader's as last sampled)
+  uint64_t unlogged = 0;   // commits of killed leaders (their in-memory logs died with them)
+};
+
+// The shards' in-memory logs, paged out (kHistory). False (a failure added) on an error.
+bool page_bank_history(ControlClient& client, uint32_t shards, sim::History* history,
+                       uint64_t* dropped, bench::RunResult* r) {
+  for (uint32_t s = 0; s < shards; ++s) {
+    uint64_t workers = 1;
+    for (uint64_t w = 0; w < workers; ++w) {
+      for (uint64_t from = 0;;) {
+        auto page = client.call(s, kHistory, {{"worker", w}, {"from", from}}, 60'000);
+        Status st = page.ok()
+                        ? parse_bank_page(page->value("txns", nlohmann::json()), &history->txns)
+                        : page.status();
+        const uint64_t next = page.ok() ? page->value("next", uint64_t{0}) : 0;
+        const uint64_t total = page.ok() ? page->value("total", uint64_t{0}) : 0;
+        if (st.ok() && next <= from && from < total) st = Status::Corruption("no progress");
+        if (!st.ok()) {
+          r->check_failures.push_back(
+              fmt::format("shard {} worker {} history: {}", s, w, st.to_string()));
+          return false;
+        }
+        workers = page->value("workers", uint64_t{1});
+        if (next >= total) {
+          *dropped += page->value("dropped", uint64_t{0});
+          break;
+        }
+        from = next;
+      }
+    }
+  }
+  return true;
+}
+
 // Bank: the money over all shards must be what was loaded, and the merged history of every
-// worker's committed transactions must be serializable (src/check/serializability.h). Lines for the
-// report go to *text, fields for the JSON to *json.
-// `unlogged`: commits whose records died with a killed leader (not recorded either).
-void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards, bench::RunResult* r,
-                std::string* text, nlohmann::json* json, uint64_t unlogged) {
+// worker's acknowledged transactions must be serializable (src/check/serializability.h). Lines
+// for the report go to *text, fields for the JSON to *json.
+void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards,
+                const BankHistorySource& source, bench::RunResult* r, std::string* text,
+                nlohmann::json* json) {
   r->checked = true;
   for (const ShardOutcome& so : shards) {
     if (so.gone) {
@@ -413,39 +455,53 @@ void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards, 
     r->check_failures.push_back(fmt::format("money: {} made or lost", balance - expected));
   }
   sim::History history;
-  uint64_t dropped = unlogged;
-  for (uint32_t s = 0; s < shards.size(); ++s) {
-    uint64_t workers = 1;
-    for (uint64_t w = 0; w < workers; ++w) {
-      for (uint64_t from = 0;;) {
-        auto page = client.call(s, kHistory, {{"worker", w}, {"from", from}}, 60'000);
-        Status st = page.ok()
-                        ? parse_bank_page(page->value("txns", nlohmann::json()), &history.txns)
-                        : page.status();
-        const uint64_t next = page.ok() ? page->value("next", uint64_t{0}) : 0;
-        const uint64_t total = page.ok() ? page->value("total", uint64_t{0}) : 0;
-        if (st.ok() && next <= from && from < total) st = Status::Corruption("no progress");
-        if (!st.ok()) {
-          r->check_failures.push_back(
-              fmt::format("shard {} worker {} history: {}", s, w, st.to_string()));
-          return;
-        }
-        workers = page->value("workers", uint64_t{1});
-        if (next >= total) {
-          dropped += page->value("dropped", uint64_t{0});
-          break;
-        }
-        from = next;
-      }
-    }
-  }
+  uint64_t unrecorded = 0;
   BankHistoryNotes notes;
-  notes.unrecorded =
-      fmt::format("logs full at {} per worker, never acknowledged, or died with a killed leader",
-                  kBankHistoryMax);
   notes.id_legend = "transaction ids are T<shard>.<worker>.<attempt>";
   notes.readable_ids = readable_txn_ids;
-  check_bank_history(std::move(history), dropped, notes, &r->check_failures, text, json);
+  notes.stand_in_unrecorded = true;
+  if (source.dir.empty()) {
+    unrecorded = source.unlogged;
+    if (!page_bank_history(client, static_cast<uint32_t>(shards.size()), &history, &unrecorded,
+                           r)) {
+      return;
+    }
+    notes.unrecorded =
+        fmt::format("logs full at {} per worker, never acknowledged, or died with a killed leader",
+                    kBankHistoryMax);
+    (*json)["history_source"] = "servers";
+  } else {
+    BankHistoryFiles files = read_bank_history_files(source.dir, source.run);
+    for (const std::string& e : files.errors) {
+      *text += "history: " + e + "\n";
+      r->check_failures.push_back("history: " + e);
+    }
+    history.txns = std::move(files.txns);
+    const uint64_t recorded = history.txns.size();
+    // The shards' count lags a killed leader's last commits by up to a sample: "about".
+    const uint64_t missing = source.committed > recorded + files.unacknowledged
+                                 ? source.committed - recorded - files.unacknowledged
+                                 : 0;
+    unrecorded = files.unacknowledged + missing;
+    // A killed leader may have acknowledged transactions it had not yet written: no count
+    // shows them, so what read from anything unrecorded is left out whenever a leader died.
+    notes.unrecorded_unknown = source.unlogged > 0;
+    notes.unrecorded =
+        "committed but never acknowledged, or acknowledged by a killed leader "
+        "within its last flush";
+    *text += fmt::format(
+        "history: {} acknowledged transactions recorded in {} files ({} with a torn last record, "
+        "dropped); {} committed but never acknowledged; the shards counted {} commits ({} more "
+        "than recorded)\n",
+        recorded, files.files, files.torn_files, files.unacknowledged, source.committed, missing);
+    (*json)["history_source"] = "files";
+    (*json)["history_files"] = files.files;
+    (*json)["history_recorded"] = recorded;
+    (*json)["history_unacknowledged"] = files.unacknowledged;
+    (*json)["history_torn_files"] = files.torn_files;
+    (*json)["history_refused_files"] = files.errors.size();
+  }
+  check_bank_history(std::move(history), unrecorded, notes, &r->check_failures, text, json);
 }
 
 // The replicas' part of the report: digests and checks per shard and replica.
@@ -494,51 +550,77 @@ struct RunExtras {
   Status verdict;  // not ok: the run fails with it (acknowledged transactions lost)
 };
 
-RunExtras watched_extras(const DistBenchOptions& o, const WatchedRun& w) {
-  RunExtras x;
-  x.json["committed_per_second"] = w.committed_per_second;
-  if (o.kill_leader_at <= 0) return x;
-  x.json["failover"] = {{"killed", w.killed},
-                        {"shard", w.shard},
-                        {"killed_at_s", o.kill_leader_at},
-                        {"old_leader", w.old_leader},
-                        {"new_leader", w.new_leader},
-                        {"new_epoch", w.new_epoch},
-                        {"leader_elected_ms", w.leader_elected_ms},
-                        {"kill_to_first_commit_ms", w.kill_to_commit_ms},
-                        {"killed_leader_committed", w.killed_leader_committed},
-                        {"killed_replica_restarted", w.restarted},
-                        {"signal", w.hung ? "SIGSTOP" : "SIGKILL"},
-                        {"deposed_exit_code", w.deposed_exit_code},
-                        {"deposed_exit_ms", w.deposed_exit_ms},
-                        {"error", w.error}};
-  x.json["failover_ms"] = w.failover_ms;
-  x.text += fmt::format("committed per second: {}\n", fmt::join(w.committed_per_second, " "));
-  if (!w.killed) {
-    x.text += "failover: no kill (the run ended first)\n";
-    return x;
+nlohmann::json kill_json(const KillOutcome& k) {
+  return {{"killed", k.killed},
+          {"shard", k.shard},
+          {"planned_at_s", k.planned_at_s},
+          {"killed_at_s", k.killed ? k.killed_at_s : k.planned_at_s},
+          {"killed_unix_us", k.killed_unix_us},
+          {"old_leader", k.old_leader},
+          {"new_leader", k.new_leader},
+          {"new_epoch", k.new_epoch},
+          {"failover_ms", k.failover_ms},
+          {"leader_elected_ms", k.leader_elected_ms},
+          {"kill_to_first_commit_ms", k.kill_to_commit_ms},
+          {"killed_leader_committed", k.killed_leader_committed},
+          {"killed_replica_restarted", k.restarted},
+          {"signal", k.hung ? "SIGSTOP" : "SIGKILL"},
+          {"deposed_exit_code", k.deposed_exit_code},
+          {"deposed_exit_ms", k.deposed_exit_ms},
+          {"error", k.error}};
+}
+
+// One kill's lines of the report; a failed one sets x->verdict (the first failure kept).
+void report_kill(const KillOutcome& k, size_t index, size_t count, RunExtras* x) {
+  const std::string name =
+      count == 1 ? std::string("failover") : fmt::format("failover {} of {}", index + 1, count);
+  const auto fail = [x](Status st) {
+    if (x->verdict.ok()) x->verdict = std::move(st);
+  };
+  if (!k.killed && k.error.empty()) {
+    x->text += fmt::format("{}: no kill of shard {} (the run ended before {:.1f} s)\n", name,
+                           k.shard, k.planned_at_s);
+    return;
   }
-  if (!w.error.empty()) {
-    x.text += "failover: FAILED: " + w.error + "\n";
-    x.verdict = Status::Unavailable("failover: " + w.error);
-    return x;
+  if (!k.error.empty()) {
+    x->text += fmt::format("{}: FAILED: {}\n", name, k.error);
+    fail(Status::Unavailable(fmt::format("{}: {}", name, k.error)));
+    return;
   }
-  x.text += fmt::format(
-      "failover: shard {}'s leader (replica {}) {} at {:.1f} s; replica {} leads in epoch "
-      "{}: elected {:.0f} ms after the kill, first commit {:.0f} ms after the kill, failover "
+  x->text += fmt::format(
+      "{}: shard {}'s leader (replica {}) {} at {:.1f} s{}; replica {} leads in epoch {}: "
+      "elected {:.0f} ms after the kill, first commit {:.0f} ms after the kill, failover "
       "{:.0f} ms (last commit seen before the kill to the first after)\n",
-      w.shard, w.old_leader, w.hung ? "hung (SIGSTOP)" : "killed", o.kill_leader_at, w.new_leader,
-      w.new_epoch, w.leader_elected_ms, w.kill_to_commit_ms, w.failover_ms);
-  if (w.hung) {
-    x.text += fmt::format(
+      name, k.shard, k.old_leader, k.hung ? "hung (SIGSTOP)" : "killed", k.killed_at_s,
+      k.killed_at_s > k.planned_at_s + 0.5
+          ? fmt::format(" (planned {:.1f} s: it waited, see above)", k.planned_at_s)
+          : std::string(),
+      k.new_leader, k.new_epoch, k.leader_elected_ms, k.kill_to_commit_ms, k.failover_ms);
+  if (k.hung) {
+    x->text += fmt::format(
         "the hung leader, resumed once replaced: exit status {} after {:.0f} ms ({})\n",
-        w.deposed_exit_code, w.deposed_exit_ms,
-        w.deposed_exit_code == kExitDeposed ? "deposed, as it must" : "NOT the deposed exit");
-    if (w.deposed_exit_code != kExitDeposed) {
-      x.verdict = Status::Unavailable(
-          fmt::format("the hung leader did not exit deposed (status {})", w.deposed_exit_code));
+        k.deposed_exit_code, k.deposed_exit_ms,
+        k.deposed_exit_code == kExitDeposed ? "deposed, as it must" : "NOT the deposed exit");
+    if (k.deposed_exit_code != kExitDeposed) {
+      fail(Status::Unavailable(
+          fmt::format("the hung leader did not exit deposed (status {})", k.deposed_exit_code)));
     }
   }
+}
+
+// The JSON keeps the single kill's keys (failover, failover_ms: the first kill) for the
+// scripts that read them (scripts/plot-bench.py) and adds `kills`, one object per kill.
+RunExtras watched_extras(const WatchedRun& w) {
+  RunExtras x;
+  x.json["committed_per_second"] = w.committed_per_second;
+  if (w.kills.empty()) return x;
+  nlohmann::json kills = nlohmann::json::array();
+  for (const KillOutcome& k : w.kills) kills.push_back(kill_json(k));
+  x.json["failover"] = kill_json(w.kills[0]);
+  x.json["failover_ms"] = w.kills[0].failover_ms;
+  x.json["kills"] = std::move(kills);
+  x.text += fmt::format("committed per second: {}\n", fmt::join(w.committed_per_second, " "));
+  for (size_t i = 0; i < w.kills.size(); ++i) report_kill(w.kills[i], i, w.kills.size(), &x);
   return x;
 }
 
@@ -778,8 +860,17 @@ Status run_dist_bench(const DistBenchOptions& o) {
   }
   if (stopped(o)) return Status::Aborted("interrupted before the run started");
   MicroParams params{o.seconds, o.cross_shard_pct, o.inflight, o.seed};
+  // A local bank run's workers write their acknowledged transactions to history files in the
+  // run directory (bank_history_file.h), named by this run's id: they survive a killed leader.
+  const bool history_files = o.workload == "bank" && !local.dir.empty();
+  if (history_files) {
+    Rng rng(static_cast<uint64_t>(getpid()) ^ RealEnv::instance().now_ns());
+    params.history_run = rng.next() | 1;  // never 0 (0: no files)
+  }
+  auto schedule = make_kill_schedule(o.kill_leader_at, o.kill_shard, shards);
+  if (!schedule.ok()) return schedule.status();
   fmt::print(stderr, "running {} on {} shards for {:.1f} s...\n", o.workload, shards, o.seconds);
-  KillPlan kill{o.kill_leader_at, o.kill_shard, o.hang_leader, nullptr};
+  KillPlan kill{std::move(*schedule), o.hang_leader, nullptr};
   kill.restart = [&local](uint32_t shard, uint32_t replica) -> Status {
     auto p = spawn_follower(local.config, local.spawn, local.placement, shard, replica);
     if (!p.ok()) return p.status();
@@ -795,8 +886,8 @@ Status run_dist_bench(const DistBenchOptions& o) {
   collect(client, shards, now_ms() + kCollectGraceMs, &outcomes);
   MicroStats total;
   for (const auto& so : outcomes) total.merge(so.stats);
-  // The killed leader's final statistics died with it: its commits count as last sampled.
-  total.committed += watched.killed_leader_committed;
+  // The killed leaders' final statistics died with them: their commits count as last sampled.
+  total.committed += watched.killed_leaders_committed();
   bench::RunResult r = make_result(o, shards, workers, total);
   std::string check_text;
   nlohmann::json check_json = nlohmann::json::object();
@@ -804,18 +895,32 @@ Status run_dist_bench(const DistBenchOptions& o) {
   if (o.workload == "tpcc") {
     check_tpcc(client, *config, outcomes, &r, &payments);
   } else if (o.workload == "bank") {
-    check_bank(client, outcomes, &r, &check_text, &check_json, watched.killed_leader_committed);
+    BankHistorySource source;
+    source.unlogged = watched.killed_leaders_committed();
+    source.committed = total.committed;
+    if (history_files) {
+      source.dir = local.dir;
+      source.run = params.history_run;
+    }
+    check_bank(client, outcomes, source, &r, &check_text, &check_json);
   } else {
     check(client, outcomes, total, &r);
   }
-  if (watched.restarted) wait_for_rejoin(client, *config, watched.shard);
+  std::vector<bool> rejoin(shards, false);
+  // The shard's latest kill decides: a shard left without a leader has nobody to rejoin.
+  for (const KillOutcome& k : watched.kills) {
+    if (k.killed) rejoin[k.shard] = k.restarted && k.error.empty();
+  }
+  for (uint32_t s = 0; s < shards; ++s) {
+    if (rejoin[s]) wait_for_rejoin(client, *config, s);
+  }
   if (repl.enabled) {
     fmt::print(stderr, "quiescing: closing every stream, waiting for the followers...\n");
     const std::vector<ShardReplicaStates> states =
         collect_replica_states(client, *config, payments, kQuiesceTimeoutMs);
     repl.verdict = replica_verdict(states, &repl.text, &repl.json, &repl.shard_unverified);
   }
-  RunExtras extras = watched_extras(o, watched);
+  RunExtras extras = watched_extras(watched);
   if (o.workload == "tpcc" && !local.dir.empty() && repl.enabled) {
     check_acknowledged(client, shards, local.dir, &extras);
   }

@@ -10,7 +10,7 @@ Panels, over the seconds of the run:
 In-process runs (`bench tpcc|micro|ycsb`) carry a "series" of per-second samples; runs across
 shard processes (`--shards`, `--cluster`) carry "committed_per_second" only (throughput, no
 latency panel). A leader kill (`--kill-leader-at`) is drawn as a vertical line at the kill and
-a shaded span until the failed shard's first commit after it (failover_ms).
+a shaded span until the failed shard's first commit after it (failover_ms), one per kill.
 
 Runs on Debian's python3 with python3-matplotlib (scripts/install-deps.sh), not a pyenv one. Exit status 2 and a message for a
 file that is not a bench JSON.
@@ -49,20 +49,27 @@ def column(series, key):
 
 
 def mark_failover(axes, run):
-    failover = run.get("failover")
-    if not isinstance(failover, dict) or not failover.get("killed"):
-        return
-    kill_s = float(failover.get("killed_at_s", 0))
-    failover_ms = run.get("failover_ms")
-    for ax in axes:
-        ax.axvline(kill_s, color="red", linestyle="--", linewidth=1)
-        if isinstance(failover_ms, (int, float)) and failover_ms > 0:
-            ax.axvspan(kill_s, kill_s + failover_ms / 1000.0, color="red", alpha=0.15)
-    label = f"leader of shard {failover.get('shard', '?')} killed"
-    if isinstance(failover_ms, (int, float)):
-        label += f"; failover {failover_ms:.0f} ms"
-    axes[0].annotate(label, xy=(kill_s, 1.0), xycoords=("data", "axes fraction"),
-                     xytext=(4, -12), textcoords="offset points", color="red", fontsize=8)
+    # Several kills (`--kill-leader-at 4,9`): the JSON's `kills`, one object each; older runs
+    # have only `failover` and `failover_ms` (the first kill).
+    kills = run.get("kills")
+    if not isinstance(kills, list):
+        failover = run.get("failover")
+        if not isinstance(failover, dict):
+            return
+        kills = [dict(failover, failover_ms=run.get("failover_ms"))]
+    for i, kill in enumerate(k for k in kills if isinstance(k, dict) and k.get("killed")):
+        kill_s = float(kill.get("killed_at_s", 0))
+        failover_ms = kill.get("failover_ms")
+        for ax in axes:
+            ax.axvline(kill_s, color="red", linestyle="--", linewidth=1)
+            if isinstance(failover_ms, (int, float)) and failover_ms > 0:
+                ax.axvspan(kill_s, kill_s + failover_ms / 1000.0, color="red", alpha=0.15)
+        label = f"leader of shard {kill.get('shard', '?')} killed"
+        if isinstance(failover_ms, (int, float)):
+            label += f"; failover {failover_ms:.0f} ms"
+        axes[0].annotate(label, xy=(kill_s, 1.0), xycoords=("data", "axes fraction"),
+                         xytext=(4, -12 - 10 * i), textcoords="offset points", color="red",
+                         fontsize=8)
 
 
 def plot(run, out_path, title):

@@ -46,6 +46,7 @@
 #include "src/cluster/config.h"
 #include "src/server/cluster_ctl.h"
 #include "src/server/cluster_top.h"
+#include "src/server/failover_run.h"
 #include "src/server/replica_cli.h"
 #include "src/server/shard_server.h"
 #include "src/txn/engine.h"
@@ -218,10 +219,15 @@ void add_dist_bank_options(CLI::App* bank, server::DistBenchOptions& d) {
       ->check(number_in(1u, 16u, false, "in [1, 16]"))
       ->capture_default_str();
   bank->add_option("--kill-leader-at", d.kill_leader_at,
-                   "Local replicated run: SIGKILL a shard's leader this many seconds in; its "
-                   "replicas elect a new one, the other shards redial it and the run goes on")
+                   "Local replicated run: SIGKILL a shard's leader this many seconds in (a "
+                   "list, T1,T2,...: one kill each, one after the other); its replicas elect a "
+                   "new one, the other shards redial it and the run goes on")
+      ->delimiter(',')
       ->check(number_in(0.0, 1e6, true, "> 0"));
-  bank->add_option("--kill-shard", d.kill_shard, "The shard whose leader --kill-leader-at kills")
+  bank->add_option("--kill-shard", d.kill_shard,
+                   "The shard whose leader --kill-leader-at kills (a list: one per time; one "
+                   "shard: every kill; default 0)")
+      ->delimiter(',')
       ->check(number_in(0u, 63u, false, "in [0, 63]"));
   bank->add_option("--accounts-per-shard", d.keys_per_partition,
                    "Accounts per shard (local cluster; few: contended)")
@@ -240,15 +246,20 @@ void add_dist_tpcc_options(CLI::App* tpcc, server::DistBenchOptions& d) {
   tpcc->add_option("--cluster", d.cluster_path,
                    "Run against the running cluster in this config (started --workload tpcc)");
   tpcc->add_option("--kill-leader-at", d.kill_leader_at,
-                   "Local replicated run: SIGKILL a shard's leader this many seconds in; its "
-                   "replicas elect a new one and the run goes on (failover_ms, "
-                   "acknowledged_lost in the report). Runs shard servers even with --shards 1")
+                   "Local replicated run: SIGKILL a shard's leader this many seconds in (a "
+                   "list, T1,T2,...: one kill each, one after the other); its replicas elect a "
+                   "new one and the run goes on (failover_ms, acknowledged_lost in the report). "
+                   "Runs shard servers even with --shards 1")
+      ->delimiter(',')
       ->check(number_in(0.0, 1e6, true, "> 0"));
   tpcc->add_flag("--hang-leader", d.hang_leader,
                  "With --kill-leader-at: SIGSTOP the leader instead (its connections stay open: "
                  "the followers' heartbeat timeout detects it); resumed once replaced, it must "
                  "exit deposed (status 4)");
-  tpcc->add_option("--kill-shard", d.kill_shard, "The shard whose leader --kill-leader-at kills")
+  tpcc->add_option("--kill-shard", d.kill_shard,
+                   "The shard whose leader --kill-leader-at kills (a list: one per time; one "
+                   "shard: every kill; default 0)")
+      ->delimiter(',')
       ->check(number_in(0u, 63u, false, "in [0, 63]"));
   tpcc->add_option("--inflight", d.inflight,
                    "Terminals per worker across shards (coroutines; default 8)")
@@ -827,14 +838,22 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
     if (d.baseline) d.baseline_committed_per_sec = measure_tpcc_baseline(f);
   }
   const uint32_t replicas = bank ? d.replicas : f.run.replicas;  // bank has its own --replicas
+  if ((tpcc || bank) && sub->count("--kill-shard") > 0 && sub->count("--kill-leader-at") == 0) {
+    fmt::print(stderr, "shoal: error: --kill-shard: needs --kill-leader-at\n");
+    return kExitUsage;
+  }
   if ((tpcc || bank) && sub->count("--kill-leader-at") > 0) {
     const char* bad = remote
                           ? "--kill-leader-at: a local run only (kill a cluster's leader by hand)"
-                      : replicas < 3             ? "--kill-leader-at: needs --replicas >= 3"
-                      : d.kill_shard >= d.shards ? "--kill-shard: not a shard of the run"
-                                                 : nullptr;
+                      : replicas < 3 ? "--kill-leader-at: needs --replicas >= 3"
+                                     : nullptr;
     if (bad != nullptr) {
       fmt::print(stderr, "shoal: error: {}\n", bad);
+      return kExitUsage;
+    }
+    auto schedule = server::make_kill_schedule(d.kill_leader_at, d.kill_shard, d.shards);
+    if (!schedule.ok()) {
+      fmt::print(stderr, "shoal: error: {}\n", schedule.status().message());
       return kExitUsage;
     }
   }

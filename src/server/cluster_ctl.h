@@ -27,6 +27,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -116,12 +117,14 @@ struct DistBenchOptions {
   bool unsafe_follower_read_newest = false;
   std::string cpu_placement = "auto";  // local run: SpawnOptions::cpu_placement
   bool client_ports = false;           // local run: every replica gets a client_port (bench kv)
-  // Local replicated run: SIGKILL shard kill_shard's leader this many seconds into the run
-  // (0: never); its replicas elect a new leader through the configuration manager, the load
-  // goes on there, and the report adds failover_ms, the per-second series and the acknowledged
-  // NewOrders checked against the final state (failover_run.h).
-  double kill_leader_at = 0;
-  uint32_t kill_shard = 0;
+  // Local replicated run: SIGKILL a shard's leader at each of these times into the run
+  // (increasing; empty: never), the shard kill_shard[i] (or kill_shard[0] for all; empty:
+  // shard 0); its replicas elect a new leader through the configuration manager, the load goes
+  // on there, and the report adds each kill's failover_ms, the per-second series and the
+  // acknowledged NewOrders checked against the final state (failover_run.h,
+  // make_kill_schedule).
+  std::vector<double> kill_leader_at;
+  std::vector<uint32_t> kill_shard;
   bool hang_leader = false;  // SIGSTOP instead of SIGKILL (KillPlan::hang)
   // Ctrl-C (src/base/interrupt.h). Set before the run starts: nothing is run, Aborted. Set
   // during the run: the shard servers cannot end a run early yet (no control method for it),

@@ -1,5 +1,6 @@
 #include "src/server/dist_bank.h"
 
+#include <algorithm>
 #include <cctype>
 #include <unordered_map>
 #include <unordered_set>
@@ -150,19 +151,53 @@ size_t drop_unrecorded_readers(sim::History* history) {
   return removed;
 }
 
+size_t add_stand_ins(sim::History* history) {
+  std::unordered_set<sim::TxnId> recorded;
+  recorded.reserve(history->txns.size());
+  for (const sim::TxnRecord& t : history->txns) recorded.insert(t.id);
+  // Unrecorded writer -> the (key, version) pairs read from it, each once, in first-read order.
+  std::unordered_map<sim::TxnId, std::vector<std::pair<uint64_t, uint64_t>>> seen;
+  std::vector<sim::TxnId> order;
+  for (const sim::TxnRecord& t : history->txns) {
+    for (const sim::Op& op : t.ops) {
+      if (op.kind != sim::OpKind::kRead || op.writer == sim::kInitialTxn ||
+          op.writer == sim::kUnknownWriter || recorded.contains(op.writer)) {
+        continue;
+      }
+      auto [it, fresh] = seen.try_emplace(op.writer);
+      if (fresh) order.push_back(op.writer);
+      const std::pair<uint64_t, uint64_t> kv{op.key, op.version};
+      if (std::find(it->second.begin(), it->second.end(), kv) == it->second.end()) {
+        it->second.push_back(kv);
+      }
+    }
+  }
+  for (sim::TxnId id : order) {
+    sim::TxnRecord stand_in;
+    stand_in.id = id;
+    for (const auto& [key, version] : seen[id]) stand_in.write(key, version);
+    history->txns.push_back(std::move(stand_in));
+  }
+  return order.size();
+}
+
 void check_bank_history(sim::History history, uint64_t unrecorded, const BankHistoryNotes& notes,
                         std::vector<std::string>* failures, std::string* text,
                         nlohmann::json* json) {
   const auto ids = [&notes](const std::string& t) {
     return notes.readable_ids != nullptr ? notes.readable_ids(t) : t;
   };
-  const size_t left_out = unrecorded != 0 ? drop_unrecorded_readers(&history) : 0;
+  const bool drop = unrecorded != 0 || notes.unrecorded_unknown;
+  const size_t stand_ins = drop && notes.stand_in_unrecorded ? add_stand_ins(&history) : 0;
+  const size_t left_out =
+      drop && !notes.stand_in_unrecorded ? drop_unrecorded_readers(&history) : 0;
   const sim::CheckReport report = sim::check_report(history);
   (*json)["serializable"] = report.serializable();
   (*json)["history_txns"] = report.committed_txns;
   (*json)["history_edges"] = report.edges;
   (*json)["history_not_recorded"] = unrecorded;
   (*json)["history_left_out"] = left_out;
+  (*json)["history_stand_ins"] = stand_ins;
   nlohmann::json anomalies = nlohmann::json::array();
   for (const sim::Anomaly& a : report.anomalies) {
     anomalies.push_back(
@@ -177,7 +212,13 @@ void check_bank_history(sim::History history, uint64_t unrecorded, const BankHis
   }
   (*json)["anomalies"] = anomalies;
   (*json)["anomaly_counts"] = counts;
-  if (unrecorded != 0) {
+  if (drop && notes.stand_in_unrecorded) {
+    *text += fmt::format(
+        "history: {} transactions not recorded ({}); {} unrecorded writers that recorded "
+        "transactions read from stand in the check by the versions read (their reads "
+        "unknown; a failed attempt whose write was read counts too)\n",
+        unrecorded, notes.unrecorded, stand_ins);
+  } else if (drop) {
     *text += fmt::format(
         "history: {} transactions not recorded ({}); {} that read from them left out of the "
         "check\n",

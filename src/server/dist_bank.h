@@ -13,8 +13,10 @@
 // read-only audits of 4 accounts (2 + 2 on two shards when cross).
 // History: each worker appends the committed attempt of every transaction (its reads as
 // (key, seq, writer), its writes as (key, new seq)) to a BankHistory, capped at
-// kBankHistoryMax transactions per worker; later ones are counted as dropped. The controller
-// pages the logs out (kHistory, control.h), drops what reads from unrecorded transactions
+// kBankHistoryMax transactions per worker; later ones are counted as dropped. A local run's
+// workers also append them to history files in the run directory (bank_history_file.h), which
+// survive a killed leader; the controller reads those (or, for a cluster elsewhere, pages the
+// logs out: kHistory, control.h), drops what reads from unrecorded transactions
 // (drop_unrecorded_readers), runs the Adya checker (src/check/serializability.h) and checks that
 // the balances over all shards still sum to accounts x kBankInitialBalance.
 //
@@ -33,6 +35,7 @@
 #include "src/base/env.h"
 #include "src/check/history.h"
 #include "src/dist/coordinator.h"
+#include "src/server/bank_history_file.h"
 #include "src/server/dist_micro.h"
 
 namespace shoal::server {
@@ -78,15 +81,25 @@ void pick_bank_txn(const KeyLayout& layout, uint32_t home, bool cross, Rng& rng,
 // The stored procedure: args is a BankArgs, result a BankTxnRecord (rewritten per attempt).
 rt::Task<Status> dist_bank(dist::DistTxn& txn, const void* args, void* result);
 
-// One worker's log of committed transactions, bounded.
+// One worker's log of committed transactions, bounded; with a file open (open_file: a local
+// run's bank, bank_history_file.h) every transaction it takes is also appended there, where it
+// outlives a SIGKILL of the process.
 class BankHistory {
  public:
   explicit BankHistory(size_t cap = kBankHistoryMax) : cap_(cap) {}
+  // Empties the log and closes the last load's file (flushing it).
   void clear() {
     txns_.clear();
     dropped_ = 0;
+    file_.close();
+  }
+  // Starts this load's file (after clear()). IOError naming it: the log stays in memory only.
+  [[nodiscard]] Status open_file(const std::string& path, const BankHistoryFileHeader& header) {
+    return file_.open(path, header);
   }
   void add(const BankTxnRecord& r) {
+    file_.add(
+        {r.id, r.reads, r.writes, r.read_key, r.read_seq, r.read_writer, r.write_key, r.write_seq});
     if (txns_.size() < cap_) {
       txns_.push_back(r);
     } else {
@@ -94,8 +107,14 @@ class BankHistory {
     }
   }
   // A committed transaction left out: on a replicated cluster only acknowledged ones are
-  // recorded (a failover may discard the others, shard_server.cc bank_client).
-  void add_unrecorded() { ++dropped_; }
+  // recorded (a failover may discard the others, shard_server.cc bank_client); the file gets
+  // its marker. `id`: the committed attempt's.
+  void add_unrecorded(uint64_t id) {
+    ++dropped_;
+    file_.add_unacknowledged(id);
+  }
+  // Writes what the file holds (the worker's replication tick and the load's end call it).
+  void flush() { file_.flush(); }
   size_t size() const { return txns_.size(); }
   uint64_t dropped() const { return dropped_; }  // full, or add_unrecorded
   // Appends transactions from index `from` to `out` as a JSON list body (no brackets) of flat
@@ -107,6 +126,7 @@ class BankHistory {
   size_t cap_;
   std::vector<BankTxnRecord> txns_;
   uint64_t dropped_ = 0;
+  BankHistoryWriter file_;
 };
 
 // Controller side: appends the transactions of one page's "txns" list to `out`.
@@ -119,16 +139,32 @@ class BankHistory {
 // invented (some may be missed). Returns how many were removed.
 size_t drop_unrecorded_readers(sim::History* history);
 
+// Adds a stand-in for every transaction that recorded transactions read from but that is not
+// recorded itself: a transaction of the writes read from it (each (key, version) once), no
+// reads. Sound like drop_unrecorded_readers, but keeps the readers: the graph gains only
+// edges of the full history (the stand-in's reads and unread writes are missing, so some
+// cycles may be missed; none is invented). A stand-in for a transaction a failover discarded
+// meets the version's later writer: two committed writers of one version (Impossible), as it
+// should, since a recorded transaction read it. Returns how many were added.
+size_t add_stand_ins(sim::History* history);
+
 // How check_bank_history's report names what it could not record and the transactions.
 struct BankHistoryNotes {
   std::string unrecorded;  // why transactions went unrecorded, for the report's line
-  std::string id_legend;   // how to read the transaction ids of a witness
+  // Transactions may have gone unrecorded beyond `unrecorded` (a killed process's last
+  // acknowledgements): readers of unrecorded versions are left out even when it is 0.
+  bool unrecorded_unknown = false;
+  // Instead of leaving out the readers of unrecorded transactions (add_stand_ins): on a hot
+  // bank one unrecorded write leaves out nearly everything after it (readers of readers).
+  bool stand_in_unrecorded = false;
+  std::string id_legend;  // how to read the transaction ids of a witness
   std::string (*readable_ids)(const std::string& text) = nullptr;  // nullptr: ids as they are
 };
 
 // The Adya check (src/check/serializability.h) of a bank history of committed transactions, of
 // which `unrecorded` more committed (or may have) without being recorded: the transactions
-// that read from those are dropped first (drop_unrecorded_readers). Adds the report's lines
+// that read from those are dropped first (drop_unrecorded_readers; also when
+// notes.unrecorded_unknown). Adds the report's lines
 // to *text, the fields serializable, history_txns, history_edges, history_not_recorded,
 // history_left_out, anomalies and anomaly_counts to *json, and one failure per anomaly kind
 // found to *failures.

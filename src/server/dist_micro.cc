@@ -8,7 +8,8 @@ nlohmann::json MicroParams::to_json() const {
   return {{"seconds", seconds},
           {"cross_shard_pct", cross_shard_pct},
           {"inflight", inflight},
-          {"seed", seed}};
+          {"seed", seed},
+          {"history_run", history_run}};
 }
 
 Result<MicroParams> MicroParams::from_json(const nlohmann::json& j) {
@@ -33,6 +34,11 @@ Result<MicroParams> MicroParams::from_json(const nlohmann::json& j) {
   p.inflight = inflight->get<uint32_t>();
   auto seed = j.find("seed");
   if (seed != j.end() && seed->is_number_unsigned()) p.seed = seed->get<uint64_t>();
+  auto run = j.find("history_run");
+  if (run != j.end() && !run->is_number_unsigned()) {
+    return Status::InvalidArgument("start.history_run: must be a whole number");
+  }
+  if (run != j.end()) p.history_run = run->get<uint64_t>();
   return p;
 }
 

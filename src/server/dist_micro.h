@@ -59,6 +59,9 @@ struct MicroParams {
   uint32_t cross_shard_pct = 0;  // [0, 100]
   uint32_t inflight = 128;       // coroutine transactions in flight per worker, [1, 1024]
   uint64_t seed = 1;
+  // Bank, a server with a journal directory: the run's id, which every worker's history file
+  // carries in its header (bank_history_file.h); 0: no files.
+  uint64_t history_run = 0;
   nlohmann::json to_json() const;
   // InvalidArgument naming the field that is missing or out of range.
   [[nodiscard]] static Result<MicroParams> from_json(const nlohmann::json& j);

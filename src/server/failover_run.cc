@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "src/base/assert.h"
 #include "src/base/env.h"
 #include "src/base/json_field.h"
 #include "src/cluster/cluster_state.h"
@@ -18,102 +19,105 @@ namespace shoal::server {
 namespace {
 
 constexpr uint64_t kStatsTimeoutMs = 1000;  // one sample's call: a busy server answers late
+// A kill delayed this close to the run's end is not made: its shard would end the run without
+// a leader (an election, a takeover and the load's restart take about a second here).
+constexpr uint64_t kKillTailMs = 2000;
+// A restarted follower has rejoined once it replays within this of its leader's watermark.
+constexpr double kRejoinedLagMs = 500;
 
-// The kill and what follows it, one step per sample.
+// One kill and what follows it, one step per sample. The configuration manager's store is
+// shared by the run's kills.
 class Failover {
  public:
-  Failover(ControlClient& client, const cluster::ClusterConfig& config,
-           const std::vector<ServerProcess>& procs, const KillPlan& plan, WatchedRun* out)
-      : client_(client), config_(config), procs_(procs), plan_(plan), out_(out) {}
+  Failover(ControlClient& client, cluster::ClusterStateStore& store,
+           const std::vector<ServerProcess>& procs, const KillPlan& plan, KillOutcome* out)
+      : client_(client), store_(store), procs_(procs), plan_(plan), out_(out) {}
 
-  [[nodiscard]] Status open_manager(const std::vector<std::string>& etcd) {
-    if (etcd.empty()) {
-      return Status::InvalidArgument(
-          "--kill-leader-at: needs the configuration manager (a local run starts one)");
-    }
-    cluster::EtcdOptions eo;
-    eo.endpoints = etcd;
-    auto m = cluster::EtcdConfigManager::create(eo);
-    if (!m.ok()) return m.status();
-    manager_ = std::move(*m);
-    store_ = std::make_unique<cluster::ClusterStateStore>(*manager_, config_.name);
-    auto state = store_->load_state();
+  // SIGKILL (or, to hang it, SIGSTOP) of the shard's current leader process (asked of the
+  // configuration manager: an earlier kill may have moved it).
+  [[nodiscard]] Status kill_leader(double run_s) {
+    auto state = store_.load_state();
     if (!state.ok()) return state.status();
-    if (plan_.shard >= state->shards.size()) {
+    if (out_->shard >= state->shards.size()) {
       return Status::InvalidArgument(
-          fmt::format("--kill-shard: {} not in the cluster", plan_.shard));
+          fmt::format("--kill-shard: {} not in the cluster", out_->shard));
     }
-    out_->old_leader = state->shards[plan_.shard].leader_replica;
-    return Status::Ok();
-  }
-
-  // SIGKILL (or, to hang it, SIGSTOP) of the shard's leader process.
-  [[nodiscard]] Status kill_leader() {
+    out_->old_leader = state->shards[out_->shard].leader_replica;
     for (const ServerProcess& p : procs_) {
-      if (p.shard != plan_.shard || p.replica != out_->old_leader || !alive(p)) continue;
+      if (p.shard != out_->shard || p.replica != out_->old_leader || !alive(p)) continue;
       const int sig = plan_.hang ? SIGSTOP : SIGKILL;
       if (::kill(p.pid, sig) != 0) {
         return Status::IOError(fmt::format("kill {}: {}", process_name(p), std::strerror(errno)));
       }
-      fmt::print(stderr, "{} shard {}'s leader (replica {}, pid {}) with {}\n",
-                 plan_.hang ? "hung" : "killed", plan_.shard, out_->old_leader, p.pid,
-                 plan_.hang ? "SIGSTOP" : "SIGKILL");
+      fmt::print(stderr, "{} shard {}'s leader (replica {}, pid {}) with {} at {:.1f} s\n",
+                 plan_.hang ? "hung" : "killed", out_->shard, out_->old_leader, p.pid,
+                 plan_.hang ? "SIGSTOP" : "SIGKILL", run_s);
       old_pid_ = p.pid;
       old_child_ = p.child;
       out_->hung = plan_.hang;
       out_->killed = true;
-      out_->shard = plan_.shard;
+      out_->killed_at_s = run_s;
       kill_ms_ = now_ms();
       kill_wall_us_ = RealEnv::instance().wall_us();
-      client_.disconnect(plan_.shard);
+      out_->killed_unix_us = kill_wall_us_;
+      client_.disconnect(out_->shard);
       return Status::Ok();
     }
     return Status::InvalidArgument(
         fmt::format("--kill-leader-at: no live process of shard {} replica {} (a local run only)",
-                    plan_.shard, out_->old_leader));
+                    out_->shard, out_->old_leader));
   }
 
   // After the kill: learns the new leader and starts the load there. True once it runs.
   bool step(const MicroParams& params, uint64_t end_ms) {
     if (running_) return true;
+    const uint32_t shard = out_->shard;
     if (!elected_) {
-      auto state = store_->load_state();
-      if (!state.ok() || state->shards[plan_.shard].leader_replica == out_->old_leader) {
-        return false;
-      }
+      auto state = store_.load_state();
+      if (!state.ok() || state->shards[shard].leader_replica == out_->old_leader) return false;
       elected_ = true;
-      out_->new_leader = state->shards[plan_.shard].leader_replica;
+      out_->new_leader = state->shards[shard].leader_replica;
       out_->new_epoch = state->epoch;
       out_->leader_elected_ms = static_cast<double>(now_ms() - kill_ms_);
-      client_.set_leader(plan_.shard, out_->new_leader);
+      client_.set_leader(shard, out_->new_leader);
     }
     // It answers once it took over (its takeover is part of its start-up).
     const uint64_t now = now_ms();
     if (now + 100 >= end_ms) return false;  // no time left to run anything
     MicroParams rest = params;
     rest.seconds = static_cast<double>(end_ms - now) / 1000.0;
-    auto started = client_.call(plan_.shard, kStart, rest.to_json(), kStatsTimeoutMs);
+    auto started = client_.call(shard, kStart, rest.to_json(), kStatsTimeoutMs);
     // AlreadyExists: an earlier call of ours started it and its answer was lost (timed out on
     // a loaded machine); the load runs. Any other error: not serving yet, next sample.
     if (!started.ok() && started.status().code() != Code::kAlreadyExists) return false;
     running_ = true;
     fmt::print(stderr,
-               "shard {}: replica {} leads in epoch {}; load restarted there for {:.1f} s\n",
-               plan_.shard, out_->new_leader, out_->new_epoch, rest.seconds);
+               "shard {}: replica {} leads in epoch {}; load restarted there for {:.1f} s\n", shard,
+               out_->new_leader, out_->new_epoch, rest.seconds);
     if (plan_.hang) resume_deposed();
     if (plan_.restart) {
-      const Status st = plan_.restart(plan_.shard, out_->old_leader);
+      const Status st = plan_.restart(shard, out_->old_leader);
       out_->restarted = st.ok();
       if (!st.ok()) {
-        fmt::print(stderr, "shard {}: restarting replica {} failed: {}\n", plan_.shard,
-                   out_->old_leader, st.to_string());
+        fmt::print(stderr, "shard {}: restarting replica {} failed: {}\n", shard, out_->old_leader,
+                   st.to_string());
       }
     }
     return true;
   }
 
   bool running() const { return running_; }
+  // Finished: the new leader committed (failover_ms measured, unless the shard had not
+  // committed before the kill).
+  bool finished() const { return running_ && first_commit_seen_; }
+  void set_first_commit_seen() { first_commit_seen_ = true; }
   uint64_t kill_wall_us() const { return kill_wall_us_; }
+  // The killed shard's last rise in committed count before the kill (wall clock, us; 0: none
+  // seen): where failover_ms starts.
+  void set_rise_before_us(uint64_t us) { rise_before_us_ = us; }
+  uint64_t rise_before_us() const { return rise_before_us_; }
+  const KillOutcome& outcome() const { return *out_; }
+  KillOutcome& outcome() { return *out_; }
 
  private:
   // The hung leader, its successor serving: SIGCONT, then it must exit on its own (deposed).
@@ -127,11 +131,10 @@ class Failover {
       const pid_t r = old_child_ ? ::waitpid(pid, &status, WNOHANG) : 0;
       const bool gone = old_child_ ? r == pid : (::kill(pid, 0) != 0 && errno == ESRCH);
       if (gone) {
-        out_->deposed_exit_code = old_child_ && WIFEXITED(status) ? WEXITSTATUS(status)
-                                                                           : -1;
+        out_->deposed_exit_code = old_child_ && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
         out_->deposed_exit_ms = static_cast<double>(now_ms() - start);
         fmt::print(stderr, "shard {}: the hung leader (pid {}) exited {} ms after SIGCONT ({})\n",
-                   plan_.shard, pid, now_ms() - start,
+                   out_->shard, pid, now_ms() - start,
                    out_->deposed_exit_code >= 0
                        ? fmt::format("status {}", out_->deposed_exit_code)
                        : std::string("killed by a signal or not our child"));
@@ -139,34 +142,128 @@ class Failover {
       }
       RealEnv::instance().sleep_ns(10'000'000);
     }
-    fmt::print(stderr, "shard {}: the hung leader (pid {}) still runs {} ms after SIGCONT: killed\n",
-               plan_.shard, pid, kDeposedExitTimeoutMs);
+    fmt::print(stderr,
+               "shard {}: the hung leader (pid {}) still runs {} ms after SIGCONT: killed\n",
+               out_->shard, pid, kDeposedExitTimeoutMs);
     (void)::kill(pid, SIGKILL);
     if (old_child_) (void)::waitpid(pid, nullptr, 0);
   }
 
   ControlClient& client_;
-  const cluster::ClusterConfig& config_;
-  const std::vector<ServerProcess>& procs_;
-  KillPlan plan_;
-  WatchedRun* out_;
-  std::unique_ptr<cluster::EtcdConfigManager> manager_;
-  std::unique_ptr<cluster::ClusterStateStore> store_;
+  cluster::ClusterStateStore& store_;
+  const std::vector<ServerProcess>& procs_;  // grows as killed replicas restart
+  const KillPlan& plan_;
+  KillOutcome* out_;
   pid_t old_pid_ = 0;  // set by kill_leader()
   bool old_child_ = false;
-  uint64_t kill_ms_ = 0, kill_wall_us_ = 0;
-  bool elected_ = false, running_ = false;
+  uint64_t kill_ms_ = 0, kill_wall_us_ = 0, rise_before_us_ = 0;
+  bool elected_ = false, running_ = false, first_commit_seen_ = false;
 };
+
+// The configuration manager a run's kills ask (etcd: its endpoints).
+struct KillManager {
+  std::unique_ptr<cluster::EtcdConfigManager> manager;
+  std::unique_ptr<cluster::ClusterStateStore> store;
+};
+
+Status open_kill_manager(const cluster::ClusterConfig& config, const std::vector<std::string>& etcd,
+                         KillManager* out) {
+  if (etcd.empty()) {
+    return Status::InvalidArgument(
+        "--kill-leader-at: needs the configuration manager (a local run starts one)");
+  }
+  cluster::EtcdOptions eo;
+  eo.endpoints = etcd;
+  auto m = cluster::EtcdConfigManager::create(eo);
+  if (!m.ok()) return m.status();
+  out->manager = std::move(*m);
+  out->store = std::make_unique<cluster::ClusterStateStore>(*out->manager, config.name);
+  return Status::Ok();
+}
+
+// True when every follower of `shard` is connected to its leader, has reported its replay
+// and replays within kRejoinedLagMs of its watermark (kPing); false when not or when the
+// leader does not answer.
+// Connected is not enough: a restarted replica connects before it has caught up, and one
+// elected then (the next kill) took over with seconds of log to learn (a test's takeover
+// timed out, leaving the shard without a leader).
+bool followers_rejoined(ControlClient& client, const cluster::ClusterConfig& config,
+                        uint32_t shard) {
+  const auto followers = static_cast<uint32_t>(config.shards[shard].replicas.size()) - 1;
+  auto pong = client.call(shard, kPing, nlohmann::json::object(), kStatsTimeoutMs);
+  uint32_t connected = 0, reported = 0;
+  double lag_ms = 0;
+  return pong.ok() && json_optional_field(*pong, "followers_connected", &connected).ok() &&
+         json_optional_field(*pong, "followers_replay_reported", &reported).ok() &&
+         json_optional_field(*pong, "followers_replay_lag_ms_max", &lag_ms).ok() &&
+         connected >= followers && reported >= followers && lag_ms <= kRejoinedLagMs;
+}
 
 }  // namespace
 
+Result<std::vector<KillAt>> make_kill_schedule(const std::vector<double>& at_seconds,
+                                               const std::vector<uint32_t>& shards,
+                                               uint32_t shard_count) {
+  std::vector<KillAt> out;
+  if (at_seconds.empty()) {
+    if (!shards.empty()) return Status::InvalidArgument("--kill-shard: needs --kill-leader-at");
+    return out;
+  }
+  if (at_seconds.size() > kKillsMax) {
+    return Status::InvalidArgument(
+        fmt::format("--kill-leader-at: {} kills, at most {}", at_seconds.size(), kKillsMax));
+  }
+  if (shards.size() > 1 && shards.size() != at_seconds.size()) {
+    return Status::InvalidArgument(fmt::format(
+        "--kill-shard: {} shards for {} kill times (--kill-leader-at): give one shard per time "
+        "or one for all",
+        shards.size(), at_seconds.size()));
+  }
+  for (size_t i = 0; i < at_seconds.size(); ++i) {
+    const double t = at_seconds[i];
+    if (!(t > 0)) {
+      return Status::InvalidArgument(fmt::format("--kill-leader-at: {} is not > 0", t));
+    }
+    if (i > 0 && !(t > at_seconds[i - 1])) {
+      return Status::InvalidArgument(
+          fmt::format("--kill-leader-at: times must increase ({} after {})", t, at_seconds[i - 1]));
+    }
+    const uint32_t shard = shards.empty() ? 0 : shards.size() == 1 ? shards[0] : shards[i];
+    if (shard >= shard_count) {
+      return Status::InvalidArgument(
+          fmt::format("--kill-shard: not a shard of the run ({}; the run has {} shard{})", shard,
+                      shard_count, shard_count == 1 ? "" : "s"));
+    }
+    out.push_back({t, shard});
+  }
+  return out;
+}
+
+uint64_t WatchedRun::killed_leaders_committed() const {
+  uint64_t sum = 0;
+  for (const KillOutcome& k : kills) sum += k.killed_leader_committed;
+  return sum;
+}
+
 Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
                    const std::vector<ServerProcess>& procs, const std::vector<std::string>& etcd,
-                   const MicroParams& params, const KillPlan& kill, const std::atomic<bool>* stop,
+                   const MicroParams& params, const KillPlan& plan, const std::atomic<bool>* stop,
                    WatchedRun* out) {
   const auto shards = static_cast<uint32_t>(config.shards.size());
-  Failover failover(client, config, procs, kill, out);
-  if (kill.at_seconds > 0) SHOAL_TRY(failover.open_manager(etcd));
+  const bool kills = !plan.kills.empty();
+  SHOAL_ASSERT(plan.kills.size() <= kKillsMax, "%zu kills planned", plan.kills.size());
+  KillManager km;
+  if (kills) SHOAL_TRY(open_kill_manager(config, etcd, &km));
+  out->kills.assign(plan.kills.size(), KillOutcome{});
+  for (size_t k = 0; k < plan.kills.size(); ++k) {
+    out->kills[k].planned_at_s = plan.kills[k].at_seconds;
+    out->kills[k].shard = plan.kills[k].shard;
+    if (plan.kills[k].shard >= shards) {
+      return Status::InvalidArgument(
+          fmt::format("--kill-shard: {} not in the cluster", plan.kills[k].shard));
+    }
+  }
+  std::vector<std::unique_ptr<Failover>> failovers;  // one per kill made, in order
   for (uint32_t s = 0; s < shards; ++s) {
     auto started = client.call(s, kStart, params.to_json(), 5000);
     if (!started.ok()) return started.status();
@@ -175,8 +272,12 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
   const uint64_t end_ms = start_ms + static_cast<uint64_t>(params.seconds * 1000);
   out->committed_per_second.assign(static_cast<size_t>(std::ceil(params.seconds)), 0);
   std::vector<uint64_t> last(shards, 0);
-  uint64_t last_rise_wall_us = 0;  // the kill target's, before the kill
+  // Per shard, before its latest kill: when its count last rose (the start of failover_ms).
+  std::vector<uint64_t> last_rise_wall_us(shards, 0);
+  // Per shard, the latest kill made of it (an index of failovers), or -1.
+  std::vector<int> current(shards, -1);
   bool told_stop = false;
+  std::string waiting;                                     // why the next kill waits, once said
   for (uint64_t next_ms = start_ms; now_ms() < end_ms;) {  // bounded by end_ms
     const uint64_t now = now_ms();
     if (!told_stop && stop != nullptr && stop->load(std::memory_order_relaxed)) {
@@ -186,14 +287,49 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
                  "report\n",
                  static_cast<double>(end_ms - now) / 1000);
     }
-    if (kill.at_seconds > 0 && !out->killed && now >= start_ms + kill.at_seconds * 1000) {
-      SHOAL_TRY(failover.kill_leader());
-      out->killed_leader_committed = last[kill.shard];
-      last[kill.shard] = 0;  // the new leader counts from 0
+    const size_t next_kill = failovers.size();
+    if (next_kill < plan.kills.size() &&
+        now >= start_ms + static_cast<uint64_t>(plan.kills[next_kill].at_seconds * 1000)) {
+      const uint32_t shard = plan.kills[next_kill].shard;
+      // Kills run one after the other (see the header): why this one must wait, if it must.
+      // A delayed kill that reached the run's last kKillTailMs is given up for good (checked
+      // first: the other reasons come and go).
+      std::string why;
+      if (!waiting.empty() && now + kKillTailMs > end_ms) {
+        why = fmt::format("less than {:.1f} s of the run left for its failover",
+                          static_cast<double>(kKillTailMs) / 1000);
+      } else if (!failovers.empty() && !failovers.back()->finished()) {
+        const KillOutcome& prev = failovers.back()->outcome();
+        why = fmt::format("the failover of shard {} (killed at {:.1f} s) had not finished",
+                          prev.shard, prev.killed_at_s);
+      } else if (current[shard] >= 0 && failovers[current[shard]]->outcome().restarted &&
+                 !followers_rejoined(client, config, shard)) {
+        why = fmt::format(
+            "shard {}'s replica restarted after the kill at {:.1f} s had not rejoined (connected, "
+            "replaying within {:.0f} ms)",
+            shard, failovers[current[shard]]->outcome().killed_at_s, kRejoinedLagMs);
+      }
+      if (!why.empty() && why != waiting) {
+        fmt::print(stderr, "kill {} (shard {} at {:.1f} s) waits: {}\n", next_kill + 1, shard,
+                   plan.kills[next_kill].at_seconds, why);
+      }
+      waiting = why;
+      if (why.empty()) {
+        auto f = std::make_unique<Failover>(client, *km.store, procs, plan, &out->kills[next_kill]);
+        SHOAL_TRY(f->kill_leader(static_cast<double>(now - start_ms) / 1000.0));
+        f->outcome().killed_leader_committed = last[shard];
+        f->set_rise_before_us(last_rise_wall_us[shard]);
+        last[shard] = 0;  // the new leader counts from 0
+        current[shard] = static_cast<int>(failovers.size());
+        failovers.push_back(std::move(f));
+      }
     }
-    if (out->killed && !failover.running()) (void)failover.step(params, end_ms);
+    if (!failovers.empty() && !failovers.back()->running()) {
+      (void)failovers.back()->step(params, end_ms);
+    }
     for (uint32_t s = 0; s < shards; ++s) {
-      if (out->killed && s == kill.shard && !failover.running()) continue;
+      Failover* f = current[s] >= 0 ? failovers[current[s]].get() : nullptr;
+      if (f != nullptr && !f->running()) continue;  // no leader to ask yet
       auto stats = client.call(s, kStats, nlohmann::json::object(), kStatsTimeoutMs);
       if (!stats.ok()) continue;  // a late answer: the next sample counts it
       uint64_t live = 0, first_us = 0;
@@ -205,24 +341,37 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
           std::min<size_t>((now - start_ms) / 1000, out->committed_per_second.size() - 1);
       if (live > last[s]) {
         out->committed_per_second[second] += live - last[s];
-        if (s == kill.shard && !out->killed) last_rise_wall_us = RealEnv::instance().wall_us();
+        last_rise_wall_us[s] = RealEnv::instance().wall_us();
         last[s] = live;
       }
-      if (out->killed && s == kill.shard && out->failover_ms < 0 && first_us != 0 &&
-          last_rise_wall_us != 0) {
-        out->failover_ms = static_cast<double>(first_us - last_rise_wall_us) / 1000.0;
-        out->kill_to_commit_ms =
-            (static_cast<double>(first_us) - static_cast<double>(failover.kill_wall_us())) / 1000.0;
+      KillOutcome* k = f != nullptr ? &f->outcome() : nullptr;
+      if (k != nullptr && !f->finished() && first_us != 0) {
+        f->set_first_commit_seen();
+        k->kill_to_commit_ms =
+            (static_cast<double>(first_us) - static_cast<double>(f->kill_wall_us())) / 1000.0;
+        if (f->rise_before_us() != 0) {
+          k->failover_ms = static_cast<double>(first_us - f->rise_before_us()) / 1000.0;
+        }
       }
     }
     // Fine samples only where a kill is planned (failover_ms needs them): every sample is a
     // control call per shard that the servers answer beside their load.
-    next_ms += kill.at_seconds > 0 ? kSampleMs : kSampleMsQuiet;
+    next_ms += kills ? kSampleMs : kSampleMsQuiet;
     const uint64_t after = now_ms();
     if (next_ms > after) RealEnv::instance().sleep_ns((next_ms - after) * 1'000'000);
   }
-  if (out->killed && !failover.running()) {
-    out->error = fmt::format("shard {}: no new leader served before the run ended", kill.shard);
+  for (const auto& f : failovers) {
+    if (!f->running()) {
+      f->outcome().error =
+          fmt::format("shard {}: no new leader served before the run ended", f->outcome().shard);
+    }
+  }
+  for (size_t k = failovers.size(); k < plan.kills.size(); ++k) {
+    // Due but not made: it waited to the end. Not due: the run ended first (no error).
+    const double due_s = plan.kills[k].at_seconds;
+    if (k == failovers.size() && !waiting.empty() && due_s < params.seconds) {
+      out->kills[k].error = fmt::format("not made before the run ended: {}", waiting);
+    }
   }
   return Status::Ok();
 }

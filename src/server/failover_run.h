@@ -1,12 +1,19 @@
 // The measured part of a distributed benchmark run, watched: every shard's committed count is
 // sampled every kSampleMs with a kill planned, kSampleMsQuiet without (the per-second series
-// the report prints), and with a kill planned
-// (`bench --kill-leader-at T`) one shard's leader process is SIGKILLed T seconds in. The
-// replicas then agree on its replacement (through the configuration manager, replica_cli.h);
-// the controller learns it from the same place, points its control client at the new leader
-// and starts the load there for the time left. failover_ms is measured as the issue defines
-// it: from the failed shard's last commit before the kill (the last sample whose count rose,
-// so up to kSampleMs early) to the new leader's first commit (its own wall clock; this host).
+// the report prints), and with kills planned (`bench --kill-leader-at T1,T2,...
+// --kill-shard S1,S2,...`) a shard's leader process is SIGKILLed at each time. The replicas then
+// agree on its replacement (through the configuration manager, replica_cli.h); the controller
+// learns it from the same place, points its control client at the new leader and starts the
+// load there for the time left. failover_ms is measured as the issue defines it: from the
+// failed shard's last commit before the kill (the last sample whose count rose, so up to
+// kSampleMs early) to the new leader's first commit (its own wall clock; this host).
+//
+// Kills run one after the other: a kill waits until the previous failover finished (its new
+// leader committed) and, when it kills the same shard again, until the replica the previous
+// kill restarted has rejoined as a follower (else the shard may lack the majority to elect
+// another leader); its outcome says when it really happened. A kill still waiting when the run
+// ends, or delayed into the run's last 2 s (no time left for a failover), says why in its
+// error.
 //
 // Threads: the calling thread only (ControlClient is single-threaded).
 #pragma once
@@ -29,9 +36,23 @@ inline constexpr uint64_t kSampleMs = 20;        // with a kill planned
 inline constexpr uint64_t kSampleMsQuiet = 250;  // without: the per-second series only
 inline constexpr uint64_t kDeposedExitTimeoutMs = 5000;
 
-struct KillPlan {
-  double at_seconds = 0;  // 0: no kill
+inline constexpr size_t kKillsMax = 16;  // kills one run may plan
+
+// One planned kill: shard `shard`'s leader, `at_seconds` into the run.
+struct KillAt {
+  double at_seconds = 0;
   uint32_t shard = 0;
+};
+
+// The kills of `--kill-leader-at T1,T2,... --kill-shard S1,S2,...`: one shard per time, or one
+// shard for all (none: shard 0). InvalidArgument naming the flag: lists of unequal length,
+// times not increasing or not > 0, a shard not below shard_count, more than kKillsMax.
+[[nodiscard]] Result<std::vector<KillAt>> make_kill_schedule(const std::vector<double>& at_seconds,
+                                                             const std::vector<uint32_t>& shards,
+                                                             uint32_t shard_count);
+
+struct KillPlan {
+  std::vector<KillAt> kills;  // times increasing (make_kill_schedule); empty: no kill
   // SIGSTOP instead of SIGKILL: the leader hangs with its connections open, so only its
   // followers' heartbeat timeout can tell (repl::FollowerOptions::leader_timeout_ms). Once its
   // successor serves it gets SIGCONT and must find itself deposed and exit
@@ -42,11 +63,13 @@ struct KillPlan {
   std::function<Status(uint32_t shard, uint32_t replica)> restart;
 };
 
-struct WatchedRun {
-  std::vector<uint64_t> committed_per_second;  // all shards, by second of the run
-  // The kill, when planned: what happened to it.
-  bool killed = false;
+// What happened to one planned kill.
+struct KillOutcome {
+  double planned_at_s = 0;
   uint32_t shard = 0;
+  bool killed = false;
+  double killed_at_s = -1;      // when it happened (after planned_at_s if it waited)
+  uint64_t killed_unix_us = 0;  // the same on the wall clock (to match server records)
   uint32_t old_leader = 0, new_leader = 0;
   uint64_t new_epoch = 0;
   double failover_ms = -1;        // -1: no new leader committed before the run ended
@@ -60,12 +83,22 @@ struct WatchedRun {
   bool hung = false;
   int deposed_exit_code = -1;
   double deposed_exit_ms = -1;
-  std::string error;       // why the failover did not complete, if it did not
+  // Why the kill was not made although due, or why its failover did not complete.
+  std::string error;
+};
+
+struct WatchedRun {
+  std::vector<uint64_t> committed_per_second;  // all shards, by second of the run
+  std::vector<KillOutcome> kills;              // one per planned kill, in order
+
+  // Over every kill: the killed leaders' commits as last sampled.
+  uint64_t killed_leaders_committed() const;
 };
 
 // Starts the load on every shard (params) and watches it to its end (see above). `etcd`:
 // the configuration manager's endpoints (required with a kill). Errors: a shard that cannot be
-// started, or a kill without a process to kill or a manager to ask.
+// started, or a kill without a process to kill or a manager to ask (a kill that must wait past
+// the run's end is no error: its KillOutcome says why).
 // `stop` (Ctrl-C, may be null): the shard servers cannot end a run early yet (no control
 // method for it), so a stop is acknowledged once with the time left and the run goes on.
 [[nodiscard]] Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,

@@ -479,6 +479,14 @@ TEST_F(ServerCli, BankHistoryIsSerializableAndMoneyConserved) {
   EXPECT_EQ(j["history_txns"].get<uint64_t>() + j["history_not_recorded"].get<uint64_t>() +
                 j["history_left_out"].get<uint64_t>(),
             j["committed"].get<uint64_t>());
+  // A local run reads the history from the workers' files in the run directory (what a killed
+  // leader wrote survives it): one per worker, every commit in them (no replicas: each is
+  // acknowledged as it commits), none from another run, nothing stood in for.
+  EXPECT_EQ(j["history_source"], "files");
+  EXPECT_GE(j["history_files"].get<uint64_t>(), 2u);
+  EXPECT_EQ(j["history_refused_files"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["history_recorded"].get<uint64_t>(), j["committed"].get<uint64_t>());
+  EXPECT_EQ(j["history_stand_ins"].get<uint64_t>(), 0u);
   EXPECT_GT(j["history_txns"].get<uint64_t>(), 1000u);
   EXPECT_GT(j["committed_cross"].get<uint64_t>(), j["committed"].get<uint64_t>() / 4);
   EXPECT_GT(j["conflict_aborts"].get<uint64_t>(), 0u) << "not contended: the check proves little";

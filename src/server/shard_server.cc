@@ -303,6 +303,9 @@ class ShardServer {
   txn::Engine& engine() { return *engine_; }
   bool is_tpcc() const { return tpcc_ != nullptr; }
   bool is_bank() const { return options_.workload == "bank"; }
+  uint32_t replica() const { return me_; }
+  // ServerOptions::ack_journal_dir: TPC-C's ack journals and the bank's history files.
+  const std::string& journal_dir() const { return options_.ack_journal_dir; }
   bench::TpccWorkload& tpcc() { return *tpcc_; }
   const WarehouseMap& warehouses() const { return *warehouse_map_; }
 
@@ -1890,6 +1893,7 @@ void Worker::repl_tick_thunk(void* self, uint64_t) {
   auto* w = static_cast<Worker*>(self);
   w->appender->tick();
   w->ack_journal.flush();  // what was acknowledged leaves the process within a tick
+  w->bank_log.flush();     // the same for the bank's history file
   const uint64_t txns = w->appender->stats().txns;
   const uint64_t now_ns = w->loop->now_ns();
   const bool shard_busy = w->server->committed_recently(now_ns);
@@ -2170,7 +2174,7 @@ rt::Task<void> bank_client(Worker* w, uint64_t seed) {
       if (acked.ok()) {
         w->bank_log.add(rec);
       } else {
-        w->bank_log.add_unrecorded();
+        w->bank_log.add_unrecorded(rec.id);
       }
     } else if (s.ok()) {
       w->bank_log.add(rec);
@@ -2286,6 +2290,15 @@ void Worker::start_load() {
   aborts_base = coordinator->stats().conflict_aborts;
   if (appender != nullptr) log_base = appender->stats();
   bank_log.clear();
+  if (server->is_bank() && params.history_run != 0 && !server->journal_dir().empty()) {
+    const BankHistoryFileHeader h{params.history_run, server->shard(), server->replica(), index,
+                                  load_number};
+    const Status opened =
+        bank_log.open_file(bank_history_path(server->journal_dir(), h, ::getpid()), h);
+    if (!opened.ok()) {  // the controller finds this worker's transactions missing and says so
+      fmt::print(stderr, "shard {} worker {}: {}\n", server->shard(), index, opened.to_string());
+    }
+  }
   load_end_ns = loop->now_ns() + static_cast<uint64_t>(params.seconds * 1e9);
   clients_running = 0;
   for (uint32_t i = 0; i < params.inflight; ++i) {
@@ -2361,6 +2374,7 @@ void Worker::publish() {
   published_participant = participant->stats();
   if (appender != nullptr) published_log = appender->stats() - log_base;
   ack_journal.flush();
+  bank_log.flush();
   done.store(true, std::memory_order_release);
   server->load_finished();
 }
@@ -2373,6 +2387,18 @@ Status ShardServer::on_ping(rt::MsgBuffer* out) {
   const uint64_t mask = down_mask_.load();
   for (uint32_t s = 0; s < kShardsMax; ++s) {
     if (mask & (uint64_t{1} << s)) down.push_back(s);
+  }
+  // The connected followers that reported their replay, and the largest replay lag among
+  // them (a benchmark waits for a restarted follower to catch up before it kills this leader:
+  // failover_run.h). replayed_tid 0: not reported yet.
+  uint64_t lag_ns_max = 0;
+  uint32_t replay_reported = 0;
+  if (replication_ != nullptr) {
+    for (const repl::FollowerPosition& f : replication_->positions().followers) {
+      if (!f.connected || f.replayed_tid == 0) continue;
+      ++replay_reported;
+      lag_ns_max = std::max(lag_ns_max, f.replay_lag_ns);
+    }
   }
   reply_json(
       {{"shard", options_.shard},
@@ -2389,6 +2415,8 @@ Status ShardServer::on_ping(rt::MsgBuffer* out) {
        {"batch_us", options_.batch_us},
        {"watermark", replication_ != nullptr ? replication_->watermark() : 0},
        {"followers_connected", replication_ != nullptr ? replication_->followers_connected() : 0},
+       {"followers_replay_reported", replay_reported},
+       {"followers_replay_lag_ms_max", static_cast<double>(lag_ns_max) / 1e6},
        {"unreachable", down}},
       out);
   return Status::Ok();
