@@ -73,10 +73,12 @@ constexpr size_t kAckJournalsMax = 4096;      // journals one check_acks call re
 constexpr uint64_t kRetiredKeepNs = 10'000 * kMs;
 // Dialing a failed shard's new leader (it accepts once its takeover began).
 constexpr uint64_t kRedialTimeoutMs = 10'000;
-// A new leader's first engine epoch is this far above the floor it saw (take_over): 2^16
-// epochs of 40 ms are 44 minutes, longer than any old leader outlives its deposition. TIDs
-// have 29 bits of epoch: 8,192 such failovers.
-constexpr uint64_t kTakeoverEpochJump = uint64_t{1} << 16;
+// A new leader's first engine epoch is this far above the floor it saw (take_over): 64
+// epochs of 40 ms are 2.56 s, more than an old leader's unreceived tail spans (the pipeline
+// bound and the ratekeeper hold it to a few hundred ms), though not more than a partitioned
+// leader that lives on for seconds could give. (2^16 measured as well, and stalled the
+// rejoin of a restarted replica: a replay or lag rule keyed on epochs, not found yet.)
+constexpr uint64_t kTakeoverEpochJump = 64;
 constexpr uint64_t kUnavailablePauseNs = 5 * kMs;  // a client after Unavailable (after_failure)
 // Transactions per worker waiting for their acknowledgement while their terminal goes on; a
 // terminal that finds every slot taken waits for its own (backpressure).
@@ -1737,9 +1739,9 @@ Status ShardServer::take_over() {
   }
   txn::EngineOptions eo = engine_options();
   eo.track_dependencies = true;  // a replicated shard's versions carry their vectors
-  // Our TIDs start kTakeoverEpochJump engine epochs above the floor we saw, far above any TID
-  // the old leader can have given in a tail nobody received (its ticker ran on for as long as
-  // it lived: 40 ms per epoch), so that every one of those is in the lost range below.
+  // Our TIDs start kTakeoverEpochJump engine epochs above the floor we saw, above any TID the
+  // old leader gave in a tail nobody received (its ticker ran on while it lived: 40 ms per
+  // epoch), so that those are in the lost range below.
   const uint64_t first_epoch = (r->floor_tid >> 32) + kTakeoverEpochJump;
   const size_t purged = engine_->start_leading(first_epoch, &eo);
   snapshot_tid_ = r->floor_tid;
