@@ -6,9 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -88,9 +91,20 @@ Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload, 
   if (!leader.ok()) return leader.status();
   run->leader_ = std::move(*leader);
   SHOAL_TRY(run->spawn_followers(options));
-  const Status led = run->leader_->wait_leading(30'000);
-  if (!led.ok()) {
-    return Status::Unavailable(led.message() + "; follower logs:" + run->follower_logs());
+  // In slices, so that a follower that exited (it never comes back: without a configuration
+  // manager a follower whose connection ends stops) fails the start at once.
+  constexpr uint64_t kLeadingMs = 30'000;
+  for (uint64_t waited_ms = 0;; waited_ms += kFollowerCheckMs) {  // bounded by kLeadingMs
+    const Status alive = run->followers_alive();
+    if (!alive.ok()) {
+      return Status::Unavailable(alive.message() + "; follower logs:" + run->follower_logs());
+    }
+    const Status led = run->leader_->wait_leading(kFollowerCheckMs);
+    if (led.ok()) break;
+    if (waited_ms + kFollowerCheckMs >= kLeadingMs) {
+      return Status::Unavailable(fmt::format("{} (waited {} ms in all); follower logs:{}",
+                                             led.message(), kLeadingMs, run->follower_logs()));
+    }
   }
   SHOAL_TRY(run->bootstrap(engine, result));
   return run;
@@ -183,10 +197,49 @@ std::string ReplicatedRun::follower_logs() const {
   return out;
 }
 
+Status ReplicatedRun::followers_alive() const {
+  for (size_t i = 0; i < children_.size(); ++i) {
+    siginfo_t info{};
+    // WNOWAIT: the child stays a zombie for the destructor to reap.
+    if (::waitid(P_PID, static_cast<id_t>(children_[i]), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid == 0) {
+      continue;  // still running
+    }
+    const std::string how = info.si_code == CLD_EXITED
+                                ? fmt::format("exit status {}", info.si_status)
+                                : fmt::format("signal {}", info.si_status);
+    return Status::Unavailable(
+        fmt::format("replication: follower {} (pid {}) exited ({})", i + 1, children_[i], how));
+  }
+  return Status::Ok();
+}
+
 Status ReplicatedRun::bootstrap(txn::Engine& engine, ReplicationResult* result) {
-  auto done = repl::bootstrap_followers(*leader_, engine, 300'000);
+  // bootstrap_followers waits for *every* follower to install the load. A follower that
+  // exited meanwhile (e.g. it lost its link under load: "shm peer closed the link or died")
+  // never will, and the wait used to sit out its whole timeout (300 s, longer than the
+  // callers' own timeouts: it looked like a hang). A watcher stops the wait when a follower
+  // process ends.
+  std::atomic<bool> follower_gone{false};
+  std::jthread watcher([&](std::stop_token stop) {
+    while (!stop.stop_requested()) {  // until bootstrap_followers returned
+      if (!followers_alive().ok()) {
+        follower_gone.store(true, std::memory_order_release);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(kFollowerCheckMs));
+    }
+  });
+  auto done = repl::bootstrap_followers(*leader_, engine, 300'000, &follower_gone);
+  watcher.request_stop();
+  watcher.join();
   if (!done.ok()) {
-    return Status::Unavailable(done.status().message() + "; follower logs:" + follower_logs());
+    const Status alive = followers_alive();
+    const std::string why = alive.ok()
+                                ? done.status().message()
+                                : fmt::format("{} while the followers installed the load ({})",
+                                              alive.message(), done.status().message());
+    return Status::Unavailable(why + "; follower logs:" + follower_logs());
   }
   snapshot_tid_ = done->snapshot_tid;
   result->bootstrap_records = done->records;
@@ -208,9 +261,20 @@ uint64_t ReplicatedRun::close_streams() {
 Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult* result) {
   Env& env = engine.env();
   const uint64_t start_ns = env.now_ns();
-  auto reports = leader_->collect_reports(final_tid_, true, check, 300'000);
+  // skip_lost: a follower whose connection ended (its process then exits) never reports;
+  // without it the wait would sit out its whole timeout.
+  auto reports = leader_->collect_reports(final_tid_, true, check, 300'000, nullptr,
+                                          /*skip_lost=*/true);
   if (!reports.ok()) {
     return Status::Unavailable(reports.status().message() + "; follower logs:" + follower_logs());
+  }
+  for (const repl::FollowerReport& r : *reports) {
+    if (!r.lost) continue;
+    const Status alive = followers_alive();
+    return Status::Unavailable(
+        fmt::format("replication: follower {} lost its connection during the run{}; follower "
+                    "logs:{}",
+                    r.replica, alive.ok() ? "" : " (" + alive.message() + ")", follower_logs()));
   }
   result->quiesce_s = static_cast<double>(env.now_ns() - start_ns) / kNsPerSec;
   result->final_tid = final_tid_;

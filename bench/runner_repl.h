@@ -44,6 +44,11 @@ class ReplicatedRun {
   [[nodiscard]] Status spawn_followers(const RunOptions& options);
   [[nodiscard]] Status bootstrap(txn::Engine& engine, ReplicationResult* result);
   std::string follower_logs() const;
+  // Unavailable naming the first follower process that exited (it stays unreaped); Ok while
+  // every one runs.
+  [[nodiscard]] Status followers_alive() const;
+  // How often start-up waits look for a follower process that exited.
+  static constexpr uint64_t kFollowerCheckMs = 50;
 
   std::unique_ptr<repl::ReplicationLeader> leader_;
   std::vector<pid_t> children_;
