@@ -735,6 +735,9 @@ ServerCommands add_server_commands(CLI::App& app) {
       ->check(number_in(0u, 16u, false, "in [0, 16]"))
       ->capture_default_str();
   add_checkpoint_option(c.up, co.checkpoint_interval_ms);
+  c.up->add_flag("--no-read-only-hint{false}", co.tpcc_read_only_hint,
+                 "TPC-C: validate reads of ITEM and the customer-name index like any other "
+                 "(docs/OPERATIONS.md; the disclosure in docs/RESULTS.md)");
   c.up->add_option("--cpu-placement", co.cpu_placement,
                    "auto: when the servers' workers leave a core over, pin each worker to a core "
                    "of its own and run everything else, followers included, on the rest; none: "

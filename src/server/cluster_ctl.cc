@@ -253,6 +253,10 @@ Status cluster_up(const ClusterOptions& o) {
   bool restart = false;
   UpRecord rec;
   SHOAL_TRY(plan_up(o, *config, dir, &restart, &rec));
+  if (!o.tpcc_read_only_hint && rec.workload != "tpcc") {
+    return Status::InvalidArgument(fmt::format(
+        "--no-read-only-hint: the servers load {}, not tpcc (the hint is TPC-C's)", rec.workload));
+  }
   if (!restart) clear_run_dir(dir, *config);
   // Written before anything starts: a failed restart is retried in a newer epoch still.
   SHOAL_TRY(write_up_record(dir, rec));
@@ -276,6 +280,7 @@ Status cluster_up(const ClusterOptions& o) {
   so.serve_reads = o.serve_reads;
   so.checkpoint_interval_ms = o.checkpoint_interval_ms;
   so.cpu_placement = o.cpu_placement;
+  so.tpcc_read_only_hint = o.tpcc_read_only_hint;
   auto placement = plan_host_placement(*config, so);
   if (!placement.ok()) return placement.status();
   const uint64_t start_ns = RealEnv::instance().now_ns();

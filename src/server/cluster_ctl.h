@@ -54,6 +54,9 @@ struct ClusterOptions {
   uint32_t serve_reads = 0;
   uint64_t checkpoint_interval_ms = 0;  // `up`: followers' checkpoint interval (0: none)
   std::string cpu_placement = "auto";   // `up`: SpawnOptions::cpu_placement
+  // `up --no-read-only-hint`, TPC-C: ITEM and the customer-name index are read as any table
+  // (their reads validated; docs/OPERATIONS.md), for measuring what the hint buys.
+  bool tpcc_read_only_hint = true;
   // `up` over a run directory that an earlier `up` of a replicated cluster left (up.json and
   // replica directories): every replica restarts from its own disk and nothing is loaded,
   // unless `fresh` (the replica directories and ack journals are cleared, the load is afresh).

@@ -267,6 +267,19 @@ TEST_F(ServerCli, MicroTwoShardsLocalAndCrossShardAreConsistent) {
   }
 }
 
+// `cluster up --no-read-only-hint` is TPC-C's switch: refused, before anything starts, for
+// servers that load another workload.
+TEST_F(ServerCli, ClusterUpRefusesTheReadOnlyHintSwitchOutsideTpcc) {
+  const Outcome o = run({"cluster", "up", "--config", write_config(1), "--run-dir", run_dir(),
+                         "--workload", "bank", "--no-read-only-hint"},
+                        30);
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.output.find("--no-read-only-hint: the servers load bank, not tpcc"),
+            std::string::npos)
+      << o.output;
+  EXPECT_FALSE(fs::exists(fs::path(run_dir()) / "shard-0.pid")) << "nothing started";
+}
+
 TEST_F(ServerCli, BadConfigFailsNamingTheField) {
   const std::string bad = path("bad.toml");
   std::ofstream(bad)

@@ -1023,6 +1023,10 @@ Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t repli
   const bool all =
       posted == workers_.size() && pause_cv_.wait_for(lock, std::chrono::milliseconds(kPauseWaitMs),
                                                       [&] { return parked_ == workers_.size(); });
+  if (!all) {  // say which: a full post queue, or a worker blocked off its loop
+    r = Status::Timeout(fmt::format("{} of {} workers paused within {} ms ({} asked to)", parked_,
+                                    workers_.size(), kPauseWaitMs, posted));
+  }
   if (all) {
     // Every worker waits in park_worker: the journals, the engine and stream 0 are ours.
     const uint64_t start_ns = RealEnv::instance().now_ns();
