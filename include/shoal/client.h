@@ -80,7 +80,8 @@ struct ClientOptions {
   // How long a call polls for its reply before sleeping (0: sleep at once). A reply that
   // comes within it saves the sleep and the wake-up (about a loopback round trip's worth).
   // Adaptive: after a poll that ran out without a reply, the next waits sleep at once (1, 2,
-  // 4 ... up to 256 of them), so a client on a machine without a core to spare stops polling.
+  // 4 ... up to 256 of them; a reply caught while polling halves that), so a client on a
+  // machine without a core to spare mostly stops polling.
   int spin_us = 50;
 };
 

@@ -98,7 +98,7 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& host, uint16_
   c->fd_ = *fd;
   c->server_ = fmt::format("{}:{}", host, port);
   c->options_ = options;
-  c->in_.resize(2 * kReadBytes);  // once: recv() writes into it without filling it first
+  c->in_.resize(kReadBytes);  // once: recv() writes into it without filling it first
   set_timeout(c->fd_, SO_SNDTIMEO, options.io_timeout_ms);
   set_timeout(c->fd_, SO_RCVTIMEO, options.io_timeout_ms);
   SHOAL_TRY(c->handshake());
@@ -231,8 +231,10 @@ Status Client::fill() {
   if (fd_ < 0) return Status::Unavailable(fmt::format("not connected to {}", server_));
   // Poll first, bounded: a reply that comes within spin_us saves the sleep and the wake-up.
   // A poll that runs out without one (a slow request, or a machine with no core to spare for
-  // both us and the server: then polling only delays the server) turns polling off for the
-  // next spin_skip_ waits, doubling up to kSpinSkipMax; a reply caught while polling resets it.
+  // both us and the server: then polling only delays the server) doubles spin_backoff_ (up to
+  // kSpinSkipMax), a reply caught while polling halves it; after either, the next
+  // spin_backoff_ waits sleep at once. So a client that keeps missing polls about once per
+  // kSpinSkipMax waits, and it takes a run of caught replies to poll every time again.
   uint64_t spin_ns = static_cast<uint64_t>(std::max(options_.spin_us, 0)) * 1000;
   if (spin_skip_ > 0) {
     --spin_skip_;
@@ -247,7 +249,10 @@ Status Client::fill() {
     }
     const int64_t n = recv_some(spinning ? MSG_DONTWAIT : 0);
     if (n > 0) {
-      if (spinning) spin_backoff_ = 0;
+      if (spinning) {
+        spin_backoff_ /= 2;
+        spin_skip_ = spin_backoff_;
+      }
       return Status::Ok();
     }
     if (n < 0 && errno == EINTR) continue;
