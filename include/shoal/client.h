@@ -32,6 +32,11 @@
 // did not answer within ClientOptions::io_timeout_ms (likewise).
 // An interactive transaction idle for more than about 2 s (the participants' lease) is
 // aborted by the servers; its next call fails with Aborted.
+// Pipelining: send_get() queues single-key gets without waiting, receive_get() collects their
+// results in the order sent; at most kMaxPipelined outstanding per Client (the bound on its
+// requests in flight), and no other call while any is outstanding.
+// Waiting: a call that waits for a reply polls the socket for ClientOptions::spin_us first
+// (bounded; a server answers a get in a few microseconds), then sleeps in the kernel.
 // Threads: a Client and its Transaction are not thread-safe: one thread at a time (use a
 // Client per thread). Calls block. At most one Transaction per Client is open at a time.
 #pragma once
@@ -72,6 +77,12 @@ struct ClientOptions {
   // connect_cluster() then reads the config's file when it names one. A server that asks for
   // another (or one, and gets none) refuses the connection: PermissionDenied. Sent in clear.
   std::string password;
+  // How long a call polls for its reply before sleeping (0: sleep at once). A reply that
+  // comes within it saves the sleep and the wake-up (about a loopback round trip's worth).
+  // Adaptive: after a poll that ran out without a reply, the next waits sleep at once (1, 2,
+  // 4 ... up to 256 of them; a reply caught while polling halves that), so a client on a
+  // machine without a core to spare mostly stops polling.
+  int spin_us = 50;
 };
 
 struct RunOptions {
@@ -151,6 +162,21 @@ class Client {
   [[nodiscard]] Result<CommitResult> del(std::string_view key,
                                          Durability durability = Durability::kDurable);
 
+  // Pipelined single-key gets (the same transaction as get()'s, one per key; the server runs
+  // them in order). send_get() queues one and returns at once: InvalidArgument when the key
+  // is over the limits, when kMaxPipelined are outstanding (receive first) or when a
+  // Transaction is open. Queued requests go out when they fill a socket's worth, at
+  // receive_get(), or at flush(). receive_get() returns the oldest outstanding get's result
+  // (Ok and *value, or NotFound, or its error), waiting for it; InvalidArgument when none is
+  // outstanding. A transport failure (Unavailable, Timeout) drops every outstanding get.
+  // While gets are outstanding, every other call returns InvalidArgument.
+  static constexpr uint32_t kMaxPipelined = 256;
+  [[nodiscard]] Status send_get(std::string_view key, Durability durability = Durability::kDurable);
+  [[nodiscard]] Status flush();
+  [[nodiscard]] Status receive_get(std::string* value);
+  // Gets sent or queued whose results receive_get() has not returned yet.
+  uint32_t outstanding() const { return pipelined_; }
+
   // "host:port" of the server this client talks to.
   const std::string& server() const { return server_; }
   // False once the connection broke (every call then returns Unavailable).
@@ -160,13 +186,25 @@ class Client {
   friend class Transaction;
   struct Reply;
   Client() = default;
-  // Sends the queued request frames (a pending begin first) and reads their replies; the
-  // last one's is returned in *reply. A transport failure closes the connection.
-  [[nodiscard]] Status call(uint8_t op, const std::string& body, Reply* reply);
-  [[nodiscard]] Status send_all(std::string_view bytes);
+  // Sends a request frame of `op` with body_ (a pending begin first) and reads its replies;
+  // the request's is returned in *reply, valid until the next call. A transport failure closes
+  // the connection.
+  [[nodiscard]] Status call(uint8_t op, Reply* reply);
+  // Sends out_ whole; while the socket takes no more, reads what the server sends meanwhile
+  // into in_ (so a server blocked on its replies never blocks us). Clears out_.
+  [[nodiscard]] Status send_out();
+  // The next reply frame, which must be request `id`'s. Its body stays valid until the next
+  // read_reply() (the frame is consumed then).
   [[nodiscard]] Status read_reply(uint64_t id, Reply* reply);
+  // Reads more bytes into in_: polls for spin_us, then waits up to io_timeout_ms.
+  [[nodiscard]] Status fill();
+  // recv() into in_'s free space; what recv returned.
+  int64_t recv_some(int flags);
   [[nodiscard]] Status broken(Status why);
   [[nodiscard]] Status handshake();
+  [[nodiscard]] Status check_idle(const char* what) const;
+  // A single-key get's reply: Ok and *value, or its error.
+  [[nodiscard]] Status get_one_result(const Reply& r, std::string* value);
   // A single-key put (value) or del (value nullptr).
   [[nodiscard]] Result<CommitResult> write_one(uint8_t op, std::string_view key,
                                                const std::string_view* value,
@@ -178,8 +216,15 @@ class Client {
   uint64_t next_id_ = 1;
   bool txn_open_ = false;       // a Transaction exists and has not ended
   bool begin_pending_ = false;  // its begin is not sent yet (it goes with its first operation)
+  uint32_t pipelined_ = 0;      // gets sent or queued, not received (ids next_id_ - pipelined_ ...)
+  std::string body_;            // the request body being built (reused: no allocation per call)
   std::string out_;             // frames being sent
-  std::string in_;              // bytes read, not yet consumed
+  std::string in_;              // in_[in_head_, in_len_): bytes read, not yet consumed
+  size_t in_head_ = 0;
+  size_t in_len_ = 0;
+  size_t consumed_ = 0;        // the last reply frame's bytes, consumed at the next read_reply()
+  uint32_t spin_skip_ = 0;     // waits left that sleep at once (fill())
+  uint32_t spin_backoff_ = 0;  // the next skip after a poll that ran out
 };
 
 }  // namespace shoal

@@ -4,11 +4,13 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -24,7 +26,12 @@ using proto::Op;
 
 namespace {
 
+// Each recv() asks for at least this much room (grown once at connect: no per-read fill).
 constexpr size_t kReadBytes = 64 << 10;
+// Waits that do not poll after a poll ran out, at most (Client::fill).
+constexpr uint32_t kSpinSkipMax = 256;
+// Queued pipelined requests are sent once they are this many bytes (a socket buffer's worth).
+constexpr size_t kFlushBytes = 64 << 10;
 constexpr uint64_t kBackoffMinNs = 50'000;      // run(): the first retry's wait, at most
 constexpr uint64_t kBackoffMaxNs = 20'000'000;  // and the cap
 
@@ -58,17 +65,17 @@ Result<int> dial(const std::string& host, uint16_t port, int timeout_ms) {
   return fd;
 }
 
-std::string key_frame_body(std::string_view key) {
-  std::string body;
-  proto::FrameWriter(&body).str(key);
-  return body;
+uint64_t mono_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
 }
 
 }  // namespace
 
 struct Client::Reply {
   Code code = Code::kOk;
-  std::string body;  // an ok reply's fields; an error's message
+  std::string_view body;  // an ok reply's fields; an error's message (into Client::in_)
   Status status() const {
     if (code == Code::kOk) return Status::Ok();
     proto::FrameReader r(body);
@@ -91,6 +98,7 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& host, uint16_
   c->fd_ = *fd;
   c->server_ = fmt::format("{}:{}", host, port);
   c->options_ = options;
+  c->in_.resize(kReadBytes);  // once: recv() writes into it without filling it first
   set_timeout(c->fd_, SO_SNDTIMEO, options.io_timeout_ms);
   set_timeout(c->fd_, SO_RCVTIMEO, options.io_timeout_ms);
   SHOAL_TRY(c->handshake());
@@ -142,12 +150,21 @@ Client::~Client() {
 Status Client::broken(Status why) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  in_.clear();
+  in_head_ = in_len_ = consumed_ = 0;
+  out_.clear();
+  pipelined_ = 0;  // their replies will not come
   return why;
 }
 
+Status Client::check_idle(const char* what) const {
+  if (pipelined_ == 0) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "{}: {} pipelined gets outstanding (receive_get() them first)", what, pipelined_));
+}
+
 Status Client::handshake() {
-  SHOAL_TRY(send_all(proto::hello(proto::kVersion, options_.password)));
+  out_ = proto::hello(proto::kVersion, options_.password);
+  SHOAL_TRY(send_out());
   Reply r;
   SHOAL_TRY(read_reply(0, &r));
   if (r.code != Code::kOk) return broken(r.status());
@@ -162,49 +179,85 @@ Status Client::handshake() {
   return Status::Ok();
 }
 
-Status Client::send_all(std::string_view bytes) {
+Status Client::send_out() {
   if (fd_ < 0) return Status::Unavailable(fmt::format("not connected to {}", server_));
+  std::string_view bytes(out_);
   while (!bytes.empty()) {
-    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       bytes.remove_prefix(static_cast<size_t>(n));
-    } else if (n < 0 && errno == EINTR) {
       continue;
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      return broken(Status::Timeout(fmt::format("server {} takes no input", server_)));
-    } else {
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
       return broken(
           Status::Unavailable(fmt::format("server {}: send failed: {}", server_, strerror(errno))));
     }
+    // The socket is full: the server may be waiting for us to read its replies (pipelined
+    // requests) before it reads more, so take what it sent while waiting for room.
+    pollfd p{fd_, POLLIN | POLLOUT, 0};
+    const int ready = ::poll(&p, 1, options_.io_timeout_ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      return broken(Status::Timeout(fmt::format("server {} takes no input", server_)));
+    }
+    if ((p.revents & POLLIN) != 0) {
+      const int64_t got = recv_some(MSG_DONTWAIT);
+      if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        return broken(Status::Unavailable(fmt::format("server {} closed the connection", server_)));
+      }
+    } else if ((p.revents & (POLLERR | POLLHUP)) != 0 && (p.revents & POLLOUT) == 0) {
+      return broken(Status::Unavailable(fmt::format("server {}: connection lost", server_)));
+    }
   }
+  out_.clear();
   return Status::Ok();
 }
 
-Status Client::read_reply(uint64_t id, Reply* reply) {
-  for (;;) {  // each pass reads more bytes, or returns
-    Result<proto::FrameView> f = proto::next_frame(in_, proto::kMaxReplyFrameBytes);
-    if (!f.ok()) return broken(Status::Corruption("reply: " + f.status().message()));
-    if (f->total_bytes > 0) {
-      if (f->id != id && f->id != 0) {
-        return broken(Status::Corruption(
-            fmt::format("server {} answered request {} when {} was due", server_, f->id, id)));
+int64_t Client::recv_some(int flags) {
+  if (in_head_ > 0 && in_.size() - in_len_ < kReadBytes) {  // the unread tail to the front
+    std::memmove(in_.data(), in_.data() + in_head_, in_len_ - in_head_);
+    in_len_ -= in_head_;
+    in_head_ = 0;
+  }
+  // Grows only for replies larger than the buffer (or many pipelined ones read at once).
+  if (in_.size() - in_len_ < kReadBytes) in_.resize(in_len_ + kReadBytes);
+  const ssize_t n = ::recv(fd_, in_.data() + in_len_, in_.size() - in_len_, flags);
+  if (n > 0) in_len_ += static_cast<size_t>(n);
+  return n;
+}
+
+Status Client::fill() {
+  if (fd_ < 0) return Status::Unavailable(fmt::format("not connected to {}", server_));
+  // Poll first, bounded: a reply that comes within spin_us saves the sleep and the wake-up.
+  // A poll that runs out without one (a slow request, or a machine with no core to spare for
+  // both us and the server: then polling only delays the server) doubles spin_backoff_ (up to
+  // kSpinSkipMax), a reply caught while polling halves it; after either, the next
+  // spin_backoff_ waits sleep at once. So a client that keeps missing polls about once per
+  // kSpinSkipMax waits, and it takes a run of caught replies to poll every time again.
+  uint64_t spin_ns = static_cast<uint64_t>(std::max(options_.spin_us, 0)) * 1000;
+  if (spin_skip_ > 0) {
+    --spin_skip_;
+    spin_ns = 0;
+  }
+  const uint64_t start = spin_ns > 0 ? mono_ns() : 0;
+  for (bool spinning = spin_ns > 0;;) {
+    if (spinning && mono_ns() - start >= spin_ns) {
+      spinning = false;
+      spin_backoff_ = std::min(std::max(2 * spin_backoff_, 1u), kSpinSkipMax);
+      spin_skip_ = spin_backoff_;
+    }
+    const int64_t n = recv_some(spinning ? MSG_DONTWAIT : 0);
+    if (n > 0) {
+      if (spinning) {
+        spin_backoff_ /= 2;
+        spin_skip_ = spin_backoff_;
       }
-      reply->code = static_cast<Code>(f->op_or_code);
-      reply->body.assign(f->body);
-      in_.erase(0, f->total_bytes);
-      // An id of 0 on a request's reply: the server refused the connection or the stream.
-      if (f->id != id && reply->code == Code::kOk) return broken(Status::Corruption("reply id 0"));
-      if (f->id != id) return broken(reply->status());
       return Status::Ok();
     }
-    if (fd_ < 0) return Status::Unavailable(fmt::format("not connected to {}", server_));
-    const size_t have = in_.size();
-    in_.resize(have + kReadBytes);
-    const ssize_t n = ::recv(fd_, in_.data() + have, kReadBytes, 0);
-    in_.resize(have + static_cast<size_t>(std::max<ssize_t>(n, 0)));
-    if (n > 0) continue;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (spinning) continue;
       return broken(Status::Timeout(
           fmt::format("server {} did not answer within {} ms", server_, options_.io_timeout_ms)));
     }
@@ -214,9 +267,37 @@ Status Client::read_reply(uint64_t id, Reply* reply) {
   }
 }
 
-Status Client::call(uint8_t op, const std::string& body, Reply* reply) {
+Status Client::read_reply(uint64_t id, Reply* reply) {
+  in_head_ += consumed_;  // the previous reply's frame: its body is no longer referenced
+  consumed_ = 0;
+  for (;;) {  // each pass reads more bytes, or returns
+    const std::string_view buf(in_.data() + in_head_, in_len_ - in_head_);
+    Result<proto::FrameView> f = proto::next_frame(buf, proto::kMaxReplyFrameBytes);
+    if (!f.ok()) return broken(Status::Corruption("reply: " + f.status().message()));
+    if (f->total_bytes > 0) {
+      if (f->id != id && f->id != 0) {
+        return broken(Status::Corruption(
+            fmt::format("server {} answered request {} when {} was due", server_, f->id, id)));
+      }
+      reply->code = static_cast<Code>(f->op_or_code);
+      reply->body = f->body;
+      consumed_ = f->total_bytes;
+      // An id of 0 on a request's reply: the server refused the connection or the stream.
+      if (f->id != id && reply->code == Code::kOk) return broken(Status::Corruption("reply id 0"));
+      if (f->id != id) {
+        const Status why = reply->status();
+        return broken(why);
+      }
+      return Status::Ok();
+    }
+    SHOAL_TRY(fill());
+  }
+}
+
+Status Client::call(uint8_t op, Reply* reply) {
   if (fd_ < 0)
     return Status::Unavailable(fmt::format("not connected to {} (connect again)", server_));
+  SHOAL_TRY(check_idle(proto::op_name(op)));
   out_.clear();
   proto::FrameWriter w(&out_);
   const bool in_txn = op <= static_cast<uint8_t>(Op::kAbort);
@@ -229,23 +310,68 @@ Status Client::call(uint8_t op, const std::string& body, Reply* reply) {
   }
   const uint64_t id = next_id_++;
   w.begin(id, op);
-  out_.append(body);
+  out_.append(body_);
   (void)w.end();
-  SHOAL_TRY(send_all(out_));
+  SHOAL_TRY(send_out());
   if (begin_id != 0) {
     Reply begun;
     SHOAL_TRY(read_reply(begin_id, &begun));
+    const Status begun_status = begun.status();  // its body goes with the next read
     SHOAL_TRY(read_reply(id, reply));
-    if (begun.code != Code::kOk) return begun.status();  // the operation failed as well
+    if (!begun_status.ok()) return begun_status;  // the operation failed as well
   } else {
     SHOAL_TRY(read_reply(id, reply));
   }
   return Status::Ok();
 }
 
+Status Client::send_get(std::string_view key, Durability durability) {
+  if (fd_ < 0)
+    return Status::Unavailable(fmt::format("not connected to {} (connect again)", server_));
+  SHOAL_TRY(proto::check_key(key));
+  if (txn_open_) return Status::InvalidArgument("send_get: a transaction is open");
+  if (pipelined_ >= kMaxPipelined) {
+    return Status::InvalidArgument(
+        fmt::format("send_get: {} gets outstanding, the most a client pipelines (receive first)",
+                    kMaxPipelined));
+  }
+  proto::FrameWriter w(&out_);  // behind the gets queued before it
+  w.begin(next_id_++, static_cast<uint8_t>(Op::kGetOne));
+  w.u8(static_cast<uint8_t>(durability));
+  w.str(key);
+  (void)w.end();
+  ++pipelined_;
+  if (out_.size() >= kFlushBytes) return send_out();
+  return Status::Ok();
+}
+
+Status Client::flush() {
+  if (out_.empty()) return Status::Ok();
+  return send_out();
+}
+
+Status Client::receive_get(std::string* value) {
+  if (pipelined_ == 0) return Status::InvalidArgument("receive_get: no get outstanding");
+  SHOAL_TRY(flush());
+  Reply r;
+  SHOAL_TRY(read_reply(next_id_ - pipelined_, &r));
+  --pipelined_;
+  return get_one_result(r, value);
+}
+
+Status Client::get_one_result(const Reply& r, std::string* value) {
+  SHOAL_TRY(r.status());
+  proto::FrameReader f(r.body);
+  value->assign(f.str());
+  (void)f.u8();
+  if (!f.done()) return broken(Status::Corruption("malformed single-key get reply"));
+  return Status::Ok();
+}
+
 Result<Transaction> Client::begin() {
   if (fd_ < 0)
     return Status::Unavailable(fmt::format("not connected to {} (connect again)", server_));
+  SHOAL_TRY(check_idle("begin"));
   if (txn_open_) {
     return Status::InvalidArgument("begin: this client has a transaction open (one at a time)");
   }
@@ -282,18 +408,13 @@ Status Client::run(const std::function<Status(Transaction&)>& fn, RunOptions opt
 
 Status Client::get(std::string_view key, std::string* value, Durability durability) {
   SHOAL_TRY(proto::check_key(key));
-  std::string body;
-  proto::FrameWriter w(&body);
+  body_.clear();
+  proto::FrameWriter w(&body_);
   w.u8(static_cast<uint8_t>(durability));
   w.str(key);
   Reply r;
-  SHOAL_TRY(call(static_cast<uint8_t>(Op::kGetOne), body, &r));
-  SHOAL_TRY(r.status());
-  proto::FrameReader f(r.body);
-  value->assign(f.str());
-  (void)f.u8();
-  if (!f.done()) return broken(Status::Corruption("malformed single-key get reply"));
-  return Status::Ok();
+  SHOAL_TRY(call(static_cast<uint8_t>(Op::kGetOne), &r));
+  return get_one_result(r, value);
 }
 
 Result<CommitResult> Client::put(std::string_view key, std::string_view value,
@@ -309,13 +430,13 @@ Result<CommitResult> Client::del(std::string_view key, Durability durability) {
 Result<CommitResult> Client::write_one(uint8_t op, std::string_view key,
                                        const std::string_view* value, Durability durability) {
   SHOAL_TRY(proto::check_key(key));
-  std::string body;
-  proto::FrameWriter w(&body);
+  body_.clear();
+  proto::FrameWriter w(&body_);
   w.u8(static_cast<uint8_t>(durability));
   w.str(key);
   if (value != nullptr) w.str(*value);
   Reply r;
-  SHOAL_TRY(call(op, body, &r));
+  SHOAL_TRY(call(op, &r));
   SHOAL_TRY(r.status());
   proto::FrameReader f(r.body);
   CommitResult c{f.u8() != 0};
@@ -359,8 +480,10 @@ Status ended() {
 Status Transaction::get(std::string_view key, std::string* value) {
   if (!open()) return ended();
   SHOAL_TRY(proto::check_key(key));
+  client_->body_.clear();
+  proto::FrameWriter(&client_->body_).str(key);
   Client::Reply r;
-  Status s = client_->call(static_cast<uint8_t>(Op::kGet), key_frame_body(key), &r);
+  Status s = client_->call(static_cast<uint8_t>(Op::kGet), &r);
   if (s.ok()) s = r.status();
   if (s.ok()) {
     proto::FrameReader f(r.body);
@@ -376,12 +499,12 @@ Status Transaction::put(std::string_view key, std::string_view value) {
   if (!open()) return ended();
   SHOAL_TRY(proto::check_key(key));
   SHOAL_TRY(proto::check_value(value));
-  std::string body;
-  proto::FrameWriter w(&body);
+  client_->body_.clear();
+  proto::FrameWriter w(&client_->body_);
   w.str(key);
   w.str(value);
   Client::Reply r;
-  Status s = client_->call(static_cast<uint8_t>(Op::kPut), body, &r);
+  Status s = client_->call(static_cast<uint8_t>(Op::kPut), &r);
   if (s.ok()) s = r.status();
   if (!s.ok() && s.code() != Code::kInvalidArgument) finish();
   return s;
@@ -390,8 +513,10 @@ Status Transaction::put(std::string_view key, std::string_view value) {
 Status Transaction::del(std::string_view key) {
   if (!open()) return ended();
   SHOAL_TRY(proto::check_key(key));
+  client_->body_.clear();
+  proto::FrameWriter(&client_->body_).str(key);
   Client::Reply r;
-  Status s = client_->call(static_cast<uint8_t>(Op::kDel), key_frame_body(key), &r);
+  Status s = client_->call(static_cast<uint8_t>(Op::kDel), &r);
   if (s.ok()) s = r.status();
   if (!s.ok() && s.code() != Code::kInvalidArgument) finish();
   return s;
@@ -407,14 +532,14 @@ Status Transaction::scan(std::string_view start, std::string_view end, uint32_t 
   std::string cursor(start);
   bool exclusive = false;
   for (uint32_t left = limit; left > 0;) {  // a reply per pass; each shows >= 1 key or ends
-    std::string body;
-    proto::FrameWriter w(&body);
+    client_->body_.clear();
+    proto::FrameWriter w(&client_->body_);
     w.str(cursor);
     w.u8(exclusive ? 1 : 0);
     w.str(end);
     w.u32(left);
     Client::Reply r;
-    Status s = client_->call(static_cast<uint8_t>(Op::kScan), body, &r);
+    Status s = client_->call(static_cast<uint8_t>(Op::kScan), &r);
     if (s.ok()) s = r.status();
     if (!s.ok()) {
       if (s.code() != Code::kInvalidArgument) finish();
@@ -444,10 +569,10 @@ Status Transaction::scan(std::string_view start, std::string_view end, uint32_t 
 
 Result<CommitResult> Transaction::commit(Durability durability) {
   if (!open()) return ended();
-  std::string body(1, static_cast<char>(durability));
-  Client::Reply r;
   Client* c = client_;
-  const Status sent = c->call(static_cast<uint8_t>(Op::kCommit), body, &r);
+  c->body_.assign(1, static_cast<char>(durability));
+  Client::Reply r;
+  const Status sent = c->call(static_cast<uint8_t>(Op::kCommit), &r);
   finish();  // whatever the outcome, it has ended
   SHOAL_TRY(sent);
   SHOAL_TRY(r.status());
@@ -463,8 +588,9 @@ Status Transaction::abort() {
   const bool sent = !c->begin_pending_;
   finish();
   if (!sent) return Status::Ok();  // nothing reached the server
+  c->body_.clear();
   Client::Reply r;
-  SHOAL_TRY(c->call(static_cast<uint8_t>(Op::kAbort), std::string(), &r));
+  SHOAL_TRY(c->call(static_cast<uint8_t>(Op::kAbort), &r));
   return r.status();
 }
 

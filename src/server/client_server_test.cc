@@ -243,6 +243,57 @@ TEST_F(ClientServer, SingleKeyOperationsOnBothShards) {
   EXPECT_EQ(v, mib);
 }
 
+// Pipelined single-key gets: results in the order sent, across both shards, absent keys as
+// NotFound, the bound on outstanding gets, and no other call while any is outstanding. Long
+// keys with large values: a megabyte of requests against megabytes of replies, which the
+// library reads while it still sends (else both sides could wait on full sockets).
+TEST_F(ClientServer, PipelinedGets) {
+  auto c = connect(0);
+  ASSERT_NE(c, nullptr);
+  const std::string big_key(8192, 'b');  // shard 0
+  const std::string big_value(64 << 10, 'v');
+  ASSERT_TRUE(c->put("apple", "red").ok());
+  ASSERT_TRUE(c->put("zebra", "striped").ok());  // shard 1, through shard 0
+  ASSERT_TRUE(c->put(big_key, big_value).ok());
+  std::string v;
+  EXPECT_EQ(c->receive_get(&v).code(), Code::kInvalidArgument);  // none outstanding
+  for (uint32_t i = 0; i < Client::kMaxPipelined; ++i) {
+    const char* small[] = {"apple", "zebra", "nokey"};
+    ASSERT_TRUE(c->send_get(i % 2 == 0 ? std::string_view(big_key) : small[i % 3]).ok()) << i;
+  }
+  EXPECT_EQ(c->outstanding(), Client::kMaxPipelined);
+  EXPECT_EQ(c->send_get("apple").code(), Code::kInvalidArgument);  // over the bound
+  EXPECT_EQ(c->get("apple", &v).code(), Code::kInvalidArgument);   // gets outstanding
+  EXPECT_EQ(c->begin().status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(c->send_get("").code(), Code::kInvalidArgument);  // a key under the limits
+  ASSERT_TRUE(c->flush().ok());
+  for (uint32_t i = 0; i < Client::kMaxPipelined; ++i) {
+    const Status s = c->receive_get(&v);
+    if (i % 2 == 0) {
+      ASSERT_TRUE(s.ok()) << i << ": " << s.to_string();
+      ASSERT_EQ(v, big_value) << i;
+    } else if (i % 3 == 2) {
+      ASSERT_TRUE(s.is_not_found()) << i << ": " << s.to_string();
+    } else {
+      ASSERT_TRUE(s.ok()) << i << ": " << s.to_string();
+      ASSERT_EQ(v, i % 3 == 0 ? "red" : "striped") << i;
+    }
+  }
+  EXPECT_EQ(c->outstanding(), 0u);
+  EXPECT_EQ(c->receive_get(&v).code(), Code::kInvalidArgument);
+  // The client goes on as before, and so does a transaction.
+  ASSERT_TRUE(c->get("zebra", &v).ok());
+  EXPECT_EQ(v, "striped");
+  ASSERT_TRUE(c->send_get("apple").ok());
+  ASSERT_TRUE(c->receive_get(&v).ok());  // receive_get() sends what is queued
+  EXPECT_EQ(v, "red");
+  auto t = c->begin();
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(c->send_get("apple").code(), Code::kInvalidArgument);  // a transaction is open
+  ASSERT_TRUE(t->get("apple", &v).ok());
+  ASSERT_TRUE(t->commit().ok());
+}
+
 // Transfers between a key of each shard, through both servers at once, with a reader
 // checking the total in its own transactions: every committed transaction is all or nothing.
 TEST_F(ClientServer, CrossShardTransactionsAreAtomic) {

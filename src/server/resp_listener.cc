@@ -143,7 +143,9 @@ bool StreamWorker<P>::prepare_wake(void* self, int fds[rt::kMaxPollerFds]) {
   if (w->acks_ != nullptr && w->acks_->acknowledged() != w->acks_seen_ && !w->gated_.empty()) {
     return false;
   }
-  fds[0] = w->epoll_fd_;
+  // Without clients the epoll set is empty: a new one arrives by hand_off(), whose post wakes
+  // the loop.
+  if (w->live_ > 0) fds[0] = w->epoll_fd_;
   return true;
 }
 
@@ -219,7 +221,9 @@ bool StreamWorker<P>::poll() {
     did = true;
   }
   epoll_event events[kEventsPerPoll];
-  const int n = epoll_fd_ >= 0 ? epoll_wait(epoll_fd_, events, kEventsPerPoll, 0) : 0;
+  // No clients, no events: skip the system call, which the spinning loop would otherwise make
+  // on every pass for a port nobody uses (a server has two: Redis and the client protocol).
+  const int n = epoll_fd_ >= 0 && live_ > 0 ? epoll_wait(epoll_fd_, events, kEventsPerPoll, 0) : 0;
   for (int i = 0; i < n; ++i) {
     auto* c = static_cast<Client*>(events[i].data.ptr);
     if ((events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) c->readable = true;

@@ -9,11 +9,12 @@
 //
 // StreamWorker<P>: one per worker loop and port. A loop poller drains an epoll set (edge
 // triggered) of its clients; the loop sleeps in ppoll on the epoll fd like on its other
-// sockets. Each client is a P::Connection (resp::Connection, or ClientConnection for the
-// client protocol) whose requests run as coroutines on this loop over the worker's
-// DistKvBackend: a request that waits for another shard suspends, and a small task resumes
-// the connection when it ends, so one loop serves many clients and its 2PC traffic.
-// Per poll, at most kActivePerPoll clients are served, each for at most one read and one
+// sockets (a worker without clients makes no epoll_wait: its loop spins between requests, and
+// a port nobody uses would cost a system call on every pass). Each client is a P::Connection
+// (resp::Connection, or ClientConnection for the client protocol) whose requests run as coroutines
+// on this loop over the worker's DistKvBackend: a request that waits for another shard suspends,
+// and a small task resumes the connection when it ends, so one loop serves many clients and its 2PC
+// traffic. Per poll, at most kActivePerPoll clients are served, each for at most one read and one
 // process() turn (max_requests_per_turn), so nobody holds the loop.
 // Back-pressure: a client's socket is read only while its connection wants input (its output
 // under the soft limit, no request in flight); output beyond the hard limit closes it.

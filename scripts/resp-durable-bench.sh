@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The Redis port with durable replies against redis-server with appendfsync always
+# (docs/RESULTS.md, "Durable redis-benchmark"): Shoal 1 shard x 3 replicas (`shoal cluster up
+# --fsync always`, the config's batch_us 4000 and `--batch-us 1000`) and Debian's
+# redis-server (`--appendonly yes --appendfsync always`, a scratch dir outside the repo),
+# alternating, ROUNDS times (default 3): `redis-benchmark -t set,get,incr,mset -n N -c 50
+# -P {1,16} --csv` each (N default 200000). Prints "## round R WHAT -P P load L" headers and
+# redis-benchmark's CSV.
+# Usage: scripts/resp-durable-bench.sh [ROUNDS] [N]   (SHOAL_BIN_DIR: default build/release)
+set -u
+root="$(cd "$(dirname "$0")/.." && pwd)"
+shoal="${SHOAL_BIN_DIR:-$root/build/release}/shoal"
+rounds="${1:-3}"
+n="${2:-200000}"
+dir="$(mktemp -d)"
+base=$(( 18000 + RANDOM % 1000 * 2 ))
+trap '"$shoal" cluster down --config "$dir/c3.toml" --run-dir "$dir/run" > /dev/null 2>&1; rm -rf "$dir"' EXIT
+cat > "$dir/c3.toml" <<TOML
+[cluster]
+name = "durable3"
+transport = "tcp"
+workers = 1
+replicas = 3
+
+[[region]]
+name = "r0"
+[[region]]
+name = "r1"
+[[region]]
+name = "r2"
+
+[[shard]]
+id = 0
+partition_lo = 1
+partition_hi = 2
+[[shard.replica]]
+region = "r0"
+host = "127.0.0.1"
+port = $base
+resp_port = $(( base + 10 ))
+[[shard.replica]]
+region = "r1"
+host = "127.0.0.1"
+port = $(( base + 2 ))
+[[shard.replica]]
+region = "r2"
+host = "127.0.0.1"
+port = $(( base + 4 ))
+TOML
+rb() {  # port label
+  for p in 1 16; do
+    echo "## $2 -P $p load $(cut -d' ' -f1-3 /proc/loadavg)"
+    timeout 900 redis-benchmark -p "$1" -t set,get,incr,mset -n "$n" -c 50 -P "$p" --csv
+  done
+}
+for round in $(seq "$rounds"); do
+  for what in shoal4000 redis shoal1000; do
+    case $what in
+      shoal*)
+        bu=${what#shoal}
+        timeout 120 "$shoal" cluster up --config "$dir/c3.toml" --run-dir "$dir/run" --fresh \
+          --fsync always --keys-per-partition 1000 --batch-us "$bu" > "$dir/up.log" 2>&1 ||
+          { cat "$dir/up.log"; exit 1; }
+        rb $(( base + 10 )) "round $round shoal batch_us=$bu"
+        timeout 60 "$shoal" cluster down --config "$dir/c3.toml" --run-dir "$dir/run" > /dev/null 2>&1
+        ;;
+      redis)
+        mkdir -p "$dir/redis" && rm -rf "$dir/redis/"*
+        redis-server --port $(( base + 20 )) --dir "$dir/redis" --save "" --appendonly yes \
+          --appendfsync always > "$dir/redis.log" 2>&1 &
+        rpid=$!
+        sleep 1
+        rb $(( base + 20 )) "round $round redis appendfsync=always"
+        kill "$rpid"; wait "$rpid" 2>/dev/null
+        ;;
+    esac
+  done
+done
