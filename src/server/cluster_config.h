@@ -9,9 +9,17 @@
 
 #include "shoal/status.h"
 #include "src/cluster/config.h"
+#include "src/net/fabric_transport.h"
+#include "src/repl/peer_link.h"
 
 namespace shoal::server {
 
 [[nodiscard]] Result<cluster::ClusterConfig> load_cluster_config(const std::string& path);
+
+// How a replicated shard's followers reach its leader under this config's transport (the
+// config's transport is the host's: shm and fabric mean every replica runs here).
+repl::LinkKind replication_link(const cluster::ClusterConfig& config);
+// The fabric transport's options under this config (its fabric_provider, if any).
+net::FabricOptions fabric_options(const cluster::ClusterConfig& config);
 
 }  // namespace shoal::server
