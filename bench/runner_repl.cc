@@ -82,9 +82,6 @@ Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload, 
     case cluster::TransportKind::kFabric:
       lo.link = repl::LinkKind::kFabric;
       break;
-    case cluster::TransportKind::kUring:
-      lo.link = repl::LinkKind::kUring;
-      break;
   }
   lo.appender.limits.batch_txns_max = options.batch_txns;
   lo.appender.limits.batch_age_ns_max = static_cast<uint64_t>(options.batch_us * 1e3);

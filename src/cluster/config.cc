@@ -27,19 +27,15 @@ std::string_view transport_name(TransportKind kind) {
       return "shm";
     case TransportKind::kFabric:
       return "fabric";
-    case TransportKind::kUring:
-      return "uring";
   }
   return "?";
 }
 
 Result<TransportKind> transport_kind(std::string_view name) {
-  for (TransportKind k :
-       {TransportKind::kTcp, TransportKind::kShm, TransportKind::kFabric, TransportKind::kUring}) {
+  for (TransportKind k : {TransportKind::kTcp, TransportKind::kShm, TransportKind::kFabric}) {
     if (transport_name(k) == name) return k;
   }
-  return Status::InvalidArgument(
-      fmt::format("transport '{}' is not tcp, shm, fabric or uring", name));
+  return Status::InvalidArgument(fmt::format("transport '{}' is not tcp, shm or fabric", name));
 }
 
 const Shard* ClusterConfig::shard_for_partition(uint64_t key) const {
@@ -345,13 +341,21 @@ Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
   else if (transport == "fabric")
     c->transport = TransportKind::kFabric;
   else if (transport == "uring")
-    c->transport = TransportKind::kUring;
+    // Wired once (branch helper-fabric, 2026-12-03) and withdrawn: a uring send blocked on a
+    // full socket stops receiving once its provided buffers are full (tcp keeps reading:
+    // read_while_blocked), and a leader and a follower installing a load stalled each other
+    // for send_timeout_ns in 2 of 4 runs. Refused rather than silently run over TCP.
+    return field_error(
+        "cluster.transport",
+        "'uring' is not available to shard servers and replication (a blocked uring send stops "
+        "receiving, which stalls replication: docs/TRANSPORTS.md; `shoal bench transport "
+        "--transport uring` measures it); use tcp, shm or fabric");
   else if (transport == "sim")
     return field_error("cluster.transport",
-                       "'sim' is the simulator's network (sim/), not a cluster's; use tcp, shm, "
-                       "fabric or uring");
+                       "'sim' is the simulator's network (sim/), not a cluster's; use tcp, shm or "
+                       "fabric");
   else
-    return field_error("cluster.transport", "'" + transport + "' is not tcp, shm, fabric or uring");
+    return field_error("cluster.transport", "'" + transport + "' is not tcp, shm or fabric");
   SHOAL_TRY(read_string(v["fabric_provider"], "cluster.fabric_provider", &c->fabric_provider));
   uint64_t workers = c->workers_per_shard, replicas = c->replicas_per_shard;
   uint64_t batch_txns = c->batch_txns;

@@ -17,15 +17,13 @@
 namespace shoal::cluster {
 
 // What shard servers (2PC between them) and replication (leader <-> followers) run over:
-// tcp; uring (the same frames on the same TCP ports, moved by io_uring: net/uring_transport.h);
-// shm (one host); or fabric (libfabric RMA, net/fabric_transport.h; one host until a real RDMA
-// provider: the rendezvous is an abstract unix socket and the software provider binds
-// 127.0.0.1). Control clients (the bench's controller, `cluster` commands) dial tcp whatever
-// this says; a uring server answers them on its uring endpoints.
-enum class TransportKind : uint8_t { kTcp, kShm, kFabric, kUring };
+// tcp; shm (one host); or fabric (libfabric RMA, net/fabric_transport.h; one host until a real
+// RDMA provider: the rendezvous is an abstract unix socket and the software provider binds
+// 127.0.0.1). Control connections (the bench's controller, `cluster` commands) are tcp
+// whatever this says. uring is refused (see parse_config: its blocked send stops receiving).
+enum class TransportKind : uint8_t { kTcp, kShm, kFabric };
 std::string_view transport_name(TransportKind kind);
-// The kind a name (transport_name's) stands for: the bench flags' --transport
-// tcp|shm|fabric|uring.
+// The kind a name (transport_name's) stands for: the bench flags' --transport tcp|shm|fabric.
 // InvalidArgument naming the choices otherwise.
 [[nodiscard]] Result<TransportKind> transport_kind(std::string_view name);
 

@@ -1,12 +1,13 @@
 // Fabric-transport specific tests (the conformance suite covers the common contract): a peer
 // that registers a too-small ring, a writer that announces bytes past the ring's bounds, stale
-// epochs, the rendezvous over loopback TCP and by abstract unix name across processes,
-// loopback-only addresses.
+// epochs, the rendezvous over loopback TCP and by abstract unix name across processes (and
+// its same-uid rule, as shm_access_test.cc checks shm's), loopback-only addresses.
 #include "src/net/fabric_transport.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -188,6 +189,39 @@ TEST_F(FabricTest, RendezvousByLocalNameAcrossProcesses) {
   auto none = FabricEndpoint::connect_local(name + "-nobody", {}, {}, 50);
   EXPECT_FALSE(none.ok());
   EXPECT_LT(mono_ns() - start, 2'000'000'000u);
+}
+
+// The local rendezvous admits processes of our uid only, both ways. The other user is a child
+// that drops to nobody (uid 65534): needs root, skipped otherwise.
+constexpr uid_t kNobody = 65534;
+
+TEST_F(FabricTest, LocalRendezvousRefusesAnotherUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a child as another user";
+  const std::string name = "shoal-fabric-uid-" + std::to_string(getpid());
+  auto listener = FabricListener::listen_local(name);
+  ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+  Status accepted;
+  std::thread acceptor([&] {
+    auto e = listener->accept(10'000);
+    accepted = e.ok() ? Status::Ok() : e.status();
+  });
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the dialer of another user: refused before any hello
+    if (setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(99);
+    _exit(FabricEndpoint::connect_local(name, {}, {}, 5000).ok() ? 1 : 0);
+  }
+  acceptor.join();
+  EXPECT_EQ(wait_child(pid), 0) << "the other user's connect_local got an endpoint";
+  EXPECT_EQ(accepted.code(), Code::kPermissionDenied) << accepted.to_string();
+  // And a listener of another user on a name: our dialer refuses it.
+  const std::string squatted = name + "-squatted";
+  const pid_t squatter =
+      fork_squatter_as_nobody([&] { return FabricListener::listen_local(squatted); });
+  ASSERT_GT(squatter, 0) << "the squatter could not listen";
+  auto dialed = FabricEndpoint::connect_local(squatted, {}, {}, 5000);
+  EXPECT_EQ(dialed.status().code(), Code::kPermissionDenied) << dialed.status().to_string();
+  EXPECT_EQ(wait_child(squatter), 0) << "the squatter got an endpoint";
 }
 
 TEST(FabricAddressTest, OnlyLoopbackAddresses) {

@@ -538,12 +538,6 @@ TcpListener::~TcpListener() {
 }
 
 Result<TcpEndpoint> TcpListener::accept(uint64_t timeout_ms) {
-  auto fd = accept_fd(timeout_ms);
-  if (!fd.ok()) return fd.status();
-  return TcpEndpoint::adopt(*fd, options_);
-}
-
-Result<int> TcpListener::accept_fd(uint64_t timeout_ms) {
   pollfd p{fd_, POLLIN, 0};
   if (::poll(&p, 1, static_cast<int>(timeout_ms)) <= 0) {
     return Status::Timeout("tcp accept: no connection");
@@ -561,7 +555,7 @@ Result<int> TcpListener::accept_fd(uint64_t timeout_ms) {
           fmt::format("tcp accept: refused {}:{}: {}", ip, ntohs(from.sin_port), s.message()));
     }
   }
-  return fd;
+  return TcpEndpoint::adopt(fd, options_);
 }
 
 }  // namespace shoal::net

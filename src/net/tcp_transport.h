@@ -154,11 +154,6 @@ class TcpListener {
   ~TcpListener();
   uint16_t port() const { return port_; }
   [[nodiscard]] Result<TcpEndpoint> accept(uint64_t timeout_ms = 5000);
-  // The same connection as a socket (blocking mode, the dialer authenticated as accept()
-  // does; the caller owns it): for another transport of the same frames on a TCP stream
-  // (UringEndpoint::adopt). Timeout when nobody came; InvalidArgument naming a refused dialer.
-  [[nodiscard]] Result<int> accept_fd(uint64_t timeout_ms = 5000);
-  const EndpointOptions& options() const { return options_; }
 
  private:
   EndpointOptions options_;

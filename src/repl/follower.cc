@@ -1028,14 +1028,6 @@ Status Follower::run(const std::atomic<bool>* stop) {
       return ep.status();
     }
     ep_.emplace(std::move(*ep), options_.receive_shape);
-  } else if (options_.link == LinkKind::kUring) {
-    auto ep = net::UringEndpoint::connect(options_.leader_host, options_.leader_port, eo, {},
-                                          options_.connect_timeout_ms);
-    if (!ep.ok()) {
-      leader_unreachable_ = true;
-      return ep.status();
-    }
-    ep_.emplace(std::move(*ep), options_.receive_shape);
   } else {
     auto ep = net::TcpEndpoint::connect(options_.leader_host, options_.leader_port, eo,
                                         options_.connect_timeout_ms);

@@ -608,23 +608,9 @@ Result<TakeoverResult> ReplicationLeader::wait_takeover(uint64_t timeout_ms) {
   return takeover_result_;
 }
 
-Result<RawEndpoint> ReplicationLeader::accept_tcp(uint64_t timeout_ms) {
-  if (options_.link != LinkKind::kUring) {
-    auto ep = listener_.accept(timeout_ms);
-    if (!ep.ok()) return ep.status();
-    return RawEndpoint(std::move(*ep));
-  }
-  auto fd = listener_.accept_fd(timeout_ms);
-  if (!fd.ok()) return fd.status();
-  // Its ring is made by its first user, the replication thread (io_uring SINGLE_ISSUER).
-  auto ep = net::UringEndpoint::adopt(*fd, listener_.options());
-  if (!ep.ok()) return ep.status();
-  return RawEndpoint(std::move(*ep));
-}
-
 void ReplicationLeader::authenticating_acceptor_main() {
   while (!stop_.load(std::memory_order_acquire)) {
-    auto ep = accept_tcp(100);  // a slice: stop() joins within it plus one handshake
+    auto ep = listener_.accept(100);  // a slice: stop() joins within it plus one handshake
     if (!ep.ok()) {
       if (ep.status().code() == Code::kInvalidArgument) {
         fmt::print(stderr, "replication: {}\n", ep.status().message());
@@ -659,7 +645,7 @@ void ReplicationLeader::accept_connections() {
     authenticated_.clear();
   }
   for (int i = 0; i < 4 && !authenticating_; ++i) {
-    auto ep = accept_tcp(0);
+    auto ep = listener_.accept(0);
     if (!ep.ok()) break;
     greeting_.emplace_back(std::move(*ep));
   }

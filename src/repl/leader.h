@@ -107,8 +107,7 @@ struct LeaderOptions {
   std::vector<net::LinkShape> receive_shapes;
   // kShm: also accept followers on this host over shared memory (replication_shm_name of
   // listen_host and the TCP port); kFabric: over libfabric (replication_fabric_name, with
-  // `fabric`'s provider). TCP stays open for the others. kUring: the TCP port's connections
-  // are io_uring endpoints (UringEndpoint::adopt of the accepted socket).
+  // `fabric`'s provider). TCP stays open for the others.
   LinkKind link = LinkKind::kTcp;
   net::FabricOptions fabric;
   AppenderOptions appender;  // shard/stream are set per stream
@@ -314,8 +313,6 @@ class ReplicationLeader {
   // cannot stall the replication loop, and parks what it accepted here (at most
   // kAuthenticatedMax, taken by accept_connections()).
   void authenticating_acceptor_main();
-  // One connection from the TCP listener, as the link's endpoint (tcp, or uring for kUring).
-  Result<RawEndpoint> accept_tcp(uint64_t timeout_ms);
   static constexpr size_t kAuthenticatedMax = 16;
   std::mutex authenticated_mu_;
   std::vector<RawEndpoint> authenticated_;  // both acceptor threads park theirs here

@@ -1,5 +1,4 @@
-// PeerLink: one replication connection, over TCP (the socket calls of tcp_transport or the
-// io_uring of uring_transport: the same frames) or, between replicas on one host, shared
+// PeerLink: one replication connection, over TCP or, between replicas on one host, shared
 // memory (the leader's send is then one memcpy of the entry into the follower's receive ring:
 // no socket copies, no loopback stack) or fabric (the same ring written by libfabric RMA:
 // net/fabric_transport.h). WAN-shaped when its shape has a delay. Without a delay
@@ -20,7 +19,6 @@
 #include "src/net/fabric_transport.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
-#include "src/net/uring_transport.h"
 #include "src/net/wan_shaper.h"
 #include "src/runtime/endpoint_wake.h"
 
@@ -51,12 +49,11 @@ inline std::string replication_fabric_name(const std::string& host, uint16_t por
   return "shoal-repl-fabric-" + host + "-" + std::to_string(port);
 }
 
-// How followers reach their leader: TCP (kTcp, kUring) always works; shared memory and fabric
-// (loopback software providers until an RDMA NIC) only on one host.
-enum class LinkKind : uint8_t { kTcp, kShm, kFabric, kUring };
+// How followers reach their leader: TCP always works; shared memory and fabric (loopback
+// software providers until an RDMA NIC) only on one host.
+enum class LinkKind : uint8_t { kTcp, kShm, kFabric };
 
-using RawEndpoint =
-    std::variant<net::TcpEndpoint, net::ShmEndpoint, net::FabricEndpoint, net::UringEndpoint>;
+using RawEndpoint = std::variant<net::TcpEndpoint, net::ShmEndpoint, net::FabricEndpoint>;
 
 class PeerLink {
  public:
@@ -112,8 +109,7 @@ class PeerLink {
  private:
   std::variant<net::TcpEndpoint, net::WanShaped<net::TcpEndpoint>, net::ShmEndpoint,
                net::WanShaped<net::ShmEndpoint>, net::FabricEndpoint,
-               net::WanShaped<net::FabricEndpoint>, net::UringEndpoint,
-               net::WanShaped<net::UringEndpoint>>
+               net::WanShaped<net::FabricEndpoint>>
       ep_;
 };
 

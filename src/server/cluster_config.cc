@@ -23,8 +23,6 @@ repl::LinkKind replication_link(const cluster::ClusterConfig& config) {
       return repl::LinkKind::kShm;
     case cluster::TransportKind::kFabric:
       return repl::LinkKind::kFabric;
-    case cluster::TransportKind::kUring:
-      return repl::LinkKind::kUring;
   }
   return repl::LinkKind::kTcp;
 }

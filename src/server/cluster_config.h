@@ -1,8 +1,10 @@
 // How every process of a cluster (shard servers, followers, `cluster` commands, the bench
 // against a running cluster) loads its config: parse and validate it, and, when it names a
 // secret_file, make that secret the process's (src/net/auth.h), so that each TCP connection
-// it opens or accepts proves it.
-// Threads: call it at start-up, before other threads dial or accept.
+// it opens or accepts proves it. Also what the config's transport means for the replication
+// links (replication_link, fabric_options): one mapping for servers and followers.
+// Threads: call load_cluster_config at start-up, before other threads dial or accept; the
+// mappings are pure functions.
 #pragma once
 
 #include <string>

@@ -39,7 +39,6 @@
 #include "src/net/fabric_transport.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
-#include "src/net/uring_transport.h"
 #include "src/ops/metrics_http.h"
 #include "src/repl/bootstrap.h"
 #include "src/repl/follower.h"
@@ -121,7 +120,7 @@ rt::RpcOptions data_rpc_options() {
 class ShardServer;
 
 // A connection this worker dialed to another shard: its coordinator's link there. Over the
-// config's transport (tcp or uring, or shm or fabric between processes of one host).
+// config's transport (tcp, or shm or fabric between processes of one host).
 struct Peer {
   virtual ~Peer() = default;
   virtual dist::ShardLink* link() = 0;
@@ -481,15 +480,6 @@ class ShardServer {
   std::vector<net::ShmEndpoint> shm_pending_;
   std::vector<net::FabricEndpoint> fabric_pending_;
   std::vector<net::TcpEndpoint> tcp_pending_;
-  std::vector<net::UringEndpoint> uring_pending_;  // transport uring: tcp_pending_'s place
-  // Transport uring: a connection the TCP listener accepted, as a uring endpoint (its ring is
-  // made by the worker that first polls it); control clients dial tcp, the same frames.
-  [[nodiscard]] Result<net::UringEndpoint> accept_uring(uint64_t timeout_ms) {
-    auto fd = listener_.accept_fd(timeout_ms);
-    if (!fd.ok()) return fd.status();
-    return net::UringEndpoint::adopt(*fd, listener_.options());
-  }
-  bool uring() const { return config_.transport == cluster::TransportKind::kUring; }
   std::unique_ptr<ControlPlane> control_;  // transport shm or fabric only
   // Replication (after engine_: the leader reads it; before workers_: they hold its appenders).
   std::unique_ptr<repl::ReplicationLeader> replication_;
@@ -880,15 +870,6 @@ Status ShardServer::connect_to(uint32_t shard, uint64_t deadline_ns, F&& with) {
                                              fab.status().to_string()));
     }
     return with(std::move(*fab));
-  }
-  if (uring()) {
-    auto ur = net::UringEndpoint::connect(r.host, r.port, {}, {}, left_ms);
-    if (!ur.ok()) {
-      return Status::Unavailable(
-          fmt::format("shard {} at {}:{} did not accept a uring connection within {} ms: {}", shard,
-                      r.host, r.port, left_ms, ur.status().to_string()));
-    }
-    return with(std::move(*ur));
   }
   auto tcp = net::TcpEndpoint::connect(r.host, r.port, {}, left_ms);
   if (!tcp.ok()) {
@@ -1478,12 +1459,6 @@ void ShardServer::accept_loop() {
   while (!g_stop.load()) {
     if (early_tcp_) {
       std::this_thread::sleep_for(std::chrono::milliseconds(kAcceptSliceMs / 10));
-    } else if (uring()) {
-      if (auto ur = accept_uring(kAcceptSliceMs); ur.ok()) {
-        hand_out(std::move(*ur), &next);
-      } else {
-        note_refused(options_.shard, ur.status());
-      }
     } else if (auto tcp = listener_.accept(kAcceptSliceMs); tcp.ok()) {
       hand_out(std::move(*tcp), &next);
     } else {
@@ -1492,18 +1467,15 @@ void ShardServer::accept_loop() {
     std::vector<net::ShmEndpoint> shm;
     std::vector<net::FabricEndpoint> fabric;
     std::vector<net::TcpEndpoint> tcp;
-    std::vector<net::UringEndpoint> ur;
     {
       std::lock_guard<std::mutex> lock(early_mu_);
       shm.swap(shm_pending_);
       fabric.swap(fabric_pending_);
       tcp.swap(tcp_pending_);
-      ur.swap(uring_pending_);
     }
     for (auto& e : shm) hand_out(std::move(e), &next);
     for (auto& e : fabric) hand_out(std::move(e), &next);
     for (auto& e : tcp) hand_out(std::move(e), &next);
-    for (auto& e : ur) hand_out(std::move(e), &next);
   }
 }
 
@@ -1552,14 +1524,7 @@ Status ShardServer::start_early_acceptor() {
                      e.status().to_string());
         }
       }
-      if (early_tcp_ && uring()) {
-        if (auto e = accept_uring(slice_ms); e.ok()) {
-          std::lock_guard<std::mutex> lock(early_mu_);
-          if (uring_pending_.size() < kIncomingMax * 4) uring_pending_.push_back(std::move(*e));
-        } else {
-          note_refused(options_.shard, e.status());
-        }
-      } else if (early_tcp_) {
+      if (early_tcp_) {
         if (auto e = listener_.accept(slice_ms); e.ok()) {
           std::lock_guard<std::mutex> lock(early_mu_);
           if (tcp_pending_.size() < kIncomingMax * 4) tcp_pending_.push_back(std::move(*e));
