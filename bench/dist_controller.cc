@@ -143,6 +143,16 @@ LocalCluster::~LocalCluster() {
   }
 }
 
+// The transport as the report names it: fabric with the provider its servers ask for (the
+// config's, else SHOAL_FABRIC_PROVIDER, which they inherit, else the default).
+static std::string transport_label(const cluster::ClusterConfig& config) {
+  std::string label(cluster::transport_name(config.transport));
+  if (config.transport == cluster::TransportKind::kFabric) {
+    label += " (" + net::FabricEndpoint::provider_name(server::fabric_options(config)) + ")";
+  }
+  return label;
+}
+
 Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   const bool tpcc = o.workload == "tpcc";
   if (tpcc && o.warehouses < o.shards) {
@@ -153,8 +163,9 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
                                            tpcc ? o.warehouses : o.shards, 10000);
   if (!config.ok()) return config.status();
   lc->config = std::move(*config);
-  lc->config.transport =
-      o.transport == "tcp" ? cluster::TransportKind::kTcp : cluster::TransportKind::kShm;
+  auto kind = cluster::transport_kind(o.transport);
+  if (!kind.ok()) return kind.status();
+  lc->config.transport = *kind;  // fabric: the provider from SHOAL_FABRIC_PROVIDER or default
   SHOAL_TRY(assign_free_ports(&lc->config, o.client_ports));
   // Every region pair at half the round trip (region-0 holds the leaders).
   for (uint32_t a = 0; a < o.replicas; ++a) {
@@ -678,8 +689,8 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
           : fmt::format("{}% cross-shard requested", o.cross_shard_pct);
   text.insert(0, fmt::format("\nshards: {} over {}, {} worker{} each, {} in flight per worker, "
                              "{}, {:.1f}% of commits cross-shard",
-                             config.shards.size(), cluster::transport_name(config.transport),
-                             workers, workers == 1 ? "" : "s", o.inflight, requested,
+                             config.shards.size(), transport_label(config), workers,
+                             workers == 1 ? "" : "s", o.inflight, requested,
                              total.committed ? 100.0 * static_cast<double>(total.committed_cross) /
                                                    static_cast<double>(total.committed)
                                              : 0.0));
@@ -701,6 +712,9 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
   j["shards"] = config.shards.size();
   j["workers_per_shard"] = workers;
   j["transport"] = cluster::transport_name(config.transport);
+  if (config.transport == cluster::TransportKind::kFabric) {
+    j["fabric_provider"] = net::FabricEndpoint::provider_name(server::fabric_options(config));
+  }
   j["inflight"] = o.inflight;
   if (o.workload == "tpcc") {
     j["warehouses"] = WarehouseMap(config).warehouses();

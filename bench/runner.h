@@ -69,7 +69,7 @@ struct RunOptions {
   std::string fsync = "batch";  // none, batch or always (every replica's WAL)
   // How the followers (all on this host) reach the leader: shm (the leader's send is one copy
   // into the follower's ring) or tcp (loopback, as between machines).
-  std::string replica_transport = "shm";
+  std::string replica_transport = "shm";  // shm, tcp or fabric
   std::string replica_exe;        // the `shoal` binary for followers; empty: this executable
   std::string replica_dir;        // WALs and logs; empty: a fresh directory under $TMPDIR
   bool keep_replica_dir = false;  // keep it after a successful run
@@ -130,7 +130,7 @@ struct ReplicationResult {
   uint32_t batch_txns = 0;
   double batch_us = 0;
   std::string fsync;
-  std::string transport;  // followers' link: shm or tcp
+  std::string transport;  // followers' link: shm, tcp or fabric
   uint64_t entries = 0, log_bytes = 0, logged_txns = 0, floor_entries = 0, buffer_waits = 0;
   uint64_t bootstrap_records = 0;
   double bootstrap_s = 0;  // initial state through the log until every follower installed it

@@ -70,7 +70,19 @@ Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload, 
   lo.replicas = options.replicas;
   lo.receive_shapes.assign(options.replicas, net::LinkShape{rtt_ns / 2, 0});
   lo.receive_shapes[0] = {};
-  lo.link = options.replica_transport == "tcp" ? repl::LinkKind::kTcp : repl::LinkKind::kShm;
+  auto kind = cluster::transport_kind(options.replica_transport);
+  if (!kind.ok()) return kind.status();
+  switch (*kind) {
+    case cluster::TransportKind::kTcp:
+      lo.link = repl::LinkKind::kTcp;
+      break;
+    case cluster::TransportKind::kShm:
+      lo.link = repl::LinkKind::kShm;
+      break;
+    case cluster::TransportKind::kFabric:
+      lo.link = repl::LinkKind::kFabric;
+      break;
+  }
   lo.appender.limits.batch_txns_max = options.batch_txns;
   lo.appender.limits.batch_age_ns_max = static_cast<uint64_t>(options.batch_us * 1e3);
   if (options.replay_lag_ms >= 0) {
@@ -116,8 +128,9 @@ Status ReplicatedRun::spawn_followers(const RunOptions& options) {
   auto config = cluster::make_local_config(1, options.replicas, options.workers, 1, 20000);
   if (!config.ok()) return config.status();
   config->name = "bench";
-  config->transport = options.replica_transport == "tcp" ? cluster::TransportKind::kTcp
-                                                         : cluster::TransportKind::kShm;
+  auto kind = cluster::transport_kind(options.replica_transport);
+  if (!kind.ok()) return kind.status();
+  config->transport = *kind;
   // Followers dial cluster::replication_port(replica 0) = its port + 1.
   config->shards[0].replicas[0].port = static_cast<uint16_t>(leader_->port() - 1);
   for (uint32_t a = 0; a < options.replicas; ++a) {

@@ -190,8 +190,11 @@ void add_dist_micro_options(CLI::App* micro, server::DistBenchOptions& d) {
   micro->add_option("--inflight", d.inflight, "Transactions in flight per worker (coroutines)")
       ->check(number_in(1u, 1024u, false, "in [1, 1024]"))
       ->capture_default_str();
-  micro->add_option("--transport", d.transport, "Between the local shard servers: shm or tcp")
-      ->check(CLI::IsMember({"shm", "tcp"}))
+  micro
+      ->add_option("--transport", d.transport,
+                   "Between the local shard servers: shm, tcp or fabric (libfabric; "
+                   "provider: SHOAL_FABRIC_PROVIDER, default tcp;ofi_rxm)")
+      ->check(CLI::IsMember({"shm", "tcp", "fabric"}))
       ->capture_default_str();
   micro->add_option("--keys-per-shard", d.keys_per_partition, "Keys per shard (local cluster)")
       ->check(number_in(uint64_t{4}, uint64_t{1'000'000'000}, false, "in [4, 1e9]"))
@@ -211,8 +214,10 @@ void add_dist_bank_options(CLI::App* bank, server::DistBenchOptions& d) {
   bank->add_option("--inflight", d.inflight, "Transactions in flight per worker (coroutines)")
       ->check(number_in(1u, 1024u, false, "in [1, 1024]"))
       ->capture_default_str();
-  bank->add_option("--transport", d.transport, "Between the local shard servers: shm or tcp")
-      ->check(CLI::IsMember({"shm", "tcp"}))
+  bank->add_option("--transport", d.transport,
+                   "Between the local shard servers and from their followers: shm, tcp "
+                   "or fabric (libfabric; provider: SHOAL_FABRIC_PROVIDER, default tcp;ofi_rxm)")
+      ->check(CLI::IsMember({"shm", "tcp", "fabric"}))
       ->capture_default_str();
   bank->add_option("--replicas", d.replicas,
                    "Replicas of each shard, leader included (1: no replication; a local run)")
@@ -265,8 +270,9 @@ void add_dist_tpcc_options(CLI::App* tpcc, server::DistBenchOptions& d) {
                    "Terminals per worker across shards (coroutines; default 8)")
       ->check(number_in(1u, 1024u, false, "in [1, 1024]"));
   tpcc->add_option("--transport", d.transport,
-                   "Between the local shard servers and from their followers: shm or tcp")
-      ->check(CLI::IsMember({"shm", "tcp"}))
+                   "Between the local shard servers and from their followers: shm, tcp "
+                   "or fabric (libfabric; provider: SHOAL_FABRIC_PROVIDER, default tcp;ofi_rxm)")
+      ->check(CLI::IsMember({"shm", "tcp", "fabric"}))
       ->capture_default_str();
   tpcc->add_flag("--baseline", d.baseline,
                  "First run single-shard TPC-C in-process (1 warehouse, 1 worker, same seconds) "

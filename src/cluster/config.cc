@@ -25,8 +25,17 @@ std::string_view transport_name(TransportKind kind) {
       return "tcp";
     case TransportKind::kShm:
       return "shm";
+    case TransportKind::kFabric:
+      return "fabric";
   }
   return "?";
+}
+
+Result<TransportKind> transport_kind(std::string_view name) {
+  for (TransportKind k : {TransportKind::kTcp, TransportKind::kShm, TransportKind::kFabric}) {
+    if (transport_name(k) == name) return k;
+  }
+  return Status::InvalidArgument(fmt::format("transport '{}' is not tcp, shm or fabric", name));
 }
 
 const Shard* ClusterConfig::shard_for_partition(uint64_t key) const {
@@ -186,6 +195,27 @@ Status validate_kv_split_keys(const ClusterConfig& c) {
 
 Status ClusterConfig::validate() const {
   if (name.empty()) return field_error("cluster.name", "must not be empty");
+  if (fabric_provider.size() > 31 || fabric_provider.find_first_of("\"\\\n") != std::string::npos) {
+    return field_error("cluster.fabric_provider",
+                       "at most 31 bytes, without quotes, backslashes or line ends");
+  }
+  if (!fabric_provider.empty() && transport != TransportKind::kFabric) {
+    return field_error("cluster.fabric_provider", "applies to transport = \"fabric\" only");
+  }
+  if (transport == TransportKind::kFabric) {
+    // The software providers bind 127.0.0.1 and the rendezvous is an abstract unix socket.
+    for (const Shard& sh : shards) {
+      for (size_t r = 0; r < sh.replicas.size(); ++r) {
+        if (!sh.replicas[r].host.starts_with("127.")) {
+          return field_error(
+              fmt::format("shard[{}].replica[{}].host", sh.id, r),
+              fmt::format("'{}': transport fabric runs on one host (a loopback address) until an "
+                          "RDMA provider is wired",
+                          sh.replicas[r].host));
+        }
+      }
+    }
+  }
   if (workers_per_shard < 1 || workers_per_shard > 256) {
     return field_error("cluster.workers", "must be in [1, 256]");
   }
@@ -296,10 +326,10 @@ Status for_each_table_in_array(NodeView v, const std::string& field, Fn&& fn) {
 Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
   const toml::table* t = root["cluster"].as_table();
   if (t == nullptr) return field_error("cluster", "missing [cluster] table");
-  SHOAL_TRY(reject_unknown_keys(
-      *t, "cluster",
-      {"name", "transport", "workers", "replicas", "batch_txns", "batch_us", "replay_lag_ms",
-       "leader_timeout_ms", "kv_split_keys", "resp_password_file", "secret_file"}));
+  SHOAL_TRY(reject_unknown_keys(*t, "cluster",
+                                {"name", "transport", "workers", "replicas", "batch_txns",
+                                 "batch_us", "replay_lag_ms", "leader_timeout_ms", "kv_split_keys",
+                                 "resp_password_file", "secret_file", "fabric_provider"}));
   NodeView v{*t};
   SHOAL_TRY(read_string(v["name"], "cluster.name", &c->name));
   std::string transport = std::string(transport_name(c->transport));
@@ -308,19 +338,25 @@ Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
     c->transport = TransportKind::kTcp;
   else if (transport == "shm")
     c->transport = TransportKind::kShm;
-  else if (transport == "uring" || transport == "fabric")
-    // Both pass the transport conformance suite but are not wired into the shard servers
-    // and replication yet: refused rather than silently run over TCP.
-    return field_error("cluster.transport",
-                       "'" + transport +
-                           "' is not available to shard servers and replication yet (`shoal "
-                           "bench transport --transport " +
-                           transport + "` measures it); use tcp or shm");
+  else if (transport == "fabric")
+    c->transport = TransportKind::kFabric;
+  else if (transport == "uring")
+    // Wired once (branch helper-fabric, 2026-12-03) and withdrawn: a uring send blocked on a
+    // full socket stops receiving once its provided buffers are full (tcp keeps reading:
+    // read_while_blocked), and a leader and a follower installing a load stalled each other
+    // for send_timeout_ns in 2 of 4 runs. Refused rather than silently run over TCP.
+    return field_error(
+        "cluster.transport",
+        "'uring' is not available to shard servers and replication (a blocked uring send stops "
+        "receiving, which stalls replication: docs/TRANSPORTS.md; `shoal bench transport "
+        "--transport uring` measures it); use tcp, shm or fabric");
   else if (transport == "sim")
     return field_error("cluster.transport",
-                       "'sim' is the simulator's network (sim/), not a cluster's; use tcp or shm");
+                       "'sim' is the simulator's network (sim/), not a cluster's; use tcp, shm or "
+                       "fabric");
   else
-    return field_error("cluster.transport", "'" + transport + "' is not tcp or shm");
+    return field_error("cluster.transport", "'" + transport + "' is not tcp, shm or fabric");
+  SHOAL_TRY(read_string(v["fabric_provider"], "cluster.fabric_provider", &c->fabric_provider));
   uint64_t workers = c->workers_per_shard, replicas = c->replicas_per_shard;
   uint64_t batch_txns = c->batch_txns;
   SHOAL_TRY(read_uint(v["workers"], "cluster.workers", 1, 256, &workers));
@@ -498,6 +534,9 @@ std::string ClusterConfig::to_toml() const {
     out += fmt::format("resp_password_file = \"{}\"\n", resp_password_file);
   }
   if (!secret_file.empty()) out += fmt::format("secret_file = \"{}\"\n", secret_file);
+  if (!fabric_provider.empty()) {
+    out += fmt::format("fabric_provider = \"{}\"\n", fabric_provider);
+  }
   for (const Region& r : regions) out += fmt::format("\n[[region]]\nname = \"{}\"\n", r.name);
   for (const WanLink& l : wan) {
     out += fmt::format("\n[[wan]]\nfrom = \"{}\"\nto = \"{}\"\none_way_ms = {}\njitter_ms = {}\n",

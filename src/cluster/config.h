@@ -16,10 +16,16 @@
 
 namespace shoal::cluster {
 
-// What shard servers and replication run over (uring and fabric exist as transports, src/net,
-// but are not wired into them: a config naming them is refused).
-enum class TransportKind : uint8_t { kTcp, kShm };
+// What shard servers (2PC between them) and replication (leader <-> followers) run over:
+// tcp; shm (one host); or fabric (libfabric RMA, net/fabric_transport.h; one host until a real
+// RDMA provider: the rendezvous is an abstract unix socket and the software provider binds
+// 127.0.0.1). Control connections (the bench's controller, `cluster` commands) are tcp
+// whatever this says. uring is refused (see parse_config: its blocked send stops receiving).
+enum class TransportKind : uint8_t { kTcp, kShm, kFabric };
 std::string_view transport_name(TransportKind kind);
+// The kind a name (transport_name's) stands for: the bench flags' --transport tcp|shm|fabric.
+// InvalidArgument naming the choices otherwise.
+[[nodiscard]] Result<TransportKind> transport_kind(std::string_view name);
 
 struct Region {
   std::string name;
@@ -96,6 +102,10 @@ std::vector<std::string> default_kv_split_keys(uint32_t shards);
 struct ClusterConfig {
   std::string name = "shoal";
   TransportKind transport = TransportKind::kTcp;
+  // transport fabric: the libfabric provider ([cluster] fabric_provider, e.g. "tcp;ofi_rxm",
+  // "sockets"); empty: the environment's SHOAL_FABRIC_PROVIDER, else net's default
+  // (kDefaultFabricProvider, tcp;ofi_rxm). At most 31 bytes (it travels in the hello).
+  std::string fabric_provider;
   uint32_t workers_per_shard = 1;
   uint32_t replicas_per_shard = 1;
   // Replicated shards: a worker's stream seals its log entry after batch_txns transactions

@@ -94,6 +94,33 @@ TEST(ClusterConfig, RoundTripsThroughToml) {
   for (uint64_t w = 1; w <= 10; ++w) EXPECT_NE(again->shard_for_partition(w), nullptr) << w;
 }
 
+// transport = "fabric" (issue 16): parsed with its provider and written back the same; one
+// host only.
+TEST(ClusterConfig, FabricTransportAndProviderRoundTrip) {
+  std::string text = kGood;
+  const std::string from = "transport = \"shm\"";
+  text.replace(text.find(from), from.size(),
+               "transport = \"fabric\"\nfabric_provider = \"tcp;ofi_rxm\"");
+  auto c = parse_config(text);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->transport, TransportKind::kFabric);
+  EXPECT_EQ(c->fabric_provider, "tcp;ofi_rxm");
+  auto again = parse_config(c->to_toml());
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->to_toml(), c->to_toml());
+  EXPECT_EQ(again->transport, TransportKind::kFabric);
+  EXPECT_EQ(again->fabric_provider, "tcp;ofi_rxm");
+  // One host only (the software provider binds 127.0.0.1; the rendezvous is a unix name).
+  const std::string host = "host = \"127.0.0.1\"";
+  text.replace(text.find(host), host.size(), "host = \"10.0.0.1\"");
+  auto remote = parse_config(text);
+  ASSERT_FALSE(remote.ok());
+  EXPECT_NE(remote.status().message().find(
+                "shard[0].replica[0].host: '10.0.0.1': transport fabric runs on one host"),
+            std::string::npos)
+      << remote.status().to_string();
+}
+
 TEST(ClusterConfig, MetricsPortIsOptionalAndRoundTrips) {
   auto plain = parse_config(kGood);
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
@@ -189,11 +216,15 @@ struct BadCase {
 TEST(ClusterConfig, BadConfigsNameTheField) {
   const std::vector<BadCase> cases = {
       {"transport = \"shm\"", "transport = \"carrier-pigeon\"",
-       "cluster.transport: 'carrier-pigeon' is not tcp or shm"},
+       "cluster.transport: 'carrier-pigeon' is not tcp, shm or fabric"},
       {"transport = \"shm\"", "transport = \"uring\"",
-       "cluster.transport: 'uring' is not available to shard servers and replication yet"},
-      {"transport = \"shm\"", "transport = \"fabric\"",
-       "cluster.transport: 'fabric' is not available to shard servers and replication yet"},
+       "cluster.transport: 'uring' is not available to shard servers and replication (a "
+       "blocked uring send stops receiving"},
+      {"transport = \"shm\"", "transport = \"shm\"\nfabric_provider = \"sockets\"",
+       "cluster.fabric_provider: applies to transport = \"fabric\" only"},
+      {"transport = \"shm\"",
+       "transport = \"fabric\"\nfabric_provider = \"a-provider-name-of-thirty-two-by\"",
+       "cluster.fabric_provider: at most 31 bytes"},
       {"transport = \"shm\"", "transport = \"sim\"", "cluster.transport: 'sim' is the simulator's"},
       {"workers = 2", "workers = 0", "cluster.workers"},
       {"workers = 2", "workers = \"two\"", "cluster.workers: expected an integer"},

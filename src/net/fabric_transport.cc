@@ -937,6 +937,32 @@ Result<FabricEndpoint> FabricEndpoint::connect(const std::string& host, uint16_t
   return ep;
 }
 
+Result<FabricEndpoint> FabricEndpoint::connect_local(const std::string& name,
+                                                     const EndpointOptions& options,
+                                                     const FabricOptions& fabric,
+                                                     uint64_t timeout_ms) {
+  SHOAL_TRY(check_options(options));
+  const uint64_t deadline = mono_ns() + timeout_ms * 1'000'000;
+  socklen_t len;
+  const sockaddr_un addr = abstract_unix_address(name, &len);
+  for (;;) {  // bounded by the deadline: the listener may not be up yet
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return socket_errno_status("fabric", "socket", errno);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0) {
+      FabricEndpoint ep(new_state(fd, options, fabric));  // owns fd from here on
+      SHOAL_TRY(check_peer_uid(fd, "fabric", "connect"));
+      SHOAL_TRY(ep.s_->ensure_ready());
+      return ep;
+    }
+    const int err = errno;
+    ::close(fd);
+    if ((err != ECONNREFUSED && err != ENOENT) || mono_ns() >= deadline) {
+      return socket_errno_status("fabric", fmt::format("connect to '{}'", name).c_str(), err);
+    }
+    usleep(1000);
+  }
+}
+
 Status FabricEndpoint::send(uint32_t session, std::span<const uint8_t> bytes) {
   if (!s_) return closed_status();
   State& s = *s_;
@@ -1132,6 +1158,25 @@ Result<FabricListener> FabricListener::listen(const std::string& host, uint16_t 
   return l;
 }
 
+Result<FabricListener> FabricListener::listen_local(const std::string& name,
+                                                    const EndpointOptions& options,
+                                                    const FabricOptions& fabric) {
+  SHOAL_TRY(check_options(options));
+  FabricListener l;
+  l.options_ = options;
+  l.fabric_ = fabric;
+  l.local_ = true;
+  l.fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (l.fd_ < 0) return socket_errno_status("fabric", "socket", errno);
+  socklen_t len;
+  const sockaddr_un addr = abstract_unix_address(name, &len);
+  if (bind(l.fd_, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+    return socket_errno_status("fabric", fmt::format("listen on '{}': bind", name).c_str(), errno);
+  }
+  if (::listen(l.fd_, 64) != 0) return socket_errno_status("fabric", "listen", errno);
+  return l;
+}
+
 FabricListener& FabricListener::operator=(FabricListener&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
@@ -1139,6 +1184,7 @@ FabricListener& FabricListener::operator=(FabricListener&& other) noexcept {
     fabric_ = other.fabric_;
     fd_ = std::exchange(other.fd_, -1);
     port_ = other.port_;
+    local_ = other.local_;
   }
   return *this;
 }
@@ -1154,7 +1200,8 @@ Result<FabricEndpoint> FabricListener::accept(uint64_t timeout_ms) {
   }
   const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
   if (fd < 0) return socket_errno_status("fabric", "accept", errno);
-  FabricEndpoint ep(new_state(fd, options_, fabric_));
+  FabricEndpoint ep(new_state(fd, options_, fabric_));  // owns fd from here on
+  if (local_) SHOAL_TRY(check_peer_uid(fd, "fabric", "accept"));
   SHOAL_TRY(ep.s_->ensure_ready());
   return ep;
 }

@@ -37,7 +37,8 @@
 //
 // Rendezvous: fabric address, region address, key and ring size are exchanged as a
 // FabricHello over a stream socket (RDMA systems use a side channel the same way):
-// FabricListener/connect() on loopback TCP, pair() on a socketpair. The socket stays open
+// FabricListener/connect() on loopback TCP, listen_local()/connect_local() on an abstract unix
+// socket name (the shard servers and replication), pair() on a socketpair. The socket stays open
 // afterwards only to report the peer's death (hang-up), checked when idle, as on shm. Each side
 // then sends one small RMA write so that the provider's connection is up before the first
 // frame (tcp;ofi_rxm connects lazily). A hello whose ring is too small, not a power of two,
@@ -115,6 +116,14 @@ class FabricEndpoint {
                                                       const EndpointOptions& options = {},
                                                       const FabricOptions& fabric = {},
                                                       uint64_t timeout_ms = 5000);
+  // The same with the rendezvous on an abstract unix socket name (FabricListener::
+  // listen_local), as shm names its listeners: how the shard servers and replication meet,
+  // with no port to allocate. Retries a name nobody listens on yet until timeout_ms; the
+  // listener must run as our uid (PermissionDenied otherwise).
+  [[nodiscard]] static Result<FabricEndpoint> connect_local(const std::string& name,
+                                                            const EndpointOptions& options = {},
+                                                            const FabricOptions& fabric = {},
+                                                            uint64_t timeout_ms = 5000);
 
   FabricEndpoint();
   FabricEndpoint(FabricEndpoint&&) noexcept;
@@ -162,13 +171,19 @@ class FabricEndpoint {
   std::unique_ptr<State> s_;
 };
 
-// Accepts FabricEndpoint::connect() on a loopback TCP port.
+// Accepts FabricEndpoint::connect() on a loopback TCP port, or connect_local() on an
+// abstract unix socket name.
 class FabricListener {
  public:
   // Port 0 picks a free port (see port()). REQUIRES: host is a loopback address.
   [[nodiscard]] static Result<FabricListener> listen(const std::string& host, uint16_t port,
                                                      const EndpointOptions& options = {},
                                                      const FabricOptions& fabric = {});
+  // On an abstract unix socket name (port() is 0); a dialer of another uid is refused at
+  // accept() (PermissionDenied); IOError (EADDRINUSE) when the name is taken.
+  [[nodiscard]] static Result<FabricListener> listen_local(const std::string& name,
+                                                           const EndpointOptions& options = {},
+                                                           const FabricOptions& fabric = {});
   FabricListener() = default;
   FabricListener(FabricListener&& other) noexcept { *this = std::move(other); }
   FabricListener& operator=(FabricListener&& other) noexcept;
@@ -183,6 +198,7 @@ class FabricListener {
   FabricOptions fabric_;
   int fd_ = -1;
   uint16_t port_ = 0;
+  bool local_ = false;  // listen_local: check the dialer's uid
 };
 
 static_assert(TransportEndpoint<FabricEndpoint>);

@@ -1,11 +1,13 @@
 // Fabric-transport specific tests (the conformance suite covers the common contract): a peer
 // that registers a too-small ring, a writer that announces bytes past the ring's bounds, stale
-// epochs, the rendezvous over loopback TCP across processes, loopback-only addresses.
+// epochs, the rendezvous over loopback TCP and by abstract unix name across processes (and
+// its same-uid rule, as shm_access_test.cc checks shm's), loopback-only addresses.
 #include "src/net/fabric_transport.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -128,21 +130,24 @@ TEST_F(FabricTest, StaleEpochWritesAreDroppedThenRefused) {
   EXPECT_EQ(b.set_fence_epoch(6).code(), Code::kInvalidArgument);  // fences only move forward
 }
 
+// A forked child's side of the rendezvous tests: echoes one message (session + 1), then waits
+// for the parent's goodbye. Its exit code says how far it got (0: all of it).
+int echo_once(Result<FabricEndpoint> ep) {
+  if (!ep.ok()) return 1;
+  Received r;
+  if (!recv_one(*ep, &r).ok()) return 2;
+  if (!ep->send(r.imm + 1, r.bytes).ok() || !ep->flush().ok()) return 3;
+  if (!recv_one(*ep, &r).ok()) return 4;  // the parent's goodbye
+  return 0;
+}
+
 TEST_F(FabricTest, RendezvousOverLoopbackTcpAcrossProcesses) {
   auto listener = FabricListener::listen("127.0.0.1", 0);
   ASSERT_TRUE(listener.ok()) << listener.status().to_string();
   const uint16_t port = listener->port();
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    auto ep = FabricEndpoint::connect("127.0.0.1", port);
-    if (!ep.ok()) _exit(1);
-    Received r;
-    if (!recv_one(*ep, &r).ok()) _exit(2);
-    if (!ep->send(r.imm + 1, r.bytes).ok() || !ep->flush().ok()) _exit(3);
-    if (!recv_one(*ep, &r).ok()) _exit(4);  // the parent's goodbye
-    _exit(0);
-  }
+  if (pid == 0) _exit(echo_once(FabricEndpoint::connect("127.0.0.1", port)));
   auto ep = listener->accept(10'000);
   ASSERT_TRUE(ep.ok()) << ep.status().to_string();
   const auto big = pattern(3 << 20, 5);  // fragmented, several laps of the 1 MiB ring
@@ -155,6 +160,68 @@ TEST_F(FabricTest, RendezvousOverLoopbackTcpAcrossProcesses) {
   ASSERT_TRUE(ep->send(0, as_bytes("bye")).ok());
   ASSERT_TRUE(ep->flush().ok());
   EXPECT_EQ(wait_child(pid), 0);
+}
+
+// The shard servers' and replication's rendezvous (listen_local/connect_local): a name, no
+// port; a name is taken once; nobody listening is an error within the dialer's timeout.
+TEST_F(FabricTest, RendezvousByLocalNameAcrossProcesses) {
+  const std::string name = "shoal-fabric-test-" + std::to_string(getpid());
+  auto listener = FabricListener::listen_local(name);
+  ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+  EXPECT_EQ(listener->port(), 0);
+  EXPECT_FALSE(FabricListener::listen_local(name).ok());  // taken
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(echo_once(FabricEndpoint::connect_local(name)));
+  auto ep = listener->accept(10'000);
+  ASSERT_TRUE(ep.ok()) << ep.status().to_string();
+  const auto msg = pattern(100'000, 9);
+  ASSERT_TRUE(ep->send(7, msg).ok());
+  ASSERT_TRUE(ep->flush().ok());
+  Received r;
+  ASSERT_TRUE(recv_one(*ep, &r).ok());
+  EXPECT_EQ(r.imm, 8u);
+  EXPECT_TRUE(r.bytes == msg);
+  ASSERT_TRUE(ep->send(0, as_bytes("bye")).ok());
+  ASSERT_TRUE(ep->flush().ok());
+  EXPECT_EQ(wait_child(pid), 0);
+  const uint64_t start = mono_ns();
+  auto none = FabricEndpoint::connect_local(name + "-nobody", {}, {}, 50);
+  EXPECT_FALSE(none.ok());
+  EXPECT_LT(mono_ns() - start, 2'000'000'000u);
+}
+
+// The local rendezvous admits processes of our uid only, both ways. The other user is a child
+// that drops to nobody (uid 65534): needs root, skipped otherwise.
+constexpr uid_t kNobody = 65534;
+
+TEST_F(FabricTest, LocalRendezvousRefusesAnotherUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a child as another user";
+  const std::string name = "shoal-fabric-uid-" + std::to_string(getpid());
+  auto listener = FabricListener::listen_local(name);
+  ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+  Status accepted;
+  std::thread acceptor([&] {
+    auto e = listener->accept(10'000);
+    accepted = e.ok() ? Status::Ok() : e.status();
+  });
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the dialer of another user: refused before any hello
+    if (setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(99);
+    _exit(FabricEndpoint::connect_local(name, {}, {}, 5000).ok() ? 1 : 0);
+  }
+  acceptor.join();
+  EXPECT_EQ(wait_child(pid), 0) << "the other user's connect_local got an endpoint";
+  EXPECT_EQ(accepted.code(), Code::kPermissionDenied) << accepted.to_string();
+  // And a listener of another user on a name: our dialer refuses it.
+  const std::string squatted = name + "-squatted";
+  const pid_t squatter =
+      fork_squatter_as_nobody([&] { return FabricListener::listen_local(squatted); });
+  ASSERT_GT(squatter, 0) << "the squatter could not listen";
+  auto dialed = FabricEndpoint::connect_local(squatted, {}, {}, 5000);
+  EXPECT_EQ(dialed.status().code(), Code::kPermissionDenied) << dialed.status().to_string();
+  EXPECT_EQ(wait_child(squatter), 0) << "the squatter got an endpoint";
 }
 
 TEST(FabricAddressTest, OnlyLoopbackAddresses) {

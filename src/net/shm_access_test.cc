@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "src/net/shm_transport.h"
+#include "src/net/transport_test_util.h"
 
 namespace shoal::net {
 namespace shm_access_test {  // named, not anonymous: unique in a unity build
@@ -113,28 +114,11 @@ TEST(ShmAccess, ListenerRefusesAnotherUser) {
 TEST(ShmAccess, DialerRefusesAListenerOfAnotherUser) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run a child as another user";
   const std::string name = unique_name("dialer");
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {  // a squatter of another user on the name, accepting one connection
-    ::close(ready[0]);
-    if (setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(99);
-    auto l = ShmListener::listen(name);
-    const char ok = l.ok() ? 1 : 0;
-    if (write(ready[1], &ok, 1) != 1 || !l.ok()) _exit(98);
-    _exit(l->accept(10'000).ok() ? 1 : 0);
-  }
-  ::close(ready[1]);
-  char ok = 0;
-  ASSERT_EQ(read(ready[0], &ok, 1), 1);
-  ::close(ready[0]);
-  ASSERT_EQ(ok, 1);
+  const pid_t pid = test_util::fork_squatter_as_nobody([&] { return ShmListener::listen(name); });
+  ASSERT_GT(pid, 0) << "the squatter could not listen";
   auto dialed = ShmEndpoint::connect(name, {}, 5000);
   EXPECT_EQ(dialed.status().code(), Code::kPermissionDenied) << dialed.status().to_string();
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the squatter got a connection with rings";
+  EXPECT_EQ(test_util::wait_child(pid), 0) << "the squatter got a connection with rings";
 }
 
 }  // namespace shm_access_test

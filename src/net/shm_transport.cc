@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "src/net/socket_util.h"
+
 namespace shoal::net {
 
 namespace {
@@ -48,15 +50,6 @@ Status check_options(const EndpointOptions& o) {
     return Status::InvalidArgument("max_message_bytes above 1 GiB");
   }
   return Status::Ok();
-}
-
-sockaddr_un abstract_address(const std::string& name, socklen_t* len) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  const size_t n = std::min(name.size(), sizeof(addr.sun_path) - 2);
-  std::memcpy(addr.sun_path + 1, name.data(), n);  // sun_path[0] == 0: abstract namespace
-  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
-  return addr;
 }
 
 // Sends `hello` with `fds` (at most kMaxFds) attached as SCM_RIGHTS.
@@ -125,17 +118,7 @@ Status recv_fds(int sock, std::span<Fd> out, Hello* hello, uint64_t timeout_ms) 
 // network namespace) may connect to a listener, or bind a name first. Only processes of our
 // own user share rings with us; SO_PEERCRED gives the peer's at connect()/listen() time.
 Status check_peer_user(int sock, const char* side) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-    return errno_status("shm: SO_PEERCRED");
-  }
-  if (cred.uid != geteuid()) {
-    return Status::PermissionDenied(fmt::format(
-        "shm {}: refused pid {} of uid {}: the transport connects processes of uid {} only", side,
-        cred.pid, cred.uid, geteuid()));
-  }
-  return Status::Ok();
+  return check_peer_uid(sock, "shm", side);
 }
 
 Result<Fd> make_eventfd() {
@@ -249,7 +232,7 @@ Result<ShmEndpoint> ShmEndpoint::connect(const std::string& name, const Endpoint
                                          uint64_t timeout_ms) {
   const uint64_t deadline = mono_ns() + timeout_ms * 1'000'000;
   socklen_t len;
-  const sockaddr_un addr = abstract_address(name, &len);
+  const sockaddr_un addr = abstract_unix_address(name, &len);
   for (;;) {  // bounded by the deadline: the listener may not be up yet
     Fd sock(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
     if (!sock.ok()) return errno_status("socket");
@@ -548,7 +531,7 @@ Result<ShmListener> ShmListener::listen(const std::string& name, const EndpointO
   l.fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (l.fd_ < 0) return errno_status("socket");
   socklen_t len;
-  const sockaddr_un addr = abstract_address(name, &len);
+  const sockaddr_un addr = abstract_unix_address(name, &len);
   if (bind(l.fd_, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
     return errno_status("shm listen: bind");
   }

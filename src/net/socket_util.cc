@@ -5,9 +5,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
+#include "src/net/auth.h"
 #include "src/net/transport.h"
 
 namespace shoal::net {
@@ -44,6 +47,43 @@ Result<int> dial_tcp(const sockaddr_in& addr, uint64_t timeout_ms, const char* t
     }
     usleep(1000);
   }
+}
+
+Result<int> dial_tcp_proven(const sockaddr_in& addr, uint64_t timeout_ms, const char* transport,
+                            const std::string& peer) {
+  auto fd = dial_tcp(addr, timeout_ms, transport);
+  if (!fd.ok()) return fd.status();
+  if (const std::string& secret = cluster_secret(); !secret.empty()) {
+    const Status s = prove_to_acceptor(*fd, secret, peer, std::max(kAuthTimeoutMs, timeout_ms));
+    if (!s.ok()) {
+      ::close(*fd);
+      return s;
+    }
+  }
+  return fd;
+}
+
+sockaddr_un abstract_unix_address(const std::string& name, socklen_t* len) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const size_t n = std::min(name.size(), sizeof(addr.sun_path) - 2);
+  std::memcpy(addr.sun_path + 1, name.data(), n);  // sun_path[0] == 0: abstract namespace
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  return addr;
+}
+
+Status check_peer_uid(int sock, const char* transport, const char* side) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return socket_errno_status(transport, "SO_PEERCRED", errno);
+  }
+  if (cred.uid != geteuid()) {
+    return Status::PermissionDenied(fmt::format(
+        "{} {}: refused pid {} of uid {}: the transport connects processes of uid {} only",
+        transport, side, cred.pid, cred.uid, geteuid()));
+  }
+  return Status::Ok();
 }
 
 }  // namespace shoal::net

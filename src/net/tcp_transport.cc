@@ -65,16 +65,8 @@ Result<TcpEndpoint> TcpEndpoint::connect(const std::string& host, uint16_t port,
                                          const EndpointOptions& options, uint64_t timeout_ms) {
   auto addr = parse_ipv4(host, port);
   if (!addr.ok()) return addr.status();
-  auto fd = dial_tcp(*addr, timeout_ms, "tcp");
+  auto fd = dial_tcp_proven(*addr, timeout_ms, "tcp", fmt::format("tcp {}:{}", host, port));
   if (!fd.ok()) return fd.status();
-  if (const std::string& secret = cluster_secret(); !secret.empty()) {
-    const Status s = prove_to_acceptor(*fd, secret, fmt::format("tcp {}:{}", host, port),
-                                       std::max(kAuthTimeoutMs, timeout_ms));
-    if (!s.ok()) {
-      ::close(*fd);
-      return s;
-    }
-  }
   auto ep = adopt(*fd, options);
   if (!ep.ok()) return ep.status();
   ep->connector_ = true;

@@ -83,4 +83,35 @@ inline int wait_child(pid_t pid) {
   return 128 + WTERMSIG(status);
 }
 
+// A squatter of another user on a rendezvous name (the same-uid rule's tests): forks a child
+// that becomes nobody (uid 65534), listens with `listen()` (a Result of a listener) and
+// accepts once. Returns its pid once it listens, -1 when it could not. Its exit code: 0 when
+// that accept failed (the dialer was refused or refused it), 1 when it got an endpoint.
+// REQUIRES: root.
+template <typename Listen>
+pid_t fork_squatter_as_nobody(Listen listen) {
+  constexpr uid_t kNobody = 65534;
+  int ready[2];
+  if (pipe(ready) != 0) return -1;
+  const pid_t pid = fork();
+  SHOAL_CHECK(pid >= 0);
+  if (pid == 0) {
+    ::close(ready[0]);
+    if (setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(99);
+    auto l = listen();
+    const char ok = l.ok() ? 1 : 0;
+    if (write(ready[1], &ok, 1) != 1 || !l.ok()) _exit(98);
+    _exit(l->accept(10'000).ok() ? 1 : 0);
+  }
+  ::close(ready[1]);
+  char ok = 0;
+  const bool listening = read(ready[0], &ok, 1) == 1 && ok == 1;
+  ::close(ready[0]);
+  if (!listening) {
+    wait_child(pid);
+    return -1;
+  }
+  return pid;
+}
+
 }  // namespace shoal::net::test_util

@@ -684,7 +684,7 @@ Result<UringEndpoint> UringEndpoint::connect(const std::string& host, uint16_t p
                                              const UringOptions& uring, uint64_t timeout_ms) {
   auto addr = parse_ipv4(host, port);
   if (!addr.ok()) return addr.status();
-  auto fd = dial_tcp(*addr, timeout_ms, "uring");
+  auto fd = dial_tcp_proven(*addr, timeout_ms, "uring", fmt::format("uring {}:{}", host, port));
   if (!fd.ok()) return fd.status();
   return adopt(*fd, options, uring);
 }
@@ -915,7 +915,9 @@ uint64_t UringEndpoint::zero_copy_copied() const {
   return s_->zc_copied;
 }
 void UringEndpoint::close() {
-  s_->close();
+  // A moved-from endpoint closes nothing, as tcp's and shm's: replication's leader closes
+  // every connection it still lists, some of them moved into a peer link (it crashed here).
+  if (s_) s_->close();
 }
 
 }  // namespace shoal::net

@@ -79,7 +79,9 @@ class UringEndpoint {
   // rings are created on first use).
   [[nodiscard]] static Result<std::pair<UringEndpoint, UringEndpoint>> pair(
       const EndpointOptions& options = {}, const UringOptions& uring = {});
-  // Connects to host:port (IPv4), retrying refused connections until timeout_ms.
+  // Connects to host:port (IPv4), retrying refused connections until timeout_ms; with a
+  // cluster secret (net/auth.h) proves it first, as TcpEndpoint::connect does (so a
+  // TcpListener, which verifies it, can accept it: the frames are tcp's).
   [[nodiscard]] static Result<UringEndpoint> connect(const std::string& host, uint16_t port,
                                                      const EndpointOptions& options = {},
                                                      const UringOptions& uring = {},

@@ -1,11 +1,16 @@
 // The transport conformance properties (see transport_conformance_test.cc) for the io_uring
 // transport, plus what is specific to it: every ring mode, frames spanning provided buffers,
-// buffer exhaustion (ENOBUFS re-arm), and zero-copy send accounting. Peers that must be able
-// to die run in a fork()ed child that reports through its exit code. Every test skips when
-// this kernel (or its sandbox) offers no io_uring.
+// buffer exhaustion (ENOBUFS re-arm), zero-copy send accounting, a tcp client served by a
+// uring endpoint adopted from an accepted socket (the same frames both ways: what a server
+// serving uring would need), and close() of a moved-from endpoint. Peers that
+// must be able to die run in a fork()ed child that reports through its exit code. Every test skips
+// when this kernel (or its sandbox) offers no io_uring.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +20,7 @@
 #include <vector>
 
 #include "src/base/env.h"
+#include "src/net/tcp_transport.h"
 #include "src/net/transport_test_util.h"
 #include "src/net/uring_transport.h"
 
@@ -190,6 +196,56 @@ TEST_F(UringTransport, ZeroCopySendCountsCopiedNotifications) {
   std::printf("zero-copy sends %llu, of which the kernel copied %llu\n",
               static_cast<unsigned long long>(a.zero_copy_sends()),
               static_cast<unsigned long long>(a.zero_copy_copied()));
+}
+
+// A tcp client (as the shard servers' control clients are) against a uring endpoint adopted
+// from the accepted socket: messages both ways, one of them fragmented, and a one-sided write.
+TEST_F(UringTransport, ServesATcpClient) {
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(lfd, 1), 0);
+  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const uint16_t port = ntohs(addr.sin_port);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the tcp client
+    auto ep = TcpEndpoint::connect("127.0.0.1", port);
+    if (!ep.ok()) _exit(1);
+    Received r;
+    if (!recv_one(*ep, &r).ok()) _exit(2);
+    if (!ep->send(r.imm + 1, r.bytes).ok() || !ep->flush().ok()) _exit(3);
+    if (!ep->write_with_imm(5, 77, as_bytes("one-sided")).ok() || !ep->flush().ok()) _exit(4);
+    if (!recv_one(*ep, &r).ok()) _exit(5);  // the server's goodbye
+    _exit(0);
+  }
+  const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+  ::close(lfd);
+  ASSERT_GE(fd, 0);
+  auto ep = UringEndpoint::adopt(fd);
+  ASSERT_TRUE(ep.ok()) << ep.status().to_string();
+  const auto big = pattern(3 << 20, 3);  // above a frame: fragmented
+  ASSERT_TRUE(ep->send(10, big).ok());
+  ASSERT_TRUE(ep->flush().ok());
+  Received r;
+  ASSERT_TRUE(recv_one(*ep, &r).ok());
+  EXPECT_EQ(r.imm, 11u);
+  EXPECT_TRUE(r.bytes == big);
+  ASSERT_TRUE(recv_one(*ep, &r).ok());
+  EXPECT_EQ(r.kind, Completion::Kind::kWrite);
+  EXPECT_EQ(r.imm, 77u);
+  EXPECT_EQ(r.epoch, 5u);
+  ASSERT_TRUE(ep->send(0, as_bytes("bye")).ok());
+  ASSERT_TRUE(ep->flush().ok());
+  EXPECT_EQ(wait_child(pid), 0);
+  // What replication's leader does with an endpoint it moved into a peer link.
+  UringEndpoint moved = std::move(*ep);
+  ep->close();
+  moved.close();
 }
 
 }  // namespace uring_transport_test

@@ -1018,6 +1018,16 @@ Status Follower::run(const std::atomic<bool>* stop) {
       return ep.status();
     }
     ep_.emplace(std::move(*ep), options_.receive_shape);
+  } else if (options_.link == LinkKind::kFabric) {
+    eo.ring_bytes = shm_ring_bytes_for(eo.max_message_bytes);
+    auto ep = net::FabricEndpoint::connect_local(
+        replication_fabric_name(options_.leader_host, options_.leader_port), eo, options_.fabric,
+        options_.connect_timeout_ms);
+    if (!ep.ok()) {
+      leader_unreachable_ = true;
+      return ep.status();
+    }
+    ep_.emplace(std::move(*ep), options_.receive_shape);
   } else {
     auto ep = net::TcpEndpoint::connect(options_.leader_host, options_.leader_port, eo,
                                         options_.connect_timeout_ms);

@@ -82,7 +82,8 @@ struct FollowerOptions {
   uint16_t leader_port = 0;
   uint32_t leader_replica = 0;     // the replica id of the leader we dial (set_leader changes it)
   net::LinkShape receive_shape;    // WAN delay of what the leader sends us
-  LinkKind link = LinkKind::kTcp;  // kShm: the leader runs on this host (see LeaderOptions)
+  LinkKind link = LinkKind::kTcp;  // kShm, kFabric: the leader runs on this host (LeaderOptions)
+  net::FabricOptions fabric;       // kFabric: the provider (the leader's must be the same)
   std::string data_dir;            // WAL, journal and schema; created if absent
   // The cluster's name: data_dir's identity.json must name it, shard and replica (written
   // when absent; check_replica_identity). Empty: not checked.

@@ -115,6 +115,9 @@ Result<std::unique_ptr<ReplicationLeader>> ReplicationLeader::start(const Leader
     l->authenticating_ = true;
     l->acceptor_ = std::thread([p = l.get()] { p->authenticating_acceptor_main(); });
   }
+  if (l->fabric_listener_) {
+    l->fabric_acceptor_ = std::thread([p = l.get()] { p->fabric_acceptor_main(); });
+  }
   l->thread_ = std::thread([p = l.get()] { p->thread_main(); });
   if (l->deferred_sync_) l->syncer_ = std::thread([p = l.get()] { p->syncer_main(); });
   return l;
@@ -135,6 +138,12 @@ Status ReplicationLeader::init(Takeover* takeover) {
     auto shm = net::ShmListener::listen(replication_shm_name(options_.listen_host, port_), eo);
     if (!shm.ok()) return shm.status();
     shm_listener_.emplace(std::move(*shm));
+  } else if (options_.link == LinkKind::kFabric) {
+    eo.ring_bytes = shm_ring_bytes_for(eo.max_message_bytes);
+    auto fab = net::FabricListener::listen_local(
+        replication_fabric_name(options_.listen_host, port_), eo, options_.fabric);
+    if (!fab.ok()) return fab.status();
+    fabric_listener_.emplace(std::move(*fab));
   }
   rt::LoopOptions lo;
   lo.spin_ns = 5'000;  // the workers need the cores more than we need a fast wake-up
@@ -226,7 +235,8 @@ void ReplicationLeader::stop() {
   }
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_release);
-  if (acceptor_.joinable()) acceptor_.join();  // it looks at stop_ every accept slice
+  if (acceptor_.joinable()) acceptor_.join();                // it looks at stop_ every accept slice
+  if (fabric_acceptor_.joinable()) fabric_acceptor_.join();  // likewise
   // Bounded: the loop drains posts every iteration; retry while its post queue is full.
   while (!loop_->post([](void* l) { static_cast<rt::EventLoop*>(l)->stop(); }, loop_.get()).ok()) {
     std::this_thread::yield();
@@ -612,9 +622,24 @@ void ReplicationLeader::authenticating_acceptor_main() {
   }
 }
 
+void ReplicationLeader::fabric_acceptor_main() {
+  while (!stop_.load(std::memory_order_acquire)) {
+    // A slice: stop() joins within it plus one handshake (bounded by its timeout).
+    auto ep = fabric_listener_->accept(100);
+    if (!ep.ok()) {
+      if (ep.status().code() != Code::kTimeout) {
+        fmt::print(stderr, "replication: fabric accept: {}\n", ep.status().to_string());
+      }
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(authenticated_mu_);
+    if (authenticated_.size() < kAuthenticatedMax) authenticated_.emplace_back(std::move(*ep));
+  }
+}
+
 void ReplicationLeader::accept_connections() {
   // Bounded: at most a few new connections per tick.
-  if (authenticating_) {
+  if (authenticating_ || fabric_listener_) {
     std::lock_guard<std::mutex> lock(authenticated_mu_);
     for (auto& ep : authenticated_) greeting_.emplace_back(std::move(ep));
     authenticated_.clear();

@@ -106,8 +106,10 @@ struct LeaderOptions {
   // receive_shapes[r]: the WAN delay of what replica r sends us (region r -> region 0).
   std::vector<net::LinkShape> receive_shapes;
   // kShm: also accept followers on this host over shared memory (replication_shm_name of
-  // listen_host and the TCP port); TCP stays open for the others.
+  // listen_host and the TCP port); kFabric: over libfabric (replication_fabric_name, with
+  // `fabric`'s provider). TCP stays open for the others.
   LinkKind link = LinkKind::kTcp;
+  net::FabricOptions fabric;
   AppenderOptions appender;  // shard/stream are set per stream
   std::string wal_dir;       // empty: this replica keeps no WAL (its acceptances in memory)
   FsyncPolicy fsync = FsyncPolicy::kBatch;
@@ -313,9 +315,15 @@ class ReplicationLeader {
   void authenticating_acceptor_main();
   static constexpr size_t kAuthenticatedMax = 16;
   std::mutex authenticated_mu_;
-  std::vector<net::TcpEndpoint> authenticated_;
+  std::vector<RawEndpoint> authenticated_;  // both acceptor threads park theirs here
   std::thread acceptor_;
   bool authenticating_ = false;  // set before the threads start; acceptor_ runs
+  // LinkKind::kFabric: a fabric accept completes the provider's handshake (tens to hundreds
+  // of ms on tcp;ofi_rxm), so it runs on a thread of its own as well, parking at most
+  // kAuthenticatedMax endpoints in authenticated_ too.
+  void fabric_acceptor_main();
+  std::optional<net::FabricListener> fabric_listener_;
+  std::thread fabric_acceptor_;
   std::unique_ptr<rt::EventLoop> loop_;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by replica id; [0] unused (us)

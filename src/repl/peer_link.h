@@ -1,6 +1,7 @@
 // PeerLink: one replication connection, over TCP or, between replicas on one host, shared
 // memory (the leader's send is then one memcpy of the entry into the follower's receive ring:
-// no socket copies, no loopback stack). WAN-shaped when its shape has a delay. Without a delay
+// no socket copies, no loopback stack) or fabric (the same ring written by libfabric RMA:
+// net/fabric_transport.h). WAN-shaped when its shape has a delay. Without a delay
 // it is the bare endpoint: the shaper copies every received message into its hold queue, a
 // copy a 100+ MB/s log stream should not pay for nothing.
 //
@@ -15,6 +16,7 @@
 #include <string>
 #include <variant>
 
+#include "src/net/fabric_transport.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
 #include "src/net/wan_shaper.h"
@@ -42,10 +44,16 @@ inline std::string replication_shm_name(const std::string& host, uint16_t port) 
   return "shoal-repl-" + host + "-" + std::to_string(port);
 }
 
-// How followers reach their leader: TCP always works; shared memory only on one host.
-enum class LinkKind : uint8_t { kTcp, kShm };
+// The abstract unix-socket name of the same listener's fabric rendezvous (LinkKind::kFabric).
+inline std::string replication_fabric_name(const std::string& host, uint16_t port) {
+  return "shoal-repl-fabric-" + host + "-" + std::to_string(port);
+}
 
-using RawEndpoint = std::variant<net::TcpEndpoint, net::ShmEndpoint>;
+// How followers reach their leader: TCP always works; shared memory and fabric (loopback
+// software providers until an RDMA NIC) only on one host.
+enum class LinkKind : uint8_t { kTcp, kShm, kFabric };
+
+using RawEndpoint = std::variant<net::TcpEndpoint, net::ShmEndpoint, net::FabricEndpoint>;
 
 class PeerLink {
  public:
@@ -100,7 +108,8 @@ class PeerLink {
 
  private:
   std::variant<net::TcpEndpoint, net::WanShaped<net::TcpEndpoint>, net::ShmEndpoint,
-               net::WanShaped<net::ShmEndpoint>>
+               net::WanShaped<net::ShmEndpoint>, net::FabricEndpoint,
+               net::WanShaped<net::FabricEndpoint>>
       ep_;
 };
 

@@ -15,4 +15,22 @@ Result<cluster::ClusterConfig> load_cluster_config(const std::string& path) {
   return config;
 }
 
+repl::LinkKind replication_link(const cluster::ClusterConfig& config) {
+  switch (config.transport) {
+    case cluster::TransportKind::kTcp:
+      return repl::LinkKind::kTcp;
+    case cluster::TransportKind::kShm:
+      return repl::LinkKind::kShm;
+    case cluster::TransportKind::kFabric:
+      return repl::LinkKind::kFabric;
+  }
+  return repl::LinkKind::kTcp;
+}
+
+net::FabricOptions fabric_options(const cluster::ClusterConfig& config) {
+  net::FabricOptions o;
+  o.provider = config.fabric_provider;  // empty: SHOAL_FABRIC_PROVIDER, else the default
+  return o;
+}
+
 }  // namespace shoal::server

@@ -88,7 +88,7 @@ struct ClusterOptions {
 struct DistBenchOptions {
   std::string workload = "micro";         // micro, tpcc (dist_tpcc.h) or bank (dist_bank.h)
   uint32_t warehouses = 2;                // tpcc, local run: partitions of the config
-  std::string transport = "shm";          // local run: between shard processes (tcp or shm)
+  std::string transport = "shm";          // local run: between shard processes (tcp, shm, fabric)
   bool baseline = false;                  // tpcc: measure a single-shard run first (the CLI does)
   double baseline_committed_per_sec = 0;  // > 0: report per-worker throughput against it
   std::string cluster_path;               // non-empty: run against this running cluster

@@ -42,9 +42,8 @@ Result<repl::FollowerOptions> follower_options(const ReplicaOptions& options,
   fo.leader_host = leader.host;
   fo.leader_port = cluster::replication_port(leader);
   fo.receive_shape = {one_way_ns, 0};
-  // The config's transport is the host's: shm means every replica runs here.
-  fo.link = config.transport == cluster::TransportKind::kShm ? repl::LinkKind::kShm
-                                                             : repl::LinkKind::kTcp;
+  fo.link = replication_link(config);
+  fo.fabric = fabric_options(config);
   fo.data_dir = options.data_dir.empty()
                     ? cluster::replica_dir(".shoal/" + config.name, options.shard, options.replica)
                     : options.data_dir;

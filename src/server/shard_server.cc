@@ -36,6 +36,7 @@
 #include "src/dist/watermark_exchange.h"
 #include "src/index/key.h"
 #include "src/net/auth.h"
+#include "src/net/fabric_transport.h"
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
 #include "src/ops/metrics_http.h"
@@ -119,7 +120,7 @@ rt::RpcOptions data_rpc_options() {
 class ShardServer;
 
 // A connection this worker dialed to another shard: its coordinator's link there. Over the
-// config's transport (tcp, or shm between processes of one host).
+// config's transport (tcp, or shm or fabric between processes of one host).
 struct Peer {
   virtual ~Peer() = default;
   virtual dist::ShardLink* link() = 0;
@@ -282,9 +283,9 @@ struct Worker {
 template <typename E>
 void attach_control(ShardServer* s, rt::RpcEndpoint<E>& rpc);
 
-// Transport shm: the control connections (tcp) get a loop of their own, so the workers poll
-// nothing but shared memory (a tcp endpoint costs a recv system call per poll). Control is
-// off the data path; this thread does no transaction work. Owned by its thread once started.
+// Transport shm or fabric: the control connections (tcp) get a loop of their own, so the
+// workers poll nothing but their rings (a tcp endpoint costs a recv system call per poll). Control
+// is off the data path; this thread does no transaction work. Owned by its thread once started.
 struct ControlPlane {
   ShardServer* server = nullptr;
   std::unique_ptr<rt::EventLoop> loop;
@@ -416,8 +417,10 @@ class ShardServer {
   uint32_t parked_ = 0;                 // under pause_mu_
   bool pausing_ = false;                // under pause_mu_
   txn::Worker* compensator_ = nullptr;  // discard_lost_versions: the engine's, logged on stream 0
-  // The shm rendezvous name of a shard (an abstract unix socket: per cluster and address).
+  // The shm rendezvous name of a shard (an abstract unix socket: per cluster and address),
+  // and its fabric one.
   std::string shm_name(uint32_t shard) const;
+  std::string fabric_name(uint32_t shard) const { return "fabric-" + shm_name(shard); }
   void accept_loop();
   void stop_workers();
   [[nodiscard]] Status start_early_acceptor();
@@ -463,7 +466,8 @@ class ShardServer {
   // (config resp_password_file).
   std::string resp_password_;
   net::TcpListener listener_;
-  net::ShmListener shm_listener_;  // transport shm: data connections from other shards
+  net::ShmListener shm_listener_;        // transport shm: data connections from other shards
+  net::FabricListener fabric_listener_;  // transport fabric: likewise
   // The early acceptor: accepts from init() on, on a thread of its own, where a dialer must be
   // answered before we serve (peers dial us while we still dial them): transport shm (an shm
   // connect waits for the accepting side to share its rings) and TCP with a cluster secret
@@ -474,8 +478,9 @@ class ShardServer {
   std::atomic<bool> early_stop_{false};
   std::mutex early_mu_;
   std::vector<net::ShmEndpoint> shm_pending_;
+  std::vector<net::FabricEndpoint> fabric_pending_;
   std::vector<net::TcpEndpoint> tcp_pending_;
-  std::unique_ptr<ControlPlane> control_;  // transport shm only
+  std::unique_ptr<ControlPlane> control_;  // transport shm or fabric only
   // Replication (after engine_: the leader reads it; before workers_: they hold its appenders).
   std::unique_ptr<repl::ReplicationLeader> replication_;
   std::unique_ptr<cluster::ConfigManager> etcd_;  // a replicated shard under etcd
@@ -855,6 +860,17 @@ Status ShardServer::connect_to(uint32_t shard, uint64_t deadline_ns, F&& with) {
     }
     return with(std::move(*shm));
   }
+  if (config_.transport == cluster::TransportKind::kFabric) {
+    // As shm: the peer listens from init on; connect_local retries until it does.
+    auto fab = net::FabricEndpoint::connect_local(fabric_name(shard), {}, fabric_options(config_),
+                                                  left_ms);
+    if (!fab.ok()) {
+      return Status::Unavailable(fmt::format("shard {} (fabric {}) did not accept within {} ms: {}",
+                                             shard, fabric_name(shard), left_ms,
+                                             fab.status().to_string()));
+    }
+    return with(std::move(*fab));
+  }
   auto tcp = net::TcpEndpoint::connect(r.host, r.port, {}, left_ms);
   if (!tcp.ok()) {
     return Status::Unavailable(
@@ -1211,7 +1227,7 @@ Status ShardServer::serve() {
       wp->teardown();
     });
   }
-  if (config_.transport == cluster::TransportKind::kShm) {
+  if (config_.transport != cluster::TransportKind::kTcp) {
     control_ = std::make_unique<ControlPlane>();
     control_->server = this;
     rt::LoopOptions lo;
@@ -1453,21 +1469,25 @@ void ShardServer::accept_loop() {
       note_refused(options_.shard, tcp.status());
     }
     std::vector<net::ShmEndpoint> shm;
+    std::vector<net::FabricEndpoint> fabric;
     std::vector<net::TcpEndpoint> tcp;
     {
       std::lock_guard<std::mutex> lock(early_mu_);
       shm.swap(shm_pending_);
+      fabric.swap(fabric_pending_);
       tcp.swap(tcp_pending_);
     }
     for (auto& e : shm) hand_out(std::move(e), &next);
+    for (auto& e : fabric) hand_out(std::move(e), &next);
     for (auto& e : tcp) hand_out(std::move(e), &next);
   }
 }
 
 Status ShardServer::start_early_acceptor() {
   const bool shm = config_.transport == cluster::TransportKind::kShm;
+  const bool fabric = config_.transport == cluster::TransportKind::kFabric;
   early_tcp_ = !net::cluster_secret().empty();
-  if (!shm && !early_tcp_) return Status::Ok();
+  if (!shm && !fabric && !early_tcp_) return Status::Ok();
   if (shm) {
     const std::string name = shm_name(options_.shard);
     auto listener = net::ShmListener::listen(name);
@@ -1477,15 +1497,35 @@ Status ShardServer::start_early_acceptor() {
     }
     shm_listener_ = std::move(*listener);
   }
-  early_acceptor_ = std::thread([this, shm] {
+  if (fabric) {
+    const std::string name = fabric_name(options_.shard);
+    auto listener = net::FabricListener::listen_local(name, {}, fabric_options(config_));
+    if (!listener.ok()) {
+      return Status::IOError(fmt::format("shard[{}]: cannot listen on fabric {}: {}",
+                                         options_.shard, name, listener.status().to_string()));
+    }
+    fabric_listener_ = std::move(*listener);
+  }
+  early_acceptor_ = std::thread([this, shm, fabric] {
     // Each accept waits at most a slice (both listeners: half a slice each), so stop is seen.
-    const uint64_t slice_ms = shm && early_tcp_ ? kAcceptSliceMs / 2 : kAcceptSliceMs;
+    // A fabric accept also completes the provider's handshake with its dialer (bounded by
+    // FabricOptions::handshake_timeout_ms), which is why it is accepted here, off the loops.
+    const uint64_t slice_ms = (shm || fabric) && early_tcp_ ? kAcceptSliceMs / 2 : kAcceptSliceMs;
     while (!early_stop_.load()) {
       if (shm) {
         // Not ok: nobody in this slice, or a peer that gave up mid-handshake.
         if (auto e = shm_listener_.accept(slice_ms); e.ok()) {
           std::lock_guard<std::mutex> lock(early_mu_);
           if (shm_pending_.size() < kIncomingMax * 4) shm_pending_.push_back(std::move(*e));
+        }
+      }
+      if (fabric) {
+        if (auto e = fabric_listener_.accept(slice_ms); e.ok()) {
+          std::lock_guard<std::mutex> lock(early_mu_);
+          if (fabric_pending_.size() < kIncomingMax * 4) fabric_pending_.push_back(std::move(*e));
+        } else if (e.status().code() != Code::kTimeout) {
+          fmt::print(stderr, "shoal server: shard {}: fabric accept: {}\n", options_.shard,
+                     e.status().to_string());
         }
       }
       if (early_tcp_) {
@@ -1647,8 +1687,8 @@ Status ShardServer::start_replication(Promotion* promotion) {
   lo.appender.epoch = epoch_;
   lo.listen_host = me.host;
   lo.listen_port = cluster::replication_port(me);
-  lo.link = config_.transport == cluster::TransportKind::kShm ? repl::LinkKind::kShm
-                                                              : repl::LinkKind::kTcp;
+  lo.link = replication_link(config_);
+  lo.fabric = fabric_options(config_);
   uint64_t rtt_ns_max = 0;
   for (const cluster::Replica& r : shard.replicas) {
     const auto one_way_ns = static_cast<uint64_t>(config_.one_way_ms(r.region, me.region) * 1e6);
