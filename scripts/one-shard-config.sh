@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Prints a cluster config of one shard with 3 replicas on 127.0.0.1 (one worker, TCP, regions
 # r0..r2), ports BASE, BASE+2, BASE+4 (replication ports one above each): the benches'
-# cluster (scripts/catchup-bench.sh, scripts/checkpoint-bench.sh).
-# Usage: scripts/one-shard-config.sh NAME BASE_PORT
+# cluster (scripts/catchup-bench.sh, scripts/checkpoint-bench.sh, scripts/resp-durable-bench.sh).
+# With RESP_PORT, replica 0 (the leader) also serves the Redis protocol there.
+# Usage: scripts/one-shard-config.sh NAME BASE_PORT [RESP_PORT]
 set -euo pipefail
 name="$1"
 port="$2"
+resp_port="${3:-}"
 cat <<EOF
 [cluster]
 name = "$name"
@@ -25,4 +27,5 @@ partition_hi = 2
 EOF
 for r in 0 1 2; do
   printf '[[shard.replica]]\nregion = "r%d"\nhost = "127.0.0.1"\nport = %d\n' "$r" $((port + 2 * r))
+  if [ "$r" = 0 ] && [ -n "$resp_port" ]; then printf 'resp_port = %d\n' "$resp_port"; fi
 done

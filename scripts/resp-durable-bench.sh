@@ -15,38 +15,7 @@ n="${2:-200000}"
 dir="$(mktemp -d)"
 base=$(( 18000 + RANDOM % 1000 * 2 ))
 trap '"$shoal" cluster down --config "$dir/c3.toml" --run-dir "$dir/run" > /dev/null 2>&1; rm -rf "$dir"' EXIT
-cat > "$dir/c3.toml" <<TOML
-[cluster]
-name = "durable3"
-transport = "tcp"
-workers = 1
-replicas = 3
-
-[[region]]
-name = "r0"
-[[region]]
-name = "r1"
-[[region]]
-name = "r2"
-
-[[shard]]
-id = 0
-partition_lo = 1
-partition_hi = 2
-[[shard.replica]]
-region = "r0"
-host = "127.0.0.1"
-port = $base
-resp_port = $(( base + 10 ))
-[[shard.replica]]
-region = "r1"
-host = "127.0.0.1"
-port = $(( base + 2 ))
-[[shard.replica]]
-region = "r2"
-host = "127.0.0.1"
-port = $(( base + 4 ))
-TOML
+"$root/scripts/one-shard-config.sh" durable3 "$base" $(( base + 10 )) > "$dir/c3.toml"
 rb() {  # port label
   for p in 1 16; do
     echo "## $2 -P $p load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "sim/dist_cluster_test_util.h"
+#include "sim/forwarding_link.h"
 #include "sim/sim_env.h"
 #include "sim/sim_network.h"
 #include "src/check/history.h"
@@ -618,18 +619,13 @@ TEST(DistFragmentSim, SkippedValidationIsCaught) {
 
 // A ShardLink that forwards to another and, once, runs `hook` just before the first
 // validate_install goes out: the moment every other shard has voted.
-class HookLink final : public dist::ShardLink {
+class HookLink final : public ForwardingLink {
  public:
   using Hook = rt::Task<void> (*)(void* ctx);
-  HookLink(dist::ShardLink& inner, Hook hook, void* ctx) : inner_(inner), hook_(hook), ctx_(ctx) {}
+  HookLink(dist::ShardLink& inner, Hook hook, void* ctx)
+      : ForwardingLink(inner), hook_(hook), ctx_(ctx) {}
   bool fired() const { return fired_; }
 
-  rt::Task<Status> read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
-                        uint32_t key_word_count, void* out, uint32_t out_bytes,
-                        uint32_t* size_out) override {
-    co_return co_await inner_.read(id, epoch, table_id, key, key_word_count, out, out_bytes,
-                                   size_out);
-  }
   rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
                         std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
                         uint64_t* proposed_tid, dist::ExecPrepared* prepared) override {
@@ -644,20 +640,6 @@ class HookLink final : public dist::ShardLink {
     }
     co_return s;
   }
-  rt::Task<Status> lock(TxnId id, uint64_t epoch, const dist::StagedWrite* writes, size_t count,
-                        uint64_t* proposed_tid) override {
-    co_return co_await inner_.lock(id, epoch, writes, count, proposed_tid);
-  }
-  rt::Task<Status> validate(TxnId id, uint64_t epoch, txn::DepVec* deps) override {
-    co_return co_await inner_.validate(id, epoch, deps);
-  }
-  rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
-                           uint64_t* installed_tid) override {
-    co_return co_await inner_.install(id, epoch, tid, vector, installed_tid);
-  }
-  rt::Task<Status> abort(TxnId id, uint64_t epoch) override {
-    co_return co_await inner_.abort(id, epoch);
-  }
   rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
                                     txn::DepVec* deps, uint64_t* tid,
                                     const dist::FragmentCall* fragment) override {
@@ -669,7 +651,6 @@ class HookLink final : public dist::ShardLink {
   }
 
  private:
-  dist::ShardLink& inner_;
   Hook hook_;
   void* ctx_;
   bool fired_ = false;

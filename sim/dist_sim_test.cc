@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/forwarding_link.h"
 #include "sim/sim_env.h"
 #include "src/check/history.h"
 #include "src/check/serializability.h"
@@ -368,35 +369,9 @@ TEST(DistSim, RedialedShardServesTheNewEpochAndFencesTheOld) {
 // (installed) but its answer was lost with its process. Its new leader's log holds the decision
 // (or, in the second run, not); the coordinator (shard 0, no writes of its own) keeps shard 2
 // prepared until it asks, then installs there (or aborts).
-class AnswerLostLink final : public dist::ShardLink {
+class AnswerLostLink final : public ForwardingLink {
  public:
-  explicit AnswerLostLink(dist::ShardLink& inner) : inner_(inner) {}
-  rt::Task<Status> read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
-                        uint32_t key_word_count, void* out, uint32_t out_bytes,
-                        uint32_t* size_out) override {
-    co_return co_await inner_.read(id, epoch, table_id, key, key_word_count, out, out_bytes,
-                                   size_out);
-  }
-  rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
-                        std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
-                        uint64_t* proposed_tid, dist::ExecPrepared* prepared) override {
-    co_return co_await inner_.exec(id, epoch, fragment, args, out, out_size, wrote, proposed_tid,
-                                   prepared);
-  }
-  rt::Task<Status> lock(TxnId id, uint64_t epoch, const dist::StagedWrite* writes, size_t count,
-                        uint64_t* proposed_tid) override {
-    co_return co_await inner_.lock(id, epoch, writes, count, proposed_tid);
-  }
-  rt::Task<Status> validate(TxnId id, uint64_t epoch, txn::DepVec* deps) override {
-    co_return co_await inner_.validate(id, epoch, deps);
-  }
-  rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
-                           uint64_t* installed_tid) override {
-    co_return co_await inner_.install(id, epoch, tid, vector, installed_tid);
-  }
-  rt::Task<Status> abort(TxnId id, uint64_t epoch) override {
-    co_return co_await inner_.abort(id, epoch);
-  }
+  using ForwardingLink::ForwardingLink;
   rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
                                     txn::DepVec* deps, uint64_t* tid,
                                     const dist::FragmentCall* fragment) override {
@@ -409,9 +384,6 @@ class AnswerLostLink final : public dist::ShardLink {
   Status decided = Status::Timeout("not asked");
   txn::DepVec logged;
   uint64_t logged_tid = 0;
-
- private:
-  dist::ShardLink& inner_;
 };
 
 struct Decided {

@@ -1033,16 +1033,14 @@ Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t repli
   }
   uint32_t posted = 0;
   for (auto& w : workers_) posted += w->loop->post(&Worker::pause_thunk, w.get()).ok();
-  Result<DiscardResult> r =
-      Status::Timeout(fmt::format("the workers did not pause within {} ms", kPauseWaitMs));
   std::unique_lock<std::mutex> lock(pause_mu_);
   const bool all =
       posted == workers_.size() && pause_cv_.wait_for(lock, std::chrono::milliseconds(kPauseWaitMs),
                                                       [&] { return parked_ == workers_.size(); });
-  if (!all) {  // say which: a full post queue, or a worker blocked off its loop
-    r = Status::Timeout(fmt::format("{} of {} workers paused within {} ms ({} asked to)", parked_,
-                                    workers_.size(), kPauseWaitMs, posted));
-  }
+  // Unless all paused, says which: a full post queue, or a worker blocked off its loop.
+  Result<DiscardResult> r =
+      Status::Timeout(fmt::format("{} of {} workers paused within {} ms ({} asked to)", parked_,
+                                  workers_.size(), kPauseWaitMs, posted));
   if (all) {
     // Every worker waits in park_worker: the journals, the engine and stream 0 are ours.
     const uint64_t start_ns = RealEnv::instance().now_ns();
