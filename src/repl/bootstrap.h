@@ -1,6 +1,6 @@
 // Bootstrap and close of a shard's replication, shared by every process that leads a shard:
 // the bench's in-process leader (bench/runner_repl.cc) and the shard server
-// (src/server/shard_server.cc).
+// (src/server/shard_replication.cc).
 //
 // Bootstrap: a follower starts empty; after the load, stream 0 logs every live record as
 // inserts in records of distinct, increasing TIDs just below the snapshot TID S (S itself is

@@ -32,7 +32,7 @@
 // Writes beyond the journal's bounds (overflow) are not journaled: counted.
 //
 // Threads: a journal is written by its worker's loop thread (record, trim); discard_lost runs
-// on another thread while every worker is paused (shard_server.cc), which orders it.
+// on another thread while every worker is paused (shard_failover.cc), which orders it.
 // Bounds: kEntriesMax entries and kBytesMax bytes of old values per journal; no allocation
 // after construction.
 #pragma once

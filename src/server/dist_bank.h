@@ -107,7 +107,7 @@ class BankHistory {
     }
   }
   // A committed transaction left out: on a replicated cluster only acknowledged ones are
-  // recorded (a failover may discard the others, shard_server.cc bank_client); the file gets
+  // recorded (a failover may discard the others, shard_load.cc bank_client); the file gets
   // its marker. `id`: the committed attempt's.
   void add_unrecorded(uint64_t id) {
     ++dropped_;

@@ -280,7 +280,7 @@ Result<resp::CommitInfo> DistKvTxn::commit_local(txn::DepVec* vector) {
     }
   }
   if (s.ok()) {
-    // As the TPC-C terminals' acknowledgement (shard_server.cc ack_vector): what it read
+    // As the TPC-C terminals' acknowledgement (shard_load.cc ack_vector): what it read
     // depends on, and our shard's entry at its commit TID or the newest version it read.
     if (local_wrote_) {
       *vector = t.deps();

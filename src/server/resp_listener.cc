@@ -39,7 +39,7 @@ resp::ConnectionOptions RespProtocol::options(uint64_t client_id, bool /*durable
   resp::ConnectionOptions options;
   options.session.client_id = client_id;
   options.session.password = password;
-  // As the coordinator's own retries (shard_server.cc): with backoff capped at 2 ms, a hot key
+  // As the coordinator's own retries (shard_load.cc): with backoff capped at 2 ms, a hot key
   // whose locks live for network round trips on a loaded machine needs more than 64.
   options.session.max_txn_attempts = 1000;
   // 4 KiB reads: a 16-command pipeline of GETs is 0.5 KiB, and 10,000 clients that all send at
