@@ -452,6 +452,16 @@ nlohmann::json RunResult::to_json() const {
                         {"final_tid", rp.final_tid},
                         {"leader_digest", fmt::format("{:016x}", rp.leader_digest)},
                         {"followers", followers}};
+    nlohmann::json per_hop = nlohmann::json::object();
+    for (size_t i = 0; i < repl::kCopyHops; ++i) {
+      per_hop[std::string(repl::copy_hop_name(static_cast<repl::CopyHop>(i)))] =
+          rp.copies_per_byte.per_hop[i];
+    }
+    j["replication"]["copies_per_byte"] = rp.copies_per_byte.user;
+    j["replication"]["kernel_copies_per_byte"] = rp.copies_per_byte.kernel;
+    j["replication"]["copies_per_byte_by_hop"] = per_hop;
+    j["replication"]["copied_bytes"] = {{"leader", repl::copy_counts_json(rp.leader_copies)},
+                                        {"followers", repl::copy_counts_json(rp.follower_copies)}};
   }
   nlohmann::json types = nlohmann::json::object();
   for (const TypeResult& t : per_type) {
@@ -492,6 +502,20 @@ nlohmann::json RunResult::to_json() const {
   return j;
 }
 
+// "2.50 in user space (acceptor_store 1.50, ...), 1.50 in the kernel (...)": hops that copied.
+static std::string copies_text(const repl::CopiesPerByte& c) {
+  std::string user, kernel;
+  for (size_t i = 0; i < repl::kCopyHops; ++i) {
+    const auto hop = static_cast<repl::CopyHop>(i);
+    if (c.per_hop[i] == 0) continue;
+    std::string& to = repl::copy_hop_in_kernel(hop) ? kernel : user;
+    to +=
+        fmt::format("{}{} {:.2f}", to.empty() ? "" : ", ", repl::copy_hop_name(hop), c.per_hop[i]);
+  }
+  return fmt::format("{:.2f} in user space ({}), {:.2f} in the kernel ({})", c.user, user, c.kernel,
+                     kernel);
+}
+
 std::string RunResult::to_table() const {
   std::string s =
       fmt::format("\n{}: {} worker{}, {:.2f} s measured{}, load {:.2f} s\n", workload, workers,
@@ -527,6 +551,7 @@ std::string RunResult::to_table() const {
         "entries, {:.1f} MiB logged; bootstrap {:.2f} s, quiesce {:.2f} s\n",
         rp.replicas, rp.transport, rp.wan_rtt_ms, rp.batch_txns, rp.batch_us, rp.fsync, rp.entries,
         static_cast<double>(rp.log_bytes) / (1 << 20), rp.bootstrap_s, rp.quiesce_s);
+    s += "  copies per replicated byte: " + copies_text(rp.copies_per_byte) + "\n";
     for (const FollowerResult& f : rp.followers) {
       s += fmt::format(
           "  replica {}: digest {:016x} {}, consistency {}, replay {:.0f} txn/s per core "

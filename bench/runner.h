@@ -138,6 +138,11 @@ struct ReplicationResult {
   uint64_t leader_digest = 0;
   uint64_t final_tid = 0;
   std::vector<FollowerResult> followers;
+  // Bytes copied on the replication path (src/repl/copy_count.h): this process's (the
+  // leader's) and the followers' summed, each since its process started (bootstrap included:
+  // the same path), and what they make per replicated byte.
+  repl::CopyCounts leader_copies, follower_copies;
+  repl::CopiesPerByte copies_per_byte;
 };
 
 // One live line of the run: what the second ending at t_s (from the start, warmup included)

@@ -312,8 +312,11 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
     f.replay_txns_per_cpu_sec = r.replay_txns_per_cpu_sec();
     f.wal_bytes = r.wal_bytes;
     f.reads = r.reads;
+    result->follower_copies += r.copies;
     result->followers.push_back(std::move(f));
   }
+  result->leader_copies = repl::copy_counts();
+  result->copies_per_byte = repl::copies_per_byte(result->leader_copies, result->follower_copies);
   return Status::Ok();
 }
 

@@ -1,5 +1,7 @@
 #include "src/repl/acceptor_log.h"
 
+#include "src/repl/copy_count.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -567,6 +569,7 @@ Status AcceptorLog::persist_accept(uint64_t slot, Ballot b, std::span<const std:
   const uint64_t offset = active_base_ + wal_->end_offset();
   note_slot(slot);
   SHOAL_TRY(wal_->append(entry));
+  count_copy(CopyHop::kWalWrite, entry.size());  // pwrite: the kernel's copy into its cache
   if (fsync_ == FsyncPolicy::kBatch && !accept_sync_elsewhere_) dirty_ = true;
   index_copy(slot, SlotCopy{offset, load_u64(entry.data() + 56), entry.size()});
   return Status::Ok();
@@ -580,6 +583,7 @@ Status AcceptorLog::persist_learn(uint64_t slot, std::span<const std::byte> entr
   const uint64_t offset = active_base_ + wal_->end_offset();
   note_slot(slot);
   SHOAL_TRY(wal_->append(entry));
+  count_copy(CopyHop::kWalWrite, entry.size());  // pwrite: the kernel's copy into its cache
   if (fsync_ != FsyncPolicy::kNone && !accept_sync_elsewhere_) dirty_ = true;
   index_copy(slot, SlotCopy{offset, load_u64(entry.data() + 56), entry.size()});
   return Status::Ok();

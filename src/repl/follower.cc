@@ -634,6 +634,7 @@ FollowerReport Follower::report(bool digest, bool check, const nlohmann::json& c
   r.replay_txns = replay_txns_.load(std::memory_order_acquire);
   r.replay_writes = replay_writes_.load(std::memory_order_acquire);
   r.replay_cpu_ns = replay_cpu_ns_.load(std::memory_order_acquire);
+  r.copies = copy_counts();
   // The engine is only read while the replay thread has nothing to do (no entry queued or in
   // hand): at quiesce, when the leader asks for digests.
   const bool idle = replay_pending_.load(std::memory_order_acquire) == 0;
@@ -1076,7 +1077,10 @@ Status Follower::run(const std::atomic<bool>* stop) {
           any = true;
           f->last_heard_ns_ = f->loop_->now_ns();
           f->holding_ = true;
-          for (size_t i = 0; i < *n; ++i) f->on_message(c[i].imm, c[i].bytes);
+          for (size_t i = 0; i < *n; ++i) {
+            if (c[i].imm < kControlSession) f->ep_->count_receive(c[i].bytes.size());
+            f->on_message(c[i].imm, c[i].bytes);
+          }
           f->ep_->release();
           f->release_held();
         }

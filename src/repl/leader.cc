@@ -835,6 +835,7 @@ void ReplicationLeader::send(uint32_t to, uint32_t session, std::span<const std:
     ++stats_.send_errors;
     return;
   }
+  if (session < kControlSession) p.ep.count_send(bytes.size());  // a stream's Paxos message
   std::lock_guard<std::mutex> lock(mu_);
   stats_.bytes_sent += bytes.size();
 }

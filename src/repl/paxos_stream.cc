@@ -1,6 +1,8 @@
 // PaxosStream: see paxos_stream.h for the contract and docs/REPLICATION.md for the wire format.
 #include "src/repl/paxos_stream.h"
 
+#include "src/repl/copy_count.h"
+
 #include <cstdlib>
 
 #include <algorithm>
@@ -162,6 +164,22 @@ Status PaxosAcceptorStore::promise(Ballot b) {
 }
 
 Status PaxosAcceptorStore::accept(uint64_t slot, Ballot b, std::span<const std::byte> bytes) {
+  return accept_bytes(slot, b, bytes, nullptr);
+}
+
+Status PaxosAcceptorStore::accept(uint64_t slot, Ballot b, EntryBuffer&& owned) {
+  return accept_bytes(slot, b, owned.span(), &owned);
+}
+
+// The store's value for a slot: the caller's buffer when it gave one, else a counted copy.
+static EntryBuffer kept_or_copied(std::span<const std::byte> bytes, EntryBuffer* owned) {
+  if (owned != nullptr) return std::move(*owned);
+  count_copy(CopyHop::kAcceptorStore, bytes.size());
+  return EntryBuffer(bytes);
+}
+
+Status PaxosAcceptorStore::accept_bytes(uint64_t slot, Ballot b, std::span<const std::byte> bytes,
+                                        EntryBuffer* owned) {
   PaxosSlot& s = at(slot);
   SHOAL_ASSERT(!s.chosen, "accept into chosen slot %lu", slot);
   // Same bytes (a retransmission, or a leader re-proposing what it holds): raise the ballot
@@ -169,7 +187,7 @@ Status PaxosAcceptorStore::accept(uint64_t slot, Ballot b, std::span<const std::
   const bool same = s.value.same_bytes(bytes);
   if (same && s.accepted == b) return Status::Ok();  // a duplicate: nothing to persist
   if (hooks_.on_accept) SHOAL_TRY(hooks_.on_accept(slot, b, bytes, !same));
-  if (!same) s.value = EntryBuffer(bytes);
+  if (!same) s.value = kept_or_copied(bytes, owned);
   s.accepted = b;
   return Status::Ok();
 }
@@ -181,6 +199,15 @@ void PaxosAcceptorStore::mark_chosen(uint64_t slot) {
 }
 
 Status PaxosAcceptorStore::learn(uint64_t slot, std::span<const std::byte> bytes) {
+  return learn_bytes(slot, bytes, nullptr);
+}
+
+Status PaxosAcceptorStore::learn(uint64_t slot, EntryBuffer&& owned) {
+  return learn_bytes(slot, owned.span(), &owned);
+}
+
+Status PaxosAcceptorStore::learn_bytes(uint64_t slot, std::span<const std::byte> bytes,
+                                       EntryBuffer* owned) {
   PaxosSlot& s = at(slot);
   if (s.chosen) {
     SHOAL_ASSERT(s.value.same_bytes(bytes),
@@ -189,7 +216,7 @@ Status PaxosAcceptorStore::learn(uint64_t slot, std::span<const std::byte> bytes
   }
   if (!s.value.same_bytes(bytes)) {
     if (hooks_.on_learn) SHOAL_TRY(hooks_.on_learn(slot, bytes));
-    s.value = EntryBuffer(bytes);
+    s.value = kept_or_copied(bytes, owned);
   }
   s.chosen = true;
   return Status::Ok();
@@ -286,6 +313,7 @@ Result<uint64_t> PaxosStream::propose(std::span<const std::byte> entry, EntryChe
   SHOAL_ASSERT(inflight_base_ + inflight_.size() == slot, "inflight covers [%lu, +%zu), next %lu",
                inflight_base_, inflight_.size(), slot);
   SHOAL_TRY(store_.accept(slot, ballot_, entry));
+  count_entry_proposed(entry.size());
   ++next_slot_;
   inflight_.push_back({});
   ++stats_.proposed;
@@ -701,12 +729,23 @@ void PaxosStream::handle_accept(const Msg& m) {
       if (s->value.same_bytes(e.value)) acked.push_back(e.slot);
       return;
     }
-    EntryBuffer copy(e.value);  // the acceptor's one copy: aligned, validated in place
+    // The acceptor's one copy: aligned, validated in place, then kept by the store. Bytes it
+    // already holds (a retransmission) are compared, not copied.
+    if (s != nullptr && s->value.same_bytes(e.value)) {
+      if (store_.accept(e.slot, m.ballot, e.value).ok()) acked.push_back(e.slot);
+      return;
+    }
+    count_copy(CopyHop::kAcceptorStore, e.value.size());
+    EntryBuffer copy(e.value);
     if (!verify_entry(e.slot, copy.span()).ok()) {
       ++stats_.bad_entries;
       return;
     }
-    if (store_.accept(e.slot, m.ballot, copy.span()).ok()) acked.push_back(e.slot);
+    const size_t entry_bytes = copy.span().size();
+    if (store_.accept(e.slot, m.ballot, std::move(copy)).ok()) {
+      count_entry_received(entry_bytes);
+      acked.push_back(e.slot);
+    }
   });
   apply_commit(m.ballot, m.chosen_index);
   begin(kPaxosAccepted, m.ballot, 0);
@@ -751,15 +790,18 @@ void PaxosStream::handle_learn(const Msg& m) {
     // A leader's next_slot_ is above every chosen slot (phase 1 saw them); keep it that way.
     if (role_ == PaxosRole::kLeader && e.slot >= next_slot_) return;
     if (e.slot > store_.chosen_index() + options_.accept_window_slots) return;
+    count_copy(CopyHop::kAcceptorStore, e.value.size());
     EntryBuffer copy(e.value);
     if (!verify_entry(e.slot, copy.span()).ok()) {
       ++stats_.bad_entries;
       return;
     }
-    if (!store_.learn(e.slot, copy.span()).ok()) {
+    const size_t entry_bytes = copy.span().size();
+    if (!store_.learn(e.slot, std::move(copy)).ok()) {
       ++stats_.learn_failed;  // not durable: the leader sends it again
       return;
     }
+    count_entry_received(entry_bytes);
     stored = true;
   });
   deliver_chosen();
@@ -883,7 +925,10 @@ bool PaxosStream::add_entry(uint64_t slot, Ballot b, bool chosen,
   store_u64(e + 8, b);
   store_u32(e + 16, static_cast<uint32_t>(value.size()));
   store_u32(e + 20, chosen ? kEntryChosen : 0);
-  if (!value.empty()) std::memcpy(e + kEntryHeaderBytes, value.data(), value.size());
+  if (!value.empty()) {
+    std::memcpy(e + kEntryHeaderBytes, value.data(), value.size());
+    count_copy(CopyHop::kMessageBuild, value.size());
+  }
   ++out_entries_;
   store_u32(out_.data() + 40, out_entries_);
   return true;

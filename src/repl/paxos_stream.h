@@ -224,6 +224,9 @@ class PaxosAcceptorStore {
   // Stores `bytes` as accepted in ballot b (or only raises the ballot when they are the bytes
   // already held). REQUIRES: slot >= first_slot(); not chosen; bytes validated by the caller.
   [[nodiscard]] Status accept(uint64_t slot, Ballot b, std::span<const std::byte> bytes);
+  // The same with bytes the caller already copied (a follower's aligned copy of a received
+  // entry): the store keeps that buffer instead of copying it again.
+  [[nodiscard]] Status accept(uint64_t slot, Ballot b, EntryBuffer&& owned);
   // Marks a held slot chosen. REQUIRES: it holds a value.
   void mark_chosen(uint64_t slot);
   // Stores chosen bytes (catch-up), persisted through on_learn unless the slot already held
@@ -231,6 +234,7 @@ class PaxosAcceptorStore {
   // violation and aborts. A failing hook leaves the slot as it was.
   // REQUIRES: slot >= first_slot().
   [[nodiscard]] Status learn(uint64_t slot, std::span<const std::byte> bytes);
+  [[nodiscard]] Status learn(uint64_t slot, EntryBuffer&& owned);  // as accept(EntryBuffer&&)
   // Moves chosen_index over the chosen prefix; returns the new value.
   uint64_t advance();
   // Drops chosen slots beyond the retention below chosen_index. Call after delivery.
@@ -242,6 +246,11 @@ class PaxosAcceptorStore {
 
  private:
   PaxosSlot& at(uint64_t slot);  // grows the deque; REQUIRES: slot >= base_
+  // `owned`, when given, holds `bytes` and is kept instead of a copy.
+  [[nodiscard]] Status accept_bytes(uint64_t slot, Ballot b, std::span<const std::byte> bytes,
+                                    EntryBuffer* owned);
+  [[nodiscard]] Status learn_bytes(uint64_t slot, std::span<const std::byte> bytes,
+                                   EntryBuffer* owned);
 
   uint64_t retain_;
   PersistHooks hooks_;

@@ -3,6 +3,8 @@
 // acceptor catching up, duplicated/reordered/lost messages, malformed input, propose checks.
 #include "src/repl/paxos_stream.h"
 
+#include "src/repl/copy_count.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -160,6 +162,54 @@ TEST(PaxosStream, ElectsReplicaZeroAndChoosesInOrder) {
     EXPECT_EQ(c.logs[r], proposed) << "replica " << r;
   }
   EXPECT_EQ(c.streams[0]->stats().stepped_down, 0u);
+}
+
+// What an entry costs in copies (copy_count.h): one into the leader's store, one into the
+// accept message it broadcasts, one into each follower's store (the follower's aligned copy
+// is what its store keeps: it used to copy it twice); a retransmitted accept of bytes a
+// follower already holds costs it none.
+TEST(PaxosStream, EachReplicaCopiesAnEntryOnceIntoItsStore) {
+  Cluster c;
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  const CopyCounts before = copy_counts();
+  const Bytes entry = make_entry(c.streams[0]->next_slot(), 7);
+  ASSERT_TRUE(c.streams[0]->propose(entry).ok());
+  const std::deque<Packet> accepts = c.queue.packets;  // the broadcast, to replicas 1 and 2
+  ASSERT_EQ(accepts.size(), 2u);
+  c.deliver();
+  const CopyCounts once = copy_counts() - before;
+  const auto hop = [](const CopyCounts& d, CopyHop h) { return d.bytes[static_cast<size_t>(h)]; };
+  EXPECT_EQ(once.entry_bytes_proposed, entry.size());
+  EXPECT_EQ(once.entry_bytes_received, 2 * entry.size());
+  EXPECT_EQ(hop(once, CopyHop::kAcceptorStore), 3 * entry.size());
+  EXPECT_EQ(hop(once, CopyHop::kMessageBuild), entry.size());
+  EXPECT_EQ(c.streams[1]->chosen_index() + c.streams[2]->chosen_index(), 0u);  // not told yet
+
+  const CopyCounts middle = copy_counts();
+  for (const Packet& p : accepts) c.streams[p.to]->on_message(p.from, p.bytes);
+  c.deliver();
+  const CopyCounts again = copy_counts() - middle;
+  EXPECT_EQ(again.entry_bytes_received, 0u);
+  EXPECT_EQ(hop(again, CopyHop::kAcceptorStore), 0u);
+  c.run_ms(20);
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(c.logs[r], std::vector<Bytes>{entry}) << r;
+}
+
+TEST(CopyCount, CopiesPerReplicatedByteCountALeadersCopiesOncePerFollower) {
+  CopyCounts leader, followers;
+  leader.entry_bytes_proposed = 1000;
+  leader.bytes[static_cast<size_t>(CopyHop::kAcceptorStore)] = 1000;
+  leader.bytes[static_cast<size_t>(CopyHop::kMessageBuild)] = 1000;
+  leader.bytes[static_cast<size_t>(CopyHop::kRingWrite)] = 2000;  // one per follower
+  followers.entry_bytes_received = 2000;                          // two followers
+  followers.bytes[static_cast<size_t>(CopyHop::kAcceptorStore)] = 2000;
+  followers.bytes[static_cast<size_t>(CopyHop::kWalWrite)] = 2000;
+  const CopiesPerByte c = copies_per_byte(leader, followers);
+  EXPECT_DOUBLE_EQ(c.user, 3.0);  // (1000 + 1000 + 2000 + 2000) / 2000
+  EXPECT_DOUBLE_EQ(c.kernel, 1.0);
+  EXPECT_DOUBLE_EQ(c.per_hop[static_cast<size_t>(CopyHop::kAcceptorStore)], 1.5);
+  EXPECT_DOUBLE_EQ(copies_per_byte(leader, CopyCounts{}).user, 0.0);  // nothing replicated
 }
 
 TEST(PaxosStream, ProposeChecks) {

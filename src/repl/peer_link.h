@@ -20,6 +20,7 @@
 #include "src/net/shm_transport.h"
 #include "src/net/tcp_transport.h"
 #include "src/net/wan_shaper.h"
+#include "src/repl/copy_count.h"
 #include "src/runtime/endpoint_wake.h"
 
 namespace shoal::repl {
@@ -105,8 +106,30 @@ class PeerLink {
   void close() {
     std::visit([](auto& e) { e.close(); }, ep_);
   }
+  // Counts (copy_count.h) what a Paxos message of `bytes` costs on this link: on its way out,
+  // shared memory copies it into the peer's ring in user space, a socket copies it in the
+  // kernel (fabric too: its software providers here run over sockets; an RDMA NIC would DMA
+  // it); on its way in, a socket copied it out in the kernel, a ring is read in place, and a
+  // WAN shaper holds a copy of every received message.
+  void count_send(size_t bytes) const {
+    count_copy(is_shm() ? CopyHop::kRingWrite : CopyHop::kSocketSend, bytes);
+  }
+  void count_receive(size_t bytes) const {
+    if (!is_shm()) count_copy(CopyHop::kSocketReceive, bytes);
+    if (is_shaped()) count_copy(CopyHop::kShaperHold, bytes);
+  }
 
  private:
+  bool is_shm() const {
+    return std::holds_alternative<net::ShmEndpoint>(ep_) ||
+           std::holds_alternative<net::WanShaped<net::ShmEndpoint>>(ep_);
+  }
+  bool is_shaped() const {
+    return std::holds_alternative<net::WanShaped<net::TcpEndpoint>>(ep_) ||
+           std::holds_alternative<net::WanShaped<net::ShmEndpoint>>(ep_) ||
+           std::holds_alternative<net::WanShaped<net::FabricEndpoint>>(ep_);
+  }
+
   std::variant<net::TcpEndpoint, net::WanShaped<net::TcpEndpoint>, net::ShmEndpoint,
                net::WanShaped<net::ShmEndpoint>, net::FabricEndpoint,
                net::WanShaped<net::FabricEndpoint>>

@@ -70,7 +70,29 @@ nlohmann::json FollowerReport::to_json() const {
           {"wal_bytes", wal_bytes},
           {"recovered_slots", recovered_slots},
           {"chosen_slots", chosen_slots},
-          {"reads", reads.to_json()}};
+          {"reads", reads.to_json()},
+          {"copies", copy_counts_json(copies)}};
+}
+
+nlohmann::json copy_counts_json(const CopyCounts& c) {
+  nlohmann::json j = {{"entry_bytes_proposed", c.entry_bytes_proposed},
+                      {"entry_bytes_received", c.entry_bytes_received}};
+  for (size_t i = 0; i < kCopyHops; ++i) {
+    j[std::string(copy_hop_name(static_cast<CopyHop>(i)))] = c.bytes[i];
+  }
+  return j;
+}
+
+Result<CopyCounts> parse_copy_counts(const nlohmann::json& j) {
+  CopyCounts c;
+  if (!j.is_object()) return Status::InvalidArgument("copies: not an object");
+  SHOAL_TRY(json_optional_field(j, "entry_bytes_proposed", &c.entry_bytes_proposed));
+  SHOAL_TRY(json_optional_field(j, "entry_bytes_received", &c.entry_bytes_received));
+  for (size_t i = 0; i < kCopyHops; ++i) {
+    SHOAL_TRY(
+        json_optional_field(j, std::string(copy_hop_name(static_cast<CopyHop>(i))), &c.bytes[i]));
+  }
+  return c;
 }
 
 std::string FollowerReadStats::to_text() const {
@@ -138,6 +160,13 @@ Result<FollowerReport> FollowerReport::parse(const nlohmann::json& j) {
     auto parsed = FollowerReadStats::parse(reads);
     if (!parsed.ok()) return fail(Status::InvalidArgument("reads." + parsed.status().message()));
     r.reads = std::move(*parsed);
+  }
+  nlohmann::json copies;
+  if (Status st = json_optional_field(j, "copies", &copies); !st.ok()) return fail(st);
+  if (!copies.is_null()) {
+    auto parsed = parse_copy_counts(copies);
+    if (!parsed.ok()) return fail(Status::InvalidArgument("copies." + parsed.status().message()));
+    r.copies = *parsed;
   }
   return r;
 }

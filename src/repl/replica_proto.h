@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shoal/status.h"
+#include "src/repl/copy_count.h"
 #include "src/txn/engine.h"
 
 namespace shoal::repl {
@@ -129,6 +130,7 @@ struct FollowerReport {
   uint64_t chosen_slots = 0;     // over all streams
   bool lost = false;             // leader side only, never sent: the follower's connection is gone
   FollowerReadStats reads;       // threads == 0: this follower serves no reads
+  CopyCounts copies;             // this follower process's, since it started (copy_count.h)
 
   double replay_txns_per_cpu_sec() const {
     return replay_cpu_ns == 0 ? 0 : static_cast<double>(replay_txns) * 1e9 / replay_cpu_ns;
@@ -138,6 +140,11 @@ struct FollowerReport {
   // 0 or empty); a malformed message fails naming the field, never throws.
   [[nodiscard]] static Result<FollowerReport> parse(const nlohmann::json& j);
 };
+
+// CopyCounts as a report carries them: {"entry_bytes_proposed": n, "entry_bytes_received": n,
+// "<hop name>": bytes, ...}; parse() takes absent fields as 0 and fails naming a malformed one.
+nlohmann::json copy_counts_json(const CopyCounts& c);
+[[nodiscard]] Result<CopyCounts> parse_copy_counts(const nlohmann::json& j);
 
 // XXH3-64 over every table (in id order) of (table id, then per live record in key order:
 // key words, value size, value bytes). Equal stores give equal digests; versions (TIDs) are

@@ -22,6 +22,9 @@ FollowerReport sample_report() {
   r.reads.threads = 1;
   r.reads.torn = 4;
   r.reads.first_violation = "torn";
+  r.copies.entry_bytes_received = 4096;
+  r.copies.bytes[static_cast<size_t>(CopyHop::kAcceptorStore)] = 4096;
+  r.copies.bytes[static_cast<size_t>(CopyHop::kWalWrite)] = 8192;
   return r;
 }
 
@@ -34,6 +37,8 @@ TEST(ReplicaProto, ReportRoundTrips) {
   EXPECT_EQ(back->check_failures, std::vector<std::string>{"condition 3"});
   EXPECT_EQ(back->reads.torn, 4u);
   EXPECT_EQ(back->reads.first_violation, "torn");
+  EXPECT_EQ(back->copies.entry_bytes_received, 4096u);
+  EXPECT_EQ(back->copies.bytes, sample_report().copies.bytes);
 }
 
 TEST(ReplicaProto, MalformedReportsNameTheField) {
@@ -50,6 +55,8 @@ TEST(ReplicaProto, MalformedReportsNameTheField) {
   bad_failures["check_failures"] = {1, 2};
   nlohmann::json bad_reads = sample_report().to_json();
   bad_reads["reads"]["torn"] = -1;
+  nlohmann::json bad_copies = sample_report().to_json();
+  bad_copies["copies"]["wal_write"] = "8192";
   nlohmann::json negative_replica = sample_report().to_json();
   negative_replica["replica"] = -2;
   const Case cases[] = {
@@ -60,6 +67,8 @@ TEST(ReplicaProto, MalformedReportsNameTheField) {
        "follower status: 'check_failures': an array, not a list of strings"},
       {"nested", bad_reads,
        "follower status: reads.'torn': the number -1, not an unsigned integer of 64 bits"},
+      {"copies", bad_copies,
+       "follower status: copies.'wal_write': a string, not an unsigned integer of 64 bits"},
       {"negative id", negative_replica,
        "follower status: 'replica': the number -2, not an unsigned integer of 32 bits"},
       {"not an object", nlohmann::json::array({1, 2}),
