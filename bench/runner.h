@@ -133,6 +133,9 @@ struct ReplicationResult {
   std::string transport;  // followers' link: shm, tcp or fabric
   uint64_t entries = 0, log_bytes = 0, logged_txns = 0, floor_entries = 0, buffer_waits = 0;
   uint64_t bootstrap_records = 0;
+  // The leader's Paxos resends over the run: accepts unanswered for a retransmit period, and
+  // chosen entries sent again by catch-up (paxos_learn) with their bytes.
+  uint64_t retransmits = 0, catchup_entries = 0, catchup_bytes = 0;
   double bootstrap_s = 0;  // initial state through the log until every follower installed it
   double quiesce_s = 0;    // after the run until every follower applied everything
   uint64_t leader_digest = 0;

@@ -294,6 +294,10 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
   result->leader_digest = repl::engine_digest(engine);
   repl::AppenderStats logged;
   for (uint32_t s = 0; s < leader_->streams(); ++s) logged += leader_->appender(s).stats();
+  const repl::LeaderStats leader_stats = leader_->stats();
+  result->retransmits = leader_stats.retransmits;
+  result->catchup_entries = leader_stats.catchup_entries;
+  result->catchup_bytes = leader_stats.catchup_bytes;
   result->entries += logged.entries;
   result->log_bytes += logged.bytes;
   result->logged_txns += logged.txns;

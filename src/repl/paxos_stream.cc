@@ -319,6 +319,7 @@ Result<uint64_t> PaxosStream::propose(std::span<const std::byte> entry, EntryChe
   ++stats_.proposed;
   if (!options_.defer_self_ack) count_ack(slot, options_.replica_id);
   const uint64_t now = env_.now_ns();
+  inflight_[slot - inflight_base_].first_sent_ns = now;
   inflight_[slot - inflight_base_].last_sent_ns = now;
   begin(kPaxosAccept, ballot_, 0);
   add_entry(slot, ballot_, false, store_.find(slot)->value.span());
@@ -410,9 +411,16 @@ void PaxosStream::send_due_accepts(uint64_t now, bool heartbeat) {
   for (uint32_t p = 0; p < options_.replica_count; ++p) {
     if (p != options_.replica_id) send_accepts(p, now, heartbeat);
   }
+  const uint64_t timeout = accept_timeout_ns();
+  bool resent = false;
   for (Inflight& f : inflight_) {
-    if (!f.chosen && now >= f.last_sent_ns + options_.retransmit_ns) f.last_sent_ns = now;
+    if (!f.chosen && now >= f.last_sent_ns + timeout) {
+      f.last_sent_ns = now;
+      f.resent = true;
+      resent = true;
+    }
   }
+  if (resent && accept_backoff_ < kAcceptBackoffMax) ++accept_backoff_;
 }
 
 // Sends `peer` the unacknowledged slots whose (re)transmission is due, batched; with nothing
@@ -420,9 +428,10 @@ void PaxosStream::send_due_accepts(uint64_t now, bool heartbeat) {
 void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
   begin(kPaxosAccept, ballot_, 0);
   bool sent_any = false;
+  const uint64_t timeout = accept_timeout_ns();
   for (size_t i = 0; i < inflight_.size(); ++i) {
     const Inflight& f = inflight_[i];
-    if (f.chosen || (f.acks >> peer & 1) != 0 || now < f.last_sent_ns + options_.retransmit_ns) {
+    if (f.chosen || (f.acks >> peer & 1) != 0 || now < f.last_sent_ns + timeout) {
       continue;
     }
     const uint64_t slot = inflight_base_ + i;
@@ -773,9 +782,26 @@ void PaxosStream::handle_accepted(const Msg& m) {
   deliver_chosen();
 }
 
+uint64_t PaxosStream::accept_timeout_ns() const {
+  const uint64_t learnt = std::max(2 * answer_srtt_ns_, options_.retransmit_ns << accept_backoff_);
+  return std::min(learnt, kAcceptTimeoutMaxFactor * options_.retransmit_ns);
+}
+
+// A follower's first answer to an accept sent once: srtt += (sample - srtt) / 8, as TCP does.
+void PaxosStream::sample_answer(const Inflight& f, uint32_t replica) {
+  if (replica == options_.replica_id || f.resent || (f.acks >> replica & 1) != 0) return;
+  const uint64_t now = env_.now_ns();
+  if (f.first_sent_ns == 0 || now < f.first_sent_ns) return;
+  const uint64_t sample = now - f.first_sent_ns;
+  answer_srtt_ns_ =
+      answer_srtt_ns_ == 0 ? sample : answer_srtt_ns_ - answer_srtt_ns_ / 8 + sample / 8;
+  accept_backoff_ = 0;
+}
+
 void PaxosStream::count_ack(uint64_t slot, uint32_t replica) {
   if (slot < inflight_base_ || slot - inflight_base_ >= inflight_.size()) return;
   Inflight& f = inflight_[slot - inflight_base_];
+  sample_answer(f, replica);
   f.acks |= 1u << replica;
   if (!f.chosen && std::popcount(f.acks) >= static_cast<int>(majority())) {
     f.chosen = true;

@@ -196,6 +196,47 @@ TEST(PaxosStream, EachReplicaCopiesAnEntryOnceIntoItsStore) {
   for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(c.logs[r], std::vector<Bytes>{entry}) << r;
 }
 
+// Followers that answer every accept 15 ms after it was sent (a WAL sync slower than the
+// 10 ms retransmit period): the leader learns their answer time and stops sending the
+// entries again; the first ones, before any answer came back, are still re-sent once.
+TEST(PaxosStream, AcceptsAreNotResentToFollowersThatAnswerSlowlyButSurely) {
+  Cluster c;
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  constexpr uint64_t kAnswerDelayMs = 15;
+  std::deque<std::pair<uint64_t, Packet>> answers;  // (due time, packet to the leader)
+  // One ms: followers' answers are held for kAnswerDelayMs, everything else goes at once.
+  auto step = [&] {
+    c.env.now_ += kMs;
+    for (auto& st : c.streams) st->tick();
+    for (int n = 0; n < 10'000 && !c.queue.packets.empty(); ++n) {  // bounded
+      Packet p = std::move(c.queue.packets.front());
+      c.queue.packets.pop_front();
+      if (p.to == 0) {
+        answers.emplace_back(c.env.now_ + kAnswerDelayMs * kMs, std::move(p));
+      } else {
+        c.streams[p.to]->on_message(p.from, p.bytes);
+      }
+    }
+    while (!answers.empty() && answers.front().first <= c.env.now_) {
+      c.streams[0]->on_message(answers.front().second.from, answers.front().second.bytes);
+      answers.pop_front();
+    }
+  };
+  uint64_t retransmits_late = 0;
+  for (int i = 0; i < 200; ++i) {  // an entry every 2 ms for 400 ms
+    if (i == 100) retransmits_late = c.streams[0]->stats().retransmits;
+    ASSERT_TRUE(c.propose(0, 1000 + static_cast<uint64_t>(i)).ok());
+    step();
+    step();
+  }
+  for (int i = 0; i < 50; ++i) step();
+  EXPECT_EQ(c.streams[0]->stats().retransmits, retransmits_late)
+      << "entries re-sent after the answer time was learnt";
+  EXPECT_EQ(c.streams[0]->chosen_index(), 200u);
+  for (uint32_t r = 1; r < 3; ++r) EXPECT_EQ(c.logs[r], c.logs[0]) << r;
+}
+
 TEST(CopyCount, CopiesPerReplicatedByteCountALeadersCopiesOncePerFollower) {
   CopyCounts leader, followers;
   leader.entry_bytes_proposed = 1000;
