@@ -26,9 +26,15 @@
 //   kFrames         value = end position / 8 (mod 2^30): frames are readable up to it
 //   kCredit         value = consumer head / 8: the writer may reuse the mirror up to head
 //   kFence          the peer raised its fence; the 64-bit epoch is in our mailbox
-//   kCreditRequest  the writer ran out of credit: send kCredit now, not at a quarter ring
+//   kSignal         value 0: the writer ran out of credit, send kCredit now, not at a quarter
+//                   ring; value 1: the peer is closing, this is its last write (see Closing)
 // Positions are reconstructed from 30 bits against the last known one (rings are <= 1 GiB,
-// the window is 8 GiB). Control messages are fi_inject_writedata of 8 bytes into the mailbox.
+// the window is 8 GiB). Control messages are 8-byte fi_writedata into the mailbox from
+// registered words after the mirror, with a completion each, counted against the same
+// in-flight bound as frames. Never fi_inject_writedata: libfabric 1.17's tcp provider queues
+// an injected RMA write without its inject flag or a context, and when the connection breaks
+// with one still queued (the peer stopped reading, then closed or died) ofi_rxm dereferences
+// the NULL context of its cancellation and segfaults (docs/TRANSPORTS.md, fabric).
 //
 // Flow control: the writer may write [tail, head + ring_bytes) only, as on shm; the reader
 // returns credit (kCredit) once per quarter ring, on request, and before it blocks. A
@@ -55,6 +61,13 @@
 // only inside fi_cq_read), then blocks in poll(2) on the CQ's wait fd (FI_WAIT_FD, fetched with
 // fi_control(FI_GETWAIT); fi_trywait() first) and the liveness socket. prepare_to_block() does
 // the same for an event loop; without a wait fd it returns false (the loop spins).
+//
+// Closing: close() posts what was committed, waits (bounded, 1 s) until every write of ours
+// has its completion, then posts kSignal/close and hands it to the socket without waiting for
+// it. A peer that polls it stops writing to us (no frames, no credit) and reports
+// Unavailable ("fabric peer closed the link") after the frames that came before it. A write
+// of ours that fails (FI_ECANCELED when the provider drops a broken connection, resets) is
+// Unavailable too, reported after the frames that arrived before it.
 //
 // Errors: as shm_transport (Corruption, Unavailable, Timeout, InvalidArgument, Aborted), plus
 // IOError for provider failures (naming the call and fi_strerror), NotSupported when no
