@@ -62,12 +62,18 @@
 // fi_control(FI_GETWAIT); fi_trywait() first) and the liveness socket. prepare_to_block() does
 // the same for an event loop; without a wait fd it returns false (the loop spins).
 //
-// Closing: close() posts what was committed, waits (bounded, 1 s) until every write of ours
-// has its completion, then posts kSignal/close and hands it to the socket without waiting for
-// it. A peer that polls it stops writing to us (no frames, no credit) and reports
-// Unavailable ("fabric peer closed the link") after the frames that came before it. A write
-// of ours that fails (FI_ECANCELED when the provider drops a broken connection, resets) is
-// Unavailable too, reported after the frames that arrived before it.
+// Completions: our writes complete when the provider has taken their bytes
+// (FI_INJECT_COMPLETE), not when the peer's provider acknowledges them: tcp;ofi_rxm's
+// FI_TRANSMIT_COMPLETE is such an acknowledgement, one more message each way per write.
+//
+// Closing: close() posts what was committed, waits (bounded, 1 s in all) until every write of
+// ours has its completion, then posts kSignal/close with FI_TRANSMIT_COMPLETE and waits for
+// its acknowledgement (then the peer has all we wrote), except when the other end of a pair()
+// is in this process (the thread closing us may be the one that would poll it). A peer that
+// polls it stops writing to us (no frames, no credit) and reports Unavailable ("fabric peer
+// closed the link") after the frames that came before it. A write of ours that fails
+// (FI_ECANCELED when the provider drops a broken connection, resets) is Unavailable too,
+// reported after the frames that arrived before it.
 //
 // Errors: as shm_transport (Corruption, Unavailable, Timeout, InvalidArgument, Aborted), plus
 // IOError for provider failures (naming the call and fi_strerror), NotSupported when no
@@ -173,7 +179,8 @@ class FabricEndpoint {
   size_t max_write_bytes() const;
   uint64_t fenced_drops() const;
   const std::string& provider() const;
-  // Sends what is committed, waits (up to 1 s) for the provider to take it, closes everything.
+  // Sends what is committed and the goodbye, waits (up to 1 s) for the provider to take it and
+  // for the peer to acknowledge the goodbye (see the file comment), closes everything.
   void close();
 
   struct State;  // defined in fabric_transport.cc
