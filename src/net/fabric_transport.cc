@@ -258,9 +258,13 @@ struct FabricEndpoint::State {
   uint64_t tx_inflight_limit = 0;
   bool credit_requested = false;
 
-  // Closing. peer_closed: its kSignalClose arrived, it writes nothing more and reads nothing
-  // we send; link_down: a write of ours failed, the provider dropped the connection.
+  // Closing (see the header). peer_closed: its goodbye (kSignal close) arrived, its last
+  // write: it writes nothing more and reads nothing we send; goodbye_due: we owe it ours in
+  // return; goodbye_sent: ours is posted, our last write; link_down: a write of ours failed,
+  // the provider dropped the connection.
   bool peer_closed = false;
+  bool goodbye_due = false;
+  bool goodbye_sent = false;
   bool link_down = false;
 
   // Polling.
@@ -309,12 +313,14 @@ struct FabricEndpoint::State {
   Status cq_error();
   Status post_write(uint64_t offset, uint64_t bytes, uint32_t data);
   Status post_control(Kind kind, uint64_t value, size_t mailbox_offset, uint64_t word);
-  bool try_post_close();
+  bool try_post_goodbye();
+  void say_goodbye(uint64_t deadline);
   Status send_credit();
   Status sync_tx();
   Result<uint8_t*> reserve_blocking(uint32_t bytes);
   Status push(uint32_t flags, uint32_t imm, uint64_t epoch, std::span<const uint8_t> payload);
   Status check_peer();
+  Status check_peer_while_stuck(uint64_t start);
   Status peer_gone(Status why);
   void block_once(uint64_t timeout_ns);
   bool has_input() const { return rx_cursor != rx_end || !rx_error.ok(); }
@@ -528,24 +534,8 @@ void FabricEndpoint::State::close() {
     if (!failed.ok() || sync_tx().ok()) {
       while (tx_inflight > 0 && mono_ns() < deadline && progress().ok()) cpu_relax();
     }
-    // Then say goodbye, so the peer stops writing to us and reports a clean Unavailable at
-    // once instead of finding out from the liveness socket or cancelled writes, and wait
-    // (bounded) for its acknowledgement: then the peer has everything we wrote (our writes
-    // complete when the provider has taken them, not when the peer has). Not waited for when
-    // the other end of a pair() is in this process: the thread closing us may be the one
-    // that would have to poll it. fi_close cancels it if the provider still has it, with
-    // its context, which rxm handles.
-    if (!quiet() && tx_inflight == 0) {
-      bool posted = false;
-      while (!(posted = try_post_close()) && mono_ns() < deadline && progress().ok()) cpu_relax();
-      const bool twin_here = twin != nullptr && twin->owner_pid == getpid();
-      if (posted && !twin_here) {
-        while (tx_inflight > 0 && !link_down && mono_ns() < deadline && progress().ok()) {
-          cpu_relax();
-        }
-      }
-      (void)progress();  // hands it to the socket
-    }
+    // Then the goodbyes: see say_goodbye() and the header, "Closing".
+    say_goodbye(deadline);
   }
   if (phase != Phase::kIdle) close_fabric();
   if (sock >= 0) ::close(sock);
@@ -570,6 +560,7 @@ Status FabricEndpoint::State::progress() {
     if (static_cast<size_t>(n) < kCqBatch) break;
   }
   if (peer_wants_credit && rx_released != head_sent) SHOAL_TRY(send_credit());
+  if (goodbye_due && !link_down) (void)try_post_goodbye();  // else the next progress()
   return Status::Ok();
 }
 
@@ -656,6 +647,7 @@ Status FabricEndpoint::State::on_completion(const fi_cq_data_entry& e) {
         // The peer's last write: everything it sent is announced before it. Its frames are
         // still delivered, then Unavailable; nothing more goes out (credit included).
         peer_closed = true;
+        goodbye_due = !goodbye_sent;  // it waits for ours before it closes: progress() posts it
         if (rx_error.ok()) rx_error = Status::Unavailable("fabric peer closed the link");
       } else {
         peer_wants_credit = true;
@@ -668,6 +660,8 @@ Status FabricEndpoint::State::on_completion(const fi_cq_data_entry& e) {
 Status FabricEndpoint::State::post_write(uint64_t offset, uint64_t bytes, uint32_t data) {
   const uint64_t start = mono_ns();
   for (;;) {  // bounded by send_timeout_ns
+    // Checked after every progress(): nothing may follow a goodbye.
+    if (quiet()) return quiet_status();
     if (tx_inflight < tx_inflight_limit) {
       const ssize_t rc =
           fi_writedata(ep, mirror + sizeof(RingControl) + offset, bytes, tx_desc, data, peer_addr,
@@ -679,10 +673,20 @@ Status FabricEndpoint::State::post_write(uint64_t offset, uint64_t bytes, uint32
       if (rc != -FI_EAGAIN) return fi_status("fi_writedata", rc);
     }
     SHOAL_TRY(progress());
+    SHOAL_TRY(check_peer_while_stuck(start));
     if (mono_ns() - start >= options.send_timeout_ns) {
       return Status::Timeout("fabric: the provider's send queue stayed full");
     }
   }
+}
+
+// A write the provider keeps refusing (FI_EAGAIN) while the peer is gone: tcp;ofi_rxm, once
+// it has dropped the connection to a dead peer, redials it on every write and refuses the
+// write while it does, so without this a sender spun for send_timeout_ns (10 s) before it
+// found out; the liveness socket knows at once. Checked only after spin_ns of waiting.
+Status FabricEndpoint::State::check_peer_while_stuck(uint64_t start) {
+  if (mono_ns() - start < options.spin_ns) return Status::Ok();
+  return check_peer();
 }
 
 // Control words are ordinary writes from registered memory with a completion, never
@@ -719,6 +723,8 @@ Status FabricEndpoint::State::post_control(Kind kind, uint64_t value, size_t mai
     const ssize_t n = fi_cq_read(cq, entries, kCqBatch);
     if (n == -FI_EAVAIL) return cq_error();
     for (ssize_t i = 0; i < n; ++i) SHOAL_TRY(on_completion(entries[i]));
+    if (quiet()) return quiet_status();
+    SHOAL_TRY(check_peer_while_stuck(start));
     if (mono_ns() - start >= options.send_timeout_ns) {
       return Status::Timeout("fabric: the provider's send queue stayed full");
     }
@@ -726,9 +732,11 @@ Status FabricEndpoint::State::post_control(Kind kind, uint64_t value, size_t mai
 }
 
 // Posts kSignalClose (see close()); false when the provider cannot take it now.
-// FI_TRANSMIT_COMPLETE: its completion (the peer's provider acknowledges it) says the peer
-// has every byte we wrote before it.
-bool FabricEndpoint::State::try_post_close() {
+// Posts our goodbye (kSignal close), our last write. FI_TRANSMIT_COMPLETE: its completion
+// (the peer's provider acknowledges it) says the peer has every byte we wrote before it.
+// False when the provider cannot take it now; an outright failure counts as sent (there is
+// no link left to say it over).
+bool FabricEndpoint::State::try_post_goodbye() {
   if (tx_inflight >= tx_inflight_limit) return false;
   iovec iov{&control_src->zero, sizeof(uint64_t)};
   fi_rma_iov rma{peer_region_address + offsetof(Mailbox, scratch), sizeof(uint64_t), peer_key};
@@ -741,9 +749,42 @@ bool FabricEndpoint::State::try_post_close() {
   msg.rma_iov_count = 1;
   msg.data = cq_data(kSignal, kSignalClose);
   const ssize_t rc = fi_writemsg(ep, &msg, FI_REMOTE_CQ_DATA | FI_TRANSMIT_COMPLETE);
-  if (rc != 0) return rc != -FI_EAGAIN;  // another error: nothing to say goodbye over
-  ++tx_inflight;
+  if (rc == -FI_EAGAIN) return false;
+  if (rc == 0) ++tx_inflight;
+  goodbye_sent = true;
+  goodbye_due = false;
   return true;
+}
+
+// Why close() waits for the peer's goodbye: libfabric 1.17's tcp provider also reports a
+// cancelled *incoming* write (one half received when fi_close tears the connection down)
+// with a NULL context, which ofi_rxm dereferences as it does the injected writes (see
+// post_control). The peer's goodbye is its last write and comes after everything it posted
+// before it (one stream), so once it has arrived nothing can be half received. A peer posts
+// its goodbye in the same progress() call in which it reads ours, so this costs one round
+// trip with a peer that polls; one that does not poll holds us to the deadline.
+void FabricEndpoint::State::say_goodbye(uint64_t deadline) {
+  // Also after a failure: to a dead peer the goodbye is the probe that tells when the provider
+  // has dropped the connection (it is cancelled then), before which a write of the peer's
+  // may still be half received.
+  if (goodbye_sent || link_down || (peer_closed && !goodbye_due)) return;
+  while (!link_down && !try_post_goodbye()) {  // bounded by the deadline
+    // Refused while the peer's liveness socket has hung up: rxm has dropped the connection
+    // (and with it anything half received) and is redialling a dead peer.
+    if (mono_ns() >= deadline || !progress().ok() || !check_peer().ok()) return;
+    cpu_relax();
+  }
+  if (link_down) return;
+  // The other end of a pair() in this process: the thread closing us may be the one that
+  // would have to poll it, so no waiting.
+  if (twin != nullptr && twin->owner_pid == getpid()) {
+    (void)progress();  // hands it to the socket
+    return;
+  }
+  while (!link_down && !(peer_closed && tx_inflight == 0) && mono_ns() < deadline) {
+    if (!progress().ok()) return;
+    cpu_relax();
+  }
 }
 
 Status FabricEndpoint::State::send_credit() {

@@ -66,12 +66,16 @@
 // (FI_INJECT_COMPLETE), not when the peer's provider acknowledges them: tcp;ofi_rxm's
 // FI_TRANSMIT_COMPLETE is such an acknowledgement, one more message each way per write.
 //
-// Closing: close() posts what was committed, waits (bounded, 1 s in all) until every write of
-// ours has its completion, then posts kSignal/close with FI_TRANSMIT_COMPLETE and waits for
-// its acknowledgement (then the peer has all we wrote), except when the other end of a pair()
-// is in this process (the thread closing us may be the one that would poll it). A peer that
-// polls it stops writing to us (no frames, no credit) and reports Unavailable ("fabric peer
-// closed the link") after the frames that came before it. A write of ours that fails
+// Closing: close() posts what was committed and waits until every write of ours has its
+// completion; then the goodbyes (kSignal value 1): ours, with FI_TRANSMIT_COMPLETE (its
+// acknowledgement says the peer has all we wrote), and the peer's in return, which it posts in
+// the progress() call that reads ours and which is its last write: once it has arrived,
+// nothing of the peer's can be half received when fi_close tears the connection down
+// (libfabric 1.17's tcp;ofi_rxm crashes on a cancelled incoming write too; see
+// say_goodbye()). 1 s in all at most; not waited for when the other end of a pair() is in
+// this process (the thread closing us may be the one that would poll it). A peer that has
+// read a goodbye writes nothing more (no frames, no credit) and reports Unavailable ("fabric
+// peer closed the link") after the frames that came before it. A write of ours that fails
 // (FI_ECANCELED when the provider drops a broken connection, resets) is Unavailable too,
 // reported after the frames that arrived before it.
 //
@@ -180,7 +184,7 @@ class FabricEndpoint {
   uint64_t fenced_drops() const;
   const std::string& provider() const;
   // Sends what is committed and the goodbye, waits (up to 1 s) for the provider to take it and
-  // for the peer to acknowledge the goodbye (see the file comment), closes everything.
+  // for the peer's goodbye in return (see the file comment), closes everything.
   void close();
 
   struct State;  // defined in fabric_transport.cc
