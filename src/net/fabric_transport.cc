@@ -731,7 +731,6 @@ Status FabricEndpoint::State::post_control(Kind kind, uint64_t value, size_t mai
   }
 }
 
-// Posts kSignalClose (see close()); false when the provider cannot take it now.
 // Posts our goodbye (kSignal close), our last write. FI_TRANSMIT_COMPLETE: its completion
 // (the peer's provider acknowledges it) says the peer has every byte we wrote before it.
 // False when the provider cannot take it now; an outright failure counts as sent (there is
