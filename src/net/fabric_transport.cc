@@ -31,7 +31,9 @@ namespace {
 // Remote CQ data: [31..30] kind, [29..0] value (see the header).
 constexpr uint32_t kKindShift = 30;
 constexpr uint32_t kValueMask = (1u << kKindShift) - 1;
-enum Kind : uint32_t { kFrames = 0, kCredit = 1, kFence = 2, kCreditRequest = 3 };
+enum Kind : uint32_t { kFrames = 0, kCredit = 1, kFence = 2, kSignal = 3 };
+// kSignal values: the writer ran out of credit; the peer is closing (its last write).
+enum Signal : uint32_t { kSignalCreditRequest = 0, kSignalClose = 1 };
 
 constexpr size_t kPageBytes = 4096;
 constexpr size_t kMaxRingBytes = size_t{1} << 30;
@@ -48,9 +50,18 @@ constexpr uint64_t kRxRequestedKey = 1;  // keys we ask for when the provider do
 constexpr uint64_t kTxRequestedKey = 2;
 const char* const kCandidateProviders[] = {"tcp;ofi_rxm", "sockets", "udp;ofi_rxd", "shm"};
 
+// Registered words after the send mirror: the sources of control writes (never injected, see
+// post_control), which must stay untouched until the write completes.
+struct ControlSource {
+  uint64_t fence_epoch;  // kFence: the epoch the peer copies into its mailbox
+  uint64_t zero;         // every other control write (the receiver reads only the CQ data)
+};
+constexpr size_t kControlSourceBytes = 64;
+static_assert(sizeof(ControlSource) <= kControlSourceBytes);
+
 // Words at the start of a region that the peer writes with control messages.
 struct Mailbox {
-  uint64_t scratch;      // target of kCredit / kCreditRequest / kFrames-announcement writes
+  uint64_t scratch;      // target of kCredit / kSignal / kFrames-announcement writes
   uint64_t fence_epoch;  // kFence: the peer's new fence
 };
 static_assert(sizeof(Mailbox) <= kFabricMailboxBytes);
@@ -140,9 +151,13 @@ Result<fi_info*> provider_info(const std::string& provider) {
   // defaults (2048 each, 16 KiB bounce buffers) memset ~64 MiB per endpoint: 1.8 s per pair
   // on this VM, most of it page faults.
   hints->tx_attr->size = kMaxTxInflight;
-  // A write completes locally once the provider has sent it, not when the peer acknowledges
-  // it: close() and a full send queue then never wait for the peer's progress.
-  hints->tx_attr->op_flags = FI_TRANSMIT_COMPLETE;
+  // A write completes locally once the provider has taken its bytes, not when the peer
+  // acknowledges it: a full send queue never waits for the peer's progress, and the round
+  // trip carries no acknowledgements. (tcp;ofi_rxm implements FI_TRANSMIT_COMPLETE as an
+  // acknowledgement from the peer's provider: one more message each way per write, sent
+  // before the write's completion is reported; 64 B RPC p50 38.5 us against 20.7 us with
+  // FI_INJECT_COMPLETE, RESULTS.md.) Only close()'s goodbye asks for the acknowledgement.
+  hints->tx_attr->op_flags = FI_INJECT_COMPLETE;
   hints->rx_attr->size = kRxQueueEntries;
   hints->fabric_attr->prov_name = strdup(provider.c_str());
   if (!shm) hints->addr_format = FI_SOCKADDR_IN;
@@ -238,9 +253,19 @@ struct FabricEndpoint::State {
   uint64_t peer_ring_bytes = 0;
   uint64_t peer_region_address = 0;
   uint64_t peer_key = 0;
-  uint64_t tx_inflight = 0;  // fi_writedata calls without their local completion yet
+  ControlSource* control_src = nullptr;  // just after the mirror, in the same registration
+  uint64_t tx_inflight = 0;              // fi_writedata calls without their local completion yet
   uint64_t tx_inflight_limit = 0;
   bool credit_requested = false;
+
+  // Closing (see the header). peer_closed: its goodbye (kSignal close) arrived, its last
+  // write: it writes nothing more and reads nothing we send; goodbye_due: we owe it ours in
+  // return; goodbye_sent: ours is posted, our last write; link_down: a write of ours failed,
+  // the provider dropped the connection.
+  bool peer_closed = false;
+  bool goodbye_due = false;
+  bool goodbye_sent = false;
+  bool link_down = false;
 
   // Polling.
   MessageAssembler assembler{0};
@@ -250,6 +275,13 @@ struct FabricEndpoint::State {
   uint64_t last_liveness_check_ns = 0;
 
   ~State() { close(); }
+
+  // Nothing more is written to the peer: it will not read it, or cannot.
+  bool quiet() const { return peer_closed || link_down; }
+  Status quiet_status() const {
+    return peer_closed ? Status::Unavailable("fabric peer closed the link")
+                       : Status::Unavailable("fabric: the provider dropped the connection");
+  }
 
   Status fail(Status status) {
     if (failed.ok()) failed = std::move(status);
@@ -276,15 +308,19 @@ struct FabricEndpoint::State {
   // ---- data path
 
   Status progress();
+  Status progress_or_fail();
   Status on_completion(const fi_cq_data_entry& e);
   Status cq_error();
   Status post_write(uint64_t offset, uint64_t bytes, uint32_t data);
   Status post_control(Kind kind, uint64_t value, size_t mailbox_offset, uint64_t word);
+  bool try_post_goodbye();
+  void say_goodbye(uint64_t deadline);
   Status send_credit();
   Status sync_tx();
   Result<uint8_t*> reserve_blocking(uint32_t bytes);
   Status push(uint32_t flags, uint32_t imm, uint64_t epoch, std::span<const uint8_t> payload);
   Status check_peer();
+  Status check_peer_while_stuck(uint64_t start);
   Status peer_gone(Status why);
   void block_once(uint64_t timeout_ns);
   bool has_input() const { return rx_cursor != rx_end || !rx_error.ok(); }
@@ -383,14 +419,16 @@ Status FabricEndpoint::State::take_hello() {
   peer_region_address = hello_in.region_address;
   peer_key = hello_in.region_key;
   mirror_bytes = ring_region_bytes(peer_ring_bytes);
-  auto mem = alloc_region(mirror_bytes);
+  // The control sources share the mirror's registration (one descriptor for every write).
+  auto mem = alloc_region(mirror_bytes + kControlSourceBytes);
   if (!mem.ok()) return mem.status();
   mirror = *mem;
   ring_init({mirror, mirror_bytes}, peer_ring_bytes);
   mirror_ctl = reinterpret_cast<RingControl*>(mirror);
+  control_src = reinterpret_cast<ControlSource*>(mirror + mirror_bytes);
   tx = RingProducer({mirror, mirror_bytes});
-  if (int e = fi_mr_reg(domain, mirror, mirror_bytes, FI_WRITE, 0, kTxRequestedKey, 0, &tx_mr,
-                        nullptr)) {
+  if (int e = fi_mr_reg(domain, mirror, mirror_bytes + kControlSourceBytes, FI_WRITE, 0,
+                        kTxRequestedKey, 0, &tx_mr, nullptr)) {
     return fi_status("fi_mr_reg(send mirror)", e);
   }
   if (info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
@@ -482,18 +520,22 @@ void FabricEndpoint::State::close_fabric() {
   region = mirror = nullptr;
   rx_data = nullptr;
   mirror_ctl = nullptr;
+  control_src = nullptr;
   tx = RingProducer();
   wait_fd = -1;
 }
 
 void FabricEndpoint::State::close() {
-  if (phase == Phase::kReady && failed.ok() && ep != nullptr) {
-    // Frames committed before close() still reach the peer: post them and let the provider
-    // take them (bounded).
+  if (phase == Phase::kReady && ep != nullptr && !link_down) {
     const uint64_t deadline = mono_ns() + kCloseDrainNs;
-    if (sync_tx().ok()) {
+    // Frames committed before close() still reach the peer: post them and let the provider
+    // take them (bounded). Every write of ours then has its completion, so none is left in
+    // the provider's queues for fi_close to cancel.
+    if (!failed.ok() || sync_tx().ok()) {
       while (tx_inflight > 0 && mono_ns() < deadline && progress().ok()) cpu_relax();
     }
+    // Then the goodbyes: see say_goodbye() and the header, "Closing".
+    say_goodbye(deadline);
   }
   if (phase != Phase::kIdle) close_fabric();
   if (sock >= 0) ::close(sock);
@@ -518,19 +560,39 @@ Status FabricEndpoint::State::progress() {
     if (static_cast<size_t>(n) < kCqBatch) break;
   }
   if (peer_wants_credit && rx_released != head_sent) SHOAL_TRY(send_credit());
+  if (goodbye_due && !link_down) (void)try_post_goodbye();  // else the next progress()
   return Status::Ok();
+}
+
+// A progress() failure is final; when the connection dropped, the frames that arrived before it
+// are delivered first (poll() reports it after them, as it does a bad announcement).
+Status FabricEndpoint::State::progress_or_fail() {
+  Status s = progress();
+  if (s.ok()) return s;
+  if (link_down && has_input()) {
+    if (rx_error.ok()) rx_error = std::move(s);
+    return Status::Ok();
+  }
+  return fail(std::move(s));
 }
 
 Status FabricEndpoint::State::cq_error() {
   fi_cq_err_entry err{};
   if (fi_cq_readerr(cq, &err, 0) < 0) return Status::IOError("fabric: fi_cq_readerr failed");
+  // Only our writes can fail here (a failed incoming write never reaches our CQ): this one is
+  // done, and the connection with it.
+  if ((err.flags & FI_REMOTE_WRITE) == 0 && tx_inflight > 0) --tx_inflight;
   char buf[128] = {};
   const char* detail = fi_cq_strerror(cq, err.prov_errno, err.err_data, buf, sizeof(buf));
   std::string what = fmt::format("fabric: completion error: {} ({})", fi_strerror(err.err),
                                  detail != nullptr ? detail : "");
-  if (err.err == FI_ECONNRESET || err.err == FI_ENOTCONN || err.err == FI_ECONNREFUSED ||
-      err.err == FI_ECONNABORTED || err.err == FI_EHOSTUNREACH) {
-    return Status::Unavailable(std::move(what));
+  // FI_ECANCELED: the provider cancelled what it still had queued because the connection
+  // broke (tcp;ofi_rxm when the peer closes or dies): the peer is gone, as for a reset.
+  if (err.err == FI_ECANCELED || err.err == FI_ECONNRESET || err.err == FI_ENOTCONN ||
+      err.err == FI_ECONNREFUSED || err.err == FI_ECONNABORTED || err.err == FI_EHOSTUNREACH ||
+      err.err == EPIPE) {
+    link_down = true;
+    return Status::Unavailable(fmt::format("fabric peer closed the link or died ({})", what));
   }
   return Status::IOError(std::move(what));
 }
@@ -580,8 +642,16 @@ Status FabricEndpoint::State::on_completion(const fi_cq_data_entry& e) {
       }
       return Status::Ok();
     }
-    case kCreditRequest:
-      peer_wants_credit = true;
+    case kSignal:
+      if (value == kSignalClose) {
+        // The peer's last write: everything it sent is announced before it. Its frames are
+        // still delivered, then Unavailable; nothing more goes out (credit included).
+        peer_closed = true;
+        goodbye_due = !goodbye_sent;  // it waits for ours before it closes: progress() posts it
+        if (rx_error.ok()) rx_error = Status::Unavailable("fabric peer closed the link");
+      } else {
+        peer_wants_credit = true;
+      }
       return Status::Ok();
   }
   return Status::Ok();
@@ -590,6 +660,8 @@ Status FabricEndpoint::State::on_completion(const fi_cq_data_entry& e) {
 Status FabricEndpoint::State::post_write(uint64_t offset, uint64_t bytes, uint32_t data) {
   const uint64_t start = mono_ns();
   for (;;) {  // bounded by send_timeout_ns
+    // Checked after every progress(): nothing may follow a goodbye.
+    if (quiet()) return quiet_status();
     if (tx_inflight < tx_inflight_limit) {
       const ssize_t rc =
           fi_writedata(ep, mirror + sizeof(RingControl) + offset, bytes, tx_desc, data, peer_addr,
@@ -601,31 +673,121 @@ Status FabricEndpoint::State::post_write(uint64_t offset, uint64_t bytes, uint32
       if (rc != -FI_EAGAIN) return fi_status("fi_writedata", rc);
     }
     SHOAL_TRY(progress());
+    SHOAL_TRY(check_peer_while_stuck(start));
     if (mono_ns() - start >= options.send_timeout_ns) {
       return Status::Timeout("fabric: the provider's send queue stayed full");
     }
   }
 }
 
+// A write the provider keeps refusing (FI_EAGAIN) while the peer is gone: tcp;ofi_rxm, once
+// it has dropped the connection to a dead peer, redials it on every write and refuses the
+// write while it does, so without this a sender spun for send_timeout_ns (10 s) before it
+// found out; the liveness socket knows at once. Checked only after spin_ns of waiting.
+Status FabricEndpoint::State::check_peer_while_stuck(uint64_t start) {
+  if (mono_ns() - start < options.spin_ns) return Status::Ok();
+  return check_peer();
+}
+
+// Control words are ordinary writes from registered memory with a completion, never
+// fi_inject_writedata: libfabric 1.17's tcp provider queues an injected RMA write without
+// marking it as injected (tcpx_rma_inject_common sets no TCPX_INJECT_OP) and without a
+// context, so when the connection breaks while one is still queued (the peer stopped reading,
+// then closed or died), its cancellation is reported with a NULL context, which ofi_rxm
+// dereferences (rxm_handle_comp_error: segfault reading address 0x20). A write of ours is
+// cancelled with rxm's own context and reaches us as FI_ECANCELED.
 Status FabricEndpoint::State::post_control(Kind kind, uint64_t value, size_t mailbox_offset,
                                            uint64_t word) {
+  if (quiet()) return quiet_status();
+  // Only kFence's word is read by the peer; it stays put until the write completes, or is
+  // replaced by a later (higher) fence, which the peer takes as well.
+  uint64_t* src = &control_src->zero;
+  if (kind == kFence) {
+    control_src->fence_epoch = word;
+    src = &control_src->fence_epoch;
+  }
   const uint64_t start = mono_ns();
   for (;;) {  // bounded by send_timeout_ns
-    const ssize_t rc = fi_inject_writedata(ep, &word, sizeof(word), cq_data(kind, value), peer_addr,
-                                           peer_region_address + mailbox_offset, peer_key);
-    if (rc == 0) return Status::Ok();
-    if (rc != -FI_EAGAIN) return fi_status("fi_inject_writedata", rc);
-    // Not progress(): it may call back into send_credit(). Drain local completions only.
+    if (tx_inflight < tx_inflight_limit) {
+      const ssize_t rc =
+          fi_writedata(ep, src, sizeof(uint64_t), tx_desc, cq_data(kind, value), peer_addr,
+                       peer_region_address + mailbox_offset, peer_key, nullptr);
+      if (rc == 0) {
+        ++tx_inflight;
+        return Status::Ok();
+      }
+      if (rc != -FI_EAGAIN) return fi_status("fi_writedata (control)", rc);
+    }
+    // Not progress(): it may call back into send_credit(). Drain completions only.
     fi_cq_data_entry entries[kCqBatch];
     const ssize_t n = fi_cq_read(cq, entries, kCqBatch);
+    if (n == -FI_EAVAIL) return cq_error();
     for (ssize_t i = 0; i < n; ++i) SHOAL_TRY(on_completion(entries[i]));
+    if (quiet()) return quiet_status();
+    SHOAL_TRY(check_peer_while_stuck(start));
     if (mono_ns() - start >= options.send_timeout_ns) {
       return Status::Timeout("fabric: the provider's send queue stayed full");
     }
+  }
+}
+
+// Posts our goodbye (kSignal close), our last write. FI_TRANSMIT_COMPLETE: its completion
+// (the peer's provider acknowledges it) says the peer has every byte we wrote before it.
+// False when the provider cannot take it now; an outright failure counts as sent (there is
+// no link left to say it over).
+bool FabricEndpoint::State::try_post_goodbye() {
+  if (tx_inflight >= tx_inflight_limit) return false;
+  iovec iov{&control_src->zero, sizeof(uint64_t)};
+  fi_rma_iov rma{peer_region_address + offsetof(Mailbox, scratch), sizeof(uint64_t), peer_key};
+  fi_msg_rma msg{};
+  msg.msg_iov = &iov;
+  msg.desc = &tx_desc;
+  msg.iov_count = 1;
+  msg.addr = peer_addr;
+  msg.rma_iov = &rma;
+  msg.rma_iov_count = 1;
+  msg.data = cq_data(kSignal, kSignalClose);
+  const ssize_t rc = fi_writemsg(ep, &msg, FI_REMOTE_CQ_DATA | FI_TRANSMIT_COMPLETE);
+  if (rc == -FI_EAGAIN) return false;
+  if (rc == 0) ++tx_inflight;
+  goodbye_sent = true;
+  goodbye_due = false;
+  return true;
+}
+
+// Why close() waits for the peer's goodbye: libfabric 1.17's tcp provider also reports a
+// cancelled *incoming* write (one half received when fi_close tears the connection down)
+// with a NULL context, which ofi_rxm dereferences as it does the injected writes (see
+// post_control). The peer's goodbye is its last write and comes after everything it posted
+// before it (one stream), so once it has arrived nothing can be half received. A peer posts
+// its goodbye in the same progress() call in which it reads ours, so this costs one round
+// trip with a peer that polls; one that does not poll holds us to the deadline.
+void FabricEndpoint::State::say_goodbye(uint64_t deadline) {
+  // Also after a failure: to a dead peer the goodbye is the probe that tells when the provider
+  // has dropped the connection (it is cancelled then), before which a write of the peer's
+  // may still be half received.
+  if (goodbye_sent || link_down || (peer_closed && !goodbye_due)) return;
+  while (!link_down && !try_post_goodbye()) {  // bounded by the deadline
+    // Refused while the peer's liveness socket has hung up: rxm has dropped the connection
+    // (and with it anything half received) and is redialling a dead peer.
+    if (mono_ns() >= deadline || !progress().ok() || !check_peer().ok()) return;
+    cpu_relax();
+  }
+  if (link_down) return;
+  // The other end of a pair() in this process: the thread closing us may be the one that
+  // would have to poll it, so no waiting.
+  if (twin != nullptr && twin->owner_pid == getpid()) {
+    (void)progress();  // hands it to the socket
+    return;
+  }
+  while (!link_down && !(peer_closed && tx_inflight == 0) && mono_ns() < deadline) {
+    if (!progress().ok()) return;
+    cpu_relax();
   }
 }
 
 Status FabricEndpoint::State::send_credit() {
+  if (quiet()) return Status::Ok();  // the peer writes no more: no credit to return
   const uint64_t head = rx_released;
   SHOAL_TRY(post_control(kCredit, head >> 3, offsetof(Mailbox, scratch), head));
   head_sent = head;
@@ -637,6 +799,7 @@ Status FabricEndpoint::State::send_credit() {
 // peer's ring: one write, or two when the range wraps (sent >= the peer's head, so the range
 // is at most one ring long).
 Status FabricEndpoint::State::sync_tx() {
+  if (quiet()) return Status::Ok();  // push() refuses new frames; committed ones are dropped
   const uint64_t tail = tx.tail();
   while (sent != tail) {  // at most two iterations
     const uint64_t offset = sent & (peer_ring_bytes - 1);
@@ -691,10 +854,11 @@ Result<uint8_t*> FabricEndpoint::State::reserve_blocking(uint32_t bytes) {
     // The reader can return credit only for bytes it has: send them, then ask.
     SHOAL_TRY(sync_tx());
     if (!credit_requested) {
-      SHOAL_TRY(post_control(kCreditRequest, 0, offsetof(Mailbox, scratch), 0));
+      SHOAL_TRY(post_control(kSignal, kSignalCreditRequest, offsetof(Mailbox, scratch), 0));
       credit_requested = true;
     }
     SHOAL_TRY(progress());
+    if (quiet()) return quiet_status();
     if (uint8_t* p = tx.try_reserve(bytes)) return p;
     const uint64_t waited = mono_ns() - start;
     if (waited >= options.send_timeout_ns) {
@@ -710,6 +874,7 @@ Result<uint8_t*> FabricEndpoint::State::reserve_blocking(uint32_t bytes) {
 
 Status FabricEndpoint::State::push(uint32_t flags, uint32_t imm, uint64_t epoch,
                                    std::span<const uint8_t> payload) {
+  if (quiet()) return quiet_status();
   const auto n = static_cast<uint32_t>(payload.size());
   auto dst = reserve_blocking(n);
   if (!dst.ok()) return dst.status();
@@ -768,7 +933,7 @@ Result<size_t> FabricEndpoint::State::poll(Completion* out, size_t max) {
   SHOAL_TRY(ensure_ready());
   SHOAL_ASSERT(!batch_outstanding, "%s", "poll() before release() of the previous batch");
   if (Status s = sync_tx(); !s.ok()) return fail(std::move(s));
-  if (Status s = progress(); !s.ok()) return fail(std::move(s));
+  SHOAL_TRY(progress_or_fail());
   auto polled = poll_frames(*this, assembler, out, max);
   if (!polled.ok()) return fail(polled.status());
   const size_t n = *polled;
@@ -790,7 +955,7 @@ Status FabricEndpoint::State::wait(uint64_t timeout_ns) {
   const uint64_t start = mono_ns();
   const uint64_t spin_end = start + std::min(options.spin_ns, timeout_ns);
   do {  // spin: software providers move data only while we poll the CQ
-    if (Status s = progress(); !s.ok()) return fail(std::move(s));
+    SHOAL_TRY(progress_or_fail());
     if (has_input()) return Status::Ok();
     cpu_relax();
   } while (mono_ns() < spin_end);
@@ -800,7 +965,7 @@ Status FabricEndpoint::State::wait(uint64_t timeout_ns) {
     if (rx_released != head_sent) {
       if (Status s = send_credit(); !s.ok()) return fail(std::move(s));
     }
-    if (Status s = progress(); !s.ok()) return fail(std::move(s));
+    SHOAL_TRY(progress_or_fail());
     if (has_input()) return Status::Ok();
     if (Status s = check_peer(); !s.ok()) return peer_gone(std::move(s));
     const uint64_t now = mono_ns();
@@ -811,7 +976,7 @@ Status FabricEndpoint::State::wait(uint64_t timeout_ns) {
 
 bool FabricEndpoint::State::prepare_to_block() {
   if (!ensure_ready().ok()) return false;  // poll() reports it
-  if (!sync_tx().ok() || !progress().ok()) return false;
+  if (!sync_tx().ok() || !progress_or_fail().ok()) return false;
   if (rx_released != head_sent && !send_credit().ok()) return false;
   if (has_input() || wait_fd < 0) return false;  // no wait fd: the loop spins
   fid* fids[1] = {&cq->fid};
@@ -1015,6 +1180,7 @@ Result<std::span<uint8_t>> FabricEndpoint::reserve(size_t bytes) {
     return Status::InvalidArgument(fmt::format("reserve of {} bytes above max_write_bytes {}",
                                                bytes, s.tx.max_payload_bytes()));
   }
+  if (s.quiet()) return s.fail(s.quiet_status());
   auto p = s.reserve_blocking(static_cast<uint32_t>(bytes));
   if (!p.ok()) return p.status();
   s.reserved = true;

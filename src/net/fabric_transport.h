@@ -26,9 +26,15 @@
 //   kFrames         value = end position / 8 (mod 2^30): frames are readable up to it
 //   kCredit         value = consumer head / 8: the writer may reuse the mirror up to head
 //   kFence          the peer raised its fence; the 64-bit epoch is in our mailbox
-//   kCreditRequest  the writer ran out of credit: send kCredit now, not at a quarter ring
+//   kSignal         value 0: the writer ran out of credit, send kCredit now, not at a quarter
+//                   ring; value 1: the peer is closing, this is its last write (see Closing)
 // Positions are reconstructed from 30 bits against the last known one (rings are <= 1 GiB,
-// the window is 8 GiB). Control messages are fi_inject_writedata of 8 bytes into the mailbox.
+// the window is 8 GiB). Control messages are 8-byte fi_writedata into the mailbox from
+// registered words after the mirror, with a completion each, counted against the same
+// in-flight bound as frames. Never fi_inject_writedata: libfabric 1.17's tcp provider queues
+// an injected RMA write without its inject flag or a context, and when the connection breaks
+// with one still queued (the peer stopped reading, then closed or died) ofi_rxm dereferences
+// the NULL context of its cancellation and segfaults (docs/TRANSPORTS.md, fabric).
 //
 // Flow control: the writer may write [tail, head + ring_bytes) only, as on shm; the reader
 // returns credit (kCredit) once per quarter ring, on request, and before it blocks. A
@@ -55,6 +61,23 @@
 // only inside fi_cq_read), then blocks in poll(2) on the CQ's wait fd (FI_WAIT_FD, fetched with
 // fi_control(FI_GETWAIT); fi_trywait() first) and the liveness socket. prepare_to_block() does
 // the same for an event loop; without a wait fd it returns false (the loop spins).
+//
+// Completions: our writes complete when the provider has taken their bytes
+// (FI_INJECT_COMPLETE), not when the peer's provider acknowledges them: tcp;ofi_rxm's
+// FI_TRANSMIT_COMPLETE is such an acknowledgement, one more message each way per write.
+//
+// Closing: close() posts what was committed and waits until every write of ours has its
+// completion; then the goodbyes (kSignal value 1): ours, with FI_TRANSMIT_COMPLETE (its
+// acknowledgement says the peer has all we wrote), and the peer's in return, which it posts in
+// the progress() call that reads ours and which is its last write: once it has arrived,
+// nothing of the peer's can be half received when fi_close tears the connection down
+// (libfabric 1.17's tcp;ofi_rxm crashes on a cancelled incoming write too; see
+// say_goodbye()). 1 s in all at most; not waited for when the other end of a pair() is in
+// this process (the thread closing us may be the one that would poll it). A peer that has
+// read a goodbye writes nothing more (no frames, no credit) and reports Unavailable ("fabric
+// peer closed the link") after the frames that came before it. A write of ours that fails
+// (FI_ECANCELED when the provider drops a broken connection, resets) is Unavailable too,
+// reported after the frames that arrived before it.
 //
 // Errors: as shm_transport (Corruption, Unavailable, Timeout, InvalidArgument, Aborted), plus
 // IOError for provider failures (naming the call and fi_strerror), NotSupported when no
@@ -160,7 +183,8 @@ class FabricEndpoint {
   size_t max_write_bytes() const;
   uint64_t fenced_drops() const;
   const std::string& provider() const;
-  // Sends what is committed, waits (up to 1 s) for the provider to take it, closes everything.
+  // Sends what is committed and the goodbye, waits (up to 1 s) for the provider to take it and
+  // for the peer's goodbye in return (see the file comment), closes everything.
   void close();
 
   struct State;  // defined in fabric_transport.cc

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -189,6 +190,145 @@ TEST_F(FabricTest, RendezvousByLocalNameAcrossProcesses) {
   auto none = FabricEndpoint::connect_local(name + "-nobody", {}, {}, 50);
   EXPECT_FALSE(none.ok());
   EXPECT_LT(mono_ns() - start, 2'000'000'000u);
+}
+
+// A peer that closes its endpoint while our writes are arriving, with credit going both ways
+// and its own writes to us in flight. libfabric 1.17's tcp;ofi_rxm segfaults in fi_close when
+// a connection still holds a partly received RMA write (its cancellation is reported with a
+// NULL context that rxm dereferences); close() must first make sure none can be (see the
+// header, "Closing"). The child reads, echoes and releases `reads` messages, then closes
+// mid-stream; exit code 0 means its close() returned, having had our goodbye in return well
+// before its 1 s bound (4: it waited that out).
+int read_some_then_close(Result<FabricEndpoint> ep, int reads) {
+  if (!ep.ok()) return 1;
+  Received r;
+  for (int i = 0; i < reads; ++i) {
+    if (!recv_one(*ep, &r).ok()) return 2;
+    if (!ep->send(2, std::span<const uint8_t>(r.bytes).first(4096)).ok()) return 3;
+  }
+  const uint64_t start = mono_ns();
+  ep->close();
+  return mono_ns() - start < 900'000'000 ? 0 : 4;
+}
+
+// Streams `msg` to `ep` (polling and releasing what comes back) until the link fails or
+// `deadline`; returns the failure. A Timeout (no credit yet) is not a failure.
+Status stream_until_failure(FabricEndpoint& ep, std::span<const uint8_t> msg, uint64_t deadline) {
+  while (mono_ns() < deadline) {  // bounded by the deadline
+    Status s = ep.send(1, msg);
+    if (s.ok()) s = ep.flush();
+    if (!s.ok() && s.code() != Code::kTimeout) return s;
+    Completion c[8];
+    auto n = ep.poll(c, 8);
+    if (!n.ok()) return n.status();
+    if (*n > 0) ep.release();
+  }
+  return Status::Timeout("the link never failed");
+}
+
+TEST_F(FabricTest, PeerClosingWithWritesInFlightLeavesACleanStatus) {
+  for (int round = 0; round < 8; ++round) {
+    const std::string name =
+        "shoal-fabric-close-" + std::to_string(getpid()) + "-" + std::to_string(round);
+    auto listener = FabricListener::listen_local(name);
+    ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) _exit(read_some_then_close(FabricEndpoint::connect_local(name), 3 + 5 * round));
+    auto ep = listener->accept(10'000);
+    ASSERT_TRUE(ep.ok()) << ep.status().to_string();
+    const auto msg = pattern(60 * 1024, round);
+    Status s = stream_until_failure(*ep, msg, mono_ns() + 20 * kSecondNs);
+    EXPECT_EQ(s.code(), Code::kUnavailable) << "round " << round << ": " << s.to_string();
+    EXPECT_NE(s.message().find("peer closed the link"), std::string::npos) << s.message();
+    ep->close();
+    EXPECT_EQ(wait_child(pid), 0) << "round " << round << ": the closing peer crashed or failed";
+  }
+}
+
+// The survivor's side: a peer process that dies (no close) in the middle of its own stream of
+// writes to us. We see Unavailable, and our close() afterwards does not crash.
+TEST_F(FabricTest, PeerDyingWithWritesInFlightLeavesACleanStatus) {
+  for (int round = 0; round < 8; ++round) {
+    const std::string name =
+        "shoal-fabric-die-" + std::to_string(getpid()) + "-" + std::to_string(round);
+    auto listener = FabricListener::listen_local(name);
+    ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // streams to us (reading what we send), then dies without closing
+      auto ep = FabricEndpoint::connect_local(name);
+      if (!ep.ok()) _exit(1);
+      const auto msg = pattern(60 * 1024, round);
+      for (int i = 0; i < 10 + 9 * round; ++i) {
+        Status s = ep->send(1, msg);
+        if (s.ok()) s = ep->flush();
+        if (!s.ok() && s.code() != Code::kTimeout) _exit(2);
+        Completion c[8];
+        auto n = ep->poll(c, 8);
+        if (!n.ok()) _exit(3);
+        if (*n > 0) ep->release();
+      }
+      _exit(0);
+    }
+    auto ep = listener->accept(10'000);
+    ASSERT_TRUE(ep.ok()) << ep.status().to_string();
+    const auto msg = pattern(4096, round);
+    Status s = stream_until_failure(*ep, msg, mono_ns() + 20 * kSecondNs);
+    EXPECT_EQ(s.code(), Code::kUnavailable) << "round " << round << ": " << s.to_string();
+    ep->close();
+    EXPECT_EQ(wait_child(pid), 0) << "round " << round;
+  }
+}
+
+// The crash itself: a peer that stops reading, so our writes and then our control words
+// (credit requests, credit) queue in the provider behind a full socket, and then dies. The
+// provider cancels what it still has queued; an injected control word was cancelled with a
+// NULL context, which ofi_rxm dereferenced (segfault at 0x20 in fi_cq_read or fi_close).
+// Control words are now ordinary writes with a context: we see Unavailable, and close.
+TEST_F(FabricTest, PeerDyingWithOurControlWritesQueuedLeavesACleanStatus) {
+  for (int round = 0; round < 4; ++round) {
+    const std::string name =
+        "shoal-fabric-stuck-" + std::to_string(getpid()) + "-" + std::to_string(round);
+    EndpointOptions o;
+    o.send_timeout_ns = 200'000'000;  // out of credit or queue room: give up quickly
+    auto listener = FabricListener::listen_local(name, o);
+    ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // connects with a large ring, then never polls: it is killed
+      EndpointOptions big;
+      big.ring_bytes = size_t{16} << 20;
+      auto ep = FabricEndpoint::connect_local(name, big);
+      const char c = ep.ok() ? 'y' : 'n';
+      (void)!::write(ready[1], &c, 1);
+      for (;;) pause();
+    }
+    ::close(ready[1]);
+    auto ep = listener->accept(10'000);
+    ASSERT_TRUE(ep.ok()) << ep.status().to_string();
+    char c = 0;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1);
+    ::close(ready[0]);
+    ASSERT_EQ(c, 'y');
+    // Fill the peer's ring and the sockets between us: sends end in Timeout (no credit, or
+    // the provider's queue full), with a credit request queued behind the unsent bytes.
+    const auto msg = pattern(1 << 20, round);
+    Status s;
+    for (int i = 0; i < 64 && s.ok(); ++i) {
+      s = ep->send(1, msg);
+      if (s.ok()) s = ep->flush();
+    }
+    EXPECT_EQ(s.code(), Code::kTimeout) << s.to_string();
+    kill(pid, SIGKILL);
+    EXPECT_EQ(wait_child(pid), 128 + SIGKILL);
+    s = stream_until_failure(*ep, std::span<const uint8_t>(msg).first(64),
+                             mono_ns() + 20 * kSecondNs);
+    EXPECT_EQ(s.code(), Code::kUnavailable) << "round " << round << ": " << s.to_string();
+    ep->close();
+  }
 }
 
 // The local rendezvous admits processes of our uid only, both ways. The other user is a child
