@@ -2022,7 +2022,10 @@ void ShardServer::close_stream(repl::StreamAppender& appender) {
 Status ShardServer::on_repl(std::span<const uint8_t> request, rt::MsgBuffer* out) {
   auto j = parse_control({reinterpret_cast<const char*>(request.data()), request.size()});
   if (!j.ok()) return j.status();
-  const std::string step = j->is_object() ? j->value("step", "") : "";
+  std::string step;
+  if (Status s = json_optional_field(*j, "step", &step); !s.ok()) {
+    return Status::InvalidArgument("repl: " + s.message());
+  }
   if (step != "close" && step != "report") {
     return Status::InvalidArgument("repl.step: must be close or report");
   }
@@ -2061,9 +2064,15 @@ Status ShardServer::repl_report(const nlohmann::json& request, rt::MsgBuffer* ou
     reply_json({{"shard", options_.shard}, {"closed", true}, {"done", false}}, out);
     return Status::Ok();
   }
-  const bool digest = request.value("digest", true);
-  const bool check = request.value("check", false) && tpcc_ != nullptr;
-  const uint64_t wait_ms = std::min(request.value("wait_ms", uint64_t{1000}), kReplReportWaitMsMax);
+  bool digest = true, check = false;
+  uint64_t wait_ms = 1000;
+  for (Status s : {json_optional_field(request, "digest", &digest),
+                   json_optional_field(request, "check", &check),
+                   json_optional_field(request, "wait_ms", &wait_ms)}) {
+    if (!s.ok()) return Status::InvalidArgument("repl.report: " + s.message());
+  }
+  check = check && tpcc_ != nullptr;
+  wait_ms = std::min(wait_ms, kReplReportWaitMsMax);
   nlohmann::json args = nlohmann::json::object();
   if (auto p = request.find("payments"); p != request.end()) args["payments"] = *p;
   auto reports = replication_->collect_reports(floor, digest, check, wait_ms, args,
@@ -2680,7 +2689,10 @@ Status ShardServer::check_acks(const nlohmann::json& request, rt::MsgBuffer* out
 //   {"step": "check", "payments": [...]}: the consistency conditions over this shard's
 //      warehouses with those sums (from every other shard) added in.
 Status ShardServer::on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out) {
-  const std::string step = request.is_object() ? request.value("step", "") : "";
+  std::string step;
+  if (Status s = json_optional_field(request, "step", &step); !s.ok()) {
+    return Status::InvalidArgument("scan: " + s.message());
+  }
   if (step == "payments") {
     reply_json({{"shard", options_.shard},
                 {"payments", payments_to_json(bench::foreign_payments(*engine_))}},
