@@ -667,15 +667,22 @@ void check_acknowledged(ControlClient& client, uint32_t shards, const std::strin
   }
 }
 
+// The server's "log" object is read field by field with checked reads: a field of another type
+// (a server of another version, a corrupted reply) is reported on the line, never thrown.
 std::string log_line(uint32_t shard, const ShardOutcome& so) {
   if (so.gone || !so.log.is_object()) return {};
-  const auto txns = so.log.value("txns", uint64_t{0});
-  const auto bytes = so.log.value("bytes", uint64_t{0});
+  uint64_t txns = 0, bytes = 0, entries = 0, patches = 0;
+  for (const auto& [name, field] :
+       {std::pair{"txns", &txns}, std::pair{"bytes", &bytes}, std::pair{"entries", &entries},
+        std::pair{"patches", &patches}}) {
+    if (Status s = json_optional_field(so.log, name, field); !s.ok()) {
+      return fmt::format("shard {} log: malformed report: {}\n", shard, s.message());
+    }
+  }
   return fmt::format(
       "shard {} log: {} entries, {:.1f} MiB, {:.0f} bytes per txn, {} puts as patches\n", shard,
-      so.log.value("entries", uint64_t{0}), static_cast<double>(bytes) / (1 << 20),
-      txns ? static_cast<double>(bytes) / static_cast<double>(txns) : 0.0,
-      so.log.value("patches", uint64_t{0}));
+      entries, static_cast<double>(bytes) / (1 << 20),
+      txns ? static_cast<double>(bytes) / static_cast<double>(txns) : 0.0, patches);
 }
 
 Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, uint32_t workers,

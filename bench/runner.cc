@@ -117,9 +117,9 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
     const Outcome outcome = client->run_one();
     now_ns = env.now_ns();
     if (appender != nullptr && (outcome.status.ok() || outcome.status.is_user_abort())) {
-      // Acknowledgement (design section 3 step 8): a logged transaction needs its own TID
-      // under the watermark; one that logged nothing (read-only, rolled back) needs what it
-      // read.
+      // Acknowledgement (docs/REPLICATION.md, "Vectorized watermark across shards"): a logged
+      // transaction needs its own TID under the watermark; one that logged nothing (read-only,
+      // rolled back) needs what it read.
       const uint64_t required = appender->stats().txns != logged_before
                                     ? appender->last_logged_tid()
                                     : worker->txn().max_seen_version();

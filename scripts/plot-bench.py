@@ -101,8 +101,11 @@ def plot(run, out_path, title):
             for ax in axes:
                 ax.axvspan(0, warmup_end, color="grey", alpha=0.15)
     else:
+        # Entry i is second i + 1, the interval (i, i + 1]: steps drawn back from their end,
+        # from 0 (without that first point the first second was drawn as no width at all).
         per_second = [float(v) for v in run["committed_per_second"]]
-        tput.plot([i + 1 for i in range(len(per_second))], per_second, label="committed/s",
+        seconds = list(range(len(per_second) + 1)) if per_second else []  # none: empty axes
+        tput.plot(seconds, per_second[:1] + per_second, label="committed/s",
                   drawstyle="steps-pre")
     tput.set_ylabel("transactions/s")
     tput.set_ylim(bottom=0)

@@ -169,9 +169,9 @@ rt::Task<void> client(Cluster* c, dist::Coordinator* coord, HistoryRecorder::Thr
 }
 
 // Every committed transaction's vector must dominate every version it read: that version's
-// TID on its shard, and the version's own dependency vector (design section 3, step 2).
-// Returns how many reads it does not dominate. (Only validation makes a read's version and the
-// vector it merged belong together, so a build that skips it may miss some: the planted-bug
+// TID on its shard, and the version's own dependency vector (docs/ARCHITECTURE.md, "Across
+// shards"). Returns how many reads it does not dominate. (Only validation makes a read's version
+// and the vector it merged belong together, so a build that skips it may miss some: the planted-bug
 // test counts those as caught.)
 uint64_t vectors_missing_reads(Cluster& c, const std::vector<CommittedVector>& vectors) {
   uint64_t checked = 0, checked_deps = 0, missing = 0;

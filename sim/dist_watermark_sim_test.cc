@@ -1,4 +1,5 @@
-// Acknowledgement by dependency vector over the simulated network (design section 3 step 8).
+// Acknowledgement by dependency vector over the simulated network (docs/REPLICATION.md, "Vectorized
+// watermark across shards").
 //
 // The RPC cluster of dist_cluster_test_util.h (3 shards, 3 coordinators, 5% loss, duplication
 // and reordering, temporary partitions) runs a bank workload; each coordinator has a

@@ -1,4 +1,4 @@
-// A shard's epoch change (design section 5, docs/REPLICATION.md "Failover") under the
+// A shard's epoch change (docs/REPLICATION.md, "Failover") under the
 // deterministic simulator: one shard, 3 replicas, 2 log streams, the leader crashing and a
 // follower promoted in place, over many seeds with faults.
 //

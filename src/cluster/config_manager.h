@@ -1,8 +1,8 @@
-// ConfigManager: the linearizable store that holds what recovery must agree on (design section
-// 5, Mako's configuration manager): the epoch, each shard's leader and members, each shard's
-// final watermark of an old epoch and the finalized vector watermark (FVW). The typed view of
-// those keys is ClusterStateStore (src/cluster/cluster_state.h); this file is the key/value
-// layer underneath, with two implementations of one contract:
+// ConfigManager: the linearizable store that holds what recovery must agree on
+// (docs/REPLICATION.md, "Failover"; Mako's configuration manager): the epoch, each shard's leader
+// and members, each shard's final watermark of an old epoch and the finalized vector watermark
+// (FVW). The typed view of those keys is ClusterStateStore (src/cluster/cluster_state.h); this file
+// is the key/value layer underneath, with two implementations of one contract:
 //
 //   InMemoryConfigManager  one process, time from an Env (runs under the simulator);
 //   EtcdConfigManager      a real etcd 3.4 cluster (src/cluster/etcd_config_manager.h).

@@ -1,6 +1,6 @@
 // The coordinator side of Shoal's distributed transactions: runs a stored procedure as a
 // coroutine, sends its reads to the shards that own the keys, buffers its writes, and
-// certifies across shards (design section 3):
+// certifies across shards (docs/ARCHITECTURE.md, "Across shards"):
 //   1. lock     every shard with writes (remote ones first, the coordinator's own last);
 //               each proposes its TID. A fragment run with last_on_shard locks in its own
 //               round trip, one deferred with exec_at_commit before all others (C5).

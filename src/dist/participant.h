@@ -1,6 +1,7 @@
 // The participant side of Shoal's distributed transactions: one per shard worker. It serves a
 // remote coordinator's reads, takes its buffered writes, and runs the shard's part of
-// certification on a txn::Txn of its own per remote transaction (design section 3, steps 1-6).
+// certification on a txn::Txn of its own per remote transaction (docs/ARCHITECTURE.md, "Across
+// shards").
 //
 // Protocol, per transaction and participant:
 //   read*            execution: served from this shard, recorded for validation

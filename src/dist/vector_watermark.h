@@ -1,8 +1,9 @@
-// The vectorized watermark (design sections 3 step 8 and 4): per shard, the highest shard
-// watermark known here. A shard's watermark W promises that every version on that shard with a
-// TID <= W is chosen by its replication (repl/watermark.h). A transaction may be acknowledged
-// ("committed") to its client once every entry of its dependency vector is at or below the
-// matching entry here: then every version it wrote or depends on survives the loss of a region.
+// The vectorized watermark (docs/REPLICATION.md, "Vectorized watermark across shards"): per shard,
+// the highest shard watermark known here. A shard's watermark W promises that every version on that
+// shard with a TID <= W is chosen by its replication (repl/watermark.h). A transaction may be
+// acknowledged ("committed") to its client once every entry of its dependency vector is at or
+// below the matching entry here: then every version it wrote or depends on survives the loss of
+// a region.
 //
 // Where entries come from: a shard's own entry from its ReplicationLeader's watermark(); other
 // shards' from the 8-byte watermark every participant reply carries (RpcLink raises it, see
@@ -14,12 +15,12 @@
 // messages are harmless; a value learnt here was that shard's watermark at some point, so it
 // never exceeds the shard's true watermark.
 //
-// Failover (the FVW, design section 5): when shard X fails over, every version X logged above
-// its final watermark F (and at or below its new epoch's floor: everything the old leader
-// logged) is lost, and so is every transaction whose vector names one of them, although X's
-// watermark, as its new leader reports it, will pass those TIDs. fence(X, F, floor) records the
-// lost range: a wait whose vector has an entry for X in (F, floor] ends at once with Aborted
-// ("lost in a failover"), now and whenever it is asked again; such a transaction is never
+// Failover (the FVW; docs/REPLICATION.md, "Failover across shards"): when shard X fails over, every
+// version X logged above its final watermark F (and at or below its new epoch's floor: everything
+// the old leader logged) is lost, and so is every transaction whose vector names one of them,
+// although X's watermark, as its new leader reports it, will pass those TIDs. fence(X, F, floor)
+// records the lost range: a wait whose vector has an entry for X in (F, floor] ends at once with
+// Aborted ("lost in a failover"), now and whenever it is asked again; such a transaction is never
 // acknowledged. The server fences before it redials X's new leader (shard_server.h), so no
 // entry learnt from the new leader can cover a lost TID first; and it holds the shard's entry
 // (hold: raises ignored) from the moment its link to the old leader fails until that fence,

@@ -1,6 +1,6 @@
-// The periodic watermark exchange (design section 4): what lets a coordinator learn a shard's
-// watermark when no 2PC reply brings it (its transactions with that shard are done, or it
-// never talked to it and a vector names it through a dependency).
+// The periodic watermark exchange (docs/REPLICATION.md, "Vectorized watermark across shards"): what
+// lets a coordinator learn a shard's watermark when no 2PC reply brings it (its transactions with
+// that shard are done, or it never talked to it and a vector names it through a dependency).
 //
 // A WatermarkExchange runs on a coordinator's loop beside its VectorWatermark. Every period_ns:
 // it raises its own shard's entry from the local source (the ReplicationLeader's watermark,

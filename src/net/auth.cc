@@ -167,4 +167,9 @@ Status verify_dialer(int fd, std::string_view secret) {
   return write_all(fd, verdict, sizeof(verdict), deadline);
 }
 
+bool starts_with_auth_challenge(std::span<const uint8_t> bytes) {
+  return bytes.size() >= kMagic.size() &&
+         std::memcmp(bytes.data(), kMagic.data(), kMagic.size()) == 0;
+}
+
 }  // namespace shoal::net

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -43,5 +44,9 @@ const std::string& cluster_secret();
 // The acceptor's half. Ok: the dialer proved the secret. Otherwise the dialer was told no (when
 // it got that far) and the caller closes the socket.
 [[nodiscard]] Status verify_dialer(int fd, std::string_view secret);
+
+// True when `bytes` begin with an acceptor's challenge: what a process without a secret reads
+// first from a peer that has one. Its transport reports that instead of a malformed frame.
+[[nodiscard]] bool starts_with_auth_challenge(std::span<const uint8_t> bytes);
 
 }  // namespace shoal::net

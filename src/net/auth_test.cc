@@ -3,7 +3,9 @@
 // endpoints of a process that has a secret.
 #include "src/net/auth.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -125,6 +127,51 @@ TEST(ClusterAuth, TcpEndpointsProveTheProcessSecret) {
   EXPECT_EQ(c[0].imm, 7u);
   ASSERT_EQ(c[0].bytes.size(), 3u);
   accepted->release();
+}
+
+// A process without a secret dialing an acceptor that has one reads its challenge where a
+// frame belongs: the endpoint says the peer asks for the secret, not "frame too long".
+TEST(ClusterAuth, ADialerWithoutASecretIsToldThePeerAsksForIt) {
+  ASSERT_TRUE(cluster_secret().empty());
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  std::thread acceptor([&] {  // an acceptor with a secret: its challenge first
+    const int fd = ::accept(listener, nullptr, nullptr);
+    ASSERT_GE(fd, 0);
+    uint8_t challenge[40] = {};
+    std::memcpy(challenge, "SHOALAU1", 8);
+    ASSERT_EQ(::write(fd, challenge, sizeof(challenge)), 40);
+    uint8_t answer[8];
+    (void)::read(fd, answer, sizeof(answer));  // until the dialer closes
+    ::close(fd);
+  });
+  Status failed;
+  {
+    auto dialed = TcpEndpoint::connect("127.0.0.1", ntohs(a.sin_port));
+    EXPECT_TRUE(dialed.ok()) << dialed.status().to_string();
+    Completion c[1];
+    for (int i = 0; dialed.ok() && i < 1000 && failed.ok(); ++i) {  // bounded: 1 s
+      auto got = dialed->poll(c, 1);
+      if (!got.ok()) {
+        failed = got.status();
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  }  // closes the socket: the acceptor's read returns
+  EXPECT_EQ(failed.code(), Code::kInvalidArgument) << failed.to_string();
+  EXPECT_EQ(failed.message(),
+            "tcp: the peer asks for the cluster secret ([cluster] secret_file) and this process "
+            "has none");
+  acceptor.join();
+  ::close(listener);
 }
 
 }  // namespace auth_test

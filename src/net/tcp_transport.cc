@@ -408,7 +408,13 @@ bool TcpEndpoint::next_frame(Frame* out, Status* error) {
       return true;
     }
     if (d != Decode::kIncomplete) [[unlikely]] {
-      *error = decode_error(d, input, rx_pos_, max_payload_bytes_);
+      // An acceptor with a cluster secret opens with its challenge (auth.h): to a process
+      // without one that is no frame, and "the peer asks for the secret" says what to fix.
+      *error = rx_pos_ == 0 && starts_with_auth_challenge(input)
+                   ? Status::InvalidArgument(
+                         "tcp: the peer asks for the cluster secret ([cluster] secret_file) and "
+                         "this process has none")
+                   : decode_error(d, input, rx_pos_, max_payload_bytes_);
       return false;
     }
     if (peer_closed_) {

@@ -1,4 +1,5 @@
-// StreamAppender: the worker-thread half of one replication stream (design section 3 step 7).
+// StreamAppender: the worker-thread half of one replication stream (docs/REPLICATION.md, "A
+// replicated shard").
 //
 // The worker's commit hook (txn::CommitHook) appends each committed read-write transaction
 // (commit TID, dependency entries beyond this shard, writes) straight into a LogBatchBuilder
@@ -77,8 +78,8 @@ class SpscRing {
 struct AppenderOptions {
   uint32_t shard = 0;
   uint32_t stream = 0;
-  uint64_t epoch = 1;            // configuration epoch written into entries (design section 5)
-  BatchLimits limits;            // count (Mako: 400), bytes (buffer size), age
+  uint64_t epoch = 1;  // configuration epoch written into entries (docs/REPLICATION.md, "Failover")
+  BatchLimits limits;  // count (Mako: 400), bytes (buffer size), age
   uint32_t pool_buffers = 16;    // power of two
   uint64_t idle_ns = 2'000'000;  // tick(): an empty floor entry after this long without a seal
   // Log a put that keeps the value's size as a patch of its changed bytes (format 2) when the

@@ -3,7 +3,7 @@
 // (records flagged DIST_TXN, docs/LOG_FORMAT.md), so that the replica that takes over after
 // the leader's process died can answer the other shards: those still holding a prepared half
 // of a transaction it coordinated, and coordinators that left a transaction in doubt here:
-// committed (here is where, and its vector) or not (design section 5; docs/REPLICATION.md,
+// committed (here is where, and its vector) or not (docs/REPLICATION.md,
 // "Failover across shards").
 //
 // Only installed records are noted: replay never installs a record above an epoch fence, so a

@@ -194,8 +194,8 @@ class Follower {
   static constexpr uint32_t kNoReplica = UINT32_MAX;
   uint32_t successor_hint() const { return successor_hint_.load(std::memory_order_acquire); }
 
-  // The leader changed (design section 5: the configuration manager named replica `replica`):
-  // the next run() dials it. REQUIRES: run() is not running; replica != this replica.
+  // The leader changed (docs/REPLICATION.md, "Failover": the configuration manager named replica
+  // `replica`): the next run() dials it. REQUIRES: run() is not running; replica != this replica.
   void set_leader(uint32_t replica, const std::string& host, uint16_t port);
 
   // Promotion in place: hands this replica's applier and acceptor state to a

@@ -1,5 +1,6 @@
-// ReplicationLeader: the leader side of one shard's replication (design sections 3 step 7-8
-// and 4), owned by the shard's process and shared by its worker threads.
+// ReplicationLeader: the leader side of one shard's replication (docs/REPLICATION.md, "A
+// replicated shard" and "Watermarks and acknowledgement"), owned by the shard's process and shared
+// by its worker threads.
 //
 //   worker thread s:  Worker commit hook -> StreamAppender s (encode into a pooled buffer,
 //                     seal by count/bytes/age) -> SPSC ring  ──┐
@@ -75,9 +76,9 @@ inline constexpr uint64_t kTickNs = 2'000'000;
 uint32_t replication_message_bytes(const PaxosOptions& paxos, uint32_t batch_bytes_max);
 
 // What a follower hands to the replica process that takes over as its shard's leader
-// (Follower::hand_over, design section 5): the applier, with its per-stream positions and the
-// records it holds above its watermark, and each stream's acceptor state (store and WAL), in
-// stream order. The engine it replayed into goes to the leader as its store.
+// (Follower::hand_over; docs/REPLICATION.md, "Failover"): the applier, with its per-stream
+// positions and the records it holds above its watermark, and each stream's acceptor state (store
+// and WAL), in stream order. The engine it replayed into goes to the leader as its store.
 struct Takeover {
   std::unique_ptr<ReplayApplier> applier;
   std::vector<std::unique_ptr<PaxosAcceptorStore>> stores;  // (a deque inside: not nothrow-movable)

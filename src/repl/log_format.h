@@ -1,5 +1,5 @@
 // Replication log format, version 5: the bytes a stream's leader writes once and every replica
-// sends, keeps, persists and replays as they are (design section 4, lesson 4). The layout is
+// sends, keeps, persists and replays as they are. The layout is
 // specified byte by byte in docs/LOG_FORMAT.md; this header is its only encoder and decoder.
 //
 // An entry is a fixed 64-byte header followed by `payload_bytes` of transaction records. All

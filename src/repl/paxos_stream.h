@@ -110,7 +110,8 @@ struct PaxosOptions {
   // followers of a replicated shard today: only replica 0 has the workers that propose, and
   // with the star topology a follower that won an election (replica 0 starved past the
   // election timeout on a loaded machine) kept replica 0 from ever leading again, which
-  // stalled the shard for good. Followers may lead once recovery (design section 5) exists.
+  // stalled the shard for good. A follower leads when the configuration manager appoints it
+  // (campaign(); docs/REPLICATION.md, "Failover").
   bool may_lead = true;
   // Leader: count its own acceptance of a proposal only once the owner says it is durable
   // (note_self_durable), so a WAL sync can run off the stream's thread while followers'
@@ -317,9 +318,9 @@ class PaxosStream {
   // Heartbeats, retransmission, catch-up, elections. Call every ~1 ms (<< heartbeat_ns).
   void tick();
   // Stand for election now, whatever may_lead and the election timeout say: the replica the
-  // configuration manager appointed after the leader failed (design section 5) takes over at
-  // once instead of waiting out a timeout. A candidate re-sends its prepares to the acceptors
-  // that have not promised (a follower that just connected); a leader does nothing.
+  // configuration manager appointed after the leader failed (docs/REPLICATION.md, "Failover") takes
+  // over at once instead of waiting out a timeout. A candidate re-sends its prepares to the
+  // acceptors that have not promised (a follower that just connected); a leader does nothing.
   void campaign();
   // Where the leader reads chosen slots its store trimmed (null: such a follower cannot be
   // caught up, counted in catchup_unavailable). REQUIRES: outlives the stream.

@@ -1,5 +1,5 @@
-// ReplayApplier: a follower installs chosen log entries into its own engine (design section 4,
-// "follower replay"), gated by the shard watermark so that it never exposes a record of one
+// ReplayApplier: a follower installs chosen log entries into its own engine (docs/REPLICATION.md,
+// "Follower replay"), gated by the shard watermark so that it never exposes a record of one
 // stream while another stream may still deliver an older one: a record is installed only once
 // its TID is at or below the minimum over streams of their chosen max_tid
 // (src/repl/watermark.h). The store is therefore always a prefix of the leader's serial (TID)
@@ -56,7 +56,8 @@ struct StreamCut {
 // stream's cut.
 // An epoch change seen in the log (an entry flagged kLogFlagEpochStart): every record of an
 // entry from an epoch below `epoch` whose TID is above `final_tid` is discarded, never
-// installed (design section 5: the old epoch's speculative tail above its final watermark).
+// installed (docs/REPLICATION.md, "Failover": the old epoch's speculative tail above its final
+// watermark).
 struct EpochFence {
   uint64_t epoch = 0;
   uint64_t final_tid = 0;

@@ -73,9 +73,9 @@ TEST(ReplayApplier, PutsOnHeldKeysUseThePrefetchedRecords) {
   }
 }
 
-// An epoch change (design section 5): stream 0 got further than stream 1 before the leader
-// failed, so the old epoch's final watermark F is stream 1's last TID. Stream 0's records above
-// F were never acknowledged (the watermark never covered them) and are discarded when the new
+// An epoch change (docs/REPLICATION.md, "Failover"): stream 0 got further than stream 1 before the
+// leader failed, so the old epoch's final watermark F is stream 1's last TID. Stream 0's records
+// above F were never acknowledged (the watermark never covered them) and are discarded when the new
 // epoch's start entries let the watermark pass them; the new epoch's records are installed.
 // A checkpoint's cut carries the fence, so a restart from it discards the same records.
 TEST(ReplayApplier, AnEpochStartDiscardsTheOldEpochAboveItsFinalWatermark) {

@@ -1,5 +1,5 @@
 // TakeoverTracker: when a promoted replica's takeover of its shard's streams is over, and what
-// it ended with (design section 5, docs/REPLICATION.md "Failover").
+// it ended with (docs/REPLICATION.md, "Failover").
 //
 // The replica appointed to lead after a failure campaigns on every stream; each stream's
 // phase 1 re-proposes what a majority may hold above the candidate's chosen index and fills

@@ -1,5 +1,5 @@
-// Watermarks of one shard (design section 4): each stream's committed TID and the shard
-// watermark, the minimum over the shard's streams.
+// Watermarks of one shard (docs/REPLICATION.md, "Watermarks and acknowledgement"): each stream's
+// committed TID and the shard watermark, the minimum over the shard's streams.
 //
 // A stream's committed TID is the max_tid of the last entry of its chosen prefix. Entries are
 // sealed in order and a worker's TIDs increase, so it only grows; an entry's max_tid is also a

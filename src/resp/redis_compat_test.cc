@@ -4,17 +4,18 @@
 // Skipped, with a message, when redis-server is not installed (scripts/install-deps.sh
 // installs it). Commands whose replies name the server (HELLO, INFO) are sent to both but
 // not compared.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,13 +59,18 @@ size_t reply_end(std::string_view buf, size_t pos, int depth = 0) {
 
 class RedisServer {
  public:
+  // redis-server listens on a unix socket of its own (`--port 0`: no TCP), so there is no
+  // free-port race: a TCP port found free, closed and passed on could be taken by any other
+  // process before redis-server binds it, and the test would talk to whatever took it.
   bool start() {
-    port_ = free_port();
-    const std::string port = std::to_string(port_);
-    std::vector<std::string> args = {kRedisServer, "--port",      port,       "--bind",
-                                     "127.0.0.1",  "--save",      "",         "--appendonly",
-                                     "no",         "--databases", "1",        "--daemonize",
-                                     "no",         "--logfile",   "/dev/null"};
+    socket_path_ = (std::filesystem::temp_directory_path() /
+                    ("shoal-redis-compat-" + std::to_string(getpid()) + ".sock"))
+                       .string();
+    std::filesystem::remove(socket_path_);
+    std::vector<std::string> args = {
+        kRedisServer, "--port",      "0",  "--unixsocket", socket_path_, "--unixsocketperm",
+        "700",        "--save",      "",   "--appendonly", "no",         "--databases",
+        "1",          "--daemonize", "no", "--logfile",    "/dev/null"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -81,6 +87,7 @@ class RedisServer {
       kill(pid_, SIGTERM);
       waitpid(pid_, nullptr, 0);
     }
+    if (!socket_path_.empty()) std::filesystem::remove(socket_path_);
   }
   // Sends one command and returns its whole reply.
   std::string call(const std::vector<std::string_view>& args) {
@@ -99,23 +106,15 @@ class RedisServer {
   }
 
  private:
-  static int free_port() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    close(fd);
-    return ntohs(addr.sin_port);
-  }
   bool connect_once() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port_));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (socket_path_.size() >= sizeof(addr.sun_path)) {
+      close(fd);
+      return false;
+    }
+    std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
       close(fd);
       return false;
@@ -127,7 +126,7 @@ class RedisServer {
   }
 
   pid_t pid_ = -1;
-  int port_ = 0;
+  std::string socket_path_;
   int fd_ = -1;
 };
 

@@ -43,6 +43,7 @@
 
 #include "shoal/client.h"
 #include "src/client/protocol.h"
+#include "src/net/auth.h"
 #include "src/server/testing/processes.h"
 
 extern char** environ;
@@ -904,6 +905,63 @@ TEST_F(ClientAuth, ClientPortAsksThePassword) {
                      (dir_ / "missing.pw").string()));
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("--password-file: cannot read"), std::string::npos) << o.output;
+}
+
+// The cluster secret guards the leader's data and control port and its replication port (port
+// + 1): a dialer proving another secret is told so and closed, one that sends a frame instead
+// of a proof (no secret) gets the challenge and a refusal, then EOF; the leader logs each
+// refusal; then the shard still serves (`cluster status`, which proves the right secret).
+TEST_F(ClientAuth, ClusterPortsRefuseAWrongSecretAndNone) {
+  const struct {
+    uint16_t port;
+    const char* log_prefix;  // who logs the refusal in the leader's log
+  } ports[] = {{ports_[0][0], "shoal server: shard 0: tcp accept: refused "},
+               {ports_[0][1], "replication: tcp accept: refused "}};
+  for (const auto& p : ports) {
+    SCOPED_TRACE(fmt::format("port {}", p.port));
+    int fd = dial(p.port, kHosts[0]);
+    ASSERT_GE(fd, 0);
+    const Status proved = net::prove_to_acceptor(fd, "a guessed secret", "the leader");
+    EXPECT_EQ(proved.code(), Code::kInvalidArgument) << proved.to_string();
+    EXPECT_EQ(proved.message(), "the leader refused our cluster secret");
+    std::string buffered;
+    EXPECT_TRUE(closed_by_server(fd, &buffered));
+    close(fd);
+
+    fd = dial(p.port, kHosts[0]);
+    ASSERT_GE(fd, 0);
+    // A frame's first 8 bytes where the proof's magic belongs (the acceptor reads those 8
+    // and refuses: more unread bytes would make its close a reset, losing the verdict).
+    send_bytes(fd, std::string(8, 'Z'));
+    buffered.clear();
+    EXPECT_TRUE(closed_by_server(fd, &buffered));
+    close(fd);
+    ASSERT_EQ(buffered.size(), 41u) << "the challenge and a one-byte verdict";
+    EXPECT_EQ(buffered.substr(0, 8), "SHOALAU1");
+    EXPECT_EQ(buffered[40], 0) << "not refused";
+  }
+  // The refusals are logged (the leader's stderr; a moment for it to be written).
+  std::string log;
+  for (int i = 0; i < 50; ++i) {
+    log = slurp((dir_ / "run" / "shard-0.log").string());
+    size_t found = 0;
+    for (const auto& p : ports) {
+      for (const char* why :
+           {"the dialer's cluster secret is wrong", "the dialer sent no authentication"}) {
+        const size_t at = log.find(p.log_prefix);
+        found += at != std::string::npos && log.find(why, at) != std::string::npos;
+      }
+    }
+    if (found == 4) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (const auto& p : ports) {
+    EXPECT_NE(log.find(std::string(p.log_prefix)), std::string::npos) << log;
+  }
+  EXPECT_NE(log.find("the dialer's cluster secret is wrong"), std::string::npos) << log;
+  EXPECT_NE(log.find("the dialer sent no authentication"), std::string::npos) << log;
+  const Shell status = shell(fmt::format("{} cluster status --config {}", SHOAL_BINARY, config_));
+  EXPECT_EQ(status.exit_code, 0) << status.output;
 }
 
 }  // namespace client_server_test

@@ -1,5 +1,5 @@
 // DiscardJournal: what a shard leader needs to discard the versions a failover elsewhere lost
-// (design section 5, the FVW; docs/REPLICATION.md, "Failover across shards").
+// (the FVW; docs/REPLICATION.md, "Failover across shards").
 //
 // When shard X fails over, its TIDs in (F, floor] are lost (F its final watermark). A version
 // on this shard whose dependency vector names one of them is the surviving half of a

@@ -5,8 +5,8 @@
 //
 // When its leader goes away (the connection ends: the process died or stopped) and a
 // configuration manager is given (`--etcd host:port,...`), the replicas agree on the next
-// leader (design section 5): every surviving follower tries one compare-and-swap moving the
-// cluster's epoch and the shard's leader to itself
+// leader (docs/REPLICATION.md, "Failover"): every surviving follower tries one compare-and-swap
+// moving the cluster's epoch and the shard's leader to itself
 // (cluster::ClusterStateStore::begin_epoch_change); exactly one wins. Without one, the follower
 // exits with its leader, as before (it cannot tell a crash from a stop). The winner is promoted in
 // place: its engine, applier and acceptor state become a shard server's (run_server with a

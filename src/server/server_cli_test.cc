@@ -38,6 +38,7 @@
 #include "src/cluster/http_client.h"
 #include "src/ops/metrics_parse.h"
 #include "src/ops/promtool.h"
+#include "src/server/control.h"
 #include "src/server/testing/processes.h"
 
 namespace shoal::server {
@@ -1091,6 +1092,46 @@ TEST_F(ServerCli, ClusterDigestFindsAPlantedDifference) {
   finish(server, path("server.log"), 30);
   finish(follower, path("follower.log"), 30);  // exits once its leader is gone
   config_.clear();                             // nothing for TearDown's `cluster down`
+}
+
+// Control messages whose fields have the wrong type (issue 17, hardening): each is answered
+// InvalidArgument (the RPC carries the code, not the handler's message), and the server goes
+// on serving (a throwing accessor on them used to abort the process). kRepl's report reads
+// its fields only once the streams are closed: the test closes them first.
+TEST_F(ServerCli, IllTypedControlFieldsAreRefusedAndTheServerServesOn) {
+  write_replicated_config(1, 2);
+  Outcome o = up({"--workload", "tpcc"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  auto config = cluster::load_config_file(config_);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  ControlClient client(*config);
+  const auto refused = [&](ControlMethod method, const nlohmann::json& request) {
+    auto reply = client.call(0, method, request, 10'000);
+    ASSERT_FALSE(reply.ok()) << request.dump() << " answered " << reply->dump();
+    EXPECT_EQ(reply.status().code(), Code::kInvalidArgument)
+        << request.dump() << ": " << reply.status().to_string();
+    auto ping = client.call(0, kPing, nlohmann::json::object(), 10'000);
+    ASSERT_TRUE(ping.ok()) << "after " << request.dump() << ": " << ping.status().to_string();
+  };
+  refused(kScan, {{"step", 7}});
+  refused(kScan, nlohmann::json::array({"check"}));
+  refused(kRepl, {{"step", {{"close", true}}}});
+  auto closing = client.call(0, kRepl, {{"step", "close"}}, 10'000);
+  ASSERT_TRUE(closing.ok()) << closing.status().to_string();
+  // Until the floor is sealed a report answers {"closed": false} without reading its fields.
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {
+    auto report = client.call(0, kRepl, {{"step", "report"}, {"digest", false}}, 10'000);
+    ASSERT_TRUE(report.ok()) << report.status().to_string();
+    closed = report->value("closed", false) && report->value("done", false);
+    if (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(closed) << "the streams never closed";
+  refused(kRepl, {{"step", "report"}, {"digest", "yes"}});
+  refused(kRepl, {{"step", "report"}, {"wait_ms", -5}});
+  refused(kRepl, {{"step", "report"}, {"check", 1}});
+  o = run({"cluster", "status", "--config", config_}, 30);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
 }
 
 // A replicated shard whose followers never come waits for them (replication timeout: minutes);

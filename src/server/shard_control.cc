@@ -261,7 +261,10 @@ Status ShardServer::check_acks(const nlohmann::json& request, rt::MsgBuffer* out
 //   {"step": "check", "payments": [...]}: the consistency conditions over this shard's
 //      warehouses with those sums (from every other shard) added in.
 Status ShardServer::on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out) {
-  const std::string step = request.is_object() ? request.value("step", "") : "";
+  std::string step;
+  if (Status s = json_optional_field(request, "step", &step); !s.ok()) {
+    return Status::InvalidArgument("scan: " + s.message());
+  }
   if (step == "payments") {
     reply_json({{"shard", options_.shard},
                 {"payments", payments_to_json(bench::foreign_payments(*engine_))}},

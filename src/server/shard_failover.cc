@@ -364,10 +364,11 @@ Status ShardServer::take_over() {
   return Status::Ok();
 }
 
-// The FVW of the epoch that ended with our predecessor (design section 5): our final watermark
-// and the floor of our old TIDs (what lies between was lost with the old leader), and the FVW
-// itself, every other shard healthy (an epoch change replaces one shard's leader). Written once
-// (a value published first, by an earlier attempt, stays and is what we fence with).
+// The FVW of the epoch that ended with our predecessor (docs/REPLICATION.md, "Failover across
+// shards"): our final watermark and the floor of our old TIDs (what lies between was lost with the
+// old leader), and the FVW itself, every other shard healthy (an epoch change replaces one shard's
+// leader). Written once (a value published first, by an earlier attempt, stays and is what we fence
+// with).
 Status ShardServer::publish_takeover(uint64_t final_tid, uint64_t floor_tid) {
   lost_above_ = final_tid;
   lost_through_ = std::max(floor_tid, final_tid + 1);

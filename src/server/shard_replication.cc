@@ -266,7 +266,10 @@ void ShardServer::close_stream(repl::StreamAppender& appender) {
 Status ShardServer::on_repl(std::span<const uint8_t> request, rt::MsgBuffer* out) {
   auto j = parse_control({reinterpret_cast<const char*>(request.data()), request.size()});
   if (!j.ok()) return j.status();
-  const std::string step = j->is_object() ? j->value("step", "") : "";
+  std::string step;
+  if (Status s = json_optional_field(*j, "step", &step); !s.ok()) {
+    return Status::InvalidArgument("repl: " + s.message());
+  }
   if (step != "close" && step != "report") {
     return Status::InvalidArgument("repl.step: must be close or report");
   }
@@ -305,9 +308,15 @@ Status ShardServer::repl_report(const nlohmann::json& request, rt::MsgBuffer* ou
     reply_json({{"shard", options_.shard}, {"closed", true}, {"done", false}}, out);
     return Status::Ok();
   }
-  const bool digest = request.value("digest", true);
-  const bool check = request.value("check", false) && tpcc_ != nullptr;
-  const uint64_t wait_ms = std::min(request.value("wait_ms", uint64_t{1000}), kReplReportWaitMsMax);
+  bool digest = true, check = false;
+  uint64_t wait_ms = 1000;
+  for (Status s : {json_optional_field(request, "digest", &digest),
+                   json_optional_field(request, "check", &check),
+                   json_optional_field(request, "wait_ms", &wait_ms)}) {
+    if (!s.ok()) return Status::InvalidArgument("repl.report: " + s.message());
+  }
+  check = check && tpcc_ != nullptr;
+  wait_ms = std::min(wait_ms, kReplReportWaitMsMax);
   nlohmann::json args = nlohmann::json::object();
   if (auto p = request.find("payments"); p != request.end()) args["payments"] = *p;
   auto reports = replication_->collect_reports(floor, digest, check, wait_ms, args,

@@ -129,8 +129,8 @@ struct ServerOptions {
   uint32_t client_max_connections = 10'000;  // clients at once on the client port
 };
 
-// A follower of this shard promoted in place (replica_cli.cc; design section 5): the server
-// runs over the follower's engine and acceptor state instead of loading. Its replication
+// A follower of this shard promoted in place (replica_cli.cc; docs/REPLICATION.md, "Failover"): the
+// server runs over the follower's engine and acceptor state instead of loading. Its replication
 // takes over (repl::ReplicationLeader with a Takeover): phase 1 on every stream, the old slots
 // installed up to the final watermark, an epoch start sealed on every stream, and only then
 // the workers, dialing every other shard's current leader.

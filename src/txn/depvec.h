@@ -1,9 +1,11 @@
-// Sparse dependency vectors (the design's vector timestamps, section 3).
+// Sparse dependency vectors (docs/ARCHITECTURE.md, "Across shards"; acknowledged once the
+// vectorized watermark covers them: docs/REPLICATION.md, "Vectorized watermark across shards").
 //
 // A version's dependency vector says, per shard, the highest commit timestamp it depends on.
 // Mako ships a dense uint32[SHARDS] per version; we keep only (shard, timestamp) entries that
 // are non-zero, sorted by shard, so the size tracks the shards a transaction actually touched.
-// (Entries below a stable watermark will be dropped once replication provides one.)
+// Entries the vectorized watermark already covers are not trimmed: a version's vector is an
+// immutable copy, and covered entries cost only their bytes.
 //
 // A DepVec is a value type owned by one thread; a Record points at an immutable heap copy
 // when its version has dependencies beyond its own shard's TID.

@@ -6,7 +6,8 @@
 //
 // A transaction is a registered stored procedure: a function of (Txn&, args) that reads and
 // writes through the Txn. Worker::run executes it, commits with Silo's protocol and retries
-// on conflict (bounded). Commit protocol (design section 3, steps 1-6 on one shard):
+// on conflict (bounded). Commit protocol (docs/ARCHITECTURE.md, "The transaction path on one
+// shard"):
 //   1. lock the write set in a global order (record address);
 //   2. read the global epoch; compute the commit TID (> every TID read or overwritten, > this
 //      worker's previous TID, in the current epoch);
@@ -276,8 +277,8 @@ struct EngineOptions {
   uint32_t max_retries = 1000;
   // Our shard id in dependency vectors.
   uint32_t shard_id = 0;
-  // Track dependency vectors on versions (design section 3): a version written by a
-  // transaction that depends on other shards carries the vector, and readers merge it. Off
+  // Track dependency vectors on versions (docs/ARCHITECTURE.md, "Across shards"): a version written
+  // by a transaction that depends on other shards carries the vector, and readers merge it. Off
   // when nothing consumes them: a cluster without replication has its vectorized watermark at
   // the head of every shard, so every entry is covered at once and would only cost an
   // allocation per written record and a pointer chase per read.
@@ -553,9 +554,9 @@ class Engine {
   // The global epoch (advanced by a background ticker, or by tests).
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   void advance_epoch_for_tests() { epoch_.fetch_add(1, std::memory_order_acq_rel); }
-  // A follower's engine becoming a leader's (design section 5): its commits must take TIDs
-  // above every TID the old leader logged, so the epoch jumps to at least `at_least`, and the
-  // ticker (off while it followed) starts. `leader_options` (a leader's: dependency tracking,
+  // A follower's engine becoming a leader's (docs/REPLICATION.md, "Failover"): its commits must
+  // take TIDs above every TID the old leader logged, so the epoch jumps to at least `at_least`, and
+  // the ticker (off while it followed) starts. `leader_options` (a leader's: dependency tracking,
   // lock waits), when given, replace the follower's; shard_id stays. Call before any worker
   // commits and before any thread but the caller's uses the engine.
   // Replay's tombstones are purged (TableBase::purge_tombstones). Returns how many.

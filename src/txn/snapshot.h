@@ -1,6 +1,5 @@
 // Snapshot reads on a follower's engine: read-only transactions at a fixed TID while replay
-// keeps installing newer records (design section 4, "followers serve read-only snapshot
-// transactions at the watermark").
+// keeps installing newer records (docs/REPLICATION.md, "Follower reads").
 //
 // A follower's store is a prefix of the leader's TID order: once replay has published
 // applied TID A, every record with TID <= A is installed (src/repl/replay.h). A reader takes

@@ -135,7 +135,7 @@ class TpccWorkload final : public Workload {
   std::unique_ptr<Client> make_client(txn::Worker& worker, uint32_t worker_index,
                                       uint64_t seed) override;
   // Serves tables loaded elsewhere and replicated into `engine` (a follower promoted to
-  // leader, design section 5): finds them and derives the NURand constants from
+  // leader: docs/REPLICATION.md, "Failover"): finds them and derives the NURand constants from
   // options.seed exactly as load() did, and marks the read-only tables as load() does
   // (TpccOptions::read_only_hint). Corruption when a TPC-C table is missing.
   [[nodiscard]] Status attach(txn::Engine& engine, const LoadOptions& options);

@@ -1,6 +1,6 @@
-// TPC-C's read-only transactions served by a follower at its snapshot (design section 4;
-// src/txn/snapshot.h), each checked against conditions that hold in every consistent TPC-C
-// state, so a torn snapshot (one that mixes versions from before and after some
+// TPC-C's read-only transactions served by a follower at its snapshot (docs/REPLICATION.md,
+// "Follower reads"; src/txn/snapshot.h), each checked against conditions that hold in every
+// consistent TPC-C state, so a torn snapshot (one that mixes versions from before and after some
 // transaction) is counted rather than silently served.
 //
 // One round at one snapshot: pick a warehouse of this shard and a district, then
