@@ -283,18 +283,22 @@ bool stopped(const DistBenchOptions& o) {
   return o.stop != nullptr && o.stop->load(std::memory_order_relaxed);
 }
 
+// `measured_s`: the run's seconds (shorter than o.seconds when Ctrl-C ended it: interrupted).
 bench::RunResult make_result(const DistBenchOptions& o, uint32_t shards, uint32_t workers,
-                             const MicroStats& t) {
+                             const MicroStats& t, double measured_s, bool interrupted) {
   bench::RunResult r;
   r.workload = o.workload + "-dist";
   r.user_aborts = t.user_aborts;
   r.workers = shards * workers;
-  r.seconds = o.seconds;
+  const double seconds = interrupted && measured_s > 0 ? measured_s : o.seconds;
+  r.seconds = seconds;
+  r.requested_seconds = o.seconds;
+  r.interrupted = interrupted;
   r.committed = t.committed;
   r.conflict_aborts = t.conflict_aborts;
   r.failed = t.failed;
-  r.committed_per_sec = static_cast<double>(t.committed) / o.seconds;
-  r.aborts_per_sec = static_cast<double>(t.conflict_aborts) / o.seconds;
+  r.committed_per_sec = static_cast<double>(t.committed) / seconds;
+  r.aborts_per_sec = static_cast<double>(t.conflict_aborts) / seconds;
   Histogram all = t.latency_local;
   all.merge(t.latency_cross);
   r.latency_us = bench::summarize(all);
@@ -909,7 +913,8 @@ Status run_dist_bench(const DistBenchOptions& o) {
   for (const auto& so : outcomes) total.merge(so.stats);
   // The killed leaders' final statistics died with them: their commits count as last sampled.
   total.committed += watched.killed_leaders_committed();
-  bench::RunResult r = make_result(o, shards, workers, total);
+  bench::RunResult r =
+      make_result(o, shards, workers, total, watched.measured_s, watched.interrupted);
   std::string check_text;
   nlohmann::json check_json = nlohmann::json::object();
   std::vector<nlohmann::json> payments;

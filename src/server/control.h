@@ -27,6 +27,11 @@
 //                                                    distributed transactions its log holds
 //                                                    (at most kDecisionIdsMax ids; asked by
 //                                                    the other shards' leaders, F11 and C2)
+//   kStop   67  {}                                   {"stopping": workers}: the load running
+//                                                    ends now (Ctrl-C of the bench): each
+//                                                    worker's clients finish the transaction in
+//                                                    hand and stop, as at the run's end; no-op
+//                                                    without a load
 //
 // Threads: ControlClient owns a private EventLoop and runs it only inside call(); use it from
 // one thread. Every call is bounded by its timeout; a shard that is gone answers Unavailable
@@ -53,6 +58,7 @@ enum ControlMethod : uint16_t {
   kHistory = 64,
   kRepl = 65,
   kDecisions = 66,
+  kStop = 67,
 };
 inline constexpr size_t kControlBytesMax = 1 << 20;
 inline constexpr size_t kDecisionIdsMax = 4096;  // ids per kDecisions call

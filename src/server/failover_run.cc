@@ -245,6 +245,19 @@ uint64_t WatchedRun::killed_leaders_committed() const {
   return sum;
 }
 
+// Ctrl-C: every shard's load ends now (kStop). A shard that does not answer (its leader
+// killed, not yet replaced) ends at its run's end; what it committed is collected as always.
+static void stop_every_load(ControlClient& client, uint32_t shards) {
+  fmt::print(stderr, "shoal: interrupted: ending the run on every shard\n");
+  for (uint32_t s = 0; s < shards; ++s) {
+    auto stopped = client.call(s, kStop, nlohmann::json::object(), 2000);
+    if (!stopped.ok()) {
+      fmt::print(stderr, "shoal: shard {} not stopped early: {}\n", s,
+                 stopped.status().to_string());
+    }
+  }
+}
+
 Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
                    const std::vector<ServerProcess>& procs, const std::vector<std::string>& etcd,
                    const MicroParams& params, const KillPlan& plan, const std::atomic<bool>* stop,
@@ -276,16 +289,15 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
   std::vector<uint64_t> last_rise_wall_us(shards, 0);
   // Per shard, the latest kill made of it (an index of failovers), or -1.
   std::vector<int> current(shards, -1);
-  bool told_stop = false;
+  uint64_t ended_ms = end_ms;
   std::string waiting;                                     // why the next kill waits, once said
   for (uint64_t next_ms = start_ms; now_ms() < end_ms;) {  // bounded by end_ms
     const uint64_t now = now_ms();
-    if (!told_stop && stop != nullptr && stop->load(std::memory_order_relaxed)) {
-      told_stop = true;
-      fmt::print(stderr,
-                 "shoal: the shard servers cannot end a run early yet: {:.1f} s left, then the "
-                 "report\n",
-                 static_cast<double>(end_ms - now) / 1000);
+    if (stop != nullptr && stop->load(std::memory_order_relaxed)) {
+      ended_ms = now;
+      out->interrupted = true;
+      stop_every_load(client, shards);
+      break;
     }
     const size_t next_kill = failovers.size();
     if (next_kill < plan.kills.size() &&
@@ -359,6 +371,11 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
     next_ms += kills ? kSampleMs : kSampleMsQuiet;
     const uint64_t after = now_ms();
     if (next_ms > after) RealEnv::instance().sleep_ns((next_ms - after) * 1'000'000);
+  }
+  out->measured_s = static_cast<double>(std::min(ended_ms, now_ms()) - start_ms) / 1000.0;
+  if (out->interrupted) {  // the seconds after the stop measured nothing
+    out->committed_per_second.resize(std::min(out->committed_per_second.size(),
+                                              static_cast<size_t>(std::ceil(out->measured_s))));
   }
   for (const auto& f : failovers) {
     if (!f->running()) {

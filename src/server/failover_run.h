@@ -90,6 +90,8 @@ struct KillOutcome {
 struct WatchedRun {
   std::vector<uint64_t> committed_per_second;  // all shards, by second of the run
   std::vector<KillOutcome> kills;              // one per planned kill, in order
+  double measured_s = 0;                       // from the start to the run's end (or the stop)
+  bool interrupted = false;                    // `stop` ended the run early (kStop sent)
 
   // Over every kill: the killed leaders' commits as last sampled.
   uint64_t killed_leaders_committed() const;
@@ -99,8 +101,8 @@ struct WatchedRun {
 // the configuration manager's endpoints (required with a kill). Errors: a shard that cannot be
 // started, or a kill without a process to kill or a manager to ask (a kill that must wait past
 // the run's end is no error: its KillOutcome says why).
-// `stop` (Ctrl-C, may be null): the shard servers cannot end a run early yet (no control
-// method for it), so a stop is acknowledged once with the time left and the run goes on.
+// `stop` (Ctrl-C, may be null): ends the run early: every shard's leader is told kStop (its
+// clients finish what they hold and stop) and the watch ends; kills not yet made are not made.
 [[nodiscard]] Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
                                  const std::vector<ServerProcess>& procs,
                                  const std::vector<std::string>& etcd, const MicroParams& params,

@@ -1158,6 +1158,21 @@ TEST_F(ServerCli, ServerWaitingForItsFollowersStopsOnSigterm) {
   config_.clear();  // nothing for TearDown's `cluster down`
 }
 
+// The JSON of a 30 s bench that Ctrl-C ended early: interrupted, throughput over the seconds
+// measured, not the 30 requested.
+void expect_interrupted_json(const std::string& json) {
+  const nlohmann::json j = read_json(json);
+  ASSERT_TRUE(j.is_object()) << read_file(json);
+  EXPECT_EQ(j.value("interrupted", false), true);
+  EXPECT_EQ(j.value("requested_seconds", 0.0), 30.0);
+  const double seconds = j.value("seconds", 0.0);
+  EXPECT_GT(seconds, 1.0);
+  EXPECT_LT(seconds, 15.0);
+  EXPECT_GT(j.value("committed", uint64_t{0}), 0u);
+  EXPECT_NEAR(j.value("committed_per_sec", 0.0),
+              static_cast<double>(j.value("committed", uint64_t{0})) / seconds, 1.0);
+}
+
 // Ctrl-C (src/base/interrupt.h): the first SIGINT ends a 30 s TPC-C run within seconds of
 // its start, and the report covers the seconds measured, with the consistency check and the
 // JSON; exit status 130.
@@ -1180,18 +1195,30 @@ TEST_F(ServerCli, CtrlCEndsABenchEarlyAndReportsWhatItMeasured) {
   EXPECT_NE(o.output.find("(interrupted; 30 s requested)"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("throughput: "), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("consistency: ok"), std::string::npos) << o.output;
-  const nlohmann::json j = read_json(json);
-  ASSERT_TRUE(j.is_object()) << read_file(json);
-  EXPECT_EQ(j.value("interrupted", false), true);
-  EXPECT_EQ(j.value("consistency", ""), "ok");
-  EXPECT_EQ(j.value("requested_seconds", 0.0), 30.0);
-  // Throughput over the seconds measured, not the 30 requested.
-  const double seconds = j.value("seconds", 0.0);
-  EXPECT_GT(seconds, 1.0);
-  EXPECT_LT(seconds, 15.0);
-  EXPECT_GT(j.value("committed", uint64_t{0}), 0u);
-  EXPECT_NEAR(j.value("committed_per_sec", 0.0),
-              static_cast<double>(j.value("committed", uint64_t{0})) / seconds, 1.0);
+  expect_interrupted_json(json);
+  EXPECT_EQ(read_json(json).value("consistency", ""), "ok");
+  config_.clear();  // nothing for TearDown's `cluster down`
+}
+
+// Ctrl-C across shard processes: the controller tells every shard's leader to end its load
+// (kStop), then collects, checks and reports as at a run's end, over the seconds measured.
+TEST_F(ServerCli, CtrlCEndsARunAcrossShardProcessesEarly) {
+  const std::string log = path("bench.log");
+  const std::string json = path("bench.json");
+  const pid_t bench =
+      start({"bench", "tpcc", "--shards", "2", "--seconds", "30", "--check", "--json", json}, log);
+  ASSERT_TRUE(wait_for_text(log, "running tpcc on 2 shards", 120)) << read_file(log);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const auto signalled = Clock::now();
+  kill(bench, SIGINT);
+  const Outcome o = finish(bench, log, 60);
+  const double after_signal_s = std::chrono::duration<double>(Clock::now() - signalled).count();
+  EXPECT_EQ(o.exit_code, 130) << o.output;
+  EXPECT_LT(after_signal_s, 20.0) << o.output;  // the run had 27 s left
+  EXPECT_NE(o.output.find("shoal: interrupted: ending the run on every shard"), std::string::npos)
+      << o.output;
+  EXPECT_NE(o.output.find("consistency: ok"), std::string::npos) << o.output;
+  expect_interrupted_json(json);
   config_.clear();  // nothing for TearDown's `cluster down`
 }
 

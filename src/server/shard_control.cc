@@ -78,6 +78,13 @@ Status ShardServer::on_start(std::span<const uint8_t> request, rt::MsgBuffer* ou
   return Status::Ok();
 }
 
+Status ShardServer::on_stop(rt::MsgBuffer* out) {
+  uint32_t stopping = 0;
+  for (auto& w : workers_) stopping += w->loop->post(&Worker::stop_load_thunk, w.get()).ok();
+  reply_json({{"stopping", stopping}}, out);
+  return Status::Ok();
+}
+
 Status ShardServer::on_stats(rt::MsgBuffer* out) {
   bool done = true;
   for (auto& w : workers_) done = done && w->done.load(std::memory_order_acquire);

@@ -285,6 +285,12 @@ void Worker::ack_vector(bool cross, const dist::DistTxn& dtxn, uint64_t local_ti
   out->raise(server->shard(), std::max(t.max_seen_version(), tid != local_tid_before ? tid : 0));
 }
 
+void Worker::stop_load_thunk(void* self) {
+  auto* w = static_cast<Worker*>(self);
+  const uint64_t now = w->loop->now_ns();
+  if (now < w->load_end_ns) w->load_end_ns = now;
+}
+
 void Worker::ack_grace_thunk(void* self, uint64_t run_end_ns) {
   auto* w = static_cast<Worker*>(self);
   if (run_end_ns != w->load_end_ns || w->acks_running == 0) return;  // done, or a later run

@@ -725,6 +725,8 @@ void attach_control(ShardServer* s, rt::RpcEndpoint<E>& rpc) {
   rpc.handle(kDecisions, [s](rt::RpcRequest& r) -> rt::Task<Status> {
     co_return s->on_decisions(r.payload, r.response);
   });
+  rpc.handle(kStop,
+             [s](rt::RpcRequest& r) -> rt::Task<Status> { co_return s->on_stop(r.response); });
 }
 
 // Marks links to dead shards (releasing what they coordinated here) and frees connections

@@ -284,6 +284,9 @@ struct Worker {
   // shard commits after being idle).
   static void hurry_repl_tick(void* self);
   static void close_floor_thunk(void* self);
+  // kStop: the load in progress ends now (its end moves to this moment; a load already past
+  // its end, in its acknowledgement grace, is left alone: the grace timer names its end).
+  static void stop_load_thunk(void* self);
   static void close_stream_thunk(void* self);
 };
 
@@ -328,6 +331,7 @@ class ShardServer {
   Status on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out);
   Status on_history(std::span<const uint8_t> request, rt::MsgBuffer* out);
   Status on_decisions(std::span<const uint8_t> request, rt::MsgBuffer* out);
+  Status on_stop(rt::MsgBuffer* out);
   // {"step": "acks", "paths": [...]}: reads those ack journals (ack_journal.h) and counts the
   // acknowledged orders of this shard's warehouses that its store lacks. After a run only.
   Status check_acks(const nlohmann::json& request, rt::MsgBuffer* out);
