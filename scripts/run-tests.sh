@@ -4,7 +4,8 @@
 # (names containing "Concurrent") and the transports' and runtime's tests under
 # ThreadSanitizer. After the release suite, each libFuzzer target runs for SHOAL_FUZZ_SECONDS
 # (default 10); a crash fails the script. SHOAL_SKIP_SANITIZERS=1 skips the sanitizer builds,
-# SHOAL_SKIP_FUZZ=1 the fuzzers.
+# SHOAL_SKIP_FUZZ=1 the fuzzers; SHOAL_SANITIZE_SERVER=1 adds the server tests to the
+# ASan+UBSan run (not in the 25-minute budget: see below).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -71,6 +72,11 @@ if [ "${SHOAL_SKIP_SANITIZERS:-0}" != "1" ]; then
   # server tests"), and ASan shard servers overflow their stacks under a micro load (symmetric
   # transfer needs tail calls, which ASan builds do not make: docs/RUNTIME.md).
   sanitized=(base_test index_test txn_test sim_test repl_test net_test runtime_test)
+  # SHOAL_SANITIZE_SERVER=1 adds them (about 10 more minutes on 2 cores): server_test and an
+  # ASan `shoal` for the shard servers, replicas and clusters its tests start.
+  if [ "${SHOAL_SANITIZE_SERVER:-0}" = "1" ]; then
+    sanitized+=(server_test shoal)
+  fi
   stage "ASan+UBSan build"
   "$root/scripts/build.sh" asan "${sanitized[@]}"
   stage "ASan+UBSan tests"

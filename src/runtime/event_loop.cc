@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <optional>
 
 namespace shoal::rt {
 
@@ -230,8 +231,34 @@ bool EventLoop::run_once() {
   return iterate(/*read_clock=*/true);
 }
 
+// The trampoline's hand-off (task.h): queues a transfer that nested too deep.
+bool EventLoop::defer_transfer(void* loop, std::coroutine_handle<> h) {
+  EventLoop* self = static_cast<EventLoop*>(loop);
+  if (self->ready_tail_ - self->ready_head_ >= self->ready_.size()) return false;
+  self->ready_[self->ready_tail_++ & (self->ready_.size() - 1)] = h;
+  return true;
+}
+
 bool EventLoop::iterate(bool read_clock) {
   ++stats_.iterations;
+  // For the length of the iteration, transfers that nest too deep come back to this loop
+  // (only in builds without tail calls; the previous owner is restored for a nested loop).
+  struct TrampolineScope {
+    detail::Trampoline saved;
+    explicit TrampolineScope(EventLoop* loop) : saved(detail::t_trampoline) {
+      detail::Trampoline& t = detail::t_trampoline;
+      t.stack_base = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+      t.loop = loop;
+      t.defer = &EventLoop::defer_transfer;
+    }
+    ~TrampolineScope() {
+      const uint64_t deferred = detail::t_trampoline.deferred;
+      detail::t_trampoline = saved;
+      detail::t_trampoline.deferred = deferred;
+    }
+  };
+  [[maybe_unused]] std::optional<TrampolineScope> trampoline;
+  if constexpr (detail::kTaskTrampoline) trampoline.emplace(this);
   bool did = run_posts();
   if (read_clock) {
     now_cache_ns_ = env_.now_ns();

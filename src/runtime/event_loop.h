@@ -241,6 +241,7 @@ class EventLoop {
   };
 
   bool iterate(bool read_clock);
+  static bool defer_transfer(void* loop, std::coroutine_handle<> h);
   bool run_posts();
   bool run_timers(uint64_t now_ns);
   bool run_ready();

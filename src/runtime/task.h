@@ -4,7 +4,8 @@
 //   - Lazy: creating a Task runs nothing; the body starts when it is co_awaited (or spawned on
 //     an EventLoop, src/runtime/event_loop.h, which owns detached root tasks).
 //   - Awaiting uses symmetric transfer in both directions (start: caller -> child; finish:
-//     child -> caller), so arbitrarily deep chains of co_await never grow the machine stack.
+//     child -> caller), so arbitrarily deep chains of co_await never grow the machine stack
+//     (in builds that make no tail calls, through the trampoline below and the EventLoop).
 //   - A Task owns its coroutine frame and destroys it in its destructor; co_await on a Task
 //     moves the result out of the frame (await once). REQUIRES: a Task is awaited at most once.
 //   - No exceptions: errors travel as Status / Result<T> values; an exception escaping a body
@@ -25,6 +26,7 @@
 
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <optional>
 #include <utility>
@@ -119,6 +121,50 @@ inline void free_frame(void* p, size_t bytes) {
   cache.cached_bytes += class_bytes;
 }
 
+// Trampoline. Symmetric transfer keeps the stack flat only when the compiler turns the
+// transfer into a tail call: g++ does at -O2, not at -O0, -O1 nor under ASan or TSan. There a
+// chain of synchronous completions (a loop of co_awaits on a local link that answers at once)
+// nests one resume per hop until the stack overflows. So in those builds every transfer looks
+// at how deep the stack has grown since the running EventLoop's iteration began, and past
+// kTrampolineStackBytes hands the next coroutine to that loop's ready queue instead: the stack
+// unwinds to the loop, which resumes it in its next pass. The loop (event_loop.cc) fills
+// t_trampoline for the length of each iteration; a transfer outside any iteration, or with
+// the ready queue full, nests as before.
+#if defined(SHOAL_TASK_TRAMPOLINE)
+// Set by the build to force it on or off.
+#elif defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(__OPTIMIZE__) || \
+    defined(__NO_INLINE__)
+#define SHOAL_TASK_TRAMPOLINE 1
+#else
+#define SHOAL_TASK_TRAMPOLINE 0
+#endif
+inline constexpr bool kTaskTrampoline = SHOAL_TASK_TRAMPOLINE != 0;
+inline constexpr uintptr_t kTrampolineStackBytes = uintptr_t{256} << 10;
+
+struct Trampoline {
+  uintptr_t stack_base;  // a frame address at the start of the loop's iteration; 0: none
+  void* loop;            // the EventLoop iterating on this thread, or null
+  // Queues h on `loop` (false when its ready queue is full).
+  bool (*defer)(void* loop, std::coroutine_handle<> h);
+  uint64_t deferred;  // transfers deferred on this thread (for tests)
+};
+inline constinit thread_local Trampoline t_trampoline{};
+
+// What an awaiter's await_suspend returns to transfer to `next`.
+[[gnu::always_inline]] inline std::coroutine_handle<> transfer_to(
+    std::coroutine_handle<> next) noexcept {
+  if constexpr (kTaskTrampoline) {
+    Trampoline& t = t_trampoline;
+    const auto sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+    if (t.loop != nullptr && t.stack_base > sp && t.stack_base - sp > kTrampolineStackBytes &&
+        next.address() != std::noop_coroutine().address() && t.defer(t.loop, next)) {
+      ++t.deferred;
+      return std::noop_coroutine();  // unwinds to the loop, which resumes `next`
+    }
+  }
+  return next;
+}
+
 struct TaskPromiseBase {
   static void* operator new(size_t bytes) { return allocate_frame(bytes); }
   static void operator delete(void* p, size_t bytes) { free_frame(p, bytes); }
@@ -133,7 +179,7 @@ struct TaskPromiseBase {
     bool await_ready() noexcept { return false; }
     template <typename P>
     std::coroutine_handle<> await_suspend(std::coroutine_handle<P> self) noexcept {
-      return self.promise().continuation;  // symmetric transfer back to the awaiter
+      return transfer_to(self.promise().continuation);  // symmetric transfer to the awaiter
     }
     void await_resume() noexcept {}
   };
@@ -150,7 +196,7 @@ struct TaskAwaiter {
   bool await_ready() noexcept { return false; }
   std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept {
     child.promise().continuation = caller;
-    return child;  // symmetric transfer into the child
+    return transfer_to(child);  // symmetric transfer into the child
   }
 };
 

@@ -381,7 +381,14 @@ TEST_F(RespServer, TenThousandIdleClients) {
   RecordProperty("rss_bytes_per_idle_client", static_cast<int>(per_client));
   fmt::print("10,000 idle clients: RSS {} KiB -> {} KiB, {:.0f} bytes per client\n", before_kib,
              after_kib, per_client);
-  EXPECT_LT(per_client, 8192);    // the connection's buffers are released when it goes quiet
+  // The connection's buffers are released when it goes quiet. ASan's redzones and quarantine
+  // add about a quarter to every allocation (10,154 bytes measured): its bound is looser.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr double kBytesPerIdleClientMax = 16384;
+#else
+  constexpr double kBytesPerIdleClientMax = 8192;
+#endif
+  EXPECT_LT(per_client, kBytesPerIdleClientMax);
   for (int i = 0; i < 60; ++i) {  // up to the limit, then refused
     const int fd = dial(ports_[0]);
     ASSERT_GE(fd, 0);
