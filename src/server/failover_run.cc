@@ -426,8 +426,9 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
     if (!failovers.empty() && !failovers.back()->running()) {
       (void)failovers.back()->step(params, end_ms);
     }
-    // Latency (and conflicts) at most every kLatencySampleMs: a sample with them costs the
-    // shard and this thread ~100 us of JSON (live_latency_test.cc), too much every 20 ms.
+    // Latency (and conflicts) at most every kLatencySampleMs: a call with them took ~0.2 ms
+    // more than one without (2.5 KB of JSON against 108 B; docs/OPERATIONS.md), which every
+    // 20 ms would cost the shard's control loop and this thread 1% of a core each.
     const bool with_latency = now >= next_latency_ms;
     if (with_latency) next_latency_ms = now + kLatencySampleMs;
     for (uint32_t s = 0; s < shards; ++s) {
