@@ -39,6 +39,7 @@
 #include "src/ops/metrics_parse.h"
 #include "src/ops/promtool.h"
 #include "src/server/control.h"
+#include "src/server/live_latency.h"
 #include "src/server/testing/processes.h"
 
 namespace shoal::server {
@@ -1160,6 +1161,14 @@ TEST_F(ServerCli, IllTypedControlFieldsAreRefusedAndTheServerServesOn) {
   };
   refused(kScan, {{"step", 7}});
   refused(kScan, nlohmann::json::array({"check"}));
+  refused(kStats, {{"latency", "yes"}});
+  refused(kStats, nlohmann::json::array({"latency"}));
+  // Asked well, it answers its (empty: no load ran) latency counts, which read back.
+  auto stats = client.call(0, kStats, {{"latency", true}}, 10'000);
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  LatencySample sample;
+  EXPECT_TRUE(parse_latency_sample(*stats, &sample).ok()) << stats->dump();
+  EXPECT_EQ(stats->value("live_conflicts", ~uint64_t{0}), 0u) << stats->dump();
   refused(kRepl, {{"step", {{"close", true}}}});
   auto closing = client.call(0, kRepl, {{"step", "close"}}, 10'000);
   ASSERT_TRUE(closing.ok()) << closing.status().to_string();
