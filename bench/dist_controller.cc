@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -623,11 +625,46 @@ void report_kill(const KillOutcome& k, size_t index, size_t count, RunExtras* x)
   }
 }
 
+nlohmann::json optional_json(const std::optional<double>& v) {
+  return v.has_value() ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+// The JSON's "series": one row per second of the run with the in-process runner's keys
+// (bench/runner.cc), the second ending at t_s. Percentiles of a second that committed (or
+// acknowledged) nothing are null. `acknowledged`: the servers count commit latency (a
+// replicated TPC-C or bank run), so the commit keys are there.
+nlohmann::json series_json(const WatchedRun& w, bool acknowledged) {
+  nlohmann::json series = nlohmann::json::array();
+  for (size_t i = 0; i < w.committed_per_second.size(); ++i) {
+    const LatencySecond lat = i < w.latency.size() ? w.latency[i] : LatencySecond{};
+    nlohmann::json row = {
+        {"t_s", static_cast<double>(i + 1)},
+        {"committed_per_sec", w.committed_per_second[i]},
+        {"aborts_per_sec", i < w.aborts_per_second.size() ? w.aborts_per_second[i] : 0},
+        {"latency_p50_us", optional_json(lat.latency_p50_us)},
+        {"latency_p99_us", optional_json(lat.latency_p99_us)}};
+    if (acknowledged) {
+      row["acked_per_sec"] = lat.commit_count;
+      row["commit_latency_p50_us"] = optional_json(lat.commit_latency_p50_us);
+      row["commit_latency_p99_us"] = optional_json(lat.commit_latency_p99_us);
+    }
+    series.push_back(std::move(row));
+  }
+  return series;
+}
+
+// "120/950": a second's p50/p99 in us, "-" when it counted none.
+std::string percentiles_text(const std::optional<double>& p50, const std::optional<double>& p99) {
+  if (!p50.has_value() || !p99.has_value()) return "-";
+  return fmt::format("{:.0f}/{:.0f}", *p50, *p99);
+}
+
 // The JSON keeps the single kill's keys (failover, failover_ms: the first kill) for the
 // scripts that read them (scripts/plot-bench.py) and adds `kills`, one object per kill.
-RunExtras watched_extras(const WatchedRun& w) {
+RunExtras watched_extras(const WatchedRun& w, bool acknowledged) {
   RunExtras x;
   x.json["committed_per_second"] = w.committed_per_second;
+  x.json["series"] = series_json(w, acknowledged);
   if (w.kills.empty()) return x;
   nlohmann::json kills = nlohmann::json::array();
   for (const KillOutcome& k : w.kills) kills.push_back(kill_json(k));
@@ -635,6 +672,13 @@ RunExtras watched_extras(const WatchedRun& w) {
   x.json["failover_ms"] = w.kills[0].failover_ms;
   x.json["kills"] = std::move(kills);
   x.text += fmt::format("committed per second: {}\n", fmt::join(w.committed_per_second, " "));
+  std::string speculative, commit;
+  for (const LatencySecond& l : w.latency) {
+    speculative += " " + percentiles_text(l.latency_p50_us, l.latency_p99_us);
+    commit += " " + percentiles_text(l.commit_latency_p50_us, l.commit_latency_p99_us);
+  }
+  x.text += fmt::format("speculative latency p50/p99 per second (us):{}\n", speculative);
+  if (acknowledged) x.text += fmt::format("commit latency p50/p99 per second (us):{}\n", commit);
   for (size_t i = 0; i < w.kills.size(); ++i) report_kill(w.kills[i], i, w.kills.size(), &x);
   return x;
 }
@@ -946,7 +990,8 @@ Status run_dist_bench(const DistBenchOptions& o) {
         collect_replica_states(client, *config, payments, kQuiesceTimeoutMs);
     repl.verdict = replica_verdict(states, &repl.text, &repl.json, &repl.shard_unverified);
   }
-  RunExtras extras = watched_extras(watched);
+  // Micro clients do not wait for their acknowledgement: no commit latency to report.
+  RunExtras extras = watched_extras(watched, repl.enabled && o.workload != "micro");
   if (o.workload == "tpcc" && !local.dir.empty() && repl.enabled) {
     check_acknowledged(client, shards, local.dir, &extras);
   }

@@ -7,9 +7,11 @@ Panels, over the seconds of the run:
   - throughput: committed/s (and aborts/s; acknowledged/s when replicated);
   - latency: speculative p50/p99 and, when replicated, commit (acknowledged) p50/p99, on a
     log scale.
-In-process runs (`bench tpcc|micro|ycsb`) carry a "series" of per-second samples; runs across
-shard processes (`--shards`, `--cluster`) carry "committed_per_second" only (throughput, no
-latency panel). A leader kill (`--kill-leader-at`) is drawn as a vertical line at the kill and
+Runs carry a "series" of per-second samples: in-process runs (`bench tpcc|micro|ycsb`) and runs
+across shard processes (`--shards`, `--cluster`; their rows are whole seconds, drawn as steps,
+and a second without commits has null percentiles: a gap in the latency lines). Files of runs
+across shard processes written before they had a series carry "committed_per_second" only
+(throughput, no latency panel). A leader kill (`--kill-leader-at`) is drawn as a vertical line at the kill and
 a shaded span until the failed shard's first commit after it (failover_ms), one per kill.
 
 Runs on Debian's python3 with python3-matplotlib (scripts/install-deps.sh), not a pyenv one. Exit status 2 and a message for a
@@ -45,7 +47,8 @@ def load(path):
 
 
 def column(series, key):
-    return [float(x.get(key, 0.0)) for x in series]
+    # null (a second without samples of that latency): NaN, drawn as a gap.
+    return [float("nan") if x.get(key) is None else float(x[key]) for x in series]
 
 
 def mark_failover(axes, run):
@@ -74,24 +77,36 @@ def mark_failover(axes, run):
 
 def plot(run, out_path, title):
     series = run.get("series")
-    in_process = isinstance(series, list) and len(series) > 0
-    rows = 2 if in_process else 1
+    has_series = isinstance(series, list) and len(series) > 0
+    rows = 2 if has_series else 1
     fig, axes = plt.subplots(rows, 1, figsize=(9, 3.2 * rows), sharex=True, squeeze=False)
     axes = [a[0] for a in axes]
     tput = axes[0]
-    if in_process:
+    if has_series:
         t = column(series, "t_s")
-        tput.plot(t, column(series, "committed_per_sec"), label="committed/s")
-        tput.plot(t, column(series, "aborts_per_sec"), label="aborts/s", linewidth=0.8)
+        # Across shard processes (the file also has committed_per_second): row i is the second
+        # (i, i + 1], drawn as steps back from its end, from 0 (as committed_per_second was).
+        steps = "committed_per_second" in run
+        style = {"drawstyle": "steps-pre"} if steps else {}
+
+        def draw(ax, key, **kwargs):
+            values = column(series, key)
+            if steps:
+                ax.plot([0.0] + t, values[:1] + values, **style, **kwargs)
+            else:
+                ax.plot(t, values, **kwargs)
+
+        draw(tput, "committed_per_sec", label="committed/s")
+        draw(tput, "aborts_per_sec", label="aborts/s", linewidth=0.8)
         replicated = "acked_per_sec" in series[0]
         if replicated:
-            tput.plot(t, column(series, "acked_per_sec"), label="acknowledged/s", linewidth=0.8)
+            draw(tput, "acked_per_sec", label="acknowledged/s", linewidth=0.8)
         lat = axes[1]
-        lat.plot(t, column(series, "latency_p50_us"), label="speculative p50")
-        lat.plot(t, column(series, "latency_p99_us"), label="speculative p99")
+        draw(lat, "latency_p50_us", label="speculative p50")
+        draw(lat, "latency_p99_us", label="speculative p99")
         if replicated:
-            lat.plot(t, column(series, "commit_latency_p50_us"), label="commit p50")
-            lat.plot(t, column(series, "commit_latency_p99_us"), label="commit p99")
+            draw(lat, "commit_latency_p50_us", label="commit p50")
+            draw(lat, "commit_latency_p99_us", label="commit p99")
         lat.set_yscale("log")
         lat.set_ylabel("latency (us)")
         lat.legend(loc="upper right", fontsize=8)
@@ -117,12 +132,16 @@ def plot(run, out_path, title):
         title = f"shoal bench {run.get('workload', '')}"
         if run.get("shards"):
             title += f", {run['shards']} shards"
+        # In-process runs: replication.replicas; across shard processes: replicas.
         replication = run.get("replication")
-        if isinstance(replication, dict) and replication.get("replicas", 1) > 1:
-            title += f", {replication['replicas']} replicas"
+        replicas = replication.get("replicas") if isinstance(replication, dict) else None
+        replicas = run.get("replicas") if replicas is None else replicas
+        if isinstance(replicas, int) and replicas > 1:
+            title += f", {replicas} replicas"
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out_path, dpi=110)
+    return "throughput and latency" if has_series else "throughput"
 
 
 def main():
@@ -131,8 +150,8 @@ def main():
     parser.add_argument("png_path")
     parser.add_argument("--title", default="")
     args = parser.parse_args()
-    plot(load(args.json_path), args.png_path, args.title)
-    print(f"plot-bench: wrote {args.png_path}")
+    panels = plot(load(args.json_path), args.png_path, args.title)
+    print(f"plot-bench: wrote {args.png_path} ({panels})")
 
 
 if __name__ == "__main__":

@@ -34,8 +34,7 @@ uint64_t Histogram::percentile(double p) const {
   for (size_t i = 0; i < kBucketCount; ++i) {
     seen += counts_[i];
     if (seen >= rank) {
-      const uint64_t mid = bucket_low(i) + (bucket_width(i) - 1) / 2;
-      return std::clamp(mid, min_ns_, max_ns_);
+      return std::clamp(Layout::bucket_mid(i), min_ns_, max_ns_);
     }
   }
   return max_ns_;  // unreachable while count_ equals the bucket sum

@@ -19,6 +19,43 @@
 
 namespace shoal {
 
+// The bucket arithmetic of a log-linear layout over values in [0, 2^MaxValueBits): values below
+// 2 * 2^SubBucketBits exact, then every power of two split into 2^SubBucketBits equal
+// sub-buckets (a bucket is at most 1/2^SubBucketBits of its values wide). Histogram uses
+// 7 bits; coarser layouts (src/server/live_latency.h: 4 bits) share the arithmetic.
+template <uint32_t SubBucketBits, uint32_t MaxValueBits>
+struct LogLinearBuckets {
+  static_assert(SubBucketBits >= 1 && SubBucketBits < MaxValueBits && MaxValueBits < 64);
+  static constexpr uint64_t kSubBuckets = uint64_t{1} << SubBucketBits;
+  static constexpr uint64_t kMaxValue = (uint64_t{1} << MaxValueBits) - 1;
+  static constexpr size_t kBucketCount = (MaxValueBits - SubBucketBits + 1) * kSubBuckets;
+
+  // The bucket of `value` (clamped to kMaxValue).
+  static constexpr size_t bucket_of(uint64_t value) {
+    if (value > kMaxValue) value = kMaxValue;
+    const uint32_t msb = 63 - static_cast<uint32_t>(std::countl_zero(value | 1));
+    if (msb <= SubBucketBits) return static_cast<size_t>(value);  // exact region
+    const uint32_t shift = msb - SubBucketBits;
+    // (value >> shift) is in [kSubBuckets, 2 * kSubBuckets).
+    return static_cast<size_t>((shift + 1) * kSubBuckets + ((value >> shift) - kSubBuckets));
+  }
+  // The smallest value that falls into bucket `index`. REQUIRES: index < kBucketCount.
+  static constexpr uint64_t bucket_low(size_t index) {
+    if (index < 2 * kSubBuckets) return index;
+    const uint64_t shift = index / kSubBuckets - 1;
+    return (kSubBuckets + index % kSubBuckets) << shift;
+  }
+  // Width of bucket `index` (number of distinct values it holds).
+  static constexpr uint64_t bucket_width(size_t index) {
+    if (index < 2 * kSubBuckets) return 1;
+    return uint64_t{1} << (index / kSubBuckets - 1);
+  }
+  // The value a percentile reports for bucket `index`: its midpoint.
+  static constexpr uint64_t bucket_mid(size_t index) {
+    return bucket_low(index) + (bucket_width(index) - 1) / 2;
+  }
+};
+
 class Histogram {
  public:
   static constexpr uint32_t kSubBucketBits = 7;
@@ -63,25 +100,13 @@ class Histogram {
 
   // Bucket arithmetic, public so that concurrent counters (one atomic per bucket, owned by
   // the caller) can share the layout and be turned back into a Histogram.
-  static constexpr size_t bucket_of(uint64_t value_ns) {
-    if (value_ns > kMaxValueNs) value_ns = kMaxValueNs;
-    const uint32_t msb = 63 - static_cast<uint32_t>(std::countl_zero(value_ns | 1));
-    if (msb <= kSubBucketBits) return static_cast<size_t>(value_ns);  // exact region
-    const uint32_t shift = msb - kSubBucketBits;
-    // (value >> shift) is in [kSubBuckets, 2 * kSubBuckets).
-    return static_cast<size_t>((shift + 1) * kSubBuckets + ((value_ns >> shift) - kSubBuckets));
-  }
+  using Layout = LogLinearBuckets<kSubBucketBits, kMaxValueBits>;
+  static_assert(Layout::kBucketCount == kBucketCount);
+  static constexpr size_t bucket_of(uint64_t value_ns) { return Layout::bucket_of(value_ns); }
   // The smallest value that falls into bucket `index`. REQUIRES: index < kBucketCount.
-  static constexpr uint64_t bucket_low(size_t index) {
-    if (index < 2 * kSubBuckets) return index;
-    const uint64_t shift = index / kSubBuckets - 1;
-    return (kSubBuckets + index % kSubBuckets) << shift;
-  }
+  static constexpr uint64_t bucket_low(size_t index) { return Layout::bucket_low(index); }
   // Width of bucket `index` (number of distinct values it holds).
-  static constexpr uint64_t bucket_width(size_t index) {
-    if (index < 2 * kSubBuckets) return 1;
-    return uint64_t{1} << (index / kSubBuckets - 1);
-  }
+  static constexpr uint64_t bucket_width(size_t index) { return Layout::bucket_width(index); }
 
   // Raw bucket count (for tests and for diffing snapshots).
   uint64_t bucket_count(size_t index) const { return counts_[index]; }

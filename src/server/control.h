@@ -9,7 +9,10 @@
 //                                                     "pid", "running", "replicas", "watermark"}
 //   kStart  61  {"seconds", "cross_shard_pct",       {} or InvalidArgument (already running,
 //                "inflight", "seed"}                     bad field)
-//   kStats  62  {}                                   {"done", "committed", ..., histograms}
+//   kStats  62  {} or {"latency": true}              {"done", "committed", ..., histograms};
+//                                                    with latency also "live_conflicts" and
+//                                                    "latency" (live_latency.h: cumulative
+//                                                    latency counts, the controller's series)
 //   kScan   63  {}                                   {"keys", "unreadable", "counter_sum"}
 //                                                    (bank: also "balance_sum")
 //   kHistory 64 {"worker", "from"}                   {"workers", "total", "dropped", "next",

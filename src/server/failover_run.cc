@@ -199,6 +199,85 @@ bool followers_rejoined(ControlClient& client, const cluster::ClusterConfig& con
          connected >= followers && reported >= followers && lag_ms <= kRejoinedLagMs;
 }
 
+// The per-shard counters of the watch (kStats {"latency": true}): committed and conflict counts
+// since the baseline, into the run's per-second totals, and latency counts into the series.
+class LiveSampler {
+ public:
+  LiveSampler(uint32_t shards, LatencySeries* latency, uint32_t* malformed_shards)
+      : committed_(shards, 0),
+        conflicts_(shards, 0),
+        latency_said_(shards, false),
+        latency_(latency),
+        malformed_shards_(malformed_shards) {}
+
+  // What `shard` counted before the run (see run_watched).
+  void baseline(ControlClient& client, uint32_t shard) {
+    auto stats = client.call(shard, kStats, request(true), kStatsTimeoutMs);
+    if (!stats.ok()) return;
+    uint64_t committed = 0, conflicts = 0;
+    if (!json_optional_field(*stats, "live_committed", &committed).ok() ||
+        !json_optional_field(*stats, "live_conflicts", &conflicts).ok()) {
+      return;
+    }
+    committed_[shard] = committed;
+    conflicts_[shard] = conflicts;
+    LatencySample sample;
+    if (parse_latency_sample(*stats, &sample).ok()) latency_->set_baseline(shard, sample);
+  }
+
+  // One sample of `shard` in `second` of the run: its differences into *out's seconds and the
+  // latency series; *first_us the new leader's first commit (0: none yet). True when its
+  // committed count rose. Errors: the call failed or its counts are malformed (nothing
+  // counted: the next sample counts it). Malformed latency alone is said once per shard and
+  // leaves the latency out.
+  Result<bool> sample(ControlClient& client, uint32_t shard, size_t second, bool with_latency,
+                      WatchedRun* out, uint64_t* first_us) {
+    auto stats = client.call(shard, kStats, request(with_latency), kStatsTimeoutMs);
+    if (!stats.ok()) return stats.status();
+    uint64_t committed = 0, conflicts = 0;
+    SHOAL_TRY(json_optional_field(*stats, "live_committed", &committed));
+    SHOAL_TRY(json_optional_field(*stats, "live_conflicts", &conflicts));
+    SHOAL_TRY(json_optional_field(*stats, "first_commit_unix_us", first_us));
+    if (conflicts > conflicts_[shard]) {
+      out->aborts_per_second[second] += conflicts - conflicts_[shard];
+      conflicts_[shard] = conflicts;
+    }
+    LatencySample sample;
+    if (!with_latency) {
+      // counted by the next sample with it
+    } else if (const Status parsed = parse_latency_sample(*stats, &sample); parsed.ok()) {
+      latency_->add(shard, second, sample);
+    } else if (!latency_said_[shard]) {
+      latency_said_[shard] = true;
+      ++*malformed_shards_;
+      fmt::print(stderr,
+                 "shard {}: its latency counts are unreadable ({}): left out of the series\n",
+                 shard, parsed.to_string());
+    }
+    if (committed <= committed_[shard]) return false;
+    out->committed_per_second[second] += committed - committed_[shard];
+    committed_[shard] = committed;
+    return true;
+  }
+
+  // `shard`'s leader was killed: its successor counts from zero.
+  void reset(uint32_t shard) {
+    committed_[shard] = 0;
+    conflicts_[shard] = 0;
+    latency_->reset(shard);
+  }
+  // `shard`'s committed count as last sampled.
+  uint64_t committed(uint32_t shard) const { return committed_[shard]; }
+
+ private:
+  static nlohmann::json request(bool with_latency) { return {{"latency", with_latency}}; }
+
+  std::vector<uint64_t> committed_, conflicts_;  // per shard: as last sampled
+  std::vector<bool> latency_said_;               // per shard: its malformed latency was said
+  LatencySeries* latency_;
+  uint32_t* malformed_shards_;
+};
+
 }  // namespace
 
 Result<std::vector<KillAt>> make_kill_schedule(const std::vector<double>& at_seconds,
@@ -277,19 +356,27 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
     }
   }
   std::vector<std::unique_ptr<Failover>> failovers;  // one per kill made, in order
+  const size_t seconds = std::max<size_t>(static_cast<size_t>(std::ceil(params.seconds)), 1);
+  LatencySeries latency(shards, seconds);
+  LiveSampler sampler(shards, &latency, &out->latency_malformed_shards);
+  // What each shard counted before this load (a cluster's earlier runs): the baseline. One
+  // that does not answer, or answers malformed, counts from zero (its first sample may then
+  // include what it did before).
+  for (uint32_t s = 0; s < shards; ++s) sampler.baseline(client, s);
   for (uint32_t s = 0; s < shards; ++s) {
     auto started = client.call(s, kStart, params.to_json(), 5000);
     if (!started.ok()) return started.status();
   }
   const uint64_t start_ms = now_ms();
   const uint64_t end_ms = start_ms + static_cast<uint64_t>(params.seconds * 1000);
-  out->committed_per_second.assign(static_cast<size_t>(std::ceil(params.seconds)), 0);
-  std::vector<uint64_t> last(shards, 0);
+  out->committed_per_second.assign(seconds, 0);
+  out->aborts_per_second.assign(seconds, 0);
   // Per shard, before its latest kill: when its count last rose (the start of failover_ms).
   std::vector<uint64_t> last_rise_wall_us(shards, 0);
   // Per shard, the latest kill made of it (an index of failovers), or -1.
   std::vector<int> current(shards, -1);
   uint64_t ended_ms = end_ms;
+  uint64_t next_latency_ms = start_ms;
   std::string waiting;                                     // why the next kill waits, once said
   for (uint64_t next_ms = start_ms; now_ms() < end_ms;) {  // bounded by end_ms
     const uint64_t now = now_ms();
@@ -329,9 +416,9 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
       if (why.empty()) {
         auto f = std::make_unique<Failover>(client, *km.store, procs, plan, &out->kills[next_kill]);
         SHOAL_TRY(f->kill_leader(static_cast<double>(now - start_ms) / 1000.0));
-        f->outcome().killed_leader_committed = last[shard];
+        f->outcome().killed_leader_committed = sampler.committed(shard);
         f->set_rise_before_us(last_rise_wall_us[shard]);
-        last[shard] = 0;  // the new leader counts from 0
+        sampler.reset(shard);  // the new leader counts from 0
         current[shard] = static_cast<int>(failovers.size());
         failovers.push_back(std::move(f));
       }
@@ -339,23 +426,19 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
     if (!failovers.empty() && !failovers.back()->running()) {
       (void)failovers.back()->step(params, end_ms);
     }
+    // Latency (and conflicts) at most every kLatencySampleMs: a call with them took ~0.2 ms
+    // more than one without (2.5 KB of JSON against 108 B; docs/OPERATIONS.md), which every
+    // 20 ms would cost the shard's control loop and this thread 1% of a core each.
+    const bool with_latency = now >= next_latency_ms;
+    if (with_latency) next_latency_ms = now + kLatencySampleMs;
     for (uint32_t s = 0; s < shards; ++s) {
       Failover* f = current[s] >= 0 ? failovers[current[s]].get() : nullptr;
       if (f != nullptr && !f->running()) continue;  // no leader to ask yet
-      auto stats = client.call(s, kStats, nlohmann::json::object(), kStatsTimeoutMs);
-      if (!stats.ok()) continue;  // a late answer: the next sample counts it
-      uint64_t live = 0, first_us = 0;
-      if (!json_optional_field(*stats, "live_committed", &live).ok() ||
-          !json_optional_field(*stats, "first_commit_unix_us", &first_us).ok()) {
-        continue;  // malformed: the next sample
-      }
-      const size_t second =
-          std::min<size_t>((now - start_ms) / 1000, out->committed_per_second.size() - 1);
-      if (live > last[s]) {
-        out->committed_per_second[second] += live - last[s];
-        last_rise_wall_us[s] = RealEnv::instance().wall_us();
-        last[s] = live;
-      }
+      const size_t second = std::min<size_t>((now - start_ms) / 1000, seconds - 1);
+      uint64_t first_us = 0;
+      auto rose = sampler.sample(client, s, second, with_latency, out, &first_us);
+      if (!rose.ok()) continue;  // a late or malformed answer: the next sample counts it
+      if (*rose) last_rise_wall_us[s] = RealEnv::instance().wall_us();
       KillOutcome* k = f != nullptr ? &f->outcome() : nullptr;
       if (k != nullptr && !f->finished() && first_us != 0) {
         f->set_first_commit_seen();
@@ -373,9 +456,13 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
     if (next_ms > after) RealEnv::instance().sleep_ns((next_ms - after) * 1'000'000);
   }
   out->measured_s = static_cast<double>(std::min(ended_ms, now_ms()) - start_ms) / 1000.0;
+  out->latency = latency.finish();
   if (out->interrupted) {  // the seconds after the stop measured nothing
-    out->committed_per_second.resize(std::min(out->committed_per_second.size(),
-                                              static_cast<size_t>(std::ceil(out->measured_s))));
+    const size_t measured =
+        std::min(seconds, std::max<size_t>(static_cast<size_t>(std::ceil(out->measured_s)), 1));
+    out->committed_per_second.resize(measured);
+    out->aborts_per_second.resize(measured);
+    out->latency.resize(measured);
   }
   for (const auto& f : failovers) {
     if (!f->running()) {

@@ -1,12 +1,15 @@
 // The measured part of a distributed benchmark run, watched: every shard's committed count is
-// sampled every kSampleMs with a kill planned, kSampleMsQuiet without (the per-second series
-// the report prints), and with kills planned (`bench --kill-leader-at T1,T2,...
-// --kill-shard S1,S2,...`) a shard's leader process is SIGKILLed at each time. The replicas then
-// agree on its replacement (through the configuration manager, replica_cli.h); the controller
-// learns it from the same place, points its control client at the new leader and starts the
-// load there for the time left. failover_ms is measured as the issue defines it: from the
-// failed shard's last commit before the kill (the last sample whose count rose, so up to
-// kSampleMs early) to the new leader's first commit (its own wall clock; this host).
+// sampled every kSampleMs with a kill planned, kSampleMsQuiet without, its conflict count and
+// latency counts (kStats {"latency": true}: live_latency.h) with the first sample after every
+// kLatencySampleMs (the per-second series the report prints and the JSON's "series"), from a
+// baseline taken before the load starts (a cluster's servers count over every load they ran),
+// and with kills planned (`bench --kill-leader-at T1,T2,... --kill-shard S1,S2,...`) a shard's
+// leader process is SIGKILLed at each time. The replicas then agree on its replacement
+// (through the configuration manager, replica_cli.h); the controller learns it from the same
+// place, points its control client at the new leader and starts the load there for the time
+// left. failover_ms is measured as the issue defines it: from the failed shard's last commit
+// before the kill (the last sample whose count rose, so up to kSampleMs early) to the new
+// leader's first commit (its own wall clock; this host).
 //
 // Kills run one after the other: a kill waits until the previous failover finished (its new
 // leader committed) and, when it kills the same shard again, until the replica the previous
@@ -28,12 +31,14 @@
 #include "src/cluster/config.h"
 #include "src/server/control.h"
 #include "src/server/dist_micro.h"
+#include "src/server/live_latency.h"
 #include "src/server/process.h"
 
 namespace shoal::server {
 
-inline constexpr uint64_t kSampleMs = 20;        // with a kill planned
-inline constexpr uint64_t kSampleMsQuiet = 250;  // without: the per-second series only
+inline constexpr uint64_t kSampleMs = 20;          // with a kill planned
+inline constexpr uint64_t kSampleMsQuiet = 250;    // without: the per-second series only
+inline constexpr uint64_t kLatencySampleMs = 100;  // latency and conflicts: at most this often
 inline constexpr uint64_t kDeposedExitTimeoutMs = 5000;
 
 inline constexpr size_t kKillsMax = 16;  // kills one run may plan
@@ -89,9 +94,14 @@ struct KillOutcome {
 
 struct WatchedRun {
   std::vector<uint64_t> committed_per_second;  // all shards, by second of the run
-  std::vector<KillOutcome> kills;              // one per planned kill, in order
-  double measured_s = 0;                       // from the start to the run's end (or the stop)
-  bool interrupted = false;                    // `stop` ended the run early (kStop sent)
+  std::vector<uint64_t> aborts_per_second;     // conflict aborts, the same way
+  // The same seconds' latency percentiles over every shard (live_latency.h). A shard whose
+  // samples are malformed (or of a server without them) counts in committed_per_second only.
+  std::vector<LatencySecond> latency;
+  uint32_t latency_malformed_shards = 0;  // shards whose latency was unreadable at least once
+  std::vector<KillOutcome> kills;         // one per planned kill, in order
+  double measured_s = 0;                  // from the start to the run's end (or the stop)
+  bool interrupted = false;               // `stop` ended the run early (kStop sent)
 
   // Over every kill: the killed leaders' commits as last sampled.
   uint64_t killed_leaders_committed() const;

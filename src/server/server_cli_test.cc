@@ -39,6 +39,7 @@
 #include "src/ops/metrics_parse.h"
 #include "src/ops/promtool.h"
 #include "src/server/control.h"
+#include "src/server/live_latency.h"
 #include "src/server/testing/processes.h"
 
 namespace shoal::server {
@@ -246,6 +247,42 @@ nlohmann::json read_json(const std::string& p) {
   return nlohmann::json::parse(in, nullptr, false);
 }
 
+// The "series" of a run across shard processes (failover_run.h, live_latency.h): one row per
+// second of the run, every second that committed with its speculative percentiles (and, with
+// `acknowledged`, every second that acknowledged with its commit percentiles), and no more
+// commits in it than the run's total. Returns the commits the series counted.
+uint64_t expect_series_per_second(const nlohmann::json& j, size_t seconds, bool acknowledged) {
+  const nlohmann::json& series = j["series"];
+  EXPECT_TRUE(series.is_array()) << j.dump();
+  EXPECT_EQ(series.size(), seconds) << series.dump();
+  EXPECT_EQ(series.size(), j["committed_per_second"].size()) << j.dump();
+  uint64_t committed = 0, seconds_with_latency = 0;
+  for (size_t i = 0; i < series.size(); ++i) {
+    const nlohmann::json& row = series[i];
+    EXPECT_EQ(row["t_s"].get<double>(), static_cast<double>(i + 1)) << row.dump();
+    EXPECT_EQ(row["committed_per_sec"], j["committed_per_second"][i]) << row.dump();
+    EXPECT_TRUE(row.contains("aborts_per_sec")) << row.dump();
+    EXPECT_EQ(row.contains("acked_per_sec"), acknowledged) << row.dump();
+    const auto n = row["committed_per_sec"].get<uint64_t>();
+    committed += n;
+    if (n > 0) {
+      ++seconds_with_latency;
+      EXPECT_GT(row["latency_p50_us"].get<double>(), 0.0) << row.dump();
+      EXPECT_GE(row["latency_p99_us"].get<double>(), row["latency_p50_us"].get<double>())
+          << row.dump();
+    }
+    if (acknowledged && row["acked_per_sec"].get<uint64_t>() > 0) {
+      EXPECT_GT(row["commit_latency_p50_us"].get<double>(), 0.0) << row.dump();
+      EXPECT_GE(row["commit_latency_p99_us"].get<double>(),
+                row["commit_latency_p50_us"].get<double>())
+          << row.dump();
+    }
+  }
+  EXPECT_EQ(seconds_with_latency, seconds) << "a second committed nothing: " << series.dump();
+  EXPECT_LE(committed, j["committed"].get<uint64_t>()) << j.dump();
+  return committed;
+}
+
 TEST_F(ServerCli, MicroTwoShardsLocalAndCrossShardAreConsistent) {
   for (const char* pct : {"0", "100"}) {
     const std::string json = path(fmt::format("micro-{}.json", pct));
@@ -260,6 +297,7 @@ TEST_F(ServerCli, MicroTwoShardsLocalAndCrossShardAreConsistent) {
     EXPECT_EQ(j["consistency"], "ok");
     EXPECT_GT(j["committed"].get<uint64_t>(), 100u);
     EXPECT_EQ(j["failed"].get<uint64_t>(), 0u);
+    expect_series_per_second(j, 1, /*acknowledged=*/false);
     if (std::string(pct) == "100") {
       EXPECT_EQ(j["committed_cross"].get<uint64_t>(), j["committed"].get<uint64_t>());
     } else {
@@ -645,6 +683,11 @@ TEST_F(ServerCli, FollowerReadsOnEveryShard) {
   ASSERT_FALSE(j.is_discarded()) << o.output;
   EXPECT_EQ(j["consistency"], "ok") << j.dump();
   EXPECT_EQ(j["replicas_identical"], true) << j.dump();
+  // Replicated TPC-C: the series carries the commit (acknowledged) latency too.
+  expect_series_per_second(j, 2, /*acknowledged=*/true);
+  uint64_t acked = 0;
+  for (const auto& row : j["series"]) acked += row["acked_per_sec"].get<uint64_t>();
+  EXPECT_GT(acked, 0u) << j["series"].dump();
   uint32_t followers = 0;
   for (const auto& r : j["replication"]) {
     if (r["replica"] == 0) continue;
@@ -708,6 +751,9 @@ TEST_F(ServerCli, ClusterUpServeReadsIsReportedByAClusterRun) {
   ASSERT_FALSE(j.is_discarded()) << o.output;
   EXPECT_GT(j["committed"].get<uint64_t>(), 100u) << o.output;
   EXPECT_EQ(j["failed"].get<uint64_t>(), 0u) << o.output;
+  // The servers count over both runs: the second run's series counts from what they had
+  // counted before it (it counted the first run's commits in its first second).
+  expect_series_per_second(j, 1, /*acknowledged=*/true);
 }
 
 // A follower dies before the run: its shard (still a majority of 3) runs on without failures,
@@ -1115,6 +1161,14 @@ TEST_F(ServerCli, IllTypedControlFieldsAreRefusedAndTheServerServesOn) {
   };
   refused(kScan, {{"step", 7}});
   refused(kScan, nlohmann::json::array({"check"}));
+  refused(kStats, {{"latency", "yes"}});
+  refused(kStats, nlohmann::json::array({"latency"}));
+  // Asked well, it answers its (empty: no load ran) latency counts, which read back.
+  auto stats = client.call(0, kStats, {{"latency", true}}, 10'000);
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  LatencySample sample;
+  EXPECT_TRUE(parse_latency_sample(*stats, &sample).ok()) << stats->dump();
+  EXPECT_EQ(stats->value("live_conflicts", ~uint64_t{0}), 0u) << stats->dump();
   refused(kRepl, {{"step", {{"close", true}}}});
   auto closing = client.call(0, kRepl, {{"step", "close"}}, 10'000);
   ASSERT_TRUE(closing.ok()) << closing.status().to_string();
@@ -1219,6 +1273,10 @@ TEST_F(ServerCli, CtrlCEndsARunAcrossShardProcessesEarly) {
       << o.output;
   EXPECT_NE(o.output.find("consistency: ok"), std::string::npos) << o.output;
   expect_interrupted_json(json);
+  // The per-second series is cut at the stop with committed_per_second.
+  const nlohmann::json j = read_json(json);
+  EXPECT_EQ(j["series"].size(), j["committed_per_second"].size()) << j.dump();
+  EXPECT_LT(j["series"].size(), 30u) << j.dump();
   config_.clear();  // nothing for TearDown's `cluster down`
 }
 

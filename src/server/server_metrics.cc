@@ -80,7 +80,7 @@ WorkerMetrics::Totals WorkerMetrics::totals() const {
   copy_counts(peer_calls_, &t.peer_calls);
   copy_counts(peer_timeouts_, &t.peer_timeouts);
   copy_counts(peer_retransmits_, &t.peer_retransmits);
-  t.conflicts = load(local_conflicts_) + load(coordinator_conflicts_);
+  t.conflicts = conflicts_total();
   t.timeouts = load(coordinator_timeouts_);
   t.in_doubt = load(in_doubt_);
   t.unacknowledged = load(unacknowledged_);

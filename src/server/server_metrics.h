@@ -61,6 +61,11 @@ class WorkerMetrics {
     void add(const Totals& o);
   };
   Totals totals() const;
+  // Totals::conflicts alone (any thread): the coordinator's part as of the last health tick.
+  uint64_t conflicts_total() const {
+    return local_conflicts_.load(std::memory_order_relaxed) +
+           coordinator_conflicts_.load(std::memory_order_relaxed);
+  }
 
  private:
   static void bump(std::atomic<uint64_t>& a, uint64_t by) {

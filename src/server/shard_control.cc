@@ -85,7 +85,17 @@ Status ShardServer::on_stop(rt::MsgBuffer* out) {
   return Status::Ok();
 }
 
-Status ShardServer::on_stats(rt::MsgBuffer* out) {
+// {"latency": true} (the controller's samples during a run, failover_run.h) adds the live
+// latency counts and conflicts; without it the reply stays as small as before.
+Status ShardServer::on_stats(std::span<const uint8_t> request, rt::MsgBuffer* out) {
+  bool latency = false;
+  if (!request.empty()) {
+    auto req = parse_control({reinterpret_cast<const char*>(request.data()), request.size()});
+    if (!req.ok()) return req.status();
+    if (Status s = json_optional_field(*req, "latency", &latency); !s.ok()) {
+      return Status::InvalidArgument("stats: " + s.message());
+    }
+  }
   bool done = true;
   for (auto& w : workers_) done = done && w->done.load(std::memory_order_acquire);
   uint64_t live = 0;
@@ -94,6 +104,17 @@ Status ShardServer::on_stats(rt::MsgBuffer* out) {
       {"shard", options_.shard}, {"done", done},
       {"replica", me_},          {"epoch", epoch_},
       {"live_committed", live},  {"first_commit_unix_us", first_commit_unix_us_.load()}};
+  if (latency) {
+    LatencySample sample;
+    uint64_t conflicts = 0;
+    for (auto& w : workers_) {
+      w->live_speculative.add_to(&sample.speculative);
+      w->live_commit.add_to(&sample.commit);
+      conflicts += w->metrics.conflicts_total();
+    }
+    j["latency"] = latency_sample_json(sample);
+    j["live_conflicts"] = conflicts;
+  }
   if (done) {
     MicroStats total;
     uint64_t orphaned = 0, expired = 0;

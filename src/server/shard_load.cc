@@ -127,6 +127,7 @@ rt::Task<void> bank_client(Worker* w, uint64_t seed) {
     if (s.ok() && w->vector_watermark != nullptr) {
       const Status acked = co_await w->vector_watermark->wait_covered(txn.vector());
       if (acked.ok()) {
+        w->live_commit.record(w->loop->now_ns() - start_ns);  // the live series only
         w->bank_log.add(rec);
       } else {
         w->bank_log.add_unrecorded(rec.id);
@@ -146,8 +147,10 @@ rt::Task<void> wait_for_ack(Worker* w, const txn::DepVec& vector, uint64_t start
                             OrderKey order) {
   Status covered = co_await w->vector_watermark->wait_covered(vector);
   if (covered.ok()) {
-    w->stats.latency_commit.record(w->loop->now_ns() - start_ns);
-    w->metrics.acknowledged(w->loop->now_ns() - start_ns);
+    const uint64_t latency_ns = w->loop->now_ns() - start_ns;
+    w->stats.latency_commit.record(latency_ns);
+    w->metrics.acknowledged(latency_ns);
+    w->live_commit.record(latency_ns);
     if (order.o_id != 0) w->ack_journal.note(order);
   } else {
     ++w->stats.unacknowledged;
@@ -306,6 +309,7 @@ void Worker::record(bool cross, const Status& s, uint64_t latency_ns, uint32_t t
     live_committed.store(live_committed.load(std::memory_order_relaxed) + 1,
                          std::memory_order_relaxed);
     server->note_commit();
+    live_speculative.record(latency_ns);
     ++stats.committed_by_type[type];
     stats.latency_by_type[type].record(latency_ns);
     metrics.committed(type, cross, s.is_user_abort(), latency_ns);

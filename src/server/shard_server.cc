@@ -711,8 +711,9 @@ void attach_control(ShardServer* s, rt::RpcEndpoint<E>& rpc) {
   rpc.handle(kStart, [s](rt::RpcRequest& r) -> rt::Task<Status> {
     co_return s->on_start(r.payload, r.response);
   });
-  rpc.handle(kStats,
-             [s](rt::RpcRequest& r) -> rt::Task<Status> { co_return s->on_stats(r.response); });
+  rpc.handle(kStats, [s](rt::RpcRequest& r) -> rt::Task<Status> {
+    co_return s->on_stats(r.payload, r.response);
+  });
   rpc.handle(kScan, [s](rt::RpcRequest& r) -> rt::Task<Status> {
     co_return s->on_scan(r.payload, r.response);
   });

@@ -65,6 +65,7 @@
 #include "src/server/dist_micro.h"
 #include "src/server/dist_tpcc.h"
 #include "src/server/kv_fragments.h"
+#include "src/server/live_latency.h"
 #include "src/server/payments_json.h"
 #include "src/server/resp_listener.h"
 #include "src/server/server_metrics.h"
@@ -192,6 +193,9 @@ struct Worker {
   AckJournal ack_journal;  // ServerOptions::ack_journal_dir (TPC-C): what was acknowledged
   // Commits recorded so far, over every load (the controller's live view; loop thread writes).
   std::atomic<uint64_t> live_committed{0};
+  // Their speculative latency, and the commit latency of the acknowledged ones, over every
+  // load (kStats {"latency": true}: the controller's per-second series; live_latency.h).
+  LiveLatencyCounts live_speculative, live_commit;
   WorkerMetrics metrics;  // /metrics (server_metrics.h); loop thread writes
   Rng link_rng{1};
   std::unique_ptr<dist::LocalLink> self_link;
@@ -326,7 +330,7 @@ class ShardServer {
   // Control handlers (any worker's loop thread).
   Status on_ping(rt::MsgBuffer* out);
   Status on_start(std::span<const uint8_t> request, rt::MsgBuffer* out);
-  Status on_stats(rt::MsgBuffer* out);
+  Status on_stats(std::span<const uint8_t> request, rt::MsgBuffer* out);
   Status on_scan(std::span<const uint8_t> request, rt::MsgBuffer* out);
   Status on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out);
   Status on_history(std::span<const uint8_t> request, rt::MsgBuffer* out);
