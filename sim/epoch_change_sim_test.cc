@@ -14,12 +14,15 @@
 // Faults per seed: the leader crashes at a random point (proposals in flight, some accepted by
 // some replicas); after a detection delay the configuration manager (modelled here) appoints a
 // survivor, which campaigns on every stream, takes over with TakeoverTracker and its applier
-// (as ReplicationLeader does), seals each stream's epoch start (min_tid = F, max_tid = the
-// floor) and commits more. Randomized: the crash point; message loss, duplication, reordering
-// and delay; a partition that heals later; a second failure during recovery (the new leader
-// crashing before or after its epoch start, so the survivor has no majority until a crashed
-// replica restarts from its store); a restarting replica losing its unsynced tail (its own
-// acceptances as leader not yet synced, which never counted towards a choice: defer_self_ack).
+// (as ReplicationLeader does), publishes F in the configuration manager, seals each stream's
+// epoch start (min_tid = F, max_tid = the floor) and commits more. Every replica's applier
+// learns the published fences when it starts and when a new leader is appointed (as
+// `shoal replica` reads them from etcd), besides the epoch starts in the log. Randomized: the crash
+// point; message loss, duplication, reordering and delay; a partition that heals later; a second
+// failure during recovery (the new leader crashing before or after its epoch start, so the survivor
+// has no majority until a crashed replica restarts from its store); a restarting replica losing its
+// unsynced tail (its own acceptances as leader not yet synced, which never counted towards a
+// choice: defer_self_ack).
 //
 // Checked at the end of each seed (faults healed, every replica restarted, the last leader's
 // streams closed by a floor, quiesced): Paxos gave every slot one value everywhere; every
@@ -28,7 +31,14 @@
 // replicas that reached the same watermark have equal engine digests; the run was live.
 //
 // Planted bugs (test-only flags) the checker must catch: replay ignoring the fences
-// (ReplayApplier::ignore_fences_for_test) and the client acknowledging at propose time.
+// (ReplayApplier::ignore_fences_for_test), the client acknowledging at propose time, and
+// fences known from the log only (no published ones: issue 14).
+//
+// Timing (drawn apart from the seed's faults, so its crashes, partitions and loss rates stay
+// the same; the network's per-message draws follow the messages sent): learns held back
+// while the follower's chosen index moves (EPOCH_SIM_HOLD_LEARNS=1) or lagged per link
+// (EPOCH_SIM_LEARN_DELAY_MS=N); see Timing. The checked fences also include every published
+// final watermark (what other shards fence with), start chosen or not.
 //
 // Seeds: 1,000 by default, 40 under SHOAL_TEST_SCALE=small, SHOAL_SIM_SEEDS=N for campaigns;
 // a failure prints SHOAL_SIM_SEED=<seed>, which reruns that seed alone (bit for bit).
@@ -67,6 +77,7 @@ using Bytes = std::vector<std::byte>;
 constexpr uint64_t kMs = 1'000'000;
 constexpr uint32_t kReplicas = 3;
 constexpr uint32_t kStreams = 2;
+constexpr uint32_t kPipelineSlots = 8;
 constexpr uint64_t kChaosNs = 600 * kMs;           // faults and leader changes happen before this
 constexpr uint64_t kQuiesceNs = 30'000 * kMs;      // then: healed, must finish within this
 constexpr uint32_t kLeaderChangesMax = 6;          // appointments per seed (bounds the epochs)
@@ -76,7 +87,38 @@ constexpr uint64_t kFirstTid = uint64_t{1} << 32;  // engine epoch 1
 struct PlantedBugs {
   bool skip_fence_discard = false;  // replay installs the old epoch's records above F
   bool ack_at_propose = false;      // the client acknowledges before the watermark covers
+  // Replicas know fences only from the epoch starts in the log, not from the configuration
+  // manager (the protocol before issue 14's seed 14809): an epoch start chosen on some
+  // streams only lets the watermark pass F before any start arrives.
+  bool log_fences_only = false;
 };
+
+// Timing a seed may be run under beside its own randomized faults: catch-up (paxos_learn,
+// which tells a follower which slots are chosen) held back, so a follower may lack the chosen
+// marks of what it holds for several retransmit periods (a leader pacing learns differently,
+// as one tried, or a slow link). Each (sender, receiver, stream) gets its own lag, drawn once
+// per seed in [0, learn_delay_max_ns], and each learn that lag plus up to half of it again:
+// one stream's learns systematically later than the other's, so a replica delivers the
+// streams' chosen prefixes in orders timely learns make rare.
+// EPOCH_SIM_LEARN_DELAY_MS=N sets it for the seeds a test runs.
+//
+// hold_learns_while_chosen_moves: a leader's learn is not sent while the follower's chosen
+// index, as the leader last heard it, moved since the leader's previous learn to it on that
+// stream (it goes a retransmit period later, when pump_learn tries again). This is the pacing
+// tried on the leader to save copies (docs/RESULTS.md: the change dropped because seed 14809
+// then failed), as a transport filter here. EPOCH_SIM_HOLD_LEARNS=1 sets it.
+struct Timing {
+  uint64_t learn_delay_max_ns = 0;
+  bool hold_learns_while_chosen_moves = false;
+};
+Timing timing_from_env() {
+  Timing t;
+  t.hold_learns_while_chosen_moves = std::getenv("EPOCH_SIM_HOLD_LEARNS") != nullptr;
+  if (const char* v = std::getenv("EPOCH_SIM_LEARN_DELAY_MS"); v != nullptr) {
+    t.learn_delay_max_ns = std::strtoull(v, nullptr, 10) * 1'000'000;
+  }
+  return t;
+}
 
 // Which faults a seed exercised (summed over seeds and printed).
 struct FaultCounts {
@@ -128,15 +170,20 @@ enum class Role : uint8_t { kFollower, kTakingOver, kLeading };
 struct Node;
 
 // Sends one stream's messages over the node's SimEndpoints (session tag = stream).
+class EpochChangeSim;
 class StreamTransport final : public repl::PaxosTransport {
  public:
-  StreamTransport(Node* node, uint32_t stream) : node_(node), stream_(stream) {}
+  StreamTransport(EpochChangeSim* sim, Node* node, uint32_t stream)
+      : sim_(sim), node_(node), stream_(stream) {}
   void send(uint32_t to, std::span<const std::byte> message) override;
 
  private:
+  EpochChangeSim* sim_;
   Node* node_;
   uint32_t stream_;
 };
+// Sends over the node's endpoint to `to` now (the transport's send, or a held learn).
+void send_now(Node& node, uint32_t to, uint32_t stream, std::span<const std::byte> message);
 
 // One own acceptance (as proposer) not yet synced: what the slot held before, restored if the
 // replica crashes and loses its unsynced tail.
@@ -169,19 +216,25 @@ struct Node {
   std::array<bool, kStreams> closed{};  // the final floor entry proposed
 };
 
-void StreamTransport::send(uint32_t to, std::span<const std::byte> message) {
-  SimEndpoint& ep = node_->eps[to];
+void send_now(Node& node, uint32_t to, uint32_t stream, std::span<const std::byte> message) {
+  SimEndpoint& ep = node.eps[to];
   if (!ep.is_open()) return;
   const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(message.data()),
                                        message.size());
-  if (!ep.send(stream_, bytes).ok() || !ep.flush().ok()) ep = SimEndpoint();
+  if (!ep.send(stream, bytes).ok() || !ep.flush().ok()) ep = SimEndpoint();
 }
 
 class EpochChangeSim {
  public:
-  EpochChangeSim(uint64_t seed, PlantedBugs bugs)
-      : env_(seed), net_(env_, kReplicas, network(seed)), chaos_(seed ^ 0xe90c4), bugs_(bugs) {
+  EpochChangeSim(uint64_t seed, PlantedBugs bugs, Timing timing = {})
+      : env_(seed),
+        net_(env_, kReplicas, network(seed)),
+        chaos_(seed ^ 0xe90c4),
+        delays_(seed ^ 0x1ea7),
+        bugs_(bugs),
+        timing_(timing) {
     faults_.seeds = 1;
+    for (uint64_t& lag : learn_lag_) lag = delays_.uniform(0, timing_.learn_delay_max_ns);
     const LinkFaults f = network(seed).faults;
     if (f.loss > 0 || f.duplicate > 0 || f.reorder > 0) faults_.message_faults = 1;
     for (uint32_t i = 0; i < kReplicas; ++i) {
@@ -209,6 +262,33 @@ class EpochChangeSim {
     for (auto& n : nodes_) {
       for (auto& s : n.streams) s.reset();
     }
+  }
+
+  // A stream's message leaving `node`: learns may be held back (Timing), the rest go now.
+  void send(Node& node, uint32_t to, uint32_t stream, std::span<const std::byte> message) {
+    if (finishing_ || !PaxosStream::is_learn_message(message)) {
+      send_now(node, to, stream, message);
+      return;
+    }
+    if (timing_.hold_learns_while_chosen_moves && node.streams[stream] != nullptr) {
+      uint64_t& seen = seen_chosen_[(node.id * kReplicas + to) * kStreams + stream];
+      const PaxosStream& p = *node.streams[stream];
+      const uint64_t now = p.peer_chosen_index(to);
+      const bool near = now + kPipelineSlots >= p.chosen_index();  // far ones: not held
+      if (near && now != seen) {  // still moving: this one is held (pump_learn sends it again)
+        seen = now;
+        return;
+      }
+    }
+    if (timing_.learn_delay_max_ns == 0) {
+      send_now(node, to, stream, message);
+      return;
+    }
+    held_.push_back(
+        HeldLearn{node.id, node.incarnation, to, stream, Bytes(message.begin(), message.end())});
+    const uint64_t lag = learn_lag_[(node.id * kReplicas + to) * kStreams + stream];
+    env_.after(lag + delays_.uniform(0, lag / 2), &EpochChangeSim::release_learn, this,
+               held_.size() - 1);
   }
 
   RunResult run() {
@@ -262,6 +342,15 @@ class EpochChangeSim {
     return o;
   }
 
+  // A held learn leaves now, unless its sender crashed meanwhile (it died with the process).
+  static void release_learn(void* self, uint64_t index) {
+    auto* sim = static_cast<EpochChangeSim*>(self);
+    HeldLearn& h = sim->held_[index];
+    Node& n = sim->nodes_[h.node];
+    if (n.up && n.incarnation == h.incarnation) send_now(n, h.to, h.stream, h.bytes);
+    h.bytes = Bytes();
+  }
+
   void connect(uint32_t a, uint32_t b) {
     auto pair = net_.connect(a, b);
     SHOAL_CHECK(pair.ok());
@@ -307,6 +396,7 @@ class EpochChangeSim {
     n.table = n.engine->create_table<1>("kv");
     n.applier = std::make_unique<repl::ReplayApplier>(*n.engine, kStreams);
     if (bugs_.skip_fence_discard) n.applier->ignore_fences_for_test();
+    learn_published_fences(n);  // before the store's log: a follower reads them at start
     std::array<uint64_t, kStreams> next{};
     for (uint32_t s = 0; s < kStreams; ++s) next[s] = n.stores[s]->first_slot();
     for (;;) {  // bounded by the chosen slots held
@@ -332,13 +422,13 @@ class EpochChangeSim {
   void make_streams(Node& n, uint64_t epoch) {
     for (uint32_t s = 0; s < kStreams; ++s) {
       n.streams[s].reset();
-      n.transports[s] = std::make_unique<StreamTransport>(&n, s);
+      n.transports[s] = std::make_unique<StreamTransport>(this, &n, s);
       repl::PaxosOptions o;
       o.stream = s;
       o.epoch = epoch;
       o.replica_id = n.id;
       o.replica_count = kReplicas;
-      o.pipeline_slots = 8;
+      o.pipeline_slots = kPipelineSlots;
       o.heartbeat_ns = 5 * kMs;
       o.retransmit_ns = 10 * kMs;
       o.election_timeout_ns = 50 * kMs;
@@ -350,9 +440,22 @@ class EpochChangeSim {
     }
   }
 
+  // The configuration manager's final watermarks (published_) into a replica's applier: at
+  // its start, and whenever a new leader is appointed (a follower reads them when it learns
+  // whom to follow, before the new leader's entries can reach it).
+  void learn_published_fences(Node& n) {
+    if (bugs_.log_fences_only) return;
+    for (const auto& [epoch, f] : published_) n.applier->learn_fence({epoch, f});
+  }
+
   // The appointed replica leads epoch_: campaigns on every stream; with a takeover it tracks
   // the old slots until they are chosen, then seals the epoch starts.
   void become_leader(Node& n, bool takeover) {
+    for (Node& r : nodes_) {
+      if (r.up) learn_published_fences(r);
+    }
+    for (uint32_t i = 0; i < kReplicas * kStreams; ++i)
+      seen_chosen_[n.id * kReplicas * kStreams + i] = 0;
     n.role = takeover ? Role::kTakingOver : Role::kLeading;
     n.epoch = epoch_;
     n.closed.fill(false);
@@ -490,6 +593,10 @@ class EpochChangeSim {
         break;
       }
     }
+    // Published before any epoch start is proposed (ShardServer::take_over): a start chosen
+    // on some streams only, the rest lost with this leader, cannot leave a replica without
+    // the fence (learn_published_fences).
+    SHOAL_CHECK(published_.emplace(n.epoch, r.final_tid).second);
     for (uint32_t s = 0; s < kStreams; ++s) {
       PaxosStream& p = *n.streams[s];
       const Bytes e =
@@ -765,16 +872,19 @@ class EpochChangeSim {
   }
 
   void final_checks() {
-    // The fences that exist: every chosen epoch-start entry's (epoch, F).
-    std::map<uint64_t, uint64_t> fences;
+    // The fences that exist: every published final watermark (what other shards fence
+    // with, start chosen or not) and every chosen epoch-start entry's (epoch, F).
+    std::map<uint64_t, uint64_t> fences = published_;
     for (uint32_t s = 0; s < kStreams; ++s) {
       for (const auto& [slot, e] : chosen_[s]) {
         if ((repl::load_u16(e.data() + 6) & repl::kLogFlagEpochStart) == 0) continue;
         const uint64_t epoch = repl::load_u64(e.data() + 16), f = repl::load_u64(e.data() + 40);
         auto [it, fresh] = fences.try_emplace(epoch, f);
         if (!fresh && it->second != f) {
-          fail(fmt::format("epoch {} started with final watermarks {:x} and {:x}", epoch,
-                           it->second, f));
+          fail(
+              fmt::format("epoch {} started with final watermark {:x}, {:x} published or "
+                          "started elsewhere",
+                          epoch, f, it->second));
         }
       }
     }
@@ -807,6 +917,11 @@ class EpochChangeSim {
     }
   }
 
+  struct HeldLearn {
+    uint32_t node = 0, incarnation = 0, to = 0, stream = 0;
+    Bytes bytes;
+  };
+
   struct PendingSync {
     uint32_t node = 0;
     uint32_t incarnation = 0;
@@ -817,12 +932,19 @@ class EpochChangeSim {
   SimEnv env_;
   SimNetwork net_;
   Rng chaos_;
+  Rng delays_;  // Timing's draws, apart from chaos_: the seed's faults stay what they are
   PlantedBugs bugs_;
+  Timing timing_;
   std::array<Node, kReplicas> nodes_;
   std::vector<uint64_t> buf_ = std::vector<uint64_t>(1024);  // entry bytes being sealed
   std::vector<PendingSync> pending_syncs_;
+  std::vector<HeldLearn> held_;  // learns held back (Timing), by release event index
+  std::array<uint64_t, kReplicas * kReplicas * kStreams> learn_lag_{};  // [from][to][stream]
+  // hold_learns_while_chosen_moves: the follower's chosen index at the last learn (attempt).
+  std::array<uint64_t, kReplicas * kReplicas * kStreams> seen_chosen_{};
   std::array<std::map<uint64_t, Bytes>, kStreams> chosen_;  // slot -> first value chosen
-  std::vector<ModelTxn> txns_;                              // in TID order
+  std::map<uint64_t, uint64_t> published_;  // the configuration manager's: epoch -> its F
+  std::vector<ModelTxn> txns_;              // in TID order
   std::map<uint64_t, uint32_t> tid_stream_;
   size_t acked_prefix_ = 0;
   uint32_t leader_ = 0;
@@ -836,9 +958,13 @@ class EpochChangeSim {
   FaultCounts faults_;
 };
 
-RunResult run_seed(uint64_t seed, PlantedBugs bugs = {}) {
+void StreamTransport::send(uint32_t to, std::span<const std::byte> message) {
+  sim_->send(*node_, to, stream_, message);
+}
+
+RunResult run_seed(uint64_t seed, PlantedBugs bugs = {}, Timing timing = timing_from_env()) {
   const AbortSeedHint hint("epoch change sim", seed);  // an always-on assert aborts
-  EpochChangeSim sim(seed, bugs);
+  EpochChangeSim sim(seed, bugs, timing);
   return sim.run();
 }
 
@@ -905,6 +1031,24 @@ TEST(EpochChangeSim, CatchesAcknowledgementsBeforeTheWatermarkCovers) {
   PlantedBugs bugs;
   bugs.ack_at_propose = true;
   EXPECT_NE(seeds_to_catch(bugs, 50), 0u);
+}
+
+// Issue 14: seed 14809 with learns held back while the follower's chosen index moves. Epoch
+// 2's leader crashed with its epoch start chosen on stream 1 only; epoch 3's leader revived
+// at stream 0's lost start slot an old entry only the first leader held. A replica whose
+// stream-0 learns were held delivered it before stream 1's epoch start and, knowing fences
+// from the log only, installed an epoch-1 record above epoch 2's final watermark. With the
+// published fence it does not (ReplayApplier::learn_fence).
+TEST(EpochChangeSim, LearnsHeldBack) {
+  Timing held;
+  held.hold_learns_while_chosen_moves = true;
+  const RunResult fixed = run_seed(14809, {}, held);
+  EXPECT_TRUE(fixed.finished && fixed.error.empty()) << fixed.error << "; " << fixed.hint;
+  PlantedBugs log_only;
+  log_only.log_fences_only = true;
+  const RunResult old = run_seed(14809, log_only, held);
+  EXPECT_NE(old.error.find("installed above epoch 2's final watermark"), std::string::npos)
+      << "the seed no longer reproduces the bug without published fences: " << old.error;
 }
 
 TEST(EpochChangeSim, SameSeedSameTrace) {

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -267,6 +268,7 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
     kept_covered_.clear();
     for (const StreamCut& sc : cut->streams) kept_covered_.push_back(sc.next_slot - 1);
   }
+  for (const EpochFence& f : options_.fences) applier_->learn_fence(f);  // before the WAL
   for (uint32_t s = 0; s < streams; ++s) {
     auto st = std::make_unique<Stream>(options_.retain_chosen_slots);
     st->id = s;
@@ -857,6 +859,16 @@ void Follower::set_leader(uint32_t replica, const std::string& host, uint16_t po
   successor_hint_.store(kNoReplica, std::memory_order_release);  // the new leader names its own
   options_.leader_host = host;
   options_.leader_port = port;
+}
+
+void Follower::learn_fences(const std::vector<EpochFence>& fences) {
+  SHOAL_ASSERT(!loop_ && !replay_thread_.joinable(), "%s", "learn_fences() while running");
+  for (const EpochFence& f : fences) {
+    const bool known = std::any_of(options_.fences.begin(), options_.fences.end(),
+                                   [&](const EpochFence& k) { return k.epoch == f.epoch; });
+    if (!known) options_.fences.push_back(f);  // for set_schema, if the schema is to come
+    if (applier_) applier_->learn_fence(f);    // the same fence twice is kept once
+  }
 }
 
 Result<Takeover> Follower::hand_over(std::unique_ptr<txn::Engine>* engine) {

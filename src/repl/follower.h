@@ -121,6 +121,10 @@ struct FollowerOptions {
   // more than half the timeout late, or the poller paused by replay backpressure, restart
   // the clock. 0: only a closed connection ends the leader.
   uint64_t leader_timeout_ms = 0;
+  // Epoch fences the configuration manager published for this shard (ReplayApplier::
+  // learn_fence), given to the applier before it replays anything, the WAL included: the
+  // log alone may bring a fence too late (an epoch start chosen on some streams only).
+  std::vector<EpochFence> fences;
 };
 
 // What the follower's checkpoints did (any thread; tests and the log line).
@@ -197,6 +201,10 @@ class Follower {
   // The leader changed (docs/REPLICATION.md, "Failover": the configuration manager named replica
   // `replica`): the next run() dials it. REQUIRES: run() is not running; replica != this replica.
   void set_leader(uint32_t replica, const std::string& host, uint16_t port);
+  // Fences the configuration manager published since open() (FollowerOptions::fences): call
+  // when a new leader is named, before run() follows it or hand_over() promotes this replica.
+  // REQUIRES: run() is not running.
+  void learn_fences(const std::vector<EpochFence>& fences);
 
   // Promotion in place: hands this replica's applier and acceptor state to a
   // ReplicationLeader (Takeover, leader.h) and its engine to *engine. Everything chosen and

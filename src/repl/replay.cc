@@ -211,8 +211,13 @@ void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes)
   pos.skip_records = 0;
   const uint16_t flags = load_u16(bytes.data() + 6);
   if ((flags & kLogFlagBootstrapEnd) != 0) bootstrap_tid_ = std::max(bootstrap_tid_, max_tid);
-  // Before the watermark moves: the first epoch-start entry on any stream is what lets the
-  // watermark pass the final one, so every record above it is judged by the fence.
+  // Before the watermark moves, so the records it releases are judged by the fence. The log
+  // alone does not always bring a fence in time: an epoch start chosen on some streams only
+  // (its leader crashed) lets another stream's later entries, or an old entry a later
+  // leader's phase 1 revived where the start was lost, carry the watermark past F before
+  // any start arrives. The replica's owner gives it the published fences first
+  // (learn_fence); this is the same fence again, or the only source where none is published
+  // (a restart from disk without a configuration manager).
   if ((flags & kLogFlagEpochStart) != 0) {
     add_fence(load_u64(bytes.data() + 16), load_u64(bytes.data() + 40));
     pos.hole_slot = 0;
@@ -251,10 +256,10 @@ void ReplayApplier::add_fence(uint64_t epoch, uint64_t final_tid) {
   SHOAL_ASSERT(fences_.size() < kEpochFencesMax, "more than %zu epoch changes", kEpochFencesMax);
   // Not necessarily after the last one: a takeover that crashed after its epoch start was
   // chosen on some streams only leaves that start before the next epoch's on those streams,
-  // and a replica catching up may deliver another stream's later start first (found by
-  // sim/epoch_change_sim_test.cc; this asserted). discard_above() does not depend on the
-  // order; the cut keeps them in epoch order. The watermark still cannot pass an epoch's F
-  // before its start arrives on the stream that held it at F.
+  // a replica catching up may deliver another stream's later start first (found by
+  // sim/epoch_change_sim_test.cc; this asserted), and learn_fence() brings fences from the
+  // configuration manager. discard_above() does not depend on the order; the cut keeps them
+  // in epoch order.
   const auto at = std::lower_bound(fences_.begin(), fences_.end(), epoch,
                                    [](const EpochFence& f, uint64_t e) { return f.epoch < e; });
   fences_.insert(at, EpochFence{epoch, final_tid});

@@ -111,6 +111,15 @@ class ReplayApplier {
   }
   const ShardWatermark& watermark() const { return wm_; }
   const std::vector<EpochFence>& fences() const { return fences_; }
+  // A fence known before the log brings it: the final watermark F the configuration manager
+  // holds for the epoch before `f.epoch` (the new leader publishes it before it seals any
+  // epoch start, docs/REPLICATION.md "Failover"). From here on records of older epochs above
+  // F are discarded whatever order the streams deliver in: an epoch start chosen on some
+  // streams only, or an old entry a later leader's phase 1 revived ahead of it, can no longer
+  // let the watermark pass F before the fence is known. The same fence arriving in the log
+  // later must carry the same F (asserted). REQUIRES: called between entries, before any
+  // entry chosen after F was published is given to on_chosen (what the fence must judge).
+  void learn_fence(const EpochFence& f) { add_fence(f.epoch, f.final_tid); }
   // The distributed transactions this shard's coordinator committed, as installed (only what
   // the fences kept). Shared: a promoted replica's workers answer from it after the takeover.
   const std::shared_ptr<DecisionLog>& decisions() const { return decisions_; }

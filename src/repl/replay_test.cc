@@ -215,6 +215,52 @@ TEST(ReplayApplier, EpochStartsMayArriveOutOfEpochOrderAcrossStreams) {
   EXPECT_EQ(applier.applied_tid(), t + 30);
 }
 
+// EpochChangeSim seed 14809 with learns held back (issue 14), as one replica saw the log.
+// Epoch 2's leader computed F2 = TID 20 (stream 1 ended there), sealed its epoch start,
+// chosen on stream 0 (slot 3) only, and crashed; epoch 3's leader revived at stream 1's slot 2,
+// where the lost start was, an old entry (TID 40) only the first leader held. A replica whose
+// learns for stream 0 lag gets stream 1's slot 2 before stream 0's slot 3: from the log
+// alone the watermark passes TID 30 (above F2) with no fence known and installs it. Known
+// from the configuration manager first (learn_fence), the fence discards both.
+TEST(ReplayApplier, APublishedFenceDiscardsWhatAStartMissingOnAStreamWouldLetThrough) {
+  const uint64_t t = uint64_t{1} << 32;
+  const uint64_t f2 = t + 20;
+  const auto seal_start = [](EntryMaker& m, uint32_t stream, uint64_t epoch, uint64_t slot,
+                             uint64_t floor, uint64_t final_tid) {
+    m.builder.reset({reinterpret_cast<std::byte*>(m.words.data()), m.words.size() * 8},
+                    LogEntryId{0, stream, epoch, slot}, BatchLimits{});
+    return m.builder.seal(kLogFlagEpochStart, floor, final_tid);
+  };
+  for (const bool published : {false, true}) {
+    SCOPED_TRACE(published ? "fence published" : "fences from the log only");
+    txn::Engine engine;
+    txn::Table<1>* table = engine.create_table<1>("t");
+    ReplayApplier applier(engine, 2);
+    if (published) applier.learn_fence({2, f2});
+    EntryMaker m0, m1;
+    applier.on_chosen(0, m0.make(1, t + 10, WriteOp::kInsert, {1}, 0));
+    applier.on_chosen(0, m0.make(2, t + 30, WriteOp::kInsert, {3}, 0));  // above F2
+    applier.on_chosen(1, m1.make(1, t + 20, WriteOp::kInsert, {2}, 1));
+    applier.on_chosen(1, m1.make(2, t + 40, WriteOp::kInsert, {4}, 1));  // revived, above F2
+    Row r;
+    EXPECT_EQ(table->peek(txn::Table<1>::KeyT{{3}}, &r, sizeof r).ok(), !published);
+    // Then stream 0's epoch-2 start (the same F2: no assert) and epoch 3's start on both.
+    applier.on_chosen(0, seal_start(m0, 0, 2, 3, t + 50, f2));
+    applier.on_chosen(0, seal_start(m0, 0, 3, 4, t + 60, t + 30));
+    applier.on_chosen(1, seal_start(m1, 1, 3, 3, t + 60, t + 30));
+    EXPECT_EQ(applier.applied_tid(), t + 60);
+    for (uint64_t k : {1, 2}) EXPECT_TRUE(table->peek(txn::Table<1>::KeyT{{k}}, &r, sizeof r).ok());
+    if (published) {
+      for (uint64_t k : {3, 4}) {
+        EXPECT_FALSE(table->peek(txn::Table<1>::KeyT{{k}}, &r, sizeof r).ok()) << k;
+      }
+      EXPECT_EQ(applier.stats().discarded_txns, 2u);
+    }
+    ASSERT_EQ(applier.fences().size(), 2u);
+    EXPECT_EQ(applier.fences()[0].final_tid, f2);
+  }
+}
+
 // An epoch-start entry carries its fence in min_tid; records never ride on it, and formats
 // before 4 do not know the flag.
 TEST(ReplayApplier, EpochStartEntriesAreCheckedOnParse) {

@@ -112,6 +112,12 @@ Result<cluster::ClusterConfig> load_config_of_shard(const ReplicaOptions& option
   return config;
 }
 
+// Defined below, with the other reads of etcd.
+Result<std::vector<repl::EpochFence>> published_fences(const ReplicaOptions& options,
+                                                       const cluster::ClusterConfig& config,
+                                                       uint64_t epoch);
+Result<uint64_t> current_epoch(const ReplicaOptions& options, const cluster::ClusterConfig& config);
+
 }  // namespace
 
 Status run_replica(const ReplicaOptions& options) {
@@ -136,6 +142,13 @@ Status run_replica(const ReplicaOptions& options) {
   }
   auto fo = follower_options(options, *config, leader_replica);
   if (!fo.ok()) return fo.status();
+  if (!options.server.etcd.empty()) {  // before the WAL is replayed (Follower::open)
+    auto epoch = current_epoch(options, *config);
+    if (!epoch.ok()) return epoch.status();
+    auto fences = published_fences(options, *config, *epoch);
+    if (!fences.ok()) return fences.status();
+    fo->fences = std::move(*fences);
+  }
   SHOAL_TRY(confine_to_cpus(options));
   std::error_code ec;
   std::filesystem::create_directories(fo->data_dir, ec);
@@ -258,6 +271,45 @@ Result<uint32_t> current_leader(const ReplicaOptions& options,
 
 namespace {
 
+// The epoch fences etcd holds for this replica's shard (repl::ReplayApplier::learn_fence): for
+// every epoch E before `epoch` that ended with this shard's failover, (E + 1, the final
+// watermark its new leader published before it sealed any epoch start). The log alone may
+// bring a fence too late: an epoch start chosen on some streams only (its leader crashed
+// right after) let a replica whose other stream ran ahead install the old epoch's records
+// above F (issue 14, sim/epoch_change_sim_test.cc seed 14809). Bounded: one read per epoch.
+Result<std::vector<repl::EpochFence>> published_fences(const ReplicaOptions& options,
+                                                       const cluster::ClusterConfig& config,
+                                                       uint64_t epoch) {
+  auto manager = open_manager(options);
+  if (!manager.ok()) return manager.status();
+  cluster::ClusterStateStore store(**manager, config.name);
+  std::vector<repl::EpochFence> fences;
+  for (uint64_t e = 1; e < epoch; ++e) {
+    auto f = store.final_watermark(e, options.shard);
+    if (!f.ok()) {
+      return Status::Unavailable(fmt::format("--etcd: shard {}'s final watermark of epoch {}: {}",
+                                             options.shard, e, f.status().to_string()));
+    }
+    if (f->has_value() && **f != cluster::kInfiniteWatermark) fences.push_back({e + 1, **f});
+  }
+  return fences;
+}
+
+// The current epoch in etcd.
+Result<uint64_t> current_epoch(const ReplicaOptions& options,
+                               const cluster::ClusterConfig& config) {
+  auto manager = open_manager(options);
+  if (!manager.ok()) return manager.status();
+  cluster::ClusterStateStore store(**manager, config.name);
+  auto state = store.load_state();
+  if (!state.ok()) return state.status();
+  return state->epoch;
+}
+
+}  // namespace
+
+namespace {
+
 // Who leads the shard after `failed` (replica_cli.h): the configuration manager's answer (one
 // compare-and-swap per surviving replica decides). Sets *epoch to the epoch the new leader logs
 // in and *leaders to every shard's leader.
@@ -374,6 +426,10 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
                                              options.replica, options.shard,
                                              next.status().to_string()));
     }
+    // Before anything the new leader sends is replayed, and before this replica takes over.
+    auto fences = published_fences(options, config, epoch);
+    if (!fences.ok()) return fences.status();
+    follower->learn_fences(*fences);
     if (*next != options.replica) {
       leader = *next;
       const cluster::Replica& r = shard.replicas[leader];

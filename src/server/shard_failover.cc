@@ -337,23 +337,32 @@ Status ShardServer::take_over() {
     if (waited_ms >= options_.replication_timeout_ms) return r.status();
   }
   if (!r.ok()) return r.status();
+  // Our TIDs start kTakeoverEpochJump engine epochs above the floor we saw, above any TID the
+  // old leader gave in a tail nobody received (its ticker ran on while it lived: 40 ms per
+  // epoch), so that those are in the lost range below.
+  const uint64_t first_epoch = (r->floor_tid >> 32) + kTakeoverEpochJump;
+  // Published before any epoch start is sealed: our start may be chosen on some streams only
+  // if we fail next, and a replica that replays another stream's later entries first would
+  // then pass F with no fence from the log (issue 14, EpochChangeSim seed 14809). Replicas
+  // read the fence from etcd before they replay what our successor sends (replica_cli.cc,
+  // published_fences). The old leader's lost TIDs include ones nobody received (above the
+  // floor we saw): count as lost everything below our first TID.
+  SHOAL_TRY(publish_takeover(r->final_tid, (first_epoch << 32) - 1));
+  if (lost_above_ != r->final_tid) {  // the fence replicas read must be the log's
+    return Status::Aborted(fmt::format(
+        "shard {}: etcd holds final watermark {:#x} for epoch {}, this takeover found {:#x}",
+        options_.shard, lost_above_, epoch_ - 1, r->final_tid));
+  }
   for (uint32_t s = 0; s < replication_->streams(); ++s) {
     SHOAL_TRY(
         replication_->appender(s).finish(r->floor_tid, repl::kLogFlagEpochStart, r->final_tid));
   }
   txn::EngineOptions eo = engine_options();
   eo.track_dependencies = true;  // a replicated shard's versions carry their vectors
-  // Our TIDs start kTakeoverEpochJump engine epochs above the floor we saw, above any TID the
-  // old leader gave in a tail nobody received (its ticker ran on while it lived: 40 ms per
-  // epoch), so that those are in the lost range below.
-  const uint64_t first_epoch = (r->floor_tid >> 32) + kTakeoverEpochJump;
   const size_t purged = engine_->start_leading(first_epoch, &eo);
   snapshot_tid_ = r->floor_tid;
   decisions_ = r->decisions;
   decisions_published_.store(decisions_.get(), std::memory_order_release);
-  // The old leader's lost TIDs include ones nobody received (above the floor we saw): count
-  // as lost everything below our first TID.
-  SHOAL_TRY(publish_takeover(r->final_tid, (first_epoch << 32) - 1));
   fmt::print(stderr,
              "shoal server: shard {}: replica {} took over in epoch {} in {:.1f} ms: final "
              "watermark {:#x}, {} txns installed, {} discarded above it, {} tombstones purged, "
