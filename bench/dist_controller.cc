@@ -339,6 +339,24 @@ bench::RunResult make_result(const DistBenchOptions& o, uint32_t shards, uint32_
   return r;
 }
 
+// What a shard's kScan answers, every field read checked (a peer's reply never aborts us).
+struct ScanReply {
+  uint64_t counter_sum = 0;  // micro
+  uint64_t keys = 0;         // bank: accounts
+  int64_t balance_sum = 0;   // bank
+  uint64_t unreadable = 0;
+  std::string first_unreadable;
+};
+Result<ScanReply> parse_scan_reply(const nlohmann::json& j) {
+  ScanReply out;
+  SHOAL_TRY(json_optional_field(j, "counter_sum", &out.counter_sum));
+  SHOAL_TRY(json_optional_field(j, "keys", &out.keys));
+  SHOAL_TRY(json_optional_field(j, "balance_sum", &out.balance_sum));
+  SHOAL_TRY(json_optional_field(j, "unreadable", &out.unreadable));
+  SHOAL_TRY(json_optional_field(j, "first_unreadable", &out.first_unreadable));
+  return out;
+}
+
 // Scans every surviving shard: no key may be unreadable; with every shard alive and no
 // failed transaction, the counters must sum to 4 x committed.
 void check(ControlClient& client, const std::vector<ShardOutcome>& shards, const MicroStats& t,
@@ -357,10 +375,16 @@ void check(ControlClient& client, const std::vector<ShardOutcome>& shards, const
       all_alive = false;
       continue;
     }
-    sum += scan->value("counter_sum", uint64_t{0});
-    if (const uint64_t bad = scan->value("unreadable", uint64_t{0}); bad != 0) {
+    auto reply = parse_scan_reply(*scan);
+    if (!reply.ok()) {
+      r->check_failures.push_back(fmt::format("shard {} scan: {}", s, reply.status().to_string()));
+      all_alive = false;
+      continue;
+    }
+    sum += reply->counter_sum;
+    if (reply->unreadable != 0) {
       r->check_failures.push_back(fmt::format("shard {}: {} keys unreadable (locks left): {}", s,
-                                              bad, scan->value("first_unreadable", "")));
+                                              reply->unreadable, reply->first_unreadable));
     }
   }
   if (!all_alive || t.failed != 0) {
@@ -409,20 +433,24 @@ bool page_bank_history(ControlClient& client, uint32_t shards, sim::History* his
     for (uint64_t w = 0; w < workers; ++w) {
       for (uint64_t from = 0;;) {
         auto page = client.call(s, kHistory, {{"worker", w}, {"from", from}}, 60'000);
-        Status st = page.ok()
-                        ? parse_bank_page(page->value("txns", nlohmann::json()), &history->txns)
-                        : page.status();
-        const uint64_t next = page.ok() ? page->value("next", uint64_t{0}) : 0;
-        const uint64_t total = page.ok() ? page->value("total", uint64_t{0}) : 0;
+        uint64_t next = 0, total = 0, dropped_here = 0;
+        workers = 1;
+        nlohmann::json txns;
+        Status st = page.status();
+        if (st.ok()) st = json_optional_field(*page, "next", &next);
+        if (st.ok()) st = json_optional_field(*page, "total", &total);
+        if (st.ok()) st = json_optional_field(*page, "workers", &workers);
+        if (st.ok()) st = json_optional_field(*page, "dropped", &dropped_here);
+        if (st.ok()) st = json_optional_field(*page, "txns", &txns);
+        if (st.ok()) st = parse_bank_page(txns, &history->txns);
         if (st.ok() && next <= from && from < total) st = Status::Corruption("no progress");
         if (!st.ok()) {
           r->check_failures.push_back(
               fmt::format("shard {} worker {} history: {}", s, w, st.to_string()));
           return false;
         }
-        workers = page->value("workers", uint64_t{1});
         if (next >= total) {
-          *dropped += page->value("dropped", uint64_t{0});
+          *dropped += dropped_here;
           break;
         }
         from = next;
@@ -453,11 +481,16 @@ void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards,
       r->check_failures.push_back(fmt::format("shard {} scan: {}", s, scan.status().to_string()));
       return;
     }
-    accounts += scan->value("keys", uint64_t{0});
-    balance += scan->value("balance_sum", int64_t{0});
-    if (const uint64_t bad = scan->value("unreadable", uint64_t{0}); bad != 0) {
+    auto reply = parse_scan_reply(*scan);
+    if (!reply.ok()) {
+      r->check_failures.push_back(fmt::format("shard {} scan: {}", s, reply.status().to_string()));
+      return;
+    }
+    accounts += reply->keys;
+    balance += reply->balance_sum;
+    if (reply->unreadable != 0) {
       r->check_failures.push_back(fmt::format("shard {}: {} accounts unreadable (locks left): {}",
-                                              s, bad, scan->value("first_unreadable", "")));
+                                              s, reply->unreadable, reply->first_unreadable));
     }
   }
   const int64_t expected = static_cast<int64_t>(accounts) * kBankInitialBalance;
@@ -917,10 +950,18 @@ Status run_dist_bench(const DistBenchOptions& o) {
   for (uint32_t s = 0; s < shards; ++s) {
     auto pong = client.call(s, kPing, nlohmann::json::object(), kCallTimeoutMs);
     if (!pong.ok()) return pong.status();
-    workers = pong->value("workers", 0u);
-    repl.batch_txns.push_back(pong->value("batch_txns", 0u));
-    repl.batch_us.push_back(pong->value("batch_us", 0.0));
-    const std::string loaded = pong->value("workload", "micro");
+    uint32_t batch_txns = 0;
+    double batch_us = 0;
+    std::string loaded = "micro";
+    Status st = json_optional_field(*pong, "workers", &workers);
+    if (st.ok()) st = json_optional_field(*pong, "batch_txns", &batch_txns);
+    if (st.ok()) st = json_optional_field(*pong, "batch_us", &batch_us);
+    if (st.ok()) st = json_optional_field(*pong, "workload", &loaded);
+    if (!st.ok()) {
+      return Status::InvalidArgument(fmt::format("shard {}'s ping reply: {}", s, st.to_string()));
+    }
+    repl.batch_txns.push_back(batch_txns);
+    repl.batch_us.push_back(batch_us);
     if (loaded != o.workload) {
       return Status::InvalidArgument(fmt::format(
           "shard {} serves workload '{}', not '{}' (start the cluster with --workload {})", s,

@@ -312,16 +312,31 @@ Status cluster_status(const ClusterOptions& o) {
       print_shard_line(s, *config, fmt::format("DOWN  {}", pong.status().to_string()));
       continue;
     }
-    std::string unreachable;
-    for (const auto& u : pong->value("unreachable", nlohmann::json::array())) {
-      unreachable += fmt::format("{}{}", unreachable.empty() ? "" : ",", u.dump());
+    nlohmann::json lost = nlohmann::json::array();
+    int64_t pid = 0;
+    uint64_t workers = 0, keys_lo = 0, keys_hi = 0;
+    bool running = false;
+    Status st = json_optional_field(*pong, "unreachable", &lost);
+    if (st.ok()) st = json_optional_field(*pong, "pid", &pid);
+    if (st.ok()) st = json_optional_field(*pong, "workers", &workers);
+    if (st.ok()) st = json_optional_field(*pong, "keys_lo", &keys_lo);
+    if (st.ok()) st = json_optional_field(*pong, "keys_hi", &keys_hi);
+    if (st.ok()) st = json_optional_field(*pong, "running", &running);
+    if (!st.ok()) {  // a reply we cannot read: the shard answers, but not as a shard server
+      down.push_back(s);
+      print_shard_line(s, *config, fmt::format("BAD   its ping reply: {}", st.to_string()));
+      continue;
     }
-    print_shard_line(
-        s, *config,
-        fmt::format("up    pid {} workers {} keys [{}, {}){}{}", pong->value("pid", 0),
-                    pong->value("workers", 0), pong->value("keys_lo", 0), pong->value("keys_hi", 0),
-                    pong->value("running", false) ? " running a load" : "",
-                    unreachable.empty() ? "" : "; lost shards " + unreachable));
+    std::string unreachable;
+    if (lost.is_array()) {
+      for (const auto& u : lost) {
+        unreachable += fmt::format("{}{}", unreachable.empty() ? "" : ",", u.dump());
+      }
+    }
+    print_shard_line(s, *config,
+                     fmt::format("up    pid {} workers {} keys [{}, {}){}{}", pid, workers, keys_lo,
+                                 keys_hi, running ? " running a load" : "",
+                                 unreachable.empty() ? "" : "; lost shards " + unreachable));
     // Followers: known here only by their pid files (they serve no control port).
     const std::string dir = run_dir_of(o, *config);
     for (uint32_t r = 1; r < config->shards[s].replicas.size(); ++r) {
@@ -409,12 +424,20 @@ Status cluster_check(const ClusterOptions& o) {
       if (first.ok()) first = scan.status();
       continue;
     }
-    const uint64_t bad = scan->value("unreadable", uint64_t{0});
-    print_shard_line(
-        s, *config,
-        fmt::format("{} keys, {} unreadable, counter sum {}{}", scan->value("keys", uint64_t{0}),
-                    bad, scan->value("counter_sum", uint64_t{0}),
-                    bad ? " (first: " + scan->value("first_unreadable", "") + ")" : ""));
+    uint64_t bad = 0, keys = 0, counter_sum = 0;
+    std::string first_unreadable;
+    Status st = json_optional_field(*scan, "unreadable", &bad);
+    if (st.ok()) st = json_optional_field(*scan, "keys", &keys);
+    if (st.ok()) st = json_optional_field(*scan, "counter_sum", &counter_sum);
+    if (st.ok()) st = json_optional_field(*scan, "first_unreadable", &first_unreadable);
+    if (!st.ok()) {
+      print_shard_line(s, *config, fmt::format("BAD   its scan reply: {}", st.to_string()));
+      if (first.ok()) first = st;
+      continue;
+    }
+    print_shard_line(s, *config,
+                     fmt::format("{} keys, {} unreadable, counter sum {}{}", keys, bad, counter_sum,
+                                 bad ? " (first: " + first_unreadable + ")" : ""));
     if (bad != 0 && first.ok()) {
       first = Status::Aborted(fmt::format("shard {}: {} keys unreadable", s, bad));
     }

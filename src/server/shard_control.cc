@@ -189,8 +189,12 @@ Status ShardServer::on_history(std::span<const uint8_t> request, rt::MsgBuffer* 
   if (!is_bank()) return Status::InvalidArgument("history: this shard serves no bank workload");
   auto j = parse_control({reinterpret_cast<const char*>(request.data()), request.size()});
   if (!j.ok()) return j.status();
-  const uint64_t worker = j->is_object() ? j->value("worker", ~uint64_t{0}) : ~uint64_t{0};
-  const uint64_t from = j->is_object() ? j->value("from", uint64_t{0}) : 0;
+  uint64_t worker = ~uint64_t{0};
+  uint64_t from = 0;
+  if (j->is_object()) {
+    SHOAL_TRY(json_optional_field(*j, "worker", &worker));
+    SHOAL_TRY(json_optional_field(*j, "from", &from));
+  }
   if (worker >= workers_.size()) {
     return Status::InvalidArgument(
         fmt::format("history.worker: must be below {}", workers_.size()));
