@@ -227,6 +227,7 @@ struct ShardOutcome {
   MicroStats stats;
   uint64_t orphaned = 0;
   nlohmann::json log;  // replicated shards: what the run logged (txns, entries, bytes, patches)
+  nlohmann::json wire_deps;  // dependency vectors in the 2PC messages its workers sent
 };
 
 // Polls kStats until every shard is done or gone (bounded by deadline_ms).
@@ -258,6 +259,7 @@ void collect(ControlClient& client, uint32_t shards, uint64_t deadline_ms,
       if (read.ok()) read = json_optional_field(*reply, "stats", &stats_json);
       if (read.ok()) read = json_optional_field(*reply, "orphaned", &so.orphaned);
       if (read.ok()) read = json_optional_field(*reply, "log", &so.log);
+      if (read.ok()) read = json_optional_field(*reply, "wire_deps", &so.wire_deps);
       auto stats = read.ok() ? MicroStats::from_json(stats_json) : Result<MicroStats>(read);
       if (!stats.ok()) {
         so.gone = true;
@@ -766,6 +768,75 @@ std::string log_line(uint32_t shard, const ShardOutcome& so) {
       txns ? static_cast<double>(bytes) / static_cast<double>(txns) : 0.0, patches);
 }
 
+// Dependency-vector bytes per transaction (src/txn/depvec.h), compact and as the same vectors
+// take with every entry: in the leaders' log records (per logged transaction) and in the 2PC
+// messages (per committed transaction). Into j["depvec"] (j["replication"] is the replicas'
+// array on this path) and a line of text. Fields are
+// read with checked reads: a malformed report is said on the line, never thrown.
+void report_depvec(const std::vector<ShardOutcome>& shards, uint64_t committed, std::string* text,
+                   nlohmann::json* j) {
+  uint64_t log_txns = 0, log_bytes = 0, log_full = 0, log_entries = 0, log_omitted = 0;
+  uint64_t wire_bytes = 0, wire_full = 0, wire_entries = 0, wire_omitted = 0;
+  for (const ShardOutcome& so : shards) {
+    if (so.gone || !so.log.is_object() || !so.wire_deps.is_object()) continue;
+    uint64_t v[9] = {};
+    Status s;
+    const std::pair<const nlohmann::json*, const char*> fields[9] = {
+        {&so.log, "txns"},
+        {&so.log, "dep_bytes"},
+        {&so.log, "dep_bytes_full"},
+        {&so.log, "dep_entries"},
+        {&so.log, "dep_entries_omitted"},
+        {&so.wire_deps, "bytes"},
+        {&so.wire_deps, "bytes_full"},
+        {&so.wire_deps, "entries"},
+        {&so.wire_deps, "entries_omitted"}};
+    for (size_t i = 0; i < 9 && s.ok(); ++i)
+      s = json_optional_field(*fields[i].first, fields[i].second, &v[i]);
+    if (!s.ok()) {
+      *text += fmt::format("dependency vectors: malformed report: {}\n", s.message());
+      return;
+    }
+    log_txns += v[0];
+    log_bytes += v[1];
+    log_full += v[2];
+    log_entries += v[3];
+    log_omitted += v[4];
+    wire_bytes += v[5];
+    wire_full += v[6];
+    wire_entries += v[7];
+    wire_omitted += v[8];
+  }
+  const auto per = [](uint64_t bytes, uint64_t n) {
+    return n == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(n);
+  };
+  const auto pct = [](uint64_t part, uint64_t whole) {
+    return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+  };
+  (*j)["depvec"] = {{"log_bytes_per_txn", per(log_bytes, log_txns)},
+                    {"log_bytes_per_txn_full", per(log_full, log_txns)},
+                    {"wire_bytes_per_txn", per(wire_bytes, committed)},
+                    {"wire_bytes_per_txn_full", per(wire_full, committed)},
+                    {"counts",
+                     {{"log_txns", log_txns},
+                      {"log_bytes", log_bytes},
+                      {"log_bytes_full", log_full},
+                      {"log_entries", log_entries},
+                      {"log_entries_omitted", log_omitted},
+                      {"wire_committed_txns", committed},
+                      {"wire_bytes", wire_bytes},
+                      {"wire_bytes_full", wire_full},
+                      {"wire_entries", wire_entries},
+                      {"wire_entries_omitted", wire_omitted}}}};
+  *text += fmt::format(
+      "dependency vectors: log {:.2f} bytes per txn ({:.2f} with every entry; {:.0f}% of "
+      "entries covered by the base, left out), 2PC wire {:.2f} bytes per committed txn ({:.2f} "
+      "with every entry, as before; {:.0f}% left out)\n",
+      per(log_bytes, log_txns), per(log_full, log_txns),
+      pct(log_omitted, log_entries + log_omitted), per(wire_bytes, committed),
+      per(wire_full, committed), pct(wire_omitted, wire_entries + wire_omitted));
+}
+
 Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, uint32_t workers,
               const std::vector<ShardOutcome>& shards, const MicroStats& total, bench::RunResult& r,
               const std::string& check_text, const nlohmann::json& check_json,
@@ -876,6 +947,7 @@ Status report(const DistBenchOptions& o, const cluster::ClusterConfig& config, u
     j["replication"] = repl.json;
     j["replicas_identical"] = repl.verdict.ok();
     report_batching(repl, &text, &j);
+    report_depvec(shards, total.committed, &text, &j);
     text += repl.text;
     text += repl.verdict.ok() ? "replicas: every follower identical to its leader\n"
                               : "replicas: " + repl.verdict.to_string() + "\n";

@@ -913,14 +913,16 @@ TEST(DistFragmentWire, MalformedRepliesAreRefused) {
   // F9: a prepared reply carries the deps after the result; only a caller that asked may get
   // one, and only with writes.
   auto prepared_reply = [&](uint32_t flags, uint32_t entries, size_t cut) {
+    // The compact vector (src/txn/depvec.h): count u16, then (shard u16, ts u64) per entry.
     std::vector<uint8_t> m = exec_reply(flags, 77, 4, 4);
-    m.resize(m.size() + 4 + 12 * entries);
-    std::memcpy(m.data() + 20, &entries, 4);
+    m.resize(m.size() + 2 + 10 * entries);
+    const auto count = static_cast<uint16_t>(entries);
+    std::memcpy(m.data() + 20, &count, 2);
     for (uint32_t e = 0; e < entries; ++e) {
-      const uint32_t shard = e;
+      const auto shard = static_cast<uint16_t>(e);
       const uint64_t ts = 100 + e;
-      std::memcpy(m.data() + 24 + 12 * e, &shard, 4);
-      std::memcpy(m.data() + 28 + 12 * e, &ts, 8);
+      std::memcpy(m.data() + 22 + 10 * e, &shard, 2);
+      std::memcpy(m.data() + 24 + 10 * e, &ts, 8);
     }
     m.resize(m.size() - cut);
     return m;
@@ -947,17 +949,17 @@ TEST(DistFragmentWire, MalformedRepliesAreRefused) {
   EXPECT_EQ(
       dist::wire::encode_exec(1, 1, kCredit, {}, 8, dist::wire::kExecPrepareIfPinned, &req).code(),
       Code::kInvalidArgument);  // prepare without lock
-  // kValidateInstall reply: tid u64, count u32, (shard u32, ts u64)*.
-  std::vector<uint8_t> vi(8 + 4 + 2 * 12, 0);
+  // kValidateInstall reply: tid u64, count u16, (shard u16, ts u64)* (compact vector).
+  std::vector<uint8_t> vi(8 + 2 + 2 * 10, 0);
   const uint64_t t9 = 9;
-  const uint32_t two = 2, one = 1, three = 3;
+  const uint16_t two = 2, one = 1, three = 3;
   const uint64_t ts = 5;
   std::memcpy(vi.data(), &t9, 8);
-  std::memcpy(vi.data() + 8, &two, 4);
-  std::memcpy(vi.data() + 12, &one, 4);
-  std::memcpy(vi.data() + 16, &ts, 8);
-  std::memcpy(vi.data() + 24, &three, 4);
-  std::memcpy(vi.data() + 28, &ts, 8);
+  std::memcpy(vi.data() + 8, &two, 2);
+  std::memcpy(vi.data() + 10, &one, 2);
+  std::memcpy(vi.data() + 12, &ts, 8);
+  std::memcpy(vi.data() + 20, &three, 2);
+  std::memcpy(vi.data() + 22, &ts, 8);
   txn::DepVec deps;
   ASSERT_TRUE(dist::wire::decode_validate_install_reply(vi, &deps, &tid).ok());
   EXPECT_EQ(tid, 9u);
@@ -972,8 +974,8 @@ TEST(DistFragmentWire, MalformedRepliesAreRefused) {
   longer.push_back(0);
   EXPECT_EQ(dist::wire::decode_validate_install_reply(longer, &deps, &tid).code(),
             Code::kCorruption);
-  const uint32_t huge = ~0u;
-  std::memcpy(vi.data() + 8, &huge, 4);
+  const uint16_t huge = 0xffff;
+  std::memcpy(vi.data() + 8, &huge, 2);
   EXPECT_EQ(dist::wire::decode_validate_install_reply(vi, &deps, &tid).code(),
             Code::kInvalidArgument);
 }

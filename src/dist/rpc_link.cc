@@ -8,7 +8,6 @@ namespace {
 
 constexpr uint32_t kKeyWordsMax = 8;
 constexpr size_t kWriteHeaderBytes = 12;  // table u32, key_words u8, kind u8, reserved u16, size
-constexpr size_t kDepEntryBytes = 12;     // shard u32, ts u64
 constexpr uint32_t kNoFragment = ~uint32_t{0};
 
 // Appends fixed-size little-endian fields into a buffer sized in advance.
@@ -65,34 +64,18 @@ Status trailing(const char* what, size_t n) {
   return Status::Corruption(fmt::format("dist wire: {} trailing bytes after {}", n, what));
 }
 
-void encode_vector(const txn::DepVec& v, Writer& w) {
-  w.put(static_cast<uint32_t>(v.size()));
-  for (const txn::DepEntry& e : v.entries()) {
-    w.put(e.shard);
-    w.put(e.ts);
-  }
+static_assert(txn::kDepWireShardsMax == DistTxn::kShardsMax);
+
+// A vector ends every message that carries one: its compact form (src/txn/depvec.h) fills the
+// rest of the buffer, whose size the caller computed with the same base.
+void encode_vector(const txn::DepVec& v, const txn::DepBase& base, std::span<uint8_t> rest,
+                   txn::DepVecBytes* counted) {
+  txn::encode_dep_wire(v, base, rest, counted);
 }
 
 // Reads a vector that must end the message.
 Status decode_vector(Reader& r, txn::DepVec* out, const char* what) {
-  uint32_t count = 0;
-  if (!r.get(&count)) return truncated(what);
-  if (count > DistTxn::kShardsMax) {
-    return Status::InvalidArgument(
-        fmt::format("dist wire: {} with {} vector entries", what, count));
-  }
-  if (r.left() != size_t{count} * kDepEntryBytes) {
-    return r.left() < size_t{count} * kDepEntryBytes
-               ? truncated(what)
-               : trailing(what, r.left() - size_t{count} * kDepEntryBytes);
-  }
-  out->clear();
-  for (uint32_t i = 0; i < count; ++i) {
-    txn::DepEntry e{};
-    if (!r.get(&e.shard) || !r.get(&e.ts)) return truncated(what);
-    out->raise(e.shard, e.ts);
-  }
-  return Status::Ok();
+  return txn::decode_dep_wire(r.rest(), out, what);
 }
 
 }  // namespace
@@ -181,29 +164,32 @@ Status encode_exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const 
 }
 
 Status encode_install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
-                      rt::MsgBuffer* out) {
+                      rt::MsgBuffer* out, const txn::DepBase& base, txn::DepVecBytes* counted) {
   if (vector.size() > DistTxn::kShardsMax) {
     return Status::InvalidArgument(fmt::format("install with {} vector entries", vector.size()));
   }
-  out->resize(kTxnHeaderBytes + 8 + 4 + vector.size() * kDepEntryBytes);
-  Writer w(out->payload());
+  constexpr size_t kHead = kTxnHeaderBytes + 8;
+  out->resize(kHead + txn::dep_wire_bytes(txn::dep_wire_entries(vector, base)));
+  Writer w(out->payload().first(kHead));
   w.put(id);
   w.put(epoch);
   w.put(tid);
-  encode_vector(vector, w);
+  encode_vector(vector, base, out->payload().subspan(kHead), counted);
   return Status::Ok();
 }
 
 Status encode_validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
-                               const FragmentCall* fragment, rt::MsgBuffer* out) {
+                               const FragmentCall* fragment, rt::MsgBuffer* out,
+                               const txn::DepBase& base, txn::DepVecBytes* counted) {
   const size_t args = fragment != nullptr ? fragment->args.size() : 0;
   if (vector.size() > DistTxn::kShardsMax || args > kFragmentBytesMax) {
     return Status::InvalidArgument(fmt::format(
         "validate_install with {} vector entries, {} argument bytes", vector.size(), args));
   }
   const size_t padded = (args + 7) & ~size_t{7};
-  out->resize(kTxnHeaderBytes + 8 + padded + 4 + vector.size() * kDepEntryBytes);
-  Writer w(out->payload());
+  const size_t head = kTxnHeaderBytes + 8 + padded;
+  out->resize(head + txn::dep_wire_bytes(txn::dep_wire_entries(vector, base)));
+  Writer w(out->payload().first(head));
   w.put(id);
   w.put(epoch);
   w.put(fragment != nullptr ? fragment->fragment : kNoFragment);
@@ -211,7 +197,7 @@ Status encode_validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vect
   if (args != 0) w.bytes(fragment->args.data(), args);
   const uint8_t zeros[8] = {};
   w.bytes(zeros, padded - args);
-  encode_vector(vector, w);
+  encode_vector(vector, base, out->payload().subspan(head), counted);
   return Status::Ok();
 }
 
@@ -244,11 +230,11 @@ Status decode_validate_reply(std::span<const uint8_t> reply, txn::DepVec* deps) 
   return decode_vector(r, deps, "validate reply");
 }
 
-void encode_tid_vector_reply(uint64_t tid, const txn::DepVec& vector, rt::MsgBuffer* out) {
-  out->resize(8 + 4 + vector.size() * kDepEntryBytes);
-  Writer w(out->payload());
-  w.put(tid);
-  encode_vector(vector, w);
+void encode_tid_vector_reply(uint64_t tid, const txn::DepVec& vector, rt::MsgBuffer* out,
+                             const txn::DepBase& base, txn::DepVecBytes* counted) {
+  out->resize(8 + txn::dep_wire_bytes(txn::dep_wire_entries(vector, base)));
+  std::memcpy(out->payload().data(), &tid, 8);
+  encode_vector(vector, base, out->payload().subspan(8), counted);
 }
 
 Status decode_validate_install_reply(std::span<const uint8_t> reply, txn::DepVec* deps,
@@ -462,9 +448,9 @@ Status ParticipantService::serve_validate(TxnId id, uint64_t epoch, std::span<co
   if (!rest.empty()) return trailing("validate", rest.size());
   txn::DepVec deps;
   SHOAL_TRY(participant_.validate(id, epoch, &deps));
-  out->resize(4 + deps.size() * kDepEntryBytes);
-  Writer w(out->payload());
-  encode_vector(deps, w);
+  const txn::DepBase base = dep_base();
+  out->resize(txn::dep_wire_bytes(txn::dep_wire_entries(deps, base)));
+  encode_vector(deps, base, out->payload(), &dep_bytes_);
   return Status::Ok();
 }
 
@@ -511,11 +497,12 @@ Status ParticipantService::serve_exec(TxnId id, uint64_t epoch, std::span<const 
   std::memcpy(out->payload().data(), &reply_flags, 4);
   std::memcpy(out->payload().data() + 4, &tid, 8);
   std::memcpy(out->payload().data() + 12, &size, 4);
-  const size_t vector_bytes = prepared.prepared ? 4 + prepared.deps.size() * kDepEntryBytes : 0;
+  const txn::DepBase base = dep_base();
+  const size_t vector_bytes =
+      prepared.prepared ? txn::dep_wire_bytes(txn::dep_wire_entries(prepared.deps, base)) : 0;
   out->resize(kHead + size_t{size} + vector_bytes);
   if (prepared.prepared) {
-    Writer w(out->payload().subspan(kHead + size));
-    encode_vector(prepared.deps, w);
+    encode_vector(prepared.deps, base, out->payload().subspan(kHead + size), &dep_bytes_);
   }
   return Status::Ok();
 }
@@ -539,7 +526,7 @@ Status ParticipantService::serve_validate_install(TxnId id, uint64_t epoch,
   const FragmentCall call{fragment, {args, args_bytes}};
   SHOAL_TRY(participant_.validate_install(id, epoch, vector, &deps, &tid,
                                           fragment == kNoFragment ? nullptr : &call));
-  wire::encode_tid_vector_reply(tid, deps, out);
+  wire::encode_tid_vector_reply(tid, deps, out, dep_base(), &dep_bytes_);
   return Status::Ok();
 }
 
@@ -549,7 +536,7 @@ Status ParticipantService::serve_resolve(TxnId id, std::span<const uint8_t> rest
   txn::DepVec vector;
   uint64_t tid = 0;
   SHOAL_TRY(participant_.decision(id, &tid, &vector));
-  wire::encode_tid_vector_reply(tid, vector, out);
+  wire::encode_tid_vector_reply(tid, vector, out, dep_base(), &dep_bytes_);
   return Status::Ok();
 }
 

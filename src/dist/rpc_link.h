@@ -111,10 +111,17 @@ void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidat
 [[nodiscard]] Status encode_exec(TxnId id, uint64_t epoch, uint32_t fragment,
                                  std::span<const uint8_t> args, uint32_t out_bytes, uint32_t flags,
                                  rt::MsgBuffer* out);
+// Vectors go in their compact form (src/txn/depvec.h): the entries `base` covers are left
+// out (the sender's vectorized watermark; a default base leaves out none), and *counted, when
+// given, adds what was written.
 [[nodiscard]] Status encode_install(TxnId id, uint64_t epoch, uint64_t tid,
-                                    const txn::DepVec& vector, rt::MsgBuffer* out);
+                                    const txn::DepVec& vector, rt::MsgBuffer* out,
+                                    const txn::DepBase& base = {},
+                                    txn::DepVecBytes* counted = nullptr);
 [[nodiscard]] Status encode_validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
-                                             const FragmentCall* fragment, rt::MsgBuffer* out);
+                                             const FragmentCall* fragment, rt::MsgBuffer* out,
+                                             const txn::DepBase& base = {},
+                                             txn::DepVecBytes* counted = nullptr);
 
 // Response decoders (the coordinator's side). Corruption/InvalidArgument on malformed input.
 [[nodiscard]] Status decode_read_reply(std::span<const uint8_t> reply, void* out,
@@ -126,7 +133,8 @@ void encode_txn_only(TxnId id, uint64_t epoch, rt::MsgBuffer* out);  // kValidat
 // NotFound instead, F5). tid may be nullptr.
 [[nodiscard]] Status decode_install_reply(std::span<const uint8_t> reply, uint64_t* tid);
 // kValidateInstall's and kResolve's reply: a TID and a vector.
-void encode_tid_vector_reply(uint64_t tid, const txn::DepVec& vector, rt::MsgBuffer* out);
+void encode_tid_vector_reply(uint64_t tid, const txn::DepVec& vector, rt::MsgBuffer* out,
+                             const txn::DepBase& base = {}, txn::DepVecBytes* counted = nullptr);
 [[nodiscard]] Status decode_validate_install_reply(std::span<const uint8_t> reply,
                                                    txn::DepVec* deps, uint64_t* tid);
 // A reply flagged prepared needs `prepared` (InvalidArgument without: not asked for).
@@ -187,8 +195,17 @@ class ParticipantService {
   }
 
   uint64_t malformed() const { return malformed_; }
+  // The dependency vectors this service's replies carried (compact against the vector
+  // watermark given to set_vector_watermark; all of every vector without one). Loop thread.
+  const txn::DepVecBytes& dep_bytes() const { return dep_bytes_; }
+  // Off: replies carry every entry, as before compact vectors (a measurement's baseline).
+  void set_compact_vectors(bool on) { compact_vectors_ = on; }
 
  private:
+  txn::DepBase dep_base() const {
+    return vector_watermark_ != nullptr && compact_vectors_ ? vector_watermark_->base()
+                                                            : txn::DepBase{};
+  }
   Status serve_read(TxnId id, uint64_t epoch, std::span<const uint8_t> rest, rt::MsgBuffer* out);
   Status serve_lock(TxnId id, uint64_t epoch, std::span<const uint8_t> rest, rt::MsgBuffer* out);
   Status serve_validate(TxnId id, uint64_t epoch, std::span<const uint8_t> rest,
@@ -210,6 +227,8 @@ class ParticipantService {
   uint64_t malformed_ = 0;
   const std::atomic<uint64_t>* watermark_source_ = nullptr;
   VectorWatermark* vector_watermark_ = nullptr;
+  txn::DepVecBytes dep_bytes_;
+  bool compact_vectors_ = true;
 };
 
 struct RpcLinkOptions {
@@ -221,6 +240,12 @@ struct RpcLinkOptions {
   // Raised with every reply's watermark trailer (entry `shard`); nullptr: trailers are checked
   // and dropped. REQUIRES: on the link's loop, outlives the link.
   VectorWatermark* watermark = nullptr;
+  // Adds the dependency vectors this link's requests carried; nullptr: not counted. Compact
+  // against `watermark` (src/txn/depvec.h), all of every vector without one. REQUIRES: on the
+  // link's loop, outlives the link.
+  txn::DepVecBytes* dep_bytes = nullptr;
+  // Off: requests carry every entry, as before compact vectors (a measurement's baseline).
+  bool compact_vectors = true;
 };
 
 // The coordinator side. REQUIRES: every call from tasks on the RpcEndpoint's loop; the
@@ -295,7 +320,8 @@ class RpcLink final : public ShardLink {
   rt::Task<Status> install(TxnId id, uint64_t epoch, uint64_t tid, const txn::DepVec& vector,
                            uint64_t* installed_tid) override {
     rt::MsgBuffer req = rpc_.buffer(0);
-    SHOAL_CO_TRY(wire::encode_install(id, epoch, tid, vector, &req));
+    SHOAL_CO_TRY(
+        wire::encode_install(id, epoch, tid, vector, &req, dep_base(), options_.dep_bytes));
     co_return co_await call_until_answered(id, wire::kInstall, std::move(req), nullptr,
                                            installed_tid);
   }
@@ -327,13 +353,25 @@ class RpcLink final : public ShardLink {
                                     txn::DepVec* deps, uint64_t* tid,
                                     const FragmentCall* fragment) override {
     rt::MsgBuffer req = rpc_.buffer(0);
-    SHOAL_CO_TRY(wire::encode_validate_install(id, epoch, vector, fragment, &req));
+    SHOAL_CO_TRY(wire::encode_validate_install(id, epoch, vector, fragment, &req, dep_base(),
+                                               options_.dep_bytes));
     co_return co_await call_until_answered(id, wire::kValidateInstall, std::move(req), deps, tid);
   }
 
  private:
   uint32_t session_for(TxnId id) const {
     return options_.first_session + static_cast<uint32_t>(id % options_.session_count);
+  }
+  // Our vectorized watermark as the base, except for the shard this link reaches: its own
+  // entry is the TID it installs at (or at or above), so it always travels.
+  txn::DepBase dep_base() const {
+    return options_.watermark != nullptr && options_.compact_vectors
+               ? txn::DepBase{&stable_elsewhere, this}
+               : txn::DepBase{};
+  }
+  static bool stable_elsewhere(const void* self, uint32_t shard, uint64_t ts) {
+    const auto* me = static_cast<const RpcLink*>(self);
+    return shard != me->options_.shard && me->options_.watermark->stable(shard, ts);
   }
   // Splits off an Ok reply's watermark trailer and raises our entry for the shard with it.
   Status strip_watermark(std::span<const uint8_t> reply, std::span<const uint8_t>* body) {

@@ -138,6 +138,14 @@ bool VectorWatermark::lost(const txn::DepVec& vector) const {
   return false;
 }
 
+bool VectorWatermark::stable(uint32_t shard, uint64_t ts) const {
+  if (shard >= entries_.size() || entries_[shard] < ts) return false;
+  for (const LostRange& r : lost_) {  // bounded: kLostRangesMax
+    if (r.shard == shard && ts > r.above && ts <= r.through) return false;
+  }
+  return true;
+}
+
 Result<size_t> VectorWatermark::fence(uint32_t shard, uint64_t lost_above, uint64_t lost_through) {
   if (shard >= entries_.size() || lost_above >= lost_through) {
     return Status::InvalidArgument(

@@ -113,7 +113,17 @@ class VectorWatermark {
   bool held(uint32_t shard) const { return held_[shard]; }
   // Whether `vector` names a TID a fence declared lost.
   bool lost(const txn::DepVec& vector) const;
+  // Whether every TID of `shard` at or below `ts` is durable for good: the entry is covered
+  // here and ts lies in no fenced lost range of the shard. What a compact vector may leave
+  // out (src/txn/depvec.h, where the argument is).
+  bool stable(uint32_t shard, uint64_t ts) const;
+  // This watermark as the base of compact vectors. REQUIRES: used on the owning loop's thread
+  // (or while it is paused) and not after this watermark is destroyed.
+  txn::DepBase base() const { return txn::DepBase{&stable_thunk, this}; }
   static constexpr size_t kLostRangesMax = 64;  // failovers one server follows
+  static bool stable_thunk(const void* self, uint32_t shard, uint64_t ts) {
+    return static_cast<const VectorWatermark*>(self)->stable(shard, ts);
+  }
 
   size_t waiting() const { return waiting_; }
   uint32_t waiters_max() const { return waiters_max_; }

@@ -250,5 +250,27 @@ TEST(VectorWatermark, SkippingTheFenceIsCaught) {
   EXPECT_EQ(acknowledged_lost_after_failover(/*skip_fence=*/true, &statuses), 2u);
 }
 
+// The base of compact vectors (src/txn/depvec.h): an entry is stable when covered and in no
+// fenced lost range; a new-epoch watermark above a lost range does not make the range stable.
+TEST(VectorWatermark, StableIsCoveredAndNeverLost) {
+  rt::EventLoop loop(RealEnv::instance());
+  VectorWatermark vw(loop, 2, 4);
+  const txn::DepBase base = vw.base();
+  EXPECT_FALSE(base.covers(0, 1));
+  ASSERT_TRUE(vw.raise(0, 12).ok());
+  EXPECT_TRUE(base.covers(0, 12));
+  EXPECT_FALSE(base.covers(0, 13));
+  EXPECT_FALSE(base.covers(1, 1));
+  EXPECT_FALSE(base.covers(2, 1)) << "a shard out of range is never stable";
+  ASSERT_TRUE(vw.fence(0, 10, 20).ok());
+  ASSERT_TRUE(vw.raise(0, 30).ok());
+  EXPECT_TRUE(vw.stable(0, 10));
+  EXPECT_FALSE(vw.stable(0, 11)) << "lost in the failover: kept in every compact vector";
+  EXPECT_FALSE(vw.stable(0, 20));
+  EXPECT_TRUE(vw.stable(0, 21));
+  EXPECT_TRUE(base.covers(0, 30));
+  EXPECT_FALSE(base.covers(0, 31));
+}
+
 }  // namespace
 }  // namespace shoal::dist

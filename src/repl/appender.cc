@@ -182,12 +182,17 @@ Status StreamAppender::append(const txn::Txn& txn, uint64_t dist_txn_id) {
                options_.stream, static_cast<unsigned long long>(tid),
                static_cast<unsigned long long>(promised_tid_));
   last_commit_tid_ = std::max(last_commit_tid_, tid);
-  deps_.clear();
-  const uint32_t own = engine_.options().shard_id;
-  for (const txn::DepEntry& d : txn.deps().entries()) {
-    if (d.shard != own) deps_.push_back(d);  // our own entry is the commit TID itself
-  }
-  return append_record(tid, deps_, writes_, dist_txn_id);
+  // Our own entry is the commit TID itself; the others only above the stable base.
+  const uint32_t omitted =
+      txn::compact_entries(txn.deps(), dep_base_, engine_.options().shard_id, &deps_);
+  SHOAL_TRY(append_record(tid, deps_, writes_, dist_txn_id));
+  txn::DepVecBytes& d = stats_.deps;
+  ++d.vectors;
+  d.entries += deps_.size();
+  d.omitted += omitted;
+  d.bytes += log_dep_bytes(deps_.size());
+  d.full_bytes += log_dep_bytes(deps_.size() + omitted);
+  return Status::Ok();
 }
 
 void StreamAppender::tick() {

@@ -21,6 +21,11 @@
 // the leader never had). The caller reports the error and never acknowledges the transaction
 // (txn::CommitHook: Worker::run and the 2PC participant return it).
 //
+// Dependencies are logged compact (src/txn/depvec.h): a record names only the other shards'
+// entries the stable base (set_dep_base: the worker's vectorized watermark) does not cover;
+// our own entry is the commit TID itself. Readers treat a missing entry as no dependency,
+// which is exact (the argument is in depvec.h). stats().deps counts the bytes.
+//
 // Watermark duties (src/repl/watermark.h): tick() on an idle worker seals an aged batch, and
 // after idle_ns without a seal an empty entry whose floor is the lowest TID this worker can
 // still commit minus one, so the stream never holds the shard watermark back; finish(floor)
@@ -104,6 +109,9 @@ struct AppenderStats {
   uint64_t txns = 0, entries = 0, bytes = 0, floor_entries = 0, buffer_waits = 0;
   uint64_t patches = 0;         // puts logged as patches
   uint64_t buffer_wait_ns = 0;  // time spent waiting for a free buffer
+  // Dependency areas of the records append() wrote (log_dep_bytes), compact, and what they
+  // took with every other-shard entry (full_bytes).
+  txn::DepVecBytes deps;
 
   // Field by field: the sum of several streams, and the counts since an earlier snapshot.
   AppenderStats& operator+=(const AppenderStats& o) {
@@ -114,6 +122,7 @@ struct AppenderStats {
     buffer_waits += o.buffer_waits;
     patches += o.patches;
     buffer_wait_ns += o.buffer_wait_ns;
+    deps += o.deps;
     return *this;
   }
   // REQUIRES: `base` is an earlier snapshot of the same counters.
@@ -126,6 +135,7 @@ struct AppenderStats {
     d.buffer_waits = buffer_waits - base.buffer_waits;
     d.patches = patches - base.patches;
     d.buffer_wait_ns = buffer_wait_ns - base.buffer_wait_ns;
+    d.deps = deps - base.deps;
     return d;
   }
 };
@@ -165,6 +175,11 @@ class StreamAppender {
   // kLogFlagEpochStart (a new leader's first entry of an epoch): `final_tid` is the final
   // watermark of the epochs before (LogBatchBuilder::seal).
   [[nodiscard]] Status finish(uint64_t floor_tid, uint16_t flags = 0, uint64_t final_tid = 0);
+  // The base append() compacts dependency vectors against (src/txn/depvec.h); the default
+  // covers nothing. REQUIRES: base.covers() may be called on the worker thread while the
+  // appender appends (the worker's own vectorized watermark); reset it to {} before the
+  // watermark goes away.
+  void set_dep_base(const txn::DepBase& base) { dep_base_ = base; }
   // Ok, or why the stream stopped (sticky).
   const Status& stopped() const { return stopped_; }
 
@@ -220,6 +235,7 @@ class StreamAppender {
   uint64_t promised_tid_ = 0;     // read-only commits included
   std::vector<TxnWrite> writes_;  // reused; grows only for a transaction wider than any before
   std::vector<txn::DepEntry> deps_;
+  txn::DepBase dep_base_;
   std::vector<std::byte> patch_scratch_;  // sized once (kPatchScratchBytes)
   AppenderStats stats_;
   Status stopped_;  // sticky: see Backpressure

@@ -117,5 +117,58 @@ TEST(StreamAppender, AStoppedStreamFailsTheCommitAndTheWorkerReportsIt) {
   w->set_commit_hook(nullptr, nullptr);
 }
 
+// Dependencies are logged compact (src/txn/depvec.h): the other shards' entries the base
+// covers are left out of the record, our own is the commit TID; stats().deps counts both.
+TEST(StreamAppender, DependenciesTheBaseCoversAreNotLogged) {
+  OneTable t;
+  AppenderOptions o;
+  o.limits.batch_txns_max = 1;  // each record seals its own entry
+  StreamAppender a(o, t.engine, RealEnv::instance(), nullptr, nullptr);
+  struct Base {  // shard 1 stable up to 50, shard 3 up to 70
+    static bool stable(const void*, uint32_t shard, uint64_t ts) {
+      return (shard == 1 && ts <= 50) || (shard == 3 && ts <= 70);
+    }
+  };
+  a.set_dep_base(txn::DepBase{&Base::stable, nullptr});
+  const uint64_t tid0 = uint64_t{1} << 32;
+  // Logs one transaction of vector `deps`; returns its record's dependencies.
+  const auto log = [&](uint64_t tid, std::initializer_list<txn::DepEntry> deps) {
+    txn::DepVec v;
+    for (const txn::DepEntry& e : deps) v.raise(e.shard, e.ts);
+    txn::Txn x(&t.engine, 1);
+    x.begin();
+    EXPECT_TRUE(x.insert(*t.table, Key<1>{{tid}}, tid).ok());
+    uint64_t proposed = 0;
+    EXPECT_TRUE(x.lock_write_set(&proposed).ok());
+    EXPECT_TRUE(x.validate_read_set().ok());
+    x.install_and_unlock(tid, &v);
+    EXPECT_TRUE(a.append(x).ok());
+    SealedEntry e;
+    EXPECT_TRUE(a.pop_sealed(&e));
+    auto view = LogEntryView::parse(a.buffer(e.buffer).first(e.bytes));
+    EXPECT_TRUE(view.ok()) << view.status().to_string();
+    std::vector<txn::DepEntry> out;
+    view->for_each_record([&](const RecordView& r) {
+      for (uint32_t i = 0; i < r.dep_count(); ++i) out.push_back(r.dep(i));
+    });
+    a.recycle(e.buffer);
+    return out;
+  };
+  // Covered entries (1 at 40, 3 at 70) go, the others stay; our own shard's is the TID.
+  EXPECT_EQ(log(tid0 + 1, {{1, 40}, {2, 5}, {3, 70}, {4, 9}}),
+            (std::vector<txn::DepEntry>{{2, 5}, {4, 9}}));
+  // Every entry above the base: all logged.
+  EXPECT_EQ(log(tid0 + 2, {{1, 51}, {3, 71}}), (std::vector<txn::DepEntry>{{1, 51}, {3, 71}}));
+  // Every entry covered, and a vector naming only our own shard: nothing logged.
+  EXPECT_TRUE(log(tid0 + 3, {{1, 50}, {3, 1}}).empty());
+  EXPECT_TRUE(log(tid0 + 4, {}).empty());
+  const txn::DepVecBytes& d = a.stats().deps;
+  EXPECT_EQ(d.vectors, 4u);
+  EXPECT_EQ(d.entries, 4u);
+  EXPECT_EQ(d.omitted, 4u);
+  EXPECT_EQ(d.bytes, log_dep_bytes(2) + log_dep_bytes(2));
+  EXPECT_EQ(d.full_bytes, log_dep_bytes(4) + log_dep_bytes(2) + log_dep_bytes(2));
+}
+
 }  // namespace
 }  // namespace shoal::repl

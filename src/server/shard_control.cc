@@ -131,11 +131,24 @@ Status ShardServer::on_stats(std::span<const uint8_t> request, rt::MsgBuffer* ou
     if (replication_ != nullptr) {
       repl::AppenderStats log;
       for (auto& w : workers_) log += w->published_log;
+      // dep_*: the records' dependency areas, compact and as they were with every entry.
       j["log"] = {{"txns", log.txns},
                   {"entries", log.entries},
                   {"bytes", log.bytes},
-                  {"patches", log.patches}};
+                  {"patches", log.patches},
+                  {"dep_bytes", log.deps.bytes},
+                  {"dep_bytes_full", log.deps.full_bytes},
+                  {"dep_entries", log.deps.entries},
+                  {"dep_entries_omitted", log.deps.omitted}};
     }
+    // Dependency vectors in the 2PC messages this shard's workers sent (requests and replies).
+    txn::DepVecBytes wire;
+    for (auto& w : workers_) wire += w->published_wire_deps;
+    j["wire_deps"] = {{"vectors", wire.vectors},
+                      {"bytes", wire.bytes},
+                      {"bytes_full", wire.full_bytes},
+                      {"entries", wire.entries},
+                      {"entries_omitted", wire.omitted}};
   }
   reply_json(j, out);
   return Status::Ok();

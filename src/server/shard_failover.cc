@@ -85,11 +85,14 @@ Status Worker::logged_commit(void* ctx, const txn::Txn& txn) {
   // One that other shards take part in carries its id: ours, its decision, for the shards
   // holding its prepared halves should we fail over (participant.h F11); another shard's, what
   // its coordinator asks our new leader of a transaction it left in doubt here (C2,
-  // discard_journal.h).
+  // discard_journal.h). Another shard's is cross-shard by who coordinates it, not by its
+  // vector: the 2PC wire leaves out the entries the sender's watermark covers (src/txn/
+  // depvec.h), so its vector may name no other shard. Ours came through the local link with
+  // every entry.
   const bool cross_shard =
       logging != 0 &&
-      std::any_of(txn.deps().entries().begin(), txn.deps().entries().end(),
-                  [w](const txn::DepEntry& d) { return d.shard != w->server_shard; });
+      (!ours || std::any_of(txn.deps().entries().begin(), txn.deps().entries().end(),
+                            [w](const txn::DepEntry& d) { return d.shard != w->server_shard; }));
   SHOAL_TRY(w->appender->append(txn, cross_shard ? logging : 0));
   w->server->note_logged_commit(w->loop->now_ns());
   if (w->discard_journal != nullptr) {

@@ -247,6 +247,7 @@ void Worker::start_load() {
   stats = MicroStats{};
   aborts_base = coordinator->stats().conflict_aborts;
   if (appender != nullptr) log_base = appender->stats();
+  wire_dep_base = wire_dep_bytes_now();
   bank_log.clear();
   if (server->is_bank() && params.history_run != 0 && !server->journal_dir().empty()) {
     const BankHistoryFileHeader h{params.history_run, server->shard(), server->replica(), index,
@@ -338,6 +339,7 @@ void Worker::publish() {
   published = stats;
   published_participant = participant->stats();
   if (appender != nullptr) published_log = appender->stats() - log_base;
+  published_wire_deps = wire_dep_bytes_now() - wire_dep_base;
   ack_journal.flush();
   bank_log.flush();
   done.store(true, std::memory_order_release);

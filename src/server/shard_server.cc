@@ -5,6 +5,9 @@
 
 #include <signal.h>
 
+#include <cstdlib>
+#include <string_view>
+
 namespace shoal::server {
 namespace detail {
 namespace {
@@ -218,6 +221,9 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   w->participant->set_fragments(&fragments_);
   if (decisions_ != nullptr) w->participant->set_decision_lookup(&find_decision, this);
   w->service = std::make_unique<dist::ParticipantService>(*w->participant, *w->loop);
+  const char* compact = std::getenv("SHOAL_DEPVEC_COMPACT");
+  w->compact_vectors = compact == nullptr || std::string_view(compact) != "0";
+  w->service->set_compact_vectors(w->compact_vectors);
   if (replication_ != nullptr) w->service->set_watermark_source(replication_->watermark_source());
   if (cluster_replicated()) {
     w->vector_watermark = std::make_unique<dist::VectorWatermark>(
@@ -266,6 +272,11 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     // Both places this worker's thread commits: the participant (every coordinator's
     // installs here) and, for TPC-C, the terminals' local Worker.
     w->appender = &replication_->appender(index);
+    // Records name only the dependencies our vectorized watermark does not cover as stable
+    // (src/txn/depvec.h); the appender appends on this worker's thread, as the watermark's.
+    if (w->vector_watermark != nullptr && w->compact_vectors) {
+      w->appender->set_dep_base(w->vector_watermark->base());
+    }
     if (follows_failovers() && config_.shards.size() > 1 && w->vector_watermark != nullptr) {
       w->discard_journal = std::make_unique<DiscardJournal>(options_.shard);
     }
@@ -679,7 +690,8 @@ void Worker::teardown() {
   incoming.clear();
   peers.clear();
   retired.clear();
-  vector_watermark.reset();  // after the links that raise it
+  if (appender != nullptr) appender->set_dep_base({});  // its base is the watermark below
+  vector_watermark.reset();                             // after the links that raise it
   self_link.reset();
   service.reset();
   participant.reset();

@@ -250,11 +250,24 @@ struct Worker {
   uint64_t repl_tick_id = 0;
   uint64_t repl_tick_due_ns = 0;
   repl::AppenderStats log_base;  // the appender's counts when this load started
+  // Dependency vectors in the 2PC messages this worker sent: its links' requests (counted
+  // here, RpcLinkOptions::dep_bytes) and its participant service's replies.
+  txn::DepVecBytes link_dep_bytes;
+  // Vectors logged and sent compact (src/txn/depvec.h); off (SHOAL_DEPVEC_COMPACT=0 in the
+  // server's environment) they carry every entry, as before: a measurement's baseline.
+  bool compact_vectors = true;
+  txn::DepVecBytes wire_dep_base;  // wire_dep_bytes_now() when this load started
+  txn::DepVecBytes wire_dep_bytes_now() const {
+    txn::DepVecBytes b = link_dep_bytes;
+    if (service != nullptr) b += service->dep_bytes();
+    return b;
+  }
 
   // Shared: written by the loop thread before done.store(release); read after an acquire.
   MicroStats published;
   dist::ParticipantStats published_participant;
-  repl::AppenderStats published_log;  // what this load logged (replicated only)
+  repl::AppenderStats published_log;     // what this load logged (replicated only)
+  txn::DepVecBytes published_wire_deps;  // this load's vectors in 2PC messages sent
   std::atomic<bool> done{true};
 
   std::thread thread;
@@ -552,6 +565,8 @@ Result<std::unique_ptr<Peer>> make_peer(Worker& w, uint32_t shard, E endpoint) {
   lo.call_timeout_ns = 2000 * kMs;
   lo.end_attempts_max = 20;
   lo.watermark = w.vector_watermark.get();  // nullptr without replication
+  lo.dep_bytes = &w.link_dep_bytes;
+  lo.compact_vectors = w.compact_vectors;
   peer->rpc_link = std::make_unique<dist::RpcLink<E>>(*peer->rpc, lo);
   return std::unique_ptr<Peer>(std::move(peer));
 }
