@@ -1,5 +1,6 @@
 #include "src/cluster/cluster_state.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <charconv>
 #include <limits>
@@ -246,6 +247,36 @@ Result<std::optional<uint64_t>> ClusterStateStore::get_u64(const std::string& ke
 Result<uint64_t> ClusterStateStore::publish_final_watermark(uint64_t epoch, uint32_t shard,
                                                             uint64_t watermark) {
   return create_u64_once(final_watermark_key(epoch, shard), "watermark", watermark);
+}
+
+Result<uint64_t> ClusterStateStore::publish_final_watermark_as_leader(
+    uint64_t epoch, uint32_t shard, uint64_t watermark, uint32_t leader, uint64_t leader_epoch) {
+  const std::string key = final_watermark_key(epoch, shard);
+  constexpr int kAttemptsMax = 8;  // each lost only to a concurrent write of one of the two keys
+  for (int attempt = 0; attempt < kAttemptsMax; ++attempt) {
+    auto state = load_state();
+    if (!state.ok()) return state.status();
+    if (shard >= state->shards.size()) {
+      return Status::InvalidArgument(fmt::format("publish_final_watermark: no shard {}", shard));
+    }
+    const ShardState& now = state->shards[shard];
+    // An appointment after ours (even of the same replica again) is a later epoch.
+    if (now.leader_replica != leader || now.since_epoch > leader_epoch) {
+      return Status::Aborted(fmt::format(
+          "deposed: shard {} is led by replica {} since epoch {}, not by replica {} since epoch "
+          "{}; final watermark of epoch {} not published",
+          shard, now.leader_replica, now.since_epoch, leader, leader_epoch, epoch));
+    }
+    auto stored = final_watermark(epoch, shard);
+    if (!stored.ok()) return stored.status();
+    if (stored->has_value()) return **stored;  // an earlier attempt of ours published it
+    auto r = manager_.txn({{key, 0}, {shard_key(shard), now.mod_revision}},
+                          {{key, json{{"watermark", watermark}}.dump(), 0}});
+    if (!r.ok()) return r.status();
+    if (r->succeeded) return watermark;
+  }
+  return Status::Unavailable(fmt::format(
+      "publish_final_watermark: {} lost {} times to concurrent writes", key, kAttemptsMax));
 }
 
 Result<std::optional<uint64_t>> ClusterStateStore::final_watermark(uint64_t epoch, uint32_t shard) {

@@ -90,6 +90,16 @@ class ClusterStateStore {
   // one (ours, or the earlier publisher's).
   [[nodiscard]] Result<uint64_t> publish_final_watermark(uint64_t epoch, uint32_t shard,
                                                          uint64_t watermark);
+  // As publish_final_watermark, by the leader `leader` of `shard` in `leader_epoch`, and only
+  // while etcd still names it (no appointment after leader_epoch; the shard's key unchanged
+  // since it was read, in the same transaction as the write). Aborted ("deposed") once another
+  // replica was appointed or the epoch moved the shard on: a leader that hung before publishing
+  // must not fence an epoch after its successor's replicas read the fences (docs/REPLICATION.md,
+  // "Failover").
+  [[nodiscard]] Result<uint64_t> publish_final_watermark_as_leader(uint64_t epoch, uint32_t shard,
+                                                                   uint64_t watermark,
+                                                                   uint32_t leader,
+                                                                   uint64_t leader_epoch);
   [[nodiscard]] Result<std::optional<uint64_t>> final_watermark(uint64_t epoch, uint32_t shard);
 
   // Records the floor of shard's TIDs at the end of `epoch` (its failover: see the keys above)

@@ -446,6 +446,40 @@ std::vector<ShardState> two_shards() {
   return {ShardState{0, {0, 1, 2}, 0, 0}, ShardState{0, {0, 1, 2}, 0, 0}};
 }
 
+// A leader publishes its predecessor's final watermark only while etcd still names it: one
+// that hung until a successor was appointed is refused, and nothing is written.
+TYPED_TEST(ConfigManagerConformance, ADeposedLeaderCannotPublishAFinalWatermark) {
+  const std::string name = "d" + this->prefix_.substr(1, this->prefix_.size() - 2);
+  ClusterStateStore store(this->cm(), name);
+  ASSERT_TRUE(store.initialize(two_shards()).ok());
+  auto to_1 = store.begin_epoch_change(1, 0, 1);  // replica 1 leads shard 0 in epoch 2
+  ASSERT_TRUE(to_1.ok() && to_1->won);
+  auto to_2 = store.begin_epoch_change(2, 0, 2);  // it hangs; replica 2 leads in epoch 3
+  ASSERT_TRUE(to_2.ok() && to_2->won);
+  auto late = store.publish_final_watermark_as_leader(1, 0, 1234, 1, 2);
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), Code::kAborted);
+  EXPECT_NE(late.status().message().find("deposed: shard 0 is led by replica 2 since epoch 3"),
+            std::string::npos)
+      << late.status().to_string();
+  EXPECT_FALSE(store.final_watermark(1, 0)->has_value());
+  // The leader etcd names publishes, once; a retry returns what is stored.
+  auto now = store.publish_final_watermark_as_leader(2, 0, 5678, 2, 3);
+  ASSERT_TRUE(now.ok()) << now.status().to_string();
+  EXPECT_EQ(*now, 5678u);
+  auto again = store.publish_final_watermark_as_leader(2, 0, 1, 2, 3);
+  ASSERT_TRUE(again.ok() && *again == 5678u);
+  // Another shard's epoch change moves the cluster's epoch, not shard 0's leader.
+  ASSERT_TRUE(store.begin_epoch_change(3, 1, 1).ok());
+  auto after = store.publish_final_watermark_as_leader(3, 0, 9, 2, 4);
+  ASSERT_TRUE(after.ok()) << after.status().to_string();
+  // The same replica appointed again later is a new incarnation: the old one is deposed.
+  ASSERT_TRUE(store.begin_epoch_change(4, 0, 1).ok());
+  ASSERT_TRUE(store.begin_epoch_change(5, 0, 2).ok());
+  auto old_incarnation = store.publish_final_watermark_as_leader(5, 0, 7, 2, 3);
+  EXPECT_EQ(old_incarnation.status().code(), Code::kAborted);
+}
+
 TYPED_TEST(ConfigManagerConformance, ClusterStateRoundTripsAndPublishesOnce) {
   const std::string name = "c" + this->prefix_.substr(1, this->prefix_.size() - 2);
   ClusterStateStore store(this->cm(), name);

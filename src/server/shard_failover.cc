@@ -388,7 +388,8 @@ Status ShardServer::publish_takeover(uint64_t final_tid, uint64_t floor_tid) {
   SHOAL_TRY(open_etcd());
   cluster::ClusterStateStore store(*etcd_, config_.name);
   const uint64_t old_epoch = epoch_ - 1;
-  auto fw = store.publish_final_watermark(old_epoch, options_.shard, final_tid);
+  auto fw =
+      store.publish_final_watermark_as_leader(old_epoch, options_.shard, final_tid, me_, epoch_);
   if (!fw.ok()) return fw.status();
   auto fl = store.publish_epoch_floor(old_epoch, options_.shard, lost_through_);
   if (!fl.ok()) return fl.status();
