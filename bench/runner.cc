@@ -446,6 +446,8 @@ nlohmann::json RunResult::to_json() const {
                         {"logged_txns", rp.logged_txns},
                         {"floor_entries", rp.floor_entries},
                         {"buffer_waits", rp.buffer_waits},
+                        {"buffer_wait_ms", static_cast<double>(rp.buffer_wait_ns) / 1e6},
+                        {"retained_shed", rp.retained_shed},
                         {"bootstrap_records", rp.bootstrap_records},
                         {"retransmits", rp.retransmits},
                         {"catchup_entries", rp.catchup_entries},

@@ -36,6 +36,8 @@ constexpr uint32_t kReplicas = 3;
 constexpr uint32_t kEntriesPerSeed = 300;
 
 // Sends over the node's SimEndpoints (one per peer); a dead or missing link drops the message.
+// Gathers, as the leader's network links do: messages with entries come as pieces (joined
+// here, as a transport's one copy would), so the stream's gathered messages run under faults.
 class SimPaxosTransport final : public repl::PaxosTransport {
  public:
   void send(uint32_t to, std::span<const std::byte> m) override {
@@ -44,7 +46,17 @@ class SimPaxosTransport final : public repl::PaxosTransport {
     const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(m.data()), m.size());
     if (!ep.send(0, bytes).ok() || !ep.flush().ok()) ep = SimEndpoint();
   }
+  bool gathers() const override { return true; }
+  void send_gather(uint32_t to, std::span<const std::span<const std::byte>> pieces) override {
+    joined_.clear();
+    for (const std::span<const std::byte> p : pieces)
+      joined_.insert(joined_.end(), p.begin(), p.end());
+    send(to, joined_);
+  }
   std::array<SimEndpoint, kReplicas> eps;
+
+ private:
+  std::vector<std::byte> joined_;  // reused
 };
 
 struct Node {

@@ -273,6 +273,7 @@ struct FabricEndpoint::State {
   bool reserved = false;
   uint32_t empty_polls = 0;
   uint64_t last_liveness_check_ns = 0;
+  uint64_t sent_copied = 0;  // payload bytes copied into the mirror
 
   ~State() { close(); }
 
@@ -318,7 +319,16 @@ struct FabricEndpoint::State {
   Status send_credit();
   Status sync_tx();
   Result<uint8_t*> reserve_blocking(uint32_t bytes);
-  Status push(uint32_t flags, uint32_t imm, uint64_t epoch, std::span<const uint8_t> payload);
+  Status push(uint32_t flags, uint32_t imm, uint64_t epoch, std::span<const uint8_t> payload) {
+    const std::span<const uint8_t> one[1] = {payload};
+    GatherCursor cursor(one);
+    return push(flags, imm, epoch, cursor, payload.size());
+  }
+  // One frame whose payload is the next `payload_bytes` bytes of `cursor`.
+  Status push(uint32_t flags, uint32_t imm, uint64_t epoch, GatherCursor& cursor,
+              size_t payload_bytes);
+  // A message in frames of at most max_payload_bytes, from `cursor` ("bytes" in all).
+  Status send_fragments(uint32_t session, GatherCursor& cursor, size_t bytes);
   Status check_peer();
   Status check_peer_while_stuck(uint64_t start);
   Status peer_gone(Status why);
@@ -873,12 +883,13 @@ Result<uint8_t*> FabricEndpoint::State::reserve_blocking(uint32_t bytes) {
 }
 
 Status FabricEndpoint::State::push(uint32_t flags, uint32_t imm, uint64_t epoch,
-                                   std::span<const uint8_t> payload) {
+                                   GatherCursor& cursor, size_t payload_bytes) {
   if (quiet()) return quiet_status();
-  const auto n = static_cast<uint32_t>(payload.size());
+  const auto n = static_cast<uint32_t>(payload_bytes);
   auto dst = reserve_blocking(n);
   if (!dst.ok()) return dst.status();
-  if (n != 0) std::memcpy(*dst, payload.data(), n);
+  cursor.copy_to(*dst, n);
+  sent_copied += n;
   tx.commit(flags, imm, epoch, n, /*publish_now=*/false);
   // Batch until flush()/poll()/wait(), or an eighth of the ring (as shm publishes).
   if (tx.tail() - sent >= peer_ring_bytes / 8) return sync_tx();
@@ -1137,19 +1148,40 @@ Status FabricEndpoint::send(uint32_t session, std::span<const uint8_t> bytes) {
     return Status::InvalidArgument(fmt::format("message of {} bytes above max_message_bytes {}",
                                                bytes.size(), s.options.max_message_bytes));
   }
-  const size_t fragment = s.tx.max_payload_bytes();
+  const std::span<const uint8_t> one[1] = {bytes};
+  GatherCursor cursor(one);
+  return s.send_fragments(session, cursor, bytes.size());
+}
+
+Status FabricEndpoint::send_gather(uint32_t session, GatherList pieces) {
+  if (!s_) return closed_status();
+  State& s = *s_;
+  SHOAL_TRY(s.ensure_ready());
+  SHOAL_ASSERT(!s.reserved, "%s", "send_gather() while a reserve() is outstanding");
+  auto bytes = gather_message_bytes(pieces, s.options.max_message_bytes);
+  if (!bytes.ok()) return bytes.status();
+  GatherCursor cursor(pieces);
+  return s.send_fragments(session, cursor, *bytes);
+}
+
+Status FabricEndpoint::State::send_fragments(uint32_t session, GatherCursor& cursor, size_t bytes) {
+  const size_t fragment = tx.max_payload_bytes();
   size_t offset = 0;
   do {  // bounded: max_message_bytes / fragment iterations
-    const size_t n = std::min(fragment, bytes.size() - offset);
-    const bool more = offset + n < bytes.size();
-    Status st = s.push(more ? kFlagMore : 0, session, 0, bytes.subspan(offset, n));
+    const size_t n = std::min(fragment, bytes - offset);
+    const bool more = offset + n < bytes;
+    Status st = push(more ? kFlagMore : 0, session, 0, cursor, n);
     if (!st.ok()) {
       // Half a message in the peer's ring cannot be taken back: the link is unusable.
-      return offset == 0 && st.code() == Code::kTimeout ? st : s.fail(std::move(st));
+      return offset == 0 && st.code() == Code::kTimeout ? st : fail(std::move(st));
     }
     offset += n;
-  } while (offset < bytes.size());
+  } while (offset < bytes);
   return Status::Ok();
+}
+
+uint64_t FabricEndpoint::sent_copied_bytes() const {
+  return s_ ? s_->sent_copied : 0;
 }
 
 Status FabricEndpoint::write_with_imm(uint64_t epoch, uint32_t imm,

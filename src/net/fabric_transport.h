@@ -154,6 +154,13 @@ class FabricEndpoint {
   ~FabricEndpoint();
 
   [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes);
+  // The message as pieces (GatherEndpoint): each piece copied once, into the registered mirror
+  // of the peer's ring (the RMA source), as send() copies its bytes. InvalidArgument above
+  // kGatherPiecesMax pieces or max_message_bytes.
+  [[nodiscard]] Status send_gather(uint32_t session, GatherList pieces);
+  // Payload bytes copied into the mirror (send, send_gather, write_with_imm); what the
+  // provider then does with them (tcp;ofi_rxm: a socket send) is the caller's to count.
+  uint64_t sent_copied_bytes() const;
   [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes);
   // Zero-copy: the span is in the registered mirror of the peer's ring.
   // REQUIRES: bytes <= max_write_bytes(); no reservation outstanding.
@@ -228,5 +235,6 @@ class FabricListener {
 static_assert(TransportEndpoint<FabricEndpoint>);
 static_assert(ZeroCopyEndpoint<FabricEndpoint>);
 static_assert(BlockableEndpoint<FabricEndpoint>);
+static_assert(GatherEndpoint<FabricEndpoint>);
 
 }  // namespace shoal::net

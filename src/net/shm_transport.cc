@@ -267,6 +267,7 @@ ShmEndpoint& ShmEndpoint::operator=(ShmEndpoint&& other) noexcept {
   fast_send_bytes_ = other.fast_send_bytes_;
   last_liveness_check_ns_ = other.last_liveness_check_ns_;
   empty_polls_ = other.empty_polls_;
+  sent_copied_bytes_ = other.sent_copied_bytes_;
   failed_ = std::move(other.failed_);
   return *this;
 }
@@ -372,6 +373,7 @@ Status ShmEndpoint::push(uint32_t flags, uint32_t imm, uint64_t epoch,
   if (!dst.ok()) return dst.status();
   if (n != 0) std::memcpy(*dst, payload.data(), n);
   tx_.commit(flags, imm, epoch, n, /*publish_now=*/false);
+  sent_copied_bytes_ += n;
   return Status::Ok();
 }
 
@@ -415,18 +417,37 @@ Status ShmEndpoint::send_slow(uint32_t session, std::span<const uint8_t> bytes) 
     return Status::InvalidArgument(fmt::format("message of {} bytes above max_message_bytes {}",
                                                bytes.size(), options_.max_message_bytes));
   }
+  const std::span<const uint8_t> one[1] = {bytes};
+  GatherCursor cursor(one);
+  return send_fragments(session, cursor, bytes.size());
+}
+
+Status ShmEndpoint::send_gather(uint32_t session, GatherList pieces) {
+  if (!failed_.ok()) return failed_;
+  SHOAL_ASSERT(!reserved_, "%s", "send_gather() while a reserve() is outstanding");
+  auto bytes = gather_message_bytes(pieces, options_.max_message_bytes);
+  if (!bytes.ok()) return bytes.status();
+  GatherCursor cursor(pieces);
+  return send_fragments(session, cursor, *bytes);
+}
+
+Status ShmEndpoint::send_fragments(uint32_t session, GatherCursor& cursor, size_t bytes) {
   const size_t fragment = tx_.max_payload_bytes();
   size_t offset = 0;
   do {  // bounded: max_message_bytes / fragment iterations
-    const size_t n = std::min(fragment, bytes.size() - offset);
-    const bool more = offset + n < bytes.size();
-    Status s = push(more ? kFlagMore : 0, session, 0, bytes.subspan(offset, n));
-    if (!s.ok()) {
+    const size_t n = std::min(fragment, bytes - offset);
+    const bool more = offset + n < bytes;
+    auto dst = reserve_blocking(static_cast<uint32_t>(n));
+    if (!dst.ok()) {
       // Half a message in the peer's ring cannot be taken back: the link is unusable.
-      return offset == 0 && s.code() == Code::kTimeout ? s : fail(std::move(s));
+      return offset == 0 && dst.status().code() == Code::kTimeout ? dst.status()
+                                                                  : fail(dst.status());
     }
+    cursor.copy_to(*dst, n);  // the one copy: the pieces straight into the peer's ring
+    tx_.commit(more ? kFlagMore : 0, session, 0, static_cast<uint32_t>(n), /*publish_now=*/false);
+    sent_copied_bytes_ += n;
     offset += n;
-  } while (offset < bytes.size());
+  } while (offset < bytes);
   return Status::Ok();
 }
 

@@ -80,11 +80,18 @@ class ShmEndpoint {
       if (uint8_t* dst = tx_.try_reserve(n)) [[likely]] {
         if (n != 0) std::memcpy(dst, bytes.data(), n);
         tx_.commit(0, session, 0, n, /*publish_now=*/false);
+        sent_copied_bytes_ += n;
         return Status::Ok();
       }
     }
     return send_slow(session, bytes);
   }
+  // The message as pieces (GatherEndpoint): each piece copied once, straight into the peer's
+  // ring, fragmented as send() fragments. InvalidArgument above kGatherPiecesMax pieces or
+  // max_message_bytes.
+  [[nodiscard]] Status send_gather(uint32_t session, GatherList pieces);
+  // Payload bytes copied into the peer's ring by send(), send_gather() and write_with_imm().
+  uint64_t sent_copied_bytes() const { return sent_copied_bytes_; }
   [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes);
   // Zero-copy send into the peer's ring. REQUIRES: bytes <= max_write_bytes().
   [[nodiscard]] Result<std::span<uint8_t>> reserve(size_t bytes);
@@ -149,6 +156,8 @@ class ShmEndpoint {
                                                      uint64_t timeout_ms);
   void set_peer_doorbell(Fd fd);
   [[nodiscard]] Status send_slow(uint32_t session, std::span<const uint8_t> bytes);
+  // Frames of at most a quarter ring, the payload copied from `cursor` ("bytes" in all).
+  [[nodiscard]] Status send_fragments(uint32_t session, GatherCursor& cursor, size_t bytes);
   [[nodiscard]] Result<size_t> poll_slow(Completion* out, size_t max);
   // Every 64th idle poll: published bytes the idle check does not see (polled now), and is the
   // peer still there? The count, 0, or the failure.
@@ -177,6 +186,7 @@ class ShmEndpoint {
   uint32_t fast_send_bytes_ = 0;  // min(max_message_bytes, one frame): send()'s fast path
   uint64_t last_liveness_check_ns_ = 0;
   uint32_t empty_polls_ = 0;
+  uint64_t sent_copied_bytes_ = 0;
   Status failed_;
 };
 
@@ -204,5 +214,6 @@ class ShmListener {
 
 static_assert(ZeroCopyEndpoint<ShmEndpoint>);
 static_assert(BlockableEndpoint<ShmEndpoint>);
+static_assert(GatherEndpoint<ShmEndpoint>);
 
 }  // namespace shoal::net

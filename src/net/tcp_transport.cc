@@ -109,6 +109,7 @@ TcpEndpoint& TcpEndpoint::operator=(TcpEndpoint&& other) noexcept {
   batch_outstanding_ = other.batch_outstanding_;
   assembled_out_ = other.assembled_out_;
   reserved_ = other.reserved_;
+  sent_copied_bytes_ = other.sent_copied_bytes_;
   failed_ = std::move(other.failed_);
   return *this;
 }
@@ -198,19 +199,31 @@ Status TcpEndpoint::flush() {
 
 Status TcpEndpoint::append_frame(uint32_t flags, uint32_t imm, uint64_t epoch,
                                  std::span<const uint8_t> payload) {
+  const std::span<const uint8_t> one[1] = {payload};
+  GatherCursor cursor(one);
+  return append_frame(flags, imm, epoch, cursor, payload.size());
+}
+
+Status TcpEndpoint::append_frame(uint32_t flags, uint32_t imm, uint64_t epoch, GatherCursor& cursor,
+                                 size_t payload_bytes) {
   SHOAL_ASSERT(!reserved_, "%s", "a send while a reserve() is outstanding");
-  const size_t bytes = frame_bytes(payload.size());
-  if (payload.size() < kGatherBytes) {
+  const size_t bytes = frame_bytes(payload_bytes);
+  const auto n = static_cast<uint32_t>(payload_bytes);
+  if (payload_bytes < kGatherBytes) {
+    // Small: copied into the send buffer, batched with the frames around it.
     if (out_len_ + bytes > options_.tcp_buffer_bytes) SHOAL_TRY(flush());
-    encode_frame(out_.get() + out_len_, tx_pos_, flags, imm, epoch, payload);
+    uint8_t* frame = out_.get() + out_len_;
+    cursor.copy_to(frame + kFrameHeaderBytes, payload_bytes);
+    seal_frame(frame, tx_pos_, flags, imm, epoch, n);
+    sent_copied_bytes_ += payload_bytes;
     out_len_ += bytes;
     tx_pos_ += bytes;
     if (out_len_ >= options_.tcp_buffer_bytes / 2) return flush();
     return Status::Ok();
   }
-  // Large payload: no copy. Header and trailer are built beside the caller's bytes.
+  // Large payload: no copy. Header and trailer are built beside the caller's bytes, which go
+  // to the kernel as they are (a piece per iovec; at most kGatherPiecesMax of them).
   SHOAL_TRY(flush());
-  const auto n = static_cast<uint32_t>(payload.size());
   const uint32_t length_flags = flags | n;
   uint8_t header[kFrameHeaderBytes];
   std::memcpy(header, &length_flags, 4);
@@ -220,11 +233,19 @@ Status TcpEndpoint::append_frame(uint32_t flags, uint32_t imm, uint64_t epoch,
   const size_t pad = round_up8(n) - n;
   const uint64_t canary = frame_canary(tx_pos_, length_flags, imm, epoch);
   std::memcpy(trailer + pad, &canary, 8);
-  iovec iov[3] = {{header, sizeof(header)},
-                  {const_cast<uint8_t*>(payload.data()), payload.size()},
-                  {trailer, pad + kFrameCanaryBytes}};
+  iovec iov[kGatherPiecesMax + 2];
+  int count = 0;
+  iov[count++] = {header, sizeof(header)};
+  for (size_t left = payload_bytes; left > 0;) {  // bounded: one piece per iteration
+    const std::span<const uint8_t> chunk = cursor.take(left);
+    SHOAL_ASSERT(!chunk.empty() && count < static_cast<int>(kGatherPiecesMax) + 1, "%s",
+                 "gather list shorter than its frame, or too many pieces");
+    iov[count++] = {const_cast<uint8_t*>(chunk.data()), chunk.size()};
+    left -= chunk.size();
+  }
+  iov[count++] = {trailer, pad + kFrameCanaryBytes};
   tx_pos_ += bytes;
-  return write_all(iov, 3);
+  return write_all(iov, count);
 }
 
 Status TcpEndpoint::send(uint32_t session, std::span<const uint8_t> bytes) {
@@ -233,13 +254,27 @@ Status TcpEndpoint::send(uint32_t session, std::span<const uint8_t> bytes) {
     return Status::InvalidArgument(fmt::format("message of {} bytes above max_message_bytes {}",
                                                bytes.size(), options_.max_message_bytes));
   }
+  const std::span<const uint8_t> one[1] = {bytes};
+  GatherCursor cursor(one);
+  return send_fragments(session, cursor, bytes.size());
+}
+
+Status TcpEndpoint::send_gather(uint32_t session, GatherList pieces) {
+  if (!failed_.ok()) return failed_;
+  auto bytes = gather_message_bytes(pieces, options_.max_message_bytes);
+  if (!bytes.ok()) return bytes.status();
+  GatherCursor cursor(pieces);
+  return send_fragments(session, cursor, *bytes);
+}
+
+Status TcpEndpoint::send_fragments(uint32_t session, GatherCursor& cursor, size_t bytes) {
   size_t offset = 0;
   do {  // bounded: max_message_bytes / max_payload_bytes_ iterations
-    const size_t n = std::min<size_t>(max_payload_bytes_, bytes.size() - offset);
-    const bool more = offset + n < bytes.size();
-    SHOAL_TRY(append_frame(more ? kFlagMore : 0, session, 0, bytes.subspan(offset, n)));
+    const size_t n = std::min<size_t>(max_payload_bytes_, bytes - offset);
+    const bool more = offset + n < bytes;
+    SHOAL_TRY(append_frame(more ? kFlagMore : 0, session, 0, cursor, n));
     offset += n;
-  } while (offset < bytes.size());
+  } while (offset < bytes);
   return Status::Ok();
 }
 

@@ -4,7 +4,9 @@
 // Sending: frames are encoded into a bounded send buffer and written with one sendmsg per
 // batch at flush(), poll() or wait() (or when the buffer fills), so a burst of small messages
 // costs one system call. Frames with payloads >= kGatherBytes skip the copy: header, the
-// caller's payload and the canary go out in one gathered sendmsg. TCP_NODELAY is set.
+// caller's payload (send_gather(): its pieces) and the canary go out in one gathered sendmsg.
+// sent_copied_bytes() counts the payload bytes copied into the send buffer (the kernel's copy
+// of what sendmsg writes is the caller's to count). TCP_NODELAY is set.
 //
 // Receiving: a bounded receive buffer (tcp_buffer_bytes; frames carry at most a quarter of
 // it) read with non-blocking recv; completions point into it until release(). Larger messages
@@ -58,6 +60,11 @@ class TcpEndpoint {
   ~TcpEndpoint() { close(); }
 
   [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes);
+  // The message as pieces (GatherEndpoint): a frame below kGatherBytes is copied into the send
+  // buffer, a larger one goes out as header, its pieces and canary in one sendmsg.
+  // InvalidArgument above kGatherPiecesMax pieces or max_message_bytes.
+  [[nodiscard]] Status send_gather(uint32_t session, GatherList pieces);
+  uint64_t sent_copied_bytes() const { return sent_copied_bytes_; }
   [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes);
   // Zero-copy send into the send buffer. REQUIRES: bytes <= max_write_bytes().
   [[nodiscard]] Result<std::span<uint8_t>> reserve(size_t bytes);
@@ -98,6 +105,10 @@ class TcpEndpoint {
   void reset_stream();
   [[nodiscard]] Status append_frame(uint32_t flags, uint32_t imm, uint64_t epoch,
                                     std::span<const uint8_t> payload);
+  // One frame whose payload is the next `bytes` bytes of `cursor`.
+  [[nodiscard]] Status append_frame(uint32_t flags, uint32_t imm, uint64_t epoch,
+                                    GatherCursor& cursor, size_t bytes);
+  [[nodiscard]] Status send_fragments(uint32_t session, GatherCursor& cursor, size_t bytes);
   [[nodiscard]] Status write_all(iovec* iov, int count);
   // Seals the frame reserved at out_ + out_len_ and flushes when half the buffer is pending.
   [[nodiscard]] Status seal_reserved(uint32_t flags, uint32_t imm, uint64_t epoch, size_t bytes);
@@ -139,6 +150,7 @@ class TcpEndpoint {
   bool batch_outstanding_ = false;
   bool assembled_out_ = false;  // the outstanding batch delivered the reassembled message
   bool reserved_ = false;
+  uint64_t sent_copied_bytes_ = 0;
   Status failed_;
 };
 
@@ -163,5 +175,6 @@ class TcpListener {
 
 static_assert(ZeroCopyEndpoint<TcpEndpoint>);
 static_assert(BlockableEndpoint<TcpEndpoint>);
+static_assert(GatherEndpoint<TcpEndpoint>);
 
 }  // namespace shoal::net

@@ -14,6 +14,20 @@ uint64_t mono_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+Result<size_t> gather_message_bytes(GatherList pieces, size_t max_message_bytes) {
+  if (pieces.size() > kGatherPiecesMax) {
+    return Status::InvalidArgument(
+        fmt::format("gathered message of {} pieces above {}", pieces.size(), kGatherPiecesMax));
+  }
+  size_t total = 0;
+  for (const std::span<const uint8_t> p : pieces) total += p.size();
+  if (total > max_message_bytes) {
+    return Status::InvalidArgument(
+        fmt::format("message of {} bytes above max_message_bytes {}", total, max_message_bytes));
+  }
+  return total;
+}
+
 Result<MessageAssembler::Step> MessageAssembler::feed(const Frame& frame) {
   SHOAL_ASSERT(!complete_, "MessageAssembler::feed with an unreleased message");
   const bool more = (frame.flags & kFlagMore) != 0;

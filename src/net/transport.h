@@ -7,6 +7,13 @@
 //
 //   send(session, bytes)       two-sided message, 0 B .. max_message_bytes (8 MiB by default);
 //                              fragmented into ring-sized frames and reassembled by the peer.
+//   send_gather(session, pieces)
+//                              (GatherEndpoint) the same message given as pieces, at most
+//                              kGatherPiecesMax of them: the message is their concatenation,
+//                              on the wire exactly as if send() had it in one buffer. The
+//                              transport copies each piece once, where send() copies its
+//                              bytes (shm: into the peer's ring), or hands the pieces to the
+//                              kernel by reference (tcp: a gathered sendmsg for large frames).
 //   write_with_imm(epoch, imm, bytes)
 //                              one-sided write of one frame into the peer's receive ring; the
 //                              peer sees a kWrite completion carrying imm. Refused with
@@ -25,8 +32,9 @@
 //                              ready. Ok: data may be ready; Timeout; Unavailable: peer gone.
 //
 // Buffer ownership at each hand-off:
-//   - send()/write_with_imm(): the caller's bytes are copied into the peer's ring (shm) or
-//     the socket buffer (tcp) before the call returns; the caller keeps its buffer.
+//   - send()/send_gather()/write_with_imm(): the caller's bytes are copied into the peer's ring
+//     (shm) or the socket buffer (tcp) before the call returns; the caller keeps its buffer.
+//     sent_copied_bytes() counts the payload bytes such copies moved in user space.
 //   - reserve(): the returned span belongs to the caller until commit_*() or cancel(), then
 //     to the transport (shm: to the peer, who reads it in place). One reservation at a time;
 //     no other send may run while it is outstanding.
@@ -43,9 +51,11 @@
 // in two (fork, or rendezvous by name).
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 
@@ -86,6 +96,60 @@ concept TransportEndpoint = requires(E& e, const E& ce, std::span<const uint8_t>
   { ce.max_write_bytes() } -> std::same_as<size_t>;
   // Test hook: puts raw bytes on the wire / into the peer's ring, bypassing the encoder.
   { e.inject_raw_for_test(bytes) } -> std::same_as<Status>;
+};
+
+// A message given as pieces (send_gather): the message is the pieces' concatenation.
+using GatherList = std::span<const std::span<const uint8_t>>;
+// Pieces per gathered message: bounds the iovecs a frame needs (tcp: one sendmsg per frame).
+inline constexpr size_t kGatherPiecesMax = 256;
+
+// Reads a gather list front to back, across piece boundaries (empty pieces are skipped).
+class GatherCursor {
+ public:
+  explicit GatherCursor(GatherList pieces) : pieces_(pieces) {}
+  // The next contiguous bytes: at most max_bytes, within one piece; empty at the end.
+  std::span<const uint8_t> take(size_t max_bytes) {
+    while (piece_ < pieces_.size() && offset_ == pieces_[piece_].size()) {  // bounded: pieces
+      ++piece_;
+      offset_ = 0;
+    }
+    if (piece_ == pieces_.size()) return {};
+    const std::span<const uint8_t> p = pieces_[piece_];
+    const size_t n = std::min(max_bytes, p.size() - offset_);
+    const std::span<const uint8_t> out = p.subspan(offset_, n);
+    offset_ += n;
+    return out;
+  }
+  // Copies the next `bytes` bytes to dst. REQUIRES: that many are left.
+  void copy_to(uint8_t* dst, size_t bytes) {
+    while (bytes > 0) {  // bounded: one piece per iteration
+      const std::span<const uint8_t> chunk = take(bytes);
+      SHOAL_ASSERT(!chunk.empty(), "%s", "gather list shorter than its copy");
+      std::memcpy(dst, chunk.data(), chunk.size());
+      dst += chunk.size();
+      bytes -= chunk.size();
+    }
+  }
+
+ private:
+  GatherList pieces_;
+  size_t piece_ = 0;
+  size_t offset_ = 0;  // into pieces_[piece_]
+};
+
+// The message size of a gather list, or InvalidArgument: more than kGatherPiecesMax pieces, or
+// more than max_message_bytes in all.
+[[nodiscard]] Result<size_t> gather_message_bytes(GatherList pieces, size_t max_message_bytes);
+
+// A transport that sends a message given as pieces, each copied once at most (send_gather), and
+// counts what it copies in user space on the way out (sent_copied_bytes(): payload bytes
+// written into the peer's ring, a send buffer, a registered mirror or a send slot; a payload
+// the kernel takes by reference is not counted). The replication leader's links need it.
+template <typename E>
+concept GatherEndpoint = TransportEndpoint<E> &&
+    requires(E& e, const E& ce, uint32_t u32, GatherList pieces) {
+  { e.send_gather(u32, pieces) } -> std::same_as<Status>;
+  { ce.sent_copied_bytes() } -> std::same_as<uint64_t>;
 };
 
 // A transport that can hand out send space in place (shm: in the peer's ring; tcp: in the

@@ -32,6 +32,19 @@ EndpointOptions small_options() {
   return o;
 }
 
+// A forked peer's body: echoes up to 100 messages (each with send()) until kQuitSession.
+template <typename E>
+int echo_until_quit(E& ep) {
+  for (int i = 0; i < 100; ++i) {
+    Received r;
+    if (!recv_one(ep, &r).ok()) return 1;
+    if (r.imm == kQuitSession) return 0;
+    if (!ep.send(r.imm, r.bytes).ok()) return 2;
+    if (!ep.flush().ok()) return 3;
+  }
+  return 4;
+}
+
 template <typename E>
 class TransportConformance : public ::testing::Test {
  protected:
@@ -107,16 +120,7 @@ TYPED_TEST(TransportConformance, EchoSizesFromOneByteTo8MiB) {
   auto link = TypeParam::pair();
   ASSERT_TRUE(link.ok()) << link.status().to_string();
   auto& [a, b] = *link;
-  const pid_t pid = spawn_peer(b, [](TypeParam& ep) {
-    for (int i = 0; i < 100; ++i) {  // echo until told to quit
-      Received r;
-      if (!recv_one(ep, &r).ok()) return 1;
-      if (r.imm == kQuitSession) return 0;
-      if (!ep.send(r.imm, r.bytes).ok()) return 2;
-      if (!ep.flush().ok()) return 3;
-    }
-    return 4;
-  });
+  const pid_t pid = spawn_peer(b, echo_until_quit<TypeParam>);
   const size_t frag = a.max_write_bytes();
   const size_t sizes[] = {1,
                           7,
@@ -149,6 +153,80 @@ TYPED_TEST(TransportConformance, EchoSizesFromOneByteTo8MiB) {
   // Over the limit: refused up front, the link stays usable.
   std::vector<uint8_t> too_big(a.max_message_bytes() + 1);
   EXPECT_EQ(a.send(1, too_big).code(), Code::kInvalidArgument);
+  ASSERT_TRUE(a.send(kQuitSession, {}).ok());
+  ASSERT_TRUE(a.flush().ok());
+  EXPECT_EQ(wait_child(pid), 0);
+}
+
+// send_gather: a message given as pieces of odd sizes (empty ones too, up to
+// kGatherPiecesMax of them, spanning several frames) arrives as the one message their
+// concatenation is, exactly as send() of it would (the echo uses send); too many pieces, or
+// too many bytes, are refused up front and the link stays usable. sent_copied_bytes() counts
+// every payload byte the transport copied: all of them, except the frames tcp hands to the
+// kernel by reference (kGatherBytes and up).
+TYPED_TEST(TransportConformance, GatheredSendIsTheConcatenationOfItsPieces) {
+  auto link = TypeParam::pair();
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto& [a, b] = *link;
+  const pid_t pid = spawn_peer(b, echo_until_quit<TypeParam>);
+  const size_t frag = a.max_write_bytes();
+  std::vector<size_t> many(kGatherPiecesMax);
+  // 0 .. 150 bytes each, about 19 KiB in all: one frame, which tcp hands to the kernel by
+  // reference (a sendmsg of kGatherPiecesMax + 2 iovecs).
+  for (size_t i = 0; i < many.size(); ++i) many[i] = (i * 37) % 151;
+  const std::vector<std::vector<size_t>> messages = {
+      {1, 3, 7, 0, 13},
+      {0, 0},
+      {frag - 3, 5, 0, frag + 11, 1, 2 * frag + 7},
+      {TcpEndpoint::kGatherBytes + 5, 3, TcpEndpoint::kGatherBytes - 1},
+      many,
+  };
+  uint32_t session = 1;
+  for (const std::vector<size_t>& sizes : messages) {
+    size_t total = 0;
+    for (size_t n : sizes) total += n;
+    const std::vector<uint8_t> body = pattern(total, session);
+    std::vector<std::span<const uint8_t>> pieces;
+    size_t at = 0;
+    for (size_t n : sizes) {
+      pieces.emplace_back(body.data() + at, n);
+      at += n;
+    }
+    const uint64_t copied_before = a.sent_copied_bytes();
+    ASSERT_TRUE(a.send_gather(session, pieces).ok()) << session;
+    ASSERT_TRUE(a.flush().ok());
+    // What the transport copied: every fragment's payload, but tcp's large frames' none.
+    uint64_t copied_want = 0;
+    for (size_t off = 0; off < total || (total == 0 && off == 0); off += frag) {
+      const size_t n = std::min(frag, total - off);
+      if (!std::is_same_v<TypeParam, TcpEndpoint> || n < TcpEndpoint::kGatherBytes) {
+        copied_want += n;
+      }
+      if (total == 0) break;
+    }
+    EXPECT_EQ(a.sent_copied_bytes() - copied_before, copied_want) << "message " << session;
+    Received r;
+    const Status st = recv_one(a, &r);
+    ASSERT_TRUE(st.ok()) << session << ": " << st.to_string();
+    EXPECT_EQ(r.imm, session);
+    ASSERT_EQ(r.bytes.size(), total) << "message " << session;
+    EXPECT_TRUE(r.bytes == body) << "message " << session << " differs";
+    ++session;
+  }
+  // Refused up front: one piece too many, one byte too many. The link stays usable.
+  const uint8_t byte = 7;
+  std::vector<std::span<const uint8_t>> too_many(kGatherPiecesMax + 1, {&byte, 1});
+  EXPECT_EQ(a.send_gather(1, too_many).code(), Code::kInvalidArgument);
+  std::vector<uint8_t> half(a.max_message_bytes() / 2 + 1);
+  const std::span<const uint8_t> too_big[2] = {half, half};
+  EXPECT_EQ(a.send_gather(1, too_big).code(), Code::kInvalidArgument);
+  const std::string still = "still ", usable = "usable";
+  const std::span<const uint8_t> last[2] = {as_bytes(still), as_bytes(usable)};
+  ASSERT_TRUE(a.send_gather(session, last).ok());
+  ASSERT_TRUE(a.flush().ok());
+  Received r;
+  ASSERT_TRUE(recv_one(a, &r).ok());
+  EXPECT_EQ(std::string(r.bytes.begin(), r.bytes.end()), "still usable");
   ASSERT_TRUE(a.send(kQuitSession, {}).ok());
   ASSERT_TRUE(a.flush().ok());
   EXPECT_EQ(wait_child(pid), 0);

@@ -126,6 +126,7 @@ struct UringEndpoint::State {
   uint64_t fence = 0;
   uint64_t peer_fence = 0;
   uint64_t zc_sends = 0, zc_copied = 0;
+  uint64_t sent_copied = 0;  // payload bytes copied into send slots
 
   // Receiving: chunks [q_head, q_cursor) are decoded (maybe lent out); q_cursor is decoded
   // up to cur_off; the rest up to q_tail is untouched. Counters are free-running.
@@ -188,8 +189,17 @@ struct UringEndpoint::State {
   // sent_is_enough: return once the socket took the bytes (a SEND_ZC notification may follow).
   Status wait_slot_idle(uint32_t i, uint64_t timeout_ns, bool sent_is_enough = false);
   Status make_room(size_t bytes);
+  // One frame whose payload is the next `payload_bytes` bytes of `cursor`, copied into the
+  // active slot.
+  Status append_frame(uint32_t flags, uint32_t imm, uint64_t epoch, GatherCursor& cursor,
+                      size_t payload_bytes);
   Status append_frame(uint32_t flags, uint32_t imm, uint64_t epoch,
-                      std::span<const uint8_t> payload);
+                      std::span<const uint8_t> payload) {
+    const std::span<const uint8_t> one[1] = {payload};
+    GatherCursor cursor(one);
+    return append_frame(flags, imm, epoch, cursor, payload.size());
+  }
+  Status send_fragments(uint32_t session, GatherCursor& cursor, size_t bytes);
   Status flush();
 
   // ---- receiving (poll_frames source)
@@ -512,14 +522,27 @@ Status UringEndpoint::State::make_room(size_t bytes) {
 }
 
 Status UringEndpoint::State::append_frame(uint32_t flags, uint32_t imm, uint64_t epoch,
-                                          std::span<const uint8_t> payload) {
+                                          GatherCursor& cursor, size_t payload_bytes) {
   SHOAL_ASSERT(!reserved, "%s", "a send while a reserve() is outstanding");
-  const size_t bytes = frame_bytes(payload.size());
+  const size_t bytes = frame_bytes(payload_bytes);
   SHOAL_TRY(make_room(bytes));
   SendSlot& s = slots[active];
-  encode_frame(s.base + s.len, tx_pos, flags, imm, epoch, payload);
+  cursor.copy_to(s.base + s.len + kFrameHeaderBytes, payload_bytes);
+  seal_frame(s.base + s.len, tx_pos, flags, imm, epoch, static_cast<uint32_t>(payload_bytes));
+  sent_copied += payload_bytes;
   s.len += bytes;
   tx_pos += bytes;
+  return Status::Ok();
+}
+
+Status UringEndpoint::State::send_fragments(uint32_t session, GatherCursor& cursor, size_t bytes) {
+  size_t offset = 0;
+  do {  // bounded: max_message_bytes / max_payload iterations
+    const size_t n = std::min<size_t>(max_payload, bytes - offset);
+    const bool more = offset + n < bytes;
+    SHOAL_TRY(append_frame(more ? kFlagMore : 0, session, 0, cursor, n));
+    offset += n;
+  } while (offset < bytes);
   return Status::Ok();
 }
 
@@ -724,14 +747,22 @@ Status UringEndpoint::send(uint32_t session, std::span<const uint8_t> bytes) {
     return Status::InvalidArgument(fmt::format("message of {} bytes above max_message_bytes {}",
                                                bytes.size(), s.opt.max_message_bytes));
   }
-  size_t offset = 0;
-  do {  // bounded: max_message_bytes / max_payload iterations
-    const size_t n = std::min<size_t>(s.max_payload, bytes.size() - offset);
-    const bool more = offset + n < bytes.size();
-    SHOAL_TRY(s.append_frame(more ? kFlagMore : 0, session, 0, bytes.subspan(offset, n)));
-    offset += n;
-  } while (offset < bytes.size());
-  return Status::Ok();
+  const std::span<const uint8_t> one[1] = {bytes};
+  GatherCursor cursor(one);
+  return s.send_fragments(session, cursor, bytes.size());
+}
+
+Status UringEndpoint::send_gather(uint32_t session, GatherList pieces) {
+  State& s = *s_;
+  SHOAL_TRY(s.usable());
+  auto bytes = gather_message_bytes(pieces, s.opt.max_message_bytes);
+  if (!bytes.ok()) return bytes.status();
+  GatherCursor cursor(pieces);
+  return s.send_fragments(session, cursor, *bytes);
+}
+
+uint64_t UringEndpoint::sent_copied_bytes() const {
+  return s_ ? s_->sent_copied : 0;
 }
 
 Status UringEndpoint::write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes) {

@@ -96,6 +96,12 @@ class UringEndpoint {
   ~UringEndpoint();
 
   [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes);
+  // The message as pieces (GatherEndpoint): each piece copied once, into the send slot, as
+  // send() copies its bytes. InvalidArgument above kGatherPiecesMax pieces or
+  // max_message_bytes.
+  [[nodiscard]] Status send_gather(uint32_t session, GatherList pieces);
+  // Payload bytes copied into the send slots (send, send_gather, write_with_imm).
+  uint64_t sent_copied_bytes() const;
   [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes);
   // REQUIRES: bytes <= max_write_bytes(); no reservation outstanding.
   [[nodiscard]] Result<std::span<uint8_t>> reserve(size_t bytes);
@@ -138,5 +144,6 @@ class UringEndpoint {
 static_assert(TransportEndpoint<UringEndpoint>);
 static_assert(ZeroCopyEndpoint<UringEndpoint>);
 static_assert(BlockableEndpoint<UringEndpoint>);
+static_assert(GatherEndpoint<UringEndpoint>);
 
 }  // namespace shoal::net

@@ -146,6 +146,12 @@ class WanShaped {
   [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes) {
     return inner_.send(session, bytes);
   }
+  [[nodiscard]] Status send_gather(uint32_t session, GatherList pieces) requires GatherEndpoint<E> {
+    return inner_.send_gather(session, pieces);
+  }
+  uint64_t sent_copied_bytes() const requires GatherEndpoint<E> {
+    return inner_.sent_copied_bytes();
+  }
   [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm,
                                       std::span<const uint8_t> bytes) {
     return inner_.write_with_imm(epoch, imm, bytes);

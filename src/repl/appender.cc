@@ -28,6 +28,29 @@ static_assert(txn::kBytesTxnWriteBytesMax + (64u << 10) <= kLogLargeEntryBytes);
 static_assert(txn::kBytesKeyBytesMax == kLogBytesKeyBytesMax);
 static_assert(txn::packed_key_words(5) == log_packed_key_words(5));
 
+// The allocator of the shared_ptr inside a taken entry's EntryBuffer: its control block goes
+// into the entry's own slot (no allocation per entry), and giving it back, which the last
+// handle's release does after everything else, frees the entry's ring space.
+template <typename T>
+struct StreamAppender::ControlAllocator {
+  using value_type = T;
+  RingEntry* entry;
+  explicit ControlAllocator(RingEntry* e) : entry(e) {}
+  template <typename U>
+  ControlAllocator(const ControlAllocator<U>& other) : entry(other.entry) {}  // NOLINT: rebind
+  T* allocate(size_t n) {
+    static_assert(sizeof(T) <= kControlBytes && alignof(T) <= 16,
+                  "the shared_ptr control block must fit a ring entry's slot");
+    SHOAL_ASSERT(n == 1, "control block allocation of %zu", n);
+    return reinterpret_cast<T*>(entry->control);
+  }
+  void deallocate(T*, size_t) { entry->held.store(false, std::memory_order_release); }
+  template <typename U>
+  bool operator==(const ControlAllocator<U>& other) const {
+    return entry == other.entry;
+  }
+};
+
 StreamAppender::StreamAppender(const AppenderOptions& options, txn::Engine& engine, Env& env,
                                WakeFn wake, void* wake_ctx)
     : options_(options),
@@ -36,36 +59,94 @@ StreamAppender::StreamAppender(const AppenderOptions& options, txn::Engine& engi
       wake_(wake),
       wake_ctx_(wake_ctx),
       buffer_bytes_(pad8(std::max(options.limits.batch_bytes_max, kLogLargeEntryBytes))),
-      sealed_(options.pool_buffers),
-      free_(options.pool_buffers),
+      ring_bytes_(buffer_bytes_ * options.pool_buffers),
+      sealed_(options.pool_entries),
       policy_(options.limits, &env) {
-  // One allocation for the whole pool, 64-byte aligned (entries need 8; the WAL's registered
+  SHOAL_ASSERT(options.pool_buffers >= 1, "pool_buffers %u", options.pool_buffers);
+  // One allocation for the whole ring, 64-byte aligned (entries need 8; the WAL's registered
   // buffers and cache lines like 64).
-  pool_storage_ = std::make_unique<std::byte[]>(buffer_bytes_ * options.pool_buffers + 64);
-  const auto addr = reinterpret_cast<uintptr_t>(pool_storage_.get());
-  pool_ = pool_storage_.get() + ((64 - addr % 64) % 64);
-  for (uint32_t i = 0; i < options.pool_buffers; ++i) recycle(i);
+  ring_storage_ = std::make_unique<std::byte[]>(ring_bytes_ + 64);
+  const auto addr = reinterpret_cast<uintptr_t>(ring_storage_.get());
+  ring_ = ring_storage_.get() + ((64 - addr % 64) % 64);
+  entries_ = std::make_unique<RingEntry[]>(options.pool_entries);
   writes_.reserve(256);
   deps_.reserve(16);
   patch_scratch_.resize(kPatchScratchBytes);
   last_seal_ns_ = env.now_ns();
 }
 
+EntryBuffer StreamAppender::take(uint32_t index) {
+  RingEntry& e = entries_[index];
+  SHOAL_ASSERT(e.held.load(std::memory_order_relaxed), "take() of free ring entry %u", index);
+  // The deleter has nothing to do: the memory is the ring's; the allocator frees the space.
+  const auto* words = reinterpret_cast<const uint64_t*>(ring_ + e.offset);
+  taken_count_.fetch_add(1, std::memory_order_release);
+  return EntryBuffer::adopt(std::shared_ptr<const uint64_t[]>(
+                                words, [](const uint64_t*) {}, ControlAllocator<uint64_t>(&e)),
+                            e.bytes);
+}
+
+void StreamAppender::recycle(uint32_t index) {
+  RingEntry& e = entries_[index];
+  SHOAL_ASSERT(e.held.load(std::memory_order_relaxed), "recycle() of free ring entry %u", index);
+  taken_count_.fetch_add(1, std::memory_order_release);
+  e.held.store(false, std::memory_order_release);
+}
+
+StreamAppender::Place StreamAppender::try_place_batch() {
+  // Proposals lag: wait as a pool of pool_buffers buffers made the worker wait.
+  if (sealed_count_ - taken_count_.load(std::memory_order_acquire) >= options_.pool_buffers) {
+    return Place::kBacklog;
+  }
+  // Free the oldest entries nobody holds (acquire: their last readers are done with them).
+  // Bounded by the entries sealed.
+  const uint64_t mask = options_.pool_entries - 1;
+  while (freed_count_ < sealed_count_ &&
+         !entries_[freed_count_ & mask].held.load(std::memory_order_acquire)) {
+    ++freed_count_;
+  }
+  if (sealed_count_ - freed_count_ == options_.pool_entries) return Place::kNoSpace;
+  // A batch never crosses the ring's end: it starts at the next lap instead.
+  uint64_t at = tail_;
+  const uint64_t offset = at % ring_bytes_;
+  if (ring_bytes_ - offset < buffer_bytes_) at += ring_bytes_ - offset;
+  // Free: everything from tail_ up to the oldest held entry's space one lap later (all of
+  // the ring when none is held).
+  if (freed_count_ < sealed_count_ &&
+      at + buffer_bytes_ > entries_[freed_count_ & mask].begin + ring_bytes_) {
+    return Place::kNoSpace;
+  }
+  batch_begin_ = tail_;
+  batch_at_ = at;
+  return Place::kPlaced;
+}
+
 Status StreamAppender::open_batch() {
   if (!stopped_.ok()) return stopped_;
-  // Bounded by the replication thread, which recycles every buffer once proposed, or by a
-  // stop request. After a few yields the worker sleeps: it waits for followers (the leader
-  // holds proposals while one lags), which on a shared machine need the CPU a spinning worker
-  // would take; the sleep doubles up to 1 ms, so a long wait costs a wake-up per millisecond.
+  // Bounded by the replication thread, which takes every entry once proposed and whose store
+  // lets go of them (at once when we say we are short), or by a stop request. After a few
+  // yields the worker sleeps: it waits for followers (the leader holds proposals while one
+  // lags), which on a shared machine need the CPU a spinning worker would take; the sleep
+  // doubles up to 1 ms, so a long wait costs a wake-up per millisecond.
   constexpr uint64_t kYields = 64, kSleepMinNs = 50'000, kSleepMaxNs = 1'000'000;
   uint64_t wait_start_ns = 0;
-  for (uint64_t spins = 0; !free_.pop(&buffer_); ++spins) {
+  for (uint64_t spins = 0;; ++spins) {
+    const Place place = try_place_batch();
+    if (place == Place::kPlaced) break;
+    // Short of space: ask the replication thread to let go of what its store retains (its
+    // next drain or poll; a full post queue delays that to its next tick). A backlog of
+    // entries to propose is not helped by that.
+    if (place == Place::kNoSpace && !short_of_space_.load(std::memory_order_relaxed)) {
+      short_of_space_.store(true, std::memory_order_release);
+      if (wake_ != nullptr) wake_(wake_ctx_);
+    }
     if (spins == 0) {
       ++stats_.buffer_waits;
       wait_start_ns = env_.now_ns();
     }
     if (options_.stop != nullptr && options_.stop->load(std::memory_order_acquire)) {
       stats_.buffer_wait_ns += env_.now_ns() - wait_start_ns;
+      short_of_space_.store(false, std::memory_order_release);
       stopped_ = Status::Unavailable(fmt::format(
           "replication: stream {} of shard {} stopped while waiting for a log buffer (the "
           "followers took no entry); transaction not logged",
@@ -79,7 +160,10 @@ Status StreamAppender::open_batch() {
       env_.sleep_ns(std::min(kSleepMinNs << doublings, kSleepMaxNs));
     }
   }
-  if (wait_start_ns != 0) stats_.buffer_wait_ns += env_.now_ns() - wait_start_ns;
+  if (wait_start_ns != 0) {
+    stats_.buffer_wait_ns += env_.now_ns() - wait_start_ns;
+    short_of_space_.store(false, std::memory_order_release);
+  }
   ++sequence_;
   reset_builder(/*whole_buffer=*/false);
   return Status::Ok();
@@ -93,7 +177,7 @@ void StreamAppender::reset_builder(bool whole_buffer) {
   id.sequence = sequence_;
   BatchLimits limits = options_.limits;
   if (whole_buffer) limits.batch_bytes_max = static_cast<uint32_t>(buffer_bytes_);
-  builder_.reset(buffer(buffer_), id, limits);
+  builder_.reset({ring_ + batch_at_ % ring_bytes_, buffer_bytes_}, id, limits);
 }
 
 void StreamAppender::seal(uint64_t floor_tid, uint16_t flags, uint64_t final_tid) {
@@ -101,8 +185,19 @@ void StreamAppender::seal(uint64_t floor_tid, uint16_t flags, uint64_t final_tid
   const std::span<const std::byte> bytes = builder_.seal(flags, floor_tid, final_tid);
   promised_tid_ = std::max(promised_tid_, floor_tid);
   policy_.note_sealed();
-  const SealedEntry e{buffer_, static_cast<uint32_t>(bytes.size()), load_u64(bytes.data() + 48)};
-  SHOAL_ASSERT(sealed_.push(e), "%s", "sealed ring overflow (more sealed than buffers)");
+  // The entry keeps its own bytes of the batch's space; the rest is free for the next batch.
+  const auto index = static_cast<uint32_t>(sealed_count_ & (options_.pool_entries - 1));
+  RingEntry& r = entries_[index];
+  r.begin = batch_begin_;
+  r.end = batch_at_ + pad8(bytes.size());
+  r.offset = batch_at_ % ring_bytes_;
+  r.bytes = static_cast<uint32_t>(bytes.size());
+  r.held.store(true, std::memory_order_relaxed);  // published by the sealed queue's push
+  ++sealed_count_;
+  tail_ = r.end;
+  const SealedEntry e{index, static_cast<uint32_t>(bytes.size()), load_u64(bytes.data() + 48)};
+  // The queue holds pool_entries, and at most pool_entries entries are held.
+  SHOAL_ASSERT(sealed_.push(e), "%s", "sealed ring overflow (more sealed than entry slots)");
   ++stats_.entries;
   stats_.bytes += bytes.size();
   last_seal_ns_ = env_.now_ns();

@@ -3,17 +3,33 @@
 //
 // The worker's commit hook (txn::CommitHook) appends each committed read-write transaction
 // (commit TID, dependency entries beyond this shard, writes) straight into a LogBatchBuilder
-// over one buffer of a fixed pool; BatchPolicy seals it by count, bytes or age; the sealed
-// buffer goes through a bounded SPSC ring to the replication thread (ReplicationLeader), which
-// proposes it on the stream's PaxosStream and hands the buffer back through a second SPSC ring.
+// over the free end of the stream's log ring; BatchPolicy seals it by count, bytes or age;
+// the sealed entry goes through a bounded SPSC ring to the replication thread
+// (ReplicationLeader), which takes it as an EntryBuffer (take()) and proposes it on the
+// stream's PaxosStream: the acceptor store keeps those very bytes, the WAL writes and the
+// transports send from them (docs/LOG_FORMAT.md, "How the bytes flow"). The entry's ring
+// space is free again when the last EntryBuffer handle on it goes (any thread; the store
+// trims it once chosen and past its retention), or at recycle() for an entry never taken.
 // On the worker: no allocation after warm-up, no syscall, no lock per transaction; one post to
 // the replication loop per sealed batch (an eventfd write only when that loop sleeps).
 //
-// Backpressure: when every buffer is sealed and not yet taken back (Paxos pipeline full, a
-// follower slow, the WAN long), the worker waits in append() for a free buffer. That bounds
-// what a leader holds unreplicated to pool_buffers x buffer bytes per stream (a buffer holds
-// max(batch_bytes_max, kLogLargeEntryBytes): a transaction larger than a batch, a byte key's
-// 1 MiB value, takes a batch as large as a buffer; docs/LOG_FORMAT.md). The wait yields,
+// The log ring: pool_buffers x buffer bytes (a buffer: max(batch_bytes_max,
+// kLogLargeEntryBytes)) of memory, 64-byte aligned, and pool_entries entry slots. A batch
+// opens on buffer bytes of contiguous free space (a transaction larger than a batch, a byte
+// key's 1 MiB value, takes a batch as large as a buffer; docs/LOG_FORMAT.md; a batch that
+// would cross the ring's end starts at its beginning) and, sealed, keeps only its own bytes
+// (rounded to 8). Space is reused in ring order: an entry freed early waits for the older
+// ones (out of order only when a leader change replaces a slot's value). So a ring of N
+// buffers holds at least N - 2 buffers' worth of entries while a batch can still open (a
+// batch at the ring's end needs the held ones out of its first buffer); one buffer: one
+// entry at a time.
+//
+// Backpressure: when the ring has no free buffer's worth of space or no free entry slot
+// (Paxos pipeline full, a follower slow, the WAN long, or the leader's store retaining
+// chosen entries), the worker waits in append(), and says so (short_of_space()): the leader
+// then makes its store let go of the chosen entries it retains (PaxosStream::shed_retained),
+// so a wait lasts only as long as entries are in flight. That bounds what a leader holds per
+// stream to the ring. The wait yields,
 // then sleeps (50 us, doubling to 1 ms: no busy spin), and ends when AppenderOptions::stop is
 // set (a shutdown, e.g. SIGTERM while the followers are gone): the append then fails with
 // Unavailable and the stream is *stopped* for good: every later append, tick and finish fails
@@ -32,7 +48,8 @@
 // closes the stream after a run.
 //
 // Threads: append/tick/flush/finish on the stream's worker thread (or whoever owns it when
-// the worker is not running); pop_sealed/recycle on the replication thread. Nothing else.
+// the worker is not running); pop_sealed/buffer/take/recycle on the replication thread; an
+// EntryBuffer from take() may be dropped on any thread; short_of_space() any thread.
 #pragma once
 
 #include <atomic>
@@ -42,6 +59,7 @@
 #include <vector>
 
 #include "src/base/assert.h"
+#include "src/repl/entry_buffer.h"
 #include "src/repl/log_format.h"
 #include "src/txn/engine.h"
 
@@ -85,7 +103,13 @@ struct AppenderOptions {
   uint32_t stream = 0;
   uint64_t epoch = 1;  // configuration epoch written into entries (docs/REPLICATION.md, "Failover")
   BatchLimits limits;  // count (Mako: 400), bytes (buffer size), age
-  uint32_t pool_buffers = 16;    // power of two
+  // The log ring (see above): pool_buffers x buffer bytes, and at most pool_entries entries
+  // sealed and not yet free (a power of two: the sealed queue's capacity too), of which at
+  // most pool_buffers not yet taken by the replication thread (the worker runs as far ahead
+  // of the proposals as it did with a pool of that many buffers). A leader sizes
+  // pool_entries for what its store retains (ReplicationLeader::start).
+  uint32_t pool_buffers = 16;
+  uint32_t pool_entries = 64;
   uint64_t idle_ns = 2'000'000;  // tick(): an empty floor entry after this long without a seal
   // Log a put that keeps the value's size as a patch of its changed bytes (format 2) when the
   // worker kept the old value. REQUIRES: only when the shard has this one stream: a follower
@@ -100,7 +124,7 @@ struct AppenderOptions {
 };
 
 struct SealedEntry {
-  uint32_t buffer = 0;  // pool index, for recycle()
+  uint32_t buffer = 0;  // entry slot in the log ring, for buffer()/take()/recycle()
   uint32_t bytes = 0;
   uint64_t max_tid = 0;
 };
@@ -185,10 +209,19 @@ class StreamAppender {
 
   // ---- replication thread ----
   bool pop_sealed(SealedEntry* out) { return sealed_.pop(out); }
+  // A popped entry's bytes, writable until take() or recycle() (the leader re-stamps the
+  // sequence of an entry whose slot moved).
   std::span<std::byte> buffer(uint32_t index) {
-    return {pool_ + size_t{index} * buffer_bytes_, buffer_bytes_};
+    const RingEntry& e = entries_[index];
+    return {ring_ + e.offset, e.bytes};
   }
-  void recycle(uint32_t index) { SHOAL_ASSERT(free_.push(index), "%s", "free ring overflow"); }
+  // The popped entry `index` as an EntryBuffer over its ring bytes (no copy); its space is
+  // free again when the last handle goes. At most once per entry, and not after recycle().
+  EntryBuffer take(uint32_t index);
+  // A popped entry that is not taken: its space is free again now.
+  void recycle(uint32_t index);
+  // Any thread: the worker waits for log ring space (see Backpressure).
+  bool short_of_space() const { return short_of_space_.load(std::memory_order_acquire); }
 
   // Worker thread (or after it stopped).
   const AppenderStats& stats() const { return stats_; }
@@ -202,9 +235,29 @@ class StreamAppender {
   uint32_t stream() const { return options_.stream; }
 
  private:
-  // Waits for a free buffer and opens a batch in it; Unavailable (and the stream stopped)
+  // One sealed entry of the ring: where its bytes are, and whether they are still held.
+  // The EntryBuffer that take() makes keeps its shared_ptr control block in `control` (no
+  // allocation per entry); the allocator's deallocate, the very last step of the last
+  // handle's release, clears `held`.
+  static constexpr size_t kControlBytes = 64;
+  struct RingEntry {
+    uint64_t begin = 0;  // ring position of its space (a skipped end of the ring included)
+    uint64_t end = 0;    // ring position after it (8-aligned)
+    size_t offset = 0;   // of its bytes in ring_
+    uint32_t bytes = 0;
+    std::atomic<bool> held{false};
+    alignas(16) std::byte control[kControlBytes];
+  };
+  template <typename T>
+  struct ControlAllocator;
+  // Waits for ring space and opens a batch there; Unavailable (and the stream stopped)
   // when options_.stop is set while it waits, or once stopped before.
   [[nodiscard]] Status open_batch();
+  // Frees the oldest entries that nobody holds, then places a batch of buffer_bytes_ at the
+  // free end (batch_begin_, batch_at_). kNoSpace: no room or no entry slot yet; kBacklog:
+  // pool_buffers entries wait to be taken.
+  enum class Place : uint8_t { kPlaced, kNoSpace, kBacklog };
+  Place try_place_batch();
   // Starts the batch in the current buffer at the current sequence, limited by the batch
   // size, or by the buffer's (an oversized transaction's batch).
   void reset_builder(bool whole_buffer);
@@ -221,13 +274,22 @@ class StreamAppender {
   WakeFn wake_;
   void* wake_ctx_;
   size_t buffer_bytes_;
-  std::unique_ptr<std::byte[]> pool_storage_;
-  std::byte* pool_ = nullptr;
+  size_t ring_bytes_;  // pool_buffers x buffer_bytes_
+  std::unique_ptr<std::byte[]> ring_storage_;
+  std::byte* ring_ = nullptr;  // 64-byte aligned
+  std::unique_ptr<RingEntry[]> entries_;
   SpscRing<SealedEntry> sealed_;
-  SpscRing<uint32_t> free_;
+  // Worker thread: positions count bytes from the ring's creation (offset = position mod
+  // ring_bytes_); entry sequence numbers count entries (slot = sequence mod pool_entries).
+  uint64_t tail_ = 0;          // free from here on (up to the oldest held entry's begin + ring)
+  uint64_t sealed_count_ = 0;  // entries sealed so far
+  uint64_t freed_count_ = 0;   // of them, free again (a prefix: space is reused in order)
+  uint64_t batch_begin_ = 0;   // the open batch's space starts here (tail_ when opened) ...
+  uint64_t batch_at_ = 0;      // ... and its bytes here (later when it skipped the ring's end)
+  std::atomic<bool> short_of_space_{false};
+  std::atomic<uint64_t> taken_count_{0};  // entries take()n or recycle()d (replication thread)
   LogBatchBuilder builder_;
   BatchPolicy policy_;
-  uint32_t buffer_ = 0;  // the open batch's buffer
   uint64_t sequence_ = 0;
   uint64_t last_seal_ns_ = 0;
   uint64_t last_logged_tid_ = 0;

@@ -28,6 +28,8 @@ std::string_view copy_hop_name(CopyHop hop) {
       return "message_build";
     case CopyHop::kRingWrite:
       return "ring_write";
+    case CopyHop::kSendBuffer:
+      return "send_buffer";
     case CopyHop::kShaperHold:
       return "shaper_hold";
     case CopyHop::kSocketSend:

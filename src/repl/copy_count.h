@@ -9,8 +9,9 @@
 //   user   = (leader's user-space copies + followers' user-space copies) / followers' entry bytes
 //   kernel = the same for the copies the kernel makes (socket send and receive, WAL write)
 // A replicated byte is one entry byte arriving at one follower, so a leader's per-entry copy
-// (into its acceptor store, into the message it broadcasts) counts 1/F per replicated byte with
-// F followers, and a per-follower copy (the send) counts 1.
+// (into its acceptor store, into the message it broadcasts: neither is made any more when the
+// leader proposes its appender's sealed entries over gathering links) counts 1/F per
+// replicated byte with F followers, and a per-follower copy (the send) counts 1.
 //
 // Threads: process-wide relaxed atomics; any thread adds, any thread reads (a snapshot of
 // counters read one by one: close enough for a report, not a consistent cut).
@@ -29,6 +30,9 @@ enum class CopyHop : uint8_t {
   kAcceptorStore,  // user: an entry into an acceptor's store (EntryBuffer), leader or follower
   kMessageBuild,   // user: an entry into an outgoing Paxos message (add_entry)
   kRingWrite,      // user: a message into the peer's shared-memory receive ring
+  kSendBuffer,     // user: a message into a transport's own send buffer before the kernel or
+                   // the provider takes it (tcp's frames below 16 KiB, fabric's registered
+                   // mirror of the peer's ring)
   kShaperHold,     // user: a received message into the WAN shaper's hold queue
   kSocketSend,     // kernel: a message into a TCP socket (or fabric's tcp provider)
   kSocketReceive,  // kernel: a message out of a TCP socket into the receive buffer

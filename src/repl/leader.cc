@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <bit>
 #include <cstdlib>
 #include <deque>
 
@@ -36,11 +37,17 @@ uint32_t replication_message_bytes(const PaxosOptions& paxos, uint32_t batch_byt
   return std::max<uint32_t>(2u << 20, batch_bytes_max + (256u << 10));
 }
 
+// Gathers: an accept goes out as its headers and the entries' bytes where the store keeps
+// them (the appender's ring), each link copying them once at most (PeerLink::send_gather).
 class ReplicationLeader::Transport final : public PaxosTransport {
  public:
   Transport(ReplicationLeader* self, uint32_t stream) : self_(self), stream_(stream) {}
   void send(uint32_t to, std::span<const std::byte> message) override {
     self_->send(to, stream_, message);
+  }
+  bool gathers() const override { return true; }
+  void send_gather(uint32_t to, std::span<const std::span<const std::byte>> pieces) override {
+    self_->send_gather(to, stream_, pieces);
   }
 
  private:
@@ -55,7 +62,7 @@ struct ReplicationLeader::Stream {
   std::unique_ptr<AcceptorLog> log;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<PaxosStream> paxos;
-  std::deque<SealedEntry> pending;  // sealed, not yet proposed (bounded by the buffer pool)
+  std::deque<SealedEntry> pending;  // sealed, not yet proposed (bounded by the ring's entries)
   bool leading = false;
   // By replica: catching up (not waited for) until back within follower_lag_slots_max.
   std::array<bool, kPaxosReplicasMax> catching_up{};
@@ -177,6 +184,16 @@ Status ReplicationLeader::init(Takeover* takeover) {
     ao.stream = s;
     // Patches need the key's writes replayed in TID order: one stream's slot order is that.
     ao.log_patches = options_.streams == 1;
+    // The store keeps the ring's entries (no copy), so the ring's entry slots cover what it
+    // holds: the retained chosen slots, the pipeline in flight, and a margin for sealed
+    // entries waiting to be proposed. Retention then never makes the worker wait for a slot;
+    // for bytes (the ring's pool_buffers x buffer) the store sheds its retained slots when
+    // the worker runs short (drain()).
+    ao.pool_entries = std::max<uint32_t>(
+        ao.pool_entries,
+        static_cast<uint32_t>(std::bit_ceil(std::min<uint64_t>(
+            options_.retain_chosen_slots + options_.paxos.pipeline_slots + kPendingMarginEntries,
+            kPoolEntriesMax))));
     st->appender =
         std::make_unique<StreamAppender>(ao, engine_, RealEnv::instance(), &on_post, this);
     if (takeover != nullptr) {
@@ -384,7 +401,8 @@ void ReplicationLeader::tick() {
 void ReplicationLeader::drain(Stream& s) {
   SealedEntry e;
   while (s.appender->pop_sealed(&e)) s.pending.push_back(e);
-  // Bounded by the pending queue (at most the appender's pool).
+  relieve(s);
+  // Bounded by the pending queue (at most the appender's ring entries).
   // Nothing new is proposed until a takeover's old slots are chosen (their final watermark
   // must be known before the epoch's first entry).
   while (!takeover_applier_ && !s.pending.empty() && s.paxos->is_leader() &&
@@ -401,15 +419,13 @@ void ReplicationLeader::drain(Stream& s) {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.restamped;
     }
+    // The store keeps the sealed bytes themselves; their ring space is free once it lets go.
     // Sealed by this process's appender: the followers verify the checksum on receipt.
+    // Cannot fail for want of leadership or room (the loop's condition), and any other
+    // failure (a WAL append) is fatal: the entry is never left half proposed.
     Result<uint64_t> r =
-        s.paxos->propose({buf.data(), head.bytes}, PaxosStream::EntryCheck::kSealedHere);
-    if (!r.ok()) {
-      SHOAL_ASSERT(r.status().code() == Code::kUnavailable, "replication: propose failed: %s",
-                   r.status().to_string().c_str());
-      break;
-    }
-    s.appender->recycle(head.buffer);  // propose copied the bytes into the acceptor store
+        s.paxos->propose(s.appender->take(head.buffer), PaxosStream::EntryCheck::kSealedHere);
+    SHOAL_ASSERT(r.ok(), "replication: propose failed: %s", r.status().to_string().c_str());
     s.pending.pop_front();
   }
   if (deferred_sync_) {
@@ -417,6 +433,17 @@ void ReplicationLeader::drain(Stream& s) {
   } else {
     sync_logs();
   }
+}
+
+void ReplicationLeader::relieve(Stream& s) {
+  // The worker waits for log ring space: the store lets go of the chosen slots it retains (it
+  // keeps the ring's bytes), so the wait lasts only while entries are in flight. Those slots
+  // are then caught up from the WAL, or, without one, the store keeps copies (counted).
+  if (!s.appender->short_of_space()) return;
+  const uint64_t shed = s.paxos->shed_retained();
+  if (shed == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.retained_shed += shed;
 }
 
 void ReplicationLeader::update_catching_up(Stream& s) {
@@ -773,6 +800,9 @@ void ReplicationLeader::poll_peer(Peer& p) {
     }
     p.ep.release();
     sync_logs();  // an acceptance while not leading must be durable before its reply leaves
+    // Entries the replies just got chosen free ring space for a worker waiting on it now,
+    // not at the next tick.
+    for (auto& s : streams_) relieve(*s);
   }
 }
 
@@ -824,10 +854,22 @@ void ReplicationLeader::handle_control(uint32_t from, std::span<const uint8_t> b
 }
 
 void ReplicationLeader::send(uint32_t to, uint32_t session, std::span<const std::byte> bytes) {
+  const std::span<const std::byte> one[1] = {bytes};
+  send_gather(to, session, one);
+}
+
+void ReplicationLeader::send_gather(uint32_t to, uint32_t session,
+                                    std::span<const std::span<const std::byte>> pieces) {
   if (to >= peers_.size() || !peers_[to] || peers_[to]->dead) return;  // not connected: lost
+  SHOAL_ASSERT(pieces.size() <= gather_.size(), "a message of %zu pieces", pieces.size());
+  size_t bytes = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    gather_[i] = {reinterpret_cast<const uint8_t*>(pieces[i].data()), pieces[i].size()};
+    bytes += pieces[i].size();
+  }
   Peer& p = *peers_[to];
-  const Status s =
-      p.ep.send(session, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  const uint64_t copied_before = p.ep.sent_copied_bytes();
+  const Status s = p.ep.send_gather(session, {gather_.data(), pieces.size()});
   if (!s.ok()) {
     p.dead = true;
     p.why = s;
@@ -835,9 +877,11 @@ void ReplicationLeader::send(uint32_t to, uint32_t session, std::span<const std:
     ++stats_.send_errors;
     return;
   }
-  if (session < kControlSession) p.ep.count_send(bytes.size());  // a stream's Paxos message
+  if (session < kControlSession) {  // a stream's Paxos message: its copies (copy_count.h)
+    p.ep.count_send(bytes, p.ep.sent_copied_bytes() - copied_before);
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.bytes_sent += bytes.size();
+  stats_.bytes_sent += bytes;
 }
 
 void ReplicationLeader::send_control(uint32_t to, const nlohmann::json& j) {

@@ -157,6 +157,9 @@ struct LeaderStats {
   uint64_t checkpoint_bytes_fetched = 0;
   uint64_t checkpoint_fetches_failed = 0;  // refused or abandoned (each said on stderr)
   uint64_t wal_bytes_deleted = 0;          // by the leader's own truncation
+  // Retained chosen slots the stores let go of early because an appender ran short of log
+  // ring space (appender.h, Backpressure); caught up from the WAL if a follower needs them.
+  uint64_t retained_shed = 0;
 };
 
 // Where each stream and follower stands, as of the replication thread's last tick (metrics,
@@ -248,6 +251,8 @@ class ReplicationLeader {
   static void on_post(void* self);
   void tick();
   void drain(Stream& s);
+  // If the stream's appender waits for log ring space, its store sheds its retained slots.
+  void relieve(Stream& s);
   // False (counted in lag_waits) while a connected follower lags follower_lag_slots_max, or
   // (replay_lag_waits) its replay lags follower_replay_lag_ms_max.
   bool followers_keep_up(Stream& s);
@@ -264,6 +269,15 @@ class ReplicationLeader {
   void drop_peer(uint32_t replica, const Status& why);
   void handle_control(uint32_t from, std::span<const uint8_t> bytes);
   void send(uint32_t to, uint32_t session, std::span<const std::byte> bytes);
+  // The message is the pieces' concatenation (at most kPaxosGatherPiecesMax).
+  void send_gather(uint32_t to, uint32_t session,
+                   std::span<const std::span<const std::byte>> pieces);
+  // A send's pieces as the transports take them (replication thread).
+  static_assert(kPaxosGatherPiecesMax <= net::kGatherPiecesMax);
+  std::array<std::span<const uint8_t>, kPaxosGatherPiecesMax> gather_{};
+  // The appender's ring entries beyond retained + pipeline slots (init()), and their bound.
+  static constexpr uint64_t kPendingMarginEntries = 64;
+  static constexpr uint64_t kPoolEntriesMax = uint64_t{1} << 16;
   void send_control(uint32_t to, const nlohmann::json& j);
   void on_chosen(Stream& s, uint64_t slot, std::span<const std::byte> entry);
 

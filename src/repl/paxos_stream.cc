@@ -238,6 +238,27 @@ void PaxosAcceptorStore::trim() {
   }
 }
 
+uint64_t PaxosAcceptorStore::shed_chosen(bool keep_copies) {
+  uint64_t shed = 0;
+  if (!keep_copies) {
+    // Bounded by the slots held.
+    while (!slots_.empty() && base_ <= chosen_index_) {
+      slots_.pop_front();
+      ++base_;
+      ++shed;
+    }
+    return shed;
+  }
+  for (uint64_t slot = base_; slot <= chosen_index_ && slot - base_ < slots_.size(); ++slot) {
+    PaxosSlot& s = slots_[slot - base_];
+    if (s.value.empty()) continue;
+    count_copy(CopyHop::kAcceptorStore, s.value.span().size());
+    s.value = EntryBuffer(s.value.span());  // the copy first, then the old handle goes
+    ++shed;
+  }
+  return shed;
+}
+
 void PaxosAcceptorStore::start_after(uint64_t covered) {
   SHOAL_ASSERT(slots_.empty() && chosen_index_ == 0, "%s", "start_after() on a used store");
   base_ = covered + 1;
@@ -261,6 +282,14 @@ PaxosStream::PaxosStream(Env& env, PaxosTransport& transport, PaxosAcceptorStore
   SHOAL_ASSERT(options_.catchup_inflight_messages >= 1 &&
                    options_.catchup_inflight_messages <= kCatchupInflightMax,
                "catchup_inflight_messages %u", options_.catchup_inflight_messages);
+  SHOAL_ASSERT(options_.max_entries_per_message <= kPaxosEntriesPerMessageMax,
+               "max_entries_per_message %u above %u", options_.max_entries_per_message,
+               kPaxosEntriesPerMessageMax);
+  gather_ = transport_.gathers();
+  if (gather_) {
+    out_values_.reserve(options_.max_entries_per_message);
+    pieces_.reserve(kPaxosGatherPiecesMax);
+  }
   const uint64_t now = env_.now_ns();
   // Assume everyone alive at start: replica 0 wins the first election without a race.
   leader_heard_ns_ = now;
@@ -297,6 +326,19 @@ Status PaxosStream::verify_entry(uint64_t slot, std::span<const std::byte> bytes
 }
 
 Result<uint64_t> PaxosStream::propose(std::span<const std::byte> entry, EntryCheck check) {
+  return propose_bytes(entry, nullptr, check);
+}
+
+Result<uint64_t> PaxosStream::propose(EntryBuffer&& entry, EntryCheck check) {
+  return propose_bytes(entry.span(), &entry, check);
+}
+
+uint64_t PaxosStream::shed_retained() {
+  return store_.shed_chosen(/*keep_copies=*/source_ == nullptr);
+}
+
+Result<uint64_t> PaxosStream::propose_bytes(std::span<const std::byte> entry, EntryBuffer* owned,
+                                            EntryCheck check) {
   if (role_ != PaxosRole::kLeader) return Status::Unavailable("paxos: not the leader");
   if (pipeline_room() == 0) return Status::Unavailable("paxos: pipeline full");
   if (entry.size() + kMsgHeaderBytes + kEntryHeaderBytes > options_.max_message_bytes) {
@@ -312,7 +354,10 @@ Result<uint64_t> PaxosStream::propose(std::span<const std::byte> entry, EntryChe
   const uint64_t slot = next_slot_;
   SHOAL_ASSERT(inflight_base_ + inflight_.size() == slot, "inflight covers [%lu, +%zu), next %lu",
                inflight_base_, inflight_.size(), slot);
-  SHOAL_TRY(store_.accept(slot, ballot_, entry));
+  // An owned entry becomes the store's value (no copy); the caller's bytes are copied into
+  // one (counted by the store).
+  SHOAL_TRY(owned != nullptr ? store_.accept(slot, ballot_, std::move(*owned))
+                             : store_.accept(slot, ballot_, entry));
   count_entry_proposed(entry.size());
   ++next_slot_;
   inflight_.push_back({});
@@ -526,7 +571,7 @@ uint64_t PaxosStream::send_learn(uint32_t peer, uint64_t from) {
     ++stats_.catchup_entries_sent;
   }
   if (slot == from) return 0;
-  stats_.catchup_bytes_sent += out_.size() - kMsgHeaderBytes - (slot - from) * kEntryHeaderBytes;
+  stats_.catchup_bytes_sent += out_bytes_ - kMsgHeaderBytes - (slot - from) * kEntryHeaderBytes;
   send_to(peer);
   return slot - 1;
 }
@@ -934,6 +979,8 @@ void PaxosStream::begin(uint8_t type, Ballot b, uint64_t arg) {
   store_u64(h + 24, store_.chosen_index());
   store_u64(h + 32, arg);
   out_entries_ = 0;
+  out_bytes_ = kMsgHeaderBytes;
+  out_values_.clear();
 }
 
 // False (message unchanged) when the entry would break the per-message bounds.
@@ -941,20 +988,26 @@ bool PaxosStream::add_entry(uint64_t slot, Ballot b, bool chosen,
                             std::span<const std::byte> value) {
   const size_t need = kEntryHeaderBytes + pad8(value.size());
   if (out_entries_ >= options_.max_entries_per_message ||
-      out_.size() + need > options_.max_message_bytes) {
+      out_bytes_ + need > options_.max_message_bytes) {
     return false;
   }
+  // Gathering: out_ gets the entry header and, after the value (which stays where it is),
+  // its zero padding. Otherwise the value is copied in between.
+  const bool by_reference = gather_ && !value.empty();
   const size_t at = out_.size();
-  out_.resize(at + need, std::byte{0});
+  out_.resize(at + (by_reference ? need - value.size() : need), std::byte{0});
   std::byte* e = out_.data() + at;
   store_u64(e, slot);
   store_u64(e + 8, b);
   store_u32(e + 16, static_cast<uint32_t>(value.size()));
   store_u32(e + 20, chosen ? kEntryChosen : 0);
-  if (!value.empty()) {
+  if (by_reference) {
+    out_values_.push_back({at + kEntryHeaderBytes, value});
+  } else if (!value.empty()) {
     std::memcpy(e + kEntryHeaderBytes, value.data(), value.size());
     count_copy(CopyHop::kMessageBuild, value.size());
   }
+  out_bytes_ += need;
   ++out_entries_;
   store_u32(out_.data() + 40, out_entries_);
   return true;
@@ -962,7 +1015,22 @@ bool PaxosStream::add_entry(uint64_t slot, Ballot b, bool chosen,
 
 void PaxosStream::send_to(uint32_t peer) {
   ++stats_.messages_sent;
-  transport_.send(peer, out_);
+  if (out_values_.empty()) {
+    transport_.send(peer, out_);
+    return;
+  }
+  // The message in order: header bytes up to each value, the value, ..., the last padding.
+  // Bounded: 2 * max_entries_per_message + 1 <= kPaxosGatherPiecesMax pieces.
+  pieces_.clear();
+  const std::span<const std::byte> headers(out_);
+  size_t from = 0;
+  for (const OutValue& v : out_values_) {
+    pieces_.push_back(headers.subspan(from, v.at - from));
+    pieces_.push_back(v.bytes);
+    from = v.at;
+  }
+  if (from < headers.size()) pieces_.push_back(headers.subspan(from));
+  transport_.send_gather(peer, pieces_);
 }
 
 // Validates the header and walks every entry so handlers can iterate without checks.

@@ -72,6 +72,7 @@
 
 #include "shoal/status.h"
 #include "src/base/env.h"
+#include "src/repl/entry_buffer.h"
 #include "src/repl/log_format.h"
 
 namespace shoal::repl {
@@ -133,10 +134,29 @@ inline constexpr uint32_t kAcceptBackoffMax = 2;
 // Sends one message to a replica. Best effort: it may be lost, duplicated or reordered (the
 // protocol retransmits). `message` is valid only during the call. REQUIRES: does not call
 // back into the stream. A virtual call per message: negligible next to a network send.
+//
+// Gathered sends: a transport whose gathers() is true gets every message that carries entry
+// bytes as send_gather(): the message is the concatenation of `pieces` (headers the stream
+// built, and the entries' bytes where its store keeps them: no copy into a message buffer),
+// at most kPaxosGatherPiecesMax of them, all valid only during the call. Messages without
+// entry bytes still come as send(). A transport that does not gather gets whole messages,
+// with the entries copied in (counted as message_build, copy_count.h).
+inline constexpr size_t kPaxosGatherPiecesMax = 256;
+// Entries per message, so that a gathered message (a header piece before and after each
+// entry's bytes) stays within kPaxosGatherPiecesMax pieces.
+inline constexpr uint32_t kPaxosEntriesPerMessageMax = (kPaxosGatherPiecesMax - 1) / 2;
 class PaxosTransport {
  public:
   virtual ~PaxosTransport() = default;
   virtual void send(uint32_t to_replica, std::span<const std::byte> message) = 0;
+  // Asked once, when a stream is built over the transport.
+  virtual bool gathers() const { return false; }
+  virtual void send_gather(uint32_t to_replica,
+                           std::span<const std::span<const std::byte>> pieces) {
+    (void)to_replica;
+    (void)pieces;
+    SHOAL_ASSERT(false, "%s", "send_gather() on a PaxosTransport that does not gather");
+  }
 };
 
 // One chosen entry read from a ChosenSlotSource: its slot and its sealed bytes (8-byte aligned).
@@ -160,35 +180,6 @@ class ChosenSlotSource {
   // the message), InvalidArgument (from_slot's entry alone exceeds max_bytes), IOError.
   [[nodiscard]] virtual Status read(uint64_t from_slot, uint64_t to_slot, uint32_t max_entries,
                                     size_t max_bytes, std::vector<ChosenEntry>* out) = 0;
-};
-
-// One entry's bytes, 8-byte aligned (LogEntryView::parse needs that) and immutable once
-// built, so holders may share them: share() is a second handle on the same bytes (an atomic
-// reference count), which is how a follower hands a chosen entry from its store to its replay
-// thread without a second copy. Move-only otherwise, so every other copy is explicit.
-class EntryBuffer {
- public:
-  EntryBuffer() = default;
-  explicit EntryBuffer(std::span<const std::byte> bytes);
-  EntryBuffer(EntryBuffer&&) noexcept = default;
-  EntryBuffer& operator=(EntryBuffer&&) noexcept = default;
-  EntryBuffer(const EntryBuffer&) = delete;
-  EntryBuffer& operator=(const EntryBuffer&) = delete;
-  EntryBuffer share() const {
-    EntryBuffer other;
-    other.words_ = words_;
-    other.size_bytes_ = size_bytes_;
-    return other;
-  }
-  std::span<const std::byte> span() const {
-    return {reinterpret_cast<const std::byte*>(words_.get()), size_bytes_};
-  }
-  bool empty() const { return size_bytes_ == 0; }
-  bool same_bytes(std::span<const std::byte> other) const;
-
- private:
-  std::shared_ptr<const uint64_t[]> words_;
-  size_t size_bytes_ = 0;
 };
 
 // Durable hooks: where the WAL appends (and syncs) before the acceptor answers. A non-ok
@@ -249,6 +240,13 @@ class PaxosAcceptorStore {
   uint64_t advance();
   // Drops chosen slots beyond the retention below chosen_index. Call after delivery.
   void trim();
+  // The owner of the retained slots' memory runs short (a leader's appender ring: its store
+  // keeps the ring's bytes): every chosen slot at or below chosen_index() lets go of its
+  // buffer now. keep_copies false: the slots are dropped, as trim() drops them past the
+  // retention (catch-up reads them from a ChosenSlotSource); true: each is replaced by a
+  // copy in the entry pool (counted as acceptor_store), for a store that has no source.
+  // Returns the slots shed. Call after delivery.
+  uint64_t shed_chosen(bool keep_copies);
   // A restart from a checkpoint: slots <= `covered` are chosen and applied elsewhere (the
   // checkpoint), so the store starts empty above them (chosen_index() == covered) and never
   // holds them. REQUIRES: the store holds no slot yet.
@@ -307,6 +305,13 @@ class PaxosStream {
   enum class EntryCheck : uint8_t { kFull, kSealedHere };
   [[nodiscard]] Result<uint64_t> propose(std::span<const std::byte> entry,
                                          EntryCheck check = EntryCheck::kFull);
+  // The same without a copy: the store keeps `entry` itself (a leader's sealed entry in its
+  // appender's ring). Moved from only on success: on an error the caller still holds it.
+  [[nodiscard]] Result<uint64_t> propose(EntryBuffer&& entry, EntryCheck check = EntryCheck::kFull);
+  // The buffers behind the store's retained chosen slots are needed back (the leader's
+  // appender waits for log ring space): PaxosAcceptorStore::shed_chosen, dropping them when
+  // a ChosenSlotSource can serve catch-up, copying them otherwise. Returns the slots shed.
+  uint64_t shed_retained();
 
   void on_message(uint32_t from_replica, std::span<const std::byte> message);
   // Whether `message` is a paxos_learn (catch-up): a replica whose chosen entries pile up
@@ -391,7 +396,12 @@ class PaxosStream {
   bool peer_alive(uint32_t peer, uint64_t now_ns) const;
   [[nodiscard]] Status verify_entry(uint64_t slot, std::span<const std::byte> bytes,
                                     EntryCheck check = EntryCheck::kFull) const;
-  // Message building into out_ (header, then entries); flush sends to one replica.
+  // `owned`, when given, holds `entry` and becomes the store's value.
+  [[nodiscard]] Result<uint64_t> propose_bytes(std::span<const std::byte> entry, EntryBuffer* owned,
+                                               EntryCheck check);
+  // Message building into out_ (header, then entries); flush sends to one replica. With a
+  // gathering transport, entry values stay where they are (out_values_) and out_ holds the
+  // headers and padding around them.
   void begin(uint8_t type, Ballot b, uint64_t arg);
   bool add_entry(uint64_t slot, Ballot b, bool chosen, std::span<const std::byte> value);
   void send_to(uint32_t peer);
@@ -445,6 +455,16 @@ class PaxosStream {
   // Outgoing message under construction (reused: no allocation once grown).
   std::vector<std::byte> out_;
   uint32_t out_entries_ = 0;
+  size_t out_bytes_ = 0;  // the whole message: out_ and the values gathered into it
+  // Gathering transport: each value goes before out_[at] (at most max_entries_per_message),
+  // and the send's piece list (reserved at construction: at most kPaxosGatherPiecesMax).
+  bool gather_ = false;
+  struct OutValue {
+    size_t at;
+    std::span<const std::byte> bytes;
+  };
+  std::vector<OutValue> out_values_;
+  std::vector<std::span<const std::byte>> pieces_;
 };
 
 }  // namespace shoal::repl

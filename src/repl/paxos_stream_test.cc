@@ -36,22 +36,37 @@ struct Packet {
 struct Queue;
 class QueueTransport final : public PaxosTransport {
  public:
-  QueueTransport(Queue* q, uint32_t self) : q_(q), self_(self) {}
+  // gather: takes messages with entries as pieces (what a leader's network links do), which
+  // it joins into the packet as a wire would.
+  QueueTransport(Queue* q, uint32_t self, bool gather = false)
+      : q_(q), self_(self), gather_(gather) {}
   void send(uint32_t to, std::span<const std::byte> m) override;
+  bool gathers() const override { return gather_; }
+  void send_gather(uint32_t to, std::span<const std::span<const std::byte>> pieces) override {
+    EXPECT_LE(pieces.size(), kPaxosGatherPiecesMax);
+    Bytes joined;
+    for (const std::span<const std::byte> p : pieces)
+      joined.insert(joined.end(), p.begin(), p.end());
+    send(to, joined);
+  }
 
  private:
   Queue* q_;
   uint32_t self_;
+  bool gather_;
 };
 
 struct Queue {
   std::deque<Packet> packets;
   // Return true to drop a packet instead of queueing it.
   std::function<bool(const Packet&)> drop;
+  bool record = false;
+  std::vector<Packet> sent;  // with record: every packet sent, dropped ones too
 };
 
 void QueueTransport::send(uint32_t to, std::span<const std::byte> m) {
   Packet p{self_, to, Bytes(m.begin(), m.end())};
+  if (q_->record) q_->sent.push_back(p);
   if (q_->drop && q_->drop(p)) return;
   q_->packets.push_back(std::move(p));
 }
@@ -75,11 +90,12 @@ bool is_noop(const Bytes& e) {
 }
 
 struct Cluster {
-  explicit Cluster(uint32_t n = 3, PaxosOptions base = {}, uint64_t retain = uint64_t{1} << 16)
+  explicit Cluster(uint32_t n = 3, PaxosOptions base = {}, uint64_t retain = uint64_t{1} << 16,
+                   bool gather = false)
       : options(base) {
     options.replica_count = n;
     for (uint32_t i = 0; i < n; ++i) {
-      transports.push_back(std::make_unique<QueueTransport>(&queue, i));
+      transports.push_back(std::make_unique<QueueTransport>(&queue, i, gather));
       stores.push_back(std::make_unique<PaxosAcceptorStore>(retain));
       logs.emplace_back();
       streams.emplace_back();
@@ -194,6 +210,75 @@ TEST(PaxosStream, EachReplicaCopiesAnEntryOnceIntoItsStore) {
   EXPECT_EQ(hop(again, CopyHop::kAcceptorStore), 0u);
   c.run_ms(20);
   for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(c.logs[r], std::vector<Bytes>{entry}) << r;
+}
+
+// The leader's own sealed buffer (propose(EntryBuffer&&)) over a gathering transport: the
+// leader copies nothing, neither into its store (which keeps that buffer) nor into its
+// messages (their entries go as pieces), while every message on the wire, retransmitted
+// accepts of several entries included, is byte for byte what the copying leader sends, and
+// the followers end with the same logs. (The shed test below covers catch-up's gathers.)
+TEST(PaxosStream, ALeaderProposingItsOwnBufferOverGatheringLinksCopiesNothing) {
+  const auto hop = [](const CopyCounts& d, CopyHop h) { return d.bytes[static_cast<size_t>(h)]; };
+  // The same run twice: proposing copies over a copying transport, then buffers over a
+  // gathering one. Replica 2 misses the first dozen messages: their accepts are
+  // retransmitted, several per message.
+  struct Run {
+    std::vector<Packet> sent;
+    std::vector<std::vector<Bytes>> logs;
+    CopyCounts leader_propose;  // the copies proposing made (the followers had nothing yet)
+    CopyCounts all;
+  };
+  const auto run = [&](bool gather) {
+    Cluster c(3, {}, uint64_t{1} << 16, gather);
+    c.run_ms(100);
+    EXPECT_EQ(c.leader(), 0);
+    c.queue.record = true;
+    uint64_t sent_to_2 = 0;
+    c.queue.drop = [&](const Packet& p) { return p.to == 2 && ++sent_to_2 <= 12; };
+    Run r;
+    const CopyCounts start = copy_counts();
+    for (uint64_t i = 0; i < 6; ++i) {
+      const Bytes entry = make_entry(c.streams[0]->next_slot(), 500 + i);
+      const CopyCounts before = copy_counts();
+      auto slot = gather ? c.streams[0]->propose(EntryBuffer(entry), PaxosStream::EntryCheck::kFull)
+                         : c.streams[0]->propose(entry);
+      EXPECT_TRUE(slot.ok()) << slot.status().to_string();
+      r.leader_propose += copy_counts() - before;
+      c.run_ms(3);
+    }
+    c.run_ms(400);  // retransmission, heartbeats, catch-up of replica 2
+    r.all = copy_counts() - start;
+    r.sent = c.queue.sent;
+    r.logs = c.logs;
+    return r;
+  };
+  const Run copied = run(false);
+  const Run gathered = run(true);
+  uint64_t entry_bytes = 0;
+  for (const Bytes& e : copied.logs[0]) entry_bytes += e.size();
+  // Proposing: the copying leader copies each entry into its store and into the accept.
+  EXPECT_EQ(hop(copied.leader_propose, CopyHop::kAcceptorStore), entry_bytes);
+  EXPECT_EQ(hop(copied.leader_propose, CopyHop::kMessageBuild), entry_bytes);
+  // ... the gathering one copies nothing, and nothing later either: every message_build copy
+  // of the run (the retransmissions) is gone, and acceptor_store copies are the
+  // followers' only (one per follower per entry).
+  EXPECT_EQ(hop(gathered.leader_propose, CopyHop::kAcceptorStore), 0u);
+  EXPECT_EQ(hop(gathered.leader_propose, CopyHop::kMessageBuild), 0u);
+  EXPECT_GE(hop(copied.all, CopyHop::kMessageBuild), 2 * entry_bytes);  // and resent
+  EXPECT_EQ(hop(gathered.all, CopyHop::kMessageBuild), 0u);
+  EXPECT_EQ(hop(gathered.all, CopyHop::kAcceptorStore), 2 * entry_bytes);
+  EXPECT_EQ(gathered.all.entry_bytes_proposed, entry_bytes);
+  // The wire: the same messages, byte for byte.
+  ASSERT_EQ(gathered.sent.size(), copied.sent.size());
+  for (size_t i = 0; i < copied.sent.size(); ++i) {
+    EXPECT_EQ(gathered.sent[i].from, copied.sent[i].from) << i;
+    EXPECT_EQ(gathered.sent[i].to, copied.sent[i].to) << i;
+    ASSERT_EQ(gathered.sent[i].bytes, copied.sent[i].bytes) << "message " << i;
+  }
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(copied.logs[r].size(), 6u) << r;
+    EXPECT_EQ(gathered.logs[r], copied.logs[0]) << r;
+  }
 }
 
 // Followers that answer every accept 15 ms after it was sent (a WAL sync slower than the
@@ -738,6 +823,46 @@ TEST(PaxosStream, SourceErrorsAreCountedAndNothingIsSent) {
   EXPECT_EQ(c.streams[0]->stats().catchup_source_entries, 0u);
   EXPECT_EQ(c.streams[0]->last_catchup_error().message(),
             "acceptor WAL x: slot 3: bad; not served");
+}
+
+// The store of a leader whose appender runs short of ring space lets go of its retained
+// chosen slots: dropped when a source serves catch-up (a follower then lagging gets them from
+// it), copied into the entry pool (counted) when there is none.
+TEST(PaxosStream, ShedRetainedDropsChosenSlotsOrCopiesThemWithoutASource) {
+  for (const bool with_source : {true, false}) {
+    Cluster c(3, {}, /*retain=*/64, /*gather=*/true);
+    c.run_ms(100);
+    ASSERT_EQ(c.leader(), 0);
+    for (uint64_t i = 0; i < 5; ++i) {
+      ASSERT_TRUE(
+          c.streams[0]->propose(EntryBuffer(make_entry(c.streams[0]->next_slot(), 50 + i))).ok());
+      c.run_ms(2);
+    }
+    ASSERT_EQ(c.streams[0]->chosen_index(), 5u);
+    LogSource source(c.logs[0]);
+    if (with_source) c.streams[0]->set_chosen_source(&source);
+    const CopyCounts before = copy_counts();
+    EXPECT_EQ(c.streams[0]->shed_retained(), 5u);
+    const CopyCounts d = copy_counts() - before;
+    uint64_t entry_bytes = 0;
+    for (const Bytes& e : c.logs[0]) entry_bytes += e.size();
+    if (with_source) {
+      EXPECT_EQ(c.stores[0]->first_slot(), 6u);  // nothing held below the next slot
+      EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kAcceptorStore)], 0u);
+    } else {
+      EXPECT_EQ(c.stores[0]->first_slot(), 1u);  // kept, as copies
+      ASSERT_NE(c.stores[0]->find(3), nullptr);
+      EXPECT_TRUE(c.stores[0]->find(3)->value.same_bytes(c.logs[0][2]));
+      EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kAcceptorStore)], entry_bytes);
+    }
+    // A replica that lost everything still catches up, from the source or the copies.
+    c.crash(2);
+    c.stores[2] = std::make_unique<PaxosAcceptorStore>(64);
+    c.logs[2].clear();
+    c.restart(2);
+    c.run_ms(100);
+    EXPECT_EQ(c.logs[2], c.logs[0]) << "with_source " << with_source;
+  }
 }
 
 }  // namespace paxos_stream_test

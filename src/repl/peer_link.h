@@ -74,6 +74,15 @@ class PeerLink {
   [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes) {
     return std::visit([&](auto& e) { return e.send(session, bytes); }, ep_);
   }
+  // A message as pieces (net::GatherEndpoint): shm copies them straight into the peer's ring,
+  // tcp hands large frames' pieces to sendmsg, fabric copies them into its mirror.
+  [[nodiscard]] Status send_gather(uint32_t session, net::GatherList pieces) {
+    return std::visit([&](auto& e) { return e.send_gather(session, pieces); }, ep_);
+  }
+  // Payload bytes the endpoint copied in user space on their way out so far (count_send).
+  uint64_t sent_copied_bytes() const {
+    return std::visit([](const auto& e) { return e.sent_copied_bytes(); }, ep_);
+  }
   [[nodiscard]] Status flush() {
     return std::visit([](auto& e) { return e.flush(); }, ep_);
   }
@@ -106,13 +115,21 @@ class PeerLink {
   void close() {
     std::visit([](auto& e) { e.close(); }, ep_);
   }
-  // Counts (copy_count.h) what a Paxos message of `bytes` costs on this link: on its way out,
-  // shared memory copies it into the peer's ring in user space, a socket copies it in the
-  // kernel (fabric too: its software providers here run over sockets; an RDMA NIC would DMA
-  // it); on its way in, a socket copied it out in the kernel, a ring is read in place, and a
-  // WAN shaper holds a copy of every received message.
-  void count_send(size_t bytes) const {
-    count_copy(is_shm() ? CopyHop::kRingWrite : CopyHop::kSocketSend, bytes);
+  // Counts (copy_count.h) what a Paxos message of `bytes` cost on this link, of which the
+  // endpoint copied `copied_bytes` in user space (sent_copied_bytes() across the send): on
+  // its way out, shared memory copies it into the peer's ring; tcp copies a frame below 16 KiB
+  // into its send buffer, and fabric every frame into its registered mirror (send_buffer);
+  // a socket copies it in the kernel (fabric too: its software providers here run over
+  // sockets; an RDMA NIC would DMA it from the mirror); on its way in, a socket copied it out
+  // in the kernel, a ring is read in place, and a WAN shaper holds a copy of every received
+  // message.
+  void count_send(size_t bytes, size_t copied_bytes) const {
+    if (is_shm()) {
+      count_copy(CopyHop::kRingWrite, copied_bytes);
+      return;
+    }
+    if (copied_bytes != 0) count_copy(CopyHop::kSendBuffer, copied_bytes);
+    count_copy(CopyHop::kSocketSend, bytes);
   }
   void count_receive(size_t bytes) const {
     if (!is_shm()) count_copy(CopyHop::kSocketReceive, bytes);
