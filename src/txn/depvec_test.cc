@@ -108,7 +108,7 @@ TEST(DepVecCompact, MalformedCompactVectorsAreRefusedNamingTheField) {
   expect_refused(raw(1025, {}), Code::kInvalidArgument, "dependency vector count 1025 above 1024");
   // Cut inside the second entry.
   std::vector<uint8_t> cut = raw(2, {{1, 5}, {2, 6}});
-  cut.resize(cut.size() - 3);
+  cut.erase(cut.end() - 3, cut.end());  // (resize() to size - 3: a g++ -O1 ASan false positive)
   expect_refused(cut, Code::kCorruption, "truncated dependency vector entry 1 of 2");
   std::vector<uint8_t> longer = raw(1, {{1, 5}});
   longer.push_back(0);
