@@ -32,19 +32,6 @@ EndpointOptions small_options() {
   return o;
 }
 
-// A forked peer's body: echoes up to 100 messages (each with send()) until kQuitSession.
-template <typename E>
-int echo_until_quit(E& ep) {
-  for (int i = 0; i < 100; ++i) {
-    Received r;
-    if (!recv_one(ep, &r).ok()) return 1;
-    if (r.imm == kQuitSession) return 0;
-    if (!ep.send(r.imm, r.bytes).ok()) return 2;
-    if (!ep.flush().ok()) return 3;
-  }
-  return 4;
-}
-
 template <typename E>
 class TransportConformance : public ::testing::Test {
  protected:

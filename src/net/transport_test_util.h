@@ -114,4 +114,17 @@ pid_t fork_squatter_as_nobody(Listen listen) {
   return pid;
 }
 
+// A forked peer's body: echoes up to 100 messages (each with send()) until kQuitSession.
+template <typename E>
+int echo_until_quit(E& ep) {
+  for (int i = 0; i < 100; ++i) {
+    Received r;
+    if (!recv_one(ep, &r).ok()) return 1;
+    if (r.imm == kQuitSession) return 0;
+    if (!ep.send(r.imm, r.bytes).ok()) return 2;
+    if (!ep.flush().ok()) return 3;
+  }
+  return 4;
+}
+
 }  // namespace shoal::net::test_util

@@ -48,16 +48,7 @@ void echo_sizes(const UringOptions& uring) {
   auto link = UringEndpoint::pair({}, uring);
   ASSERT_TRUE(link.ok()) << link.status().to_string();
   auto& [a, b] = *link;
-  const pid_t pid = spawn_peer(b, [](UringEndpoint& ep) {
-    for (int i = 0; i < 100; ++i) {  // echo until told to quit
-      Received r;
-      if (!recv_one(ep, &r).ok()) return 1;
-      if (r.imm == kQuitSession) return 0;
-      if (!ep.send(r.imm, r.bytes).ok()) return 2;
-      if (!ep.flush().ok()) return 3;
-    }
-    return 4;
-  });
+  const pid_t pid = spawn_peer(b, echo_until_quit<UringEndpoint>);
   const size_t frag = a.max_write_bytes();
   const size_t sizes[] = {1,        7,        8,        63,       64,
                           65,       4095,     4096,     32767,    32768,
