@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "sim/sim_env.h"
+#include "src/base/test_scale.h"
 #include "src/dist/coordinator.h"
 #include "src/dist/local_link.h"
 #include "src/dist/vector_watermark.h"
@@ -172,7 +173,8 @@ rt::Task<void> client(World* w, uint32_t home, uint64_t seed, int count, uint32_
 SizeStats measure(uint32_t shards, uint32_t cross_pct, uint64_t seed) {
   World w(seed, shards);
   SizeStats stats;
-  const int per_client = shards >= 1000 ? 60 : 300;
+  // A third under the sanitizers: the sizes are averages, steady well before that.
+  const int per_client = scaled(shards >= 1000 ? 60 : 300, 3);
   for (uint32_t s = 0; s < shards; ++s) {
     Status st = w.loop.spawn(client(&w, s, seed * 7 + s, per_client, cross_pct, &stats));
     SHOAL_ASSERT(st.ok(), "%s", st.to_string().c_str());

@@ -7,16 +7,11 @@
 #include <thread>
 #include <vector>
 
+#include "src/base/test_scale.h"
 #include "src/txn/engine.h"
 
 namespace shoal::txn {
 namespace {
-
-// Tests scale down under sanitizers (SHOAL_TEST_SCALE=small).
-int scaled(int n) {
-  const char* s = std::getenv("SHOAL_TEST_SCALE");
-  return (s != nullptr && std::string(s) == "small") ? std::max(1, n / 10) : n;
-}
 
 template <typename F>
 Status run_fn(Worker* w, F&& fn) {

@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "src/base/test_scale.h"
+
 namespace shoal::txn {
 namespace engine_test {  // named, not anonymous: unique in a unity build
 
@@ -15,12 +17,6 @@ struct Account {
   int64_t balance;
   uint64_t pad[3];
 };
-
-// Tests scale down under sanitizers (SHOAL_TEST_SCALE=small).
-int scaled(int n) {
-  const char* s = std::getenv("SHOAL_TEST_SCALE");
-  return (s != nullptr && std::string(s) == "small") ? std::max(1, n / 10) : n;
-}
 
 class EngineTest : public ::testing::Test {
  protected:
