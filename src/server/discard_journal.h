@@ -26,7 +26,9 @@
 //
 // A lost transaction is undone wholly or not at all. It is kept (counted, never guessed) when
 // one of its writes cannot be undone: a put or a remove whose old value was not kept (a byte-key
-// table's), or a write under a newer version that stays (not lost, or kept itself). A remove is
+// table's), a write under a newer version that stays (not lost, or kept itself), or a write on
+// a record some context holds locked (the server first ends the contexts the failed shard
+// coordinated that cannot commit: ShardServer::release_undecided). A remove is
 // undone by putting its old value back, and is on top of its record's chain while the record is
 // absent.
 // Writes beyond the journal's bounds (overflow) are not journaled: counted.
@@ -176,6 +178,7 @@ struct DiscardResult {
   // Why transactions were kept whole (writes that could not be undone): under a version that
   // stays, a remove or a put without its old value.
   uint64_t blocked_under = 0, blocked_removes = 0, blocked_no_old_value = 0;
+  uint64_t blocked_locked = 0;  // on a record a context holds locked: not readable, nor undone
 };
 
 // Undoes every lost write still visible (see the header), through `compensator` (a Worker of

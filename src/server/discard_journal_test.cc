@@ -271,6 +271,59 @@ TEST(DiscardJournal, InDoubtTransactionsAreJudgedByWhatTheNewLeaderHolds) {
   EXPECT_TRUE(ids.empty());
 }
 
+// Issue 14 (bank, one leader kill, money off): shard 0's old leader coordinated a transfer
+// that read a lost version here and left its half prepared, holding the record's lock, when it
+// died. The discard cannot read the record under the lock, so it kept the lost transaction
+// whole while its other half went with shard 0. Ending first the contexts whose decision shard
+// 0's new leader does not hold (ShardServer::release_undecided, F11's answer given before the
+// discard) frees the record, and the lost transaction is undone wholly.
+TEST(DiscardJournal, ARecordLockedByAnUndecidedHalfIsJudgedOnceTheHalfEnds) {
+  for (const bool release : {false, true}) {
+    SCOPED_TRACE(release ? "undecided halves ended first" : "the discard meets the lock");
+    Survivor s;
+    s.cross(1, {{1, 111}, {2, 222}}, 0, kFinal + 1);  // lost
+    const dist::TxnId reader = dist::make_txn_id(0, 0, 9), decided = dist::make_txn_id(0, 0, 10);
+    const uint64_t k1 = 1, k4 = 4;
+    uint64_t v = 0, proposed = 0;
+    uint32_t size = 0;
+    txn::DepVec deps;
+    ASSERT_TRUE(s.participant.read(reader, 1, 0, &k1, 1, &v, sizeof v, &size).ok());
+    EXPECT_EQ(v, 111u);  // the lost version
+    v += 1;
+    dist::StagedWrite w{.key_word_count = 1, .key = {k1}, .value = &v, .size_bytes = sizeof v};
+    ASSERT_TRUE(s.participant.lock(reader, 1, &w, 1, &proposed).ok());
+    ASSERT_TRUE(s.participant.validate(reader, 1, &deps).ok());  // prepared: holds key 1
+    // A prepared half the new leader's log holds (decided at or below F) stays prepared.
+    uint64_t v4 = 440;
+    dist::StagedWrite w4{.key_word_count = 1, .key = {k4}, .value = &v4, .size_bytes = sizeof v4};
+    ASSERT_TRUE(s.participant.lock(decided, 1, &w4, 1, &proposed).ok());
+    ASSERT_TRUE(s.participant.validate(decided, 1, &deps).ok());
+    if (release) {
+      const dist::TxnId committed[] = {decided};
+      EXPECT_EQ(s.participant.abort_undecided(0, committed), 1u);
+      std::vector<dist::TxnId> left;
+      s.participant.prepared_coordinated_by(0, &left);
+      EXPECT_EQ(left, std::vector<dist::TxnId>{decided});
+    }
+    DiscardJournal* journals[] = {&s.journal};
+    auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    s.participant.abort(decided);
+    if (!release) {
+      EXPECT_EQ(r->kept_txns, 1u);
+      EXPECT_EQ(r->blocked_locked, 1u);
+      EXPECT_EQ(r->blocked_under, 0u);
+      EXPECT_EQ(r->restored, 0u);
+      s.participant.abort(reader);
+      EXPECT_EQ(s.state(), (std::map<uint64_t, uint64_t>{{1, 111}, {2, 222}, {3, 3}, {4, 4}}));
+    } else {
+      EXPECT_EQ(r->kept_txns, 0u);
+      EXPECT_EQ(r->restored, 2u);
+      EXPECT_EQ(s.state(), (std::map<uint64_t, uint64_t>{{1, 1}, {2, 2}, {3, 3}, {4, 4}}));
+    }
+  }
+}
+
 TEST(DiscardJournal, CoveredEntriesAreForgotten) {
   Survivor s;
   s.cross(1, {{1, 101}}, 0, kFinal + 3);
