@@ -81,6 +81,14 @@ void DiscardJournal::update(uint64_t tid, const txn::DepVec& vector,
   }
 }
 
+void DiscardJournal::note_outcome(bool settled, std::span<const uint32_t> written,
+                                  const txn::DepVec& vector, std::span<const uint32_t> doubtful,
+                                  uint64_t dist_txn_id) {
+  if (!settled || std::find(written.begin(), written.end(), shard_) == written.end()) return;
+  const uint64_t own = vector.get(shard_);  // where it installed here
+  if (own != 0) update(own, vector, doubtful, dist_txn_id);
+}
+
 void DiscardJournal::in_doubt_ids(uint32_t shard, std::vector<uint64_t>* out) const {
   const size_t first = out->size();
   for (size_t i = 0; i < count_; ++i) {  // bounded by kEntriesMax

@@ -84,6 +84,15 @@ class DiscardJournal {
   // unconfirmed (their entries become kInDoubt). Owner thread.
   void update(uint64_t tid, const txn::DepVec& vector, std::span<const uint32_t> doubtful,
               uint64_t dist_txn_id);
+  // After a cross-shard transaction this journal's worker coordinated ended (`settled`:
+  // committed, or in doubt after its decision): update() of its own writes here, if it wrote
+  // here (`written`: the shards it installed on). One that did not write here has for our
+  // shard in its vector the newest version it *read* here, another transaction's TID:
+  // updating that one's entries with this vector would make the discard judge the writer
+  // by the reader's dependencies, and undo it, acknowledged, when what the reader read
+  // elsewhere is lost (issue 14: read-only audits across shards).
+  void note_outcome(bool settled, std::span<const uint32_t> written, const txn::DepVec& vector,
+                    std::span<const uint32_t> doubtful, uint64_t dist_txn_id);
   // Appends the ids of this journal's transactions in doubt at `shard`, each once.
   void in_doubt_ids(uint32_t shard, std::vector<uint64_t>* out) const;
   // `shard`'s new leader holds `dist_txn_id`'s half, at `tid_there` (at or below its final

@@ -324,6 +324,54 @@ TEST(DiscardJournal, ARecordLockedByAnUndecidedHalfIsJudgedOnceTheHalfEnds) {
   }
 }
 
+// Issue 14 (bank, one leader kill: acknowledged transactions undone): a read-only audit this
+// shard's worker coordinated read W's version here and a version of shard 0 that the failover
+// lost. Its vector's entry for our shard is W's TID; applying its outcome to the entries at
+// that TID (what the worker did) gave W the audit's dependency on the lost TID, and the discard
+// undid W although W, acknowledged, depended on nothing lost. The outcome applies only to a
+// transaction's own writes here.
+TEST(DiscardJournal, AReadersOutcomeDoesNotJudgeTheWriterItRead) {
+  for (const bool planted : {true, false}) {
+    SCOPED_TRACE(planted ? "outcome applied at the TID read (the bug)" : "own writes only");
+    Survivor s;
+    const uint64_t w = s.cross(1, {{1, 101}}, 0, kFinal - 5);  // W: journaled, not lost
+    txn::DepVec audit;  // read W here and a lost version of shard 0; wrote nothing here
+    audit.raise(kShard, w);
+    audit.raise(0, kFinal + 3);
+    const uint32_t written_elsewhere[] = {0};
+    const dist::TxnId audit_id = dist::make_txn_id(kShard, 0, 7);
+    if (planted) {
+      s.journal.update(audit.get(kShard), audit, {}, audit_id);
+    } else {
+      s.journal.note_outcome(/*settled=*/true, written_elsewhere, audit, {}, audit_id);
+    }
+    DiscardJournal* journals[] = {&s.journal};
+    auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    const uint64_t key1 = s.state()[1];
+    if (planted) {
+      EXPECT_EQ(key1, 1u);  // W undone
+      EXPECT_EQ(r->restored, 1u);
+    } else {
+      EXPECT_EQ(key1, 101u);  // W stays
+      EXPECT_EQ(r->lost_writes, 0u);
+    }
+  }
+  // A transaction that wrote here still gets its final vector.
+  Survivor s;
+  const uint64_t mine = s.cross(dist::make_txn_id(kShard, 0, 1), {{2, 202}}, 0, kCoveredUpTo - 2);
+  txn::DepVec final_vector;
+  final_vector.raise(kShard, mine);
+  final_vector.raise(0, kFinal + 7);
+  const uint32_t written[] = {0, kShard};
+  s.journal.note_outcome(/*settled=*/true, written, final_vector, {},
+                         dist::make_txn_id(kShard, 0, 1));
+  DiscardJournal* journals[] = {&s.journal};
+  auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(s.state()[2], 2u);  // lost with shard 0's half
+}
+
 TEST(DiscardJournal, CoveredEntriesAreForgotten) {
   Survivor s;
   s.cross(1, {{1, 101}}, 0, kFinal + 3);

@@ -237,10 +237,8 @@ struct Worker {
   // get its final vector, or are marked in doubt (discard_journal.h).
   void note_outcome(const Status& s, const dist::DistTxn& txn) {
     if (discard_journal == nullptr || txn.shards().size() < 2) return;
-    const uint64_t own = txn.vector().get(server_shard);
-    if (own != 0 && (s.ok() || txn.in_doubt())) {
-      discard_journal->update(own, txn.vector(), txn.doubtful_shards(), txn.id());
-    }
+    discard_journal->note_outcome(s.ok() || txn.in_doubt(), txn.written_shards(), txn.vector(),
+                                  txn.doubtful_shards(), txn.id());
   }
   uint32_t server_shard = 0;  // server->shard(), for note_outcome
   static void pause_thunk(void* self);
