@@ -10,6 +10,9 @@ src/server/bank_history_file.h's).
   bank-history.py DIR --txn T      the record of transaction T (T<shard>.<worker>.<attempt>)
 
 Times are the wall clock's seconds modulo 1000, as the JSON's kills[].killed_unix_us / 1e6 % 1000.
+With SHOAL_BANK_DUMP=1 the leaders log every account's final `bank-final KEY BALANCE SEQ WRITER`
+at the check's scan, and with SHOAL_DISCARD_TRACE=1 each survivor's discard logs every journaled
+write naming a lost TID (`discard-trace ...`, with the time of the discard).
 """
 import argparse
 import collections

@@ -476,6 +476,20 @@ void Participant::prepared_coordinated_by(uint32_t coordinator_shard,
   std::sort(out->begin(), out->end());
 }
 
+size_t Participant::abort_undecided(uint32_t coordinator_shard, std::span<const TxnId> committed) {
+  abort_coordinated_by(coordinator_shard, /*keep_prepared=*/true);
+  std::vector<TxnId> prepared;
+  prepared_coordinated_by(coordinator_shard, &prepared);
+  size_t aborted = 0;
+  for (const TxnId id : prepared) {
+    if (std::binary_search(committed.begin(), committed.end(), id)) continue;
+    abort(id);
+    ++stats_.resolved_aborted;
+    ++aborted;
+  }
+  return aborted;
+}
+
 Status Participant::resolve(TxnId id, bool committed, const txn::DepVec& vector, uint64_t* tid) {
   *tid = 0;
   const auto it = active_.find(id);

@@ -75,7 +75,8 @@
 //      them (abort_coordinated_by with keep_prepared) until its shard's new leader, which
 //      replayed that log up to the final watermark, answers decision(): committed there
 //      (install here at the vector it logged) or not (abort: its half was lost, so nothing of
-//      the transaction survives). resolve() applies the answer.
+//      the transaction survives). resolve() applies the answer. A survivor gives the aborts
+//      before its FVW discard (abort_undecided): their locks would hide rows from it.
 //
 // Epochs: every request carries the coordinator's epoch; read/lock/validate from an older
 // epoch than the participant's are refused (Aborted, "stale epoch"), so a deposed coordinator
@@ -273,6 +274,13 @@ class Participant {
   // elsewhere is broken here: safe with two shards when the coordinator installs itself
   // last, not otherwise. Returns how many ended.
   size_t abort_coordinated_by(uint32_t coordinator_shard, bool keep_prepared = false);
+  // F11 before a survivor's discard: ends every context `coordinator_shard` coordinated except
+  // the prepared ones in `committed` (sorted: the ids its new leader's log holds, which stay
+  // for resolve()). What it ends cannot commit: an unprepared one never voted (coordinator.h
+  // C1), a prepared one is what resolve() would abort. Their locks are released, so the
+  // records under them can be judged (server/discard_journal.h). Returns how many prepared
+  // ones it aborted (counted as resolved_aborted).
+  size_t abort_undecided(uint32_t coordinator_shard, std::span<const TxnId> committed);
   // The prepared contexts coordinated by `coordinator_shard`, in id order.
   void prepared_coordinated_by(uint32_t coordinator_shard, std::vector<TxnId>* out) const;
   // F11 (the decision outlives its coordinator). After the coordinator's shard failed over,

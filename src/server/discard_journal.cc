@@ -1,6 +1,7 @@
 #include "src/server/discard_journal.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
@@ -78,6 +79,14 @@ void DiscardJournal::update(uint64_t tid, const txn::DepVec& vector,
       if (e.deps[i].ts != kInDoubt) e.deps[i].ts = std::max(e.deps[i].ts, ts);
     }
   }
+}
+
+void DiscardJournal::note_outcome(bool settled, std::span<const uint32_t> written,
+                                  const txn::DepVec& vector, std::span<const uint32_t> doubtful,
+                                  uint64_t dist_txn_id) {
+  if (!settled || std::find(written.begin(), written.end(), shard_) == written.end()) return;
+  const uint64_t own = vector.get(shard_);  // where it installed here
+  if (own != 0) update(own, vector, doubtful, dist_txn_id);
 }
 
 void DiscardJournal::in_doubt_ids(uint32_t shard, std::vector<uint64_t>* out) const {
@@ -174,7 +183,12 @@ RecordKey record_key(const DiscardJournal::Entry& e) {
   return k;
 }
 
-// The TID of the record's newest version (0 when absent). A fresh read, aborted.
+// newest_tid of a record a context holds locked (a prepared half, or a lock taken before the
+// pause): what is under the lock cannot be judged, nor compensated.
+constexpr uint64_t kLockedTid = UINT64_MAX;
+
+// The TID of the record's newest version (0 when absent, kLockedTid when locked). A fresh
+// read, aborted.
 uint64_t newest_tid(txn::Engine& engine, const DiscardJournal::Entry& e) {
   txn::TableBase* table = engine.tables()[e.table_id].get();
   txn::Txn t(&engine, 1);
@@ -182,7 +196,7 @@ uint64_t newest_tid(txn::Engine& engine, const DiscardJournal::Entry& e) {
   static thread_local uint8_t buf[txn::TableBase::kValueBytesMax];
   uint32_t size = 0;
   const Status s = table->txn_get(t, e.key, buf, sizeof buf, &size);
-  const uint64_t tid = s.ok() ? t.max_seen_version() : 0;
+  const uint64_t tid = s.ok() ? t.max_seen_version() : s.code() == Code::kAborted ? kLockedTid : 0;
   t.abort();
   return tid;
 }
@@ -245,7 +259,9 @@ std::map<RecordKey, RecordState> plan(const std::vector<Journaled>& all, const L
     }
     if (!on_top || !e->undoable) {  // under a kept version, off the chain, or a remove
       blocked->insert(TxnKey{journal, e->tid});
-      if (!on_top) {
+      if (r.newest == kLockedTid) {
+        ++reasons->blocked_locked;
+      } else if (!on_top) {
         ++reasons->blocked_under;
       } else if (e->kind == txn::WriteKind::kRemove) {
         ++reasons->blocked_removes;
@@ -263,6 +279,44 @@ std::map<RecordKey, RecordState> plan(const std::vector<Journaled>& all, const L
 }
 
 }  // namespace
+
+// Tracing by hand (SHOAL_DISCARD_TRACE): every journaled write naming a lost TID, whether it
+// is kept, its deps, and the record's newest version (a bank account's value as 3 words).
+static void trace_lost(const std::vector<Journaled>& all, const LostRange& range,
+                       const std::set<TxnKey>& kept, txn::Engine& engine) {
+  const auto wall_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  fmt::print(stderr, "discard-trace at {:.3f}: shard {} lost ({:#x}, {:#x}]\n",
+             static_cast<double>(wall_us % 1'000'000'000) / 1e6, range.shard, range.above,
+             range.through);
+  for (const auto& [e, journal] : all) {
+    const bool names = range.names(e->deps, e->dep_count);
+    if (!names) continue;
+    std::string deps;
+    for (uint32_t i = 0; i < e->dep_count; ++i)
+      deps += fmt::format(" {}:{:#x}", e->deps[i].shard, e->deps[i].ts);
+    txn::TableBase* table = engine.tables()[e->table_id].get();
+    txn::Txn t(&engine, 1);
+    t.begin();
+    uint64_t v[3] = {};
+    uint32_t size = 0;
+    const Status s = table->txn_get(t, e->key, v, sizeof v, &size);
+    const uint64_t newest = s.ok() ? t.max_seen_version() : 0;
+    t.abort();
+    uint64_t old[3] = {};
+    const auto ov = journal->old_value(*e);
+    if (e->kind != txn::WriteKind::kInsert)
+      std::memcpy(old, ov.data(), std::min(ov.size(), sizeof old));
+    fmt::print(stderr,
+               "discard-trace key {} tid {:#x} base {:#x} {} {} deps{} pending {} id {:#x} | "
+               "newest {:#x} value {} {} {:#x} | old {} {} {:#x}\n",
+               e->key[0], e->tid, e->base_tid, names ? "LOST" : "ok",
+               kept.contains(TxnKey{journal, e->tid}) ? "KEPT" : "-", deps, e->pending,
+               e->dist_txn_id, newest, static_cast<int64_t>(v[0]), v[1], v[2],
+               static_cast<int64_t>(old[0]), old[1], old[2]);
+  }
+}
 
 Result<DiscardResult> discard_lost(std::span<DiscardJournal* const> journals, txn::Engine& engine,
                                    txn::Worker& compensator, const LostRange& range) {
@@ -296,6 +350,7 @@ Result<DiscardResult> discard_lost(std::span<DiscardJournal* const> journals, tx
   }
   out.kept_txns = kept.size();
   out.kept.assign(kept.begin(), kept.end());
+  if (std::getenv("SHOAL_DISCARD_TRACE") != nullptr) trace_lost(all, range, kept, engine);
   for (const auto& [key, r] : records) {
     if (r.undo_to == nullptr) continue;
     const DiscardJournal::Entry& e = *r.undo_to;

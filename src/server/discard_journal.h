@@ -26,7 +26,9 @@
 //
 // A lost transaction is undone wholly or not at all. It is kept (counted, never guessed) when
 // one of its writes cannot be undone: a put or a remove whose old value was not kept (a byte-key
-// table's), or a write under a newer version that stays (not lost, or kept itself). A remove is
+// table's), a write under a newer version that stays (not lost, or kept itself), or a write on
+// a record some context holds locked (the server first ends the contexts the failed shard
+// coordinated that cannot commit: ShardServer::release_undecided). A remove is
 // undone by putting its old value back, and is on top of its record's chain while the record is
 // absent.
 // Writes beyond the journal's bounds (overflow) are not journaled: counted.
@@ -82,6 +84,15 @@ class DiscardJournal {
   // unconfirmed (their entries become kInDoubt). Owner thread.
   void update(uint64_t tid, const txn::DepVec& vector, std::span<const uint32_t> doubtful,
               uint64_t dist_txn_id);
+  // After a cross-shard transaction this journal's worker coordinated ended (`settled`:
+  // committed, or in doubt after its decision): update() of its own writes here, if it wrote
+  // here (`written`: the shards it installed on). One that did not write here has for our
+  // shard in its vector the newest version it *read* here, another transaction's TID:
+  // updating that one's entries with this vector would make the discard judge the writer
+  // by the reader's dependencies, and undo it, acknowledged, when what the reader read
+  // elsewhere is lost (issue 14: read-only audits across shards).
+  void note_outcome(bool settled, std::span<const uint32_t> written, const txn::DepVec& vector,
+                    std::span<const uint32_t> doubtful, uint64_t dist_txn_id);
   // Appends the ids of this journal's transactions in doubt at `shard`, each once.
   void in_doubt_ids(uint32_t shard, std::vector<uint64_t>* out) const;
   // `shard`'s new leader holds `dist_txn_id`'s half, at `tid_there` (at or below its final
@@ -176,6 +187,7 @@ struct DiscardResult {
   // Why transactions were kept whole (writes that could not be undone): under a version that
   // stays, a remove or a put without its old value.
   uint64_t blocked_under = 0, blocked_removes = 0, blocked_no_old_value = 0;
+  uint64_t blocked_locked = 0;  // on a record a context holds locked: not readable, nor undone
 };
 
 // Undoes every lost write still visible (see the header), through `compensator` (a Worker of

@@ -271,6 +271,107 @@ TEST(DiscardJournal, InDoubtTransactionsAreJudgedByWhatTheNewLeaderHolds) {
   EXPECT_TRUE(ids.empty());
 }
 
+// Issue 14 (bank, one leader kill, money off): shard 0's old leader coordinated a transfer
+// that read a lost version here and left its half prepared, holding the record's lock, when it
+// died. The discard cannot read the record under the lock, so it kept the lost transaction
+// whole while its other half went with shard 0. Ending first the contexts whose decision shard
+// 0's new leader does not hold (ShardServer::release_undecided, F11's answer given before the
+// discard) frees the record, and the lost transaction is undone wholly.
+TEST(DiscardJournal, ARecordLockedByAnUndecidedHalfIsJudgedOnceTheHalfEnds) {
+  for (const bool release : {false, true}) {
+    SCOPED_TRACE(release ? "undecided halves ended first" : "the discard meets the lock");
+    Survivor s;
+    s.cross(1, {{1, 111}, {2, 222}}, 0, kFinal + 1);  // lost
+    const dist::TxnId reader = dist::make_txn_id(0, 0, 9), decided = dist::make_txn_id(0, 0, 10);
+    const uint64_t k1 = 1, k4 = 4;
+    uint64_t v = 0, proposed = 0;
+    uint32_t size = 0;
+    txn::DepVec deps;
+    ASSERT_TRUE(s.participant.read(reader, 1, 0, &k1, 1, &v, sizeof v, &size).ok());
+    EXPECT_EQ(v, 111u);  // the lost version
+    v += 1;
+    dist::StagedWrite w{.key_word_count = 1, .key = {k1}, .value = &v, .size_bytes = sizeof v};
+    ASSERT_TRUE(s.participant.lock(reader, 1, &w, 1, &proposed).ok());
+    ASSERT_TRUE(s.participant.validate(reader, 1, &deps).ok());  // prepared: holds key 1
+    // A prepared half the new leader's log holds (decided at or below F) stays prepared.
+    uint64_t v4 = 440;
+    dist::StagedWrite w4{.key_word_count = 1, .key = {k4}, .value = &v4, .size_bytes = sizeof v4};
+    ASSERT_TRUE(s.participant.lock(decided, 1, &w4, 1, &proposed).ok());
+    ASSERT_TRUE(s.participant.validate(decided, 1, &deps).ok());
+    if (release) {
+      const dist::TxnId committed[] = {decided};
+      EXPECT_EQ(s.participant.abort_undecided(0, committed), 1u);
+      std::vector<dist::TxnId> left;
+      s.participant.prepared_coordinated_by(0, &left);
+      EXPECT_EQ(left, std::vector<dist::TxnId>{decided});
+    }
+    DiscardJournal* journals[] = {&s.journal};
+    auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    s.participant.abort(decided);
+    if (!release) {
+      EXPECT_EQ(r->kept_txns, 1u);
+      EXPECT_EQ(r->blocked_locked, 1u);
+      EXPECT_EQ(r->blocked_under, 0u);
+      EXPECT_EQ(r->restored, 0u);
+      s.participant.abort(reader);
+      EXPECT_EQ(s.state(), (std::map<uint64_t, uint64_t>{{1, 111}, {2, 222}, {3, 3}, {4, 4}}));
+    } else {
+      EXPECT_EQ(r->kept_txns, 0u);
+      EXPECT_EQ(r->restored, 2u);
+      EXPECT_EQ(s.state(), (std::map<uint64_t, uint64_t>{{1, 1}, {2, 2}, {3, 3}, {4, 4}}));
+    }
+  }
+}
+
+// Issue 14 (bank, one leader kill: acknowledged transactions undone): a read-only audit this
+// shard's worker coordinated read W's version here and a version of shard 0 that the failover
+// lost. Its vector's entry for our shard is W's TID; applying its outcome to the entries at
+// that TID (what the worker did) gave W the audit's dependency on the lost TID, and the discard
+// undid W although W, acknowledged, depended on nothing lost. The outcome applies only to a
+// transaction's own writes here.
+TEST(DiscardJournal, AReadersOutcomeDoesNotJudgeTheWriterItRead) {
+  for (const bool planted : {true, false}) {
+    SCOPED_TRACE(planted ? "outcome applied at the TID read (the bug)" : "own writes only");
+    Survivor s;
+    const uint64_t w = s.cross(1, {{1, 101}}, 0, kFinal - 5);  // W: journaled, not lost
+    txn::DepVec audit;  // read W here and a lost version of shard 0; wrote nothing here
+    audit.raise(kShard, w);
+    audit.raise(0, kFinal + 3);
+    const uint32_t written_elsewhere[] = {0};
+    const dist::TxnId audit_id = dist::make_txn_id(kShard, 0, 7);
+    if (planted) {
+      s.journal.update(audit.get(kShard), audit, {}, audit_id);
+    } else {
+      s.journal.note_outcome(/*settled=*/true, written_elsewhere, audit, {}, audit_id);
+    }
+    DiscardJournal* journals[] = {&s.journal};
+    auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    const uint64_t key1 = s.state()[1];
+    if (planted) {
+      EXPECT_EQ(key1, 1u);  // W undone
+      EXPECT_EQ(r->restored, 1u);
+    } else {
+      EXPECT_EQ(key1, 101u);  // W stays
+      EXPECT_EQ(r->lost_writes, 0u);
+    }
+  }
+  // A transaction that wrote here still gets its final vector.
+  Survivor s;
+  const uint64_t mine = s.cross(dist::make_txn_id(kShard, 0, 1), {{2, 202}}, 0, kCoveredUpTo - 2);
+  txn::DepVec final_vector;
+  final_vector.raise(kShard, mine);
+  final_vector.raise(0, kFinal + 7);
+  const uint32_t written[] = {0, kShard};
+  s.journal.note_outcome(/*settled=*/true, written, final_vector, {},
+                         dist::make_txn_id(kShard, 0, 1));
+  DiscardJournal* journals[] = {&s.journal};
+  auto r = discard_lost(journals, s.engine, *s.compensator, LostRange{0, kFinal, kFloor});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(s.state()[2], 2u);  // lost with shard 0's half
+}
+
 TEST(DiscardJournal, CoveredEntriesAreForgotten) {
   Survivor s;
   s.cross(1, {{1, 101}}, 0, kFinal + 3);

@@ -168,6 +168,9 @@ Status ShardServer::on_scan(std::span<const uint8_t> request, rt::MsgBuffer* out
   uint64_t unreadable = 0, sum = 0;
   int64_t balance_sum = 0;  // bank: the money on this shard
   std::string first;
+  // Tracing a failed bank check by hand (SHOAL_BANK_DUMP): every account's final version
+  // (balance, seq, writer) in the server's log, for scripts/bank-history.py's records.
+  const bool dump = std::getenv("SHOAL_BANK_DUMP") != nullptr;
   for (uint64_t base = lo; base < hi; base += kKeysPerTxn) {
     t.begin();
     for (uint64_t k = base; k < std::min(hi, base + kKeysPerTxn); ++k) {
@@ -177,6 +180,9 @@ Status ShardServer::on_scan(std::span<const uint8_t> request, rt::MsgBuffer* out
         s = engine_->tables()[kBankTableId]->txn_get(t, &k, &a, sizeof a, nullptr);
         sum += s.ok() ? a.seq : 0;
         balance_sum += s.ok() ? a.balance : 0;
+        if (s.ok() && dump) {
+          fmt::print(stderr, "bank-final {} {} {} {:#x}\n", k, a.balance, a.seq, a.writer);
+        }
       } else {
         MicroValue v{};
         s = engine_->tables()[kMicroTableId]->txn_get(t, &k, &v, sizeof v, nullptr);

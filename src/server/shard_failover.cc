@@ -106,15 +106,38 @@ Status Worker::logged_commit(void* ctx, const txn::Txn& txn) {
 }
 
 void Worker::pause_thunk(void* self) {
-  static_cast<Worker*>(self)->server->park_worker();
+  auto* w = static_cast<Worker*>(self);
+  w->server->park_worker(w);
 }
 
-void ShardServer::park_worker() {
+void ShardServer::park_worker(Worker* w) {
   std::unique_lock<std::mutex> lock(pause_mu_);
   ++parked_;
   pause_cv_.notify_all();
-  pause_cv_.wait(lock, [this] { return !pausing_; });  // bounded by discard_lost_versions
+  uint64_t seen = park_job_gen_;
+  for (;;) {  // bounded by discard_lost_versions, which ends the pause
+    pause_cv_.wait(lock, [&] { return !pausing_ || park_job_gen_ != seen; });
+    if (!pausing_) break;
+    seen = park_job_gen_;
+    lock.unlock();
+    park_job_(park_job_ctx_, w);
+    lock.lock();
+    ++park_job_done_;
+    pause_cv_.notify_all();
+  }
   --parked_;
+}
+
+bool ShardServer::run_on_parked(void (*job)(void* ctx, Worker* w), void* ctx) {
+  constexpr uint64_t kJobWaitMs = 5000;
+  std::unique_lock<std::mutex> lock(pause_mu_);
+  park_job_ = job;
+  park_job_ctx_ = ctx;
+  park_job_done_ = 0;
+  ++park_job_gen_;
+  pause_cv_.notify_all();
+  return pause_cv_.wait_for(lock, std::chrono::milliseconds(kJobWaitMs),
+                            [&] { return park_job_done_ == workers_.size(); });
 }
 
 Result<std::vector<std::pair<uint64_t, uint64_t>>> ShardServer::ask_decisions(
@@ -169,12 +192,14 @@ Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t repli
   Result<DiscardResult> r =
       Status::Timeout(fmt::format("{} of {} workers paused within {} ms ({} asked to)", parked_,
                                   workers_.size(), kPauseWaitMs, posted));
+  lock.unlock();  // the parked workers take it to run run_on_parked's jobs
   if (all) {
     // Every worker waits in park_worker: the journals, the engine and stream 0 are ours.
     const uint64_t start_ns = RealEnv::instance().now_ns();
     std::vector<DiscardJournal*> journals;
     for (auto& w : workers_) journals.push_back(w->discard_journal.get());
     const size_t in_doubt = resolve_in_doubt(journals, range.shard, replica);
+    release_undecided(range.shard, replica);
     uint64_t overflow = 0;
     for (const DiscardJournal* j : journals) overflow += j->stats().overflow;
     if (compensator_ == nullptr) {
@@ -199,15 +224,18 @@ Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t repli
           stderr,
           "shoal server: shard {}: discarded what depends on shard {}'s lost TIDs in {:.1f} "
           "ms: {} lost writes, {} records restored, {} removed, {} left in {} transactions "
-          "kept whole (writes under a kept version {}, removes {}, without an old value {}), "
+          "kept whole (writes under a kept version {}, under a lock {}, removes {}, without an "
+          "old value {}), "
           "{} not judged; {} transactions were in doubt there; {} writes were never journaled "
           "(full)\n",
           options_.shard, range.shard,
           static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6, r->lost_writes,
           r->restored, r->removed, r->not_discarded, r->kept_txns, r->blocked_under,
-          r->blocked_removes, r->blocked_no_old_value, r->unknown, in_doubt, overflow);
+          r->blocked_locked, r->blocked_removes, r->blocked_no_old_value, r->unknown, in_doubt,
+          overflow);
     }
   }
+  lock.lock();
   pausing_ = false;
   pause_cv_.notify_all();
   return r.ok() ? Status::Ok() : r.status();
@@ -235,6 +263,52 @@ size_t ShardServer::resolve_in_doubt(std::span<DiscardJournal* const> journals, 
              "holds {} of them (committed), the rest are lost\n",
              options_.shard, ids.size(), shard, found->size());
   return ids.size();
+}
+
+size_t ShardServer::release_undecided(uint32_t shard, uint32_t replica) {
+  std::vector<uint64_t> ids, asked;
+  for (auto& w : workers_) {
+    w->participant->prepared_coordinated_by(shard, &ids);
+    asked.insert(asked.end(), ids.begin(), ids.end());
+  }
+  auto found = asked.empty() ? Result<std::vector<std::pair<uint64_t, uint64_t>>>(
+                                   std::vector<std::pair<uint64_t, uint64_t>>{})
+                             : ask_decisions(shard, replica, asked);
+  if (!found.ok()) {  // they stay prepared: the redial asks again (resolve_prepared)
+    fmt::print(stderr,
+               "shoal server: shard {}: {} prepared transactions of shard {} could not be asked "
+               "of its new leader before the discard ({}): they stay prepared\n",
+               options_.shard, asked.size(), shard, found.status().to_string());
+    return 0;
+  }
+  struct Job {
+    uint32_t shard;
+    std::vector<dist::TxnId> committed;
+    std::atomic<size_t> aborted{0};
+  } job{shard, {}};
+  for (const auto& [id, tid] : *found) job.committed.push_back(id);
+  std::sort(job.committed.begin(), job.committed.end());
+  // On each worker's own thread: aborting ends its Txns, whose ebr guards are that thread's.
+  const bool ran = run_on_parked(
+      [](void* ctx, Worker* w) {
+        auto* j = static_cast<Job*>(ctx);
+        j->aborted += w->participant->abort_undecided(j->shard, j->committed);
+      },
+      &job);
+  const size_t aborted = job.aborted.load();
+  if (!ran) {
+    fmt::print(stderr,
+               "shoal server: shard {}: a worker did not end shard {}'s undecided "
+               "transactions within 5 s\n",
+               options_.shard, shard);
+  }
+  if (!asked.empty()) {
+    fmt::print(stderr,
+               "shoal server: shard {}: {} prepared transactions of shard {} before the discard: "
+               "its new leader's log holds {}, {} aborted\n",
+               options_.shard, asked.size(), shard, job.committed.size(), aborted);
+  }
+  return aborted;
 }
 
 // F11 (participant.h): asks `shard`'s new leader what its log says of each transaction its

@@ -103,6 +103,48 @@ rt::Task<void> load_client(Worker* w, uint64_t seed) {
   if (--w->clients_running == 0) w->publish();
 }
 
+// Tracing acknowledgements by hand (SHOAL_ACK_TRACE=1): each bank worker keeps its last
+// kAckTraceMax acknowledgements (the vector waited for, and the vector watermark's entries for
+// those shards when it was covered) and prints them when its load ends.
+struct AckTrace {
+  uint64_t id = 0, wall_us = 0;
+  uint32_t n = 0;
+  txn::DepEntry deps[4] = {};
+  uint64_t vw[4] = {};
+};
+constexpr size_t kAckTraceMax = size_t{1} << 17;
+static thread_local std::vector<AckTrace> t_ack_trace;
+static thread_local size_t t_ack_next = 0;
+
+static void trace_ack(const Worker* w, uint64_t id, const txn::DepVec& v) {
+  static const bool on = std::getenv("SHOAL_ACK_TRACE") != nullptr;
+  if (!on) return;
+  if (t_ack_trace.empty()) t_ack_trace.resize(kAckTraceMax);
+  AckTrace& a = t_ack_trace[t_ack_next++ % kAckTraceMax];
+  a = AckTrace{};
+  a.id = id;
+  a.wall_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+  for (const txn::DepEntry& d : v.entries()) {
+    if (a.n == 4) break;
+    a.deps[a.n] = d;
+    a.vw[a.n++] = w->vector_watermark->get(d.shard);
+  }
+}
+
+static void dump_ack_trace() {
+  const size_t n = std::min(t_ack_next, kAckTraceMax);
+  for (size_t i = 0; i < n; ++i) {
+    const AckTrace& a = t_ack_trace[(t_ack_next - n + i) % kAckTraceMax];
+    std::string line = fmt::format("ack-trace {:#x} {:.3f}", a.id,
+                                   static_cast<double>(a.wall_us % 1'000'000'000) / 1e6);
+    for (uint32_t j = 0; j < a.n; ++j)
+      line += fmt::format(" {}:{:#x}<={:#x}", a.deps[j].shard, a.deps[j].ts, a.vw[j]);
+    fmt::print(stderr, "{}\n", line);
+  }
+}
+
 // A bank client: transfers and audits (dist_bank.h); each committed one goes to the log.
 rt::Task<void> bank_client(Worker* w, uint64_t seed) {
   dist::DistTxn txn;
@@ -127,6 +169,7 @@ rt::Task<void> bank_client(Worker* w, uint64_t seed) {
     if (s.ok() && w->vector_watermark != nullptr) {
       const Status acked = co_await w->vector_watermark->wait_covered(txn.vector());
       if (acked.ok()) {
+        trace_ack(w, txn.id(), txn.vector());
         w->live_commit.record(w->loop->now_ns() - start_ns);  // the live series only
         w->bank_log.add(rec);
       } else {
@@ -138,7 +181,10 @@ rt::Task<void> bank_client(Worker* w, uint64_t seed) {
     w->record(cross, s, w->loop->now_ns() - start_ns, args.audit ? kBankAudit : kBankTransfer);
     if (!s.ok()) co_await after_failure(w, s.code());
   }
-  if (--w->clients_running == 0) w->publish();
+  if (--w->clients_running == 0) {
+    dump_ack_trace();
+    w->publish();
+  }
 }
 
 // Waits until the vectorized watermark covers `vector`, then records the commit latency (and

@@ -237,10 +237,8 @@ struct Worker {
   // get its final vector, or are marked in doubt (discard_journal.h).
   void note_outcome(const Status& s, const dist::DistTxn& txn) {
     if (discard_journal == nullptr || txn.shards().size() < 2) return;
-    const uint64_t own = txn.vector().get(server_shard);
-    if (own != 0 && (s.ok() || txn.in_doubt())) {
-      discard_journal->update(own, txn.vector(), txn.doubtful_shards(), txn.id());
-    }
+    discard_journal->note_outcome(s.ok() || txn.in_doubt(), txn.written_shards(), txn.vector(),
+                                  txn.doubtful_shards(), txn.id());
   }
   uint32_t server_shard = 0;  // server->shard(), for note_outcome
   static void pause_thunk(void* self);
@@ -367,8 +365,13 @@ class ShardServer {
   // Whether a shard that becomes unreachable may come back under a new leader (the server
   // watches the configuration manager): only then do clients retry what it failed.
   bool follows_failovers() const { return !options_.etcd.empty(); }
-  // A worker's side of a discard's pause (its loop thread): blocks until the discard is over.
-  void park_worker();
+  // A worker's side of a discard's pause (its loop thread): blocks until the discard is over,
+  // running meanwhile each job run_on_parked posts (on this thread: what the worker's Txns
+  // hold, ebr guards among them, belongs to it).
+  void park_worker(Worker* w);
+  // Runs job(ctx, w) on every parked worker's own thread and waits for all (bounded: 5 s).
+  // REQUIRES: every worker is parked (discard_lost_versions).
+  [[nodiscard]] bool run_on_parked(void (*job)(void* ctx, Worker* w), void* ctx);
   // The first commit this process recorded, in wall-clock microseconds (a failover's end, as
   // the benchmark measures it: docs/OPERATIONS.md).
   void note_commit() {
@@ -437,14 +440,26 @@ class ShardServer {
   // how many transactions that was. REQUIRES: the workers are paused.
   size_t resolve_in_doubt(std::span<DiscardJournal* const> journals, uint32_t shard,
                           uint32_t replica);
+  // F11 ahead of the discard (participant.h): ends the contexts `shard`'s old leader
+  // coordinated here that can no longer commit: unprepared ones, and prepared ones whose
+  // decision the new leader `replica`'s log does not hold (what resolve_prepared would be
+  // told after the redial). Their locks would otherwise hide the records under them from the
+  // discard, which then keeps a lost transaction whole (issue 14). How many prepared ones it
+  // aborted. REQUIRES: the workers are paused.
+  size_t release_undecided(uint32_t shard, uint32_t replica);
   [[nodiscard]] Result<std::vector<std::pair<uint64_t, uint64_t>>> ask_decisions(
       uint32_t shard, uint32_t replica, const std::vector<uint64_t>& ids);
   std::mutex pause_mu_;
   std::condition_variable pause_cv_;
   // See note_logged_commit.
   std::atomic<uint64_t> last_commit_ns_{0};
-  uint32_t parked_ = 0;                 // under pause_mu_
-  bool pausing_ = false;                // under pause_mu_
+  uint32_t parked_ = 0;   // under pause_mu_
+  bool pausing_ = false;  // under pause_mu_
+  // run_on_parked's job, under pause_mu_: a new generation wakes the parked workers.
+  void (*park_job_)(void* ctx, Worker* w) = nullptr;
+  void* park_job_ctx_ = nullptr;
+  uint64_t park_job_gen_ = 0;
+  uint32_t park_job_done_ = 0;
   txn::Worker* compensator_ = nullptr;  // discard_lost_versions: the engine's, logged on stream 0
   // The shm rendezvous name of a shard (an abstract unix socket: per cluster and address),
   // and its fabric one.
