@@ -115,6 +115,23 @@ class PeerLink {
   void close() {
     std::visit([](auto& e) { e.close(); }, ep_);
   }
+  // Keeps received bytes where they arrived past release(): shared memory's receive ring
+  // (ShmEndpoint::keep_received) when the link is not shaped. Null: the caller copies them.
+  std::shared_ptr<const uint64_t[]> keep_received(std::span<const uint8_t> bytes) {
+    if (auto* e = std::get_if<net::ShmEndpoint>(&ep_)) return e->keep_received(bytes);
+    return nullptr;
+  }
+  // Whether `bytes` were kept in this link's receive ring.
+  bool in_receive_ring(std::span<const std::byte> bytes) const {
+    const auto* e = std::get_if<net::ShmEndpoint>(&ep_);
+    return e != nullptr && !bytes.empty() && e->in_receive_ring(bytes.data());
+  }
+  // Whether kept bytes hold back more than half the receive ring from the peer: the owner
+  // should let go of what it can (a follower sheds its retained chosen slots).
+  bool receive_short() const {
+    const auto* e = std::get_if<net::ShmEndpoint>(&ep_);
+    return e != nullptr && e->receive_held_bytes() > e->receive_ring_bytes() / 2;
+  }
   // Counts (copy_count.h) what a Paxos message of `bytes` cost on this link, of which the
   // endpoint copied `copied_bytes` in user space (sent_copied_bytes() across the send): on
   // its way out, shared memory copies it into the peer's ring; tcp copies a frame below 16 KiB
