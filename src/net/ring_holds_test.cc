@@ -1,7 +1,7 @@
 // RingHolds and the shared-memory endpoint's kept regions: the floor is the oldest region
 // still held whatever order holds are let go in, a ring's producer never writes over a held
 // region and gets the space back once it is let go, ShmEndpoint::keep_received() refuses
-// past half the ring, and kept bytes outlive the endpoint that received them.
+// past three quarters of the ring, and kept bytes outlive the endpoint that received them.
 #include "src/net/ring_holds.h"
 
 #include <gtest/gtest.h>
@@ -184,9 +184,9 @@ TEST(ShmKeep, TheSenderStopsShortOfAKeptPayloadWhichOutlivesBothEndpoints) {
   kept.reset();  // the last reference: unmapped now
 }
 
-// Keeping is refused once kept regions would hold more than half the ring back from the
-// sender (the receiver then copies), and for bytes that are not in the ring.
-TEST(ShmKeep, KeepingStopsAtHalfTheRingAndOutsideIt) {
+// Keeping is refused once kept regions would hold more than three quarters of the ring back
+// from the sender (the receiver then copies), and for bytes that are not in the ring.
+TEST(ShmKeep, KeepingStopsAtThreeQuartersOfTheRingAndOutsideIt) {
   ShmPair p;
   std::vector<std::shared_ptr<const uint64_t[]>> kept;
   int refused = 0;
@@ -200,7 +200,7 @@ TEST(ShmKeep, KeepingStopsAtHalfTheRingAndOutsideIt) {
     }
     p.rx.release();
   }
-  EXPECT_EQ(kept.size(), (p.o.ring_bytes / 2) / frame_bytes(4096));
+  EXPECT_EQ(kept.size(), (p.o.ring_bytes / 4 * 3) / frame_bytes(4096));
   EXPECT_EQ(refused, 12 - static_cast<int>(kept.size()));
   const std::vector<uint8_t> elsewhere(4096);
   ASSERT_FALSE(p.round(1).empty());
