@@ -33,10 +33,16 @@ inline size_t tcp_buffer_bytes_for(size_t max_message_bytes) {
   return 4 * (max_message_bytes + (64u << 10));
 }
 
-// Shared-memory rings of about the same capacity (a power of two, as rings need): four of
-// the largest messages in flight.
+// Shared-memory rings four times that capacity (a power of two, as rings need): sixteen of the
+// largest messages in flight. A follower keeps received entries in its ring until they are
+// chosen and replayed (Follower::shed_for_ring), and the leader keeps a quarter of the ring
+// unchosen (PaxosOptions::pipeline_bytes): at the tcp buffer's size (16 MiB for TPC-C's 2 MiB
+// messages) the bootstrap's and a lagging replay's entries outgrew it and were copied out
+// (0.2-0.3 copies per replicated byte, docs/RESULTS.md); at 64 MiB none were. The cost: 128
+// MiB of shared memory per follower link (both directions are this size), which is more than
+// ShmEndpoint prefaults (the first lap page-faults).
 inline size_t shm_ring_bytes_for(size_t max_message_bytes) {
-  return std::bit_ceil(tcp_buffer_bytes_for(max_message_bytes));
+  return 4 * std::bit_ceil(tcp_buffer_bytes_for(max_message_bytes));
 }
 
 // The abstract unix-socket name a shard leader's replication listener takes for followers on
