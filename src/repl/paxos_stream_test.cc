@@ -388,6 +388,24 @@ TEST(PaxosAcceptorStore, SheddingChosenSlotsReleasesTheirKeptRingRegions) {
   EXPECT_EQ(store.advance(), 4u);
   EXPECT_EQ(store.shed_chosen(false), 1u);
   EXPECT_EQ(holds->floor(9000), 9000u);
+  // Still short with slots accepted only (the leader waits for credit and will not send the
+  // chosen index that lets them go): copy_out() copies the ring's ones, leaving the others.
+  auto held =
+      holds->hold(reinterpret_cast<const uint8_t*>(ring[0].data()), 9000, entries[0].size());
+  ASSERT_TRUE(held);
+  const Bytes other = make_entry(6, 46);
+  ASSERT_TRUE(store.accept(5, 5, EntryBuffer::adopt(std::move(held), entries[0].size())).ok());
+  ASSERT_TRUE(store.accept(6, 5, other).ok());
+  const auto* ring_bytes = reinterpret_cast<const std::byte*>(ring[0].data());
+  const CopyCounts before = copy_counts();
+  EXPECT_EQ(store.copy_out([&](std::span<const std::byte> b) { return b.data() == ring_bytes; }),
+            1u);
+  EXPECT_EQ((copy_counts() - before).bytes[static_cast<size_t>(CopyHop::kAcceptorStore)],
+            entries[0].size());
+  EXPECT_EQ(holds->floor(9500), 9500u);  // let go
+  EXPECT_TRUE(store.find(5)->value.same_bytes(entries[0]));
+  EXPECT_NE(store.find(5)->value.span().data(), ring_bytes);
+  EXPECT_TRUE(store.find(6)->value.same_bytes(other));
   holds->unref();
 }
 
