@@ -253,8 +253,8 @@ bool RingConsumer::next_into_slow(Frame* out, Status* error) {
     cached_tail_ = ctl_->tail.load(std::memory_order_acquire);
     if (!ahead_of_cursor(cached_tail_)) {
       if (cursor_ - cached_tail_ > data_bytes_) [[unlikely]] {
-        *error = Status::Corruption(
-            fmt::format("ring: producer tail {} is far behind the cursor {}", cached_tail_, cursor_));
+        *error = Status::Corruption(fmt::format(
+            "ring: producer tail {} is far behind the cursor {}", cached_tail_, cursor_));
       } else {
         service_credit();
       }
@@ -297,8 +297,9 @@ Result<Frame> RingConsumer::next() {
   return Frame{};
 }
 
-void RingConsumer::release() {
-  released_ = cursor_;
+void RingConsumer::release_to(uint64_t pos) {
+  SHOAL_DCHECK(pos >= released_ && pos <= cursor_);
+  released_ = pos;
   if (released_ - published_head_ >= data_bytes_ / 4 ||
       ctl_->producer_waiting.load(std::memory_order_relaxed) != 0) {
     flush_credit();

@@ -168,7 +168,8 @@ inline void seal_frame_rest(uint8_t* dst, uint64_t pos, uint32_t flags, uint32_t
   detail::store_u64(dst + 8, epoch);
   // Zero the alignment padding so no stale bytes from an earlier lap leak to the peer.
   const size_t padded = round_up8(payload_bytes);
-  for (size_t i = kFrameHeaderBytes + payload_bytes; i < kFrameHeaderBytes + padded; ++i) dst[i] = 0;
+  for (size_t i = kFrameHeaderBytes + payload_bytes; i < kFrameHeaderBytes + padded; ++i)
+    dst[i] = 0;
   detail::store_u64(dst + kFrameHeaderBytes + padded, frame_canary(pos, length_flags, imm, epoch));
 }
 // Writes header, padding and canary around a payload already placed at dst + 16. Inline: it is
@@ -443,13 +444,32 @@ class RingConsumer {
   // checks, on the line the next frame will land in (and the rarely written credit line).
   // It does not look at the tail (the producer writes its line on every publish); the caller
   // checks has_data() now and then so that published garbage is still reported.
+  // Credit counts as owed while anything below the cursor is unpublished: bytes a receiver
+  // still holds (release_to) may be let go meanwhile, and a waiting producer needs them.
   bool idle() const {
     return first_word(cursor_) == kFrameMarker &&
-           (released_ == published_head_ ||
+           (cursor_ == published_head_ ||
             ctl_->producer_waiting.load(std::memory_order_relaxed) == 0);
   }
   // Returns every byte before the read cursor to the producer (lazily, see header comment).
-  void release();
+  void release() { release_to(cursor_); }
+  // The same up to `pos` only: a receiver that keeps bytes of frames it took (ring_holds.h)
+  // returns the bytes below the oldest one it holds. REQUIRES: released() <= pos <= cursor().
+  void release_to(uint64_t pos);
+  uint64_t cursor() const { return cursor_; }
+  uint64_t released() const { return released_; }
+  // Whether the producer asked for credit and waits for it.
+  bool producer_waiting() const {
+    return ctl_->producer_waiting.load(std::memory_order_relaxed) != 0;
+  }
+  // The stream position of a byte of the consumer's area [released(), cursor()), or UINT64_MAX
+  // when `p` is not in the ring's data area.
+  uint64_t position_of(const uint8_t* p) const {
+    if (p < data_ || p >= data_ + data_bytes_) return UINT64_MAX;
+    const uint64_t offset = static_cast<uint64_t>(p - data_);
+    return released_ + ((offset - (released_ & (data_bytes_ - 1))) & (data_bytes_ - 1));
+  }
+  uint64_t data_bytes() const { return data_bytes_; }
   // Publishes head now (before blocking, or when the caller wants credit returned at once).
   void flush_credit();
   // Publishes head if the producer has asked for credit (one load of the line that holds
@@ -485,7 +505,8 @@ class RingConsumer {
   bool next_into_slow(Frame* out, Status* error);
   // The first word of the slot at stream position pos (acquire: see the Commit rule).
   uint32_t first_word(uint64_t pos) const {
-    return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(data_ + (pos & (data_bytes_ - 1))))
+    return std::atomic_ref<uint32_t>(
+               *reinterpret_cast<uint32_t*>(data_ + (pos & (data_bytes_ - 1))))
         .load(std::memory_order_acquire);
   }
   // Whether a published tail covers bytes beyond the cursor (the cursor may run ahead of it).

@@ -268,6 +268,7 @@ ShmEndpoint& ShmEndpoint::operator=(ShmEndpoint&& other) noexcept {
   last_liveness_check_ns_ = other.last_liveness_check_ns_;
   empty_polls_ = other.empty_polls_;
   sent_copied_bytes_ = other.sent_copied_bytes_;
+  holds_ = std::exchange(other.holds_, nullptr);
   failed_ = std::move(other.failed_);
   return *this;
 }
@@ -275,7 +276,12 @@ ShmEndpoint& ShmEndpoint::operator=(ShmEndpoint&& other) noexcept {
 void ShmEndpoint::close() {
   if (map_ != nullptr) {
     tx_.flush();  // frames sent before close() still reach the peer
-    munmap(map_, map_bytes_);
+    if (holds_ != nullptr) {
+      holds_->unref();  // it unmaps once no kept region is left
+      holds_ = nullptr;
+    } else {
+      munmap(map_, map_bytes_);
+    }
   }
   for (int* fd : {&sock_, &doorbell_fd_, &peer_doorbell_fd_}) {
     if (*fd >= 0) ::close(*fd);
@@ -331,6 +337,7 @@ void Fd::reset() {
 bool ShmEndpoint::prepare_to_block() {
   if (!failed_.ok()) return false;  // let poll() report it
   tx_.flush();
+  if (holds_ != nullptr) release_consumed();  // kept regions let go since: credit for the peer
   return rx_.begin_doorbell_wait();
 }
 
@@ -480,6 +487,9 @@ Result<size_t> ShmEndpoint::poll_slow(Completion* out, size_t max) {
   if (!prefaulted_) [[unlikely]]
     prefault_once();
   tx_.flush();  // publishes committed frames only, never an outstanding reservation
+  // Kept regions let go on other threads since the last release: their credit (a waiting
+  // peer makes idle() false, so this runs).
+  if (holds_ != nullptr) release_consumed();
   auto polled = poll_frames(*this, assembler_, out, max);
   if (!polled.ok()) return fail(polled.status());
   // Return a count, not `polled`: moving a Result moves its Status's string (a memcpy call and a
@@ -506,8 +516,23 @@ Result<size_t> ShmEndpoint::idle_check(Completion* out, size_t max) {
 
 void ShmEndpoint::release() {
   assembler_.release();
-  rx_.release();
+  release_consumed();
   batch_outstanding_ = false;
+}
+
+std::shared_ptr<const uint64_t[]> ShmEndpoint::keep_received(std::span<const uint8_t> bytes) {
+  SHOAL_ASSERT(batch_outstanding_, "%s", "keep_received() outside a poll batch");
+  const uint64_t begin = rx_.position_of(bytes.data());
+  if (begin == UINT64_MAX || bytes.empty() || reinterpret_cast<uintptr_t>(bytes.data()) % 8 != 0 ||
+      begin + bytes.size() > rx_.cursor()) {
+    return nullptr;
+  }
+  if (holds_ == nullptr) holds_ = RingHolds::create(kKeepRecords, map_, map_bytes_);
+  // Held back from the peer if we keep these: from the oldest kept region (or these bytes)
+  // to the cursor. At most three quarters of the ring, so a frame of a quarter finds room.
+  const uint64_t oldest = std::min(holds_->floor(rx_.cursor()), begin);
+  if (rx_.cursor() - oldest > rx_.data_bytes() / 4 * 3) return nullptr;
+  return holds_->hold(bytes.data(), begin, bytes.size());
 }
 
 Status ShmEndpoint::wait(uint64_t timeout_ns) {

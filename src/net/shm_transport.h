@@ -23,14 +23,25 @@
 // shared control block; the peer's producer issues FUTEX_WAKE only when the sleeping flag is
 // set. A sender short of credit waits symmetrically.
 //
-// Threads: an endpoint is owned by one thread. Invariant: after Corruption or Unavailable the
-// endpoint stays failed (every call returns that status).
+// Keeping received bytes (keep_received): a receiver may keep parts of a message it polled
+// where they are in the receive ring, past release() (a replication follower's store keeps
+// each log entry so: net/ring_holds.h). Credit then goes back to the peer only up to the
+// oldest region still held, which bounds what is kept: keep_received() refuses (the caller
+// copies) when keeping would leave the peer less than a quarter of the ring (its largest
+// frame), and the receiver lets go of what it holds when it runs short (a replication
+// follower: Follower::shed_for_ring), so a sender is never blocked by held bytes for long. The
+// ring's mapping lives until the endpoint is closed and the last held region is let go.
+//
+// Threads: an endpoint is owned by one thread (a kept region's handle may be dropped on any).
+// Invariant: after Corruption or Unavailable the endpoint stays failed (every call returns
+// that status).
 #pragma once
 
 #include <cstring>
 #include <string>
 #include <utility>
 
+#include "src/net/ring_holds.h"
 #include "src/net/transport.h"
 
 namespace shoal::net {
@@ -120,6 +131,25 @@ class ShmEndpoint {
     return poll_slow(out, max);
   }
   void release();
+  // Keeps `bytes` (a part of a message of the current poll batch) where they are in the
+  // receive ring until the last handle of the returned pointer goes, past release() and
+  // close(). Null, and the caller copies them, when they are not in the ring (a message
+  // reassembled from fragments), empty or not 8-byte aligned, when keeping them would hold
+  // more than three quarters of the ring back from the peer, or when kKeepRecords regions
+  // are held.
+  // REQUIRES: a batch is outstanding and `bytes` lie within one of its completions.
+  std::shared_ptr<const uint64_t[]> keep_received(std::span<const uint8_t> bytes);
+  // Receive-ring bytes the peer may not write yet because this side has not returned them:
+  // from the oldest region still kept (or the last release) to the read cursor.
+  uint64_t receive_held_bytes() const { return rx_.cursor() - rx_.released(); }
+  uint64_t receive_ring_bytes() const { return rx_.data_bytes(); }
+  // Whether `p` points into the receive ring (kept bytes are there).
+  bool in_receive_ring(const void* p) const {
+    return rx_.position_of(static_cast<const uint8_t*>(p)) != UINT64_MAX;
+  }
+  // Regions kept so far.
+  uint64_t kept_regions() const { return holds_ != nullptr ? holds_->holds_made() : 0; }
+  static constexpr uint32_t kKeepRecords = 4096;
   [[nodiscard]] Status wait(uint64_t timeout_ns);
   [[nodiscard]] Status inject_raw_for_test(std::span<const uint8_t> bytes);
 
@@ -141,7 +171,13 @@ class ShmEndpoint {
 
   // poll_frames() source interface.
   bool next_frame(Frame* out, Status* error) { return rx_.next_into(out, error); }
-  void release_consumed() { rx_.release(); }
+  void release_consumed() {
+    if (holds_ == nullptr) [[likely]] {
+      rx_.release();
+    } else {
+      rx_.release_to(holds_->floor(rx_.cursor()));
+    }
+  }
   void on_control(const Frame&) {}
   void defer_error(Status status) { fail(std::move(status)).ignore(); }
 
@@ -187,6 +223,9 @@ class ShmEndpoint {
   uint64_t last_liveness_check_ns_ = 0;
   uint32_t empty_polls_ = 0;
   uint64_t sent_copied_bytes_ = 0;
+  // Created by the first keep_received(); from then on it owns the mapping (close() drops
+  // this side's reference).
+  RingHolds* holds_ = nullptr;
   Status failed_;
 };
 

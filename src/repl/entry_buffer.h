@@ -1,7 +1,7 @@
 // EntryBuffer: one sealed log entry's bytes as the replication path keeps them (the acceptor
 // store, the chosen callback, a follower's replay queue). Its own header so that the worker
 // side (StreamAppender, which seals entries into buffers that become the leader's store
-// entries) needs no PaxosStream.
+// entries) and a follower's receive path (EntryKeeper) need no PaxosStream.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +55,19 @@ class EntryBuffer {
  private:
   std::shared_ptr<const uint64_t[]> words_;
   size_t size_bytes_ = 0;
+};
+
+// Where received entry bytes may stay instead of being copied: a follower's shared-memory
+// receive ring (net::ShmEndpoint::keep_received), whose region the returned buffer holds
+// until its last handle goes. keep() returns an EntryBuffer over those very bytes, or an
+// empty one when they cannot be kept (the caller copies them). Called on the stream's
+// thread while PaxosStream::on_message handles the message the bytes are part of.
+class EntryKeeper {
+ public:
+  virtual EntryBuffer keep(std::span<const std::byte> bytes) = 0;
+
+ protected:
+  ~EntryKeeper() = default;
 };
 
 }  // namespace shoal::repl

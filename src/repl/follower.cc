@@ -552,6 +552,35 @@ void Follower::release_held() {
   if (ep_) (void)ep_->flush();  // the replies leave before we spend time replaying
 }
 
+EntryBuffer Follower::RingKeeper::keep(std::span<const std::byte> bytes) {
+  if (!self_->ep_) return {};
+  std::shared_ptr<const uint64_t[]> held =
+      self_->ep_->keep_received({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  if (!held) return {};
+  return EntryBuffer::adopt(std::move(held), bytes.size());
+}
+
+void Follower::shed_for_ring() {
+  for (auto& s : streams_) retained_shed_ += s->store.shed_chosen(/*keep_copies=*/false);
+  ep_->release();  // no batch is out: returns what the dropped slots held, if that was all
+  if (!ep_->receive_short()) return;
+  // Still short: what is left is held by accepted slots not known to be chosen yet (the
+  // leader's pipeline: 64 bootstrap entries of 1 MiB outgrow the ring, and the leader,
+  // waiting for credit, would never send the chosen index that lets them go) and entries
+  // waiting for replay (a replay far behind). All copied out of the ring; only the entry in
+  // the replay thread's hands stays, and it goes when applied.
+  const auto in_ring = [this](std::span<const std::byte> b) { return ep_->in_receive_ring(b); };
+  for (auto& s : streams_) ring_copied_ += s->store.copy_out(in_ring);
+  std::lock_guard<std::mutex> lock(replay_mu_);
+  for (auto& item : replay_items_) {  // bounded: kReplayQueueMax
+    EntryBuffer& entry = item.second;
+    if (!ep_->in_receive_ring(entry.span())) continue;
+    count_copy(CopyHop::kAcceptorStore, entry.span().size());
+    entry = EntryBuffer(entry.span());
+    ++ring_copied_;
+  }
+}
+
 void Follower::on_message(uint32_t session, std::span<const uint8_t> bytes) {
   if (session == kControlSession) {
     handle_control(bytes);
@@ -564,7 +593,7 @@ void Follower::on_message(uint32_t session, std::span<const uint8_t> bytes) {
       ++learns_deferred_;
       return;
     }
-    streams_[session]->paxos->on_message(leader_replica_, std::as_bytes(bytes));
+    streams_[session]->paxos->on_message(leader_replica_, std::as_bytes(bytes), &keeper_);
   }
   // Other sessions (a stream before the schema arrived): dropped; Paxos retransmits.
 }
@@ -917,13 +946,15 @@ void Follower::on_tick(void* self, uint64_t) {
   if (debug && now - f->last_debug_ns_ >= 1'000'000'000 && !f->streams_.empty()) {
     f->last_debug_ns_ = now;
     const PaxosStream& p = *f->streams_[0]->paxos;
-    std::fprintf(stderr,
-                 "replica %u: stream 0 chosen %lu role %d ballot %lx, applied %lx, queued %zu, "
-                 "received %lu malformed %lu bad %lu window %lu txns %lu learns deferred %lu\n",
-                 f->options_.replica, p.chosen_index(), static_cast<int>(p.role()), p.ballot(),
-                 f->applied_tid(), f->replay_pending_.load(), p.stats().messages_received,
-                 p.stats().malformed, p.stats().bad_entries, p.stats().out_of_window,
-                 f->replay_txns_.load(), f->learns_deferred_);
+    std::fprintf(
+        stderr,
+        "replica %u: stream 0 chosen %lu role %d ballot %lx, applied %lx, queued %zu, "
+        "received %lu malformed %lu bad %lu window %lu txns %lu learns deferred %lu kept %lu "
+        "shed %lu copied %lu\n",
+        f->options_.replica, p.chosen_index(), static_cast<int>(p.role()), p.ballot(),
+        f->applied_tid(), f->replay_pending_.load(), p.stats().messages_received,
+        p.stats().malformed, p.stats().bad_entries, p.stats().out_of_window, f->replay_txns_.load(),
+        f->learns_deferred_, p.stats().entries_kept, f->retained_shed_, f->ring_copied_);
   }
   if (f->options_.checkpoint_interval_ms > 0 && f->applier_) f->maybe_request_checkpoint(now);
   f->note_positions();
@@ -1095,6 +1126,7 @@ Status Follower::run(const std::atomic<bool>* stop) {
           }
           f->ep_->release();
           f->release_held();
+          if (f->ep_->receive_short()) f->shed_for_ring();
         }
         return any;
       },

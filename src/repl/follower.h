@@ -287,7 +287,26 @@ class Follower {
   void note_malformed_control(const std::string& why);
   std::atomic<bool> bootstrap_installed_{false};  // published by publish_replay()
   void check_leader_heard(uint64_t now_ns);
-  uint64_t learns_deferred_ = 0;       // network thread
+  uint64_t learns_deferred_ = 0;  // network thread
+  // Keeps received entries where they arrived (PeerLink::keep_received): over shared memory
+  // the store, the WAL write and the replay queue use the leader's bytes in the receive ring,
+  // not a copy. Network thread.
+  class RingKeeper final : public EntryKeeper {
+   public:
+    explicit RingKeeper(Follower* f) : self_(f) {}
+    EntryBuffer keep(std::span<const std::byte> bytes) override;
+
+   private:
+    Follower* self_;
+  };
+  RingKeeper keeper_{this};
+  // Kept entries hold half the receive ring back from the leader: every stream drops
+  // its retained chosen slots (their bytes are in the WAL, which catch-up reads as a leader's
+  // ChosenSlotSource after a takeover); if that was not enough, every other kept entry (in a
+  // store or queued for replay) is copied out of the ring.
+  void shed_for_ring();
+  uint64_t retained_shed_ = 0;         // network thread: slots shed_for_ring() dropped ...
+  uint64_t ring_copied_ = 0;           // ... and kept entries it copied out of the ring
   ops::LatencyBuckets fsync_latency_;  // the network thread writes
   mutable std::mutex positions_mu_;
   std::vector<FollowerStreamPosition> positions_;  // guarded by positions_mu_

@@ -142,6 +142,8 @@ Status ReplicationLeader::init(Takeover* takeover) {
   port_ = listener_.port();
   if (options_.link == LinkKind::kShm) {
     eo.ring_bytes = shm_ring_bytes_for(eo.max_message_bytes);
+    // Followers keep entries in their receive rings until chosen (Follower::shed_for_ring).
+    options_.paxos.pipeline_bytes = eo.ring_bytes / 4;
     auto shm = net::ShmListener::listen(replication_shm_name(options_.listen_host, port_), eo);
     if (!shm.ok()) return shm.status();
     shm_listener_.emplace(std::move(*shm));

@@ -259,6 +259,18 @@ uint64_t PaxosAcceptorStore::shed_chosen(bool keep_copies) {
   return shed;
 }
 
+uint64_t PaxosAcceptorStore::copy_out(
+    const std::function<bool(std::span<const std::byte>)>& kept_there) {
+  uint64_t copied = 0;
+  for (PaxosSlot& s : slots_) {  // bounded by the slots held
+    if (s.value.empty() || !kept_there(s.value.span())) continue;
+    count_copy(CopyHop::kAcceptorStore, s.value.span().size());
+    s.value = EntryBuffer(s.value.span());  // the copy first, then the old handle goes
+    ++copied;
+  }
+  return copied;
+}
+
 void PaxosAcceptorStore::start_after(uint64_t covered) {
   SHOAL_ASSERT(slots_.empty() && chosen_index_ == 0, "%s", "start_after() on a used store");
   base_ = covered + 1;
@@ -303,6 +315,7 @@ PaxosStream::PaxosStream(Env& env, PaxosTransport& transport, PaxosAcceptorStore
 uint32_t PaxosStream::pipeline_room() const {
   if (role_ != PaxosRole::kLeader) return 0;
   const uint64_t outstanding = next_slot_ - 1 - store_.chosen_index();
+  if (options_.pipeline_bytes != 0 && inflight_bytes_ >= options_.pipeline_bytes) return 0;
   return outstanding >= options_.pipeline_slots
              ? 0
              : static_cast<uint32_t>(options_.pipeline_slots - outstanding);
@@ -361,6 +374,8 @@ Result<uint64_t> PaxosStream::propose_bytes(std::span<const std::byte> entry, En
   count_entry_proposed(entry.size());
   ++next_slot_;
   inflight_.push_back({});
+  inflight_.back().bytes = static_cast<uint32_t>(entry.size());
+  inflight_bytes_ += entry.size();
   ++stats_.proposed;
   if (!options_.defer_self_ack) count_ack(slot, options_.replica_id);
   const uint64_t now = env_.now_ns();
@@ -689,6 +704,7 @@ void PaxosStream::finish_phase1() {
   const uint64_t chosen = store_.chosen_index();
   const uint64_t top = std::max({phase1_max_slot_, store_.last_slot(), chosen});
   inflight_.clear();
+  inflight_bytes_ = 0;
   inflight_base_ = chosen + 1;
   next_slot_ = top + 1;
   inflight_.resize(top - chosen);
@@ -744,6 +760,7 @@ void PaxosStream::step_down(const char* why, Ballot seen, uint32_t from) {
   role_ = PaxosRole::kFollower;
   ++stats_.stepped_down;
   inflight_.clear();
+  inflight_bytes_ = 0;
   merged_.clear();
   next_slot_ = store_.chosen_index() + 1;
   inflight_base_ = next_slot_;
@@ -783,14 +800,14 @@ void PaxosStream::handle_accept(const Msg& m) {
       if (s->value.same_bytes(e.value)) acked.push_back(e.slot);
       return;
     }
-    // The acceptor's one copy: aligned, validated in place, then kept by the store. Bytes it
-    // already holds (a retransmission) are compared, not copied.
+    // The bytes as received (kept where they arrived, or the acceptor's one aligned copy),
+    // validated in place, then kept by the store. Bytes it already holds (a retransmission)
+    // are compared, not copied.
     if (s != nullptr && s->value.same_bytes(e.value)) {
       if (store_.accept(e.slot, m.ballot, e.value).ok()) acked.push_back(e.slot);
       return;
     }
-    count_copy(CopyHop::kAcceptorStore, e.value.size());
-    EntryBuffer copy(e.value);
+    EntryBuffer copy = keep_or_copy(e.value);
     if (!verify_entry(e.slot, copy.span()).ok()) {
       ++stats_.bad_entries;
       return;
@@ -861,8 +878,7 @@ void PaxosStream::handle_learn(const Msg& m) {
     // A leader's next_slot_ is above every chosen slot (phase 1 saw them); keep it that way.
     if (role_ == PaxosRole::kLeader && e.slot >= next_slot_) return;
     if (e.slot > store_.chosen_index() + options_.accept_window_slots) return;
-    count_copy(CopyHop::kAcceptorStore, e.value.size());
-    EntryBuffer copy(e.value);
+    EntryBuffer copy = keep_or_copy(e.value);
     if (!verify_entry(e.slot, copy.span()).ok()) {
       ++stats_.bad_entries;
       return;
@@ -911,6 +927,7 @@ void PaxosStream::deliver_chosen() {
   store_.trim();
   if (role_ == PaxosRole::kLeader) {
     while (!inflight_.empty() && inflight_base_ <= chosen) {
+      inflight_bytes_ -= inflight_.front().bytes;
       inflight_.pop_front();
       ++inflight_base_;
     }
@@ -925,7 +942,25 @@ bool PaxosStream::is_learn_message(std::span<const std::byte> bytes) {
          static_cast<uint8_t>(bytes[3]) == kPaxosLearn;
 }
 
-void PaxosStream::on_message(uint32_t from, std::span<const std::byte> bytes) {
+EntryBuffer PaxosStream::keep_or_copy(std::span<const std::byte> value) {
+  if (keeper_ != nullptr) {
+    EntryBuffer kept = keeper_->keep(value);
+    if (!kept.empty()) {
+      ++stats_.entries_kept;
+      return kept;
+    }
+  }
+  count_copy(CopyHop::kAcceptorStore, value.size());
+  return EntryBuffer(value);
+}
+
+void PaxosStream::on_message(uint32_t from, std::span<const std::byte> bytes, EntryKeeper* keeper) {
+  keeper_ = keeper;
+  dispatch(from, bytes);
+  keeper_ = nullptr;
+}
+
+void PaxosStream::dispatch(uint32_t from, std::span<const std::byte> bytes) {
   auto m = decode(bytes, options_);
   if (!m.ok() || m->from != from) {
     if (std::getenv("SHOAL_REPL_DEBUG") != nullptr && stats_.malformed < 5) {

@@ -96,7 +96,11 @@ struct PaxosOptions {
   uint64_t epoch = 0;  // written into the no-op entries that fill holes
   uint32_t replica_id = 0;
   uint32_t replica_count = 3;
-  uint32_t pipeline_slots = 64;        // leader: proposed and not yet chosen
+  uint32_t pipeline_slots = 64;  // leader: proposed and not yet chosen
+  // Leader: entry bytes proposed and not yet chosen (0: no bound). A follower over shared
+  // memory keeps received entries in its receive ring until they are chosen (and replayed),
+  // so more than the ring's worth in flight would make it copy them out to free the space.
+  uint64_t pipeline_bytes = 0;
   uint32_t accept_window_slots = 256;  // acceptor: refuse slots > chosen_index + this
   uint32_t max_entries_per_message = 64;
   uint32_t max_message_bytes = 4u << 20;
@@ -247,6 +251,10 @@ class PaxosAcceptorStore {
   // copy in the entry pool (counted as acceptor_store), for a store that has no source.
   // Returns the slots shed. Call after delivery.
   uint64_t shed_chosen(bool keep_copies);
+  // Every held slot whose bytes `kept_there` says live in memory that must be given back (a
+  // follower's receive ring, short of space: the leader's sends wait for it) gets a copy in
+  // the entry pool instead (counted as acceptor_store). Returns the slots copied.
+  uint64_t copy_out(const std::function<bool(std::span<const std::byte>)>& kept_there);
   // A restart from a checkpoint: slots <= `covered` are chosen and applied elsewhere (the
   // checkpoint), so the store starts empty above them (chosen_index() == covered) and never
   // holds them. REQUIRES: the store holds no slot yet.
@@ -277,6 +285,7 @@ struct PaxosStats {
   uint64_t catchup_source_entries = 0;  // of catchup_entries_sent, read from the source
   uint64_t catchup_source_errors = 0;   // reads of the source that failed (last_catchup_error)
   uint64_t learn_failed = 0;            // learned entries the store could not persist
+  uint64_t entries_kept = 0;            // received entries stored where they arrived (keeper)
 };
 
 enum class PaxosRole : uint8_t { kFollower, kCandidate, kLeader };
@@ -313,7 +322,11 @@ class PaxosStream {
   // a ChosenSlotSource can serve catch-up, copying them otherwise. Returns the slots shed.
   uint64_t shed_retained();
 
-  void on_message(uint32_t from_replica, std::span<const std::byte> message);
+  // `keeper`, when given, may keep the message's entry bytes where they are (a follower's
+  // receive ring): an accepted or learned entry it keeps becomes the store's value with no
+  // copy; the others are copied (acceptor_store, copy_count.h).
+  void on_message(uint32_t from_replica, std::span<const std::byte> message,
+                  EntryKeeper* keeper = nullptr);
   // Whether `message` is a paxos_learn (catch-up): a replica whose chosen entries pile up
   // unapplied may drop these (the leader sends them again) without missing anything else.
   static bool is_learn_message(std::span<const std::byte> message);
@@ -352,7 +365,9 @@ class PaxosStream {
     uint64_t last_sent_ns = 0;
     bool chosen = false;
     bool resent = false;  // an answer's time is then ambiguous: no sample (Karn)
+    uint32_t bytes = 0;   // the entry proposed here (0: re-proposed after an election)
   };
+  uint64_t inflight_bytes_ = 0;  // sum of inflight_[i].bytes
   // The accept retransmission timeout now (PaxosOptions::retransmit_ns).
   uint64_t accept_timeout_ns() const;
   void sample_answer(const Inflight& f, uint32_t replica);
@@ -367,6 +382,7 @@ class PaxosStream {
 
   [[nodiscard]] static Result<Msg> decode(std::span<const std::byte> bytes,
                                           const PaxosOptions& options);
+  void dispatch(uint32_t from, std::span<const std::byte> message);  // on_message's body
   void handle_prepare(const Msg& m);
   void handle_promise(const Msg& m);
   void handle_accept(const Msg& m);
@@ -396,6 +412,9 @@ class PaxosStream {
   bool peer_alive(uint32_t peer, uint64_t now_ns) const;
   [[nodiscard]] Status verify_entry(uint64_t slot, std::span<const std::byte> bytes,
                                     EntryCheck check = EntryCheck::kFull) const;
+  // A received entry's bytes as the store will keep them: where they arrived when the
+  // message's keeper keeps them, else an aligned copy (counted as acceptor_store).
+  EntryBuffer keep_or_copy(std::span<const std::byte> value);
   // `owned`, when given, holds `entry` and becomes the store's value.
   [[nodiscard]] Result<uint64_t> propose_bytes(std::span<const std::byte> entry, EntryBuffer* owned,
                                                EntryCheck check);
@@ -430,6 +449,7 @@ class PaxosStream {
   };
   std::array<CatchUp, kPaxosReplicasMax> catchup_{};
   ChosenSlotSource* source_ = nullptr;
+  EntryKeeper* keeper_ = nullptr;            // the message on_message() handles: its keeper, if any
   std::vector<ChosenEntry> source_entries_;  // reused
   Status last_catchup_error_;
   uint64_t learn_mark_ = 0;       // leader: chosen index at the last catch-up period

@@ -3,11 +3,14 @@
 // acceptor catching up, duplicated/reordered/lost messages, malformed input, propose checks.
 #include "src/repl/paxos_stream.h"
 
+#include "src/net/ring_holds.h"
 #include "src/repl/copy_count.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -89,6 +92,25 @@ bool is_noop(const Bytes& e) {
   return v.ok() && (v->flags() & kLogFlagNoop) != 0;
 }
 
+// A follower's receive buffer that entries may stay in (what a shared-memory link's receive
+// ring is to a real follower): the packet being delivered lives in a shared buffer, and keep()
+// hands out EntryBuffers over its bytes, no copy.
+class PacketKeeper final : public EntryKeeper {
+ public:
+  EntryBuffer keep(std::span<const std::byte> bytes) override {
+    if (!packet || bytes.data() < packet->data() ||
+        bytes.data() + bytes.size() > packet->data() + packet->size()) {
+      return {};
+    }
+    ++kept;
+    return EntryBuffer::adopt(
+        std::shared_ptr<const uint64_t[]>(packet, reinterpret_cast<const uint64_t*>(bytes.data())),
+        bytes.size());
+  }
+  std::shared_ptr<const Bytes> packet;  // during its delivery
+  uint64_t kept = 0;
+};
+
 struct Cluster {
   explicit Cluster(uint32_t n = 3, PaxosOptions base = {}, uint64_t retain = uint64_t{1} << 16,
                    bool gather = false)
@@ -118,7 +140,15 @@ struct Cluster {
     for (int n = 0; n < 100'000 && !queue.packets.empty(); ++n) {
       Packet p = std::move(queue.packets.front());
       queue.packets.pop_front();
-      if (streams[p.to]) streams[p.to]->on_message(p.from, p.bytes);
+      if (!streams[p.to]) continue;
+      PacketKeeper* k = p.to < keepers.size() ? keepers[p.to] : nullptr;
+      if (k == nullptr) {
+        streams[p.to]->on_message(p.from, p.bytes);
+        continue;
+      }
+      k->packet = std::make_shared<const Bytes>(std::move(p.bytes));
+      streams[p.to]->on_message(p.from, *k->packet, k);
+      k->packet.reset();
     }
   }
   void run_ms(uint64_t ms) {
@@ -159,6 +189,7 @@ struct Cluster {
   std::vector<std::unique_ptr<PaxosAcceptorStore>> stores;
   std::vector<std::unique_ptr<PaxosStream>> streams;
   std::vector<std::vector<Bytes>> logs;
+  std::vector<PacketKeeper*> keepers;  // per replica: its receive buffer keeps entries (or null)
 };
 
 TEST(PaxosStream, ElectsReplicaZeroAndChoosesInOrder) {
@@ -279,6 +310,103 @@ TEST(PaxosStream, ALeaderProposingItsOwnBufferOverGatheringLinksCopiesNothing) {
     EXPECT_EQ(copied.logs[r].size(), 6u) << r;
     EXPECT_EQ(gathered.logs[r], copied.logs[0]) << r;
   }
+}
+
+// The follower's half: followers whose receive buffers can be kept (a shared-memory link's
+// ring) store every entry where it arrived, accepted or learned, so with a leader proposing
+// its own buffers over gathering links nobody copies an entry at all; the logs are the
+// copying run's. Replica 2 misses the first dozen messages (retransmitted accepts, catch-up).
+TEST(PaxosStream, FollowersKeepingTheirReceiveBuffersOverGatheringLinksCopyNothing) {
+  const auto hop = [](const CopyCounts& d, CopyHop h) { return d.bytes[static_cast<size_t>(h)]; };
+  const auto run = [&](bool keep, CopyCounts* counts, std::array<uint64_t, 3>* kept) {
+    Cluster c(3, {}, uint64_t{1} << 16, /*gather=*/true);
+    PacketKeeper keepers[3];
+    if (keep) c.keepers = {nullptr, &keepers[1], &keepers[2]};
+    c.run_ms(100);
+    EXPECT_EQ(c.leader(), 0);
+    uint64_t sent_to_2 = 0;
+    c.queue.drop = [&](const Packet& p) { return p.to == 2 && ++sent_to_2 <= 12; };
+    const CopyCounts start = copy_counts();
+    for (uint64_t i = 0; i < 6; ++i) {
+      const Bytes entry = make_entry(c.streams[0]->next_slot(), 700 + i);
+      EXPECT_TRUE(c.streams[0]->propose(EntryBuffer(entry)).ok());
+      c.run_ms(3);
+    }
+    c.run_ms(400);
+    *counts = copy_counts() - start;
+    for (uint32_t r = 0; r < 3; ++r) (*kept)[r] = c.streams[r]->stats().entries_kept;
+    EXPECT_EQ(keepers[1].kept, (*kept)[1]);
+    EXPECT_EQ(keepers[2].kept, (*kept)[2]);
+    return c.logs;
+  };
+  CopyCounts copied_counts, kept_counts;
+  std::array<uint64_t, 3> copied_kept{}, kept_kept{};
+  const std::vector<std::vector<Bytes>> copied = run(false, &copied_counts, &copied_kept);
+  const std::vector<std::vector<Bytes>> kept = run(true, &kept_counts, &kept_kept);
+  uint64_t entry_bytes = 0;
+  for (const Bytes& e : copied[0]) entry_bytes += e.size();
+  // Copying followers copy each entry once into their stores; keeping ones not at all.
+  EXPECT_EQ(hop(copied_counts, CopyHop::kAcceptorStore), 2 * entry_bytes);
+  EXPECT_EQ(hop(kept_counts, CopyHop::kAcceptorStore), 0u);
+  EXPECT_EQ(hop(kept_counts, CopyHop::kMessageBuild), 0u);
+  EXPECT_EQ(kept_counts.entry_bytes_received, 2 * entry_bytes);
+  EXPECT_EQ(copied_kept, (std::array<uint64_t, 3>{0, 0, 0}));
+  EXPECT_EQ(kept_kept, (std::array<uint64_t, 3>{0, 6, 6}));
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(copied[r].size(), 6u) << r;
+    EXPECT_EQ(kept[r], copied[0]) << r;
+  }
+}
+
+// A follower's store holding kept ring regions lets go of them when it sheds its chosen
+// slots (what a follower does when its receive ring runs short): the ring's release floor
+// comes back up to the cursor; accepted slots not yet chosen stay held.
+TEST(PaxosAcceptorStore, SheddingChosenSlotsReleasesTheirKeptRingRegions) {
+  net::RingHolds* holds = net::RingHolds::create(16, nullptr, 0);
+  std::vector<Bytes> entries;
+  std::vector<std::vector<uint64_t>> ring(4);  // stands for the ring's bytes, 8-aligned
+  PaxosAcceptorStore store(/*retain_chosen_slots=*/256);
+  for (uint64_t slot = 1; slot <= 4; ++slot) {
+    entries.push_back(make_entry(slot, 40 + slot));
+    ring[slot - 1].resize((entries.back().size() + 7) / 8);
+    std::memcpy(ring[slot - 1].data(), entries.back().data(), entries.back().size());
+    const auto* at = reinterpret_cast<const uint8_t*>(ring[slot - 1].data());
+    auto held = holds->hold(at, slot * 1000, entries.back().size());
+    ASSERT_TRUE(held);
+    ASSERT_TRUE(
+        store.accept(slot, 5, EntryBuffer::adopt(std::move(held), entries.back().size())).ok());
+  }
+  for (uint64_t slot = 1; slot <= 3; ++slot) store.mark_chosen(slot);
+  EXPECT_EQ(store.advance(), 3u);
+  store.trim();  // within the retention: nothing goes
+  EXPECT_EQ(holds->floor(9000), 1000u);
+  EXPECT_EQ(store.shed_chosen(/*keep_copies=*/false), 3u);
+  EXPECT_EQ(holds->floor(9000), 4000u);  // slot 4, accepted only, still held
+  ASSERT_NE(store.find(4), nullptr);
+  EXPECT_TRUE(store.find(4)->value.same_bytes(entries[3]));
+  store.mark_chosen(4);
+  EXPECT_EQ(store.advance(), 4u);
+  EXPECT_EQ(store.shed_chosen(false), 1u);
+  EXPECT_EQ(holds->floor(9000), 9000u);
+  // Still short with slots accepted only (the leader waits for credit and will not send the
+  // chosen index that lets them go): copy_out() copies the ring's ones, leaving the others.
+  auto held =
+      holds->hold(reinterpret_cast<const uint8_t*>(ring[0].data()), 9000, entries[0].size());
+  ASSERT_TRUE(held);
+  const Bytes other = make_entry(6, 46);
+  ASSERT_TRUE(store.accept(5, 5, EntryBuffer::adopt(std::move(held), entries[0].size())).ok());
+  ASSERT_TRUE(store.accept(6, 5, other).ok());
+  const auto* ring_bytes = reinterpret_cast<const std::byte*>(ring[0].data());
+  const CopyCounts before = copy_counts();
+  EXPECT_EQ(store.copy_out([&](std::span<const std::byte> b) { return b.data() == ring_bytes; }),
+            1u);
+  EXPECT_EQ((copy_counts() - before).bytes[static_cast<size_t>(CopyHop::kAcceptorStore)],
+            entries[0].size());
+  EXPECT_EQ(holds->floor(9500), 9500u);  // let go
+  EXPECT_TRUE(store.find(5)->value.same_bytes(entries[0]));
+  EXPECT_NE(store.find(5)->value.span().data(), ring_bytes);
+  EXPECT_TRUE(store.find(6)->value.same_bytes(other));
+  holds->unref();
 }
 
 // Followers that answer every accept 15 ms after it was sent (a WAL sync slower than the

@@ -33,10 +33,16 @@ inline size_t tcp_buffer_bytes_for(size_t max_message_bytes) {
   return 4 * (max_message_bytes + (64u << 10));
 }
 
-// Shared-memory rings of about the same capacity (a power of two, as rings need): four of
-// the largest messages in flight.
+// Shared-memory rings four times that capacity (a power of two, as rings need): sixteen of the
+// largest messages in flight. A follower keeps received entries in its ring until they are
+// chosen and replayed (Follower::shed_for_ring), and the leader keeps a quarter of the ring
+// unchosen (PaxosOptions::pipeline_bytes): at the tcp buffer's size (16 MiB for TPC-C's 2 MiB
+// messages) the bootstrap's and a lagging replay's entries outgrew it and were copied out
+// (0.2-0.3 copies per replicated byte, docs/RESULTS.md); at 64 MiB none were. The cost: 128
+// MiB of shared memory per follower link (both directions are this size), which is more than
+// ShmEndpoint prefaults (the first lap page-faults).
 inline size_t shm_ring_bytes_for(size_t max_message_bytes) {
-  return std::bit_ceil(tcp_buffer_bytes_for(max_message_bytes));
+  return 4 * std::bit_ceil(tcp_buffer_bytes_for(max_message_bytes));
 }
 
 // The abstract unix-socket name a shard leader's replication listener takes for followers on
@@ -114,6 +120,23 @@ class PeerLink {
   }
   void close() {
     std::visit([](auto& e) { e.close(); }, ep_);
+  }
+  // Keeps received bytes where they arrived past release(): shared memory's receive ring
+  // (ShmEndpoint::keep_received) when the link is not shaped. Null: the caller copies them.
+  std::shared_ptr<const uint64_t[]> keep_received(std::span<const uint8_t> bytes) {
+    if (auto* e = std::get_if<net::ShmEndpoint>(&ep_)) return e->keep_received(bytes);
+    return nullptr;
+  }
+  // Whether `bytes` were kept in this link's receive ring.
+  bool in_receive_ring(std::span<const std::byte> bytes) const {
+    const auto* e = std::get_if<net::ShmEndpoint>(&ep_);
+    return e != nullptr && !bytes.empty() && e->in_receive_ring(bytes.data());
+  }
+  // Whether kept bytes hold back more than half the receive ring from the peer: the owner
+  // should let go of what it can (a follower sheds its retained chosen slots).
+  bool receive_short() const {
+    const auto* e = std::get_if<net::ShmEndpoint>(&ep_);
+    return e != nullptr && e->receive_held_bytes() > e->receive_ring_bytes() / 2;
   }
   // Counts (copy_count.h) what a Paxos message of `bytes` cost on this link, of which the
   // endpoint copied `copied_bytes` in user space (sent_copied_bytes() across the send): on
