@@ -447,6 +447,7 @@ nlohmann::json RunResult::to_json() const {
                         {"floor_entries", rp.floor_entries},
                         {"buffer_waits", rp.buffer_waits},
                         {"buffer_wait_ms", static_cast<double>(rp.buffer_wait_ns) / 1e6},
+                        {"lead_waits", rp.lead_waits},
                         {"retained_shed", rp.retained_shed},
                         {"bootstrap_records", rp.bootstrap_records},
                         {"retransmits", rp.retransmits},

@@ -136,9 +136,10 @@ struct ReplicationResult {
   // The leader's Paxos resends over the run: accepts unanswered for a retransmit period, and
   // chosen entries sent again by catch-up (paxos_learn) with their bytes.
   uint64_t retransmits = 0, catchup_entries = 0, catchup_bytes = 0;
-  // Workers' time waiting for log ring space (summed over streams), and the retained chosen
-  // slots the leader's stores let go of early for them (appender.h, Backpressure).
-  uint64_t buffer_wait_ns = 0, retained_shed = 0;
+  // Workers' time waiting for log ring space or the lead bound (summed over streams), and the
+  // retained chosen slots the leader's stores let go of early for them (appender.h,
+  // Backpressure); lead_waits: the waits the lead bound held (lead_bound.h).
+  uint64_t buffer_wait_ns = 0, retained_shed = 0, lead_waits = 0;
   double bootstrap_s = 0;  // initial state through the log until every follower installed it
   double quiesce_s = 0;    // after the run until every follower applied everything
   uint64_t leader_digest = 0;

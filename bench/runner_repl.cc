@@ -304,6 +304,7 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
   result->floor_entries += logged.floor_entries;
   result->buffer_waits += logged.buffer_waits;
   result->buffer_wait_ns += logged.buffer_wait_ns;
+  result->lead_waits += logged.lead_waits;
   result->retained_shed = leader_stats.retained_shed;
   for (const repl::FollowerReport& r : *reports) {
     FollowerResult f;

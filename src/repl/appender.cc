@@ -94,6 +94,7 @@ void StreamAppender::recycle(uint32_t index) {
 }
 
 StreamAppender::Place StreamAppender::try_place_batch() {
+  if (lead_hold_.load(std::memory_order_acquire)) return Place::kLeadHold;
   // Proposals lag: wait as a pool of pool_buffers buffers made the worker wait.
   if (sealed_count_ - taken_count_.load(std::memory_order_acquire) >= options_.pool_buffers) {
     return Place::kBacklog;
@@ -133,6 +134,7 @@ Status StreamAppender::open_batch() {
   for (uint64_t spins = 0;; ++spins) {
     const Place place = try_place_batch();
     if (place == Place::kPlaced) break;
+
     // Short of space: ask the replication thread to let go of what its store retains (its
     // next drain or poll; a full post queue delays that to its next tick). A backlog of
     // entries to propose is not helped by that.
@@ -142,6 +144,7 @@ Status StreamAppender::open_batch() {
     }
     if (spins == 0) {
       ++stats_.buffer_waits;
+      if (place == Place::kLeadHold) ++stats_.lead_waits;
       wait_start_ns = env_.now_ns();
     }
     if (options_.stop != nullptr && options_.stop->load(std::memory_order_acquire)) {
@@ -195,12 +198,13 @@ void StreamAppender::seal(uint64_t floor_tid, uint16_t flags, uint64_t final_tid
   r.held.store(true, std::memory_order_relaxed);  // published by the sealed queue's push
   ++sealed_count_;
   tail_ = r.end;
-  const SealedEntry e{index, static_cast<uint32_t>(bytes.size()), load_u64(bytes.data() + 48)};
+  last_seal_ns_ = env_.now_ns();
+  const SealedEntry e{index, static_cast<uint32_t>(bytes.size()), load_u64(bytes.data() + 48),
+                      last_seal_ns_};
   // The queue holds pool_entries, and at most pool_entries entries are held.
   SHOAL_ASSERT(sealed_.push(e), "%s", "sealed ring overflow (more sealed than entry slots)");
   ++stats_.entries;
   stats_.bytes += bytes.size();
-  last_seal_ns_ = env_.now_ns();
   if (wake_ != nullptr) wake_(wake_ctx_);
 }
 
@@ -298,6 +302,9 @@ void StreamAppender::tick() {
     return;
   }
   if (env_.now_ns() - last_seal_ns_ < options_.idle_ns) return;
+  // Held by the leader: entries are unchosen, and the watermark rises with them; a floor
+  // would only make the idle worker wait.
+  if (lead_hold_.load(std::memory_order_acquire)) return;
   // This worker is between transactions: its next commit reads the epoch after this point, so
   // its TID is >= epoch << 32, and it is above every TID it committed.
   const uint64_t epoch_floor = (engine_.epoch() << 32) - 1;

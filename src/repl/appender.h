@@ -29,7 +29,9 @@
 // chosen entries), the worker waits in append(), and says so (short_of_space()): the leader
 // then makes its store let go of the chosen entries it retains (PaxosStream::shed_retained),
 // so a wait lasts only as long as entries are in flight. That bounds what a leader holds per
-// stream to the ring. The wait yields,
+// stream to the ring. The leader also holds the worker (set_lead_hold) while its oldest entry
+// sealed and not yet chosen is too old (src/repl/lead_bound.h), so that a stall keeps one
+// batch waiting rather than the ring's worth. The wait yields,
 // then sleeps (50 us, doubling to 1 ms: no busy spin), and ends when AppenderOptions::stop is
 // set (a shutdown, e.g. SIGTERM while the followers are gone): the append then fails with
 // Unavailable and the stream is *stopped* for good: every later append, tick and finish fails
@@ -127,12 +129,14 @@ struct SealedEntry {
   uint32_t buffer = 0;  // entry slot in the log ring, for buffer()/take()/recycle()
   uint32_t bytes = 0;
   uint64_t max_tid = 0;
+  uint64_t sealed_ns = 0;  // the appender's clock when sealed (LeadBound)
 };
 
 struct AppenderStats {
   uint64_t txns = 0, entries = 0, bytes = 0, floor_entries = 0, buffer_waits = 0;
   uint64_t patches = 0;         // puts logged as patches
-  uint64_t buffer_wait_ns = 0;  // time spent waiting for a free buffer
+  uint64_t buffer_wait_ns = 0;  // time spent waiting for a free buffer or the lead bound
+  uint64_t lead_waits = 0;      // of buffer_waits, those the lead bound began (set_lead_hold)
   // Dependency areas of the records append() wrote (log_dep_bytes), compact, and what they
   // took with every other-shard entry (full_bytes).
   txn::DepVecBytes deps;
@@ -146,6 +150,7 @@ struct AppenderStats {
     buffer_waits += o.buffer_waits;
     patches += o.patches;
     buffer_wait_ns += o.buffer_wait_ns;
+    lead_waits += o.lead_waits;
     deps += o.deps;
     return *this;
   }
@@ -159,6 +164,7 @@ struct AppenderStats {
     d.buffer_waits = buffer_waits - base.buffer_waits;
     d.patches = patches - base.patches;
     d.buffer_wait_ns = buffer_wait_ns - base.buffer_wait_ns;
+    d.lead_waits = lead_waits - base.lead_waits;
     d.deps = deps - base.deps;
     return d;
   }
@@ -222,6 +228,10 @@ class StreamAppender {
   void recycle(uint32_t index);
   // Any thread: the worker waits for log ring space (see Backpressure).
   bool short_of_space() const { return short_of_space_.load(std::memory_order_acquire); }
+  // Any thread (the leader's, from its LeadBound): while set, no new batch opens (the worker
+  // waits as for ring space; the open batch still takes records and seals by its limits) and
+  // an idle tick seals no floor entry.
+  void set_lead_hold(bool hold) { lead_hold_.store(hold, std::memory_order_release); }
 
   // Worker thread (or after it stopped).
   const AppenderStats& stats() const { return stats_; }
@@ -255,8 +265,8 @@ class StreamAppender {
   [[nodiscard]] Status open_batch();
   // Frees the oldest entries that nobody holds, then places a batch of buffer_bytes_ at the
   // free end (batch_begin_, batch_at_). kNoSpace: no room or no entry slot yet; kBacklog:
-  // pool_buffers entries wait to be taken.
-  enum class Place : uint8_t { kPlaced, kNoSpace, kBacklog };
+  // pool_buffers entries wait to be taken; kLeadHold: the leader holds us (set_lead_hold).
+  enum class Place : uint8_t { kPlaced, kNoSpace, kBacklog, kLeadHold };
   Place try_place_batch();
   // Starts the batch in the current buffer at the current sequence, limited by the batch
   // size, or by the buffer's (an oversized transaction's batch).
@@ -287,6 +297,7 @@ class StreamAppender {
   uint64_t batch_begin_ = 0;   // the open batch's space starts here (tail_ when opened) ...
   uint64_t batch_at_ = 0;      // ... and its bytes here (later when it skipped the ring's end)
   std::atomic<bool> short_of_space_{false};
+  std::atomic<bool> lead_hold_{false};
   std::atomic<uint64_t> taken_count_{0};  // entries take()n or recycle()d (replication thread)
   LogBatchBuilder builder_;
   BatchPolicy policy_;

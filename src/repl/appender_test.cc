@@ -25,6 +25,20 @@ struct OneTable {
   txn::Table<1>* table = nullptr;
 };
 
+// One put of key 1 in t's table, to append as a record.
+struct OnePut {
+  explicit OnePut(const OneTable& t)
+      : write{t.table->id(),
+              WriteOp::kPut,
+              {&key, 1},
+              {reinterpret_cast<const std::byte*>(&value), sizeof value}} {}
+  OnePut(const OnePut&) = delete;  // write points into this object
+  OnePut& operator=(const OnePut&) = delete;
+  uint64_t key = 1;
+  uint64_t value = 7;
+  TxnWrite write;
+};
+
 // Virtual time for the wait: sleep_ns() advances the clock and counts the wake-ups; after
 // stop_after_sleeps of them it sets the stop flag itself, as another thread would.
 class WaitClock final : public Env {
@@ -64,12 +78,8 @@ TEST(StreamAppender, AWaitForABufferEndsWhenStopIsRequested) {
   o.pool_entries = 2;
   o.stop = &stop;
   StreamAppender a(o, t.engine, clock, nullptr, nullptr);
-  uint64_t key = 1;
-  const uint64_t value = 7;
-  const TxnWrite write{t.table->id(),
-                       WriteOp::kPut,
-                       {&key, 1},
-                       {reinterpret_cast<const std::byte*>(&value), sizeof value}};
+  const OnePut put(t);
+  const TxnWrite& write = put.write;
   const uint64_t tid = uint64_t{2} << 32;
   ASSERT_TRUE(a.append_record(tid + 1, {}, {&write, 1}).ok());
   ASSERT_TRUE(a.append_record(tid + 2, {}, {&write, 1}).ok());
@@ -88,6 +98,50 @@ TEST(StreamAppender, AWaitForABufferEndsWhenStopIsRequested) {
   EXPECT_EQ(a.finish(tid + 10).code(), Code::kUnavailable);
   a.tick();
   EXPECT_EQ(a.stats().entries, 2u);
+}
+
+// The lead bound's hold (set_lead_hold): with room in the ring, a held worker opens no batch;
+// the open one still takes records up to its limit; an idle tick seals no floor; the hold
+// lifted, the next append opens at once. On virtual time: the wait ends at the stop.
+TEST(StreamAppender, ALeadHoldKeepsTheNextBatchFromOpening) {
+  OneTable t;
+  std::atomic<bool> stop{false};
+  WaitClock clock(&stop, 100);
+  AppenderOptions o;
+  o.limits.batch_txns_max = 2;
+  o.stop = &stop;
+  StreamAppender a(o, t.engine, clock, nullptr, nullptr);
+  const OnePut put(t);
+  const TxnWrite& write = put.write;
+  const uint64_t tid = uint64_t{2} << 32;
+  ASSERT_TRUE(a.append_record(tid + 1, {}, {&write, 1}).ok());  // opens a batch
+  a.set_lead_hold(true);
+  ASSERT_TRUE(a.append_record(tid + 2, {}, {&write, 1}).ok());  // fills and seals it
+  EXPECT_EQ(a.stats().entries, 1u);
+  EXPECT_EQ(clock.sleeps, 0u);
+  SealedEntry e;
+  ASSERT_TRUE(a.pop_sealed(&e));
+  EXPECT_EQ(e.sealed_ns, clock.now_ns());
+  a.recycle(e.buffer);
+  // Idle past idle_ns while held: no floor entry (it would only make the worker wait).
+  clock.sleep_ns(o.idle_ns);
+  a.tick();
+  EXPECT_EQ(a.stats().entries, 1u);
+  EXPECT_EQ(a.stats().floor_entries, 0u);
+  // Released: the next record opens a batch without waiting.
+  a.set_lead_hold(false);
+  const uint64_t sleeps = clock.sleeps;
+  ASSERT_TRUE(a.append_record(tid + 3, {}, {&write, 1}).ok());
+  EXPECT_EQ(clock.sleeps, sleeps);
+  EXPECT_EQ(a.stats().buffer_waits, 0u);
+  // Held again with the batch sealed: the next one waits, until the stop.
+  a.flush();
+  a.set_lead_hold(true);
+  const Status held = a.append_record(tid + 4, {}, {&write, 1});
+  EXPECT_EQ(held.code(), Code::kUnavailable);
+  EXPECT_EQ(a.stats().buffer_waits, 1u);
+  EXPECT_EQ(a.stats().lead_waits, 1u);
+  EXPECT_GT(a.stats().buffer_wait_ns, 0u);
 }
 
 Status bump(txn::Txn& txn, const void* table, void*) {
@@ -259,12 +313,8 @@ TEST(StreamAppender, AWaitForRingSpaceEndsWhenTheHeldEntryIsLetGo) {
   o.pool_buffers = 1;
   StreamAppender a(o, t.engine, clock, nullptr, nullptr);
   clock.appender = &a;
-  uint64_t key = 1;
-  const uint64_t value = 7;
-  const TxnWrite write{t.table->id(),
-                       WriteOp::kPut,
-                       {&key, 1},
-                       {reinterpret_cast<const std::byte*>(&value), sizeof value}};
+  const OnePut put(t);
+  const TxnWrite& write = put.write;
   const uint64_t tid = uint64_t{2} << 32;
   ASSERT_TRUE(a.append_record(tid + 1, {}, {&write, 1}).ok());
   SealedEntry e;

@@ -10,6 +10,7 @@
 
 #include "src/base/json_field.h"
 #include "src/net/auth.h"
+#include "src/repl/lead_bound.h"
 
 namespace shoal::repl {
 
@@ -70,6 +71,8 @@ struct ReplicationLeader::Stream {
   uint64_t chosen_bytes = 0, chosen_entries = 0;
   uint64_t catchup_errors_seen = 0;
   bool catchup_wal_noted = false;  // said once on stderr
+  std::optional<LeadBound> lead;   // init()
+  bool lead_held = false;          // what update_lead_hold() last told the appender
   explicit Stream(uint64_t retain) : store(retain) {}
 };
 
@@ -131,6 +134,13 @@ Result<std::unique_ptr<ReplicationLeader>> ReplicationLeader::start(const Leader
 }
 
 Status ReplicationLeader::init(Takeover* takeover) {
+  std::vector<uint64_t> follower_one_way_ns;
+  for (uint32_t r = 0; r < options_.receive_shapes.size(); ++r) {
+    if (r != options_.replica) {
+      follower_one_way_ns.push_back(options_.receive_shapes[r].one_way_delay_ns);
+    }
+  }
+  majority_rtt_ns_ = majority_rtt_ns(options_.replicas, std::move(follower_one_way_ns));
   options_.paxos.max_message_bytes =
       replication_message_bytes(options_.paxos, options_.appender.limits.batch_bytes_max);
   net::EndpointOptions eo;
@@ -198,6 +208,7 @@ Status ReplicationLeader::init(Takeover* takeover) {
             kPoolEntriesMax))));
     st->appender =
         std::make_unique<StreamAppender>(ao, engine_, RealEnv::instance(), &on_post, this);
+    st->lead.emplace(options_.lead_ms_max * 1'000'000, majority_rtt_ns_, ao.pool_entries);
     if (takeover != nullptr) {
       st->store = std::move(*takeover->stores[s]);
       st->log = std::move(takeover->logs[s]);
@@ -402,7 +413,10 @@ void ReplicationLeader::tick() {
 
 void ReplicationLeader::drain(Stream& s) {
   SealedEntry e;
-  while (s.appender->pop_sealed(&e)) s.pending.push_back(e);
+  while (s.appender->pop_sealed(&e)) {
+    s.pending.push_back(e);
+    s.lead->sealed(e.sealed_ns);
+  }
   relieve(s);
   // Bounded by the pending queue (at most the appender's ring entries).
   // Nothing new is proposed until a takeover's old slots are chosen (their final watermark
@@ -429,7 +443,9 @@ void ReplicationLeader::drain(Stream& s) {
         s.paxos->propose(s.appender->take(head.buffer), PaxosStream::EntryCheck::kSealedHere);
     SHOAL_ASSERT(r.ok(), "replication: propose failed: %s", r.status().to_string().c_str());
     s.pending.pop_front();
+    s.lead->proposed(slot, RealEnv::instance().now_ns());
   }
+  update_lead_hold(s);
   if (deferred_sync_) {
     request_sync(s);
   } else {
@@ -446,6 +462,20 @@ void ReplicationLeader::relieve(Stream& s) {
   if (shed == 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   stats_.retained_shed += shed;
+}
+
+void ReplicationLeader::update_lead_hold(Stream& s) {
+  // Only a leading stream past any takeover holds its worker: before that nothing is
+  // proposed, and the ring alone bounds what waits.
+  if (!s.paxos->is_leader()) s.lead->forget_proposed();
+  const bool hold =
+      !takeover_applier_ && s.paxos->is_leader() && s.lead->hold(RealEnv::instance().now_ns());
+  if (hold == s.lead_held) return;
+  s.lead_held = hold;
+  s.appender->set_lead_hold(hold);
+  if (!hold) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.lead_holds;
 }
 
 void ReplicationLeader::update_catching_up(Stream& s) {
@@ -588,6 +618,8 @@ void ReplicationLeader::sync_logs() {
 
 void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std::byte> entry) {
   if (s.log) s.log->note_chosen(slot);
+  s.lead->chosen_through(slot);
+  update_lead_hold(s);
   s.chosen_bytes += entry.size();
   ++s.chosen_entries;
   batch_bytes_.observe(entry.size());

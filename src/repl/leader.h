@@ -130,6 +130,13 @@ struct LeaderOptions {
   // so bounded, and with it the failover time. Followers report their applied TID every tick
   // ({"type":"replayed"}). 0: unbounded.
   uint64_t follower_replay_lag_ms_max = 100;
+  // The lead bound (lead_bound.h): a stream's worker opens no new batch while its oldest
+  // entry not yet proposed was sealed more than this long ago, or its oldest proposal not
+  // yet chosen went out more than this plus the round trip to the nearest majority
+  // (receive_shapes) ago. Keeps the queues in front of the majority short, so that a stall
+  // holds back one batch rather than the worker's whole log ring.
+  // 0: unbounded (the ring and the proposal rules above are the only bounds).
+  uint64_t lead_ms_max = 10;
   Schema schema;  // sent to every follower
   // WAL truncation on the leader: at most this often, fetch the newest checkpoint a follower
   // reports into checkpoint_dir and delete WAL segments (see above). 0, or checkpoint_dir
@@ -160,6 +167,7 @@ struct LeaderStats {
   // Retained chosen slots the stores let go of early because an appender ran short of log
   // ring space (appender.h, Backpressure); caught up from the WAL if a follower needs them.
   uint64_t retained_shed = 0;
+  uint64_t lead_holds = 0;  // times a stream's worker was held by the lead bound
 };
 
 // Where each stream and follower stands, as of the replication thread's last tick (metrics,
@@ -253,6 +261,9 @@ class ReplicationLeader {
   void drain(Stream& s);
   // If the stream's appender waits for log ring space, its store sheds its retained slots.
   void relieve(Stream& s);
+  // Holds or releases the stream's worker by its LeadBound.
+  void update_lead_hold(Stream& s);
+  uint64_t majority_rtt_ns_ = 0;  // set by init(), from receive_shapes
   // False (counted in lag_waits) while a connected follower lags follower_lag_slots_max, or
   // (replay_lag_waits) its replay lags follower_replay_lag_ms_max.
   bool followers_keep_up(Stream& s);

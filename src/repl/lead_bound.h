@@ -1,0 +1,101 @@
+// LeadBound: how far, in time, a leader's stream may run ahead of what its majority has chosen
+// (docs/REPLICATION.md, "Flow control: the lead bound").
+//
+// The worker commits speculatively and seals entries; they wait to be proposed (the ratekeeper
+// and the slot-lag bound may stop proposals) and then for a majority (the followers' accepts).
+// A transaction is acknowledged only once its entry is chosen, so every millisecond an entry
+// waits unchosen is commit latency. Without a bound on it, a stall (a follower starved of
+// CPU, a replay-lag pause) lets the worker fill its whole log ring (16 entries of up to 1 MiB)
+// and every transaction in it waits the stall out: commit p99 of 100-300 ms on two cores.
+// LeadBound tracks the stream's entries sealed and not yet chosen, in order, and says the
+// worker must hold (StreamAppender::set_lead_hold: no new batch opens) while the oldest
+// unproposed one was sealed more than lead_ns ago, or the oldest in flight was proposed more
+// than a majority's round trip plus lead_ns ago (hold()). The worker then stops within one batch of
+// the stall instead of a ring's worth, and on a shared machine the CPU it leaves goes to the
+// followers it waits for; queues stay short, so latency stays near batch age + round trip.
+//
+// Threads: owned by the leader's replication thread. Bounded: a ring of the appender's entry
+// slots (at most that many are sealed and unchosen at a time); no allocation after construction.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "src/base/assert.h"
+
+namespace shoal::repl {
+
+class LeadBound {
+ public:
+  // lead_ns 0: never hold. rtt_ns: the round trip to the nearest majority (what a proposal
+  // needs at best). capacity: the most entries sealed and unchosen at a time (the appender's
+  // ring entries). REQUIRES: capacity >= 1.
+  LeadBound(uint64_t lead_ns, uint64_t rtt_ns, uint32_t capacity)
+      : lead_ns_(lead_ns), rtt_ns_(rtt_ns), ring_(capacity) {
+    SHOAL_ASSERT(capacity >= 1, "%s", "a lead bound tracks at least one entry");
+  }
+
+  // An entry was sealed at sealed_ns (the replication thread took it from the appender).
+  // REQUIRES: entries are noted in seal order; fewer than capacity are unchosen.
+  void sealed(uint64_t sealed_ns) {
+    SHOAL_ASSERT(tail_ - head_ < ring_.size(), "%s", "more entries unchosen than the ring holds");
+    ring_[tail_++ % ring_.size()] = Entry{0, sealed_ns, 0};
+  }
+  // The oldest entry not yet proposed went out in `slot` at now_ns.
+  // REQUIRES: such an entry exists; slots grow.
+  void proposed(uint64_t slot, uint64_t now_ns) {
+    SHOAL_ASSERT(proposed_ < tail_, "%s", "proposed an entry never sealed");
+    Entry& e = ring_[proposed_++ % ring_.size()];
+    e.slot = slot;
+    e.proposed_ns = now_ns;
+  }
+  // Every slot at or below `slot` is chosen: their entries no longer count.
+  void chosen_through(uint64_t slot) {
+    while (head_ < proposed_ && ring_[head_ % ring_.size()].slot <= slot) ++head_;
+  }
+  // The stream lost its leadership: what it proposed may never be chosen in those slots, so
+  // it is not waited for (the entries not yet proposed still are).
+  void forget_proposed() { head_ = proposed_; }
+
+  // True while the oldest entry not yet proposed was sealed more than lead_ns ago (proposals
+  // are stopped: the ratekeeper, a lagging follower, a full pipeline), or the oldest proposed
+  // and unchosen one went out more than rtt_ns + lead_ns ago (the majority is slow to
+  // accept). Each from its own start: entries that waited to be proposed do not hold the
+  // worker for another round trip once they go out.
+  bool hold(uint64_t now_ns) const {
+    if (lead_ns_ == 0) return false;
+    if (proposed_ < tail_ && older(ring_[proposed_ % ring_.size()].sealed_ns, now_ns, lead_ns_)) {
+      return true;
+    }
+    return head_ < proposed_ &&
+           older(ring_[head_ % ring_.size()].proposed_ns, now_ns, rtt_ns_ + lead_ns_);
+  }
+  uint64_t unchosen() const { return tail_ - head_; }
+
+ private:
+  static bool older(uint64_t since_ns, uint64_t now_ns, uint64_t bound_ns) {
+    return now_ns > since_ns && now_ns - since_ns > bound_ns;
+  }
+  struct Entry {
+    uint64_t slot;  // once proposed
+    uint64_t sealed_ns;
+    uint64_t proposed_ns;  // once proposed
+  };
+  uint64_t lead_ns_, rtt_ns_;
+  std::vector<Entry> ring_;  // sized once
+  // Counts of entries: chosen (and dropped) < head_ <= proposed < proposed_ <= sealed < tail_.
+  uint64_t head_ = 0, proposed_ = 0, tail_ = 0;
+};
+
+// The round trip to the nearest majority: the followers' one-way delays to us (as
+// LeaderOptions::receive_shapes give them), the leader being one of the majority.
+// REQUIRES: one_way_ns holds the followers only.
+inline uint64_t majority_rtt_ns(uint32_t replicas, std::vector<uint64_t> one_way_ns) {
+  const size_t needed = replicas / 2;  // followers a majority needs beside the leader
+  if (needed == 0 || needed > one_way_ns.size()) return 0;
+  std::nth_element(one_way_ns.begin(), one_way_ns.begin() + (needed - 1), one_way_ns.end());
+  return 2 * one_way_ns[needed - 1];
+}
+
+}  // namespace shoal::repl

@@ -1,0 +1,98 @@
+// LeadBound (src/repl/lead_bound.h): the worker is held while the oldest entry not yet
+// proposed is older than the lead, or the oldest proposal not yet chosen is older than a
+// majority's round trip plus the lead; and released as soon as that is no longer so. Driven by
+// explicit times (a fake clock): nothing here depends on the machine.
+#include "src/repl/lead_bound.h"
+
+#include <gtest/gtest.h>
+
+namespace shoal::repl {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+TEST(LeadBound, HoldsWhileProposalsStopAndReleasesWhenTheyGoOut) {
+  LeadBound lead(10 * kMs, 0, 8);
+  EXPECT_FALSE(lead.hold(100 * kMs));  // nothing sealed
+  lead.sealed(100 * kMs);
+  lead.sealed(104 * kMs);
+  EXPECT_FALSE(lead.hold(110 * kMs));  // exactly the lead: not beyond it
+  EXPECT_TRUE(lead.hold(110 * kMs + 1));
+  // Proposals resume at 130: the first goes out, the second (sealed at 104) is still old.
+  lead.proposed(1, 130 * kMs);
+  EXPECT_TRUE(lead.hold(130 * kMs));
+  // Both out: released at once, although neither is chosen yet (they waited to be proposed;
+  // they do not hold the worker for another round trip).
+  lead.proposed(2, 130 * kMs);
+  EXPECT_FALSE(lead.hold(130 * kMs));
+  lead.chosen_through(2);
+  EXPECT_EQ(lead.unchosen(), 0u);
+  EXPECT_FALSE(lead.hold(1000 * kMs));
+}
+
+TEST(LeadBound, HoldsWhileTheMajorityIsSlowToChoose) {
+  LeadBound lead(10 * kMs, 50 * kMs, 8);  // a 50 ms round trip to the nearest majority
+  lead.sealed(100 * kMs);
+  lead.proposed(1, 101 * kMs);
+  lead.sealed(105 * kMs);
+  lead.proposed(2, 105 * kMs);
+  EXPECT_FALSE(lead.hold(161 * kMs));  // 60 ms in flight: the round trip and the lead
+  EXPECT_TRUE(lead.hold(161 * kMs + 1));
+  lead.chosen_through(1);  // the oldest in flight now went out at 105
+  EXPECT_FALSE(lead.hold(162 * kMs));
+  EXPECT_TRUE(lead.hold(166 * kMs));
+  lead.chosen_through(2);
+  EXPECT_FALSE(lead.hold(500 * kMs));
+}
+
+TEST(LeadBound, ChosenSlotsSkipNoOpsAndTheRingIsReused) {
+  LeadBound lead(5 * kMs, 0, 4);
+  lead.sealed(10 * kMs);
+  // A takeover's no-ops filled slots 3-6 first: the entry goes out in slot 7.
+  lead.chosen_through(6);
+  EXPECT_EQ(lead.unchosen(), 1u);
+  lead.proposed(7, 11 * kMs);
+  lead.chosen_through(6);
+  EXPECT_TRUE(lead.hold(17 * kMs));
+  lead.chosen_through(7);
+  EXPECT_FALSE(lead.hold(17 * kMs));
+  // More entries than the ring's capacity over time, at most 4 at once.
+  for (uint64_t i = 0; i < 20; ++i) {
+    lead.sealed((20 + i) * kMs);
+    lead.proposed(8 + i, (20 + i) * kMs);
+    if (i >= 3) lead.chosen_through(8 + i - 3);
+    EXPECT_LE(lead.unchosen(), 4u);
+  }
+}
+
+TEST(LeadBound, ALostLeadershipForgetsWhatWasProposedOnly) {
+  LeadBound lead(5 * kMs, 0, 4);
+  lead.sealed(10 * kMs);
+  lead.sealed(12 * kMs);
+  lead.proposed(1, 10 * kMs);
+  lead.forget_proposed();  // slot 1 may never be chosen under this ballot
+  EXPECT_EQ(lead.unchosen(), 1u);
+  EXPECT_FALSE(lead.hold(17 * kMs));
+  EXPECT_TRUE(lead.hold(17 * kMs + 1));  // the unproposed one, sealed at 12, still counts
+  lead.proposed(3, 18 * kMs);
+  lead.chosen_through(3);
+  EXPECT_EQ(lead.unchosen(), 0u);
+}
+
+TEST(LeadBound, ZeroNeverHolds) {
+  LeadBound lead(0, 0, 2);
+  lead.sealed(1);
+  EXPECT_FALSE(lead.hold(1'000 * kMs));
+}
+
+TEST(LeadBound, TheRoundTripIsToTheNearestMajority) {
+  EXPECT_EQ(majority_rtt_ns(3, {0, 0}), 0u);
+  // Three replicas: one follower besides the leader, the nearer one.
+  EXPECT_EQ(majority_rtt_ns(3, {40 * kMs, 25 * kMs}), 50 * kMs);
+  // Five: two followers, so the second nearest.
+  EXPECT_EQ(majority_rtt_ns(5, {40 * kMs, 5 * kMs, 25 * kMs, 80 * kMs}), 50 * kMs);
+  EXPECT_EQ(majority_rtt_ns(1, {}), 0u);
+}
+
+}  // namespace
+}  // namespace shoal::repl
