@@ -14,6 +14,7 @@
 
 #include "src/net/ring.h"
 #include "src/net/shm_transport.h"
+#include "src/net/transport_test_util.h"
 
 namespace shoal::net {
 namespace ring_holds_test {  // named, not anonymous: unique in a unity build
@@ -67,17 +68,7 @@ TEST(RingHolds, RefusesWhenEveryRecordIsInUseOrTheRegionIsOlderThanTheNewest) {
   EXPECT_EQ(t.holds->holds_made(), 3u);
 }
 
-// A heap region holding one ring, 64-byte aligned.
-struct Region {
-  explicit Region(size_t data_bytes) : bytes(ring_region_bytes(data_bytes)) {
-    mem = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
-    ring_init({mem, bytes}, data_bytes);
-  }
-  ~Region() { std::free(mem); }
-  std::span<uint8_t> span() { return {mem, bytes}; }
-  size_t bytes;
-  uint8_t* mem;
-};
+using Region = test_util::RingRegion;
 
 // The producer fills the ring around a held frame payload: it stops short of it (try_push
 // fails) instead of writing over it, and goes on once the region is let go and the consumer

@@ -10,21 +10,12 @@
 #include <vector>
 
 #include "src/base/env.h"
+#include "src/net/transport_test_util.h"
 
 namespace shoal::net {
 namespace ring_test {  // named, not anonymous: unique in a unity build
 
-// A heap region holding one ring, 64-byte aligned.
-struct Region {
-  explicit Region(size_t data_bytes) : bytes(ring_region_bytes(data_bytes)) {
-    mem = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
-    ring_init({mem, bytes}, data_bytes);
-  }
-  ~Region() { std::free(mem); }
-  std::span<uint8_t> span() { return {mem, bytes}; }
-  size_t bytes;
-  uint8_t* mem;
-};
+using Region = test_util::RingRegion;
 
 std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);

@@ -1,5 +1,6 @@
 // Helpers shared by the transport tests (conformance suite and per-transport tests): test
-// payloads, receiving one completion with a deadline, and forked peers. Test code only.
+// payloads, ring regions on the heap, receiving one completion with a deadline, and forked
+// peers. Test code only.
 #pragma once
 
 #include <sys/wait.h>
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <string>
@@ -14,6 +16,7 @@
 
 #include "src/base/assert.h"
 #include "src/base/env.h"
+#include "src/net/ring.h"
 #include "src/net/transport.h"
 
 namespace shoal::net::test_util {
@@ -21,6 +24,20 @@ namespace shoal::net::test_util {
 inline constexpr uint64_t kSecondNs = 1'000'000'000;
 // A forked echo peer stops when it receives a message on this session.
 inline constexpr uint32_t kQuitSession = 0xfffffff0;
+
+// A heap region holding one ring, 64-byte aligned.
+struct RingRegion {
+  explicit RingRegion(size_t data_bytes) : bytes(ring_region_bytes(data_bytes)) {
+    mem = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+    ring_init({mem, bytes}, data_bytes);
+  }
+  ~RingRegion() { std::free(mem); }
+  RingRegion(const RingRegion&) = delete;
+  RingRegion& operator=(const RingRegion&) = delete;
+  std::span<uint8_t> span() { return {mem, bytes}; }
+  size_t bytes;
+  uint8_t* mem;
+};
 
 inline std::span<const uint8_t> as_bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
