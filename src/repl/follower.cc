@@ -575,8 +575,7 @@ void Follower::shed_for_ring() {
   for (auto& item : replay_items_) {  // bounded: kReplayQueueMax
     EntryBuffer& entry = item.second;
     if (!ep_->in_receive_ring(entry.span())) continue;
-    count_copy(CopyHop::kAcceptorStore, entry.span().size());
-    entry = EntryBuffer(entry.span());
+    entry = acceptor_copy(entry.span());
     ++ring_copied_;
   }
 }

@@ -171,11 +171,15 @@ Status PaxosAcceptorStore::accept(uint64_t slot, Ballot b, EntryBuffer&& owned) 
   return accept_bytes(slot, b, owned.span(), &owned);
 }
 
+EntryBuffer acceptor_copy(std::span<const std::byte> bytes) {
+  count_copy(CopyHop::kAcceptorStore, bytes.size());
+  return EntryBuffer(bytes);
+}
+
 // The store's value for a slot: the caller's buffer when it gave one, else a counted copy.
 static EntryBuffer kept_or_copied(std::span<const std::byte> bytes, EntryBuffer* owned) {
   if (owned != nullptr) return std::move(*owned);
-  count_copy(CopyHop::kAcceptorStore, bytes.size());
-  return EntryBuffer(bytes);
+  return acceptor_copy(bytes);
 }
 
 Status PaxosAcceptorStore::accept_bytes(uint64_t slot, Ballot b, std::span<const std::byte> bytes,
@@ -252,8 +256,7 @@ uint64_t PaxosAcceptorStore::shed_chosen(bool keep_copies) {
   for (uint64_t slot = base_; slot <= chosen_index_ && slot - base_ < slots_.size(); ++slot) {
     PaxosSlot& s = slots_[slot - base_];
     if (s.value.empty()) continue;
-    count_copy(CopyHop::kAcceptorStore, s.value.span().size());
-    s.value = EntryBuffer(s.value.span());  // the copy first, then the old handle goes
+    s.value = acceptor_copy(s.value.span());  // the copy first, then the old handle goes
     ++shed;
   }
   return shed;
@@ -264,8 +267,7 @@ uint64_t PaxosAcceptorStore::copy_out(
   uint64_t copied = 0;
   for (PaxosSlot& s : slots_) {  // bounded by the slots held
     if (s.value.empty() || !kept_there(s.value.span())) continue;
-    count_copy(CopyHop::kAcceptorStore, s.value.span().size());
-    s.value = EntryBuffer(s.value.span());  // the copy first, then the old handle goes
+    s.value = acceptor_copy(s.value.span());  // the copy first, then the old handle goes
     ++copied;
   }
   return copied;
@@ -950,8 +952,7 @@ EntryBuffer PaxosStream::keep_or_copy(std::span<const std::byte> value) {
       return kept;
     }
   }
-  count_copy(CopyHop::kAcceptorStore, value.size());
-  return EntryBuffer(value);
+  return acceptor_copy(value);
 }
 
 void PaxosStream::on_message(uint32_t from, std::span<const std::byte> bytes, EntryKeeper* keeper) {

@@ -202,6 +202,10 @@ struct PersistHooks {
   std::function<Status(uint64_t slot, std::span<const std::byte> entry)> on_learn;
 };
 
+// An acceptor's own copy of entry bytes (received, or moved out of a ring that needs its
+// space back), counted as the acceptor_store hop (copy_count.h).
+EntryBuffer acceptor_copy(std::span<const std::byte> bytes);
+
 struct PaxosSlot {
   Ballot accepted = 0;  // ballot the value was accepted in (0: learned as chosen only)
   bool chosen = false;

@@ -1,7 +1,6 @@
 #include "src/server/discard_journal.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
@@ -9,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "src/base/assert.h"
+#include "src/base/env.h"
 
 namespace shoal::server {
 
@@ -284,9 +284,7 @@ std::map<RecordKey, RecordState> plan(const std::vector<Journaled>& all, const L
 // is kept, its deps, and the record's newest version (a bank account's value as 3 words).
 static void trace_lost(const std::vector<Journaled>& all, const LostRange& range,
                        const std::set<TxnKey>& kept, txn::Engine& engine) {
-  const auto wall_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
+  const uint64_t wall_us = RealEnv::instance().wall_us();
   fmt::print(stderr, "discard-trace at {:.3f}: shard {} lost ({:#x}, {:#x}]\n",
              static_cast<double>(wall_us % 1'000'000'000) / 1e6, range.shard, range.above,
              range.through);

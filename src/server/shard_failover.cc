@@ -136,8 +136,12 @@ bool ShardServer::run_on_parked(void (*job)(void* ctx, Worker* w), void* ctx) {
   park_job_done_ = 0;
   ++park_job_gen_;
   pause_cv_.notify_all();
-  return pause_cv_.wait_for(lock, std::chrono::milliseconds(kJobWaitMs),
-                            [&] { return park_job_done_ == workers_.size(); });
+  const auto all_done = [&] { return park_job_done_ == workers_.size(); };
+  if (pause_cv_.wait_for(lock, std::chrono::milliseconds(kJobWaitMs), all_done)) return true;
+  // Late, but not abandoned: ctx lives on the caller's stack, and once this returns the engine
+  // is the discard's again. The job's own work bounds this wait.
+  pause_cv_.wait(lock, all_done);
+  return false;
 }
 
 Result<std::vector<std::pair<uint64_t, uint64_t>>> ShardServer::ask_decisions(
@@ -298,8 +302,8 @@ size_t ShardServer::release_undecided(uint32_t shard, uint32_t replica) {
   const size_t aborted = job.aborted.load();
   if (!ran) {
     fmt::print(stderr,
-               "shoal server: shard {}: a worker did not end shard {}'s undecided "
-               "transactions within 5 s\n",
+               "shoal server: shard {}: a worker took more than 5 s to end shard {}'s "
+               "undecided transactions\n",
                options_.shard, shard);
   }
   if (!asked.empty()) {

@@ -123,9 +123,7 @@ static void trace_ack(const Worker* w, uint64_t id, const txn::DepVec& v) {
   AckTrace& a = t_ack_trace[t_ack_next++ % kAckTraceMax];
   a = AckTrace{};
   a.id = id;
-  a.wall_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                        std::chrono::system_clock::now().time_since_epoch())
-                                        .count());
+  a.wall_us = RealEnv::instance().wall_us();
   for (const txn::DepEntry& d : v.entries()) {
     if (a.n == 4) break;
     a.deps[a.n] = d;

@@ -369,7 +369,8 @@ class ShardServer {
   // running meanwhile each job run_on_parked posts (on this thread: what the worker's Txns
   // hold, ebr guards among them, belongs to it).
   void park_worker(Worker* w);
-  // Runs job(ctx, w) on every parked worker's own thread and waits for all (bounded: 5 s).
+  // Runs job(ctx, w) on every parked worker's own thread and waits for all; false when that
+  // took more than 5 s (it still waited: ctx must outlive the jobs).
   // REQUIRES: every worker is parked (discard_lost_versions).
   [[nodiscard]] bool run_on_parked(void (*job)(void* ctx, Worker* w), void* ctx);
   // The first commit this process recorded, in wall-clock microseconds (a failover's end, as
