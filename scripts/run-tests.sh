@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds, runs every test in a release build, then the
-# engine's and the replication tests under AddressSanitizer+UBSan and the concurrency tests
+# engine's, the replication, the transports', the runtime's and the server's in-process tests
+# (and a few of its process tests) under AddressSanitizer+UBSan and the concurrency tests
 # (names containing "Concurrent") and the transports' and runtime's tests under
 # ThreadSanitizer. Beside the release suite (at nice 19), each libFuzzer target runs for SHOAL_FUZZ_SECONDS
 # (default 10); a crash fails the script. SHOAL_SKIP_SANITIZERS=1 skips the sanitizer builds,
-# SHOAL_SKIP_FUZZ=1 the fuzzers; SHOAL_SANITIZE_SERVER=1 adds the server tests to the
-# ASan+UBSan run (not in the 25-minute budget: see below).
+# SHOAL_SKIP_FUZZ=1 the fuzzers; SHOAL_SANITIZE_SERVER=1 adds the rest of the server tests
+# (the ones that start clusters) to the ASan+UBSan run (not in the 25-minute budget: below).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -71,27 +72,29 @@ if [ -n "$fuzz_pid" ]; then
 fi
 if [ "${SHOAL_SKIP_SANITIZERS:-0}" != "1" ]; then
   export SHOAL_TEST_SCALE=small
-  # ASan+UBSan: the engine, the simulator's protocol tests, replication (WAL reads into reused
-  # buffers, catch-up), the transports and the runtime. The RESP parser and command layer
-  # (untrusted bytes) run under ASan+UBSan in their libFuzzer target above. Left out to keep
-  # the test command under its 25 minutes on 2 cores: TPC-C's and the cluster config's tests
-  # (workload_test, cluster_test: their libraries alone are a third of this build's CPU) and
-  # resp_test; `scripts/build.sh asan workload_test cluster_test resp_test` builds them.
-  # server_test is left out too: its libraries and the ASan `shoal` cost about 670 s of CPU
-  # and its tests 4-6 minutes (measured 2026-12-03, docs/RESULTS.md "Sanitizers and the
-  # server tests"), and ASan shard servers overflow their stacks under a micro load (symmetric
-  # transfer needs tail calls, which ASan builds do not make: docs/RUNTIME.md).
-  sanitized=(base_test index_test txn_test sim_test repl_test net_test runtime_test)
-  # SHOAL_SANITIZE_SERVER=1 adds them (about 10 more minutes on 2 cores): server_test and an
-  # ASan `shoal` for the shard servers, replicas and clusters its tests start.
+  # ASan+UBSan (the debug pass too: assertions and SHOAL_DCHECKs on): the engine, the
+  # simulator's protocol tests, replication (WAL reads into reused buffers, catch-up), the
+  # transports, the runtime, and the server's in-process suites plus the server tests labelled
+  # server_sanitized (CMakeLists.txt: `shoal` processes, built with ASan too, fed bad input on
+  # the client, Redis and control ports, proving the cluster secret, committing across
+  # shards). The RESP parser and command layer (untrusted bytes) also run under ASan+UBSan in
+  # their libFuzzer target above. Left out to keep the test command under its 25 minutes on 2
+  # cores: TPC-C's and the cluster config's tests (workload_test, cluster_test: their
+  # libraries alone are a third of this build's CPU), resp_test, and the server tests that
+  # start clusters (label server_processes: 4-6 minutes more under ASan, measured 2026-12-03,
+  # docs/RESULTS.md "Sanitizers and the server tests").
+  sanitized=(base_test index_test txn_test sim_test repl_test net_test runtime_test server_test)
+  skip_server_processes=(-LE '^server_processes$')
+  # SHOAL_SANITIZE_SERVER=1 runs every server test under ASan+UBSan (about 5 more minutes).
   if [ "${SHOAL_SANITIZE_SERVER:-0}" = "1" ]; then
-    sanitized+=(server_test shoal)
+    skip_server_processes=()
   fi
   stage "ASan+UBSan build"
   "$root/scripts/build.sh" asan "${sanitized[@]}"
   stage "ASan+UBSan tests"
   # Only the binaries above are built here: skip the CLI tests and the others' placeholders.
-  (cd "$root/build/asan" && ctest --output-on-failure -j 2 --timeout 600 -E '^cli_|_NOT_BUILT$')
+  (cd "$root/build/asan" && ctest --output-on-failure -j 2 --timeout 600 -E '^cli_|_NOT_BUILT$' \
+     "${skip_server_processes[@]}")
   # Plus the in-process replication tests (a leader thread, follower threads, workers): run
   # under TSan they found a use-after-free of the leader's loop at stop and an EBR slot race.
   # TSan builds only the binaries that hold those and the concurrent tests of the engine (EBR,
