@@ -145,8 +145,8 @@ constexpr const char* kBenchInterruptHelp =
     "Ctrl-C: the first ends the measurement early and reports what was measured (throughput over "
     "the\nmeasured seconds, --check and --json as usual), then exits 130 (or 1 / 3 if the run "
     "failed /\nthe check failed); the second quits at once with 130, no report, the processes "
-    "the bench\nstarted stopped with it. Across shard processes (--shards, --cluster) the servers "
-    "cannot end\na run early yet: the first Ctrl-C waits for their --seconds, then reports.";
+    "the bench\nstarted stopped with it. Across shard processes (--shards, --cluster) the first "
+    "Ctrl-C tells\nevery shard's leader to end its load, then collects, checks and reports.";
 
 // The first SIGINT's line on stderr (the handler cannot format).
 constexpr const char* kBenchInterruptMessage =

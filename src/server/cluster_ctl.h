@@ -130,8 +130,8 @@ struct DistBenchOptions {
   std::vector<uint32_t> kill_shard;
   bool hang_leader = false;  // SIGSTOP instead of SIGKILL (KillPlan::hang)
   // Ctrl-C (src/base/interrupt.h). Set before the run starts: nothing is run, Aborted. Set
-  // during the run: the shard servers cannot end a run early yet (no control method for it),
-  // so the controller says so, lets them finish their `seconds` and reports as usual.
+  // during the run: the controller tells every shard's leader to end its load (kStop), then
+  // collects, checks and reports over the seconds measured.
   const std::atomic<bool>* stop = nullptr;
 };
 
