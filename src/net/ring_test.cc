@@ -267,11 +267,13 @@ TEST(MessageAssemblerTest, ReassemblesAndRejectsForeignFragments) {
   ASSERT_TRUE(s2.ok());
   EXPECT_EQ(*s2, MessageAssembler::Step::kComplete);
   EXPECT_EQ(assembler.message().size(), 80u);
+  EXPECT_EQ(assembler.copied_bytes(), 80u);  // both fragments were copied
   assembler.release();
-  // A single-frame message is delivered in place.
+  // A single-frame message is delivered in place: nothing copied.
   auto s3 = assembler.feed(last);
   ASSERT_TRUE(s3.ok());
   EXPECT_EQ(*s3, MessageAssembler::Step::kInPlace);
+  EXPECT_EQ(assembler.copied_bytes(), 80u);
   // Another session's frame inside a fragmented message, and a message above the limit.
   ASSERT_TRUE(assembler.feed(first).ok());
   Frame foreign{0, 8, 0, part, 40, 72};

@@ -103,6 +103,9 @@ class ShmEndpoint {
   [[nodiscard]] Status send_gather(uint32_t session, GatherList pieces);
   // Payload bytes copied into the peer's ring by send(), send_gather() and write_with_imm().
   uint64_t sent_copied_bytes() const { return sent_copied_bytes_; }
+  // Bytes copied in user space on the way in so far: fragments reassembled (a message larger
+  // than a frame); whole messages are read in place.
+  uint64_t received_copied_bytes() const { return assembler_.copied_bytes(); }
   [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes);
   // Zero-copy send into the peer's ring. REQUIRES: bytes <= max_write_bytes().
   [[nodiscard]] Result<std::span<uint8_t>> reserve(size_t bytes);

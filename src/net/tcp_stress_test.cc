@@ -131,6 +131,16 @@ TEST(TcpTransportStress, LargeMessagesBothWaysWithSmallBuffersUnderACpuHog) {
   hog.join();
   EXPECT_EQ(error_a, "");
   EXPECT_EQ(error_b, "");
+  // Every byte of a message above a frame's payload was reassembled, that is copied in user
+  // space, and received_copied_bytes() says so (the replication path counts it).
+  const auto fragmented_bytes = [](const std::vector<std::vector<uint8_t>>& plan) {
+    uint64_t sum = 0;
+    for (const auto& m : plan) sum += m.size() > (256u << 10) ? m.size() : 0;
+    return sum;
+  };
+  EXPECT_GT(fragmented_bytes(plan_b), 0u);
+  EXPECT_GE(a.received_copied_bytes(), fragmented_bytes(plan_b));
+  EXPECT_GE(b.received_copied_bytes(), fragmented_bytes(plan_a));
 }
 
 // A send while a poll batch is out blocks and reads meanwhile; a fragmented message it

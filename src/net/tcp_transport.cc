@@ -350,6 +350,7 @@ Status TcpEndpoint::fill() {
     if (in_begin_ != in_cursor_ || in_cursor_ == 0) return Status::Ok();
     const size_t live = in_end_ - in_cursor_;
     std::memmove(in_.get(), in_.get() + in_cursor_, live);
+    moved_bytes_ += live;
     in_begin_ = in_cursor_ = 0;
     in_end_ = live;
   }

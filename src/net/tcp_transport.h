@@ -65,6 +65,9 @@ class TcpEndpoint {
   // InvalidArgument above kGatherPiecesMax pieces or max_message_bytes.
   [[nodiscard]] Status send_gather(uint32_t session, GatherList pieces);
   uint64_t sent_copied_bytes() const { return sent_copied_bytes_; }
+  // Bytes copied in user space on the way in so far: the receive buffer's compaction (a
+  // partly received frame moved to its start) and fragments reassembled.
+  uint64_t received_copied_bytes() const { return moved_bytes_ + assembler_.copied_bytes(); }
   [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes);
   // Zero-copy send into the send buffer. REQUIRES: bytes <= max_write_bytes().
   [[nodiscard]] Result<std::span<uint8_t>> reserve(size_t bytes);
@@ -151,6 +154,7 @@ class TcpEndpoint {
   bool assembled_out_ = false;  // the outstanding batch delivered the reassembled message
   bool reserved_ = false;
   uint64_t sent_copied_bytes_ = 0;
+  uint64_t moved_bytes_ = 0;  // compaction's memmove (received_copied_bytes)
   Status failed_;
 };
 

@@ -56,6 +56,7 @@ Result<MessageAssembler::Step> MessageAssembler::feed(const Frame& frame) {
   }
   if (frame.payload_bytes != 0) std::memcpy(buf_.get() + size_, frame.payload, frame.payload_bytes);
   size_ += frame.payload_bytes;
+  copied_bytes_ += frame.payload_bytes;
   active_ = more;
   if (more) return Step::kAbsorbed;
   complete_ = true;

@@ -190,6 +190,9 @@ class MessageAssembler {
   bool holding() const { return complete_; }
   bool active() const { return active_; }
   uint32_t imm() const { return imm_; }  // the session of the message being (re)assembled
+  // Payload bytes copied into the reassembly buffer so far (the copy a fragmented message
+  // costs; the replication path counts it: src/repl/copy_count.h).
+  uint64_t copied_bytes() const { return copied_bytes_; }
   // Ends the delivery of a complete message. A message still being reassembled stays: a poll
   // batch may end between two of its fragments (the rest not received yet), and its release()
   // must not drop the fragments absorbed so far.
@@ -207,6 +210,7 @@ class MessageAssembler {
   uint32_t imm_ = 0;       // session of the message being reassembled
   bool active_ = false;    // inside a fragmented message
   bool complete_ = false;  // message() is pending delivery/release
+  uint64_t copied_bytes_ = 0;
 };
 
 // The poll loop shared by every endpoint. Source provides:

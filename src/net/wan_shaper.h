@@ -152,6 +152,11 @@ class WanShaped {
   uint64_t sent_copied_bytes() const requires GatherEndpoint<E> {
     return inner_.sent_copied_bytes();
   }
+  // The inner endpoint's receive-side copies (the hold queue's copy is counted apart).
+  uint64_t received_copied_bytes() const requires requires(const E& e) {
+    e.received_copied_bytes();
+  }
+  { return inner_.received_copied_bytes(); }
   [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm,
                                       std::span<const uint8_t> bytes) {
     return inner_.write_with_imm(epoch, imm, bytes);

@@ -32,6 +32,8 @@ std::string_view copy_hop_name(CopyHop hop) {
       return "send_buffer";
     case CopyHop::kShaperHold:
       return "shaper_hold";
+    case CopyHop::kReceiveCopy:
+      return "receive_copy";
     case CopyHop::kSocketSend:
       return "socket_send";
     case CopyHop::kSocketReceive:

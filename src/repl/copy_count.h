@@ -34,6 +34,8 @@ enum class CopyHop : uint8_t {
                    // the provider takes it (tcp's frames below 16 KiB, fabric's registered
                    // mirror of the peer's ring)
   kShaperHold,     // user: a received message into the WAN shaper's hold queue
+  kReceiveCopy,    // user: received bytes a transport moved or reassembled on the way in
+                   // (tcp's receive-buffer compaction, fragments of a large message)
   kSocketSend,     // kernel: a message into a TCP socket (or fabric's tcp provider)
   kSocketReceive,  // kernel: a message out of a TCP socket into the receive buffer
   kWalWrite,       // kernel: an entry written to the acceptor's WAL (page cache)

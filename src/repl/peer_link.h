@@ -85,6 +85,19 @@ class PeerLink {
   [[nodiscard]] Status send_gather(uint32_t session, net::GatherList pieces) {
     return std::visit([&](auto& e) { return e.send_gather(session, pieces); }, ep_);
   }
+  // Bytes the endpoint copied in user space on their way in so far (count_receive); 0 for a
+  // transport that reads every message in place.
+  uint64_t received_copied_bytes() const {
+    return std::visit(
+        [](const auto& e) -> uint64_t {
+          if constexpr (requires { e.received_copied_bytes(); }) {
+            return e.received_copied_bytes();
+          } else {
+            return 0;
+          }
+        },
+        ep_);
+  }
   // Payload bytes the endpoint copied in user space on their way out so far (count_send).
   uint64_t sent_copied_bytes() const {
     return std::visit([](const auto& e) { return e.sent_copied_bytes(); }, ep_);
@@ -154,9 +167,17 @@ class PeerLink {
     if (copied_bytes != 0) count_copy(CopyHop::kSendBuffer, copied_bytes);
     count_copy(CopyHop::kSocketSend, bytes);
   }
+  // Also counts, once, what the endpoint copied in user space on the way in since the last
+  // call (tcp's receive-buffer compaction, reassembled fragments): those bytes may belong to
+  // the next messages or to control frames, so this errs towards counting too much.
   void count_receive(size_t bytes) const {
     if (!is_shm()) count_copy(CopyHop::kSocketReceive, bytes);
     if (is_shaped()) count_copy(CopyHop::kShaperHold, bytes);
+    const uint64_t copied = received_copied_bytes();
+    if (copied != received_copied_counted_) {
+      count_copy(CopyHop::kReceiveCopy, copied - received_copied_counted_);
+      received_copied_counted_ = copied;
+    }
   }
 
  private:
@@ -174,6 +195,7 @@ class PeerLink {
                net::WanShaped<net::ShmEndpoint>, net::FabricEndpoint,
                net::WanShaped<net::FabricEndpoint>>
       ep_;
+  mutable uint64_t received_copied_counted_ = 0;  // received_copied_bytes() counted so far
 };
 
 }  // namespace shoal::repl
