@@ -129,6 +129,9 @@ struct DistBenchOptions {
   std::vector<double> kill_leader_at;
   std::vector<uint32_t> kill_shard;
   bool hang_leader = false;  // SIGSTOP instead of SIGKILL (KillPlan::hang)
+  // Non-empty: the one kill_leader_at time SIGKILLs every process of this region instead
+  // (KillPlan::region; check_region_kill).
+  std::string kill_region;
   // Ctrl-C (src/base/interrupt.h). Set before the run starts: nothing is run, Aborted. Set
   // during the run: the shard servers cannot end a run early yet (no control method for it),
   // so the controller says so, lets them finish their `seconds` and reports as usual.

@@ -423,6 +423,9 @@ class ShardServer {
   [[nodiscard]] Status make_worker(uint32_t index, uint64_t deadline_ns);
   [[nodiscard]] Status apply_placement();
   [[nodiscard]] Status dial(Worker& w, uint32_t shard, uint64_t deadline_ns);
+  // dial, and under etcd, when the leader does not answer (it may die while we start: a
+  // region's shards fail together), the leader etcd names now, until deadline_ns.
+  [[nodiscard]] Status dial_current_leader(Worker& w, uint32_t shard, uint64_t deadline_ns);
   // Connects to shard's current leader (leader_of) and hands the endpoint to `with` (a
   // generic callable taking the transport's endpoint by value, returning Status).
   template <typename F>
@@ -479,7 +482,13 @@ class ShardServer {
   uint32_t me_ = 0;                // this process's replica id (0 unless promoted)
   uint64_t epoch_ = 1;             // the epoch this leader logs in
   std::vector<uint32_t> leaders_;  // per shard: the replica that leads it (dial, shm names)
-  std::vector<int> worker_cpus_;   // empty: workers unpinned
+  // Per shard: the leader the DepositionWatch starts from (init's leaders_, or kNoReplica for
+  // a shard a promotion must follow: Promotion::since_epochs). A shard whose entry differs
+  // from leaders_ once the workers dialed gets followed (follow_leader) by the watch's first
+  // look, and its vector watermark entry is held until then.
+  std::vector<uint32_t> watch_leaders_;
+  static constexpr uint32_t kNoReplica = UINT32_MAX;
+  std::vector<int> worker_cpus_;  // empty: workers unpinned
   cluster::ClusterConfig config_;
   std::unique_ptr<KeyLayout> layout_;
   std::unique_ptr<txn::Engine> engine_;
