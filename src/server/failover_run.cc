@@ -19,7 +19,7 @@ namespace shoal::server {
 namespace {
 
 constexpr uint64_t kStatsTimeoutMs = 1000;  // one sample's call: a busy server answers late
-constexpr uint64_t kStartTimeoutMs = 200;   // a new leader's kStart (late: AlreadyExists next)
+constexpr uint64_t kStartTimeoutMs = 50;    // a new leader's kStart (late: AlreadyExists next)
 // A kill delayed this close to the run's end is not made: its shard would end the run without
 // a leader (an election, a takeover and the load's restart take about a second here).
 constexpr uint64_t kKillTailMs = 2000;
