@@ -437,7 +437,10 @@ class ShardServer {
   // workers to pause.
   // Our transactions in doubt at the failed shard (C2) are first asked of its new leader,
   // `replica` (ask_decisions): those its log holds are not lost.
-  [[nodiscard]] Status discard_lost_versions(const LostRange& range, uint32_t replica);
+  // `epoch`: the new leader's (its own transactions, already here when two shards failed over
+  // at once, are not the failed leader's: Participant's spare_epoch).
+  [[nodiscard]] Status discard_lost_versions(const LostRange& range, uint32_t replica,
+                                             uint64_t epoch);
   // kDecisions of `shard`'s leader `replica`: the TIDs there of those of `ids` its log holds.
   // Bounded: a few attempts within kDecisionsAskMs.
   // Asks and resolves (DiscardJournal::resolve) what the journals hold in doubt at `shard`;
@@ -450,7 +453,7 @@ class ShardServer {
   // told after the redial). Their locks would otherwise hide the records under them from the
   // discard, which then keeps a lost transaction whole (issue 14). How many prepared ones it
   // aborted. REQUIRES: the workers are paused.
-  size_t release_undecided(uint32_t shard, uint32_t replica);
+  size_t release_undecided(uint32_t shard, uint32_t replica, uint64_t epoch);
   [[nodiscard]] Result<std::vector<std::pair<uint64_t, uint64_t>>> ask_decisions(
       uint32_t shard, uint32_t replica, const std::vector<uint64_t>& ids);
   std::mutex pause_mu_;
