@@ -622,6 +622,51 @@ nlohmann::json kill_json(const KillOutcome& k) {
           {"error", k.error}};
 }
 
+nlohmann::json region_kill_json(const RegionKillOutcome& r) {
+  nlohmann::json processes = nlohmann::json::array();
+  for (const RegionKillOutcome::Process& p : r.processes) {
+    processes.push_back({{"shard", p.shard},
+                         {"replica", p.replica},
+                         {"pid", p.pid},
+                         {"role", p.leader ? "leader" : "follower"},
+                         {"restarted", p.restarted}});
+  }
+  return {{"region", r.region},
+          {"killed", r.killed},
+          {"planned_at_s", r.planned_at_s},
+          {"killed_at_s", r.killed ? r.killed_at_s : r.planned_at_s},
+          {"killed_unix_us", r.killed_unix_us},
+          {"processes", std::move(processes)},
+          {"restarted_at_s", r.restarted_at_s},
+          {"error", r.error}};
+}
+
+// The region kill's line of the report (its failovers follow, one per shard it failed over).
+void report_region_kill(const RegionKillOutcome& r, RunExtras* x) {
+  if (!r.killed) {
+    x->text += fmt::format("region kill: no kill of region {} (the run ended before {:.1f} s)\n",
+                           r.region, r.planned_at_s);
+    return;
+  }
+  std::string named;
+  size_t leaders = 0;
+  for (const RegionKillOutcome::Process& p : r.processes) {
+    named += fmt::format("{}shard {} replica {} ({})", named.empty() ? "" : ", ", p.shard,
+                         p.replica, p.leader ? "leader" : "follower");
+    leaders += p.leader ? 1 : 0;
+  }
+  x->text += fmt::format(
+      "region kill: region {} SIGKILLed at {:.1f} s, {} processes: {}; {} shards failed over; "
+      "{}\n",
+      r.region, r.killed_at_s, r.processes.size(), named, leaders,
+      r.restarted_at_s >= 0 ? fmt::format("its replicas restarted at {:.1f} s", r.restarted_at_s)
+                            : std::string("its replicas were not restarted"));
+  if (!r.error.empty()) {
+    x->text += fmt::format("region kill: FAILED: {}\n", r.error);
+    if (x->verdict.ok()) x->verdict = Status::Unavailable("region kill: " + r.error);
+  }
+}
+
 // One kill's lines of the report; a failed one sets x->verdict (the first failure kept).
 void report_kill(const KillOutcome& k, size_t index, size_t count, RunExtras* x) {
   const std::string name =
@@ -700,12 +745,15 @@ RunExtras watched_extras(const WatchedRun& w, bool acknowledged) {
   RunExtras x;
   x.json["committed_per_second"] = w.committed_per_second;
   x.json["series"] = series_json(w, acknowledged);
-  if (w.kills.empty()) return x;
+  if (w.kills.empty() && !w.has_region_kill) return x;
   nlohmann::json kills = nlohmann::json::array();
   for (const KillOutcome& k : w.kills) kills.push_back(kill_json(k));
-  x.json["failover"] = kill_json(w.kills[0]);
-  x.json["failover_ms"] = w.kills[0].failover_ms;
+  if (!w.kills.empty()) {
+    x.json["failover"] = kill_json(w.kills[0]);
+    x.json["failover_ms"] = w.kills[0].failover_ms;
+  }
   x.json["kills"] = std::move(kills);
+  if (w.has_region_kill) x.json["region_kill"] = region_kill_json(w.region_kill);
   x.text += fmt::format("committed per second: {}\n", fmt::join(w.committed_per_second, " "));
   std::string speculative, commit;
   for (const LatencySecond& l : w.latency) {
@@ -714,6 +762,7 @@ RunExtras watched_extras(const WatchedRun& w, bool acknowledged) {
   }
   x.text += fmt::format("speculative latency p50/p99 per second (us):{}\n", speculative);
   if (acknowledged) x.text += fmt::format("commit latency p50/p99 per second (us):{}\n", commit);
+  if (w.has_region_kill) report_region_kill(w.region_kill, &x);
   for (size_t i = 0; i < w.kills.size(); ++i) report_kill(w.kills[i], i, w.kills.size(), &x);
   return x;
 }
@@ -1052,7 +1101,11 @@ Status run_dist_bench(const DistBenchOptions& o) {
   auto schedule = make_kill_schedule(o.kill_leader_at, o.kill_shard, shards);
   if (!schedule.ok()) return schedule.status();
   fmt::print(stderr, "running {} on {} shards for {:.1f} s...\n", o.workload, shards, o.seconds);
-  KillPlan kill{std::move(*schedule), o.hang_leader, nullptr};
+  if (!o.kill_region.empty()) {
+    SHOAL_TRY(check_region_kill(o.kill_leader_at, !o.kill_shard.empty(), o.hang_leader, *config,
+                                o.kill_region));
+  }
+  KillPlan kill{std::move(*schedule), o.kill_region, o.hang_leader, nullptr};
   kill.restart = [&local](uint32_t shard, uint32_t replica) -> Status {
     auto p = spawn_follower(local.config, local.spawn, local.placement, shard, replica);
     if (!p.ok()) return p.status();
@@ -1093,6 +1146,9 @@ Status run_dist_bench(const DistBenchOptions& o) {
   // The shard's latest kill decides: a shard left without a leader has nobody to rejoin.
   for (const KillOutcome& k : watched.kills) {
     if (k.killed) rejoin[k.shard] = k.restarted && k.error.empty();
+  }
+  for (const RegionKillOutcome::Process& p : watched.region_kill.processes) {
+    if (p.restarted && !p.leader) rejoin[p.shard] = true;  // a follower: its leader lives
   }
   for (uint32_t s = 0; s < shards; ++s) {
     if (rejoin[s]) wait_for_rejoin(client, *config, s);

@@ -201,6 +201,13 @@ void add_dist_micro_options(CLI::App* micro, server::DistBenchOptions& d) {
       ->capture_default_str();
 }
 
+constexpr const char* kKillRegionHelp =
+    "With one --kill-leader-at time: SIGKILL every process of this region then (each shard's "
+    "replica there, leader or follower; a local run's regions are region-0, which holds every "
+    "leader, region-1, ...); every shard whose leader died elects one in another region and "
+    "goes on, and the region's replicas restart once all serve. Refused when the region holds "
+    "half or more of some shard's replicas";
+
 // `bench bank`: only across shard processes (--shards or --cluster); its history is checked.
 void add_dist_bank_options(CLI::App* bank, server::DistBenchOptions& d) {
   bank->add_option("--shards", d.shards, "Start a local cluster of N shard servers for the run")
@@ -234,6 +241,7 @@ void add_dist_bank_options(CLI::App* bank, server::DistBenchOptions& d) {
                    "shard: every kill; default 0)")
       ->delimiter(',')
       ->check(number_in(0u, 63u, false, "in [0, 63]"));
+  bank->add_option("--kill-region", d.kill_region, kKillRegionHelp);
   bank->add_option("--accounts-per-shard", d.keys_per_partition,
                    "Accounts per shard (local cluster; few: contended)")
       ->check(number_in(uint64_t{4}, uint64_t{100'000'000}, false, "in [4, 1e8]"))
@@ -266,6 +274,7 @@ void add_dist_tpcc_options(CLI::App* tpcc, server::DistBenchOptions& d) {
                    "shard: every kill; default 0)")
       ->delimiter(',')
       ->check(number_in(0u, 63u, false, "in [0, 63]"));
+  tpcc->add_option("--kill-region", d.kill_region, kKillRegionHelp);
   tpcc->add_option("--inflight", d.inflight,
                    "Terminals per worker across shards (coroutines; default 8)")
       ->check(number_in(1u, 1024u, false, "in [1, 1024]"));
@@ -796,6 +805,19 @@ void print_no_read_only_hint() {
              "their reads validated\n");
 }
 
+// `--kill-region`, checked against the layout the local run will start (make_local_config's
+// regions: region-0 leads every shard). The remote and --replicas checks come before it.
+Status check_region_kill_flags(const CLI::App& sub, const server::DistBenchOptions& d,
+                               uint32_t replicas) {
+  if (sub.count("--kill-leader-at") == 0) {
+    return Status::InvalidArgument("--kill-region: needs --kill-leader-at (when the region dies)");
+  }
+  auto layout = cluster::make_local_config(d.shards, replicas, 1, d.shards, 1);
+  if (!layout.ok()) return layout.status();
+  return server::check_region_kill(d.kill_leader_at, sub.count("--kill-shard") > 0, d.hang_leader,
+                                   *layout, d.kill_region);
+}
+
 // `bench micro|tpcc` with --shards or --cluster: the distributed run.
 int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
   const bool tpcc = c.tpcc->parsed();
@@ -863,6 +885,12 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
     auto schedule = server::make_kill_schedule(d.kill_leader_at, d.kill_shard, d.shards);
     if (!schedule.ok()) {
       fmt::print(stderr, "shoal: error: {}\n", schedule.status().message());
+      return kExitUsage;
+    }
+  }
+  if ((tpcc || bank) && sub->count("--kill-region") > 0) {
+    if (const Status st = check_region_kill_flags(*sub, d, replicas); !st.ok()) {
+      fmt::print(stderr, "shoal: error: {}\n", st.message());
       return kExitUsage;
     }
   }

@@ -452,10 +452,17 @@ void Participant::abort_unless_prepared(TxnId id) {
   abort(id);
 }
 
-size_t Participant::abort_coordinated_by(uint32_t coordinator_shard, bool keep_prepared) {
+// Whether `id` was coordinated by `shard`'s leader of an epoch other than spare_epoch.
+static bool coordinated_before(TxnId id, uint32_t shard, uint64_t spare_epoch) {
+  return (id >> 48) == shard &&
+         (spare_epoch == kSpareNoEpoch || txn_leader_epoch_byte(id) != (spare_epoch & 0xff));
+}
+
+size_t Participant::abort_coordinated_by(uint32_t coordinator_shard, bool keep_prepared,
+                                         uint64_t spare_epoch) {
   scratch_ids_.clear();
   for (const auto& [id, index] : active_) {
-    if ((id >> 48) != coordinator_shard) continue;
+    if (!coordinated_before(id, coordinator_shard, spare_epoch)) continue;
     if (keep_prepared && slots_[index].phase == Phase::kPrepared) continue;
     scratch_ids_.push_back(id);
   }
@@ -465,21 +472,23 @@ size_t Participant::abort_coordinated_by(uint32_t coordinator_shard, bool keep_p
   return scratch_ids_.size();
 }
 
-void Participant::prepared_coordinated_by(uint32_t coordinator_shard,
-                                          std::vector<TxnId>* out) const {
+void Participant::prepared_coordinated_by(uint32_t coordinator_shard, std::vector<TxnId>* out,
+                                          uint64_t spare_epoch) const {
   out->clear();
   for (const auto& [id, index] : active_) {
-    if ((id >> 48) == coordinator_shard && slots_[index].phase == Phase::kPrepared) {
+    if (coordinated_before(id, coordinator_shard, spare_epoch) &&
+        slots_[index].phase == Phase::kPrepared) {
       out->push_back(id);
     }
   }
   std::sort(out->begin(), out->end());
 }
 
-size_t Participant::abort_undecided(uint32_t coordinator_shard, std::span<const TxnId> committed) {
-  abort_coordinated_by(coordinator_shard, /*keep_prepared=*/true);
+size_t Participant::abort_undecided(uint32_t coordinator_shard, std::span<const TxnId> committed,
+                                    uint64_t spare_epoch) {
+  abort_coordinated_by(coordinator_shard, /*keep_prepared=*/true, spare_epoch);
   std::vector<TxnId> prepared;
-  prepared_coordinated_by(coordinator_shard, &prepared);
+  prepared_coordinated_by(coordinator_shard, &prepared, spare_epoch);
   size_t aborted = 0;
   for (const TxnId id : prepared) {
     if (std::binary_search(committed.begin(), committed.end(), id)) continue;

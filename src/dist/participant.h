@@ -110,6 +110,14 @@ inline TxnId make_txn_id(uint32_t shard, uint32_t worker, uint64_t seq) {
   return (uint64_t{shard} << 48) | (uint64_t{worker & 0xff} << 40) | (seq & ((1ULL << 40) - 1));
 }
 
+// The low byte of the epoch of the leader whose coordinator numbered `id` (its sequence starts
+// at (epoch & 0xff) << 32: server CoordinatorOptions::first_seq).
+inline uint32_t txn_leader_epoch_byte(TxnId id) {
+  return static_cast<uint32_t>((id >> 32) & 0xff);
+}
+// No epoch spared (abort_coordinated_by and the like below).
+inline constexpr uint64_t kSpareNoEpoch = UINT64_MAX;
+
 // A fragment: a piece of a stored procedure that runs on the shard owning its rows, inside the
 // transaction's context there (its reads are validated and its writes buffered like any
 // other). The workload registers a table of them on every shard; the coordinator names one by
@@ -273,16 +281,22 @@ class Participant {
   // known) a prepared context of a transaction its coordinator decided and installed
   // elsewhere is broken here: safe with two shards when the coordinator installs itself
   // last, not otherwise. Returns how many ended.
-  size_t abort_coordinated_by(uint32_t coordinator_shard, bool keep_prepared = false);
+  // spare_epoch (here and in abort_undecided, prepared_coordinated_by): contexts numbered by
+  // the leader of that epoch (txn_leader_epoch_byte) are left alone: the new leader's own,
+  // which reach us before we follow its failover when two shards failed over at once.
+  size_t abort_coordinated_by(uint32_t coordinator_shard, bool keep_prepared = false,
+                              uint64_t spare_epoch = kSpareNoEpoch);
   // F11 before a survivor's discard: ends every context `coordinator_shard` coordinated except
   // the prepared ones in `committed` (sorted: the ids its new leader's log holds, which stay
   // for resolve()). What it ends cannot commit: an unprepared one never voted (coordinator.h
   // C1), a prepared one is what resolve() would abort. Their locks are released, so the
   // records under them can be judged (server/discard_journal.h). Returns how many prepared
   // ones it aborted (counted as resolved_aborted).
-  size_t abort_undecided(uint32_t coordinator_shard, std::span<const TxnId> committed);
+  size_t abort_undecided(uint32_t coordinator_shard, std::span<const TxnId> committed,
+                         uint64_t spare_epoch = kSpareNoEpoch);
   // The prepared contexts coordinated by `coordinator_shard`, in id order.
-  void prepared_coordinated_by(uint32_t coordinator_shard, std::vector<TxnId>* out) const;
+  void prepared_coordinated_by(uint32_t coordinator_shard, std::vector<TxnId>* out,
+                               uint64_t spare_epoch = kSpareNoEpoch) const;
   // F11 (the decision outlives its coordinator). After the coordinator's shard failed over,
   // its new leader knows from its log which of the old leader's transactions committed (the
   // coordinator logs its own half first, with the id: coordinator.h C6): resolve ends a

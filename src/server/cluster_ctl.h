@@ -129,6 +129,9 @@ struct DistBenchOptions {
   std::vector<double> kill_leader_at;
   std::vector<uint32_t> kill_shard;
   bool hang_leader = false;  // SIGSTOP instead of SIGKILL (KillPlan::hang)
+  // Non-empty: the one kill_leader_at time SIGKILLs every process of this region instead
+  // (KillPlan::region; check_region_kill).
+  std::string kill_region;
   // Ctrl-C (src/base/interrupt.h). Set before the run starts: nothing is run, Aborted. Set
   // during the run: the controller tells every shard's leader to end its load (kStop), then
   // collects, checks and reports over the seconds measured.

@@ -324,6 +324,34 @@ TEST(DiscardJournal, ARecordLockedByAnUndecidedHalfIsJudgedOnceTheHalfEnds) {
   }
 }
 
+// Issue 14 item 6 (a region kill: two shards fail over at once): shard 0's new leader, promoted
+// in epoch 3, already coordinates transactions here when this shard follows its failover. Its
+// prepared halves are not the failed leader's: ending them would leave its own halves
+// committed alone (an install refused here: "install of transaction ..., aborted").
+TEST(DiscardJournal, TheNewLeadersOwnHalvesSurviveTheRelease) {
+  Survivor s;
+  const dist::TxnId old_half = dist::make_txn_id(0, 0, (uint64_t{1} << 32) + 7);
+  const dist::TxnId new_half = dist::make_txn_id(0, 0, (uint64_t{3} << 32) + 1);
+  EXPECT_EQ(dist::txn_leader_epoch_byte(new_half), 3u);
+  uint64_t proposed = 0;
+  txn::DepVec deps;
+  for (const auto& [id, key] :
+       {std::pair{old_half, uint64_t{1}}, std::pair{new_half, uint64_t{2}}}) {
+    uint64_t v = 10 * key;
+    dist::StagedWrite w{.key_word_count = 1, .key = {key}, .value = &v, .size_bytes = sizeof v};
+    ASSERT_TRUE(s.participant.lock(id, 1, &w, 1, &proposed).ok());
+    ASSERT_TRUE(s.participant.validate(id, 1, &deps).ok());
+  }
+  std::vector<dist::TxnId> asked;
+  s.participant.prepared_coordinated_by(0, &asked, 3);
+  EXPECT_EQ(asked, std::vector<dist::TxnId>{old_half});
+  EXPECT_EQ(s.participant.abort_undecided(0, {}, 3), 1u);
+  s.participant.prepared_coordinated_by(0, &asked);
+  EXPECT_EQ(asked, std::vector<dist::TxnId>{new_half});  // still prepared, installable
+  EXPECT_EQ(s.participant.abort_coordinated_by(0, false, 3), 0u);
+  EXPECT_EQ(s.participant.abort_coordinated_by(0, false), 1u);  // no epoch spared: all
+}
+
 // Issue 14 (bank, one leader kill: acknowledged transactions undone): a read-only audit this
 // shard's worker coordinated read W's version here and a version of shard 0 that the failover
 // lost. Its vector's entry for our shard is W's TID; applying its outcome to the entries at

@@ -19,6 +19,7 @@ namespace shoal::server {
 namespace {
 
 constexpr uint64_t kStatsTimeoutMs = 1000;  // one sample's call: a busy server answers late
+constexpr uint64_t kStartTimeoutMs = 50;    // a new leader's kStart (late: AlreadyExists next)
 // A kill delayed this close to the run's end is not made: its shard would end the run without
 // a leader (an election, a takeover and the load's restart take about a second here).
 constexpr uint64_t kKillTailMs = 2000;
@@ -29,9 +30,17 @@ constexpr double kRejoinedLagMs = 500;
 // shared by the run's kills.
 class Failover {
  public:
+  // restart_deferred: the killed replica is not restarted here (a region kill restarts all
+  // of its replicas together, RegionRestart).
   Failover(ControlClient& client, cluster::ClusterStateStore& store,
-           const std::vector<ServerProcess>& procs, const KillPlan& plan, KillOutcome* out)
-      : client_(client), store_(store), procs_(procs), plan_(plan), out_(out) {}
+           const std::vector<ServerProcess>& procs, const KillPlan& plan, KillOutcome* out,
+           bool restart_deferred = false)
+      : client_(client),
+        store_(store),
+        procs_(procs),
+        plan_(plan),
+        out_(out),
+        restart_deferred_(restart_deferred) {}
 
   // SIGKILL (or, to hang it, SIGSTOP) of the shard's current leader process (asked of the
   // configuration manager: an earlier kill may have moved it).
@@ -52,20 +61,27 @@ class Failover {
       fmt::print(stderr, "{} shard {}'s leader (replica {}, pid {}) with {} at {:.1f} s\n",
                  plan_.hang ? "hung" : "killed", out_->shard, out_->old_leader, p.pid,
                  plan_.hang ? "SIGSTOP" : "SIGKILL", run_s);
-      old_pid_ = p.pid;
-      old_child_ = p.child;
-      out_->hung = plan_.hang;
-      out_->killed = true;
-      out_->killed_at_s = run_s;
-      kill_ms_ = now_ms();
-      kill_wall_us_ = RealEnv::instance().wall_us();
-      out_->killed_unix_us = kill_wall_us_;
-      client_.disconnect(out_->shard);
+      record_kill(p, run_s, now_ms(), RealEnv::instance().wall_us());
       return Status::Ok();
     }
     return Status::InvalidArgument(
         fmt::format("--kill-leader-at: no live process of shard {} replica {} (a local run only)",
                     out_->shard, out_->old_leader));
+  }
+
+  // `p`, the shard's leader, was just signalled (at kill_ms on the monotonic clock, wall_us on
+  // the wall clock): the failover starts.
+  void record_kill(const ServerProcess& p, double run_s, uint64_t kill_ms, uint64_t wall_us) {
+    out_->old_leader = p.replica;
+    old_pid_ = p.pid;
+    old_child_ = p.child;
+    out_->hung = plan_.hang;
+    out_->killed = true;
+    out_->killed_at_s = run_s;
+    kill_ms_ = kill_ms;
+    kill_wall_us_ = wall_us;
+    out_->killed_unix_us = wall_us;
+    client_.disconnect(out_->shard);
   }
 
   // After the kill: learns the new leader and starts the load there. True once it runs.
@@ -86,7 +102,9 @@ class Failover {
     if (now + 100 >= end_ms) return false;  // no time left to run anything
     MicroParams rest = params;
     rest.seconds = static_cast<double>(end_ms - now) / 1000.0;
-    auto started = client_.call(shard, kStart, rest.to_json(), kStatsTimeoutMs);
+    // A short wait: a leader still starting (it dials the other shards' leaders) answers
+    // nothing, and a region kill's other failovers are stepped after this call.
+    auto started = client_.call(shard, kStart, rest.to_json(), kStartTimeoutMs);
     // AlreadyExists: an earlier call of ours started it and its answer was lost (timed out on
     // a loaded machine); the load runs. Any other error: not serving yet, next sample.
     if (!started.ok() && started.status().code() != Code::kAlreadyExists) return false;
@@ -95,7 +113,7 @@ class Failover {
                "shard {}: replica {} leads in epoch {}; load restarted there for {:.1f} s\n", shard,
                out_->new_leader, out_->new_epoch, rest.seconds);
     if (plan_.hang) resume_deposed();
-    if (plan_.restart) {
+    if (plan_.restart && !restart_deferred_) {
       const Status st = plan_.restart(shard, out_->old_leader);
       out_->restarted = st.ok();
       if (!st.ok()) {
@@ -154,7 +172,8 @@ class Failover {
   const std::vector<ServerProcess>& procs_;  // grows as killed replicas restart
   const KillPlan& plan_;
   KillOutcome* out_;
-  pid_t old_pid_ = 0;  // set by kill_leader()
+  const bool restart_deferred_;
+  pid_t old_pid_ = 0;  // set by record_kill()
   bool old_child_ = false;
   uint64_t kill_ms_ = 0, kill_wall_us_ = 0, rise_before_us_ = 0;
   bool elected_ = false, running_ = false, first_commit_seen_ = false;
@@ -197,6 +216,82 @@ bool followers_rejoined(ControlClient& client, const cluster::ClusterConfig& con
          json_optional_field(*pong, "followers_replay_reported", &reported).ok() &&
          json_optional_field(*pong, "followers_replay_lag_ms_max", &lag_ms).ok() &&
          connected >= followers && reported >= followers && lag_ms <= kRejoinedLagMs;
+}
+
+// A region kill (plan.region): SIGKILL to every live process of the region at once, as a
+// region fails, then one Failover per shard whose leader was among them (in shard order, its
+// restart deferred to restart_region), appended to *made.
+Status kill_region(ControlClient& client, cluster::ClusterStateStore& store,
+                   const cluster::ClusterConfig& config, const std::vector<ServerProcess>& procs,
+                   const KillPlan& plan, double run_s, WatchedRun* out,
+                   std::vector<std::unique_ptr<Failover>>* made) {
+  auto targets = region_replicas(config, plan.region);
+  if (!targets.ok()) return targets.status();
+  auto state = store.load_state();  // who leads: asked before the kill, which changes it
+  if (!state.ok()) return state.status();
+  std::vector<const ServerProcess*> victims;
+  for (const RegionReplica& t : *targets) {
+    for (const ServerProcess& p : procs) {
+      if (p.shard == t.shard && p.replica == t.replica && alive(p)) victims.push_back(&p);
+    }
+  }
+  const uint64_t kill_ms = now_ms();
+  const uint64_t wall_us = RealEnv::instance().wall_us();
+  for (const ServerProcess* p : victims) {  // signals first: the region dies at one instant
+    if (::kill(p->pid, SIGKILL) != 0) {
+      return Status::IOError(fmt::format("kill {}: {}", process_name(*p), std::strerror(errno)));
+    }
+  }
+  RegionKillOutcome& r = out->region_kill;
+  r.killed = true;
+  r.killed_at_s = run_s;
+  r.killed_unix_us = wall_us;
+  std::string named;
+  size_t leaders = 0;
+  for (const ServerProcess* p : victims) {
+    const bool leader = state->shards[p->shard].leader_replica == p->replica;
+    r.processes.push_back({p->shard, p->replica, static_cast<int>(p->pid), leader, false});
+    leaders += leader ? 1 : 0;
+    named += fmt::format("{}shard {} replica {} ({}, pid {})", named.empty() ? "" : ", ", p->shard,
+                         p->replica, leader ? "leader" : "follower", p->pid);
+  }
+  fmt::print(stderr, "killed region {} with SIGKILL at {:.1f} s: {}\n", plan.region, run_s,
+             named.empty() ? std::string("no live process there") : named);
+  if (victims.empty()) r.error = "no live process in the region to kill";
+  out->kills.assign(leaders, KillOutcome{});  // sized before any Failover points into it
+  size_t k = 0;
+  for (size_t i = 0; i < victims.size(); ++i) {
+    if (!r.processes[i].leader) continue;
+    KillOutcome& o = out->kills[k++];
+    o.planned_at_s = r.planned_at_s;
+    o.shard = victims[i]->shard;
+    auto f = std::make_unique<Failover>(client, store, procs, plan, &o, true);
+    f->record_kill(*victims[i], run_s, kill_ms, wall_us);
+    made->push_back(std::move(f));
+  }
+  return Status::Ok();
+}
+
+// Every shard the region kill failed over serves: every killed replica starts again (as a
+// follower), the region comes back. Restarting them one shard at a time instead would spend
+// the machine's cores on WAL recovery while other shards still elect.
+void restart_region(const KillPlan& plan, double run_s, WatchedRun* out) {
+  if (!plan.restart) return;  // they stay down
+  RegionKillOutcome& r = out->region_kill;
+  std::string failed;
+  for (RegionKillOutcome::Process& p : r.processes) {
+    const Status st = plan.restart(p.shard, p.replica);
+    p.restarted = st.ok();
+    if (!st.ok())
+      failed += fmt::format(" shard {} replica {}: {};", p.shard, p.replica, st.to_string());
+    for (KillOutcome& k : out->kills) {
+      if (k.shard == p.shard && k.old_leader == p.replica) k.restarted = p.restarted;
+    }
+  }
+  r.restarted_at_s = run_s;
+  fmt::print(stderr, "region {}: its {} replicas restarted at {:.1f} s{}\n", r.region,
+             r.processes.size(), run_s, failed.empty() ? "" : "; failed:" + failed);
+  if (!failed.empty() && r.error.empty()) r.error = "restarting its replicas failed:" + failed;
 }
 
 // The per-shard counters of the watch (kStats {"latency": true}): committed and conflict counts
@@ -318,6 +413,52 @@ Result<std::vector<KillAt>> make_kill_schedule(const std::vector<double>& at_sec
   return out;
 }
 
+Result<std::vector<RegionReplica>> region_replicas(const cluster::ClusterConfig& config,
+                                                   std::string_view region) {
+  if (config.find_region(region) == nullptr) {
+    std::string known;
+    for (const cluster::Region& r : config.regions) known += (known.empty() ? "" : ", ") + r.name;
+    return Status::InvalidArgument(
+        fmt::format("--kill-region: no region '{}' in the run (its regions: {})", region, known));
+  }
+  std::vector<RegionReplica> out;
+  for (uint32_t s = 0; s < config.shards.size(); ++s) {
+    const auto& replicas = config.shards[s].replicas;
+    uint32_t there = 0;
+    for (uint32_t r = 0; r < replicas.size(); ++r) {
+      if (replicas[r].region != region) continue;
+      ++there;
+      out.push_back({s, r});
+    }
+    if (there > 0 && 2 * there >= replicas.size()) {
+      return Status::InvalidArgument(fmt::format(
+          "--kill-region: region '{}' holds {} of shard {}'s {} replicas: the rest are no "
+          "majority, no failover possible",
+          region, there, s, replicas.size()));
+    }
+  }
+  if (out.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("--kill-region: region '{}' holds no replica: nothing to kill", region));
+  }
+  return out;
+}
+
+Status check_region_kill(const std::vector<double>& at_seconds, bool kill_shard_given, bool hang,
+                         const cluster::ClusterConfig& layout, std::string_view region) {
+  if (at_seconds.size() != 1) {
+    return Status::InvalidArgument(
+        fmt::format("--kill-region: needs one --kill-leader-at time (when the region dies), not {}",
+                    at_seconds.size()));
+  }
+  if (kill_shard_given) {
+    return Status::InvalidArgument(
+        "--kill-region: not with --kill-shard (it kills every shard's replica in the region)");
+  }
+  if (hang) return Status::InvalidArgument("--kill-region: not with --hang-leader (it SIGKILLs)");
+  return region_replicas(layout, region).status();
+}
+
 uint64_t WatchedRun::killed_leaders_committed() const {
   uint64_t sum = 0;
   for (const KillOutcome& k : kills) sum += k.killed_leader_committed;
@@ -346,8 +487,17 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
   SHOAL_ASSERT(plan.kills.size() <= kKillsMax, "%zu kills planned", plan.kills.size());
   KillManager km;
   if (kills) SHOAL_TRY(open_kill_manager(config, etcd, &km));
-  out->kills.assign(plan.kills.size(), KillOutcome{});
-  for (size_t k = 0; k < plan.kills.size(); ++k) {
+  const bool region = !plan.region.empty();
+  SHOAL_ASSERT(!region || (plan.kills.size() == 1 && !plan.hang), "region kill: %zu kills",
+               plan.kills.size());
+  // A region kill's outcomes are its failovers, known once it is made (kill_region).
+  out->kills.assign(region ? 0 : plan.kills.size(), KillOutcome{});
+  out->has_region_kill = region;
+  if (region) {
+    out->region_kill.region = plan.region;
+    out->region_kill.planned_at_s = plan.kills[0].at_seconds;
+  }
+  for (size_t k = 0; k < out->kills.size(); ++k) {
     out->kills[k].planned_at_s = plan.kills[k].at_seconds;
     out->kills[k].shard = plan.kills[k].shard;
     if (plan.kills[k].shard >= shards) {
@@ -377,6 +527,17 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
   std::vector<int> current(shards, -1);
   uint64_t ended_ms = end_ms;
   uint64_t next_latency_ms = start_ms;
+  // A kill made: its shard's count starts again at its successor.
+  const auto adopt = [&](std::unique_ptr<Failover> f) {
+    const uint32_t shard = f->outcome().shard;
+    f->outcome().killed_leader_committed = sampler.committed(shard);
+    f->set_rise_before_us(last_rise_wall_us[shard]);
+    sampler.reset(shard);  // the new leader counts from 0
+    current[shard] = static_cast<int>(failovers.size());
+    failovers.push_back(std::move(f));
+  };
+  size_t kills_made = 0;  // of plan.kills
+  bool region_restarted = false;
   std::string waiting;                                     // why the next kill waits, once said
   for (uint64_t next_ms = start_ms; now_ms() < end_ms;) {  // bounded by end_ms
     const uint64_t now = now_ms();
@@ -386,9 +547,17 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
       stop_every_load(client, shards);
       break;
     }
-    const size_t next_kill = failovers.size();
-    if (next_kill < plan.kills.size() &&
-        now >= start_ms + static_cast<uint64_t>(plan.kills[next_kill].at_seconds * 1000)) {
+    const size_t next_kill = kills_made;
+    const double run_s = static_cast<double>(now - start_ms) / 1000.0;
+    const bool due =
+        next_kill < plan.kills.size() &&
+        now >= start_ms + static_cast<uint64_t>(plan.kills[next_kill].at_seconds * 1000);
+    if (due && region) {
+      std::vector<std::unique_ptr<Failover>> made;
+      SHOAL_TRY(kill_region(client, *km.store, config, procs, plan, run_s, out, &made));
+      for (auto& f : made) adopt(std::move(f));
+      ++kills_made;
+    } else if (due) {
       const uint32_t shard = plan.kills[next_kill].shard;
       // Kills run one after the other (see the header): why this one must wait, if it must.
       // A delayed kill that reached the run's last kKillTailMs is given up for good (checked
@@ -415,16 +584,18 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
       waiting = why;
       if (why.empty()) {
         auto f = std::make_unique<Failover>(client, *km.store, procs, plan, &out->kills[next_kill]);
-        SHOAL_TRY(f->kill_leader(static_cast<double>(now - start_ms) / 1000.0));
-        f->outcome().killed_leader_committed = sampler.committed(shard);
-        f->set_rise_before_us(last_rise_wall_us[shard]);
-        sampler.reset(shard);  // the new leader counts from 0
-        current[shard] = static_cast<int>(failovers.size());
-        failovers.push_back(std::move(f));
+        SHOAL_TRY(f->kill_leader(run_s));
+        adopt(std::move(f));
+        ++kills_made;
       }
     }
-    if (!failovers.empty() && !failovers.back()->running()) {
-      (void)failovers.back()->step(params, end_ms);
+    bool all_running = true;  // (a region kill's failovers run at once; leader kills in turn)
+    for (const auto& f : failovers) {
+      if (!f->running()) all_running = f->step(params, end_ms) && all_running;
+    }
+    if (out->region_kill.killed && !region_restarted && all_running) {
+      restart_region(plan, static_cast<double>(now_ms() - start_ms) / 1000.0, out);
+      region_restarted = true;
     }
     // Latency (and conflicts) at most every kLatencySampleMs: a call with them took ~0.2 ms
     // more than one without (2.5 KB of JSON against 108 B; docs/OPERATIONS.md), which every
@@ -470,10 +641,10 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
           fmt::format("shard {}: no new leader served before the run ended", f->outcome().shard);
     }
   }
-  for (size_t k = failovers.size(); k < plan.kills.size(); ++k) {
+  for (size_t k = kills_made; k < out->kills.size() && !region; ++k) {
     // Due but not made: it waited to the end. Not due: the run ended first (no error).
     const double due_s = plan.kills[k].at_seconds;
-    if (k == failovers.size() && !waiting.empty() && due_s < params.seconds) {
+    if (k == kills_made && !waiting.empty() && due_s < params.seconds) {
       out->kills[k].error = fmt::format("not made before the run ended: {}", waiting);
     }
   }

@@ -18,6 +18,12 @@
 // ends, or delayed into the run's last 2 s (no time left for a failover), says why in its
 // error.
 //
+// A region kill (`--kill-leader-at T --kill-region NAME`, one time) SIGKILLs every process of
+// region NAME at once: each shard's replica there, leader or follower. Each shard whose leader
+// was among them fails over as above (a KillOutcome per shard, in shard order), all at once;
+// once every one of them serves (at once when none led there), every killed replica is
+// started again (the region comes back) so that the end-of-run checks cover it too.
+//
 // Threads: the calling thread only (ControlClient is single-threaded).
 #pragma once
 
@@ -25,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shoal/status.h"
@@ -56,8 +63,32 @@ struct KillAt {
                                                              const std::vector<uint32_t>& shards,
                                                              uint32_t shard_count);
 
+// One replica a region kill stops: shard `shard`'s replica `replica` lives in the region.
+struct RegionReplica {
+  uint32_t shard = 0;
+  uint32_t replica = 0;
+};
+
+// The replicas of region `region` in `config` (shard order; a shard without one there is left
+// out). InvalidArgument naming --kill-region: an unknown region (the known ones listed), a
+// region without replicas, or one holding half or more of some shard's replicas (the rest
+// are no majority: that shard could not elect a successor).
+[[nodiscard]] Result<std::vector<RegionReplica>> region_replicas(
+    const cluster::ClusterConfig& config, std::string_view region);
+
+// `--kill-region NAME` beside the other kill flags, before anything starts: exactly one
+// --kill-leader-at time, no --kill-shard (every shard of the region is killed), no
+// --hang-leader, and region_replicas(layout, region) ok. `layout`: the run's config (a
+// local run's make_local_config layout).
+[[nodiscard]] Status check_region_kill(const std::vector<double>& at_seconds, bool kill_shard_given,
+                                       bool hang, const cluster::ClusterConfig& layout,
+                                       std::string_view region);
+
 struct KillPlan {
   std::vector<KillAt> kills;  // times increasing (make_kill_schedule); empty: no kill
+  // Non-empty: the one kill (kills[0], its shard unused) is of every process of this region
+  // (check_region_kill); hang is false.
+  std::string region;
   // SIGSTOP instead of SIGKILL: the leader hangs with its connections open, so only its
   // followers' heartbeat timeout can tell (repl::FollowerOptions::leader_timeout_ms). Once its
   // successor serves it gets SIGCONT and must find itself deposed and exit
@@ -92,6 +123,25 @@ struct KillOutcome {
   std::string error;
 };
 
+// What happened to a region kill (the failovers it caused are WatchedRun::kills).
+struct RegionKillOutcome {
+  std::string region;
+  double planned_at_s = 0;
+  bool killed = false;
+  double killed_at_s = -1;
+  uint64_t killed_unix_us = 0;
+  struct Process {
+    uint32_t shard = 0, replica = 0;
+    int pid = -1;
+    bool leader = false;     // it led its shard when killed
+    bool restarted = false;  // started again (as a follower)
+  };
+  std::vector<Process> processes;  // every process SIGKILLed, shard order
+  // When every killed replica was started again (the run's clock; -1: not, see error).
+  double restarted_at_s = -1;
+  std::string error;  // why the kill or the restarts were not (all) made
+};
+
 struct WatchedRun {
   std::vector<uint64_t> committed_per_second;  // all shards, by second of the run
   std::vector<uint64_t> aborts_per_second;     // conflict aborts, the same way
@@ -99,9 +149,12 @@ struct WatchedRun {
   // samples are malformed (or of a server without them) counts in committed_per_second only.
   std::vector<LatencySecond> latency;
   uint32_t latency_malformed_shards = 0;  // shards whose latency was unreadable at least once
-  std::vector<KillOutcome> kills;         // one per planned kill, in order
-  double measured_s = 0;                  // from the start to the run's end (or the stop)
-  bool interrupted = false;               // `stop` ended the run early (kStop sent)
+  // One per planned kill, in order; a region kill: one per shard whose leader it killed.
+  std::vector<KillOutcome> kills;
+  bool has_region_kill = false;  // a region kill was planned: region_kill says what it did
+  RegionKillOutcome region_kill;
+  double measured_s = 0;     // from the start to the run's end (or the stop)
+  bool interrupted = false;  // `stop` ended the run early (kStop sent)
 
   // Over every kill: the killed leaders' commits as last sampled.
   uint64_t killed_leaders_committed() const;

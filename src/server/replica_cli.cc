@@ -312,9 +312,15 @@ namespace {
 
 // Who leads the shard after `failed` (replica_cli.h): the configuration manager's answer (one
 // compare-and-swap per surviving replica decides). Sets *epoch to the epoch the new leader logs
-// in and *leaders to every shard's leader.
+// in and *leaders to every shard's leader, and in *p (when not null) every shard's since_epoch
+// and the one `failed` took over in.
+// The compare-and-swap is on the cluster's epoch, which every shard's change moves: one lost
+// to another shard's change (a region failing: its shards stand at once) leaves `failed`
+// named here, and is tried again at the new epoch (bounded by kStandAttemptsMax).
+constexpr uint32_t kStandAttemptsMax = 64;  // > the shards that may stand at once (kShardsMax)
 Result<uint32_t> next_leader(const ReplicaOptions& options, const cluster::ClusterConfig& config,
-                             uint32_t failed, uint64_t* epoch, std::vector<uint32_t>* leaders) {
+                             uint32_t failed, uint64_t* epoch, std::vector<uint32_t>* leaders,
+                             Promotion* p = nullptr) {
   leaders->assign(config.shards.size(), 0);
   auto manager = open_manager(options);
   if (!manager.ok()) return manager.status();
@@ -326,13 +332,21 @@ Result<uint32_t> next_leader(const ReplicaOptions& options, const cluster::Clust
                                           state->shards.size(), config.name, config.shards.size()));
   }
   cluster::ClusterState now = *state;
-  if (now.shards[options.shard].leader_replica == failed) {  // not replaced yet: stand
+  const uint64_t failed_since = now.shards[options.shard].since_epoch;
+  for (uint32_t attempt = 0;  // not replaced yet: stand
+       now.shards[options.shard].leader_replica == failed && attempt < kStandAttemptsMax;
+       ++attempt) {
     auto change = store.begin_epoch_change(now.epoch, options.shard, options.replica);
     if (!change.ok()) return change.status();
     now = change->state;
   }
   *epoch = now.epoch;
   for (uint32_t s = 0; s < now.shards.size(); ++s) (*leaders)[s] = now.shards[s].leader_replica;
+  if (p != nullptr) {
+    p->since_epochs.clear();
+    for (const cluster::ShardState& s : now.shards) p->since_epochs.push_back(s.since_epoch);
+    p->predecessor_since_epoch = failed_since;
+  }
   return (*leaders)[options.shard];
 }
 
@@ -420,7 +434,8 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
     }
     uint64_t epoch = 0;
     std::vector<uint32_t> leaders;
-    auto next = next_leader(options, config, leader, &epoch, &leaders);
+    Promotion p;
+    auto next = next_leader(options, config, leader, &epoch, &leaders, &p);
     if (!next.ok()) {
       return Status::Unavailable(fmt::format("replica {}: no next leader for shard {}: {}",
                                              options.replica, options.shard,
@@ -441,7 +456,6 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
     std::fprintf(stderr, "replica %u: taking over shard %u in epoch %lu\n", options.replica,
                  options.shard, epoch);
     metrics->reset();  // it reads the follower; the server serves /metrics on the same port
-    Promotion p;
     p.replica = options.replica;
     p.epoch = epoch;
     p.leaders = std::move(leaders);

@@ -37,7 +37,7 @@ void ShardServer::follow_leader(uint32_t shard, uint32_t replica, uint64_t epoch
   }
   if (!workers_.empty() && workers_[0]->discard_journal != nullptr) {
     const Status discarded =
-        discard_lost_versions(LostRange{shard, lost_above, lost_through}, replica);
+        discard_lost_versions(LostRange{shard, lost_above, lost_through}, replica, epoch);
     if (!discarded.ok()) {
       fmt::print(stderr, "shoal server: shard {}: discarding what depends on shard {}'s loss: {}\n",
                  options_.shard, shard, discarded.to_string());
@@ -180,7 +180,8 @@ Result<std::vector<std::pair<uint64_t, uint64_t>>> ShardServer::ask_decisions(
   return found;
 }
 
-Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t replica) {
+Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t replica,
+                                          uint64_t epoch) {
   constexpr uint64_t kPauseWaitMs = 5000;
   {
     std::lock_guard<std::mutex> lock(pause_mu_);
@@ -203,7 +204,7 @@ Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t repli
     std::vector<DiscardJournal*> journals;
     for (auto& w : workers_) journals.push_back(w->discard_journal.get());
     const size_t in_doubt = resolve_in_doubt(journals, range.shard, replica);
-    release_undecided(range.shard, replica);
+    release_undecided(range.shard, replica, epoch);
     uint64_t overflow = 0;
     for (const DiscardJournal* j : journals) overflow += j->stats().overflow;
     if (compensator_ == nullptr) {
@@ -269,10 +270,10 @@ size_t ShardServer::resolve_in_doubt(std::span<DiscardJournal* const> journals, 
   return ids.size();
 }
 
-size_t ShardServer::release_undecided(uint32_t shard, uint32_t replica) {
+size_t ShardServer::release_undecided(uint32_t shard, uint32_t replica, uint64_t epoch) {
   std::vector<uint64_t> ids, asked;
   for (auto& w : workers_) {
-    w->participant->prepared_coordinated_by(shard, &ids);
+    w->participant->prepared_coordinated_by(shard, &ids, epoch);
     asked.insert(asked.end(), ids.begin(), ids.end());
   }
   auto found = asked.empty() ? Result<std::vector<std::pair<uint64_t, uint64_t>>>(
@@ -287,16 +288,17 @@ size_t ShardServer::release_undecided(uint32_t shard, uint32_t replica) {
   }
   struct Job {
     uint32_t shard;
+    uint64_t epoch;
     std::vector<dist::TxnId> committed;
     std::atomic<size_t> aborted{0};
-  } job{shard, {}};
+  } job{shard, epoch, {}};
   for (const auto& [id, tid] : *found) job.committed.push_back(id);
   std::sort(job.committed.begin(), job.committed.end());
   // On each worker's own thread: aborting ends its Txns, whose ebr guards are that thread's.
   const bool ran = run_on_parked(
       [](void* ctx, Worker* w) {
         auto* j = static_cast<Job*>(ctx);
-        j->aborted += w->participant->abort_undecided(j->shard, j->committed);
+        j->aborted += w->participant->abort_undecided(j->shard, j->committed, j->epoch);
       },
       &job);
   const size_t aborted = job.aborted.load();
@@ -375,7 +377,8 @@ void Worker::redial(uint32_t shard, uint64_t new_epoch, uint64_t lost_above, uin
   if (old != nullptr) {
     if (!old->down) {  // a hung leader: its connection never failed (health() did not see it)
       old->down = true;
-      const size_t released = participant->abort_coordinated_by(shard, /*keep_prepared=*/true);
+      const size_t released =
+          participant->abort_coordinated_by(shard, /*keep_prepared=*/true, new_epoch);
       fmt::print(stderr, "shoal server: shard {} worker {}: released {} transactions of shard {}\n",
                  server->shard(), index, released, shard);
     }
@@ -387,7 +390,7 @@ void Worker::redial(uint32_t shard, uint64_t new_epoch, uint64_t lost_above, uin
   peers[shard] = std::move(*peer);
   coordinator->set_link(shard, peers[shard]->link());
   std::vector<dist::TxnId> prepared;
-  participant->prepared_coordinated_by(shard, &prepared);
+  participant->prepared_coordinated_by(shard, &prepared, new_epoch);
   if (!prepared.empty()) {
     const Status spawned =
         loop->spawn(resolve_prepared(this, shard, peers[shard]->link(), std::move(prepared)));

@@ -86,6 +86,15 @@ Status ShardServer::init(const ServerOptions& options, Promotion* promotion) {
       }
     }
   }
+  watch_leaders_ = leaders_;
+  if (promotion != nullptr && promotion->since_epochs.size() == leaders_.size()) {
+    for (uint32_t s = 0; s < leaders_.size(); ++s) {
+      // Changed while our predecessor led: it may have died before following it.
+      if (s != options_.shard && promotion->since_epochs[s] > promotion->predecessor_since_epoch) {
+        watch_leaders_[s] = kNoReplica;
+      }
+    }
+  }
   SHOAL_TRY(apply_placement());
   SHOAL_TRY(apply_batching());
   layout_ = std::make_unique<KeyLayout>(config_, options.keys_per_partition);
@@ -248,8 +257,12 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
       links[s] = w->self_link.get();
       continue;
     }
-    SHOAL_TRY(dial(*w, s, deadline_ns));
+    SHOAL_TRY(dial_current_leader(*w, s, deadline_ns));
     links[s] = w->peers[s]->link();
+  }
+  for (uint32_t s = 0; s < config_.shards.size() && w->vector_watermark != nullptr; ++s) {
+    // Followed at the watch's first look: no word of its new leader covers its lost TIDs first.
+    if (s != options_.shard && watch_leaders_[s] != leaders_[s]) w->vector_watermark->hold(s);
   }
   dist::CoordinatorOptions co;
   co.shard_id = options_.shard;
@@ -321,6 +334,27 @@ Status ShardServer::dial(Worker& w, uint32_t shard, uint64_t deadline_ns) {
     w.peers[shard] = std::move(*peer);
     return Status::Ok();
   });
+}
+
+Status ShardServer::dial_current_leader(Worker& w, uint32_t shard, uint64_t deadline_ns) {
+  if (!follows_failovers()) return dial(w, shard, deadline_ns);
+  constexpr uint64_t kAttemptMs = 100;  // a live leader accepts at once
+  for (;;) {                            // bounded by deadline_ns
+    const uint64_t now = RealEnv::instance().now_ns();
+    const Status st = dial(w, shard, std::min(deadline_ns, now + kAttemptMs * kMs));
+    if (st.ok() || RealEnv::instance().now_ns() >= deadline_ns || g_stop.load()) return st;
+    SHOAL_TRY(open_etcd());
+    auto state = cluster::ClusterStateStore(*etcd_, config_.name).load_state();
+    if (!state.ok() || shard >= state->shards.size()) continue;
+    const uint32_t named = state->shards[shard].leader_replica;
+    if (named == leaders_[shard] || named >= config_.shards[shard].replicas.size()) continue;
+    fmt::print(stderr,
+               "shoal server: shard {}: shard {}'s leader replica {} does not answer ({}); etcd "
+               "names replica {} (epoch {}): dialing it\n",
+               options_.shard, shard, leaders_[shard], st.to_string(), named,
+               state->shards[shard].since_epoch);
+    leaders_[shard] = named;  // the watch still starts from watch_leaders_: it follows
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -503,7 +537,7 @@ Status ShardServer::start_deposition_watch() {
   wo.shard = options_.shard;
   wo.replica = me_;
   wo.epoch = epoch_;
-  wo.leaders = leaders_;
+  wo.leaders = watch_leaders_;
   const uint32_t shard = options_.shard, me = me_;
   const uint64_t epoch = epoch_;
   deposition_watch_ = std::make_unique<DepositionWatch>(

@@ -138,6 +138,13 @@ struct Promotion {
   uint32_t replica = 0;           // this process, the shard's new leader
   uint64_t epoch = 0;             // the new epoch
   std::vector<uint32_t> leaders;  // per shard: its leader replica now (this one's included)
+  // Per shard: the epoch its leader took over in (ShardState::since_epoch), and the epoch our
+  // predecessor took over in. Another shard whose leader changed after that (a region's
+  // shards failing together) may have lost TIDs that our store, replayed from a predecessor
+  // that died before it followed that change, depends on: the server follows that change
+  // as a survivor does (shard_server.h). Empty: none is followed.
+  std::vector<uint64_t> since_epochs;
+  uint64_t predecessor_since_epoch = 0;
   std::unique_ptr<txn::Engine> engine;
   repl::Takeover takeover;
 };

@@ -423,6 +423,9 @@ class ShardServer {
   [[nodiscard]] Status make_worker(uint32_t index, uint64_t deadline_ns);
   [[nodiscard]] Status apply_placement();
   [[nodiscard]] Status dial(Worker& w, uint32_t shard, uint64_t deadline_ns);
+  // dial, and under etcd, when the leader does not answer (it may die while we start: a
+  // region's shards fail together), the leader etcd names now, until deadline_ns.
+  [[nodiscard]] Status dial_current_leader(Worker& w, uint32_t shard, uint64_t deadline_ns);
   // Connects to shard's current leader (leader_of) and hands the endpoint to `with` (a
   // generic callable taking the transport's endpoint by value, returning Status).
   template <typename F>
@@ -434,7 +437,10 @@ class ShardServer {
   // workers to pause.
   // Our transactions in doubt at the failed shard (C2) are first asked of its new leader,
   // `replica` (ask_decisions): those its log holds are not lost.
-  [[nodiscard]] Status discard_lost_versions(const LostRange& range, uint32_t replica);
+  // `epoch`: the new leader's (its own transactions, already here when two shards failed over
+  // at once, are not the failed leader's: Participant's spare_epoch).
+  [[nodiscard]] Status discard_lost_versions(const LostRange& range, uint32_t replica,
+                                             uint64_t epoch);
   // kDecisions of `shard`'s leader `replica`: the TIDs there of those of `ids` its log holds.
   // Bounded: a few attempts within kDecisionsAskMs.
   // Asks and resolves (DiscardJournal::resolve) what the journals hold in doubt at `shard`;
@@ -447,7 +453,7 @@ class ShardServer {
   // told after the redial). Their locks would otherwise hide the records under them from the
   // discard, which then keeps a lost transaction whole (issue 14). How many prepared ones it
   // aborted. REQUIRES: the workers are paused.
-  size_t release_undecided(uint32_t shard, uint32_t replica);
+  size_t release_undecided(uint32_t shard, uint32_t replica, uint64_t epoch);
   [[nodiscard]] Result<std::vector<std::pair<uint64_t, uint64_t>>> ask_decisions(
       uint32_t shard, uint32_t replica, const std::vector<uint64_t>& ids);
   std::mutex pause_mu_;
@@ -479,7 +485,13 @@ class ShardServer {
   uint32_t me_ = 0;                // this process's replica id (0 unless promoted)
   uint64_t epoch_ = 1;             // the epoch this leader logs in
   std::vector<uint32_t> leaders_;  // per shard: the replica that leads it (dial, shm names)
-  std::vector<int> worker_cpus_;   // empty: workers unpinned
+  // Per shard: the leader the DepositionWatch starts from (init's leaders_, or kNoReplica for
+  // a shard a promotion must follow: Promotion::since_epochs). A shard whose entry differs
+  // from leaders_ once the workers dialed gets followed (follow_leader) by the watch's first
+  // look, and its vector watermark entry is held until then.
+  std::vector<uint32_t> watch_leaders_;
+  static constexpr uint32_t kNoReplica = UINT32_MAX;
+  std::vector<int> worker_cpus_;  // empty: workers unpinned
   cluster::ClusterConfig config_;
   std::unique_ptr<KeyLayout> layout_;
   std::unique_ptr<txn::Engine> engine_;
