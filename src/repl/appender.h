@@ -44,12 +44,21 @@
 // our own entry is the commit TID itself. Readers treat a missing entry as no dependency,
 // which is exact (the argument is in depvec.h). stats().deps counts the bytes.
 //
+// Group commit (seal_when_idle): the worker's event loop calls idle() when it runs out of work
+// (src/runtime/event_loop.h, set_idle_hook), and the open batch is sealed at once instead of
+// at its age: at light load a transaction's entry leaves as soon as nothing else is coming
+// to join it. Two things keep the batch open instead, so that it grows under load: the
+// replication thread has not taken every entry sealed before (its proposals lag, so a seal
+// now would only wait beside them), or the leader holds the worker (set_lead_hold: the next
+// batch could not open, and the worker would wait in append()). batch_txns_max, the buffer's
+// bytes and batch_age_ns_max stay the bounds under load. The check costs a few loads.
+//
 // Watermark duties (src/repl/watermark.h): tick() on an idle worker seals an aged batch, and
 // after idle_ns without a seal an empty entry whose floor is the lowest TID this worker can
 // still commit minus one, so the stream never holds the shard watermark back; finish(floor)
 // closes the stream after a run.
 //
-// Threads: append/tick/flush/finish on the stream's worker thread (or whoever owns it when
+// Threads: append/idle/tick/flush/finish on the stream's worker thread (or whoever owns it when
 // the worker is not running); pop_sealed/buffer/take/recycle on the replication thread; an
 // EntryBuffer from take() may be dropped on any thread; short_of_space() any thread.
 #pragma once
@@ -113,6 +122,8 @@ struct AppenderOptions {
   uint32_t pool_buffers = 16;
   uint32_t pool_entries = 64;
   uint64_t idle_ns = 2'000'000;  // tick(): an empty floor entry after this long without a seal
+  // idle(): seal the open batch when the worker runs out of work (see Group commit above).
+  bool seal_when_idle = true;
   // Log a put that keeps the value's size as a patch of its changed bytes (format 2) when the
   // worker kept the old value. REQUIRES: only when the shard has this one stream: a follower
   // applies a patch onto the version it holds, and only one stream's order guarantees that
@@ -137,6 +148,7 @@ struct AppenderStats {
   uint64_t patches = 0;         // puts logged as patches
   uint64_t buffer_wait_ns = 0;  // time spent waiting for a free buffer or the lead bound
   uint64_t lead_waits = 0;      // of buffer_waits, those the lead bound began (set_lead_hold)
+  uint64_t idle_seals = 0;      // of entries, those idle() sealed (group commit)
   // Dependency areas of the records append() wrote (log_dep_bytes), compact, and what they
   // took with every other-shard entry (full_bytes).
   txn::DepVecBytes deps;
@@ -151,6 +163,7 @@ struct AppenderStats {
     patches += o.patches;
     buffer_wait_ns += o.buffer_wait_ns;
     lead_waits += o.lead_waits;
+    idle_seals += o.idle_seals;
     deps += o.deps;
     return *this;
   }
@@ -165,6 +178,7 @@ struct AppenderStats {
     d.patches = patches - base.patches;
     d.buffer_wait_ns = buffer_wait_ns - base.buffer_wait_ns;
     d.lead_waits = lead_waits - base.lead_waits;
+    d.idle_seals = idle_seals - base.idle_seals;
     d.deps = deps - base.deps;
     return d;
   }
@@ -194,6 +208,10 @@ class StreamAppender {
   // empty batch.
   [[nodiscard]] Status append_record(uint64_t tid, std::span<const txn::DepEntry> deps,
                                      std::span<const TxnWrite> writes, uint64_t dist_txn_id = 0);
+  // The worker has nothing more to run now (its loop is about to spin idle or sleep): with
+  // seal_when_idle, seals the open batch unless it should grow (see Group commit). Returns
+  // whether it sealed. No syscall of its own (a seal's wake may post to the replication loop).
+  bool idle();
   // The worker is idle: seal an aged batch, or write a floor entry after idle_ns. Does
   // nothing once stopped.
   void tick();

@@ -174,10 +174,9 @@ Status ReplicationLeader::init(Takeover* takeover) {
   init_checkpoints();
   // Our own acceptances are synced off the replication thread (the syncer), so followers'
   // acceptances make a majority meanwhile. A takeover's logs were opened by the follower and
-  // switch to that (kBatch); kAlways logs sync each append themselves, in line.
-  deferred_sync_ = takeover != nullptr
-                       ? options_.fsync == FsyncPolicy::kBatch
-                       : !options_.wal_dir.empty() && options_.fsync != FsyncPolicy::kNone;
+  // switch to that (sync_elsewhere_from_now_on).
+  deferred_sync_ =
+      options_.fsync != FsyncPolicy::kNone && (takeover != nullptr || !options_.wal_dir.empty());
   if (takeover != nullptr) {
     takeover_applier_ = std::move(takeover->applier);
     takeover_tracker_.emplace(options_.streams, *takeover_applier_);
