@@ -298,8 +298,11 @@ bool StreamAppender::idle() {
   if (!options_.seal_when_idle || !builder_.open() || builder_.txn_count() == 0) return false;
   // The leader holds us: a seal now would make the next append wait for the hold.
   if (lead_hold_.load(std::memory_order_relaxed)) return false;
-  // Proposals lag: an entry sealed now would wait behind them; let the batch grow meanwhile.
-  if (taken_count_.load(std::memory_order_acquire) != sealed_count_) return false;
+  // Enough in flight: the batch grows while their round runs (the age still bounds it).
+  if (sealed_count_ - settled_count_.load(std::memory_order_acquire) >=
+      options_.idle_seal_inflight_max) {
+    return false;
+  }
   ++stats_.idle_seals;
   seal(0);
   return true;

@@ -467,6 +467,7 @@ void ReplicationLeader::update_lead_hold(Stream& s) {
   // Only a leading stream past any takeover holds its worker: before that nothing is
   // proposed, and the ring alone bounds what waits.
   if (!s.paxos->is_leader()) s.lead->forget_proposed();
+  s.appender->note_settled(s.lead->settled());  // group commit (StreamAppender::idle)
   const bool hold =
       !takeover_applier_ && s.paxos->is_leader() && s.lead->hold(RealEnv::instance().now_ns());
   if (hold == s.lead_held) return;
