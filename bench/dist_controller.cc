@@ -198,6 +198,7 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.tpcc_read_only_hint = o.tpcc_read_only_hint;
   so.fsync = o.fsync;
   so.replica_nice = o.replica_nice;
+  so.lead_ms_max = o.lead_ms_max;
   so.serve_reads = o.follower_reads;
   so.unsafe_snapshot_read_newest = o.unsafe_follower_read_newest;
   so.cpu_placement = o.cpu_placement;

@@ -124,9 +124,10 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
                                     ? appender->last_logged_tid()
                                     : worker->txn().max_seen_version();
       // Bounded by replication progress: a full queue waits for the watermark. The worker is
-      // between transactions, so it seals its aged batch (tick) or it would wait on itself.
+      // between transactions with nothing to run, so it seals its batch (idle, or tick once
+      // aged) or it would wait on itself.
       while (state.acks.full()) {
-        appender->tick();
+        if (!appender->idle()) appender->tick();
         state.acks.drain(leader->watermark(), env.now_ns(), state.commit_latency, &state.live);
         std::this_thread::yield();
       }
@@ -448,6 +449,7 @@ nlohmann::json RunResult::to_json() const {
                         {"buffer_waits", rp.buffer_waits},
                         {"buffer_wait_ms", static_cast<double>(rp.buffer_wait_ns) / 1e6},
                         {"lead_waits", rp.lead_waits},
+                        {"idle_seals", rp.idle_seals},
                         {"retained_shed", rp.retained_shed},
                         {"bootstrap_records", rp.bootstrap_records},
                         {"retransmits", rp.retransmits},

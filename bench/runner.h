@@ -66,6 +66,7 @@ struct RunOptions {
   double wan_rtt_ms = 0;        // every cross-region one-way delay is wan_rtt_ms / 2
   uint32_t batch_txns = 400;    // seal a log entry after this many transactions (Mako)
   double batch_us = 4000;       // ... or when its first transaction is this old
+  uint64_t lead_ms_max = 10;    // the lead bound (repl::LeaderOptions::lead_ms_max; 0: none)
   std::string fsync = "batch";  // none, batch or always (every replica's WAL)
   // How the followers (all on this host) reach the leader: shm (the leader's send is one copy
   // into the follower's ring) or tcp (loopback, as between machines).
@@ -138,8 +139,9 @@ struct ReplicationResult {
   uint64_t retransmits = 0, catchup_entries = 0, catchup_bytes = 0;
   // Workers' time waiting for log ring space or the lead bound (summed over streams), and the
   // retained chosen slots the leader's stores let go of early for them (appender.h,
-  // Backpressure); lead_waits: the waits the lead bound held (lead_bound.h).
-  uint64_t buffer_wait_ns = 0, retained_shed = 0, lead_waits = 0;
+  // Backpressure); lead_waits: the waits the lead bound held (lead_bound.h); idle_seals: the
+  // entries sealed because the worker had nothing more to run (appender.h, Group commit).
+  uint64_t buffer_wait_ns = 0, retained_shed = 0, lead_waits = 0, idle_seals = 0;
   double bootstrap_s = 0;  // initial state through the log until every follower installed it
   double quiesce_s = 0;    // after the run until every follower applied everything
   uint64_t leader_digest = 0;

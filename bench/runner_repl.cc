@@ -85,6 +85,7 @@ Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload, 
   }
   lo.appender.limits.batch_txns_max = options.batch_txns;
   lo.appender.limits.batch_age_ns_max = static_cast<uint64_t>(options.batch_us * 1e3);
+  lo.lead_ms_max = options.lead_ms_max;
   if (options.replay_lag_ms >= 0) {
     lo.follower_replay_lag_ms_max = static_cast<uint64_t>(options.replay_lag_ms);
   }
@@ -305,6 +306,7 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
   result->buffer_waits += logged.buffer_waits;
   result->buffer_wait_ns += logged.buffer_wait_ns;
   result->lead_waits += logged.lead_waits;
+  result->idle_seals += logged.idle_seals;
   result->retained_shed = leader_stats.retained_shed;
   for (const repl::FollowerReport& r : *reports) {
     FollowerResult f;

@@ -7,9 +7,12 @@
 # -P {1,16} --csv` each (N default 200000). Prints "## round R WHAT -P P load L" headers and
 # redis-benchmark's CSV.
 # Usage: scripts/resp-durable-bench.sh [ROUNDS] [N]   (SHOAL_BIN_DIR: default build/release)
+# A/B: SHOAL_BASE_BIN_DIR names a second build, and RESP_BENCH_WHAT the runs of each round in
+# order (default "shoal4000 redis shoal1000"; baseUS runs the base build at batch_us US).
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
 shoal="${SHOAL_BIN_DIR:-$root/build/release}/shoal"
+base_shoal="${SHOAL_BASE_BIN_DIR:-}/shoal"
 rounds="${1:-3}"
 n="${2:-200000}"
 dir="$(mktemp -d)"
@@ -23,15 +26,17 @@ rb() {  # port label
   done
 }
 for round in $(seq "$rounds"); do
-  for what in shoal4000 redis shoal1000; do
+  for what in ${RESP_BENCH_WHAT:-shoal4000 redis shoal1000}; do
     case $what in
-      shoal*)
+      shoal*|base*)
         bu=${what#shoal}
-        timeout 120 "$shoal" cluster up --config "$dir/c3.toml" --run-dir "$dir/run" --fresh \
+        bin="$shoal"
+        if [[ $what == base* ]]; then bu=${what#base}; bin="$base_shoal"; fi
+        timeout 120 "$bin" cluster up --config "$dir/c3.toml" --run-dir "$dir/run" --fresh \
           --fsync always --keys-per-partition 1000 --batch-us "$bu" > "$dir/up.log" 2>&1 ||
           { cat "$dir/up.log"; exit 1; }
-        rb $(( base + 10 )) "round $round shoal batch_us=$bu"
-        timeout 60 "$shoal" cluster down --config "$dir/c3.toml" --run-dir "$dir/run" > /dev/null 2>&1
+        rb $(( base + 10 )) "round $round ${what%%[0-9]*} batch_us=$bu"
+        timeout 60 "$bin" cluster down --config "$dir/c3.toml" --run-dir "$dir/run" > /dev/null 2>&1
         ;;
       redis)
         mkdir -p "$dir/redis" && rm -rf "$dir/redis/"*

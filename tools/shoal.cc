@@ -341,6 +341,18 @@ void add_batch_options(CLI::App* app, uint32_t& txns, double& us, const std::str
       ->check(number_in(0.0, cluster::kBatchUsMax, true, "in (0, 1e7]"));
 }
 
+// The lead bound (repl::LeaderOptions::lead_ms_max, src/repl/lead_bound.h). `what` ends the
+// help text: the default, or where it comes from.
+template <typename T>
+void add_lead_option(CLI::App* app, T& ms, const std::string& what) {
+  app->add_option("--lead-ms-max", ms,
+                  "Lead bound: a stream's worker opens no new log batch while its oldest entry "
+                  "has waited this long unproposed, or this long past the majority's round trip "
+                  "unchosen (0: unbounded" +
+                      what + ")")
+      ->check(number_in(T{0}, T{600'000}, false, "in [0, 600000]"));
+}
+
 // `bench tpcc` replication: of the in-process shard (followers as child processes), or with
 // --shards N of every shard server (followers started beside them; repl_ctl.h).
 void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
@@ -355,6 +367,8 @@ void add_replication_options(CLI::App* tpcc, bench::RunOptions& r) {
   add_batch_options(tpcc, r.batch_txns, r.batch_us,
                     fmt::format(" (defaults {} txns / {} us; with --shards: every shard server's)",
                                 r.batch_txns, r.batch_us));
+  add_lead_option(tpcc, r.lead_ms_max,
+                  fmt::format("; default {}; with --shards: every shard server's", r.lead_ms_max));
   tpcc->add_option("--replay-lag-ms", r.replay_lag_ms,
                    "Ratekeeper: leaders stop proposing while a follower's replay trails by more "
                    "than this (bounds the failover's replay backlog; 0: unbounded; default 100)")
@@ -463,6 +477,7 @@ CLI::App* add_replica_command(CLI::App& app, server::ReplicaOptions& o) {
                 "for every other thread)")
       ->check(cpu_list());
   add_batch_options(c, o.server.batch_txns, o.server.batch_us, " (once promoted to leader)");
+  add_lead_option(c, o.server.lead_ms_max, "; once promoted to leader; default 10");
   return c;
 }
 
@@ -684,6 +699,7 @@ ServerCommands add_server_commands(CLI::App& app) {
       ->capture_default_str();
   add_batch_options(c.server, so.batch_txns, so.batch_us,
                     " (replicated shards; default: the config's batch_txns / batch_us)");
+  add_lead_option(c.server, so.lead_ms_max, "; replicated shards; default 10");
   c.server
       ->add_option("--checkpoint-interval-ms", so.checkpoint_interval_ms,
                    "Replicated shards: fetch a follower's newest checkpoint at most this often "
@@ -744,6 +760,7 @@ ServerCommands add_server_commands(CLI::App& app) {
       ->capture_default_str();
   add_batch_options(c.up, co.batch_txns, co.batch_us,
                     " (every leader; default: the config's batch_txns / batch_us)");
+  add_lead_option(c.up, co.lead_ms_max, "; every leader; default 10");
   c.up->add_option("--serve-reads", co.serve_reads,
                    "Reader threads per follower running TPC-C OrderStatus and StockLevel at its "
                    "snapshot (needs --workload tpcc and replicas)")
@@ -899,7 +916,7 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
     return kExitUsage;
   }
   // A running cluster's servers and followers were started with their batching and readers.
-  for (const char* flag : {"--batch-txns", "--batch-us", "--follower-reads"}) {
+  for (const char* flag : {"--batch-txns", "--batch-us", "--lead-ms-max", "--follower-reads"}) {
     if (tpcc && remote && sub->count(flag) > 0) {
       fmt::print(stderr,
                  "shoal: error: {}: with --cluster the running cluster's settings apply (shoal "
@@ -911,6 +928,7 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
   if (tpcc) {
     d.batch_txns = f.run.batch_txns;
     d.batch_us = f.run.batch_us;
+    if (sub->count("--lead-ms-max") > 0) d.lead_ms_max = static_cast<int64_t>(f.run.lead_ms_max);
     d.follower_reads = f.run.follower_reads;
     d.unsafe_follower_read_newest = f.run.unsafe_follower_read_newest;
   }

@@ -81,15 +81,18 @@ Result<SegmentFiles> list_segments(const std::string& dir, uint32_t stream) {
   return out;
 }
 
-WalOptions acceptor_wal_options(FsyncPolicy fsync, bool accept_sync_elsewhere) {
+WalOptions acceptor_wal_options() {
   WalOptions wo;
   // pwrite, not io_uring: the appender here is the replication thread, not a worker, and on a
   // busy machine io_uring's buffered writes wait for an io-wq thread to be scheduled (the
   // append waits for its completion), which showed as commit latency. Measured in
   // docs/REPLICATION.md.
   wo.use_io_uring = false;
-  wo.fsync = fsync == FsyncPolicy::kAlways && !accept_sync_elsewhere ? FsyncPolicy::kAlways
-                                                                     : FsyncPolicy::kNone;
+  // The WAL never syncs by itself: kBatch and kAlways both group commit (AcceptorLog::sync,
+  // or the leader's syncer when accept_sync_elsewhere). An fdatasync per entry bought no
+  // guarantee (no reply or choice counts an acceptance before its sync either way) and made a
+  // stream of small entries (group commit on the workers: StreamAppender::idle) cost a sync each.
+  wo.fsync = FsyncPolicy::kNone;
   wo.allow_rewrites = true;
   return wo;
 }
@@ -107,7 +110,7 @@ std::string AcceptorLog::journal_path(uint64_t segment) const {
 }
 
 Status AcceptorLog::open_segment(uint64_t number) {
-  auto wal = Wal::open(wal_path(number), acceptor_wal_options(fsync_, accept_sync_elsewhere_));
+  auto wal = Wal::open(wal_path(number), acceptor_wal_options());
   if (!wal.ok()) return wal.status();
   const std::string jpath = journal_path(number);
   const int fd = ::open(jpath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -367,7 +370,7 @@ Status AcceptorLog::recover_segment(uint64_t number, Segment* seg, uint64_t cove
       scan->chosen_hint = std::max(scan->chosen_hint, jf.chosen_hint(UINT64_MAX));
       return Status::Ok();
     }
-    auto wal = Wal::open(wal_path(number), acceptor_wal_options(fsync_, accept_sync_elsewhere_));
+    auto wal = Wal::open(wal_path(number), acceptor_wal_options());
     if (!wal.ok()) return wal.status();
     auto rec = scan_copies(**wal, jf, covered, seg->base, &seg->max_slot, copies);
     if (!rec.ok()) return rec.status();
@@ -540,7 +543,7 @@ PersistHooks AcceptorLog::hooks() {
 }
 
 Status AcceptorLog::sync_elsewhere_from_now_on() {
-  SHOAL_ASSERT(fsync_ == FsyncPolicy::kBatch, "%s", "a log synced elsewhere must batch");
+  SHOAL_ASSERT(fsync_ != FsyncPolicy::kNone, "%s", "a log synced elsewhere must sync");
   SHOAL_TRY(sync());
   accept_sync_elsewhere_ = true;
   return Status::Ok();
@@ -570,7 +573,7 @@ Status AcceptorLog::persist_accept(uint64_t slot, Ballot b, std::span<const std:
   note_slot(slot);
   SHOAL_TRY(wal_->append(entry));
   count_copy(CopyHop::kWalWrite, entry.size());  // pwrite: the kernel's copy into its cache
-  if (fsync_ == FsyncPolicy::kBatch && !accept_sync_elsewhere_) dirty_ = true;
+  if (fsync_ != FsyncPolicy::kNone && !accept_sync_elsewhere_) dirty_ = true;
   index_copy(slot, SlotCopy{offset, load_u64(entry.data() + 56), entry.size()});
   return Status::Ok();
 }

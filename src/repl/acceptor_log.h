@@ -156,17 +156,17 @@ class AcceptorLog final : public ChosenSlotSource {
   PersistHooks hooks();
   // Records that slots <= index are chosen (no sync: a hint). Call after delivery.
   void note_chosen(uint64_t index);
-  // Group commit (FsyncPolicy::kBatch): hooks append without syncing and leave the log dirty;
-  // the owner calls sync() before anything can reveal those acceptances (a follower before it
-  // sends the replies of a batch of messages, a leader before it handles any reply to its
-  // proposals). One fdatasync per file per group instead of two per entry. kAlways syncs in
-  // the hook; kNone never.
+  // Group commit (FsyncPolicy::kBatch and kAlways alike): hooks append without syncing and
+  // leave the log dirty; the owner calls sync() before anything can reveal those acceptances (a
+  // follower before it sends the replies of a batch of messages, a leader before it handles
+  // any reply to its proposals). One fdatasync per file per group instead of two per entry.
+  // kNone never syncs.
   [[nodiscard]] Status sync();
   bool dirty() const { return dirty_; }
   // A follower's log becoming a leader's (a takeover, leader.h): syncs what is dirty, then the
   // accept hook leaves syncing to the owner's syncer thread (sync_from_any_thread), as a log
-  // opened with accept_sync_elsewhere does. REQUIRES: fsync is kBatch (kAlways logs sync
-  // each append in the WAL itself); called on the log's thread, no append in flight.
+  // opened with accept_sync_elsewhere does. REQUIRES: fsync is not kNone; called on the log's
+  // thread, no append in flight.
   [[nodiscard]] Status sync_elsewhere_from_now_on();
   // fdatasync of the WAL, safe from another thread than the appender's: it covers every
   // append that returned before the call (promise records are synced in the hook). Leaves dirty()

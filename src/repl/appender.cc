@@ -294,6 +294,20 @@ Status StreamAppender::append(const txn::Txn& txn, uint64_t dist_txn_id) {
   return Status::Ok();
 }
 
+bool StreamAppender::idle() {
+  if (!options_.seal_when_idle || !builder_.open() || builder_.txn_count() == 0) return false;
+  // The leader holds us: a seal now would make the next append wait for the hold.
+  if (lead_hold_.load(std::memory_order_relaxed)) return false;
+  // Enough in flight: the batch grows while their round runs (the age still bounds it).
+  if (sealed_count_ - settled_count_.load(std::memory_order_acquire) >=
+      options_.idle_seal_inflight_max) {
+    return false;
+  }
+  ++stats_.idle_seals;
+  seal(0);
+  return true;
+}
+
 void StreamAppender::tick() {
   if (builder_.open()) {
     if (builder_.txn_count() > 0 && policy_.should_seal(builder_) != BatchPolicy::Reason::kNone) {

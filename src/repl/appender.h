@@ -44,12 +44,23 @@
 // our own entry is the commit TID itself. Readers treat a missing entry as no dependency,
 // which is exact (the argument is in depvec.h). stats().deps counts the bytes.
 //
+// Group commit (seal_when_idle): the worker's event loop calls idle() when it runs out of work
+// (src/runtime/event_loop.h, set_idle_hook), and the open batch is sealed at once instead of
+// at its age: at light load a transaction's entry leaves as soon as nothing else is coming
+// to join it. Two things keep the batch open instead, so that it grows under load: as many
+// entries as idle_seal_inflight_max are sealed and not yet settled (chosen by a majority, or
+// given up by the leader: note_settled), so that, as in a database's group commit, the next
+// batch gathers what arrives while the replication round of the last ones is in flight; or
+// the leader holds the worker (set_lead_hold: the next batch could not open, and the worker
+// would wait in append()). batch_txns_max, the buffer's bytes and batch_age_ns_max stay the
+// bounds (an aged batch seals at tick() whatever is in flight). The check costs a few loads.
+//
 // Watermark duties (src/repl/watermark.h): tick() on an idle worker seals an aged batch, and
 // after idle_ns without a seal an empty entry whose floor is the lowest TID this worker can
 // still commit minus one, so the stream never holds the shard watermark back; finish(floor)
 // closes the stream after a run.
 //
-// Threads: append/tick/flush/finish on the stream's worker thread (or whoever owns it when
+// Threads: append/idle/tick/flush/finish on the stream's worker thread (or whoever owns it when
 // the worker is not running); pop_sealed/buffer/take/recycle on the replication thread; an
 // EntryBuffer from take() may be dropped on any thread; short_of_space() any thread.
 #pragma once
@@ -113,6 +124,10 @@ struct AppenderOptions {
   uint32_t pool_buffers = 16;
   uint32_t pool_entries = 64;
   uint64_t idle_ns = 2'000'000;  // tick(): an empty floor entry after this long without a seal
+  // idle(): seal the open batch when the worker runs out of work (see Group commit above),
+  // while fewer than idle_seal_inflight_max entries are sealed and not settled.
+  bool seal_when_idle = true;
+  uint32_t idle_seal_inflight_max = 2;
   // Log a put that keeps the value's size as a patch of its changed bytes (format 2) when the
   // worker kept the old value. REQUIRES: only when the shard has this one stream: a follower
   // applies a patch onto the version it holds, and only one stream's order guarantees that
@@ -137,6 +152,7 @@ struct AppenderStats {
   uint64_t patches = 0;         // puts logged as patches
   uint64_t buffer_wait_ns = 0;  // time spent waiting for a free buffer or the lead bound
   uint64_t lead_waits = 0;      // of buffer_waits, those the lead bound began (set_lead_hold)
+  uint64_t idle_seals = 0;      // of entries, those idle() sealed (group commit)
   // Dependency areas of the records append() wrote (log_dep_bytes), compact, and what they
   // took with every other-shard entry (full_bytes).
   txn::DepVecBytes deps;
@@ -151,6 +167,7 @@ struct AppenderStats {
     patches += o.patches;
     buffer_wait_ns += o.buffer_wait_ns;
     lead_waits += o.lead_waits;
+    idle_seals += o.idle_seals;
     deps += o.deps;
     return *this;
   }
@@ -165,6 +182,7 @@ struct AppenderStats {
     d.patches = patches - base.patches;
     d.buffer_wait_ns = buffer_wait_ns - base.buffer_wait_ns;
     d.lead_waits = lead_waits - base.lead_waits;
+    d.idle_seals = idle_seals - base.idle_seals;
     d.deps = deps - base.deps;
     return d;
   }
@@ -194,6 +212,10 @@ class StreamAppender {
   // empty batch.
   [[nodiscard]] Status append_record(uint64_t tid, std::span<const txn::DepEntry> deps,
                                      std::span<const TxnWrite> writes, uint64_t dist_txn_id = 0);
+  // The worker has nothing more to run now (its loop is about to spin idle or sleep): with
+  // seal_when_idle, seals the open batch unless it should grow (see Group commit). Returns
+  // whether it sealed. No syscall of its own (a seal's wake may post to the replication loop).
+  bool idle();
   // The worker is idle: seal an aged batch, or write a floor entry after idle_ns. Does
   // nothing once stopped.
   void tick();
@@ -226,6 +248,9 @@ class StreamAppender {
   EntryBuffer take(uint32_t index);
   // A popped entry that is not taken: its space is free again now.
   void recycle(uint32_t index);
+  // The first `entries` entries this appender sealed are settled: chosen, or given up by the
+  // leader (LeadBound::settled). Group commit counts those in flight from it.
+  void note_settled(uint64_t entries) { settled_count_.store(entries, std::memory_order_release); }
   // Any thread: the worker waits for log ring space (see Backpressure).
   bool short_of_space() const { return short_of_space_.load(std::memory_order_acquire); }
   // Any thread (the leader's, from its LeadBound): while set, no new batch opens (the worker
@@ -298,7 +323,8 @@ class StreamAppender {
   uint64_t batch_at_ = 0;      // ... and its bytes here (later when it skipped the ring's end)
   std::atomic<bool> short_of_space_{false};
   std::atomic<bool> lead_hold_{false};
-  std::atomic<uint64_t> taken_count_{0};  // entries take()n or recycle()d (replication thread)
+  std::atomic<uint64_t> taken_count_{0};    // entries take()n or recycle()d (replication thread)
+  std::atomic<uint64_t> settled_count_{0};  // note_settled (replication thread)
   LogBatchBuilder builder_;
   BatchPolicy policy_;
   uint64_t sequence_ = 0;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -142,6 +143,108 @@ TEST(StreamAppender, ALeadHoldKeepsTheNextBatchFromOpening) {
   EXPECT_EQ(a.stats().buffer_waits, 1u);
   EXPECT_EQ(a.stats().lead_waits, 1u);
   EXPECT_GT(a.stats().buffer_wait_ns, 0u);
+}
+
+// A light load's appender: the default limits of a shard server (400 txns, 4 ms) on virtual
+// time, and one put to log.
+struct LightLoad {
+  explicit LightLoad(bool seal_when_idle) : clock(&stop, 1000), put(t) {
+    o.limits.batch_txns_max = 400;
+    o.limits.batch_age_ns_max = 4'000'000;
+    o.seal_when_idle = seal_when_idle;
+    o.idle_seal_inflight_max = 2;
+    a.emplace(o, t.engine, clock, nullptr, nullptr);
+  }
+  Status log(uint64_t tid) { return a->append_record(tid, {}, {&put.write, 1}); }
+  OneTable t;
+  std::atomic<bool> stop{false};
+  WaitClock clock;
+  AppenderOptions o;
+  const OnePut put;
+  std::optional<StreamAppender> a;
+};
+
+// Group commit (appender.h): a worker that runs out of work seals its open batch at once, not
+// at its age, unless idle_seal_inflight_max entries are sealed and unsettled (the batch grows
+// meanwhile, and the age still seals it) or the leader holds the worker; without
+// seal_when_idle only the limits seal. On virtual time: nothing depends on how long a call takes.
+TEST(StreamAppender, AnIdleWorkerSealsItsOpenBatchWhileFewEntriesAreInFlight) {
+  LightLoad l(/*seal_when_idle=*/true);
+  StreamAppender& a = *l.a;
+  WaitClock& clock = l.clock;
+  const uint64_t tid = uint64_t{2} << 32;
+  EXPECT_FALSE(a.idle());  // nothing open: nothing to seal
+  ASSERT_TRUE(l.log(tid + 1).ok());
+  ASSERT_TRUE(l.log(tid + 2).ok());
+  a.tick();  // not aged: the limits alone would keep it open
+  EXPECT_EQ(a.stats().entries, 0u);
+  EXPECT_TRUE(a.idle());
+  EXPECT_FALSE(a.idle());  // sealed already
+  EXPECT_EQ(a.stats().entries, 1u);
+  EXPECT_EQ(a.stats().idle_seals, 1u);
+  SealedEntry e;
+  ASSERT_TRUE(a.pop_sealed(&e));
+  EXPECT_EQ(e.max_tid, tid + 2);
+  EXPECT_EQ(e.sealed_ns, clock.now_ns());  // at once, no age waited for
+  a.recycle(e.buffer);
+
+  // One in flight: the second may still go.
+  ASSERT_TRUE(l.log(tid + 3).ok());
+  EXPECT_TRUE(a.idle());
+  // Two in flight: the next batch stays open and takes more records ...
+  ASSERT_TRUE(l.log(tid + 4).ok());
+  EXPECT_FALSE(a.idle());
+  ASSERT_TRUE(l.log(tid + 5).ok());
+  EXPECT_EQ(a.stats().entries, 2u);
+  // ... until the age seals it, whatever is in flight,
+  clock.sleep_ns(l.o.limits.batch_age_ns_max);
+  a.tick();
+  EXPECT_EQ(a.stats().entries, 3u);
+  EXPECT_EQ(a.stats().idle_seals, 2u);
+  // or until the first entries settle (chosen: the leader's LeadBound counts them).
+  ASSERT_TRUE(l.log(tid + 6).ok());
+  EXPECT_FALSE(a.idle());
+  a.note_settled(1);
+  EXPECT_FALSE(a.idle());  // still two of three in flight
+  a.note_settled(2);
+  EXPECT_TRUE(a.idle());
+  EXPECT_EQ(a.stats().idle_seals, 3u);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(a.pop_sealed(&e));
+    a.recycle(e.buffer);
+  }
+  EXPECT_EQ(e.max_tid, tid + 6);
+  a.note_settled(4);
+
+  // Held by the leader: the batch stays open (a seal would make the next append wait).
+  ASSERT_TRUE(l.log(tid + 7).ok());
+  a.set_lead_hold(true);
+  EXPECT_FALSE(a.idle());
+  a.set_lead_hold(false);
+  EXPECT_TRUE(a.idle());
+  EXPECT_EQ(a.stats().idle_seals, 4u);
+  EXPECT_EQ(a.stats().entries, 5u);
+}
+
+TEST(StreamAppender, WithoutSealWhenIdleOnlyTheAgeSealsALightLoad) {
+  LightLoad l(/*seal_when_idle=*/false);
+  StreamAppender& a = *l.a;
+  WaitClock& clock = l.clock;
+  const AppenderOptions& o = l.o;
+  const uint64_t tid = uint64_t{2} << 32;
+  ASSERT_TRUE(l.log(tid + 1).ok());
+  const uint64_t first_ns = clock.now_ns();
+  EXPECT_FALSE(a.idle());
+  clock.sleep_ns(o.limits.batch_age_ns_max - 1);
+  a.tick();
+  EXPECT_EQ(a.stats().entries, 0u);
+  clock.sleep_ns(1);
+  a.tick();
+  EXPECT_EQ(a.stats().entries, 1u);
+  EXPECT_EQ(a.stats().idle_seals, 0u);
+  SealedEntry e;
+  ASSERT_TRUE(a.pop_sealed(&e));
+  EXPECT_EQ(e.sealed_ns - first_ns, o.limits.batch_age_ns_max);
 }
 
 Status bump(txn::Txn& txn, const void* table, void*) {

@@ -54,6 +54,8 @@ class LeadBound {
   void chosen_through(uint64_t slot) {
     while (head_ < proposed_ && ring_[head_ % ring_.size()].slot <= slot) ++head_;
   }
+  // Entries noted so far that are chosen or forgotten (a count from the first one noted).
+  uint64_t settled() const { return head_; }
   // The stream lost its leadership: what it proposed may never be chosen in those slots, so
   // it is not waited for (the entries not yet proposed still are).
   void forget_proposed() { head_ = proposed_; }

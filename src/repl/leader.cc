@@ -174,10 +174,9 @@ Status ReplicationLeader::init(Takeover* takeover) {
   init_checkpoints();
   // Our own acceptances are synced off the replication thread (the syncer), so followers'
   // acceptances make a majority meanwhile. A takeover's logs were opened by the follower and
-  // switch to that (kBatch); kAlways logs sync each append themselves, in line.
-  deferred_sync_ = takeover != nullptr
-                       ? options_.fsync == FsyncPolicy::kBatch
-                       : !options_.wal_dir.empty() && options_.fsync != FsyncPolicy::kNone;
+  // switch to that (sync_elsewhere_from_now_on).
+  deferred_sync_ =
+      options_.fsync != FsyncPolicy::kNone && (takeover != nullptr || !options_.wal_dir.empty());
   if (takeover != nullptr) {
     takeover_applier_ = std::move(takeover->applier);
     takeover_tracker_.emplace(options_.streams, *takeover_applier_);
@@ -468,6 +467,7 @@ void ReplicationLeader::update_lead_hold(Stream& s) {
   // Only a leading stream past any takeover holds its worker: before that nothing is
   // proposed, and the ring alone bounds what waits.
   if (!s.paxos->is_leader()) s.lead->forget_proposed();
+  s.appender->note_settled(s.lead->settled());  // group commit (StreamAppender::idle)
   const bool hold =
       !takeover_applier_ && s.paxos->is_leader() && s.lead->hold(RealEnv::instance().now_ns());
   if (hold == s.lead_held) return;

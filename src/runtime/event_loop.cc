@@ -364,6 +364,8 @@ void EventLoop::run() {
       idle_passes = 0;
       continue;
     }
+    // The first empty pass after work (read_clock is true on it): about to go idle.
+    if (idle_passes == 0 && idle_hook_ != nullptr && idle_hook_(idle_ctx_)) continue;
     if (!read_clock) {
       ++idle_passes;
       cpu_relax();

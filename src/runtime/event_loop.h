@@ -67,6 +67,9 @@ using TimerFn = void (*)(void* ctx, uint64_t arg);
 using PostFn = void (*)(void* ctx);
 // Polls one source; returns true when it did work (so the loop keeps spinning).
 using PollFn = bool (*)(void* ctx);
+// The loop ran out of work (set_idle_hook); returns true when it did some (the loop goes on
+// as after any work).
+using IdleFn = bool (*)(void* ctx);
 // Earliest virtual/real time at which a poller needs to run even without input
 // (e.g. a WAN shaper releasing a held message); UINT64_MAX: none.
 using DeadlineFn = uint64_t (*)(void* ctx);
@@ -195,6 +198,13 @@ class EventLoop {
                                   PollerWake wake = {});
   // Removes every poller registered with ctx.
   void remove_poller(void* ctx);
+  // fn(ctx) runs in run() on the first pass without work after a pass with work or a sleep
+  // (one hook; nullptr removes it). Not from run_once(): a caller driving iterations knows when it
+  // is idle.
+  void set_idle_hook(IdleFn fn, void* ctx) {
+    idle_hook_ = fn;
+    idle_ctx_ = ctx;
+  }
 
   // Any thread: runs fn(ctx) on this loop soon; wakes the loop if it sleeps. Unavailable when
   // post_capacity posts are pending.
@@ -273,6 +283,8 @@ class EventLoop {
 
   std::vector<Poller> pollers_;
   uint32_t pollers_without_wake_ = 0;
+  IdleFn idle_hook_ = nullptr;
+  void* idle_ctx_ = nullptr;
   // ppoll set: [0] the eventfd, then the armed pollers' fds. Sized at construction.
   std::vector<pollfd> wait_fds_;
 

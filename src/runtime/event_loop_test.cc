@@ -202,6 +202,36 @@ TEST(EventLoop, RealTimeSleep) {
   EXPECT_LT(woke - t0, 200'000'000u);
 }
 
+// The idle hook (set_idle_hook) runs on the first pass without work after the work: every
+// post of the burst ran before it; a hook that reports work gets the next empty pass too.
+TEST(EventLoop, TheIdleHookRunsOnceTheBurstOfWorkIsDone) {
+  RealEnv env;
+  EventLoop loop(env);
+  struct State {
+    EventLoop* loop;
+    int posts_run = 0;
+    int idle_calls = 0;
+    int posts_seen_by_first_call = -1;
+  } st{&loop};
+  loop.set_idle_hook(
+      [](void* p) {
+        auto* s = static_cast<State*>(p);
+        if (++s->idle_calls == 1) {
+          s->posts_seen_by_first_call = s->posts_run;
+          return true;  // "did work" (a seal): the loop goes on as after any work
+        }
+        s->loop->stop();
+        return false;
+      },
+      &st);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(loop.post([](void* p) { ++static_cast<State*>(p)->posts_run; }, &st).ok());
+  }
+  loop.run();
+  EXPECT_EQ(st.posts_seen_by_first_call, 3);
+  EXPECT_EQ(st.idle_calls, 2);
+}
+
 // A blocked loop (spin 0) is woken by post() from another thread well before its 1 s timer.
 TEST(EventLoop, CrossThreadPostWakesBlockedLoop) {
   RealEnv env;

@@ -277,6 +277,7 @@ Status cluster_up(const ClusterOptions& o) {
   so.fsync = o.fsync;
   so.batch_txns = o.batch_txns;
   so.batch_us = o.batch_us;
+  so.lead_ms_max = o.lead_ms_max;
   so.serve_reads = o.serve_reads;
   so.checkpoint_interval_ms = o.checkpoint_interval_ms;
   so.cpu_placement = o.cpu_placement;

@@ -51,6 +51,7 @@ struct ClusterOptions {
   // and reader threads per follower serving read-only transactions at its snapshot.
   uint32_t batch_txns = 0;
   double batch_us = 0;
+  int64_t lead_ms_max = -1;  // `up`: the leaders' lead bound (-1: the server's default)
   uint32_t serve_reads = 0;
   uint64_t checkpoint_interval_ms = 0;  // `up`: followers' checkpoint interval (0: none)
   std::string cpu_placement = "auto";   // `up`: SpawnOptions::cpu_placement
@@ -110,9 +111,11 @@ struct DistBenchOptions {
   std::string fsync = "batch";  // every replica's WAL
   int replica_nice = 10;        // followers' replay threads (they share this machine)
   int64_t replay_lag_ms = -1;   // local run: the config's ratekeeper bound (-1: its default)
-  // Local run: the config's log batching (0: its defaults, 400 txns / 4000 us).
+  // Local run: the config's log batching (0: its defaults, 400 txns / 4000 us), and the
+  // leaders' lead bound (`shoal server --lead-ms-max`; -1: the server's default).
   uint32_t batch_txns = 0;
   double batch_us = 0;
+  int64_t lead_ms_max = -1;
   // Local run, tpcc: reader threads per follower running OrderStatus and StockLevel at its
   // snapshot (each shard's followers read that shard's warehouses); torn snapshots fail the
   // run. The planted bug (test only) reads the newest version instead.

@@ -94,6 +94,9 @@ void add_batch_args(const SpawnOptions& options, std::vector<std::string>* args)
   if (options.batch_us != 0) {
     args->insert(args->end(), {"--batch-us", fmt::format("{}", options.batch_us)});
   }
+  if (options.lead_ms_max >= 0) {
+    args->insert(args->end(), {"--lead-ms-max", std::to_string(options.lead_ms_max)});
+  }
 }
 
 void add_etcd_arg(const SpawnOptions& options, std::vector<std::string>* args) {

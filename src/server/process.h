@@ -47,6 +47,7 @@ struct SpawnOptions {
   // Leaders' log batching (`shoal server --batch-txns/--batch-us`); 0: the config's.
   uint32_t batch_txns = 0;
   double batch_us = 0;
+  int64_t lead_ms_max = -1;  // `--lead-ms-max` (the lead bound); -1: the server's default
   // Followers' reader threads (`shoal replica --serve-reads`) and the test-only planted bug.
   uint32_t serve_reads = 0;
   bool unsafe_snapshot_read_newest = false;

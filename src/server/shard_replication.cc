@@ -30,6 +30,7 @@ Status ShardServer::start_replication(Promotion* promotion) {
   lo.appender.limits.batch_txns_max = options_.batch_txns;
   lo.appender.stop = &g_stop;  // SIGTERM ends a worker's wait for a log buffer
   lo.appender.limits.batch_age_ns_max = static_cast<uint64_t>(options_.batch_us * 1e3);
+  lo.lead_ms_max = options_.lead_ms_max;
   auto fsync = repl::parse_fsync(options_.fsync, "--fsync");
   if (!fsync.ok()) return fsync.status();
   lo.fsync = *fsync;
@@ -189,6 +190,11 @@ void Worker::repl_tick_thunk(void* self, uint64_t) {
       txns != w->repl_txns_seen || !w->done.load(std::memory_order_relaxed) || shard_busy;
   w->repl_txns_seen = txns;
   w->schedule_repl_tick(now_ns + (busy ? kReplTickBusyNs : kReplTickIdleNs));
+}
+
+bool Worker::idle_thunk(void* self) {
+  auto* w = static_cast<Worker*>(self);
+  return w->appender != nullptr && w->appender->idle();
 }
 
 void Worker::schedule_repl_tick(uint64_t due_ns) {

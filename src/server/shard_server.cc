@@ -375,6 +375,8 @@ Status ShardServer::serve() {
     if (wp->appender != nullptr) {
       wp->schedule_repl_tick(wp->loop->now_ns() + kReplTickIdleNs);
     }
+    // Every worker: a promoted follower's workers get their appender later (shard_failover.cc).
+    wp->loop->set_idle_hook(&Worker::idle_thunk, wp);
     if (wp->watermark_exchange != nullptr) wp->watermark_exchange->start();
     const int cpu = worker_cpus_.empty() ? -1 : worker_cpus_[wp->index];
     wp->thread = std::thread([wp, cpu] {

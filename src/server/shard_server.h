@@ -88,6 +88,8 @@ struct ServerOptions {
   // the config's bounds are refused (InvalidArgument naming --batch-txns / --batch-us).
   uint32_t batch_txns = 0;
   double batch_us = 0;
+  // The lead bound (repl::LeaderOptions::lead_ms_max, src/repl/lead_bound.h; 0: unbounded).
+  uint64_t lead_ms_max = 10;
   uint64_t replication_timeout_ms = 120'000;  // followers connecting and installing the load
   // Chosen slots the leader keeps in memory per stream (LeaderOptions::retain_chosen_slots;
   // healthy followers are waited for at three quarters of it). Tests make it small so that a

@@ -298,6 +298,9 @@ struct Worker {
   // Brings the next tick forward to a busy tick's distance (posted to every worker when the
   // shard commits after being idle).
   static void hurry_repl_tick(void* self);
+  // The loop's idle hook (rt::EventLoop::set_idle_hook): the stream's group commit
+  // (StreamAppender::idle) when the loop runs out of requests to serve.
+  static bool idle_thunk(void* self);
   static void close_floor_thunk(void* self);
   // kStop: the load in progress ends now (its end moves to this moment; a load already past
   // its end, in its acknowledgement grace, is left alone: the grace timer names its end).
