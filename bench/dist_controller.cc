@@ -98,31 +98,10 @@ Status assign_free_ports(cluster::ClusterConfig* config, bool client_ports) {
 // A replicated local cluster's configuration manager: an etcd of its own in the run directory
 // (loopback, free ports), holding epoch 1 with every shard led by replica 0.
 Status start_config_manager(LocalCluster* lc) {
-  cluster::EtcdProcessOptions eo;
-  eo.data_dir = lc->dir + "/etcd";
-  eo.name = lc->config.name;
-  eo.log_path = lc->dir + "/etcd.log";
-  auto etcd = cluster::EtcdProcess::start(eo);
-  if (!etcd.ok()) {
-    return Status::Unavailable(fmt::format("the configuration manager (etcd) did not start: {}",
-                                           etcd.status().to_string()));
-  }
+  auto etcd = server::start_local_etcd(lc->config, lc->dir, /*detach=*/false);
+  if (!etcd.ok()) return etcd.status();
   lc->etcd = std::move(*etcd);
   lc->etcd_endpoints = {lc->etcd->endpoint()};
-  cluster::EtcdOptions mo;
-  mo.endpoints = lc->etcd_endpoints;
-  auto manager = cluster::EtcdConfigManager::create(mo);
-  if (!manager.ok()) return manager.status();
-  cluster::ClusterStateStore store(**manager, lc->config.name);
-  std::vector<cluster::ShardState> shards;
-  for (const cluster::Shard& sh : lc->config.shards) {
-    cluster::ShardState st;
-    st.leader_replica = 0;
-    for (uint32_t r = 0; r < sh.replicas.size(); ++r) st.members.push_back(r);
-    shards.push_back(std::move(st));
-  }
-  auto created = store.initialize(shards);
-  if (!created.ok()) return created.status();
   return Status::Ok();
 }
 
@@ -1059,6 +1038,10 @@ Status run_dist_bench(const DistBenchOptions& o) {
     config = &local.config;
   }
   ControlClient client(*config);
+  // A standing cluster (`cluster up` in its default run directory) may have failed over.
+  if (!o.cluster_path.empty()) {
+    follow_run_dir_leaders(*config, fmt::format(".shoal/{}", config->name), &client);
+  }
   const uint32_t shards = static_cast<uint32_t>(config->shards.size());
   if (!local.procs.empty()) {
     if (Status s = wait_ready(client, local.procs, 120'000); !s.ok()) {

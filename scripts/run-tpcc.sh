@@ -33,6 +33,11 @@ mkdir -p "$run_dir"
 {
   printf '[cluster]\nname = "local"\ntransport = "tcp"\nworkers = 1\nreplicas = 3\n'
   printf 'kv_split_keys = ["n"]\n'
+  # `cluster up` gives the cluster an etcd (a dead leader is replaced, OPERATIONS.md "A
+  # standing cluster"); 1 s of silence before a follower suspects its leader, as the bench's
+  # local clusters use: six processes on two loaded cores can leave a leader silent for more
+  # than the 100 ms default without it being dead.
+  printf 'leader_timeout_ms = 1000\n'
   for r in 0 1 2; do printf '\n[[region]]\nname = "r%d"\n' "$r"; done
   for r in 1 2; do printf '\n[[wan]]\nfrom = "r0"\nto = "r%d"\none_way_ms = 5.0\n' "$r"; done
   for s in 0 1; do

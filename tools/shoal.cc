@@ -736,7 +736,7 @@ ServerCommands add_server_commands(CLI::App& app) {
   c.top->add_option("--interval-ms", c.top_options.interval_ms, "Time between screens")
       ->check(number_in(uint64_t{100}, uint64_t{3'600'000}, false, "in [100, 3600000]"))
       ->capture_default_str();
-  for (CLI::App* sub : {c.up, c.down, c.check}) {
+  for (CLI::App* sub : {c.up, c.status, c.down, c.check}) {
     sub->add_option("--run-dir", co.run_dir, "Pid and log directory (default .shoal/<name>)");
   }
   c.up->add_flag("--fresh", co.fresh,

@@ -162,8 +162,12 @@ Status EtcdProcess::launch() {
   }
   if (pid == 0) {
     // Child: async-signal-safe calls only.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
+    if (options_.detach) {
+      setsid();  // its own session: a Ctrl-C at the starting terminal does not reach it
+    } else {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+    }
     const int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, 0);
     dup2(log_fd, 1);

@@ -11,7 +11,8 @@
 // kill() is SIGKILL at once (a crash, for tests). The destructor stops a running child.
 //
 // The child gets PR_SET_PDEATHSIG (SIGKILL): it dies with the thread that started it, so a
-// test that crashes leaves no etcd behind. That thread must therefore outlive the process.
+// test that crashes leaves no etcd behind. That thread must therefore outlive the process
+// (unless options.detach: `cluster up`'s etcd, stopped by `cluster down`).
 //
 // Threads: one owner thread calls everything.
 #pragma once
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "shoal/status.h"
+#include "src/base/assert.h"
 
 namespace shoal::cluster {
 
@@ -38,6 +40,10 @@ struct EtcdProcessOptions {
   uint32_t heartbeat_ms = 100;
   uint32_t election_ms = 1000;
   std::string log_path;  // "": <data_dir>.log
+  // Outlives its starter (`shoal cluster up`, which exits while the cluster runs): no
+  // PR_SET_PDEATHSIG, a session of its own; release() then hands its pid over (to
+  // `cluster down`, through the run directory).
+  bool detach = false;
 };
 
 class EtcdProcess {
@@ -54,6 +60,14 @@ class EtcdProcess {
   // Starts it again with the same options, ports and data_dir. REQUIRES: stopped.
   [[nodiscard]] Status restart();
 
+  // Forgets the child (the destructor no longer stops it) and returns its pid, for a detached
+  // etcd that outlives this process. REQUIRES: running().
+  pid_t release() {
+    SHOAL_ASSERT(pid_ > 0, "release of an etcd that is not running");
+    const pid_t pid = pid_;
+    pid_ = -1;
+    return pid;
+  }
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
   uint16_t client_port() const { return options_.client_port; }

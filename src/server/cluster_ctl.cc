@@ -17,7 +17,9 @@
 
 #include "src/base/env.h"
 #include "src/base/json_field.h"
+#include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
+#include "src/cluster/etcd_config_manager.h"
 #include "src/net/tcp_transport.h"
 #include "src/server/cluster_config.h"
 #include "src/server/control.h"
@@ -41,6 +43,46 @@ std::string run_dir_of(const ClusterOptions& o, const cluster::ClusterConfig& c)
 std::string pid_path(const std::string& dir, uint32_t shard, uint32_t replica = 0) {
   return replica == 0 ? fmt::format("{}/shard-{}.pid", dir, shard)
                       : cluster::replica_dir(dir, shard, replica) + ".pid";
+}
+
+// `up`'s etcd (a replicated cluster started afresh): its pid, for `down`, and its client
+// endpoint, for the tools that ask it which replica leads each shard.
+std::string etcd_pid_path(const std::string& dir) {
+  return dir + "/etcd.pid";
+}
+std::string etcd_endpoint_path(const std::string& dir) {
+  return dir + "/etcd.endpoint";
+}
+
+// The pid in <dir>/etcd.pid if that process is still an etcd (not a reused pid).
+pid_t live_etcd_pid(const std::string& dir) {
+  std::ifstream in(etcd_pid_path(dir));
+  long pid = 0;
+  if (!(in >> pid) || pid <= 0) return -1;
+  std::ifstream comm(fmt::format("/proc/{}/comm", pid));
+  std::string name;
+  comm >> name;
+  ServerProcess p;
+  p.pid = static_cast<pid_t>(pid);
+  return name == "etcd" && alive(p) ? p.pid : -1;
+}
+
+// Stops `up`'s etcd (not our child: polls until it is gone), SIGKILL after timeout_ms.
+// Whether one was running.
+bool stop_run_dir_etcd(const std::string& dir, uint64_t timeout_ms) {
+  const pid_t pid = live_etcd_pid(dir);
+  std::error_code ec;
+  fs::remove(etcd_pid_path(dir), ec);
+  fs::remove(etcd_endpoint_path(dir), ec);
+  if (pid <= 0) return false;
+  ::kill(pid, SIGTERM);
+  Env& clock = RealEnv::instance();
+  const uint64_t deadline_ns = clock.now_ns() + timeout_ms * 1'000'000ULL;
+  ServerProcess p;
+  p.pid = pid;
+  while (alive(p) && clock.now_ns() < deadline_ns) clock.sleep_ns(10'000'000);
+  if (alive(p)) ::kill(pid, SIGKILL);
+  return true;
 }
 
 // The pid in a pid file, if that process is still a `shoal server` (replica 0) or a
@@ -241,10 +283,13 @@ Status cluster_up(const ClusterOptions& o) {
   }
   const std::string dir = run_dir_of(o, *config);
   for (uint32_t s = 0; s < config->shards.size(); ++s) {
-    if (pid_t pid = live_server_pid(pid_path(dir, s)); pid > 0) {
-      return Status::AlreadyExists(fmt::format(
-          "cluster '{}' already running (shard {} is pid {}); run `shoal cluster down` first",
-          config->name, s, pid));
+    for (uint32_t r = 0; r < config->shards[s].replicas.size(); ++r) {
+      if (pid_t pid = live_server_pid(pid_path(dir, s, r), r); pid > 0) {
+        return Status::AlreadyExists(
+            fmt::format("cluster '{}' already running (shard {} replica {} is pid {}); run "
+                        "`shoal cluster down` first",
+                        config->name, s, r, pid));
+      }
     }
   }
   std::error_code ec;
@@ -260,6 +305,8 @@ Status cluster_up(const ClusterOptions& o) {
   if (!restart) clear_run_dir(dir, *config);
   // Written before anything starts: a failed restart is retried in a newer epoch still.
   SHOAL_TRY(write_up_record(dir, rec));
+  // An etcd left by an `up` whose servers are all gone (no `down`) is stopped first.
+  stop_run_dir_etcd(dir, o.stop_timeout_ms);
   SpawnOptions so;
   so.config_path = fs::absolute(o.config_path).string();
   so.log_dir = dir;
@@ -284,6 +331,18 @@ Status cluster_up(const ClusterOptions& o) {
   so.tpcc_read_only_hint = o.tpcc_read_only_hint;
   auto placement = plan_host_placement(*config, so);
   if (!placement.ok()) return placement.status();
+  // A replicated cluster started afresh gets its configuration manager, so that a dead leader
+  // is replaced (docs/OPERATIONS.md, "Failover of a standing cluster"). Not on a restart from
+  // disk: its leaders recover their epoch from their logs (--recover-epoch), which a server
+  // under etcd refuses.
+  std::unique_ptr<cluster::EtcdProcess> etcd;
+  if (!restart && config->replicas_per_shard >= 3) {  // with two, no follower stands
+    fs::remove_all(dir + "/etcd", ec);                // a fresh cluster starts in epoch 1
+    auto started = start_local_etcd(*config, dir, /*detach=*/true);
+    if (!started.ok()) return started.status();
+    etcd = std::move(*started);
+    so.etcd = {etcd->endpoint()};
+  }
   const uint64_t start_ns = RealEnv::instance().now_ns();
   auto procs = spawn_servers(*config, so, *placement);
   if (!procs.ok()) return procs.status();
@@ -294,17 +353,63 @@ Status cluster_up(const ClusterOptions& o) {
   if (Status s = wait_ready(client, *procs, ready_timeout_ms); !s.ok()) {
     stop_servers(*procs, o.stop_timeout_ms);
     for (const auto& p : *procs) fs::remove(pid_path(dir, p.shard, p.replica), ec);
-    return s;
+    return s;  // etcd's destructor stops it
   }
   print_up_report(*config, *procs, *placement, restart, rec,
                   static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e9, dir);
+  if (etcd != nullptr) {
+    const std::string endpoint = etcd->endpoint();
+    const pid_t pid = etcd->release();  // it outlives `up`; `down` stops it
+    std::ofstream(etcd_pid_path(dir)) << pid << "\n";
+    std::ofstream(etcd_endpoint_path(dir)) << endpoint << "\n";
+    fmt::print(
+        "configuration manager: etcd at {} (pid {}, log {}/etcd.log): a follower replaces a "
+        "dead leader\n",
+        endpoint, pid, dir);
+  } else if (config->replicas_per_shard >= 3) {
+    fmt::print(
+        "configuration manager: none on a restart from disk: a dead leader is not replaced "
+        "(`up --fresh` starts one)\n");
+  }
   return Status::Ok();
+}
+
+// Points `client` at the leaders that `up`'s etcd names (after a failover, not replica 0)
+// and prints them; nothing when the run directory has no running etcd.
+void follow_run_dir_leaders(const cluster::ClusterConfig& config, const std::string& dir,
+                            ControlClient* client) {
+  if (live_etcd_pid(dir) <= 0) return;
+  std::ifstream in(etcd_endpoint_path(dir));
+  std::string endpoint;
+  if (!(in >> endpoint)) return;
+  cluster::EtcdOptions mo;
+  mo.endpoints = {endpoint};
+  auto manager = cluster::EtcdConfigManager::create(mo);
+  if (!manager.ok()) {
+    fmt::print("etcd at {}: {} (asking replica 0 of every shard)\n", endpoint,
+               manager.status().to_string());
+    return;
+  }
+  auto state = cluster::ClusterStateStore(**manager, config.name).load_state();
+  if (!state.ok()) {
+    fmt::print("etcd at {}: {} (asking replica 0 of every shard)\n", endpoint,
+               state.status().to_string());
+    return;
+  }
+  std::string leaders;
+  for (uint32_t s = 0; s < state->shards.size() && s < config.shards.size(); ++s) {
+    const uint32_t r = state->shards[s].leader_replica;
+    if (r < config.shards[s].replicas.size()) client->set_leader(s, r);
+    leaders += fmt::format("{}shard {} replica {}", leaders.empty() ? "" : ", ", s, r);
+  }
+  fmt::print("etcd at {}: epoch {}; leaders: {}\n", endpoint, state->epoch, leaders);
 }
 
 Status cluster_status(const ClusterOptions& o) {
   auto config = load(o.config_path);
   if (!config.ok()) return config.status();
   ControlClient client(*config);
+  follow_run_dir_leaders(*config, run_dir_of(o, *config), &client);
   std::vector<uint32_t> down;
   for (uint32_t s = 0; s < config->shards.size(); ++s) {
     auto pong = client.call(s, kPing, nlohmann::json::object(), kPingTimeoutMs);
@@ -367,15 +472,17 @@ Status cluster_down(const ClusterOptions& o) {
     }
   }
   const size_t killed = stop_servers(procs, o.stop_timeout_ms);
+  const bool etcd_stopped = stop_run_dir_etcd(dir, o.stop_timeout_ms);
   std::error_code ec;
   for (uint32_t s = 0; s < config->shards.size(); ++s) {
     for (uint32_t r = 0; r < config->shards[s].replicas.size(); ++r) {
       fs::remove(pid_path(dir, s, r), ec);
     }
   }
-  fmt::print("cluster '{}': stopped {} process{}{}\n", config->name, procs.size(),
+  fmt::print("cluster '{}': stopped {} process{}{}{}\n", config->name, procs.size(),
              procs.size() == 1 ? "" : "es",
-             killed ? fmt::format(" ({} needed SIGKILL)", killed) : std::string());
+             killed ? fmt::format(" ({} needed SIGKILL)", killed) : std::string(),
+             etcd_stopped ? " and its etcd" : "");
   return Status::Ok();
 }
 

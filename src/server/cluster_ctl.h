@@ -74,6 +74,11 @@ struct ClusterOptions {
 // Each prints its table to stdout; a non-Ok Status is the one-line reason for exit code 1.
 [[nodiscard]] Status cluster_up(const ClusterOptions& options);
 [[nodiscard]] Status cluster_status(const ClusterOptions& options);
+// Points `client` at the shard leaders that `up`'s etcd in run directory `dir` names (after a
+// failover they are not replica 0) and prints them; nothing when `dir` has no running etcd
+// (`up` of an unreplicated cluster, or a restart from disk).
+void follow_run_dir_leaders(const cluster::ClusterConfig& config, const std::string& dir,
+                            ControlClient* client);
 [[nodiscard]] Status cluster_down(const ClusterOptions& options);
 // Reads every key of every shard with fresh transactions: Unavailable when a shard does not
 // answer, Aborted when a key is unreadable (a lock left behind). A TPC-C cluster (as up.json

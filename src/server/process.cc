@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 
 #include "src/base/env.h"
+#include "src/cluster/cluster_state.h"
+#include "src/cluster/etcd_config_manager.h"
 
 namespace shoal::server {
 
@@ -356,6 +358,36 @@ size_t stop_servers(const std::vector<ServerProcess>& procs, uint64_t timeout_ms
   }
   wait_all(5000);
   return killed;
+}
+
+Result<std::unique_ptr<cluster::EtcdProcess>> start_local_etcd(const cluster::ClusterConfig& config,
+                                                               const std::string& dir,
+                                                               bool detach) {
+  cluster::EtcdProcessOptions eo;
+  eo.data_dir = dir + "/etcd";
+  eo.name = config.name;
+  eo.log_path = dir + "/etcd.log";
+  eo.detach = detach;
+  auto etcd = cluster::EtcdProcess::start(eo);
+  if (!etcd.ok()) {
+    return Status::Unavailable(fmt::format("the configuration manager (etcd) did not start: {}",
+                                           etcd.status().to_string()));
+  }
+  cluster::EtcdOptions mo;
+  mo.endpoints = {(*etcd)->endpoint()};
+  auto manager = cluster::EtcdConfigManager::create(mo);
+  if (!manager.ok()) return manager.status();
+  cluster::ClusterStateStore store(**manager, config.name);
+  std::vector<cluster::ShardState> shards;
+  for (const cluster::Shard& sh : config.shards) {
+    cluster::ShardState st;
+    st.leader_replica = 0;
+    for (uint32_t r = 0; r < sh.replicas.size(); ++r) st.members.push_back(r);
+    shards.push_back(std::move(st));
+  }
+  auto created = store.initialize(shards);
+  if (!created.ok()) return created.status();
+  return std::move(*etcd);
 }
 
 }  // namespace shoal::server

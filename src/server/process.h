@@ -18,6 +18,7 @@
 #include "shoal/status.h"
 #include "src/base/cpu_placement.h"
 #include "src/cluster/config.h"
+#include "src/cluster/etcd_process.h"
 #include "src/server/control.h"
 
 namespace shoal::server {
@@ -81,6 +82,13 @@ std::string process_name(const ServerProcess& p);
 
 // This executable's path (/proc/self/exe).
 [[nodiscard]] Result<std::string> self_exe();
+
+// A local cluster's configuration manager: a single-member etcd with its data in <dir>/etcd
+// and its log in <dir>/etcd.log (loopback, free ports), holding epoch 1 with every shard led
+// by replica 0 (unless an epoch is there already). `detach`: it outlives this process
+// (`cluster up`; EtcdProcessOptions::detach). Unavailable when etcd does not start.
+[[nodiscard]] Result<std::unique_ptr<cluster::EtcdProcess>> start_local_etcd(
+    const cluster::ClusterConfig& config, const std::string& dir, bool detach);
 
 // Starts one `shoal server` per shard, placed as `placement` (plan_host_placement) says,
 // stdout/stderr to <log_dir>/shard-<i>.log, and for every replica r >= 1 of every shard `shoal

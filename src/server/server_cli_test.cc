@@ -204,10 +204,13 @@ class ServerCli : public ::testing::Test {
   }
   // A config of `shards` shards x `replicas` replicas (regions r0.. at 1 ms one way), every
   // port below the ephemeral range (a process dialing out must not take a port its owner
-  // binds later: a leader's replication port, port + 1, is bound after its load).
+  // binds later: a leader's replication port, port + 1, is bound after its load). `up` of
+  // three replicas gives them an etcd: 1 s of silence before a follower suspects its leader
+  // (a loaded test machine can silence a live one for 100 ms, the default).
   std::string write_replicated_config(uint32_t shards, uint32_t replicas) {
     std::string toml = fmt::format(
-        "[cluster]\nname = \"repltest\"\ntransport = \"tcp\"\nworkers = 1\nreplicas = {}\n",
+        "[cluster]\nname = \"repltest\"\ntransport = \"tcp\"\nworkers = 1\nreplicas = {}\n"
+        "leader_timeout_ms = 1000\n",
         replicas);
     for (uint32_t r = 0; r < replicas; ++r)
       toml += fmt::format("\n[[region]]\nname = \"r{}\"\n", r);
@@ -942,6 +945,7 @@ std::vector<pid_t> run_dir_pids(const std::string& dir) {
   std::vector<pid_t> out;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() != ".pid") continue;
+    if (e.path().filename() == "etcd.pid") continue;  // `up`'s etcd: not a replica
     long pid = 0;
     std::ifstream(e.path()) >> pid;
     if (pid > 0) out.push_back(static_cast<pid_t>(pid));
@@ -1075,6 +1079,43 @@ TEST_F(ServerCli, EveryProcessKilledMidRunRestartsWithEveryAcknowledgedTransacti
   o = run({"cluster", "digest", "--config", config_}, 120);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_EQ(digests_of(o.output).size(), 3u) << o.output;
+}
+
+// `cluster up` of three replicas starts an etcd for them: kill -9 of a shard's leader leaves
+// the shard served by a follower, which `cluster status` finds through that etcd; `down`
+// stops the etcd with the replicas.
+TEST_F(ServerCli, StandingClusterReplacesAKilledLeader) {
+  write_replicated_config(1, 3);
+  Outcome o = up({"--workload", "micro"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("configuration manager: etcd at 127.0.0.1:"), std::string::npos)
+      << o.output;
+  const pid_t etcd = read_pid(run_dir() + "/etcd.pid");
+  ASSERT_GT(etcd, 0);
+  const pid_t leader = read_pid(run_dir() + "/shard-0.pid");
+  ASSERT_GT(leader, 0);
+  ASSERT_EQ(kill(leader, SIGKILL), 0);
+  const auto new_leader_serves = [&] {
+    o = run({"cluster", "status", "--config", config_, "--run-dir", run_dir()}, 30);
+    return o.exit_code == 0 && (o.output.find("leaders: shard 0 replica 1") != std::string::npos ||
+                                o.output.find("leaders: shard 0 replica 2") != std::string::npos);
+  };
+  bool served = false;
+  for (int i = 0; i < 60 && !served; ++i) {  // bounded: 30 s and more
+    served = new_leader_serves();
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ASSERT_TRUE(served) << o.output;
+  EXPECT_NE(o.output.find("epoch 2"), std::string::npos) << o.output;
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("stopped 2 processes and its etcd"), std::string::npos) << o.output;
+  std::ifstream stat(fmt::format("/proc/{}/stat", etcd));  // gone, or a zombie not yet reaped
+  std::string text;
+  std::getline(stat, text);
+  EXPECT_TRUE(text.empty() || text.find(") Z ") != std::string::npos)
+      << "etcd still running after down: " << text;
+  config_.clear();  // stopped above
 }
 
 // A leader restarted over a directory that is not its own, or over none: a clear message and a
