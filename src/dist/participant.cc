@@ -110,6 +110,7 @@ Participant::Slot* Participant::slot_for(TxnId id, bool start, Status* status) {
   free_slots_.pop_back();
   Slot& slot = slots_[index];
   if (!slot.txn) slot.txn = std::make_unique<txn::Txn>(&engine_, id);
+  // Installs go above the promise alone: a reserved TID may lie below records logged since.
   slot.txn->set_tid_floor(tid_floor_);
   slot.txn->set_keep_old_values(commit_hook_ != nullptr);
   slot.txn->begin();
@@ -120,7 +121,32 @@ Participant::Slot* Participant::slot_for(TxnId id, bool start, Status* status) {
   return &slot;
 }
 
+void Participant::release_reservation(Slot* slot) {
+  if (slot->reserved && slot->proposed_tid == reserved_min_) reserved_min_stale_ = true;
+  slot->reserved = false;
+}
+
+void Participant::drop_reservation(TxnId id) {
+  const auto it = active_.find(id);
+  if (it == active_.end() || !slots_[it->second].reserved) return;
+  release_reservation(&slots_[it->second]);
+  ++stats_.reservations_dropped;
+}
+
+uint64_t Participant::lowest_reserved_tid() const {
+  if (reserved_min_stale_) {  // bounded by the contexts in flight (inflight_max)
+    reserved_min_ = UINT64_MAX;
+    for (const auto& [id, index] : active_) {
+      const Slot& slot = slots_[index];
+      if (slot.reserved) reserved_min_ = std::min(reserved_min_, slot.proposed_tid);
+    }
+    reserved_min_stale_ = false;
+  }
+  return reserved_min_;
+}
+
 void Participant::finish(TxnId id, Slot* slot, Ended how, uint64_t tid) {
+  release_reservation(slot);  // after the install's record was logged (the callers' order)
   slot->txn->end();
   slot->in_use = false;
   auto it = active_.find(id);
@@ -207,10 +233,17 @@ Status Participant::lock_context(TxnId id, Slot* slot, uint64_t* proposed_tid) {
     return status;
   }
   slot->phase = Phase::kLocked;
-  // F10: ahead of the stream, so that the install lands at exactly the proposal as a rule.
-  if (tid_floor_ != nullptr)
-    *proposed_tid = std::max(*proposed_tid, *tid_floor_ + kProposalLeadTids);
+  // F10: ahead of the stream's promise, and reserved there until the context ends.
+  // Each proposal above every earlier one: a reservation holds the promise, so two contexts
+  // proposing over the same floor would install at one TID (F10).
+  const uint64_t* base = proposal_floor_ != nullptr ? proposal_floor_ : tid_floor_;
+  if (base != nullptr) {
+    *proposed_tid = std::max({*proposed_tid, *base + kProposalLeadTids, last_proposed_tid_ + 1});
+    last_proposed_tid_ = *proposed_tid;
+  }
   slot->proposed_tid = *proposed_tid;
+  slot->reserved = true;
+  reserved_min_ = std::min(reserved_min_, *proposed_tid);
   return Status::Ok();
 }
 
