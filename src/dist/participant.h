@@ -63,9 +63,10 @@
 //      inherit it: the entry must not be covered by this shard's watermark (nor by the final
 //      watermark of its failover) before the install is logged, or a failover could keep and
 //      acknowledge a reader above a lost install (docs/REPLICATION.md, known gap 2). The
-//      proposal leads the promise by kProposalLeadTids, so that the worker's own commits until
-//      the install stay below it and the hold bites only when they would pass it (an epoch
-//      tick, or more commits than the lead). A context held prepared holds the stream's
+//      proposal leads the highest TID the stream logged by kProposalLeadTids, and is above
+//      every earlier proposal (set_proposal_floor), so that the worker's own commits until the
+//      install stay below it, the hold bites only when they would pass it (an epoch tick, or
+//      more commits than the lead), and no two installs share a TID. A context held prepared holds the stream's
 //      promise, and so the shard's acknowledgements, until its coordinator decides (F3, F11);
 //      a failover that cannot get the decision drops the reservation (drop_reservation) and
 //      leaves the context prepared: its install may then land above the entry.
@@ -241,7 +242,7 @@ class Participant {
   // a proposal, and the install at it, then takes no TID a record of the worker took.
   // nullptr: the tid floor (set_tid_floor). REQUIRES: as set_tid_floor.
   void set_proposal_floor(const uint64_t* floor) { proposal_floor_ = floor; }
-  // F10: how far a proposal leads the stream's promise: 2^20 cross-shard installs per worker
+  // F10: how far a proposal leads the stream's logged floor: 2^20 cross-shard installs per worker
   // and 40 ms TID epoch still fit the epoch's 2^32 sequence numbers.
   static constexpr uint64_t kProposalLeadTids = uint64_t{1} << 12;
   // F10: the lowest TID a live context proposed (locked, not yet installed or aborted, its
