@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace shoal::dist {
 
@@ -17,6 +18,8 @@ Participant::Participant(txn::Engine& engine, uint32_t shard_id, ParticipantOpti
   for (uint32_t i = options_.inflight_max; i-- > 0;) free_slots_.push_back(i);
   active_.reserve(options_.inflight_max);
   scratch_ids_.reserve(options_.inflight_max);
+  const char* trace = std::getenv("SHOAL_RESERVATION_TRACE");
+  trace_reservations_ = trace != nullptr && trace[0] == '1';
 }
 
 Participant::~Participant() {
@@ -133,7 +136,25 @@ void Participant::drop_reservation(TxnId id) {
   ++stats_.reservations_dropped;
 }
 
+void Participant::trace_reservations() const {
+  // SHOAL_RESERVATION_TRACE=1 (diagnosis, off by default): every second at most, each live
+  // reservation older than a second, which holds the stream's promise (F10).
+  const uint64_t now = engine_.env().now_ns();
+  if (now < trace_next_ns_) return;
+  trace_next_ns_ = now + 1'000'000'000;
+  static const char* const kPhase[] = {"executing", "locked", "prepared"};
+  for (const auto& [id, index] : active_) {
+    const Slot& slot = slots_[index];
+    if (!slot.reserved || now - slot.last_contact_ns < 1'000'000'000) continue;
+    fmt::print(stderr,
+               "reservation-trace shard {} txn {:#x} {} proposed {:#x} floor {:#x} idle {} ms\n",
+               shard_id_, id, kPhase[static_cast<int>(slot.phase)], slot.proposed_tid, floor_tid(),
+               (now - slot.last_contact_ns) / 1'000'000);
+  }
+}
+
 uint64_t Participant::lowest_reserved_tid() const {
+  if (trace_reservations_) trace_reservations();
   if (reserved_min_stale_) {  // bounded by the contexts in flight (inflight_max)
     reserved_min_ = UINT64_MAX;
     for (const auto& [id, index] : active_) {

@@ -66,10 +66,10 @@
 //      proposal leads the highest TID the stream logged by kProposalLeadTids, and is above
 //      every earlier proposal (set_proposal_floor), so that the worker's own commits until the
 //      install stay below it, the hold bites only when they would pass it (an epoch tick, or
-//      more commits than the lead), and no two installs share a TID. A context held prepared holds the stream's
-//      promise, and so the shard's acknowledgements, until its coordinator decides (F3, F11);
-//      a failover that cannot get the decision drops the reservation (drop_reservation) and
-//      leaves the context prepared: its install may then land above the entry.
+//      more commits than the lead), and no two installs share a TID. A context held prepared holds
+//      the stream's promise, and so the shard's acknowledgements, until its coordinator decides
+//      (F3, F11); a failover that cannot get the decision drops the reservation (drop_reservation)
+//      and leaves the context prepared: its install may then land above the entry.
 //   F8 One-shot last agent. validate_install() may carry a fragment: the participant runs it
 //      (starting the context if this is the transaction's first contact), locks what it
 //      wrote, then validates and installs as F7: a remote shard's whole part of a
@@ -374,6 +374,10 @@ class Participant {
   uint64_t floor_tid() const { return tid_floor_ != nullptr ? *tid_floor_ : 0; }
   // F10: releases the slot's reservation (its context ended).
   void release_reservation(Slot* slot);
+  // SHOAL_RESERVATION_TRACE=1: logs reservations held over a second (participant.cc).
+  void trace_reservations() const;
+  bool trace_reservations_ = false;
+  mutable uint64_t trace_next_ns_ = 0;
 
   txn::Engine& engine_;
   uint32_t shard_id_;
