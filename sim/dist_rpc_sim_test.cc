@@ -501,24 +501,64 @@ TEST(DistRpcWire, ParticipantFaultRules) {
   EXPECT_GE(p.stats().refused_ended, 2u);
 }
 
-// F10: with a stream floor, a context proposes kProposalLeadTids above it, so that the
-// worker's commits until the install stay below the proposal and the install lands on it.
-TEST(DistRpcWire, ProposalsLeadTheStreamSoInstallsLandOnThem) {
+// F10: with a stream floor, a context proposes kProposalLeadTids above it (the worker's
+// commits until the install stay below) and reserves the proposal until it ends:
+// lowest_reserved_tid() is the lowest live proposal (what the stream may not promise), and it
+// moves on when that context installs or aborts, or when a failover drops it.
+TEST(DistRpcWire, ProposalsAreReservedUntilTheirContextEnds) {
   OneShard sh;
   dist::Participant& p = *sh.participant;
   uint64_t floor = uint64_t{5} << 32;
   p.set_tid_floor(&floor);
-  const uint64_t key = 3;
-  const Account acc{1, 1, 7};  // the staged write points at it
-  const dist::StagedWrite w = staged_put(key, acc);
-  uint64_t proposed = 0, installed = 0;
+  EXPECT_EQ(p.lowest_reserved_tid(), UINT64_MAX);
+  const Account acc{1, 1, 7};  // the staged writes point at it
+  const dist::StagedWrite w1 = staged_put(3, acc), w2 = staged_put(4, acc), w3 = staged_put(5, acc);
+  uint64_t first = 0, second = 0, third = 0, installed = 0;
   txn::DepVec deps;
-  ASSERT_TRUE(p.lock(1, 1, &w, 1, &proposed).ok());
-  EXPECT_EQ(proposed, floor + dist::Participant::kProposalLeadTids);
+  ASSERT_TRUE(p.lock(1, 1, &w1, 1, &first).ok());
+  EXPECT_EQ(first, floor + dist::Participant::kProposalLeadTids);
+  EXPECT_EQ(p.lowest_reserved_tid(), first);
+  // The worker commits meanwhile, some above the reservation (an epoch tick), but the
+  // stream's promise (the floor) stays below it (repl::StreamAppender::set_reservations).
+  floor += 7;
+  ASSERT_TRUE(p.lock(2, 1, &w2, 1, &second).ok());
+  EXPECT_EQ(second, floor + dist::Participant::kProposalLeadTids);
+  EXPECT_EQ(p.lowest_reserved_tid(), first);
+  // Proposals never repeat, nor fall to the held promise: with the stream's logged floor set,
+  // they go above it, and above every earlier proposal (else two installs share one TID).
+  uint64_t logged = floor;
+  p.set_proposal_floor(&logged);
+  const dist::StagedWrite w4 = staged_put(6, acc), w5 = staged_put(7, acc);
+  uint64_t fourth = 0, fifth = 0;
+  ASSERT_TRUE(p.lock(4, 1, &w4, 1, &fourth).ok());
+  EXPECT_EQ(fourth, second + 1);
+  logged = floor + dist::Participant::kProposalLeadTids + 100;  // the worker logged past them
+  ASSERT_TRUE(p.lock(5, 1, &w5, 1, &fifth).ok());
+  EXPECT_EQ(fifth, logged + dist::Participant::kProposalLeadTids);
+  p.abort(4);
+  p.abort(5);
+  p.set_proposal_floor(nullptr);
   ASSERT_TRUE(p.validate(1, 1, &deps).ok());
-  floor += 100;  // the worker logged 100 commits meanwhile
-  ASSERT_TRUE(p.install(1, 1, proposed, deps, &installed).ok());
-  EXPECT_EQ(installed, proposed);
+  ASSERT_TRUE(p.install(1, 1, first + 5, deps, &installed).ok());
+  EXPECT_EQ(installed, first + 5);  // exactly where the coordinator's vector says
+  EXPECT_EQ(p.lowest_reserved_tid(), second);
+  floor = installed;  // logged
+  p.abort(2);
+  EXPECT_EQ(p.lowest_reserved_tid(), UINT64_MAX);
+  // A prepared context whose decision a failover could not get stays prepared but holds the
+  // promise no more; its later install goes above the stream as before.
+  ASSERT_TRUE(p.lock(3, 1, &w3, 1, &third).ok());
+  ASSERT_TRUE(p.validate(3, 1, &deps).ok());
+  EXPECT_EQ(p.lowest_reserved_tid(), third);
+  p.drop_reservation(3);
+  EXPECT_EQ(p.lowest_reserved_tid(), UINT64_MAX);
+  EXPECT_EQ(p.stats().reservations_dropped, 1u);
+  EXPECT_EQ(p.active(), 1u);
+  floor = third + 10;
+  ASSERT_TRUE(p.install(3, 1, third, deps, &installed).ok());
+  EXPECT_EQ(installed, floor + 1);
+  p.drop_reservation(3);  // ended: a no-op
+  EXPECT_EQ(p.stats().reservations_dropped, 1u);
 }
 
 // F10: with a stream floor, a context proposes and installs above it and says where; a

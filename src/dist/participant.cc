@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace shoal::dist {
 
@@ -17,6 +18,8 @@ Participant::Participant(txn::Engine& engine, uint32_t shard_id, ParticipantOpti
   for (uint32_t i = options_.inflight_max; i-- > 0;) free_slots_.push_back(i);
   active_.reserve(options_.inflight_max);
   scratch_ids_.reserve(options_.inflight_max);
+  const char* trace = std::getenv("SHOAL_RESERVATION_TRACE");
+  trace_reservations_ = trace != nullptr && trace[0] == '1';
 }
 
 Participant::~Participant() {
@@ -110,6 +113,7 @@ Participant::Slot* Participant::slot_for(TxnId id, bool start, Status* status) {
   free_slots_.pop_back();
   Slot& slot = slots_[index];
   if (!slot.txn) slot.txn = std::make_unique<txn::Txn>(&engine_, id);
+  // Installs go above the promise alone: a reserved TID may lie below records logged since.
   slot.txn->set_tid_floor(tid_floor_);
   slot.txn->set_keep_old_values(commit_hook_ != nullptr);
   slot.txn->begin();
@@ -120,7 +124,50 @@ Participant::Slot* Participant::slot_for(TxnId id, bool start, Status* status) {
   return &slot;
 }
 
+void Participant::release_reservation(Slot* slot) {
+  if (slot->reserved && slot->proposed_tid == reserved_min_) reserved_min_stale_ = true;
+  slot->reserved = false;
+}
+
+void Participant::drop_reservation(TxnId id) {
+  const auto it = active_.find(id);
+  if (it == active_.end() || !slots_[it->second].reserved) return;
+  release_reservation(&slots_[it->second]);
+  ++stats_.reservations_dropped;
+}
+
+void Participant::trace_reservations() const {
+  // SHOAL_RESERVATION_TRACE=1 (diagnosis, off by default): every second at most, each live
+  // reservation older than a second, which holds the stream's promise (F10).
+  const uint64_t now = engine_.env().now_ns();
+  if (now < trace_next_ns_) return;
+  trace_next_ns_ = now + 1'000'000'000;
+  static const char* const kPhase[] = {"executing", "locked", "prepared"};
+  for (const auto& [id, index] : active_) {
+    const Slot& slot = slots_[index];
+    if (!slot.reserved || now - slot.last_contact_ns < 1'000'000'000) continue;
+    fmt::print(stderr,
+               "reservation-trace shard {} txn {:#x} {} proposed {:#x} floor {:#x} idle {} ms\n",
+               shard_id_, id, kPhase[static_cast<int>(slot.phase)], slot.proposed_tid, floor_tid(),
+               (now - slot.last_contact_ns) / 1'000'000);
+  }
+}
+
+uint64_t Participant::lowest_reserved_tid() const {
+  if (trace_reservations_) trace_reservations();
+  if (reserved_min_stale_) {  // bounded by the contexts in flight (inflight_max)
+    reserved_min_ = UINT64_MAX;
+    for (const auto& [id, index] : active_) {
+      const Slot& slot = slots_[index];
+      if (slot.reserved) reserved_min_ = std::min(reserved_min_, slot.proposed_tid);
+    }
+    reserved_min_stale_ = false;
+  }
+  return reserved_min_;
+}
+
 void Participant::finish(TxnId id, Slot* slot, Ended how, uint64_t tid) {
+  release_reservation(slot);  // after the install's record was logged (the callers' order)
   slot->txn->end();
   slot->in_use = false;
   auto it = active_.find(id);
@@ -207,10 +254,17 @@ Status Participant::lock_context(TxnId id, Slot* slot, uint64_t* proposed_tid) {
     return status;
   }
   slot->phase = Phase::kLocked;
-  // F10: ahead of the stream, so that the install lands at exactly the proposal as a rule.
-  if (tid_floor_ != nullptr)
-    *proposed_tid = std::max(*proposed_tid, *tid_floor_ + kProposalLeadTids);
+  // F10: ahead of the stream's promise, and reserved there until the context ends.
+  // Each proposal above every earlier one: a reservation holds the promise, so two contexts
+  // proposing over the same floor would install at one TID (F10).
+  const uint64_t* base = proposal_floor_ != nullptr ? proposal_floor_ : tid_floor_;
+  if (base != nullptr) {
+    *proposed_tid = std::max({*proposed_tid, *base + kProposalLeadTids, last_proposed_tid_ + 1});
+    last_proposed_tid_ = *proposed_tid;
+  }
   slot->proposed_tid = *proposed_tid;
+  slot->reserved = true;
+  reserved_min_ = std::min(reserved_min_, *proposed_tid);
   return Status::Ok();
 }
 

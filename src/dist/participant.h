@@ -52,16 +52,24 @@
 //      C6). The context is then prepared (F3) and the coordinator skips its validate. A
 //      context with any other read stays locked and votes at validate as usual.
 //   F10 Installs above the stream. On a replicated shard server a worker's transactions and its
-//      participant's installs share one log stream, whose entries promise that its TIDs only
-//      grow (src/repl/appender.h). A context proposes above that promise and installs at
-//      max(the coordinator's TID, promise + 1), reporting where (install's and
-//      validate_install's replies), so the transaction's vector, and the acknowledgement that
-//      waits on it, name the TID that was logged. The proposal leads the promise by
-//      kProposalLeadTids, so that the worker's own commits until the install (each one TID
-//      above the promise) stay below it and the install lands at exactly the proposal, as
-//      a rule: the coordinator's shard, which installed first (C6), showed versions whose
-//      vectors name the proposal, and readers of those inherit it (docs/REPLICATION.md, known
-//      gap 2). Only a worker that commits more than the lead in between installs above it.
+//      participant's installs share one log stream, whose entries promise that no later record
+//      is at or below their max_tid (src/repl/appender.h). A context proposes above that
+//      promise, and the proposal is a reservation (lowest_reserved_tid): the stream promises
+//      nothing at or above a reserved TID until the context ends, even when the worker logs
+//      higher TIDs meanwhile (an engine epoch tick, many commits). So the install lands at
+//      exactly max(the coordinator's TID, the proposal), as the transaction's vector says.
+//      This matters because the first shard to install (the coordinator's, C6, or the last
+//      agent, C4) showed versions whose vectors name this shard's entry, and readers of those
+//      inherit it: the entry must not be covered by this shard's watermark (nor by the final
+//      watermark of its failover) before the install is logged, or a failover could keep and
+//      acknowledge a reader above a lost install (docs/REPLICATION.md, known gap 2). The
+//      proposal leads the highest TID the stream logged by kProposalLeadTids, and is above
+//      every earlier proposal (set_proposal_floor), so that the worker's own commits until the
+//      install stay below it, the hold bites only when they would pass it (an epoch tick, or
+//      more commits than the lead), and no two installs share a TID. A context held prepared holds
+//      the stream's promise, and so the shard's acknowledgements, until its coordinator decides
+//      (F3, F11); a failover that cannot get the decision drops the reservation (drop_reservation)
+//      and leaves the context prepared: its install may then land above the entry.
 //   F8 One-shot last agent. validate_install() may carry a fragment: the participant runs it
 //      (starting the context if this is the transaction's first contact), locks what it
 //      wrote, then validates and installs as F7: a remote shard's whole part of a
@@ -187,6 +195,7 @@ struct ParticipantStats {
   uint64_t resolved_committed = 0;  // prepared halves installed on a new leader's word (F11)
   uint64_t resolved_aborted = 0;    // prepared halves aborted on a new leader's word (F11)
   uint64_t tombstones_evicted = 0;
+  uint64_t reservations_dropped = 0;  // F10: prepared contexts left without a decision
 };
 
 class Participant {
@@ -236,9 +245,24 @@ class Participant {
   // proposals too. nullptr: none. REQUIRES: *floor outlives the participant; set before the
   // first transaction.
   void set_tid_floor(const uint64_t* floor) { tid_floor_ = floor; }
-  // F10: how far a proposal leads the stream's promise: 2^20 cross-shard installs per worker
+  // F10: proposals go kProposalLeadTids above *floor, the highest TID the stream logged
+  // (repl::StreamAppender::logged_floor_tid), which a reservation may hold the promise below:
+  // a proposal, and the install at it, then takes no TID a record of the worker took.
+  // nullptr: the tid floor (set_tid_floor). REQUIRES: as set_tid_floor.
+  void set_proposal_floor(const uint64_t* floor) { proposal_floor_ = floor; }
+  // F10: how far a proposal leads the stream's logged floor: 2^20 cross-shard installs per worker
   // and 40 ms TID epoch still fit the epoch's 2^32 sequence numbers.
   static constexpr uint64_t kProposalLeadTids = uint64_t{1} << 12;
+  // F10: the lowest TID a live context proposed (locked, not yet installed or aborted, its
+  // reservation not dropped); UINT64_MAX when none. The stream sharing this participant's
+  // worker promises below it (repl::StreamAppender::set_reservations). O(1) unless the lowest
+  // one just ended.
+  uint64_t lowest_reserved_tid() const;
+  // F10, bounded life: a prepared context whose decision a failover could not get (F11, no
+  // answer) stops holding the stream's promise; it stays prepared. Else the shard's watermark,
+  // and every acknowledgement waiting on it, would wait for that answer. No-op for an id that
+  // is not live. Counted (reservations_dropped).
+  void drop_reservation(TxnId id);
 
   // The fragments exec() runs. REQUIRES: `table` outlives the participant.
   void set_fragments(const FragmentTable* table) { fragments_ = table; }
@@ -334,6 +358,7 @@ class Participant {
     bool in_use = false;
     uint64_t last_contact_ns = 0;
     uint64_t proposed_tid = 0;  // install must not go below it (Txn::install_and_unlock)
+    bool reserved = false;      // F10: proposed_tid holds the stream's promise below it
   };
   struct Tombstone {
     Ended how;
@@ -361,6 +386,12 @@ class Participant {
   [[nodiscard]] Status stage(txn::Txn& txn, const StagedWrite& w);
   uint64_t now_ns() { return engine_.env().now_ns(); }
   uint64_t floor_tid() const { return tid_floor_ != nullptr ? *tid_floor_ : 0; }
+  // F10: releases the slot's reservation (its context ended).
+  void release_reservation(Slot* slot);
+  // SHOAL_RESERVATION_TRACE=1: logs reservations held over a second (participant.cc).
+  void trace_reservations() const;
+  bool trace_reservations_ = false;
+  mutable uint64_t trace_next_ns_ = 0;
 
   txn::Engine& engine_;
   uint32_t shard_id_;
@@ -376,6 +407,11 @@ class Participant {
   std::vector<TxnId> scratch_ids_;
   const FragmentTable* fragments_ = nullptr;
   const uint64_t* tid_floor_ = nullptr;       // F10
+  const uint64_t* proposal_floor_ = nullptr;  // F10: set_proposal_floor
+  uint64_t last_proposed_tid_ = 0;            // F10: proposals only grow
+  // F10: lowest_reserved_tid(), recomputed from active_ when the lowest one ended.
+  mutable uint64_t reserved_min_ = UINT64_MAX;
+  mutable bool reserved_min_stale_ = false;
   DecisionLookup decision_lookup_ = nullptr;  // F11
   const void* decision_lookup_ctx_ = nullptr;
   TxnId logging_id_ = 0;              // logging_id()

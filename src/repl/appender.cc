@@ -185,8 +185,14 @@ void StreamAppender::reset_builder(bool whole_buffer) {
 
 void StreamAppender::seal(uint64_t floor_tid, uint16_t flags, uint64_t final_tid) {
   SHOAL_ASSERT(builder_.open(), "%s", "seal without an open batch");
-  const std::span<const std::byte> bytes = builder_.seal(flags, floor_tid, final_tid);
-  promised_tid_ = std::max(promised_tid_, floor_tid);
+  const uint64_t cap = promise_cap();
+  SHOAL_ASSERT(cap >= promised_tid_, "stream %u: a reservation at or below its promise %#llx",
+               options_.stream, static_cast<unsigned long long>(promised_tid_));
+  const std::span<const std::byte> bytes = builder_.seal(flags, floor_tid, final_tid, cap);
+  // What the entry promised (its max_tid): records appended under a lower cap, released
+  // since, may have lifted it above what append_record() counted.
+  promised_tid_ = std::max(promised_tid_, load_u64(bytes.data() + 48));
+  logged_floor_tid_ = std::max(logged_floor_tid_, promised_tid_);
   policy_.note_sealed();
   // The entry keeps its own bytes of the batch's space; the rest is free for the next batch.
   const auto index = static_cast<uint32_t>(sealed_count_ & (options_.pool_entries - 1));
@@ -233,7 +239,8 @@ Status StreamAppender::append_record(uint64_t tid, std::span<const txn::DepEntry
   policy_.note_append(builder_);
   ++stats_.txns;
   last_logged_tid_ = tid;
-  promised_tid_ = std::max(promised_tid_, tid);
+  promised_tid_ = std::max(promised_tid_, std::min(tid, promise_cap()));
+  logged_floor_tid_ = std::max({logged_floor_tid_, promised_tid_, tid});
   if (policy_.should_seal(builder_) != BatchPolicy::Reason::kNone) seal(0);
   return Status::Ok();
 }

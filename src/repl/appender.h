@@ -208,8 +208,8 @@ class StreamAppender {
   // transaction (its record carries the id: docs/LOG_FORMAT.md, DIST_TXN).
   [[nodiscard]] Status append(const txn::Txn& txn, uint64_t dist_txn_id = 0);
   // Appends one record as given (bootstrap of the initial state, tests). Worker thread.
-  // Unavailable once stopped. REQUIRES: tid >= every TID appended before; the record fits an
-  // empty batch.
+  // Unavailable once stopped. REQUIRES: tid above promised_tid(); the record fits an empty
+  // batch.
   [[nodiscard]] Status append_record(uint64_t tid, std::span<const txn::DepEntry> deps,
                                      std::span<const TxnWrite> writes, uint64_t dist_txn_id = 0);
   // The worker has nothing more to run now (its loop is about to spin idle or sleep): with
@@ -234,6 +234,18 @@ class StreamAppender {
   void set_dep_base(const txn::DepBase& base) { dep_base_ = base; }
   // Ok, or why the stream stopped (sticky).
   const Status& stopped() const { return stopped_; }
+  // A 2PC participant sharing this stream (src/dist/participant.h F10): fn(ctx) is its lowest
+  // TID proposed and not yet installed, UINT64_MAX when none. The stream promises nothing at
+  // or above it (entries are sealed with max_tid below it, kLogFlagPromiseHeld when that cuts
+  // below their records), so the install, logged later at that TID, lands where the
+  // transaction's vector says even when the worker logged higher TIDs meanwhile: readers that
+  // inherited the TID are covered only once it is logged. REQUIRES: fn and ctx outlive the
+  // appender; called on the worker thread.
+  using ReservationFn = uint64_t (*)(const void* ctx);
+  void set_reservations(ReservationFn fn, const void* ctx) {
+    reservations_ = fn;
+    reservations_ctx_ = ctx;
+  }
 
   // ---- replication thread ----
   bool pop_sealed(SealedEntry* out) { return sealed_.pop(out); }
@@ -261,11 +273,20 @@ class StreamAppender {
   // Worker thread (or after it stopped).
   const AppenderStats& stats() const { return stats_; }
   uint64_t last_logged_tid() const { return last_logged_tid_; }
-  // What this stream has promised so far: every TID it logged and every floor it sealed are at
-  // or below it, and every record it logs from now on is above it (append() asserts). The
+  // What this stream has promised so far: every floor it sealed and every TID it logged (up to
+  // the participant's reservations, set_reservations) are at or below it, and every record it
+  // logs from now on is above it (append() asserts). The
   // Txns committing on this worker propose above it (txn::Txn::set_tid_floor) and a 2PC
   // participant installs above it (dist::Participant::set_tid_floor). Worker thread only.
   const uint64_t* promised_tid() const { return &promised_tid_; }
+  // The highest TID this stream logged or promised: where the worker's own commits and a
+  // participant's proposals go above (txn::Txn::set_tid_floor,
+  // dist::Participant::set_proposal_floor). Above promised_tid() while a reservation holds
+  // the promise below records already logged (set_reservations): a commit above the promise
+  // alone would take a TID logged before, and two transactions sharing a TID are one to
+  // whatever judges transactions by TID (the FVW discard: server/discard_journal.h).
+  // Worker thread only.
+  const uint64_t* logged_floor_tid() const { return &logged_floor_tid_; }
   uint64_t last_commit_tid() const { return last_commit_tid_; }
   uint32_t stream() const { return options_.stream; }
 
@@ -302,6 +323,10 @@ class StreamAppender {
   // of its puts whole.
   static constexpr size_t kPatchScratchBytes = 256 * 1024;
   void seal(uint64_t floor_tid, uint16_t flags = 0, uint64_t final_tid = 0);
+  // What the stream may promise now: below the participant's lowest reservation.
+  uint64_t promise_cap() const {
+    return reservations_ == nullptr ? UINT64_MAX : reservations_(reservations_ctx_) - 1;
+  }
 
   AppenderOptions options_;
   txn::Engine& engine_;
@@ -331,7 +356,10 @@ class StreamAppender {
   uint64_t last_seal_ns_ = 0;
   uint64_t last_logged_tid_ = 0;
   uint64_t last_commit_tid_ = 0;
-  uint64_t promised_tid_ = 0;     // read-only commits included
+  uint64_t promised_tid_ = 0;      // read-only commits included
+  uint64_t logged_floor_tid_ = 0;  // logged_floor_tid()
+  ReservationFn reservations_ = nullptr;
+  const void* reservations_ctx_ = nullptr;
   std::vector<TxnWrite> writes_;  // reused; grows only for a transaction wider than any before
   std::vector<txn::DepEntry> deps_;
   txn::DepBase dep_base_;

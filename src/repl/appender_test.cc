@@ -247,6 +247,53 @@ TEST(StreamAppender, WithoutSealWhenIdleOnlyTheAgeSealsALightLoad) {
   EXPECT_EQ(e.sealed_ns - first_ns, o.limits.batch_age_ns_max);
 }
 
+// A participant's reservation (src/dist/participant.h F10): while TID r is reserved the stream
+// promises below r, even over higher records (kLogFlagPromiseHeld); the install logged later at
+// r is above the promise, and once it ended the promise moves on.
+TEST(StreamAppender, AReservationHoldsThePromiseBelowIt) {
+  OneTable t;
+  std::atomic<bool> stop{false};
+  WaitClock clock(&stop, 0);
+  AppenderOptions o;
+  o.limits.batch_txns_max = 1;  // an entry per record
+  o.pool_buffers = 4;
+  StreamAppender a(o, t.engine, clock, nullptr, nullptr);
+  static uint64_t reserved = UINT64_MAX;
+  a.set_reservations([](const void*) { return reserved; }, nullptr);
+  uint64_t key = 1;
+  const uint64_t value = 7;
+  const TxnWrite write{t.table->id(),
+                       WriteOp::kPut,
+                       {&key, 1},
+                       {reinterpret_cast<const std::byte*>(&value), sizeof value}};
+  const uint64_t tid = uint64_t{2} << 32;
+  ASSERT_TRUE(a.append_record(tid + 1, {}, {&write, 1}).ok());
+  reserved = tid + 2;  // a context locks, proposing just above the promise
+  ASSERT_TRUE(a.append_record(tid + 100, {}, {&write, 1}).ok());  // the worker goes on
+  EXPECT_EQ(*a.promised_tid(), tid + 1);
+  // The worker's next commits go above what was logged, not above the held promise: else
+  // they would take TID tid + 2 .. tid + 100 again (one TID, two transactions).
+  EXPECT_EQ(*a.logged_floor_tid(), tid + 100);
+  ASSERT_TRUE(a.append_record(tid + 2, {}, {&write, 1}).ok());  // the install, at its TID
+  reserved = UINT64_MAX;                                        // its context ended
+  ASSERT_TRUE(a.append_record(tid + 101, {}, {&write, 1}).ok());
+  EXPECT_EQ(*a.promised_tid(), tid + 101);
+  EXPECT_EQ(*a.logged_floor_tid(), tid + 101);
+  std::vector<std::pair<uint64_t, uint16_t>> got;  // (max_tid, flags) of each entry
+  SealedEntry e;
+  while (a.pop_sealed(&e)) {
+    const std::byte* b = a.buffer(e.buffer).data();
+    got.emplace_back(load_u64(b + 48), load_u16(b + 6));
+    a.recycle(e.buffer);
+  }
+  const std::vector<std::pair<uint64_t, uint16_t>> want = {
+      {tid + 1, 0},
+      {tid + 1, kLogFlagPromiseHeld},
+      {tid + 1, kLogFlagPromiseHeld},  // sealed before its context ended
+      {tid + 101, 0}};
+  EXPECT_EQ(got, want);
+}
+
 Status bump(txn::Txn& txn, const void* table, void*) {
   auto& tb = *static_cast<txn::Table<1>*>(const_cast<void*>(table));
   uint64_t v = 0;

@@ -739,6 +739,7 @@ void Follower::publish_replay() {
   replay_writes_.store(st.writes, std::memory_order_release);
   replay_cpu_ns_.store(st.cpu_ns, std::memory_order_release);
   applied_.store(applier_->applied_tid(), std::memory_order_release);
+  replayed_watermark_.store(applier_->watermark().shard(), std::memory_order_release);
   if (applier_->bootstrap_installed()) bootstrap_installed_.store(true, std::memory_order_release);
   // Every record at or below it is installed, and once the whole bootstrap is (the applied
   // TID reached its end marker's S) the store there is one the leader had: snapshots may be
@@ -1014,9 +1015,14 @@ void Follower::serve_checkpoint_chunk(const nlohmann::json& request) {
 }
 
 // The leader's ratekeeper (LeaderOptions::follower_replay_lag_ms_max) paces the shard by
-// these reports: one small message a tick at most, only when replay moved.
+// these reports: one small message a tick at most, only when replay moved. What it bounds is
+// the backlog a takeover replays, so the report is the replay's watermark: records held
+// below it (a participant's reserved install behind the worker's higher TIDs, replay.h) wait
+// for the stream's promise, which a prepared transaction may hold for a failover's length;
+// reporting applied_tid() then would stop the shard's proposals, and with them the worker that
+// must pause to settle that failover.
 void Follower::report_replayed() {
-  const uint64_t applied = applied_tid();
+  const uint64_t applied = replayed_watermark_.load(std::memory_order_acquire);
   if (applied == replayed_sent_) return;
   replayed_sent_ = applied;
   const std::string text = nlohmann::json{{"type", "replayed"}, {"tid", applied}}.dump();

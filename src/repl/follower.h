@@ -275,6 +275,9 @@ class Follower {
   std::thread replay_thread_;
   std::atomic<uint64_t> replay_pending_{0};  // queued or in hand
   std::atomic<uint64_t> applied_{0}, replay_txns_{0}, replay_writes_{0}, replay_cpu_ns_{0};
+  // The replay's watermark: applied_ but for the few records held at or below it behind a
+  // higher one of their stream (replay.h), which a takeover installs at once (install_held).
+  std::atomic<uint64_t> replayed_watermark_{0};
   uint64_t last_debug_ns_ = 0;
   uint64_t replayed_sent_ = 0;  // network thread: the applied TID last reported to the leader
   void report_replayed();

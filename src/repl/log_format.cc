@@ -210,9 +210,13 @@ AppendResult LogBatchBuilder::append(uint64_t commit_tid, std::span<const txn::D
 }
 
 std::span<const std::byte> LogBatchBuilder::seal(uint16_t flags, uint64_t floor_tid,
-                                                 uint64_t final_tid) {
+                                                 uint64_t final_tid, uint64_t promise_cap) {
   SHOAL_ASSERT(open_, "seal of a sealed or never-reset batch");
-  SHOAL_ASSERT((flags & ~kLogFlagsKnown) == 0, "unknown flags 0x%x", flags);
+  SHOAL_ASSERT((flags & ~kLogFlagsKnown) == 0 && (flags & kLogFlagPromiseHeld) == 0,
+               "unknown flags 0x%x", flags);
+  const uint64_t natural_max = std::max(txn_count_ == 0 ? 0 : max_tid_, floor_tid);
+  const uint64_t promise = std::min(natural_max, promise_cap);
+  if (txn_count_ > 0 && max_tid_ > promise) flags |= kLogFlagPromiseHeld;
   SHOAL_ASSERT(
       (flags & (kLogFlagNoop | kLogFlagBootstrapEnd | kLogFlagEpochStart)) == 0 || txn_count_ == 0,
       "a no-op, bootstrap-end or epoch-start entry has no records (flags 0x%x)", flags);
@@ -230,7 +234,7 @@ std::span<const std::byte> LogBatchBuilder::seal(uint16_t flags, uint64_t floor_
   store_u32(h + kOffPayloadBytes, static_cast<uint32_t>(payload));
   store_u32(h + kOffRecordCount, txn_count_);
   store_u64(h + kOffMinTid, txn_count_ == 0 ? final_tid : min_tid_);
-  store_u64(h + kOffMaxTid, std::max(txn_count_ == 0 ? 0 : max_tid_, floor_tid));
+  store_u64(h + kOffMaxTid, promise);
   store_u64(h + kOffChecksum, log_entry_checksum(h, payload));
   open_ = false;
   return {buf_, used_bytes_};
@@ -395,6 +399,7 @@ Status check_records(const std::byte* entry, uint64_t offset) {
   const uint64_t min_tid = load_u64(entry + kOffMinTid);
   const uint64_t max_tid = load_u64(entry + kOffMaxTid);
   const uint16_t version = load_u16(entry + kOffVersion);
+  const bool promise_held = (load_u16(entry + kOffFlags) & kLogFlagPromiseHeld) != 0;
   const std::byte* r = entry + kLogHeaderBytes;
   const std::byte* const end = r + payload;
   for (uint32_t i = 0; i < count; ++i) {
@@ -406,7 +411,9 @@ Status check_records(const std::byte* entry, uint64_t offset) {
     const uint32_t rbytes = load_u32(r + 8);
     if (rbytes % 8 != 0 || rbytes > static_cast<uint64_t>(end - r)) return bad("record_bytes");
     const uint64_t tid = load_u64(r);
-    if (tid < min_tid || tid > max_tid) return bad("commit TID outside the entry's range");
+    if (tid < min_tid || (tid > max_tid && !promise_held)) {
+      return bad("commit TID outside the entry's range");
+    }
     const uint16_t deps_field = load_u16(r + 12);
     const bool dist_txn = (deps_field & kLogRecordDistTxn) != 0;
     if (dist_txn && version < kLogFormatDistTxnVersion) return bad("dependency count");

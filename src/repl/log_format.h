@@ -34,13 +34,14 @@ static_assert(std::endian::native == std::endian::little,
               "need byte swaps in the load/store helpers");
 
 inline constexpr uint32_t kLogMagic = 0x474c4853;             // "SHLG" in file byte order
-inline constexpr uint16_t kLogFormatVersion = 6;              // what this binary writes
+inline constexpr uint16_t kLogFormatVersion = 7;              // what this binary writes
 inline constexpr uint16_t kLogFormatMinVersion = 1;           // oldest version this binary reads
 inline constexpr uint16_t kLogFormatPatchVersion = 2;         // first version with WriteOp::kPatch
 inline constexpr uint16_t kLogFormatBootstrapEndVersion = 3;  // first with kLogFlagBootstrapEnd
 inline constexpr uint16_t kLogFormatEpochStartVersion = 4;    // first with kLogFlagEpochStart
 inline constexpr uint16_t kLogFormatBytesKeyVersion = 5;      // first with byte-key writes
 inline constexpr uint16_t kLogFormatDistTxnVersion = 6;       // first with kLogRecordDistTxn
+inline constexpr uint16_t kLogFormatPromiseHeldVersion = 7;   // first with kLogFlagPromiseHeld
 inline constexpr size_t kLogHeaderBytes = 64;
 inline constexpr size_t kLogRecordHeaderBytes = 16;
 inline constexpr size_t kLogWriteHeaderBytes = 16;
@@ -80,10 +81,17 @@ inline constexpr uint16_t kLogFlagBootstrapEnd = 1u << 1;
 // Replay discards every record of an entry from an older epoch whose TID is above F: such a
 // transaction was never acknowledged, and it may have read what the failed leader lost.
 inline constexpr uint16_t kLogFlagEpochStart = 1u << 2;
-inline constexpr uint16_t kLogFlagsKnown = kLogFlagNoop | kLogFlagBootstrapEnd | kLogFlagEpochStart;
+// Format 7: the entry's max_tid (the stream's promise) is held below some of its records' TIDs,
+// because a 2PC participant sharing the stream reserved a lower TID it has not installed yet
+// (src/dist/participant.h F10). Those records may be followed by later records below them; the
+// promise still holds: no record after this entry is at or below max_tid.
+inline constexpr uint16_t kLogFlagPromiseHeld = 1u << 3;
+inline constexpr uint16_t kLogFlagsKnown =
+    kLogFlagNoop | kLogFlagBootstrapEnd | kLogFlagEpochStart | kLogFlagPromiseHeld;
 // The flags an entry of format `version` may carry.
 inline constexpr uint16_t log_flags_known(uint16_t version) {
-  if (version >= kLogFormatEpochStartVersion) return kLogFlagsKnown;
+  if (version >= kLogFormatPromiseHeldVersion) return kLogFlagsKnown;
+  if (version >= kLogFormatEpochStartVersion) return kLogFlagsKnown & ~kLogFlagPromiseHeld;
   return version >= kLogFormatBootstrapEndVersion ? kLogFlagNoop | kLogFlagBootstrapEnd
                                                   : kLogFlagNoop;
 }
@@ -206,8 +214,11 @@ class LogBatchBuilder {
   // batch is valid (a heartbeat or, with kLogFlagNoop, the epoch-change no-op); flags with
   // kLogFlagNoop or kLogFlagBootstrapEnd REQUIRE an empty batch.
   // kLogFlagEpochStart: `final_tid` goes into min_tid (the previous epochs' final watermark).
+  // `promise_cap` holds max_tid at or below it (a 2PC participant's lowest reservation minus
+  // one); when that cuts below a record's TID the entry is flagged kLogFlagPromiseHeld.
+  // REQUIRES: kLogFlagPromiseHeld not in `flags` (seal sets it).
   std::span<const std::byte> seal(uint16_t flags = 0, uint64_t floor_tid = 0,
-                                  uint64_t final_tid = 0);
+                                  uint64_t final_tid = 0, uint64_t promise_cap = UINT64_MAX);
 
   bool open() const { return open_; }
   uint32_t txn_count() const { return txn_count_; }

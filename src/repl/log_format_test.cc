@@ -541,6 +541,41 @@ TEST(LogFormat, DistributedTxnIdRoundTripsAndOldVersionsRefuseIt) {
   EXPECT_NE(r.status().message().find("distributed txn id 0"), std::string::npos);
 }
 
+// Format 7: a participant's reservation holds an entry's max_tid (the stream's promise) below
+// its records' TIDs; only an entry flagged PROMISE_HELD may have records above max_tid, and a
+// version-6 entry may not carry the flag.
+TEST(LogFormat, PromiseHeldBelowRecordsOnlyWhenFlagged) {
+  alignas(8) static std::byte buf[4096];
+  LogBatchBuilder b;
+  b.reset(buf, {3, 1, 7, 42}, BatchLimits{});
+  Rng rng(11);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(append_txn(b, random_txn(rng, 100 + i, 2, 20)), AppendResult::kOk);
+  }
+  const auto held = b.seal(0, 0, 0, /*promise_cap=*/99);
+  auto e = LogEntryView::parse(held);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(e->flags(), kLogFlagPromiseHeld);
+  EXPECT_EQ(e->max_tid(), 99u);
+  std::vector<std::byte> bytes(held.begin(), held.end());
+  store_u16(bytes.data() + 4, kLogFormatDistTxnVersion);
+  reseal(bytes);
+  EXPECT_EQ(LogEntryView::parse(bytes).status().code(), Code::kNotSupported);
+  std::vector<std::byte> unflagged = small_entry();  // TIDs 100..102, max_tid lowered to 101
+  store_u64(unflagged.data() + 48, 101);
+  reseal(unflagged);
+  auto r = LogEntryView::parse(unflagged);
+  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  EXPECT_NE(r.status().message().find("outside the entry's range"), std::string::npos);
+  // A cap above the records changes nothing.
+  b.reset(buf, {3, 1, 7, 43}, BatchLimits{});
+  EXPECT_EQ(append_txn(b, random_txn(rng, 200, 2, 20)), AppendResult::kOk);
+  e = LogEntryView::parse(b.seal(0, 0, 0, 1000));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->flags(), 0);
+  EXPECT_EQ(e->max_tid(), 200u);
+}
+
 TEST(LogFormat, UnknownFlagsRefused) {
   std::vector<std::byte> e = small_entry();
   store_u16(e.data() + 6, 0x8000);

@@ -113,7 +113,6 @@ bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
                view.status().to_string().c_str());
   const uint64_t limit = wm_.shard();
   const uint64_t discard = discard_above(view->epoch());
-  const auto& tables = engine_.tables();
   uint32_t index = 0;
   bool done = true;
   ebr::Guard guard;  // one per entry: apply_replicated and the prefetcher require it
@@ -122,6 +121,7 @@ bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
   size_t write_index = 0;
   view->for_each_record([&](const RecordView& r) {
     if (index++ < *next || !done) return;
+    if (r.commit_tid() <= held_installed_) return;  // install_held() took it out of order
     if (r.commit_tid() > limit) {
       done = false;
       *next = index - 1;
@@ -134,20 +134,9 @@ bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
     }
     r.for_each_write([&](const WriteView& w) {
       prefetcher.before(write_index);
-      void* known = prefetcher.known(write_index);
-      const auto* key = targets_[write_index++].key_words;
-      txn::TableBase& table = *tables[w.table_id];
-      const bool applied =
-          w.op == WriteOp::kPatch
-              ? table.apply_replicated_patch(key, w.patch_base_tid(), w.patch_value_bytes,
-                                             &apply_patch_bytes, const_cast<WriteView*>(&w),
-                                             r.commit_tid(), known)
-              : table.apply_replicated(key, kind_of(w.op), w.value.data(),
-                                       static_cast<uint32_t>(w.value.size()), r.commit_tid(),
-                                       known);
-      ++stats_.writes;
-      if (known != nullptr) ++stats_.known_writes;
-      if (!applied) ++stats_.skipped_writes;
+      apply_write(w, targets_[write_index].key_words, r.commit_tid(),
+                  prefetcher.known(write_index));
+      ++write_index;
     });
     if (r.dist_txn_id() != 0) decisions_->note(r);
     ++stats_.txns;
@@ -156,9 +145,86 @@ bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
   return done;
 }
 
+void ReplayApplier::apply_write(const WriteView& w, const uint64_t* key, uint64_t tid,
+                                void* known) {
+  txn::TableBase& table = *engine_.tables()[w.table_id];
+  const bool applied =
+      w.op == WriteOp::kPatch
+          ? table.apply_replicated_patch(key, w.patch_base_tid(), w.patch_value_bytes,
+                                         &apply_patch_bytes, const_cast<WriteView*>(&w), tid, known)
+          : table.apply_replicated(key, kind_of(w.op), w.value.data(),
+                                   static_cast<uint32_t>(w.value.size()), tid, known);
+  ++stats_.writes;
+  if (known != nullptr) ++stats_.known_writes;
+  if (!applied) ++stats_.skipped_writes;
+}
+
+uint64_t ReplayApplier::applied_tid() const {
+  uint64_t applied = wm_.shard();
+  if (held_min_ != UINT64_MAX) applied = std::min(applied, held_min_ - 1);
+  if (restore_awaiting_ != 0) applied = std::min(applied, restore_applied_);
+  return applied;
+}
+
+uint64_t ReplayApplier::Pending::lowest_tid(uint64_t installed_upto) {
+  if (min_from != next_record) {
+    min_from = next_record;
+    min_tid = UINT64_MAX;
+    Result<LogEntryView> view = LogEntryView::reparse(bytes.span());
+    SHOAL_ASSERT(view.ok(), "%s", "a queued entry that does not parse");
+    uint32_t index = 0;
+    view->for_each_record([&](const RecordView& r) {
+      if (index++ >= next_record && r.commit_tid() > installed_upto) {
+        min_tid = std::min(min_tid, r.commit_tid());
+      }
+    });
+  }
+  return min_tid;
+}
+
+void ReplayApplier::update_held_min() {
+  // Bounded by the entries queued (what the other streams lag behind); a whole entry's lowest
+  // TID is computed once.
+  held_min_ = UINT64_MAX;
+  for (auto& q : queues_) {
+    for (Pending& p : q) held_min_ = std::min(held_min_, p.lowest_tid(held_installed_));
+  }
+}
+
+void ReplayApplier::install_held() {
+  const uint64_t limit = wm_.shard();
+  ebr::Guard guard;
+  for (auto& q : queues_) {
+    for (Pending& p : q) {
+      Result<LogEntryView> view = LogEntryView::reparse(p.bytes.span());
+      SHOAL_ASSERT(view.ok(), "%s", "a queued entry that does not parse");
+      const uint64_t discard = discard_above(view->epoch());
+      uint32_t index = 0;
+      view->for_each_record([&](const RecordView& r) {
+        if (index++ < p.next_record || r.commit_tid() > limit) return;
+        if (r.commit_tid() > discard) {
+          ++stats_.discarded_txns;
+          return;
+        }
+        r.for_each_write([&](const WriteView& w) {
+          apply_write(w, reinterpret_cast<const uint64_t*>(w.key_bytes), r.commit_tid(), nullptr);
+        });
+        if (r.dist_txn_id() != 0) decisions_->note(r);
+        ++stats_.txns;
+      });
+    }
+  }
+  held_installed_ = limit;
+  restore_awaiting_ = 0;
+  for (auto& q : queues_) {
+    for (Pending& p : q) p.min_from = UINT32_MAX;  // what is left is above the limit
+  }
+  update_held_min();
+}
+
 ReplayCut ReplayApplier::cut() const {
   ReplayCut c;
-  c.applied_tid = wm_.shard();
+  c.applied_tid = applied_tid();
   c.bootstrap_tid = bootstrap_tid_;
   c.fences = fences_;
   c.streams.resize(queues_.size());
@@ -188,6 +254,11 @@ void ReplayApplier::restore(const ReplayCut& cut) {
   SHOAL_ASSERT(cut.streams.size() == queues_.size(), "cut of %zu streams, applier of %zu",
                cut.streams.size(), queues_.size());
   bootstrap_tid_ = cut.bootstrap_tid;
+  // Records queued at the cut (at or below the watermark, behind one above it) come back when
+  // their stream delivers again: until then the store is the cut's.
+  restore_applied_ = cut.applied_tid;
+  restore_awaiting_ = static_cast<uint32_t>(queues_.size());
+  restore_waiting_.assign(queues_.size(), true);
   for (const EpochFence& f : cut.fences) add_fence(f.epoch, f.final_tid);
   for (uint32_t s = 0; s < queues_.size(); ++s) {
     wm_.advance(s, cut.streams[s].stream_tid);
@@ -207,6 +278,10 @@ void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes)
   SHOAL_ASSERT(slot == pos.next_slot, "stream %u delivered slot %lu, replay expected %lu", stream,
                slot, pos.next_slot);
   const uint32_t skip = pos.skip_records;
+  if (restore_awaiting_ != 0 && restore_waiting_[stream]) {
+    restore_waiting_[stream] = false;
+    --restore_awaiting_;
+  }
   pos.next_slot = slot + 1;
   pos.skip_records = 0;
   const uint16_t flags = load_u16(bytes.data() + 6);
@@ -231,6 +306,12 @@ void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes)
   // alike (without it, one whose other stream ran ahead installed them before the fence).
   if ((flags & kLogFlagNoop) != 0 && pos.hole_slot == 0) pos.hole_slot = slot;
   pos.logged_tid = std::max(pos.logged_tid, max_tid);
+  if ((flags & kLogFlagPromiseHeld) != 0) {  // records above the promise: a new floor's too
+    Result<LogEntryView> view = LogEntryView::reparse(bytes);
+    SHOAL_ASSERT(view.ok(), "%s", "a chosen entry that does not parse");
+    view->for_each_record(
+        [&](const RecordView& r) { pos.logged_tid = std::max(pos.logged_tid, r.commit_tid()); });
+  }
   if (pos.hole_slot == 0) wm_.advance(stream, max_tid);
   auto& q = queues_[stream];
   if (q.empty()) {
@@ -240,6 +321,7 @@ void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes)
     q.push_back(Pending{EntryBuffer(bytes), skip});
   }
   drain_queues();
+  update_held_min();
   stats_.cpu_ns += thread_cpu_ns() - start;
 }
 

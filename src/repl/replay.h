@@ -2,7 +2,11 @@
 // "Follower replay"), gated by the shard watermark so that it never exposes a record of one
 // stream while another stream may still deliver an older one: a record is installed only once
 // its TID is at or below the minimum over streams of their chosen max_tid
-// (src/repl/watermark.h). The store is therefore always a prefix of the leader's serial (TID)
+// (src/repl/watermark.h). A stream's records are installed in its log order, which is not
+// always TID order: a 2PC participant's install is logged at the TID it reserved, after the
+// worker's higher ones (kLogFlagPromiseHeld, src/dist/participant.h F10), so a record at or
+// below the watermark may wait behind one above it. applied_tid() is the watermark held below
+// every record still waiting, so the store is always a prefix of the leader's serial (TID)
 // order, i.e. a consistent snapshot at applied_tid().
 //
 // Entries arrive per stream in slot order (PaxosStream's chosen callback). A stream's records
@@ -96,8 +100,14 @@ class ReplayApplier {
   // REQUIRES: before the first on_chosen; cut.streams.size() == streams.
   void restore(const ReplayCut& cut);
 
-  // Every record at or below it is installed.
-  uint64_t applied_tid() const { return wm_.shard(); }
+  // Every record at or below it is installed, and none above it: the watermark, held below
+  // the lowest record still queued and, after restore(), at the cut's until every stream
+  // delivered again (the records queued at the cut come back then).
+  uint64_t applied_tid() const;
+  // A takeover's last step (TakeoverTracker::result): installs every queued record at or below
+  // the watermark, out of log order (or discards it, per the fences), so that applied_tid()
+  // is the watermark, the final watermark F. REQUIRES: every old slot chosen and delivered.
+  void install_held();
   // The highest max_tid `stream` delivered, including entries after a hole (above its
   // watermark until the next epoch start): a new epoch's floor must be above it.
   uint64_t logged_tid(uint32_t stream) const { return positions_[stream].logged_tid; }
@@ -138,7 +148,7 @@ class ReplayApplier {
         SHOAL_ASSERT(view.ok(), "%s", "a queued entry that does not parse");
         uint32_t index = 0;
         view->for_each_record([&](const RecordView& r) {
-          if (index++ >= p.next_record) fn(r.commit_tid());
+          if (index++ >= p.next_record && r.commit_tid() > held_installed_) fn(r.commit_tid());
         });
       }
     }
@@ -148,7 +158,14 @@ class ReplayApplier {
   struct Pending {
     EntryBuffer bytes;
     uint32_t next_record = 0;  // records before it are installed
+    // The lowest TID of the records from next_record on (above installed_upto), computed once
+    // per next_record (min_from).
+    uint64_t lowest_tid(uint64_t installed_upto);
+    uint64_t min_tid = UINT64_MAX;
+    uint32_t min_from = UINT32_MAX;
   };
+  void update_held_min();
+  void apply_write(const WriteView& w, const uint64_t* key, uint64_t tid, void* known);
   // Installs records [*next, ...) of the entry at or below the watermark; true when done.
   bool install(std::span<const std::byte> bytes, uint32_t* next);
   void drain_queues();
@@ -180,6 +197,13 @@ class ReplayApplier {
   std::vector<Position> positions_;
   ReplayStats stats_;
   uint64_t bootstrap_tid_ = 0;
+  uint64_t held_min_ = UINT64_MAX;  // the lowest TID of a queued record (applied_tid())
+  uint64_t held_installed_ = 0;     // install_held() installed every record at or below it
+  // After restore(): how many streams have not delivered since (restore_waiting_) and the
+  // cut's applied TID.
+  uint32_t restore_awaiting_ = 0;
+  std::vector<bool> restore_waiting_;
+  uint64_t restore_applied_ = 0;
   // Epoch changes seen, in epoch order (bounded by kEpochFencesMax).
   void add_fence(uint64_t epoch, uint64_t final_tid);
   // Records of an entry of `epoch` above this TID are discarded (UINT64_MAX: none).

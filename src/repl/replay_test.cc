@@ -21,7 +21,8 @@ struct EntryMaker {
   LogBatchBuilder builder;
   std::span<const std::byte> make(uint64_t slot, uint64_t first_tid, WriteOp op,
                                   const std::vector<uint64_t>& keys, uint32_t stream = 0,
-                                  uint64_t epoch = 1, uint64_t first_dist_txn_id = 0) {
+                                  uint64_t epoch = 1, uint64_t first_dist_txn_id = 0,
+                                  uint64_t promise_cap = UINT64_MAX) {
     BatchLimits limits;
     limits.batch_txns_max = 1 << 20;  // one entry for all the keys
     builder.reset({reinterpret_cast<std::byte*>(words.data()), words.size() * 8},
@@ -44,7 +45,7 @@ struct EntryMaker {
                                std::span(writes).subspan(i, n), id),
                 AppendResult::kOk);
     }
-    return builder.seal();
+    return builder.seal(0, 0, 0, promise_cap);
   }
 };
 
@@ -114,6 +115,63 @@ TEST(ReplayApplier, AnEpochStartDiscardsTheOldEpochAboveItsFinalWatermark) {
   EXPECT_EQ(applier.fences()[0].epoch, 2u);
   EXPECT_EQ(applier.fences()[0].final_tid, final_tid);
   EXPECT_EQ(applier.cut().fences.size(), 1u);
+}
+
+// A 2PC participant's install is logged at the TID it reserved, after the worker's higher
+// TIDs on the same stream (participant.h F10): the entry holding those is flagged
+// kLogFlagPromiseHeld, its max_tid below them. The install (at or below the watermark) waits
+// behind them in log order, and applied_tid() stays below it meanwhile, so the store is
+// exactly the records at or below applied_tid(); a checkpoint's cut and a restore say the
+// same. A takeover installs it out of order (install_held), so F is the watermark.
+TEST(ReplayApplier, AReservedInstallLoggedAfterHigherTidsHoldsTheAppliedTid) {
+  for (const bool takeover : {false, true}) {
+    SCOPED_TRACE(takeover ? "takeover" : "replay");
+    txn::Engine engine;
+    txn::Table<1>* table = engine.create_table<1>("t");
+    ReplayApplier applier(engine, 2);
+    EntryMaker m0, m1;
+    const uint64_t t = uint64_t{2} << 32;
+    const auto held = m0.make(1, t + 100, WriteOp::kInsert, {1}, 0, 1, 0, /*promise_cap=*/t + 49);
+    ASSERT_TRUE(LogEntryView::parse(held).ok());
+    ASSERT_NE(load_u16(held.data() + 6) & kLogFlagPromiseHeld, 0);
+    applier.on_chosen(0, held);
+    applier.on_chosen(1, m1.make(1, t + 60, WriteOp::kInsert, {2}, 1));
+    applier.on_chosen(0, m0.make(2, t + 50, WriteOp::kInsert, {3}, 0));  // the install
+    EXPECT_EQ(applier.watermark().shard(), t + 50);
+    EXPECT_EQ(applier.applied_tid(), t + 49);
+    Row r;
+    EXPECT_FALSE(table->peek(txn::Table<1>::KeyT{{3}}, &r, sizeof r).ok());
+    EXPECT_EQ(applier.logged_tid(0), t + 100);  // a new epoch's floor goes above the record
+    const ReplayCut cut = applier.cut();
+    EXPECT_EQ(cut.applied_tid, t + 49);
+    EXPECT_EQ(cut.streams[0].next_slot, 1u);
+    if (takeover) {
+      applier.install_held();
+      EXPECT_EQ(applier.applied_tid(), t + 50);
+      EXPECT_TRUE(table->peek(txn::Table<1>::KeyT{{3}}, &r, sizeof r).ok());
+      std::vector<uint64_t> left;
+      applier.for_each_queued_record([&](uint64_t tid) { left.push_back(tid); });
+      EXPECT_EQ(left, (std::vector<uint64_t>{t + 100, t + 60}));
+      continue;
+    }
+    // Floors past everything: all of it installs, in log order.
+    for (uint32_t s = 0; s < 2; ++s) {
+      EntryMaker& m = s == 0 ? m0 : m1;
+      m.builder.reset({reinterpret_cast<std::byte*>(m.words.data()), m.words.size() * 8},
+                      LogEntryId{0, s, 1, s == 0 ? 3u : 2u}, BatchLimits{});
+      applier.on_chosen(s, m.builder.seal(0, t + 200));
+    }
+    EXPECT_EQ(applier.applied_tid(), t + 200);
+    for (uint64_t k : {1, 2, 3}) {
+      EXPECT_TRUE(table->peek(txn::Table<1>::KeyT{{k}}, &r, sizeof r).ok()) << k;
+    }
+    // A restore from the earlier cut claims only the cut's TID until every stream delivered.
+    txn::Engine engine2;
+    engine2.create_table<1>("t");
+    ReplayApplier restored(engine2, 2);
+    restored.restore(cut);
+    EXPECT_EQ(restored.applied_tid(), t + 49);
+  }
 }
 
 // The decisions a new leader answers the other shards from (participant.h F11): a

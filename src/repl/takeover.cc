@@ -31,8 +31,9 @@ bool TakeoverTracker::done() const {
   return std::all_of(streams_.begin(), streams_.end(), [](const Stream& s) { return s.finished; });
 }
 
-TakeoverResult TakeoverTracker::result(const ReplayApplier& applier) const {
+TakeoverResult TakeoverTracker::result(ReplayApplier& applier) const {
   SHOAL_ASSERT(done(), "%s", "takeover result before every stream's old slots are chosen");
+  applier.install_held();
   TakeoverResult r;
   r.final_tid = applier.applied_tid();
   for (uint32_t i = 0; i < streams_.size(); ++i) {

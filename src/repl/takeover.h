@@ -58,7 +58,9 @@ class TakeoverTracker {
   // the hand-over, and the records it holds above F (never installed: discarded). elapsed_ns
   // is left to the caller (it owns the clock). Aborts if a held record is at or below F (the
   // watermark would have installed it). REQUIRES: done(); `applier` is the one given above.
-  TakeoverResult result(const ReplayApplier& applier) const;
+  // First installs what the applier holds at or below its watermark out of log order
+  // (ReplayApplier::install_held), so F is the watermark.
+  TakeoverResult result(ReplayApplier& applier) const;
 
  private:
   struct Stream {

@@ -134,8 +134,8 @@ TEST(WatermarkHistory, LagIsHowLongAgoTheWatermarkPassedTheReplayedTid) {
   h.note(10, 2'000);  // not a rise: ignored
   h.note(20, 3'000);
   h.note(30, 5'000);
-  EXPECT_EQ(h.lag_ns(30, 9'000), 0u);  // level with the watermark
-  EXPECT_EQ(h.lag_ns(40, 9'000), 0u);  // ahead (a report racing the sample)
+  EXPECT_EQ(h.lag_ns(30, 9'000), 0u);      // level with the watermark
+  EXPECT_EQ(h.lag_ns(40, 9'000), 0u);      // ahead (a report racing the sample)
   EXPECT_EQ(h.lag_ns(25, 9'000), 4'000u);  // the watermark went above 25 at 5'000
   EXPECT_EQ(h.lag_ns(20, 9'000), 4'000u);
   EXPECT_EQ(h.lag_ns(19, 9'000), 6'000u);  // above 19 at 3'000

@@ -59,7 +59,10 @@ void DiscardJournal::update(uint64_t tid, const txn::DepVec& vector,
                             std::span<const uint32_t> doubtful, uint64_t dist_txn_id) {
   for (size_t back = 0; back < std::min(count_, kUpdateScanMax); ++back) {
     Entry& e = entries_[(head_ + count_ - 1 - back) % kEntriesMax];
-    if (e.tid < tid) break;  // a worker's TIDs grow: older entries are below it
+    // No early stop at a lower TID: a worker's journal is not in TID order, since a 2PC
+    // install lands at the TID its context reserved (participant.h F10), below records the
+    // worker logged after that reservation; stopping there left the entries of the
+    // transaction updated here without its final vector and its in-doubt marks (issue 14).
     if (e.tid != tid) continue;
     e.pending = false;
     if (!doubtful.empty()) e.dist_txn_id = dist_txn_id;

@@ -79,7 +79,8 @@ class DiscardJournal {
   template <typename Covered>
   void trim(Covered&& covered);
 
-  // The transaction `dist_txn_id` that installed `tid` here (this worker's newest entries)
+  // The transaction `dist_txn_id` that installed `tid` here (among this worker's newest
+  // kUpdateScanMax entries, in any TID order: participant.h F10)
   // committed with `vector` (raises its entries' deps), its installs at `doubtful` shards
   // unconfirmed (their entries become kInDoubt). Owner thread.
   void update(uint64_t tid, const txn::DepVec& vector, std::span<const uint32_t> doubtful,

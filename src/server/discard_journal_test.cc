@@ -197,6 +197,44 @@ TEST(DiscardJournal, OwnFirstInstallsAreJudgedByTheirFinalVectorAndDoubtByTheFai
   EXPECT_EQ(s.journal.size(), 0u);
 }
 
+// With reservations (participant.h F10) a worker's journal is not in TID order: A locked
+// first, so its install lands below B's, but after it. The update of B, ours and in doubt at
+// shard 0, must still reach B's entry behind A's lower one.
+TEST(DiscardJournal, AnUpdateReachesItsEntryBehindALowerInstall) {
+  Survivor s;
+  uint64_t floor = kCoveredUpTo - 100;
+  s.participant.set_tid_floor(&floor);
+  const dist::TxnId a = 7, b = dist::make_txn_id(kShard, 0, 9);
+  uint64_t value_a = 111, value_b = 222;
+  dist::StagedWrite wa, wb;
+  wa.key_word_count = wb.key_word_count = 1;
+  wa.key[0] = 1;
+  wb.key[0] = 2;
+  wa.value = &value_a;
+  wb.value = &value_b;
+  wa.size_bytes = wb.size_bytes = sizeof(uint64_t);
+  uint64_t pa = 0, pb = 0, at_a = 0, at_b = 0;
+  txn::DepVec deps, va, vb;
+  ASSERT_TRUE(s.participant.lock(a, 1, &wa, 1, &pa).ok());
+  ASSERT_TRUE(s.participant.lock(b, 1, &wb, 1, &pb).ok());
+  ASSERT_LT(pa, pb);
+  ASSERT_TRUE(s.participant.validate(a, 1, &deps).ok());
+  ASSERT_TRUE(s.participant.validate(b, 1, &deps).ok());
+  vb.raise(kShard, pb);
+  vb.raise(0, kFinal - 20);
+  ASSERT_TRUE(s.participant.install(b, 1, pb, vb, &at_b).ok());
+  va.raise(kShard, pa);
+  va.raise(0, kFinal + 20);
+  ASSERT_TRUE(s.participant.install(a, 1, pa, va, &at_a).ok());
+  ASSERT_EQ(at_b, pb);
+  ASSERT_EQ(at_a, pa);  // below B's, journaled after it
+  const uint32_t unanswered[] = {0};
+  s.journal.update(at_b, vb, unanswered, b);
+  std::vector<uint64_t> ids;
+  s.journal.in_doubt_ids(0, &ids);
+  EXPECT_EQ(ids, std::vector<uint64_t>{b});
+}
+
 // A lost transaction with a write that cannot be undone (here: under a blind write that
 // stays) is kept whole: its other write is not undone either.
 TEST(DiscardJournal, ALostTransactionIsUndoneWhollyOrNotAtAll) {

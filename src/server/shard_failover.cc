@@ -210,7 +210,7 @@ Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t repli
     if (compensator_ == nullptr) {
       compensator_ = engine_->make_worker();
       compensator_->set_commit_hook(&repl::StreamAppender::commit_hook, workers_[0]->appender);
-      compensator_->txn().set_tid_floor(workers_[0]->appender->promised_tid());
+      compensator_->txn().set_tid_floor(workers_[0]->appender->logged_floor_tid());
     }
     r = discard_lost(journals, *engine_, *compensator_, range);
     std::vector<uint64_t> kept;
@@ -320,7 +320,8 @@ size_t ShardServer::release_undecided(uint32_t shard, uint32_t replica, uint64_t
 // F11 (participant.h): asks `shard`'s new leader what its log says of each transaction its
 // predecessor coordinated that is still prepared here, and installs or aborts it. One that
 // gets no answer stays prepared, its locks held, until a later failover of that shard asks
-// again: 2PC blocks rather than guess.
+// again: 2PC blocks rather than guess. It stops holding our stream's promise (F10,
+// drop_reservation).
 rt::Task<void> resolve_prepared(Worker* w, uint32_t shard, dist::ShardLink* link,
                                 std::vector<dist::TxnId> ids) {
   size_t committed = 0, aborted = 0, unknown = 0;
@@ -336,6 +337,9 @@ rt::Task<void> resolve_prepared(Worker* w, uint32_t shard, dist::ShardLink* link
       if (s.ok() || s.code() == Code::kAborted || s.code() == Code::kNotFound) continue;
     }
     ++unknown;
+    // Prepared until an answer comes, but no longer holding our stream's promise (F10): our
+    // watermark, and every acknowledgement waiting on it, would wait for that answer.
+    w->participant->drop_reservation(id);
     fmt::print(stderr, "shoal server: shard {} worker {}: transaction {:#x} of shard {}: {}\n",
                w->server_shard, w->index, id, shard, s.to_string());
   }

@@ -296,6 +296,12 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     w->participant->set_commit_hook(&Worker::logged_commit, w.get());
     // One stream, several Txns (participant F10): every TID goes above what it promised.
     w->participant->set_tid_floor(w->appender->promised_tid());
+    w->participant->set_proposal_floor(w->appender->logged_floor_tid());
+    w->appender->set_reservations(
+        [](const void* p) {
+          return static_cast<const dist::Participant*>(p)->lowest_reserved_tid();
+        },
+        w->participant.get());
   }
   SHOAL_TRY(make_kv_workers(w.get()));
   if (tpcc_ != nullptr) {
@@ -308,7 +314,7 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     if (w->appender != nullptr) {  // local transactions commit on its Txn (dist_tpcc.cc)
       w->tpcc->commit_hook = &Worker::logged_commit;
       w->tpcc->commit_hook_ctx = w.get();
-      w->tpcc->local->txn().set_tid_floor(w->appender->promised_tid());
+      w->tpcc->local->txn().set_tid_floor(w->appender->logged_floor_tid());
       w->tpcc->local->txn().set_keep_old_values(true);  // puts logged as patches
     }
     w->tpcc->loop = w->loop.get();
@@ -466,7 +472,7 @@ Status ShardServer::make_kv_workers(Worker* w) {
   // Both ports' backends share it: a transaction on it never suspends before it ends.
   txn::Txn& local = engine_->make_worker()->txn();
   if (w->appender != nullptr) {
-    local.set_tid_floor(w->appender->promised_tid());
+    local.set_tid_floor(w->appender->logged_floor_tid());
     local.set_keep_old_values(true);          // puts logged as patches
     ko.commit_hook = &Worker::logged_commit;  // the discard journal and tick hurry too
     ko.commit_hook_ctx = w;
