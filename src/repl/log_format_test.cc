@@ -144,15 +144,21 @@ std::unique_ptr<std::byte[]> exact_copy(const std::byte* src, size_t n) {
   return p;
 }
 
+// Opens `b` over `buf` with three small transactions drawn from `rng` (fixed when seeded
+// 11), not yet sealed.
+void fill_small_batch(LogBatchBuilder& b, std::byte (&buf)[4096], Rng& rng) {
+  b.reset(buf, {3, 1, 7, 42}, BatchLimits{});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(append_txn(b, random_txn(rng, 100 + i, 2, 20)), AppendResult::kOk);
+  }
+}
+
 // A small, fixed entry for exhaustive corruption checks.
 std::vector<std::byte> small_entry() {
   alignas(8) static std::byte buf[4096];
   LogBatchBuilder b;
-  b.reset(buf, {3, 1, 7, 42}, BatchLimits{});
   Rng rng(11);
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(append_txn(b, random_txn(rng, 100 + i, 2, 20)), AppendResult::kOk);
-  }
+  fill_small_batch(b, buf, rng);
   const auto e = b.seal();
   return {e.begin(), e.end()};
 }
@@ -547,11 +553,8 @@ TEST(LogFormat, DistributedTxnIdRoundTripsAndOldVersionsRefuseIt) {
 TEST(LogFormat, PromiseHeldBelowRecordsOnlyWhenFlagged) {
   alignas(8) static std::byte buf[4096];
   LogBatchBuilder b;
-  b.reset(buf, {3, 1, 7, 42}, BatchLimits{});
   Rng rng(11);
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(append_txn(b, random_txn(rng, 100 + i, 2, 20)), AppendResult::kOk);
-  }
+  fill_small_batch(b, buf, rng);
   const auto held = b.seal(0, 0, 0, /*promise_cap=*/99);
   auto e = LogEntryView::parse(held);
   ASSERT_TRUE(e.ok()) << e.status().to_string();

@@ -67,21 +67,17 @@ pid_t live_etcd_pid(const std::string& dir) {
   return name == "etcd" && alive(p) ? p.pid : -1;
 }
 
-// Stops `up`'s etcd (not our child: polls until it is gone), SIGKILL after timeout_ms.
-// Whether one was running.
+// Stops `up`'s etcd (not our child) as the servers are stopped: SIGTERM, SIGKILL after
+// timeout_ms. Whether one was running.
 bool stop_run_dir_etcd(const std::string& dir, uint64_t timeout_ms) {
   const pid_t pid = live_etcd_pid(dir);
   std::error_code ec;
   fs::remove(etcd_pid_path(dir), ec);
   fs::remove(etcd_endpoint_path(dir), ec);
   if (pid <= 0) return false;
-  ::kill(pid, SIGTERM);
-  Env& clock = RealEnv::instance();
-  const uint64_t deadline_ns = clock.now_ns() + timeout_ms * 1'000'000ULL;
   ServerProcess p;
   p.pid = pid;
-  while (alive(p) && clock.now_ns() < deadline_ns) clock.sleep_ns(10'000'000);
-  if (alive(p)) ::kill(pid, SIGKILL);
+  stop_servers({p}, timeout_ms);
   return true;
 }
 
