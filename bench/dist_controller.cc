@@ -596,6 +596,7 @@ nlohmann::json kill_json(const KillOutcome& k) {
           {"kill_to_first_commit_ms", k.kill_to_commit_ms},
           {"killed_leader_committed", k.killed_leader_committed},
           {"killed_replica_restarted", k.restarted},
+          {"observed", k.observed},
           {"signal", k.hung ? "SIGSTOP" : "SIGKILL"},
           {"deposed_exit_code", k.deposed_exit_code},
           {"deposed_exit_ms", k.deposed_exit_ms},
@@ -650,7 +651,8 @@ void report_region_kill(const RegionKillOutcome& r, RunExtras* x) {
 // One kill's lines of the report; a failed one sets x->verdict (the first failure kept).
 void report_kill(const KillOutcome& k, size_t index, size_t count, RunExtras* x) {
   const std::string name =
-      count == 1 ? std::string("failover") : fmt::format("failover {} of {}", index + 1, count);
+      (k.observed ? std::string("observed ") : std::string()) +
+      (count == 1 ? std::string("failover") : fmt::format("failover {} of {}", index + 1, count));
   const auto fail = [x](Status st) {
     if (x->verdict.ok()) x->verdict = std::move(st);
   };
@@ -668,7 +670,11 @@ void report_kill(const KillOutcome& k, size_t index, size_t count, RunExtras* x)
       "{}: shard {}'s leader (replica {}) {} at {:.1f} s{}; replica {} leads in epoch {}: "
       "elected {:.0f} ms after the kill, first commit {:.0f} ms after the kill, failover "
       "{:.0f} ms (last commit seen before the kill to the first after)\n",
-      name, k.shard, k.old_leader, k.hung ? "hung (SIGSTOP)" : "killed", k.killed_at_s,
+      name, k.shard, k.old_leader,
+      k.observed ? "gone (not by this run; its last answer)"
+      : k.hung   ? "hung (SIGSTOP)"
+                 : "killed",
+      k.killed_at_s,
       k.killed_at_s > k.planned_at_s + 0.5
           ? fmt::format(" (planned {:.1f} s: it waited, see above)", k.planned_at_s)
           : std::string(),
@@ -725,12 +731,16 @@ RunExtras watched_extras(const WatchedRun& w, bool acknowledged) {
   RunExtras x;
   x.json["committed_per_second"] = w.committed_per_second;
   x.json["series"] = series_json(w, acknowledged);
-  if (w.kills.empty() && !w.has_region_kill) return x;
+  if (w.kills.empty() && w.observed.empty() && !w.has_region_kill) return x;
   nlohmann::json kills = nlohmann::json::array();
   for (const KillOutcome& k : w.kills) kills.push_back(kill_json(k));
-  if (!w.kills.empty()) {
-    x.json["failover"] = kill_json(w.kills[0]);
-    x.json["failover_ms"] = w.kills[0].failover_ms;
+  for (const KillOutcome& k : w.observed) kills.push_back(kill_json(k));
+  const KillOutcome* first = !w.kills.empty()      ? &w.kills[0]
+                             : !w.observed.empty() ? &w.observed[0]
+                                                   : nullptr;
+  if (first != nullptr) {
+    x.json["failover"] = kill_json(*first);
+    x.json["failover_ms"] = first->failover_ms;
   }
   x.json["kills"] = std::move(kills);
   if (w.has_region_kill) x.json["region_kill"] = region_kill_json(w.region_kill);
@@ -744,6 +754,9 @@ RunExtras watched_extras(const WatchedRun& w, bool acknowledged) {
   if (acknowledged) x.text += fmt::format("commit latency p50/p99 per second (us):{}\n", commit);
   if (w.has_region_kill) report_region_kill(w.region_kill, &x);
   for (size_t i = 0; i < w.kills.size(); ++i) report_kill(w.kills[i], i, w.kills.size(), &x);
+  for (size_t i = 0; i < w.observed.size(); ++i) {
+    report_kill(w.observed[i], i, w.observed.size(), &x);
+  }
   return x;
 }
 
@@ -1038,9 +1051,13 @@ Status run_dist_bench(const DistBenchOptions& o) {
     config = &local.config;
   }
   ControlClient client(*config);
-  // A standing cluster (`cluster up` in its default run directory) may have failed over.
+  // A standing cluster (`cluster up` in its default run directory) may have failed over, and
+  // may fail over during the run: its etcd says who leads.
+  std::vector<std::string> etcd = local.etcd_endpoints;
   if (!o.cluster_path.empty()) {
-    follow_run_dir_leaders(*config, fmt::format(".shoal/{}", config->name), &client);
+    const std::string endpoint =
+        follow_run_dir_leaders(*config, fmt::format(".shoal/{}", config->name), &client);
+    if (!endpoint.empty()) etcd = {endpoint};
   }
   const uint32_t shards = static_cast<uint32_t>(config->shards.size());
   if (!local.procs.empty()) {
@@ -1099,8 +1116,7 @@ Status run_dist_bench(const DistBenchOptions& o) {
     return Status::Ok();
   };
   WatchedRun watched;
-  SHOAL_TRY(run_watched(client, *config, local.procs, local.etcd_endpoints, params, kill, o.stop,
-                        &watched));
+  SHOAL_TRY(run_watched(client, *config, local.procs, etcd, params, kill, o.stop, &watched));
   std::vector<ShardOutcome> outcomes;
   collect(client, shards, now_ms() + kCollectGraceMs, &outcomes);
   MicroStats total;

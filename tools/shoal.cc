@@ -90,7 +90,8 @@ struct ServerCommands {
   CLI::App* digest = nullptr;
   CLI::App* top = nullptr;
   server::ServerOptions server_options;
-  uint64_t recover_epoch = 0;  // `server --recover-epoch E`: restart from the data dir
+  uint64_t recover_epoch = 0;    // `server --recover-epoch E`: restart from the data dir
+  uint32_t recover_replica = 0;  // `server --replica R`: which replica restarts as the leader
   server::ClusterOptions cluster_options;
   server::TopOptions top_options;
 };
@@ -714,6 +715,12 @@ ServerCommands add_server_commands(CLI::App& app) {
                    "over its followers in this epoch (above every earlier one; `cluster up` "
                    "passes it when it restarts a cluster)")
       ->check(number_in(uint64_t{2}, uint64_t{1} << 40, false, "in [2, 2^40]"));
+  c.server
+      ->add_option("--replica", c.recover_replica,
+                   "With --recover-epoch and --etcd: this process is that replica of its shard, "
+                   "the leader etcd names (after a failover, not replica 0)")
+      ->check(number_in(0u, 63u, false, "in [0, 63]"))
+      ->capture_default_str();
   c.cluster = app.add_subcommand("cluster", "Start, inspect and stop a cluster of shard servers");
   c.cluster->require_subcommand(1);
   auto& co = c.cluster_options;
@@ -736,7 +743,7 @@ ServerCommands add_server_commands(CLI::App& app) {
   c.top->add_option("--interval-ms", c.top_options.interval_ms, "Time between screens")
       ->check(number_in(uint64_t{100}, uint64_t{3'600'000}, false, "in [100, 3600000]"))
       ->capture_default_str();
-  for (CLI::App* sub : {c.up, c.status, c.down, c.check}) {
+  for (CLI::App* sub : {c.up, c.status, c.down, c.check, c.digest}) {
     sub->add_option("--run-dir", co.run_dir, "Pid and log directory (default .shoal/<name>)");
   }
   c.up->add_flag("--fresh", co.fresh,
@@ -785,12 +792,16 @@ int run_server_commands(const ServerCommands& c) {
     server::ReplicaOptions ro;
     ro.config_path = c.server_options.config_path;
     ro.shard = c.server_options.shard;
-    ro.replica = 0;  // the configured leader (no configuration manager moves it)
+    ro.replica = c.recover_replica;  // replica 0 unless etcd appointed another
     ro.data_dir = c.server_options.data_dir;
     ro.fsync = c.server_options.fsync;
     ro.checkpoint_interval_ms = c.server_options.checkpoint_interval_ms;
     ro.server = c.server_options;
     s = server::recover_and_lead(ro, c.recover_epoch);
+  } else if (c.server->parsed() && c.recover_replica != 0) {
+    s = Status::InvalidArgument(
+        "--replica: only with --recover-epoch (a leader restarting from its disk); a fresh "
+        "shard server is replica 0, and the others start as `shoal replica`");
   } else if (c.server->parsed()) {
     s = server::run_server(c.server_options);
   } else if (c.up->parsed()) {

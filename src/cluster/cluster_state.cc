@@ -213,6 +213,35 @@ Result<EpochChange> ClusterStateStore::begin_epoch_change(uint64_t expected_epoc
   return EpochChange{true, std::move(state)};
 }
 
+Result<EpochChange> ClusterStateStore::restart_in_epoch(uint64_t expected_epoch,
+                                                        uint64_t new_epoch) {
+  SHOAL_ASSERT(new_epoch > expected_epoch, "restart_in_epoch: epoch %lu after %lu",
+               static_cast<unsigned long>(new_epoch), static_cast<unsigned long>(expected_epoch));
+  auto loaded = load_state();
+  if (!loaded.ok()) return loaded.status();
+  ClusterState& state = *loaded;
+  if (state.epoch != expected_epoch) return EpochChange{false, std::move(state)};
+  std::vector<TxnCompare> compares{{epoch_key(), state.epoch_revision}};
+  std::vector<TxnPut> puts{{epoch_key(), encode_epoch(new_epoch), 0}};
+  for (uint32_t s = 0; s < state.shards.size(); ++s) {
+    ShardState& next = state.shards[s];
+    compares.push_back({shard_key(s), next.mod_revision});
+    next.since_epoch = new_epoch;
+    puts.push_back({shard_key(s), encode_shard(next), 0});
+  }
+  auto r = manager_.txn(compares, puts);
+  if (!r.ok()) return r.status();
+  if (!r->succeeded) {
+    auto now = load_state();
+    if (!now.ok()) return now.status();
+    return EpochChange{false, std::move(*now)};
+  }
+  state.epoch = new_epoch;
+  state.epoch_revision = r->revision;
+  for (ShardState& sh : state.shards) sh.mod_revision = r->revision;
+  return EpochChange{true, std::move(state)};
+}
+
 Result<std::string> ClusterStateStore::create_once(const std::string& key,
                                                    const std::string& value) {
   auto r = manager_.cas(key, 0, value);

@@ -86,6 +86,13 @@ class ClusterStateStore {
   [[nodiscard]] Result<EpochChange> begin_epoch_change(uint64_t expected_epoch, uint32_t shard,
                                                        uint32_t new_leader);
 
+  // A whole cluster restarting from disk (`cluster up` over its run directory, every process
+  // down): moves the cluster from expected_epoch to new_epoch with every shard's leader kept
+  // and its since_epoch set to new_epoch (each leader takes over again in it), if the stored
+  // epoch is still expected_epoch. Lost (won = false) if another change came first.
+  // REQUIRES: new_epoch > expected_epoch.
+  [[nodiscard]] Result<EpochChange> restart_in_epoch(uint64_t expected_epoch, uint64_t new_epoch);
+
   // Records shard's final watermark for `epoch` unless one is recorded; returns the stored
   // one (ours, or the earlier publisher's).
   [[nodiscard]] Result<uint64_t> publish_final_watermark(uint64_t epoch, uint32_t shard,

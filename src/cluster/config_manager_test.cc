@@ -480,6 +480,37 @@ TYPED_TEST(ConfigManagerConformance, ADeposedLeaderCannotPublishAFinalWatermark)
   EXPECT_EQ(old_incarnation.status().code(), Code::kAborted);
 }
 
+// A whole cluster restarting from disk moves the epoch past every failover it saw, keeps the
+// leaders the failovers appointed, and makes every leader's since_epoch the restart's; a
+// restart planned against a stale epoch loses and gets the state as it is.
+TYPED_TEST(ConfigManagerConformance, ARestartKeepsTheLeadersInANewEpoch) {
+  const std::string name = "r" + this->prefix_.substr(1, this->prefix_.size() - 2);
+  ClusterStateStore store(this->cm(), name);
+  ASSERT_TRUE(store.initialize(two_shards()).ok());
+  auto failover = store.begin_epoch_change(1, 1, 2);  // replica 2 leads shard 1 in epoch 2
+  ASSERT_TRUE(failover.ok() && failover->won);
+  auto stale = store.restart_in_epoch(1, 5);
+  ASSERT_TRUE(stale.ok()) << stale.status().to_string();
+  EXPECT_FALSE(stale->won);
+  EXPECT_EQ(stale->state.epoch, 2u);
+  auto restarted = store.restart_in_epoch(2, 5);
+  ASSERT_TRUE(restarted.ok()) << restarted.status().to_string();
+  ASSERT_TRUE(restarted->won);
+  auto state = store.load_state();
+  ASSERT_TRUE(state.ok()) << state.status().to_string();
+  EXPECT_EQ(state->epoch, 5u);
+  ASSERT_EQ(state->shards.size(), 2u);
+  EXPECT_EQ(state->shards[0].leader_replica, 0u);
+  EXPECT_EQ(state->shards[1].leader_replica, 2u);
+  EXPECT_EQ(state->shards[0].since_epoch, 5u);
+  EXPECT_EQ(state->shards[1].since_epoch, 5u);
+  EXPECT_EQ(state->shards[1].members, (std::vector<uint32_t>{0, 1, 2}));
+  // A failover after the restart moves on from it.
+  auto next = store.begin_epoch_change(5, 0, 1);
+  ASSERT_TRUE(next.ok() && next->won);
+  EXPECT_EQ(next->state.epoch, 6u);
+}
+
 TYPED_TEST(ConfigManagerConformance, ClusterStateRoundTripsAndPublishesOnce) {
   const std::string name = "c" + this->prefix_.substr(1, this->prefix_.size() - 2);
   ClusterStateStore store(this->cm(), name);

@@ -24,6 +24,7 @@
 #include "src/server/cluster_config.h"
 #include "src/server/control.h"
 #include "src/server/dist_micro.h"
+#include "src/server/failover_run.h"
 #include "src/server/process.h"
 #include "src/server/repl_ctl.h"
 
@@ -81,17 +82,19 @@ bool stop_run_dir_etcd(const std::string& dir, uint64_t timeout_ms) {
   return true;
 }
 
-// The pid in a pid file, if that process is still a `shoal server` (replica 0) or a
-// `shoal replica` (not a reused pid).
-pid_t live_server_pid(const std::string& path, uint32_t replica = 0) {
+// The pid in a pid file, if that process is still a `shoal server` or a `shoal replica` (not
+// a reused pid). Either may hold any replica's pid file: a follower is promoted in place, and a
+// restart after a failover starts the leader etcd names as `shoal server`.
+pid_t live_server_pid(const std::string& path) {
   std::ifstream in(path);
   long pid = 0;
   if (!(in >> pid) || pid <= 0) return -1;
   std::ifstream cmd(fmt::format("/proc/{}/cmdline", pid));
   std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-  const std::string command =
-      replica == 0 ? std::string("server\0--config", 15) : std::string("replica\0--config", 16);
-  if (args.find(command) == std::string::npos) return -1;
+  if (args.find(std::string("server\0--config", 15)) == std::string::npos &&
+      args.find(std::string("replica\0--config", 16)) == std::string::npos) {
+    return -1;
+  }
   ServerProcess p;
   p.pid = static_cast<pid_t>(pid);
   return alive(p) ? p.pid : -1;
@@ -211,23 +214,80 @@ Status plan_up(const ClusterOptions& o, const cluster::ClusterConfig& c, const s
       differs(o.workers != 0, "--workers", std::to_string(o.workers), std::to_string(was.workers)));
   SHOAL_TRY(differs(o.keys_given, "--keys-per-partition", std::to_string(o.keys_per_partition),
                     std::to_string(was.keys_per_partition)));
-  for (uint32_t s = 0; s < c.shards.size(); ++s) {
-    const std::string leader = cluster::replica_dir(dir, s, 0);
-    if (!fs::exists(leader + "/schema.json")) {
-      return Status::NotFound(fmt::format(
-          "shard {}'s leader directory {} holds no log: the cluster cannot restart from disk "
-          "(`cluster up --fresh` loads afresh)",
-          s, leader));
-    }
-  }
   *rec = was;
   rec->epoch = was.epoch + 1;
   *restart = true;
   return Status::Ok();
 }
 
-void print_shard_line(uint32_t s, const cluster::ClusterConfig& c, const std::string& what) {
-  const cluster::Replica& r = c.shards[s].replicas.at(0);
+// A restart needs each shard's leader (`leaders[s]`, replica 0 when empty) to hold a log: it
+// rebuilds its store from it alone.
+Status check_leader_dirs(const cluster::ClusterConfig& c, const std::string& dir,
+                         const std::vector<uint32_t>& leaders) {
+  for (uint32_t s = 0; s < c.shards.size(); ++s) {
+    const uint32_t r = s < leaders.size() ? leaders[s] : 0;
+    const std::string leader = cluster::replica_dir(dir, s, r);
+    if (!fs::exists(leader + "/schema.json")) {
+      return Status::NotFound(fmt::format(
+          "shard {}'s leader directory {} (replica {}) holds no log: the cluster cannot restart "
+          "from disk (`cluster up --fresh` loads afresh)",
+          s, leader, r));
+    }
+  }
+  return Status::Ok();
+}
+
+// A replicated cluster's configuration manager (three replicas or more; with two no follower
+// stands), started by `up` in the run directory. Afresh: a new one in epoch 1, every shard led
+// by replica 0. A restart: the one the cluster ran with, over its data (the epoch and the
+// leaders its failovers appointed), moved to the restart's epoch, one above both up.json's
+// and etcd's, so every leader takes over in an epoch no log has seen (*rec's epoch is raised
+// to it); a cluster that ran without one gets a new one. Sets so->etcd and so->leaders.
+Result<std::unique_ptr<cluster::EtcdProcess>> start_up_etcd(const cluster::ClusterConfig& config,
+                                                            const std::string& dir, bool restart,
+                                                            UpRecord* rec, SpawnOptions* so) {
+  std::error_code ec;
+  if (!restart) fs::remove_all(dir + "/etcd", ec);
+  auto etcd = start_local_etcd(config, dir, /*detach=*/true);
+  if (!etcd.ok()) return etcd.status();
+  so->etcd = {(*etcd)->endpoint()};
+  if (!restart) return etcd;
+  cluster::EtcdOptions mo;
+  mo.endpoints = so->etcd;
+  auto manager = cluster::EtcdConfigManager::create(mo);
+  if (!manager.ok()) return manager.status();
+  cluster::ClusterStateStore store(**manager, config.name);
+  auto state = store.load_state();
+  if (!state.ok()) return state.status();
+  if (state->shards.size() != config.shards.size()) {
+    return Status::InvalidArgument(fmt::format(
+        "{}/etcd holds {} shards, the config {}: the run directory is another cluster's "
+        "(`cluster up --fresh` starts over)",
+        dir, state->shards.size(), config.shards.size()));
+  }
+  rec->epoch = std::max(rec->epoch, state->epoch + 1);
+  auto moved = store.restart_in_epoch(state->epoch, rec->epoch);
+  if (!moved.ok()) return moved.status();
+  if (!moved->won) {  // nothing else runs in this directory (checked): someone else's etcd?
+    return Status::Aborted(
+        fmt::format("{}/etcd moved to epoch {} while `up` restarted it", dir, moved->state.epoch));
+  }
+  so->leaders.clear();
+  for (uint32_t s = 0; s < config.shards.size(); ++s) {
+    const uint32_t r = moved->state.shards[s].leader_replica;
+    if (r >= config.shards[s].replicas.size()) {
+      return Status::InvalidArgument(
+          fmt::format("{}/etcd names replica {} as shard {}'s leader; the config has {} replicas",
+                      dir, r, s, config.shards[s].replicas.size()));
+    }
+    so->leaders.push_back(r);
+  }
+  return etcd;
+}
+
+void print_shard_line(uint32_t s, const cluster::ClusterConfig& c, const std::string& what,
+                      uint32_t replica = 0) {
+  const cluster::Replica& r = c.shards[s].replicas.at(replica);
   fmt::print("shard {:<3} {:<21} {}\n", s, fmt::format("{}:{}", r.host, r.port), what);
 }
 
@@ -237,10 +297,12 @@ void print_up_report(const cluster::ClusterConfig& config, const std::vector<Ser
                      double ready_s, const std::string& dir) {
   for (const auto& p : procs) {
     if (p.replica == 0) {
-      print_shard_line(p.shard, config, fmt::format("up  pid {}", p.pid));
+      print_shard_line(p.shard, config,
+                       fmt::format("up  pid {}{}", p.pid, p.leader ? "" : " (a follower)"));
     } else {
-      fmt::print("  replica {} {:<21} up  pid {}\n", p.replica,
-                 fmt::format("({})", config.shards[p.shard].replicas[p.replica].region), p.pid);
+      fmt::print("  replica {} {:<21} up  pid {}{}\n", p.replica,
+                 fmt::format("({})", config.shards[p.shard].replicas[p.replica].region), p.pid,
+                 p.leader ? " (the leader)" : "");
     }
   }
   fmt::print("cpu placement: {}\n", placement.describe());
@@ -262,6 +324,95 @@ void print_up_report(const cluster::ClusterConfig& config, const std::vector<Ser
 
 }  // namespace
 
+struct ReplicaId {
+  uint32_t shard = 0;
+  uint32_t replica = 0;
+};
+
+// What every process `up` starts is given: the recorded workload, workers and keys, and the
+// flags of this `up`.
+SpawnOptions up_spawn_options(const ClusterOptions& o, const std::string& dir,
+                              const UpRecord& rec) {
+  SpawnOptions so;
+  so.config_path = fs::absolute(o.config_path).string();
+  so.log_dir = dir;
+  so.workers = rec.workers;
+  so.keys_per_partition = rec.keys_per_partition;
+  so.workload = rec.workload;
+  if (o.ack_journal) so.ack_journal_dir = fs::absolute(dir).string();
+  so.fsync = o.fsync;
+  so.batch_txns = o.batch_txns;
+  so.batch_us = o.batch_us;
+  so.lead_ms_max = o.lead_ms_max;
+  so.serve_reads = o.serve_reads;
+  so.checkpoint_interval_ms = o.checkpoint_interval_ms;
+  so.cpu_placement = o.cpu_placement;
+  so.tpcc_read_only_hint = o.tpcc_read_only_hint;
+  return so;
+}
+
+// `up` over a running cluster some of whose replicas are down (killed, crashed, deposed): each
+// starts again over its own directory as a follower of the leader `up`'s etcd names, and
+// catches up (docs/OPERATIONS.md, "When a follower dies"). Refused while a shard's leader is
+// among them and not yet replaced: its followers are electing one.
+Status rejoin_replicas(const ClusterOptions& o, const cluster::ClusterConfig& config,
+                       const std::string& dir, const std::vector<ReplicaId>& down) {
+  auto recorded = read_up_record(dir);
+  if (!recorded.ok()) return recorded.status();
+  if (!recorded->has_value()) return Status::NotFound(up_record_path(dir) + ": missing");
+  std::ifstream in(etcd_endpoint_path(dir));
+  std::string endpoint;
+  if (!(in >> endpoint)) return Status::NotFound(etcd_endpoint_path(dir) + ": unreadable");
+  cluster::EtcdOptions mo;
+  mo.endpoints = {endpoint};
+  auto manager = cluster::EtcdConfigManager::create(mo);
+  if (!manager.ok()) return manager.status();
+  auto state = cluster::ClusterStateStore(**manager, config.name).load_state();
+  if (!state.ok()) return state.status();
+  for (const ReplicaId& d : down) {
+    if (d.shard < state->shards.size() && state->shards[d.shard].leader_replica == d.replica) {
+      return Status::Unavailable(fmt::format(
+          "shard {}'s leader (replica {}, epoch {}) is down and not replaced yet: its followers "
+          "are electing a successor; run `up` again once `cluster status` shows it",
+          d.shard, d.replica, state->epoch));
+    }
+  }
+  SpawnOptions so = up_spawn_options(o, dir, **recorded);
+  so.etcd = {endpoint};
+  auto placement = plan_host_placement(config, so);
+  if (!placement.ok()) return placement.status();
+  for (const ReplicaId& d : down) {
+    auto p = spawn_follower(config, so, *placement, d.shard, d.replica);
+    if (!p.ok()) return p.status();
+    std::ofstream(pid_path(dir, d.shard, d.replica)) << p->pid << "\n";
+    fmt::print("shard {} replica {}: restarted as a follower of replica {} (pid {}, log {})\n",
+               d.shard, d.replica, state->shards[d.shard].leader_replica, p->pid, p->log_path);
+  }
+  // Until each caught up (connected, replaying within kRejoinedLagMs): a digest or a kill
+  // right after `up` then finds a whole shard. Bounded by ready_timeout_ms.
+  ControlClient client(config);
+  for (uint32_t s = 0; s < config.shards.size(); ++s) {
+    client.set_leader(s, state->shards[s].leader_replica);
+  }
+  const uint64_t start_ms = now_ms();
+  for (const ReplicaId& d : down) {
+    while (!followers_rejoined(client, config, d.shard)) {
+      if (now_ms() - start_ms >= o.ready_timeout_ms) {
+        return Status::Timeout(fmt::format(
+            "shard {} replica {} did not catch up with its leader within {} ms (its log: {})",
+            d.shard, d.replica, o.ready_timeout_ms,
+            cluster::replica_dir(dir, d.shard, d.replica) + ".restarted.log"));
+      }
+      client.disconnect(d.shard);
+      sleep_ms(100);
+    }
+  }
+  fmt::print("cluster '{}': {} replica{} rejoined in epoch {} ({:.2f} s); the others ran on\n",
+             config.name, down.size(), down.size() == 1 ? "" : "s", state->epoch,
+             static_cast<double>(now_ms() - start_ms) / 1000.0);
+  return Status::Ok();
+}
+
 Status cluster_up(const ClusterOptions& o) {
   // (A restart of a TPC-C cluster with these flags names --workload tpcc too, as recorded.)
   if (o.serve_reads > 0 && o.workload != "tpcc") {
@@ -278,15 +429,27 @@ Status cluster_up(const ClusterOptions& o) {
         "--serve-reads: the config's shards have no followers (cluster.replicas is 1)");
   }
   const std::string dir = run_dir_of(o, *config);
+  std::vector<ReplicaId> down;  // replicas with no live process
+  std::string running;          // the first live one, for messages
   for (uint32_t s = 0; s < config->shards.size(); ++s) {
     for (uint32_t r = 0; r < config->shards[s].replicas.size(); ++r) {
-      if (pid_t pid = live_server_pid(pid_path(dir, s, r), r); pid > 0) {
-        return Status::AlreadyExists(
-            fmt::format("cluster '{}' already running (shard {} replica {} is pid {}); run "
-                        "`shoal cluster down` first",
-                        config->name, s, r, pid));
+      if (pid_t pid = live_server_pid(pid_path(dir, s, r)); pid > 0) {
+        if (running.empty()) running = fmt::format("shard {} replica {} is pid {}", s, r, pid);
+      } else {
+        down.push_back({s, r});
       }
     }
+  }
+  if (!running.empty()) {
+    if (down.empty() || live_etcd_pid(dir) <= 0) {
+      return Status::AlreadyExists(fmt::format(
+          "cluster '{}' already running ({}{}); run `shoal cluster down` first", config->name,
+          running,
+          down.empty()
+              ? ""
+              : fmt::format("; {} replicas down, which rejoin only under etcd", down.size())));
+    }
+    return rejoin_replicas(o, *config, dir, down);
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -303,12 +466,7 @@ Status cluster_up(const ClusterOptions& o) {
   SHOAL_TRY(write_up_record(dir, rec));
   // An etcd left by an `up` whose servers are all gone (no `down`) is stopped first.
   stop_run_dir_etcd(dir, o.stop_timeout_ms);
-  SpawnOptions so;
-  so.config_path = fs::absolute(o.config_path).string();
-  so.log_dir = dir;
-  so.workers = rec.workers;
-  so.keys_per_partition = rec.keys_per_partition;
-  so.workload = rec.workload;
+  SpawnOptions so = up_spawn_options(o, dir, rec);
   so.recover_epoch = restart ? rec.epoch : 0;
   // A restart's leaders read their whole WALs before they serve or dial each other (seconds
   // per minute of load: docs/RESULTS.md): wait for that, not for a load's 60 s. A process that
@@ -316,29 +474,20 @@ Status cluster_up(const ClusterOptions& o) {
   const uint64_t ready_timeout_ms =
       restart ? std::max(o.ready_timeout_ms, kRestartReadyTimeoutMs) : o.ready_timeout_ms;
   if (restart) so.connect_timeout_ms = kRestartReadyTimeoutMs;
-  if (o.ack_journal) so.ack_journal_dir = fs::absolute(dir).string();
-  so.fsync = o.fsync;
-  so.batch_txns = o.batch_txns;
-  so.batch_us = o.batch_us;
-  so.lead_ms_max = o.lead_ms_max;
-  so.serve_reads = o.serve_reads;
-  so.checkpoint_interval_ms = o.checkpoint_interval_ms;
-  so.cpu_placement = o.cpu_placement;
-  so.tpcc_read_only_hint = o.tpcc_read_only_hint;
   auto placement = plan_host_placement(*config, so);
   if (!placement.ok()) return placement.status();
-  // A replicated cluster started afresh gets its configuration manager, so that a dead leader
-  // is replaced (docs/OPERATIONS.md, "Failover of a standing cluster"). Not on a restart from
-  // disk: its leaders recover their epoch from their logs (--recover-epoch), which a server
-  // under etcd refuses.
+  // A replicated cluster gets its configuration manager, so that a dead leader is replaced
+  // (docs/OPERATIONS.md, "Failover of a standing cluster"); a restart gets the one it ran
+  // with, and its leaders (those failovers appointed) restart as leaders.
   std::unique_ptr<cluster::EtcdProcess> etcd;
-  if (!restart && config->replicas_per_shard >= 3) {  // with two, no follower stands
-    fs::remove_all(dir + "/etcd", ec);                // a fresh cluster starts in epoch 1
-    auto started = start_local_etcd(*config, dir, /*detach=*/true);
+  if (config->replicas_per_shard >= 3) {  // with two, no follower stands
+    auto started = start_up_etcd(*config, dir, restart, &rec, &so);
     if (!started.ok()) return started.status();
     etcd = std::move(*started);
-    so.etcd = {etcd->endpoint()};
+    so.recover_epoch = restart ? rec.epoch : 0;
+    SHOAL_TRY(write_up_record(dir, rec));  // the epoch etcd moved to
   }
+  if (restart) SHOAL_TRY(check_leader_dirs(*config, dir, so.leaders));
   const uint64_t start_ns = RealEnv::instance().now_ns();
   auto procs = spawn_servers(*config, so, *placement);
   if (!procs.ok()) return procs.status();
@@ -346,6 +495,7 @@ Status cluster_up(const ClusterOptions& o) {
     std::ofstream(pid_path(dir, p.shard, p.replica)) << p.pid << "\n";
   }
   ControlClient client(*config);
+  for (uint32_t s = 0; s < so.leaders.size(); ++s) client.set_leader(s, so.leaders[s]);
   if (Status s = wait_ready(client, *procs, ready_timeout_ms); !s.ok()) {
     stop_servers(*procs, o.stop_timeout_ms);
     for (const auto& p : *procs) fs::remove(pid_path(dir, p.shard, p.replica), ec);
@@ -362,35 +512,31 @@ Status cluster_up(const ClusterOptions& o) {
         "configuration manager: etcd at {} (pid {}, log {}/etcd.log): a follower replaces a "
         "dead leader\n",
         endpoint, pid, dir);
-  } else if (config->replicas_per_shard >= 3) {
-    fmt::print(
-        "configuration manager: none on a restart from disk: a dead leader is not replaced "
-        "(`up --fresh` starts one)\n");
   }
   return Status::Ok();
 }
 
 // Points `client` at the leaders that `up`'s etcd names (after a failover, not replica 0)
 // and prints them; nothing when the run directory has no running etcd.
-void follow_run_dir_leaders(const cluster::ClusterConfig& config, const std::string& dir,
-                            ControlClient* client) {
-  if (live_etcd_pid(dir) <= 0) return;
+std::string follow_run_dir_leaders(const cluster::ClusterConfig& config, const std::string& dir,
+                                   ControlClient* client) {
+  if (live_etcd_pid(dir) <= 0) return "";
   std::ifstream in(etcd_endpoint_path(dir));
   std::string endpoint;
-  if (!(in >> endpoint)) return;
+  if (!(in >> endpoint)) return "";
   cluster::EtcdOptions mo;
   mo.endpoints = {endpoint};
   auto manager = cluster::EtcdConfigManager::create(mo);
   if (!manager.ok()) {
     fmt::print("etcd at {}: {} (asking replica 0 of every shard)\n", endpoint,
                manager.status().to_string());
-    return;
+    return "";
   }
   auto state = cluster::ClusterStateStore(**manager, config.name).load_state();
   if (!state.ok()) {
     fmt::print("etcd at {}: {} (asking replica 0 of every shard)\n", endpoint,
                state.status().to_string());
-    return;
+    return "";
   }
   std::string leaders;
   for (uint32_t s = 0; s < state->shards.size() && s < config.shards.size(); ++s) {
@@ -399,6 +545,7 @@ void follow_run_dir_leaders(const cluster::ClusterConfig& config, const std::str
     leaders += fmt::format("{}shard {} replica {}", leaders.empty() ? "" : ", ", s, r);
   }
   fmt::print("etcd at {}: epoch {}; leaders: {}\n", endpoint, state->epoch, leaders);
+  return endpoint;
 }
 
 Status cluster_status(const ClusterOptions& o) {
@@ -411,7 +558,8 @@ Status cluster_status(const ClusterOptions& o) {
     auto pong = client.call(s, kPing, nlohmann::json::object(), kPingTimeoutMs);
     if (!pong.ok()) {
       down.push_back(s);
-      print_shard_line(s, *config, fmt::format("DOWN  {}", pong.status().to_string()));
+      print_shard_line(s, *config, fmt::format("DOWN  {}", pong.status().to_string()),
+                       client.leader(s));
       continue;
     }
     nlohmann::json lost = nlohmann::json::array();
@@ -426,7 +574,8 @@ Status cluster_status(const ClusterOptions& o) {
     if (st.ok()) st = json_optional_field(*pong, "running", &running);
     if (!st.ok()) {  // a reply we cannot read: the shard answers, but not as a shard server
       down.push_back(s);
-      print_shard_line(s, *config, fmt::format("BAD   its ping reply: {}", st.to_string()));
+      print_shard_line(s, *config, fmt::format("BAD   its ping reply: {}", st.to_string()),
+                       client.leader(s));
       continue;
     }
     std::string unreachable;
@@ -435,14 +584,18 @@ Status cluster_status(const ClusterOptions& o) {
         unreachable += fmt::format("{}{}", unreachable.empty() ? "" : ",", u.dump());
       }
     }
+    const uint32_t leader = client.leader(s);
     print_shard_line(s, *config,
-                     fmt::format("up    pid {} workers {} keys [{}, {}){}{}", pid, workers, keys_lo,
-                                 keys_hi, running ? " running a load" : "",
-                                 unreachable.empty() ? "" : "; lost shards " + unreachable));
+                     fmt::format("up    pid {} workers {} keys [{}, {}){}{}{}", pid, workers,
+                                 keys_lo, keys_hi, running ? " running a load" : "",
+                                 unreachable.empty() ? "" : "; lost shards " + unreachable,
+                                 leader == 0 ? "" : fmt::format(" (leader: replica {})", leader)),
+                     leader);
     // Followers: known here only by their pid files (they serve no control port).
     const std::string dir = run_dir_of(o, *config);
-    for (uint32_t r = 1; r < config->shards[s].replicas.size(); ++r) {
-      const pid_t pid = live_server_pid(pid_path(dir, s, r), r);
+    for (uint32_t r = 0; r < config->shards[s].replicas.size(); ++r) {
+      if (r == leader) continue;
+      const pid_t pid = live_server_pid(pid_path(dir, s, r));
       fmt::print("  replica {} {:<21} {}\n", r,
                  fmt::format("({})", config->shards[s].replicas[r].region),
                  pid > 0 ? fmt::format("up    pid {}", pid)
@@ -463,8 +616,13 @@ Status cluster_down(const ClusterOptions& o) {
   std::vector<ServerProcess> procs;
   for (uint32_t s = 0; s < config->shards.size(); ++s) {
     for (uint32_t r = 0; r < config->shards[s].replicas.size(); ++r) {
-      const pid_t pid = live_server_pid(pid_path(dir, s, r), r);
-      if (pid > 0) procs.push_back(ServerProcess{s, r, pid, false, ""});
+      const pid_t pid = live_server_pid(pid_path(dir, s, r));
+      if (pid <= 0) continue;
+      ServerProcess p;
+      p.shard = s;
+      p.replica = r;
+      p.pid = pid;
+      procs.push_back(std::move(p));
     }
   }
   const size_t killed = stop_servers(procs, o.stop_timeout_ms);
@@ -516,6 +674,7 @@ Status cluster_check(const ClusterOptions& o) {
   if (!config.ok()) return config.status();
   ControlClient client(*config);
   const std::string dir = run_dir_of(o, *config);
+  follow_run_dir_leaders(*config, dir, &client);
   auto recorded = read_up_record(dir);
   if (recorded.ok() && recorded->has_value() && (*recorded)->workload == "tpcc") {
     return check_tpcc_run(client, *config, dir);
@@ -553,6 +712,7 @@ Status cluster_digest(const ClusterOptions& o) {
   auto config = load(o.config_path);
   if (!config.ok()) return config.status();
   ControlClient client(*config);
+  follow_run_dir_leaders(*config, run_dir_of(o, *config), &client);
   const std::vector<ShardReplicaStates> states =
       collect_replica_states(client, *config, {}, o.quiesce_timeout_ms);
   std::string table;

@@ -8,9 +8,13 @@
 // defaults to .shoal/<cluster name>/. An `up` over a run directory where a replicated cluster
 // ran restarts every replica from its own disk (followers as `shoal replica`, leaders as
 // `shoal server --recover-epoch`, replica_cli.h) in the next epoch, loading nothing; `--fresh`
-// (or no replica directory) clears and loads. `down` signals only pids whose
-// command line is a `shoal server` or `shoal replica` (a stale pid file must not kill an unrelated
-// process that reused the pid). Stopping is SIGTERM, then SIGKILL after stop_timeout_ms.
+// (or no replica directory) clears and loads. Three replicas or more: `up` runs an etcd in
+// <run_dir>/etcd (afresh: epoch 1, replica 0 leading; a restart: the same data moved to the
+// restart's epoch, its leaders kept and restarted as leaders), and `up` over a running
+// cluster with replicas down restarts those as followers of etcd's leaders. `status`, `check`,
+// `digest` and `bench --cluster` address the leaders that etcd names. `down` signals only pids
+// whose command line is a `shoal server` or `shoal replica` (a stale pid file must not kill an
+// unrelated process that reused the pid). Stopping is SIGTERM, then SIGKILL after stop_timeout_ms.
 //
 // Benchmark: the servers generate the load themselves (shard_server.h); the controller sends
 // kStart to every shard, waits, polls kStats until every shard is done or gone, checks
@@ -75,10 +79,11 @@ struct ClusterOptions {
 [[nodiscard]] Status cluster_up(const ClusterOptions& options);
 [[nodiscard]] Status cluster_status(const ClusterOptions& options);
 // Points `client` at the shard leaders that `up`'s etcd in run directory `dir` names (after a
-// failover they are not replica 0) and prints them; nothing when `dir` has no running etcd
-// (`up` of an unreplicated cluster, or a restart from disk).
-void follow_run_dir_leaders(const cluster::ClusterConfig& config, const std::string& dir,
-                            ControlClient* client);
+// failover they are not replica 0) and prints them; returns that etcd's endpoint (for a run
+// that follows later failovers), "" when `dir` has no running etcd (`up` of a cluster of
+// fewer than three replicas) or it does not answer.
+std::string follow_run_dir_leaders(const cluster::ClusterConfig& config, const std::string& dir,
+                                   ControlClient* client);
 [[nodiscard]] Status cluster_down(const ClusterOptions& options);
 // Reads every key of every shard with fresh transactions: Unavailable when a shard does not
 // answer, Aborted when a key is unreadable (a lock left behind). A TPC-C cluster (as up.json

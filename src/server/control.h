@@ -87,6 +87,8 @@ class ControlClient {
   // The shard's leader is now `replica` (a failover): later calls go to that replica's address.
   // REQUIRES: replica < the shard's replicas in the config.
   void set_leader(uint32_t shard, uint32_t replica);
+  // The replica calls to `shard` go to (0 unless set_leader moved it).
+  uint32_t leader(uint32_t shard) const { return leaders_.at(shard); }
 
  private:
   struct Conn;

@@ -23,8 +23,6 @@ constexpr uint64_t kStartTimeoutMs = 50;    // a new leader's kStart (late: Alre
 // A kill delayed this close to the run's end is not made: its shard would end the run without
 // a leader (an election, a takeover and the load's restart take about a second here).
 constexpr uint64_t kKillTailMs = 2000;
-// A restarted follower has rejoined once it replays within this of its leader's watermark.
-constexpr double kRejoinedLagMs = 500;
 
 // One kill and what follows it, one step per sample. The configuration manager's store is
 // shared by the run's kills.
@@ -72,16 +70,17 @@ class Failover {
   // `p`, the shard's leader, was just signalled (at kill_ms on the monotonic clock, wall_us on
   // the wall clock): the failover starts.
   void record_kill(const ServerProcess& p, double run_s, uint64_t kill_ms, uint64_t wall_us) {
-    out_->old_leader = p.replica;
     old_pid_ = p.pid;
     old_child_ = p.child;
     out_->hung = plan_.hang;
-    out_->killed = true;
-    out_->killed_at_s = run_s;
-    kill_ms_ = kill_ms;
-    kill_wall_us_ = wall_us;
-    out_->killed_unix_us = wall_us;
-    client_.disconnect(out_->shard);
+    start(p.replica, run_s, kill_ms, wall_us);
+  }
+
+  // A failover nobody planned: etcd names another leader than `old_leader`, whose last answer
+  // came at kill_ms (wall_us on the wall clock, run_s into the run). Followed as a kill.
+  void observe_failure(uint32_t old_leader, double run_s, uint64_t kill_ms, uint64_t wall_us) {
+    out_->observed = true;
+    start(old_leader, run_s, kill_ms, wall_us);
   }
 
   // After the kill: learns the new leader and starts the load there. True once it runs.
@@ -112,6 +111,7 @@ class Failover {
     fmt::print(stderr,
                "shard {}: replica {} leads in epoch {}; load restarted there for {:.1f} s\n", shard,
                out_->new_leader, out_->new_epoch, rest.seconds);
+    if (out_->observed) return true;  // not ours to resume or restart
     if (plan_.hang) resume_deposed();
     if (plan_.restart && !restart_deferred_) {
       const Status st = plan_.restart(shard, out_->old_leader);
@@ -167,6 +167,16 @@ class Failover {
     if (old_child_) (void)::waitpid(pid, nullptr, 0);
   }
 
+  void start(uint32_t old_leader, double run_s, uint64_t kill_ms, uint64_t wall_us) {
+    out_->old_leader = old_leader;
+    out_->killed = true;
+    out_->killed_at_s = run_s;
+    kill_ms_ = kill_ms;
+    kill_wall_us_ = wall_us;
+    out_->killed_unix_us = wall_us;
+    client_.disconnect(out_->shard);
+  }
+
   ControlClient& client_;
   cluster::ClusterStateStore& store_;
   const std::vector<ServerProcess>& procs_;  // grows as killed replicas restart
@@ -198,24 +208,6 @@ Status open_kill_manager(const cluster::ClusterConfig& config, const std::vector
   out->manager = std::move(*m);
   out->store = std::make_unique<cluster::ClusterStateStore>(*out->manager, config.name);
   return Status::Ok();
-}
-
-// True when every follower of `shard` is connected to its leader, has reported its replay
-// and replays within kRejoinedLagMs of its watermark (kPing); false when not or when the
-// leader does not answer.
-// Connected is not enough: a restarted replica connects before it has caught up, and one
-// elected then (the next kill) took over with seconds of log to learn (a test's takeover
-// timed out, leaving the shard without a leader).
-bool followers_rejoined(ControlClient& client, const cluster::ClusterConfig& config,
-                        uint32_t shard) {
-  const auto followers = static_cast<uint32_t>(config.shards[shard].replicas.size()) - 1;
-  auto pong = client.call(shard, kPing, nlohmann::json::object(), kStatsTimeoutMs);
-  uint32_t connected = 0, reported = 0;
-  double lag_ms = 0;
-  return pong.ok() && json_optional_field(*pong, "followers_connected", &connected).ok() &&
-         json_optional_field(*pong, "followers_replay_reported", &reported).ok() &&
-         json_optional_field(*pong, "followers_replay_lag_ms_max", &lag_ms).ok() &&
-         connected >= followers && reported >= followers && lag_ms <= kRejoinedLagMs;
 }
 
 // A region kill (plan.region): SIGKILL to every live process of the region at once, as a
@@ -375,6 +367,18 @@ class LiveSampler {
 
 }  // namespace
 
+bool followers_rejoined(ControlClient& client, const cluster::ClusterConfig& config,
+                        uint32_t shard) {
+  const auto followers = static_cast<uint32_t>(config.shards[shard].replicas.size()) - 1;
+  auto pong = client.call(shard, kPing, nlohmann::json::object(), kStatsTimeoutMs);
+  uint32_t connected = 0, reported = 0;
+  double lag_ms = 0;
+  return pong.ok() && json_optional_field(*pong, "followers_connected", &connected).ok() &&
+         json_optional_field(*pong, "followers_replay_reported", &reported).ok() &&
+         json_optional_field(*pong, "followers_replay_lag_ms_max", &lag_ms).ok() &&
+         connected >= followers && reported >= followers && lag_ms <= kRejoinedLagMs;
+}
+
 Result<std::vector<KillAt>> make_kill_schedule(const std::vector<double>& at_seconds,
                                                const std::vector<uint32_t>& shards,
                                                uint32_t shard_count) {
@@ -462,6 +466,7 @@ Status check_region_kill(const std::vector<double>& at_seconds, bool kill_shard_
 uint64_t WatchedRun::killed_leaders_committed() const {
   uint64_t sum = 0;
   for (const KillOutcome& k : kills) sum += k.killed_leader_committed;
+  for (const KillOutcome& k : observed) sum += k.killed_leader_committed;
   return sum;
 }
 
@@ -486,7 +491,7 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
   const bool kills = !plan.kills.empty();
   SHOAL_ASSERT(plan.kills.size() <= kKillsMax, "%zu kills planned", plan.kills.size());
   KillManager km;
-  if (kills) SHOAL_TRY(open_kill_manager(config, etcd, &km));
+  if (kills || !etcd.empty()) SHOAL_TRY(open_kill_manager(config, etcd, &km));
   const bool region = !plan.region.empty();
   SHOAL_ASSERT(!region || (plan.kills.size() == 1 && !plan.hang), "region kill: %zu kills",
                plan.kills.size());
@@ -535,6 +540,38 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
     sampler.reset(shard);  // the new leader counts from 0
     current[shard] = static_cast<int>(failovers.size());
     failovers.push_back(std::move(f));
+  };
+  // Per shard, its leader's last answer (monotonic ms, wall us, run s): where an observed
+  // failover starts.
+  struct Answer {
+    uint64_t ms = 0, wall_us = 0;
+    double run_s = 0;
+  };
+  std::vector<Answer> last_answer(shards, Answer{start_ms, RealEnv::instance().wall_us(), 0});
+  out->observed.reserve(kObservedFailoversMax);  // Failovers point into it
+  uint64_t next_watch_ms = start_ms + kWatchLeadersMs;
+  // Every kWatchLeadersMs: a shard whose leader etcd changed with no failover of ours under way.
+  const auto observe = [&](uint64_t now) {
+    if (km.store == nullptr || now < next_watch_ms) return;
+    next_watch_ms = now + kWatchLeadersMs;
+    auto state = km.store->load_state();
+    if (!state.ok()) return;  // etcd busy or gone: asked again next time
+    for (uint32_t s = 0; s < shards && s < state->shards.size(); ++s) {
+      if (state->shards[s].leader_replica == client.leader(s)) continue;
+      if (current[s] >= 0 && !failovers[current[s]]->running()) continue;  // ours, under way
+      if (out->observed.size() >= kObservedFailoversMax) continue;
+      KillOutcome& o = out->observed.emplace_back();
+      o.shard = s;
+      o.planned_at_s = last_answer[s].run_s;
+      auto f = std::make_unique<Failover>(client, *km.store, procs, plan, &o, true);
+      f->observe_failure(client.leader(s), last_answer[s].run_s, last_answer[s].ms,
+                         last_answer[s].wall_us);
+      fmt::print(stderr,
+                 "shard {}: its leader (replica {}) was replaced, not by this run: etcd names "
+                 "replica {} in epoch {}; following it\n",
+                 s, o.old_leader, state->shards[s].leader_replica, state->epoch);
+      adopt(std::move(f));
+    }
   };
   size_t kills_made = 0;  // of plan.kills
   bool region_restarted = false;
@@ -589,6 +626,7 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
         ++kills_made;
       }
     }
+    observe(now);
     bool all_running = true;  // (a region kill's failovers run at once; leader kills in turn)
     for (const auto& f : failovers) {
       if (!f->running()) all_running = f->step(params, end_ms) && all_running;
@@ -609,6 +647,8 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
       uint64_t first_us = 0;
       auto rose = sampler.sample(client, s, second, with_latency, out, &first_us);
       if (!rose.ok()) continue;  // a late or malformed answer: the next sample counts it
+      last_answer[s] = {now_ms(), RealEnv::instance().wall_us(),
+                        static_cast<double>(now_ms() - start_ms) / 1000.0};
       if (*rose) last_rise_wall_us[s] = RealEnv::instance().wall_us();
       KillOutcome* k = f != nullptr ? &f->outcome() : nullptr;
       if (k != nullptr && !f->finished() && first_us != 0) {
@@ -620,9 +660,10 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
         }
       }
     }
-    // Fine samples only where a kill is planned (failover_ms needs them): every sample is a
-    // control call per shard that the servers answer beside their load.
-    next_ms += kills ? kSampleMs : kSampleMsQuiet;
+    // Fine samples only where a failover may come (failover_ms needs them: a kill planned, or
+    // one we may observe): every sample is a control call per shard that the servers answer
+    // beside their load.
+    next_ms += kills || km.store != nullptr ? kSampleMs : kSampleMsQuiet;
     const uint64_t after = now_ms();
     if (next_ms > after) RealEnv::instance().sleep_ns((next_ms - after) * 1'000'000);
   }

@@ -1,5 +1,6 @@
 // The measured part of a distributed benchmark run, watched: every shard's committed count is
-// sampled every kSampleMs with a kill planned, kSampleMsQuiet without, its conflict count and
+// sampled every kSampleMs with a kill planned or the configuration manager known (a failover
+// may be observed), kSampleMsQuiet otherwise, its conflict count and
 // latency counts (kStats {"latency": true}: live_latency.h) with the first sample after every
 // kLatencySampleMs (the per-second series the report prints and the JSON's "series"), from a
 // baseline taken before the load starts (a cluster's servers count over every load they ran),
@@ -43,12 +44,16 @@
 
 namespace shoal::server {
 
-inline constexpr uint64_t kSampleMs = 20;          // with a kill planned
-inline constexpr uint64_t kSampleMsQuiet = 250;    // without: the per-second series only
+inline constexpr uint64_t kSampleMs = 20;          // a failover may come
+inline constexpr uint64_t kSampleMsQuiet = 250;    // none: the per-second series only
 inline constexpr uint64_t kLatencySampleMs = 100;  // latency and conflicts: at most this often
 inline constexpr uint64_t kDeposedExitTimeoutMs = 5000;
 
 inline constexpr size_t kKillsMax = 16;  // kills one run may plan
+// Failovers one run follows without having planned them, and how often it asks the
+// configuration manager who leads.
+inline constexpr size_t kObservedFailoversMax = 16;
+inline constexpr uint64_t kWatchLeadersMs = 100;
 
 // One planned kill: shard `shard`'s leader, `at_seconds` into the run.
 struct KillAt {
@@ -114,6 +119,9 @@ struct KillOutcome {
   // The killed leader's commits as last sampled (its final statistics died with it).
   uint64_t killed_leader_committed = 0;
   bool restarted = false;  // the killed replica was started again (as a follower)
+  // Not a kill of ours: a failover seen in the configuration manager (an operator's kill -9
+  // of a `--cluster` run's leader, a crash); killed_at_s is the leader's last answer.
+  bool observed = false;
   // A hang (KillPlan::hang): the old leader's exit status after SIGCONT (-1: it did not exit
   // in time and was killed) and how long after the SIGCONT it exited.
   bool hung = false;
@@ -151,6 +159,9 @@ struct WatchedRun {
   uint32_t latency_malformed_shards = 0;  // shards whose latency was unreadable at least once
   // One per planned kill, in order; a region kill: one per shard whose leader it killed.
   std::vector<KillOutcome> kills;
+  // Failovers nobody planned, seen in the configuration manager and followed as kills are
+  // (at most kObservedFailoversMax), in the order seen.
+  std::vector<KillOutcome> observed;
   bool has_region_kill = false;  // a region kill was planned: region_kill says what it did
   RegionKillOutcome region_kill;
   double measured_s = 0;     // from the start to the run's end (or the stop)
@@ -160,8 +171,22 @@ struct WatchedRun {
   uint64_t killed_leaders_committed() const;
 };
 
+// True when every follower of `shard` is connected to its leader (the one `client` calls),
+// has reported its replay and replays within kRejoinedLagMs of its watermark (kPing); false
+// when not or when the leader does not answer. Connected is not enough: a restarted replica
+// connects before it has caught up, and one elected then (the next kill) took over with
+// seconds of log to learn (a test's takeover timed out, leaving the shard without a leader).
+inline constexpr double kRejoinedLagMs = 500;
+[[nodiscard]] bool followers_rejoined(ControlClient& client, const cluster::ClusterConfig& config,
+                                      uint32_t shard);
+
 // Starts the load on every shard (params) and watches it to its end (see above). `etcd`:
-// the configuration manager's endpoints (required with a kill). Errors: a shard that cannot be
+// the configuration manager's endpoints (required with a kill). With them, a failover nobody
+// planned (a leader killed by hand under `bench --cluster`) is followed too: every
+// kWatchLeadersMs the run asks who leads, and a shard whose leader changed while no kill of
+// ours was under way gets the same treatment as a kill (the load restarted at its new leader
+// for the time left; failover_ms from the old leader's last rise), reported in
+// WatchedRun::observed; its old leader is not restarted. Errors: a shard that cannot be
 // started, or a kill without a process to kill or a manager to ask (a kill that must wait past
 // the run's end is no error: its KillOutcome says why).
 // `stop` (Ctrl-C, may be null): ends the run early: every shard's leader is told kStop (its

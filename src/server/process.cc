@@ -65,8 +65,8 @@ Result<std::string> self_exe() {
 }
 
 std::string process_name(const ServerProcess& p) {
-  return p.replica == 0 ? fmt::format("shard {}", p.shard)
-                        : fmt::format("shard {} replica {}", p.shard, p.replica);
+  if (p.leader && p.replica == 0) return fmt::format("shard {}", p.shard);
+  return fmt::format("shard {} {}replica {}", p.shard, p.leader ? "leader " : "", p.replica);
 }
 
 namespace {
@@ -121,7 +121,7 @@ std::span<const int> shard_worker_cpus(const CpuPlacement& placement, size_t sha
 }
 
 std::vector<std::string> server_args(const std::string& exe, const cluster::ClusterConfig& config,
-                                     const SpawnOptions& options, uint32_t s,
+                                     const SpawnOptions& options, uint32_t s, uint32_t r,
                                      const std::string& data_dir, const CpuPlacement& placement) {
   std::vector<std::string> args = {exe,
                                    "server",
@@ -148,9 +148,10 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
                              format_cpu_list(shard_worker_cpus(placement, config.shards.size(), s)),
                              "--other-cpus", format_cpu_list(placement.other_cpus)});
   }
+  if (r != 0) args.insert(args.end(), {"--replica", std::to_string(r)});
   if (config.shards[s].replicas.size() > 1) {
     args.insert(args.end(),
-                {"--data-dir", cluster::replica_dir(data_dir, s, 0), "--fsync", options.fsync});
+                {"--data-dir", cluster::replica_dir(data_dir, s, r), "--fsync", options.fsync});
     add_batch_args(options, &args);
     if (options.checkpoint_interval_ms != 0) {
       args.insert(args.end(),
@@ -223,18 +224,19 @@ Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& c
   const std::string data_dir = options.data_dir.empty() ? options.log_dir : options.data_dir;
   std::vector<ServerProcess> procs;
   for (uint32_t s = 0; s < config.shards.size(); ++s) {
+    const uint32_t leader = s < options.leaders.size() ? options.leaders[s] : 0;
+    SHOAL_ASSERT(leader < config.shards[s].replicas.size(), "shard %u led by replica %u", s,
+                 leader);
     for (uint32_t r = 0; r < config.shards[s].replicas.size(); ++r) {
       ServerProcess p;
       p.shard = s;
       p.replica = r;
-      std::vector<std::string> args;
-      if (r == 0) {
-        p.log_path = fmt::format("{}/shard-{}.log", options.log_dir, s);
-        args = server_args(*exe, config, options, s, data_dir, placement);
-      } else {
-        p.log_path = cluster::replica_dir(options.log_dir, s, r) + ".log";
-        args = replica_args(*exe, options, config.shards.size(), s, r, data_dir, placement);
-      }
+      p.leader = r == leader;
+      p.log_path = r == 0 ? fmt::format("{}/shard-{}.log", options.log_dir, s)
+                          : cluster::replica_dir(options.log_dir, s, r) + ".log";
+      std::vector<std::string> args =
+          p.leader ? server_args(*exe, config, options, s, r, data_dir, placement)
+                   : replica_args(*exe, options, config.shards.size(), s, r, data_dir, placement);
       const bool restart = options.recover_epoch != 0;
       if (Status st = spawn_one(std::move(args), options.die_with_parent, &p, restart); !st.ok()) {
         stop_servers(procs, 2000);
@@ -300,7 +302,7 @@ Status wait_ready(ControlClient& client, const std::vector<ServerProcess>& procs
   std::vector<bool> ready(procs.size(), false);
   size_t ready_count = 0;
   for (size_t i = 0; i < procs.size(); ++i) {
-    if (procs[i].replica != 0) {  // followers: only watched for exiting
+    if (!procs[i].leader) {  // followers: only watched for exiting
       ready[i] = true;
       ++ready_count;
     }

@@ -25,7 +25,8 @@ namespace shoal::server {
 
 struct ServerProcess {
   uint32_t shard = 0;
-  uint32_t replica = 0;  // 0: the shard server (leader); >= 1: a `shoal replica` follower
+  uint32_t replica = 0;
+  bool leader = false;  // the shard server (`shoal server`); else a `shoal replica` follower
   pid_t pid = -1;
   bool child = false;  // ours to waitpid (else: reaped by whoever adopted it)
   std::string log_path;
@@ -66,6 +67,9 @@ struct SpawnOptions {
   // (`shoal server --recover-epoch`, replica_cli.h) instead of loading; followers restart
   // from theirs as always.
   uint64_t recover_epoch = 0;
+  // Per shard, the replica that runs `shoal server` (a restart after failovers: the leaders
+  // etcd names); the others run `shoal replica`. Empty: replica 0 of every shard.
+  std::vector<uint32_t> leaders;
   // Non-zero: every server's `--connect-timeout-ms` (dialing the other shards once it serves;
   // a restart's leaders recover their WALs first, for as long as those take).
   uint64_t connect_timeout_ms = 0;
@@ -90,9 +94,10 @@ std::string process_name(const ServerProcess& p);
 [[nodiscard]] Result<std::unique_ptr<cluster::EtcdProcess>> start_local_etcd(
     const cluster::ClusterConfig& config, const std::string& dir, bool detach);
 
-// Starts one `shoal server` per shard, placed as `placement` (plan_host_placement) says,
-// stdout/stderr to <log_dir>/shard-<i>.log, and for every replica r >= 1 of every shard `shoal
-// replica`, to <log_dir>/shard-<i>-replica-<r>.log.
+// Starts one `shoal server` per shard (replica options.leaders[s], 0 by default), placed as
+// `placement` (plan_host_placement) says, and `shoal replica` for every other replica of every
+// shard. Logs go by replica, whatever its role: replica 0 to <log_dir>/shard-<i>.log, replica
+// r >= 1 to <log_dir>/shard-<i>-replica-<r>.log.
 [[nodiscard]] Result<std::vector<ServerProcess>> spawn_servers(const cluster::ClusterConfig& config,
                                                                const SpawnOptions& options,
                                                                const CpuPlacement& placement);

@@ -117,6 +117,8 @@ Result<std::vector<repl::EpochFence>> published_fences(const ReplicaOptions& opt
                                                        const cluster::ClusterConfig& config,
                                                        uint64_t epoch);
 Result<uint64_t> current_epoch(const ReplicaOptions& options, const cluster::ClusterConfig& config);
+Result<std::vector<uint32_t>> restart_leaders(const ReplicaOptions& options,
+                                              const cluster::ClusterConfig& config, uint64_t epoch);
 
 }  // namespace
 
@@ -172,19 +174,36 @@ Status recover_and_lead(const ReplicaOptions& options, uint64_t epoch) {
         fmt::format("--recover-epoch: shard {} has one replica, which keeps no WAL to recover from",
                     options.shard));
   }
-  if (!options.server.etcd.empty()) {
-    return Status::InvalidArgument(
-        "--recover-epoch: not with --etcd (the configuration manager's epoch and leader would "
-        "have to move too; `cluster up` runs without one)");
-  }
   if (epoch < 2) {
     return Status::InvalidArgument(fmt::format(
         "--recover-epoch: {}: the first run is epoch 1, a restart comes after it", epoch));
+  }
+  if (options.replica >= shard.replicas.size()) {
+    return Status::InvalidArgument(fmt::format("--replica {}: shard {} has replicas 0..{}",
+                                               options.replica, options.shard,
+                                               shard.replicas.size() - 1));
+  }
+  // Without etcd every shard is led by replica 0; with it, by whom etcd names in epoch E.
+  std::vector<uint32_t> leaders(config->shards.size(), 0);
+  if (!options.server.etcd.empty()) {
+    auto named = restart_leaders(options, *config, epoch);
+    if (!named.ok()) return named.status();
+    leaders = std::move(*named);
+  } else if (options.replica != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--replica {}: without --etcd a restarting leader is replica 0 (no configuration "
+        "manager appointed another)",
+        options.replica));
   }
   // Any other replica: the follower is only opened (its disk recovered), never run.
   auto fo = follower_options(options, *config,
                              (options.replica + 1) % static_cast<uint32_t>(shard.replicas.size()));
   if (!fo.ok()) return fo.status();
+  if (!options.server.etcd.empty()) {  // as a restarting follower: before its WAL is replayed
+    auto fences = published_fences(options, *config, epoch);
+    if (!fences.ok()) return fences.status();
+    fo->fences = std::move(*fences);
+  }
   // Nothing is created over a missing or foreign directory (Follower::open would start an
   // empty replica there).
   SHOAL_TRY(repl::check_replica_dir_to_recover(fo->data_dir,
@@ -208,8 +227,7 @@ Status recover_and_lead(const ReplicaOptions& options, uint64_t epoch) {
   Promotion p;
   p.replica = options.replica;
   p.epoch = epoch;
-  p.leaders.assign(config->shards.size(), 0);  // without etcd every shard is led by replica 0
-  p.leaders[options.shard] = options.replica;
+  p.leaders = std::move(leaders);
   auto takeover = (*follower)->hand_over(&p.engine);
   if (!takeover.ok()) return takeover.status();
   follower->reset();
@@ -293,6 +311,38 @@ Result<std::vector<repl::EpochFence>> published_fences(const ReplicaOptions& opt
     if (f->has_value() && **f != cluster::kInfiniteWatermark) fences.push_back({e + 1, **f});
   }
   return fences;
+}
+
+// Every shard's leader as etcd names it for a restart in `epoch` (`cluster up` moved etcd
+// there: ClusterStateStore::restart_in_epoch), which must name this replica for its shard:
+// a leader started against another epoch, or not appointed, is refused before it touches its
+// followers (they would promise its ballot).
+Result<std::vector<uint32_t>> restart_leaders(const ReplicaOptions& options,
+                                              const cluster::ClusterConfig& config,
+                                              uint64_t epoch) {
+  auto manager = open_manager(options);
+  if (!manager.ok()) return manager.status();
+  auto state = cluster::ClusterStateStore(**manager, config.name).load_state();
+  if (!state.ok()) {
+    return Status::Unavailable(fmt::format("--recover-epoch {}: the cluster state in etcd: {}",
+                                           epoch, state.status().to_string()));
+  }
+  if (state->shards.size() != config.shards.size()) {
+    return Status::InvalidArgument(
+        fmt::format("--recover-epoch {}: etcd holds {} shards of cluster '{}', the config {}",
+                    epoch, state->shards.size(), config.name, config.shards.size()));
+  }
+  const uint32_t named = state->shards[options.shard].leader_replica;
+  if (state->epoch != epoch || named != options.replica) {
+    return Status::InvalidArgument(fmt::format(
+        "--recover-epoch {}: etcd is at epoch {} and names replica {} as shard {}'s leader, not "
+        "replica {} in epoch {} (`cluster up` moves etcd to the restart's epoch first); refused, "
+        "nothing written",
+        epoch, state->epoch, named, options.shard, options.replica, epoch));
+  }
+  std::vector<uint32_t> leaders;
+  for (const cluster::ShardState& sh : state->shards) leaders.push_back(sh.leader_replica);
+  return leaders;
 }
 
 // The current epoch in etcd.

@@ -60,8 +60,11 @@ struct ReplicaOptions {
 // chosen index is re-proposed; the tail above the final watermark, never acknowledged, is
 // discarded), and it serves. Nothing is loaded. Errors: NotFound when data_dir holds no
 // replica (nothing is created there), InvalidArgument when the directory is another
-// replica's (check_replica_identity) or its log already saw epoch E or a later one, or with
-// etcd (not supported yet: the configuration manager holds the epoch then).
+// replica's (check_replica_identity) or its log already saw epoch E or a later one. With etcd
+// (options.server.etcd), etcd must be at epoch E naming this replica as its shard's leader
+// (`cluster up` moves it there before it starts anything: ClusterStateStore::restart_in_epoch),
+// else InvalidArgument, and the server then runs under etcd as any leader does (a follower
+// replaces it when it dies); without etcd only replica 0 may restart as the leader.
 [[nodiscard]] Status recover_and_lead(const ReplicaOptions& options, uint64_t epoch);
 
 // Follows the shard's leader with `follower` (opened by run_replica) and, whenever the leader

@@ -1083,7 +1083,9 @@ TEST_F(ServerCli, EveryProcessKilledMidRunRestartsWithEveryAcknowledgedTransacti
 
 // `cluster up` of three replicas starts an etcd for them: kill -9 of a shard's leader leaves
 // the shard served by a follower, which `cluster status` finds through that etcd; `down`
-// stops the etcd with the replicas.
+// stops the etcd with the replicas. `up` again restarts from disk with that etcd: the
+// successor leads, the killed leader follows it, and a second kill fails over again; `up`
+// over the running cluster then restarts the killed replica as a follower.
 TEST_F(ServerCli, StandingClusterReplacesAKilledLeader) {
   write_replicated_config(1, 3);
   Outcome o = up({"--workload", "micro"});
@@ -1107,6 +1109,8 @@ TEST_F(ServerCli, StandingClusterReplacesAKilledLeader) {
   }
   ASSERT_TRUE(served) << o.output;
   EXPECT_NE(o.output.find("epoch 2"), std::string::npos) << o.output;
+  const uint32_t successor =
+      o.output.find("leaders: shard 0 replica 1") != std::string::npos ? 1 : 2;
   o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("stopped 2 processes and its etcd"), std::string::npos) << o.output;
@@ -1115,7 +1119,83 @@ TEST_F(ServerCli, StandingClusterReplacesAKilledLeader) {
   std::getline(stat, text);
   EXPECT_TRUE(text.empty() || text.find(") Z ") != std::string::npos)
       << "etcd still running after down: " << text;
+
+  // Restarted from disk: the same etcd data (epoch 2, the successor), the successor leads
+  // again in epoch 3 and the killed leader comes back as its follower.
+  o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("restarted from disk in epoch 3"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find(fmt::format("replica {} (r{})", successor, successor)), std::string::npos)
+      << o.output;
+  EXPECT_NE(o.output.find("(the leader)"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("configuration manager: etcd at 127.0.0.1:"), std::string::npos)
+      << o.output;
+  o = run({"cluster", "status", "--config", config_, "--run-dir", run_dir()}, 30);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find(fmt::format("epoch 3; leaders: shard 0 replica {}", successor)),
+            std::string::npos)
+      << o.output;
+  o = run({"cluster", "digest", "--config", config_, "--run-dir", run_dir()}, 120);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  // ... and a standing cluster again: its leader killed, another replica takes over (epoch 4).
+  const pid_t restarted = read_pid(run_dir() + fmt::format("/shard-0-replica-{}.pid", successor));
+  ASSERT_GT(restarted, 0);
+  ASSERT_EQ(kill(restarted, SIGKILL), 0);
+  served = false;
+  for (int i = 0; i < 60 && !served; ++i) {  // bounded: 30 s and more
+    o = run({"cluster", "status", "--config", config_, "--run-dir", run_dir()}, 30);
+    served =
+        o.exit_code == 0 && o.output.find("epoch 4; leaders: shard 0 replica") != std::string::npos;
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ASSERT_TRUE(served) << o.output;
+  EXPECT_EQ(o.output.find(fmt::format("leaders: shard 0 replica {}", successor)), std::string::npos)
+      << o.output;
+  // `up` over the running cluster brings the killed replica back as a follower; it catches up
+  // and matches its new leader.
+  o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find(fmt::format("shard 0 replica {}: restarted as a follower", successor)),
+            std::string::npos)
+      << o.output;
+  o = run({"cluster", "digest", "--config", config_, "--run-dir", run_dir()}, 120);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(digests_of(o.output).size(), 3u) << o.output;
+  o = up();  // nothing down: refused as before
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("already running"), std::string::npos) << o.output;
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("stopped 3 processes and its etcd"), std::string::npos) << o.output;
   config_.clear();  // stopped above
+}
+
+// A restarting leader under etcd must be the one etcd names in the epoch it is given: another
+// epoch, or another replica, is refused before it touches anything.
+TEST_F(ServerCli, LeaderRecoveryUnderEtcdRefusesAStaleEpochOrReplica) {
+  write_replicated_config(1, 3);
+  Outcome o = up({"--workload", "micro"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string endpoint = read_file(run_dir() + "/etcd.endpoint");
+  ASSERT_FALSE(endpoint.empty());
+  const std::string etcd_arg = endpoint.substr(0, endpoint.find('\n'));
+  o = run({"server", "--config", config_, "--shard", "0", "--data-dir",
+           run_dir() + "/shard-0-replica-0", "--recover-epoch", "2", "--etcd", etcd_arg},
+          30);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("etcd is at epoch 1 and names replica 0 as shard 0's leader, not "
+                          "replica 0 in epoch 2"),
+            std::string::npos)
+      << o.output;
+  o = run({"server", "--config", config_, "--shard", "0", "--replica", "1", "--data-dir",
+           run_dir() + "/shard-0-replica-1", "--recover-epoch", "2"},
+          30);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("without --etcd a restarting leader is replica 0"), std::string::npos)
+      << o.output;
+  o = run({"server", "--config", config_, "--shard", "0", "--replica", "1"}, 30);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--replica: only with --recover-epoch"), std::string::npos) << o.output;
 }
 
 // A leader restarted over a directory that is not its own, or over none: a clear message and a
