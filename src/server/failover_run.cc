@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <memory>
@@ -550,10 +551,17 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
   std::vector<Answer> last_answer(shards, Answer{start_ms, RealEnv::instance().wall_us(), 0});
   out->observed.reserve(kObservedFailoversMax);  // Failovers point into it
   uint64_t next_watch_ms = start_ms + kWatchLeadersMs;
-  // Every kWatchLeadersMs: a shard whose leader etcd changed with no failover of ours under way.
+  // Per shard: until when its leader is suspected (a sample failed to reach it) and left
+  // unsampled: a call to a dead leader retries the refused connection for kStatsTimeoutMs,
+  // which would stall every other shard's samples and the failover's own steps.
+  std::vector<uint64_t> suspect_until_ms(shards, 0);
+  // Every kWatchLeadersMs (every sample while a leader is suspected): a shard whose leader etcd
+  // changed with no failover of ours under way.
   const auto observe = [&](uint64_t now) {
     if (km.store == nullptr || now < next_watch_ms) return;
-    next_watch_ms = now + kWatchLeadersMs;
+    const bool suspicion = std::any_of(suspect_until_ms.begin(), suspect_until_ms.end(),
+                                       [now](uint64_t until) { return until > now; });
+    next_watch_ms = now + (suspicion ? kSampleMs : kWatchLeadersMs);
     auto state = km.store->load_state();
     if (!state.ok()) return;  // etcd busy or gone: asked again next time
     for (uint32_t s = 0; s < shards && s < state->shards.size(); ++s) {
@@ -570,6 +578,7 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
                  "shard {}: its leader (replica {}) was replaced, not by this run: etcd names "
                  "replica {} in epoch {}; following it\n",
                  s, o.old_leader, state->shards[s].leader_replica, state->epoch);
+      suspect_until_ms[s] = 0;
       adopt(std::move(f));
     }
   };
@@ -643,10 +652,18 @@ Status run_watched(ControlClient& client, const cluster::ClusterConfig& config,
     for (uint32_t s = 0; s < shards; ++s) {
       Failover* f = current[s] >= 0 ? failovers[current[s]].get() : nullptr;
       if (f != nullptr && !f->running()) continue;  // no leader to ask yet
+      if (now < suspect_until_ms[s]) continue;      // its leader may be dead: etcd will say
       const size_t second = std::min<size_t>((now - start_ms) / 1000, seconds - 1);
       uint64_t first_us = 0;
       auto rose = sampler.sample(client, s, second, with_latency, out, &first_us);
-      if (!rose.ok()) continue;  // a late or malformed answer: the next sample counts it
+      if (!rose.ok()) {  // a late or malformed answer: the next sample counts it
+        const Code c = rose.status().code();
+        if (km.store != nullptr && (c == Code::kUnavailable || c == Code::kIOError)) {
+          suspect_until_ms[s] = now_ms() + kSuspectMs;
+          next_watch_ms = now_ms();
+        }
+        continue;
+      }
       last_answer[s] = {now_ms(), RealEnv::instance().wall_us(),
                         static_cast<double>(now_ms() - start_ms) / 1000.0};
       if (*rose) last_rise_wall_us[s] = RealEnv::instance().wall_us();

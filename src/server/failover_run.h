@@ -54,6 +54,8 @@ inline constexpr size_t kKillsMax = 16;  // kills one run may plan
 // configuration manager who leads.
 inline constexpr size_t kObservedFailoversMax = 16;
 inline constexpr uint64_t kWatchLeadersMs = 100;
+// A leader a sample could not reach is left unsampled this long, or until etcd names another.
+inline constexpr uint64_t kSuspectMs = 3000;
 
 // One planned kill: shard `shard`'s leader, `at_seconds` into the run.
 struct KillAt {
