@@ -1055,9 +1055,9 @@ Status run_dist_bench(const DistBenchOptions& o) {
   // may fail over during the run: its etcd says who leads.
   std::vector<std::string> etcd = local.etcd_endpoints;
   if (!o.cluster_path.empty()) {
-    const std::string endpoint =
+    std::vector<std::string> endpoints =
         follow_run_dir_leaders(*config, fmt::format(".shoal/{}", config->name), &client);
-    if (!endpoint.empty()) etcd = {endpoint};
+    if (!endpoints.empty()) etcd = std::move(endpoints);
   }
   const uint32_t shards = static_cast<uint32_t>(config->shards.size());
   if (!local.procs.empty()) {

@@ -1,8 +1,10 @@
 #include "src/cluster/config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -191,6 +193,29 @@ Status validate_kv_split_keys(const ClusterConfig& c) {
   return Status::Ok();
 }
 
+// [cluster] etcd: host:port members, a few. The host is not resolved here (the etcd client
+// says which member it could not reach).
+Status validate_etcd(const std::vector<std::string>& etcd) {
+  if (etcd.size() > kEtcdEndpointsMax) {
+    return field_error("cluster.etcd",
+                       fmt::format("at most {} members, not {}", kEtcdEndpointsMax, etcd.size()));
+  }
+  for (size_t i = 0; i < etcd.size(); ++i) {
+    const std::string& e = etcd[i];
+    const size_t colon = e.rfind(':');
+    uint32_t port = 0;
+    const char* end = e.data() + e.size();
+    const bool port_ok = colon != std::string::npos && colon + 1 < e.size() &&
+                         std::from_chars(e.data() + colon + 1, end, port).ptr == end && port >= 1 &&
+                         port <= 65535;
+    if (colon == 0 || !port_ok || e.find_first_of(" /\"\\") != std::string::npos) {
+      return field_error(fmt::format("cluster.etcd[{}]", i),
+                         fmt::format("'{}': expected host:port (a port in [1, 65535])", e));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ClusterConfig::validate() const {
@@ -238,6 +263,7 @@ Status ClusterConfig::validate() const {
                        fmt::format("must be in [{}, {}], not {}", kLeaderTimeoutMsMin,
                                    kLeaderTimeoutMsMax, leader_timeout_ms));
   }
+  SHOAL_TRY(validate_etcd(etcd));
   SHOAL_TRY(validate_regions_and_wan(*this));
   SHOAL_TRY(validate_kv_split_keys(*this));
   return validate_shards(*this);
@@ -329,7 +355,7 @@ Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
   SHOAL_TRY(reject_unknown_keys(*t, "cluster",
                                 {"name", "transport", "workers", "replicas", "batch_txns",
                                  "batch_us", "replay_lag_ms", "leader_timeout_ms", "kv_split_keys",
-                                 "resp_password_file", "secret_file", "fabric_provider"}));
+                                 "resp_password_file", "secret_file", "fabric_provider", "etcd"}));
   NodeView v{*t};
   SHOAL_TRY(read_string(v["name"], "cluster.name", &c->name));
   std::string transport = std::string(transport_name(c->transport));
@@ -381,6 +407,16 @@ Status parse_cluster_table(const toml::table& root, ClusterConfig* c) {
         return field_error(fmt::format("cluster.kv_split_keys[{}]", i), "expected a string");
       }
       c->kv_split_keys.push_back(std::move(k));
+    }
+  }
+  if (v["etcd"]) {
+    const toml::array* members = v["etcd"].as_array();
+    if (members == nullptr) return field_error("cluster.etcd", "expected an array of host:port");
+    for (size_t i = 0; i < members->size(); ++i) {
+      if (!(*members)[i].is_string()) {
+        return field_error(fmt::format("cluster.etcd[{}]", i), "expected a string host:port");
+      }
+      c->etcd.push_back(std::string(*(*members)[i].value<std::string_view>()));
     }
   }
   c->workers_per_shard = static_cast<uint32_t>(workers);
@@ -534,6 +570,7 @@ std::string ClusterConfig::to_toml() const {
     out += fmt::format("resp_password_file = \"{}\"\n", resp_password_file);
   }
   if (!secret_file.empty()) out += fmt::format("secret_file = \"{}\"\n", secret_file);
+  if (!etcd.empty()) out += fmt::format("etcd = [\"{}\"]\n", fmt::join(etcd, "\", \""));
   if (!fabric_provider.empty()) {
     out += fmt::format("fabric_provider = \"{}\"\n", fabric_provider);
   }

@@ -95,6 +95,8 @@ inline constexpr uint64_t kLocalLeaderTimeoutMs = 1000;
 // the last shard the rest. Each split key is 1 to 8192 bytes; they are strictly ascending
 // (unsigned byte order) and number shards - 1.
 inline constexpr size_t kKvSplitKeyBytesMax = 8192;
+// [cluster] etcd: at most this many members named (etcd clusters are 3, 5 or 7).
+inline constexpr size_t kEtcdEndpointsMax = 7;
 // The split keys a config without kv_split_keys gets: lower-case letters cutting 'a'..'z'
 // into equal parts ("n" for two shards), so keys written by hand spread over the shards.
 std::vector<std::string> default_kv_split_keys(uint32_t shards);
@@ -123,6 +125,12 @@ struct ClusterConfig {
   // the configuration manager then names a successor. Mako uses 35 ms inside a data center.
   // In [kLeaderTimeoutMsMin, kLeaderTimeoutMsMax].
   uint64_t leader_timeout_ms = 100;
+  // The configuration manager ([cluster] etcd = ["host:port", ...]): an etcd cluster that
+  // exists already (in a geo deployment, three members in three regions), reached through its
+  // JSON gateway; `cluster up` then starts none and `down` leaves it alone. Empty: `cluster up`
+  // runs one of its own in the run directory (three replicas or more). At most
+  // kEtcdEndpointsMax, each host:port with a port in [1, 65535].
+  std::vector<std::string> etcd;
   std::vector<Region> regions;
   std::vector<WanLink> wan;
   std::vector<Shard> shards;

@@ -194,6 +194,40 @@ TEST(ClusterConfig, RespPortAndKvSplitKeys) {
   }
 }
 
+// [cluster] etcd names an existing configuration manager: its members round-trip; a member
+// that is not host:port, or too many, is refused naming the entry.
+TEST(ClusterConfig, EtcdMembers) {
+  auto plain = parse_config(three_shards());
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_TRUE(plain->etcd.empty());
+  std::string text = three_shards();
+  text.replace(text.find("replicas = 3"), 12,
+               "replicas = 3\netcd = [\"10.0.0.1:2379\", \"etcd-b.example:2379\"]");
+  auto c = parse_config(text);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->etcd, (std::vector<std::string>{"10.0.0.1:2379", "etcd-b.example:2379"}));
+  auto again = parse_config(c->to_toml());
+  ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << c->to_toml();
+  EXPECT_EQ(again->etcd, c->etcd);
+  const std::vector<std::pair<std::string, std::string>> bad_cases = {
+      {"[\"nohost\"]", "cluster.etcd[0]: 'nohost': expected host:port"},
+      {"[\"h:1\", \"h:0\"]", "cluster.etcd[1]: 'h:0': expected host:port"},
+      {"[\"h:70000\"]", "cluster.etcd[0]: 'h:70000'"},
+      {"[\":2379\"]", "cluster.etcd[0]: ':2379'"},
+      {"[\"h:2379x\"]", "cluster.etcd[0]: 'h:2379x'"},
+      {"[2379]", "cluster.etcd[0]: expected a string host:port"},
+      {"\"h:2379\"", "cluster.etcd: expected an array of host:port"},
+      {"[\"a:1\",\"a:2\",\"a:3\",\"a:4\",\"a:5\",\"a:6\",\"a:7\",\"a:8\"]",
+       "cluster.etcd: at most 7 members, not 8"}};
+  for (const auto& [members, expect] : bad_cases) {
+    std::string bad = three_shards();
+    bad.replace(bad.find("replicas = 3"), 12, "replicas = 3\netcd = " + members);
+    auto r = parse_config(bad);
+    ASSERT_FALSE(r.ok()) << members;
+    EXPECT_NE(r.status().message().find(expect), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(ClusterConfig, DefaultKvSplitKeysAreAscending) {
   EXPECT_EQ(default_kv_split_keys(1), std::vector<std::string>{});
   EXPECT_EQ(default_kv_split_keys(2), std::vector<std::string>{"n"});

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "src/base/env.h"
 #include "src/base/json_field.h"
@@ -80,6 +81,18 @@ bool stop_run_dir_etcd(const std::string& dir, uint64_t timeout_ms) {
   p.pid = pid;
   stop_servers({p}, timeout_ms);
   return true;
+}
+
+// The configuration manager of the cluster run from `dir`: the members the config names, else
+// the etcd `up` started in `dir` if it still runs. Empty: none.
+std::vector<std::string> cluster_etcd_endpoints(const cluster::ClusterConfig& config,
+                                                const std::string& dir) {
+  if (!config.etcd.empty()) return config.etcd;
+  if (live_etcd_pid(dir) <= 0) return {};
+  std::ifstream in(etcd_endpoint_path(dir));
+  std::string endpoint;
+  if (!(in >> endpoint)) return {};
+  return {endpoint};
 }
 
 // The pid in a pid file, if that process is still a `shoal server` or a `shoal replica` (not
@@ -246,11 +259,25 @@ Status check_leader_dirs(const cluster::ClusterConfig& c, const std::string& dir
 Result<std::unique_ptr<cluster::EtcdProcess>> start_up_etcd(const cluster::ClusterConfig& config,
                                                             const std::string& dir, bool restart,
                                                             UpRecord* rec, SpawnOptions* so) {
-  std::error_code ec;
-  if (!restart) fs::remove_all(dir + "/etcd", ec);
-  auto etcd = start_local_etcd(config, dir, /*detach=*/true);
-  if (!etcd.ok()) return etcd.status();
-  so->etcd = {(*etcd)->endpoint()};
+  std::unique_ptr<cluster::EtcdProcess> etcd;
+  std::string where = dir + "/etcd";
+  if (!config.etcd.empty()) {  // named in the config: it runs already, and stays ours to use
+    so->etcd = config.etcd;
+    where = fmt::format("etcd at {}", fmt::join(config.etcd, ","));
+    if (Status s = initialize_cluster_state(config, so->etcd, /*fresh=*/!restart); !s.ok()) {
+      return Status::Unavailable(
+          fmt::format("the configuration manager named in the config ({}) "
+                      "cannot be used: {}",
+                      where, s.to_string()));
+    }
+  } else {
+    std::error_code ec;
+    if (!restart) fs::remove_all(dir + "/etcd", ec);
+    auto started = start_local_etcd(config, dir, /*detach=*/true);
+    if (!started.ok()) return started.status();
+    etcd = std::move(*started);
+    so->etcd = {etcd->endpoint()};
+  }
   if (!restart) return etcd;
   cluster::EtcdOptions mo;
   mo.endpoints = so->etcd;
@@ -260,25 +287,25 @@ Result<std::unique_ptr<cluster::EtcdProcess>> start_up_etcd(const cluster::Clust
   auto state = store.load_state();
   if (!state.ok()) return state.status();
   if (state->shards.size() != config.shards.size()) {
-    return Status::InvalidArgument(fmt::format(
-        "{}/etcd holds {} shards, the config {}: the run directory is another cluster's "
-        "(`cluster up --fresh` starts over)",
-        dir, state->shards.size(), config.shards.size()));
+    return Status::InvalidArgument(
+        fmt::format("{} holds {} shards of cluster '{}', the config {}: another cluster's state "
+                    "(`cluster up --fresh` starts over)",
+                    where, state->shards.size(), config.name, config.shards.size()));
   }
   rec->epoch = std::max(rec->epoch, state->epoch + 1);
   auto moved = store.restart_in_epoch(state->epoch, rec->epoch);
   if (!moved.ok()) return moved.status();
   if (!moved->won) {  // nothing else runs in this directory (checked): someone else's etcd?
-    return Status::Aborted(
-        fmt::format("{}/etcd moved to epoch {} while `up` restarted it", dir, moved->state.epoch));
+    return Status::Aborted(fmt::format("{} moved to epoch {} while `up` restarted the cluster",
+                                       where, moved->state.epoch));
   }
   so->leaders.clear();
   for (uint32_t s = 0; s < config.shards.size(); ++s) {
     const uint32_t r = moved->state.shards[s].leader_replica;
     if (r >= config.shards[s].replicas.size()) {
       return Status::InvalidArgument(
-          fmt::format("{}/etcd names replica {} as shard {}'s leader; the config has {} replicas",
-                      dir, r, s, config.shards[s].replicas.size()));
+          fmt::format("{} names replica {} as shard {}'s leader; the config has {} replicas", where,
+                      r, s, config.shards[s].replicas.size()));
     }
     so->leaders.push_back(r);
   }
@@ -360,11 +387,10 @@ Status rejoin_replicas(const ClusterOptions& o, const cluster::ClusterConfig& co
   auto recorded = read_up_record(dir);
   if (!recorded.ok()) return recorded.status();
   if (!recorded->has_value()) return Status::NotFound(up_record_path(dir) + ": missing");
-  std::ifstream in(etcd_endpoint_path(dir));
-  std::string endpoint;
-  if (!(in >> endpoint)) return Status::NotFound(etcd_endpoint_path(dir) + ": unreadable");
+  const std::vector<std::string> endpoints = cluster_etcd_endpoints(config, dir);
+  if (endpoints.empty()) return Status::NotFound(etcd_endpoint_path(dir) + ": no etcd");
   cluster::EtcdOptions mo;
-  mo.endpoints = {endpoint};
+  mo.endpoints = endpoints;
   auto manager = cluster::EtcdConfigManager::create(mo);
   if (!manager.ok()) return manager.status();
   auto state = cluster::ClusterStateStore(**manager, config.name).load_state();
@@ -378,7 +404,7 @@ Status rejoin_replicas(const ClusterOptions& o, const cluster::ClusterConfig& co
     }
   }
   SpawnOptions so = up_spawn_options(o, dir, **recorded);
-  so.etcd = {endpoint};
+  so.etcd = endpoints;
   auto placement = plan_host_placement(config, so);
   if (!placement.ok()) return placement.status();
   for (const ReplicaId& d : down) {
@@ -441,7 +467,7 @@ Status cluster_up(const ClusterOptions& o) {
     }
   }
   if (!running.empty()) {
-    if (down.empty() || live_etcd_pid(dir) <= 0) {
+    if (down.empty() || cluster_etcd_endpoints(*config, dir).empty()) {
       return Status::AlreadyExists(fmt::format(
           "cluster '{}' already running ({}{}); run `shoal cluster down` first", config->name,
           running,
@@ -503,7 +529,12 @@ Status cluster_up(const ClusterOptions& o) {
   }
   print_up_report(*config, *procs, *placement, restart, rec,
                   static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e9, dir);
-  if (etcd != nullptr) {
+  if (!config->etcd.empty() && config->replicas_per_shard >= 3) {
+    fmt::print(
+        "configuration manager: etcd at {} (named in the config; `down` leaves it running): a "
+        "follower replaces a dead leader\n",
+        fmt::join(config->etcd, ","));
+  } else if (etcd != nullptr) {
     const std::string endpoint = etcd->endpoint();
     const pid_t pid = etcd->release();  // it outlives `up`; `down` stops it
     std::ofstream(etcd_pid_path(dir)) << pid << "\n";
@@ -518,25 +549,24 @@ Status cluster_up(const ClusterOptions& o) {
 
 // Points `client` at the leaders that `up`'s etcd names (after a failover, not replica 0)
 // and prints them; nothing when the run directory has no running etcd.
-std::string follow_run_dir_leaders(const cluster::ClusterConfig& config, const std::string& dir,
-                                   ControlClient* client) {
-  if (live_etcd_pid(dir) <= 0) return "";
-  std::ifstream in(etcd_endpoint_path(dir));
-  std::string endpoint;
-  if (!(in >> endpoint)) return "";
+std::vector<std::string> follow_run_dir_leaders(const cluster::ClusterConfig& config,
+                                                const std::string& dir, ControlClient* client) {
+  const std::vector<std::string> endpoints = cluster_etcd_endpoints(config, dir);
+  if (endpoints.empty()) return {};
+  const std::string named = fmt::format("{}", fmt::join(endpoints, ","));
   cluster::EtcdOptions mo;
-  mo.endpoints = {endpoint};
+  mo.endpoints = endpoints;
   auto manager = cluster::EtcdConfigManager::create(mo);
   if (!manager.ok()) {
-    fmt::print("etcd at {}: {} (asking replica 0 of every shard)\n", endpoint,
+    fmt::print("etcd at {}: {} (asking replica 0 of every shard)\n", named,
                manager.status().to_string());
-    return "";
+    return {};
   }
   auto state = cluster::ClusterStateStore(**manager, config.name).load_state();
   if (!state.ok()) {
-    fmt::print("etcd at {}: {} (asking replica 0 of every shard)\n", endpoint,
+    fmt::print("etcd at {}: {} (asking replica 0 of every shard)\n", named,
                state.status().to_string());
-    return "";
+    return {};
   }
   std::string leaders;
   for (uint32_t s = 0; s < state->shards.size() && s < config.shards.size(); ++s) {
@@ -544,8 +574,8 @@ std::string follow_run_dir_leaders(const cluster::ClusterConfig& config, const s
     if (r < config.shards[s].replicas.size()) client->set_leader(s, r);
     leaders += fmt::format("{}shard {} replica {}", leaders.empty() ? "" : ", ", s, r);
   }
-  fmt::print("etcd at {}: epoch {}; leaders: {}\n", endpoint, state->epoch, leaders);
-  return endpoint;
+  fmt::print("etcd at {}: epoch {}; leaders: {}\n", named, state->epoch, leaders);
+  return endpoints;
 }
 
 Status cluster_status(const ClusterOptions& o) {

@@ -78,12 +78,13 @@ struct ClusterOptions {
 // Each prints its table to stdout; a non-Ok Status is the one-line reason for exit code 1.
 [[nodiscard]] Status cluster_up(const ClusterOptions& options);
 [[nodiscard]] Status cluster_status(const ClusterOptions& options);
-// Points `client` at the shard leaders that `up`'s etcd in run directory `dir` names (after a
-// failover they are not replica 0) and prints them; returns that etcd's endpoint (for a run
-// that follows later failovers), "" when `dir` has no running etcd (`up` of a cluster of
-// fewer than three replicas) or it does not answer.
-std::string follow_run_dir_leaders(const cluster::ClusterConfig& config, const std::string& dir,
-                                   ControlClient* client);
+// Points `client` at the shard leaders that the cluster's etcd names (the config's `etcd`
+// members, else the one `up` started in run directory `dir`; after a failover the leaders are
+// not replica 0) and prints them; returns that etcd's endpoints (for a run that follows later
+// failovers), none when there is no etcd (`up` of a cluster of fewer than three replicas) or
+// it does not answer.
+std::vector<std::string> follow_run_dir_leaders(const cluster::ClusterConfig& config,
+                                                const std::string& dir, ControlClient* client);
 [[nodiscard]] Status cluster_down(const ClusterOptions& options);
 // Reads every key of every shard with fresh transactions: Unavailable when a shard does not
 // answer, Aborted when a key is unreadable (a lock left behind). A TPC-C cluster (as up.json

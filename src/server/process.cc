@@ -375,11 +375,25 @@ Result<std::unique_ptr<cluster::EtcdProcess>> start_local_etcd(const cluster::Cl
     return Status::Unavailable(fmt::format("the configuration manager (etcd) did not start: {}",
                                            etcd.status().to_string()));
   }
+  SHOAL_TRY(initialize_cluster_state(config, {(*etcd)->endpoint()}, /*fresh=*/false));
+  return std::move(*etcd);
+}
+
+Status initialize_cluster_state(const cluster::ClusterConfig& config,
+                                const std::vector<std::string>& endpoints, bool fresh) {
   cluster::EtcdOptions mo;
-  mo.endpoints = {(*etcd)->endpoint()};
+  mo.endpoints = endpoints;
   auto manager = cluster::EtcdConfigManager::create(mo);
   if (!manager.ok()) return manager.status();
   cluster::ClusterStateStore store(**manager, config.name);
+  if (fresh) {  // bounded: the keys of the cluster's epochs (a few per shard and epoch)
+    auto kvs = (*manager)->range(store.prefix());
+    if (!kvs.ok()) return kvs.status();
+    for (const cluster::KeyValue& kv : *kvs) {
+      auto removed = (*manager)->remove(kv.key);
+      if (!removed.ok()) return removed.status();
+    }
+  }
   std::vector<cluster::ShardState> shards;
   for (const cluster::Shard& sh : config.shards) {
     cluster::ShardState st;
@@ -388,8 +402,7 @@ Result<std::unique_ptr<cluster::EtcdProcess>> start_local_etcd(const cluster::Cl
     shards.push_back(std::move(st));
   }
   auto created = store.initialize(shards);
-  if (!created.ok()) return created.status();
-  return std::move(*etcd);
+  return created.ok() ? Status::Ok() : created.status();
 }
 
 }  // namespace shoal::server

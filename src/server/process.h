@@ -94,6 +94,14 @@ std::string process_name(const ServerProcess& p);
 [[nodiscard]] Result<std::unique_ptr<cluster::EtcdProcess>> start_local_etcd(
     const cluster::ClusterConfig& config, const std::string& dir, bool detach);
 
+// The cluster's state in the etcd at `endpoints` (ClusterStateStore): epoch 1 with every shard
+// led by replica 0, unless an epoch is there already; `fresh` removes every key of the
+// cluster first (a cluster started afresh on an etcd it ran with before). Unavailable when
+// etcd does not answer.
+[[nodiscard]] Status initialize_cluster_state(const cluster::ClusterConfig& config,
+                                              const std::vector<std::string>& endpoints,
+                                              bool fresh);
+
 // Starts one `shoal server` per shard (replica options.leaders[s], 0 by default), placed as
 // `placement` (plan_host_placement) says, and `shoal replica` for every other replica of every
 // shard. Logs go by replica, whatever its role: replica 0 to <log_dir>/shard-<i>.log, replica

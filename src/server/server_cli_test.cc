@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/base/cpu_placement.h"
+#include "src/cluster/etcd_process.h"
 #include "src/cluster/http_client.h"
 #include "src/ops/metrics_parse.h"
 #include "src/ops/promtool.h"
@@ -1168,6 +1169,65 @@ TEST_F(ServerCli, StandingClusterReplacesAKilledLeader) {
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("stopped 3 processes and its etcd"), std::string::npos) << o.output;
   config_.clear();  // stopped above
+}
+
+// `[cluster] etcd` names a configuration manager that runs already: `up` starts none and
+// initializes the cluster's state there, a failover goes through it, `down` leaves it running,
+// a restart moves its epoch on, and `up --fresh` starts the cluster's state over (epoch 1).
+TEST_F(ServerCli, ClusterOnAnEtcdNamedInTheConfig) {
+  cluster::EtcdProcessOptions eo;
+  eo.data_dir = path("named-etcd");
+  auto etcd = cluster::EtcdProcess::start(eo);
+  ASSERT_TRUE(etcd.ok()) << etcd.status().to_string();
+  write_replicated_config(1, 3);
+  const std::string toml = read_file(config_);
+  const auto name_etcd = [&](const std::string& endpoint) {
+    std::string named = toml;
+    named.replace(named.find("leader_timeout_ms = 1000\n"), 25,
+                  fmt::format("leader_timeout_ms = 1000\netcd = [\"{}\"]\n", endpoint));
+    std::ofstream(config_) << named;
+  };
+  name_etcd("127.0.0.1:1");  // nobody listens there: refused before anything starts
+  Outcome o = up({"--workload", "micro"});
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("the configuration manager named in the config (etcd at 127.0.0.1:1) "
+                          "cannot be used"),
+            std::string::npos)
+      << o.output;
+  EXPECT_FALSE(fs::exists(run_dir() + "/shard-0.pid"));
+  name_etcd((*etcd)->endpoint());
+  o = up({"--workload", "micro"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find(fmt::format("configuration manager: etcd at {} (named in the config",
+                                      (*etcd)->endpoint())),
+            std::string::npos)
+      << o.output;
+  EXPECT_FALSE(fs::exists(run_dir() + "/etcd.pid"));
+  ASSERT_EQ(kill(read_pid(run_dir() + "/shard-0.pid"), SIGKILL), 0);
+  bool served = false;
+  for (int i = 0; i < 60 && !served; ++i) {  // bounded: 30 s and more
+    o = run({"cluster", "status", "--config", config_, "--run-dir", run_dir()}, 30);
+    served =
+        o.exit_code == 0 && o.output.find("epoch 2; leaders: shard 0 replica") != std::string::npos;
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ASSERT_TRUE(served) << o.output;
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("stopped 2 processes"), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("its etcd"), std::string::npos) << o.output;
+  EXPECT_TRUE((*etcd)->running());
+  o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("restarted from disk in epoch 3"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("(the leader)"), std::string::npos) << o.output;
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  o = up({"--workload", "micro", "--fresh"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = run({"cluster", "status", "--config", config_, "--run-dir", run_dir()}, 30);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("epoch 1; leaders: shard 0 replica 0"), std::string::npos) << o.output;
 }
 
 // A restarting leader under etcd must be the one etcd names in the epoch it is given: another
