@@ -180,17 +180,7 @@ TEST(ShmKeep, TheSenderStopsShortOfAKeptPayloadWhichOutlivesBothEndpoints) {
 TEST(ShmKeep, KeepingStopsAtThreeQuartersOfTheRingAndOutsideIt) {
   ShmPair p;
   std::vector<std::shared_ptr<const uint64_t[]>> kept;
-  int refused = 0;
-  for (int i = 0; i < 12; ++i) {
-    std::span<const uint8_t> b = p.round(static_cast<uint8_t>(i));
-    ASSERT_FALSE(b.empty()) << i;
-    if (auto k = p.rx.keep_received(b)) {
-      kept.push_back(std::move(k));
-    } else {
-      ++refused;
-    }
-    p.rx.release();
-  }
+  const int refused = test_util::keep_every_round(p, 12, &kept);
   EXPECT_EQ(kept.size(), (p.o.ring_bytes / 4 * 3) / frame_bytes(4096));
   EXPECT_EQ(refused, 12 - static_cast<int>(kept.size()));
   const std::vector<uint8_t> elsewhere(4096);

@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -36,6 +38,34 @@ Status make_fast(int fd) {
   return Status::Ok();
 }
 
+// A receive ring of `bytes` (a power of two, a multiple of the page size) mapped twice back to
+// back from one memfd, so that any run of up to `bytes` bytes from any offset of the ring is
+// contiguous in memory: a frame cut by the ring's end is read on into the second mapping. One
+// munmap of 2 * bytes from the returned address frees it. With `populate` its pages are
+// mapped now (best effort), so that the first lap of a receiver that laps (one that keeps
+// what it received) takes no page faults; others fault in the few pages they use.
+Result<uint8_t*> map_mirrored_ring(size_t bytes, bool populate) {
+  const int fd = memfd_create("shoal-tcp-receive", MFD_CLOEXEC);
+  if (fd < 0) return errno_status("tcp receive ring memfd_create", errno);
+  void* base = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
+    base = mmap(nullptr, 2 * bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  }
+  bool mapped = base != MAP_FAILED;
+  for (int half = 0; mapped && half < 2; ++half) {
+    mapped = mmap(static_cast<uint8_t*>(base) + half * bytes, bytes, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED;
+  }
+  const int err = errno;
+  ::close(fd);
+  if (!mapped) {
+    if (base != MAP_FAILED) munmap(base, 2 * bytes);
+    return errno_status("tcp receive ring mmap", err);
+  }
+  if (populate) (void)madvise(base, 2 * bytes, MADV_POPULATE_WRITE);
+  return static_cast<uint8_t*>(base);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -50,13 +80,21 @@ Result<TcpEndpoint> TcpEndpoint::adopt(int fd, const EndpointOptions& options) {
   if (options.max_message_bytes > kMaxMessageBytesLimit) {
     return Status::InvalidArgument("max_message_bytes above 1 GiB");
   }
+  if (options.tcp_receive_ring_bytes > (size_t{1} << 30)) {
+    return Status::InvalidArgument("tcp_receive_ring_bytes above 1 GiB");
+  }
   SHOAL_TRY(make_fast(fd));
   ep.options_ = options;
   ep.max_payload_bytes_ =
       static_cast<uint32_t>(options.tcp_buffer_bytes / 4 - kFrameHeaderBytes - kFrameCanaryBytes);
   ep.out_ = std::make_unique<uint8_t[]>(options.tcp_buffer_bytes);
-  ep.in_ = std::make_unique<uint8_t[]>(options.tcp_buffer_bytes);
-  ep.in_capacity_ = options.tcp_buffer_bytes;
+  auto ring = map_mirrored_ring(
+      std::bit_ceil(std::max(options.tcp_buffer_bytes, options.tcp_receive_ring_bytes)),
+      /*populate=*/options.tcp_receive_ring_bytes > options.tcp_buffer_bytes);
+  if (!ring.ok()) return ring.status();
+  ep.in_ = *ring;
+  ep.in_capacity_ =
+      std::bit_ceil(std::max(options.tcp_buffer_bytes, options.tcp_receive_ring_bytes));
   ep.assembler_ = MessageAssembler(options.max_message_bytes);
   return ep;
 }
@@ -87,6 +125,7 @@ Result<std::pair<TcpEndpoint, TcpEndpoint>> TcpEndpoint::pair(const EndpointOpti
 TcpEndpoint& TcpEndpoint::operator=(TcpEndpoint&& other) noexcept {
   if (this == &other) return *this;
   close();
+  unmap_receive_ring();
   options_ = other.options_;
   fd_ = std::exchange(other.fd_, -1);
   connector_ = other.connector_;
@@ -95,7 +134,8 @@ TcpEndpoint& TcpEndpoint::operator=(TcpEndpoint&& other) noexcept {
   out_ = std::move(other.out_);
   out_len_ = other.out_len_;
   tx_pos_ = other.tx_pos_;
-  in_ = std::move(other.in_);
+  in_ = std::exchange(other.in_, nullptr);
+  holds_ = std::exchange(other.holds_, nullptr);
   in_capacity_ = other.in_capacity_;
   in_begin_ = other.in_begin_;
   in_cursor_ = other.in_cursor_;
@@ -110,6 +150,7 @@ TcpEndpoint& TcpEndpoint::operator=(TcpEndpoint&& other) noexcept {
   assembled_out_ = other.assembled_out_;
   reserved_ = other.reserved_;
   sent_copied_bytes_ = other.sent_copied_bytes_;
+  moved_bytes_ = other.moved_bytes_;
   failed_ = std::move(other.failed_);
   return *this;
 }
@@ -120,10 +161,24 @@ void TcpEndpoint::close() {
   if (failed_.ok()) failed_ = Status::Unavailable("tcp endpoint closed");
 }
 
+void TcpEndpoint::unmap_receive_ring() {
+  if (in_ == nullptr) return;
+  if (holds_ != nullptr) {
+    holds_->unref();  // it unmaps once no kept region is left
+    holds_ = nullptr;
+  } else {
+    munmap(in_, 2 * in_capacity_);
+  }
+  in_ = nullptr;
+}
+
 void TcpEndpoint::reset_stream() {
   out_len_ = 0;
   tx_pos_ = 0;
-  in_begin_ = in_cursor_ = in_end_ = 0;
+  // The old stream's unread bytes go; ring positions go on (kept regions are still held).
+  in_cursor_ = in_end_;
+  batch_outstanding_ = false;
+  release_consumed();
   rx_pos_ = 0;
   peer_closed_ = false;
   assembler_ = MessageAssembler(options_.max_message_bytes);
@@ -345,17 +400,12 @@ Status TcpEndpoint::inject_raw_for_test(std::span<const uint8_t> bytes) {
 
 Status TcpEndpoint::fill() {
   if (peer_closed_) return Status::Ok();
-  if (in_end_ == in_capacity_) {
-    // Compact only when no completion points into the buffer.
-    if (in_begin_ != in_cursor_ || in_cursor_ == 0) return Status::Ok();
-    const size_t live = in_end_ - in_cursor_;
-    std::memmove(in_.get(), in_.get() + in_cursor_, live);
-    moved_bytes_ += live;
-    in_begin_ = in_cursor_ = 0;
-    in_end_ = live;
-  }
+  // Up to the first byte still owned by the caller (a completion, or a kept region): the
+  // mirror makes the free run contiguous however it wraps.
+  const size_t room = in_begin_ + in_capacity_ - in_end_;
+  if (room == 0) return Status::Ok();
   for (;;) {  // retries EINTR only
-    const ssize_t n = recv(fd_, in_.get() + in_end_, in_capacity_ - in_end_, 0);
+    const ssize_t n = recv(fd_, in_at(in_end_), room, 0);
     if (n > 0) {
       in_end_ += static_cast<size_t>(n);
       return Status::Ok();
@@ -375,19 +425,26 @@ Status TcpEndpoint::fill() {
 }
 
 bool TcpEndpoint::receive_room() const {
-  return in_end_ < in_capacity_ || (in_begin_ == in_cursor_ && in_cursor_ != 0);
+  return in_end_ - in_begin_ < in_capacity_;
+}
+
+void TcpEndpoint::let_go_of_kept() {
+  if (holds_ != nullptr && !batch_outstanding_) in_begin_ = holds_->floor(in_cursor_);
 }
 
 void TcpEndpoint::grow_receive_buffer() {
-  // Cold path, at most a few times per endpoint: the buffer only grows, up to the bound.
-  const size_t bound = options_.tcp_buffer_bytes + options_.max_message_bytes;
+  // Cold path, at most a few times per endpoint: the ring only grows, up to the bound.
+  const size_t bound = std::bit_ceil(options_.tcp_buffer_bytes + options_.max_message_bytes);
+  let_go_of_kept();
   if (batch_outstanding_ || in_capacity_ >= bound || receive_room()) return;
-  const size_t capacity = std::min(bound, 2 * in_capacity_);
-  auto bigger = std::make_unique<uint8_t[]>(capacity);
+  auto bigger = map_mirrored_ring(2 * in_capacity_, /*populate=*/false);
+  if (!bigger.ok()) return;  // the send waits on as before
   const size_t live = in_end_ - in_cursor_;
-  std::memcpy(bigger.get(), in_.get() + in_cursor_, live);
-  in_ = std::move(bigger);
-  in_capacity_ = capacity;
+  std::memcpy(*bigger, in_at(in_cursor_), live);
+  moved_bytes_ += live;
+  unmap_receive_ring();  // regions kept in it stay valid: the holds table unmaps it last
+  in_ = *bigger;
+  in_capacity_ *= 2;
   in_begin_ = in_cursor_ = 0;
   in_end_ = live;
 }
@@ -400,7 +457,7 @@ Status TcpEndpoint::read_while_blocked() {
     // Bounded by the frames in the receive buffer.
     while (!assembler_.holding()) {
       Frame f;
-      const std::span<const uint8_t> input(in_.get() + in_cursor_, in_end_ - in_cursor_);
+      const std::span<const uint8_t> input(in_at(in_cursor_), in_end_ - in_cursor_);
       if (decode_frame_fast(input, rx_pos_, max_payload_bytes_, &f) != Decode::kFrame) break;
       // Only fragments move out; whole frames (and anything malformed) wait for poll().
       if ((f.flags & (kFlagControl | kFlagWrite)) != 0) break;
@@ -424,7 +481,7 @@ bool TcpEndpoint::frame_ready() const {
   const size_t avail = in_end_ - in_cursor_;
   if (avail < kFrameHeaderBytes) return false;
   uint32_t length_flags;
-  std::memcpy(&length_flags, in_.get() + in_cursor_, 4);
+  std::memcpy(&length_flags, in_at(in_cursor_), 4);
   const uint32_t length = length_flags & kLengthMask;
   // A malformed length is "ready": poll() must see it and report Corruption.
   return length > max_payload_bytes_ || avail >= frame_bytes(length);
@@ -432,7 +489,7 @@ bool TcpEndpoint::frame_ready() const {
 
 bool TcpEndpoint::next_frame(Frame* out, Status* error) {
   for (int round = 0; round < 64; ++round) {
-    const std::span<const uint8_t> input(in_.get() + in_cursor_, in_end_ - in_cursor_);
+    const std::span<const uint8_t> input(in_at(in_cursor_), in_end_ - in_cursor_);
     const Decode d = decode_frame_fast(input, rx_pos_, max_payload_bytes_, out);
     if (d == Decode::kFrame) {
       in_cursor_ += out->frame_bytes;
@@ -472,8 +529,12 @@ bool TcpEndpoint::next_frame(Frame* out, Status* error) {
 }
 
 void TcpEndpoint::release_consumed() {
-  in_begin_ = in_cursor_;
-  if (in_begin_ == in_end_) in_begin_ = in_cursor_ = in_end_ = 0;
+  in_begin_ = holds_ == nullptr ? in_cursor_ : holds_->floor(in_cursor_);
+  // Nothing unread, nothing kept: the next recv starts at the ring's start again, so that a
+  // receiver of small messages touches its first pages only (positions only move forward).
+  if (in_begin_ == in_end_) {
+    in_begin_ = in_cursor_ = in_end_ = (in_end_ + in_capacity_ - 1) & ~uint64_t{in_capacity_ - 1};
+  }
 }
 
 void TcpEndpoint::on_control(const Frame& frame) {
@@ -488,6 +549,7 @@ Result<size_t> TcpEndpoint::poll(Completion* out, size_t max) {
     return failed_;
   SHOAL_ASSERT(!batch_outstanding_, "poll() before release() of the previous batch");
   if (out_len_ != 0) SHOAL_TRY(flush());
+  let_go_of_kept();  // regions let go since, on any thread: room for recv
   if (assembler_.holding() && max > 0) [[unlikely]] {
     // Completed by read_while_blocked() during a send; the frames after it are still unread.
     out[0] = {Completion::Kind::kRecv, assembler_.imm(), 0, assembler_.message()};
@@ -514,8 +576,28 @@ void TcpEndpoint::release() {
   batch_outstanding_ = false;
 }
 
+std::shared_ptr<const uint64_t[]> TcpEndpoint::keep_received(std::span<const uint8_t> bytes) {
+  SHOAL_ASSERT(batch_outstanding_, "%s", "keep_received() outside a poll batch");
+  if (bytes.empty() || !in_receive_ring(bytes.data()) ||
+      reinterpret_cast<uintptr_t>(bytes.data()) % 8 != 0) {
+    return nullptr;
+  }
+  // The bytes' ring position: the one below the cursor, within what the caller still owns.
+  const uint64_t offset = static_cast<uint64_t>(bytes.data() - in_) & (in_capacity_ - 1);
+  const uint64_t back = (in_cursor_ - offset) & (in_capacity_ - 1);
+  if (back == 0 || back > in_cursor_ - in_begin_ || bytes.size() > back) return nullptr;
+  const uint64_t begin = in_cursor_ - back;
+  if (holds_ == nullptr) holds_ = RingHolds::create(kKeepRecords, in_, 2 * in_capacity_);
+  // Held from recv if we keep these: from the oldest kept region (or these bytes) to the
+  // cursor. At most three quarters of the ring, so the largest frame still finds room.
+  const uint64_t oldest = std::min(holds_->floor(in_cursor_), begin);
+  if (in_cursor_ - oldest > in_capacity_ / 4 * 3) return nullptr;
+  return holds_->hold(bytes.data(), begin, bytes.size());
+}
+
 bool TcpEndpoint::prepare_to_block() {
   if (!failed_.ok() || !flush().ok()) return false;  // let poll() report it
+  let_go_of_kept();
   return !input_ready();
 }
 
@@ -525,6 +607,7 @@ Status TcpEndpoint::wait(uint64_t timeout_ns) {
   const uint64_t start = mono_ns();
   const uint64_t spin_end = start + std::min(options_.spin_ns, timeout_ns);
   for (uint32_t i = 0;; ++i) {  // spin on recv; bounded by spin_ns
+    let_go_of_kept();
     if (input_ready()) return Status::Ok();
     if (Status s = fill(); !s.ok()) return fail(std::move(s));
     if ((i & 15) == 15 && mono_ns() >= spin_end) break;
@@ -536,7 +619,11 @@ Status TcpEndpoint::wait(uint64_t timeout_ns) {
     if (now >= deadline) return Status::Timeout("");
     pollfd p{fd_, POLLIN, 0};
     const uint64_t slice_ms = std::min<uint64_t>((deadline - now + 999'999) / 1'000'000, 100);
-    ::poll(&p, 1, static_cast<int>(slice_ms));
+    // A ring full of kept regions: the socket stays readable, so this waits in slices of
+    // 1 ms for the holder to let go instead of returning at once.
+    const bool room = receive_room();
+    ::poll(room ? &p : nullptr, room ? 1 : 0, static_cast<int>(room ? slice_ms : 1));
+    let_go_of_kept();
     if (Status s = fill(); !s.ok()) return fail(std::move(s));
   }
 }

@@ -8,9 +8,21 @@
 // sent_copied_bytes() counts the payload bytes copied into the send buffer (the kernel's copy
 // of what sendmsg writes is the caller's to count). TCP_NODELAY is set.
 //
-// Receiving: a bounded receive buffer (tcp_buffer_bytes; frames carry at most a quarter of
-// it) read with non-blocking recv; completions point into it until release(). Larger messages
-// are fragmented and reassembled exactly as on shm.
+// Receiving: a bounded receive ring (tcp_buffer_bytes, or tcp_receive_ring_bytes, rounded up
+// to a power of two; frames carry at most a quarter of tcp_buffer_bytes) read with non-blocking
+// recv; completions point into it until release(). The ring's memory is mapped twice back to
+// back (a memfd), so a frame that runs over the ring's end is contiguous all the same: the
+// receiver never moves a partly received frame. Larger messages are fragmented and
+// reassembled exactly as on shm.
+//
+// Keeping received bytes (keep_received), as on shm: a receiver may keep part of a polled
+// message where it is in the receive ring past release() (a replication follower's store keeps
+// each log entry so). Holds are records of a RingHolds table (net/ring_holds.h: no allocation
+// per keep); recv() then fills the ring only up to the oldest region still held, so a receiver
+// that holds too much stops reading and TCP pushes back on the sender. keep_received() refuses
+// (the caller copies) when keeping would hold more than three quarters of the ring, leaving
+// room for the largest frame; a receiver that runs short lets go of what it holds
+// (receive_held_bytes(); a follower: Follower::shed_for_ring).
 //
 // One-sided writes are frames flagged kFlagWrite that the receiver checks against its fence;
 // set_fence_epoch() also sends a control frame, so the writer refuses stale writes itself once
@@ -24,13 +36,14 @@
 // A blocking send (socket buffer full) waits for POLLOUT up to send_timeout_ns and keeps
 // reading meanwhile: fragments of an incoming message go into the reassembly buffer (one
 // complete message is then held for the next poll()), whole frames into the receive buffer,
-// which grows for that up to tcp_buffer_bytes + max_message_bytes (only while no completion
-// points into it). So two peers sending each other messages of up to max_message_bytes both
-// progress as long as each polls between sends. A side that sends while a poll batch is out
-// (its receive buffer pinned), or a peer that sends more than those bounds while the other never
-// polls, can still stall both until the timeout (bounded memory).
+// which grows for that (a new ring of twice the size, up to the power of two at or above
+// tcp_buffer_bytes + max_message_bytes; regions kept in the old one stay valid there) only
+// while no completion points into it. So two peers sending each other messages of up to
+// max_message_bytes both progress as long as each polls between sends. A side that sends while a
+// poll batch is out (its receive buffer pinned), or a peer that sends more than those bounds while
+// the other never polls, can still stall both until the timeout (bounded memory).
 //
-// Threads: an endpoint is owned by one thread.
+// Threads: an endpoint is owned by one thread (a kept region's handle may be dropped on any).
 #pragma once
 
 #include <netinet/in.h>
@@ -38,6 +51,7 @@
 #include <string>
 #include <utility>
 
+#include "src/net/ring_holds.h"
 #include "src/net/transport.h"
 
 namespace shoal::net {
@@ -57,7 +71,10 @@ class TcpEndpoint {
   TcpEndpoint() = default;
   TcpEndpoint(TcpEndpoint&& other) noexcept { *this = std::move(other); }
   TcpEndpoint& operator=(TcpEndpoint&& other) noexcept;
-  ~TcpEndpoint() { close(); }
+  ~TcpEndpoint() {
+    close();
+    unmap_receive_ring();
+  }
 
   [[nodiscard]] Status send(uint32_t session, std::span<const uint8_t> bytes);
   // The message as pieces (GatherEndpoint): a frame below kGatherBytes is copied into the send
@@ -65,8 +82,8 @@ class TcpEndpoint {
   // InvalidArgument above kGatherPiecesMax pieces or max_message_bytes.
   [[nodiscard]] Status send_gather(uint32_t session, GatherList pieces);
   uint64_t sent_copied_bytes() const { return sent_copied_bytes_; }
-  // Bytes copied in user space on the way in so far: the receive buffer's compaction (a
-  // partly received frame moved to its start) and fragments reassembled.
+  // Bytes copied in user space on the way in so far: fragments reassembled, and unread bytes
+  // moved when the receive ring grows (a blocked send's read_while_blocked).
   uint64_t received_copied_bytes() const { return moved_bytes_ + assembler_.copied_bytes(); }
   [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes);
   // Zero-copy send into the send buffer. REQUIRES: bytes <= max_write_bytes().
@@ -78,6 +95,26 @@ class TcpEndpoint {
   [[nodiscard]] Status flush();
   [[nodiscard]] Result<size_t> poll(Completion* out, size_t max);
   void release();
+  // Keeps `bytes` (a part of a message of the current poll batch) where they are in the
+  // receive ring until the last handle of the returned pointer goes, past release(),
+  // close() and the endpoint's end. Null, and the caller copies them, when they are not in
+  // the ring (a message reassembled from fragments), empty or not 8-byte aligned, when
+  // keeping them would hold more than three quarters of the ring, or when kKeepRecords
+  // regions are held.
+  // REQUIRES: a batch is outstanding and `bytes` lie within one of its completions.
+  std::shared_ptr<const uint64_t[]> keep_received(std::span<const uint8_t> bytes);
+  // Receive-ring bytes recv() may not fill because this side has not let them go: from the
+  // oldest region still kept (or the last release) to the read cursor.
+  uint64_t receive_held_bytes() const { return in_cursor_ - in_begin_; }
+  uint64_t receive_ring_bytes() const { return in_capacity_; }
+  // Whether `p` points into the receive ring (kept bytes are there).
+  bool in_receive_ring(const void* p) const {
+    const auto* b = static_cast<const uint8_t*>(p);
+    return in_ != nullptr && b >= in_ && b < in_ + 2 * in_capacity_;
+  }
+  // Regions kept so far (since the ring last grew).
+  uint64_t kept_regions() const { return holds_ != nullptr ? holds_->holds_made() : 0; }
+  static constexpr uint32_t kKeepRecords = 4096;
   [[nodiscard]] Status wait(uint64_t timeout_ns);
   [[nodiscard]] Status inject_raw_for_test(std::span<const uint8_t> bytes);
   // Drops the current connection and connects again to the same address.
@@ -85,9 +122,11 @@ class TcpEndpoint {
   [[nodiscard]] Status reconnect(uint64_t timeout_ms = 5000);
 
   // Event-loop integration (BlockableEndpoint): the socket is both the wait and the liveness
-  // fd. prepare_to_block() flushes and returns false when a frame is already buffered.
-  int wait_fd() const { return fd_; }
-  int liveness_fd() const { return fd_; }
+  // fd. prepare_to_block() flushes and returns false when a frame is already buffered. A
+  // receive ring full of kept regions offers no fd (-1): the socket would stay readable, so
+  // the loop sleeps until its next timer, by which the holder may have let go.
+  int wait_fd() const { return holds_ != nullptr && !receive_room() ? -1 : fd_; }
+  int liveness_fd() const { return wait_fd(); }
   [[nodiscard]] bool prepare_to_block();
   void end_block() {}
 
@@ -115,19 +154,26 @@ class TcpEndpoint {
   [[nodiscard]] Status write_all(iovec* iov, int count);
   // Seals the frame reserved at out_ + out_len_ and flushes when half the buffer is pending.
   [[nodiscard]] Status seal_reserved(uint32_t flags, uint32_t imm, uint64_t epoch, size_t bytes);
-  // One non-blocking recv into the receive buffer. Sets peer_closed_ on EOF.
+  // One non-blocking recv into the receive ring. Sets peer_closed_ on EOF.
   [[nodiscard]] Status fill();
+  // Drops the ring: unmapped now, or by the holds table once no kept region is left.
+  void unmap_receive_ring();
+  uint8_t* in_at(uint64_t position) const { return in_ + (position & (in_capacity_ - 1)); }
   bool frame_ready() const;
   // A frame, a message completed during a send, or the peer's close waits for poll().
   bool input_ready() const;
-  // Whether fill() can read: free space at the end, or a buffer it may compact.
+  // Whether fill() can read: the ring is not full of unreleased or kept bytes.
   bool receive_room() const;
+  // Outside a poll batch: returns to recv the ring bytes of kept regions let go since (on any
+  // thread).
+  void let_go_of_kept();
   // Called while a send waits for socket space: reads what the peer sent and moves the
   // fragments of a message into the reassembly buffer, so the receive buffer keeps room and
   // two peers sending to each other both progress. Whole frames stay for poll().
   [[nodiscard]] Status read_while_blocked();
-  // While a send is blocked and the receive buffer is full of frames that must wait for poll():
-  // doubles it, up to tcp_buffer_bytes + max_message_bytes, when no completion points into it.
+  // While a send is blocked and the receive ring is full of frames that must wait for poll():
+  // doubles it, up to the power of two at or above tcp_buffer_bytes + max_message_bytes,
+  // when no completion points into it. Regions kept in the old ring stay there.
   void grow_receive_buffer();
   Status fail(Status status);
 
@@ -139,12 +185,16 @@ class TcpEndpoint {
   std::unique_ptr<uint8_t[]> out_;
   size_t out_len_ = 0;
   uint64_t tx_pos_ = 0;  // stream position of the next frame we send
-  std::unique_ptr<uint8_t[]> in_;
-  size_t in_capacity_ = 0;  // tcp_buffer_bytes; grows during blocked sends (read_while_blocked)
-  size_t in_begin_ = 0;     // first byte still owned by the caller (unreleased)
-  size_t in_cursor_ = 0;    // next frame to decode
-  size_t in_end_ = 0;       // end of received bytes
-  uint64_t rx_pos_ = 0;     // stream position of in_[in_cursor_]
+  // The receive ring, mapped twice (2 * in_capacity_ bytes). Positions below are ring
+  // positions: byte counts that never wrap (in_at() maps them), kept across reconnect().
+  uint8_t* in_ = nullptr;
+  size_t in_capacity_ = 0;  // grows during blocked sends (read_while_blocked)
+  uint64_t in_begin_ = 0;   // first byte still owned by the caller (unreleased, or kept)
+  uint64_t in_cursor_ = 0;  // next frame to decode
+  uint64_t in_end_ = 0;     // end of received bytes
+  uint64_t rx_pos_ = 0;     // stream position of the frame at in_cursor_
+  // Created by the first keep_received(); from then on it owns the ring's mapping.
+  RingHolds* holds_ = nullptr;
   bool peer_closed_ = false;
   uint64_t fence_epoch_ = 0;
   uint64_t peer_fence_epoch_ = 0;
@@ -154,7 +204,7 @@ class TcpEndpoint {
   bool assembled_out_ = false;  // the outstanding batch delivered the reassembled message
   bool reserved_ = false;
   uint64_t sent_copied_bytes_ = 0;
-  uint64_t moved_bytes_ = 0;  // compaction's memmove (received_copied_bytes)
+  uint64_t moved_bytes_ = 0;  // unread bytes moved by a growth (received_copied_bytes)
   Status failed_;
 };
 

@@ -75,8 +75,12 @@ struct Completion {
 inline constexpr size_t kMaxMessageBytesLimit = size_t{1} << 30;
 
 struct EndpointOptions {
-  size_t ring_bytes = size_t{1} << 20;         // shm: data bytes of each direction's ring
-  size_t tcp_buffer_bytes = size_t{1} << 20;   // tcp: receive buffer; frames <= a quarter
+  size_t ring_bytes = size_t{1} << 20;        // shm: data bytes of each direction's ring
+  size_t tcp_buffer_bytes = size_t{1} << 20;  // tcp: receive buffer; frames <= a quarter
+  // tcp: the receive ring's bytes (rounded up to a power of two, at least tcp_buffer_bytes; 0:
+  // tcp_buffer_bytes rounded up). Larger only for a receiver that keeps what it received
+  // (TcpEndpoint::keep_received: a replication follower's store).
+  size_t tcp_receive_ring_bytes = 0;
   size_t max_message_bytes = size_t{8} << 20;  // largest message; <= kMaxMessageBytesLimit
   uint64_t spin_ns = 50'000;                   // busy-poll this long before blocking
   uint64_t send_timeout_ns = 10'000'000'000;   // send() gives up waiting for credit after this

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -142,6 +143,26 @@ int echo_until_quit(E& ep) {
     if (!ep.flush().ok()) return 3;
   }
   return 4;
+}
+
+// Sends `rounds` messages through p.round(fill) (fill = the round's number) and asks
+// p.rx.keep_received() to keep each where it arrived: the keeps go to `kept`. Returns the
+// keeps refused, or -1 when a round received nothing. For a pair of a keeping endpoint type
+// (shm, tcp) with round(uint8_t) -> the polled message's bytes.
+template <typename Pair>
+int keep_every_round(Pair& p, int rounds, std::vector<std::shared_ptr<const uint64_t[]>>* kept) {
+  int refused = 0;
+  for (int i = 0; i < rounds; ++i) {
+    const std::span<const uint8_t> b = p.round(static_cast<uint8_t>(i));
+    if (b.empty()) return -1;
+    if (auto k = p.rx.keep_received(b)) {
+      kept->push_back(std::move(k));
+    } else {
+      ++refused;
+    }
+    p.rx.release();
+  }
+  return refused;
 }
 
 }  // namespace shoal::net::test_util

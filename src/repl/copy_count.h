@@ -35,7 +35,7 @@ enum class CopyHop : uint8_t {
                    // mirror of the peer's ring)
   kShaperHold,     // user: a received message into the WAN shaper's hold queue
   kReceiveCopy,    // user: received bytes a transport moved or reassembled on the way in
-                   // (tcp's receive-buffer compaction, fragments of a large message)
+                   // (fragments of a large message, tcp's receive-ring growth)
   kSocketSend,     // kernel: a message into a TCP socket (or fabric's tcp provider)
   kSocketReceive,  // kernel: a message out of a TCP socket into the receive buffer
   kWalWrite,       // kernel: an entry written to the acceptor's WAL (page cache)

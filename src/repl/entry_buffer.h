@@ -57,11 +57,12 @@ class EntryBuffer {
   size_t size_bytes_ = 0;
 };
 
-// Where received entry bytes may stay instead of being copied: a follower's shared-memory
-// receive ring (net::ShmEndpoint::keep_received), whose region the returned buffer holds
-// until its last handle goes. keep() returns an EntryBuffer over those very bytes, or an
-// empty one when they cannot be kept (the caller copies them). Called on the stream's
-// thread while PaxosStream::on_message handles the message the bytes are part of.
+// Where received entry bytes may stay instead of being copied: a follower's receive ring,
+// shared memory's or tcp's (net::ShmEndpoint / TcpEndpoint::keep_received), whose region the
+// returned buffer holds until its last handle goes. keep() returns an EntryBuffer over those
+// very bytes, or an empty one when they cannot be kept (the caller copies them). Called on
+// the stream's thread while PaxosStream::on_message handles the message the bytes are part
+// of.
 class EntryKeeper {
  public:
   virtual EntryBuffer keep(std::span<const std::byte> bytes) = 0;

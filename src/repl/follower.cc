@@ -1078,6 +1078,9 @@ Status Follower::run(const std::atomic<bool>* stop) {
     }
     ep_.emplace(std::move(*ep), options_.receive_shape);
   } else {
+    // Received entries stay in the receive ring until chosen and replayed (RingKeeper): as
+    // large as the shared-memory ring, for the same reasons (peer_link.h).
+    eo.tcp_receive_ring_bytes = shm_ring_bytes_for(eo.max_message_bytes);
     auto ep = net::TcpEndpoint::connect(options_.leader_host, options_.leader_port, eo,
                                         options_.connect_timeout_ms);
     if (!ep.ok()) {

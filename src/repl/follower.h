@@ -292,7 +292,8 @@ class Follower {
   void check_leader_heard(uint64_t now_ns);
   uint64_t learns_deferred_ = 0;  // network thread
   // Keeps received entries where they arrived (PeerLink::keep_received): over shared memory
-  // the store, the WAL write and the replay queue use the leader's bytes in the receive ring,
+  // or tcp the store, the WAL write and the replay queue use the bytes where the transport
+  // received them (the shared ring the leader wrote, or tcp's receive ring recv() filled),
   // not a copy. Network thread.
   class RingKeeper final : public EntryKeeper {
    public:

@@ -14,6 +14,7 @@
 #include <bit>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <variant>
 
 #include "src/net/fabric_transport.h"
@@ -40,7 +41,8 @@ inline size_t tcp_buffer_bytes_for(size_t max_message_bytes) {
 // messages) the bootstrap's and a lagging replay's entries outgrew it and were copied out
 // (0.2-0.3 copies per replicated byte, docs/RESULTS.md); at 64 MiB none were. The cost: 128
 // MiB of shared memory per follower link (both directions are this size), which is more than
-// ShmEndpoint prefaults (the first lap page-faults).
+// ShmEndpoint prefaults (the first lap page-faults). A tcp follower's receive ring
+// (TcpEndpoint::keep_received) is this size too: 64 MiB, populated at connect.
 inline size_t shm_ring_bytes_for(size_t max_message_bytes) {
   return 4 * std::bit_ceil(tcp_buffer_bytes_for(max_message_bytes));
 }
@@ -63,6 +65,11 @@ enum class LinkKind : uint8_t { kTcp, kShm, kFabric };
 using RawEndpoint = std::variant<net::TcpEndpoint, net::ShmEndpoint, net::FabricEndpoint>;
 
 class PeerLink {
+  // The endpoints whose receive ring keeps received bytes (keep_received).
+  template <typename E>
+  static constexpr bool kKeeps =
+      std::is_same_v<E, net::ShmEndpoint> || std::is_same_v<E, net::TcpEndpoint>;
+
  public:
   PeerLink(RawEndpoint ep, net::LinkShape shape) {
     const bool shaped = shape.one_way_delay_ns != 0 || shape.jitter_ns != 0;
@@ -135,21 +142,43 @@ class PeerLink {
     std::visit([](auto& e) { e.close(); }, ep_);
   }
   // Keeps received bytes where they arrived past release(): shared memory's receive ring
-  // (ShmEndpoint::keep_received) when the link is not shaped. Null: the caller copies them.
+  // (ShmEndpoint::keep_received) or tcp's (TcpEndpoint::keep_received) when the link is not
+  // shaped. Null: the caller copies them.
   std::shared_ptr<const uint64_t[]> keep_received(std::span<const uint8_t> bytes) {
-    if (auto* e = std::get_if<net::ShmEndpoint>(&ep_)) return e->keep_received(bytes);
-    return nullptr;
+    return std::visit(
+        [&](auto& e) -> std::shared_ptr<const uint64_t[]> {
+          if constexpr (kKeeps<std::decay_t<decltype(e)>>) {
+            return e.keep_received(bytes);
+          } else {
+            return nullptr;
+          }
+        },
+        ep_);
   }
   // Whether `bytes` were kept in this link's receive ring.
   bool in_receive_ring(std::span<const std::byte> bytes) const {
-    const auto* e = std::get_if<net::ShmEndpoint>(&ep_);
-    return e != nullptr && !bytes.empty() && e->in_receive_ring(bytes.data());
+    return std::visit(
+        [&](const auto& e) {
+          if constexpr (kKeeps<std::decay_t<decltype(e)>>) {
+            return !bytes.empty() && e.in_receive_ring(bytes.data());
+          } else {
+            return false;
+          }
+        },
+        ep_);
   }
   // Whether kept bytes hold back more than half the receive ring from the peer: the owner
   // should let go of what it can (a follower sheds its retained chosen slots).
   bool receive_short() const {
-    const auto* e = std::get_if<net::ShmEndpoint>(&ep_);
-    return e != nullptr && e->receive_held_bytes() > e->receive_ring_bytes() / 2;
+    return std::visit(
+        [](const auto& e) {
+          if constexpr (kKeeps<std::decay_t<decltype(e)>>) {
+            return e.receive_held_bytes() > e.receive_ring_bytes() / 2;
+          } else {
+            return false;
+          }
+        },
+        ep_);
   }
   // Counts (copy_count.h) what a Paxos message of `bytes` cost on this link, of which the
   // endpoint copied `copied_bytes` in user space (sent_copied_bytes() across the send): on
@@ -168,7 +197,7 @@ class PeerLink {
     count_copy(CopyHop::kSocketSend, bytes);
   }
   // Also counts, once, what the endpoint copied in user space on the way in since the last
-  // call (tcp's receive-buffer compaction, reassembled fragments): those bytes may belong to
+  // call (reassembled fragments, tcp's receive-ring growth): those bytes may belong to
   // the next messages or to control frames, so this errs towards counting too much.
   void count_receive(size_t bytes) const {
     if (!is_shm()) count_copy(CopyHop::kSocketReceive, bytes);

@@ -16,6 +16,7 @@
 #include "src/base/temp_dir.h"
 #include "src/repl/bootstrap.h"
 #include "src/repl/checkpoint.h"
+#include "src/repl/copy_count.h"
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
 
@@ -238,6 +239,22 @@ void expect_followers_converge(Cluster& c, uint64_t final_tid, uint64_t txns) {
     EXPECT_EQ(r.digest, digest) << "replica " << r.replica;
     EXPECT_EQ(r.replay_txns, txns);
   }
+}
+
+// Over tcp the followers keep every received entry where recv() put it, in their receive
+// rings (TcpEndpoint::keep_received): nobody copies an entry into an acceptor store (the
+// leader proposes its appender's buffers, the followers keep theirs), and the stores converge.
+TEST(Replication, FollowersOverTcpKeepEntriesInTheirReceiveRings) {
+  const CopyCounts start = copy_counts();
+  Cluster c(/*streams=*/2, FsyncPolicy::kBatch);
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  c.run(2000, 11);
+  expect_followers_converge(c, c.close(), 4000);
+  const CopyCounts d = copy_counts() - start;
+  EXPECT_GT(d.entry_bytes_received, 0u);
+  EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kAcceptorStore)], 0u);
+  EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kReceiveCopy)], 0u);  // no compaction
+  EXPECT_GE(d.bytes[static_cast<size_t>(CopyHop::kSocketReceive)], d.entry_bytes_received);
 }
 
 // The followers on this host reach the leader over shared memory: the leader's sends are
