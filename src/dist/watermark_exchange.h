@@ -14,8 +14,17 @@
 // (VectorWatermark::raise keeps the maximum), so late, duplicated or reordered answers are
 // harmless.
 //
+// Our own entry does not wait for the tick when the source's writer says it rose (notify():
+// the ReplicationLeader's chosen callback, through the shard server): one post to the loop
+// raises it there. A durable reply then leaves about when its entry is chosen instead of up
+// to period_ns later, and the post wakes a sleeping loop, whose idle hook seals the batch
+// that waited for those entries to settle (repl::StreamAppender::idle). Notifications
+// coalesce: at most one post is pending; the tick stays as the bound when a post is refused
+// (the loop's post ring is full) or nobody notifies.
+//
 // Threads: owned by the loop of the VectorWatermark and the links; the source atomic may be
-// written by any thread. Bounds: at most DistTxn::kShardsMax links, one call in flight each.
+// written by any thread, and notify() called from any. Bounds: at most DistTxn::kShardsMax
+// links, one call in flight each; one post pending.
 #pragma once
 
 #include <atomic>
@@ -44,7 +53,8 @@ struct WatermarkExchangeStats {
   uint64_t ticks = 0;
   uint64_t sent = 0;
   uint64_t answered = 0;
-  uint64_t failed = 0;  // timed out, refused, or no task room: asked again on a later tick
+  uint64_t failed = 0;           // timed out, refused, or no task room: asked again on a later tick
+  uint64_t notified_raises = 0;  // notify() posts that ran (each reads the source once)
 };
 
 class WatermarkExchange {
@@ -89,6 +99,18 @@ class WatermarkExchange {
     if (timer_armed_) loop_.cancel_timer(timer_);
     timer_armed_ = false;
   }
+  // Any thread: the source rose. Raises our entry on the loop soon (one post, coalesced with
+  // those already pending). REQUIRES: the exchange outlives its pending post (destroy it
+  // only once nobody notifies and its loop runs no more).
+  void notify() {
+    notifies_.fetch_add(1, std::memory_order_relaxed);
+    // acq_rel: the post's own exchange reads this, so it sees every source store before it.
+    if (notify_pending_.exchange(true, std::memory_order_acq_rel)) return;
+    if (!loop_.post(&notified_thunk, this).ok()) {
+      notify_pending_.store(false, std::memory_order_release);  // ring full: the tick raises
+    }
+  }
+  uint64_t notifies() const { return notifies_.load(std::memory_order_relaxed); }
   size_t in_flight() const { return in_flight_; }
   const WatermarkExchangeStats& stats() const { return stats_; }
 
@@ -107,14 +129,24 @@ class WatermarkExchange {
     timer_ = *t;
   }
   static void tick_thunk(void* self, uint64_t) { static_cast<WatermarkExchange*>(self)->tick(); }
+  static void notified_thunk(void* self) {
+    auto* x = static_cast<WatermarkExchange*>(self);
+    // Cleared before the source is read: a rise after this load posts again.
+    x->notify_pending_.exchange(false, std::memory_order_acq_rel);
+    ++x->stats_.notified_raises;
+    x->raise_own();
+  }
+  // Our shard's entry from the source; what it read (0 without a source).
+  uint64_t raise_own() {
+    if (options_.source == nullptr) return 0;
+    const uint64_t own = options_.source->load(std::memory_order_acquire);
+    watermark_.raise(options_.shard, own).ignore();  // in range: checked by the caller's config
+    return own;
+  }
   void tick() {
     timer_armed_ = false;
     ++stats_.ticks;
-    uint64_t own = 0;
-    if (options_.source != nullptr) {
-      own = options_.source->load(std::memory_order_acquire);
-      watermark_.raise(options_.shard, own).ignore();  // in range: checked by the caller's config
-    }
+    const uint64_t own = raise_own();
     for (size_t i = 0; watermark_.waiting() > 0 && i < links_.size(); ++i) {
       Linked& l = links_[i];
       if (l.in_flight) continue;
@@ -149,6 +181,8 @@ class WatermarkExchange {
   bool timer_armed_ = false;
   uint64_t timer_ = 0;
   WatermarkExchangeStats stats_;
+  std::atomic<bool> notify_pending_{false};  // a notify() post not yet run
+  std::atomic<uint64_t> notifies_{0};
 };
 
 }  // namespace shoal::dist

@@ -633,9 +633,10 @@ void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std:
   if (takeover_applier_) {
     takeover_applier_->on_chosen(s.id, entry);
     watermark_.store(takeover_applier_->applied_tid(), std::memory_order_release);
-    return;
+  } else {
+    watermark_.store(wm_.advance(s.id, load_u64(entry.data() + 48)), std::memory_order_release);
   }
-  watermark_.store(wm_.advance(s.id, load_u64(entry.data() + 48)), std::memory_order_release);
+  if (options_.on_chosen != nullptr) options_.on_chosen(options_.on_chosen_ctx, s.id);
 }
 
 void ReplicationLeader::check_takeover() {

@@ -146,6 +146,12 @@ struct LeaderOptions {
   std::string checkpoint_dir;
   // A fetch that received nothing for this long is abandoned (the follower is stuck or gone).
   uint64_t checkpoint_fetch_timeout_ms = 10'000;
+  // Called on the replication thread each time an entry of `stream` is chosen, after the
+  // shard watermark took it in: what waits on the watermark or on the stream's entries
+  // settling (durable replies, the worker's group commit) is woken instead of polling.
+  // Must not block. nullptr: nobody is told.
+  void (*on_chosen)(void* ctx, uint32_t stream) = nullptr;
+  void* on_chosen_ctx = nullptr;
 };
 
 struct LeaderStats {

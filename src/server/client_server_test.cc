@@ -7,7 +7,8 @@
 // version, an oversized, a truncated and a malformed frame and an unknown opcode, and the
 // servers keep serving other clients; `shoal kv` reads and writes through the library.
 // ClientReplicated: `shoal cluster up` of 2 shards x 2 replicas, where a durable commit is
-// durable and a speculative one is not.
+// durable and a speculative one is not; with the watermark exchange ticking once a minute,
+// durable commits on one shard still come back at once (issue 15).
 // ClientAuth: `shoal cluster up` of 1 shard x 2 replicas (127.0.0.2 and 127.0.0.3) with a
 // cluster secret and a client password (issue 17 item 4): every listener of both processes
 // (data, replication, Redis, client, metrics) is bound to its replica's host only (from
@@ -645,6 +646,7 @@ class ClientReplicated : public ::testing::Test {
             "[[shard.replica]]\nregion = \"r{}\"\nhost = \"127.0.0.1\"\nport = {}\n"
             "client_port = {}\n",
             r, port, port + 2);
+        if (s == 0 && r == 0) shard0_client_port_ = static_cast<uint16_t>(port + 2);
         port = static_cast<uint16_t>(port + 3);
       }
     }
@@ -670,7 +672,43 @@ class ClientReplicated : public ::testing::Test {
 
   fs::path dir_;
   std::string config_;
+  uint16_t shard0_client_port_ = 0;  // shard 0's leader's client port
 };
+
+// The same cluster with the workers' watermark exchange ticking once a minute
+// (SHOAL_WATERMARK_EXCHANGE_PERIOD_US, inherited by the servers `cluster up` starts).
+class ClientReplicatedSlowExchange : public ClientReplicated {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(setenv("SHOAL_WATERMARK_EXCHANGE_PERIOD_US", "60000000", 1), 0);
+    ClientReplicated::SetUp();
+    unsetenv("SHOAL_WATERMARK_EXCHANGE_PERIOD_US");
+  }
+};
+
+// Issue 15: a durable reply does not wait for the exchange's tick. The replication leader's
+// chosen callback raises the workers' own shard entry at once (ShardServer::entries_chosen),
+// so 20 durable puts on one shard through its own server, one after another, come back
+// durable in milliseconds each; waiting for the tick, the first alone would take up to a
+// minute. (Through the other shard's server, its coordinator would learn our shard's entry
+// from the exchange only: a minute.)
+TEST_F(ClientReplicatedSlowExchange, DurableRepliesDoNotWaitForTheTick) {
+  auto c = Client::connect("127.0.0.1", shard0_client_port_);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) {
+    auto put = (*c)->put("apple", std::to_string(i));  // shard 0 only
+    ASSERT_TRUE(put.ok()) << i << ": " << put.status().to_string();
+    EXPECT_TRUE(put->durable);
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  EXPECT_LT(ms, 10'000) << "20 durable puts took " << ms << " ms";
+  std::string v;
+  ASSERT_TRUE((*c)->get("apple", &v).ok());
+  EXPECT_EQ(v, "19");
+}
 
 TEST_F(ClientReplicated, DurableAndSpeculativeCommits) {
   auto c = Client::connect_cluster(config_);

@@ -347,8 +347,9 @@ rt::Task<void> DistKvTxn::abort() {
 
 // ---- KvAcks ----
 
-KvAcks::KvAcks(rt::EventLoop& loop, dist::VectorWatermark& watermark, uint32_t slots)
-    : loop_(loop), watermark_(watermark), slots_(slots) {
+KvAcks::KvAcks(rt::EventLoop& loop, dist::VectorWatermark& watermark, uint32_t slots,
+               uint32_t own_shard)
+    : loop_(loop), watermark_(watermark), slots_(slots), own_shard_(own_shard), own_(slots) {
   SHOAL_ASSERT(slots >= 1 && slots < (1u << kSlotBits), "%u ack slots", slots);
   for (uint32_t i = slots; i > 0; --i) free_.push_back(i - 1);
 }
@@ -362,7 +363,8 @@ rt::Task<uint64_t> KvAcks::token_for(const txn::DepVec& vector) {
     Slot& s = slots_[slot];
     s.vector = vector;
     s.token = (++s.generation << kSlotBits) | slot;
-    if (loop_.spawn(watch(this, slot)).ok()) {
+    if (own_only(vector) && queue_own(slot)) co_return s.token;
+    if (!own_only(vector) && loop_.spawn(watch(this, slot)).ok()) {
       free_.pop_back();
       ++pending_;
       co_return s.token;
@@ -379,14 +381,54 @@ bool KvAcks::is_durable(uint64_t token) const {
   return slot >= slots_.size() || slots_[slot].token != token;
 }
 
-rt::Task<void> KvAcks::watch(KvAcks* acks, uint32_t slot) {
-  Slot& s = acks->slots_[slot];
-  // Released at shutdown (Unavailable): the replies then never leave, as the process stops.
-  (co_await acks->watermark_.wait_covered(s.vector)).ignore();
+bool KvAcks::queue_own(uint32_t slot) {
+  SHOAL_ASSERT(!free_.empty() && free_.back() == slot, "%s", "queued an ack slot not free");
+  if (!draining_) {
+    // spawn() only schedules the task: it first runs after this slot is queued.
+    if (!loop_.spawn(drain_own(this)).ok()) return false;  // no task room: the caller waits
+    draining_ = true;
+  }
+  free_.pop_back();
+  ++pending_;
+  // At most slots_.size() are pending, so the ring never overflows.
+  own_[own_tail_++ % own_.size()] = slot;
+  return true;
+}
+
+void KvAcks::acknowledge(uint32_t slot) {
+  Slot& s = slots_[slot];
   s.token = 0;
-  acks->free_.push_back(slot);
-  --acks->pending_;
-  ++acks->acknowledged_;
+  free_.push_back(slot);
+  --pending_;
+  ++acknowledged_;
+}
+
+rt::Task<void> KvAcks::watch(KvAcks* acks, uint32_t slot) {
+  // A wait ended otherwise (released at shutdown, a fence) frees the token all the same.
+  (co_await acks->watermark_.wait_covered(acks->slots_[slot].vector)).ignore();
+  acks->acknowledge(slot);
+}
+
+rt::Task<void> KvAcks::drain_own(KvAcks* acks) {
+  // Waits on the oldest queued vector; once covered, frees every queued one now covered, in
+  // queue order. A later one covered first (a lower TID: a read's version) waits for those
+  // before it: late, never early.
+  while (acks->own_head_ != acks->own_tail_) {
+    const uint32_t head = acks->own_[acks->own_head_ % acks->own_.size()];
+    const Status st = co_await acks->watermark_.wait_covered(acks->slots_[head].vector);
+    // As watch() would for each: released (shutdown) frees every queued token, a fence (its
+    // vector lost in a failover) this one.
+    const bool released = st.code() == Code::kUnavailable;
+    ++acks->own_head_;
+    acks->acknowledge(head);
+    while (acks->own_head_ != acks->own_tail_) {
+      const uint32_t slot = acks->own_[acks->own_head_ % acks->own_.size()];
+      if (!released && !acks->watermark_.covers(acks->slots_[slot].vector)) break;
+      ++acks->own_head_;
+      acks->acknowledge(slot);
+    }
+  }
+  acks->draining_ = false;
 }
 
 // ---- DistKvBackend ----

@@ -37,12 +37,18 @@
 namespace shoal::server {
 
 // Durability tokens for one worker's sessions: token t stands for a committed transaction's
-// vector, watched by an ack task until the vectorized watermark covers it. Bounded: `slots`
-// tokens pending at once; beyond, token_for() waits for coverage itself (back-pressure on the
-// committing session) and returns 0.
+// vector until the vectorized watermark covers it. A vector naming only our own shard (every
+// local transaction's) joins a queue in commit order watched by one task, which a raise of
+// our entry resumes once to free every token it covered; any other vector gets an ack task of
+// its own. (The worker's loop resumes one ready task per iteration, polling between: with a
+// task per token, the few hundred tokens of one chosen entry took as many iterations, about
+// 10 ms under redis-benchmark -P 16.) Bounded: `slots` tokens pending at once; beyond, or
+// without task room, token_for() waits for coverage itself (back-pressure on the committing
+// session) and returns 0.
 class KvAcks {
  public:
-  KvAcks(rt::EventLoop& loop, dist::VectorWatermark& watermark, uint32_t slots);
+  // own_shard: the worker's shard, whose single-entry vectors share one waiting task.
+  KvAcks(rt::EventLoop& loop, dist::VectorWatermark& watermark, uint32_t slots, uint32_t own_shard);
   ~KvAcks();
   KvAcks(const KvAcks&) = delete;
   KvAcks& operator=(const KvAcks&) = delete;
@@ -63,7 +69,17 @@ class KvAcks {
     uint64_t generation = 0;
     txn::DepVec vector;
   };
+  // Vectors naming only our own shard (every local transaction's) queue in commit order for
+  // one task, drain_own; others get a task each (watch).
+  bool own_only(const txn::DepVec& v) const {
+    return v.size() == 1 && v.entries()[0].shard == own_shard_;
+  }
+  // Queues `slot` (free_.back(), its token set) for drain_own, spawning it if needed; false
+  // without task room (nothing queued).
+  bool queue_own(uint32_t slot);
+  void acknowledge(uint32_t slot);  // covered: the token becomes durable, the slot free
   static rt::Task<void> watch(KvAcks* acks, uint32_t slot);
+  static rt::Task<void> drain_own(KvAcks* acks);
 
   rt::EventLoop& loop_;
   dist::VectorWatermark& watermark_;
@@ -71,6 +87,11 @@ class KvAcks {
   std::vector<uint32_t> free_;
   uint64_t acknowledged_ = 0;
   uint64_t pending_ = 0;
+  uint32_t own_shard_;
+  std::vector<uint32_t> own_;  // ring of queued slots (as many as slots: never full)
+  uint64_t own_head_ = 0;
+  uint64_t own_tail_ = 0;
+  bool draining_ = false;  // drain_own runs
 };
 
 struct DistKvOptions {

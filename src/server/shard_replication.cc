@@ -43,6 +43,8 @@ Status ShardServer::start_replication(Promotion* promotion) {
   lo.checkpoint_fetch_interval_ms = options_.checkpoint_interval_ms;
   // A promoted follower's directory is its data_dir (replica_cli.cc sets it).
   lo.checkpoint_dir = options_.data_dir;
+  lo.on_chosen = &ShardServer::entries_chosen;
+  lo.on_chosen_ctx = this;
   if (promotion == nullptr) {  // a promoted follower's WAL comes with its takeover
     lo.wal_dir = options_.data_dir.empty()
                      ? cluster::replica_dir(".shoal/" + config_.name, options_.shard, 0)
@@ -211,6 +213,16 @@ void Worker::hurry_repl_tick(void* self) {
   if (w->repl_tick_due_ns <= due_ns) return;
   w->loop->cancel_timer(w->repl_tick_id);
   w->schedule_repl_tick(due_ns);
+}
+
+void ShardServer::entries_chosen(void* self, uint32_t /*stream*/) {
+  auto* s = static_cast<ShardServer*>(self);
+  // Every worker, not only the stream's: the shard watermark is what each one's acks wait on.
+  std::lock_guard<std::mutex> lock(s->chosen_wake_mu_);
+  if (!s->chosen_wake_on_) return;
+  for (auto& w : s->workers_) {
+    if (w->watermark_exchange != nullptr) w->watermark_exchange->notify();
+  }
 }
 
 // On the committing worker's loop thread. One relaxed load per commit; a store at most once

@@ -275,6 +275,12 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     dist::WatermarkExchangeOptions xo;
     xo.shard = options_.shard;
     if (replication_ != nullptr) xo.source = replication_->watermark_source();
+    // Tests only: a long period shows that acknowledgements do not wait for the tick
+    // (our own entry rises by entries_chosen; other shards' through replies and the tick).
+    if (const char* p = std::getenv("SHOAL_WATERMARK_EXCHANGE_PERIOD_US"); p != nullptr) {
+      const uint64_t us = std::strtoull(p, nullptr, 10);
+      if (us > 0) xo.period_ns = us * 1000;
+    }
     w->watermark_exchange =
         std::make_unique<dist::WatermarkExchange>(*w->loop, *w->vector_watermark, xo);
     for (uint32_t s = 0; s < links.size(); ++s) {
@@ -414,6 +420,12 @@ Status ShardServer::serve() {
              options_.shard, me_, me().host, me().port, epoch_, options_.workers,
              options_.workers == 1 ? "" : "s", layout_->lo(options_.shard),
              layout_->hi(options_.shard));
+  {
+    // From here on only stop_workers() ends the workers (an early return above leaves the
+    // flag off, so their destruction never races a post).
+    std::lock_guard<std::mutex> lock(chosen_wake_mu_);
+    chosen_wake_on_ = true;
+  }
   accept_loop();
   deposition_watch_.reset();  // it posts redials to the workers' loops
   stop_workers();
@@ -461,7 +473,8 @@ Status ShardServer::start_client_port() {
 Status ShardServer::make_kv_workers(Worker* w) {
   if (!kv_enabled()) return Status::Ok();
   if (w->vector_watermark != nullptr) {
-    w->kv_acks = std::make_unique<KvAcks>(*w->loop, *w->vector_watermark, kPendingAcksMax);
+    w->kv_acks =
+        std::make_unique<KvAcks>(*w->loop, *w->vector_watermark, kPendingAcksMax, options_.shard);
   }
   DistKvOptions ko;
   ko.coordinator = w->coordinator.get();
@@ -711,6 +724,10 @@ void ShardServer::stop_early_acceptor() {
 }
 
 void ShardServer::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(chosen_wake_mu_);
+    chosen_wake_on_ = false;
+  }
   stop_early_acceptor();
   if (resp_listener_ != nullptr) resp_listener_->stop();
   if (client_listener_ != nullptr) client_listener_->stop();

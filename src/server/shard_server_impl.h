@@ -393,6 +393,12 @@ class ShardServer {
   bool committed_recently(uint64_t now_ns) const {
     return now_ns - last_commit_ns_.load(std::memory_order_relaxed) < kReplTickIdleNs;
   }
+  // The replication leader chose an entry (LeaderOptions::on_chosen; its thread): each worker's
+  // watermark exchange raises our shard's entry at once (WatermarkExchange::notify), so
+  // durable replies leave without waiting for its tick, and the post wakes the worker, whose
+  // idle hook seals what waited for entries in flight to settle. Only while serve() runs the
+  // workers' loops.
+  static void entries_chosen(void* self, uint32_t stream);
 
  private:
   txn::EngineOptions engine_options() const;
@@ -463,8 +469,12 @@ class ShardServer {
   std::condition_variable pause_cv_;
   // See note_logged_commit.
   std::atomic<uint64_t> last_commit_ns_{0};
-  uint32_t parked_ = 0;   // under pause_mu_
-  bool pausing_ = false;  // under pause_mu_
+  // See entries_chosen: set by serve() once the workers run, cleared by stop_workers() before
+  // their loops stop (a post then could reach a destroyed loop).
+  std::mutex chosen_wake_mu_;
+  bool chosen_wake_on_ = false;  // under chosen_wake_mu_
+  uint32_t parked_ = 0;          // under pause_mu_
+  bool pausing_ = false;         // under pause_mu_
   // run_on_parked's job, under pause_mu_: a new generation wakes the parked workers.
   void (*park_job_)(void* ctx, Worker* w) = nullptr;
   void* park_job_ctx_ = nullptr;

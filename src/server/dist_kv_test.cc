@@ -1,0 +1,135 @@
+// KvAcks (dist_kv.h): durability tokens become durable only once the vectorized watermark
+// covers their vectors; the tokens of our own shard's vectors, however many, are freed by one
+// resumption of one task per raise (the worker's loop resumes one ready task per iteration),
+// and vectors naming other shards wait for those shards' entries too; shutdown frees them.
+#include "src/server/dist_kv.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace shoal::server {
+namespace dist_kv_test {  // named: unity builds put test files together
+
+// {shard: ts}, and with `also` a second entry {also_shard: also_ts}.
+txn::DepVec vec(uint32_t shard, uint64_t ts, uint32_t also_shard = 0, uint64_t also_ts = 0) {
+  txn::DepVec v;
+  v.raise(shard, ts);
+  if (also_ts != 0) v.raise(also_shard, also_ts);
+  return v;
+}
+
+rt::Task<void> take(KvAcks& acks, txn::DepVec v, uint64_t* token) {
+  *token = co_await acks.token_for(v);
+}
+
+rt::LoopOptions one_task_per_iteration() {
+  rt::LoopOptions lo;
+  lo.ready_batch = 1;  // as the shard server's workers (make_worker)
+  return lo;
+}
+
+// Runs `loop` until it has nothing to do (bounded); how many iterations did something.
+int drain(rt::EventLoop& loop) {
+  int n = 0;
+  while (n < 100'000 && loop.run_once()) ++n;
+  return n;
+}
+
+TEST(KvAcks, OneRaiseFreesEveryOwnShardTokenInOneResumption) {
+  rt::EventLoop loop(RealEnv::instance(), one_task_per_iteration());
+  dist::VectorWatermark vw(loop, 2, 16);
+  constexpr uint32_t kTokens = 500;
+  KvAcks acks(loop, vw, 1024, /*own_shard=*/0);
+  std::vector<uint64_t> tokens(kTokens, 0);
+  for (uint32_t i = 0; i < kTokens; ++i) {
+    ASSERT_TRUE(loop.spawn(take(acks, vec(0, i + 1), &tokens[i])).ok());
+  }
+  drain(loop);
+  EXPECT_EQ(acks.pending(), kTokens);
+  for (uint64_t t : tokens) {
+    ASSERT_NE(t, 0u);
+    EXPECT_FALSE(acks.is_durable(t));
+  }
+  EXPECT_EQ(vw.waiting(), 1u);  // one task waits for all of them
+
+  // Half of them covered: exactly those become durable.
+  ASSERT_TRUE(vw.raise(0, kTokens / 2).ok());
+  const uint64_t resumes = loop.stats().resumes;
+  const int iterations = drain(loop);
+  EXPECT_LE(iterations, 3);
+  EXPECT_LE(loop.stats().resumes - resumes, 2u);
+  EXPECT_EQ(acks.acknowledged(), kTokens / 2);
+  for (uint32_t i = 0; i < kTokens; ++i) {
+    EXPECT_EQ(acks.is_durable(tokens[i]), i + 1 <= kTokens / 2) << i;
+  }
+  ASSERT_TRUE(vw.raise(0, kTokens).ok());
+  EXPECT_LE(drain(loop), 3);
+  EXPECT_EQ(acks.acknowledged(), kTokens);
+  EXPECT_EQ(acks.pending(), 0u);
+  for (uint64_t t : tokens) EXPECT_TRUE(acks.is_durable(t));
+}
+
+TEST(KvAcks, NoTokenIsDurableBeforeEveryEntryIsCovered) {
+  rt::EventLoop loop(RealEnv::instance(), one_task_per_iteration());
+  dist::VectorWatermark vw(loop, 2, 16);
+  KvAcks acks(loop, vw, 16, /*own_shard=*/0);
+  // Our shard's, out of TID order (a read's version below an earlier write), then vectors
+  // naming the other shard.
+  const std::vector<txn::DepVec> vectors = {vec(0, 50), vec(0, 10), vec(0, 30), vec(0, 5, 1, 7),
+                                            vec(1, 3)};
+  std::vector<uint64_t> tokens(vectors.size(), 0);
+  for (size_t i = 0; i < vectors.size(); ++i) {
+    ASSERT_TRUE(loop.spawn(take(acks, vectors[i], &tokens[i])).ok());
+  }
+  drain(loop);
+  auto durable_exactly_when_covered_or_later = [&] {
+    for (size_t i = 0; i < vectors.size(); ++i) {
+      if (!vw.covers(vectors[i])) {
+        EXPECT_FALSE(acks.is_durable(tokens[i])) << i;
+      }
+    }
+  };
+  ASSERT_TRUE(vw.raise(0, 20).ok());
+  drain(loop);
+  durable_exactly_when_covered_or_later();
+  EXPECT_FALSE(acks.is_durable(tokens[3]));  // shard 1 is not there yet
+  ASSERT_TRUE(vw.raise(0, 50).ok());
+  drain(loop);
+  durable_exactly_when_covered_or_later();
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(acks.is_durable(tokens[i])) << i;
+  EXPECT_FALSE(acks.is_durable(tokens[3]));
+  EXPECT_FALSE(acks.is_durable(tokens[4]));
+  ASSERT_TRUE(vw.raise(1, 7).ok());
+  drain(loop);
+  for (size_t i = 0; i < vectors.size(); ++i) EXPECT_TRUE(acks.is_durable(tokens[i])) << i;
+  EXPECT_EQ(acks.pending(), 0u);
+  EXPECT_EQ(acks.acknowledged(), vectors.size());
+  // A vector covered already needs no token.
+  uint64_t covered = 1;
+  ASSERT_TRUE(loop.spawn(take(acks, vec(0, 40, 1, 2), &covered)).ok());
+  drain(loop);
+  EXPECT_EQ(covered, 0u);
+}
+
+// Shutdown (VectorWatermark::release_all) ends the waits: the tokens are freed, as a token
+// with an ack task of its own always was, so nothing waits on a stopped loop.
+TEST(KvAcks, ReleaseAllFreesEveryPendingToken) {
+  rt::EventLoop loop(RealEnv::instance(), one_task_per_iteration());
+  dist::VectorWatermark vw(loop, 2, 16);
+  KvAcks acks(loop, vw, 16, /*own_shard=*/1);
+  std::vector<uint64_t> tokens(4, 0);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const txn::DepVec v = i < 3 ? vec(1, 10 + i) : vec(0, 3, 1, 2);
+    ASSERT_TRUE(loop.spawn(take(acks, v, &tokens[i])).ok());
+  }
+  drain(loop);
+  EXPECT_EQ(acks.pending(), tokens.size());
+  vw.release_all(Status::Unavailable("shutting down"));
+  drain(loop);
+  EXPECT_EQ(acks.pending(), 0u);
+  for (uint64_t t : tokens) EXPECT_TRUE(acks.is_durable(t));
+}
+
+}  // namespace dist_kv_test
+}  // namespace shoal::server
