@@ -263,6 +263,7 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
   schema_ = schema;
   schema_ready_.store(true, std::memory_order_release);  // reader threads may start
   applier_ = std::make_unique<ReplayApplier>(*engine_, streams);
+  applier_->set_observer(options_.replay_observer);
   if (cut) {
     applier_->restore(*cut);
     kept_covered_.clear();

@@ -125,6 +125,9 @@ struct FollowerOptions {
   // learn_fence), given to the applier before it replays anything, the WAL included: the
   // log alone may bring a fence too late (an epoch start chosen on some streams only).
   std::vector<EpochFence> fences;
+  // Sees the replayed writes of records naming other shards (ReplayApplier::set_observer),
+  // from the WAL's replay on; goes with the applier to a takeover. Null: nothing does.
+  std::shared_ptr<ReplayObserver> replay_observer;
 };
 
 // What the follower's checkpoints did (any thread; tests and the log line).

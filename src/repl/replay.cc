@@ -132,8 +132,10 @@ bool ReplayApplier::install(std::span<const std::byte> bytes, uint32_t* next) {
       ++stats_.discarded_txns;
       return;
     }
+    const bool observed = observer_ != nullptr && r.dep_count() > 0;
     r.for_each_write([&](const WriteView& w) {
       prefetcher.before(write_index);
+      observe(observed, r, w, targets_[write_index].key_words, prefetcher.known(write_index));
       apply_write(w, targets_[write_index].key_words, r.commit_tid(),
                   prefetcher.known(write_index));
       ++write_index;
@@ -206,8 +208,11 @@ void ReplayApplier::install_held() {
           ++stats_.discarded_txns;
           return;
         }
+        const bool observed = observer_ != nullptr && r.dep_count() > 0;
         r.for_each_write([&](const WriteView& w) {
-          apply_write(w, reinterpret_cast<const uint64_t*>(w.key_bytes), r.commit_tid(), nullptr);
+          const auto* key = reinterpret_cast<const uint64_t*>(w.key_bytes);
+          observe(observed, r, w, key, nullptr);
+          apply_write(w, key, r.commit_tid(), nullptr);
         });
         if (r.dist_txn_id() != 0) decisions_->note(r);
         ++stats_.txns;

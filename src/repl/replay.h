@@ -75,6 +75,23 @@ struct ReplayCut {
   std::vector<EpochFence> fences;  // in epoch order
 };
 
+// Sees each write of a record that names another shard (RecordView::dep_count() > 0: an entry
+// the leader's vectorized watermark did not cover when it logged the record) just before replay
+// installs it, with the table it goes to: what a replica promoted later needs in order to undo
+// its half of a cross-shard transaction whose other half a failover lost (the FVW discard,
+// src/server/discard_journal.h, ReplayJournal). Records naming no other shard, nearly all,
+// cost one load and a branch. Called on the thread that calls on_chosen or install_held,
+// under its ebr::Guard, before the write is installed (and only for records installed, never
+// for those a fence discards).
+class ReplayObserver {
+ public:
+  virtual ~ReplayObserver() = default;
+  // `key_words`: w's key as aligned words (w.key_word_count of them); `known`: the record
+  // replay's prefetch found for it, or nullptr (TableBase::peek_replicated).
+  virtual void before_install(const RecordView& r, const WriteView& w, const uint64_t* key_words,
+                              const void* known, txn::TableBase& table) = 0;
+};
+
 struct ReplayStats {
   uint64_t entries = 0, txns = 0, writes = 0, skipped_writes = 0;
   uint64_t known_writes = 0;    // installed on the record their prefetch found (no lookup)
@@ -134,6 +151,10 @@ class ReplayApplier {
   // the fences kept). Shared: a promoted replica's workers answer from it after the takeover.
   const std::shared_ptr<DecisionLog>& decisions() const { return decisions_; }
   const ReplayStats& stats() const { return stats_; }
+  // From here on `observer` sees the writes of records naming another shard (ReplayObserver);
+  // null: none. Shared: it goes with the applier to a takeover (TakeoverResult::observer).
+  void set_observer(std::shared_ptr<ReplayObserver> observer) { observer_ = std::move(observer); }
+  const std::shared_ptr<ReplayObserver>& observer() const { return observer_; }
   size_t queued_entries() const;
   // Test only (a planted bug for the simulator's checker, sim/epoch_change_sim_test.cc):
   // records above an epoch fence are installed instead of discarded. Never set in production.
@@ -166,6 +187,11 @@ class ReplayApplier {
   };
   void update_held_min();
   void apply_write(const WriteView& w, const uint64_t* key, uint64_t tid, void* known);
+  // The observer's look at w of r, if r names another shard (observed: r.dep_count() > 0).
+  void observe(bool observed, const RecordView& r, const WriteView& w, const uint64_t* key,
+               const void* known) {
+    if (observed) observer_->before_install(r, w, key, known, *engine_.tables()[w.table_id]);
+  }
   // Installs records [*next, ...) of the entry at or below the watermark; true when done.
   bool install(std::span<const std::byte> bytes, uint32_t* next);
   void drain_queues();
@@ -211,6 +237,7 @@ class ReplayApplier {
   std::vector<EpochFence> fences_;
   std::shared_ptr<DecisionLog> decisions_ = std::make_shared<DecisionLog>();
   bool ignore_fences_for_test_ = false;
+  std::shared_ptr<ReplayObserver> observer_;
 };
 
 }  // namespace shoal::repl

@@ -46,6 +46,7 @@ TakeoverResult TakeoverTracker::result(ReplayApplier& applier) const {
     ++r.discarded_txns;
   });
   r.decisions = applier.decisions();
+  r.observer = applier.observer();
   return r;
 }
 

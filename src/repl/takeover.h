@@ -35,6 +35,10 @@ struct TakeoverResult {
   // The old epochs' committed distributed transactions that survived (at or below
   // final_tid): what the shard's coordinator decided, for the shards holding their halves.
   std::shared_ptr<const DecisionLog> decisions;
+  // What saw the replayed writes of records naming other shards (ReplayApplier::set_observer),
+  // if anything did: the journal whose entries the first FVW discard undoes like the
+  // workers' own (src/server/discard_journal.h, ReplayJournal).
+  std::shared_ptr<ReplayObserver> observer;
 };
 
 class TakeoverTracker {

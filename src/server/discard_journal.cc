@@ -24,35 +24,127 @@ bool DiscardJournal::push(const txn::Txn& txn, const txn::WriteView& w, bool pen
   std::copy_n(w.key_words, w.key_word_count, e.key);
   e.kind = w.kind;
   e.pending = pending;
-  for (const txn::DepEntry& d : txn.deps().entries()) {
+  set_deps(&e, txn.deps().entries());
+  if (w.kind == txn::WriteKind::kInsert) {
+    e.undoable = true;                  // before it: absent (base_tid 0)
+  } else if (w.old_value != nullptr) {  // put or remove
+    const std::span<const uint8_t> old(static_cast<const uint8_t*>(w.old_value), w.old_size_bytes);
+    if (!keep_old_value(&e, old, /*evict=*/false)) return false;
+    e.base_tid = w.base_tid;
+    e.undoable = true;
+  }
+  append(e);
+  return true;
+}
+
+void DiscardJournal::set_deps(Entry* e, std::span<const txn::DepEntry> deps) const {
+  for (const txn::DepEntry& d : deps) {
     if (d.shard == shard_) continue;
-    if (e.dep_count == kDepsMax) {
-      e.deps_overflow = true;
+    if (e->dep_count == kDepsMax) {
+      e->deps_overflow = true;
       break;
     }
-    e.deps[e.dep_count++] = d;
+    e->deps[e->dep_count++] = d;
   }
-  if (w.kind == txn::WriteKind::kInsert) {
-    e.undoable = true;  // before it: absent (base_tid 0)
-  } else if (w.kind != txn::WriteKind::kInsert && w.old_value != nullptr) {  // put or remove
-    // The old value goes at the ring's tail, or at its start if the end is too short.
-    const size_t size = w.old_size_bytes;
+}
+
+bool DiscardJournal::keep_old_value(Entry* e, std::span<const uint8_t> value, bool evict) {
+  // The old value goes at the ring's tail, or at its start if the end is too short.
+  const size_t size = value.size();
+  if (size > kBytesMax) return false;
+  for (;;) {  // bounded by count_: each pass evicts one entry
     const size_t offset = bytes_tail_ + size <= kBytesMax ? bytes_tail_ : 0;
     const size_t consumed =
         offset == 0 && bytes_tail_ != 0 ? (kBytesMax - bytes_tail_) + size : size;
-    if (bytes_used_ + consumed > kBytesMax) return false;
-    std::memcpy(bytes_.data() + offset, w.old_value, size);
-    e.old_offset = static_cast<uint32_t>(offset);
-    e.old_size = static_cast<uint32_t>(size);
-    e.ring_bytes = static_cast<uint32_t>(consumed);
-    e.base_tid = w.base_tid;
-    e.undoable = true;
-    bytes_used_ += consumed;
-    bytes_tail_ = offset + size;
+    if (bytes_used_ + consumed <= kBytesMax) {
+      std::memcpy(bytes_.data() + offset, value.data(), size);
+      e->old_offset = static_cast<uint32_t>(offset);
+      e->old_size = static_cast<uint32_t>(size);
+      e->ring_bytes = static_cast<uint32_t>(consumed);
+      bytes_used_ += consumed;
+      bytes_tail_ = offset + size;
+      return true;
+    }
+    if (!evict || count_ == 0) return false;
+    pop_front();
+    ++stats_.forgotten;
   }
+}
+
+void DiscardJournal::append(const Entry& e) {
   entries_[(head_ + count_) % kEntriesMax] = e;
   ++count_;
-  return true;
+}
+
+void DiscardJournal::push_replayed(const ReplayedWrite& w) {
+  if (w.key_words.size() > kKeyWordsMax) {
+    ++stats_.overflow;
+    return;
+  }
+  if (count_ == kEntriesMax) {  // the oldest is the likeliest covered by now
+    pop_front();
+    ++stats_.forgotten;
+  }
+  // Built in its slot (replay's path: no copy); evictions below leave the slot where it is.
+  Entry& e = entries_[(head_ + count_) % kEntriesMax];
+  e = Entry{};
+  e.tid = w.tid;
+  e.table_id = w.table_id;
+  e.key_word_count = static_cast<uint32_t>(w.key_words.size());
+  std::copy(w.key_words.begin(), w.key_words.end(), e.key);
+  e.kind = w.kind;
+  set_deps(&e, w.deps);
+  e.base_tid = w.base_tid;
+  if (w.kind == txn::WriteKind::kInsert) {
+    e.undoable = true;
+  } else if (w.has_old_value) {
+    e.undoable = keep_old_value(&e, w.old_value, /*evict=*/true);
+  }
+  ++count_;
+  ++stats_.recorded;
+}
+
+void ReplayJournal::before_install(const repl::RecordView& r, const repl::WriteView& w,
+                                   const uint64_t* key_words, const void* known,
+                                   txn::TableBase& table) {
+  // One more than kept, so that a longer vector marks the entry overflowed (not judged).
+  txn::DepEntry deps[DiscardJournal::kDepsMax + 1];
+  const uint32_t dep_count = std::min<uint32_t>(r.dep_count(), DiscardJournal::kDepsMax + 1);
+  for (uint32_t i = 0; i < dep_count; ++i) deps[i] = r.dep(i);
+  uint32_t size = 0;
+  uint64_t version = 0;
+  const Status s = table.peek_replicated(key_words, known, old_.data(),
+                                         static_cast<uint32_t>(old_.size()), &size, &version);
+  if (version >= r.commit_tid()) return;  // not newer: replay leaves the key as it is
+  ReplayedWrite rw;
+  rw.tid = r.commit_tid();
+  rw.deps = {deps, dep_count};
+  rw.table_id = w.table_id;
+  rw.key_words = {key_words, w.key_word_count};
+  rw.kind = w.op == repl::WriteOp::kRemove ? txn::WriteKind::kRemove : txn::WriteKind::kPut;
+  if (s.ok()) {
+    rw.has_old_value = true;
+    rw.old_value = {old_.data(), size};
+    rw.base_tid = version;
+  } else if (s.code() == Code::kNotFound) {
+    if (w.op == repl::WriteOp::kRemove) return;  // absent before and after: nothing to undo
+    rw.kind = txn::WriteKind::kInsert;
+  }  // else the table cannot say what it held: journaled, not undoable (its transaction kept)
+  journal_.push_replayed(rw);
+}
+
+size_t DiscardJournal::restore_version_deps(txn::Engine& engine) const {
+  size_t restored = 0;
+  txn::DepVec vector;
+  for (size_t i = 0; i < count_; ++i) {  // bounded by kEntriesMax
+    const Entry& e = at(i);
+    if (e.deps_overflow || e.dep_count == 0 || e.kind == txn::WriteKind::kRemove) continue;
+    vector.clear();
+    vector.raise(shard_, e.tid);
+    for (uint32_t d = 0; d < e.dep_count; ++d) vector.raise(e.deps[d].shard, e.deps[d].ts);
+    restored += engine.tables()[e.table_id]->set_takeover_deps(e.key, e.tid, vector);
+  }
+  return restored;
 }
 
 void DiscardJournal::update(uint64_t tid, const txn::DepVec& vector,
@@ -328,15 +420,28 @@ Result<DiscardResult> discard_lost(std::span<DiscardJournal* const> journals, tx
   }
   std::stable_sort(all.begin(), all.end(),
                    [](const auto& a, const auto& b) { return a.first->tid > b.first->tid; });
+  // Only the records a lost write touched are planned: on the others nothing is undone and
+  // nothing blocks. A promoted replica's replay journal is full (kEntriesMax), nearly all of it
+  // on such records, and planning costs a read and a map node per record while every worker
+  // is paused.
+  std::set<RecordKey> lost_records;
+  for (const auto& [e, journal] : all) {
+    if (!e->deps_overflow && range.names(e->deps, e->dep_count))
+      lost_records.insert(record_key(*e));
+  }
+  std::vector<Journaled> touched;
+  for (const Journaled& j : all) {
+    if (!lost_records.empty() && lost_records.contains(record_key(*j.first))) touched.push_back(j);
+  }
   // A transaction is undone wholly or not at all: one with a write that cannot be undone is
   // kept, which may block others under it; repeat until nothing more is blocked (bounded: each
   // round keeps at least one more transaction).
   std::set<TxnKey> kept;
   std::map<RecordKey, uint64_t> newest_cache;
   std::map<RecordKey, RecordState> records;
-  for (size_t round = 0; round <= all.size(); ++round) {
+  for (size_t round = 0; round <= touched.size(); ++round) {
     std::set<TxnKey> blocked;
-    records = plan(all, range, kept, &newest_cache, engine, &blocked, &out);
+    records = plan(touched, range, kept, &newest_cache, engine, &blocked, &out);
     const size_t before = kept.size();
     kept.insert(blocked.begin(), blocked.end());
     if (kept.size() == before) break;

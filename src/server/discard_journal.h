@@ -33,8 +33,18 @@
 // absent.
 // Writes beyond the journal's bounds (overflow) are not journaled: counted.
 //
-// Threads: a journal is written by its worker's loop thread (record, trim); discard_lost runs
-// on another thread while every worker is paused (shard_failover.cc), which orders it.
+// A replica promoted to lead committed nothing of what it replayed as a follower, yet its store
+// holds halves of cross-shard transactions whose other half may be lost too (a region failing:
+// every shard's leader at once). So a follower keeps a journal of its replay as well
+// (ReplayJournal below): each write of a record naming another shard (its vector's entries the
+// leader's watermark did not cover when it logged it), with what it overwrote, handed over at
+// the takeover (repl::TakeoverResult::observer) and walked by the FVW discard with the
+// workers' journals. A follower knows no vectorized watermark to trim by, so its journal keeps
+// the newest writes: when full, the oldest entry goes (counted: forgotten).
+//
+// Threads: a journal is written by its worker's loop thread (record, trim), or the replay's
+// (push_replayed, until the takeover is over); discard_lost runs on another thread while every
+// worker is paused (shard_failover.cc), which orders it.
 // Bounds: kEntriesMax entries and kBytesMax bytes of old values per journal; no allocation
 // after construction.
 #pragma once
@@ -44,15 +54,31 @@
 #include <vector>
 
 #include "shoal/status.h"
+#include "src/repl/replay.h"
 #include "src/txn/depvec.h"
 #include "src/txn/engine.h"
 
 namespace shoal::server {
 
 struct DiscardJournalStats {
-  uint64_t recorded = 0;  // writes journaled
-  uint64_t trimmed = 0;   // forgotten once covered
-  uint64_t overflow = 0;  // writes not journaled: the journal was full of uncovered entries
+  uint64_t recorded = 0;   // writes journaled
+  uint64_t trimmed = 0;    // forgotten once covered
+  uint64_t overflow = 0;   // writes not journaled: the journal was full of uncovered entries
+  uint64_t forgotten = 0;  // replayed writes dropped, oldest first, to make room (push_replayed)
+};
+
+// A write a follower's replay is about to install (ReplayJournal), and what undoing it means:
+// kInsert, the key was absent before; kPut or kRemove, it held old_value at base_tid (without
+// has_old_value: unknown, not undoable).
+struct ReplayedWrite {
+  uint64_t tid = 0;  // the record's commit TID
+  std::span<const txn::DepEntry> deps;
+  uint32_t table_id = 0;
+  std::span<const uint64_t> key_words;
+  txn::WriteKind kind = txn::WriteKind::kPut;
+  bool has_old_value = false;
+  std::span<const uint8_t> old_value;
+  uint64_t base_tid = 0;
 };
 
 class DiscardJournal {
@@ -75,6 +101,15 @@ class DiscardJournal {
   // update() gives the final vector. Trims first.
   template <typename Covered>
   void record(const txn::Txn& txn, bool ours, Covered&& covered);
+  // Journals a replayed write (ReplayJournal); when full, the oldest entries go first.
+  void push_replayed(const ReplayedWrite& w);
+  // A promoted replica's takeover: each journaled version still its record's newest gets its
+  // vector back (this shard's entry, its TID, and the other shards' it was logged with;
+  // TableBase::set_takeover_deps), so that the new leader's transactions reading it depend on
+  // what it depends on: a half the discard undoes then takes its readers with it, where a
+  // reader without the entry would be a version that stays on top of it (and keep the lost
+  // transaction whole). Returns how many versions. REQUIRES: `engine` quiescent.
+  size_t restore_version_deps(txn::Engine& engine) const;
   // Forgets the oldest entries whose other-shard entries are all covered.
   template <typename Covered>
   void trim(Covered&& covered);
@@ -145,6 +180,10 @@ class DiscardJournal {
 
  private:
   bool push(const txn::Txn& txn, const txn::WriteView& w, bool pending);
+  void set_deps(Entry* e, std::span<const txn::DepEntry> deps) const;
+  // Copies `value` into the ring for *e; with `evict`, drops the oldest entries until it fits.
+  bool keep_old_value(Entry* e, std::span<const uint8_t> value, bool evict);
+  void append(const Entry& e);  // REQUIRES: count_ < kEntriesMax
   void pop_front();
   void note_outcome(uint64_t dist_txn_id, uint32_t shard, Outcome o);
 
@@ -161,6 +200,22 @@ class DiscardJournal {
   };
   std::vector<JudgedTxn> judged_;  // grows to kOutcomesMax, then a ring (judged_next_: oldest)
   size_t judged_next_ = 0;
+};
+
+// A follower's discard journal (see the header): as a repl::ReplayObserver it journals each
+// replayed write of a record naming another shard with the version it overwrites, read from
+// the store just before the install. Threads: the replay's, then (after the takeover) the
+// discard's, ordered by the takeover's hand-over.
+class ReplayJournal final : public repl::ReplayObserver {
+ public:
+  explicit ReplayJournal(uint32_t shard) : journal_(shard), old_(txn::TableBase::kValueBytesMax) {}
+  void before_install(const repl::RecordView& r, const repl::WriteView& w,
+                      const uint64_t* key_words, const void* known, txn::TableBase& table) override;
+  DiscardJournal& journal() { return journal_; }
+
+ private:
+  DiscardJournal journal_;
+  std::vector<uint8_t> old_;  // the value before_install read
 };
 
 // Shard `shard`'s TIDs in (above, through] are lost.

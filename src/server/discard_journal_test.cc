@@ -11,6 +11,8 @@
 
 #include "src/dist/participant.h"
 #include "src/index/key.h"
+#include "src/repl/log_format.h"
+#include "src/repl/takeover.h"
 
 namespace shoal::server {
 namespace {
@@ -446,6 +448,173 @@ TEST(DiscardJournal, CoveredEntriesAreForgotten) {
   s.journal.trim([](uint32_t, uint64_t) { return true; });  // everything covered now
   EXPECT_EQ(s.journal.size(), 0u);
   EXPECT_EQ(s.journal.stats().trimmed, 1u);
+}
+
+// ---- What a promoted follower replayed (ReplayJournal; docs/REPLICATION.md, "A region fails")
+
+// Shard 1's new leader was a follower: its store holds, through replay, halves of cross-shard
+// transactions whose shard-0 halves a failover of shard 0 lost at the same time (a region:
+// both leaders killed at once). Its workers committed none of them, so only its replay's
+// journal can undo them. The log (one stream, as shard 1's failed leader wrote it): A names
+// shard 0 at or below F (kept); B names a lost TID (puts key 2, inserts key 50); C read B
+// (its vector inherits B's entry) and put key 3; D names no other shard; E (lost) puts key 2
+// over B; F (lost) removes key 1 over A. Returns shard 1's state after the takeover and the
+// first discard, with or without the journal on the follower's replay.
+std::map<uint64_t, uint64_t> promoted_after_discard(bool journal_replay, DiscardResult* result) {
+  txn::Engine engine(Survivor::options());
+  txn::Table<1>* table = engine.create_table<1>("t");
+  for (uint64_t k = 1; k <= 4; ++k) EXPECT_TRUE(table->load(key1(k), uint64_t{k}).ok());
+  repl::ReplayApplier applier(engine, 1);
+  if (journal_replay) applier.set_observer(std::make_shared<ReplayJournal>(kShard));
+
+  const uint64_t t = uint64_t{2} << 32;  // shard 1's TIDs in its failed leader's epoch
+  std::vector<uint64_t> words(1 << 12);
+  repl::LogBatchBuilder builder;
+  builder.reset({reinterpret_cast<std::byte*>(words.data()), words.size() * 8},
+                repl::LogEntryId{kShard, 0, 1, 1}, repl::BatchLimits{});
+  struct Write {
+    repl::WriteOp op;
+    uint64_t key, value;
+  };
+  const auto append = [&](uint64_t tid, uint64_t dep_ts, std::vector<Write> writes) {
+    std::vector<repl::TxnWrite> w;
+    for (const Write& x : writes) {
+      w.push_back(repl::TxnWrite{0,
+                                 x.op,
+                                 {&x.key, 1},
+                                 x.op == repl::WriteOp::kRemove
+                                     ? std::span<const std::byte>()
+                                     : std::as_bytes(std::span(&x.value, 1))});
+    }
+    const txn::DepEntry dep{0, dep_ts};
+    EXPECT_EQ(builder.append(tid, {&dep, dep_ts == 0 ? 0u : 1u}, w), repl::AppendResult::kOk);
+  };
+  using enum repl::WriteOp;
+  append(t + 1, kFinal - 5, {{kPut, 1, 101}});                      // A: kept
+  append(t + 2, kFinal + 3, {{kPut, 2, 202}, {kInsert, 50, 500}});  // B: lost
+  append(t + 3, kFinal + 3, {{kPut, 3, 1202}});                     // C: read B, lost
+  append(t + 4, 0, {{kPut, 4, 404}});                               // D: shard 1 alone
+  append(t + 5, kFinal + 4, {{kPut, 2, 252}});                      // E: lost
+  append(t + 6, kFinal + 4, {{kRemove, 1, 0}});                     // F: lost
+  applier.on_chosen(0, builder.seal());
+
+  // The takeover: the stream's old slot (1) is chosen and installed; F of shard 1 is t + 6.
+  repl::TakeoverTracker tracker(1, applier);
+  EXPECT_TRUE(tracker.note(0, /*leading=*/true, /*next_slot=*/2, /*chosen_index=*/1));
+  const repl::TakeoverResult taken = tracker.result(applier);
+  EXPECT_EQ(taken.final_tid, t + 6);
+  const auto journal = std::dynamic_pointer_cast<ReplayJournal>(taken.observer);
+  EXPECT_EQ(journal != nullptr, journal_replay);
+  txn::EngineOptions leading = Survivor::options();
+  engine.start_leading((taken.floor_tid >> 32) + 64, &leading);
+  std::vector<DiscardJournal*> journals;
+  if (journal != nullptr) {
+    EXPECT_EQ(journal->journal().size(), 6u);  // A, B (2 writes), C, E, F; not D
+    // The versions A, C and E (B's key 2 is under E, F's key 1 absent) get their vectors.
+    EXPECT_EQ(journal->journal().restore_version_deps(engine), 3u);
+    journals.push_back(&journal->journal());
+  }
+
+  // The new leader's worker, before it learns what shard 0 lost: G reads key 2 (E's, lost)
+  // and puts its value + 1000 into key 4. Its journal, like a worker's, keeps what names a
+  // shard its vectorized watermark does not cover (shard 0 up to kCoveredUpTo here).
+  DiscardJournal worker_journal(kShard);
+  txn::Worker* worker = engine.make_worker();
+  struct Hook {
+    DiscardJournal* journal;
+    static Status record(void* self, const txn::Txn& txn) {
+      static_cast<Hook*>(self)->journal->record(txn, false, [](uint32_t shard, uint64_t ts) {
+        return shard == kShard || ts <= kCoveredUpTo;
+      });
+      return Status::Ok();
+    }
+  } hook{&worker_journal};
+  worker->set_commit_hook(&Hook::record, &hook);
+  const Status g = worker->run(
+      [](txn::Txn& txn, const void* args, void*) -> Status {
+        auto* t = static_cast<txn::Table<1>*>(const_cast<void*>(args));
+        uint64_t v = 0;
+        SHOAL_TRY(txn.get(*t, key1(2), &v));
+        return txn.put(*t, key1(4), v + 1000);
+      },
+      table);
+  EXPECT_TRUE(g.ok()) << g.to_string();
+  // G names E's lost TID only if E's version carries its vector.
+  EXPECT_EQ(worker_journal.size(), journal_replay ? 1u : 0u);
+  journals.push_back(&worker_journal);
+
+  // Shard 0's failover lost its TIDs in (kFinal, kFloor]: the first discard.
+  txn::Worker* compensator = engine.make_worker();
+  auto r = discard_lost(journals, engine, *compensator, LostRange{0, kFinal, kFloor});
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (r.ok()) *result = *r;
+  std::map<uint64_t, uint64_t> out;
+  table->for_each(key1(0), Key1::max(), [&](const Key1& k, const void* v, uint32_t) {
+    out[k.w[0]] = *static_cast<const uint64_t*>(v);
+    return true;
+  });
+  return out;
+}
+
+TEST(DiscardJournal, AReplayedHalfWhoseOtherHalfIsLostIsUndoneAtTheTakeover) {
+  DiscardResult r;
+  // A and D stay; B, C, E, F and G are undone: key 1 back to A's value, key 2 and 3 to the
+  // load, key 4 to D's, key 50 (B's insert) gone.
+  const std::map<uint64_t, uint64_t> expected = {{1, 101}, {2, 2}, {3, 3}, {4, 404}};
+  EXPECT_EQ(promoted_after_discard(/*journal_replay=*/true, &r), expected);
+  EXPECT_EQ(r.lost_writes, 6u);  // B's two, C's, E's, F's, G's
+  EXPECT_EQ(r.restored, 4u);     // keys 1, 2 (under E and B), 3 and 4
+  EXPECT_EQ(r.removed, 1u);      // key 50
+  EXPECT_EQ(r.not_discarded, 0u);
+  EXPECT_EQ(r.kept_txns, 0u);
+}
+
+// The gap this closes: without a journal of its replay the promoted leader keeps B, C, E, F
+// and G, which read E.
+TEST(DiscardJournal, WithoutTheReplayJournalThePromotedLeaderKeepsTheLostHalves) {
+  DiscardResult r;
+  const std::map<uint64_t, uint64_t> kept = {{2, 252}, {3, 1202}, {4, 1252}, {50, 500}};
+  EXPECT_EQ(promoted_after_discard(/*journal_replay=*/false, &r), kept);
+  EXPECT_EQ(r.lost_writes, 0u);
+}
+
+// A follower knows no vectorized watermark to trim by: a full journal forgets its oldest
+// writes (counted) and keeps the newest, entries and old values both bounded.
+TEST(DiscardJournal, AFollowersJournalKeepsItsNewestWrites) {
+  DiscardJournal journal(kShard);
+  const txn::DepEntry dep{0, kFinal + 1};
+  std::vector<uint8_t> old(2048, 7);
+  const size_t writes = DiscardJournal::kEntriesMax + 100;
+  for (size_t i = 0; i < writes; ++i) {
+    const uint64_t key = i;
+    ReplayedWrite w;
+    w.tid = (uint64_t{2} << 32) + i + 1;
+    w.deps = {&dep, 1};
+    w.key_words = {&key, 1};
+    w.has_old_value = true;
+    w.old_value = old;
+    w.base_tid = 1;
+    journal.push_replayed(w);
+  }
+  // 2 KiB old values: the byte ring (8 MiB) holds 4,096 of them.
+  EXPECT_EQ(journal.size(), DiscardJournal::kBytesMax / old.size());
+  EXPECT_EQ(journal.stats().forgotten, writes - journal.size());
+  EXPECT_EQ(journal.at(journal.size() - 1).tid, (uint64_t{2} << 32) + writes);
+  EXPECT_TRUE(journal.at(0).undoable);
+  EXPECT_EQ(journal.at(0).key[0], writes - journal.size());
+  // Inserts keep no old value: the entries' bound.
+  for (size_t i = 0; i < DiscardJournal::kEntriesMax; ++i) {
+    const uint64_t key = writes + i;
+    ReplayedWrite w;
+    w.tid = (uint64_t{3} << 32) + i + 1;
+    w.deps = {&dep, 1};
+    w.key_words = {&key, 1};
+    w.kind = txn::WriteKind::kInsert;
+    journal.push_replayed(w);
+  }
+  EXPECT_EQ(journal.size(), DiscardJournal::kEntriesMax);
+  EXPECT_EQ(journal.stats().forgotten, writes);
+  EXPECT_EQ(journal.at(0).kind, txn::WriteKind::kInsert);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "src/repl/follower.h"
 #include "src/repl/leader.h"
 #include "src/server/cluster_config.h"
+#include "src/server/discard_journal.h"
 #include "src/server/payments_json.h"
 #include "src/server/server_metrics.h"
 #include "src/workload/tpcc/tpcc.h"
@@ -72,6 +73,11 @@ Result<repl::FollowerOptions> follower_options(const ReplicaOptions& options,
   // the leader's region comes on top.
   if (!options.server.etcd.empty() && shard.replicas.size() >= 3) {
     fo.leader_timeout_ms = config.leader_timeout_ms + (2 * one_way_ns + 999'999) / 1'000'000;
+    // A replica that may take over journals the cross-shard halves it replays, for the
+    // FVW discard should another shard fail over with ours (a region: discard_journal.h).
+    if (config.shards.size() > 1) {
+      fo.replay_observer = std::make_shared<ReplayJournal>(options.shard);
+    }
   }
   fo.serve_reads = options.serve_reads;
   fo.unsafe_snapshot_read_newest = options.unsafe_snapshot_read_newest;

@@ -203,6 +203,9 @@ Status ShardServer::discard_lost_versions(const LostRange& range, uint32_t repli
     const uint64_t start_ns = RealEnv::instance().now_ns();
     std::vector<DiscardJournal*> journals;
     for (auto& w : workers_) journals.push_back(w->discard_journal.get());
+    // What we replayed as a follower: its halves of cross-shard transactions are undone like
+    // the ones our workers committed (a region's shards failing together).
+    if (replay_journal_ != nullptr) journals.push_back(&replay_journal_->journal());
     const size_t in_doubt = resolve_in_doubt(journals, range.shard, replica);
     release_undecided(range.shard, replica, epoch);
     uint64_t overflow = 0;
@@ -450,14 +453,22 @@ Status ShardServer::take_over() {
   const size_t purged = engine_->start_leading(first_epoch, &eo);
   snapshot_tid_ = r->floor_tid;
   decisions_ = r->decisions;
+  replay_journal_ = std::dynamic_pointer_cast<ReplayJournal>(r->observer);
+  const size_t versions_with_deps =
+      replay_journal_ != nullptr ? replay_journal_->journal().restore_version_deps(*engine_) : 0;
   decisions_published_.store(decisions_.get(), std::memory_order_release);
   fmt::print(stderr,
              "shoal server: shard {}: replica {} took over in epoch {} in {:.1f} ms: final "
              "watermark {:#x}, {} txns installed, {} discarded above it, {} tombstones purged, "
-             "{} cross-shard decisions known\n",
+             "{} cross-shard decisions known, {} replayed cross-shard writes journaled ({} "
+             "forgotten, {} not journaled; {} versions given their vectors)\n",
              options_.shard, me_, epoch_, static_cast<double>(r->elapsed_ns) / 1e6, r->final_tid,
              r->replayed_txns, r->discarded_txns, purged,
-             decisions_ != nullptr ? decisions_->size() : 0);
+             decisions_ != nullptr ? decisions_->size() : 0,
+             replay_journal_ != nullptr ? replay_journal_->journal().size() : 0,
+             replay_journal_ != nullptr ? replay_journal_->journal().stats().forgotten : 0,
+             replay_journal_ != nullptr ? replay_journal_->journal().stats().overflow : 0,
+             versions_with_deps);
   return Status::Ok();
 }
 

@@ -562,6 +562,10 @@ class ShardServer {
   // A promotion: what our predecessor's log says its coordinator committed (participant.h
   // F11); our participants answer the other shards' kResolve from it. Read-only by then.
   std::shared_ptr<const repl::DecisionLog> decisions_;
+  // A promotion: the journal of what our replay installed of cross-shard transactions
+  // (discard_journal.h, ReplayJournal), walked by every FVW discard with the workers'; null
+  // when none was kept. Set by take_over, before the watch thread starts.
+  std::shared_ptr<ReplayJournal> replay_journal_;
   // decisions_ for the control threads (kDecisions): set once, after it, with release.
   std::atomic<const repl::DecisionLog*> decisions_published_{nullptr};
   static bool find_decision(const void* ctx, dist::TxnId id, uint64_t* tid, txn::DepVec* vector);

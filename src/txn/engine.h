@@ -144,6 +144,28 @@ class TableBase {
   // and its scans (TPC-C Delivery's oldest NEW-ORDER) would otherwise step over every row ever
   // delivered. REQUIRES: quiescent (no replay, no transactions).
   virtual size_t purge_tombstones() = 0;
+  // Replay's look at what a write is about to overwrite (src/repl/replay.h, ReplayObserver):
+  // the key's newest version, its TID in *version_out (0 when never written) and, if present,
+  // its value (at most out_bytes copied; its size in *size_out). Ok: present; NotFound: absent
+  // (a tombstone's TID, or 0); NotSupported: this table cannot say (a BytesTable). `known`: as
+  // apply_replicated's (replay's prefetch found it: no index descent), or nullptr. REQUIRES:
+  // the replay thread of a follower's engine (no other writer), or quiescent (Table::peek); an
+  // ebr::Guard held.
+  [[nodiscard]] virtual Status peek_replicated(const uint64_t* key_words, const void* known,
+                                               void* out, uint32_t out_bytes, uint32_t* size_out,
+                                               uint64_t* version_out) const {
+    (void)key_words, (void)known, (void)out, (void)out_bytes, (void)size_out;
+    *version_out = 0;
+    return Status::NotSupported("peek_replicated");
+  }
+  // A promoted replica's takeover: the key's newest version, if it is `tid` and present, gets
+  // the dependency vector `deps` that replay did not install (its writer logged it), so that
+  // the new leader's transactions reading it inherit it, as they would on the leader that
+  // wrote it. Returns whether it did. REQUIRES: quiescent (no transactions, no replay).
+  virtual bool set_takeover_deps(const uint64_t* key_words, uint64_t tid, const DepVec& deps) {
+    (void)key_words, (void)tid, (void)deps;
+    return false;
+  }
 
  protected:
   friend class Txn;
@@ -226,6 +248,10 @@ class Table final : public TableBase {
   bool prefetch_step(BTreePrefetch* p) const override { return index_.prefetch_step(p); }
   void scan_committed(const ScanFn& fn) const override;
   size_t purge_tombstones() override;
+  Status peek_replicated(const uint64_t* key_words, const void* known, void* out,
+                         uint32_t out_bytes, uint32_t* size_out,
+                         uint64_t* version_out) const override;
+  bool set_takeover_deps(const uint64_t* key_words, uint64_t tid, const DepVec& deps) override;
   static KeyT key_of(const uint64_t* words) {
     KeyT k;
     std::copy(words, words + K, k.w.begin());

@@ -91,12 +91,43 @@ Status Table<K>::load(const KeyT& key, const void* value, uint32_t size_bytes) {
 template <size_t K>
 Status Table<K>::peek(const KeyT& key, void* out, uint32_t size_bytes) const {
   ebr::Guard guard;
-  auto* rec = static_cast<Record*>(index_.get(key, nullptr));
+  uint32_t size = 0;
+  uint64_t version = 0;
+  return peek_replicated(key.w.data(), nullptr, out, size_bytes, &size, &version);
+}
+
+template <size_t K>
+Status Table<K>::peek_replicated(const uint64_t* key_words, const void* known, void* out,
+                                 uint32_t out_bytes, uint32_t* size_out,
+                                 uint64_t* version_out) const {
+  *version_out = 0;
+  const auto* rec = static_cast<const Record*>(known);
+  // A known record replaced (grown) since the prefetch found it is looked up again.
+  if (rec == nullptr || (rec->word.load(std::memory_order_acquire) & Tid::kUnlinked) != 0) {
+    rec = static_cast<const Record*>(index_.get(key_of(key_words), nullptr));
+  }
   if (rec == nullptr) return Status::NotFound();
+  // No other writer on a follower's engine: the head cannot change under this read.
   const uint64_t word = rec->word.load(std::memory_order_acquire);
+  *version_out = Tid::version(word);
   if (word & Tid::kStateMask) return Status::NotFound();
-  std::memcpy(out, rec->data, std::min(size_bytes, rec->size_bytes));
+  *size_out = rec->size_bytes;
+  std::memcpy(out, rec->data, std::min(out_bytes, rec->size_bytes));
   return Status::Ok();
+}
+
+template <size_t K>
+bool Table<K>::set_takeover_deps(const uint64_t* key_words, uint64_t tid, const DepVec& deps) {
+  ebr::Guard guard;
+  auto* rec = static_cast<Record*>(index_.get(key_of(key_words), nullptr));
+  if (rec == nullptr) return false;
+  const uint64_t word = rec->word.load(std::memory_order_acquire);
+  if ((word & Tid::kStateMask) != 0 || Tid::version(word) != tid) return false;
+  const DepVec* old = rec->deps.exchange(new DepVec(deps), std::memory_order_acq_rel);
+  if (old != nullptr) {
+    ebr::retire(const_cast<DepVec*>(old), [](void* p) { delete static_cast<DepVec*>(p); });
+  }
+  return true;
 }
 
 template <size_t K>
