@@ -365,6 +365,43 @@ TEST(DistSim, RedialedShardServesTheNewEpochAndFencesTheOld) {
   EXPECT_GE(id & ((uint64_t{1} << 40) - 1), uint64_t{2} << 32);
 }
 
+// A region failing: shard 0 failed over in epoch 2, then shard 1 in epoch 3, its new leader
+// promoted over a store that may hold halves of shard 0's lost transactions. Until that leader
+// has followed shard 0's failover (discarded what it lost), it serves no transaction in its own
+// epoch, neither shard 0's new leader's (which would hide the lost dependency behind its own
+// new-epoch TID) nor its own coordinator's (through its self link); refused ones installed
+// nothing, and once it followed, both run.
+TEST(DistSim, APromotedLeaderServesNothingUntilItFollowedTheEarlierFailover) {
+  Cluster c(5, 2, kKeysPerShard, false);
+  dist::Participant promoted(*c.engines[1], 1, 256);
+  promoted.advance_epoch(3);
+  promoted.await_failover_of(0);
+  promoted.await_failover_of(0);  // once per shard
+  EXPECT_TRUE(promoted.awaits_failovers());
+  dist::LocalLink to_promoted(promoted, c.loop, c.rng, 1'000, 40'000);
+  c.participants[0]->advance_epoch(3);  // shard 0's new leader followed shard 1 already
+  uint64_t epoch = 3;
+  dist::CoordinatorOptions o;
+  o.max_retries = 5;
+  o.first_seq = (uint64_t{2} << 32) + 1;
+  dist::Coordinator shard0_leader(o, {c.links[0].get(), &to_promoted}, &epoch);
+  o.shard_id = 1;
+  o.first_seq = (uint64_t{3} << 32) + 1;
+  dist::Coordinator own(o, {c.links[0].get(), &to_promoted}, &epoch);
+  for (dist::Coordinator* coordinator : {&shard0_leader, &own}) {
+    const Status refused = run_one_transfer(c, *coordinator);
+    EXPECT_TRUE(refused.is_aborted()) << refused.to_string();
+    EXPECT_EQ(promoted.active(), 0u);
+    EXPECT_EQ(c.participants[0]->active(), 0u);
+  }
+  EXPECT_FALSE(promoted.followed_failover_of(1));  // never awaited
+  EXPECT_TRUE(promoted.awaits_failovers());
+  EXPECT_TRUE(promoted.followed_failover_of(0));
+  EXPECT_FALSE(promoted.awaits_failovers());
+  EXPECT_TRUE(run_one_transfer(c, shard0_leader).ok());
+  EXPECT_TRUE(run_one_transfer(c, own).ok());
+}
+
 // C4 with the last agent's shard gone: shard 1 (the first remote writer, coordinator.cc) decided
 // (installed) but its answer was lost with its process. Its new leader's log holds the decision
 // (or, in the second run, not); the coordinator (shard 0, no writes of its own) keeps shard 2

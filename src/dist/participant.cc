@@ -33,7 +33,23 @@ void Participant::advance_epoch(uint64_t epoch) {
   if (epoch > epoch_) epoch_ = epoch;
 }
 
+void Participant::await_failover_of(uint32_t shard) {
+  if (std::find(awaited_failovers_.begin(), awaited_failovers_.end(), shard) ==
+      awaited_failovers_.end()) {
+    awaited_failovers_.push_back(shard);
+  }
+}
+
+bool Participant::followed_failover_of(uint32_t shard) {
+  return std::erase(awaited_failovers_, shard) > 0;
+}
+
 Status Participant::check_epoch(uint64_t epoch) const {
+  if (!awaited_failovers_.empty()) [[unlikely]] {
+    return Status::Aborted(
+        fmt::format("shard {} has not yet followed shard {}'s failover (discarded what it lost)",
+                    shard_id_, awaited_failovers_.front()));
+  }
   if (epoch < epoch_) [[unlikely]] {
     return Status::Aborted(
         fmt::format("stale epoch {} < {} at shard {}", epoch, epoch_, shard_id_));

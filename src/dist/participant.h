@@ -209,6 +209,17 @@ class Participant {
   uint64_t epoch() const { return epoch_; }
   // Epochs only move forward.
   void advance_epoch(uint64_t epoch);
+  // A promoted leader whose predecessor may have died before following another shard's
+  // failover (a region failing: both shards' leaders at once) starts in an epoch that already
+  // covers that failover, but has not yet fenced and discarded what it lost. Until it has
+  // (followed_failover_of), a transaction touching that shard's new leader could read a lost
+  // version here and hide the dependency behind its new-epoch TID there, as check_epoch's newer
+  // epochs could: so read, exec, lock and validate are refused (Aborted, retried) while any
+  // shard is awaited, whichever coordinator asks (ours included, through its self link).
+  void await_failover_of(uint32_t shard);
+  // Returns whether `shard` was awaited.
+  bool followed_failover_of(uint32_t shard);
+  bool awaits_failovers() const { return !awaited_failovers_.empty(); }
 
   // Reads a key for transaction `id` (starting its context on first contact).
   [[nodiscard]] Status read(TxnId id, uint64_t epoch, uint32_t table_id, const uint64_t* key,
@@ -397,6 +408,7 @@ class Participant {
   uint32_t shard_id_;
   ParticipantOptions options_;
   uint64_t epoch_ = 1;
+  std::vector<uint32_t> awaited_failovers_;  // shards; at most one entry each
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
   std::unordered_map<TxnId, uint32_t> active_;

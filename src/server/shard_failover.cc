@@ -374,6 +374,13 @@ void Worker::redial(uint32_t shard, uint64_t new_epoch, uint64_t lost_above, uin
   // refuses reads, locks and validates of older ones (the deposed leader's, if it still runs).
   epoch = std::max(epoch, new_epoch);
   participant->advance_epoch(epoch);
+  if (participant->followed_failover_of(shard)) {  // fenced above, discarded before the redial
+    fmt::print(stderr,
+               "shoal server: shard {} worker {}: followed shard {}'s failover (epoch {}), which "
+               "our predecessor may not have: serving transactions{}\n",
+               server->shard(), index, shard, new_epoch,
+               participant->awaits_failovers() ? " once the other failovers are followed" : "");
+  }
   auto peer = make_peer(*this, shard, std::move(endpoint));
   if (!peer.ok()) {
     fmt::print(stderr, "shoal server: shard {} worker {}: link to shard {}'s new leader: {}\n",

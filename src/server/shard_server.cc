@@ -264,6 +264,15 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     // Followed at the watch's first look: no word of its new leader covers its lost TIDs first.
     if (s != options_.shard && watch_leaders_[s] != leaders_[s]) w->vector_watermark->hold(s);
   }
+  for (uint32_t s = 0; s < config_.shards.size(); ++s) {
+    // A region failing: our predecessor may have died before following that shard's failover,
+    // and our replayed store may hold halves of its lost transactions. No transaction reads
+    // here until we followed it (Worker::redial): it would hide that dependency behind its
+    // new-epoch TID there (participant.h, await_failover_of).
+    if (s != options_.shard && watch_leaders_[s] != leaders_[s]) {
+      w->participant->await_failover_of(s);
+    }
+  }
   dist::CoordinatorOptions co;
   co.shard_id = options_.shard;
   co.worker_id = index;
