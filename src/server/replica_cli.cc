@@ -262,9 +262,16 @@ Status recover_and_lead(const ReplicaOptions& options, uint64_t epoch) {
 
 namespace {
 
+// A replica reads etcd at start and at its leader's failure, when the machine is often at its
+// busiest (a cluster starting, a region restarting): a local etcd then took over a second to
+// answer (its own fsyncs) and the 1 s default made the replica exit. A dead etcd still fails
+// at once (connection refused); only a slow one is waited for longer.
+constexpr uint64_t kReplicaEtcdTimeoutMs = 5000;
+
 Result<std::unique_ptr<cluster::EtcdConfigManager>> open_manager(const ReplicaOptions& options) {
   cluster::EtcdOptions eo;
   eo.endpoints = options.server.etcd;
+  eo.timeout_ms = kReplicaEtcdTimeoutMs;
   return cluster::EtcdConfigManager::create(eo);
 }
 
