@@ -847,18 +847,31 @@ void Worker::trace_busy_drops() {
   }();
   const uint64_t now = loop->now_ns();
   if (!on || now < busy_trace_next_ns) return;
-  uint64_t drops = 0;
+  uint64_t drops = 0, resent = 0, timeouts = 0;
   for (const auto& in : incoming) drops += in->rpc_stats().busy_drops;
-  if (drops < busy_drops_seen) busy_drops_seen = drops;  // a closed connection's went with it
-  if (drops == busy_drops_seen) return;
+  for (const auto& p : peers) {
+    if (p == nullptr) continue;
+    resent += p->rpc_stats().retransmits;
+    timeouts += p->rpc_stats().timeouts;
+  }
+  // A closed or replaced connection's counts went with it: start again from what is left.
+  if (drops < busy_drops_seen) busy_drops_seen = drops;
+  if (resent < busy_resent_seen) busy_resent_seen = resent;
+  if (timeouts < busy_timeouts_seen) busy_timeouts_seen = timeouts;
+  if (drops == busy_drops_seen && resent == busy_resent_seen && timeouts == busy_timeouts_seen) {
+    return;
+  }
   busy_trace_next_ns = now + 1'000 * kMs;
   fmt::print(stderr,
-             "busy-trace shard {} worker {}: {} requests dropped since the last report (task "
-             "room {}, {} acknowledgements watched by tasks, {} waits on the vector "
-             "watermark)\n",
-             server->shard(), index, drops - busy_drops_seen, loop->task_room(), acks_running,
+             "busy-trace shard {} worker {}: since the last report {} requests of other shards "
+             "dropped, {} of our calls re-sent and {} timed out (task room {}, {} "
+             "acknowledgements watched by tasks, {} waits on the vector watermark)\n",
+             server->shard(), index, drops - busy_drops_seen, resent - busy_resent_seen,
+             timeouts - busy_timeouts_seen, loop->task_room(), acks_running,
              vector_watermark != nullptr ? vector_watermark->waiting() : 0);
   busy_drops_seen = drops;
+  busy_resent_seen = resent;
+  busy_timeouts_seen = timeouts;
 }
 
 void Worker::publish_metrics() {

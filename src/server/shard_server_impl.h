@@ -291,10 +291,11 @@ struct Worker {
   void publish();
   void health();
   void publish_metrics();  // health tick: what only this loop can read, for /metrics
-  // SHOAL_RESERVATION_TRACE=1 (diagnosis): at most once a second, the requests of other
-  // shards this worker's endpoints dropped since (rpc.h busy_drops) and its task room.
+  // SHOAL_RESERVATION_TRACE=1 (diagnosis): at most once a second, when any grew, the requests
+  // of other shards this worker's endpoints dropped since (rpc.h busy_drops), its calls
+  // re-sent and timed out, and its task room.
   void trace_busy_drops();
-  uint64_t busy_drops_seen = 0;
+  uint64_t busy_drops_seen = 0, busy_resent_seen = 0, busy_timeouts_seen = 0;
   uint64_t busy_trace_next_ns = 0;
   void teardown();
   static void health_thunk(void* self, uint64_t);
