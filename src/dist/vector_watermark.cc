@@ -125,6 +125,18 @@ void VectorWatermark::release_all(const Status& why) {
   waiting_ = 0;
 }
 
+std::string VectorWatermark::describe_waits() const {
+  std::string text;
+  for (uint32_t shard = 0; shard < heaps_.size(); ++shard) {  // bounded: shards()
+    const std::vector<Parked>& heap = heaps_[shard];
+    if (heap.empty()) continue;
+    text += fmt::format("{}shard {}: {} waits for {:#x}, known {:#x}{}", text.empty() ? "" : "; ",
+                        shard, heap.size(), heap.front().ts, entries_[shard],
+                        held_[shard] ? " (held)" : "");
+  }
+  return text;
+}
+
 void VectorWatermark::hold(uint32_t shard) {
   SHOAL_ASSERT(shard < held_.size(), "hold: shard %u of %zu", shard, held_.size());
   held_[shard] = true;

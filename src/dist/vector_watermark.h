@@ -41,6 +41,7 @@
 
 #include <coroutine>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shoal/status.h"
@@ -126,6 +127,10 @@ class VectorWatermark {
   }
 
   size_t waiting() const { return waiting_; }
+  // What the waits wait for, for a log line: per shard with parked waiters, how many, the
+  // lowest TID they need, the entry known here and whether it is held (hold()), e.g.
+  // "shard 0: 4096 waits for 0x1c700008000, known 0x1c700007fff (held)". Empty when none wait.
+  std::string describe_waits() const;
   uint32_t waiters_max() const { return waiters_max_; }
   const VectorWatermarkStats& stats() const { return stats_; }
 

@@ -105,6 +105,29 @@ TEST(VectorWatermark, BoundedWaitersAndReleaseAll) {
   EXPECT_EQ(vw.waiting(), 0u);
 }
 
+// What a stalled run logs (the acknowledgement grace, src/server/shard_load.cc): per shard with
+// waiters, how many, the lowest TID they need, the entry known and whether it is held.
+TEST(VectorWatermark, DescribeWaitsNamesTheEntryTheyWaitFor) {
+  rt::EventLoop loop(RealEnv::instance());  // no test here depends on time
+  VectorWatermark vw(loop, 3, 8);
+  EXPECT_EQ(vw.describe_waits(), "");
+  ASSERT_TRUE(vw.raise(0, 0x10).ok());
+  const txn::DepVec a = vec({{0, 0x20}, {2, 0x5}}), b = vec({{0, 0x18}}), c = vec({{2, 0x7}});
+  std::vector<int> done;
+  std::vector<Status> statuses;
+  ASSERT_TRUE(loop.spawn(waiter(vw, &a, 1, &done, &statuses)).ok());
+  ASSERT_TRUE(loop.spawn(waiter(vw, &b, 2, &done, &statuses)).ok());
+  ASSERT_TRUE(loop.spawn(waiter(vw, &c, 3, &done, &statuses)).ok());
+  drain(loop);
+  vw.hold(2);
+  EXPECT_EQ(vw.describe_waits(),
+            "shard 0: 2 waits for 0x18, known 0x10; shard 2: 1 waits for 0x7, known 0x0 (held)");
+  vw.release_all(Status::Timeout("over"));
+  drain(loop);
+  EXPECT_EQ(done.size(), 3u);
+  EXPECT_EQ(vw.describe_waits(), "");
+}
+
 TEST(WatermarkWire, TrailerSplitsOffAndShortRepliesAreRefused) {
   rt::MsgBuffer reply;
   reply.resize(3);

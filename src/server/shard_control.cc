@@ -154,6 +154,16 @@ Status ShardServer::on_stats(std::span<const uint8_t> request, rt::MsgBuffer* ou
   return Status::Ok();
 }
 
+Status ShardServer::load_running(const char* what) const {
+  uint32_t running = 0;
+  for (const auto& w : workers_) running += !w->done.load(std::memory_order_acquire);
+  return Status::InvalidArgument(fmt::format(
+      "{}: shard {}'s load has not ended on {} of {} workers (clients still in a transaction, "
+      "or waiting for their acknowledgement: at most {} ms past the run, after which the "
+      "server's log says what they waited for)",
+      what, options_.shard, running, workers_.size(), kAckGraceNs / kMs));
+}
+
 // Reads every key of this shard with fresh transactions (a lock left behind fails the read)
 // and sums the counters: the survivors' "no locks kept" check and the consistency check.
 Status ShardServer::on_scan(std::span<const uint8_t> request, rt::MsgBuffer* out) {
@@ -218,11 +228,9 @@ Status ShardServer::on_history(std::span<const uint8_t> request, rt::MsgBuffer* 
     return Status::InvalidArgument(
         fmt::format("history.worker: must be below {}", workers_.size()));
   }
-  if (running_.load() > 0) return Status::InvalidArgument("history: a load is running");
+  if (running_.load() > 0) return load_running("history");
   for (auto& w : workers_) {
-    if (!w->done.load(std::memory_order_acquire)) {
-      return Status::InvalidArgument("history: a load is running");
-    }
+    if (!w->done.load(std::memory_order_acquire)) return load_running("history");
   }
   const BankHistory& log = workers_[worker]->bank_log;
   std::string txns;
@@ -267,7 +275,7 @@ Status ShardServer::on_decisions(std::span<const uint8_t> request, rt::MsgBuffer
 }
 
 Status ShardServer::check_acks(const nlohmann::json& request, rt::MsgBuffer* out) {
-  if (running_.load() > 0) return Status::InvalidArgument("scan.acks: a load is running");
+  if (running_.load() > 0) return load_running("scan.acks");
   const auto paths = request.find("paths");
   if (paths == request.end() || !paths->is_array() || paths->size() > kAckJournalsMax) {
     return Status::InvalidArgument(

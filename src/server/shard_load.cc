@@ -279,10 +279,9 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
     co_await w->loop->yield();
   }
   if (--w->clients_running == 0 && w->acks_running > 0) {
-    // The last ack task publishes; bounded by kAckGraceNs if replication stalls.
-    auto grace = w->loop->add_timer(w->loop->now_ns() + kAckGraceNs, &Worker::ack_grace_thunk, w,
-                                    w->load_end_ns);  // names this run
-    SHOAL_ASSERT(grace.ok(), "ack grace timer: %s", grace.status().to_string().c_str());
+    // The last ack task publishes; bounded by kAckGraceNs if replication stalls (a load
+    // stopped early: the grace start_load armed counts from the planned end).
+    w->arm_ack_grace(w->loop->now_ns() + kAckGraceNs);
   }
   w->publish_when_idle();
 }
@@ -303,6 +302,11 @@ void Worker::start_load() {
     }
   }
   load_end_ns = loop->now_ns() + static_cast<uint64_t>(params.seconds * 1e9);
+  // Every wait for an acknowledgement ends by the run's end plus kAckGraceNs, whoever waits:
+  // an ack task, a terminal that found every slot taken, a bank client. Without it a shard
+  // watermark that stopped kept the load running for good, and the controller found the
+  // shard lost ("a load is running").
+  if (vector_watermark != nullptr) arm_ack_grace(load_end_ns + kAckGraceNs);
   clients_running = 0;
   for (uint32_t i = 0; i < params.inflight; ++i) {
     const uint64_t seed =
@@ -339,12 +343,31 @@ void Worker::stop_load_thunk(void* self) {
   if (now < w->load_end_ns) w->load_end_ns = now;
 }
 
-void Worker::ack_grace_thunk(void* self, uint64_t run_end_ns) {
+void Worker::arm_ack_grace(uint64_t due_ns) {
+  auto grace = loop->add_timer(due_ns, &Worker::ack_grace_thunk, this, load_number);
+  SHOAL_ASSERT(grace.ok(), "ack grace timer: %s", grace.status().to_string().c_str());
+}
+
+void Worker::ack_grace_thunk(void* self, uint64_t load) {
   auto* w = static_cast<Worker*>(self);
-  if (run_end_ns != w->load_end_ns || w->acks_running == 0) return;  // done, or a later run
-  // Every waiter resumes with the error; the last ack task then publishes.
-  w->vector_watermark->release_all(Status::Timeout(fmt::format(
-      "shard {}: not acknowledged {} ms after the run", w->server->shard(), kAckGraceNs / kMs)));
+  // Published, or a later load's (which armed its own).
+  if (load != w->load_number || w->done.load(std::memory_order_relaxed)) return;
+  const size_t waiting = w->vector_watermark->waiting();
+  if (waiting > 0) {
+    // Says what the run could not get acknowledged (the shard watermark that stopped), then
+    // every waiter resumes with the error and counts as unacknowledged.
+    const std::string what = w->vector_watermark->describe_waits();
+    fmt::print(stderr,
+               "shoal server: shard {} worker {}: {} transactions not acknowledged {} ms after "
+               "the run: {}\n",
+               w->server->shard(), w->index, waiting, kAckGraceNs / kMs, what);
+    w->vector_watermark->release_all(
+        Status::Timeout(fmt::format("shard {}: not acknowledged {} ms after the run ({})",
+                                    w->server->shard(), kAckGraceNs / kMs, what)));
+  }
+  // A client still in a transaction may wait again once it ends (bounded by its RPC and
+  // verdict deadlines): look again until the load is published.
+  w->arm_ack_grace(w->loop->now_ns() + kAckGraceRecheckNs);
 }
 
 void Worker::record(bool cross, const Status& s, uint64_t latency_ns, uint32_t type) {

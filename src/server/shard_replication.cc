@@ -291,7 +291,7 @@ Status ShardServer::on_repl(std::span<const uint8_t> request, rt::MsgBuffer* out
   if (step != "close" && step != "report") {
     return Status::InvalidArgument("repl.step: must be close or report");
   }
-  if (running_.load() > 0) return Status::InvalidArgument("repl: a load is running");
+  if (running_.load() > 0) return load_running("repl");
   if (replication_ == nullptr) {  // a single replica: its digest is the whole report
     reply_json({{"shard", options_.shard},
                 {"closed", true},

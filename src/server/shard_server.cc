@@ -213,10 +213,16 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   // on rows other transactions wait for all that time. Measured (docs/OPERATIONS.md):
   // TPC-C on 2 shards 118K/s with 256, 184K/s with 1.
   lo.ready_batch = 1;
-  // RESP: a task per client with a request in flight, and one per pending acknowledgement.
-  if (resp_enabled()) lo.max_tasks += options_.resp_max_connections;
-  if (client_enabled()) lo.max_tasks += options_.client_max_connections;
-  if (kv_enabled()) lo.max_tasks += kPendingAcksMax;
+  // Room of their own for the load's clients and acknowledgements and the ports' (RESP: a
+  // task per client with a request in flight, and one per pending acknowledgement), so that
+  // other shards' requests always find some (worker_tasks.h).
+  WorkerTaskNeeds needs;
+  if (cluster_replicated()) needs.load_acks = kPendingAcksMax;
+  needs.terminals = kTerminalsMax;
+  if (resp_enabled()) needs.resp_connections = options_.resp_max_connections;
+  if (client_enabled()) needs.client_connections = options_.client_max_connections;
+  if (kv_enabled()) needs.kv_acks = kPendingAcksMax;
+  lo.max_tasks = worker_max_tasks(needs);
   w->loop = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
   dist::ParticipantOptions po;
   po.inflight_max = 8192;          // every remote worker's in-flight transactions, with room
@@ -840,6 +846,41 @@ void Worker::health() {
     return now - in->failed_seen_ns >= 2 * kHealthTickNs;
   });
   publish_metrics();
+  trace_busy_drops();
+}
+
+void Worker::trace_busy_drops() {
+  static const bool on = [] {
+    const char* trace = std::getenv("SHOAL_RESERVATION_TRACE");
+    return trace != nullptr && trace[0] == '1';
+  }();
+  const uint64_t now = loop->now_ns();
+  if (!on || now < busy_trace_next_ns) return;
+  uint64_t drops = 0, resent = 0, timeouts = 0;
+  for (const auto& in : incoming) drops += in->rpc_stats().busy_drops;
+  for (const auto& p : peers) {
+    if (p == nullptr) continue;
+    resent += p->rpc_stats().retransmits;
+    timeouts += p->rpc_stats().timeouts;
+  }
+  // A closed or replaced connection's counts went with it: start again from what is left.
+  if (drops < busy_drops_seen) busy_drops_seen = drops;
+  if (resent < busy_resent_seen) busy_resent_seen = resent;
+  if (timeouts < busy_timeouts_seen) busy_timeouts_seen = timeouts;
+  if (drops == busy_drops_seen && resent == busy_resent_seen && timeouts == busy_timeouts_seen) {
+    return;
+  }
+  busy_trace_next_ns = now + 1'000 * kMs;
+  fmt::print(stderr,
+             "busy-trace shard {} worker {}: since the last report {} requests of other shards "
+             "dropped, {} of our calls re-sent and {} timed out (task room {}, {} "
+             "acknowledgements watched by tasks, {} waits on the vector watermark)\n",
+             server->shard(), index, drops - busy_drops_seen, resent - busy_resent_seen,
+             timeouts - busy_timeouts_seen, loop->task_room(), acks_running,
+             vector_watermark != nullptr ? vector_watermark->waiting() : 0);
+  busy_drops_seen = drops;
+  busy_resent_seen = resent;
+  busy_timeouts_seen = timeouts;
 }
 
 void Worker::publish_metrics() {

@@ -70,6 +70,7 @@
 #include "src/server/resp_listener.h"
 #include "src/server/server_metrics.h"
 #include "src/server/shard_server.h"
+#include "src/server/worker_tasks.h"
 #include "src/txn/engine.h"
 
 namespace shoal::server::detail {
@@ -79,7 +80,6 @@ constexpr uint32_t kIncomingMax = 64;         // accepted connections per worker
 constexpr uint64_t kHealthTickNs = 20 * kMs;  // peer-death check and reaping period
 constexpr uint32_t kShardsMax = 64;           // down_mask_ is one bit per shard
 constexpr uint64_t kAcceptSliceMs = 100;      // main thread: how often it sees a signal
-constexpr uint32_t kTerminalsMax = 1024;      // TPC-C terminals per shard (on_start)
 constexpr size_t kAckJournalsMax = 4096;      // journals one check_acks call reads
 // A link replaced by a redial is freed this long after: longer than any RPC deadline and the
 // link's retries of an install or abort (which stop at once on a failed endpoint).
@@ -93,12 +93,11 @@ constexpr uint64_t kRedialTimeoutMs = 10'000;
 // rejoin of a restarted replica: a replay or lag rule keyed on epochs, not found yet.)
 constexpr uint64_t kTakeoverEpochJump = 64;
 constexpr uint64_t kUnavailablePauseNs = 5 * kMs;  // a client after Unavailable (after_failure)
-// Transactions per worker waiting for their acknowledgement while their terminal goes on; a
-// terminal that finds every slot taken waits for its own (backpressure).
-constexpr uint32_t kPendingAcksMax = 4096;
 // After its terminals end, a worker waits at most this long for the acknowledgements still
 // pending, then gives up on them (counted unacknowledged) and publishes its stats.
 constexpr uint64_t kAckGraceNs = 10'000 * kMs;
+// After the grace, waits that began since are ended this often until the load is published.
+constexpr uint64_t kAckGraceRecheckNs = 1'000 * kMs;
 // Replication stream ticks (StreamAppender::tick: aged batches, idle floors): often while
 // transactions commit (a batch waits at most this long past its age), rarely when idle so an
 // idle cluster does not write a floor entry to every WAL every millisecond.
@@ -157,11 +156,13 @@ struct PeerOver final : Peer {  // members destroyed bottom-up: link, rpc, endpo
 struct Incoming {
   virtual ~Incoming() = default;
   virtual Status status() const = 0;
+  virtual const rt::RpcStats& rpc_stats() const = 0;
   uint64_t failed_seen_ns = 0;
 };
 template <typename E>
 struct IncomingOver final : Incoming {
   Status status() const override { return rpc->status(); }
+  const rt::RpcStats& rpc_stats() const override { return rpc->stats(); }
   E endpoint;
   std::unique_ptr<rt::RpcEndpoint<E>> rpc;
 };
@@ -290,9 +291,19 @@ struct Worker {
   void publish();
   void health();
   void publish_metrics();  // health tick: what only this loop can read, for /metrics
+  // SHOAL_RESERVATION_TRACE=1 (diagnosis): at most once a second, when any grew, the requests
+  // of other shards this worker's endpoints dropped since (rpc.h busy_drops), its calls
+  // re-sent and timed out, and its task room.
+  void trace_busy_drops();
+  uint64_t busy_drops_seen = 0, busy_resent_seen = 0, busy_timeouts_seen = 0;
+  uint64_t busy_trace_next_ns = 0;
   void teardown();
   static void health_thunk(void* self, uint64_t);
-  static void ack_grace_thunk(void* self, uint64_t);
+  // Ends every acknowledgement wait of load `load_number` (the timer's argument) still
+  // pending, with a log line saying what they waited for, then looks again every
+  // kAckGraceRecheckNs until the load is published.
+  static void ack_grace_thunk(void* self, uint64_t load_number);
+  void arm_ack_grace(uint64_t due_ns);
   static void repl_tick_thunk(void* self, uint64_t);
   void schedule_repl_tick(uint64_t due_ns);
   // Brings the next tick forward to a busy tick's distance (posted to every worker when the
@@ -303,7 +314,7 @@ struct Worker {
   static bool idle_thunk(void* self);
   static void close_floor_thunk(void* self);
   // kStop: the load in progress ends now (its end moves to this moment; a load already past
-  // its end, in its acknowledgement grace, is left alone: the grace timer names its end).
+  // its end, in its acknowledgement grace, is left alone: its grace timers still run).
   static void stop_load_thunk(void* self);
   static void close_stream_thunk(void* self);
 };
@@ -384,6 +395,9 @@ class ShardServer {
     first_commit_unix_us_.compare_exchange_strong(none, RealEnv::instance().wall_us());
   }
   void load_finished() { running_.fetch_sub(1); }
+  // Why an after-run request must wait: "`what`: shard S's load has not ended on N of M
+  // workers (...)". REQUIRES: running_ > 0.
+  Status load_running(const char* what) const;
   // Called by a worker that logged a commit (its loop thread). Every
   // worker's stream ticks at the busy rate for kReplTickIdleNs after it. A transaction is
   // acknowledged only once every stream of the shard promised past it, and an idle stream
