@@ -1,7 +1,9 @@
 // Fabric-transport specific tests (the conformance suite covers the common contract): a peer
 // that registers a too-small ring, a writer that announces bytes past the ring's bounds, stale
 // epochs, the rendezvous over loopback TCP and by abstract unix name across processes (and
-// its same-uid rule, as shm_access_test.cc checks shm's), loopback-only addresses.
+// its same-uid rule, as shm_access_test.cc checks shm's), loopback-only addresses, and kept
+// regions (keep_received: the writer stops short of them, resumes intact once they are let go;
+// keeps refused past three quarters of the ring and outside it; bad input leaves them intact).
 #include "src/net/fabric_transport.h"
 
 #include <gtest/gtest.h>
