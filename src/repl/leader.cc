@@ -150,9 +150,11 @@ Status ReplicationLeader::init(Takeover* takeover) {
   if (!listener.ok()) return listener.status();
   listener_ = std::move(*listener);
   port_ = listener_.port();
-  // Followers keep entries in their receive rings until chosen (Follower::shed_for_ring),
-  // over every link kind in a ring of the shm ring's size (Follower::run).
-  options_.paxos.pipeline_bytes = shm_ring_bytes_for(eo.max_message_bytes) / 4;
+  if (options_.link == LinkKind::kTcp || options_.link == LinkKind::kShm) {
+    // Followers keep entries in their receive rings until chosen (Follower::shed_for_ring),
+    // over tcp in a ring of the same size (Follower::run).
+    options_.paxos.pipeline_bytes = shm_ring_bytes_for(eo.max_message_bytes) / 4;
+  }
   if (options_.link == LinkKind::kShm) {
     eo.ring_bytes = shm_ring_bytes_for(eo.max_message_bytes);
     auto shm = net::ShmListener::listen(replication_shm_name(options_.listen_host, port_), eo);
