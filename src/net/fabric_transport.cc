@@ -10,6 +10,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "src/net/ring_holds.h"
 #include "src/net/socket_util.h"
 
 namespace shoal::net {
@@ -183,11 +185,19 @@ Result<fi_info*> provider_info(const std::string& provider) {
   return info;
 }
 
-Result<uint8_t*> alloc_region(size_t bytes) {
-  void* p = std::aligned_alloc(kPageBytes, round_to_pages(bytes));
-  if (p == nullptr) return Status::IOError(fmt::format("fabric: cannot allocate {} bytes", bytes));
-  std::memset(p, 0, round_to_pages(bytes));  // also faults every page in before traffic
+// Zeroed pages, every one faulted in before traffic (MAP_POPULATE). Mapped, not allocated: a
+// receive region with kept regions in it is unmapped by its RingHolds table (ring_holds.h).
+Result<uint8_t*> map_region(size_t bytes) {
+  void* p = mmap(nullptr, round_to_pages(bytes), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) {
+    return Status::IOError(fmt::format("fabric: cannot map {} bytes: {}", bytes, strerror(errno)));
+  }
   return static_cast<uint8_t*>(p);
+}
+
+void unmap_region(uint8_t* p, size_t bytes) {
+  if (p != nullptr) munmap(p, round_to_pages(bytes));
 }
 
 }  // namespace
@@ -242,6 +252,9 @@ struct FabricEndpoint::State {
   uint64_t drops = 0;
   uint32_t rx_max_payload = 0;
   bool peer_wants_credit = false;
+  // Created by the first keep(); from then on it owns `region` (close_fabric() drops our
+  // reference, the last held region unmaps it).
+  RingHolds* holds = nullptr;
   Status rx_error;  // a bad announcement: reported after the frames announced before it
 
   // Send side: the mirror of the peer's ring, and what of it the peer has.
@@ -341,6 +354,19 @@ struct FabricEndpoint::State {
   // poll_frames() source interface.
   bool next_frame(Frame* out, Status* error);
   void release_consumed();
+  // Kept regions let go since (on any thread): their credit, unless a batch is out.
+  void let_go_of_kept() {
+    if (holds != nullptr && !batch_outstanding && phase == Phase::kReady) release_consumed();
+  }
+  std::shared_ptr<const uint64_t[]> keep(std::span<const uint8_t> bytes);
+  // The stream position of a byte of [rx_released, rx_cursor) in the ring, or UINT64_MAX when
+  // `p` is not in the ring's data area.
+  uint64_t position_of(const uint8_t* p) const {
+    if (rx_data == nullptr || p < rx_data || p >= rx_data + rx_ring_bytes) return UINT64_MAX;
+    const uint64_t offset = static_cast<uint64_t>(p - rx_data);
+    const uint64_t mask = rx_ring_bytes - 1;
+    return rx_released + ((offset - (rx_released & mask)) & mask);
+  }
   void on_control(const Frame&) {}
   void defer_error(Status status) { fail(std::move(status)).ignore(); }
 };
@@ -383,7 +409,7 @@ Status FabricEndpoint::State::open_fabric() {
   // Our receive region: mailbox, ring control, ring data.
   rx_ring_bytes = options.ring_bytes;
   region_bytes = fabric_region_bytes(rx_ring_bytes);
-  auto mem = alloc_region(region_bytes);
+  auto mem = map_region(region_bytes);
   if (!mem.ok()) return mem.status();
   region = *mem;
   ring_init({region + kFabricMailboxBytes, ring_region_bytes(rx_ring_bytes)}, rx_ring_bytes);
@@ -430,7 +456,7 @@ Status FabricEndpoint::State::take_hello() {
   peer_key = hello_in.region_key;
   mirror_bytes = ring_region_bytes(peer_ring_bytes);
   // The control sources share the mirror's registration (one descriptor for every write).
-  auto mem = alloc_region(mirror_bytes + kControlSourceBytes);
+  auto mem = map_region(mirror_bytes + kControlSourceBytes);
   if (!mem.ok()) return mem.status();
   mirror = *mem;
   ring_init({mirror, mirror_bytes}, peer_ring_bytes);
@@ -525,8 +551,13 @@ void FabricEndpoint::State::close_fabric() {
   close_fid(av);
   close_fid(domain);
   close_fid(fabric);
-  std::free(region);
-  std::free(mirror);
+  if (holds != nullptr) {
+    holds->unref();  // it unmaps the region once no kept region is left
+    holds = nullptr;
+  } else {
+    unmap_region(region, region_bytes);
+  }
+  if (mirror != nullptr) unmap_region(mirror, mirror_bytes + kControlSourceBytes);
   region = mirror = nullptr;
   rx_data = nullptr;
   mirror_ctl = nullptr;
@@ -569,6 +600,7 @@ Status FabricEndpoint::State::progress() {
     for (ssize_t i = 0; i < n; ++i) SHOAL_TRY(on_completion(entries[i]));
     if (static_cast<size_t>(n) < kCqBatch) break;
   }
+  if (peer_wants_credit) let_go_of_kept();  // may send it itself
   if (peer_wants_credit && rx_released != head_sent) SHOAL_TRY(send_credit());
   if (goodbye_due && !link_down) (void)try_post_goodbye();  // else the next progress()
   return Status::Ok();
@@ -931,7 +963,10 @@ bool FabricEndpoint::State::next_frame(Frame* out, Status* error) {
 }
 
 void FabricEndpoint::State::release_consumed() {
-  rx_released = rx_cursor;
+  // Up to the oldest kept region: the writer may not write over a held byte.
+  const uint64_t released = holds == nullptr ? rx_cursor : holds->floor(rx_cursor);
+  SHOAL_DCHECK(released >= rx_released);
+  rx_released = released;
   // Lazy credit: once per quarter ring, or at once when the writer asked.
   if (rx_released - head_sent >= rx_ring_bytes / 4 ||
       (peer_wants_credit && rx_released != head_sent)) {
@@ -940,10 +975,28 @@ void FabricEndpoint::State::release_consumed() {
   }
 }
 
+std::shared_ptr<const uint64_t[]> FabricEndpoint::State::keep(std::span<const uint8_t> bytes) {
+  SHOAL_ASSERT(batch_outstanding, "%s", "keep_received() outside a poll batch");
+  const uint64_t begin = position_of(bytes.data());
+  if (begin == UINT64_MAX || bytes.empty() || reinterpret_cast<uintptr_t>(bytes.data()) % 8 != 0 ||
+      begin + bytes.size() > rx_cursor ||
+      bytes.data() + bytes.size() > rx_data + rx_ring_bytes) {  // frames never wrap
+    return nullptr;
+  }
+  if (holds == nullptr)
+    holds = RingHolds::create(kKeepRecords, region, round_to_pages(region_bytes));
+  // Held back from the writer if we keep these: from the oldest kept region (or these bytes)
+  // to the cursor. At most three quarters of the ring, so a frame of a quarter finds room.
+  const uint64_t oldest = std::min(holds->floor(rx_cursor), begin);
+  if (rx_cursor - oldest > rx_ring_bytes / 4 * 3) return nullptr;
+  return holds->hold(bytes.data(), begin, bytes.size());
+}
+
 Result<size_t> FabricEndpoint::State::poll(Completion* out, size_t max) {
   SHOAL_TRY(ensure_ready());
   SHOAL_ASSERT(!batch_outstanding, "%s", "poll() before release() of the previous batch");
   if (Status s = sync_tx(); !s.ok()) return fail(std::move(s));
+  let_go_of_kept();
   SHOAL_TRY(progress_or_fail());
   auto polled = poll_frames(*this, assembler, out, max);
   if (!polled.ok()) return fail(polled.status());
@@ -972,7 +1025,9 @@ Status FabricEndpoint::State::wait(uint64_t timeout_ns) {
   } while (mono_ns() < spin_end);
   const uint64_t deadline = start + timeout_ns;
   for (;;) {  // bounded by the deadline
-    // Before sleeping, return all credit: the writer may be waiting for it.
+    // Before sleeping, return all credit (kept regions let go since included): the writer may
+    // be waiting for it. A region let go while we sleep is seen after this slice.
+    let_go_of_kept();
     if (rx_released != head_sent) {
       if (Status s = send_credit(); !s.ok()) return fail(std::move(s));
     }
@@ -988,7 +1043,8 @@ Status FabricEndpoint::State::wait(uint64_t timeout_ns) {
 bool FabricEndpoint::State::prepare_to_block() {
   if (!ensure_ready().ok()) return false;  // poll() reports it
   if (!sync_tx().ok() || !progress_or_fail().ok()) return false;
-  if (rx_released != head_sent && !send_credit().ok()) return false;
+  let_go_of_kept();
+  if (!failed.ok() || (rx_released != head_sent && !send_credit().ok())) return false;
   if (has_input() || wait_fd < 0) return false;  // no wait fd: the loop spins
   fid* fids[1] = {&cq->fid};
   return fi_trywait(fabric, fids, 1) == FI_SUCCESS;
@@ -1184,6 +1240,10 @@ uint64_t FabricEndpoint::sent_copied_bytes() const {
   return s_ ? s_->sent_copied : 0;
 }
 
+uint64_t FabricEndpoint::received_copied_bytes() const {
+  return s_ ? s_->assembler.copied_bytes() : 0;
+}
+
 Status FabricEndpoint::write_with_imm(uint64_t epoch, uint32_t imm,
                                       std::span<const uint8_t> bytes) {
   if (!s_) return closed_status();
@@ -1275,6 +1335,27 @@ void FabricEndpoint::release() {
   s_->assembler.release();
   if (s_->phase == State::Phase::kReady) s_->release_consumed();
   s_->batch_outstanding = false;
+}
+
+std::shared_ptr<const uint64_t[]> FabricEndpoint::keep_received(std::span<const uint8_t> bytes) {
+  SHOAL_ASSERT(s_ != nullptr, "%s", "keep_received() on a moved-from endpoint");
+  return s_->keep(bytes);
+}
+
+uint64_t FabricEndpoint::receive_held_bytes() const {
+  return s_ ? s_->rx_cursor - s_->rx_released : 0;
+}
+
+uint64_t FabricEndpoint::receive_ring_bytes() const {
+  return s_ ? s_->options.ring_bytes : 0;
+}
+
+bool FabricEndpoint::in_receive_ring(const void* p) const {
+  return s_ && s_->position_of(static_cast<const uint8_t*>(p)) != UINT64_MAX;
+}
+
+uint64_t FabricEndpoint::kept_regions() const {
+  return s_ && s_->holds != nullptr ? s_->holds->holds_made() : 0;
 }
 
 Status FabricEndpoint::wait(uint64_t timeout_ns) {

@@ -41,6 +41,21 @@
 // completion announcing bytes past released + ring_bytes is a writer overrunning the ring:
 // Corruption ("write past the ring's bounds"), and the endpoint is closed for good.
 //
+// Keeping received bytes (keep_received), as on shm and tcp: a receiver may keep part of a
+// polled message where the peer's RMA write put it in our registered ring, past release() (a
+// replication follower's store, WAL write and replay queue use each log entry so). Holds are
+// records of a RingHolds table (net/ring_holds.h: no allocation per keep); credit (kCredit)
+// then goes back only up to the oldest region still held, so the writer never writes over a
+// held byte, and a receiver that holds too much stops returning credit: the writer, out of
+// credit, asks once (kSignal 0) and blocks on its CQ until credit comes. Regions let go on
+// other threads are noticed on the receiver's next poll(), wait() slice (at most 10 ms) or
+// prepare_to_block(), and their credit sent then (at once when the writer asked). A keep is
+// refused (the caller copies) for bytes not in the ring (a reassembled message), empty or
+// misaligned ones, and when keeping would hold more than three quarters of the ring (a frame
+// carries at most a quarter). Frames never straddle the ring's end (wrap pads, as on shm), so a
+// kept payload is contiguous. The region is mmap'd; once a region is kept the table owns it:
+// close() closes the registration and the last held region unmaps it.
+//
 // Rendezvous: fabric address, region address, key and ring size are exchanged as a
 // FabricHello over a stream socket (RDMA systems use a side channel the same way):
 // FabricListener/connect() on loopback TCP, listen_local()/connect_local() on an abstract unix
@@ -83,7 +98,8 @@
 // IOError for provider failures (naming the call and fi_strerror), NotSupported when no
 // provider with FI_RMA works. Failures are final: every later call returns them.
 //
-// Threads: an endpoint is owned by one thread at a time. Not copyable; movable.
+// Threads: an endpoint is owned by one thread at a time (a kept region's handle may be dropped
+// on any). Not copyable; movable.
 #pragma once
 
 #include <cstdint>
@@ -161,6 +177,9 @@ class FabricEndpoint {
   // Payload bytes copied into the mirror (send, send_gather, write_with_imm); what the
   // provider then does with them (tcp;ofi_rxm: a socket send) is the caller's to count.
   uint64_t sent_copied_bytes() const;
+  // Bytes copied in user space on the way in so far: fragments reassembled (a message larger
+  // than a frame); whole messages are read in place, where the peer's provider wrote them.
+  uint64_t received_copied_bytes() const;
   [[nodiscard]] Status write_with_imm(uint64_t epoch, uint32_t imm, std::span<const uint8_t> bytes);
   // Zero-copy: the span is in the registered mirror of the peer's ring.
   // REQUIRES: bytes <= max_write_bytes(); no reservation outstanding.
@@ -173,6 +192,23 @@ class FabricEndpoint {
   // REQUIRES: release() of the previous batch if it returned completions.
   [[nodiscard]] Result<size_t> poll(Completion* out, size_t max);
   void release();
+  // Keeps `bytes` (a part of a message of the current poll batch) where they are in the
+  // receive ring until the last handle of the returned pointer goes, past release(), close()
+  // and the endpoint's end. Null, and the caller copies them, when they are not in the ring
+  // (a message reassembled from fragments), empty or not 8-byte aligned, when keeping them
+  // would hold more than three quarters of the ring back from the writer, or when
+  // kKeepRecords regions are held.
+  // REQUIRES: a batch is outstanding and `bytes` lie within one of its completions.
+  std::shared_ptr<const uint64_t[]> keep_received(std::span<const uint8_t> bytes);
+  // Receive-ring bytes the writer may not write yet because this side has not let them go:
+  // from the oldest region still kept (or the last release) to the read cursor.
+  uint64_t receive_held_bytes() const;
+  uint64_t receive_ring_bytes() const;
+  // Whether `p` points into the receive ring (kept bytes are there).
+  bool in_receive_ring(const void* p) const;
+  // Regions kept so far.
+  uint64_t kept_regions() const;
+  static constexpr uint32_t kKeepRecords = 4096;
   [[nodiscard]] Status wait(uint64_t timeout_ns);
   [[nodiscard]] Status inject_raw_for_test(std::span<const uint8_t> bytes);
   // Test hook: announces frames up to stream position `end` (kFrames) without writing any, as a

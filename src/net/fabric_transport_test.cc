@@ -1,18 +1,27 @@
 // Fabric-transport specific tests (the conformance suite covers the common contract): a peer
 // that registers a too-small ring, a writer that announces bytes past the ring's bounds, stale
 // epochs, the rendezvous over loopback TCP and by abstract unix name across processes (and
-// its same-uid rule, as shm_access_test.cc checks shm's), loopback-only addresses.
+// its same-uid rule, as shm_access_test.cc checks shm's), loopback-only addresses, and kept
+// regions (keep_received: the writer stops short of them, resumes intact once they are let go;
+// keeps refused past three quarters of the ring and outside it; bad input leaves them intact).
 #include "src/net/fabric_transport.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "src/net/socket_util.h"
 #include "src/net/transport_test_util.h"
@@ -362,6 +371,218 @@ TEST_F(FabricTest, LocalRendezvousRefusesAnotherUser) {
   auto dialed = FabricEndpoint::connect_local(squatted, {}, {}, 5000);
   EXPECT_EQ(dialed.status().code(), Code::kPermissionDenied) << dialed.status().to_string();
   EXPECT_EQ(wait_child(squatter), 0) << "the squatter got an endpoint";
+}
+
+// ---- Kept regions (FabricEndpoint::keep_received)
+
+constexpr size_t kKeepMessage = 4000;  // frame_bytes 4024: 16 to a 64 KiB ring, a pad at the end
+constexpr uint64_t kMs = 1'000'000;
+
+// Polls one message off `rx`, waiting up to timeout_ns: its bytes (until release()), or empty.
+// drive_tx: the writer is `tx` in this thread, so progress it too (its provider moves bytes
+// only when called).
+std::span<const uint8_t> poll_one(FabricEndpoint& rx, Completion* c, uint64_t timeout_ns,
+                                  FabricEndpoint* drive_tx = nullptr) {
+  const uint64_t deadline = mono_ns() + timeout_ns;
+  for (;;) {  // bounded by the deadline
+    auto n = rx.poll(c, 1);
+    EXPECT_TRUE(n.ok()) << n.status().to_string();
+    if (!n.ok()) return {};
+    if (*n == 1) return c[0].bytes;
+    if (drive_tx != nullptr) (void)drive_tx->flush();
+    const uint64_t now = mono_ns();
+    if (now >= deadline) return {};
+    if (Status s = rx.wait(std::min(deadline - now, 5 * kMs));
+        !s.ok() && s.code() != Code::kTimeout) {
+      return {};
+    }
+  }
+}
+
+struct FabricKeepPair {
+  explicit FabricKeepPair(uint64_t send_timeout_ns = 20 * kMs) {
+    o.ring_bytes = 64 << 10;  // a frame carries up to 16 KiB
+    o.max_message_bytes = 64 << 10;
+    o.spin_ns = 0;
+    o.send_timeout_ns = send_timeout_ns;
+    auto p = FabricEndpoint::pair(o);
+    EXPECT_TRUE(p.ok()) << p.status().to_string();
+    tx = std::move(p->first);
+    rx = std::move(p->second);
+  }
+  // Sends one message of `size` bytes of `fill` and polls it (both ends in this thread): its
+  // bytes, or empty when the send failed or nothing came.
+  std::span<const uint8_t> round(uint8_t fill, size_t size = kKeepMessage) {
+    const std::vector<uint8_t> msg(size, fill);
+    if (!tx.send(7, msg).ok() || !tx.flush().ok()) return {};
+    return poll_one(rx, c, kSecondNs, &tx);
+  }
+  EndpointOptions o;
+  FabricEndpoint tx, rx;
+  Completion c[1];
+};
+
+uint64_t process_cpu_ns() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * kSecondNs +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1000ull;
+}
+
+// A receiver that keeps a region returns credit only up to it: the writer (its own thread)
+// stops short of the kept bytes and waits without spinning, an event loop over the receiver
+// gets nothing to wake it, and once the region is let go on another thread while the receiver
+// sleeps in wait(), the credit goes back, the writer resumes, and four laps arrive intact.
+TEST_F(FabricTest, KeepAWriterStopsShortOfKeptBytesAndResumesIntactOnceLetGo) {
+  FabricKeepPair p(/*send_timeout_ns=*/30 * kSecondNs);
+  std::shared_ptr<const uint64_t[]> kept = p.rx.keep_received(p.round(0x3c));
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(p.rx.kept_regions(), 1u);
+  EXPECT_TRUE(p.rx.in_receive_ring(kept.get()));
+  p.rx.release();
+  EXPECT_EQ(p.rx.receive_held_bytes(), frame_bytes(kKeepMessage) - kFrameHeaderBytes);
+  constexpr int kSends = 64;  // four laps of the ring
+  std::atomic<int> sent{0};
+  Status writer_status;
+  std::thread writer([&] {
+    for (int i = 1; i <= kSends; ++i) {
+      const std::vector<uint8_t> msg(kKeepMessage, static_cast<uint8_t>(i));
+      Status s = p.tx.send(7, msg);
+      if (s.ok()) s = p.tx.flush();
+      if (!s.ok()) {
+        writer_status = s;
+        return;
+      }
+      sent.store(i);
+    }
+  });
+  int next = 1;  // the fill of the next message
+  for (; next <= kSends; ++next) {
+    const std::span<const uint8_t> b = poll_one(p.rx, p.c, 200 * kMs);
+    if (b.empty()) break;
+    ASSERT_TRUE(all_of(b, static_cast<uint8_t>(next))) << next;
+    p.rx.release();
+  }
+  // Stopped by the kept region: about a ring's worth of frames, the kept one included.
+  const int ring_frames = static_cast<int>(p.o.ring_bytes / frame_bytes(kKeepMessage));
+  EXPECT_GE(next, ring_frames - 2);
+  EXPECT_LE(next, ring_frames);
+  EXPECT_LT(sent.load(), kSends);
+  EXPECT_TRUE(all_of(kept, kKeepMessage, 0x3c));
+  // The writer waits for credit without spinning.
+  const uint64_t cpu_before = process_cpu_ns();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_LT(process_cpu_ns() - cpu_before, 100 * kMs) << "a writer out of credit spins";
+  // An event loop over the receiver sleeps: nothing is pending and nothing wakes it.
+  ASSERT_TRUE(p.rx.prepare_to_block());
+  ASSERT_GE(p.rx.wait_fd(), 0);
+  pollfd fds[1] = {{p.rx.wait_fd(), POLLIN, 0}};
+  EXPECT_EQ(::poll(fds, 1, 20), 0) << "the receiver's wait fd is readable with nothing to do";
+  p.rx.end_block();
+  // Let go on another thread while the receiver sleeps in wait(): it returns the credit.
+  std::thread let_go([&kept] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    kept.reset();
+  });
+  const uint64_t start = mono_ns();
+  const Status woke = p.rx.wait(5 * kSecondNs);
+  const uint64_t waited = mono_ns() - start;
+  let_go.join();
+  EXPECT_TRUE(woke.ok()) << woke.to_string();
+  EXPECT_GE(waited, 40 * kMs);
+  EXPECT_LT(waited, 2 * kSecondNs);
+  for (; next <= kSends; ++next) {
+    const std::span<const uint8_t> b = poll_one(p.rx, p.c, 10 * kSecondNs);
+    ASSERT_EQ(b.size(), kKeepMessage) << next;
+    ASSERT_TRUE(all_of(b, static_cast<uint8_t>(next))) << next;
+    // Keep every fifth for a while: lets-go out of order leave the rest intact.
+    if (next % 5 == 0) kept = p.rx.keep_received(b);
+    p.rx.release();
+    if (next % 5 == 0) {
+      EXPECT_TRUE(all_of(kept, kKeepMessage, static_cast<uint8_t>(next)));
+    }
+  }
+  writer.join();
+  EXPECT_TRUE(writer_status.ok()) << writer_status.to_string();
+  EXPECT_EQ(sent.load(), kSends);
+  kept.reset();
+  // Kept bytes outlive both endpoints (the region is unmapped by the last handle).
+  EXPECT_TRUE(kept_bytes_outlive_both_ends(p, kKeepMessage));
+}
+
+// Keeping is refused once kept regions would hold more than three quarters of the ring back
+// from the writer (the receiver then copies), and for bytes that are not a polled message's
+// in the ring: elsewhere, empty, misaligned, past the frame, or a reassembled message.
+TEST_F(FabricTest, KeepRefusedPastThreeQuartersOfTheRingAndOutsideIt) {
+  FabricKeepPair p;
+  std::vector<std::shared_ptr<const uint64_t[]>> kept;
+  const int refused = keep_every_round(p, 14, &kept);
+  EXPECT_EQ(kept.size(), (p.o.ring_bytes / 4 * 3) / frame_bytes(kKeepMessage));
+  EXPECT_EQ(refused, 14 - static_cast<int>(kept.size()));
+  EXPECT_GT(refused, 0);
+  const std::vector<uint8_t> elsewhere(kKeepMessage);
+  const std::span<const uint8_t> b = p.round(1);
+  ASSERT_EQ(b.size(), kKeepMessage);
+  EXPECT_EQ(p.rx.keep_received(elsewhere), nullptr);
+  EXPECT_EQ(p.rx.keep_received(b.subspan(0, 0)), nullptr);
+  EXPECT_EQ(p.rx.keep_received(b.subspan(4)), nullptr);
+  EXPECT_EQ(p.rx.keep_received({b.data(), b.size() + 64}), nullptr);
+  p.rx.release();
+  for (size_t i = 0; i < kept.size(); ++i) {
+    EXPECT_TRUE(all_of(kept[i], kKeepMessage, static_cast<uint8_t>(i))) << i;
+  }
+  kept.clear();
+  // The next poll sees them let go and returns their credit to the writer.
+  EXPECT_GT(p.rx.receive_held_bytes(), p.o.ring_bytes / 2);
+  auto none = p.rx.poll(p.c, 1);
+  ASSERT_TRUE(none.ok() && *none == 0);
+  EXPECT_EQ(p.rx.receive_held_bytes(), 0u);
+  // A message above a frame's payload is reassembled outside the ring (and counted): not kept.
+  const uint64_t copied_before = p.rx.received_copied_bytes();
+  const std::span<const uint8_t> big = p.round(9, 40 << 10);
+  ASSERT_EQ(big.size(), 40u << 10);
+  EXPECT_TRUE(all_of(big, 9));
+  EXPECT_FALSE(p.rx.in_receive_ring(big.data()));
+  EXPECT_EQ(p.rx.keep_received(big), nullptr);
+  EXPECT_EQ(p.rx.received_copied_bytes() - copied_before, 40u << 10);
+  p.rx.release();
+}
+
+// Bad input after a kept region (a frame with a bad canary, one cut short by the announced end,
+// an announcement past the ring's bounds): the endpoint fails with Corruption, the kept bytes
+// stay intact, past both endpoints.
+TEST_F(FabricTest, KeepMalformedOrTruncatedInputFailsTheEndpointAndLeavesKeptBytesIntact) {
+  for (const int bad : {0, 1, 2}) {
+    std::shared_ptr<const uint64_t[]> kept;
+    {
+      FabricKeepPair p;
+      kept = p.rx.keep_received(p.round(0x77));
+      ASSERT_TRUE(kept);
+      p.rx.release();
+      std::vector<uint8_t> frame(frame_bytes(64), 0xee);  // a bad canary
+      const uint32_t length = 64;
+      std::memcpy(frame.data(), &length, 4);
+      if (bad == 1) frame.resize(40);  // cut inside the payload by the announced end
+      if (bad == 2) {
+        ASSERT_TRUE(p.tx.announce_for_test(frame_bytes(kKeepMessage) + 2 * p.o.ring_bytes).ok());
+      } else {
+        ASSERT_TRUE(p.tx.inject_raw_for_test(frame).ok());
+      }
+      ASSERT_TRUE(p.tx.flush().ok());
+      Status failure;
+      for (int i = 0; i < 200 && failure.ok(); ++i) {  // bounded: 200 waits of 5 ms
+        auto n = p.rx.poll(p.c, 1);
+        if (!n.ok()) failure = n.status();
+        if (n.ok() && *n != 0) p.rx.release();
+        if (failure.ok()) (void)p.rx.wait(5 * kMs);
+      }
+      EXPECT_EQ(failure.code(), Code::kCorruption) << bad << ": " << failure.to_string();
+      const char* const what[] = {"canary", "truncated", "past the ring's bounds"};
+      EXPECT_NE(failure.message().find(what[bad]), std::string::npos) << failure.message();
+      EXPECT_TRUE(all_of(kept, kKeepMessage, 0x77)) << bad;
+    }
+    EXPECT_TRUE(all_of(kept, kKeepMessage, 0x77)) << bad;
+  }
 }
 
 TEST(FabricAddressTest, OnlyLoopbackAddresses) {

@@ -56,12 +56,7 @@ struct TcpPair {
   Completion c[1];
 };
 
-bool all_of(std::span<const uint8_t> bytes, uint8_t fill) {
-  return std::all_of(bytes.begin(), bytes.end(), [fill](uint8_t b) { return b == fill; });
-}
-bool all_of(const std::shared_ptr<const uint64_t[]>& kept, size_t size, uint8_t fill) {
-  return all_of({reinterpret_cast<const uint8_t*>(kept.get()), size}, fill);
-}
+using test_util::all_of;
 
 TEST(TcpKeep, AReceiverThatHoldsTooMuchStopsReadingAndReadsOnIntactOnceItLetsGo) {
   TcpPair p;
@@ -109,14 +104,8 @@ TEST(TcpKeep, AReceiverThatHoldsTooMuchStopsReadingAndReadsOnIntactOnceItLetsGo)
       EXPECT_TRUE(all_of(kept, kMessage, static_cast<uint8_t>(i + 100)));
     }
   }
-  // Kept bytes outlive both endpoints.
-  kept = p.rx.keep_received(p.round(0x5a));
-  ASSERT_TRUE(kept);
-  p.rx.release();
-  p.tx.close();
-  p.rx = TcpEndpoint();
-  EXPECT_TRUE(all_of(kept, kMessage, 0x5a));
-  kept.reset();  // the last reference: unmapped now
+  kept.reset();
+  EXPECT_TRUE(test_util::kept_bytes_outlive_both_ends(p, kMessage));
 }
 
 TEST(TcpKeep, KeepingStopsAtThreeQuartersOfTheRingAndOutsideIt) {

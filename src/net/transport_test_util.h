@@ -145,6 +145,28 @@ int echo_until_quit(E& ep) {
   return 4;
 }
 
+// Whether every byte is `fill`; for a kept region (keep_received), its first `size` bytes (a
+// null region: false).
+inline bool all_of(std::span<const uint8_t> bytes, uint8_t fill) {
+  return std::all_of(bytes.begin(), bytes.end(), [fill](uint8_t b) { return b == fill; });
+}
+inline bool all_of(const std::shared_ptr<const uint64_t[]>& kept, size_t size, uint8_t fill) {
+  return kept && all_of({reinterpret_cast<const uint8_t*>(kept.get()), size}, fill);
+}
+
+// Keeps one message of p.round(0x5a), closes both ends and ends the receiver's endpoint, then
+// checks the kept bytes: true when they are intact (the last handle unmaps them on return).
+// For a pair of a keeping endpoint type (see keep_every_round) whose messages are `size` bytes.
+template <typename Pair>
+bool kept_bytes_outlive_both_ends(Pair& p, size_t size) {
+  std::shared_ptr<const uint64_t[]> kept = p.rx.keep_received(p.round(0x5a));
+  if (!kept) return false;
+  p.rx.release();
+  p.tx.close();
+  p.rx = decltype(p.rx)();
+  return all_of(kept, size, 0x5a);
+}
+
 // Sends `rounds` messages through p.round(fill) (fill = the round's number) and asks
 // p.rx.keep_received() to keep each where it arrived: the keeps go to `kept`. Returns the
 // keeps refused, or -1 when a round received nothing. For a pair of a keeping endpoint type

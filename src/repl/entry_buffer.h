@@ -58,7 +58,8 @@ class EntryBuffer {
 };
 
 // Where received entry bytes may stay instead of being copied: a follower's receive ring,
-// shared memory's or tcp's (net::ShmEndpoint / TcpEndpoint::keep_received), whose region the
+// shared memory's, tcp's or fabric's (net::ShmEndpoint / TcpEndpoint / FabricEndpoint::
+// keep_received), whose region the
 // returned buffer holds until its last handle goes. keep() returns an EntryBuffer over those
 // very bytes, or an empty one when they cannot be kept (the caller copies them). Called on
 // the stream's thread while PaxosStream::on_message handles the message the bytes are part

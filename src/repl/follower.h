@@ -294,10 +294,10 @@ class Follower {
   std::atomic<bool> bootstrap_installed_{false};  // published by publish_replay()
   void check_leader_heard(uint64_t now_ns);
   uint64_t learns_deferred_ = 0;  // network thread
-  // Keeps received entries where they arrived (PeerLink::keep_received): over shared memory
-  // or tcp the store, the WAL write and the replay queue use the bytes where the transport
-  // received them (the shared ring the leader wrote, or tcp's receive ring recv() filled),
-  // not a copy. Network thread.
+  // Keeps received entries where they arrived (PeerLink::keep_received): over shared memory,
+  // tcp or fabric the store, the WAL write and the replay queue use the bytes where the
+  // transport received them (the shared ring the leader wrote, tcp's receive ring recv()
+  // filled, or the registered ring the leader's RMA writes filled), not a copy. Network thread.
   class RingKeeper final : public EntryKeeper {
    public:
     explicit RingKeeper(Follower* f) : self_(f) {}

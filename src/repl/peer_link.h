@@ -42,7 +42,8 @@ inline size_t tcp_buffer_bytes_for(size_t max_message_bytes) {
 // (0.2-0.3 copies per replicated byte, docs/RESULTS.md); at 64 MiB none were. The cost: 128
 // MiB of shared memory per follower link (both directions are this size), which is more than
 // ShmEndpoint prefaults (the first lap page-faults). A tcp follower's receive ring
-// (TcpEndpoint::keep_received) is this size too: 64 MiB, populated at connect.
+// (TcpEndpoint::keep_received) is this size too: 64 MiB, populated at connect; so is a fabric
+// follower's registered ring (FabricEndpoint::keep_received), populated when it is mapped.
 inline size_t shm_ring_bytes_for(size_t max_message_bytes) {
   return 4 * std::bit_ceil(tcp_buffer_bytes_for(max_message_bytes));
 }
@@ -68,7 +69,8 @@ class PeerLink {
   // The endpoints whose receive ring keeps received bytes (keep_received).
   template <typename E>
   static constexpr bool kKeeps =
-      std::is_same_v<E, net::ShmEndpoint> || std::is_same_v<E, net::TcpEndpoint>;
+      std::is_same_v<E, net::ShmEndpoint> || std::is_same_v<E, net::TcpEndpoint> ||
+      std::is_same_v<E, net::FabricEndpoint>;
 
  public:
   PeerLink(RawEndpoint ep, net::LinkShape shape) {
@@ -142,7 +144,8 @@ class PeerLink {
     std::visit([](auto& e) { e.close(); }, ep_);
   }
   // Keeps received bytes where they arrived past release(): shared memory's receive ring
-  // (ShmEndpoint::keep_received) or tcp's (TcpEndpoint::keep_received) when the link is not
+  // (ShmEndpoint::keep_received), tcp's (TcpEndpoint::keep_received) or fabric's registered
+  // ring the leader's RMA writes fill (FabricEndpoint::keep_received) when the link is not
   // shaped. Null: the caller copies them.
   std::shared_ptr<const uint64_t[]> keep_received(std::span<const uint8_t> bytes) {
     return std::visit(

@@ -241,20 +241,36 @@ void expect_followers_converge(Cluster& c, uint64_t final_tid, uint64_t txns) {
   }
 }
 
-// Over tcp the followers keep every received entry where recv() put it, in their receive
-// rings (TcpEndpoint::keep_received): nobody copies an entry into an acceptor store (the
-// leader proposes its appender's buffers, the followers keep theirs), and the stores converge.
-TEST(Replication, FollowersOverTcpKeepEntriesInTheirReceiveRings) {
+// A replicated run over `link` in which nobody copies an entry into an acceptor store (the
+// leader proposes its appender's buffers, the followers keep theirs in their receive rings)
+// or on its way in, and the stores converge.
+void expect_followers_keep_entries(LinkKind link, uint64_t seed) {
   const CopyCounts start = copy_counts();
-  Cluster c(/*streams=*/2, FsyncPolicy::kBatch);
+  Cluster c(/*streams=*/2, FsyncPolicy::kBatch, /*batch_txns=*/16, /*retain_slots=*/256, link);
   ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
-  c.run(2000, 11);
+  c.run(2000, seed);
   expect_followers_converge(c, c.close(), 4000);
   const CopyCounts d = copy_counts() - start;
   EXPECT_GT(d.entry_bytes_received, 0u);
   EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kAcceptorStore)], 0u);
   EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kReceiveCopy)], 0u);  // no compaction
+  // A socket still carries them (fabric: the tcp;ofi_rxm provider's).
   EXPECT_GE(d.bytes[static_cast<size_t>(CopyHop::kSocketReceive)], d.entry_bytes_received);
+}
+
+// Over tcp the followers keep every received entry where recv() put it, in their receive
+// rings (TcpEndpoint::keep_received).
+TEST(Replication, FollowersOverTcpKeepEntriesInTheirReceiveRings) {
+  expect_followers_keep_entries(LinkKind::kTcp, 11);
+}
+
+// Over fabric the same: each follower keeps every received entry where the leader's RMA write
+// put it, in its registered receive ring (FabricEndpoint::keep_received), and the stores
+// converge.
+TEST(Replication, FollowersOverFabricKeepEntriesInTheirReceiveRings) {
+  std::string why;
+  if (!net::FabricEndpoint::supported(&why)) GTEST_SKIP() << "no libfabric provider: " << why;
+  expect_followers_keep_entries(LinkKind::kFabric, 13);
 }
 
 // The followers on this host reach the leader over shared memory: the leader's sends are
