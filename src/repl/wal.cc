@@ -87,30 +87,6 @@ class ScanWindow {
   size_t len_ = 0;
 };
 
-// Zeros for preallocation steps: written from here, never allocated on the append path.
-alignas(64) const std::byte kZeroBytes[64u << 10] = {};
-
-// Writes `n` zero bytes at `off` (bounded: each pwritev writes >= 1 byte or fails).
-Status write_zeros(int fd, uint64_t off, uint64_t n, const std::string& path) {
-  constexpr size_t kIovMax = 64;  // 4 MiB per call
-  iovec iov[kIovMax];
-  while (n > 0) {
-    size_t count = 0;
-    uint64_t batch = 0;
-    while (count < kIovMax && batch < n) {
-      const size_t len = static_cast<size_t>(std::min<uint64_t>(sizeof kZeroBytes, n - batch));
-      iov[count++] = {const_cast<std::byte*>(kZeroBytes), len};
-      batch += len;
-    }
-    const ssize_t rc = ::pwritev(fd, iov, static_cast<int>(count), static_cast<off_t>(off));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) return io_error("preallocate WAL", path, rc < 0 ? errno : ENOSPC);
-    off += static_cast<uint64_t>(rc);
-    n -= static_cast<uint64_t>(rc);
-  }
-  return Status::Ok();
-}
-
 // The offset of the first non-zero byte in [from, file_bytes), or file_bytes when they are all
 // zeros (a preallocated tail). Bounded by the file: chunks of the scan window.
 // REQUIRES: from is 8-aligned or file_bytes.
@@ -341,9 +317,9 @@ void Wal::drop_cached_pages() {
   const uint64_t keep = options_.cache_keep_bytes;
   // One call per `keep` bytes appended: the syscall and the page frees are batched.
   if (keep == 0 || end_offset_ < cache_dropped_until_ + 2 * keep) return;
-  // Ranges end on a 2 MiB boundary: the page cache holds large folios (up to 2 MiB, naturally
-  // aligned; a preallocation step's zeros are written in one call and land in large ones), and
-  // DONTNEED skips a folio that sticks out of the range, which no later range would cover.
+  // Ranges end on a 2 MiB boundary: the page cache may hold large folios (up to 2 MiB,
+  // naturally aligned), and DONTNEED skips a folio that sticks out of the range, which no later
+  // range would cover.
   constexpr uint64_t kFolioBytesMax = 2u << 20;
   const uint64_t until = (end_offset_ - keep) / kFolioBytesMax * kFolioBytesMax;
   if (until <= cache_dropped_until_) return;
@@ -357,16 +333,23 @@ void Wal::preallocate(uint64_t needed_end) {
   if (options_.preallocate_bytes == 0 || needed_end <= allocated_end_) return;
   const uint64_t step =
       std::min(options_.preallocate_bytes, std::max(kPreallocateMinBytes, end_offset_));
-  constexpr uint64_t kPageBytes = 4096;  // whole pages: the last one is never half data
+  constexpr uint64_t kPageBytes = 4096;  // whole blocks: the last one is never half data
   const uint64_t to = (needed_end + step + kPageBytes - 1) / kPageBytes * kPageBytes;
-  // The append itself writes [allocated_end_, needed_end): zeros only beyond it.
-  const uint64_t from = std::max(allocated_end_, needed_end);
-  if (Status s = write_zeros(fd_, from, to - from, path_); !s.ok()) {
+  int rc = -1;
+  int err = 0;
+  for (int attempt = 0; attempt < 4 && rc != 0; ++attempt) {  // bounded: EINTR only
+    rc = ::fallocate(fd_, 0, static_cast<off_t>(allocated_end_),
+                     static_cast<off_t>(to - allocated_end_));
+    err = rc == 0 ? 0 : errno;
+    if (err != EINTR) break;
+  }
+  if (rc != 0) {
     if (!options_.quiet) {
-      fmt::print(stderr, "wal {}: {}; appends grow the file from now on\n", path_, s.message());
+      fmt::print(stderr, "wal {}: cannot preallocate ({}); appends grow the file from now on\n",
+                 path_, strerror(err));
     }
     options_.preallocate_bytes = 0;
-    struct stat st;  // zeros partly written: trim_preallocation() still cuts them
+    struct stat st;  // partly allocated: trim_preallocation() still cuts it
     if (::fstat(fd_, &st) == 0) allocated_end_ = std::max(allocated_end_, uint64_t(st.st_size));
     return;
   }

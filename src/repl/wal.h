@@ -9,19 +9,21 @@
 // Durability is set by FsyncPolicy: kNone (the OS decides; a crash may lose a suffix), kBatch
 // (one fdatasync after each appended group), kAlways (an fdatasync after every entry).
 //
-// Preallocation (WalOptions::preallocate_bytes): the file is kept zero-filled ahead of its
-// logical end, so an append overwrites blocks that already exist and the fdatasync after it
-// writes data only. An append that grows the file changes its size (and a write into
-// fallocate()d unwritten extents converts them), which ext4 journals: that sync also waits for
-// a journal commit (on this project's VM about 7x the cost of a sync of data alone; measured in
-// docs/RESULTS.md). When an append would pass the zeroed end, the WAL first writes zeros from
-// there to a step beyond the append's end (the step doubles with the file, from
-// kPreallocateMinBytes up to preallocate_bytes), without a sync of its own: the next sync makes
-// them durable with the entries, and pays the one journal commit of the step. So the file
-// holds at most one step of zeros past its last entry, and end_offset() is the logical end,
-// not the file's size. An owner closing the file for good (AcceptorLog::rotate) cuts the zeros
-// with trim_preallocation(). A failed zero write only turns preallocation off for this Wal
-// (said once on stderr): it costs latency, never data.
+// Preallocation (WalOptions::preallocate_bytes): the file is kept allocated ahead of its
+// logical end with fallocate(), so an append rarely changes the file's size. An append that
+// grows the file has ext4 journal the new size, and the fdatasync after it waits for that
+// journal commit (on this project's VM about 7x the cost of a sync of data alone; measured in
+// docs/RESULTS.md). fallocate()d blocks are unwritten extents, which read as zeros: the first
+// write into each 4 KiB block converts it, journaled too, so entries smaller than a block pay
+// that commit only when they reach a new block. Writing zeros ahead instead would spare even
+// that, but writes every byte of the log twice (TPC-C at 3 replicas ran at 0.44-0.84x of no
+// preallocation). When an append would pass the allocated end, the WAL allocates from there to
+// a step beyond the append's end, in whole blocks (the step doubles with the file, from
+// kPreallocateMinBytes up to preallocate_bytes). So the file holds at most one step past its
+// last entry, and end_offset() is the logical end, not the file's size. An owner closing the
+// file for good (AcceptorLog::rotate) cuts the tail with trim_preallocation(). A failed
+// fallocate only turns preallocation off for this Wal (said once on stderr): it costs
+// latency, never data.
 //
 // Recovery (recover(), once, before any append) scans from offset 0, validates each entry, and
 // stops at the first one that is truncated, corrupted, or out of order (shard/stream differ
@@ -62,7 +64,7 @@ struct WalOptions {
   bool quiet = false;                            // no stderr lines (tests that expect a cut)
   // Page cache the WAL keeps: once the file grew this far past what was last dropped, the
   // pages of everything but its last cache_keep_bytes (and up to 2 MiB more: ranges end on a
-  // large folio's boundary) are dropped; the preallocated zeros ahead of the end stay cached.
+  // large folio's boundary) are dropped.
   // (posix_fadvise DONTNEED, once per range: the kernel drops only clean pages, so with
   // FsyncPolicy::kNone, whose pages are usually still dirty then, most stay cached.) Why: a
   // WAL is written once and read back only by recovery and catch-up, and letting it fill the
@@ -74,7 +76,7 @@ struct WalOptions {
   // with another value before it was chosen), so recovery accepts any sequence >= 1 after any
   // other; the last copy of a slot wins (AcceptorLog pairs it with its ballot record).
   bool allow_rewrites = false;
-  // The most a preallocation step zero-fills ahead of the logical end (see the header
+  // The most a preallocation step allocates ahead of the logical end (see the header
   // comment); 0: no preallocation, every append grows the file. REQUIRES: <= 256 MiB.
   uint64_t preallocate_bytes = 1u << 20;
 };

@@ -271,7 +271,7 @@ TEST_F(WalTest, ZerosFollowedByDataOrStaleEntriesAreCut) {
   EXPECT_EQ(file_bytes(), ends.back());
 }
 
-// Preallocation: the file runs ahead of the last entry in zero-filled whole pages, by at
+// Preallocation: the file runs ahead of the last entry in whole blocks that read as zeros, by at
 // most one step, whose size doubles with the file from kPreallocateMinBytes up to
 // preallocate_bytes.
 TEST_F(WalTest, PreallocationStaysOneBoundedStepAheadOfTheEnd) {
@@ -496,8 +496,7 @@ TEST_F(WalTest, DropsAllButItsTailFromThePageCache) {
   const size_t file_pages = file_bytes() / page;
   ASSERT_GT(file_bytes(), 12u << 20);
   // At most 2 * kKeep behind the end stays cached (the drop runs once per kKeep appended, to
-  // a 2 MiB boundary), and the preallocated zeros ahead of it (overwritten next: dropping them
-  // would make a partial-page append read the page back from disk).
+  // a 2 MiB boundary), and the preallocated tail ahead of it.
   const uint64_t cached_max = 2 * kKeep + (2u << 20) + o.preallocate_bytes + (64u << 10);
   EXPECT_LE(resident_pages(path_), cached_max / page + 1) << "of " << file_pages << " pages";
   wal.reset();
