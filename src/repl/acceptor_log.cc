@@ -431,7 +431,10 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store, uint64_
 Status AcceptorLog::rotate() {
   // Nothing unsynced may stay behind in the closed segment: a later group commit syncs only
   // the active WAL. The sealed record names the segment's highest slot, so recovery with a
-  // checkpoint covering it need not read its WAL.
+  // checkpoint covering it need not read its WAL. Its preallocated zeros go first (durable
+  // with the sync): a closed segment's size is its logical end, which later segments' global
+  // offsets and a restart's (stat() of a covered segment) count on.
+  SHOAL_TRY(wal_->trim_preallocation());
   SHOAL_TRY(wal_->sync());
   SHOAL_TRY(append_record(kSealed, active_max_slot_, 0, wal_->end_offset(), /*sync=*/false));
   if (::fdatasync(journal_fd_) != 0) return io_error("cannot sync", journal_path_);

@@ -173,7 +173,8 @@ class AcceptorLog final : public ChosenSlotSource {
   // alone (the owner's flag).
   [[nodiscard]] Status sync_from_any_thread() const;
 
-  // WAL bytes on disk, over every segment.
+  // WAL bytes over every segment: their logical ends (the active segment's preallocated
+  // zeros, at most one step of Wal preallocation, are not counted).
   uint64_t wal_bytes() const { return wal_->end_offset() + closed_bytes_; }
 
   // ChosenSlotSource: slots at or below the index given to note_chosen() (or recovered), read

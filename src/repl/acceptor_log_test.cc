@@ -520,6 +520,52 @@ TEST_F(AcceptorLogTest, SegmentsRotateAndOnlyCoveredOnesAreDeleted) {
   EXPECT_EQ(store_->find(200), nullptr);
 }
 
+// The active WAL runs ahead of its last copy in preallocated zeros (Wal preallocation): a
+// restart keeps every copy with its ballot and says nothing on stderr, copies accepted after
+// it land where the log ended, rotate() leaves the closed segment exactly its copies long (its
+// size is what a restart counts for a covered segment), and the new segment preallocates again.
+TEST_F(AcceptorLogTest, PreallocatedTailsSurviveRestartsAndRotationTrimsThem) {
+  open();
+  ASSERT_TRUE(store_->promise(5).ok());
+  accept(1, 40, 5);
+  choose(30);
+  ASSERT_TRUE(log_->sync().ok());
+  const uint64_t logical = log_->wal_bytes();
+  ASSERT_GT(file_bytes("stream-0.wal"), logical);
+  ::testing::internal::CaptureStderr();
+  AcceptorRecovery rec = open();
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(rec.slots, 40u);
+  EXPECT_EQ(rec.wal_bytes, logical);
+  EXPECT_EQ(rec.chosen_index, 30u);
+  expect_slots(1, 40, 5);
+  accept(41, 50, 5);
+  choose(50);
+  rec = open();
+  EXPECT_EQ(rec.slots, 50u);
+  expect_slots(1, 50, 5);
+  EXPECT_EQ(read_all(1, 50, 16, 1 << 20), 4);
+
+  const uint64_t first_bytes = log_->wal_bytes();
+  ASSERT_TRUE(log_->rotate().ok());
+  EXPECT_EQ(file_bytes("stream-0.wal"), first_bytes);
+  accept(51, 60, 5);
+  choose(60);
+  EXPECT_GT(file_bytes("stream-0.1.wal"), log_->wal_bytes() - first_bytes);
+  EXPECT_EQ(read_all(1, 60, 16, 1 << 20), 4);  // across the boundary
+  // A restart whose checkpoint covers segment 0 counts it by its size: offsets still line up.
+  ASSERT_TRUE(log_->sync().ok());
+  const uint64_t total = log_->wal_bytes();
+  rec = open(/*covered=*/50);
+  EXPECT_EQ(rec.slots, 10u);
+  EXPECT_EQ(rec.wal_bytes, total);
+  EXPECT_EQ(read_all(51, 60, 16, 1 << 20), 1);
+  auto freed = log_->drop_covered_segments(50);
+  ASSERT_TRUE(freed.ok());
+  EXPECT_EQ(*freed, first_bytes);
+  EXPECT_EQ(read_all(51, 60, 16, 1 << 20), 1);
+}
+
 // A leader rotates while serving catch-up: slots whose copies lie in closed segments are read
 // back byte for byte, across the boundaries (a group of 64 slots spanning two segments), also
 // after a restart (recovery indexes every segment it reads); deleting segments shrinks the

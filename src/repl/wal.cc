@@ -87,6 +87,24 @@ class ScanWindow {
   size_t len_ = 0;
 };
 
+// The offset of the first non-zero byte in [from, file_bytes), or file_bytes when they are all
+// zeros (a preallocated tail). Bounded by the file: chunks of the scan window.
+// REQUIRES: from is 8-aligned or file_bytes.
+Result<uint64_t> first_nonzero(ScanWindow& window, uint64_t from, uint64_t file_bytes) {
+  while (from < file_bytes) {
+    const size_t want =
+        static_cast<size_t>(std::min<uint64_t>(ScanWindow::kChunkBytes, file_bytes - from));
+    Result<std::span<const std::byte>> got = window.fetch(from, want);
+    if (!got.ok()) return got.status();
+    if (got->empty()) return Status::IOError(fmt::format("the WAL ends before {}", file_bytes));
+    const auto nz =
+        std::find_if(got->begin(), got->end(), [](std::byte b) { return b != std::byte{0}; });
+    if (nz != got->end()) return from + static_cast<uint64_t>(nz - got->begin());
+    from += got->size();
+  }
+  return file_bytes;
+}
+
 // Why a valid entry may not follow the ones before it, or "" if it may.
 std::string order_problem(const LogEntryView& e, const WalRecovery& r, const LogEntryId& first,
                           bool allow_rewrites) {
@@ -130,6 +148,8 @@ Wal::~Wal() {
 Result<std::unique_ptr<Wal>> Wal::open(const std::string& path, const WalOptions& options) {
   SHOAL_ASSERT(options.ring_entries >= 2 && options.ring_entries <= 4096, "ring_entries %u",
                options.ring_entries);
+  SHOAL_ASSERT(options.preallocate_bytes <= (256u << 20), "preallocate_bytes %lu",
+               options.preallocate_bytes);
   struct stat st;
   const bool existed = ::stat(path.c_str(), &st) == 0;
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -201,9 +221,21 @@ Result<WalRecovery> Wal::recover(const ReplayFn& replay) {
   LogEntryId first;
   uint64_t off = 0;
   std::string reason;
+  bool zero_tail = false;
   while (off < file_bytes) {
     Result<std::span<const std::byte>> head = window.fetch(off, kLogHeaderBytes);
     if (!head.ok()) return head.status();
+    // No entry starts with a zero byte (the magic): zeros here are preallocated, or a torn
+    // write's, and only zeros to the end of the file are the clean end.
+    if (head->front() == std::byte{0}) {
+      Result<uint64_t> data_at = first_nonzero(window, off, file_bytes);
+      if (!data_at.ok()) return data_at.status();
+      zero_tail = *data_at == file_bytes;
+      if (!zero_tail) {
+        reason = fmt::format("zeros at offset {} followed by data at offset {}", off, *data_at);
+      }
+      break;
+    }
     Result<size_t> size = LogEntryView::peek_entry_bytes(*head, off, options_.entry_bytes_max);
     if (!size.ok() && size.status().code() == Code::kNotSupported) return size.status();
     if (!size.ok()) {
@@ -231,8 +263,13 @@ Result<WalRecovery> Wal::recover(const ReplayFn& replay) {
     off += *size;
   }
   report.bytes_kept = off;
-  if (off < file_bytes) SHOAL_TRY(cut_tail(off, file_bytes, reason, &report));
+  if (zero_tail) {
+    report.bytes_preallocated = file_bytes - off;
+  } else if (off < file_bytes) {
+    SHOAL_TRY(cut_tail(off, file_bytes, reason, &report));
+  }
   end_offset_ = off;
+  allocated_end_ = zero_tail ? file_bytes : off;
   recovered_ = true;
   return report;
 }
@@ -259,11 +296,14 @@ Status Wal::cut_tail(uint64_t good_end, uint64_t file_bytes, const std::string& 
 Status Wal::append(std::span<const WalWrite> group) {
   SHOAL_ASSERT(recovered_, "append() before recover()");
   if (!failed_.ok()) return failed_;
+  uint64_t group_bytes = 0;
   for (const WalWrite& w : group) {
     SHOAL_ASSERT(w.bytes.size() >= kLogHeaderBytes && w.bytes.size() % 8 == 0,
                  "not a sealed entry (%zu bytes)", w.bytes.size());
     SHOAL_DCHECK(load_u32(w.bytes.data()) == kLogMagic);
+    group_bytes += w.bytes.size();
   }
+  preallocate(end_offset_ + group_bytes);
   Status s = ring_ ? append_uring(group) : append_pwrite(group);
   if (!s.ok()) {
     failed_ = s;
@@ -277,11 +317,53 @@ void Wal::drop_cached_pages() {
   const uint64_t keep = options_.cache_keep_bytes;
   // One call per `keep` bytes appended: the syscall and the page frees are batched.
   if (keep == 0 || end_offset_ < cache_dropped_until_ + 2 * keep) return;
-  const uint64_t until = end_offset_ - keep;
+  // Ranges end on a 2 MiB boundary: the page cache may hold large folios (up to 2 MiB,
+  // naturally aligned), and DONTNEED skips a folio that sticks out of the range, which no later
+  // range would cover.
+  constexpr uint64_t kFolioBytesMax = 2u << 20;
+  const uint64_t until = (end_offset_ - keep) / kFolioBytesMax * kFolioBytesMax;
+  if (until <= cache_dropped_until_) return;
   // Advice only: a failure costs memory, never data, so it is not an error of the append.
   (void)::posix_fadvise(fd_, static_cast<off_t>(cache_dropped_until_),
                         static_cast<off_t>(until - cache_dropped_until_), POSIX_FADV_DONTNEED);
   cache_dropped_until_ = until;
+}
+
+void Wal::preallocate(uint64_t needed_end) {
+  if (options_.preallocate_bytes == 0 || needed_end <= allocated_end_) return;
+  const uint64_t step =
+      std::min(options_.preallocate_bytes, std::max(kPreallocateMinBytes, end_offset_));
+  constexpr uint64_t kPageBytes = 4096;  // whole blocks: the last one is never half data
+  const uint64_t to = (needed_end + step + kPageBytes - 1) / kPageBytes * kPageBytes;
+  int rc = -1;
+  int err = 0;
+  for (int attempt = 0; attempt < 4 && rc != 0; ++attempt) {  // bounded: EINTR only
+    rc = ::fallocate(fd_, 0, static_cast<off_t>(allocated_end_),
+                     static_cast<off_t>(to - allocated_end_));
+    err = rc == 0 ? 0 : errno;
+    if (err != EINTR) break;
+  }
+  if (rc != 0) {
+    if (!options_.quiet) {
+      fmt::print(stderr, "wal {}: cannot preallocate ({}); appends grow the file from now on\n",
+                 path_, strerror(err));
+    }
+    options_.preallocate_bytes = 0;
+    struct stat st;  // partly allocated: trim_preallocation() still cuts it
+    if (::fstat(fd_, &st) == 0) allocated_end_ = std::max(allocated_end_, uint64_t(st.st_size));
+    return;
+  }
+  allocated_end_ = to;
+}
+
+Status Wal::trim_preallocation() {
+  SHOAL_ASSERT(recovered_, "trim_preallocation() before recover()");
+  if (allocated_end_ <= end_offset_) return Status::Ok();
+  if (::ftruncate(fd_, static_cast<off_t>(end_offset_)) != 0) {
+    return io_error("truncate WAL", path_, errno);
+  }
+  allocated_end_ = end_offset_;
+  return Status::Ok();
 }
 
 Status Wal::sync() {

@@ -1,5 +1,6 @@
 // WAL: restart from the log with each fsync policy and write path, torn and corrupted tails cut
-// (never replayed), appends continuing after the cut, and the refusals (newer format, lock).
+// (never replayed), appends continuing after the cut, preallocated zero tails kept as the clean
+// end, and the refusals (newer format, lock).
 #include "src/repl/wal.h"
 
 #include <fcntl.h>
@@ -234,17 +235,29 @@ TEST_F(WalTest, CorruptedLastEntryIsCutNotReplayed) {
   EXPECT_EQ(file_bytes(), ends[3]);
 }
 
-TEST_F(WalTest, ZeroFilledTailAndStaleEntriesAreCut) {
-  const WalOptions quiet{FsyncPolicy::kNone, true, 64, kLogEntryBytesMax, true};
+// Zeros where an entry would begin are the clean end only if they run to the end of the file;
+// entries after them, stale or of another stream, are cut like any bad tail.
+TEST_F(WalTest, ZerosFollowedByDataOrStaleEntriesAreCut) {
+  WalOptions quiet{FsyncPolicy::kNone, true, 64, kLogEntryBytesMax, true};
+  quiet.preallocate_bytes = 0;  // the file ends at the last entry: the tails below are whole
   const Entries e = make_entries(4, 1, 6);
   const auto ends = fill(this, open_wal(quiet), e);
-  // A crash after the file grew but before data landed leaves zeros.
+  ASSERT_EQ(file_bytes(), ends.back());
+  // A crash after the file grew but before all of its data landed: zeros, then data.
   std::vector<char> zeros(4096, 0);
   write_at(ends.back(), zeros.data(), zeros.size());
+  const char data = 1;
+  write_at(ends.back() + 4000, &data, 1);
   WalRecovery r = reopen(quiet);
   EXPECT_EQ(r.entries_kept, 4u);
-  EXPECT_NE(r.cut_reason.find("bad magic"), std::string::npos) << r.cut_reason;
-  // A valid entry with an old sequence after the tail (a stale block) is cut too.
+  EXPECT_EQ(r.bytes_cut, 4096u);
+  EXPECT_EQ(r.bytes_preallocated, 0u);
+  EXPECT_NE(r.cut_reason.find("zeros at offset " + std::to_string(ends.back()) +
+                              " followed by data at offset " + std::to_string(ends.back() + 4000)),
+            std::string::npos)
+      << r.cut_reason;
+  EXPECT_EQ(file_bytes(), ends.back());
+  // A valid entry with an old sequence after the last one (a stale block) is cut too.
   write_at(ends.back(), e.sealed[1].data(), e.sealed[1].size());
   r = reopen(quiet);
   EXPECT_EQ(r.entries_kept, 4u);
@@ -258,9 +271,127 @@ TEST_F(WalTest, ZeroFilledTailAndStaleEntriesAreCut) {
   EXPECT_EQ(file_bytes(), ends.back());
 }
 
+// Preallocation: the file runs ahead of the last entry in whole blocks that read as zeros, by at
+// most one step, whose size doubles with the file from kPreallocateMinBytes up to
+// preallocate_bytes.
+TEST_F(WalTest, PreallocationStaysOneBoundedStepAheadOfTheEnd) {
+  WalOptions o{FsyncPolicy::kNone, false};
+  o.preallocate_bytes = 256u << 10;
+  auto wal = open_wal(o);
+  ASSERT_TRUE(wal->recover([](const LogEntryView&) { return Status::Ok(); }).ok());
+  const Entries e = make_entries(1600, 1, 11);
+  ASSERT_TRUE(wal->append(e.sealed[0]).ok());
+  // The first step: kPreallocateMinBytes past the entry, rounded up to a page.
+  EXPECT_EQ(wal->allocated_end(), (e.sealed[0].size() + kPreallocateMinBytes + 4095) / 4096 * 4096);
+  uint64_t steps = 1, ahead_max = 0;
+  for (size_t i = 1; i < e.sealed.size(); ++i) {
+    const uint64_t before = wal->allocated_end();
+    ASSERT_TRUE(wal->append(e.sealed[i]).ok());
+    steps += wal->allocated_end() != before;
+    ASSERT_EQ(file_bytes(), wal->allocated_end());
+    ASSERT_EQ(wal->allocated_end() % 4096, 0u);
+    ASSERT_GE(wal->allocated_end(), wal->end_offset());
+    ahead_max = std::max(ahead_max, wal->allocated_end() - wal->end_offset());
+  }
+  EXPECT_LE(ahead_max, o.preallocate_bytes + 4096);
+  // Doubling, then fixed steps: far fewer steps than appends.
+  EXPECT_GE(wal->end_offset(), 1u << 20);
+  EXPECT_LE(steps, 3 + wal->end_offset() / o.preallocate_bytes) << wal->end_offset();
+  // Everything past the last entry reads as zeros.
+  std::vector<char> tail(wal->allocated_end() - wal->end_offset());
+  std::ifstream in(path_, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(wal->end_offset()));
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  EXPECT_EQ(std::count(tail.begin(), tail.end(), 0), static_cast<ptrdiff_t>(tail.size()));
+  // Without preallocation the file is exactly its entries.
+  wal.reset();
+  std::filesystem::remove(path_);
+  o.preallocate_bytes = 0;
+  const auto ends = fill(this, open_wal(o), e);
+  EXPECT_EQ(file_bytes(), ends.back());
+}
+
+// A restart over a preallocated tail: every entry kept, nothing cut or said on stderr, the
+// zeros kept; appends go on where the log really ended, and a later restart sees them all.
+// trim_preallocation() then makes the file end at its last entry.
+TEST_F(WalTest, RestartOverAPreallocatedTailKeepsEverythingAndAppendsAtTheEnd) {
+  const WalOptions o{FsyncPolicy::kBatch, false};  // quiet = false: a cut would print
+  const Entries e = make_entries(40, 1, 12);
+  const auto ends = fill(this, open_wal(o), e);
+  const uint64_t allocated = file_bytes();
+  ASSERT_GT(allocated, ends.back());
+  std::unique_ptr<Wal> wal;
+  std::vector<uint64_t> seqs;
+  ::testing::internal::CaptureStderr();
+  const WalRecovery r = reopen(o, &seqs, nullptr, &wal);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(r.entries_kept, 40u);
+  EXPECT_EQ(r.bytes_kept, ends.back());
+  EXPECT_EQ(r.bytes_cut, 0u);
+  EXPECT_TRUE(r.cut_reason.empty()) << r.cut_reason;
+  EXPECT_EQ(r.bytes_preallocated, allocated - ends.back());
+  EXPECT_EQ(file_bytes(), allocated);  // kept: appends overwrite it
+  EXPECT_EQ(wal->end_offset(), ends.back());
+  const Entries more = make_entries(5, 41, 13);
+  for (auto s : more.sealed) ASSERT_TRUE(wal->append(s).ok());
+  const uint64_t end = wal->end_offset();
+  wal.reset();
+  seqs.clear();
+  const WalRecovery r2 = reopen(o, &seqs, nullptr, &wal);
+  EXPECT_EQ(r2.entries_kept, 45u);
+  EXPECT_EQ(r2.bytes_kept, end);
+  EXPECT_EQ(r2.bytes_cut, 0u);
+  ASSERT_EQ(seqs.size(), 45u);
+  for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], i + 1);
+  ASSERT_TRUE(wal->trim_preallocation().ok());
+  EXPECT_EQ(file_bytes(), end);
+  EXPECT_EQ(wal->allocated_end(), end);
+  wal.reset();
+  const WalRecovery r3 = reopen(o);
+  EXPECT_EQ(r3.entries_kept, 45u);
+  EXPECT_EQ(r3.bytes_preallocated, 0u);
+}
+
+// A torn entry in the preallocated region (its first page landed, the rest still zeros) is cut
+// at the entry, with the zeros after it; appends follow the good prefix.
+TEST_F(WalTest, TornEntryBeforeTheZeroTailIsCutAtTheEntry) {
+  const WalOptions quiet{FsyncPolicy::kBatch, false, 64, kLogEntryBytesMax, true};
+  const Entries e = make_entries(20, 1, 14);
+  const auto ends = fill(this, open_wal(quiet), e);
+  // The next entry, big enough to span pages, half written.
+  const Entries next = make_entries(1, 21, 15);
+  std::vector<uint64_t> buf(4096);
+  LogBatchBuilder b;
+  b.reset({reinterpret_cast<std::byte*>(buf.data()), buf.size() * 8}, {1, 0, 1, 21}, BatchLimits{});
+  std::vector<std::byte> value(3000, std::byte{0x5a});
+  const uint64_t key[1] = {21};
+  const TxnWrite w{3, WriteOp::kPut, key, value};
+  ASSERT_EQ(b.append(21, {}, {&w, 1}), AppendResult::kOk);
+  const auto torn = b.seal();
+  ASSERT_GT(file_bytes(), ends.back() + torn.size());  // inside the preallocated zeros
+  write_at(ends.back(), torn.data(), torn.size() / 2);
+  std::unique_ptr<Wal> wal;
+  const WalRecovery r = reopen(quiet, nullptr, nullptr, &wal);
+  EXPECT_EQ(r.entries_kept, 20u);
+  EXPECT_EQ(r.bytes_kept, ends.back());
+  EXPECT_EQ(r.bytes_preallocated, 0u);
+  EXPECT_NE(r.cut_reason.find("offset " + std::to_string(ends.back())), std::string::npos)
+      << r.cut_reason;
+  EXPECT_NE(r.cut_reason.find("checksum mismatch"), std::string::npos) << r.cut_reason;
+  EXPECT_EQ(file_bytes(), ends.back());  // cut at the entry, zeros included
+  for (auto s : next.sealed) ASSERT_TRUE(wal->append(s).ok());
+  wal.reset();
+  std::vector<uint64_t> seqs;
+  const WalRecovery r2 = reopen(quiet, &seqs);
+  EXPECT_EQ(r2.entries_kept, 21u);
+  EXPECT_EQ(r2.bytes_cut, 0u);
+  EXPECT_EQ(seqs.back(), 21u);
+}
+
 TEST_F(WalTest, NewerFormatStopsRecoveryAndTouchesNothing) {
   const Entries e = make_entries(3, 1, 8);
   const auto ends = fill(this, open_wal({}), e);
+  const uint64_t allocated = file_bytes();
   std::vector<uint64_t> words(e.sealed[2].size() / 8);
   std::memcpy(words.data(), e.sealed[2].data(), e.sealed[2].size());
   auto* p = reinterpret_cast<std::byte*>(words.data());
@@ -274,19 +405,20 @@ TEST_F(WalTest, NewerFormatStopsRecoveryAndTouchesNothing) {
   const std::string newer = "version " + std::to_string(kLogFormatVersion + 1) +
                             " is newer than this reader's " + std::to_string(kLogFormatVersion);
   EXPECT_NE(r.status().message().find(newer), std::string::npos) << r.status().to_string();
-  EXPECT_EQ(file_bytes(), ends[2]);
+  EXPECT_EQ(file_bytes(), allocated);
 }
 
 TEST_F(WalTest, ReplayErrorStopsWithoutCutting) {
   const Entries e = make_entries(3, 1, 2);
-  const auto ends = fill(this, open_wal({}), e);
+  fill(this, open_wal({}), e);
+  const uint64_t allocated = file_bytes();
   auto wal = open_wal({});
   int seen = 0;
   auto r = wal->recover([&](const LogEntryView&) {
     return ++seen == 2 ? Status::Unavailable("replay target full") : Status::Ok();
   });
   EXPECT_EQ(r.status().code(), Code::kUnavailable);
-  EXPECT_EQ(file_bytes(), ends.back());
+  EXPECT_EQ(file_bytes(), allocated);
 }
 
 TEST_F(WalTest, SecondOpenOfTheSameFileRefused) {
@@ -363,9 +495,10 @@ TEST_F(WalTest, DropsAllButItsTailFromThePageCache) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t file_pages = file_bytes() / page;
   ASSERT_GT(file_bytes(), 12u << 20);
-  // At most 2 * kKeep behind the end stays cached (the drop runs once per kKeep appended).
-  EXPECT_LE(resident_pages(path_), (2 * kKeep + (64u << 10)) / page + 1)
-      << "of " << file_pages << " pages";
+  // At most 2 * kKeep behind the end stays cached (the drop runs once per kKeep appended, to
+  // a 2 MiB boundary), and the preallocated tail ahead of it.
+  const uint64_t cached_max = 2 * kKeep + (2u << 20) + o.preallocate_bytes + (64u << 10);
+  EXPECT_LE(resident_pages(path_), cached_max / page + 1) << "of " << file_pages << " pages";
   wal.reset();
   std::vector<uint64_t> seqs;
   const WalRecovery r = reopen({}, &seqs);
