@@ -266,18 +266,16 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
     SHOAL_TRY(dial_current_leader(*w, s, deadline_ns));
     links[s] = w->peers[s]->link();
   }
-  for (uint32_t s = 0; s < config_.shards.size() && w->vector_watermark != nullptr; ++s) {
-    // Followed at the watch's first look: no word of its new leader covers its lost TIDs first.
-    if (s != options_.shard && watch_leaders_[s] != leaders_[s]) w->vector_watermark->hold(s);
-  }
   for (uint32_t s = 0; s < config_.shards.size(); ++s) {
-    // A region failing: our predecessor may have died before following that shard's failover,
-    // and our replayed store may hold halves of its lost transactions. No transaction reads
-    // here until we followed it (Worker::redial): it would hide that dependency behind its
-    // new-epoch TID there (participant.h, await_failover_of).
-    if (s != options_.shard && watch_leaders_[s] != leaders_[s]) {
-      w->participant->await_failover_of(s);
-    }
+    // Followed at the watch's first look (not the leader the watch starts from: it changed
+    // while our predecessor led, which may have died before following it, or the dial found
+    // etcd naming another): until then, no word of its new leader covers its
+    // lost TIDs, and no transaction reads here: our replayed store may hold halves of its lost
+    // transactions, and a transaction touching its new leader would hide that dependency
+    // behind its new-epoch TID there (participant.h, await_failover_of; Worker::redial).
+    if (s == options_.shard || watch_leaders_[s] == leaders_[s]) continue;
+    if (w->vector_watermark != nullptr) w->vector_watermark->hold(s);
+    w->participant->await_failover_of(s);
   }
   dist::CoordinatorOptions co;
   co.shard_id = options_.shard;

@@ -396,7 +396,7 @@ class ShardServer {
   }
   void load_finished() { running_.fetch_sub(1); }
   // Why an after-run request must wait: "`what`: shard S's load has not ended on N of M
-  // workers (...)". REQUIRES: running_ > 0.
+  // workers (...)". REQUIRES: the load has not ended (running_ > 0, or a worker not done).
   Status load_running(const char* what) const;
   // Called by a worker that logged a commit (its loop thread). Every
   // worker's stream ticks at the busy rate for kReplTickIdleNs after it. A transaction is
