@@ -283,19 +283,9 @@ Result<uint64_t> ClusterStateStore::publish_final_watermark_as_leader(
   const std::string key = final_watermark_key(epoch, shard);
   constexpr int kAttemptsMax = 8;  // each lost only to a concurrent write of one of the two keys
   for (int attempt = 0; attempt < kAttemptsMax; ++attempt) {
-    auto state = load_state();
+    auto state = load_as_leader(epoch, shard, leader, leader_epoch);
     if (!state.ok()) return state.status();
-    if (shard >= state->shards.size()) {
-      return Status::InvalidArgument(fmt::format("publish_final_watermark: no shard {}", shard));
-    }
     const ShardState& now = state->shards[shard];
-    // An appointment after ours (even of the same replica again) is a later epoch.
-    if (now.leader_replica != leader || now.since_epoch > leader_epoch) {
-      return Status::Aborted(fmt::format(
-          "deposed: shard {} is led by replica {} since epoch {}, not by replica {} since epoch "
-          "{}; final watermark of epoch {} not published",
-          shard, now.leader_replica, now.since_epoch, leader, leader_epoch, epoch));
-    }
     auto stored = final_watermark(epoch, shard);
     if (!stored.ok()) return stored.status();
     if (stored->has_value()) return **stored;  // an earlier attempt of ours published it
@@ -306,6 +296,60 @@ Result<uint64_t> ClusterStateStore::publish_final_watermark_as_leader(
   }
   return Status::Unavailable(fmt::format(
       "publish_final_watermark: {} lost {} times to concurrent writes", key, kAttemptsMax));
+}
+
+Result<ClusterState> ClusterStateStore::load_as_leader(uint64_t epoch, uint32_t shard,
+                                                       uint32_t leader, uint64_t leader_epoch) {
+  auto state = load_state();
+  if (!state.ok()) return state.status();
+  if (shard >= state->shards.size()) {
+    return Status::InvalidArgument(fmt::format("publish_final_watermark: no shard {}", shard));
+  }
+  const ShardState& now = state->shards[shard];
+  // An appointment after ours (even of the same replica again) is a later epoch.
+  if (now.leader_replica != leader || now.since_epoch > leader_epoch) {
+    return Status::Aborted(fmt::format(
+        "deposed: shard {} is led by replica {} since epoch {}, not by replica {} since epoch "
+        "{}; final watermark of epoch {} not published",
+        shard, now.leader_replica, now.since_epoch, leader, leader_epoch, epoch));
+  }
+  return state;
+}
+
+Result<ClusterStateStore::TakeoverRecord> ClusterStateStore::publish_takeover(
+    uint64_t epoch, uint32_t shard, uint64_t final_watermark, uint64_t floor, uint32_t leader,
+    uint64_t leader_epoch) {
+  auto state = load_as_leader(epoch, shard, leader, leader_epoch);
+  if (!state.ok()) return state.status();
+  TakeoverRecord ours{final_watermark, floor,
+                      std::vector<uint64_t>(state->shards.size(), kInfiniteWatermark)};
+  ours.fvw[shard] = final_watermark;
+  const std::string fw_key = final_watermark_key(epoch, shard);
+  const std::string floor_key = epoch_floor_key(epoch, shard);
+  const std::string fvw = fvw_key(epoch);
+  auto r = manager_.txn({{fw_key, 0},
+                         {floor_key, 0},
+                         {fvw, 0},
+                         {shard_key(shard), state->shards[shard].mod_revision}},
+                        {{fw_key, json{{"watermark", final_watermark}}.dump(), 0},
+                         {floor_key, json{{"floor", floor}}.dump(), 0},
+                         {fvw, json{{"fvw", ours.fvw}}.dump(), 0}});
+  if (!r.ok()) return r.status();
+  if (r->succeeded) return ours;
+  // Lost: an earlier attempt stored some of it, or the shard's key moved. The three calls
+  // check again and keep what is stored; the FVW follows the final watermark stored.
+  TakeoverRecord stored;
+  auto fw = publish_final_watermark_as_leader(epoch, shard, final_watermark, leader, leader_epoch);
+  if (!fw.ok()) return fw.status();
+  stored.final_watermark = *fw;
+  auto fl = publish_epoch_floor(epoch, shard, floor);
+  if (!fl.ok()) return fl.status();
+  stored.floor = *fl;
+  ours.fvw[shard] = stored.final_watermark;
+  auto v = publish_fvw(epoch, ours.fvw);
+  if (!v.ok()) return v.status();
+  stored.fvw = std::move(*v);
+  return stored;
 }
 
 Result<std::optional<uint64_t>> ClusterStateStore::final_watermark(uint64_t epoch, uint32_t shard) {

@@ -109,6 +109,22 @@ class ClusterStateStore {
                                                                    uint64_t leader_epoch);
   [[nodiscard]] Result<std::optional<uint64_t>> final_watermark(uint64_t epoch, uint32_t shard);
 
+  // Everything a new leader of `shard` records of the failover that ended `epoch`, as
+  // publish_final_watermark_as_leader, publish_epoch_floor and publish_fvw (with every other
+  // shard healthy) would, but in one txn when none of the three is stored yet: a failover waits
+  // for these writes, and each etcd write is a consensus round and an fsync. When some are
+  // stored (an earlier attempt of ours), it falls back to the three calls, which keep what is
+  // stored. Returns what is stored afterwards; Aborted ("deposed") as
+  // publish_final_watermark_as_leader.
+  struct TakeoverRecord {
+    uint64_t final_watermark = 0;
+    uint64_t floor = 0;
+    std::vector<uint64_t> fvw;
+  };
+  [[nodiscard]] Result<TakeoverRecord> publish_takeover(uint64_t epoch, uint32_t shard,
+                                                        uint64_t final_watermark, uint64_t floor,
+                                                        uint32_t leader, uint64_t leader_epoch);
+
   // Records the floor of shard's TIDs at the end of `epoch` (its failover: see the keys above)
   // unless one is recorded; returns the stored one. With the final watermark F it bounds what
   // the failover lost: shard's TIDs in (F, floor].
@@ -134,6 +150,10 @@ class ClusterStateStore {
   Result<uint64_t> create_u64_once(const std::string& key, const char* field, uint64_t value);
   // The number in {field: n} at `key`, nullopt if absent.
   Result<std::optional<uint64_t>> get_u64(const std::string& key, const char* field);
+  // The state, checked to name `leader` as `shard`'s leader appointed in leader_epoch:
+  // Aborted ("deposed") otherwise, InvalidArgument for an unknown shard.
+  Result<ClusterState> load_as_leader(uint64_t epoch, uint32_t shard, uint32_t leader,
+                                      uint64_t leader_epoch);
   // The JSON object stored at `key`, nullopt if absent, Corruption naming the key if not one.
   Result<std::optional<nlohmann::json>> get_object(const std::string& key);
 

@@ -480,6 +480,60 @@ TYPED_TEST(ConfigManagerConformance, ADeposedLeaderCannotPublishAFinalWatermark)
   EXPECT_EQ(old_incarnation.status().code(), Code::kAborted);
 }
 
+// A new leader records its failover (final watermark, floor, FVW) in one write; a retry, or
+// an attempt that finds part of it stored by an earlier one, keeps what is stored; a deposed
+// leader records nothing.
+TYPED_TEST(ConfigManagerConformance, ATakeoverRecordIsOneWriteAndKeepsWhatIsStored) {
+  const std::string name = "t" + this->prefix_.substr(1, this->prefix_.size() - 2);
+  ClusterStateStore store(this->cm(), name);
+  ASSERT_TRUE(store.initialize(two_shards()).ok());
+  auto to_1 = store.begin_epoch_change(1, 0, 1);  // replica 1 leads shard 0 in epoch 2
+  ASSERT_TRUE(to_1.ok() && to_1->won);
+  auto before = store.load_state();
+  ASSERT_TRUE(before.ok());
+  const int64_t revision_before = before->epoch_revision;
+
+  auto rec = store.publish_takeover(1, 0, 1234, 5000, 1, 2);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  EXPECT_EQ(rec->final_watermark, 1234u);
+  EXPECT_EQ(rec->floor, 5000u);
+  EXPECT_EQ(rec->fvw, (std::vector<uint64_t>{1234, kInfiniteWatermark}));
+  auto fw = this->cm().get(store.final_watermark_key(1, 0));
+  auto fl = this->cm().get(store.epoch_floor_key(1, 0));
+  auto fvw = this->cm().get(store.fvw_key(1));
+  ASSERT_TRUE(fw.ok() && fw->has_value() && fl.ok() && fl->has_value() && fvw.ok() &&
+              fvw->has_value());
+  EXPECT_EQ((*fw)->mod_revision, revision_before + 1) << "one write for the three keys";
+  EXPECT_EQ((*fl)->mod_revision, revision_before + 1);
+  EXPECT_EQ((*fvw)->mod_revision, revision_before + 1);
+  EXPECT_EQ(**store.epoch_floor(1, 0), 5000u);
+  EXPECT_EQ(**store.load_fvw(1), rec->fvw);
+
+  auto again = store.publish_takeover(1, 0, 1, 2, 1, 2);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->final_watermark, 1234u);
+  EXPECT_EQ(again->floor, 5000u);
+  EXPECT_EQ(again->fvw, rec->fvw);
+
+  // Shard 1 fails over next; an earlier attempt stored only its final watermark.
+  ASSERT_TRUE(store.begin_epoch_change(2, 1, 2).ok());  // replica 2 leads shard 1 in epoch 3
+  ASSERT_TRUE(store.publish_final_watermark_as_leader(2, 1, 777, 2, 3).ok());
+  auto partial = store.publish_takeover(2, 1, 999, 888, 2, 3);
+  ASSERT_TRUE(partial.ok()) << partial.status().to_string();
+  EXPECT_EQ(partial->final_watermark, 777u);
+  EXPECT_EQ(partial->floor, 888u);
+  EXPECT_EQ(partial->fvw, (std::vector<uint64_t>{kInfiniteWatermark, 777}));
+
+  // Replica 1 of shard 0 is deposed by replica 0 in epoch 4: it records nothing of epoch 3.
+  ASSERT_TRUE(store.begin_epoch_change(3, 0, 0).ok());
+  auto deposed = store.publish_takeover(3, 0, 42, 43, 1, 2);
+  ASSERT_FALSE(deposed.ok());
+  EXPECT_EQ(deposed.status().code(), Code::kAborted) << deposed.status().to_string();
+  EXPECT_FALSE(store.final_watermark(3, 0)->has_value());
+  EXPECT_FALSE(store.epoch_floor(3, 0)->has_value());
+  EXPECT_FALSE(store.load_fvw(3)->has_value());
+}
+
 // A whole cluster restarting from disk moves the epoch past every failover it saw, keeps the
 // leaders the failovers appointed, and makes every leader's since_epoch the restart's; a
 // restart planned against a stale epoch loses and gets the state as it is.

@@ -490,18 +490,12 @@ Status ShardServer::publish_takeover(uint64_t final_tid, uint64_t floor_tid) {
   if (options_.etcd.empty()) return Status::Ok();
   SHOAL_TRY(open_etcd());
   cluster::ClusterStateStore store(*etcd_, config_.name);
-  const uint64_t old_epoch = epoch_ - 1;
-  auto fw =
-      store.publish_final_watermark_as_leader(old_epoch, options_.shard, final_tid, me_, epoch_);
-  if (!fw.ok()) return fw.status();
-  auto fl = store.publish_epoch_floor(old_epoch, options_.shard, lost_through_);
-  if (!fl.ok()) return fl.status();
-  lost_above_ = *fw;
-  lost_through_ = std::max(*fl, lost_above_ + 1);
-  std::vector<uint64_t> fvw(config_.shards.size(), cluster::kInfiniteWatermark);
-  fvw[options_.shard] = lost_above_;
-  auto stored = store.publish_fvw(old_epoch, fvw);
-  return stored.ok() ? Status::Ok() : stored.status();
+  auto stored =
+      store.publish_takeover(epoch_ - 1, options_.shard, final_tid, lost_through_, me_, epoch_);
+  if (!stored.ok()) return stored.status();
+  lost_above_ = stored->final_watermark;
+  lost_through_ = std::max(stored->floor, lost_above_ + 1);
+  return Status::Ok();
 }
 
 bool ShardServer::find_decision(const void* ctx, dist::TxnId id, uint64_t* tid,

@@ -344,14 +344,21 @@ void Worker::stop_load_thunk(void* self) {
 }
 
 void Worker::arm_ack_grace(uint64_t due_ns) {
-  auto grace = loop->add_timer(due_ns, &Worker::ack_grace_thunk, this, load_number);
+  if (ack_grace_load == load_number && ack_grace_chain != 0 && due_ns >= ack_grace_due_ns) return;
+  ack_grace_load = load_number;
+  ack_grace_due_ns = due_ns;
+  auto grace = loop->add_timer(due_ns, &Worker::ack_grace_thunk, this, ++ack_grace_chain);
   SHOAL_ASSERT(grace.ok(), "ack grace timer: %s", grace.status().to_string().c_str());
 }
 
-void Worker::ack_grace_thunk(void* self, uint64_t load) {
+void Worker::ack_grace_thunk(void* self, uint64_t chain) {
   auto* w = static_cast<Worker*>(self);
-  // Published, or a later load's (which armed its own).
-  if (load != w->load_number || w->done.load(std::memory_order_relaxed)) return;
+  // Replaced by a chain due sooner, an earlier load's, or published.
+  if (chain != w->ack_grace_chain || w->ack_grace_load != w->load_number ||
+      w->done.load(std::memory_order_relaxed)) {
+    return;
+  }
+  w->ack_grace_due_ns = UINT64_MAX;  // fired: the recheck below starts the chain's next timer
   const size_t waiting = w->vector_watermark->waiting();
   if (waiting > 0) {
     // Says what the run could not get acknowledged (the shard watermark that stopped), then

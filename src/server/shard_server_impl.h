@@ -299,11 +299,16 @@ struct Worker {
   uint64_t busy_trace_next_ns = 0;
   void teardown();
   static void health_thunk(void* self, uint64_t);
-  // Ends every acknowledgement wait of load `load_number` (the timer's argument) still
-  // pending, with a log line saying what they waited for, then looks again every
-  // kAckGraceRecheckNs until the load is published.
-  static void ack_grace_thunk(void* self, uint64_t load_number);
+  // Ends every acknowledgement wait of the current load still pending, with a log line saying
+  // what they waited for, then looks again every kAckGraceRecheckNs until the load is
+  // published. One chain of these timers per load: the timer's argument is its chain, and a
+  // timer of a replaced chain does nothing.
+  static void ack_grace_thunk(void* self, uint64_t chain);
+  // Starts the chain's next timer at due_ns, unless the load's chain is already due sooner.
   void arm_ack_grace(uint64_t due_ns);
+  uint64_t ack_grace_chain = 0;   // the live chain's number
+  uint32_t ack_grace_load = 0;    // the load the live chain belongs to
+  uint64_t ack_grace_due_ns = 0;  // when the live chain's next timer fires
   static void repl_tick_thunk(void* self, uint64_t);
   void schedule_repl_tick(uint64_t due_ns);
   // Brings the next tick forward to a busy tick's distance (posted to every worker when the
