@@ -445,7 +445,9 @@ Status ShardServer::take_over() {
   // read the fence from etcd before they replay what our successor sends (replica_cli.cc,
   // published_fences). The old leader's lost TIDs include ones nobody received (above the
   // floor we saw): count as lost everything below our first TID.
+  const uint64_t publish_start_ns = RealEnv::instance().now_ns();
   SHOAL_TRY(publish_takeover(r->final_tid, (first_epoch << 32) - 1));
+  const uint64_t publish_ns = RealEnv::instance().now_ns() - publish_start_ns;
   if (lost_above_ != r->final_tid) {  // the fence replicas read must be the log's
     return Status::Aborted(fmt::format(
         "shard {}: etcd holds final watermark {:#x} for epoch {}, this takeover found {:#x}",
@@ -465,13 +467,14 @@ Status ShardServer::take_over() {
       replay_journal_ != nullptr ? replay_journal_->journal().restore_version_deps(*engine_) : 0;
   decisions_published_.store(decisions_.get(), std::memory_order_release);
   fmt::print(stderr,
-             "shoal server: shard {}: replica {} took over in epoch {} in {:.1f} ms: final "
+             "shoal server: shard {}: replica {} took over in epoch {} in {:.1f} ms (its fences "
+             "published to etcd in {:.1f} ms more): final "
              "watermark {:#x}, {} txns installed, {} discarded above it, {} tombstones purged, "
              "{} cross-shard decisions known, {} replayed cross-shard writes journaled ({} "
              "forgotten, {} not journaled; {} versions given their vectors)\n",
-             options_.shard, me_, epoch_, static_cast<double>(r->elapsed_ns) / 1e6, r->final_tid,
-             r->replayed_txns, r->discarded_txns, purged,
-             decisions_ != nullptr ? decisions_->size() : 0,
+             options_.shard, me_, epoch_, static_cast<double>(r->elapsed_ns) / 1e6,
+             static_cast<double>(publish_ns) / 1e6, r->final_tid, r->replayed_txns,
+             r->discarded_txns, purged, decisions_ != nullptr ? decisions_->size() : 0,
              replay_journal_ != nullptr ? replay_journal_->journal().size() : 0,
              replay_journal_ != nullptr ? replay_journal_->journal().stats().forgotten : 0,
              replay_journal_ != nullptr ? replay_journal_->journal().stats().overflow : 0,
