@@ -1,8 +1,6 @@
 #include "bench/runner_repl.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "src/base/spawn.h"
 #include "src/cluster/config.h"
 #include "src/repl/bootstrap.h"
 
@@ -153,8 +152,6 @@ Status ReplicatedRun::spawn_followers(const RunOptions& options) {
     if (ec) return Status::IOError("cannot find this executable: " + ec.message());
   }
   for (uint32_t r = 1; r < options.replicas; ++r) {
-    // Everything the child needs is built before fork: it only calls async-signal-safe
-    // functions until exec.
     std::vector<std::string> args = {exe,
                                      "replica",
                                      "--config",
@@ -176,28 +173,16 @@ Status ReplicatedRun::spawn_followers(const RunOptions& options) {
       args.insert(args.end(),
                   {"--checkpoint-interval-ms", std::to_string(options.checkpoint_interval_ms)});
     }
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const std::string log = fmt::format("{}/replica-{}.log", dir_, r);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) return Status::IOError("fork failed");
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // followers die with the bench
-      if (::getppid() != parent) ::_exit(1);
-      // Out of the terminal's foreground group: Ctrl-C goes to the bench alone, which reports
-      // and then stops the followers (src/base/interrupt.h); they still die with it.
-      ::setpgid(0, 0);
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-      }
-      ::execv(exe.c_str(), argv.data());
-      ::_exit(127);
-    }
-    children_.push_back(pid);
+    // Not fork(): it would write-protect every page of the loaded store, and the worker
+    // would then take a page fault on its first write to each during the run
+    // (src/base/spawn.h). Followers die with the bench, and are out of the terminal's
+    // foreground group: Ctrl-C goes to the bench alone, which reports and then stops them
+    // (src/base/interrupt.h).
+    auto pid = spawn_child(args, {.die_with_parent = true,
+                                  .own_process_group = true,
+                                  .log_path = fmt::format("{}/replica-{}.log", dir_, r)});
+    if (!pid.ok()) return pid.status();
+    children_.push_back(*pid);
   }
   return Status::Ok();
 }
@@ -308,6 +293,10 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
   result->lead_waits += logged.lead_waits;
   result->idle_seals += logged.idle_seals;
   result->retained_shed = leader_stats.retained_shed;
+  result->lag_waits = leader_stats.lag_waits;
+  result->replay_lag_waits = leader_stats.replay_lag_waits;
+  result->replay_lag_ms_max = leader_stats.replay_lag_ms_max;
+  result->lead_holds = leader_stats.lead_holds;
   for (const repl::FollowerReport& r : *reports) {
     FollowerResult f;
     f.replica = r.replica;

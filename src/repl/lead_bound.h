@@ -100,4 +100,16 @@ inline uint64_t majority_rtt_ns(uint32_t replicas, std::vector<uint64_t> one_way
   return 2 * one_way_ns[needed - 1];
 }
 
+// The ratekeeper's bound on the replay lag the leader sees from a follower
+// (LeaderOptions::follower_replay_lag_ms_max): the bound for replay itself plus the round trip
+// between us, which every lag the leader sees includes (the chosen index travels to the
+// follower, its report back) and which is distance, not replay backlog. `one_way` is what the
+// follower sends us (receive_shapes); links are symmetric, jitter taken at its mean.
+// replay_lag_ms_max 0 (no ratekeeper) stays 0.
+inline uint64_t ratekeeper_bound_ms(uint64_t replay_lag_ms_max, uint64_t one_way_delay_ns,
+                                    uint64_t jitter_ns) {
+  if (replay_lag_ms_max == 0) return 0;
+  return replay_lag_ms_max + (2 * one_way_delay_ns + jitter_ns) / 1'000'000;
+}
+
 }  // namespace shoal::repl

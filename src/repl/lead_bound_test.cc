@@ -94,5 +94,14 @@ TEST(LeadBound, TheRoundTripIsToTheNearestMajority) {
   EXPECT_EQ(majority_rtt_ns(1, {}), 0u);
 }
 
+// The ratekeeper's bound adds the round trip to the follower: a follower 25 ms away whose
+// replay keeps up is seen 50 ms behind at best, which must not count against 100 ms of replay.
+TEST(RatekeeperBound, AddsTheRoundTripToTheReplayBound) {
+  EXPECT_EQ(ratekeeper_bound_ms(100, 0, 0), 100u);
+  EXPECT_EQ(ratekeeper_bound_ms(100, 25'000'000, 0), 150u);
+  EXPECT_EQ(ratekeeper_bound_ms(100, 25'000'000, 4'000'000), 154u);
+  EXPECT_EQ(ratekeeper_bound_ms(0, 25'000'000, 0), 0u);  // no ratekeeper stays none
+}
+
 }  // namespace
 }  // namespace shoal::repl

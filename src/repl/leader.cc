@@ -526,8 +526,16 @@ bool ReplicationLeader::followers_replay_keeps_up(const Stream& s) {
   // successor's lag falls to 0 within a replay of the bound.
   const Peer* p = peers_[successor_].get();
   if (p == nullptr) return true;
+  // The successor's round trip counts in the bound (ratekeeper_bound_ms): at a 50 ms round
+  // trip half of the default 100 ms went to the wire, and every replay hiccup paused the shard.
   const uint64_t lag_ms = wm_history_.lag_ns(p->replayed_tid, loop_->now_ns()) / 1'000'000;
-  if (lag_ms <= options_.follower_replay_lag_ms_max) return true;
+  const net::LinkShape to_successor = successor_ < options_.receive_shapes.size()
+                                          ? options_.receive_shapes[successor_]
+                                          : net::LinkShape{};
+  if (lag_ms <= ratekeeper_bound_ms(options_.follower_replay_lag_ms_max,
+                                    to_successor.one_way_delay_ns, to_successor.jitter_ns)) {
+    return true;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.replay_lag_waits;
   stats_.replay_lag_ms_max = std::max(stats_.replay_lag_ms_max, lag_ms);

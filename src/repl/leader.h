@@ -128,7 +128,9 @@ struct LeaderOptions {
   // watermark passed more than this long ago, and resume once it is back within it. The
   // backlog the successor replays before it can serve as the shard's leader (its takeover) is
   // so bounded, and with it the failover time. Followers report their applied TID every tick
-  // ({"type":"replayed"}). 0: unbounded.
+  // ({"type":"replayed"}). The successor's round trip (receive_shapes, both ways) is added:
+  // the lag the leader sees includes it (the chosen index travels to the follower, its
+  // report back), and it is not replay backlog. 0: unbounded.
   uint64_t follower_replay_lag_ms_max = 100;
   // The lead bound (lead_bound.h): a stream's worker opens no new batch while its oldest
   // entry not yet proposed was sealed more than this long ago, or its oldest proposal not
