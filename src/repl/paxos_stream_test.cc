@@ -827,7 +827,7 @@ std::pair<bool, uint64_t> lead_through_silence(bool step_down_without_majority) 
 
 // Stepped down, it never led again: the followers may not stand and a lower-numbered replica
 // lives, so it does not either; its shard chose nothing more, for good (a region kill's
-// collapse: docs/RESULTS.md, the region kill campaign). Kept leading, it chooses again.
+// collapse: docs/RESULTS.md, the failover campaign). Kept leading, it chooses again.
 TEST(PaxosStream, ALeaderOnlyTheConfigurationReplacesLeadsThroughASilence) {
   const auto [leads, chosen] = lead_through_silence(/*step_down_without_majority=*/false);
   EXPECT_TRUE(leads);
