@@ -241,6 +241,10 @@ Status ReplicationLeader::init(Takeover* takeover) {
     po.replica_id = options_.replica;
     po.replica_count = options_.replicas;
     po.may_lead = true;
+    // Only etcd replaces this leader (its followers never stand in Paxos): stepped down for a
+    // second without a majority (followers starved of CPU) it would lead its shard in etcd
+    // and propose nothing, for good (paxos_stream.h).
+    po.step_down_without_majority = false;
     Stream* raw = st.get();
     st->paxos = std::make_unique<PaxosStream>(
         RealEnv::instance(), *st->transport, st->store, po,

@@ -450,10 +450,11 @@ void PaxosStream::leader_tick(uint64_t now) {
   for (uint32_t p = 0; p < options_.replica_count; ++p) {
     if (p != options_.replica_id && peer_alive(p, now)) ++heard;
   }
-  if (heard < majority()) {
+  if (heard < majority() && options_.step_down_without_majority) {
     step_down("no majority heard");
     return;
   }
+  note_majority_heard(heard >= majority(), now);
   const bool heartbeat = now >= next_heartbeat_ns_;
   if (heartbeat) next_heartbeat_ns_ = now + options_.heartbeat_ns;
   send_due_accepts(now, heartbeat);
@@ -752,6 +753,26 @@ void PaxosStream::repropose(uint64_t slot) {
   if (st.ok() && !options_.defer_self_ack) count_ack(slot, options_.replica_id);
 }
 
+void PaxosStream::note_majority_heard(bool heard, uint64_t now) {
+  static const bool debug = std::getenv("SHOAL_REPL_DEBUG") != nullptr;
+  if (!heard && no_majority_since_ns_ == 0) {
+    no_majority_since_ns_ = now;
+    ++stats_.majority_lost;
+    if (debug) {
+      std::fprintf(stderr,
+                   "paxos %u stream %u: no majority heard for an election timeout; still "
+                   "leading (ballot %lx)\n",
+                   options_.replica_id, options_.stream, ballot_);
+    }
+  } else if (heard && no_majority_since_ns_ != 0) {
+    if (debug) {
+      std::fprintf(stderr, "paxos %u stream %u: a majority heard again after %lu ms\n",
+                   options_.replica_id, options_.stream, (now - no_majority_since_ns_) / 1'000'000);
+    }
+    no_majority_since_ns_ = 0;
+  }
+}
+
 void PaxosStream::step_down(const char* why, Ballot seen, uint32_t from) {
   if (role_ == PaxosRole::kFollower) return;
   static const bool debug = std::getenv("SHOAL_REPL_DEBUG") != nullptr;
@@ -761,6 +782,7 @@ void PaxosStream::step_down(const char* why, Ballot seen, uint32_t from) {
   }
   role_ = PaxosRole::kFollower;
   ++stats_.stepped_down;
+  no_majority_since_ns_ = 0;
   inflight_.clear();
   inflight_bytes_ = 0;
   merged_.clear();

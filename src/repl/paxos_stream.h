@@ -118,6 +118,15 @@ struct PaxosOptions {
   // stalled the shard for good. A follower leads when the configuration manager appoints it
   // (campaign(); docs/REPLICATION.md, "Failover").
   bool may_lead = true;
+  // Leader: step down when no majority was heard for election_timeout_ns (the replicas then
+  // elect among themselves: the lowest live one stands). False for a leader that only the
+  // configuration manager replaces (ReplicationLeader: a replicated shard's followers never
+  // stand in Paxos, may_lead above): stepped down it would never lead again while a
+  // lower-numbered replica lives, yet stay its shard's leader in etcd, its followers
+  // following it, nothing chosen and every acknowledgement stalled for good. It keeps
+  // leading instead and retransmits until a majority answers again; a replica appointed in
+  // its place fences it with its higher ballot (a reject steps it down) and etcd deposes it.
+  bool step_down_without_majority = true;
   // Leader: count its own acceptance of a proposal only once the owner says it is durable
   // (note_self_durable), so a WAL sync can run off the stream's thread while followers'
   // acceptances (durable before they answer) already make a majority. The same for values
@@ -290,6 +299,7 @@ struct PaxosStats {
   uint64_t catchup_source_errors = 0;   // reads of the source that failed (last_catchup_error)
   uint64_t learn_failed = 0;            // learned entries the store could not persist
   uint64_t entries_kept = 0;            // received entries stored where they arrived (keeper)
+  uint64_t majority_lost = 0;  // leader: no majority heard for an election timeout, still led
 };
 
 enum class PaxosRole : uint8_t { kFollower, kCandidate, kLeader };
@@ -402,6 +412,9 @@ class PaxosStream {
   // `why` and the ballot that caused it go to stderr under SHOAL_REPL_DEBUG.
   void step_down(const char* why, Ballot seen = 0, uint32_t from = 0);
   void leader_tick(uint64_t now_ns);
+  // Leader without step_down_without_majority: notes (counts, and says under
+  // SHOAL_REPL_DEBUG) when it stops and starts hearing a majority.
+  void note_majority_heard(bool heard, uint64_t now_ns);
   void send_due_accepts(uint64_t now_ns, bool heartbeat);
   void send_accepts(uint32_t peer, uint64_t now_ns, bool heartbeat);
   void pump_learn(uint32_t peer, uint64_t now_ns);
@@ -442,6 +455,8 @@ class PaxosStream {
   uint64_t max_round_seen_ = 0;
   uint64_t delivered_ = 0;  // last slot handed to on_chosen_
   uint64_t leader_heard_ns_ = 0;
+  // Leader without step_down_without_majority: since when no majority was heard (0: one is).
+  uint64_t no_majority_since_ns_ = 0;
   uint64_t next_heartbeat_ns_ = 0;
   std::array<uint64_t, kPaxosReplicasMax> peer_heard_ns_{};
   std::array<uint64_t, kPaxosReplicasMax> peer_chosen_{};

@@ -55,15 +55,16 @@ void ShardServer::follow_leader(uint32_t shard, uint32_t replica, uint64_t epoch
       using E = decltype(endpoint);
       struct Handoff {
         Worker* w;
-        uint32_t shard;
+        uint32_t shard, replica;
         uint64_t epoch, lost_above, lost_through;
         E endpoint;
       };
-      auto* h = new Handoff{wp, shard, epoch, lost_above, lost_through, std::move(endpoint)};
+      auto* h =
+          new Handoff{wp, shard, replica, epoch, lost_above, lost_through, std::move(endpoint)};
       Status posted = wp->loop->post(
           [](void* ctx) {
             std::unique_ptr<Handoff> h(static_cast<Handoff*>(ctx));
-            h->w->redial(h->shard, h->epoch, h->lost_above, h->lost_through,
+            h->w->redial(h->shard, h->replica, h->epoch, h->lost_above, h->lost_through,
                          std::move(h->endpoint));
           },
           h);
@@ -353,8 +354,8 @@ rt::Task<void> resolve_prepared(Worker* w, uint32_t shard, dist::ShardLink* link
 }
 
 template <typename E>
-void Worker::redial(uint32_t shard, uint64_t new_epoch, uint64_t lost_above, uint64_t lost_through,
-                    E endpoint) {
+void Worker::redial(uint32_t shard, uint32_t replica, uint64_t new_epoch, uint64_t lost_above,
+                    uint64_t lost_through, E endpoint) {
   if (vector_watermark != nullptr) {
     // Before any reply of the new leader raises the shard's entry past the lost TIDs.
     auto ended = vector_watermark->fence(shard, lost_above, lost_through);
@@ -381,7 +382,7 @@ void Worker::redial(uint32_t shard, uint64_t new_epoch, uint64_t lost_above, uin
                server->shard(), index, shard, new_epoch,
                participant->awaits_failovers() ? " once the other failovers are followed" : "");
   }
-  auto peer = make_peer(*this, shard, std::move(endpoint));
+  auto peer = make_peer(*this, shard, replica, std::move(endpoint));
   if (!peer.ok()) {
     fmt::print(stderr, "shoal server: shard {} worker {}: link to shard {}'s new leader: {}\n",
                server->shard(), index, shard, peer.status().to_string());
@@ -389,15 +390,22 @@ void Worker::redial(uint32_t shard, uint64_t new_epoch, uint64_t lost_above, uin
   }
   std::unique_ptr<Peer> old = std::move(peers[shard]);
   if (old != nullptr) {
-    if (!old->down) {  // a hung leader: its connection never failed (health() did not see it)
+    const bool live = reaches_live_leader(*old, replica);
+    // Not down: a hung leader (its connection never failed: health() did not see it), or the
+    // new leader itself, dialed at our appointment.
+    if (!old->down) {
       old->down = true;
       const size_t released =
           participant->abort_coordinated_by(shard, /*keep_prepared=*/true, new_epoch);
       fmt::print(stderr, "shoal server: shard {} worker {}: released {} transactions of shard {}\n",
                  server->shard(), index, released, shard);
     }
-    old->fail(Status::Unavailable(
-        fmt::format("shard {} failed over to another leader (epoch {})", shard, new_epoch)));
+    if (!end_replaced_link(*old, live, new_epoch)) {
+      fmt::print(stderr,
+                 "shoal server: shard {} worker {}: the link replaced reached replica {} "
+                 "already: its {} calls in flight finish there\n",
+                 server->shard(), index, replica, old->outstanding());
+    }
     old->retired_ns = loop->now_ns();
     retired.push_back(std::move(old));
   }

@@ -354,7 +354,7 @@ std::string ShardServer::shm_name(uint32_t shard) const {
 
 Status ShardServer::dial(Worker& w, uint32_t shard, uint64_t deadline_ns) {
   return connect_to(shard, deadline_ns, [&](auto endpoint) -> Status {
-    auto peer = make_peer(w, shard, std::move(endpoint));
+    auto peer = make_peer(w, shard, leaders_[shard], std::move(endpoint));
     if (!peer.ok()) return peer.status();
     w.peers[shard] = std::move(*peer);
     return Status::Ok();

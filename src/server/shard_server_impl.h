@@ -137,9 +137,30 @@ struct Peer {
   virtual void fail(Status why) = 0;  // every outstanding call completes with `why`
   virtual uint32_t outstanding() const = 0;
   uint32_t shard = 0;
+  uint32_t replica = 0;  // the replica of `shard` it was dialed to (its leader then)
   bool down = false;
   uint64_t retired_ns = 0;  // replaced by a redial at this time (Worker::retired)
 };
+// Whether a link to `shard` that a redial to its new leader `replica` replaces still reaches that
+// leader: dialed to it and up. A promoted leader dials the leader etcd names at its appointment
+// (ShardServer::dial_current_leader), which may be the new leader whose failover it follows
+// afterwards (a region failure: both shards' leaders at once). Its calls in flight are then at
+// a live participant, and failing them would strand what they carry: an install failed here
+// is in doubt for good while its half stays prepared there (participant.h F3), and that
+// half's reservation (F10) holds the other shard's watermark, and every acknowledgement
+// waiting on it, forever. Such a link is retired without failing its calls; a link to a dead
+// or deposed leader fails them, so their transactions end at once.
+inline bool reaches_live_leader(const Peer& old, uint32_t replica) {
+  return !old.down && old.replica == replica && old.status().ok();
+}
+// The end of a link a redial replaced: unless `live` (reaches_live_leader, asked before the
+// redial marked it down), its calls in flight fail now, saying why. Returns whether they did.
+inline bool end_replaced_link(Peer& old, bool live, uint64_t new_epoch) {
+  if (live) return false;
+  old.fail(Status::Unavailable(
+      fmt::format("shard {} failed over to another leader (epoch {})", old.shard, new_epoch)));
+  return true;
+}
 template <typename E>
 struct PeerOver final : Peer {  // members destroyed bottom-up: link, rpc, endpoint
   dist::ShardLink* link() override { return rpc_link.get(); }
@@ -201,8 +222,9 @@ struct Worker {
   Rng link_rng{1};
   std::unique_ptr<dist::LocalLink> self_link;
   std::vector<std::unique_ptr<Peer>> peers;  // by shard; null for our own
-  // Links replaced by a redial (a failover of their shard), failed and kept until no call of
-  // theirs can still run (kRetiredKeepNs): a transaction suspended in one finishes there.
+  // Links replaced by a redial (a failover of their shard), failed (unless they reach the new
+  // leader: reaches_live_leader) and kept until no call of theirs can still run
+  // (kRetiredKeepNs): a transaction suspended in one finishes there.
   // Bounded by the leader changes within kRetiredKeepNs, one per shard each.
   std::vector<std::unique_ptr<Peer>> retired;
   std::vector<std::unique_ptr<Incoming>> incoming;
@@ -274,10 +296,12 @@ struct Worker {
   template <typename E>
   void adopt(E endpoint);
   // A failover of `shard` (shard_server.h): its TIDs in (lost_above, lost_through] are fenced
-  // off the vector watermark, then its new leader, dialed, replaces the link.
+  // off the vector watermark, then its new leader `replica`, dialed, replaces the link. The
+  // old link's calls in flight fail, unless it reaches that same leader and is up (a promoted
+  // leader may have dialed it at its appointment): then they finish there.
   template <typename E>
-  void redial(uint32_t shard, uint64_t new_epoch, uint64_t lost_above, uint64_t lost_through,
-              E endpoint);
+  void redial(uint32_t shard, uint32_t replica, uint64_t new_epoch, uint64_t lost_above,
+              uint64_t lost_through, E endpoint);
 
   void start_load();
   void record(bool cross, const Status& s, uint64_t latency_ns, uint32_t type = 0);
@@ -617,9 +641,10 @@ inline void reply_json(const nlohmann::json& j, rt::MsgBuffer* out) {
 
 // A link over `endpoint` to `shard`, on w's loop. REQUIRES: w's loop thread, or before it runs.
 template <typename E>
-Result<std::unique_ptr<Peer>> make_peer(Worker& w, uint32_t shard, E endpoint) {
+Result<std::unique_ptr<Peer>> make_peer(Worker& w, uint32_t shard, uint32_t replica, E endpoint) {
   auto peer = std::make_unique<PeerOver<E>>();
   peer->shard = shard;
+  peer->replica = replica;
   peer->endpoint = std::move(endpoint);
   peer->rpc = std::make_unique<rt::RpcEndpoint<E>>(*w.loop, peer->endpoint, data_rpc_options());
   SHOAL_TRY(peer->rpc->start());
