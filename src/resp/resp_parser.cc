@@ -1,5 +1,6 @@
 #include "src/resp/resp_parser.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace shoal::resp {
@@ -97,6 +98,21 @@ Result<size_t> RequestParser::parse(std::string_view buf) {
 Result<bool> RequestParser::read_count_line(std::string_view buf, char prefix, int64_t* value,
                                             const char* too_big, const char* invalid) {
   SHOAL_ASSERT(pos_ < buf.size() && buf[pos_] == prefix, "count line at %u", pos_);
+  // The usual line, 1 to 18 digits and its CRLF all in buf, read in one pass (the general path
+  // below, memchr then parse_count, gives the same value; anything else goes there). A third of
+  // a pipelined GET's parsing was here.
+  {
+    size_t i = pos_ + 1;
+    const size_t stop = std::min(buf.size(), i + 18);
+    int64_t v = 0;
+    for (; i < stop && static_cast<unsigned char>(buf[i] - '0') <= 9; ++i)
+      v = v * 10 + (buf[i] - '0');
+    if (i > pos_ + 1u && i + 1 < buf.size() && buf[i] == '\r' && buf[i + 1] == '\n') {
+      *value = v;
+      pos_ = static_cast<uint32_t>(i + 2);
+      return true;
+    }
+  }
   const size_t avail = buf.size() - pos_;
   const size_t scan = avail < kMaxCountLine ? avail : kMaxCountLine;
   const void* cr = std::memchr(buf.data() + pos_, '\r', scan);
