@@ -2,6 +2,7 @@
 # Prints a cluster config of one shard with 3 replicas on 127.0.0.1 (one worker, TCP, regions
 # r0..r2), ports BASE, BASE+2, BASE+4 (replication ports one above each): the benches'
 # cluster (scripts/catchup-bench.sh, scripts/checkpoint-bench.sh, scripts/resp-durable-bench.sh).
+# REPLICAS=N (default 3) gives N replicas instead (regions r0.., ports BASE, BASE+2, ...).
 # With RESP_PORT, replica 0 (the leader) also serves the Redis protocol there. `cluster up`
 # gives it an etcd; 1 s of silence before a follower suspects its leader, as the bench's local
 # clusters and scripts/run-tpcc.sh use: under a benchmark's load on two cores a live leader can
@@ -12,25 +13,18 @@ set -euo pipefail
 name="$1"
 port="$2"
 resp_port="${3:-}"
+replicas="${REPLICAS:-3}"
 cat <<EOF
 [cluster]
 name = "$name"
 transport = "tcp"
 workers = 1
-replicas = 3
+replicas = $replicas
 leader_timeout_ms = 1000
-[[region]]
-name = "r0"
-[[region]]
-name = "r1"
-[[region]]
-name = "r2"
-[[shard]]
-id = 0
-partition_lo = 1
-partition_hi = 2
 EOF
-for r in 0 1 2; do
+for r in $(seq 0 $(( replicas - 1 ))); do printf '[[region]]\nname = "r%d"\n' "$r"; done
+printf '[[shard]]\nid = 0\npartition_lo = 1\npartition_hi = 2\n'
+for r in $(seq 0 $(( replicas - 1 ))); do
   printf '[[shard.replica]]\nregion = "r%d"\nhost = "127.0.0.1"\nport = %d\n' "$r" $((port + 2 * r))
   if [ "$r" = 0 ] && [ -n "$resp_port" ]; then printf 'resp_port = %d\n' "$resp_port"; fi
 done

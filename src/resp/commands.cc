@@ -155,8 +155,16 @@ rt::Task<void> SessionImpl::run_single(SessionState& s, const CommandSpec& spec,
   for (int attempt = 0; attempt < s.options.max_txn_attempts; ++attempt) {
     s.txn->begin();
     Ctx c{s, args, out, s.txn.get(), now_ms(s.env)};
-    const Status st = co_await finish(s, co_await spec.handler(c));
-    if (st.ok()) co_return;
+    // finish()'s work, inline: a frame fewer on every data command's path.
+    Status st = co_await spec.handler(c);
+    if (!st.ok()) {
+      co_await s.txn->abort();
+    } else if (auto committed = co_await s.txn->commit(); committed.ok()) {
+      note_commit(s, *committed);
+      co_return;
+    } else {
+      st = committed.status();
+    }
     out.rollback(mark);
     if (!st.is_aborted()) {
       reply_backend_error(out, st);
@@ -340,13 +348,27 @@ uint64_t Session::take_durable_token() {
   return t;
 }
 
+// Not a coroutine: it returns the task of the path it takes (a data command's is run_single's
+// own, a frame fewer per command), or run_other's.
 rt::Task<void> Session::execute(Args args, ReplyWriter& out) {
+  SessionState& s = *state_;
+  MultiState& m = *multi_;
+  if (!args.empty()) {
+    ++s.commands;
+    out.set_protocol(s.protocol);
+  }
+  const CommandSpec* spec = args.empty() ? nullptr : resolve(args, out);
+  if (spec != nullptr && s.authenticated && !m.active &&
+      (spec->flags & (kData | kNoQueue)) == kData) {
+    return SessionImpl::run_single(s, *spec, args, out);
+  }
+  return run_other(args, spec, out);
+}
+
+rt::Task<void> Session::run_other(Args args, const CommandSpec* spec, ReplyWriter& out) {
   if (args.empty()) co_return;
   SessionState& s = *state_;
   MultiState& m = *multi_;
-  ++s.commands;
-  out.set_protocol(s.protocol);
-  const CommandSpec* spec = resolve(args, out);
   if (spec == nullptr) {
     m.dirty |= m.active;  // a rejected command aborts the transaction being queued
     co_return;

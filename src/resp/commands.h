@@ -2,9 +2,9 @@
 //
 // execute() takes one parsed request (resp_parser.h) and appends its reply (resp_writer.h).
 // Semantics follow redis-server 7.0 for the commands in the table (command_table.cc): PING,
-// ECHO, AUTH, HELLO (RESP2/RESP3, with AUTH), SELECT 0, QUIT, GET, SET (EX PX EXAT PXAT KEEPTTL NX XX GET),
-// SETNX, GETSET, GETDEL, DEL, EXISTS, MGET, MSET, INCR, INCRBY, DECR, DECRBY, APPEND, STRLEN,
-// SCAN (MATCH COUNT TYPE), DBSIZE, INFO, CLIENT SETNAME/GETNAME/ID, COMMAND (COUNT, INFO,
+// ECHO, AUTH, HELLO (RESP2/RESP3, with AUTH), SELECT 0, QUIT, GET, SET (EX PX EXAT PXAT KEEPTTL NX
+// XX GET), SETNX, GETSET, GETDEL, DEL, EXISTS, MGET, MSET, INCR, INCRBY, DECR, DECRBY, APPEND,
+// STRLEN, SCAN (MATCH COUNT TYPE), DBSIZE, INFO, CLIENT SETNAME/GETNAME/ID, COMMAND (COUNT, INFO,
 // DOCS, LIST), CONFIG GET, MULTI, EXEC, DISCARD, WATCH, UNWATCH; error replies in Redis's
 // wording.
 //
@@ -54,6 +54,7 @@ struct SessionOptions {
 
 struct SessionState;  // command_table.h
 struct MultiState;    // commands.cc
+struct CommandSpec;   // command_table.h
 
 class Session {
  public:
@@ -62,8 +63,8 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Executes one request and appends its reply to out (an empty request is ignored). A
-  // coroutine: it suspends only when the backend does (kv_backend.h). REQUIRES: args and out
+  // Executes one request and appends its reply to out (an empty request is ignored). Its task
+  // suspends only when the backend does (kv_backend.h). REQUIRES: args and out
   // stay valid and untouched by others until the task completes (queued commands are copied);
   // one execute() at a time per session.
   rt::Task<void> execute(std::span<const std::string_view> args, ReplyWriter& out);
@@ -77,6 +78,11 @@ class Session {
   uint64_t take_durable_token();
 
  private:
+  // Everything but a data command outside MULTI (execute()'s fast path): rejections, MULTI's
+  // queue, MULTI/EXEC/DISCARD/WATCH and the commands without a transaction.
+  rt::Task<void> run_other(std::span<const std::string_view> args, const CommandSpec* spec,
+                           ReplyWriter& out);
+
   std::unique_ptr<SessionState> state_;
   std::unique_ptr<MultiState> multi_;
 };

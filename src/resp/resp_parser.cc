@@ -1,5 +1,6 @@
 #include "src/resp/resp_parser.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace shoal::resp {
@@ -94,26 +95,47 @@ Result<size_t> RequestParser::parse(std::string_view buf) {
   return parse_array(buf);
 }
 
-Result<bool> RequestParser::read_count_line(std::string_view buf, char prefix, int64_t* value,
-                                            const char* too_big, const char* invalid) {
+RequestParser::Line RequestParser::read_count_line(std::string_view buf, char prefix,
+                                                   int64_t* value, const char* too_big,
+                                                   const char* invalid) {
   SHOAL_ASSERT(pos_ < buf.size() && buf[pos_] == prefix, "count line at %u", pos_);
+  // The usual line, 1 to 18 digits and its CRLF all in buf, read in one pass (the general path
+  // below, memchr then parse_count, gives the same value; anything else goes there). A third of
+  // a pipelined GET's parsing was here.
+  {
+    size_t i = pos_ + 1;
+    const size_t stop = std::min(buf.size(), i + 18);
+    int64_t v = 0;
+    for (; i < stop && static_cast<unsigned char>(buf[i] - '0') <= 9; ++i)
+      v = v * 10 + (buf[i] - '0');
+    if (i > pos_ + 1u && i + 1 < buf.size() && buf[i] == '\r' && buf[i + 1] == '\n') {
+      *value = v;
+      pos_ = static_cast<uint32_t>(i + 2);
+      return Line::kRead;
+    }
+  }
   const size_t avail = buf.size() - pos_;
   const size_t scan = avail < kMaxCountLine ? avail : kMaxCountLine;
   const void* cr = std::memchr(buf.data() + pos_, '\r', scan);
   if (cr == nullptr) {
-    if (avail >= kMaxCountLine) return fail(too_big);
+    if (avail >= kMaxCountLine) {
+      fail(too_big).ignore();
+      return Line::kFailed;
+    }
     wanted_ = 1;
-    return false;
+    return Line::kIncomplete;
   }
   const size_t cr_at = static_cast<const char*>(cr) - buf.data();
   if (cr_at + 1 >= buf.size()) {
     wanted_ = 1;
-    return false;
+    return Line::kIncomplete;
   }
-  if (buf[cr_at + 1] != '\n') return fail(invalid);
-  if (!parse_count(buf.substr(pos_ + 1, cr_at - pos_ - 1), value)) return fail(invalid);
+  if (buf[cr_at + 1] != '\n' || !parse_count(buf.substr(pos_ + 1, cr_at - pos_ - 1), value)) {
+    fail(invalid).ignore();
+    return Line::kFailed;
+  }
   pos_ = static_cast<uint32_t>(cr_at + 2);
-  return true;
+  return Line::kRead;
 }
 
 Result<size_t> RequestParser::parse_array(std::string_view buf) {
@@ -121,8 +143,8 @@ Result<size_t> RequestParser::parse_array(std::string_view buf) {
     int64_t n = 0;
     auto got = read_count_line(buf, '*', &n, "Protocol error: too big mbulk count string",
                                "Protocol error: invalid multibulk length");
-    if (!got.ok()) return got.status();
-    if (!*got) return size_t{0};
+    if (got == Line::kFailed) return error_;
+    if (got == Line::kIncomplete) return size_t{0};
     if (n > static_cast<int64_t>(limits_.max_args)) {
       return fail("Protocol error: invalid multibulk length");
     }
@@ -152,8 +174,8 @@ Result<size_t> RequestParser::parse_array(std::string_view buf) {
       int64_t len = 0;
       auto got = read_count_line(buf, '$', &len, "Protocol error: too big bulk count string",
                                  "Protocol error: invalid bulk length");
-      if (!got.ok()) return got.status();
-      if (!*got) return size_t{0};
+      if (got == Line::kFailed) return error_;
+      if (got == Line::kIncomplete) return size_t{0};
       if (len < 0 || len > static_cast<int64_t>(limits_.max_bulk_bytes)) {
         return fail("Protocol error: invalid bulk length");
       }

@@ -121,6 +121,19 @@ TEST(RespParser, BytesWantedForALargeBulk) {
   EXPECT_EQ(p.args()[1].size(), 1000u);
 }
 
+// Count lines take a one-pass path when digits and CRLF are all there; both paths agree.
+TEST(RespParser, CountLinesAtTheirBounds) {
+  EXPECT_EQ(parse_ok("*02\r\n$003\r\nGET\r\n$1\r\nk\r\n"), (std::vector<Args>{{"GET", "k"}}));
+  const std::string zeros17(17, '0');
+  EXPECT_EQ(parse_ok("*1\r\n$" + zeros17 + "3\r\nabc\r\n"), (std::vector<Args>{{"abc"}}));
+  EXPECT_EQ(parse_error("*1\r\n$" + zeros17 + "03\r\nabc\r\n"),
+            "Protocol error: invalid bulk length");  // 19 digits
+  EXPECT_EQ(parse_error("*1\r\n$1x\r\n"), "Protocol error: invalid bulk length");
+  EXPECT_EQ(parse_error("*1\r\n$1\r\r\n"), "Protocol error: invalid bulk length");
+  EXPECT_EQ(parse_error("*1x\r\n"), "Protocol error: invalid multibulk length");
+  EXPECT_EQ(parse_error("*1\r\n$\r\n"), "Protocol error: invalid bulk length");
+}
+
 TEST(RespParser, MalformedInputGetsRedisErrors) {
   EXPECT_EQ(parse_error("*2\r\n$-5\r\n"), "Protocol error: invalid bulk length");
   EXPECT_EQ(parse_error("*1\r\n$1073741824\r\n"), "Protocol error: invalid bulk length");

@@ -223,7 +223,13 @@ bool StreamWorker<P>::poll() {
   epoll_event events[kEventsPerPoll];
   // No clients, no events: skip the system call, which the spinning loop would otherwise make
   // on every pass for a port nobody uses (a server has two: Redis and the client protocol).
-  const int n = epoll_fd_ >= 0 && live_ > 0 ? epoll_wait(epoll_fd_, events, kEventsPerPoll, 0) : 0;
+  // Nor right after one that found nothing (kEmptyPollGapNs).
+  const uint64_t now = loop_.iteration_now_ns();
+  int n = 0;
+  if (epoll_fd_ >= 0 && live_ > 0 && now >= next_epoll_ns_) {
+    n = epoll_wait(epoll_fd_, events, kEventsPerPoll, 0);
+    next_epoll_ns_ = n > 0 ? 0 : now + kEmptyPollGapNs;
+  }
   for (int i = 0; i < n; ++i) {
     auto* c = static_cast<Client*>(events[i].data.ptr);
     if ((events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) c->readable = true;
