@@ -433,6 +433,9 @@ class EpochChangeSim {
       o.retransmit_ns = 10 * kMs;
       o.election_timeout_ns = 50 * kMs;
       o.may_lead = false;  // leaders are appointed (campaign), as by the configuration manager
+      // As ReplicationLeader's: an appointee keeps leading through a silence of its followers
+      // (a partition or starved followers); only a higher ballot steps it down.
+      o.step_down_without_majority = false;
       o.defer_self_ack = true;
       n.streams[s] = std::make_unique<PaxosStream>(
           env_, *n.transports[s], *n.stores[s], o,
