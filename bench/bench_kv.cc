@@ -45,7 +45,7 @@ std::string letters(uint64_t p) {
 }
 
 std::string record_key(uint64_t i) {
-  return fmt::format("{}user{:010}", letters(bench::fnv1a64(i) % kKeyLetters), i);
+  return fmt::format("{}user{:010}", letters(workload::fnv1a64(i) % kKeyLetters), i);
 }
 
 uint32_t read_pct(char workload) {
@@ -196,7 +196,7 @@ Status load(const KvBenchOptions& o, const Target& t,
 }
 
 // One connection's share of the measurement, until deadline_ns or *stop.
-void measure(const KvBenchOptions& o, const Target& t, const bench::Zipfian* zipf,
+void measure(const KvBenchOptions& o, const Target& t, const workload::Zipfian* zipf,
              uint64_t deadline_ns, const std::atomic<bool>& stop, Connection& c) {
   Rng rng(o.seed * 1'000'003 + c.index);
   const Durability durability = o.speculative ? Durability::kSpeculative : Durability::kDurable;
@@ -209,7 +209,7 @@ void measure(const KvBenchOptions& o, const Target& t, const bench::Zipfian* zip
     const uint64_t start_ns = now_ns();
     if (start_ns >= deadline_ns || stop.load(std::memory_order_relaxed) || stopping(o)) return;
     const uint64_t record =
-        zipf != nullptr ? bench::scrambled_zipfian(*zipf, rng) : rng.uniform(0, o.keys - 1);
+        zipf != nullptr ? workload::scrambled_zipfian(*zipf, rng) : rng.uniform(0, o.keys - 1);
     const std::string key = record_key(record);
     const uint32_t type = rng.uniform(0, 99) < reads ? kRead : o.workload == 'F' ? kRmw : kUpdate;
     uint32_t attempts = 1;
@@ -309,7 +309,7 @@ Accounts make_accounts(const cluster::ClusterConfig& config, const std::string& 
 
 // One connection's transfers and audits until deadline_ns, recorded in `log`.
 void check_transfers(const KvBenchOptions& o, const Target& t, const Accounts& acc,
-                     uint64_t deadline_ns, sim::HistoryRecorder::ThreadLog& log, Connection& c) {
+                     uint64_t deadline_ns, check::HistoryRecorder::ThreadLog& log, Connection& c) {
   Rng rng(o.seed * 7919 + c.index + 1);
   shoal::RunOptions run_options;
   run_options.durability = o.speculative ? Durability::kSpeculative : Durability::kDurable;
@@ -326,12 +326,12 @@ void check_transfers(const KvBenchOptions& o, const Target& t, const Accounts& a
       }
     }
     const auto amount = static_cast<int64_t>(rng.uniform(1, 20));
-    sim::TxnRecord rec;
+    check::TxnRecord rec;
     uint32_t attempts = 0;
     Status s = c.client->run(
         [&](Transaction& txn) -> Status {
           ++attempts;
-          rec = sim::TxnRecord{};
+          rec = check::TxnRecord{};
           rec.id = log.next_txn_id();
           Account a[kBankAuditKeys];
           for (uint32_t j = 0; j < n; ++j) {
@@ -393,7 +393,7 @@ CheckOutcome run_check(const KvBenchOptions& o, const Target& t,
   }
   fmt::print(stderr, "check: bank transfers over {} accounts on {} shard{} for {:.1f} s...\n",
              acc.keys.size(), acc.shards_used, acc.shards_used == 1 ? "" : "s", o.check_seconds);
-  sim::HistoryRecorder recorder(conns.size());
+  check::HistoryRecorder recorder(conns.size());
   const uint64_t deadline_ns = now_ns() + static_cast<uint64_t>(o.check_seconds * 1e9);
   on_every_connection(conns, [&](Connection& c) {
     check_transfers(o, t, acc, deadline_ns, recorder.thread_log(c.index), c);
@@ -522,8 +522,8 @@ Status run(const KvBenchOptions& o) {
   }
   std::vector<uint64_t> keys_per_shard(shards, 0);
   for (uint64_t i = 0; i < o.keys; ++i) ++keys_per_shard[t.config.shard_for_kv_key(record_key(i))];
-  std::unique_ptr<bench::Zipfian> zipf;
-  if (o.zipfian) zipf = std::make_unique<bench::Zipfian>(o.keys, o.theta);
+  std::unique_ptr<workload::Zipfian> zipf;
+  if (o.zipfian) zipf = std::make_unique<workload::Zipfian>(o.keys, o.theta);
 
   fmt::print(stderr, "loading {} keys of {} bytes through the client library ({} connections)...\n",
              o.keys, o.value_bytes, o.connections);

@@ -408,7 +408,7 @@ struct BankHistorySource {
 };
 
 // The shards' in-memory logs, paged out (kHistory). False (a failure added) on an error.
-bool page_bank_history(ControlClient& client, uint32_t shards, sim::History* history,
+bool page_bank_history(ControlClient& client, uint32_t shards, check::History* history,
                        uint64_t* dropped, bench::RunResult* r) {
   for (uint32_t s = 0; s < shards; ++s) {
     uint64_t workers = 1;
@@ -486,7 +486,7 @@ void check_bank(ControlClient& client, const std::vector<ShardOutcome>& shards,
                          balance, expected, accounts, kBankInitialBalance);
     r->check_failures.push_back(fmt::format("money: {} made or lost", balance - expected));
   }
-  sim::History history;
+  check::History history;
   uint64_t unrecorded = 0;
   BankHistoryNotes notes;
   notes.id_legend = "transaction ids are T<shard>.<worker>.<attempt>";

@@ -82,14 +82,14 @@ struct RunClock {
   uint64_t deadline_ns = 0;
 };
 
-void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& options, uint32_t index,
-                 std::mutex& setup_mu, RunClock& clock, ThreadState& state,
+void worker_main(workload::Workload& workload, txn::Engine& engine, const RunOptions& options,
+                 uint32_t index, std::mutex& setup_mu, RunClock& clock, ThreadState& state,
                  repl::ReplicationLeader* leader, int cpu) {
   Env& env = engine.env();
   // Before setup, so the worker's buffers are first touched where it will run.
   pin_worker_thread(cpu, fmt::format("shoal: worker {}", index));
   txn::Worker* worker = nullptr;
-  std::unique_ptr<Client> client;
+  std::unique_ptr<workload::Client> client;
   {
     // Setup is serialized: make_worker / make_client need not be thread-safe.
     std::lock_guard<std::mutex> lock(setup_mu);
@@ -114,7 +114,7 @@ void worker_main(Workload& workload, txn::Engine& engine, const RunOptions& opti
   while (now_ns < deadline_ns && !clock.stop.load(std::memory_order_relaxed)) {
     const uint64_t start_ns = now_ns;
     const uint64_t logged_before = appender != nullptr ? appender->stats().txns : 0;
-    const Outcome outcome = client->run_one();
+    const workload::Outcome outcome = client->run_one();
     now_ns = env.now_ns();
     if (appender != nullptr && (outcome.status.ok() || outcome.status.is_user_abort())) {
       // Acknowledgement (docs/REPLICATION.md, "Vectorized watermark across shards"): a logged
@@ -293,7 +293,7 @@ constexpr uint64_t kStopPollNs = 50'000'000;
 
 // Starts the workers (worker i on placement.worker_cpus[i] when pinned), prints live lines
 // until the deadline or RunOptions::stop (then *interrupted), joins them.
-void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& options,
+void run_workers(workload::Workload& workload, txn::Engine& engine, const RunOptions& options,
                  const CpuPlacement& placement, std::vector<std::unique_ptr<ThreadState>>& states,
                  uint64_t* measure_start_ns, bool* interrupted, repl::ReplicationLeader* leader,
                  std::vector<SecondSample>* series) {
@@ -352,8 +352,9 @@ void run_workers(Workload& workload, txn::Engine& engine, const RunOptions& opti
   *measure_start_ns = clock.measure_start_ns;
 }
 
-void aggregate(const Workload& workload, const std::vector<std::unique_ptr<ThreadState>>& states,
-               uint64_t measure_start_ns, RunResult& r) {
+void aggregate(const workload::Workload& workload,
+               const std::vector<std::unique_ptr<ThreadState>>& states, uint64_t measure_start_ns,
+               RunResult& r) {
   const std::vector<std::string> names = workload.txn_types();
   auto all = std::make_unique<Histogram>();
   auto per_type = std::make_unique<Histogram>();
@@ -628,7 +629,7 @@ Result<CpuPlacement> place_run(const RunOptions& options, const ReplicatedRun* r
 
 }  // namespace
 
-Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
+Result<RunResult> run_benchmark(workload::Workload& workload, txn::Engine& engine,
                                 const RunOptions& options) {
   SHOAL_TRY(check_options(options));
   RunResult r;
@@ -639,7 +640,7 @@ Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine,
 
   LoadProgressDisplay progress(options.progress, r.workload, env);
   const uint64_t load_start_ns = env.now_ns();
-  LoadOptions load_options;
+  workload::LoadOptions load_options;
   load_options.workers = options.workers;
   load_options.warehouses = options.warehouses;
   load_options.seed = options.seed;

@@ -210,6 +210,7 @@ struct RunResult {
 // the load's Status, IOError if the JSON file cannot be written (checked before loading).
 // A failed consistency check is not an error: see RunResult::consistent().
 // REQUIRES: `engine` is fresh (no tables); no other thread uses it during the call.
-Result<RunResult> run_benchmark(Workload& workload, txn::Engine& engine, const RunOptions& options);
+Result<RunResult> run_benchmark(workload::Workload& workload, txn::Engine& engine,
+                                const RunOptions& options);
 
 }  // namespace shoal::bench

@@ -34,7 +34,8 @@ std::string tail(const std::string& path, size_t lines) {
 
 }  // namespace
 
-Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(Workload& workload, txn::Engine& engine,
+Result<std::unique_ptr<ReplicatedRun>> ReplicatedRun::start(workload::Workload& workload,
+                                                            txn::Engine& engine,
                                                             const RunOptions& options,
                                                             ReplicationResult* result) {
   std::unique_ptr<ReplicatedRun> run(new ReplicatedRun());

@@ -25,7 +25,7 @@ namespace shoal::bench {
 
 class ReplicatedRun {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<ReplicatedRun>> start(Workload& workload,
+  [[nodiscard]] static Result<std::unique_ptr<ReplicatedRun>> start(workload::Workload& workload,
                                                                     txn::Engine& engine,
                                                                     const RunOptions& options,
                                                                     ReplicationResult* result);

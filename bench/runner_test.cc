@@ -39,12 +39,12 @@ Status rollback(txn::Txn& txn, const void* raw, void*) {
   return Status::UserAbort();
 }
 
-class CounterWorkload final : public Workload {
+class CounterWorkload final : public workload::Workload {
  public:
   explicit CounterWorkload(bool report_failure = false) : report_failure_(report_failure) {}
   std::string name() const override { return "counter"; }
   std::vector<std::string> txn_types() const override { return {"incr", "rollback"}; }
-  Status load(txn::Engine& engine, const LoadOptions&,
+  Status load(txn::Engine& engine, const workload::LoadOptions&,
               const std::function<void(double)>& progress) override {
     table_ = engine.create_table<1>("counter");
     progress(0.5);
@@ -52,14 +52,14 @@ class CounterWorkload final : public Workload {
     progress(1.0);
     return Status::Ok();
   }
-  std::unique_ptr<Client> make_client(txn::Worker& worker, uint32_t, uint64_t) override {
-    class C final : public Client {
+  std::unique_ptr<workload::Client> make_client(txn::Worker& worker, uint32_t, uint64_t) override {
+    class C final : public workload::Client {
      public:
       C(CounterWorkload& w, txn::Worker& worker) : w_(w), worker_(worker) {}
-      Outcome run_one() override {
+      workload::Outcome run_one() override {
         CounterArgs args{w_.table_};
         const bool roll = (++n_ % 4) == 0;
-        Outcome o{roll ? 1u : 0u, worker_.run(roll ? &rollback : &incr, &args)};
+        workload::Outcome o{roll ? 1u : 0u, worker_.run(roll ? &rollback : &incr, &args)};
         if (!roll && o.status.ok()) w_.incr_ok_.fetch_add(1);
         if (roll && o.status.is_user_abort()) w_.rollbacks_.fetch_add(1);
         return o;
@@ -285,7 +285,7 @@ TEST(RunnerTest, ProgressAndLiveLines) {
 }
 
 TEST(MicroTest, SumInvariantHoldsAfterRun) {
-  Result<std::unique_ptr<Workload>> w = make_micro_workload({.keys = 1000});
+  Result<std::unique_ptr<workload::Workload>> w = workload::make_micro_workload({.keys = 1000});
   ASSERT_TRUE(w.ok());
   txn::Engine engine;
   RunOptions o = quiet(0.3, 2);
@@ -294,7 +294,7 @@ TEST(MicroTest, SumInvariantHoldsAfterRun) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_GT(r->committed, 0u);
   EXPECT_TRUE(r->consistent()) << r->check_failures[0];
-  EXPECT_FALSE(make_micro_workload({.keys = 3}).ok());
+  EXPECT_FALSE(workload::make_micro_workload({.keys = 3}).ok());
 }
 
 // A follower process that exits during start-up (under load one lost its shm link and, with no
@@ -311,7 +311,7 @@ TEST(ReplicatedRunTest, FollowerThatExitsFailsTheStartAtOnce) {
         << "\" \"$@\"\n";
   }
   std::filesystem::permissions(script, std::filesystem::perms::owner_all);
-  Result<std::unique_ptr<Workload>> w = make_micro_workload({.keys = 1000});
+  Result<std::unique_ptr<workload::Workload>> w = workload::make_micro_workload({.keys = 1000});
   ASSERT_TRUE(w.ok());
   txn::Engine engine;
   RunOptions o = quiet(0.3, 1);
@@ -333,8 +333,8 @@ TEST(ReplicatedRunTest, FollowerThatExitsFailsTheStartAtOnce) {
 
 TEST(YcsbTest, AllWorkloadsRunAndCheck) {
   for (char letter : {'A', 'B', 'C', 'F'}) {
-    Result<std::unique_ptr<Workload>> w =
-        make_ycsb_workload({.workload = letter, .records = 2000, .theta = 0.99});
+    Result<std::unique_ptr<workload::Workload>> w =
+        workload::make_ycsb_workload({.workload = letter, .records = 2000, .theta = 0.99});
     ASSERT_TRUE(w.ok());
     txn::Engine engine;
     RunOptions o = quiet(0.1, 2);
@@ -351,15 +351,15 @@ TEST(YcsbTest, AllWorkloadsRunAndCheck) {
       EXPECT_EQ(r->per_type[1].name, "rmw");
     }
   }
-  EXPECT_FALSE(make_ycsb_workload({.workload = 'D'}).ok());
-  EXPECT_FALSE(make_ycsb_workload({.workload = 'A', .records = 1000, .theta = 1.0}).ok());
+  EXPECT_FALSE(workload::make_ycsb_workload({.workload = 'D'}).ok());
+  EXPECT_FALSE(workload::make_ycsb_workload({.workload = 'A', .records = 1000, .theta = 1.0}).ok());
 }
 
 // The Zipfian generator's rank frequencies follow 1/rank^theta (checked loosely at theta
 // 0.99), ranks stay in range, and scrambling stays in range.
 TEST(YcsbTest, ZipfianShape) {
   constexpr uint64_t kItems = 1000;
-  Zipfian z(kItems, 0.99);
+  workload::Zipfian z(kItems, 0.99);
   Rng rng(11);
   std::vector<uint64_t> hits(kItems, 0);
   constexpr int kDraws = 500'000;
@@ -377,8 +377,8 @@ TEST(YcsbTest, ZipfianShape) {
   EXPECT_GT(hits[10], hits[100]);
   // Scrambling keeps the range and moves the hot key away from 0.
   Rng rng2(11);
-  for (int i = 0; i < 1000; ++i) ASSERT_LT(scrambled_zipfian(z, rng2), kItems);
-  EXPECT_NE(fnv1a64(0) % kItems, 0u);
+  for (int i = 0; i < 1000; ++i) ASSERT_LT(workload::scrambled_zipfian(z, rng2), kItems);
+  EXPECT_NE(workload::fnv1a64(0) % kItems, 0u);
 }
 
 }  // namespace

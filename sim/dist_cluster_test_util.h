@@ -83,7 +83,7 @@ struct ClusterRunResult {
   bool finished = false;
   std::string hint;              // the replay hint
   dist::CoordinatorStats coord;  // summed over the coordinators
-  History history;
+  check::History history;
   int64_t total_balance = 0;
   size_t contexts_left = 0;  // participant contexts still open
   size_t unreadable = 0;     // records a fresh transaction cannot read (a lock left behind)
@@ -205,14 +205,14 @@ inline int64_t balance_sum(txn::TableBase& accounts) {
 }
 
 // The operations of an anomaly's transactions, for the failure message.
-inline std::string describe(const History& h, const Anomaly& a) {
+inline std::string describe(const check::History& h, const check::Anomaly& a) {
   std::string out;
-  for (TxnId id : a.cycle) {
-    for (const TxnRecord& t : h.txns) {
+  for (check::TxnId id : a.cycle) {
+    for (const check::TxnRecord& t : h.txns) {
       if (t.id != id) continue;
       out += fmt::format("\n  T{}:", id);
-      for (const Op& op : t.ops) {
-        out += op.kind == OpKind::kRead
+      for (const check::Op& op : t.ops) {
+        out += op.kind == check::OpKind::kRead
                    ? fmt::format(" r(k={},v={},by T{})", op.key, op.version, op.writer)
                    : fmt::format(" w(k={},v={})", op.key, op.version);
       }
@@ -231,7 +231,7 @@ inline void expect_healthy_run(const ClusterRunResult& r, uint64_t seed, int64_t
   EXPECT_EQ(r.contexts_left, 0u) << "participant contexts leaked; " << r.hint;
   EXPECT_EQ(r.unreadable, 0u) << "locks left behind; " << r.hint;
   EXPECT_EQ(r.coord.in_doubt, 0u) << r.hint;
-  auto anomalies = check(r.history);
+  auto anomalies = check::check(r.history);
   EXPECT_TRUE(anomalies.empty()) << "not serializable, seed=" << seed
                                  << " (replay: SHOAL_SIM_SEED=" << seed << "): "
                                  << (anomalies.empty() ? "" : anomalies.front().explanation)
@@ -302,13 +302,13 @@ inline void corrupt_request(Rng& rng, std::vector<uint8_t>* msg) {
 }
 
 // The wire fuzzers' transaction ids: kFuzzFirstId up to kFuzzFirstId + kFuzzIds - 1.
-inline constexpr TxnId kFuzzFirstId = 1000;
-inline constexpr TxnId kFuzzIds = 64;
+inline constexpr check::TxnId kFuzzFirstId = 1000;
+inline constexpr check::TxnId kFuzzIds = 64;
 
 // One wire fuzzer input: one of valid_requests(id), for a random fuzz id, corrupted.
 template <typename ValidRequests>
 WireRequest fuzzed_request(Rng& rng, ValidRequests&& valid_requests) {
-  const TxnId id = kFuzzFirstId + static_cast<TxnId>(rng.uniform(0, kFuzzIds - 1));
+  const check::TxnId id = kFuzzFirstId + static_cast<check::TxnId>(rng.uniform(0, kFuzzIds - 1));
   const std::vector<WireRequest> requests = valid_requests(id);
   WireRequest r = requests[rng.uniform(0, requests.size() - 1)];
   corrupt_request(rng, &r.second);
@@ -403,7 +403,7 @@ struct SimCluster {
   void spawn_clients(int per_coordinator, uint64_t seed, MakeClient&& make_client) {
     SHOAL_CHECK(recorder == nullptr);
     clients_ = static_cast<int>(kCoordinators) * per_coordinator;
-    recorder = std::make_unique<HistoryRecorder>(kCoordinators * per_coordinator);
+    recorder = std::make_unique<check::HistoryRecorder>(kCoordinators * per_coordinator);
     for (uint32_t co = 0; co < kCoordinators; ++co) {
       for (int i = 0; i < per_coordinator; ++i) {
         auto* log = &recorder->thread_log(co * per_coordinator + i);
@@ -450,7 +450,7 @@ struct SimCluster {
   SimEnv env;
   SimNetwork net;
   Chaos chaos;
-  std::unique_ptr<HistoryRecorder> recorder;  // the clients' thread logs
+  std::unique_ptr<check::HistoryRecorder> recorder;  // the clients' thread logs
   uint64_t epoch = 1;
   std::vector<std::unique_ptr<rt::EventLoop>> loops;  // per node
   std::vector<bool> attached;

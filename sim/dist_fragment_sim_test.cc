@@ -237,7 +237,7 @@ std::unique_ptr<ShardState> make_shard(SimEnv& env, uint32_t s, bool skip_valida
   SHOAL_CHECK(accounts->id() == kAccounts && receipts->id() == kReceipts);
   for (uint64_t k = 0; k < kKeysPerShard; ++k) {
     SHOAL_CHECK(
-        accounts->load(key1(s * kKeysPerShard + k), Account{0, kInitialTxn, kInitial}).ok());
+        accounts->load(key1(s * kKeysPerShard + k), Account{0, check::kInitialTxn, kInitial}).ok());
   }
   st->tables = ShardTables{accounts, receipts};
   st->fragments.ctx = &st->tables;
@@ -272,15 +272,15 @@ size_t unreadable_records(ShardState& sh) {
 
 // Adds each receipt's read and write to the committed transaction that left it. Returns
 // receipts whose transaction the clients never saw commit.
-uint64_t merge_receipts(std::vector<std::unique_ptr<ShardState>>& shards, History* h,
+uint64_t merge_receipts(std::vector<std::unique_ptr<ShardState>>& shards, check::History* h,
                         uint64_t* merged) {
-  std::unordered_map<TxnId, size_t> index;
+  std::unordered_map<check::TxnId, size_t> index;
   for (size_t i = 0; i < h->txns.size(); ++i) index.emplace(h->txns[i].id, i);
   uint64_t orphans = 0;
   for (auto& sh : shards) {
     static_cast<txn::Table<1>*>(sh->tables.receipts)
         ->for_each(key1(0), Key1::max(), [&](const Key1& k, const void* v, uint32_t) {
-          const TxnId hid = k.w[0] / 2;
+          const check::TxnId hid = k.w[0] / 2;
           const auto& rc = *static_cast<const Receipt*>(v);
           auto it = index.find(hid);
           if (it == index.end()) {
@@ -334,20 +334,20 @@ struct TxnArgs {
   uint64_t guard_a, guard_c;  // kGuarded: read-only accounts on shards a and c
   int64_t amount;
   bool second_last;  // kTwoStep: the second exec locks at once
-  TxnId history_id;
+  check::TxnId history_id;
 };
 struct TxnResult {
-  TxnRecord record;
+  check::TxnRecord record;
   int64_t audited = 0;
 };
 
-MoveArgs move_args(uint64_t key, int64_t amount, TxnId hid, bool receipt) {
+MoveArgs move_args(uint64_t key, int64_t amount, check::TxnId hid, bool receipt) {
   return MoveArgs{key, amount, hid, receipt ? 1u : 0u};
 }
 
 // Runs a move fragment by exec and records what it read and wrote.
 rt::Task<Status> exec_move(dist::DistTxn& txn, uint32_t shard, uint32_t fragment, uint64_t key,
-                           int64_t amount, TxnId hid, bool last, TxnRecord* rec) {
+                           int64_t amount, check::TxnId hid, bool last, check::TxnRecord* rec) {
   MoveResult r{};
   SHOAL_CO_TRY(co_await txn.exec(shard, fragment, move_args(key, amount, hid, false), &r, last));
   rec->read(r.read.key, r.read.seq, r.read.writer);
@@ -355,7 +355,8 @@ rt::Task<Status> exec_move(dist::DistTxn& txn, uint32_t shard, uint32_t fragment
   co_return Status::Ok();
 }
 
-rt::Task<Status> exec_peek(dist::DistTxn& txn, uint32_t shard, uint64_t key, TxnRecord* rec) {
+rt::Task<Status> exec_peek(dist::DistTxn& txn, uint32_t shard, uint64_t key,
+                           check::TxnRecord* rec) {
   PeekArgs p{};
   p.count = 1;
   p.keys[0] = key;
@@ -368,10 +369,10 @@ rt::Task<Status> exec_peek(dist::DistTxn& txn, uint32_t shard, uint64_t key, Txn
 rt::Task<Status> bank_txn(dist::DistTxn& txn, const void* args_ptr, void* result_ptr) {
   const auto& a = *static_cast<const TxnArgs*>(args_ptr);
   auto& r = *static_cast<TxnResult*>(result_ptr);
-  r.record = TxnRecord{};
+  r.record = check::TxnRecord{};
   r.record.id = a.history_id;
   r.audited = 0;
-  TxnRecord* rec = &r.record;
+  check::TxnRecord* rec = &r.record;
   switch (a.kind) {
     case Kind::kTransfer:
       SHOAL_CO_TRY(co_await exec_move(txn, a.a, kDebit, a.src, a.amount, a.history_id, true, rec));
@@ -422,7 +423,7 @@ uint64_t pick_key(Rng& rng, uint32_t shard, uint64_t not1 = ~0ULL, uint64_t not2
 }
 
 // Coordinator `coord` may not defer to its own shard (DistTxn::exec_at_commit), so b != coord.
-TxnArgs make_args(Rng& rng, uint32_t coord, HistoryRecorder::ThreadLog* log) {
+TxnArgs make_args(Rng& rng, uint32_t coord, check::HistoryRecorder::ThreadLog* log) {
   TxnArgs args{};
   const uint64_t dice = rng.uniform(0, 99);
   args.kind = dice < 30   ? Kind::kTransfer
@@ -469,8 +470,8 @@ bool expected_outcome(Kind kind, const Status& s) {
   return fails && s.code() == Code::kIOError;
 }
 
-rt::Task<void> client(RpcCluster* c, uint32_t coord, HistoryRecorder::ThreadLog* log, uint64_t seed,
-                      int count, Outcomes* out) {
+rt::Task<void> client(RpcCluster* c, uint32_t coord, check::HistoryRecorder::ThreadLog* log,
+                      uint64_t seed, int count, Outcomes* out) {
   Rng rng(seed);
   dist::DistTxn txn;
   for (int i = 0; i < count; ++i) {
@@ -511,7 +512,7 @@ RunResult run_bank(uint64_t seed, const RunConfig& cfg) {
   RpcCluster c(seed, cfg);
   RunResult out;
   c.spawn_clients(cfg.clients_per_coordinator, seed,
-                  [&](uint32_t co, HistoryRecorder::ThreadLog* log, uint64_t client_seed) {
+                  [&](uint32_t co, check::HistoryRecorder::ThreadLog* log, uint64_t client_seed) {
                     return client(&c, co, log, client_seed, cfg.txns_per_client, &out.outcomes);
                   });
   c.start_chaos();
@@ -610,7 +611,7 @@ TEST(DistFragmentSim, SkippedValidationIsCaught) {
     RunConfig cfg;
     cfg.skip_validation = true;
     RunResult r = run_bank(seed, cfg);
-    return !r.finished || !check(r.history).empty() || r.total_balance != kTotal ||
+    return !r.finished || !check::check(r.history).empty() || r.total_balance != kTotal ||
            r.outcomes.bad_audits != 0;
   });
 }
@@ -626,9 +627,10 @@ class HookLink final : public ForwardingLink {
       : ForwardingLink(inner), hook_(hook), ctx_(ctx) {}
   bool fired() const { return fired_; }
 
-  rt::Task<Status> exec(TxnId id, uint64_t epoch, uint32_t fragment, std::span<const uint8_t> args,
-                        std::span<uint8_t> out, uint32_t* out_size, bool* wrote,
-                        uint64_t* proposed_tid, dist::ExecPrepared* prepared) override {
+  rt::Task<Status> exec(check::TxnId id, uint64_t epoch, uint32_t fragment,
+                        std::span<const uint8_t> args, std::span<uint8_t> out, uint32_t* out_size,
+                        bool* wrote, uint64_t* proposed_tid,
+                        dist::ExecPrepared* prepared) override {
     // T's only contact with the hooked shard is its deferred fragment, run at commit (C5).
     // When it voted there at once (F9, C6) there is no last-agent message: the other
     // transaction goes right after that vote, before T's own shard validates.
@@ -640,7 +642,7 @@ class HookLink final : public ForwardingLink {
     }
     co_return s;
   }
-  rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
+  rt::Task<Status> validate_install(check::TxnId id, uint64_t epoch, const txn::DepVec& vector,
                                     txn::DepVec* deps, uint64_t* tid,
                                     const dist::FragmentCall* fragment) override {
     if (!fired_) {
@@ -671,7 +673,7 @@ struct SlipIn {
   std::vector<std::unique_ptr<dist::LocalLink>> links;
   std::unique_ptr<HookLink> hooked;
   std::unique_ptr<dist::Coordinator> coord_t, coord_u;
-  HistoryRecorder recorder{2};
+  check::HistoryRecorder recorder{2};
   Status t_status, u_status;
   bool t_done = false;
 
@@ -739,10 +741,10 @@ TEST(DistFragmentSim, DeferredFragmentCannotSlipBetweenValidations) {
   ASSERT_TRUE(s.loop.spawn(SlipIn::run_t(&s)).ok());
   ASSERT_TRUE(s.env.run_until_true([&] { return s.t_done; }, 10'000 * kMs).ok());
   EXPECT_TRUE(s.hooked->fired());
-  History h = s.recorder.merge();
+  check::History h = s.recorder.merge();
   uint64_t merged = 0;
   EXPECT_EQ(merge_receipts(s.shards, &h, &merged), 0u);
-  auto anomalies = check(h);
+  auto anomalies = check::check(h);
   EXPECT_TRUE(anomalies.empty()) << "T: " << s.t_status.to_string()
                                  << ", T': " << s.u_status.to_string() << ": "
                                  << (anomalies.empty() ? "" : anomalies.front().explanation);
@@ -811,7 +813,7 @@ txn::DepVec some_vector() {
 
 // Valid kExec and kValidateInstall requests for `id`: exec (locking after), validate_install
 // with a fragment, with arguments whose size is not a multiple of 8 (padding), and without one.
-std::vector<WireRequest> valid_requests(TxnId id) {
+std::vector<WireRequest> valid_requests(check::TxnId id) {
   std::vector<WireRequest> out;
   rt::MsgBuffer b;
   SHOAL_CHECK(dist::wire::encode_exec(id, 1, kCredit, bytes_of(kCredit5), sizeof(MoveResult),
@@ -994,7 +996,7 @@ TEST(DistFragmentWire, FuzzedFragmentRequestsNeverCrashAndLeaveNothingBehind) {
     refused += is_refusal(s) ? 1 : 0;
     served += s.ok() ? 1 : 0;
   }
-  for (TxnId id = kFuzzFirstId; id < kFuzzFirstId + kFuzzIds; ++id) sh.p().abort(id);
+  for (check::TxnId id = kFuzzFirstId; id < kFuzzFirstId + kFuzzIds; ++id) sh.p().abort(id);
   ASSERT_TRUE(sh.env.run_for(2 * kLeaseNs).ok());
   EXPECT_GT(refused, 0u);
   EXPECT_GT(served, 0u);
@@ -1220,7 +1222,8 @@ namespace dist_fragment_sim_test {
 
 // Runs a credit of `amount` to `key` as transaction `id` and locks it; with `prepare`, also
 // validates it (its yes vote: the context is prepared). Returns the proposed TID.
-uint64_t credit_locked(dist::Participant& p, TxnId id, uint64_t key, int64_t amount, bool prepare) {
+uint64_t credit_locked(dist::Participant& p, check::TxnId id, uint64_t key, int64_t amount,
+                       bool prepare) {
   const MoveArgs args{key, amount, 200 + id % 1000, 0};
   MoveResult r{};
   uint32_t size = 0;
@@ -1236,17 +1239,17 @@ uint64_t credit_locked(dist::Participant& p, TxnId id, uint64_t key, int64_t amo
 TEST(DistFragmentRules, PreparedHalvesWaitForTheCoordinatorsNewLeaderAndFollowItsWord) {
   OneShard sh;
   dist::Participant& p = sh.p();
-  const TxnId committed = dist::make_txn_id(2, 0, 1), lost = dist::make_txn_id(2, 0, 2);
-  const TxnId unvoted = dist::make_txn_id(2, 0, 3), elsewhere = dist::make_txn_id(1, 0, 4);
+  const check::TxnId committed = dist::make_txn_id(2, 0, 1), lost = dist::make_txn_id(2, 0, 2);
+  const check::TxnId unvoted = dist::make_txn_id(2, 0, 3), elsewhere = dist::make_txn_id(1, 0, 4);
   const uint64_t proposed = credit_locked(p, committed, 3, 5, true);
   credit_locked(p, lost, 4, 7, true);
   credit_locked(p, unvoted, 5, 9, false);
   credit_locked(p, elsewhere, 6, 11, true);
   // Coordinator shard 2 died: what has not voted ends; the prepared halves wait.
   EXPECT_EQ(p.abort_coordinated_by(2, /*keep_prepared=*/true), 1u);
-  std::vector<TxnId> waiting;
+  std::vector<check::TxnId> waiting;
   p.prepared_coordinated_by(2, &waiting);
-  EXPECT_EQ(waiting, (std::vector<TxnId>{committed, lost}));
+  EXPECT_EQ(waiting, (std::vector<check::TxnId>{committed, lost}));
   // Its new leader found `committed` in its log: installed here at the vector it logged.
   txn::DepVec vector;
   vector.raise(0, proposed + 100);
@@ -1266,7 +1269,7 @@ TEST(DistFragmentRules, PreparedHalvesWaitForTheCoordinatorsNewLeaderAndFollowIt
   sh.expect_clean(int64_t{kKeysPerShard} * kInitial + 5);
 }
 
-bool decided_only_42(const void* ctx, TxnId id, uint64_t* tid, txn::DepVec* vector) {
+bool decided_only_42(const void* ctx, check::TxnId id, uint64_t* tid, txn::DepVec* vector) {
   (void)ctx;
   if (id != 42) return false;
   *tid = 4200;

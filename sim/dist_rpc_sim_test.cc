@@ -59,7 +59,7 @@ std::unique_ptr<BankShard> make_shard(SimEnv& env, uint32_t s, bool skip_validat
   sh->engine = std::make_unique<txn::Engine>(sim_engine_options(s, skip_validation), &env);
   auto* table = sh->engine->create_table<1>("accounts");
   for (uint64_t k = 0; k < kKeysPerShard; ++k) {
-    Status st = table->load(key1(s * kKeysPerShard + k), Account{0, kInitialTxn, kInitial});
+    Status st = table->load(key1(s * kKeysPerShard + k), Account{0, check::kInitialTxn, kInitial});
     SHOAL_CHECK(st.ok());
   }
   sh->participant = std::make_unique<dist::Participant>(*sh->engine, s, po);
@@ -81,17 +81,17 @@ struct TxnArgs {
   uint32_t key_count;
   bool audit;
   int64_t amount;
-  TxnId history_id;
+  check::TxnId history_id;
 };
 struct TxnResult {
-  TxnRecord record;
+  check::TxnRecord record;
 };
 
 // A transfer between two accounts, or a read-only audit of four; both record what they saw.
 rt::Task<Status> bank_txn(dist::DistTxn& txn, const void* args_ptr, void* result_ptr) {
   const auto& a = *static_cast<const TxnArgs*>(args_ptr);
   auto& r = *static_cast<TxnResult*>(result_ptr);
-  r.record = TxnRecord{};
+  r.record = check::TxnRecord{};
   r.record.id = a.history_id;
   Account acc[4];
   for (uint32_t i = 0; i < a.key_count; ++i) {
@@ -121,7 +121,7 @@ struct Outcomes {
   int clients_done = 0;
 };
 
-TxnArgs make_args(Rng& rng, HistoryRecorder::ThreadLog* log) {
+TxnArgs make_args(Rng& rng, check::HistoryRecorder::ThreadLog* log) {
   TxnArgs args{};
   args.audit = rng.uniform(0, 9) == 0;
   args.key_count = args.audit ? 4 : 2;
@@ -138,8 +138,9 @@ TxnArgs make_args(Rng& rng, HistoryRecorder::ThreadLog* log) {
   return args;
 }
 
-rt::Task<void> client(RpcCluster* c, dist::Coordinator* coord, HistoryRecorder::ThreadLog* log,
-                      uint64_t seed, int count, uint32_t crash_shard, Outcomes* out) {
+rt::Task<void> client(RpcCluster* c, dist::Coordinator* coord,
+                      check::HistoryRecorder::ThreadLog* log, uint64_t seed, int count,
+                      uint32_t crash_shard, Outcomes* out) {
   Rng rng(seed);
   dist::DistTxn txn;
   for (int i = 0; i < count; ++i) {
@@ -201,7 +202,7 @@ RunResult run_bank(uint64_t seed, const RunConfig& cfg) {
   RpcCluster c(seed, cfg);
   RunResult out;
   c.spawn_clients(cfg.clients_per_coordinator, seed,
-                  [&](uint32_t co, HistoryRecorder::ThreadLog* log, uint64_t client_seed) {
+                  [&](uint32_t co, check::HistoryRecorder::ThreadLog* log, uint64_t client_seed) {
                     return client(&c, c.coords[co].get(), log, client_seed, cfg.txns_per_client,
                                   cfg.crash_shard, &out.outcomes);
                   });
@@ -282,7 +283,7 @@ TEST(DistRpcSim, SkippedValidationIsCaught) {
     RunConfig cfg;
     cfg.skip_validation = true;
     RunResult r = run_bank(seed, cfg);
-    return !r.finished || !check(r.history).empty() || r.total_balance != kTotal;
+    return !r.finished || !check::check(r.history).empty() || r.total_balance != kTotal;
   });
 }
 
@@ -321,7 +322,7 @@ struct OneShard {
     engine = std::make_unique<txn::Engine>(sim_engine_options(0, false), &env);
     auto* table = engine->create_table<1>("accounts");
     for (uint64_t k = 0; k < kKeysPerShard; ++k) {
-      SHOAL_CHECK(table->load(key1(k), Account{0, kInitialTxn, kInitial}).ok());
+      SHOAL_CHECK(table->load(key1(k), Account{0, check::kInitialTxn, kInitial}).ok());
     }
     dist::ParticipantOptions po;
     po.lease_ns = kLeaseNs;
@@ -340,7 +341,7 @@ struct OneShard {
 };
 
 // Valid requests of every method for transaction `id` (a read, a lock of one write, ...).
-std::vector<WireRequest> valid_requests(TxnId id) {
+std::vector<WireRequest> valid_requests(check::TxnId id) {
   std::vector<WireRequest> out;
   rt::MsgBuffer b;
   const uint64_t key = 3;
@@ -427,7 +428,8 @@ TEST(DistRpcWire, FuzzedRequestsNeverCrashAndLeaveNothingBehind) {
     Status s = sh.service->serve(method, msg, &resp);
     refused += is_refusal(s) ? 1 : 0;
   }
-  for (TxnId id = kFuzzFirstId; id < kFuzzFirstId + kFuzzIds; ++id) sh.participant->abort(id);
+  for (check::TxnId id = kFuzzFirstId; id < kFuzzFirstId + kFuzzIds; ++id)
+    sh.participant->abort(id);
   ASSERT_TRUE(sh.env.run_for(2 * kLeaseNs).ok());
   EXPECT_GT(refused, 0u);
   EXPECT_EQ(sh.participant->active(), 0u);
@@ -619,7 +621,7 @@ TEST(DistRpcWire, GarbageOverRpcIsAnsweredAndTheLinkKeepsWorking) {
                       std::memset(b.payload().data(), 0xab, 5);
                       got->push_back((co_await rpc->call(0, m, std::move(b))).status());
                     }
-                    HistoryRecorder rec(1);
+                    check::HistoryRecorder rec(1);
                     Rng rng(1);
                     TxnArgs args = make_args(rng, &rec.thread_log(0));
                     TxnResult result;

@@ -49,7 +49,7 @@ struct Cluster {
       engines.push_back(std::make_unique<txn::Engine>(o, &env));
       auto* table = engines.back()->create_table<1>("accounts");
       for (uint64_t k = 0; k < keys_per_shard; ++k) {
-        Status st = table->load(key1(global_key(s, k)), Account{0, kInitialTxn, kInitial});
+        Status st = table->load(key1(global_key(s, k)), Account{0, check::kInitialTxn, kInitial});
         SHOAL_ASSERT(st.ok(), "%s", st.to_string().c_str());
       }
       participants.push_back(std::make_unique<dist::Participant>(*engines.back(), s, 256));
@@ -85,17 +85,17 @@ struct TxnArgs {
   uint32_t key_count;
   bool audit;
   int64_t amount;
-  TxnId history_id;
+  check::TxnId history_id;
 };
 struct TxnResult {
-  TxnRecord record;
+  check::TxnRecord record;
   int64_t audited_sum = 0;
 };
 
 rt::Task<Status> bank_txn(dist::DistTxn& txn, const void* args_ptr, void* result_ptr) {
   const auto& a = *static_cast<const TxnArgs*>(args_ptr);
   auto& r = *static_cast<TxnResult*>(result_ptr);
-  r.record = TxnRecord{};
+  r.record = check::TxnRecord{};
   r.record.id = a.history_id;
   r.audited_sum = 0;
   Account acc[4];
@@ -134,7 +134,7 @@ struct RunTotals {
 };
 
 // One client: `count` transactions in sequence through a coordinator.
-rt::Task<void> client(Cluster* c, dist::Coordinator* coord, HistoryRecorder::ThreadLog* log,
+rt::Task<void> client(Cluster* c, dist::Coordinator* coord, check::HistoryRecorder::ThreadLog* log,
                       uint64_t seed, int count, RunTotals* totals) {
   Rng rng(seed);
   dist::DistTxn txn;
@@ -158,8 +158,8 @@ rt::Task<void> client(Cluster* c, dist::Coordinator* coord, HistoryRecorder::Thr
     Status s = co_await coord->run(txn, &bank_txn, &args, &result);
     if (!s.ok()) continue;
     CommittedVector cv;
-    for (const Op& op : result.record.ops) {
-      if (op.kind == OpKind::kRead) cv.reads.emplace_back(op.key, op.version);
+    for (const check::Op& op : result.record.ops) {
+      if (op.kind == check::OpKind::kRead) cv.reads.emplace_back(op.key, op.version);
     }
     cv.vector = txn.vector();
     totals->vectors.push_back(std::move(cv));
@@ -202,7 +202,7 @@ uint64_t vectors_missing_reads(Cluster& c, const std::vector<CommittedVector>& v
 
 struct SimRunResult {
   RunTotals totals;
-  History history;
+  check::History history;
   int64_t total_balance = 0;
   size_t participants_active = 0;
   uint64_t vectors_missing = 0;  // reads a committed transaction's vector does not dominate
@@ -213,7 +213,7 @@ constexpr uint64_t kKeysPerShard = 16;
 SimRunResult run_cluster(uint64_t seed, bool skip_validation, uint32_t shards = 3,
                          int clients_per_coordinator = 4, int txns_per_client = 25) {
   Cluster c(seed, shards, kKeysPerShard, skip_validation);
-  HistoryRecorder recorder(shards * clients_per_coordinator);
+  check::HistoryRecorder recorder(shards * clients_per_coordinator);
   std::vector<std::unique_ptr<dist::Coordinator>> coords;
   SimRunResult out;
   for (uint32_t s = 0; s < shards; ++s) {
@@ -263,7 +263,7 @@ TEST(DistSim, TransfersAcrossShardsAreSerializableOverManySeeds) {
         << "money not conserved, seed=" << seed;
     ASSERT_EQ(r.participants_active, 0u) << "participant contexts leaked, seed=" << seed;
     ASSERT_EQ(r.vectors_missing, 0u) << "a vector misses a read version, seed=" << seed;
-    auto anomalies = check(r.history);
+    auto anomalies = check::check(r.history);
     ASSERT_TRUE(anomalies.empty()) << "seed=" << seed << " (replay: SHOAL_SIM_SEED=" << seed
                                    << "): " << anomalies.front().explanation;
     committed += r.totals.committed;
@@ -297,14 +297,14 @@ TEST(DistSim, SkippedValidationIsCaught) {
   bool caught = false;
   for (uint64_t seed = 1; seed <= 20 && !caught; ++seed) {
     SimRunResult r = run_cluster(seed, /*skip_validation=*/true);
-    caught = !check(r.history).empty() || r.total_balance != 3 * kKeysPerShard * kInitial ||
+    caught = !check::check(r.history).empty() || r.total_balance != 3 * kKeysPerShard * kInitial ||
              r.vectors_missing != 0;
   }
   EXPECT_TRUE(caught);
 }
 
 // One transfer from shard 0's key 0 to shard 1's key 0, run to its end; its status and id.
-Status run_one_transfer(Cluster& c, dist::Coordinator& coord, TxnId* id = nullptr) {
+Status run_one_transfer(Cluster& c, dist::Coordinator& coord, check::TxnId* id = nullptr) {
   Status result = Status::Timeout("not run");
   TxnArgs args{&c, {c.global_key(0, 0), c.global_key(1, 0)}, 2, false, 1, 1};
   TxnResult r;
@@ -360,7 +360,7 @@ TEST(DistSim, RedialedShardServesTheNewEpochAndFencesTheOld) {
   no.first_seq = (uint64_t{2} << 32) + 1;
   uint64_t new_epoch = 2;
   dist::Coordinator successor(no, {c.links[0].get(), &to_promoted}, &new_epoch);
-  TxnId id = 0;
+  check::TxnId id = 0;
   ASSERT_TRUE(run_one_transfer(c, successor, &id).ok());
   EXPECT_GE(id & ((uint64_t{1} << 40) - 1), uint64_t{2} << 32);
 }
@@ -409,7 +409,7 @@ TEST(DistSim, APromotedLeaderServesNothingUntilItFollowedTheEarlierFailover) {
 class AnswerLostLink final : public ForwardingLink {
  public:
   using ForwardingLink::ForwardingLink;
-  rt::Task<Status> validate_install(TxnId id, uint64_t epoch, const txn::DepVec& vector,
+  rt::Task<Status> validate_install(check::TxnId id, uint64_t epoch, const txn::DepVec& vector,
                                     txn::DepVec* deps, uint64_t* tid,
                                     const dist::FragmentCall* fragment) override {
     decided = co_await inner_.validate_install(id, epoch, vector, &logged, &logged_tid, fragment);
@@ -428,7 +428,7 @@ struct Decided {
   bool kept;  // whether the new leader's log holds it
 };
 
-bool lookup_decided(const void* ctx, TxnId id, uint64_t* tid, txn::DepVec* vector) {
+bool lookup_decided(const void* ctx, check::TxnId id, uint64_t* tid, txn::DepVec* vector) {
   (void)id;
   const auto* d = static_cast<const Decided*>(ctx);
   if (!d->kept || !d->link->decided.ok()) return false;

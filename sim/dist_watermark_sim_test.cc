@@ -61,7 +61,8 @@ std::unique_ptr<ReplicatedShard> make_shard(SimEnv& env, uint32_t s,
   sh->engine = std::make_unique<txn::Engine>(sim_engine_options(s, false), &env);
   auto* table = sh->engine->create_table<1>("accounts");
   for (uint64_t k = 0; k < kKeysPerShard; ++k) {
-    SHOAL_CHECK(table->load(key1(s * kKeysPerShard + k), Account{0, kInitialTxn, kInitial}).ok());
+    SHOAL_CHECK(
+        table->load(key1(s * kKeysPerShard + k), Account{0, check::kInitialTxn, kInitial}).ok());
   }
   sh->participant = std::make_unique<dist::Participant>(*sh->engine, s, po);
   // The loaded state is replicated at bootstrap (REPLICATION.md): loads are at TID (1, 0).

@@ -49,7 +49,7 @@ size_t scaled(size_t n) {
 // What one transaction does. The first `writes` of `keys` are read-modify-written.
 struct Plan {
   Table<1>* table = nullptr;
-  TxnId id = kInitialTxn;
+  check::TxnId id = check::kInitialTxn;
   uint64_t keys[4] = {};
   uint32_t reads = 0;
   uint32_t writes = 0;
@@ -63,12 +63,12 @@ struct Plan {
 
 // One attempt's observations; reset at the start of every attempt.
 struct Observations {
-  std::vector<Op> ops;
+  std::vector<check::Op> ops;
   bool hook_ran = false;
 };
 
 void observe(Observations& obs, uint64_t key, const Register& r) {
-  obs.ops.push_back(Op{OpKind::kRead, key, r.seq, r.writer});
+  obs.ops.push_back(check::Op{check::OpKind::kRead, key, r.seq, r.writer});
 }
 
 Status register_txn(Txn& txn, const void* args, void* result) {
@@ -98,7 +98,7 @@ Status register_txn(Txn& txn, const void* args, void* result) {
   for (uint32_t i = 0; i < p.writes; ++i) {
     const Register next{seen[i].seq + 1, p.id, {}};
     SHOAL_TRY(txn.put(*p.table, key1(p.keys[i]), next));
-    obs.ops.push_back(Op{OpKind::kWrite, p.keys[i], next.seq, kUnknownWriter});
+    obs.ops.push_back(check::Op{check::OpKind::kWrite, p.keys[i], next.seq, check::kUnknownWriter});
   }
   return Status::Ok();
 }
@@ -112,7 +112,7 @@ struct Shape {
   double scan_fraction = 0.1;
 };
 
-Plan random_plan(Rng& rng, Table<1>* table, TxnId id, const Shape& shape) {
+Plan random_plan(Rng& rng, Table<1>* table, check::TxnId id, const Shape& shape) {
   Plan p;
   p.table = table;
   p.id = id;
@@ -140,7 +140,7 @@ struct Store {
   explicit Store(const EngineOptions& options, uint64_t keys) : engine(options) {
     table = engine.create_table<1>("registers");
     for (uint64_t k = 0; k < keys; ++k) {
-      SHOAL_ASSERT(table->load(key1(k), Register{0, kInitialTxn, {}}).ok(), "load");
+      SHOAL_ASSERT(table->load(key1(k), Register{0, check::kInitialTxn, {}}).ok(), "load");
     }
   }
   Engine engine;
@@ -155,9 +155,9 @@ struct RunStats {
 
 // Runs `txns_per_thread` random transactions on each of `threads` threads and returns the
 // merged history of the committed ones.
-History run_concurrently(Store& store, size_t threads, size_t txns_per_thread, const Shape& shape,
-                         uint64_t seed, RunStats* stats) {
-  HistoryRecorder recorder(threads);
+check::History run_concurrently(Store& store, size_t threads, size_t txns_per_thread,
+                                const Shape& shape, uint64_t seed, RunStats* stats) {
+  check::HistoryRecorder recorder(threads);
   std::vector<Worker*> workers;
   for (size_t t = 0; t < threads; ++t) workers.push_back(store.engine.make_worker());
   std::vector<RunStats> per_thread(threads);
@@ -166,7 +166,7 @@ History run_concurrently(Store& store, size_t threads, size_t txns_per_thread, c
   std::vector<std::thread> pool;
   for (size_t t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      HistoryRecorder::ThreadLog& log = recorder.thread_log(t);
+      check::HistoryRecorder::ThreadLog& log = recorder.thread_log(t);
       Rng rng(seed * 1000 + t);
       Observations obs;
       ready.fetch_add(1);
@@ -175,7 +175,7 @@ History run_concurrently(Store& store, size_t threads, size_t txns_per_thread, c
         const Plan plan = random_plan(rng, store.table, log.next_txn_id(), shape);
         const Status s = workers[t]->run(&register_txn, &plan, &obs);
         if (s.ok()) {
-          log.append(TxnRecord{plan.id, true, obs.ops});
+          log.append(check::TxnRecord{plan.id, true, obs.ops});
           ++per_thread[t].committed;
         } else {
           SHOAL_ASSERT(s.is_aborted(), "unexpected status %s", s.to_string().c_str());
@@ -195,11 +195,11 @@ History run_concurrently(Store& store, size_t threads, size_t txns_per_thread, c
 }
 
 // The final committed value of every key must be the history's last version of it.
-void expect_final_state_matches(const Store& store, const History& h, uint64_t keys) {
-  std::vector<Register> last(keys, Register{0, kInitialTxn, {}});
-  for (const TxnRecord& t : h.txns) {
-    for (const Op& op : t.ops) {
-      if (op.kind == OpKind::kWrite && op.version > last[op.key].seq) {
+void expect_final_state_matches(const Store& store, const check::History& h, uint64_t keys) {
+  std::vector<Register> last(keys, Register{0, check::kInitialTxn, {}});
+  for (const check::TxnRecord& t : h.txns) {
+    for (const check::Op& op : t.ops) {
+      if (op.kind == check::OpKind::kWrite && op.version > last[op.key].seq) {
         last[op.key] = Register{op.version, t.id, {}};
       }
     }
@@ -216,8 +216,8 @@ TEST(EngineHistory, ConcurrentHistoryIsSerializable) {
   const Shape shape;
   Store store(EngineOptions{}, shape.keys);
   RunStats stats;
-  const History h = run_concurrently(store, 2, scaled(20000), shape, /*seed=*/7, &stats);
-  const CheckReport r = check_report(h);
+  const check::History h = run_concurrently(store, 2, scaled(20000), shape, /*seed=*/7, &stats);
+  const check::CheckReport r = check::check_report(h);
   EXPECT_TRUE(r.serializable()) << r.to_string();
   EXPECT_EQ(stats.committed, h.txns.size());
   EXPECT_GT(stats.committed, 0u);
@@ -232,8 +232,8 @@ TEST(EngineHistory, ConcurrentHighContentionHistoryIsSerializable) {
   const Shape shape{.keys = 8, .scan_fraction = 0.3};
   Store store(EngineOptions{}, shape.keys);
   RunStats stats;
-  const History h = run_concurrently(store, 4, scaled(10000), shape, /*seed=*/11, &stats);
-  const CheckReport r = check_report(h);
+  const check::History h = run_concurrently(store, 4, scaled(10000), shape, /*seed=*/11, &stats);
+  const check::CheckReport r = check::check_report(h);
   EXPECT_TRUE(r.serializable()) << r.to_string();
   EXPECT_EQ(stats.committed, h.txns.size());
   expect_final_state_matches(store, h, shape.keys);
@@ -254,12 +254,12 @@ TEST(EngineHistory, SkippedReadValidationIsCaught) {
   for (uint64_t round = 1;; ++round) {
     Store store(EngineOptions{.unsafe_skip_read_validation = true}, kSkewShape.keys);
     RunStats stats;
-    const History h = run_concurrently(store, 2, scaled(2000), kSkewShape, round, &stats);
-    const CheckReport r = check_report(h);
+    const check::History h = run_concurrently(store, 2, scaled(2000), kSkewShape, round, &stats);
+    const check::CheckReport r = check::check_report(h);
     if (!r.serializable()) {
       std::printf("round %lu: %zu committed txns\n%s", round, h.txns.size(), r.to_string().c_str());
-      EXPECT_TRUE(r.has(AnomalyKind::kGSingle) || r.has(AnomalyKind::kG2) ||
-                  r.has(AnomalyKind::kG0) || r.has(AnomalyKind::kImpossible))
+      EXPECT_TRUE(r.has(check::AnomalyKind::kGSingle) || r.has(check::AnomalyKind::kG2) ||
+                  r.has(check::AnomalyKind::kG0) || r.has(check::AnomalyKind::kImpossible))
           << r.to_string();
       return;
     }
@@ -270,12 +270,12 @@ TEST(EngineHistory, SkippedReadValidationIsCaught) {
 
 // Deterministic write skew on one thread: A reads x and y; in the middle B (another Worker)
 // reads x and y and writes y; then A writes x. Returns the recorded history.
-History interleaved_write_skew(const EngineOptions& options, Status* a_status) {
+check::History interleaved_write_skew(const EngineOptions& options, Status* a_status) {
   Store store(options, 2);
   Worker* wa = store.engine.make_worker();
   Worker* wb = store.engine.make_worker();
-  HistoryRecorder recorder(1);
-  HistoryRecorder::ThreadLog& log = recorder.thread_log(0);
+  check::HistoryRecorder recorder(1);
+  check::HistoryRecorder::ThreadLog& log = recorder.thread_log(0);
   Plan b;
   b.table = store.table;
   b.id = log.next_txn_id();
@@ -294,34 +294,34 @@ History interleaved_write_skew(const EngineOptions& options, Status* a_status) {
     Observations obs_b;
     const Status s = wb->run(&register_txn, &b, &obs_b);
     SHOAL_ASSERT(s.ok(), "B: %s", s.to_string().c_str());
-    log.append(TxnRecord{b.id, true, obs_b.ops});
+    log.append(check::TxnRecord{b.id, true, obs_b.ops});
   };
   Observations obs_a;
   *a_status = wa->run(&register_txn, &a, &obs_a);
-  if (a_status->ok()) log.append(TxnRecord{a.id, true, obs_a.ops});
+  if (a_status->ok()) log.append(check::TxnRecord{a.id, true, obs_a.ops});
   return recorder.merge();
 }
 
 TEST(EngineHistory, InterleavedWriteSkewIsCaughtWithoutReadValidation) {
   Status a_status;
-  const History h =
+  const check::History h =
       interleaved_write_skew(EngineOptions{.unsafe_skip_read_validation = true}, &a_status);
   ASSERT_TRUE(a_status.ok()) << a_status.to_string();
-  const CheckReport r = check_report(h);
-  ASSERT_TRUE(r.has(AnomalyKind::kG2)) << r.to_string();
-  const Anomaly* a = &r.anomalies.front();
+  const check::CheckReport r = check::check_report(h);
+  ASSERT_TRUE(r.has(check::AnomalyKind::kG2)) << r.to_string();
+  const check::Anomaly* a = &r.anomalies.front();
   EXPECT_EQ(a->explanation, "T1 -rw(k=0,v=0)-> T2 -rw(k=1,v=0)-> T1") << r.to_string();
 }
 
 TEST(EngineHistory, InterleavedWriteSkewIsPreventedByReadValidation) {
   Status a_status;
-  const History h = interleaved_write_skew(EngineOptions{}, &a_status);
+  const check::History h = interleaved_write_skew(EngineOptions{}, &a_status);
   ASSERT_TRUE(a_status.ok()) << a_status.to_string();
   ASSERT_EQ(h.txns.size(), 2u);
-  const CheckReport r = check_report(h);
+  const check::CheckReport r = check::check_report(h);
   EXPECT_TRUE(r.serializable()) << r.to_string();
   // A retried after B committed, so its committed attempt saw B's write of y.
-  const TxnRecord& a = h.txns[1];
+  const check::TxnRecord& a = h.txns[1];
   EXPECT_EQ(a.ops[1].key, 1u);
   EXPECT_EQ(a.ops[1].version, 1u);
   EXPECT_EQ(a.ops[1].writer, h.txns[0].id);

@@ -67,8 +67,8 @@ constexpr int kExitInconsistent = 3;
 struct BenchFlags {
   bench::RunOptions run;
   uint32_t warehouses = 1;
-  bench::MicroOptions micro;
-  bench::YcsbOptions ycsb;
+  workload::MicroOptions micro;
+  workload::YcsbOptions ycsb;
   std::string ycsb_workload = "A";
   std::string transport = "all";  // shm, tcp, uring, fabric or all
   int transport_iterations = bench::transport::Options{}.iterations;
@@ -295,7 +295,7 @@ void add_dist_tpcc_options(CLI::App* tpcc, server::DistBenchOptions& d) {
 // The single-shard, single-worker TPC-C figure that --baseline compares a cluster run with,
 // measured here, before the servers start, on the same machine. 0 when it fails (reported).
 double measure_tpcc_baseline(const BenchFlags& f) {
-  bench::TpccOptions options;
+  workload::TpccOptions options;
   options.warehouses = 1;
   options.read_only_hint = f.tpcc_read_only_hint;
   auto workload = make_tpcc_workload(options);
@@ -969,20 +969,20 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
 }
 
 // The workload chosen on the command line; null with a message on stderr if none fits.
-std::unique_ptr<bench::Workload> make_workload(const BenchCommands& c, BenchFlags& f) {
-  Result<std::unique_ptr<bench::Workload>> w = Status::InvalidArgument("no workload selected");
+std::unique_ptr<workload::Workload> make_workload(const BenchCommands& c, BenchFlags& f) {
+  Result<std::unique_ptr<workload::Workload>> w = Status::InvalidArgument("no workload selected");
   if (c.tpcc->parsed()) {
-    bench::TpccOptions options;
+    workload::TpccOptions options;
     options.warehouses = f.warehouses;
     options.read_only_hint = f.tpcc_read_only_hint;
     if (!f.tpcc_read_only_hint) print_no_read_only_hint();
     w = make_tpcc_workload(options);
   } else if (c.micro->parsed()) {
-    w = bench::make_micro_workload(f.micro);
+    w = workload::make_micro_workload(f.micro);
   } else if (c.ycsb->parsed()) {
     f.ycsb.workload =
         static_cast<char>(std::toupper(static_cast<unsigned char>(f.ycsb_workload.at(0))));
-    w = bench::make_ycsb_workload(f.ycsb);
+    w = workload::make_ycsb_workload(f.ycsb);
   }
   if (!w.ok() || *w == nullptr) {
     fmt::print(stderr, "shoal: error: {}\n",
@@ -993,7 +993,7 @@ std::unique_ptr<bench::Workload> make_workload(const BenchCommands& c, BenchFlag
 }
 
 int run_bench(const BenchCommands& c, BenchFlags& f) {
-  std::unique_ptr<bench::Workload> workload = make_workload(c, f);
+  std::unique_ptr<workload::Workload> workload = make_workload(c, f);
   if (workload == nullptr) return kExitUsage;
   f.run.warehouses = f.warehouses;
   f.run.stop = &interrupt_flag();

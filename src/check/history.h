@@ -20,7 +20,7 @@
 
 #include "src/base/assert.h"
 
-namespace shoal::sim {
+namespace shoal::check {
 
 using TxnId = uint64_t;
 
@@ -109,4 +109,4 @@ class HistoryRecorder {
   std::vector<std::unique_ptr<ThreadLog>> logs_;
 };
 
-}  // namespace shoal::sim
+}  // namespace shoal::check

@@ -4,7 +4,7 @@
 #include <optional>
 #include <tuple>
 
-namespace shoal::sim {
+namespace shoal::check {
 
 namespace {
 
@@ -555,4 +555,4 @@ std::vector<Anomaly> check(const History& history, const CheckOptions& options) 
   return check_report(history, options).anomalies;
 }
 
-}  // namespace shoal::sim
+}  // namespace shoal::check

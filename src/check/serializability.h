@@ -35,7 +35,7 @@
 
 #include "src/check/history.h"
 
-namespace shoal::sim {
+namespace shoal::check {
 
 enum class AnomalyKind : uint8_t { kG0, kG1a, kG1b, kG1c, kGSingle, kG2, kImpossible };
 
@@ -87,4 +87,4 @@ struct CheckReport {
 // The anomalies alone (empty if serializable).
 [[nodiscard]] std::vector<Anomaly> check(const History& history, const CheckOptions& options = {});
 
-}  // namespace shoal::sim
+}  // namespace shoal::check

@@ -9,7 +9,7 @@
 #include "src/base/env.h"  // Rng
 #include "src/check/serializability.h"
 
-namespace shoal::sim {
+namespace shoal::check {
 namespace {
 
 History transfers(size_t txns, uint64_t keys, uint64_t seed) {
@@ -44,4 +44,4 @@ void BM_CheckLargeHistory(benchmark::State& state) {
 BENCHMARK(BM_CheckLargeHistory)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
-}  // namespace shoal::sim
+}  // namespace shoal::check

@@ -11,7 +11,7 @@
 
 #include "src/base/env.h"
 
-namespace shoal::sim {
+namespace shoal::check {
 namespace {
 
 Op R(uint64_t key, uint64_t version, TxnId writer = kUnknownWriter) {
@@ -326,4 +326,4 @@ TEST(Serializability, RecorderMergesPerThreadLogs) {
 }
 
 }  // namespace
-}  // namespace shoal::sim
+}  // namespace shoal::check

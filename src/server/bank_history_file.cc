@@ -196,7 +196,7 @@ Result<BankHistoryFileContents> read_bank_history_file(const std::string& path, 
       ++out.unacknowledged;
       continue;
     }
-    sim::TxnRecord rec;
+    check::TxnRecord rec;
     rec.id = id;
     for (uint32_t i = 0; i < reads; ++i, p += 24) {
       rec.read(history_u64(p), history_u64(p + 8), history_u64(p + 16));
@@ -237,7 +237,7 @@ BankHistoryFiles read_bank_history_files(const std::string& dir, uint64_t run) {
     ++out.files;
     out.unacknowledged += file->unacknowledged;
     if (file->torn_bytes != 0) ++out.torn_files;
-    for (sim::TxnRecord& t : file->txns) out.txns.push_back(std::move(t));
+    for (check::TxnRecord& t : file->txns) out.txns.push_back(std::move(t));
   }
   return out;
 }

@@ -102,9 +102,9 @@ std::string bank_history_path(const std::string& dir, const BankHistoryFileHeade
 // What one file held.
 struct BankHistoryFileContents {
   BankHistoryFileHeader header;
-  std::vector<sim::TxnRecord> txns;  // the acknowledged transactions, in file order
-  uint64_t unacknowledged = 0;       // markers
-  uint64_t torn_bytes = 0;           // a torn last record (or header), dropped
+  std::vector<check::TxnRecord> txns;  // the acknowledged transactions, in file order
+  uint64_t unacknowledged = 0;         // markers
+  uint64_t torn_bytes = 0;             // a torn last record (or header), dropped
 };
 
 // Reads one file. Errors: IOError (unreadable), InvalidArgument (not a bank history file, or
@@ -114,7 +114,7 @@ struct BankHistoryFileContents {
 
 // Every bank history file of `dir`, merged.
 struct BankHistoryFiles {
-  std::vector<sim::TxnRecord> txns;
+  std::vector<check::TxnRecord> txns;
   uint64_t files = 0;
   uint64_t unacknowledged = 0;
   uint64_t torn_files = 0;          // files whose torn last record was dropped

@@ -82,7 +82,7 @@ size_t BankHistory::page(size_t from, size_t max_bytes, std::string* out) const 
   return i;
 }
 
-Status parse_bank_page(const nlohmann::json& txns, std::vector<sim::TxnRecord>* out) {
+Status parse_bank_page(const nlohmann::json& txns, std::vector<check::TxnRecord>* out) {
   if (!txns.is_array()) return Status::InvalidArgument("history.txns: not a list");
   for (const auto& t : txns) {
     const auto bad = [&t] {
@@ -92,7 +92,7 @@ Status parse_bank_page(const nlohmann::json& txns, std::vector<sim::TxnRecord>* 
     for (const auto& n : t) {
       if (!n.is_number_unsigned()) return bad();
     }
-    sim::TxnRecord rec;
+    check::TxnRecord rec;
     rec.id = t[0].get<uint64_t>();
     const size_t reads = t[1].get<size_t>();
     size_t at = 2;
@@ -110,17 +110,17 @@ Status parse_bank_page(const nlohmann::json& txns, std::vector<sim::TxnRecord>* 
   return Status::Ok();
 }
 
-size_t drop_unrecorded_readers(sim::History* history) {
-  std::vector<sim::TxnRecord>& txns = history->txns;
-  std::unordered_set<sim::TxnId> recorded;
-  std::unordered_map<sim::TxnId, std::vector<size_t>> readers;  // writer id -> reader indexes
+size_t drop_unrecorded_readers(check::History* history) {
+  std::vector<check::TxnRecord>& txns = history->txns;
+  std::unordered_set<check::TxnId> recorded;
+  std::unordered_map<check::TxnId, std::vector<size_t>> readers;  // writer id -> reader indexes
   recorded.reserve(txns.size());
-  for (const sim::TxnRecord& t : txns) recorded.insert(t.id);
+  for (const check::TxnRecord& t : txns) recorded.insert(t.id);
   std::vector<bool> drop(txns.size(), false);
   std::vector<size_t> work;
   for (size_t i = 0; i < txns.size(); ++i) {
-    for (const sim::Op& op : txns[i].ops) {
-      if (op.kind != sim::OpKind::kRead || op.writer == sim::kInitialTxn) continue;
+    for (const check::Op& op : txns[i].ops) {
+      if (op.kind != check::OpKind::kRead || op.writer == check::kInitialTxn) continue;
       readers[op.writer].push_back(i);
       if (!drop[i] && !recorded.contains(op.writer)) {
         drop[i] = true;
@@ -151,17 +151,17 @@ size_t drop_unrecorded_readers(sim::History* history) {
   return removed;
 }
 
-size_t add_stand_ins(sim::History* history) {
-  std::unordered_set<sim::TxnId> recorded;
+size_t add_stand_ins(check::History* history) {
+  std::unordered_set<check::TxnId> recorded;
   recorded.reserve(history->txns.size());
-  for (const sim::TxnRecord& t : history->txns) recorded.insert(t.id);
+  for (const check::TxnRecord& t : history->txns) recorded.insert(t.id);
   // Unrecorded writer -> the (key, version) pairs read from it, each once, in first-read order.
-  std::unordered_map<sim::TxnId, std::vector<std::pair<uint64_t, uint64_t>>> seen;
-  std::vector<sim::TxnId> order;
-  for (const sim::TxnRecord& t : history->txns) {
-    for (const sim::Op& op : t.ops) {
-      if (op.kind != sim::OpKind::kRead || op.writer == sim::kInitialTxn ||
-          op.writer == sim::kUnknownWriter || recorded.contains(op.writer)) {
+  std::unordered_map<check::TxnId, std::vector<std::pair<uint64_t, uint64_t>>> seen;
+  std::vector<check::TxnId> order;
+  for (const check::TxnRecord& t : history->txns) {
+    for (const check::Op& op : t.ops) {
+      if (op.kind != check::OpKind::kRead || op.writer == check::kInitialTxn ||
+          op.writer == check::kUnknownWriter || recorded.contains(op.writer)) {
         continue;
       }
       auto [it, fresh] = seen.try_emplace(op.writer);
@@ -172,8 +172,8 @@ size_t add_stand_ins(sim::History* history) {
       }
     }
   }
-  for (sim::TxnId id : order) {
-    sim::TxnRecord stand_in;
+  for (check::TxnId id : order) {
+    check::TxnRecord stand_in;
     stand_in.id = id;
     for (const auto& [key, version] : seen[id]) stand_in.write(key, version);
     history->txns.push_back(std::move(stand_in));
@@ -181,7 +181,7 @@ size_t add_stand_ins(sim::History* history) {
   return order.size();
 }
 
-void check_bank_history(sim::History history, uint64_t unrecorded, const BankHistoryNotes& notes,
+void check_bank_history(check::History history, uint64_t unrecorded, const BankHistoryNotes& notes,
                         std::vector<std::string>* failures, std::string* text,
                         nlohmann::json* json) {
   const auto ids = [&notes](const std::string& t) {
@@ -191,7 +191,7 @@ void check_bank_history(sim::History history, uint64_t unrecorded, const BankHis
   const size_t stand_ins = drop && notes.stand_in_unrecorded ? add_stand_ins(&history) : 0;
   const size_t left_out =
       drop && !notes.stand_in_unrecorded ? drop_unrecorded_readers(&history) : 0;
-  const sim::CheckReport report = sim::check_report(history);
+  const check::CheckReport report = check::check_report(history);
   (*json)["serializable"] = report.serializable();
   (*json)["history_txns"] = report.committed_txns;
   (*json)["history_edges"] = report.edges;
@@ -199,14 +199,14 @@ void check_bank_history(sim::History history, uint64_t unrecorded, const BankHis
   (*json)["history_left_out"] = left_out;
   (*json)["history_stand_ins"] = stand_ins;
   nlohmann::json anomalies = nlohmann::json::array();
-  for (const sim::Anomaly& a : report.anomalies) {
+  for (const check::Anomaly& a : report.anomalies) {
     anomalies.push_back(
-        {{"kind", sim::anomaly_kind_name(a.kind)}, {"witness", ids(a.explanation)}});
+        {{"kind", check::anomaly_kind_name(a.kind)}, {"witness", ids(a.explanation)}});
   }
   nlohmann::json counts = nlohmann::json::object();
-  for (size_t k = 0; k < sim::CheckReport::kKindCount; ++k) {
+  for (size_t k = 0; k < check::CheckReport::kKindCount; ++k) {
     if (report.counts[k] != 0) {
-      counts[std::string(sim::anomaly_kind_name(static_cast<sim::AnomalyKind>(k)))] =
+      counts[std::string(check::anomaly_kind_name(static_cast<check::AnomalyKind>(k)))] =
           report.counts[k];
     }
   }
@@ -231,15 +231,15 @@ void check_bank_history(sim::History history, uint64_t unrecorded, const BankHis
   }
   *text += fmt::format("serializability: FAILED ({} transactions, {} edges); {}\n",
                        report.committed_txns, report.edges, notes.id_legend);
-  for (size_t k = 0; k < sim::CheckReport::kKindCount; ++k) {
+  for (size_t k = 0; k < check::CheckReport::kKindCount; ++k) {
     if (report.counts[k] == 0) continue;
-    const auto kind = static_cast<sim::AnomalyKind>(k);
-    *text += fmt::format("  {}: {}\n", sim::anomaly_kind_name(kind), report.counts[k]);
-    for (const sim::Anomaly& a : report.anomalies) {
+    const auto kind = static_cast<check::AnomalyKind>(k);
+    *text += fmt::format("  {}: {}\n", check::anomaly_kind_name(kind), report.counts[k]);
+    for (const check::Anomaly& a : report.anomalies) {
       if (a.kind == kind) *text += fmt::format("    {}\n", ids(a.explanation));
     }
     failures->push_back(
-        fmt::format("serializability: {} x {}", report.counts[k], sim::anomaly_kind_name(kind)));
+        fmt::format("serializability: {} x {}", report.counts[k], check::anomaly_kind_name(kind)));
   }
 }
 

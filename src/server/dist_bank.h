@@ -131,13 +131,14 @@ class BankHistory {
 
 // Controller side: appends the transactions of one page's "txns" list to `out`.
 // InvalidArgument on a malformed entry.
-[[nodiscard]] Status parse_bank_page(const nlohmann::json& txns, std::vector<sim::TxnRecord>* out);
+[[nodiscard]] Status parse_bank_page(const nlohmann::json& txns,
+                                     std::vector<check::TxnRecord>* out);
 
 // Removes every transaction that read a version whose writer is not in the history (its log
 // was full), then those that read theirs, transitively. What is left is checked soundly: an
 // edge between two kept transactions stands for a path in the full history, so no cycle is
 // invented (some may be missed). Returns how many were removed.
-size_t drop_unrecorded_readers(sim::History* history);
+size_t drop_unrecorded_readers(check::History* history);
 
 // Adds a stand-in for every transaction that recorded transactions read from but that is not
 // recorded itself: a transaction of the writes read from it (each (key, version) once), no
@@ -146,7 +147,7 @@ size_t drop_unrecorded_readers(sim::History* history);
 // cycles may be missed; none is invented). A stand-in for a transaction a failover discarded
 // meets the version's later writer: two committed writers of one version (Impossible), as it
 // should, since a recorded transaction read it. Returns how many were added.
-size_t add_stand_ins(sim::History* history);
+size_t add_stand_ins(check::History* history);
 
 // How check_bank_history's report names what it could not record and the transactions.
 struct BankHistoryNotes {
@@ -168,7 +169,7 @@ struct BankHistoryNotes {
 // to *text, the fields serializable, history_txns, history_edges, history_not_recorded,
 // history_left_out, anomalies and anomaly_counts to *json, and one failure per anomaly kind
 // found to *failures.
-void check_bank_history(sim::History history, uint64_t unrecorded, const BankHistoryNotes& notes,
+void check_bank_history(check::History history, uint64_t unrecorded, const BankHistoryNotes& notes,
                         std::vector<std::string>* failures, std::string* text,
                         nlohmann::json* json);
 

@@ -37,7 +37,7 @@ BankTxnRecord transfer(uint64_t id, uint64_t a, uint64_t a_seq, uint64_t a_write
 }
 
 // Appends r to *h the way the controller gets it from a server: paged out and parsed back.
-void append_through_a_page(const BankTxnRecord& r, sim::History* h) {
+void append_through_a_page(const BankTxnRecord& r, check::History* h) {
   std::string body;
   BankHistory one;
   one.add(r);
@@ -52,7 +52,7 @@ TEST(DistBank, PagesRoundTripAndTheCapCounts) {
   }
   EXPECT_EQ(log.size(), 50u);
   EXPECT_EQ(log.dropped(), 10u);
-  std::vector<sim::TxnRecord> parsed;
+  std::vector<check::TxnRecord> parsed;
   size_t from = 0, pages = 0;
   while (from < log.size()) {
     std::string body;
@@ -74,7 +74,7 @@ TEST(DistBank, PagesRoundTripAndTheCapCounts) {
 }
 
 TEST(DistBank, ReadersOfUnrecordedTransactionsAreLeftOutTransitively) {
-  sim::History h;
+  check::History h;
   auto add = [&h](const BankTxnRecord& r) { append_through_a_page(r, &h); };
   add(transfer(1, 10, 0, 0, 11, 0, 0));   // kept: reads the load
   add(transfer(2, 10, 1, 1, 12, 0, 0));   // kept: reads 1
@@ -86,37 +86,37 @@ TEST(DistBank, ReadersOfUnrecordedTransactionsAreLeftOutTransitively) {
   EXPECT_EQ(h.txns[0].id, 1u);
   EXPECT_EQ(h.txns[0].ops.size(), 4u);  // kept transactions keep their operations
   EXPECT_EQ(h.txns[2].id, 5u);
-  EXPECT_TRUE(sim::check(h).empty());
+  EXPECT_TRUE(check::check(h).empty());
 }
 
 // On a hot bank, leaving out the readers of one unrecorded transaction leaves out nearly all
 // that follows; a stand-in of the versions read keeps them, and still catches a version
 // written twice (a transaction read, then undone and its version written again).
 TEST(DistBank, StandInsKeepReadersOfUnrecordedTransactions) {
-  sim::History h;
+  check::History h;
   auto add = [&h](const BankTxnRecord& r) { append_through_a_page(r, &h); };
   add(transfer(1, 11, 0, 0, 20, 0, 0));
   add(transfer(3, 11, 1, 1, 13, 7, 99));  // 99 (unrecorded) wrote k=13 v=7
   add(transfer(4, 13, 8, 3, 14, 7, 99));  // and k=14 v=7
   add(transfer(5, 13, 9, 4, 15, 0, 0));
-  sim::History lossy = h;
+  check::History lossy = h;
   EXPECT_EQ(drop_unrecorded_readers(&lossy), 3u);  // 3 and 4 read from 99, 5 from 4
-  sim::History kept = h;
+  check::History kept = h;
   EXPECT_EQ(add_stand_ins(&kept), 1u);
   ASSERT_EQ(kept.txns.size(), 5u);
   EXPECT_EQ(kept.txns[4].id, 99u);
   ASSERT_EQ(kept.txns[4].ops.size(), 2u);  // the two versions read from it, no reads
-  EXPECT_EQ(kept.txns[4].ops[0].kind, sim::OpKind::kWrite);
+  EXPECT_EQ(kept.txns[4].ops[0].kind, check::OpKind::kWrite);
   EXPECT_EQ(kept.txns[4].ops[1].key, 14u);
-  const sim::CheckReport whole = sim::check_report(kept);
+  const check::CheckReport whole = check::check_report(kept);
   EXPECT_TRUE(whole.serializable()) << whole.to_string();
   // 99's write of k=13 v=7 undone, then written again by 6 (which read v=6 from 50, also
   // unrecorded): two committed writers of one version.
   add(transfer(6, 13, 6, 50, 21, 0, 0));
   kept = h;
   EXPECT_EQ(add_stand_ins(&kept), 2u);
-  const sim::CheckReport report = sim::check_report(kept);
-  EXPECT_TRUE(report.has(sim::AnomalyKind::kImpossible)) << report.to_string();
+  const check::CheckReport report = check::check_report(kept);
+  EXPECT_TRUE(report.has(check::AnomalyKind::kImpossible)) << report.to_string();
 }
 
 // A history file as a killed worker leaves it: records written, the last one cut short.

@@ -8,8 +8,8 @@
 
 namespace shoal::server {
 
-using namespace bench::tpcc;  // NOLINT: the TPC-C vocabulary throughout
-using bench::TpccInput;
+using namespace workload::tpcc;  // NOLINT: the TPC-C vocabulary throughout
+using workload::TpccInput;
 
 namespace {
 

@@ -21,7 +21,7 @@
 // The fragments are TpccFragment below, registered on every shard.
 //
 // Consistency across the cluster: each shard checks its warehouses (clause 3.3.2) with the
-// HISTORY sums that other shards hold for them added in (bench::foreign_payments).
+// HISTORY sums that other shards hold for them added in (workload::foreign_payments).
 //
 // Threads: a TpccShardClient belongs to one worker loop; the fragment table is read-only and
 // shared by a shard's workers.
@@ -41,14 +41,14 @@
 namespace shoal::server {
 
 enum TpccFragment : uint32_t {
-  kFragNewOrderStock = 0,    // bench::tpcc::new_order_stock
-  kFragNewOrderHome = 1,     // bench::tpcc::new_order_home
-  kFragPaymentCustomer = 2,  // bench::tpcc::payment_customer
-  kFragPaymentHome = 3,      // bench::tpcc::payment_home
+  kFragNewOrderStock = 0,    // workload::tpcc::new_order_stock
+  kFragNewOrderHome = 1,     // workload::tpcc::new_order_home
+  kFragPaymentCustomer = 2,  // workload::tpcc::payment_customer
+  kFragPaymentHome = 3,      // workload::tpcc::payment_home
 };
 
 // The fragment table over a shard's TPC-C tables. REQUIRES: *tables outlives its use.
-dist::FragmentTable make_tpcc_fragments(const bench::tpcc::Tables* tables);
+dist::FragmentTable make_tpcc_fragments(const workload::tpcc::Tables* tables);
 
 // Which shard owns each warehouse (from the config's partitions).
 class WarehouseMap {
@@ -67,7 +67,7 @@ class WarehouseMap {
 
 // What a worker's TPC-C terminals share.
 struct TpccShardContext {
-  bench::TpccWorkload* workload = nullptr;  // loaded with this shard's warehouses
+  workload::TpccWorkload* workload = nullptr;  // loaded with this shard's warehouses
   const WarehouseMap* map = nullptr;
   uint32_t shard = 0;
   dist::Coordinator* coordinator = nullptr;
@@ -91,6 +91,6 @@ struct TpccOutcome {
 
 // Runs `in` to completion (retrying conflicts), across shards when its rows are elsewhere.
 rt::Task<TpccOutcome> run_tpcc_txn(TpccShardContext& ctx, dist::DistTxn& dtxn,
-                                   bench::TpccInput& in);
+                                   workload::TpccInput& in);
 
 }  // namespace shoal::server

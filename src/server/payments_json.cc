@@ -2,7 +2,7 @@
 
 namespace shoal::server {
 
-nlohmann::json payments_to_json(const bench::ForeignPayments& payments) {
+nlohmann::json payments_to_json(const workload::ForeignPayments& payments) {
   nlohmann::json entries = nlohmann::json::array();
   int kind = 0;
   for (const auto* m : {&payments.by_warehouse, &payments.by_district, &payments.by_customer}) {
@@ -14,7 +14,7 @@ nlohmann::json payments_to_json(const bench::ForeignPayments& payments) {
 }
 
 Status payments_from_json(const nlohmann::json& entries, const std::string& field,
-                          bench::ForeignPayments* out) {
+                          workload::ForeignPayments* out) {
   if (entries.is_null()) return Status::Ok();
   if (!entries.is_array()) return Status::InvalidArgument(field + ": not a list");
   for (const auto& e : entries) {

@@ -58,12 +58,12 @@ Result<repl::FollowerOptions> follower_options(const ReplicaOptions& options,
   fo.check = [](txn::Engine& engine, const std::string& workload,
                 const nlohmann::json& args) -> std::vector<std::string> {
     if (workload != "tpcc") return {};  // no conditions over a bare engine; digests cover it
-    bench::ForeignPayments foreign;
+    workload::ForeignPayments foreign;
     const Status parsed = payments_from_json(
         args.is_object() ? args.value("payments", nlohmann::json()) : nlohmann::json(),
         "check_args.payments", &foreign);
     if (!parsed.ok()) return {parsed.to_string()};
-    return bench::check_tpcc_conditions(engine, /*after_load=*/false, &foreign);
+    return workload::check_tpcc_conditions(engine, /*after_load=*/false, &foreign);
   };
   fo.replay_nice = options.replay_nice;
   fo.checkpoint_interval_ms = options.checkpoint_interval_ms;
@@ -87,13 +87,13 @@ Result<repl::FollowerOptions> follower_options(const ReplicaOptions& options,
       return Status::NotSupported("--serve-reads: workload " + workload +
                                   " has no read-only transactions (tpcc has)");
     }
-    bench::tpcc::Tables tables;
-    if (!bench::tpcc::find_tables(engine, &tables)) {
+    workload::tpcc::Tables tables;
+    if (!workload::tpcc::find_tables(engine, &tables)) {
       return Status::Corruption("--serve-reads: the follower's engine lacks TPC-C tables");
     }
     return repl::ReadRoundFn(
         [tables](txn::SnapshotReader& reader, Rng& rng, txn::ReadRoundResult* out) {
-          return bench::tpcc::snapshot_read_round(reader, tables, rng, out);
+          return workload::tpcc::snapshot_read_round(reader, tables, rng, out);
         });
   };
   fo.connect_timeout_ms = options.connect_timeout_ms;

@@ -283,7 +283,7 @@ Status ShardServer::check_acks(const nlohmann::json& request, rt::MsgBuffer* out
   }
   uint64_t checked = 0, missing = 0, unreadable = 0;
   nlohmann::json first_missing = nullptr;
-  bench::tpcc::OrderRow row;
+  workload::tpcc::OrderRow row;
   for (const auto& p : *paths) {
     if (!p.is_string()) return Status::InvalidArgument("scan.paths: strings only");
     auto orders = read_ack_journal(p.get<std::string>());
@@ -297,8 +297,8 @@ Status ShardServer::check_acks(const nlohmann::json& request, rt::MsgBuffer* out
         continue;  // another shard's order
       }
       ++checked;
-      const Status s = tpcc_->tables().order->peek(bench::tpcc::order_key(k.w_id, k.d_id, k.o_id),
-                                                   &row, sizeof row);
+      const Status s = tpcc_->tables().order->peek(
+          workload::tpcc::order_key(k.w_id, k.d_id, k.o_id), &row, sizeof row);
       if (s.ok()) continue;
       ++missing;
       if (first_missing.is_null()) first_missing = {k.w_id, k.d_id, k.o_id};
@@ -316,7 +316,7 @@ Status ShardServer::check_acks(const nlohmann::json& request, rt::MsgBuffer* out
 // TPC-C's check in two steps (the controller runs them, see cluster_check.cc):
 //   {"step": "payments"}: the HISTORY sums this shard holds for other shards' warehouses, as
 //      [[kind, key, cents], ...] (kind 0: by warehouse, 1: by district, 2: by customer; keys as
-//      in bench::ForeignPayments)
+//      in workload::ForeignPayments)
 //   {"step": "check", "payments": [...]}: the consistency conditions over this shard's
 //      warehouses with those sums (from every other shard) added in.
 Status ShardServer::on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* out) {
@@ -326,7 +326,7 @@ Status ShardServer::on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* o
   }
   if (step == "payments") {
     reply_json({{"shard", options_.shard},
-                {"payments", payments_to_json(bench::foreign_payments(*engine_))}},
+                {"payments", payments_to_json(workload::foreign_payments(*engine_))}},
                out);
     return Status::Ok();
   }
@@ -334,11 +334,11 @@ Status ShardServer::on_scan_tpcc(const nlohmann::json& request, rt::MsgBuffer* o
   if (step != "check") {
     return Status::InvalidArgument("scan.step: must be payments, check or acks");
   }
-  bench::ForeignPayments foreign;
+  workload::ForeignPayments foreign;
   const auto entries = request.find("payments");
   if (entries != request.end()) SHOAL_TRY(payments_from_json(*entries, "scan.payments", &foreign));
   const std::vector<std::string> failures =
-      bench::check_tpcc_conditions(*engine_, /*after_load=*/false, &foreign);
+      workload::check_tpcc_conditions(*engine_, /*after_load=*/false, &foreign);
   reply_json({{"shard", options_.shard}, {"failures", failures}}, out);
   return Status::Ok();
 }

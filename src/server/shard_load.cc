@@ -222,11 +222,11 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
   // with its customer, on any shard; on_start bounds terminals per shard below 1024); run =
   // this server's load number, so a second `bench tpcc --cluster` does not reuse the first's
   // keys (the 65537th load of one server would).
-  bench::TpccClient client(server.tpcc(), *w->tpcc->local, n, seed,
-                           uint64_t{server.shard()} * 1024 + n + 1, w->load_number & 0xffff);
-  client.bind_home(first + n % count, (n / count) % bench::tpcc::kDistrictsPerWarehouse + 1);
+  workload::TpccClient client(server.tpcc(), *w->tpcc->local, n, seed,
+                              uint64_t{server.shard()} * 1024 + n + 1, w->load_number & 0xffff);
+  client.bind_home(first + n % count, (n / count) % workload::tpcc::kDistrictsPerWarehouse + 1);
   dist::DistTxn dtxn;
-  bench::TpccInput in;
+  workload::TpccInput in;
   txn::DepVec ack;  // reused: no allocation once it has grown to the widest vector
   while (w->loop->now_ns() < w->load_end_ns) {
     client.make_input(&in);
@@ -251,7 +251,7 @@ rt::Task<void> tpcc_client(Worker* w, uint32_t terminal, uint64_t seed) {
     // watches it, or, with every slot taken, the terminal waits itself.
     const bool acked = out.status.ok() || (out.status.is_user_abort() && !out.cross);
     OrderKey order;
-    if (in.type == bench::tpcc::kNewOrder && out.status.ok()) {
+    if (in.type == workload::tpcc::kNewOrder && out.status.ok()) {
       order = {in.new_order.w_id, in.new_order.d_id, out.o_id};
     }
     if (w->vector_watermark != nullptr && acked) {

@@ -103,7 +103,7 @@ Status ShardServer::adopt_store(Promotion& p) {
   engine_ = std::move(p.engine);
   if (options_.workload == "tpcc") {
     warehouse_map_ = std::make_unique<WarehouseMap>(config_);
-    tpcc_ = std::make_unique<bench::TpccWorkload>(tpcc_options());  // as the loading leader's
+    tpcc_ = std::make_unique<workload::TpccWorkload>(tpcc_options());  // as the loading leader's
     SHOAL_TRY(tpcc_->attach(*engine_, tpcc_load_options()));
     fragments_ = make_tpcc_fragments(&tpcc_->tables());
     return Status::Ok();

@@ -154,7 +154,7 @@ Status ShardServer::load_table() {
   const uint64_t lo = layout_->lo(options_.shard), hi = layout_->hi(options_.shard);
   MicroValue v{};
   for (char& c : v.payload) c = 'x';
-  const BankAccount account{kBankInitialBalance, 0, sim::kInitialTxn};
+  const BankAccount account{kBankInitialBalance, 0, check::kInitialTxn};
   for (uint64_t k = lo; k < hi; ++k) {
     SHOAL_TRY(is_bank() ? table_->load(key1(k), account) : table_->load(key1(k), v));
   }
@@ -163,8 +163,8 @@ Status ShardServer::load_table() {
 
 // The workload a shard server runs: this shard's warehouses (warehouse_map_), whether it loads
 // them or a promotion finds them replicated. REQUIRES: warehouse_map_ set.
-bench::TpccOptions ShardServer::tpcc_options() const {
-  bench::TpccOptions to;
+workload::TpccOptions ShardServer::tpcc_options() const {
+  workload::TpccOptions to;
   to.warehouses = warehouse_map_->warehouses();
   to.load_first_warehouse = warehouse_map_->first(options_.shard);
   to.load_last_warehouse = warehouse_map_->last(options_.shard);
@@ -172,8 +172,8 @@ bench::TpccOptions ShardServer::tpcc_options() const {
   return to;
 }
 
-bench::LoadOptions ShardServer::tpcc_load_options() const {
-  bench::LoadOptions lo;
+workload::LoadOptions ShardServer::tpcc_load_options() const {
+  workload::LoadOptions lo;
   lo.warehouses = warehouse_map_->warehouses();
   lo.seed = 1;  // every shard: the same ITEM rows and NURand constants
   return lo;
@@ -182,9 +182,9 @@ bench::LoadOptions ShardServer::tpcc_load_options() const {
 Status ShardServer::load_tpcc() {
   warehouse_map_ = std::make_unique<WarehouseMap>(config_);
   const WarehouseMap& map = *warehouse_map_;
-  if (map.warehouses() > bench::tpcc::kMaxWarehouses) {
-    return Status::InvalidArgument(
-        fmt::format("shards: partitions are warehouses, at most {}", bench::tpcc::kMaxWarehouses));
+  if (map.warehouses() > workload::tpcc::kMaxWarehouses) {
+    return Status::InvalidArgument(fmt::format("shards: partitions are warehouses, at most {}",
+                                               workload::tpcc::kMaxWarehouses));
   }
   txn::EngineOptions eo = engine_options();
   // Without replication every version is as stable as it gets once installed, so the
@@ -192,8 +192,8 @@ Status ShardServer::load_tpcc() {
   // carry the vectors acknowledgement will wait on.
   eo.track_dependencies = replicated();
   engine_ = std::make_unique<txn::Engine>(eo);
-  tpcc_ = std::make_unique<bench::TpccWorkload>(tpcc_options());
-  bench::LoadOptions lo = tpcc_load_options();
+  tpcc_ = std::make_unique<workload::TpccWorkload>(tpcc_options());
+  workload::LoadOptions lo = tpcc_load_options();
   lo.workers = options_.workers;
   SHOAL_TRY(tpcc_->load(*engine_, lo, nullptr));
   fragments_ = make_tpcc_fragments(&tpcc_->tables());

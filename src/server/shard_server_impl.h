@@ -378,7 +378,7 @@ class ShardServer {
   uint32_t replica() const { return me_; }
   // ServerOptions::ack_journal_dir: TPC-C's ack journals and the bank's history files.
   const std::string& journal_dir() const { return options_.ack_journal_dir; }
-  bench::TpccWorkload& tpcc() { return *tpcc_; }
+  workload::TpccWorkload& tpcc() { return *tpcc_; }
   const WarehouseMap& warehouses() const { return *warehouse_map_; }
 
   // Control handlers (any worker's loop thread).
@@ -447,8 +447,8 @@ class ShardServer {
   txn::EngineOptions engine_options() const;
   [[nodiscard]] Status load_table();
   [[nodiscard]] Status load_tpcc();
-  bench::TpccOptions tpcc_options() const;
-  bench::LoadOptions tpcc_load_options() const;
+  workload::TpccOptions tpcc_options() const;
+  workload::LoadOptions tpcc_load_options() const;
   // A promotion: the follower's engine and its replicated tables instead of a load.
   [[nodiscard]] Status adopt_store(Promotion& p);
   // The address shard `shard` is served at now: its current leader replica's.
@@ -552,7 +552,7 @@ class ShardServer {
   std::unique_ptr<KeyLayout> layout_;
   std::unique_ptr<txn::Engine> engine_;
   txn::Table<1>* table_ = nullptr;
-  std::unique_ptr<bench::TpccWorkload> tpcc_;
+  std::unique_ptr<workload::TpccWorkload> tpcc_;
   uint32_t loads_started_ = 0;  // control thread (on_start)
   std::unique_ptr<WarehouseMap> warehouse_map_;
   dist::FragmentTable fragments_;

@@ -14,7 +14,7 @@
 #include "shoal/status.h"
 #include "src/txn/engine.h"
 
-namespace shoal::bench {
+namespace shoal::workload {
 
 // What one call of Client::run_one did.
 struct Outcome {
@@ -55,4 +55,4 @@ class Workload {
   virtual std::vector<std::string> check(txn::Engine& engine) = 0;
 };
 
-}  // namespace shoal::bench
+}  // namespace shoal::workload

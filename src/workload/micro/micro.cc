@@ -9,7 +9,7 @@
 
 #include "src/base/env.h"
 
-namespace shoal::bench {
+namespace shoal::workload {
 namespace {
 
 constexpr uint32_t kKeysPerTxn = 4;
@@ -156,4 +156,4 @@ Result<std::unique_ptr<Workload>> make_micro_workload(const MicroOptions& option
   return std::unique_ptr<Workload>(std::make_unique<MicroWorkload>(options));
 }
 
-}  // namespace shoal::bench
+}  // namespace shoal::workload

@@ -14,7 +14,7 @@
 
 #include "src/workload/workload.h"
 
-namespace shoal::bench {
+namespace shoal::workload {
 
 struct MicroOptions {
   uint64_t keys = 1'000'000;  // REQUIRES: >= 4 (a transaction touches 4 distinct keys)
@@ -23,4 +23,4 @@ struct MicroOptions {
 // InvalidArgument when options are out of range.
 Result<std::unique_ptr<Workload>> make_micro_workload(const MicroOptions& options);
 
-}  // namespace shoal::bench
+}  // namespace shoal::workload

@@ -1,6 +1,6 @@
 #include "src/workload/tpcc/tpcc.h"
 
-namespace shoal::bench {
+namespace shoal::workload {
 
 using namespace tpcc;  // NOLINT: the workload speaks the schema's vocabulary throughout
 
@@ -226,4 +226,4 @@ std::unique_ptr<Workload> make_tpcc_workload(const TpccOptions& options) {
   return std::make_unique<TpccWorkload>(options);
 }
 
-}  // namespace shoal::bench
+}  // namespace shoal::workload

@@ -1,4 +1,4 @@
-// TPC-C (revision 5.11) as a bench::Workload: the nine tables (plus the CUSTOMER-by-name and
+// TPC-C (revision 5.11) as a workload::Workload: the nine tables (plus the CUSTOMER-by-name and
 // ORDER-by-customer secondary indexes), the loader of clause 4.3.3, the five transactions in
 // the standard mix (45/43/4/4/4), and the twelve consistency conditions of clause 3.3.2.
 //
@@ -20,7 +20,7 @@
 #include "src/workload/tpcc/tpcc_txns.h"
 #include "src/workload/workload.h"
 
-namespace shoal::bench {
+namespace shoal::workload {
 
 struct TpccOptions {
   uint32_t warehouses = 1;  // LoadOptions::warehouses overrides it when non-zero
@@ -160,4 +160,4 @@ class TpccWorkload final : public Workload {
 
 std::unique_ptr<Workload> make_tpcc_workload(const TpccOptions& options);
 
-}  // namespace shoal::bench
+}  // namespace shoal::workload

@@ -8,7 +8,7 @@
 
 #include "src/workload/tpcc/tpcc.h"
 
-namespace shoal::bench {
+namespace shoal::workload {
 
 namespace {
 
@@ -387,4 +387,4 @@ std::vector<std::string> check_tpcc_conditions(txn::Engine& engine, bool after_l
   return f.finish();
 }
 
-}  // namespace shoal::bench
+}  // namespace shoal::workload

@@ -4,7 +4,7 @@
 
 #include "src/workload/tpcc/tpcc_txns.h"
 
-namespace shoal::bench::tpcc {
+namespace shoal::workload::tpcc {
 namespace {
 
 // The largest order id of (w, d) in a table keyed by order_key (ORDER or NEW-ORDER); 0: none.
@@ -112,4 +112,4 @@ Status snapshot_read_round(txn::SnapshotReader& reader, const Tables& t, Rng& rn
   return s;
 }
 
-}  // namespace shoal::bench::tpcc
+}  // namespace shoal::workload::tpcc

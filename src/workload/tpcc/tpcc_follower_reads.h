@@ -22,11 +22,11 @@
 #include "src/txn/snapshot.h"
 #include "src/workload/tpcc/tpcc_schema.h"
 
-namespace shoal::bench::tpcc {
+namespace shoal::workload::tpcc {
 
 // Runs one round at the reader's open snapshot. InvalidArgument if the engine holds no TPC-C
 // warehouse at the snapshot. REQUIRES: reader.open(); tables found in the reader's engine.
 [[nodiscard]] Status snapshot_read_round(txn::SnapshotReader& reader, const Tables& tables,
                                          Rng& rng, txn::ReadRoundResult* result);
 
-}  // namespace shoal::bench::tpcc
+}  // namespace shoal::workload::tpcc

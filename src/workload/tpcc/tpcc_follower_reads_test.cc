@@ -7,7 +7,7 @@
 
 #include "src/workload/tpcc/tpcc.h"
 
-namespace shoal::bench::tpcc {
+namespace shoal::workload::tpcc {
 namespace {
 
 TEST(TpccFollowerReads, ConsistentSnapshotPassesAndNewestVersionBugTears) {
@@ -61,4 +61,4 @@ TEST(TpccFollowerReads, ConsistentSnapshotPassesAndNewestVersionBugTears) {
 }
 
 }  // namespace
-}  // namespace shoal::bench::tpcc
+}  // namespace shoal::workload::tpcc

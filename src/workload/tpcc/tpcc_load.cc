@@ -13,7 +13,7 @@
 
 #include "src/workload/tpcc/tpcc.h"
 
-namespace shoal::bench {
+namespace shoal::workload {
 
 namespace {
 
@@ -300,4 +300,4 @@ Status TpccWorkload::load(txn::Engine& engine, const LoadOptions& options,
   return Status::Ok();
 }
 
-}  // namespace shoal::bench
+}  // namespace shoal::workload

@@ -4,7 +4,7 @@
 
 #include "src/base/assert.h"
 
-namespace shoal::bench::tpcc {
+namespace shoal::workload::tpcc {
 
 namespace {
 
@@ -84,4 +84,4 @@ bool has_original(const char* data, size_t capacity) {
   return memmem(data, len, kOriginal, kOriginalLen) != nullptr;
 }
 
-}  // namespace shoal::bench::tpcc
+}  // namespace shoal::workload::tpcc

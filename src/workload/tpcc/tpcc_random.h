@@ -10,7 +10,7 @@
 
 #include "src/base/env.h"
 
-namespace shoal::bench::tpcc {
+namespace shoal::workload::tpcc {
 
 // The run-time constants C of NURand(A, x, y) (clause 2.1.6). c_last_load is used when
 // populating C_LAST, c_last_run when choosing last names at run time; their difference must
@@ -50,4 +50,4 @@ void random_data_with_original(Rng& rng, char* out /* [50] */);
 // Whether a zero-padded field of `capacity` bytes holds "ORIGINAL".
 bool has_original(const char* data, size_t capacity);
 
-}  // namespace shoal::bench::tpcc
+}  // namespace shoal::workload::tpcc

@@ -19,7 +19,7 @@
 #include "src/index/key.h"
 #include "src/txn/engine.h"
 
-namespace shoal::bench::tpcc {
+namespace shoal::workload::tpcc {
 
 // Scale constants of clause 1.2 / 4.3.
 inline constexpr uint32_t kDistrictsPerWarehouse = 10;
@@ -248,4 +248,4 @@ size_t fixed_len(const char (&s)[N]) {
   return strnlen(s, N);
 }
 
-}  // namespace shoal::bench::tpcc
+}  // namespace shoal::workload::tpcc

@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-namespace shoal::bench {
+namespace shoal::workload {
 namespace {
 
 using namespace tpcc;  // NOLINT
@@ -414,4 +414,4 @@ TEST(TpccTxns, ConcurrentTpccOneWarehouseContended) {
 }
 
 }  // namespace
-}  // namespace shoal::bench
+}  // namespace shoal::workload

@@ -7,7 +7,7 @@
 #include "src/txn/snapshot.h"
 #include "src/workload/tpcc/tpcc_random.h"
 
-namespace shoal::bench::tpcc {
+namespace shoal::workload::tpcc {
 
 namespace {
 
@@ -448,4 +448,4 @@ Status stock_level_at_snapshot(txn::SnapshotReader& reader, const StockLevelArgs
   return stock_level_with(reader, args, result);
 }
 
-}  // namespace shoal::bench::tpcc
+}  // namespace shoal::workload::tpcc

@@ -21,7 +21,7 @@ namespace shoal::txn {
 class SnapshotReader;  // src/txn/snapshot.h
 }  // namespace shoal::txn
 
-namespace shoal::bench::tpcc {
+namespace shoal::workload::tpcc {
 
 enum TxnType : uint32_t {
   kNewOrder = 0,
@@ -187,4 +187,4 @@ struct PaymentHomeArgs {
 // The procedure of each type (its args struct is the one named after it).
 txn::Procedure procedure_of(TxnType type);
 
-}  // namespace shoal::bench::tpcc
+}  // namespace shoal::workload::tpcc

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-namespace shoal::bench {
+namespace shoal::workload {
 
 Zipfian::Zipfian(uint64_t items, double theta) : items_(items), theta_(theta) {
   SHOAL_ASSERT(items >= 2 && theta >= 0 && theta < 1, "zipfian(%llu, %f)",
@@ -205,4 +205,4 @@ Result<std::unique_ptr<Workload>> make_ycsb_workload(const YcsbOptions& options)
   return std::unique_ptr<Workload>(std::make_unique<YcsbWorkload>(options));
 }
 
-}  // namespace shoal::bench
+}  // namespace shoal::workload

@@ -22,7 +22,7 @@
 #include "src/base/env.h"
 #include "src/workload/workload.h"
 
-namespace shoal::bench {
+namespace shoal::workload {
 
 struct YcsbOptions {
   char workload = 'A';           // one of A, B, C, F
@@ -59,4 +59,4 @@ inline uint64_t scrambled_zipfian(const Zipfian& z, Rng& rng) {
   return fnv1a64(z.next(rng)) % z.items();
 }
 
-}  // namespace shoal::bench
+}  // namespace shoal::workload
