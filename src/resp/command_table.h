@@ -61,8 +61,10 @@ struct SessionState {
   uint64_t commands = 0;
   uint64_t commits = 0;
   uint64_t conflicts = 0;
-  // Reused buffers: a stored value read, a value to store, a scan batch.
+  // Reused buffers: a stored value read (and its version: the backend may write it after a
+  // suspension, so it lives here), a value to store, a scan batch.
   std::string raw;
+  uint64_t read_version = 0;
   std::string encoded;
   std::string payload;
   std::vector<KeyValue> scan_batch;
