@@ -55,7 +55,10 @@ class DistKvTxn final : public resp::KvTxn {
   // kLocal: on the worker's Txn (the fast path); kDist: through the coordinator.
   enum class Mode : uint8_t { kNone, kLocal, kDist };
 
-  uint32_t shard_of(std::string_view key) const { return o_.config->shard_for_kv_key(key); }
+  uint32_t shard_of(std::string_view key) const {
+    // One shard: no split key to search (a call per key of every command).
+    return o_.config->kv_split_keys.empty() ? 0 : o_.config->shard_for_kv_key(key);
+  }
   // Makes the transaction able to touch `shard`: starts it locally or through 2PC, or, when
   // a local transaction reaches another shard, ends the attempt (Aborted) so that the
   // session's retry runs it through 2PC.
