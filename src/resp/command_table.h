@@ -57,6 +57,9 @@ struct SessionState {
   uint64_t next_cursor_id = 1;
   size_t next_cursor_slot = 0;
   uint64_t durable_token = 0;
+  // The last command resolved, by its name's exact bytes (commands.cc, resolve()).
+  std::string last_command_name;
+  const CommandSpec* last_command_spec = nullptr;
   // Counters for INFO.
   uint64_t commands = 0;
   uint64_t commits = 0;

@@ -95,6 +95,8 @@ class DistKvTxn final : public resp::KvTxn {
   // One shard's part of a scan through 2PC.
   rt::Task<Status> scan_shard(uint32_t shard, KvScanArgs a, size_t limit,
                               std::vector<resp::KeyValue>* out);
+  // Commits on the worker's Txn; with `vector`, sets it to what the acknowledgement waits on
+  // (nullptr: no acknowledgement, nothing to compute).
   Result<resp::CommitInfo> commit_local(txn::DepVec* vector);
   void close() {
     if (result_.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(result_);
@@ -316,7 +318,9 @@ Result<resp::CommitInfo> DistKvTxn::commit_local(txn::DepVec* vector) {
       return logged;
     }
   }
-  if (s.ok()) {
+  if (!s.ok()) {
+    t.abort();
+  } else if (vector != nullptr) {
     // As the TPC-C terminals' acknowledgement (shard_load.cc ack_vector): what it read
     // depends on, and our shard's entry at its commit TID or the newest version it read.
     if (local_wrote_) {
@@ -331,8 +335,6 @@ Result<resp::CommitInfo> DistKvTxn::commit_local(txn::DepVec* vector) {
     }
     vector->raise(o_.own_shard,
                   std::max(t.max_seen_version(), local_wrote_ ? t.last_commit_tid() : 0));
-  } else {
-    t.abort();
   }
   t.end();
   if ((++local_runs_ & 63) == 0) ebr::quiesce();  // as txn::Worker::run does
@@ -349,7 +351,7 @@ rt::Task<Result<resp::CommitInfo>> DistKvTxn::commit() {
   Result<resp::CommitInfo> done = resp::CommitInfo{};
   if (local) {
     local_vector_.clear();
-    done = commit_local(&local_vector_);
+    done = commit_local(o_.acks != nullptr ? &local_vector_ : nullptr);
   }
   close();
   rt::Task<uint64_t> token;
