@@ -22,6 +22,7 @@
 #include "src/resp/commands.h"
 #include "src/resp/kv_backend.h"
 #include "src/resp/resp_writer.h"
+#include "src/resp/value_format.h"
 #include "src/runtime/task.h"
 
 namespace shoal::resp {
@@ -39,6 +40,13 @@ struct WatchedKey {
 struct ScanCursor {
   uint64_t id = 0;  // 0: free slot
   std::string last_key;
+};
+
+// A key as read: whether a record exists at all, and whether it is live (not expired).
+struct KeyRead {
+  bool found = false;
+  bool live = false;
+  StoredString value;  // views SessionState::raw: valid until the next read
 };
 
 struct SessionState {
@@ -68,6 +76,7 @@ struct SessionState {
   // suspension, so it lives here), a value to store, a scan batch.
   std::string raw;
   uint64_t read_version = 0;
+  KeyRead read;  // the read of a handler that is not a coroutine (it may finish in one)
   std::string encoded;
   std::string payload;
   std::vector<KeyValue> scan_batch;
