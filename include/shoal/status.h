@@ -1,11 +1,13 @@
 // Status and Result: the channel for expected failures (not found, aborted, bad input, I/O).
 //
 // Broken invariants never travel through here: they stop the process (src/base/assert.h).
-// A Status without a message allocates nothing, so the data path returns them freely; messages
-// are for cold paths (configuration, command line, recovery).
+// A Status without a message allocates nothing and is two words whose moves are pointer copies
+// (its message, when it has one, lives behind a pointer), so the data path builds, moves and
+// drops them freely; messages are for cold paths (configuration, command line, recovery).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +39,16 @@ std::string_view code_name(Code code);
 class [[nodiscard]] Status {
  public:
   Status() = default;
+  Status(const Status& other) : code_(other.code_), msg_(copy_message(other)) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) {
+      code_ = other.code_;
+      msg_ = copy_message(other);
+    }
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
   static Status Ok() { return Status(); }
   static Status NotFound(std::string msg = {}) { return Status(Code::kNotFound, std::move(msg)); }
   static Status AlreadyExists(std::string msg = {}) {
@@ -63,7 +75,7 @@ class [[nodiscard]] Status {
   bool is_aborted() const { return code_ == Code::kAborted; }
   bool is_user_abort() const { return code_ == Code::kUserAbort; }
   Code code() const { return code_; }
-  const std::string& message() const { return msg_; }
+  const std::string& message() const { return msg_ != nullptr ? *msg_ : empty_message(); }
   // "Aborted: lock conflict" style text for people.
   std::string to_string() const;
 
@@ -71,9 +83,15 @@ class [[nodiscard]] Status {
   void ignore() const {}
 
  private:
-  Status(Code code, std::string msg) : code_(code), msg_(std::move(msg)) {}
+  Status(Code code, std::string msg)
+      : code_(code), msg_(msg.empty() ? nullptr : std::make_unique<std::string>(std::move(msg))) {}
+  static std::unique_ptr<std::string> copy_message(const Status& s) {
+    return s.msg_ != nullptr ? std::make_unique<std::string>(*s.msg_) : nullptr;
+  }
+  static const std::string& empty_message();
+
   Code code_ = Code::kOk;
-  std::string msg_;
+  std::unique_ptr<std::string> msg_;  // null: no message
 };
 
 // Rebuilds a Status from a code that crossed the wire (an RPC reply, the client protocol):

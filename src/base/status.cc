@@ -24,11 +24,16 @@ std::string_view code_name(Code code) {
 
 std::string Status::to_string() const {
   std::string out(code_name(code_));
-  if (!msg_.empty()) {
+  if (msg_ != nullptr) {
     out += ": ";
-    out += msg_;
+    out += *msg_;
   }
   return out;
+}
+
+const std::string& Status::empty_message() {
+  static const std::string empty;
+  return empty;
 }
 
 namespace detail {

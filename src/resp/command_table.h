@@ -22,6 +22,7 @@
 #include "src/resp/commands.h"
 #include "src/resp/kv_backend.h"
 #include "src/resp/resp_writer.h"
+#include "src/resp/value_format.h"
 #include "src/runtime/task.h"
 
 namespace shoal::resp {
@@ -41,6 +42,13 @@ struct ScanCursor {
   std::string last_key;
 };
 
+// A key as read: whether a record exists at all, and whether it is live (not expired).
+struct KeyRead {
+  bool found = false;
+  bool live = false;
+  StoredString value;  // views SessionState::raw: valid until the next read
+};
+
 struct SessionState {
   SessionState(KvBackend& b, Env& e, SessionOptions o)
       : backend(b), env(e), options(o), authenticated(o.password.empty()) {}
@@ -57,12 +65,18 @@ struct SessionState {
   uint64_t next_cursor_id = 1;
   size_t next_cursor_slot = 0;
   uint64_t durable_token = 0;
+  // The last command resolved, by its name's exact bytes (commands.cc, resolve()).
+  std::string last_command_name;
+  const CommandSpec* last_command_spec = nullptr;
   // Counters for INFO.
   uint64_t commands = 0;
   uint64_t commits = 0;
   uint64_t conflicts = 0;
-  // Reused buffers: a stored value read, a value to store, a scan batch.
+  // Reused buffers: a stored value read (and its version: the backend may write it after a
+  // suspension, so it lives here), a value to store, a scan batch.
   std::string raw;
+  uint64_t read_version = 0;
+  KeyRead read;  // the read of a handler that is not a coroutine (it may finish in one)
   std::string encoded;
   std::string payload;
   std::vector<KeyValue> scan_batch;

@@ -56,9 +56,22 @@ bool arity_ok(const CommandSpec& spec, size_t argc) {
   return spec.arity > 0 ? n == spec.arity : n >= -spec.arity;
 }
 
+// The command named exactly args[0] (same bytes, same case) as last time: a pipelining client
+// sends runs of one command, and the table's lookup (lower-casing and hashing) was a
+// fifteenth of a GET. Commands with subcommands are not remembered.
+const CommandSpec* find_command_remembered(SessionState& s, std::string_view name) {
+  if (s.last_command_spec != nullptr && name == s.last_command_name) return s.last_command_spec;
+  const CommandSpec* spec = find_command(name);
+  if (spec != nullptr && spec->subcommands.empty()) {
+    s.last_command_name.assign(name);
+    s.last_command_spec = spec;
+  }
+  return spec;
+}
+
 // Resolves args to a command, or writes the rejection (unknown, arity) and returns nullptr.
-const CommandSpec* resolve(Args args, ReplyWriter& out) {
-  const CommandSpec* spec = find_command(args[0]);
+const CommandSpec* resolve(SessionState& s, Args args, ReplyWriter& out) {
+  const CommandSpec* spec = find_command_remembered(s, args[0]);
   if (spec == nullptr) {
     reply_unknown_command(out, args);
     return nullptr;
@@ -357,7 +370,7 @@ rt::Task<void> Session::execute(Args args, ReplyWriter& out) {
     ++s.commands;
     out.set_protocol(s.protocol);
   }
-  const CommandSpec* spec = args.empty() ? nullptr : resolve(args, out);
+  const CommandSpec* spec = args.empty() ? nullptr : resolve(s, args, out);
   if (spec != nullptr && s.authenticated && !m.active &&
       (spec->flags & (kData | kNoQueue)) == kData) {
     return SessionImpl::run_single(s, *spec, args, out);

@@ -109,6 +109,14 @@ TEST_P(Commands, ArityAndUnknownCommandWording) {
   EXPECT_EQ(c.call({"CLIENT", "SETNAME", "a b"}),
             "-ERR Client names cannot contain spaces, newlines or special characters.\r\n");
   EXPECT_EQ(c.call({"CLIENT", "GETNAME"}), "$-1\r\n");
+  // The session remembers the last name it resolved (exact bytes): a run of one command, the
+  // same name in another case, a container between and a near miss resolve as before.
+  EXPECT_EQ(c.call({"SET", "k", "1"}), "+OK\r\n");
+  EXPECT_EQ(c.call({"SET", "k", "2"}), "+OK\r\n");
+  EXPECT_EQ(c.call({"set", "k"}), "-ERR wrong number of arguments for 'set' command\r\n");
+  EXPECT_EQ(c.call({"CLIENT", "GETNAME"}), "$-1\r\n");
+  EXPECT_EQ(c.call({"SETX", "k"}), "-ERR unknown command 'SETX', with args beginning with: 'k' \r\n");
+  EXPECT_EQ(c.call({"GET", "k"}), "$1\r\n2\r\n");
   EXPECT_EQ(c.call({"CLIENT", "SETNAME", "app"}), "+OK\r\n");
   EXPECT_EQ(c.call({"CLIENT", "GETNAME"}), bulk("app"));
 }

@@ -45,8 +45,9 @@
 // Coroutines: every call that may wait returns an rt::Task (src/runtime/task.h), so a server
 // hosts sessions on its event loop: a cross-shard transaction's call suspends its session's
 // coroutine for the round trip while the loop serves others. A backend whose data is at hand
-// (MemBackend, the local shard) completes the task inline without suspending: the caller's
-// co_await then costs a pooled coroutine frame and a call. Tasks are awaited at once, one at a
+// answers with a ready task (rt::Task<T>::ready: no coroutine frame; the shard server's local
+// keys) or completes the task inline without suspending (MemBackend): the caller's co_await
+// then costs a call, or a pooled coroutine frame and a call. Tasks are awaited at once, one at a
 // time per KvTxn; the pointers and views passed stay valid until the task completes.
 #pragma once
 

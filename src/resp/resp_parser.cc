@@ -21,6 +21,19 @@ int hex_digit(char c) {
   return -1;
 }
 
+// A count line's usual form at p: 1 to 18 digits and their CRLF, all before end. Returns the
+// count and moves p past the CRLF; -1 (p unchanged) for anything else, which the general path
+// then reads (and accepts or rejects) as before.
+[[gnu::always_inline]] inline int64_t read_plain_count(const char*& p, const char* end) {
+  const char* q = p;
+  const char* const stop = end - q > 18 ? q + 18 : end;
+  int64_t v = 0;
+  for (; q < stop && static_cast<unsigned char>(*q - '0') <= 9; ++q) v = v * 10 + (*q - '0');
+  if (q == p || end - q < 2 || q[0] != '\r' || q[1] != '\n') return -1;
+  p = q + 2;
+  return v;
+}
+
 // Strict decimal (Redis's string2ll for counts): optional '-', no '+', no spaces.
 bool parse_count(std::string_view s, int64_t* out) {
   bool negative = false;
@@ -91,8 +104,34 @@ Result<size_t> RequestParser::parse(std::string_view buf) {
       return size_t{0};
     }
     if (buf[0] != '*') return parse_inline(buf);
+    if (size_t used = 0; parse_whole_array(buf, &used)) return used;
+    args_.clear();  // what the fast pass took of an incomplete request
   }
   return parse_array(buf);
+}
+
+bool RequestParser::parse_whole_array(std::string_view buf, size_t* used) {
+  const char* p = buf.data() + 1;  // past the '*'
+  const char* const end = buf.data() + buf.size();
+  const int64_t n = read_plain_count(p, end);
+  if (n <= 0 || n > static_cast<int64_t>(limits_.max_args)) return false;
+  // Each pass takes one whole bulk string or returns: at most n passes.
+  for (int64_t i = 0; i < n; ++i) {
+    if (p == end || *p != '$') return false;
+    ++p;
+    const int64_t len = read_plain_count(p, end);
+    if (len < 0 || len > static_cast<int64_t>(limits_.max_bulk_bytes) || end - p < len + 2 ||
+        p[len] != '\r' || p[len + 1] != '\n') {
+      return false;
+    }
+    args_.emplace_back(p, static_cast<size_t>(len));
+    p += len + 2;
+  }
+  // The general path checks this bulk by bulk; the whole request's size decides the same.
+  if (static_cast<size_t>(p - buf.data()) > limits_.max_request_bytes) return false;
+  *used = static_cast<size_t>(p - buf.data());
+  wanted_ = 1;
+  return true;
 }
 
 RequestParser::Line RequestParser::read_count_line(std::string_view buf, char prefix,

@@ -134,6 +134,37 @@ TEST(RespParser, CountLinesAtTheirBounds) {
   EXPECT_EQ(parse_error("*1\r\n$\r\n"), "Protocol error: invalid bulk length");
 }
 
+// A whole request takes a one-pass path (parse_whole_array); the same request at the limits,
+// and cut anywhere, reads the same, and an incomplete one leaves no arguments behind.
+TEST(RespParser, WholeRequestsAtTheLimitsAgreeWithPieces) {
+  ParserLimits small;
+  small.max_args = 3;
+  small.max_bulk_bytes = 100;
+  small.max_request_bytes = 200;
+  const std::string fits =
+      "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\n" + std::string(100, 'v') + "\r\n";
+  ASSERT_LE(fits.size(), 200u);
+  for (size_t cut = 0; cut <= fits.size(); ++cut) {
+    RequestParser p(small);
+    auto first = p.parse(std::string_view(fits).substr(0, cut));
+    if (cut < fits.size()) {
+      ASSERT_TRUE(first.ok() && *first == 0u) << "cut " << cut;
+      EXPECT_TRUE(p.args().empty()) << "cut " << cut;
+    }
+    auto r = p.parse(fits);
+    ASSERT_TRUE(r.ok()) << r.status().to_string() << " cut " << cut;
+    EXPECT_EQ(*r, fits.size());
+    ASSERT_EQ(p.args().size(), 3u);
+    EXPECT_EQ(p.args()[2], std::string(100, 'v'));
+  }
+  RequestParser too_many(small);
+  EXPECT_EQ(too_many.parse("*4\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n").status().message(),
+            "Protocol error: invalid multibulk length");
+  small.max_request_bytes = 120;
+  RequestParser too_big(small);
+  EXPECT_EQ(too_big.parse(fits).status().message(), "Protocol error: too big request");
+}
+
 TEST(RespParser, MalformedInputGetsRedisErrors) {
   EXPECT_EQ(parse_error("*2\r\n$-5\r\n"), "Protocol error: invalid bulk length");
   EXPECT_EQ(parse_error("*1\r\n$1073741824\r\n"), "Protocol error: invalid bulk length");

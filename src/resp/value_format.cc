@@ -1,18 +1,21 @@
 #include "src/resp/value_format.h"
 
+#include <cstring>
+
 namespace shoal::resp {
 
 void encode_string(std::string_view payload, uint64_t expiry_ms, std::string* out) {
-  out->clear();
-  if (expiry_ms == kNoExpiry) {
-    out->reserve(payload.size() + 1);
-    out->push_back(static_cast<char>(kFormatPlain));
+  // Sized once and written in place: a push_back per header byte was a tenth of an MSET's key.
+  const size_t header = expiry_ms == kNoExpiry ? 1 : 9;
+  out->resize(header + payload.size());
+  char* p = out->data();
+  if (header == 1) {
+    p[0] = static_cast<char>(kFormatPlain);
   } else {
-    out->reserve(payload.size() + 9);
-    out->push_back(static_cast<char>(kFormatExpiring));
-    for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(expiry_ms >> (8 * i)));
+    p[0] = static_cast<char>(kFormatExpiring);
+    for (int i = 0; i < 8; ++i) p[1 + i] = static_cast<char>(expiry_ms >> (8 * i));
   }
-  out->append(payload);
+  if (!payload.empty()) std::memcpy(p + header, payload.data(), payload.size());
 }
 
 Result<StoredString> decode_string(std::string_view stored) {

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -108,6 +109,59 @@ TEST(Task, TransferOutsideALoopNests) {
   Task<int> t = middle(3);
   ASSERT_TRUE(t.start_inline());
   EXPECT_EQ(t.take(), 18);
+}
+
+// A function that answers at once for even x (a ready task, no frame) and through a coroutine
+// otherwise, as a backend's local and remote paths do.
+Task<int> halve_or_wait(int x, EventLoop* loop) {
+  if (x % 2 == 0) return Task<int>::ready(x / 2);
+  return [](int y, EventLoop* l) -> Task<int> {
+    co_await l->yield();
+    co_return y;
+  }(x, loop);
+}
+
+Task<int> sum_halves(EventLoop* loop, int* suspended_calls) {
+  int sum = 0;
+  for (int x : {2, 3, 8, 5}) {
+    Task<int> t = halve_or_wait(x, loop);
+    if (!t.is_ready()) ++*suspended_calls;
+    sum += co_await t;
+  }
+  co_return sum;
+}
+
+TEST(Task, ReadyTasksHoldTheirValueWithoutABody) {
+  Task<int> ready = Task<int>::ready(7);
+  EXPECT_TRUE(ready.valid());
+  EXPECT_TRUE(ready.is_ready());
+  EXPECT_TRUE(ready.done());
+  Task<int> moved = std::move(ready);
+  EXPECT_FALSE(ready.valid());  // NOLINT: moved-from state is part of the contract
+  ASSERT_TRUE(moved.start_inline());
+  EXPECT_EQ(moved.take(), 7);
+
+  EventLoop loop(RealEnv::instance());
+  int suspended = 0;
+  int result = 0;
+  ASSERT_TRUE(loop.spawn([](EventLoop* l, int* s, int* out) -> Task<void> {
+                    *out = co_await sum_halves(l, s);
+                  }(&loop, &suspended, &result))
+                  .ok());
+  for (int i = 0; i < 100 && loop.live_tasks() > 0; ++i) loop.run_once();
+  EXPECT_EQ(result, 1 + 3 + 4 + 5);
+  EXPECT_EQ(suspended, 2);  // only the odd ones made a coroutine
+}
+
+TEST(Task, JoinOnAReadyTaskDoesNotWait) {
+  Task<std::string> t = Task<std::string>::ready("at hand");
+  ASSERT_TRUE(t.start_inline());
+  std::string got;
+  Task<void> joiner = [](Task<std::string>* task, std::string* out) -> Task<void> {
+    *out = co_await task->join();
+  }(&t, &got);
+  ASSERT_TRUE(joiner.start_inline());
+  EXPECT_EQ(got, "at hand");
 }
 
 TEST(EventLoop, TimersFireInDeadlineOrderOnManualTime) {

@@ -10,6 +10,10 @@
 //     moves the result out of the frame (await once). REQUIRES: a Task is awaited at most once.
 //   - No exceptions: errors travel as Status / Result<T> values; an exception escaping a body
 //     is a broken invariant and aborts.
+//   - Ready tasks (Task<T> only): Task<T>::ready(v) holds its value without a coroutine frame.
+//     A function that can often answer at once (a backend call whose data is at hand) returns
+//     one on that path and a coroutine's task otherwise; awaiting a ready task neither
+//     suspends nor allocates, so the answer costs a call, not a frame.
 //   - Inline start (Task<T> and Task<void>, for a runtime that runs the synchronous part of a task
 //   at once, as
 //     RpcEndpoint does with a request's handler): start_inline() runs the body on the caller's
@@ -218,11 +222,21 @@ class [[nodiscard]] Task {
   using Handle = std::coroutine_handle<promise_type>;
 
   Task() = default;
-  Task(Task&& other) noexcept : h_(std::exchange(other.h_, {})) {}
+  // A task that has its value already, without a coroutine frame (the header's "Ready tasks").
+  static Task ready(T value) {
+    Task t;
+    t.ready_.emplace(std::move(value));
+    return t;
+  }
+  Task(Task&& other) noexcept : h_(std::exchange(other.h_, {})), ready_(std::move(other.ready_)) {
+    other.ready_.reset();
+  }
   Task& operator=(Task&& other) noexcept {
     if (this != &other) {
       if (h_) h_.destroy();
       h_ = std::exchange(other.h_, {});
+      ready_ = std::move(other.ready_);
+      other.ready_.reset();
     }
     return *this;
   }
@@ -232,54 +246,65 @@ class [[nodiscard]] Task {
     if (h_) h_.destroy();
   }
 
-  bool valid() const { return static_cast<bool>(h_); }
-  bool done() const { return h_ && h_.done(); }
+  bool valid() const { return h_ || ready_.has_value(); }
+  bool done() const { return ready_.has_value() || (h_ && h_.done()); }
+  // Built by ready(): its value is here, there is no body to run.
+  bool is_ready() const { return ready_.has_value(); }
 
   // REQUIRES: valid(); awaited once.
   auto operator co_await() noexcept {
-    SHOAL_ASSERT(h_ && !h_.done(), "%s", "co_await on an empty or finished Task");
-    struct Awaiter : detail::TaskAwaiter<promise_type> {
-      T await_resume() {
-        SHOAL_ASSERT(this->child.promise().value.has_value(), "%s", "Task finished without value");
-        return std::move(*this->child.promise().value);
+    SHOAL_ASSERT(ready_.has_value() || (h_ && !h_.done()), "%s",
+                 "co_await on an empty or finished Task");
+    struct Awaiter {
+      Task* task;
+      bool await_ready() noexcept { return task->ready_.has_value(); }
+      std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept {
+        return detail::TaskAwaiter<promise_type>{task->h_}.await_suspend(caller);
       }
+      T await_resume() { return task->value(); }
     };
-    return Awaiter{{h_}};
+    return Awaiter{this};
   }
 
-  // Runs the body now until its first suspension or its end; true when it ended. Its end
-  // returns here (the continuation is still the no-op one), not to an awaiter.
+  // Runs the body now until its first suspension or its end; true when it ended (a ready task
+  // has). Its end returns here (the continuation is still the no-op one), not to an awaiter.
   // REQUIRES: valid(); never started or awaited.
   bool start_inline() {
+    if (ready_.has_value()) return true;
     h_.resume();
     return h_.done();
   }
   // The value of an ended task. REQUIRES: done(); taken once.
   T take() {
-    SHOAL_ASSERT(done() && h_.promise().value.has_value(), "%s", "take() from an unfinished Task");
-    return std::move(*h_.promise().value);
+    SHOAL_ASSERT(done(), "%s", "take() from an unfinished Task");
+    return value();
   }
   // Awaits a task that start_inline() left suspended: resumes the awaiter when the task ends
   // (at once if it already has), without resuming the task. REQUIRES: started; joined once.
   auto join() noexcept {
     struct Joiner {
-      Handle child;
-      bool await_ready() noexcept { return child.done(); }
+      Task* task;
+      bool await_ready() noexcept { return task->done(); }
       void await_suspend(std::coroutine_handle<> awaiter) noexcept {
-        child.promise().continuation = awaiter;  // the task's end transfers here
+        task->h_.promise().continuation = awaiter;  // the task's end transfers here
       }
-      T await_resume() {
-        SHOAL_ASSERT(child.promise().value.has_value(), "%s", "joined Task ended without value");
-        return std::move(*child.promise().value);
-      }
+      T await_resume() { return task->value(); }
     };
-    SHOAL_ASSERT(h_, "%s", "join() on an empty Task");
-    return Joiner{h_};
+    SHOAL_ASSERT(valid(), "%s", "join() on an empty Task");
+    return Joiner{this};
   }
 
  private:
   explicit Task(Handle h) : h_(h) {}
+  // Moves the value out: the ready one, or the ended body's.
+  T value() {
+    if (ready_.has_value()) return std::move(*ready_);
+    SHOAL_ASSERT(h_.promise().value.has_value(), "%s", "Task finished without value");
+    return std::move(*h_.promise().value);
+  }
+
   Handle h_;
+  std::optional<T> ready_;  // engaged: a ready task (no frame, h_ empty)
 };
 
 template <>

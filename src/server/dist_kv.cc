@@ -55,24 +55,48 @@ class DistKvTxn final : public resp::KvTxn {
   // kLocal: on the worker's Txn (the fast path); kDist: through the coordinator.
   enum class Mode : uint8_t { kNone, kLocal, kDist };
 
-  uint32_t shard_of(std::string_view key) const { return o_.config->shard_for_kv_key(key); }
+  uint32_t shard_of(std::string_view key) const {
+    // One shard: no split key to search (a call per key of every command).
+    return o_.config->kv_split_keys.empty() ? 0 : o_.config->shard_for_kv_key(key);
+  }
   // Makes the transaction able to touch `shard`: starts it locally or through 2PC, or, when
   // a local transaction reaches another shard, ends the attempt (Aborted) so that the
   // session's retry runs it through 2PC.
   Status enter(uint32_t shard);
   // Notes a conflict for the backoff before the retry.
   Status note(Status s) {
+    if (s.ok()) [[likely]]
+      return s;
     s = retryable(std::move(s));
     conflicted_ |= s.is_aborted();
     return s;
   }
+  // The remote halves of get/put/del (coroutines: a fragment's round trip). get/put/del
+  // themselves are not: on the local fast path they answer with a ready task (no frame).
+  rt::Task<Status> get_remote(uint32_t shard, std::string_view key, std::string* value,
+                              uint64_t* version);
+  rt::Task<Status> put_remote(uint32_t shard, std::string_view key, std::string_view value);
+  rt::Task<Status> del_remote(uint32_t shard, std::string_view key);
+  // commit()'s end after a local or empty commit: the wait for an ack token when it did not
+  // come at once, then the backoff after a conflict.
+  rt::Task<Result<resp::CommitInfo>> commit_tail(Result<resp::CommitInfo> done,
+                                                 rt::Task<uint64_t> token);
+  // commit() through 2PC (or when a local commit's token must wait).
+  rt::Task<Result<resp::CommitInfo>> commit_dist();
   rt::Task<void> back_off();
+  // A commit ended without a conflict: the next transaction starts afresh.
+  void settled(bool committed) {
+    if (committed) conflicts_ = 0;
+    force_dist_ = false;
+  }
   // `range` clipped to `shard`'s keys (its split keys).
   KvScanArgs clip(uint32_t shard, const resp::ScanRange& range) const;
   Status scan_local(const KvScanArgs& a, size_t limit, std::vector<resp::KeyValue>* out);
   // One shard's part of a scan through 2PC.
   rt::Task<Status> scan_shard(uint32_t shard, KvScanArgs a, size_t limit,
                               std::vector<resp::KeyValue>* out);
+  // Commits on the worker's Txn; with `vector`, sets it to what the acknowledgement waits on
+  // (nullptr: no acknowledgement, nothing to compute).
   Result<resp::CommitInfo> commit_local(txn::DepVec* vector);
   void close() {
     if (result_.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(result_);
@@ -93,6 +117,7 @@ class DistKvTxn final : public resp::KvTxn {
   uint32_t conflicts_ = 0;    // in a row (backoff)
   uint64_t local_runs_ = 0;
   std::unique_ptr<dist::DistTxn> txn_;  // kDist
+  txn::DepVec local_vector_;            // a local commit's vector (kept: no allocation per commit)
   std::vector<uint8_t> args_;
   std::vector<uint8_t> result_;
   std::string cursor_;  // a scan's last key, while it goes on
@@ -137,11 +162,16 @@ rt::Task<void> DistKvTxn::back_off() {
 
 rt::Task<Status> DistKvTxn::get(std::string_view key, std::string* value, uint64_t* version) {
   const uint32_t shard = shard_of(key);
-  SHOAL_CO_TRY(enter(shard));
+  if (Status s = enter(shard); !s.ok()) return rt::Task<Status>::ready(std::move(s));
   if (mode_ == Mode::kLocal) {
     Status s = o_.local->get(*o_.table, key, value, version);
-    co_return s.is_not_found() ? s : note(std::move(s));
+    return rt::Task<Status>::ready(s.is_not_found() ? std::move(s) : note(std::move(s)));
   }
+  return get_remote(shard, key, value, version);
+}
+
+rt::Task<Status> DistKvTxn::get_remote(uint32_t shard, std::string_view key, std::string* value,
+                                       uint64_t* version) {
   if (result_.size() < kGetBufferBytes) result_.resize(kGetBufferBytes);
   for (int attempt = 0; attempt < 2; ++attempt) {  // the second with room for the value
     uint32_t size = 0;
@@ -161,23 +191,32 @@ rt::Task<Status> DistKvTxn::get(std::string_view key, std::string* value, uint64
 
 rt::Task<Status> DistKvTxn::put(std::string_view key, std::string_view value) {
   const uint32_t shard = shard_of(key);
-  SHOAL_CO_TRY(enter(shard));
+  if (Status s = enter(shard); !s.ok()) return rt::Task<Status>::ready(std::move(s));
   if (mode_ == Mode::kLocal) {
     local_wrote_ = true;
-    co_return note(o_.local->put(*o_.table, key, value));
+    return rt::Task<Status>::ready(note(o_.local->put(*o_.table, key, value)));
   }
+  return put_remote(shard, key, value);
+}
+
+rt::Task<Status> DistKvTxn::put_remote(uint32_t shard, std::string_view key,
+                                       std::string_view value) {
   encode_kv_put(key, value, &args_);
   co_return note(co_await txn_->exec(shard, kFragKvPut, args_, {}));
 }
 
 rt::Task<Status> DistKvTxn::del(std::string_view key) {
   const uint32_t shard = shard_of(key);
-  SHOAL_CO_TRY(enter(shard));
+  if (Status s = enter(shard); !s.ok()) return rt::Task<Status>::ready(std::move(s));
   if (mode_ == Mode::kLocal) {
     local_wrote_ = true;
     Status s = o_.local->remove(*o_.table, key);
-    co_return s.is_not_found() ? Status::Ok() : note(std::move(s));
+    return rt::Task<Status>::ready(s.is_not_found() ? Status::Ok() : note(std::move(s)));
   }
+  return del_remote(shard, key);
+}
+
+rt::Task<Status> DistKvTxn::del_remote(uint32_t shard, std::string_view key) {
   co_return note(co_await txn_->exec(shard, kFragKvDel, as_bytes(key), {}));
 }
 
@@ -279,7 +318,9 @@ Result<resp::CommitInfo> DistKvTxn::commit_local(txn::DepVec* vector) {
       return logged;
     }
   }
-  if (s.ok()) {
+  if (!s.ok()) {
+    t.abort();
+  } else if (vector != nullptr) {
     // As the TPC-C terminals' acknowledgement (shard_load.cc ack_vector): what it read
     // depends on, and our shard's entry at its commit TID or the newest version it read.
     if (local_wrote_) {
@@ -294,8 +335,6 @@ Result<resp::CommitInfo> DistKvTxn::commit_local(txn::DepVec* vector) {
     }
     vector->raise(o_.own_shard,
                   std::max(t.max_seen_version(), local_wrote_ ? t.last_commit_tid() : 0));
-  } else {
-    t.abort();
   }
   t.end();
   if ((++local_runs_ & 63) == 0) ebr::quiesce();  // as txn::Worker::run does
@@ -303,30 +342,54 @@ Result<resp::CommitInfo> DistKvTxn::commit_local(txn::DepVec* vector) {
   return resp::CommitInfo{};
 }
 
+// Not a coroutine: a local (or empty) commit whose ack token comes at once, and that met no
+// conflict, answers with a ready task; the rest goes on in commit_tail or commit_dist.
 rt::Task<Result<resp::CommitInfo>> DistKvTxn::commit() {
   SHOAL_ASSERT(open_, "%s", "commit without begin");
-  const Mode mode = mode_;
+  if (mode_ == Mode::kDist) return commit_dist();
+  const bool local = mode_ == Mode::kLocal;
   Result<resp::CommitInfo> done = resp::CommitInfo{};
-  txn::DepVec local_vector;
-  if (mode == Mode::kLocal) {
-    done = commit_local(&local_vector);
-  } else if (mode == Mode::kDist) {
-    Status s = note(co_await o_.coordinator->finish(*txn_));
-    if (!s.ok()) done = s;
-  }
-  if (done.ok() && mode != Mode::kNone && o_.acks != nullptr) {
-    done->durable_token =
-        co_await o_.acks->token_for(mode == Mode::kLocal ? local_vector : txn_->vector());
+  if (local) {
+    local_vector_.clear();
+    done = commit_local(o_.acks != nullptr ? &local_vector_ : nullptr);
   }
   close();
+  rt::Task<uint64_t> token;
+  if (done.ok() && local && o_.acks != nullptr) {
+    token = o_.acks->token_for(local_vector_);
+    if (token.start_inline()) {
+      done->durable_token = token.take();
+      token = rt::Task<uint64_t>();
+    }
+  }
+  if (!conflicted_ && !token.valid()) {
+    settled(done.ok());
+    return rt::Task<Result<resp::CommitInfo>>::ready(std::move(done));
+  }
+  return commit_tail(std::move(done), std::move(token));
+}
+
+rt::Task<Result<resp::CommitInfo>> DistKvTxn::commit_tail(Result<resp::CommitInfo> done,
+                                                          rt::Task<uint64_t> token) {
+  if (token.valid()) done->durable_token = co_await token.join();
   if (conflicted_) {
     conflicted_ = false;
     co_await back_off();
   } else {
-    if (done.ok()) conflicts_ = 0;
-    force_dist_ = false;
+    settled(done.ok());
   }
   co_return done;
+}
+
+rt::Task<Result<resp::CommitInfo>> DistKvTxn::commit_dist() {
+  Result<resp::CommitInfo> done = resp::CommitInfo{};
+  Status s = note(co_await o_.coordinator->finish(*txn_));
+  if (!s.ok()) done = s;
+  if (done.ok() && o_.acks != nullptr) {
+    done->durable_token = co_await o_.acks->token_for(txn_->vector());
+  }
+  close();
+  co_return co_await commit_tail(std::move(done), rt::Task<uint64_t>());
 }
 
 rt::Task<void> DistKvTxn::abort() {

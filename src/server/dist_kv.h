@@ -16,6 +16,10 @@
 // the TPC-C terminals' acknowledgement. Without replication anywhere in the cluster, or when
 // the server replies at the speculative commit, tokens are 0.
 //
+// Frames: on the local fast path get, put, del and commit are not coroutines: they answer with
+// ready tasks (rt::Task<T>::ready), so a local command pays no coroutine frame for them; a call
+// to another shard, or a wait (an ack token's, the backoff after a conflict), goes on in one.
+//
 // Memory: an idle session's DistKvTxn holds no DistTxn (taken from the backend's pool at
 // begin(), returned at the end) and no large buffer (results over 64 KiB are freed after the
 // transaction).

@@ -206,6 +206,19 @@ uint64_t Txn::observe_bytes(Record* rec, std::string* value) {
   return Tid::kLock;  // a conflict: it kept changing size
 }
 
+namespace {
+// The record this transaction last found for `key` (nullptr: look it up). It may have been
+// unlinked since; the callers check, as after any lookup.
+Record* cached_bytes_record(const TxnBuffers& b, const BytesTable& table, std::string_view key) {
+  return b.last_bytes_table == &table && b.last_bytes_key == key ? b.last_bytes_rec : nullptr;
+}
+void cache_bytes_record(TxnBuffers& b, const BytesTable& table, std::string_view key, Record* rec) {
+  b.last_bytes_table = &table;
+  b.last_bytes_key.assign(key);
+  b.last_bytes_rec = rec;
+}
+}  // namespace
+
 Record* Txn::lookup_bytes(BytesTable& table, std::string_view key) {
   BytesTree::NodeRef leaf{};
   void* found = nullptr;
@@ -229,6 +242,7 @@ Status Txn::get(BytesTable& table, std::string_view key, std::string* value, uin
       return Status::Ok();
     }
     if (rec->word.load(std::memory_order_acquire) & Tid::kUnlinked) continue;  // look up again
+    cache_bytes_record(b, table, key, rec);
     const uint64_t word = observe_bytes(rec, value);
     if (word & Tid::kLock) return Status::Aborted();
     if (word & Tid::kUnlinked) {
@@ -285,9 +299,11 @@ Status Txn::write_bytes(BytesTable& table, std::string_view key, std::string_vie
   TxnBuffers& b = *bufs_;
   const auto size = static_cast<uint32_t>(value.size());
   SHOAL_TRY(charge_bytes_write(key, value.size()));
+  Record* const cached = cached_bytes_record(b, table, key);
   for (int attempt = 0; attempt < 64; ++attempt) {
-    void* found = nullptr;
-    if (table.index_.get(key, &found, nullptr) != BytesTree::Result::kOk) {
+    void* found = cached;
+    if ((attempt > 0 || cached == nullptr) &&
+        table.index_.get(key, &found, nullptr) != BytesTree::Result::kOk) {
       Record* mine = Record::make(size, Tid::kAbsent);
       BytesTree::NodeRef before{};
       uint64_t after = 0;
@@ -300,6 +316,7 @@ Status Txn::write_bytes(BytesTable& table, std::string_view key, std::string_vie
       note_own_insert(before.leaf, before.version, after);
       stage_bytes_write(table, key, mine, buffer_value(value.data(), size), size,
                         WriteKind::kInsert, true);
+      cache_bytes_record(b, table, key, mine);
       return Status::Ok();
     }
     auto* rec = static_cast<Record*>(found);
@@ -325,6 +342,7 @@ Status Txn::write_bytes(BytesTable& table, std::string_view key, std::string_vie
       return Status::AlreadyExists();
     }
     stage_bytes_write(table, key, rec, buffer_value(value.data(), size), size, kind, false);
+    cache_bytes_record(b, table, key, rec);
     return Status::Ok();
   }
   return Status::Aborted();

@@ -231,6 +231,42 @@ TEST_F(BytesConflictTest, AbsentKeyIsProtected) {
   EXPECT_TRUE(finish_a().is_aborted());
 }
 
+// The record a get or write found is remembered for the next write of the same key (no
+// second index descent): a key read, written again and again, and a new key written twice
+// commit their last values.
+TEST_F(BytesTableTest, AKeyWrittenAgainInOneTransactionKeepsItsLastValue) {
+  ASSERT_TRUE(put("k", "0").ok());
+  ASSERT_TRUE(run_fn(worker_, [&](Txn& t) {
+                std::string v;
+                uint64_t version = 0;
+                SHOAL_TRY(t.get(*table_, "k", &v, &version));
+                SHOAL_TRY(t.put(*table_, "k", v + "1"));
+                SHOAL_TRY(t.put(*table_, "new", "a"));
+                SHOAL_TRY(t.put(*table_, "k", "2"));
+                SHOAL_TRY(t.put(*table_, "new", "b"));
+                SHOAL_TRY(t.put(*table_, "new", "c"));
+                SHOAL_TRY(t.get(*table_, "k", &v, &version));
+                return t.put(*table_, "k", v + "3");
+              }).ok());
+  const std::map<std::string, std::string> want{{"k", "23"}, {"new", "c"}};
+  EXPECT_EQ(contents(), want);
+}
+
+// A remembered record removed by another transaction since: the write lands on it, and the
+// commit aborts (its target was unlinked) instead of installing a value nobody can see.
+TEST_F(BytesConflictTest, ARememberedRecordRemovedMeanwhileAbortsTheCommit) {
+  ASSERT_TRUE(put("k", "0").ok());
+  a_->begin();
+  ASSERT_TRUE(a_->put(*table_, "k", "1").ok());
+  commit_b([&](Txn& t) { return t.remove(*table_, "k"); });
+  ASSERT_TRUE(a_->put(*table_, "k", "2").ok());
+  EXPECT_TRUE(finish_a().is_aborted());
+  EXPECT_TRUE(contents().empty());
+  ASSERT_TRUE(put("k", "3").ok());  // and the key takes writes again
+  const std::map<std::string, std::string> want{{"k", "3"}};
+  EXPECT_EQ(contents(), want);
+}
+
 TEST_F(BytesConflictTest, ScannedRangeHasNoPhantoms) {
   for (int i = 0; i < 200; ++i) {
     ASSERT_TRUE(put("key" + std::to_string(1000 + i), "v").ok());

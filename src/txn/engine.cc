@@ -39,6 +39,7 @@ void Txn::begin() {
   b.bytes_written = 0;
   b.last_table = nullptr;
   b.last_rec = nullptr;
+  b.last_bytes_table = nullptr;
   deps_.clear();
   b.guard.emplace();
 }

@@ -67,6 +67,11 @@ struct TxnBuffers {
   const void* last_table = nullptr;
   uint64_t last_key[8] = {};
   Record* last_rec = nullptr;
+  // The same for byte keys: the record a byte-key get or write last found, so that INCR's
+  // get-then-put and a key written twice in one MSET skip the second index descent.
+  const void* last_bytes_table = nullptr;
+  std::string last_bytes_key;  // its capacity is kept across transactions
+  Record* last_bytes_rec = nullptr;
   std::vector<uint64_t> scratch;  // one value's words, for scans
   // Bytes the byte-key writes so far take against kBytesTxnWriteBytesMax (bytes_table.h).
   size_t bytes_written = 0;
