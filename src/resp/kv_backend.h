@@ -47,8 +47,10 @@
 // coroutine for the round trip while the loop serves others. A backend whose data is at hand
 // answers with a ready task (rt::Task<T>::ready: no coroutine frame; the shard server's local
 // keys) or completes the task inline without suspending (MemBackend): the caller's co_await
-// then costs a call, or a pooled coroutine frame and a call. Tasks are awaited at once, one at a
-// time per KvTxn; the pointers and views passed stay valid until the task completes.
+// then costs a call, or a pooled coroutine frame and a call. A ready task's call has taken
+// effect when it returns (a put is staged even if its task is dropped unawaited); a coroutine's
+// only once awaited. Tasks are awaited at once, one at a time per KvTxn; the pointers and views
+// passed stay valid until the task completes.
 #pragma once
 
 #include <cstddef>

@@ -14,6 +14,8 @@
 //     A function that can often answer at once (a backend call whose data is at hand) returns
 //     one on that path and a coroutine's task otherwise; awaiting a ready task neither
 //     suspends nor allocates, so the answer costs a call, not a frame.
+//   - REQUIRES: a Task is not moved while a co_await or join() on it is suspended (the
+//     awaiter holds the Task, not its frame, so that a ready task can be awaited too).
 //   - Inline start (Task<T> and Task<void>, for a runtime that runs the synchronous part of a task
 //   at once, as
 //     RpcEndpoint does with a request's handler): start_inline() runs the body on the caller's
