@@ -142,10 +142,17 @@ struct ReplicationResult {
   // Backpressure); lead_waits: the waits the lead bound held (lead_bound.h); idle_seals: the
   // entries sealed because the worker had nothing more to run (appender.h, Group commit).
   uint64_t buffer_wait_ns = 0, retained_shed = 0, lead_waits = 0, idle_seals = 0;
+  // Of buffer_wait_ns, the time the lead bound held the workers and the time their sealed
+  // entries waited to be taken (appender.h, AppenderStats); the rest waited for ring space.
+  uint64_t lead_hold_wait_ns = 0, backlog_wait_ns = 0;
   // Why proposals stopped (LeaderStats): drains held for a follower's acknowledgements
   // (lag_waits) or for the successor's replay (replay_lag_waits, the ratekeeper; its largest
-  // lag seen), and the times the lead bound held a worker (lead_holds).
+  // lag seen, and how long it kept proposals stopped in all), and the times the lead
+  // bound held a worker (lead_holds).
   uint64_t lag_waits = 0, replay_lag_waits = 0, replay_lag_ms_max = 0, lead_holds = 0;
+  uint64_t replay_lag_stop_ms = 0;
+  // How long the lead bound held in all, by what began each hold (LeaderStats).
+  uint64_t lead_hold_unproposed_ns = 0, lead_hold_unchosen_ns = 0;
   double bootstrap_s = 0;  // initial state through the log until every follower installed it
   double quiesce_s = 0;    // after the run until every follower applied everything
   uint64_t leader_digest = 0;

@@ -291,13 +291,18 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
   result->floor_entries += logged.floor_entries;
   result->buffer_waits += logged.buffer_waits;
   result->buffer_wait_ns += logged.buffer_wait_ns;
+  result->lead_hold_wait_ns += logged.lead_hold_wait_ns;
+  result->backlog_wait_ns += logged.backlog_wait_ns;
   result->lead_waits += logged.lead_waits;
   result->idle_seals += logged.idle_seals;
   result->retained_shed = leader_stats.retained_shed;
   result->lag_waits = leader_stats.lag_waits;
   result->replay_lag_waits = leader_stats.replay_lag_waits;
   result->replay_lag_ms_max = leader_stats.replay_lag_ms_max;
+  result->replay_lag_stop_ms = leader_stats.replay_lag_stop_ms;
   result->lead_holds = leader_stats.lead_holds;
+  result->lead_hold_unproposed_ns = leader_stats.lead_hold_unproposed_ns;
+  result->lead_hold_unchosen_ns = leader_stats.lead_hold_unchosen_ns;
   for (const repl::FollowerReport& r : *reports) {
     FollowerResult f;
     f.replica = r.replica;

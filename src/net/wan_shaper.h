@@ -2,8 +2,8 @@
 // delay plus jitter, since the kernel here has no netem. Give each side of a link the shape of
 // the direction it receives (WanMatrix::between(sender's region, receiver's region)).
 //
-// Delay is applied on the receiving side: poll() drains the inner endpoint at once, copies
-// each completion into a bounded hold queue stamped due = now + delay + jitter, and hands out
+// Delay is applied on the receiving side: poll() drains the inner endpoint at once, holds
+// each completion in a bounded hold queue stamped due = now + delay + jitter, and hands out
 // only completions that are due. So, as on a real WAN, what a sender wrote before it died still
 // arrives (its death is reported after the held completions), a stale one-sided write is
 // refused by the inner transport when it is written, and per-link order is kept (due times
@@ -17,12 +17,24 @@
 // holding on the sending side loses what a sender wrote before it died, which a real WAN
 // still delivers.
 //
+// Holding without a copy: over an inner endpoint that keeps received bytes in its receive
+// ring past release() (KeepingEndpoint: shm, tcp with a receive ring, fabric), a held message
+// stays where it arrived, kept by the inner endpoint (ring_holds.h), and is handed out from
+// there; whoever polls it may keep parts of it in turn (keep_received(): a handle on the
+// same hold, so a replication follower's store keeps a shaped link's entries as it keeps an
+// unshaped one's). The ring's credit then goes back to the sender only as held messages are
+// delivered and let go: the delay's bytes in flight come out of the receive ring, as on a
+// real WAN link's window. Otherwise (the inner endpoint keeps nothing, or refuses: a message
+// reassembled from fragments, too much of its ring held already), the message is copied into
+// the hold slot's buffer and counted (copied_bytes(); the replication path's copy counters
+// report it as shaper_hold).
+//
 // Bounds: at most max_held completions and max_held_bytes held; beyond, the shaper stops
 // draining the inner endpoint, whose own credit then pushes back on the sender. Memory: each
-// hold slot keeps its buffer across uses, those above 64 KiB only while the idle ones pin at
-// most max_held_bytes in all, so steady traffic allocates nothing after warm-up (a replicated
-// shard's 100 KB log entries through a shaped link used to cost an allocation, page faults and
-// a zero fill each).
+// hold slot keeps its copy buffer across uses, those above 64 KiB only while the idle ones pin
+// at most max_held_bytes in all, so steady traffic allocates nothing after warm-up (a
+// replicated shard's 100 KB log entries through a shaped link used to cost an allocation,
+// page faults and a zero fill each).
 //
 // Threads: owned by one thread, like the endpoint it wraps.
 #pragma once
@@ -30,6 +42,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -110,6 +123,16 @@ template <typename Config>
   return m;
 }
 
+// An endpoint that can keep received bytes where they are past release() (see the header).
+template <typename E>
+concept KeepingEndpoint = requires(E& e, const E& ce, std::span<const uint8_t> bytes,
+                                   const void* p) {
+  { e.keep_received(bytes) } -> std::same_as<std::shared_ptr<const uint64_t[]>>;
+  { ce.in_receive_ring(p) } -> std::same_as<bool>;
+  { ce.receive_held_bytes() } -> std::convertible_to<uint64_t>;
+  { ce.receive_ring_bytes() } -> std::convertible_to<uint64_t>;
+};
+
 struct ShaperOptions {
   size_t max_held = 4096;
   size_t max_held_bytes = size_t{64} << 20;
@@ -189,7 +212,7 @@ class WanShaped {
     size_t n = 0;
     while (n < max && n < count_ && at(n).due_ns <= now) {
       const Held& h = at(n);
-      out[n++] = {h.kind, h.imm, h.epoch, {h.bytes.get(), h.size}};
+      out[n++] = {h.kind, h.imm, h.epoch, {h.data, h.size}};
     }
     delivered_ = n;
     if (n == 0 && count_ == 0 && !deferred_.ok()) return deferred_;
@@ -199,6 +222,7 @@ class WanShaped {
     for (; delivered_ > 0; --delivered_) {
       Held& h = at(0);
       held_bytes_ -= h.size;
+      h.kept.reset();  // the inner endpoint returns its credit once no other handle is left
       // Keep buffers for reuse: small ones always, large ones while they pin at most
       // max_held_bytes in all (so max_held slots cannot each pin a multi-megabyte message). A
       // replication stream's 100 KB entries otherwise cost an allocation, its page faults and
@@ -216,6 +240,37 @@ class WanShaped {
       --count_;
     }
   }
+  // Keeps `bytes` (part of a message of the current poll batch) past release(): a handle on
+  // the inner endpoint's hold of that message, or null (the caller copies them) when the
+  // message was copied into the hold queue or `bytes` are empty or not 8-byte aligned.
+  // REQUIRES: a batch is outstanding and `bytes` lie within one of its completions.
+  std::shared_ptr<const uint64_t[]> keep_received(std::span<const uint8_t> bytes) requires
+      KeepingEndpoint<E> {
+    if (bytes.empty() || reinterpret_cast<uintptr_t>(bytes.data()) % 8 != 0) return nullptr;
+    for (size_t i = 0; i < delivered_; ++i) {  // bounded by the batch
+      const Held& h = at(i);
+      if (bytes.data() >= h.data && bytes.data() + bytes.size() <= h.data + h.size) {
+        if (!h.kept) return nullptr;
+        return {h.kept, reinterpret_cast<const uint64_t*>(bytes.data())};
+      }
+    }
+    SHOAL_ASSERT(false, "%s", "keep_received() of bytes outside the delivered batch");
+    return nullptr;
+  }
+  bool in_receive_ring(const void* p) const requires KeepingEndpoint<E> {
+    return inner_.in_receive_ring(p);
+  }
+  // The inner endpoint's: the held messages are part of what its ring holds back.
+  uint64_t receive_held_bytes() const requires KeepingEndpoint<E> {
+    return inner_.receive_held_bytes();
+  }
+  uint64_t receive_ring_bytes() const requires KeepingEndpoint<E> {
+    return inner_.receive_ring_bytes();
+  }
+  // Bytes of received messages copied into the hold queue so far (those the inner endpoint
+  // did not keep).
+  uint64_t copied_bytes() const { return copied_bytes_; }
+
   // Ok when a held completion is due (or a failure is ready to report); otherwise waits for
   // the inner endpoint or the next due time, whichever comes first.
   [[nodiscard]] Status wait(uint64_t timeout_ns) {
@@ -260,7 +315,9 @@ class WanShaped {
     uint32_t imm = 0;
     uint64_t epoch = 0;
     size_t size = 0;
-    std::unique_ptr<uint8_t[]> bytes;  // `capacity` bytes, kept across uses (see release())
+    const uint8_t* data = nullptr;           // the message: where `kept` holds it, or in `bytes`
+    std::shared_ptr<const uint64_t[]> kept;  // the inner endpoint's hold, or null: copied
+    std::unique_ptr<uint8_t[]> bytes;        // `capacity` bytes, kept across uses (see release())
     size_t capacity = 0;
     bool large_kept = false;  // counted in large_kept_bytes_
   };
@@ -295,6 +352,12 @@ class WanShaped {
     h.imm = c.imm;
     h.epoch = c.epoch;
     h.size = c.bytes.size();
+    held_bytes_ += h.size;
+    h.kept = keep_in_inner(c.bytes);
+    if (h.kept) {
+      h.data = c.bytes.data();
+      return;
+    }
     if (h.large_kept) {  // back in use: no longer a kept idle buffer
       large_kept_bytes_ -= h.capacity;
       h.large_kept = false;
@@ -304,7 +367,15 @@ class WanShaped {
       h.capacity = h.size;
     }
     if (h.size != 0) std::memcpy(h.bytes.get(), c.bytes.data(), h.size);
-    held_bytes_ += h.size;
+    h.data = h.bytes.get();
+    copied_bytes_ += h.size;
+  }
+  // The inner endpoint's hold on a message of its current poll batch, or null.
+  std::shared_ptr<const uint64_t[]> keep_in_inner(std::span<const uint8_t> bytes) {
+    if constexpr (KeepingEndpoint<E>) {
+      if (!bytes.empty()) return inner_.keep_received(bytes);
+    }
+    return nullptr;
   }
 
   E inner_;
@@ -319,6 +390,7 @@ class WanShaped {
   size_t held_bytes_ = 0;
   size_t large_kept_bytes_ = 0;  // capacity of idle buffers above kKeepBytes kept for reuse
   uint64_t last_due_ns_ = 0;
+  uint64_t copied_bytes_ = 0;
   Status deferred_;
 };
 

@@ -119,7 +119,23 @@ StreamAppender::Place StreamAppender::try_place_batch() {
   }
   batch_begin_ = tail_;
   batch_at_ = at;
+  note_space_left(at);
   return Place::kPlaced;
+}
+
+void StreamAppender::note_space_left(uint64_t at) {
+  bool low = false;
+  if (freed_count_ < sealed_count_) {  // nothing held: nothing to let go of
+    const uint64_t mask = options_.pool_entries - 1;
+    const uint64_t limit = entries_[freed_count_ & mask].begin + ring_bytes_;
+    const uint64_t left_bytes = limit - (at + buffer_bytes_);  // try_place_batch: >= 0
+    const uint64_t left_entries = options_.pool_entries - (sealed_count_ - freed_count_) - 1;
+    low = left_bytes < std::max(ring_bytes_ / 4, buffer_bytes_) ||
+          left_entries < options_.pool_entries / 4;
+  }
+  if (low == short_of_space_.load(std::memory_order_relaxed)) return;
+  short_of_space_.store(low, std::memory_order_release);
+  if (low && wake_ != nullptr) wake_(wake_ctx_);
 }
 
 Status StreamAppender::open_batch() {
@@ -131,8 +147,17 @@ Status StreamAppender::open_batch() {
   // doubles up to 1 ms, so a long wait costs a wake-up per millisecond.
   constexpr uint64_t kYields = 64, kSleepMinNs = 50'000, kSleepMaxNs = 1'000'000;
   uint64_t wait_start_ns = 0;
+  uint64_t last_ns = 0;                       // of the previous attempt, when waiting
+  Place last = Place::kPlaced;                // its outcome: the reason the time since counts for
+  const auto charge = [&](uint64_t now_ns) {  // the time since the last attempt, by reason
+    if (last == Place::kLeadHold) stats_.lead_hold_wait_ns += now_ns - last_ns;
+    if (last == Place::kBacklog) stats_.backlog_wait_ns += now_ns - last_ns;
+    last_ns = now_ns;
+  };
   for (uint64_t spins = 0;; ++spins) {
     const Place place = try_place_batch();
+    if (spins > 0) charge(env_.now_ns());
+    last = place;
     if (place == Place::kPlaced) break;
 
     // Short of space: ask the replication thread to let go of what its store retains (its
@@ -145,7 +170,7 @@ Status StreamAppender::open_batch() {
     if (spins == 0) {
       ++stats_.buffer_waits;
       if (place == Place::kLeadHold) ++stats_.lead_waits;
-      wait_start_ns = env_.now_ns();
+      wait_start_ns = last_ns = env_.now_ns();
     }
     if (options_.stop != nullptr && options_.stop->load(std::memory_order_acquire)) {
       stats_.buffer_wait_ns += env_.now_ns() - wait_start_ns;
@@ -163,10 +188,7 @@ Status StreamAppender::open_batch() {
       env_.sleep_ns(std::min(kSleepMinNs << doublings, kSleepMaxNs));
     }
   }
-  if (wait_start_ns != 0) {
-    stats_.buffer_wait_ns += env_.now_ns() - wait_start_ns;
-    short_of_space_.store(false, std::memory_order_release);
-  }
+  if (wait_start_ns != 0) stats_.buffer_wait_ns += env_.now_ns() - wait_start_ns;
   ++sequence_;
   reset_builder(/*whole_buffer=*/false);
   return Status::Ok();

@@ -29,14 +29,18 @@
 // chosen entries), the worker waits in append(), and says so (short_of_space()): the leader
 // then makes its store let go of the chosen entries it retains (PaxosStream::shed_retained),
 // so a wait lasts only as long as entries are in flight. That bounds what a leader holds per
-// stream to the ring. The leader also holds the worker (set_lead_hold) while its oldest entry
-// sealed and not yet chosen is too old (src/repl/lead_bound.h), so that a stall keeps one
-// batch waiting rather than the ring's worth. The wait yields,
-// then sleeps (50 us, doubling to 1 ms: no busy spin), and ends when AppenderOptions::stop is
-// set (a shutdown, e.g. SIGTERM while the followers are gone): the append then fails with
-// Unavailable and the stream is *stopped* for good: every later append, tick and finish fails
-// the same way (logging a later transaction after a missing one would give followers a store
-// the leader never had). The caller reports the error and never acknowledges the transaction
+// stream to the ring. The worker says so a little early too, once a batch it opens leaves
+// less than a quarter of the ring (at least a buffer) or of the entry slots for the next
+// ones, and wakes the leader then: a store retaining chosen entries fills the ring every lap,
+// and a worker that waited for each shed waited on the replication thread's next turn of a
+// busy core (short_of_space() stays set until a batch finds enough room again). The leader also
+// holds the worker (set_lead_hold) while its oldest entry sealed and not yet chosen is too old
+// (src/repl/lead_bound.h), so that a stall keeps one batch waiting rather than the ring's worth.
+// The wait yields, then sleeps (50 us, doubling to 1 ms: no busy spin), and ends when
+// AppenderOptions::stop is set (a shutdown, e.g. SIGTERM while the followers are gone): the append
+// then fails with Unavailable and the stream is *stopped* for good: every later append, tick and
+// finish fails the same way (logging a later transaction after a missing one would give followers a
+// store the leader never had). The caller reports the error and never acknowledges the transaction
 // (txn::CommitHook: Worker::run and the 2PC participant return it).
 //
 // Dependencies are logged compact (src/txn/depvec.h): a record names only the other shards'
@@ -151,8 +155,12 @@ struct AppenderStats {
   uint64_t txns = 0, entries = 0, bytes = 0, floor_entries = 0, buffer_waits = 0;
   uint64_t patches = 0;         // puts logged as patches
   uint64_t buffer_wait_ns = 0;  // time spent waiting for a free buffer or the lead bound
-  uint64_t lead_waits = 0;      // of buffer_waits, those the lead bound began (set_lead_hold)
-  uint64_t idle_seals = 0;      // of entries, those idle() sealed (group commit)
+  // ... of it, the time the lead bound held the worker (lead_hold_wait_ns), and the time it
+  // waited for the replication thread to take its sealed entries (backlog_wait_ns); the rest
+  // waited for ring space.
+  uint64_t lead_hold_wait_ns = 0, backlog_wait_ns = 0;
+  uint64_t lead_waits = 0;  // of buffer_waits, those the lead bound began (set_lead_hold)
+  uint64_t idle_seals = 0;  // of entries, those idle() sealed (group commit)
   // Dependency areas of the records append() wrote (log_dep_bytes), compact, and what they
   // took with every other-shard entry (full_bytes).
   txn::DepVecBytes deps;
@@ -166,6 +174,8 @@ struct AppenderStats {
     buffer_waits += o.buffer_waits;
     patches += o.patches;
     buffer_wait_ns += o.buffer_wait_ns;
+    lead_hold_wait_ns += o.lead_hold_wait_ns;
+    backlog_wait_ns += o.backlog_wait_ns;
     lead_waits += o.lead_waits;
     idle_seals += o.idle_seals;
     deps += o.deps;
@@ -181,6 +191,8 @@ struct AppenderStats {
     d.buffer_waits = buffer_waits - base.buffer_waits;
     d.patches = patches - base.patches;
     d.buffer_wait_ns = buffer_wait_ns - base.buffer_wait_ns;
+    d.lead_hold_wait_ns = lead_hold_wait_ns - base.lead_hold_wait_ns;
+    d.backlog_wait_ns = backlog_wait_ns - base.backlog_wait_ns;
     d.lead_waits = lead_waits - base.lead_waits;
     d.idle_seals = idle_seals - base.idle_seals;
     d.deps = deps - base.deps;
@@ -314,6 +326,9 @@ class StreamAppender {
   // pool_buffers entries wait to be taken; kLeadHold: the leader holds us (set_lead_hold).
   enum class Place : uint8_t { kPlaced, kNoSpace, kBacklog, kLeadHold };
   Place try_place_batch();
+  // After placing a batch at ring position `at`: short_of_space() while what is left for the
+  // batches after it is low (see Backpressure), and a wake of the leader when that begins.
+  void note_space_left(uint64_t at);
   // Starts the batch in the current buffer at the current sequence, limited by the batch
   // size, or by the buffer's (an oversized transaction's batch).
   void reset_builder(bool whole_buffer);

@@ -428,8 +428,48 @@ TEST(StreamAppender, TakenEntriesAreTheRingsBytesAndFreeTheirSpaceWhenDropped) {
     }
   }
   EXPECT_GT(logged_bytes, 2 * 3 * kLogLargeEntryBytes);  // around the ring twice at least
+  // Never waited; short_of_space() may be set (ahead of a wait: near the ring's end the next
+  // batch needs the held entries out of its first buffer).
   EXPECT_EQ(a.stats().buffer_waits, 0u);
+}
+
+// Entries the replication thread holds fill the ring: the worker says it is short of space,
+// and wakes the leader once, while the batch it opens still fits (no wait), and says so no
+// more once a batch finds room again.
+TEST(StreamAppender, SaysItIsShortOfSpaceBeforeItHasToWait) {
+  OneTable t;
+  AppenderOptions o;
+  o.limits.batch_txns_max = 1;
+  o.pool_buffers = 4;  // a quarter: one buffer
+  o.pool_entries = 64;
+  int wakes = 0;
+  StreamAppender a(
+      o, t.engine, RealEnv::instance(), [](void* n) { ++*static_cast<int*>(n); }, &wakes);
+  std::vector<std::byte> value(300 << 10, std::byte{5});
+  std::vector<EntryBuffer> held;
+  const uint64_t tid0 = uint64_t{2} << 32;
+  uint64_t i = 1;
+  for (; i <= 64 && !a.short_of_space(); ++i) {  // bounded: 64 entries of 300 KB
+    uint64_t key = i;
+    const TxnWrite write{t.table->id(), WriteOp::kPut, {&key, 1}, {value.data(), value.size()}};
+    ASSERT_TRUE(a.append_record(tid0 + i, {}, {&write, 1}).ok()) << i;
+    SealedEntry e;
+    ASSERT_TRUE(a.pop_sealed(&e));
+    held.push_back(a.take(e.buffer));
+  }
+  EXPECT_TRUE(a.short_of_space());
+  EXPECT_LE(held.size() * value.size(), 3 * kLogLargeEntryBytes);  // a quarter still free
+  EXPECT_EQ(a.stats().buffer_waits, 0u);
+  EXPECT_EQ(wakes, static_cast<int>(held.size()) + 1);  // one per seal, one when short
+  held.clear();                                         // the leader let go of them
+  uint64_t key = i;
+  const TxnWrite write{t.table->id(), WriteOp::kPut, {&key, 1}, {value.data(), value.size()}};
+  ASSERT_TRUE(a.append_record(tid0 + i, {}, {&write, 1}).ok());
   EXPECT_FALSE(a.short_of_space());
+  EXPECT_EQ(a.stats().buffer_waits, 0u);
+  SealedEntry e;
+  ASSERT_TRUE(a.pop_sealed(&e));
+  a.recycle(e.buffer);
 }
 
 // A clock whose sleeps stand for the replication thread: while the worker waits for ring

@@ -65,13 +65,19 @@ class LeadBound {
   // and unchosen one went out more than rtt_ns + lead_ns ago (the majority is slow to
   // accept). Each from its own start: entries that waited to be proposed do not hold the
   // worker for another round trip once they go out.
-  bool hold(uint64_t now_ns) const {
-    if (lead_ns_ == 0) return false;
+  bool hold(uint64_t now_ns) const { return why_hold(now_ns) != Hold::kNone; }
+  // Which of the two holds (the first, when both).
+  enum class Hold : uint8_t { kNone, kUnproposed, kUnchosen };
+  Hold why_hold(uint64_t now_ns) const {
+    if (lead_ns_ == 0) return Hold::kNone;
     if (proposed_ < tail_ && older(ring_[proposed_ % ring_.size()].sealed_ns, now_ns, lead_ns_)) {
-      return true;
+      return Hold::kUnproposed;
     }
-    return head_ < proposed_ &&
-           older(ring_[head_ % ring_.size()].proposed_ns, now_ns, rtt_ns_ + lead_ns_);
+    if (head_ < proposed_ &&
+        older(ring_[head_ % ring_.size()].proposed_ns, now_ns, rtt_ns_ + lead_ns_)) {
+      return Hold::kUnchosen;
+    }
+    return Hold::kNone;
   }
   uint64_t unchosen() const { return tail_ - head_; }
 
@@ -110,6 +116,31 @@ inline uint64_t ratekeeper_bound_ms(uint64_t replay_lag_ms_max, uint64_t one_way
                                     uint64_t jitter_ns) {
   if (replay_lag_ms_max == 0) return 0;
   return replay_lag_ms_max + (2 * one_way_delay_ns + jitter_ns) / 1'000'000;
+}
+
+// While the ratekeeper has proposals stopped, the backlog (WatermarkHistory::backlog_ns) at or
+// below which it resumes them before the follower has replayed everything (its lag, which
+// only falls then, back within `bound_ms`): what the follower replays while the pipeline
+// refills, so that it does not sit idle meanwhile. Resumed now, new entries are chosen a
+// round trip later and the follower hears so a one-way delay after that, and what the leader
+// knows of its replay is a one-way delay old: two round trips. At most the bound; 0 (only a
+// full catch-up resumes) at RTT 0, where the pipeline refills at once.
+inline uint64_t ratekeeper_resume_ms(uint64_t bound_ms, uint64_t one_way_delay_ns,
+                                     uint64_t jitter_ns) {
+  return std::min(bound_ms, 2 * (2 * one_way_delay_ns + jitter_ns) / 1'000'000);
+}
+
+// How long the shard watermark may stand still between two rises and still count whole in the
+// ratekeeper's measure of a follower's backlog (WatermarkHistory::backlog_ns): a batch's age
+// and the lead bound, and the tick that samples the watermark. A longer standstill means
+// proposals stopped and the lead bound held the workers (within a batch of the stop): they
+// committed nothing meanwhile that a follower would have to replay. Without a lead bound
+// (lead_ms_max 0) the workers go on committing into their log rings while proposals stop, so
+// every standstill counts (UINT64_MAX).
+inline uint64_t watermark_rise_gap_max_ns(uint64_t lead_ms_max, uint64_t batch_age_ns_max,
+                                          uint64_t tick_ns) {
+  if (lead_ms_max == 0) return UINT64_MAX;
+  return lead_ms_max * 1'000'000 + batch_age_ns_max + tick_ns;
 }
 
 }  // namespace shoal::repl

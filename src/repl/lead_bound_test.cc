@@ -18,6 +18,7 @@ TEST(LeadBound, HoldsWhileProposalsStopAndReleasesWhenTheyGoOut) {
   lead.sealed(104 * kMs);
   EXPECT_FALSE(lead.hold(110 * kMs));  // exactly the lead: not beyond it
   EXPECT_TRUE(lead.hold(110 * kMs + 1));
+  EXPECT_EQ(lead.why_hold(110 * kMs + 1), LeadBound::Hold::kUnproposed);
   // Proposals resume at 130: the first goes out, the second (sealed at 104) is still old.
   lead.proposed(1, 130 * kMs);
   EXPECT_TRUE(lead.hold(130 * kMs));
@@ -38,6 +39,7 @@ TEST(LeadBound, HoldsWhileTheMajorityIsSlowToChoose) {
   lead.proposed(2, 105 * kMs);
   EXPECT_FALSE(lead.hold(161 * kMs));  // 60 ms in flight: the round trip and the lead
   EXPECT_TRUE(lead.hold(161 * kMs + 1));
+  EXPECT_EQ(lead.why_hold(161 * kMs + 1), LeadBound::Hold::kUnchosen);
   lead.chosen_through(1);  // the oldest in flight now went out at 105
   EXPECT_FALSE(lead.hold(162 * kMs));
   EXPECT_TRUE(lead.hold(166 * kMs));
@@ -101,6 +103,22 @@ TEST(RatekeeperBound, AddsTheRoundTripToTheReplayBound) {
   EXPECT_EQ(ratekeeper_bound_ms(100, 25'000'000, 0), 150u);
   EXPECT_EQ(ratekeeper_bound_ms(100, 25'000'000, 4'000'000), 154u);
   EXPECT_EQ(ratekeeper_bound_ms(0, 25'000'000, 0), 0u);  // no ratekeeper stays none
+}
+
+// A stopped ratekeeper resumes once the follower has left what it replays while the pipeline
+// refills (two round trips), at most the bound; at RTT 0 only once it replayed everything.
+TEST(RatekeeperBound, ResumesWithTwoRoundTripsOfBacklogLeft) {
+  EXPECT_EQ(ratekeeper_resume_ms(150, 25 * kMs, 0), 100u);
+  EXPECT_EQ(ratekeeper_resume_ms(70, 25 * kMs, 0), 70u);  // a bound below that: the bound
+  EXPECT_EQ(ratekeeper_resume_ms(100, 0, 0), 0u);
+}
+
+// A standstill of the watermark longer than a batch's age, the lead bound and a tick means
+// the workers were held: the ratekeeper counts no more of it. Without a lead bound they were
+// not: all of it counts.
+TEST(RatekeeperBound, AStandstillBeyondTheLeadBoundIsNotBacklog) {
+  EXPECT_EQ(watermark_rise_gap_max_ns(10, 4 * kMs, 2 * kMs), 16 * kMs);
+  EXPECT_EQ(watermark_rise_gap_max_ns(0, 4 * kMs, 2 * kMs), UINT64_MAX);
 }
 
 }  // namespace

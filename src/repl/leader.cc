@@ -70,9 +70,11 @@ struct ReplicationLeader::Stream {
   uint64_t persisted = 0;  // the durable slot on_durable last noted
   uint64_t chosen_bytes = 0, chosen_entries = 0;
   uint64_t catchup_errors_seen = 0;
-  bool catchup_wal_noted = false;  // said once on stderr
-  std::optional<LeadBound> lead;   // init()
-  bool lead_held = false;          // what update_lead_hold() last told the appender
+  bool catchup_wal_noted = false;   // said once on stderr
+  std::optional<LeadBound> lead;    // init()
+  bool lead_held = false;           // what update_lead_hold() last told the appender
+  bool lead_hold_unchosen = false;  // ... and why (LeadBound::Hold::kUnchosen), since when
+  uint64_t lead_hold_since_ns = 0;
   explicit Stream(uint64_t retain) : store(retain) {}
 };
 
@@ -93,7 +95,11 @@ StreamAppender& ReplicationLeader::appender(uint32_t stream) {
 }
 
 ReplicationLeader::ReplicationLeader(const LeaderOptions& options, txn::Engine& engine)
-    : options_(options), engine_(engine), wm_(options.streams) {}
+    : options_(options),
+      engine_(engine),
+      wm_(options.streams),
+      wm_history_(watermark_rise_gap_max_ns(options.lead_ms_max,
+                                            options.appender.limits.batch_age_ns_max, kTickNs)) {}
 
 Result<std::unique_ptr<ReplicationLeader>> ReplicationLeader::start(const LeaderOptions& options,
                                                                     txn::Engine& engine,
@@ -475,14 +481,22 @@ void ReplicationLeader::update_lead_hold(Stream& s) {
   // proposed, and the ring alone bounds what waits.
   if (!s.paxos->is_leader()) s.lead->forget_proposed();
   s.appender->note_settled(s.lead->settled());  // group commit (StreamAppender::idle)
-  const bool hold =
-      !takeover_applier_ && s.paxos->is_leader() && s.lead->hold(RealEnv::instance().now_ns());
+  const uint64_t now = RealEnv::instance().now_ns();
+  const LeadBound::Hold why =
+      !takeover_applier_ && s.paxos->is_leader() ? s.lead->why_hold(now) : LeadBound::Hold::kNone;
+  const bool hold = why != LeadBound::Hold::kNone;
   if (hold == s.lead_held) return;
   s.lead_held = hold;
   s.appender->set_lead_hold(hold);
-  if (!hold) return;
   std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.lead_holds;
+  if (hold) {
+    ++stats_.lead_holds;
+    s.lead_hold_unchosen = why == LeadBound::Hold::kUnchosen;
+    s.lead_hold_since_ns = now;
+    return;
+  }
+  (s.lead_hold_unchosen ? stats_.lead_hold_unchosen_ns : stats_.lead_hold_unproposed_ns) +=
+      now - s.lead_hold_since_ns;
 }
 
 void ReplicationLeader::update_catching_up(Stream& s) {
@@ -523,23 +537,40 @@ bool ReplicationLeader::followers_keep_up(Stream& s) {
 
 bool ReplicationLeader::followers_replay_keeps_up(const Stream& s) {
   (void)s;
-  if (options_.follower_replay_lag_ms_max == 0 || successor_ == kNoSuccessor) return true;
+  const uint64_t now = loop_->now_ns();
+  const auto keeps_up = [&] {  // ends a stop, counting its length
+    if (replay_stop_since_ns_ == 0) return true;
+    std::lock_guard<std::mutex> lock(mu_);
+    replay_stop_total_ns_ += now - replay_stop_since_ns_;
+    stats_.replay_lag_stop_ms = replay_stop_total_ns_ / 1'000'000;
+    replay_stop_since_ns_ = 0;
+    return true;
+  };
+  if (options_.follower_replay_lag_ms_max == 0 || successor_ == kNoSuccessor) return keeps_up();
   // Only the designated successor is waited for: it is the one that takes over (the others
   // defer to it, replica_cli.cc), and holding the shard to its slowest follower's replay cost
   // 40% of the throughput on two cores. Stopping the proposals stops the watermark, so the
   // successor's lag falls to 0 within a replay of the bound.
   const Peer* p = peers_[successor_].get();
-  if (p == nullptr) return true;
+  if (p == nullptr) return keeps_up();
   // The successor's round trip counts in the bound (ratekeeper_bound_ms): at a 50 ms round
   // trip half of the default 100 ms went to the wire, and every replay hiccup paused the shard.
-  const uint64_t lag_ms = wm_history_.lag_ns(p->replayed_tid, loop_->now_ns()) / 1'000'000;
+  const uint64_t lag_ms = wm_history_.lag_ns(p->replayed_tid, now) / 1'000'000;
   const net::LinkShape to_successor = successor_ < options_.receive_shapes.size()
                                           ? options_.receive_shapes[successor_]
                                           : net::LinkShape{};
-  if (lag_ms <= ratekeeper_bound_ms(options_.follower_replay_lag_ms_max,
-                                    to_successor.one_way_delay_ns, to_successor.jitter_ns)) {
-    return true;
+  const uint64_t bound_ms = ratekeeper_bound_ms(
+      options_.follower_replay_lag_ms_max, to_successor.one_way_delay_ns, to_successor.jitter_ns);
+  if (lag_ms <= bound_ms) return keeps_up();
+  // Stopped: the lag only falls once the successor has replayed everything, and over a WAN it
+  // would then sit idle while the pipeline refills. Resume once its backlog (watermark.h) is
+  // down to what it replays meanwhile (ratekeeper_resume_ms; at RTT 0 nothing: as before).
+  if (replay_stop_since_ns_ != 0 &&
+      wm_history_.backlog_ns(p->replayed_tid, now) / 1'000'000 <=
+          ratekeeper_resume_ms(bound_ms, to_successor.one_way_delay_ns, to_successor.jitter_ns)) {
+    return keeps_up();
   }
+  if (replay_stop_since_ns_ == 0) replay_stop_since_ns_ = now;
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.replay_lag_waits;
   stats_.replay_lag_ms_max = std::max(stats_.replay_lag_ms_max, lag_ms);

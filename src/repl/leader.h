@@ -163,6 +163,7 @@ struct LeaderStats {
   uint64_t lag_waits = 0;            // drains that stopped proposing for a follower lagging too far
   uint64_t replay_lag_waits = 0;     // ... for a follower's replay trailing too far (ratekeeper)
   uint64_t replay_lag_ms_max = 0;    // the largest replay lag a follower reported, in ms
+  uint64_t replay_lag_stop_ms = 0;   // how long the ratekeeper kept proposals stopped, in all
   uint64_t catchup_entries = 0;      // chosen entries sent by paxos_learn
   uint64_t catchup_bytes = 0;        // ... their bytes
   uint64_t catchup_wal_entries = 0;  // ... of which read back from the WAL
@@ -176,6 +177,10 @@ struct LeaderStats {
   // ring space (appender.h, Backpressure); caught up from the WAL if a follower needs them.
   uint64_t retained_shed = 0;
   uint64_t lead_holds = 0;  // times a stream's worker was held by the lead bound
+  // ... and how long in all, by what began a hold: an entry sealed
+  // and not proposed for too long (proposals stopped), or one proposed and not chosen for
+  // too long (a majority slow to accept).
+  uint64_t lead_hold_unproposed_ns = 0, lead_hold_unchosen_ns = 0;
 };
 
 // Where each stream and follower stands, as of the replication thread's last tick (metrics,
@@ -280,6 +285,8 @@ class ReplicationLeader {
   static constexpr uint32_t kNoSuccessor = UINT32_MAX;
   static constexpr uint64_t kSuccessorResendNs = 500'000'000;
   uint32_t successor_ = kNoSuccessor;  // replication thread
+  uint64_t replay_stop_since_ns_ = 0;  // the ratekeeper's stop began then (0: not stopped)
+  uint64_t replay_stop_total_ns_ = 0;  // its stops' lengths so far
   uint64_t successor_sent_ns_ = 0;
   void update_catching_up(Stream& s);
   void sync_logs();

@@ -1,9 +1,10 @@
 // PeerLink: one replication connection, over TCP or, between replicas on one host, shared
 // memory (the leader's send is then one memcpy of the entry into the follower's receive ring:
 // no socket copies, no loopback stack) or fabric (the same ring written by libfabric RMA:
-// net/fabric_transport.h). WAN-shaped when its shape has a delay. Without a delay
-// it is the bare endpoint: the shaper copies every received message into its hold queue, a
-// copy a 100+ MB/s log stream should not pay for nothing.
+// net/fabric_transport.h). WAN-shaped when its shape has a delay: the shaper holds each
+// received message where the endpoint received it (net/wan_shaper.h), so a shaped link's
+// entries are kept in its receive ring as an unshaped one's are. Without a delay it is the
+// bare endpoint: no hold queue to pass through.
 //
 // Shared-memory sends become visible to the peer at flush() or at the next poll(); the owners
 // poll every connection on each pass of their loop and flush after a batch of replies.
@@ -66,11 +67,10 @@ enum class LinkKind : uint8_t { kTcp, kShm, kFabric };
 using RawEndpoint = std::variant<net::TcpEndpoint, net::ShmEndpoint, net::FabricEndpoint>;
 
 class PeerLink {
-  // The endpoints whose receive ring keeps received bytes (keep_received).
+  // The endpoints whose receive ring keeps received bytes (keep_received): shm, tcp and
+  // fabric, and a WAN shaper over one of them (it holds each message in that ring).
   template <typename E>
-  static constexpr bool kKeeps =
-      std::is_same_v<E, net::ShmEndpoint> || std::is_same_v<E, net::TcpEndpoint> ||
-      std::is_same_v<E, net::FabricEndpoint>;
+  static constexpr bool kKeeps = net::KeepingEndpoint<E>;
 
  public:
   PeerLink(RawEndpoint ep, net::LinkShape shape) {
@@ -145,8 +145,9 @@ class PeerLink {
   }
   // Keeps received bytes where they arrived past release(): shared memory's receive ring
   // (ShmEndpoint::keep_received), tcp's (TcpEndpoint::keep_received) or fabric's registered
-  // ring the leader's RMA writes fill (FabricEndpoint::keep_received) when the link is not
-  // shaped. Null: the caller copies them.
+  // ring the leader's RMA writes fill (FabricEndpoint::keep_received), shaped or not (a
+  // shaped link's message stays where the shaper held it: WanShaped::keep_received). Null:
+  // the caller copies them.
   std::shared_ptr<const uint64_t[]> keep_received(std::span<const uint8_t> bytes) {
     return std::visit(
         [&](auto& e) -> std::shared_ptr<const uint64_t[]> {
@@ -189,8 +190,9 @@ class PeerLink {
   // into its send buffer, and fabric every frame into its registered mirror (send_buffer);
   // a socket copies it in the kernel (fabric too: its software providers here run over
   // sockets; an RDMA NIC would DMA it from the mirror); on its way in, a socket copied it out
-  // in the kernel, a ring is read in place, and a WAN shaper holds a copy of every received
-  // message.
+  // in the kernel, a ring is read in place, and a WAN shaper holds every received message
+  // where it arrived, or a copy of it where the inner endpoint cannot keep it (counted as the
+  // shaper copies it, like the endpoint's own copies below).
   void count_send(size_t bytes, size_t copied_bytes) const {
     if (is_shm()) {
       count_copy(CopyHop::kRingWrite, copied_bytes);
@@ -204,7 +206,11 @@ class PeerLink {
   // the next messages or to control frames, so this errs towards counting too much.
   void count_receive(size_t bytes) const {
     if (!is_shm()) count_copy(CopyHop::kSocketReceive, bytes);
-    if (is_shaped()) count_copy(CopyHop::kShaperHold, bytes);
+    const uint64_t shaper_copied = shaper_copied_bytes();
+    if (shaper_copied != shaper_copied_counted_) {
+      count_copy(CopyHop::kShaperHold, shaper_copied - shaper_copied_counted_);
+      shaper_copied_counted_ = shaper_copied;
+    }
     const uint64_t copied = received_copied_bytes();
     if (copied != received_copied_counted_) {
       count_copy(CopyHop::kReceiveCopy, copied - received_copied_counted_);
@@ -217,10 +223,17 @@ class PeerLink {
     return std::holds_alternative<net::ShmEndpoint>(ep_) ||
            std::holds_alternative<net::WanShaped<net::ShmEndpoint>>(ep_);
   }
-  bool is_shaped() const {
-    return std::holds_alternative<net::WanShaped<net::TcpEndpoint>>(ep_) ||
-           std::holds_alternative<net::WanShaped<net::ShmEndpoint>>(ep_) ||
-           std::holds_alternative<net::WanShaped<net::FabricEndpoint>>(ep_);
+  // Bytes a WAN shaper copied into its hold queue so far (0 unshaped).
+  uint64_t shaper_copied_bytes() const {
+    return std::visit(
+        [](const auto& e) -> uint64_t {
+          if constexpr (requires { e.copied_bytes(); }) {
+            return e.copied_bytes();
+          } else {
+            return 0;
+          }
+        },
+        ep_);
   }
 
   std::variant<net::TcpEndpoint, net::WanShaped<net::TcpEndpoint>, net::ShmEndpoint,
@@ -228,6 +241,7 @@ class PeerLink {
                net::WanShaped<net::FabricEndpoint>>
       ep_;
   mutable uint64_t received_copied_counted_ = 0;  // received_copied_bytes() counted so far
+  mutable uint64_t shaper_copied_counted_ = 0;    // shaper_copied_bytes() counted so far
 };
 
 }  // namespace shoal::repl

@@ -87,10 +87,14 @@ struct Cluster {
   FsyncPolicy fsync;
   LinkKind link;
   uint64_t checkpoint_ms = 0;  // followers checkpoint and the leader fetches this often
+  uint64_t one_way_ns = 0;     // WAN delay each way between the leader and each follower
   explicit Cluster(uint32_t streams, FsyncPolicy f = FsyncPolicy::kNone, uint32_t batch_txns = 16,
                    uint64_t retain_slots = 256, LinkKind link_kind = LinkKind::kTcp,
-                   uint64_t checkpoint_interval_ms = 0)
-      : fsync(f), link(link_kind), checkpoint_ms(checkpoint_interval_ms) {
+                   uint64_t checkpoint_interval_ms = 0, uint64_t one_way_delay_ns = 0)
+      : fsync(f),
+        link(link_kind),
+        checkpoint_ms(checkpoint_interval_ms),
+        one_way_ns(one_way_delay_ns) {
     engine = std::make_unique<txn::Engine>();
     engine->create_table<1>("rows");
     LeaderOptions lo;
@@ -102,7 +106,9 @@ struct Cluster {
     lo.wal_dir = dir.path() + "/r0";
     std::filesystem::create_directories(lo.wal_dir);
     lo.fsync = fsync;
-    lo.paxos = paxos_options_for_rtt(0);
+    lo.paxos = paxos_options_for_rtt(2 * one_way_ns);
+    lo.receive_shapes.assign(3, net::LinkShape{one_way_ns, 0});
+    lo.receive_shapes[0] = {};
     lo.retain_chosen_slots = retain_slots;
     lo.follower_lag_slots_max = retain_slots * 3 / 4;
     lo.schema = Schema::of(*engine, "");
@@ -130,8 +136,9 @@ struct Cluster {
     fo.link = link;
     fo.data_dir = dir.path() + "/r" + std::to_string(r);
     fo.fsync = fsync;
-    fo.paxos = paxos_options_for_rtt(0);
+    fo.paxos = paxos_options_for_rtt(2 * one_way_ns);
     fo.paxos.max_message_bytes = replication_message_bytes(fo.paxos, 64 * 1024);
+    fo.receive_shape = {one_way_ns, 0};
     fo.quiet = true;
     fo.checkpoint_interval_ms = checkpoint_ms;
     return fo;
@@ -246,10 +253,11 @@ void expect_followers_converge(Cluster& c, uint64_t final_tid, uint64_t txns) {
 
 // A replicated run over `link` in which nobody copies an entry into an acceptor store (the
 // leader proposes its appender's buffers, the followers keep theirs in their receive rings)
-// or on its way in, and the stores converge.
-void expect_followers_keep_entries(LinkKind link, uint64_t seed) {
+// or on its way in (a WAN shaper holds them in those rings too), and the stores converge.
+void expect_followers_keep_entries(LinkKind link, uint64_t seed, uint64_t one_way_ns = 0) {
   const CopyCounts start = copy_counts();
-  Cluster c(/*streams=*/2, FsyncPolicy::kBatch, /*batch_txns=*/16, /*retain_slots=*/256, link);
+  Cluster c(/*streams=*/2, FsyncPolicy::kBatch, /*batch_txns=*/16, /*retain_slots=*/256, link,
+            /*checkpoint_interval_ms=*/0, one_way_ns);
   ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
   c.run(2000, seed);
   expect_followers_converge(c, c.close(), 4000);
@@ -257,8 +265,11 @@ void expect_followers_keep_entries(LinkKind link, uint64_t seed) {
   EXPECT_GT(d.entry_bytes_received, 0u);
   EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kAcceptorStore)], 0u);
   EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kReceiveCopy)], 0u);  // no compaction
-  // A socket still carries them (fabric: the tcp;ofi_rxm provider's).
-  EXPECT_GE(d.bytes[static_cast<size_t>(CopyHop::kSocketReceive)], d.entry_bytes_received);
+  EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kShaperHold)], 0u);
+  // A socket still carries them (fabric: the tcp;ofi_rxm provider's); not shared memory.
+  if (link != LinkKind::kShm) {
+    EXPECT_GE(d.bytes[static_cast<size_t>(CopyHop::kSocketReceive)], d.entry_bytes_received);
+  }
 }
 
 // Over tcp the followers keep every received entry where recv() put it, in their receive
@@ -274,6 +285,14 @@ TEST(Replication, FollowersOverFabricKeepEntriesInTheirReceiveRings) {
   std::string why;
   if (!net::FabricEndpoint::supported(&why)) GTEST_SKIP() << "no libfabric provider: " << why;
   expect_followers_keep_entries(LinkKind::kFabric, 13);
+}
+
+// Over a 10 ms WAN round trip, shared memory and tcp alike, the shaper holds each message in
+// the follower's receive ring and the store keeps its entries there (WanShaped::
+// keep_received): no copy on the way in either.
+TEST(Replication, FollowersOverAWanKeepEntriesInTheirReceiveRings) {
+  expect_followers_keep_entries(LinkKind::kShm, 17, 5'000'000);
+  expect_followers_keep_entries(LinkKind::kTcp, 19, 5'000'000);
 }
 
 // The followers on this host reach the leader over shared memory: the leader's sends are

@@ -56,19 +56,39 @@ class ShardWatermark {
 
 // When the shard watermark passed each value, for the last kSamples changes: turns a
 // follower's replayed TID into how long ago the leader's watermark was there (its replay lag
-// in time), which is what bounds the backlog a promoted follower installs before it serves
-// (LeaderOptions::follower_replay_lag_ms_max).
+// in time, lag_ns()), which is what bounds the backlog a promoted follower installs before it
+// serves (LeaderOptions::follower_replay_lag_ms_max, the ratekeeper), and into how much of the
+// workers' commit time it has yet to replay (backlog_ns()).
+//
+// The two differ while the watermark stands still: when proposals are stopped (the ratekeeper
+// itself, a lagging follower), lag_ns() goes on growing until the follower has replayed
+// everything, but no commit is added to its backlog, which shrinks as it replays. So a
+// ratekeeper that waits for the lag to fall resumes only once the follower has nothing left,
+// and over a WAN the follower then sits idle while the pipeline refills (a round trip before
+// new entries are chosen, a one-way delay before it hears so); it resumes on the backlog
+// instead (lead_bound.h, ratekeeper_resume_ms). backlog_ns() counts each interval between two
+// rises at most rise_gap_max_ns: longer, the watermark stood still and the workers were held
+// (the lead bound holds them within a batch of a stop).
 //
 // Threads: owned by the leader's replication thread.
 class WatermarkHistory {
  public:
   static constexpr size_t kSamples = 4096;  // at one per tick (2 ms): about 8 s
 
+  // rise_gap_max_ns: how much of a standstill between two rises counts in backlog_ns()
+  // (UINT64_MAX: all of it, backlog_ns() is then lag_ns()). REQUIRES: > 0.
+  explicit WatermarkHistory(uint64_t rise_gap_max_ns = UINT64_MAX)
+      : rise_gap_max_ns_(rise_gap_max_ns) {
+    SHOAL_ASSERT(rise_gap_max_ns > 0, "%s", "a watermark history counts some of each rise");
+  }
+
   // The watermark is `tid` at `now_ns`. Lower or equal values change nothing (the watermark
   // only grows). REQUIRES: now_ns does not go backwards.
   void note(uint64_t tid, uint64_t now_ns) {
     if (count_ > 0 && tid <= at(count_ - 1).tid) return;
-    ring_[(first_ + count_) % kSamples] = Sample{tid, now_ns};
+    const uint64_t rising_ns =
+        count_ == 0 ? 0 : at(count_ - 1).rising_ns + capped_gap(at(count_ - 1).ns, now_ns);
+    ring_[(first_ + count_) % kSamples] = Sample{tid, now_ns, rising_ns};
     if (count_ < kSamples) {
       ++count_;
     } else {
@@ -80,25 +100,44 @@ class WatermarkHistory {
   // replica is level with it); the oldest sample's age when that is older than the history.
   uint64_t lag_ns(uint64_t replayed_tid, uint64_t now_ns) const {
     if (count_ == 0 || at(count_ - 1).tid <= replayed_tid) return 0;
-    size_t lo = 0, hi = count_ - 1;  // the first sample above replayed_tid lies in [lo, hi]
-    while (lo < hi) {
-      const size_t mid = lo + (hi - lo) / 2;
-      if (at(mid).tid > replayed_tid) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    const uint64_t since = at(lo).ns;
+    const uint64_t since = at(first_above(replayed_tid)).ns;
     return now_ns > since ? now_ns - since : 0;
+  }
+  // lag_ns() with every standstill of the watermark counted at most rise_gap_max_ns (the one
+  // since its newest rise too): the commit time, from when the watermark first rose above
+  // `replayed_tid`, that a replica there has yet to replay. Equal to lag_ns() while the
+  // watermark rises at least every rise_gap_max_ns; stops growing while it stands still.
+  uint64_t backlog_ns(uint64_t replayed_tid, uint64_t now_ns) const {
+    if (count_ == 0 || at(count_ - 1).tid <= replayed_tid) return 0;
+    const Sample& newest = at(count_ - 1);
+    return newest.rising_ns - at(first_above(replayed_tid)).rising_ns +
+           capped_gap(newest.ns, now_ns);
   }
 
  private:
   struct Sample {
     uint64_t tid = 0;
     uint64_t ns = 0;
+    uint64_t rising_ns = 0;  // the intervals since the oldest sample ever noted, each capped
   };
+  uint64_t capped_gap(uint64_t from_ns, uint64_t to_ns) const {
+    return to_ns > from_ns ? std::min(to_ns - from_ns, rise_gap_max_ns_) : 0;
+  }
+  // The index of the first sample above `tid`. REQUIRES: the newest is above it.
+  size_t first_above(uint64_t tid) const {
+    size_t lo = 0, hi = count_ - 1;  // the first sample above tid lies in [lo, hi]
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (at(mid).tid > tid) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  }
   const Sample& at(size_t i) const { return ring_[(first_ + i) % kSamples]; }
+  uint64_t rise_gap_max_ns_;
   std::array<Sample, kSamples> ring_{};
   size_t first_ = 0, count_ = 0;
 };

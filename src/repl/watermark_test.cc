@@ -142,6 +142,39 @@ TEST(WatermarkHistory, LagIsHowLongAgoTheWatermarkPassedTheReplayedTid) {
   EXPECT_EQ(h.lag_ns(0, 9'000), 8'000u);   // the first sample
 }
 
+// The ratekeeper's resume measure (backlog_ns): the lag while the watermark rises at least
+// every gap; a standstill (proposals stopped) counts at most the gap, between two rises and
+// since the newest, so a replica that replays during it is seen to catch up before it has
+// replayed everything, where its lag only grows until then.
+TEST(WatermarkHistory, BacklogCountsAStandstillAtMostTheGap) {
+  WatermarkHistory h(3'000);
+  WatermarkHistory uncapped;
+  for (WatermarkHistory* w : {&h, &uncapped}) {
+    w->note(10, 1'000);
+    w->note(20, 3'000);
+    w->note(30, 5'000);
+  }
+  EXPECT_EQ(h.backlog_ns(15, 6'000), 3'000u);  // rising every 2'000: the lag
+  EXPECT_EQ(h.lag_ns(15, 6'000), 3'000u);
+  // Standing still since 5'000: the lag grows, the backlog stops 3'000 past the newest rise.
+  EXPECT_EQ(h.lag_ns(15, 50'000), 47'000u);
+  EXPECT_EQ(h.backlog_ns(15, 50'000), 2'000u + 3'000u);
+  // The replica replays on meanwhile: its backlog shrinks, its lag does not.
+  EXPECT_EQ(h.backlog_ns(25, 50'000), 3'000u);
+  EXPECT_EQ(h.lag_ns(25, 50'000), 45'000u);
+  EXPECT_EQ(h.backlog_ns(30, 50'000), 0u);
+  // Rising again: the standstill between 5'000 and 50'000 counts 3'000.
+  for (WatermarkHistory* w : {&h, &uncapped}) {
+    w->note(40, 50'000);
+    w->note(50, 52'000);
+  }
+  EXPECT_EQ(h.backlog_ns(15, 52'000), 2'000u + 3'000u + 2'000u);
+  EXPECT_EQ(h.lag_ns(15, 52'000), 49'000u);
+  // Uncapped (no lead bound): the backlog is the lag.
+  EXPECT_EQ(uncapped.backlog_ns(15, 52'000), 49'000u);
+  EXPECT_EQ(uncapped.backlog_ns(15, 60'000), uncapped.lag_ns(15, 60'000));
+}
+
 TEST(WatermarkHistory, KeepsTheNewestSamplesWhenFull) {
   WatermarkHistory h;
   const size_t n = WatermarkHistory::kSamples + 100;
