@@ -355,11 +355,16 @@ void EventLoop::run() {
   take_ownership();  // the loop may be built on one thread, run on another
   uint64_t idle_since_ns = 0;
   uint64_t idle_passes = 0;  // empty iterations since the last one that did work
+  uint64_t clock_stride = kIdleClockPasses;
+  uint64_t last_clock_ns = 0;  // the idle spin's previous clock read
   while (!stop_.load(std::memory_order_relaxed)) {
-    // A clock read costs about as much as a whole empty pass (~30 ns on a VM), so an idle spin
-    // reads it (timers, spin budget) only every kIdleClockPasses passes; an iteration after
-    // work always does. Timers therefore fire at most that many empty passes (~1 us) late.
-    const bool read_clock = idle_passes % kIdleClockPasses == 0;
+    // A clock read costs about as much as a whole empty pass over shm rings (~30 ns on a VM),
+    // so an idle spin reads it (timers, spin budget) only every kIdleClockPasses passes; an
+    // iteration after work always does. Timers therefore fire at most that many empty passes
+    // (~1 us) late. A pass whose pollers make system calls (a TCP socket's recv, 1-3 us)
+    // costs far more than the read: then every pass reads it, or the spin would last
+    // kIdleClockPasses such passes (50-100 us) instead of spin_ns on every wake-up.
+    const bool read_clock = idle_passes % clock_stride == 0;
     if (iterate(read_clock)) {
       idle_passes = 0;
       continue;
@@ -372,6 +377,10 @@ void EventLoop::run() {
       continue;
     }
     const uint64_t now = now_cache_ns_;
+    if (idle_passes > 0) {
+      clock_stride = now - last_clock_ns > clock_stride * kCheapPassNs ? 1 : kIdleClockPasses;
+    }
+    last_clock_ns = now;
     if (idle_passes++ == 0) idle_since_ns = now;
     if (now - idle_since_ns < options_.spin_ns) {
       cpu_relax();

@@ -4,12 +4,12 @@
 // resume up to ready_batch ready tasks, call every poller once; if the pollers made tasks
 // ready (a response's caller, a request's handler), resume those and call the pollers once
 // more (which flushes what they sent). run() repeats it, reading the clock only every 16th
-// pass while idle; when an iteration finds no work the loop spins for spin_ns and then
-// blocks in ppoll on its eventfd plus the wake fds of its pollers (PollerWake: a transport's
-// wait/liveness fds), timeout = next timer or poller deadline. Only while some poller has no
-// PollerWake (it cannot wake us) is one sleep capped at max_block_ns. post() from any thread
-// rings the eventfd only when the loop announced it is asleep (one atomic load on the fast
-// path).
+// pass while idle (every pass when passes make system calls); when an iteration finds no work the
+// loop spins for spin_ns and then blocks in ppoll on its eventfd plus the wake fds of its pollers
+// (PollerWake: a transport's wait/liveness fds), timeout = next timer or poller deadline. Only
+// while some poller has no PollerWake (it cannot wake us) is one sleep capped at max_block_ns.
+// post() from any thread rings the eventfd only when the loop announced it is asleep (one atomic
+// load on the fast path).
 //
 // Time comes from the Env given at construction: RealEnv on real threads, SimEnv under the
 // simulator, where the simulator calls run_once() itself and never run() (virtual time does
@@ -264,8 +264,10 @@ class EventLoop {
   void unlink_root(detail::Root::promise_type* p);
   void check_thread();
 
-  // Empty passes of run()'s spin between two clock reads.
+  // Empty passes of run()'s spin between two clock reads, while passes are cheap: at most
+  // kCheapPassNs each on average (no system call among the pollers); one otherwise.
   static constexpr uint64_t kIdleClockPasses = 16;
+  static constexpr uint64_t kCheapPassNs = 250;
 
   Env& env_;
   LoopOptions options_;

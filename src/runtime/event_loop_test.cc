@@ -447,5 +447,41 @@ TEST(EventLoop, IdleLoopWithTransportDoesNotSpin) {
   }
 }
 
+// A poller that makes a system call (a TCP socket's recv: 1-3 us) makes every pass of the idle
+// spin cost that much. The spin must still end after about spin_ns, not after the 16 passes it
+// counts between clock reads while passes are cheap (16 x 2 us instead of 5 us, on every
+// wake-up of an idle replication thread). Checked by the poller calls per sleep, which a loaded
+// machine only lowers (a preempted pass is longer).
+TEST(EventLoop, AnIdleSpinOverSlowPollersLastsAboutSpinNs) {
+  RealEnv env;
+  EventLoop loop(env, LoopOptions{.spin_ns = 5'000});
+  struct SlowPoller {
+    RealEnv* env;
+    uint64_t calls = 0;
+  } slow{&env};
+  ASSERT_TRUE(loop.add_poller(
+                      [](void* ctx) {
+                        auto* p = static_cast<SlowPoller*>(ctx);
+                        ++p->calls;
+                        const uint64_t until = p->env->now_ns() + 2'000;
+                        while (p->env->now_ns() < until) {
+                        }
+                        return false;
+                      },
+                      &slow)
+                  .ok());
+  constexpr int kWakeUps = 40;
+  ASSERT_TRUE(loop.spawn([](EventLoop* l) -> Task<void> {
+                    for (int i = 0; i < kWakeUps; ++i) (void)co_await l->sleep_for(500'000);
+                    l->stop();
+                  }(&loop))
+                  .ok());
+  loop.run();
+  ASSERT_GE(loop.stats().blocks, static_cast<uint64_t>(kWakeUps) / 2);
+  // About 3 passes of spin and 2 of work per wake-up; 17 or more when the spin counted passes.
+  EXPECT_LT(slow.calls, 10 * loop.stats().blocks)
+      << slow.calls << " calls, " << loop.stats().blocks << " sleeps";
+}
+
 }  // namespace
 }  // namespace shoal::rt
