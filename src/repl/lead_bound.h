@@ -120,15 +120,76 @@ inline uint64_t ratekeeper_bound_ms(uint64_t replay_lag_ms_max, uint64_t one_way
 
 // While the ratekeeper has proposals stopped, the backlog (WatermarkHistory::backlog_ns) at or
 // below which it resumes them before the follower has replayed everything (its lag, which
-// only falls then, back within `bound_ms`): what the follower replays while the pipeline
-// refills, so that it does not sit idle meanwhile. Resumed now, new entries are chosen a
-// round trip later and the follower hears so a one-way delay after that, and what the leader
-// knows of its replay is a one-way delay old: two round trips. At most the bound; 0 (only a
-// full catch-up resumes) at RTT 0, where the pipeline refills at once.
+// only falls then, back within `bound_ms`). Two reasons, and the earlier resume wins:
+// - Every transaction sealed during a stop waits it out, so a stop that lasts until the
+//   follower has nothing left (the backlog's whole replay: at RTT 0, commit p99 of 72 and
+//   148 ms in two runs of ten) is a latency tail. Resuming a gap of an eighth of the bound (at
+//   least 1 ms) below it keeps a stop to that gap's replay, and leaves the stop-and-go a
+//   hysteresis (RatekeeperGate).
+// - Over a WAN the follower would otherwise sit idle while the pipeline refills: resumed now,
+//   new entries are chosen a round trip later and the follower hears so a one-way delay after
+//   that, and what the leader knows of its replay is a one-way delay old: two round trips,
+//   at most the bound.
 inline uint64_t ratekeeper_resume_ms(uint64_t bound_ms, uint64_t one_way_delay_ns,
                                      uint64_t jitter_ns) {
-  return std::min(bound_ms, 2 * (2 * one_way_delay_ns + jitter_ns) / 1'000'000);
+  const uint64_t gap_ms = std::max<uint64_t>(1, bound_ms / 8);
+  const uint64_t below_bound_ms = bound_ms > gap_ms ? bound_ms - gap_ms : 0;
+  const uint64_t refill_ms = 2 * (2 * one_way_delay_ns + jitter_ns) / 1'000'000;
+  return std::max(below_bound_ms, std::min(bound_ms, refill_ms));
 }
+
+// The ratekeeper's stop-and-go on the designated successor's replay, with hysteresis. Going,
+// it stops when the successor's lag passes the bound. Stopped, it goes again when the lag is
+// back within the bound, or early, when the backlog is down to the resume threshold
+// (ratekeeper_resume_ms). Resumed early, the lag stays above the bound for a while (it counts
+// the stop's standstill until the successor has replayed past it), so it is not the lag but
+// the backlog passing the bound again that stops it; without that state the next check saw
+// the lag, stopped, and the one after resumed: a stop and a resume on every other proposal.
+// Counts how long proposals were stopped in all.
+//
+// Threads: owned by the leader's replication thread.
+class RatekeeperGate {
+ public:
+  // Whether proposals may go on at now_ns. REQUIRES: resume_ms <= bound_ms; now_ns does not go
+  // backwards.
+  bool admit(uint64_t lag_ms, uint64_t backlog_ms, uint64_t bound_ms, uint64_t resume_ms,
+             uint64_t now_ns) {
+    SHOAL_ASSERT(resume_ms <= bound_ms, "resume %lu above the bound %lu", resume_ms, bound_ms);
+    if (lag_ms <= bound_ms) return go(now_ns);
+    switch (state_) {
+      case State::kGoing:
+        return stop(now_ns);
+      case State::kStopped:
+        if (backlog_ms > resume_ms) return false;
+        go(now_ns);
+        state_ = State::kResumedEarly;
+        return true;
+      case State::kResumedEarly:
+        return backlog_ms > bound_ms ? stop(now_ns) : true;
+    }
+    return true;
+  }
+  // No ratekeeper, or no successor to pace by: proposals go on.
+  void release(uint64_t now_ns) { go(now_ns); }
+  bool stopped() const { return state_ == State::kStopped; }
+  uint64_t stopped_total_ns() const { return stopped_total_ns_; }
+
+ private:
+  enum class State { kGoing, kStopped, kResumedEarly };
+  bool go(uint64_t now_ns) {
+    if (state_ == State::kStopped) stopped_total_ns_ += now_ns - stopped_since_ns_;
+    state_ = State::kGoing;
+    return true;
+  }
+  bool stop(uint64_t now_ns) {
+    state_ = State::kStopped;
+    stopped_since_ns_ = now_ns;
+    return false;
+  }
+  State state_ = State::kGoing;
+  uint64_t stopped_since_ns_ = 0;
+  uint64_t stopped_total_ns_ = 0;
+};
 
 // How long the shard watermark may stand still between two rises and still count whole in the
 // ratekeeper's measure of a follower's backlog (WatermarkHistory::backlog_ns): a batch's age

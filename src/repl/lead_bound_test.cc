@@ -105,12 +105,49 @@ TEST(RatekeeperBound, AddsTheRoundTripToTheReplayBound) {
   EXPECT_EQ(ratekeeper_bound_ms(0, 25'000'000, 0), 0u);  // no ratekeeper stays none
 }
 
-// A stopped ratekeeper resumes once the follower has left what it replays while the pipeline
-// refills (two round trips), at most the bound; at RTT 0 only once it replayed everything.
-TEST(RatekeeperBound, ResumesWithTwoRoundTripsOfBacklogLeft) {
-  EXPECT_EQ(ratekeeper_resume_ms(150, 25 * kMs, 0), 100u);
-  EXPECT_EQ(ratekeeper_resume_ms(70, 25 * kMs, 0), 70u);  // a bound below that: the bound
-  EXPECT_EQ(ratekeeper_resume_ms(100, 0, 0), 0u);
+// A stopped ratekeeper resumes an eighth of the bound below it, so that no stop lasts a
+// whole catch-up (at RTT 0 it once did: p99 72-148 ms), or earlier, once the follower has
+// left what it replays while the pipeline refills (two round trips, at most the bound).
+TEST(RatekeeperBound, ResumesAGapBelowTheBoundOrWithTwoRoundTripsLeft) {
+  EXPECT_EQ(ratekeeper_resume_ms(100, 0, 0), 88u);          // RTT 0: the gap
+  EXPECT_EQ(ratekeeper_resume_ms(150, 25 * kMs, 0), 132u);  // the gap before two round trips
+  EXPECT_EQ(ratekeeper_resume_ms(150, 50 * kMs, 0), 150u);  // two round trips, at most the bound
+  EXPECT_EQ(ratekeeper_resume_ms(70, 25 * kMs, 0), 70u);
+  EXPECT_EQ(ratekeeper_resume_ms(4, 0, 0), 3u);  // a gap of at least 1 ms
+  EXPECT_EQ(ratekeeper_resume_ms(0, 0, 0), 0u);
+}
+
+// Stopped on the lag, resumed early on the backlog: the lag (which counts the stop) stays
+// above the bound, and the gate goes on until the backlog itself passes the bound; once the
+// lag is within the bound it is the lag again that stops it.
+TEST(RatekeeperGate, AnEarlyResumeHoldsUntilTheBacklogPassesTheBound) {
+  RatekeeperGate g;
+  EXPECT_TRUE(g.admit(50, 50, 100, 80, 1 * kMs));
+  EXPECT_FALSE(g.admit(120, 120, 100, 80, 2 * kMs));  // stops at 2 ms
+  EXPECT_TRUE(g.stopped());
+  EXPECT_FALSE(g.admit(125, 90, 100, 80, 5 * kMs));  // backlog still above the resume
+  EXPECT_TRUE(g.admit(130, 80, 100, 80, 7 * kMs));   // resumed early at 7 ms
+  EXPECT_FALSE(g.stopped());
+  EXPECT_EQ(g.stopped_total_ns(), 5 * kMs);
+  // The lag still above the bound does not stop it again (it did, every other check).
+  for (uint64_t t = 8; t < 20; ++t) EXPECT_TRUE(g.admit(130, 85, 100, 80, t * kMs)) << t;
+  EXPECT_FALSE(g.admit(140, 101, 100, 80, 20 * kMs));  // the backlog passed the bound
+  EXPECT_TRUE(g.admit(90, 90, 100, 80, 23 * kMs));     // the lag within the bound: going
+  EXPECT_EQ(g.stopped_total_ns(), 8 * kMs);
+  EXPECT_FALSE(g.admit(101, 101, 100, 80, 24 * kMs));  // going, the lag stops it
+}
+
+// With no hysteresis to speak of (RTT 0: resume only at a backlog of 0), a stop lasts until
+// the follower has replayed everything, and the release (no successor) ends it too.
+TEST(RatekeeperGate, AReleaseEndsAStopAndCountsIt) {
+  RatekeeperGate g;
+  EXPECT_FALSE(g.admit(101, 101, 100, 0, 10 * kMs));
+  EXPECT_FALSE(g.admit(150, 1, 100, 0, 30 * kMs));
+  g.release(40 * kMs);
+  EXPECT_FALSE(g.stopped());
+  EXPECT_EQ(g.stopped_total_ns(), 30 * kMs);
+  g.release(50 * kMs);  // going: nothing more to count
+  EXPECT_EQ(g.stopped_total_ns(), 30 * kMs);
 }
 
 // A standstill of the watermark longer than a batch's age, the lead bound and a tick means

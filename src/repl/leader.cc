@@ -538,19 +538,16 @@ bool ReplicationLeader::followers_keep_up(Stream& s) {
 bool ReplicationLeader::followers_replay_keeps_up(const Stream& s) {
   (void)s;
   const uint64_t now = loop_->now_ns();
-  const auto keeps_up = [&] {  // ends a stop, counting its length
-    if (replay_stop_since_ns_ == 0) return true;
-    std::lock_guard<std::mutex> lock(mu_);
-    replay_stop_total_ns_ += now - replay_stop_since_ns_;
-    stats_.replay_lag_stop_ms = replay_stop_total_ns_ / 1'000'000;
-    replay_stop_since_ns_ = 0;
+  const auto keeps_up = [&] {
+    ratekeeper_.release(now);
+    note_ratekeeper_stops();
     return true;
   };
   if (options_.follower_replay_lag_ms_max == 0 || successor_ == kNoSuccessor) return keeps_up();
   // Only the designated successor is waited for: it is the one that takes over (the others
   // defer to it, replica_cli.cc), and holding the shard to its slowest follower's replay cost
   // 40% of the throughput on two cores. Stopping the proposals stops the watermark, so the
-  // successor's lag falls to 0 within a replay of the bound.
+  // successor's backlog falls within a replay of the bound.
   const Peer* p = peers_[successor_].get();
   if (p == nullptr) return keeps_up();
   // The successor's round trip counts in the bound (ratekeeper_bound_ms): at a 50 ms round
@@ -561,20 +558,24 @@ bool ReplicationLeader::followers_replay_keeps_up(const Stream& s) {
                                           : net::LinkShape{};
   const uint64_t bound_ms = ratekeeper_bound_ms(
       options_.follower_replay_lag_ms_max, to_successor.one_way_delay_ns, to_successor.jitter_ns);
-  if (lag_ms <= bound_ms) return keeps_up();
-  // Stopped: the lag only falls once the successor has replayed everything, and over a WAN it
-  // would then sit idle while the pipeline refills. Resume once its backlog (watermark.h) is
-  // down to what it replays meanwhile (ratekeeper_resume_ms; at RTT 0 nothing: as before).
-  if (replay_stop_since_ns_ != 0 &&
-      wm_history_.backlog_ns(p->replayed_tid, now) / 1'000'000 <=
-          ratekeeper_resume_ms(bound_ms, to_successor.one_way_delay_ns, to_successor.jitter_ns)) {
-    return keeps_up();
-  }
-  if (replay_stop_since_ns_ == 0) replay_stop_since_ns_ = now;
+  const uint64_t resume_ms =
+      ratekeeper_resume_ms(bound_ms, to_successor.one_way_delay_ns, to_successor.jitter_ns);
+  const uint64_t backlog_ms = wm_history_.backlog_ns(p->replayed_tid, now) / 1'000'000;
+  const bool go = ratekeeper_.admit(lag_ms, backlog_ms, bound_ms, resume_ms, now);
+  note_ratekeeper_stops();
+  if (go) return true;
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.replay_lag_waits;
   stats_.replay_lag_ms_max = std::max(stats_.replay_lag_ms_max, lag_ms);
   return false;
+}
+
+void ReplicationLeader::note_ratekeeper_stops() {
+  const uint64_t stop_ms = ratekeeper_.stopped_total_ns() / 1'000'000;
+  if (stop_ms == reported_stop_ms_) return;
+  reported_stop_ms_ = stop_ms;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.replay_lag_stop_ms = stop_ms;
 }
 
 // The successor: the connected follower, caught up on every stream, that replayed furthest.

@@ -51,6 +51,7 @@
 #include "src/ops/metrics.h"
 #include "src/repl/acceptor_log.h"
 #include "src/repl/appender.h"
+#include "src/repl/lead_bound.h"
 #include "src/repl/paxos_stream.h"
 #include "src/repl/peer_link.h"
 #include "src/repl/replay.h"
@@ -285,8 +286,9 @@ class ReplicationLeader {
   static constexpr uint32_t kNoSuccessor = UINT32_MAX;
   static constexpr uint64_t kSuccessorResendNs = 500'000'000;
   uint32_t successor_ = kNoSuccessor;  // replication thread
-  uint64_t replay_stop_since_ns_ = 0;  // the ratekeeper's stop began then (0: not stopped)
-  uint64_t replay_stop_total_ns_ = 0;  // its stops' lengths so far
+  RatekeeperGate ratekeeper_;          // on the successor's replay
+  uint64_t reported_stop_ms_ = 0;      // ratekeeper_'s stops as stats_ has them
+  void note_ratekeeper_stops();        // stats_.replay_lag_stop_ms from ratekeeper_
   uint64_t successor_sent_ns_ = 0;
   void update_catching_up(Stream& s);
   void sync_logs();
