@@ -694,9 +694,9 @@ TEST_F(ServerCli, FollowerReadsOnEveryShard) {
   // Replicated TPC-C: the series carries the commit (acknowledged) latency too. One of the two
   // seconds may commit nothing on an overloaded machine: a cross-shard transaction slowed to
   // ~1 s by the 2PC round trips between starved processes stops every terminal of both shards
-  // (one warehouse each) that long. At load 22-27 the commit gaps were 0.5-0.8 s, each as long
+  // (one warehouse each) that long. At load 20-28 the commit gaps were 0.5-0.8 s, each as long
   // as the run's slowest cross-shard transaction, with or without follower reads, while the
-  // bench's samples were answered in 1-5 ms (docs/RESULTS.md, "The test command's time").
+  // bench's samples were answered within 78 ms (docs/RESULTS.md, "The test command's time").
   expect_series_per_second(j, 2, /*acknowledged=*/true, /*seconds_committing=*/1);
   uint64_t acked = 0;
   for (const auto& row : j["series"]) acked += row["acked_per_sec"].get<uint64_t>();
