@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -254,8 +255,10 @@ nlohmann::json read_json(const std::string& p) {
 // The "series" of a run across shard processes (failover_run.h, live_latency.h): one row per
 // second of the run, every second that committed with its speculative percentiles (and, with
 // `acknowledged`, every second that acknowledged with its commit percentiles), and no more
-// commits in it than the run's total. Returns the commits the series counted.
-uint64_t expect_series_per_second(const nlohmann::json& j, size_t seconds, bool acknowledged) {
+// commits in it than the run's total; at least `seconds_committing` of its seconds committed
+// (default: all). Returns the commits the series counted.
+uint64_t expect_series_per_second(const nlohmann::json& j, size_t seconds, bool acknowledged,
+                                  size_t seconds_committing = SIZE_MAX) {
   const nlohmann::json& series = j["series"];
   EXPECT_TRUE(series.is_array()) << j.dump();
   EXPECT_EQ(series.size(), seconds) << series.dump();
@@ -282,7 +285,8 @@ uint64_t expect_series_per_second(const nlohmann::json& j, size_t seconds, bool 
           << row.dump();
     }
   }
-  EXPECT_EQ(seconds_with_latency, seconds) << "a second committed nothing: " << series.dump();
+  EXPECT_GE(seconds_with_latency, std::min(seconds, seconds_committing))
+      << "a second committed nothing: " << series.dump();
   EXPECT_LE(committed, j["committed"].get<uint64_t>()) << j.dump();
   return committed;
 }
@@ -687,8 +691,13 @@ TEST_F(ServerCli, FollowerReadsOnEveryShard) {
   ASSERT_FALSE(j.is_discarded()) << o.output;
   EXPECT_EQ(j["consistency"], "ok") << j.dump();
   EXPECT_EQ(j["replicas_identical"], true) << j.dump();
-  // Replicated TPC-C: the series carries the commit (acknowledged) latency too.
-  expect_series_per_second(j, 2, /*acknowledged=*/true);
+  // Replicated TPC-C: the series carries the commit (acknowledged) latency too. One of the two
+  // seconds may commit nothing on an overloaded machine: a cross-shard transaction slowed to
+  // ~1 s by the 2PC round trips between starved processes stops every terminal of both shards
+  // (one warehouse each) that long. At load 20-28 the commit gaps were 0.5-0.8 s, each as long
+  // as the run's slowest cross-shard transaction, with or without follower reads, while the
+  // bench's samples were answered within 78 ms (docs/RESULTS.md, "The test command's time").
+  expect_series_per_second(j, 2, /*acknowledged=*/true, /*seconds_committing=*/1);
   uint64_t acked = 0;
   for (const auto& row : j["series"]) acked += row["acked_per_sec"].get<uint64_t>();
   EXPECT_GT(acked, 0u) << j["series"].dump();
