@@ -145,9 +145,6 @@ TcpEndpoint& TcpEndpoint::operator=(TcpEndpoint&& other) noexcept {
   fence_epoch_ = other.fence_epoch_;
   peer_fence_epoch_ = other.peer_fence_epoch_;
   fenced_drops_ = other.fenced_drops_;
-  recv_after_wake_ = other.recv_after_wake_;
-  socket_drained_ = other.socket_drained_;
-  drained_polls_ = other.drained_polls_;
   assembler_ = std::move(other.assembler_);
   batch_outstanding_ = other.batch_outstanding_;
   assembled_out_ = other.assembled_out_;
@@ -184,7 +181,6 @@ void TcpEndpoint::reset_stream() {
   release_consumed();
   rx_pos_ = 0;
   peer_closed_ = false;
-  socket_drained_ = false;  // a new socket
   assembler_ = MessageAssembler(options_.max_message_bytes);
   batch_outstanding_ = false;
   assembled_out_ = false;
@@ -410,10 +406,8 @@ Status TcpEndpoint::fill() {
   if (room == 0) return Status::Ok();
   for (;;) {  // retries EINTR only
     const ssize_t n = recv(fd_, in_at(in_end_), room, 0);
-    drained_polls_ = 0;
     if (n > 0) {
       in_end_ += static_cast<size_t>(n);
-      socket_drained_ = static_cast<size_t>(n) < room;  // a short read emptied the socket
       return Status::Ok();
     }
     if (n == 0) {
@@ -421,23 +415,13 @@ Status TcpEndpoint::fill() {
       return Status::Ok();
     }
     if (errno == EINTR) continue;
-    if (errno == EAGAIN) {
-      socket_drained_ = true;
-      return Status::Ok();
-    }
+    if (errno == EAGAIN) return Status::Ok();
     if (errno == ECONNRESET) {
       peer_closed_ = true;
       return Status::Ok();
     }
     return errno_status("tcp recv", errno);
   }
-}
-
-Status TcpEndpoint::fill_unless_drained() {
-  if (recv_after_wake_ && socket_drained_ && ++drained_polls_ < kDrainedPollsMax) {
-    return Status::Ok();
-  }
-  return fill();
 }
 
 bool TcpEndpoint::receive_room() const {
@@ -535,7 +519,7 @@ bool TcpEndpoint::next_frame(Frame* out, Status* error) {
       return false;
     }
     const size_t before = in_end_;
-    if (Status s = fill_unless_drained(); !s.ok()) {
+    if (Status s = fill(); !s.ok()) {
       *error = std::move(s);
       return false;
     }

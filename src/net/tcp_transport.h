@@ -128,20 +128,7 @@ class TcpEndpoint {
   int wait_fd() const { return holds_ != nullptr && !receive_room() ? -1 : fd_; }
   int liveness_fd() const { return wait_fd(); }
   [[nodiscard]] bool prepare_to_block();
-  void end_block() { socket_drained_ = false; }
-  // For an owner whose loop sleeps on wait_fd() (rt::PollerWake) between bursts: poll() then
-  // reads the socket only after a recv may find something, not on every pass of the loop's
-  // spin. A recv that came back short or empty marks the socket drained; poll() skips its
-  // recv until end_block() (the loop slept, or tried to: ppoll is level-triggered, so bytes
-  // that arrived meanwhile end the sleep at once), or until kDrainedPollsMax polls have
-  // skipped it (a loop that never sleeps still reads). On a replication loop 90% of the
-  // recvs found nothing (docs/RESULTS.md). Off by default: wait() and other users poll as
-  // before.
-  void set_recv_after_wake(bool on) {
-    recv_after_wake_ = on;
-    socket_drained_ = false;
-  }
-  static constexpr uint32_t kDrainedPollsMax = 64;
+  void end_block() {}
 
   size_t max_message_bytes() const { return options_.max_message_bytes; }
   size_t max_write_bytes() const { return max_payload_bytes_; }
@@ -169,8 +156,6 @@ class TcpEndpoint {
   [[nodiscard]] Status seal_reserved(uint32_t flags, uint32_t imm, uint64_t epoch, size_t bytes);
   // One non-blocking recv into the receive ring. Sets peer_closed_ on EOF.
   [[nodiscard]] Status fill();
-  // next_frame()'s read: fill(), unless set_recv_after_wake() lets it skip a drained socket.
-  [[nodiscard]] Status fill_unless_drained();
   // Drops the ring: unmapped now, or by the holds table once no kept region is left.
   void unmap_receive_ring();
   uint8_t* in_at(uint64_t position) const { return in_ + (position & (in_capacity_ - 1)); }
@@ -214,9 +199,6 @@ class TcpEndpoint {
   uint64_t fence_epoch_ = 0;
   uint64_t peer_fence_epoch_ = 0;
   uint64_t fenced_drops_ = 0;
-  bool recv_after_wake_ = false;  // set_recv_after_wake
-  bool socket_drained_ = false;   // the last recv came back short or empty; see above
-  uint32_t drained_polls_ = 0;    // polls that skipped the recv since
   MessageAssembler assembler_{0};
   bool batch_outstanding_ = false;
   bool assembled_out_ = false;  // the outstanding batch delivered the reassembled message

@@ -81,8 +81,6 @@ class PeerLink {
           if (shaped) {
             ep_.template emplace<net::WanShaped<E>>(std::move(raw), shape);
           } else {
-            // Its owner's loop sleeps on the socket (rt::PollerWake), ending with end_block().
-            if constexpr (std::is_same_v<E, net::TcpEndpoint>) raw.set_recv_after_wake(true);
             ep_.template emplace<E>(std::move(raw));
           }
         },
