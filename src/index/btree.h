@@ -82,6 +82,11 @@ struct BTreePrefetch {
   // Once over: the key's value as the leaf held it (validated by the leaf's version when
   // read); nullptr when the key was absent or the descent ended early.
   void* value = nullptr;
+  // Once over: the leaf that covered the key when it was read (present or absent), or nullptr
+  // when the descent ended early. A finger for later descents to neighbouring keys and for the
+  // key's insert (prefetch_start, insert_if_absent_at); valid memory only under the ebr::Guard
+  // the descent ran under.
+  const void* leaf = nullptr;
   uint64_t key[8];  // the key's words (only the first K are used)
 };
 
@@ -174,6 +179,19 @@ class BasicBTree {
   void prefetch_start(const uint64_t* key_words, BTreePrefetch* p) const;
   // One step; false once the descent is over (p->node is then nullptr).
   bool prefetch_step(BTreePrefetch* p) const;
+  // A descent in progress jumps to `finger`, a leaf an earlier descent under the same guard
+  // ended at (BTreePrefetch::leaf), when that leaf still covers the key: its next step is the
+  // leaf's, instead of one per level left (a replayed entry's neighbouring keys: TPC-C's
+  // order lines). Returns whether it jumped. A stale finger (split, unlinked, changed
+  // meanwhile) costs one check, never a wrong answer: a leaf step checks the leaf's fences
+  // under its version. REQUIRES: p->node != nullptr (in progress); the same guard.
+  bool prefetch_jump(BTreePrefetch* p, const void* finger) const;
+
+  // insert_if_absent() into `leaf_hint` (a finger as above, or nullptr) without a descent from
+  // the root, when that leaf still covers k and has room; else insert_if_absent() as usual.
+  // Returns what insert_if_absent() does. REQUIRES: v != nullptr; leaf_hint found under the
+  // caller's current ebr::Guard.
+  void* insert_if_absent_at(const KeyT& k, void* v, const void* leaf_hint);
 
   // Current version of a leaf reported earlier (lock and obsolete bits included).
   static uint64_t leaf_version(const void* leaf) {
@@ -252,6 +270,8 @@ class BasicBTree {
   static void prefetch_node(const Node* node);
   bool descend_path(const KeyT& k, Path* path) const;
   static bool read_snapshot(const Leaf* leaf, const KeyT& from, const KeyT& to, Snapshot* s);
+  // The leaf's fences hold k (read racily: the caller validates by the leaf's version).
+  static bool leaf_covers(const Leaf* leaf, const KeyT& k);
 
   // --- inserts ---
   bool descend_for_insert(const KeyT& k, Path* path);
@@ -537,10 +557,34 @@ inline const typename SHOAL_BTREE::Leaf* SHOAL_BTREE::find_leaf(const KeyT& k,
 }
 
 SHOAL_BTREE_TEMPLATE
+inline bool SHOAL_BTREE::leaf_covers(const Leaf* leaf, const KeyT& k) {
+  // low <= k < high, or low <= k for the rightmost leaf
+  return stored_le(leaf->low, k) &&
+         (btree_detail::ld(leaf->high_inf) != 0 || !stored_le(leaf->high, k));
+}
+
+SHOAL_BTREE_TEMPLATE
 inline void SHOAL_BTREE::prefetch_start(const uint64_t* key_words, BTreePrefetch* p) const {
   std::memcpy(p->key, key_words, K * sizeof(uint64_t));
   p->value = nullptr;
+  p->leaf = nullptr;
   p->node = root_.load(std::memory_order_acquire);  // hot: every descent reads it
+}
+
+SHOAL_BTREE_TEMPLATE
+inline bool SHOAL_BTREE::prefetch_jump(BTreePrefetch* p, const void* finger) const {
+  SHOAL_DCHECK(p->node != nullptr);
+  const Leaf* leaf = static_cast<const Leaf*>(finger);
+  if (p->node == leaf) return false;
+  KeyT k;
+  std::memcpy(k.w.data(), p->key, K * sizeof(uint64_t));
+  const uint64_t v = leaf->version.load(std::memory_order_acquire);
+  if (!btree_detail::is_stable(v) || !leaf_covers(leaf, k) ||
+      leaf->version.load(std::memory_order_acquire) != v) {
+    return false;
+  }
+  p->node = leaf;  // in cache: a descent just read it
+  return true;
 }
 
 // Validated like find_leaf(): a child pointer or a value is used only if the node's version
@@ -562,12 +606,17 @@ inline bool SHOAL_BTREE::prefetch_step(BTreePrefetch* p) const {
     p->node = child;
     return true;
   }
+  // Reached from a validated parent the leaf covers k; reached from a finger only its fences
+  // say so, checked here under the same version as the lookup.
   const Leaf* leaf = static_cast<const Leaf*>(node);
+  if (!leaf_covers(leaf, k)) return false;
   const size_t n = leaf_count(leaf);
   const size_t pos = leaf_lower_bound(leaf, n, k);
-  if (pos >= n || load_key(leaf->keys[pos]) != k) return false;
-  void* value = btree_detail::ld(leaf->values[pos]);
-  if (value != nullptr && leaf->version.load(std::memory_order_acquire) == v) {
+  void* value = nullptr;
+  if (pos < n && load_key(leaf->keys[pos]) == k) value = btree_detail::ld(leaf->values[pos]);
+  if (leaf->version.load(std::memory_order_acquire) != v) return false;
+  p->leaf = leaf;
+  if (value != nullptr) {
     __builtin_prefetch(value);
     __builtin_prefetch(static_cast<const char*>(value) + 64);
     p->value = value;
@@ -735,6 +784,34 @@ void* SHOAL_BTREE::insert_if_absent(const KeyT& k, void* v, NodeRef* before,
     if (after_version != nullptr) *after_version = after;
     return nullptr;
   }
+}
+
+SHOAL_BTREE_TEMPLATE
+void* SHOAL_BTREE::insert_if_absent_at(const KeyT& k, void* v, const void* leaf_hint) {
+  SHOAL_ASSERT(v != nullptr, "%s", "btree values must not be null");
+  if (leaf_hint != nullptr) {
+    // The leaf holds k's range at version lv (fences read under it), and locking at lv keeps
+    // it so: the insert insert_if_absent() would make there after its descent. A full leaf
+    // needs the path for its split: the descent below.
+    Leaf* leaf = const_cast<Leaf*>(static_cast<const Leaf*>(leaf_hint));
+    const uint64_t lv = leaf->version.load(std::memory_order_acquire);
+    if (btree_detail::is_stable(lv) && leaf_covers(leaf, k)) {
+      const size_t n = leaf_count(leaf);
+      const size_t pos = leaf_lower_bound(leaf, n, k);
+      void* cur = nullptr;
+      if (pos < n && load_key(leaf->keys[pos]) == k) cur = btree_detail::ld(leaf->values[pos]);
+      if (leaf->version.load(std::memory_order_acquire) == lv) {
+        if (cur != nullptr) return cur;
+        if (n < kLeafCap && try_lock(leaf, lv)) {
+          leaf_insert_at(leaf, pos, n, k, v);
+          unlock(leaf);
+          add_size(1);
+          return nullptr;
+        }
+      }
+    }
+  }
+  return insert_if_absent(k, v, nullptr, nullptr);
 }
 
 // Descends to k's leaf; on the way, splits the topmost full inner node (and returns false so

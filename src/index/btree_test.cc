@@ -516,6 +516,93 @@ TEST(BTreeTest, PrefetchDescentTakesOneStepPerLevel) {
   }
 }
 
+// Keys 0, step, 2 step, ... below end, each with value x + 1. REQUIRES: a guard held.
+void insert_every(TinyTree1& tree, uint64_t step, uint64_t end) {
+  for (uint64_t x = 0; x < end; x += step)
+    tree.insert_if_absent(key1(x), as_value(x + 1), nullptr, nullptr);
+}
+
+// The leaf a descent to `x` ends at (BTreePrefetch::leaf), and its value; steps in *steps.
+template <class Tree>
+BTreePrefetch descend(const Tree& tree, uint64_t x, const void* finger, size_t* steps) {
+  BTreePrefetch p;
+  const uint64_t words[1] = {x};
+  tree.prefetch_start(words, &p);
+  if (finger != nullptr) tree.prefetch_jump(&p, finger);
+  *steps = 1;
+  while (tree.prefetch_step(&p) && *steps <= btree_detail::kMaxHeight) ++*steps;
+  return p;
+}
+
+// A descent to a neighbour of an earlier one's key jumps to the earlier one's leaf and ends in
+// one step with the same answer a descent from the root gives; a finger that does not cover
+// the key (another leaf, or a leaf split since) leaves the descent at the root.
+TEST(BTreeTest, PrefetchJumpsToAFingerOnlyWhenItCoversTheKey) {
+  TinyTree1 tree;
+  ebr::Guard guard;
+  insert_every(tree, 2, 20000);
+  size_t levels = 0;
+  const BTreePrefetch at_100 = descend(tree, 100, nullptr, &levels);
+  ASSERT_GE(levels, 4u);
+  ASSERT_NE(at_100.leaf, nullptr);
+  EXPECT_EQ(at_100.value, as_value(101));
+  size_t steps = 0;
+  const BTreePrefetch at_102 = descend(tree, 102, at_100.leaf, &steps);
+  if (at_102.leaf == at_100.leaf) {  // 100 and 102 share a leaf (not at a leaf boundary)
+    EXPECT_EQ(steps, 1u);
+  }
+  EXPECT_EQ(at_102.value, as_value(103));
+  const BTreePrefetch at_101 = descend(tree, 101, at_100.leaf, &steps);  // absent
+  EXPECT_EQ(at_101.value, nullptr);
+  EXPECT_NE(at_101.leaf, nullptr);
+  // Far away: the finger does not cover it, the descent runs from the root and finds it.
+  const BTreePrefetch far = descend(tree, 15000, at_100.leaf, &steps);
+  EXPECT_EQ(steps, levels);
+  EXPECT_EQ(far.value, as_value(15001));
+  // The leaf splits under the finger (inserts fill it): every key still gets its own value.
+  for (uint64_t x = 101; x < 160; x += 2)
+    tree.insert_if_absent(key1(x), as_value(x + 1), nullptr, nullptr);
+  for (uint64_t x = 90; x < 170; ++x) {
+    const BTreePrefetch p = descend(tree, x, at_100.leaf, &steps);
+    const bool present = x % 2 == 0 || (x >= 101 && x < 160);
+    EXPECT_EQ(p.value, present ? as_value(x + 1) : nullptr) << x;
+    EXPECT_EQ(p.value, tree.get(key1(x), nullptr)) << x;
+  }
+}
+
+// insert_if_absent_at() with the right leaf, a wrong one, a full one or none inserts where the
+// key belongs: every key is found by get and in order by scan, present keys are refused.
+TEST(BTreeTest, InsertIfAbsentAtUsesAHintOnlyWhereTheKeyBelongs) {
+  TinyTree1 tree;
+  ebr::Guard guard;
+  insert_every(tree, 4, 4000);
+  size_t steps = 0;
+  const void* left = descend(tree, 8, nullptr, &steps).leaf;
+  const void* right = descend(tree, 3000, nullptr, &steps).leaf;
+  ASSERT_NE(left, right);
+  Rng rng(11);
+  for (uint64_t x = 1; x < 4000; ++x) {
+    if (x % 4 == 0) continue;
+    const void* hints[] = {left, right, nullptr, descend(tree, x, nullptr, &steps).leaf};
+    ASSERT_EQ(tree.insert_if_absent_at(key1(x), as_value(x + 1), hints[rng.uniform(0, 3)]), nullptr)
+        << x;
+  }
+  EXPECT_EQ(tree.insert_if_absent_at(key1(8), as_value(1), left), as_value(9));
+  EXPECT_EQ(tree.insert_if_absent_at(key1(3000), as_value(1), left), as_value(3001));
+  EXPECT_EQ(tree.size(), 4000u);
+  uint64_t expect = 0;
+  tree.scan(
+      key1(0), key1(UINT64_MAX),
+      [&](const Key<1>& k, void* v) {
+        EXPECT_EQ(k.w[0], expect);
+        EXPECT_EQ(v, as_value(expect + 1));
+        ++expect;
+        return true;
+      },
+      [](const TinyTree1::NodeRef&) {});
+  EXPECT_EQ(expect, 4000u);
+}
+
 // Descents meet nodes that split, shrink and get unlinked under them: each still ends, within
 // the height bound, and reads only through validated pointers (TSan and ASan run this).
 TEST(BTreeTest, ConcurrentPrefetchDescentsDuringChurn) {
@@ -543,8 +630,54 @@ TEST(BTreeTest, ConcurrentPrefetchDescentsDuringChurn) {
     EXPECT_LE(prefetch_steps(tree, rng.uniform(0, kRange)), btree_detail::kMaxHeight + 1);
     if (i % 256 == 0) ebr::quiesce();
   }
+  // Fingers kept across descents of one guard, while leaves split and get unlinked: a jump
+  // reads only a leaf the guard keeps, and a finished descent's value is one the key held.
+  for (int round = 0; round < 2000; ++round) {
+    ebr::Guard guard;
+    const void* finger = nullptr;
+    uint64_t x = rng.uniform(0, kRange);
+    for (int i = 0; i < 32; ++i, ++x) {
+      size_t steps = 0;
+      const BTreePrefetch p = descend(tree, x, finger, &steps);
+      EXPECT_LE(steps, btree_detail::kMaxHeight + 1);
+      EXPECT_TRUE(p.value == nullptr || p.value == as_value(x + 1)) << x;
+      if (p.leaf != nullptr) finger = p.leaf;
+    }
+  }
   stop.store(true);
   for (auto& t : writers) t.join();
+}
+
+// Hinted inserts of fresh keys from one thread while others churn the same range: each key
+// inserted once is found afterwards (never lost to a stale hint, never in a wrong leaf).
+TEST(BTreeTest, ConcurrentHintedInsertsDuringChurn) {
+  TinyTree1 tree;
+  constexpr uint64_t kChurn = 4000;  // odd keys below, churned
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    Rng rng(301);
+    for (int i = 0; !stop.load(std::memory_order_relaxed) && i < 400000; ++i) {
+      ebr::Guard guard;
+      const uint64_t x = rng.uniform(0, kChurn / 2) * 2 + 1;
+      if (rng.uniform(0, 1)) {
+        tree.insert_if_absent(key1(x), as_value(x + 1), nullptr, nullptr);
+      } else {
+        tree.remove(key1(x), as_value(x + 1));
+      }
+      if (i % 256 == 0) ebr::quiesce();
+    }
+  });
+  for (uint64_t x = 0; x < kChurn; x += 2) {  // even keys, in runs of neighbours
+    ebr::Guard guard;
+    size_t steps = 0;
+    const void* hint = descend(tree, x, nullptr, &steps).leaf;
+    ASSERT_EQ(tree.insert_if_absent_at(key1(x), as_value(x + 1), hint), nullptr) << x;
+    if (x % 64 == 0) ebr::quiesce();
+  }
+  stop.store(true);
+  churn.join();
+  ebr::Guard guard;
+  for (uint64_t x = 0; x < kChurn; x += 2) EXPECT_EQ(tree.get(key1(x), nullptr), as_value(x + 1));
 }
 
 // Writers churn odd keys (causing splits and leaf unlinks) while readers check that the even

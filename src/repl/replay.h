@@ -15,7 +15,9 @@
 // installed when the watermark reaches them. Installation is Table::apply_replicated (newer
 // TID wins, tombstones for removes), so replaying an entry twice changes nothing. While it
 // installs a write, the index descents of the next few are in flight (TableBase::prefetch_step),
-// so their cache misses overlap instead of stalling one write after another.
+// so their cache misses overlap instead of stalling one write after another; a descent to a
+// key near an earlier write's in the same table jumps to that write's leaf (a finger, replay.cc),
+// and an insert goes into the leaf its own descent found.
 //
 // Snapshot reads at applied_tid run beside replay (src/txn/snapshot.h: the follower keeps
 // version chains when it serves reads). Not yet: replay spread over several threads (one per
@@ -95,6 +97,7 @@ class ReplayObserver {
 struct ReplayStats {
   uint64_t entries = 0, txns = 0, writes = 0, skipped_writes = 0;
   uint64_t known_writes = 0;    // installed on the record their prefetch found (no lookup)
+  uint64_t finger_jumps = 0;    // prefetch descents that jumped to a neighbour's leaf
   uint64_t discarded_txns = 0;  // records above an epoch fence (EpochFence), never installed
   uint64_t cpu_ns = 0;          // thread CPU time spent installing
 };
@@ -186,7 +189,9 @@ class ReplayApplier {
     uint32_t min_from = UINT32_MAX;
   };
   void update_held_min();
-  void apply_write(const WriteView& w, const uint64_t* key, uint64_t tid, void* known);
+  // known / leaf: what the write's prefetch found (its record; the leaf it ended at), or null.
+  void apply_write(const WriteView& w, const uint64_t* key, uint64_t tid, void* known,
+                   const void* leaf);
   // The observer's look at w of r, if r names another shard (observed: r.dep_count() > 0).
   void observe(bool observed, const RecordView& r, const WriteView& w, const uint64_t* key,
                const void* known) {

@@ -49,6 +49,16 @@ struct EntryMaker {
   }
 };
 
+// Every key holds the row EntryMaker wrote at `tid`.
+void expect_rows(const txn::Table<1>& table, const std::vector<uint64_t>& keys, uint64_t tid) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Row r;
+    ASSERT_TRUE(table.peek(txn::Table<1>::KeyT{{keys[i]}}, &r, sizeof r).ok());
+    EXPECT_EQ(r.a, tid) << i;
+    EXPECT_EQ(r.b, keys[i]);
+  }
+}
+
 // Installing puts on keys the store holds: the prefetch descents hand most installs their
 // record (no second lookup), and every value ends as the log says.
 TEST(ReplayApplier, PutsOnHeldKeysUseThePrefetchedRecords) {
@@ -66,12 +76,31 @@ TEST(ReplayApplier, PutsOnHeldKeysUseThePrefetchedRecords) {
   EXPECT_EQ(applier.stats().skipped_writes, 0u);
   // Every descent has 7 steps before its write; only the first few writes start late.
   EXPECT_GE(applier.stats().known_writes, 5000u - 10);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    Row r;
-    ASSERT_TRUE(table->peek(txn::Table<1>::KeyT{{keys[i]}}, &r, sizeof r).ok());
-    EXPECT_EQ(r.a, tid0 + 10000) << i;
-    EXPECT_EQ(r.b, keys[i]);
+  expect_rows(*table, keys, tid0 + 10000);
+}
+
+// Runs of neighbouring keys (an order's lines): after a run's first descent the others jump to
+// its leaf (finger_jumps), inserts go into the leaf their descent found, and every key ends as
+// the log says, across leaf splits.
+TEST(ReplayApplier, NeighbouringWritesJumpToTheLeafOfAnEarlierOne) {
+  txn::Engine engine;
+  txn::Table<1>* table = engine.create_table<1>("t");
+  ReplayApplier applier(engine, 1);
+  EntryMaker maker;
+  std::vector<uint64_t> keys;
+  for (uint64_t run = 0; run < 500; ++run) {
+    const uint64_t base = (run * 7919 % 1009) * 1000;
+    for (uint64_t line = 0; line < 10; ++line) keys.push_back(base + line);
   }
+  const uint64_t tid0 = uint64_t{2} << 32;
+  applier.on_chosen(0, maker.make(1, tid0, WriteOp::kInsert, keys));
+  const uint64_t jumps_inserting = applier.stats().finger_jumps;
+  EXPECT_GE(jumps_inserting, 2500u);
+  applier.on_chosen(0, maker.make(2, tid0 + 10000, WriteOp::kPut, keys));
+  EXPECT_GE(applier.stats().finger_jumps - jumps_inserting, 2500u);
+  EXPECT_EQ(applier.stats().skipped_writes, 0u);
+  EXPECT_EQ(table->record_count(), keys.size());
+  expect_rows(*table, keys, tid0 + 10000);
 }
 
 // An epoch change (docs/REPLICATION.md, "Failover"): stream 0 got further than stream 1 before the

@@ -94,7 +94,7 @@ Status BytesTable::txn_remove(Txn& txn, const uint64_t* key_words) {
 }
 
 bool BytesTable::apply_replicated(const uint64_t* key_words, WriteKind kind, const void* value,
-                                  uint32_t size_bytes, uint64_t tid, void* known) {
+                                  uint32_t size_bytes, uint64_t tid, void* known, const void*) {
   SHOAL_ASSERT(size_bytes <= kBytesValueBytesMax, "replicated value of %u bytes", size_bytes);
   struct At {
     BytesTree& index;
@@ -123,9 +123,14 @@ bool BytesTable::apply_replicated_patch(const uint64_t*, uint64_t, uint32_t, Pat
 void BytesTable::prefetch_start(const uint64_t*, BTreePrefetch* p) const {
   p->node = nullptr;
   p->value = nullptr;
+  p->leaf = nullptr;
 }
 
 bool BytesTable::prefetch_step(BTreePrefetch*) const {
+  return false;
+}
+
+bool BytesTable::prefetch_jump(BTreePrefetch*, const void*) const {
   return false;
 }
 

@@ -102,15 +102,17 @@ class BytesTable final : public TableBase {
   Status txn_remove(Txn& txn, const uint64_t* key_words) override;
   using TableBase::apply_replicated;
   using TableBase::apply_replicated_patch;
-  // REQUIRES (besides TableBase's): size_bytes <= kBytesValueBytesMax.
+  // REQUIRES (besides TableBase's): size_bytes <= kBytesValueBytesMax. No leaf hints.
   bool apply_replicated(const uint64_t* key_words, WriteKind kind, const void* value,
-                        uint32_t size_bytes, uint64_t tid, void* known) override;
+                        uint32_t size_bytes, uint64_t tid, void* known,
+                        const void* leaf_hint) override;
   // Never called: the log refuses patches of byte keys (asserts).
   bool apply_replicated_patch(const uint64_t* key_words, uint64_t base_tid, uint32_t size_bytes,
                               PatchFn patch, void* ctx, uint64_t tid, void* known) override;
   // No prefetching descents in a BytesTree: the descent is over at once, knowing nothing.
   void prefetch_start(const uint64_t* key_words, BTreePrefetch* p) const override;
   bool prefetch_step(BTreePrefetch* p) const override;
+  bool prefetch_jump(BTreePrefetch* p, const void* finger) const override;
   // key_words: packed keys.
   void scan_committed(const ScanFn& fn) const override;
   size_t purge_tombstones() override;

@@ -105,12 +105,19 @@ class TableBase {
   // `known`: the record the key led to a moment ago (replay's prefetch, BTreePrefetch::value,
   // found under the caller's current guard), used instead of an index lookup; a record
   // replaced since then is marked unlinked, and the install then looks the key up as usual.
-  // nullptr: look it up.
+  // nullptr: look it up. `leaf_hint`: where that prefetch ended (BTreePrefetch::leaf, same
+  // guard), or nullptr: an insert of an absent key goes straight into it when it still covers
+  // the key and has room (BasicBTree::insert_if_absent_at), without a second descent.
   virtual bool apply_replicated(const uint64_t* key_words, enum WriteKind kind, const void* value,
-                                uint32_t size_bytes, uint64_t tid, void* known) = 0;
+                                uint32_t size_bytes, uint64_t tid, void* known,
+                                const void* leaf_hint) = 0;
+  bool apply_replicated(const uint64_t* key_words, enum WriteKind kind, const void* value,
+                        uint32_t size_bytes, uint64_t tid, void* known) {
+    return apply_replicated(key_words, kind, value, size_bytes, tid, known, nullptr);
+  }
   bool apply_replicated(const uint64_t* key_words, enum WriteKind kind, const void* value,
                         uint32_t size_bytes, uint64_t tid) {
-    return apply_replicated(key_words, kind, value, size_bytes, tid, nullptr);
+    return apply_replicated(key_words, kind, value, size_bytes, tid, nullptr, nullptr);
   }
   // Installs a replicated in-place update of the present value of `size_bytes`: `patch(ctx,
   // data)` rewrites some of its bytes under the record lock, and the record gets `tid`.
@@ -132,6 +139,10 @@ class TableBase {
   // with the one it installs. prefetch_step returns false once the descent is over. REQUIRES:
   // the ebr::Guard held across a descent's steps; key_words holds key_words() words.
   virtual void prefetch_start(const uint64_t* key_words, BTreePrefetch* p) const = 0;
+  // A descent in progress jumps to `finger`, the leaf an earlier descent into this table
+  // ended at under the same guard (BTreePrefetch::leaf), if it covers the key
+  // (BasicBTree::prefetch_jump); returns whether it did. A BytesTable never does.
+  virtual bool prefetch_jump(BTreePrefetch* p, const void* finger) const = 0;
   virtual bool prefetch_step(BTreePrefetch* p) const = 0;
   // Visits every live (committed, not removed) record in key order:
   // fn(key_words, value, size_bytes, version) returns false to stop. REQUIRES: quiescent.
@@ -239,11 +250,15 @@ class Table final : public TableBase {
   using TableBase::apply_replicated;
   using TableBase::apply_replicated_patch;
   bool apply_replicated(const uint64_t* key_words, WriteKind kind, const void* value,
-                        uint32_t size_bytes, uint64_t tid, void* known) override;
+                        uint32_t size_bytes, uint64_t tid, void* known,
+                        const void* leaf_hint) override;
   bool apply_replicated_patch(const uint64_t* key_words, uint64_t base_tid, uint32_t size_bytes,
                               PatchFn patch, void* ctx, uint64_t tid, void* known) override;
   void prefetch_start(const uint64_t* key_words, BTreePrefetch* p) const override {
     index_.prefetch_start(key_words, p);
+  }
+  bool prefetch_jump(BTreePrefetch* p, const void* finger) const override {
+    return index_.prefetch_jump(p, finger);
   }
   bool prefetch_step(BTreePrefetch* p) const override { return index_.prefetch_step(p); }
   void scan_committed(const ScanFn& fn) const override;

@@ -230,20 +230,21 @@ bool TableBase::install_replicated(const IndexAt& at, WriteKind kind, const void
 
 template <size_t K>
 bool Table<K>::apply_replicated(const uint64_t* key_words, WriteKind kind, const void* value,
-                                uint32_t size_bytes, uint64_t tid, void* known) {
+                                uint32_t size_bytes, uint64_t tid, void* known,
+                                const void* leaf_hint) {
   SHOAL_ASSERT(size_bytes <= kValueBytesMax, "replicated value of %u bytes", size_bytes);
   struct At {
     BTree<K>& index;
     const KeyT key;
+    const void* leaf_hint;
     Record* lookup() const { return static_cast<Record*>(index.get(key, nullptr)); }
     bool insert(Record* rec) const {
-      typename BTree<K>::NodeRef before{};
-      uint64_t after = 0;
-      return index.insert_if_absent(key, rec, &before, &after) == nullptr;
+      return index.insert_if_absent_at(key, rec, leaf_hint) == nullptr;
     }
     bool replace(Record* rec) const { return index.update(key, rec); }
   };
-  return install_replicated(At{index_, key_of(key_words)}, kind, value, size_bytes, tid, known);
+  return install_replicated(At{index_, key_of(key_words), leaf_hint}, kind, value, size_bytes, tid,
+                            known);
 }
 
 template <size_t K>
