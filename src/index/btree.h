@@ -247,6 +247,13 @@ class BasicBTree {
   static size_t leaf_count(const Node* n);
   static size_t inner_count(const Node* n);
   static size_t leaf_lower_bound(const Leaf* leaf, size_t n, const KeyT& k);
+  // Where k is or would go in the leaf: its count, k's slot, and k's value (nullptr: absent).
+  // Read racily: the caller validates by the leaf's version.
+  struct LeafSpot {
+    size_t n, pos;
+    void* value;
+  };
+  static LeafSpot leaf_spot(const Leaf* leaf, const KeyT& k);
   static size_t child_index(const Inner* in, const KeyT& k);
   static bool successor(KeyT* k);    // false if k == max
   static bool predecessor(KeyT* k);  // false if k == min
@@ -376,6 +383,15 @@ inline size_t SHOAL_BTREE::leaf_lower_bound(const Leaf* leaf, size_t n, const Ke
     n -= half;
   }
   return base + (stored_less(leaf->keys[base], k) ? 1 : 0);
+}
+
+SHOAL_BTREE_TEMPLATE
+inline typename SHOAL_BTREE::LeafSpot SHOAL_BTREE::leaf_spot(const Leaf* leaf, const KeyT& k) {
+  LeafSpot s{leaf_count(leaf), 0, nullptr};
+  s.pos = leaf_lower_bound(leaf, s.n, k);
+  if (s.pos < s.n && load_key(leaf->keys[s.pos]) == k)
+    s.value = btree_detail::ld(leaf->values[s.pos]);
+  return s;
 }
 
 // Slot of the child covering k: the number of separators <= k.
@@ -610,10 +626,7 @@ inline bool SHOAL_BTREE::prefetch_step(BTreePrefetch* p) const {
   // say so, checked here under the same version as the lookup.
   const Leaf* leaf = static_cast<const Leaf*>(node);
   if (!leaf_covers(leaf, k)) return false;
-  const size_t n = leaf_count(leaf);
-  const size_t pos = leaf_lower_bound(leaf, n, k);
-  void* value = nullptr;
-  if (pos < n && load_key(leaf->keys[pos]) == k) value = btree_detail::ld(leaf->values[pos]);
+  void* value = leaf_spot(leaf, k).value;
   if (leaf->version.load(std::memory_order_acquire) != v) return false;
   p->leaf = leaf;
   if (value != nullptr) {
@@ -685,10 +698,7 @@ void* SHOAL_BTREE::get(const KeyT& k, NodeRef* leaf_out) const {
     btree_detail::backoff(attempt);
     uint64_t v;
     const Leaf* leaf = find_leaf(k, &v);
-    const size_t n = leaf_count(leaf);
-    const size_t pos = leaf_lower_bound(leaf, n, k);
-    void* value = nullptr;
-    if (pos < n && load_key(leaf->keys[pos]) == k) value = btree_detail::ld(leaf->values[pos]);
+    void* value = leaf_spot(leaf, k).value;
     if (leaf->version.load(std::memory_order_acquire) != v) continue;
     if (leaf_out != nullptr) *leaf_out = NodeRef{leaf, v};
     return value;
@@ -761,10 +771,7 @@ void* SHOAL_BTREE::insert_if_absent(const KeyT& k, void* v, NodeRef* before,
     if (!descend_for_insert(k, &p)) continue;
     Leaf* leaf = static_cast<Leaf*>(p.nodes[p.height]);
     const uint64_t lv = p.versions[p.height];
-    const size_t n = leaf_count(leaf);
-    const size_t pos = leaf_lower_bound(leaf, n, k);
-    void* cur = nullptr;
-    if (pos < n && load_key(leaf->keys[pos]) == k) cur = btree_detail::ld(leaf->values[pos]);
+    const auto [n, pos, cur] = leaf_spot(leaf, k);
     if (leaf->version.load(std::memory_order_acquire) != lv) continue;
     if (cur != nullptr) {
       if (before != nullptr) *before = NodeRef{leaf, lv};
@@ -796,10 +803,7 @@ void* SHOAL_BTREE::insert_if_absent_at(const KeyT& k, void* v, const void* leaf_
     Leaf* leaf = const_cast<Leaf*>(static_cast<const Leaf*>(leaf_hint));
     const uint64_t lv = leaf->version.load(std::memory_order_acquire);
     if (btree_detail::is_stable(lv) && leaf_covers(leaf, k)) {
-      const size_t n = leaf_count(leaf);
-      const size_t pos = leaf_lower_bound(leaf, n, k);
-      void* cur = nullptr;
-      if (pos < n && load_key(leaf->keys[pos]) == k) cur = btree_detail::ld(leaf->values[pos]);
+      const auto [n, pos, cur] = leaf_spot(leaf, k);
       if (leaf->version.load(std::memory_order_acquire) == lv) {
         if (cur != nullptr) return cur;
         if (n < kLeafCap && try_lock(leaf, lv)) {
