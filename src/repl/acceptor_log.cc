@@ -81,8 +81,10 @@ Result<SegmentFiles> list_segments(const std::string& dir, uint32_t stream) {
   return out;
 }
 
-WalOptions acceptor_wal_options() {
+WalOptions acceptor_wal_options(FsyncPolicy policy) {
   WalOptions wo;
+  // kAlways syncs every group of entries, however small: its syncs should carry data only.
+  wo.preallocate_with_zeros = policy == FsyncPolicy::kAlways;
   // pwrite, not io_uring: the appender here is the replication thread, not a worker, and on a
   // busy machine io_uring's buffered writes wait for an io-wq thread to be scheduled (the
   // append waits for its completion), which showed as commit latency. Measured in
@@ -110,7 +112,7 @@ std::string AcceptorLog::journal_path(uint64_t segment) const {
 }
 
 Status AcceptorLog::open_segment(uint64_t number) {
-  auto wal = Wal::open(wal_path(number), acceptor_wal_options());
+  auto wal = Wal::open(wal_path(number), acceptor_wal_options(fsync_));
   if (!wal.ok()) return wal.status();
   const std::string jpath = journal_path(number);
   const int fd = ::open(jpath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -370,7 +372,7 @@ Status AcceptorLog::recover_segment(uint64_t number, Segment* seg, uint64_t cove
       scan->chosen_hint = std::max(scan->chosen_hint, jf.chosen_hint(UINT64_MAX));
       return Status::Ok();
     }
-    auto wal = Wal::open(wal_path(number), acceptor_wal_options());
+    auto wal = Wal::open(wal_path(number), acceptor_wal_options(fsync_));
     if (!wal.ok()) return wal.status();
     auto rec = scan_copies(**wal, jf, covered, seg->base, &seg->max_slot, copies);
     if (!rec.ok()) return rec.status();

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace shoal::repl {
@@ -331,13 +332,17 @@ void Wal::drop_cached_pages() {
 
 void Wal::preallocate(uint64_t needed_end) {
   if (options_.preallocate_bytes == 0 || needed_end <= allocated_end_) return;
-  const uint64_t step =
-      std::min(options_.preallocate_bytes, std::max(kPreallocateMinBytes, end_offset_));
+  uint64_t step = std::min(options_.preallocate_bytes, std::max(kPreallocateMinBytes, end_offset_));
+  if (options_.preallocate_with_zeros) step = std::min(step, kZeroStepBytesMax);
   constexpr uint64_t kPageBytes = 4096;  // whole blocks: the last one is never half data
   const uint64_t to = (needed_end + step + kPageBytes - 1) / kPageBytes * kPageBytes;
   int rc = -1;
   int err = 0;
-  for (int attempt = 0; attempt < 4 && rc != 0; ++attempt) {  // bounded: EINTR only
+  if (options_.preallocate_with_zeros) {
+    err = write_zeros(allocated_end_, to);
+    rc = err == 0 ? 0 : -1;
+  }
+  for (int attempt = 0; attempt < 4 && rc != 0 && err == 0; ++attempt) {  // bounded: EINTR only
     rc = ::fallocate(fd_, 0, static_cast<off_t>(allocated_end_),
                      static_cast<off_t>(to - allocated_end_));
     err = rc == 0 ? 0 : errno;
@@ -354,6 +359,21 @@ void Wal::preallocate(uint64_t needed_end) {
     return;
   }
   allocated_end_ = to;
+}
+
+int Wal::write_zeros(uint64_t from, uint64_t to) {
+  static constexpr std::array<std::byte, 64u << 10> kZeros{};
+  // Bounded: each pass writes at least a byte or fails; EINTR retries at most a few times.
+  for (int interrupted = 0; from < to;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(to - from, kZeros.size()));
+    const ssize_t w = ::pwrite(fd_, kZeros.data(), n, static_cast<off_t>(from));
+    if (w < 0 && errno == EINTR && ++interrupted < 4) continue;
+    if (w <= 0) return w < 0 ? errno : EIO;
+    from += static_cast<uint64_t>(w);
+  }
+  // Synced now, so the appends that overwrite these blocks find them written and allocated,
+  // and their own syncs carry data only.
+  return ::fdatasync(fd_) == 0 ? 0 : errno;
 }
 
 Status Wal::trim_preallocation() {

@@ -5,7 +5,10 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -309,6 +312,69 @@ TEST_F(WalTest, PreallocationStaysOneBoundedStepAheadOfTheEnd) {
   o.preallocate_bytes = 0;
   const auto ends = fill(this, open_wal(o), e);
   EXPECT_EQ(file_bytes(), ends.back());
+}
+
+// Bytes of `path` at or past `from` that lie in unwritten extents (fallocated, never written),
+// by FIEMAP; -1 where the file system cannot say.
+int64_t unwritten_bytes_from(const std::string& path, uint64_t from) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  constexpr uint32_t kExtents = 256;
+  std::vector<uint8_t> buf(sizeof(fiemap) + kExtents * sizeof(fiemap_extent));
+  auto* fm = reinterpret_cast<fiemap*>(buf.data());
+  fm->fm_start = 0;
+  fm->fm_length = FIEMAP_MAX_OFFSET;
+  fm->fm_flags = FIEMAP_FLAG_SYNC;
+  fm->fm_extent_count = kExtents;
+  const int rc = ::ioctl(fd, FS_IOC_FIEMAP, fm);
+  ::close(fd);
+  if (rc != 0) return -1;
+  int64_t unwritten = 0;
+  for (uint32_t i = 0; i < fm->fm_mapped_extents; ++i) {
+    const fiemap_extent& e = fm->fm_extents[i];
+    const uint64_t end = e.fe_logical + e.fe_length;
+    if ((e.fe_flags & FIEMAP_EXTENT_UNWRITTEN) == 0 || end <= from) continue;
+    unwritten += static_cast<int64_t>(end - std::max<uint64_t>(e.fe_logical, from));
+  }
+  return unwritten;
+}
+
+// Preallocation by writing zeros (an fsync-always acceptor's): the tail ahead of the last
+// entry is written and allocated, not an unwritten extent, so an append's sync converts
+// nothing; steps stay within kZeroStepBytesMax; a restart keeps every entry and the zeros.
+// fallocate (the default) is the control: its tail is unwritten.
+TEST_F(WalTest, ZeroPreallocationLeavesNoUnwrittenExtentAheadOfTheEnd) {
+  const Entries e = make_entries(300, 1, 15);
+  for (const bool zeros : {false, true}) {
+    SCOPED_TRACE(zeros ? "zeros" : "fallocate");
+    std::filesystem::remove(path_);
+    WalOptions o{FsyncPolicy::kNone, false};
+    o.preallocate_with_zeros = zeros;
+    auto wal = open_wal(o);
+    ASSERT_TRUE(wal->recover([](const LogEntryView&) { return Status::Ok(); }).ok());
+    uint64_t ahead_max = 0;
+    for (auto s : e.sealed) {
+      ASSERT_TRUE(wal->append(s).ok());
+      ahead_max = std::max(ahead_max, wal->allocated_end() - wal->end_offset());
+    }
+    ASSERT_EQ(file_bytes(), wal->allocated_end());
+    ASSERT_GT(wal->allocated_end(), wal->end_offset());
+    const int64_t unwritten = unwritten_bytes_from(path_, wal->end_offset());
+    if (unwritten < 0) GTEST_SKIP() << "FIEMAP unsupported here";
+    if (zeros) {
+      EXPECT_EQ(unwritten, 0);
+      EXPECT_LE(ahead_max, kZeroStepBytesMax + 4096);
+    } else {
+      EXPECT_GT(unwritten, 0);  // ext4 and xfs keep fallocated blocks unwritten
+    }
+    const uint64_t end = wal->end_offset();
+    wal.reset();
+    const WalRecovery r = reopen(o);
+    EXPECT_EQ(r.entries_kept, e.sealed.size());
+    EXPECT_EQ(r.bytes_kept, end);
+    EXPECT_EQ(r.bytes_cut, 0u);
+    EXPECT_EQ(r.bytes_preallocated, file_bytes() - end);
+  }
 }
 
 // A restart over a preallocated tail: every entry kept, nothing cut or said on stderr, the
