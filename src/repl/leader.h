@@ -131,7 +131,10 @@ struct LeaderOptions {
   // so bounded, and with it the failover time. Followers report their applied TID every tick
   // ({"type":"replayed"}). The successor's round trip (receive_shapes, both ways) is added:
   // the lag the leader sees includes it (the chosen index travels to the follower, its
-  // report back), and it is not replay backlog. 0: unbounded.
+  // report back), and it is not replay backlog. Below that hard limit the ratekeeper paces
+  // the workers (lead_bound.h, RatekeeperRate: StreamAppender::set_pace_rate) at the
+  // successor's replay speed, so that its lag settles near the round trip plus half of this.
+  // 0: unbounded, and no pace.
   uint64_t follower_replay_lag_ms_max = 100;
   // The lead bound (lead_bound.h): a stream's worker opens no new batch while its oldest
   // entry not yet proposed was sealed more than this long ago, or its oldest proposal not
