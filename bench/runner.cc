@@ -462,6 +462,14 @@ nlohmann::json RunResult::to_json() const {
         {"lead_holds", rp.lead_holds},
         {"lead_hold_unproposed_ms", static_cast<double>(rp.lead_hold_unproposed_ns) / 1e6},
         {"lead_hold_unchosen_ms", static_cast<double>(rp.lead_hold_unchosen_ns) / 1e6},
+        {"pace_limited_ms", static_cast<double>(rp.pace_limited_ns) / 1e6},
+        {"pace_rate_mean", rp.pace_limited_ns == 0
+                               ? 0.0
+                               : static_cast<double>(rp.pace_limited_txns) * 1e9 /
+                                     static_cast<double>(rp.pace_limited_ns)},
+        {"pace_replay_per_s", rp.pace_replay_per_s},
+        {"pace_waits", rp.pace_waits},
+        {"pace_wait_ms", static_cast<double>(rp.pace_wait_ns) / 1e6},
         {"bootstrap_records", rp.bootstrap_records},
         {"retransmits", rp.retransmits},
         {"catchup_entries", rp.catchup_entries},

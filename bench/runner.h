@@ -153,6 +153,11 @@ struct ReplicationResult {
   uint64_t replay_lag_stop_ms = 0;
   // How long the lead bound held in all, by what began each hold (LeaderStats).
   uint64_t lead_hold_unproposed_ns = 0, lead_hold_unchosen_ns = 0;
+  // The ratekeeper's rate (LeaderStats; lead_bound.h RatekeeperRate): how long it paced the
+  // workers and the transactions its rate admitted at most meanwhile, the successor's replay
+  // speed it last measured; the workers' waits for that pace (AppenderStats).
+  uint64_t pace_limited_ns = 0, pace_limited_txns = 0, pace_replay_per_s = 0;
+  uint64_t pace_waits = 0, pace_wait_ns = 0;
   double bootstrap_s = 0;  // initial state through the log until every follower installed it
   double quiesce_s = 0;    // after the run until every follower applied everything
   uint64_t leader_digest = 0;

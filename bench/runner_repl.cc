@@ -303,6 +303,11 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
   result->lead_holds = leader_stats.lead_holds;
   result->lead_hold_unproposed_ns = leader_stats.lead_hold_unproposed_ns;
   result->lead_hold_unchosen_ns = leader_stats.lead_hold_unchosen_ns;
+  result->pace_limited_ns = leader_stats.pace_limited_ns;
+  result->pace_limited_txns = leader_stats.pace_limited_txns;
+  result->pace_replay_per_s = leader_stats.pace_replay_per_s;
+  result->pace_waits += logged.pace_waits;
+  result->pace_wait_ns += logged.pace_wait_ns;
   for (const repl::FollowerReport& r : *reports) {
     FollowerResult f;
     f.replica = r.replica;

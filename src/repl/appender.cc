@@ -61,6 +61,7 @@ StreamAppender::StreamAppender(const AppenderOptions& options, txn::Engine& engi
       buffer_bytes_(pad8(std::max(options.limits.batch_bytes_max, kLogLargeEntryBytes))),
       ring_bytes_(buffer_bytes_ * options.pool_buffers),
       sealed_(options.pool_entries),
+      pacer_(options.pace_burst_ns),
       policy_(options.limits, &env) {
   SHOAL_ASSERT(options.pool_buffers >= 1, "pool_buffers %u", options.pool_buffers);
   // One allocation for the whole ring, 64-byte aligned (entries need 8; the WAL's registered
@@ -138,8 +139,52 @@ void StreamAppender::note_space_left(uint64_t at) {
   if (low && wake_ != nullptr) wake_(wake_ctx_);
 }
 
+Status StreamAppender::stop_waiting(const char* what) {
+  short_of_space_.store(false, std::memory_order_release);
+  stopped_ = Status::Unavailable(
+      fmt::format("replication: stream {} of shard {} stopped while waiting for {}; "
+                  "transaction not logged",
+                  options_.stream, options_.shard, what));
+  return stopped_;
+}
+
+Status StreamAppender::wait_for_pace() {
+  // Unpaced: one load, no clock.
+  uint64_t rate = pace_rate_.load(std::memory_order_relaxed);
+  uint64_t txns = stats_.txns - paced_txns_;
+  paced_txns_ = stats_.txns;
+  if (rate == 0) {
+    (void)pacer_.wait_ns(0, 0, 0);
+    return Status::Ok();
+  }
+  // Bounded: the debt is at most a batch's transactions at the rate (the rate's last value;
+  // unpaced ends it), and a stop request ends it at the next slice. Sleeps, never spins: the
+  // followers the ratekeeper waits for may need this core.
+  constexpr uint64_t kSliceNsMax = 1'000'000;
+  uint64_t wait_start_ns = 0;
+  for (;;) {
+    const uint64_t now_ns = env_.now_ns();
+    const uint64_t wait_ns = pacer_.wait_ns(rate, txns, now_ns);
+    txns = 0;
+    if (wait_ns == 0) break;
+    if (wait_start_ns == 0) {
+      wait_start_ns = now_ns;
+      ++stats_.pace_waits;
+    }
+    if (options_.stop != nullptr && options_.stop->load(std::memory_order_acquire)) {
+      stats_.pace_wait_ns += now_ns - wait_start_ns;
+      return stop_waiting("the ratekeeper's pace");
+    }
+    env_.sleep_ns(std::min(wait_ns, kSliceNsMax));
+    rate = pace_rate_.load(std::memory_order_relaxed);
+  }
+  if (wait_start_ns != 0) stats_.pace_wait_ns += env_.now_ns() - wait_start_ns;
+  return Status::Ok();
+}
+
 Status StreamAppender::open_batch() {
   if (!stopped_.ok()) return stopped_;
+  SHOAL_TRY(wait_for_pace());
   // Bounded by the replication thread, which takes every entry once proposed and whose store
   // lets go of them (at once when we say we are short), or by a stop request. After a few
   // yields the worker sleeps: it waits for followers (the leader holds proposals while one
@@ -174,12 +219,7 @@ Status StreamAppender::open_batch() {
     }
     if (options_.stop != nullptr && options_.stop->load(std::memory_order_acquire)) {
       stats_.buffer_wait_ns += env_.now_ns() - wait_start_ns;
-      short_of_space_.store(false, std::memory_order_release);
-      stopped_ = Status::Unavailable(fmt::format(
-          "replication: stream {} of shard {} stopped while waiting for a log buffer (the "
-          "followers took no entry); transaction not logged",
-          options_.stream, options_.shard));
-      return stopped_;
+      return stop_waiting("a log buffer (the followers took no entry)");
     }
     if (spins < kYields) {
       std::this_thread::yield();
@@ -228,7 +268,7 @@ void StreamAppender::seal(uint64_t floor_tid, uint16_t flags, uint64_t final_tid
   tail_ = r.end;
   last_seal_ns_ = env_.now_ns();
   const SealedEntry e{index, static_cast<uint32_t>(bytes.size()), load_u64(bytes.data() + 48),
-                      last_seal_ns_};
+                      last_seal_ns_, load_u32(bytes.data() + 36)};
   // The queue holds pool_entries, and at most pool_entries entries are held.
   SHOAL_ASSERT(sealed_.push(e), "%s", "sealed ring overflow (more sealed than entry slots)");
   ++stats_.entries;

@@ -35,7 +35,10 @@
 // and a worker that waited for each shed waited on the replication thread's next turn of a
 // busy core (short_of_space() stays set until a batch finds enough room again). The leader also
 // holds the worker (set_lead_hold) while its oldest entry sealed and not yet chosen is too old
-// (src/repl/lead_bound.h), so that a stall keeps one batch waiting rather than the ring's worth.
+// (src/repl/lead_bound.h), so that a stall keeps one batch waiting rather than the ring's worth,
+// and paces it (set_pace_rate: the ratekeeper's rate, lead_bound.h RatekeeperRate): before it
+// opens a batch the worker charges the transactions it logged since to a token bucket
+// (TxnPacer) and sleeps while that is in debt, in slices of at most 1 ms.
 // The wait yields, then sleeps (50 us, doubling to 1 ms: no busy spin), and ends when
 // AppenderOptions::stop is set (a shutdown, e.g. SIGTERM while the followers are gone): the append
 // then fails with Unavailable and the stream is *stopped* for good: every later append, tick and
@@ -77,6 +80,7 @@
 
 #include "src/base/assert.h"
 #include "src/repl/entry_buffer.h"
+#include "src/repl/lead_bound.h"
 #include "src/repl/log_format.h"
 #include "src/txn/engine.h"
 
@@ -142,6 +146,8 @@ struct AppenderOptions {
   // buffer give up (see Backpressure above). nullptr: the wait ends only with a buffer.
   // REQUIRES: outlives the appender.
   const std::atomic<bool>* stop = nullptr;
+  // The pace's token bucket (set_pace_rate) keeps credit for at most this long at the rate.
+  uint64_t pace_burst_ns = 4'000'000;
 };
 
 struct SealedEntry {
@@ -149,6 +155,7 @@ struct SealedEntry {
   uint32_t bytes = 0;
   uint64_t max_tid = 0;
   uint64_t sealed_ns = 0;  // the appender's clock when sealed (LeadBound)
+  uint32_t txns = 0;       // records in it (the ratekeeper's count of what the workers logged)
 };
 
 struct AppenderStats {
@@ -161,6 +168,9 @@ struct AppenderStats {
   uint64_t lead_hold_wait_ns = 0, backlog_wait_ns = 0;
   uint64_t lead_waits = 0;  // of buffer_waits, those the lead bound began (set_lead_hold)
   uint64_t idle_seals = 0;  // of entries, those idle() sealed (group commit)
+  // Waits for the ratekeeper's pace (set_pace_rate) before a batch opened, and their time
+  // (apart from buffer_wait_ns).
+  uint64_t pace_waits = 0, pace_wait_ns = 0;
   // Dependency areas of the records append() wrote (log_dep_bytes), compact, and what they
   // took with every other-shard entry (full_bytes).
   txn::DepVecBytes deps;
@@ -178,6 +188,8 @@ struct AppenderStats {
     backlog_wait_ns += o.backlog_wait_ns;
     lead_waits += o.lead_waits;
     idle_seals += o.idle_seals;
+    pace_waits += o.pace_waits;
+    pace_wait_ns += o.pace_wait_ns;
     deps += o.deps;
     return *this;
   }
@@ -195,6 +207,8 @@ struct AppenderStats {
     d.backlog_wait_ns = backlog_wait_ns - base.backlog_wait_ns;
     d.lead_waits = lead_waits - base.lead_waits;
     d.idle_seals = idle_seals - base.idle_seals;
+    d.pace_waits = pace_waits - base.pace_waits;
+    d.pace_wait_ns = pace_wait_ns - base.pace_wait_ns;
     d.deps = deps - base.deps;
     return d;
   }
@@ -281,6 +295,11 @@ class StreamAppender {
   // waits as for ring space; the open batch still takes records and seals by its limits) and
   // an idle tick seals no floor entry.
   void set_lead_hold(bool hold) { lead_hold_.store(hold, std::memory_order_release); }
+  // Any thread (the leader's ratekeeper): the worker logs at most this many transactions a
+  // second from its next batch on (see Backpressure); 0: unpaced.
+  void set_pace_rate(uint64_t txns_per_s) {
+    pace_rate_.store(txns_per_s, std::memory_order_relaxed);
+  }
 
   // Worker thread (or after it stopped).
   const AppenderStats& stats() const { return stats_; }
@@ -321,6 +340,11 @@ class StreamAppender {
   // Waits for ring space and opens a batch there; Unavailable (and the stream stopped)
   // when options_.stop is set while it waits, or once stopped before.
   [[nodiscard]] Status open_batch();
+  // Before a batch opens: sleeps while the pace's token bucket is in debt; Unavailable (and the
+  // stream stopped) when options_.stop is set meanwhile.
+  [[nodiscard]] Status wait_for_pace();
+  // Stops the stream for a stop request that came while it waited for `what`.
+  Status stop_waiting(const char* what);
   // Frees the oldest entries that nobody holds, then places a batch of buffer_bytes_ at the
   // free end (batch_begin_, batch_at_). kNoSpace: no room or no entry slot yet; kBacklog:
   // pool_buffers entries wait to be taken; kLeadHold: the leader holds us (set_lead_hold).
@@ -363,6 +387,9 @@ class StreamAppender {
   uint64_t batch_at_ = 0;      // ... and its bytes here (later when it skipped the ring's end)
   std::atomic<bool> short_of_space_{false};
   std::atomic<bool> lead_hold_{false};
+  std::atomic<uint64_t> pace_rate_{0};  // set_pace_rate
+  TxnPacer pacer_;
+  uint64_t paced_txns_ = 0;                 // stats_.txns when last charged to pacer_
   std::atomic<uint64_t> taken_count_{0};    // entries take()n or recycle()d (replication thread)
   std::atomic<uint64_t> settled_count_{0};  // note_settled (replication thread)
   LogBatchBuilder builder_;

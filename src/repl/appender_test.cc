@@ -522,5 +522,54 @@ TEST(StreamAppender, AWaitForRingSpaceEndsWhenTheHeldEntryIsLetGo) {
   a.recycle(e.buffer);
 }
 
+// The ratekeeper's pace (set_pace_rate): at 1,000 transactions a second, batches of 10 open
+// 10 ms apart on virtual time, the worker sleeping meanwhile in slices of at most 1 ms; each
+// sealed entry says how many records it holds; unpaced, nothing waits; a stop request ends a
+// paced wait and the stream.
+TEST(StreamAppender, APacedWorkerSleepsBeforeEachBatchAtTheRate) {
+  OneTable t;
+  std::atomic<bool> stop{false};
+  WaitClock clock(&stop, 1000);
+  AppenderOptions o;
+  o.limits.batch_txns_max = 10;
+  o.stop = &stop;
+  StreamAppender a(o, t.engine, clock, nullptr, nullptr);
+  const OnePut put(t);
+  const TxnWrite& write = put.write;
+  uint64_t tid = uint64_t{2} << 32;
+  const auto log = [&](int txns) {
+    Status st = Status::Ok();
+    for (int i = 0; i < txns && st.ok(); ++i) st = a.append_record(++tid, {}, {&write, 1});
+    SealedEntry e;
+    while (a.pop_sealed(&e)) {
+      EXPECT_EQ(e.txns, 10u);
+      a.recycle(e.buffer);
+    }
+    return st;
+  };
+  a.set_pace_rate(1000);
+  const uint64_t start_ns = clock.now_ns();
+  ASSERT_TRUE(log(50).ok());
+  // The first batch opens at once (nothing logged before it), each of the other four 10 ms
+  // after the one before.
+  EXPECT_NEAR(static_cast<double>(clock.now_ns() - start_ns), 40e6, 1e3);
+  EXPECT_EQ(a.stats().pace_waits, 4u);
+  EXPECT_EQ(a.stats().pace_wait_ns, clock.now_ns() - start_ns);
+  EXPECT_EQ(clock.sleeps, 40u);  // 10 slices of 1 ms each
+  EXPECT_EQ(a.stats().buffer_waits, 0u);
+  a.set_pace_rate(0);
+  ASSERT_TRUE(log(50).ok());
+  EXPECT_EQ(clock.sleeps, 40u);
+  EXPECT_EQ(a.stats().pace_waits, 4u);
+  // One a second: the next batch owes 10 s; the stop comes at the 1,000th sleep.
+  a.set_pace_rate(1);
+  const Status paced = log(10);
+  EXPECT_EQ(paced.code(), Code::kUnavailable);
+  EXPECT_NE(paced.to_string().find("the ratekeeper's pace"), std::string::npos)
+      << paced.to_string();
+  EXPECT_EQ(clock.sleeps, 1000u);
+  EXPECT_EQ(a.stopped().code(), Code::kUnavailable);
+}
+
 }  // namespace
 }  // namespace shoal::repl

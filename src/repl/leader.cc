@@ -343,12 +343,13 @@ void ReplicationLeader::on_post(void* self) {
 }
 
 void ReplicationLeader::tick() {
-  wm_history_.note(watermark_.load(std::memory_order_relaxed), loop_->now_ns());
+  wm_history_.note(watermark_.load(std::memory_order_relaxed), loop_->now_ns(), chosen_txns_);
   accept_connections();
   for (uint32_t r = 0; r < peers_.size(); ++r) {
     if (peers_[r] && peers_[r]->dead) drop_peer(r, peers_[r]->why);
   }
   update_successor(loop_->now_ns());
+  update_pace(loop_->now_ns());
   uint32_t leading = 0;
   for (auto& s : streams_) {
     s->paxos->tick();
@@ -369,6 +370,9 @@ void ReplicationLeader::tick() {
     stats_.catchup_entries = stats_.catchup_wal_entries = stats_.catchup_errors = 0;
     stats_.catchup_bytes = 0;
     stats_.catching_up = 0;
+    stats_.pace_limited_ns = pace_.limited_ns();
+    stats_.pace_limited_txns = static_cast<uint64_t>(pace_.limited_txns());
+    stats_.pace_replay_per_s = static_cast<uint64_t>(pace_.replay_per_s());
     for (auto& s : streams_) {
       const PaxosStats& ps = s->paxos->stats();
       stats_.catchup_entries += ps.catchup_entries_sent;
@@ -427,6 +431,7 @@ void ReplicationLeader::drain(Stream& s) {
   SealedEntry e;
   while (s.appender->pop_sealed(&e)) {
     s.pending.push_back(e);
+    taken_txns_ += e.txns;
     s.lead->sealed(e.sealed_ns);
   }
   relieve(s);
@@ -535,39 +540,71 @@ bool ReplicationLeader::followers_keep_up(Stream& s) {
   return followers_replay_keeps_up(s);
 }
 
-bool ReplicationLeader::followers_replay_keeps_up(const Stream& s) {
-  (void)s;
-  const uint64_t now = loop_->now_ns();
-  const auto keeps_up = [&] {
-    ratekeeper_.release(now);
-    note_ratekeeper_stops();
-    return true;
-  };
-  if (options_.follower_replay_lag_ms_max == 0 || successor_ == kNoSuccessor) return keeps_up();
+bool ReplicationLeader::successor_replay(uint64_t now_ns, SuccessorReplay* out) const {
+  if (options_.follower_replay_lag_ms_max == 0 || successor_ == kNoSuccessor) return false;
   // Only the designated successor is waited for: it is the one that takes over (the others
   // defer to it, replica_cli.cc), and holding the shard to its slowest follower's replay cost
-  // 40% of the throughput on two cores. Stopping the proposals stops the watermark, so the
-  // successor's backlog falls within a replay of the bound.
+  // 40% of the throughput on two cores.
   const Peer* p = peers_[successor_].get();
-  if (p == nullptr) return keeps_up();
+  if (p == nullptr) return false;
   // The successor's round trip counts in the bound (ratekeeper_bound_ms): at a 50 ms round
   // trip half of the default 100 ms went to the wire, and every replay hiccup paused the shard.
-  const uint64_t lag_ms = wm_history_.lag_ns(p->replayed_tid, now) / 1'000'000;
   const net::LinkShape to_successor = successor_ < options_.receive_shapes.size()
                                           ? options_.receive_shapes[successor_]
                                           : net::LinkShape{};
-  const uint64_t bound_ms = ratekeeper_bound_ms(
-      options_.follower_replay_lag_ms_max, to_successor.one_way_delay_ns, to_successor.jitter_ns);
-  const uint64_t resume_ms =
-      ratekeeper_resume_ms(bound_ms, to_successor.one_way_delay_ns, to_successor.jitter_ns);
-  const uint64_t backlog_ms = wm_history_.backlog_ns(p->replayed_tid, now) / 1'000'000;
-  const bool go = ratekeeper_.admit(lag_ms, backlog_ms, bound_ms, resume_ms, now);
+  out->replayed_tid = p->replayed_tid;
+  out->lag_ms = wm_history_.lag_ns(p->replayed_tid, now_ns) / 1'000'000;
+  out->backlog_ms = wm_history_.backlog_ns(p->replayed_tid, now_ns) / 1'000'000;
+  out->one_way_delay_ns = to_successor.one_way_delay_ns;
+  out->jitter_ns = to_successor.jitter_ns;
+  out->bound_ms = ratekeeper_bound_ms(options_.follower_replay_lag_ms_max,
+                                      to_successor.one_way_delay_ns, to_successor.jitter_ns);
+  out->rtt_ms = (2 * to_successor.one_way_delay_ns + to_successor.jitter_ns) / 1'000'000;
+  return true;
+}
+
+bool ReplicationLeader::followers_replay_keeps_up(const Stream& s) {
+  (void)s;
+  const uint64_t now = loop_->now_ns();
+  SuccessorReplay r;
+  if (!successor_replay(now, &r)) {
+    ratekeeper_.release(now);
+    note_ratekeeper_stops();
+    return true;
+  }
+  // The hard limit beyond the bound (the rate, update_pace, keeps the lag well inside it).
+  // Stopping the proposals stops the watermark, so the successor's backlog falls within a
+  // replay of the bound.
+  const uint64_t resume_ms = ratekeeper_resume_ms(r.bound_ms, r.one_way_delay_ns, r.jitter_ns);
+  const bool go = ratekeeper_.admit(r.lag_ms, r.backlog_ms, r.bound_ms, resume_ms, now);
   note_ratekeeper_stops();
   if (go) return true;
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.replay_lag_waits;
-  stats_.replay_lag_ms_max = std::max(stats_.replay_lag_ms_max, lag_ms);
+  stats_.replay_lag_ms_max = std::max(stats_.replay_lag_ms_max, r.lag_ms);
   return false;
+}
+
+void ReplicationLeader::update_pace(uint64_t now_ns) {
+  SuccessorReplay r;
+  uint64_t rate = 0;
+  // Nothing is proposed during a takeover: nothing to pace.
+  if (takeover_applier_ || !successor_replay(now_ns, &r)) {
+    pace_.release(now_ns);
+  } else {
+    RatekeeperRate::Reading reading;
+    reading.now_ns = now_ns;
+    reading.lag_ms = r.lag_ms;
+    reading.taken_txns = taken_txns_;
+    reading.replayed_txns = wm_history_.txns_through(r.replayed_tid);
+    reading.successor = successor_;
+    rate = pace_.update(RatekeeperRate::shape(r.bound_ms, r.rtt_ms), reading);
+  }
+  if (rate == paced_rate_) return;
+  paced_rate_ = rate;
+  // The shard's rate, shared evenly among its streams (one per worker).
+  const uint64_t per_stream = rate == 0 ? 0 : std::max<uint64_t>(1, rate / streams_.size());
+  for (auto& s : streams_) s->appender->set_pace_rate(per_stream);
 }
 
 void ReplicationLeader::note_ratekeeper_stops() {
@@ -666,6 +703,7 @@ void ReplicationLeader::sync_logs() {
 void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std::byte> entry) {
   if (s.log) s.log->note_chosen(slot);
   s.lead->chosen_through(slot);
+  chosen_txns_ += load_u32(entry.data() + 36);  // its record count (LogEntryView)
   update_lead_hold(s);
   s.chosen_bytes += entry.size();
   ++s.chosen_entries;

@@ -131,7 +131,10 @@ struct LeaderOptions {
   // so bounded, and with it the failover time. Followers report their applied TID every tick
   // ({"type":"replayed"}). The successor's round trip (receive_shapes, both ways) is added:
   // the lag the leader sees includes it (the chosen index travels to the follower, its
-  // report back), and it is not replay backlog. 0: unbounded.
+  // report back), and it is not replay backlog. Below that hard limit the ratekeeper paces
+  // the workers (lead_bound.h, RatekeeperRate: StreamAppender::set_pace_rate) at the
+  // successor's replay speed, so that its lag settles near the round trip plus half of this.
+  // 0: unbounded, and no pace.
   uint64_t follower_replay_lag_ms_max = 100;
   // The lead bound (lead_bound.h): a stream's worker opens no new batch while its oldest
   // entry not yet proposed was sealed more than this long ago, or its oldest proposal not
@@ -182,6 +185,10 @@ struct LeaderStats {
   // and not proposed for too long (proposals stopped), or one proposed and not chosen for
   // too long (a majority slow to accept).
   uint64_t lead_hold_unproposed_ns = 0, lead_hold_unchosen_ns = 0;
+  // The ratekeeper's rate (lead_bound.h, RatekeeperRate): how long it paced the workers, the
+  // transactions its rate admitted at most meanwhile (their ratio: the mean rate), and the
+  // successor's replay speed it last measured (transactions a second; 0: not yet).
+  uint64_t pace_limited_ns = 0, pace_limited_txns = 0, pace_replay_per_s = 0;
 };
 
 // Where each stream and follower stands, as of the replication thread's last tick (metrics,
@@ -286,9 +293,22 @@ class ReplicationLeader {
   static constexpr uint32_t kNoSuccessor = UINT32_MAX;
   static constexpr uint64_t kSuccessorResendNs = 500'000'000;
   uint32_t successor_ = kNoSuccessor;  // replication thread
-  RatekeeperGate ratekeeper_;          // on the successor's replay
+  RatekeeperGate ratekeeper_;          // on the successor's replay: the hard limit
   uint64_t reported_stop_ms_ = 0;      // ratekeeper_'s stops as stats_ has them
   void note_ratekeeper_stops();        // stats_.replay_lag_stop_ms from ratekeeper_
+  // The successor's replay as the ratekeeper sees it at now_ns; false when there is nothing
+  // to pace by (no ratekeeper, no successor).
+  struct SuccessorReplay {
+    uint64_t replayed_tid = 0, lag_ms = 0, backlog_ms = 0, bound_ms = 0, rtt_ms = 0;
+    uint64_t one_way_delay_ns = 0, jitter_ns = 0;
+  };
+  bool successor_replay(uint64_t now_ns, SuccessorReplay* out) const;
+  // The ratekeeper's rate (below the gate): sets the appenders' pace each tick.
+  void update_pace(uint64_t now_ns);
+  RatekeeperRate pace_;
+  uint64_t paced_rate_ = 0;   // what the appenders were last told (the shard's, 0: unpaced)
+  uint64_t taken_txns_ = 0;   // records in the entries taken from the appenders
+  uint64_t chosen_txns_ = 0;  // ... in the entries chosen (WatermarkHistory's counts)
   uint64_t successor_sent_ns_ = 0;
   void update_catching_up(Stream& s);
   void sync_logs();

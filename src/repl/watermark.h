@@ -70,6 +70,11 @@ class ShardWatermark {
 // rises at most rise_gap_max_ns: longer, the watermark stood still and the workers were held
 // (the lead bound holds them within a batch of a stop).
 //
+// Each sample may also carry how many transactions were chosen by then (a running count):
+// txns_through() turns a replayed TID into how many of them a follower has replayed, from
+// which the ratekeeper's rate (lead_bound.h, RatekeeperRate) measures its replay speed and
+// backlog in transactions.
+//
 // Threads: owned by the leader's replication thread.
 class WatermarkHistory {
  public:
@@ -82,13 +87,14 @@ class WatermarkHistory {
     SHOAL_ASSERT(rise_gap_max_ns > 0, "%s", "a watermark history counts some of each rise");
   }
 
-  // The watermark is `tid` at `now_ns`. Lower or equal values change nothing (the watermark
-  // only grows). REQUIRES: now_ns does not go backwards.
-  void note(uint64_t tid, uint64_t now_ns) {
+  // The watermark is `tid` at `now_ns`, and `chosen_txns` transactions were chosen by then.
+  // Lower or equal values change nothing (the watermark only grows). REQUIRES: now_ns and
+  // chosen_txns do not go backwards.
+  void note(uint64_t tid, uint64_t now_ns, uint64_t chosen_txns = 0) {
     if (count_ > 0 && tid <= at(count_ - 1).tid) return;
     const uint64_t rising_ns =
         count_ == 0 ? 0 : at(count_ - 1).rising_ns + capped_gap(at(count_ - 1).ns, now_ns);
-    ring_[(first_ + count_) % kSamples] = Sample{tid, now_ns, rising_ns};
+    ring_[(first_ + count_) % kSamples] = Sample{tid, now_ns, rising_ns, chosen_txns};
     if (count_ < kSamples) {
       ++count_;
     } else {
@@ -113,12 +119,23 @@ class WatermarkHistory {
     return newest.rising_ns - at(first_above(replayed_tid)).rising_ns +
            capped_gap(newest.ns, now_ns);
   }
+  // The chosen transactions (as noted) of the newest sample at or below `replayed_tid`: what a
+  // replica there has replayed, give or take the transactions of one sampling interval. The
+  // oldest sample's count when even it is above (the replica trails the whole history); 0
+  // before any sample.
+  uint64_t txns_through(uint64_t replayed_tid) const {
+    if (count_ == 0) return 0;
+    if (at(count_ - 1).tid <= replayed_tid) return at(count_ - 1).txns;
+    const size_t i = first_above(replayed_tid);
+    return at(i == 0 ? 0 : i - 1).txns;
+  }
 
  private:
   struct Sample {
     uint64_t tid = 0;
     uint64_t ns = 0;
     uint64_t rising_ns = 0;  // the intervals since the oldest sample ever noted, each capped
+    uint64_t txns = 0;       // chosen by then (note's chosen_txns)
   };
   uint64_t capped_gap(uint64_t from_ns, uint64_t to_ns) const {
     return to_ns > from_ns ? std::min(to_ns - from_ns, rise_gap_max_ns_) : 0;
