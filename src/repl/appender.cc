@@ -253,7 +253,7 @@ void StreamAppender::seal(uint64_t floor_tid, uint16_t flags, uint64_t final_tid
   const std::span<const std::byte> bytes = builder_.seal(flags, floor_tid, final_tid, cap);
   // What the entry promised (its max_tid): records appended under a lower cap, released
   // since, may have lifted it above what append_record() counted.
-  promised_tid_ = std::max(promised_tid_, load_u64(bytes.data() + 48));
+  promised_tid_ = std::max(promised_tid_, entry_max_tid(bytes.data()));
   logged_floor_tid_ = std::max(logged_floor_tid_, promised_tid_);
   policy_.note_sealed();
   // The entry keeps its own bytes of the batch's space; the rest is free for the next batch.
@@ -267,8 +267,8 @@ void StreamAppender::seal(uint64_t floor_tid, uint16_t flags, uint64_t final_tid
   ++sealed_count_;
   tail_ = r.end;
   last_seal_ns_ = env_.now_ns();
-  const SealedEntry e{index, static_cast<uint32_t>(bytes.size()), load_u64(bytes.data() + 48),
-                      last_seal_ns_, load_u32(bytes.data() + 36)};
+  const SealedEntry e{index, static_cast<uint32_t>(bytes.size()), entry_max_tid(bytes.data()),
+                      last_seal_ns_, entry_record_count(bytes.data())};
   // The queue holds pool_entries, and at most pool_entries entries are held.
   SHOAL_ASSERT(sealed_.push(e), "%s", "sealed ring overflow (more sealed than entry slots)");
   ++stats_.entries;

@@ -722,8 +722,8 @@ void Follower::hand_to_replay(uint32_t stream, EntryBuffer entry_buffer) {
     return;
   }
   replay_pending_.fetch_add(1, std::memory_order_acq_rel);
-  // The entry's max TID (header offset 48): the leader's head as far as we know (lag).
-  const uint64_t entry_tid = load_u64(entry.data() + 48);
+  // The entry's max TID: the leader's head as far as we know (lag).
+  const uint64_t entry_tid = entry_max_tid(entry.data());
   if (entry_tid > max_received_tid_.load(std::memory_order_relaxed)) {
     max_received_tid_.store(entry_tid, std::memory_order_relaxed);
   }

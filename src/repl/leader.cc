@@ -703,7 +703,7 @@ void ReplicationLeader::sync_logs() {
 void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std::byte> entry) {
   if (s.log) s.log->note_chosen(slot);
   s.lead->chosen_through(slot);
-  chosen_txns_ += load_u32(entry.data() + 36);  // its record count (LogEntryView)
+  chosen_txns_ += entry_record_count(entry.data());
   update_lead_hold(s);
   s.chosen_bytes += entry.size();
   ++s.chosen_entries;
@@ -716,7 +716,7 @@ void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std:
     takeover_applier_->on_chosen(s.id, entry);
     watermark_.store(takeover_applier_->applied_tid(), std::memory_order_release);
   } else {
-    watermark_.store(wm_.advance(s.id, load_u64(entry.data() + 48)), std::memory_order_release);
+    watermark_.store(wm_.advance(s.id, entry_max_tid(entry.data())), std::memory_order_release);
   }
   if (options_.on_chosen != nullptr) options_.on_chosen(options_.on_chosen_ctx, s.id);
 }

@@ -325,6 +325,16 @@ class RecordView {
   const std::byte* p_;
 };
 
+// Header fields of a sealed entry read without a view, where the bytes passed parse() or were
+// sealed by this process (LogEntryView reads them the same way). REQUIRES: at least
+// kLogHeaderBytes, 8-byte aligned.
+inline uint32_t entry_record_count(const std::byte* entry) {
+  return load_u32(entry + 36);
+}
+inline uint64_t entry_max_tid(const std::byte* entry) {
+  return load_u64(entry + 48);
+}
+
 // A validated entry, viewed in place (no copy). Valid while the bytes it was parsed from live.
 class LogEntryView {
  public:
@@ -357,9 +367,9 @@ class LogEntryView {
   LogEntryId id() const;
   uint64_t epoch() const { return load_u64(p_ + 16); }
   uint32_t payload_bytes() const { return load_u32(p_ + 32); }
-  uint32_t record_count() const { return load_u32(p_ + 36); }
+  uint32_t record_count() const { return entry_record_count(p_); }
   uint64_t min_tid() const { return load_u64(p_ + 40); }
-  uint64_t max_tid() const { return load_u64(p_ + 48); }
+  uint64_t max_tid() const { return entry_max_tid(p_); }
   uint64_t checksum() const { return load_u64(p_ + 56); }
   size_t entry_bytes() const { return kLogHeaderBytes + payload_bytes(); }
   std::span<const std::byte> bytes() const { return {p_, entry_bytes()}; }

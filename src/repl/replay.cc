@@ -318,7 +318,7 @@ void ReplayApplier::restore(const ReplayCut& cut) {
 void ReplayApplier::on_chosen(uint32_t stream, std::span<const std::byte> bytes) {
   const uint64_t start = thread_cpu_ns();
   ++stats_.entries;
-  const uint64_t max_tid = load_u64(bytes.data() + 48);
+  const uint64_t max_tid = entry_max_tid(bytes.data());
   // Slots arrive in order from the restored position (PaxosStream delivers the chosen prefix
   // in order from the store's base, which a restart sets to the checkpoint's cut).
   Position& pos = positions_[stream];
