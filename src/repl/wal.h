@@ -81,8 +81,8 @@ struct WalOptions {
   uint64_t preallocate_bytes = 1u << 20;
   // Preallocate by writing zeros (and syncing them) instead of fallocate(): appends then
   // overwrite blocks already written, so the fdatasync after each one flushes data only, with
-  // no unwritten extent to convert and no journal commit to wait for (on this project's VM
-  // 94 against 135 us per small append + sync, and about 10 us less CPU). It writes the log
+  // no unwritten extent to convert and no journal commit to wait for (measured in
+  // docs/RESULTS.md: faster and cheaper per sync). It writes the log
   // twice, so it pays only where syncs are many and bytes few: FsyncPolicy::kAlways acceptors
   // (AcceptorLog). Steps are at most kZeroStepBytesMax: the append that takes one waits for it.
   bool preallocate_with_zeros = false;
