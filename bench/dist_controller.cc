@@ -181,6 +181,7 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.serve_reads = o.follower_reads;
   so.unsafe_snapshot_read_newest = o.unsafe_follower_read_newest;
   so.cpu_placement = o.cpu_placement;
+  so.memory_reserve_mb = o.memory_reserve_mb;
   if (o.replicas > 1) {
     SHOAL_TRY(start_config_manager(lc));
     so.etcd = lc->etcd_endpoints;

@@ -508,6 +508,7 @@ nlohmann::json RunResult::to_json() const {
   }
   j["rss_bytes"] = rss_bytes;
   j["peak_rss_bytes"] = peak_rss_bytes;
+  j["memory_reserve_mb"] = memory_reserve_mb;
   j["cpu_placement"] = cpu_placement;
   nlohmann::json series_json = nlohmann::json::array();
   for (const SecondSample& x : series) {
@@ -568,9 +569,11 @@ std::string RunResult::to_table() const {
   s += fmt::format("throughput: {:.0f} committed/s, {:.0f} aborts/s", committed_per_sec,
                    aborts_per_sec);
   if (failed != 0) s += fmt::format(", {} failed", failed);
-  s += fmt::format("\nmemory: RSS after load {:.1f} MiB, peak RSS {:.1f} MiB\n",
+  s += fmt::format("\nmemory: RSS after load {:.1f} MiB, peak RSS {:.1f} MiB",
                    static_cast<double>(rss_bytes) / (1 << 20),
                    static_cast<double>(peak_rss_bytes) / (1 << 20));
+  if (memory_reserve_mb != 0) s += fmt::format(" ({} MiB reserved at start)", memory_reserve_mb);
+  s += "\n";
   if (replication.enabled) {
     const ReplicationResult& rp = replication;
     s += fmt::format(
@@ -661,6 +664,7 @@ Result<RunResult> run_benchmark(workload::Workload& workload, txn::Engine& engin
   SHOAL_TRY(workload.load(engine, load_options, [&progress](double f) { progress.update(f); }));
   r.load_seconds = static_cast<double>(env.now_ns() - load_start_ns) / kNsPerSec;
   r.rss_bytes = current_rss_bytes();
+  r.memory_reserve_mb = options.memory_reserve_mb;
   progress.finish(r.rss_bytes);
 
   std::unique_ptr<ReplicatedRun> replicated;

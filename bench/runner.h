@@ -88,6 +88,10 @@ struct RunOptions {
   // fetches their checkpoints and truncates its WAL behind them (LeaderOptions::
   // checkpoint_fetch_interval_ms). 0: neither; every WAL grows with the run.
   uint64_t checkpoint_interval_ms = 0;
+  // MiB of memory this process faulted in at start-up for the allocator (`--memory-reserve-mb`,
+  // src/base/memory_reserve.h; tools/shoal.cc reserves it before the load); each follower
+  // reserves as much. Reported in the JSON. 0: none.
+  uint64_t memory_reserve_mb = 0;
 };
 
 inline constexpr uint32_t kMaxWorkers = 1024;
@@ -205,7 +209,8 @@ struct RunResult {
   std::vector<TypeResult> per_type;
   uint64_t rss_bytes = 0;  // resident set right after load
   uint64_t peak_rss_bytes = 0;
-  std::string cpu_placement;  // CpuPlacement::describe() of the run, or "none"
+  uint64_t memory_reserve_mb = 0;  // RunOptions::memory_reserve_mb (in rss_bytes from the start)
+  std::string cpu_placement;       // CpuPlacement::describe() of the run, or "none"
   bool checked = false;
   std::vector<std::string> check_failures;  // empty when consistent (or not checked)
   ReplicationResult replication;            // followers' digests and checks fail the check

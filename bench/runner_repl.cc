@@ -170,6 +170,9 @@ Status ReplicatedRun::spawn_followers(const RunOptions& options) {
                                      "--serve-reads",
                                      std::to_string(options.follower_reads)};
     if (options.unsafe_follower_read_newest) args.emplace_back("--unsafe-snapshot-read-newest");
+    if (options.memory_reserve_mb != 0) {
+      args.insert(args.end(), {"--memory-reserve-mb", std::to_string(options.memory_reserve_mb)});
+    }
     if (options.checkpoint_interval_ms != 0) {
       args.insert(args.end(),
                   {"--checkpoint-interval-ms", std::to_string(options.checkpoint_interval_ms)});

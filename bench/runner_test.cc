@@ -8,9 +8,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "src/workload/micro/micro.h"
 #include "src/workload/ycsb/ycsb.h"
@@ -297,6 +301,16 @@ TEST(MicroTest, SumInvariantHoldsAfterRun) {
   EXPECT_FALSE(workload::make_micro_workload({.keys = 3}).ok());
 }
 
+// Writes an executable shell script at `path` that runs `prelude`, then execs the real `shoal`
+// with its arguments: a stand-in for the followers' binary (RunOptions::replica_exe).
+void write_replica_wrapper(const std::string& path, const std::string& prelude) {
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << "#!/bin/sh\n" << prelude << "\nexec \"" << SHOAL_BINARY << "\" \"$@\"\n";
+  }
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+}
+
 // A follower process that exits during start-up (under load one lost its shm link and, with no
 // configuration manager, stopped) never installs the load: the run must fail at once naming
 // it, not sit out bootstrap's 300 s wait for every follower (it looked like a hang).
@@ -304,13 +318,8 @@ TEST(ReplicatedRunTest, FollowerThatExitsFailsTheStartAtOnce) {
   const std::string script = (std::filesystem::temp_directory_path() /
                               ("shoal-exit-replica2." + std::to_string(::getpid()) + ".sh"))
                                  .string();
-  {
-    std::ofstream out(script, std::ios::trunc);
-    // Replica 1 is real (with the leader, a majority of 3: the streams lead); replica 2 exits.
-    out << "#!/bin/sh\ncase \" $* \" in *\" --replica 2 \"*) exit 3;; esac\nexec \"" << SHOAL_BINARY
-        << "\" \"$@\"\n";
-  }
-  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  // Replica 1 is real (with the leader, a majority of 3: the streams lead); replica 2 exits.
+  write_replica_wrapper(script, "case \" $* \" in *\" --replica 2 \"*) exit 3;; esac");
   Result<std::unique_ptr<workload::Workload>> w = workload::make_micro_workload({.keys = 1000});
   ASSERT_TRUE(w.ok());
   txn::Engine engine;
@@ -329,6 +338,68 @@ TEST(ReplicatedRunTest, FollowerThatExitsFailsTheStartAtOnce) {
       << r.status().to_string();
   // Far below bootstrap's 300 s; the start itself takes a second or two.
   EXPECT_LT(took, std::chrono::seconds(60));
+}
+
+// Runs `shoal <args>` writing its JSON to a fresh file; returns the JSON (empty on failure).
+nlohmann::json run_shoal_json(const std::string& args, const std::string& name) {
+  const std::string json =
+      (std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid()) + ".json"))
+          .string();
+  const std::string cmd =
+      fmt::format("\"{}\" {} --json {} > /dev/null 2>&1", SHOAL_BINARY, args, json);
+  if (std::system(cmd.c_str()) != 0) return {};
+  std::ifstream in(json);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::filesystem::remove(json);
+  return j;
+}
+
+// `--memory-reserve-mb`: the allocator serves the load from the reserve instead of asking the
+// OS for more. Without the handoff to the allocator the reserve would only add to the peak:
+// reserve + what the run alone needs.
+TEST(MemoryReserveRun, TheAllocatorServesTheLoadFromTheReserve) {
+  const std::string args = "bench micro --keys 2000000 --seconds 0.2";
+  const nlohmann::json alone = run_shoal_json(args, "shoal-reserve-none");
+  ASSERT_TRUE(alone.is_object()) << "shoal " << args << " failed";
+  const uint64_t alone_peak = alone["peak_rss_bytes"];
+  ASSERT_GT(alone_peak, uint64_t{80} << 20) << "the run must need memory for this to mean much";
+  const uint64_t reserve_mb = 512;
+  ASSERT_LT(alone_peak, reserve_mb << 20) << "the run must fit in the reserve";
+  const nlohmann::json reserved =
+      run_shoal_json(args + fmt::format(" --memory-reserve-mb {}", reserve_mb), "shoal-reserve");
+  ASSERT_TRUE(reserved.is_object());
+  EXPECT_EQ(reserved["memory_reserve_mb"], reserve_mb);
+  const uint64_t rss_after_load = reserved["rss_bytes"];
+  EXPECT_GE(rss_after_load, reserve_mb << 20) << "the reserve is resident from the start";
+  const uint64_t peak = reserved["peak_rss_bytes"];
+  EXPECT_LT(peak, (reserve_mb << 20) + alone_peak / 2)
+      << "alone " << (alone_peak >> 20) << " MiB, with a " << reserve_mb << " MiB reserve "
+      << (peak >> 20) << " MiB";
+}
+
+// Each follower process of a replicated run reserves as much as the bench does.
+TEST(MemoryReserveRun, FollowersAreStartedWithTheSameReserve) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("shoal-reserve-args." + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::create_directories(dir);
+  const std::string script = dir + "/replica.sh";
+  write_replica_wrapper(script, "echo \"$*\" >> " + dir + "/args");
+  Result<std::unique_ptr<workload::Workload>> w = workload::make_micro_workload({.keys = 1000});
+  ASSERT_TRUE(w.ok());
+  txn::Engine engine;
+  RunOptions o = quiet(0.2, 1);
+  o.replicas = 2;
+  o.replica_exe = script;
+  o.memory_reserve_mb = 64;
+  Result<RunResult> r = run_benchmark(**w, engine, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->memory_reserve_mb, 64u);
+  std::ifstream in(dir + "/args");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_NE(line.find("--memory-reserve-mb 64"), std::string::npos) << line;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(YcsbTest, AllWorkloadsRunAndCheck) {

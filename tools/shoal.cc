@@ -46,6 +46,7 @@
 #include "shoal/client.h"
 #include "src/base/cpu_placement.h"
 #include "src/base/interrupt.h"
+#include "src/base/memory_reserve.h"
 #include "src/cluster/config.h"
 #include "src/server/cluster_ctl.h"
 #include "src/server/cluster_top.h"
@@ -93,8 +94,9 @@ struct ServerCommands {
   CLI::App* digest = nullptr;
   CLI::App* top = nullptr;
   server::ServerOptions server_options;
-  uint64_t recover_epoch = 0;    // `server --recover-epoch E`: restart from the data dir
-  uint32_t recover_replica = 0;  // `server --replica R`: which replica restarts as the leader
+  uint64_t recover_epoch = 0;      // `server --recover-epoch E`: restart from the data dir
+  uint32_t recover_replica = 0;    // `server --replica R`: which replica restarts as the leader
+  uint64_t memory_reserve_mb = 0;  // `server --memory-reserve-mb`
   server::ClusterOptions cluster_options;
   server::TopOptions top_options;
 };
@@ -328,6 +330,18 @@ void add_follower_read_options(CLI::App* app, const char* count_flag, uint32_t& 
 }
 
 // Followers' checkpoints (src/repl/checkpoint.h) and the WAL truncation they allow.
+// `--memory-reserve-mb` (src/base/memory_reserve.h): main() reserves it before the command
+// runs; `what` says whose memory it is.
+void add_memory_reserve_option(CLI::App* app, uint64_t& mb, const std::string& what) {
+  app->add_option("--memory-reserve-mb", mb,
+                  "Fault in this much memory at start-up, before any load, for the allocator to "
+                  "hand out (fresh memory is dear on first touch, on a VM most of all; 0: "
+                  "none)" +
+                      what)
+      ->check(number_in(uint64_t{0}, uint64_t{1} << 20, false, "in [0, 1048576]"))
+      ->capture_default_str();
+}
+
 void add_checkpoint_option(CLI::App* app, uint64_t& interval_ms) {
   app->add_option("--checkpoint-interval-ms", interval_ms,
                   "Followers write a checkpoint of their replayed store this often and delete "
@@ -555,9 +569,11 @@ int run_kv_bench_command(const BenchCommands& c, BenchFlags& f) {
       return kExitUsage;
     }
   }
-  if (c.bench->count("--warmup") > 0) {
-    fmt::print(stderr, "shoal: error: --warmup does not apply to bench kv\n");
-    return kExitUsage;
+  for (const char* flag : {"--warmup", "--memory-reserve-mb"}) {
+    if (c.bench->count(flag) > 0) {
+      fmt::print(stderr, "shoal: error: {} does not apply to bench kv\n", flag);
+      return kExitUsage;
+    }
   }
   k.workload = static_cast<char>(std::toupper(static_cast<unsigned char>(f.kv_workload.at(0))));
   k.zipfian = f.kv_distribution == "zipfian";
@@ -612,6 +628,8 @@ BenchCommands add_bench_command(CLI::App& app, BenchFlags& f) {
       ->check(CLI::IsMember({"auto", "none"}))
       ->capture_default_str();
 
+  add_memory_reserve_option(c.bench, f.run.memory_reserve_mb,
+                            "; each follower or shard server the run starts reserves as much");
   c.bench->footer(kBenchInterruptHelp);
 
   c.tpcc = c.bench->add_subcommand("tpcc", "TPC-C: the 5-transaction mix over W warehouses");
@@ -670,6 +688,7 @@ ServerCommands add_server_commands(CLI::App& app) {
       ->required()
       ->check(number_in(0u, 65535u, false, "in [0, 65535]"));
   add_served_options(c.server, so, "");
+  add_memory_reserve_option(c.server, c.memory_reserve_mb, "");
   c.server
       ->add_option("--worker-cpus", so.worker_cpus,
                    "Pin worker i to the i-th of these cpus (a list like 0-3,6; one per "
@@ -777,6 +796,7 @@ ServerCommands add_server_commands(CLI::App& app) {
       ->check(number_in(0u, 16u, false, "in [0, 16]"))
       ->capture_default_str();
   add_checkpoint_option(c.up, co.checkpoint_interval_ms);
+  add_memory_reserve_option(c.up, co.memory_reserve_mb, "; by every server and replica");
   c.up->add_flag("--no-read-only-hint{false}", co.tpcc_read_only_hint,
                  "TPC-C: validate reads of ITEM and the customer-name index like any other "
                  "(docs/OPERATIONS.md; the disclosure in docs/RESULTS.md)");
@@ -880,6 +900,13 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
                "applies (shoal cluster up --cpu-placement)\n");
     return kExitUsage;
   }
+  if (c.bench->count("--memory-reserve-mb") > 0 && remote) {
+    fmt::print(stderr,
+               "shoal: error: --memory-reserve-mb: with --cluster the running servers' reserves "
+               "apply (shoal cluster up --memory-reserve-mb)\n");
+    return kExitUsage;
+  }
+  d.memory_reserve_mb = f.run.memory_reserve_mb;  // the servers', not this controller's
   if (!tpcc && d.cross_shard_pct > 0 && sub->count("--cross-shard-pct") > 0 && local &&
       d.shards < 2) {
     fmt::print(stderr, "shoal: error: --cross-shard-pct: needs --shards >= 2\n");
@@ -1018,7 +1045,8 @@ int run_bench(const BenchCommands& c, BenchFlags& f) {
 
 // Bench options that mean nothing to `bench transport` are refused rather than ignored.
 int run_transport_bench(const BenchCommands& c, const BenchFlags& f) {
-  for (const char* flag : {"--workers", "--warmup", "--check", "--seed", "--cpu-placement"}) {
+  for (const char* flag :
+       {"--workers", "--warmup", "--check", "--seed", "--cpu-placement", "--memory-reserve-mb"}) {
     if (c.bench->count(flag) > 0) {
       fmt::print(stderr, "shoal: error: {} does not apply to bench transport (see --help)\n", flag);
       return kExitUsage;
@@ -1176,6 +1204,27 @@ void use_huge_pages_for_fresh_memory() {
   mi_option_enable(mi_option_large_os_pages);
 }
 
+// `--memory-reserve-mb`: faulted in now and given to mimalloc as an arena, which it serves
+// from before it asks the OS. Given as "large" (pinned): mimalloc then never decommits it, so
+// a page freed and reused is never faulted in twice. Returns false (said on stderr) when the
+// memory cannot be had.
+bool reserve_allocator_memory(uint64_t mb) {
+  if (mb == 0) return true;
+  shoal::Result<shoal::PrefaultedMemory> m = shoal::map_prefaulted_memory(mb << 20);
+  if (!m.ok()) {
+    fmt::print(stderr, "shoal: error: --memory-reserve-mb {}: {}\n", mb, m.status().to_string());
+    return false;
+  }
+  if (!mi_manage_os_memory(m->start, m->bytes, /*is_committed=*/true, /*is_large=*/true,
+                           /*is_zero=*/true, /*numa_node=*/-1)) {
+    fmt::print(stderr, "shoal: error: --memory-reserve-mb {}: the allocator refused it\n", mb);
+    return false;
+  }
+  fmt::print(stderr, "memory reserve: {} MiB faulted in in {} ms ({})\n", m->bytes >> 20,
+             m->fault_in_ms, m->huge_pages ? "huge pages" : "4 KiB pages");
+  return true;
+}
+
 int main(int argc, char** argv) {
   use_huge_pages_for_fresh_memory();
   restore_default_signal_handlers();
@@ -1192,6 +1241,8 @@ int main(int argc, char** argv) {
   shoal::ServerCommands server_commands = shoal::add_server_commands(app);
   shoal::server::ReplicaOptions replica_options;
   CLI::App* replica_command = shoal::add_replica_command(app, replica_options);
+  uint64_t replica_memory_reserve_mb = 0;
+  shoal::add_memory_reserve_option(replica_command, replica_memory_reserve_mb, "");
   shoal::KvCommands kv_commands;
   shoal::add_kv_command(app, kv_commands);
   try {
@@ -1268,15 +1319,21 @@ int main(int argc, char** argv) {
         return shoal::kExitUsage;
       }
     }
+    if (!reserve_allocator_memory(flags.run.memory_reserve_mb)) return shoal::kExitUsage;
     return shoal::run_bench(commands, flags);
   }
   if (replica_command->parsed()) {
+    if (!reserve_allocator_memory(replica_memory_reserve_mb)) return shoal::kExitUsage;
     const shoal::Status s = shoal::server::run_replica(replica_options);
     if (s.ok()) return 0;
     fmt::print(stderr, "shoal: error: {}\n", s.to_string());
     return s.code() == shoal::Code::kInvalidArgument ? shoal::kExitUsage : shoal::kExitRunFailed;
   }
   if (kv_commands.kv->parsed()) return shoal::run_kv_command(kv_commands);
+  if (server_commands.server->parsed() &&
+      !reserve_allocator_memory(server_commands.memory_reserve_mb)) {
+    return shoal::kExitUsage;
+  }
   if (server_commands.server->parsed() || server_commands.cluster->parsed()) {
     return shoal::run_server_commands(server_commands);
   }

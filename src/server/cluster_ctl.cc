@@ -375,6 +375,7 @@ SpawnOptions up_spawn_options(const ClusterOptions& o, const std::string& dir,
   so.checkpoint_interval_ms = o.checkpoint_interval_ms;
   so.cpu_placement = o.cpu_placement;
   so.tpcc_read_only_hint = o.tpcc_read_only_hint;
+  so.memory_reserve_mb = o.memory_reserve_mb;
   return so;
 }
 

@@ -58,6 +58,7 @@ struct ClusterOptions {
   int64_t lead_ms_max = -1;  // `up`: the leaders' lead bound (-1: the server's default)
   uint32_t serve_reads = 0;
   uint64_t checkpoint_interval_ms = 0;  // `up`: followers' checkpoint interval (0: none)
+  uint64_t memory_reserve_mb = 0;       // `up`: SpawnOptions::memory_reserve_mb
   std::string cpu_placement = "auto";   // `up`: SpawnOptions::cpu_placement
   // `up --no-read-only-hint`, TPC-C: ITEM and the customer-name index are read as any table
   // (their reads validated; docs/OPERATIONS.md), for measuring what the hint buys.
@@ -133,6 +134,7 @@ struct DistBenchOptions {
   uint32_t follower_reads = 0;
   bool unsafe_follower_read_newest = false;
   std::string cpu_placement = "auto";  // local run: SpawnOptions::cpu_placement
+  uint64_t memory_reserve_mb = 0;      // local run: SpawnOptions::memory_reserve_mb
   bool client_ports = false;           // local run: every replica gets a client_port (bench kv)
   // Local replicated run: SIGKILL a shard's leader at each of these times into the run
   // (increasing; empty: never), the shard kill_shard[i] (or kill_shard[0] for all; empty:

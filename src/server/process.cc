@@ -101,6 +101,11 @@ void add_batch_args(const SpawnOptions& options, std::vector<std::string>* args)
   }
 }
 
+void add_memory_reserve_arg(const SpawnOptions& options, std::vector<std::string>* args) {
+  if (options.memory_reserve_mb == 0) return;
+  args->insert(args->end(), {"--memory-reserve-mb", std::to_string(options.memory_reserve_mb)});
+}
+
 void add_etcd_arg(const SpawnOptions& options, std::vector<std::string>* args) {
   if (!options.ack_journal_dir.empty()) {
     args->insert(args->end(), {"--ack-journal", options.ack_journal_dir});
@@ -143,6 +148,7 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
     args.insert(args.end(), {"--connect-timeout-ms", std::to_string(options.connect_timeout_ms)});
   }
   add_etcd_arg(options, &args);
+  add_memory_reserve_arg(options, &args);
   if (placement.pinned()) {
     args.insert(args.end(), {"--worker-cpus",
                              format_cpu_list(shard_worker_cpus(placement, config.shards.size(), s)),
@@ -190,6 +196,7 @@ std::vector<std::string> replica_args(const std::string& exe, const SpawnOptions
   if (options.workers != 0) args.insert(args.end(), {"--workers", std::to_string(options.workers)});
   add_batch_args(options, &args);
   add_etcd_arg(options, &args);
+  add_memory_reserve_arg(options, &args);
   if (options.serve_reads != 0) {
     args.insert(args.end(), {"--serve-reads", std::to_string(options.serve_reads)});
   }

@@ -56,6 +56,8 @@ struct SpawnOptions {
   // Followers' `shoal replica --checkpoint-interval-ms`, and the leaders' `shoal server
   // --checkpoint-interval-ms` (they fetch those checkpoints and truncate their WALs).
   uint64_t checkpoint_interval_ms = 0;
+  // `--memory-reserve-mb` of every server and replica (src/base/memory_reserve.h); 0: none.
+  uint64_t memory_reserve_mb = 0;
   // "auto": when the servers' workers leave a core of this host over, each worker is pinned
   // to a core of its own (shard 0's first) and everything else, followers included, runs on
   // the rest (plan_host_placement); "none": the scheduler places everything.
