@@ -136,6 +136,8 @@ struct ReplicationResult {
   double batch_us = 0;
   std::string fsync;
   std::string transport;  // followers' link: shm, tcp or fabric
+  // The streams' counts from the end of the bootstrap on (the run and its close; the
+  // bootstrap's own are bootstrap_records and bootstrap_s), here and in the waits below.
   uint64_t entries = 0, log_bytes = 0, logged_txns = 0, floor_entries = 0, buffer_waits = 0;
   uint64_t bootstrap_records = 0;
   // The leader's Paxos resends over the run: accepts unanswered for a retransmit period, and

@@ -245,6 +245,10 @@ Status ReplicatedRun::bootstrap(txn::Engine& engine, ReplicationResult* result) 
     return Status::Unavailable(why + "; follower logs:" + follower_logs());
   }
   snapshot_tid_ = done->snapshot_tid;
+  // The workers have not started: the main thread may read their appenders.
+  for (uint32_t s = 0; s < leader_->streams(); ++s) {
+    logged_at_bootstrap_ += leader_->appender(s).stats();
+  }
   result->bootstrap_records = done->records;
   result->bootstrap_s = static_cast<double>(done->ns) / kNsPerSec;
   return Status::Ok();
@@ -282,8 +286,9 @@ Status ReplicatedRun::finish(txn::Engine& engine, bool check, ReplicationResult*
   result->quiesce_s = static_cast<double>(env.now_ns() - start_ns) / kNsPerSec;
   result->final_tid = final_tid_;
   result->leader_digest = repl::engine_digest(engine);
-  repl::AppenderStats logged;
-  for (uint32_t s = 0; s < leader_->streams(); ++s) logged += leader_->appender(s).stats();
+  repl::AppenderStats all;
+  for (uint32_t s = 0; s < leader_->streams(); ++s) all += leader_->appender(s).stats();
+  const repl::AppenderStats logged = all - logged_at_bootstrap_;
   const repl::LeaderStats leader_stats = leader_->stats();
   result->retransmits = leader_stats.retransmits;
   result->catchup_entries = leader_stats.catchup_entries;

@@ -57,6 +57,9 @@ class ReplicatedRun {
   uint32_t replicas_ = 0;
   uint64_t snapshot_tid_ = 0;
   uint64_t final_tid_ = 0;
+  // The streams' appender counts once the bootstrap was installed: finish() reports the run's
+  // own (the bootstrap's records, bytes and buffer waits left out).
+  repl::AppenderStats logged_at_bootstrap_;
 };
 
 }  // namespace shoal::bench
