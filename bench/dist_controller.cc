@@ -20,6 +20,7 @@
 #include "bench/runner.h"
 #include "src/base/env.h"
 #include "src/base/json_field.h"
+#include "src/base/memory_reserve.h"
 #include "src/check/serializability.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
@@ -182,6 +183,9 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.unsafe_snapshot_read_newest = o.unsafe_follower_read_newest;
   so.cpu_placement = o.cpu_placement;
   so.memory_reserve_mb = o.memory_reserve_mb;
+  if (o.memory_reserve_mb != 0) {  // every server and follower on this host reserves as much
+    SHOAL_TRY(check_memory_reserves_fit(o.memory_reserve_mb << 20, o.shards * o.replicas));
+  }
   if (o.replicas > 1) {
     SHOAL_TRY(start_config_manager(lc));
     so.etcd = lc->etcd_endpoints;

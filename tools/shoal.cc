@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -329,19 +330,20 @@ void add_follower_read_options(CLI::App* app, const char* count_flag, uint32_t& 
   app->add_flag(unsafe_flag, unsafe)->group("");
 }
 
-// Followers' checkpoints (src/repl/checkpoint.h) and the WAL truncation they allow.
-// `--memory-reserve-mb` (src/base/memory_reserve.h): main() reserves it before the command
-// runs; `what` says whose memory it is.
+// `--memory-reserve-mb` (src/base/memory_reserve.h): the command reserves it before it loads
+// anything; `what` says whose memory it is.
 void add_memory_reserve_option(CLI::App* app, uint64_t& mb, const std::string& what) {
-  app->add_option("--memory-reserve-mb", mb,
-                  "Fault in this much memory at start-up, before any load, for the allocator to "
-                  "hand out (fresh memory is dear on first touch, on a VM most of all; 0: "
-                  "none)" +
-                      what)
+  app->add_option(
+         "--memory-reserve-mb", mb,
+         "Fault in this much memory (whole 64 MiB units) at start-up, before any load, for "
+         "the allocator to hand out (fresh memory is dear on first touch, on a VM most "
+         "of all; 0: none)" +
+             what)
       ->check(number_in(uint64_t{0}, uint64_t{1} << 20, false, "in [0, 1048576]"))
       ->capture_default_str();
 }
 
+// Followers' checkpoints (src/repl/checkpoint.h) and the WAL truncation they allow.
 void add_checkpoint_option(CLI::App* app, uint64_t& interval_ms) {
   app->add_option("--checkpoint-interval-ms", interval_ms,
                   "Followers write a checkpoint of their replayed store this often and delete "
@@ -569,12 +571,17 @@ int run_kv_bench_command(const BenchCommands& c, BenchFlags& f) {
       return kExitUsage;
     }
   }
-  for (const char* flag : {"--warmup", "--memory-reserve-mb"}) {
-    if (c.bench->count(flag) > 0) {
-      fmt::print(stderr, "shoal: error: {} does not apply to bench kv\n", flag);
-      return kExitUsage;
-    }
+  if (c.bench->count("--warmup") > 0) {
+    fmt::print(stderr, "shoal: error: --warmup does not apply to bench kv\n");
+    return kExitUsage;
   }
+  if (remote && c.bench->count("--memory-reserve-mb") > 0) {
+    fmt::print(stderr,
+               "shoal: error: --memory-reserve-mb: with --cluster the running servers' reserves "
+               "apply (shoal cluster up --memory-reserve-mb)\n");
+    return kExitUsage;
+  }
+  k.local.memory_reserve_mb = f.run.memory_reserve_mb;  // the local servers', not this client's
   k.workload = static_cast<char>(std::toupper(static_cast<unsigned char>(f.kv_workload.at(0))));
   k.zipfian = f.kv_distribution == "zipfian";
   k.seconds = f.run.seconds;
@@ -1019,9 +1026,40 @@ std::unique_ptr<workload::Workload> make_workload(const BenchCommands& c, BenchF
   return std::move(w).value();
 }
 
+// `--memory-reserve-mb`: faulted in now and given to mimalloc as an arena, which its segments
+// come from before it asks the OS. Committed: mimalloc 2.0.9 then never decommits or resets
+// it (allow_decommit off), so a page freed and reused is not faulted in twice. Not "large":
+// mimalloc serves a large arena only to segments that may use large OS pages, which a
+// thread's first segment may not (eager_commit_delay), and each worker's first 32 MiB would
+// miss the reserve. `processes`: this one and those it starts on this host with as much.
+// Returns the MiB reserved (whole 64 MiB units; 0 for none), or an error already said on
+// stderr.
+std::optional<uint64_t> reserve_allocator_memory(uint64_t mb, uint32_t processes) {
+  if (mb == 0) return 0;
+  Result<PrefaultedMemory> m = map_prefaulted_memory(mb << 20, processes);
+  if (!m.ok()) {
+    fmt::print(stderr, "shoal: error: --memory-reserve-mb {}: {}\n", mb, m.status().to_string());
+    return std::nullopt;
+  }
+  if (!mi_manage_os_memory(m->start, m->bytes, /*is_committed=*/true, /*is_large=*/false,
+                           /*is_zero=*/true, /*numa_node=*/-1)) {
+    fmt::print(stderr, "shoal: error: --memory-reserve-mb {}: the allocator refused it\n", mb);
+    return std::nullopt;
+  }
+  fmt::print(stderr, "memory reserve: {} MiB faulted in in {} ms ({} MiB in huge pages)\n",
+             m->bytes >> 20, m->fault_in_ms, m->huge_page_bytes >> 20);
+  return m->bytes >> 20;
+}
+
 int run_bench(const BenchCommands& c, BenchFlags& f) {
   std::unique_ptr<workload::Workload> workload = make_workload(c, f);
   if (workload == nullptr) return kExitUsage;
+  // Before the load, after the checks (a usage error need not wait for the faults); the
+  // followers reserve what this process did.
+  const std::optional<uint64_t> reserved =
+      reserve_allocator_memory(f.run.memory_reserve_mb, f.run.replicas);
+  if (!reserved) return kExitUsage;
+  f.run.memory_reserve_mb = *reserved;
   f.run.warehouses = f.warehouses;
   f.run.stop = &interrupt_flag();
   txn::Engine engine;
@@ -1204,27 +1242,6 @@ void use_huge_pages_for_fresh_memory() {
   mi_option_enable(mi_option_large_os_pages);
 }
 
-// `--memory-reserve-mb`: faulted in now and given to mimalloc as an arena, which it serves
-// from before it asks the OS. Given as "large" (pinned): mimalloc then never decommits it, so
-// a page freed and reused is never faulted in twice. Returns false (said on stderr) when the
-// memory cannot be had.
-bool reserve_allocator_memory(uint64_t mb) {
-  if (mb == 0) return true;
-  shoal::Result<shoal::PrefaultedMemory> m = shoal::map_prefaulted_memory(mb << 20);
-  if (!m.ok()) {
-    fmt::print(stderr, "shoal: error: --memory-reserve-mb {}: {}\n", mb, m.status().to_string());
-    return false;
-  }
-  if (!mi_manage_os_memory(m->start, m->bytes, /*is_committed=*/true, /*is_large=*/true,
-                           /*is_zero=*/true, /*numa_node=*/-1)) {
-    fmt::print(stderr, "shoal: error: --memory-reserve-mb {}: the allocator refused it\n", mb);
-    return false;
-  }
-  fmt::print(stderr, "memory reserve: {} MiB faulted in in {} ms ({})\n", m->bytes >> 20,
-             m->fault_in_ms, m->huge_pages ? "huge pages" : "4 KiB pages");
-  return true;
-}
-
 int main(int argc, char** argv) {
   use_huge_pages_for_fresh_memory();
   restore_default_signal_handlers();
@@ -1319,11 +1336,10 @@ int main(int argc, char** argv) {
         return shoal::kExitUsage;
       }
     }
-    if (!reserve_allocator_memory(flags.run.memory_reserve_mb)) return shoal::kExitUsage;
     return shoal::run_bench(commands, flags);
   }
   if (replica_command->parsed()) {
-    if (!reserve_allocator_memory(replica_memory_reserve_mb)) return shoal::kExitUsage;
+    if (!shoal::reserve_allocator_memory(replica_memory_reserve_mb, 1)) return shoal::kExitUsage;
     const shoal::Status s = shoal::server::run_replica(replica_options);
     if (s.ok()) return 0;
     fmt::print(stderr, "shoal: error: {}\n", s.to_string());
@@ -1331,7 +1347,7 @@ int main(int argc, char** argv) {
   }
   if (kv_commands.kv->parsed()) return shoal::run_kv_command(kv_commands);
   if (server_commands.server->parsed() &&
-      !reserve_allocator_memory(server_commands.memory_reserve_mb)) {
+      !shoal::reserve_allocator_memory(server_commands.memory_reserve_mb, 1)) {
     return shoal::kExitUsage;
   }
   if (server_commands.server->parsed() || server_commands.cluster->parsed()) {

@@ -17,7 +17,7 @@ TEST(MemoryReserve, ZeroBytesIsRefused) {
   EXPECT_EQ(m.status().code(), Code::kInvalidArgument);
 }
 
-TEST(MemoryReserve, MoreThanTheMachineHasAvailableIsRefusedWithoutMapping) {
+TEST(MemoryReserve, MoreThanTheMachineHasAvailableIsRefused) {
   const uint64_t available = available_memory_bytes();
   ASSERT_GT(available, 0u) << "/proc/meminfo has no MemAvailable";
   auto m = map_prefaulted_memory(available + (uint64_t{1} << 30));
@@ -25,6 +25,22 @@ TEST(MemoryReserve, MoreThanTheMachineHasAvailableIsRefusedWithoutMapping) {
   EXPECT_EQ(m.status().code(), Code::kInvalidArgument);
   EXPECT_NE(m.status().to_string().find("MiB this machine has available"), std::string::npos)
       << m.status().to_string();
+}
+
+// Processes started together each see the memory free before any of them took its reserve:
+// the parent asks for all of them at once.
+TEST(MemoryReserve, ReservesOfSeveralProcessesMustFitTogether) {
+  const uint64_t available = available_memory_bytes();
+  ASSERT_GT(available, 0u);
+  const uint64_t each = available / 2 + kMemoryReserveUnitBytes;  // one fits, two do not
+  EXPECT_TRUE(check_memory_reserves_fit(each, 1).ok());
+  const Status two = check_memory_reserves_fit(each, 2);
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.code(), Code::kInvalidArgument);
+  EXPECT_NE(two.to_string().find("2 memory reserves of"), std::string::npos) << two.to_string();
+  auto m = map_prefaulted_memory(each, 2);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kInvalidArgument);
 }
 
 // Every page of the reserve is resident before the call returns (a later first touch would

@@ -18,6 +18,7 @@
 
 #include "src/base/env.h"
 #include "src/base/json_field.h"
+#include "src/base/memory_reserve.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/config.h"
 #include "src/cluster/etcd_config_manager.h"
@@ -487,6 +488,12 @@ Status cluster_up(const ClusterOptions& o) {
   if (!o.tpcc_read_only_hint && rec.workload != "tpcc") {
     return Status::InvalidArgument(fmt::format(
         "--no-read-only-hint: the servers load {}, not tpcc (the hint is TPC-C's)", rec.workload));
+  }
+  if (o.memory_reserve_mb != 0) {  // every process on this host reserves as much
+    uint32_t processes = 0;
+    for (const auto& shard : config->shards)
+      processes += static_cast<uint32_t>(shard.replicas.size());
+    SHOAL_TRY(check_memory_reserves_fit(o.memory_reserve_mb << 20, processes));
   }
   if (!restart) clear_run_dir(dir, *config);
   // Written before anything starts: a failed restart is retried in a newer epoch still.
