@@ -556,6 +556,16 @@ void add_kv_bench_command(BenchCommands& c, BenchFlags& f) {
   c.kv->add_flag("--unsafe-skip-read-validation", d.unsafe_skip_read_validation)->group("");
 }
 
+// `bench --memory-reserve-mb` against a running cluster (`--cluster`): refused, said on stderr;
+// the reserves are its servers'.
+bool reserve_given_with_cluster(const BenchCommands& c, bool remote) {
+  if (!remote || c.bench->count("--memory-reserve-mb") == 0) return false;
+  fmt::print(stderr,
+             "shoal: error: --memory-reserve-mb: with --cluster the running servers' reserves "
+             "apply (shoal cluster up --memory-reserve-mb)\n");
+  return true;
+}
+
 int run_kv_bench_command(const BenchCommands& c, BenchFlags& f) {
   server::KvBenchOptions& k = f.kv;
   const bool remote = c.kv->count("--cluster") > 0;
@@ -575,12 +585,7 @@ int run_kv_bench_command(const BenchCommands& c, BenchFlags& f) {
     fmt::print(stderr, "shoal: error: --warmup does not apply to bench kv\n");
     return kExitUsage;
   }
-  if (remote && c.bench->count("--memory-reserve-mb") > 0) {
-    fmt::print(stderr,
-               "shoal: error: --memory-reserve-mb: with --cluster the running servers' reserves "
-               "apply (shoal cluster up --memory-reserve-mb)\n");
-    return kExitUsage;
-  }
+  if (reserve_given_with_cluster(c, remote)) return kExitUsage;
   k.local.memory_reserve_mb = f.run.memory_reserve_mb;  // the local servers', not this client's
   k.workload = static_cast<char>(std::toupper(static_cast<unsigned char>(f.kv_workload.at(0))));
   k.zipfian = f.kv_distribution == "zipfian";
@@ -907,12 +912,7 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
                "applies (shoal cluster up --cpu-placement)\n");
     return kExitUsage;
   }
-  if (c.bench->count("--memory-reserve-mb") > 0 && remote) {
-    fmt::print(stderr,
-               "shoal: error: --memory-reserve-mb: with --cluster the running servers' reserves "
-               "apply (shoal cluster up --memory-reserve-mb)\n");
-    return kExitUsage;
-  }
+  if (reserve_given_with_cluster(c, remote)) return kExitUsage;
   d.memory_reserve_mb = f.run.memory_reserve_mb;  // the servers', not this controller's
   if (!tpcc && d.cross_shard_pct > 0 && sub->count("--cross-shard-pct") > 0 && local &&
       d.shards < 2) {

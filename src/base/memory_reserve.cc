@@ -86,9 +86,7 @@ Result<PrefaultedMemory> map_prefaulted_memory(uint64_t bytes, uint32_t processe
   char* start =
       reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + unit - 1) / unit * unit);
   if (start > base) ::munmap(base, static_cast<size_t>(start - base));
-  if (base + rounded + unit > start + rounded) {
-    ::munmap(start + rounded, static_cast<size_t>(base + rounded + unit - (start + rounded)));
-  }
+  ::munmap(start + rounded, static_cast<size_t>(base + unit - start));  // never empty
   (void)::madvise(start, rounded, MADV_HUGEPAGE);  // advice: without THP, 4 KiB pages
   const uint64_t huge_before = anon_huge_page_bytes();
   const auto began = std::chrono::steady_clock::now();
