@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev libtomlplusplus-dev
   libabsl-dev libxxhash-dev libmimalloc-dev liburing-dev nlohmann-json3-dev
-  # The fabric transport (src/net/fabric_transport.h) links libfabric (1.17: tcp;ofi_rxm,
+  # The fabric transport (src/net/fabric_transport.h) links libfabric (1.17: net, tcp;ofi_rxm,
   # sockets, udp;ofi_rxd and shm providers, no NIC needed); libfabric-bin has fi_info.
   libfabric-dev libfabric-bin
   # The configuration manager (src/cluster/config_manager.h): etcd 3.4 as the server and

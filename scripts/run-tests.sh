@@ -135,7 +135,7 @@ if [ "${SHOAL_SKIP_SANITIZERS:-0}" != "1" ]; then
   wait_for_build tsan "$tsan_pid"
   stage "TSan tests"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
-  # Less the fabric transport's tests: libfabric's provider (tcp;ofi_rxm) is not built with
+  # Less the fabric transport's tests: libfabric's provider (net) is not built with
   # TSan, so it sees our side of those links only, and each took about 4.7 s under it (194 s
   # of the stage's test time in 23 tests, 2026-12-04): they run in the release and ASan+UBSan
   # passes.

@@ -200,7 +200,7 @@ void add_dist_micro_options(CLI::App* micro, server::DistBenchOptions& d) {
   micro
       ->add_option("--transport", d.transport,
                    "Between the local shard servers: shm, tcp or fabric (libfabric; "
-                   "provider: SHOAL_FABRIC_PROVIDER, default tcp;ofi_rxm)")
+                   "provider: SHOAL_FABRIC_PROVIDER, default net)")
       ->check(CLI::IsMember({"shm", "tcp", "fabric"}))
       ->capture_default_str();
   micro->add_option("--keys-per-shard", d.keys_per_partition, "Keys per shard (local cluster)")
@@ -230,7 +230,7 @@ void add_dist_bank_options(CLI::App* bank, server::DistBenchOptions& d) {
       ->capture_default_str();
   bank->add_option("--transport", d.transport,
                    "Between the local shard servers and from their followers: shm, tcp "
-                   "or fabric (libfabric; provider: SHOAL_FABRIC_PROVIDER, default tcp;ofi_rxm)")
+                   "or fabric (libfabric; provider: SHOAL_FABRIC_PROVIDER, default net)")
       ->check(CLI::IsMember({"shm", "tcp", "fabric"}))
       ->capture_default_str();
   bank->add_option("--replicas", d.replicas,
@@ -287,7 +287,7 @@ void add_dist_tpcc_options(CLI::App* tpcc, server::DistBenchOptions& d) {
       ->check(number_in(1u, 1024u, false, "in [1, 1024]"));
   tpcc->add_option("--transport", d.transport,
                    "Between the local shard servers and from their followers: shm, tcp "
-                   "or fabric (libfabric; provider: SHOAL_FABRIC_PROVIDER, default tcp;ofi_rxm)")
+                   "or fabric (libfabric; provider: SHOAL_FABRIC_PROVIDER, default net)")
       ->check(CLI::IsMember({"shm", "tcp", "fabric"}))
       ->capture_default_str();
   tpcc->add_flag("--baseline", d.baseline,

@@ -83,7 +83,7 @@ Status run_one(const std::string& name, const Options& o, TransportResult* out) 
   }
   std::string why;
   if (name == "fabric") {
-    // The provider in the name: figures from tcp;ofi_rxm and from shm are not comparable.
+    // The provider in the name: figures from net (TCP) and from shm are not comparable.
     out->provider = net::FabricEndpoint::provider_name();
     if (!net::FabricEndpoint::supported(&why)) {
       out->skipped = "no libfabric provider with FI_RMA works: " + why;

@@ -5,7 +5,7 @@
 //   - ping-pong: round-trip p50/p99 of echo RPCs through rt::RpcEndpoint (rpc_runs.h), next to
 //     the same ping-pong without Shoal (raw_baselines.h): a bare SPSC shared-memory ring for
 //     shm, a bare busy-polled TCP connection for tcp, uring and fabric (whose provider,
-//     tcp;ofi_rxm by default, runs over loopback TCP; the provider is in TransportResult::name).
+//     net by default, runs over loopback TCP; the provider is in TransportResult::name).
 //   - pipelined: RPCs per second with many calls outstanding (128 callers for 64 B, fewer for
 //     large requests, which are answered with a 64 B ack).
 // Server: a forked child on CPU 1; client: this process on CPU 0. "Per core" follows

@@ -104,9 +104,9 @@ std::vector<std::string> default_kv_split_keys(uint32_t shards);
 struct ClusterConfig {
   std::string name = "shoal";
   TransportKind transport = TransportKind::kTcp;
-  // transport fabric: the libfabric provider ([cluster] fabric_provider, e.g. "tcp;ofi_rxm",
-  // "sockets"); empty: the environment's SHOAL_FABRIC_PROVIDER, else net's default
-  // (kDefaultFabricProvider, tcp;ofi_rxm). At most 31 bytes (it travels in the hello).
+  // transport fabric: the libfabric provider ([cluster] fabric_provider, e.g. "net",
+  // "tcp;ofi_rxm"); empty: the environment's SHOAL_FABRIC_PROVIDER, else the net module's
+  // default (kDefaultFabricProvider, "net"). At most 31 bytes (it travels in the hello).
   std::string fabric_provider;
   uint32_t workers_per_shard = 1;
   uint32_t replicas_per_shard = 1;

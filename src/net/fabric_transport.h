@@ -4,11 +4,13 @@
 // the RDMA transport (docs/TRANSPORTS.md, "Mapping onto RDMA verbs and libfabric").
 //
 // Provider: FI_EP_RDM endpoints with FI_RMA, remote CQ data and FI_ORDER_RMA_WAW, on
-// 127.0.0.1 only. The default is `tcp;ofi_rxm` (the one that also gives a CQ wait fd here);
-// FabricOptions::provider or SHOAL_FABRIC_PROVIDER picks another. Measured on Debian 12's
-// libfabric 1.17 without an RDMA NIC: tcp;ofi_rxm, sockets, udp;ofi_rxd and shm all complete
-// fi_writedata with remote CQ data over loopback; only tcp;ofi_rxm and sockets give FI_WAIT_FD
-// (without one, idle waits nap in 50 us slices instead of blocking; see wait()).
+// 127.0.0.1 only. The default is `net` (libfabric's tcp provider with native RDM endpoints:
+// the fastest here, and it gives a CQ wait fd); FabricOptions::provider or
+// SHOAL_FABRIC_PROVIDER picks another. Measured on Debian 12's libfabric 1.17 without an RDMA
+// NIC: net, tcp;ofi_rxm, sockets, udp;ofi_rxd and shm all complete fi_writedata with remote CQ
+// data over loopback; only net, tcp;ofi_rxm and sockets give FI_WAIT_FD (without one, idle
+// waits nap in 50 us slices instead of blocking; see wait()). The CQ waits on a wait set of
+// ours so that net's wait fd can be slept on (open_cq() in the .cc says why).
 //
 // Memory. Each side registers one region (FI_REMOTE_WRITE) the peer writes into:
 //   [0, 256)                mailbox: words the peer writes with its control messages
@@ -112,12 +114,12 @@
 namespace shoal::net {
 
 struct FabricOptions {
-  // libfabric provider name ("tcp;ofi_rxm", "sockets", "udp;ofi_rxd", "shm"). Empty: the
+  // libfabric provider name ("net", "tcp;ofi_rxm", "sockets", "udp;ofi_rxd", "shm"). Empty: the
   // environment's SHOAL_FABRIC_PROVIDER, else kDefaultFabricProvider.
   std::string provider;
   uint64_t handshake_timeout_ms = 10'000;
 };
-inline constexpr const char* kDefaultFabricProvider = "tcp;ofi_rxm";
+inline constexpr const char* kDefaultFabricProvider = "net";
 
 // The rendezvous message (fixed layout, host byte order: both ends are on one host).
 struct FabricHello {

@@ -382,7 +382,7 @@ class ReplicationLeader {
   std::thread acceptor_;
   bool authenticating_ = false;  // set before the threads start; acceptor_ runs
   // LinkKind::kFabric: a fabric accept completes the provider's handshake (tens to hundreds
-  // of ms on tcp;ofi_rxm), so it runs on a thread of its own as well, parking at most
+  // of ms on tcp;ofi_rxm, a few on net), so it runs on a thread of its own as well, parking at most
   // kAuthenticatedMax endpoints in authenticated_ too.
   void fabric_acceptor_main();
   std::optional<net::FabricListener> fabric_listener_;

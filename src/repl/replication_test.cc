@@ -266,7 +266,7 @@ void expect_followers_keep_entries(LinkKind link, uint64_t seed, uint64_t one_wa
   EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kAcceptorStore)], 0u);
   EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kReceiveCopy)], 0u);  // no compaction
   EXPECT_EQ(d.bytes[static_cast<size_t>(CopyHop::kShaperHold)], 0u);
-  // A socket still carries them (fabric: the tcp;ofi_rxm provider's); not shared memory.
+  // A socket still carries them (fabric: the net provider's); not shared memory.
   if (link != LinkKind::kShm) {
     EXPECT_GE(d.bytes[static_cast<size_t>(CopyHop::kSocketReceive)], d.entry_bytes_received);
   }
