@@ -631,14 +631,26 @@ TEST_F(ServerCli, BenchKvCheckCatchesSkippedReadValidation) {
 }
 
 // 2 shards x 3 replicas: `cluster up` starts the followers (and passes its batching to the
-// leaders), a run over the cluster ends with every follower's store identical to its
-// leader's, and so does `cluster digest`.
+// leaders, its memory reserve to every process), a run over the cluster ends with every
+// follower's store identical to its leader's, and so does `cluster digest`.
 TEST_F(ServerCli, ReplicatedClusterRunLeavesIdenticalReplicas) {
   write_replicated_config(2, 3);
   // Followers checkpoint every 200 ms (`shoal replica --checkpoint-interval-ms` passed on).
-  Outcome o = up({"--batch-txns", "50", "--batch-us", "300", "--checkpoint-interval-ms", "200"});
+  Outcome o = up({"--batch-txns", "50", "--batch-us", "300", "--checkpoint-interval-ms", "200",
+                  "--memory-reserve-mb", "64"});
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("2 shards x 3 replicas up"), std::string::npos) << o.output;
+  for (uint32_t s = 0; s < 2; ++s) {
+    for (uint32_t r = 0; r < 3; ++r) {
+      const std::string log = r == 0 ? fmt::format("{}/shard-{}.log", run_dir(), s)
+                                     : fmt::format("{}/shard-{}-replica-{}.log", run_dir(), s, r);
+      std::stringstream text;
+      text << std::ifstream(log).rdbuf();
+      EXPECT_NE(text.str().find("memory reserve: 64 MiB faulted in"), std::string::npos)
+          << log << ":\n"
+          << text.str();
+    }
+  }
   o = run({"cluster", "status", "--config", config_}, 30);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("replica 2 (r2)"), std::string::npos) << o.output;
