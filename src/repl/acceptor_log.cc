@@ -87,8 +87,9 @@ WalOptions acceptor_wal_options(FsyncPolicy policy) {
   wo.preallocate_with_zeros = policy == FsyncPolicy::kAlways;
   // pwrite, not io_uring: the appender here is the replication thread, not a worker, and on a
   // busy machine io_uring's buffered writes wait for an io-wq thread to be scheduled (the
-  // append waits for its completion), which showed as commit latency. Measured in
-  // docs/REPLICATION.md.
+  // append waits for its completion), which showed as commit latency (commit 9cfa0af). The
+  // WAL's own figures: docs/RESULTS.md, "Log format and WAL" (io_uring frees the caller's
+  // CPU, pwrite finishes sooner on two busy cores).
   wo.use_io_uring = false;
   // The WAL never syncs by itself: kBatch and kAlways both group commit (AcceptorLog::sync,
   // or the leader's syncer when accept_sync_elsewhere). An fdatasync per entry bought no
