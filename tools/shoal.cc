@@ -843,6 +843,9 @@ int run_server_commands(const ServerCommands& c) {
     server::ClusterOptions co = c.cluster_options;
     co.workload_given = c.up->count("--workload") > 0;
     co.keys_given = c.up->count("--keys-per-partition") > 0;
+    for (const CLI::Option* opt : c.up->get_options()) {
+      if (opt->count() > 0) co.flags_given.insert(opt->get_name());
+    }
     s = server::cluster_up(co);
   } else if (c.status->parsed()) {
     s = server::cluster_status(c.cluster_options);

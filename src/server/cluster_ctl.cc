@@ -125,6 +125,7 @@ struct UpRecord {
   std::string workload;
   uint32_t workers = 0;
   uint64_t keys_per_partition = 0;
+  nlohmann::json settings = nlohmann::json::object();  // up_settings() of the up that wrote it
 };
 
 std::string up_record_path(const std::string& dir) {
@@ -144,6 +145,9 @@ Result<std::optional<UpRecord>> read_up_record(const std::string& dir) {
   if (read.ok()) read = json_optional_field(j, "workload", &r.workload);
   if (read.ok()) read = json_optional_field(j, "workers", &r.workers);
   if (read.ok()) read = json_optional_field(j, "keys_per_partition", &r.keys_per_partition);
+  if (read.ok()) read = json_optional_field(j, "settings", &r.settings);
+  if (read.ok() && !r.settings.is_object())
+    read = Status::InvalidArgument("'settings': not an object");
   if (!read.ok() || r.epoch == 0 || r.workload.empty() || r.workers == 0) {
     return Status::Corruption(fmt::format("{}: unreadable ({}); `cluster up --fresh` starts over",
                                           up_record_path(dir), read.message()));
@@ -157,7 +161,8 @@ Status write_up_record(const std::string& dir, const UpRecord& r) {
   out << nlohmann::json{{"epoch", r.epoch},
                         {"workload", r.workload},
                         {"workers", r.workers},
-                        {"keys_per_partition", r.keys_per_partition}}
+                        {"keys_per_partition", r.keys_per_partition},
+                        {"settings", r.settings}}
              .dump()
       << "\n";
   out.close();
@@ -165,6 +170,70 @@ Status write_up_record(const std::string& dir, const UpRecord& r) {
     return Status::IOError("cannot write " + path);
   }
   return Status::Ok();
+}
+
+// The flags of `up` that up.json records (its "settings", keyed by flag) and that a restart
+// keeps unless given again. The load's own (workload, workers, keys) are the record's fields:
+// a restart refuses others.
+nlohmann::json up_settings(const ClusterOptions& o) {
+  return {{"--fsync", o.fsync},
+          {"--batch-txns", o.batch_txns},
+          {"--batch-us", o.batch_us},
+          {"--lead-ms-max", o.lead_ms_max},
+          {"--serve-reads", o.serve_reads},
+          {"--checkpoint-interval-ms", o.checkpoint_interval_ms},
+          {"--memory-reserve-mb", o.memory_reserve_mb},
+          {"--cpu-placement", o.cpu_placement},
+          {"--no-read-only-hint", !o.tpcc_read_only_hint},
+          {"--ack-journal", o.ack_journal}};
+}
+
+// *o with each setting in `recorded` whose flag was not given taken from it; *kept lists those
+// that change what this `up` would have run with ("--fsync always", ...). A setting an older
+// up.json lacks stays as given.
+Status keep_recorded_settings(const nlohmann::json& recorded, ClusterOptions* o,
+                              std::vector<std::string>* kept) {
+  const nlohmann::json now = up_settings(*o);
+  const auto keep = [&](const char* flag, auto* field) -> Status {
+    if (o->flags_given.count(flag) != 0) return Status::Ok();
+    SHOAL_TRY(json_optional_field(recorded, flag, field));
+    const auto it = recorded.find(flag);
+    if (it != recorded.end() && *it != now[flag]) {
+      kept->push_back(
+          it->is_boolean()
+              ? std::string(flag)
+              : fmt::format("{} {}", flag, it->is_string() ? it->get<std::string>() : it->dump()));
+    }
+    return Status::Ok();
+  };
+  bool no_read_only_hint = !o->tpcc_read_only_hint;
+  SHOAL_TRY(keep("--fsync", &o->fsync));
+  SHOAL_TRY(keep("--batch-txns", &o->batch_txns));
+  SHOAL_TRY(keep("--batch-us", &o->batch_us));
+  SHOAL_TRY(keep("--lead-ms-max", &o->lead_ms_max));
+  SHOAL_TRY(keep("--serve-reads", &o->serve_reads));
+  SHOAL_TRY(keep("--checkpoint-interval-ms", &o->checkpoint_interval_ms));
+  SHOAL_TRY(keep("--memory-reserve-mb", &o->memory_reserve_mb));
+  SHOAL_TRY(keep("--cpu-placement", &o->cpu_placement));
+  SHOAL_TRY(keep("--no-read-only-hint", &no_read_only_hint));
+  SHOAL_TRY(keep("--ack-journal", &o->ack_journal));
+  o->tpcc_read_only_hint = !no_read_only_hint;
+  return Status::Ok();
+}
+
+// The settings a restart takes from `rec` (up.json), or a Corruption naming the file.
+Result<ClusterOptions> restart_options(const ClusterOptions& o, const std::string& dir,
+                                       const UpRecord& rec) {
+  ClusterOptions kept_options = o;
+  std::vector<std::string> kept;
+  if (Status s = keep_recorded_settings(rec.settings, &kept_options, &kept); !s.ok()) {
+    return Status::Corruption(fmt::format("{}: settings: {}; `cluster up --fresh` starts over",
+                                          up_record_path(dir), s.message()));
+  }
+  if (!kept.empty()) {
+    fmt::print("as up.json recorded: {} (give a flag again to change it)\n", fmt::join(kept, ", "));
+  }
+  return kept_options;
 }
 
 bool any_replica_dir(const std::string& dir, const cluster::ClusterConfig& c) {
@@ -358,7 +427,7 @@ struct ReplicaId {
 };
 
 // What every process `up` starts is given: the recorded workload, workers and keys, and the
-// flags of this `up`.
+// settings of `o` (this `up`'s flags; on a restart, restart_options()'s).
 SpawnOptions up_spawn_options(const ClusterOptions& o, const std::string& dir,
                               const UpRecord& rec) {
   SpawnOptions so;
@@ -405,7 +474,9 @@ Status rejoin_replicas(const ClusterOptions& o, const cluster::ClusterConfig& co
           d.shard, d.replica, state->epoch));
     }
   }
-  SpawnOptions so = up_spawn_options(o, dir, **recorded);
+  auto kept = restart_options(o, dir, **recorded);  // as the cluster was started
+  if (!kept.ok()) return kept.status();
+  SpawnOptions so = up_spawn_options(*kept, dir, **recorded);
   so.etcd = endpoints;
   auto placement = plan_host_placement(config, so);
   if (!placement.ok()) return placement.status();
@@ -485,22 +556,29 @@ Status cluster_up(const ClusterOptions& o) {
   bool restart = false;
   UpRecord rec;
   SHOAL_TRY(plan_up(o, *config, dir, &restart, &rec));
-  if (!o.tpcc_read_only_hint && rec.workload != "tpcc") {
+  ClusterOptions run = o;  // a restart runs with up.json's settings where no flag is given
+  if (restart) {
+    auto kept = restart_options(o, dir, rec);
+    if (!kept.ok()) return kept.status();
+    run = std::move(*kept);
+  }
+  rec.settings = up_settings(run);
+  if (!run.tpcc_read_only_hint && rec.workload != "tpcc") {
     return Status::InvalidArgument(fmt::format(
         "--no-read-only-hint: the servers load {}, not tpcc (the hint is TPC-C's)", rec.workload));
   }
-  if (o.memory_reserve_mb != 0) {  // every process on this host reserves as much
+  if (run.memory_reserve_mb != 0) {  // every process on this host reserves as much
     uint32_t processes = 0;
     for (const auto& shard : config->shards)
       processes += static_cast<uint32_t>(shard.replicas.size());
-    SHOAL_TRY(check_memory_reserves_fit(o.memory_reserve_mb << 20, processes));
+    SHOAL_TRY(check_memory_reserves_fit(run.memory_reserve_mb << 20, processes));
   }
   if (!restart) clear_run_dir(dir, *config);
   // Written before anything starts: a failed restart is retried in a newer epoch still.
   SHOAL_TRY(write_up_record(dir, rec));
   // An etcd left by an `up` whose servers are all gone (no `down`) is stopped first.
   stop_run_dir_etcd(dir, o.stop_timeout_ms);
-  SpawnOptions so = up_spawn_options(o, dir, rec);
+  SpawnOptions so = up_spawn_options(run, dir, rec);
   so.recover_epoch = restart ? rec.epoch : 0;
   // A restart's leaders read their whole WALs before they serve or dial each other (seconds
   // per minute of load: docs/RESULTS.md): wait for that, not for a load's 60 s. A process that

@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,11 @@ struct ClusterOptions {
   bool fresh = false;
   bool workload_given = false;
   bool keys_given = false;
+  // `up`: the flags given on its command line ("--fsync", ...). Restarting from disk, or the
+  // replicas that died, keeps up.json's setting of every recorded flag not given again
+  // (fsync, batching, lead bound, serve-reads, checkpoints, memory reserve, CPU placement,
+  // the read-only hint, the ack journal).
+  std::set<std::string> flags_given;
   // `up --ack-journal`, TPC-C: the terminals journal every acknowledged NewOrder into the run
   // directory (acks-*.bin, ack_journal.h), which `check` then looks up in the stores.
   bool ack_journal = false;

@@ -1034,9 +1034,22 @@ TEST_F(ServerCli, ClusterDownThenUpRestartsEveryReplicaFromItsDisk) {
     ASSERT_TRUE(wal.good());
     wal << std::string(100, '\xab');
   }
-  o = up({"--checkpoint-interval-ms", "300"});
+  // No flags: the restart runs as the cluster was started (up.json's settings), and says so.
+  o = up();
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("restarted from disk in epoch 2"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("as up.json recorded: --checkpoint-interval-ms 300, --ack-journal"),
+            std::string::npos)
+      << o.output;
+  for (const char* process : {"shard-0", "shard-1-replica-2"}) {
+    std::string cmdline = read_file(fmt::format(
+        "/proc/{}/cmdline", std::stoi(read_file(fmt::format("{}/{}.pid", run_dir(), process)))));
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    EXPECT_NE(cmdline.find(process == std::string("shard-0") ? "--ack-journal "
+                                                             : "--checkpoint-interval-ms 300"),
+              std::string::npos)
+        << process << ": " << cmdline;
+  }
   const std::string leader_log = read_file(run_dir() + "/shard-0.log");
   EXPECT_TRUE(leader_log.find("cutting 100 bytes at offset") != std::string::npos ||
               leader_log.find("followed by data at offset") != std::string::npos)
