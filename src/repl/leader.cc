@@ -16,7 +16,7 @@ namespace shoal::repl {
 
 PaxosOptions paxos_options_for_rtt(uint64_t rtt_ns) {
   PaxosOptions o;
-  o.heartbeat_ns = 10'000'000;  // tick() runs every kTickNs = 2 ms
+  o.heartbeat_ns = kQuietTickNs;  // tick() runs every kTickNs = 2 ms, quiet every 10 ms
   // TCP already delivers reliably: retransmission matters after a reconnect or a leader
   // change, so it waits well past a round trip plus a busy follower's queueing (a re-sent
   // entry costs as much as the first send: hundreds of KB for a TPC-C batch).
@@ -326,7 +326,19 @@ void ReplicationLeader::on_tick(void* self, uint64_t) {
   auto* l = static_cast<ReplicationLeader*>(self);
   l->tick();
   if (l->stop_.load(std::memory_order_acquire)) return;
-  (void)l->loop_->add_timer(l->loop_->now_ns() + kTickNs, &on_tick, self);
+  const uint64_t period_ns = l->quiet() ? kQuietTickNs : kTickNs;
+  (void)l->loop_->add_timer(l->loop_->now_ns() + period_ns, &on_tick, self);
+}
+
+bool ReplicationLeader::quiet() const {
+  if (takeover_applier_ || fetch_ || publishing_ || !greeting_.empty()) return false;
+  for (const auto& p : peers_) {
+    if (p && p->dead) return false;
+  }
+  for (const auto& s : streams_) {
+    if (!s->pending.empty() || !s->paxos->is_leader() || !s->paxos->quiet()) return false;
+  }
+  return true;
 }
 
 void ReplicationLeader::on_post(void* self) {
