@@ -970,6 +970,59 @@ TEST(PaxosStream, IsolatedReplicaCatchesUpBeyondTheRetainedSlotsFromTheSource) {
   EXPECT_EQ(c.streams[2]->chosen_index(), 161u);
 }
 
+// quiet() is what lets a replication thread tick at heartbeat pace (leader.h, kQuietTickNs): a
+// leader is quiet only with nothing proposed and unchosen and no follower far behind; a
+// follower is quiet unless it stands for election.
+TEST(PaxosStream, QuietOnlyWithNothingInFlightOrFarBehind) {
+  PaxosOptions o;
+  o.pipeline_slots = 8;
+  Cluster c(3, o);
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_TRUE(c.streams[r]->quiet()) << "replica " << r;
+  ASSERT_TRUE(c.propose(0, 1).ok());
+  EXPECT_FALSE(c.streams[0]->quiet());  // in flight
+  c.run_ms(5);
+  ASSERT_EQ(c.streams[0]->chosen_index(), 1u);
+  EXPECT_TRUE(c.streams[0]->quiet());
+  // Replica 2 cut off while more than a pipeline is chosen: far behind, so not quiet.
+  c.queue.drop = [](const Packet& p) { return p.from == 2 || p.to == 2; };
+  uint64_t tid = 2;
+  for (int ms = 0; ms < 1000 && c.streams[0]->chosen_index() < 20; ++ms) {
+    while (c.streams[0]->pipeline_room() > 0 && c.streams[0]->next_slot() <= 20) {
+      ASSERT_TRUE(c.propose(0, tid++).ok());
+    }
+    c.run_ms(1);
+  }
+  ASSERT_EQ(c.streams[0]->chosen_index(), 20u);
+  EXPECT_FALSE(c.streams[0]->quiet());
+  c.queue.drop = nullptr;
+  for (int ms = 0; ms < 2000 && c.streams[2]->chosen_index() < 20; ++ms) c.run_ms(1);
+  ASSERT_EQ(c.streams[2]->chosen_index(), 20u);
+  c.run_ms(20);  // its chosen index reaches the leader with its next answer
+  EXPECT_TRUE(c.streams[0]->quiet());
+}
+
+// A follower's heartbeat leaves early with its answer when it is due within the slack, and
+// not when it was just sent: heartbeats then go out more often, never less.
+TEST(PaxosStream, AFollowersHeartbeatLeavesEarlyOnlyWithinTheSlack) {
+  Cluster c;
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  c.deliver();
+  const auto heartbeats_from_1 = [&] {
+    return std::count_if(c.queue.packets.begin(), c.queue.packets.end(),
+                         [](const Packet& p) { return p.from == 1; });
+  };
+  c.streams[1]->heartbeat_if_due_within(c.options.heartbeat_ns);  // due within a period: sent
+  EXPECT_EQ(heartbeats_from_1(), 2);                              // to replicas 0 and 2
+  c.deliver();
+  c.streams[1]->heartbeat_if_due_within(c.options.heartbeat_ns / 2);  // just sent: not due
+  EXPECT_EQ(heartbeats_from_1(), 0);
+  c.streams[0]->heartbeat_if_due_within(c.options.heartbeat_ns);  // a leader: never
+  EXPECT_TRUE(c.queue.packets.empty());
+}
+
 // A source that refuses (a corrupted WAL copy) sends nothing and keeps the error.
 TEST(PaxosStream, SourceErrorsAreCountedAndNothingIsSent) {
   class Refusing final : public ChosenSlotSource {
