@@ -169,6 +169,17 @@ struct Cluster {
   Result<uint64_t> propose(uint32_t at, uint64_t tid) {
     return streams[at]->propose(make_entry(streams[at]->next_slot(), tid));
   }
+  // Replica `cut` hears nothing while replica 0 proposes (TIDs from *tid on) until slot `last`
+  // is chosen; the cut stays (queue.drop) for the caller to lift.
+  void choose_without(uint32_t cut, uint64_t last, uint64_t* tid) {
+    queue.drop = [cut](const Packet& p) { return p.from == cut || p.to == cut; };
+    for (int ms = 0; ms < 2000 && streams[0]->chosen_index() < last; ++ms) {
+      while (streams[0]->pipeline_room() > 0 && streams[0]->next_slot() <= last) {
+        ASSERT_TRUE(propose(0, (*tid)++).ok());
+      }
+      run_ms(1);
+    }
+  }
   // Every pair of logs agrees on their common prefix.
   void expect_prefix_consistent() const {
     for (size_t a = 0; a < logs.size(); ++a) {
@@ -923,14 +934,8 @@ TEST(PaxosStream, IsolatedReplicaCatchesUpBeyondTheRetainedSlotsFromTheSource) {
   Cluster c(3, o, /*retain=*/16);
   c.run_ms(100);
   ASSERT_EQ(c.leader(), 0);
-  c.queue.drop = [](const Packet& p) { return p.from == 2 || p.to == 2; };
   uint64_t tid = 1;
-  for (int ms = 0; ms < 2000 && c.streams[0]->chosen_index() < 160; ++ms) {
-    while (c.streams[0]->pipeline_room() > 0 && c.streams[0]->next_slot() <= 160) {
-      ASSERT_TRUE(c.propose(0, tid++).ok());
-    }
-    c.run_ms(1);
-  }
+  c.choose_without(2, 160, &tid);
   ASSERT_EQ(c.streams[0]->chosen_index(), 160u);
   ASSERT_GT(c.stores[0]->first_slot(), 100u);  // trimmed: memory cannot serve replica 2
   const uint64_t isolated_at = c.streams[2]->chosen_index();
@@ -986,14 +991,8 @@ TEST(PaxosStream, QuietOnlyWithNothingInFlightOrFarBehind) {
   ASSERT_EQ(c.streams[0]->chosen_index(), 1u);
   EXPECT_TRUE(c.streams[0]->quiet());
   // Replica 2 cut off while more than a pipeline is chosen: far behind, so not quiet.
-  c.queue.drop = [](const Packet& p) { return p.from == 2 || p.to == 2; };
   uint64_t tid = 2;
-  for (int ms = 0; ms < 1000 && c.streams[0]->chosen_index() < 20; ++ms) {
-    while (c.streams[0]->pipeline_room() > 0 && c.streams[0]->next_slot() <= 20) {
-      ASSERT_TRUE(c.propose(0, tid++).ok());
-    }
-    c.run_ms(1);
-  }
+  c.choose_without(2, 20, &tid);
   ASSERT_EQ(c.streams[0]->chosen_index(), 20u);
   EXPECT_FALSE(c.streams[0]->quiet());
   c.queue.drop = nullptr;
