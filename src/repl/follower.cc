@@ -965,7 +965,35 @@ void Follower::on_tick(void* self, uint64_t) {
     f->loop_->stop();
     return;
   }
-  (void)f->loop_->add_timer(f->loop_->now_ns() + kTickNs, &on_tick, self);
+  f->schedule_tick(f->next_tick_ns(f->loop_->now_ns()));
+}
+
+void Follower::schedule_tick(uint64_t due_ns) {
+  auto id = loop_->add_timer(due_ns, &on_tick, this);
+  SHOAL_ASSERT(id.ok(), "replica %u: tick timer: %s", options_.replica,
+               id.status().to_string().c_str());
+  tick_timer_ = *id;
+  tick_due_ns_ = due_ns;
+}
+
+// A quiet follower's tick: it sends nothing by itself (heartbeats leave with our answers to
+// the leader's), so it only looks at timeouts and positions.
+constexpr uint64_t kFollowerQuietTickNs = 25'000'000;
+
+uint64_t Follower::next_tick_ns(uint64_t now_ns) const {
+  bool quiet = replay_pending_.load(std::memory_order_acquire) == 0 &&
+               replayed_watermark_.load(std::memory_order_acquire) == replayed_sent_;
+  for (const auto& s : streams_) quiet = quiet && s->paxos->quiet();
+  if (!quiet) return now_ns + kTickNs;
+  // Our heartbeats leave with our answers to the leader's (the poller), so a quiet tick only
+  // looks at timeouts and positions. A tick more than half the leader timeout after the last
+  // counts as our own stall (which excuses the leader's silence): stay well below that. And
+  // check_leader_heard() declares the leader silent at the first tick past the timeout: that
+  // tick must come no later than the 2 ms ticks would have brought it.
+  const uint64_t timeout_ns = options_.leader_timeout_ms * 1'000'000;
+  if (timeout_ns == 0) return now_ns + kFollowerQuietTickNs;
+  const uint64_t period_ns = std::clamp(timeout_ns / 4, kTickNs, kFollowerQuietTickNs);
+  return std::min(now_ns + period_ns, std::max(now_ns, last_heard_ns_ + timeout_ns) + kTickNs);
 }
 
 void Follower::send_checkpoint_note() {
@@ -1134,15 +1162,27 @@ Status Follower::run(const std::atomic<bool>* stop) {
             f->on_message(c[i].imm, c[i].bytes);
           }
           f->ep_->release();
+          // Our heartbeat goes with this batch's answers when it would be due soon anyway:
+          // one wake-up per leader heartbeat instead of two.
+          for (auto& s : f->streams_)
+            s->paxos->heartbeat_if_due_within(s->paxos->heartbeat_ns() / 2);
           f->release_held();
           if (f->ep_->receive_short()) f->shed_for_ring();
+        }
+        // Entries to replay (not just heartbeats): back to kTickNs ticks at once (reports to
+        // the ratekeeper, the backpressured poller's wake-up) rather than after a quiet one.
+        const uint64_t now = f->loop_->now_ns();
+        if (any && f->tick_due_ns_ > now + kTickNs &&
+            f->replay_pending_.load(std::memory_order_acquire) > 0) {
+          f->loop_->cancel_timer(f->tick_timer_);
+          f->schedule_tick(now + kTickNs);
         }
         return any;
       },
       this, [](void* ctx) { return static_cast<Follower*>(ctx)->ep_->next_due_ns(); }, wake));
   start_replay();
   start_readers();
-  SHOAL_TRY(loop_->add_timer(loop_->now_ns() + kTickNs, &on_tick, this).status());
+  schedule_tick(loop_->now_ns() + kTickNs);
   loop_->run();
   loop_->remove_poller(this);
   stop_readers();

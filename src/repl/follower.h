@@ -250,6 +250,11 @@ class Follower {
   void send(uint32_t session, std::span<const std::byte> bytes);
   void release_held();  // syncs dirty logs, then sends the replies held meanwhile
   static void on_tick(void* self, uint64_t);
+  // When the next tick is due: kTickNs from now, or kQuietTickNs while nothing is in hand
+  // (streams quiet, replay drained and reported), but never after the leader timeout expires.
+  uint64_t next_tick_ns(uint64_t now_ns) const;
+  void schedule_tick(uint64_t due_ns);
+  uint64_t tick_timer_ = 0, tick_due_ns_ = 0;  // network thread: the pending on_tick
 
   FollowerOptions options_;
   uint32_t leader_replica_ = 0;  // network thread (set_leader between runs)

@@ -16,7 +16,7 @@ namespace shoal::repl {
 
 PaxosOptions paxos_options_for_rtt(uint64_t rtt_ns) {
   PaxosOptions o;
-  o.heartbeat_ns = 10'000'000;  // tick() runs every kTickNs = 2 ms
+  o.heartbeat_ns = kQuietTickNs;  // tick() runs every kTickNs = 2 ms, quiet every 10 ms
   // TCP already delivers reliably: retransmission matters after a reconnect or a leader
   // change, so it waits well past a round trip plus a busy follower's queueing (a re-sent
   // entry costs as much as the first send: hundreds of KB for a TPC-C batch).
@@ -301,8 +301,7 @@ void ReplicationLeader::stop() {
 
 void ReplicationLeader::thread_main() {
   loop_->take_ownership();  // built by create() on the caller's thread
-  SHOAL_ASSERT(loop_->add_timer(loop_->now_ns() + kTickNs, &on_tick, this).ok(), "%s",
-               "replication tick timer");
+  SHOAL_ASSERT(schedule_tick(loop_->now_ns() + kTickNs), "%s", "replication tick timer");
   if (stop_.load(std::memory_order_acquire)) return;
   // A takeover stands for election at once: a higher ballot than the failed leader's fences
   // it out of every acceptor that promises.
@@ -326,7 +325,33 @@ void ReplicationLeader::on_tick(void* self, uint64_t) {
   auto* l = static_cast<ReplicationLeader*>(self);
   l->tick();
   if (l->stop_.load(std::memory_order_acquire)) return;
-  (void)l->loop_->add_timer(l->loop_->now_ns() + kTickNs, &on_tick, self);
+  const uint64_t period_ns = l->quiet() ? kQuietTickNs : kTickNs;
+  (void)l->schedule_tick(l->loop_->now_ns() + period_ns);  // timers full: ticks stop
+}
+
+bool ReplicationLeader::schedule_tick(uint64_t due_ns) {
+  auto id = loop_->add_timer(due_ns, &on_tick, this);
+  tick_timer_ = id.ok() ? *id : 0;
+  tick_due_ns_ = id.ok() ? due_ns : 0;
+  return id.ok();
+}
+
+void ReplicationLeader::hurry_tick() {
+  const uint64_t due_ns = loop_->now_ns() + kTickNs;
+  if (tick_due_ns_ <= due_ns) return;  // soon enough, or none pending (inside on_tick)
+  loop_->cancel_timer(tick_timer_);
+  (void)schedule_tick(due_ns);
+}
+
+bool ReplicationLeader::quiet() const {
+  if (takeover_applier_ || fetch_ || publishing_ || !greeting_.empty()) return false;
+  for (const auto& p : peers_) {
+    if (p && p->dead) return false;
+  }
+  for (const auto& s : streams_) {
+    if (!s->pending.empty() || !s->paxos->is_leader() || !s->paxos->quiet()) return false;
+  }
+  return true;
 }
 
 void ReplicationLeader::on_post(void* self) {
@@ -461,6 +486,7 @@ void ReplicationLeader::drain(Stream& s) {
     SHOAL_ASSERT(r.ok(), "replication: propose failed: %s", r.status().to_string().c_str());
     s.pending.pop_front();
     s.lead->proposed(slot, RealEnv::instance().now_ns());
+    hurry_tick();
   }
   update_lead_hold(s);
   if (deferred_sync_) {

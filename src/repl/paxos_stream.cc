@@ -399,13 +399,7 @@ void PaxosStream::tick() {
     leader_tick(now);
     return;
   }
-  if (now >= next_heartbeat_ns_) {
-    next_heartbeat_ns_ = now + options_.heartbeat_ns;
-    begin(kPaxosHeartbeat, store_.promised(), 0);
-    for (uint32_t p = 0; p < options_.replica_count; ++p) {
-      if (p != options_.replica_id) send_to(p);
-    }
-  }
+  if (now >= next_heartbeat_ns_) send_heartbeat(now);
   if (role_ == PaxosRole::kCandidate) {
     if (now >= phase1_deadline_ns_) {
       role_ = PaxosRole::kFollower;  // this attempt failed; maybe retry below
@@ -421,6 +415,32 @@ void PaxosStream::tick() {
       lowest_live(now)) {
     start_election();
   }
+}
+
+void PaxosStream::send_heartbeat(uint64_t now) {
+  next_heartbeat_ns_ = now + options_.heartbeat_ns;
+  begin(kPaxosHeartbeat, store_.promised(), 0);
+  for (uint32_t p = 0; p < options_.replica_count; ++p) {
+    if (p != options_.replica_id) send_to(p);
+  }
+}
+
+void PaxosStream::heartbeat_if_due_within(uint64_t slack_ns) {
+  if (role_ == PaxosRole::kLeader) return;
+  const uint64_t now = env_.now_ns();
+  if (now + slack_ns >= next_heartbeat_ns_) send_heartbeat(now);
+}
+
+bool PaxosStream::quiet() const {
+  if (role_ == PaxosRole::kCandidate) return false;
+  if (role_ != PaxosRole::kLeader) return true;
+  const uint64_t chosen = store_.chosen_index();
+  if (next_slot_ - 1 != chosen) return false;
+  for (uint32_t p = 0; p < options_.replica_count; ++p) {
+    if (p == options_.replica_id) continue;
+    if (catchup_[p].count > 0 || peer_chosen_[p] + options_.pipeline_slots < chosen) return false;
+  }
+  return true;
 }
 
 void PaxosStream::campaign() {

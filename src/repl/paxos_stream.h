@@ -347,8 +347,18 @@ class PaxosStream {
   // defer_self_ack: our acceptances of slots <= `slot` made in ballot `b` are durable.
   // Ignored unless we still lead in ballot b.
   void note_self_durable(Ballot b, uint64_t slot);
-  // Heartbeats, retransmission, catch-up, elections. Call every ~1 ms (<< heartbeat_ns).
+  // Heartbeats, retransmission, catch-up, elections. Call every ~1 ms (<< heartbeat_ns), or
+  // while quiet() every heartbeat_ns at most.
   void tick();
+  // Nothing for tick() to hurry: no election under way and, on a leader, no slot in flight and
+  // no follower being caught up or far behind. What is left for tick() is the heartbeat (and,
+  // on a follower, an election timeout of a second or more).
+  bool quiet() const;
+  // Not a leader: sends the heartbeat tick() would send within `slack_ns` from now, now. A
+  // follower calls it as it answers the leader, so that its heartbeat leaves in that wake-up
+  // instead of one of its own (heartbeats then go out more often, never less).
+  void heartbeat_if_due_within(uint64_t slack_ns);
+  uint64_t heartbeat_ns() const { return options_.heartbeat_ns; }
   // Stand for election now, whatever may_lead and the election timeout say: the replica the
   // configuration manager appointed after the leader failed (docs/REPLICATION.md, "Failover") takes
   // over at once instead of waiting out a timeout. A candidate re-sends its prepares to the
@@ -404,6 +414,7 @@ class PaxosStream {
   void handle_reject(const Msg& m);
   void handle_learn(const Msg& m);
   void handle_heartbeat(const Msg& m);
+  void send_heartbeat(uint64_t now);  // not a leader: to every other replica
 
   void start_election();
   void send_prepares(bool only_missing);

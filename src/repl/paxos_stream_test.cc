@@ -169,6 +169,17 @@ struct Cluster {
   Result<uint64_t> propose(uint32_t at, uint64_t tid) {
     return streams[at]->propose(make_entry(streams[at]->next_slot(), tid));
   }
+  // Replica `cut` hears nothing while replica 0 proposes (TIDs from *tid on) until slot `last`
+  // is chosen; the cut stays (queue.drop) for the caller to lift.
+  void choose_without(uint32_t cut, uint64_t last, uint64_t* tid) {
+    queue.drop = [cut](const Packet& p) { return p.from == cut || p.to == cut; };
+    for (int ms = 0; ms < 2000 && streams[0]->chosen_index() < last; ++ms) {
+      while (streams[0]->pipeline_room() > 0 && streams[0]->next_slot() <= last) {
+        ASSERT_TRUE(propose(0, (*tid)++).ok());
+      }
+      run_ms(1);
+    }
+  }
   // Every pair of logs agrees on their common prefix.
   void expect_prefix_consistent() const {
     for (size_t a = 0; a < logs.size(); ++a) {
@@ -923,14 +934,8 @@ TEST(PaxosStream, IsolatedReplicaCatchesUpBeyondTheRetainedSlotsFromTheSource) {
   Cluster c(3, o, /*retain=*/16);
   c.run_ms(100);
   ASSERT_EQ(c.leader(), 0);
-  c.queue.drop = [](const Packet& p) { return p.from == 2 || p.to == 2; };
   uint64_t tid = 1;
-  for (int ms = 0; ms < 2000 && c.streams[0]->chosen_index() < 160; ++ms) {
-    while (c.streams[0]->pipeline_room() > 0 && c.streams[0]->next_slot() <= 160) {
-      ASSERT_TRUE(c.propose(0, tid++).ok());
-    }
-    c.run_ms(1);
-  }
+  c.choose_without(2, 160, &tid);
   ASSERT_EQ(c.streams[0]->chosen_index(), 160u);
   ASSERT_GT(c.stores[0]->first_slot(), 100u);  // trimmed: memory cannot serve replica 2
   const uint64_t isolated_at = c.streams[2]->chosen_index();
@@ -968,6 +973,53 @@ TEST(PaxosStream, IsolatedReplicaCatchesUpBeyondTheRetainedSlotsFromTheSource) {
   ASSERT_TRUE(c.propose(leader, tid++).ok());
   c.run_ms(20);
   EXPECT_EQ(c.streams[2]->chosen_index(), 161u);
+}
+
+// quiet() is what lets a replication thread tick at heartbeat pace (leader.h, kQuietTickNs): a
+// leader is quiet only with nothing proposed and unchosen and no follower far behind; a
+// follower is quiet unless it stands for election.
+TEST(PaxosStream, QuietOnlyWithNothingInFlightOrFarBehind) {
+  PaxosOptions o;
+  o.pipeline_slots = 8;
+  Cluster c(3, o);
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_TRUE(c.streams[r]->quiet()) << "replica " << r;
+  ASSERT_TRUE(c.propose(0, 1).ok());
+  EXPECT_FALSE(c.streams[0]->quiet());  // in flight
+  c.run_ms(5);
+  ASSERT_EQ(c.streams[0]->chosen_index(), 1u);
+  EXPECT_TRUE(c.streams[0]->quiet());
+  // Replica 2 cut off while more than a pipeline is chosen: far behind, so not quiet.
+  uint64_t tid = 2;
+  c.choose_without(2, 20, &tid);
+  ASSERT_EQ(c.streams[0]->chosen_index(), 20u);
+  EXPECT_FALSE(c.streams[0]->quiet());
+  c.queue.drop = nullptr;
+  for (int ms = 0; ms < 2000 && c.streams[2]->chosen_index() < 20; ++ms) c.run_ms(1);
+  ASSERT_EQ(c.streams[2]->chosen_index(), 20u);
+  c.run_ms(20);  // its chosen index reaches the leader with its next answer
+  EXPECT_TRUE(c.streams[0]->quiet());
+}
+
+// A follower's heartbeat leaves early with its answer when it is due within the slack, and
+// not when it was just sent: heartbeats then go out more often, never less.
+TEST(PaxosStream, AFollowersHeartbeatLeavesEarlyOnlyWithinTheSlack) {
+  Cluster c;
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  c.deliver();
+  const auto heartbeats_from_1 = [&] {
+    return std::count_if(c.queue.packets.begin(), c.queue.packets.end(),
+                         [](const Packet& p) { return p.from == 1; });
+  };
+  c.streams[1]->heartbeat_if_due_within(c.options.heartbeat_ns);  // due within a period: sent
+  EXPECT_EQ(heartbeats_from_1(), 2);                              // to replicas 0 and 2
+  c.deliver();
+  c.streams[1]->heartbeat_if_due_within(c.options.heartbeat_ns / 2);  // just sent: not due
+  EXPECT_EQ(heartbeats_from_1(), 0);
+  c.streams[0]->heartbeat_if_due_within(c.options.heartbeat_ns);  // a leader: never
+  EXPECT_TRUE(c.queue.packets.empty());
 }
 
 // A source that refuses (a corrupted WAL copy) sends nothing and keeps the error.

@@ -260,12 +260,14 @@ bool EventLoop::iterate(bool read_clock) {
   [[maybe_unused]] std::optional<TrampolineScope> trampoline;
   if constexpr (detail::kTaskTrampoline) trampoline.emplace(this);
   bool did = run_posts();
+  if (did) quiet_since_sleep_ = false;
   if (read_clock) {
     now_cache_ns_ = env_.now_ns();
     if (!timers_.empty()) did |= run_timers(now_cache_ns_);
   }
   did |= run_ready();
   if (!run_pollers()) return did;
+  quiet_since_sleep_ = false;
   // What the pollers just made runnable (a caller whose response arrived, the handler of a new
   // request) runs now instead of one iteration later, after every transport batch has been
   // released; then the pollers run once more, which flushes what those tasks sent. Once per
@@ -321,11 +323,13 @@ void EventLoop::disarm_pollers() {
   }
 }
 
-void EventLoop::sleep_on_fds(size_t nfds, uint64_t timeout_ns) {
+EventLoop::SleepEnd EventLoop::sleep_on_fds(size_t nfds, uint64_t timeout_ns) {
   ++stats_.blocks;
   timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000),
               static_cast<long>(timeout_ns % 1'000'000'000)};
-  if (ppoll(wait_fds_.data(), nfds, &ts, nullptr) <= 0) return;  // timeout or EINTR
+  const int ready = ppoll(wait_fds_.data(), nfds, &ts, nullptr);
+  if (ready == 0) return SleepEnd::kDeadline;
+  if (ready < 0) return SleepEnd::kInput;  // EINTR: maybe input; spin as after any
   if (wait_fds_[0].revents != 0) {
     uint64_t v;
     if (read(event_fd_, &v, sizeof(v)) > 0) ++stats_.eventfd_wakes;
@@ -336,19 +340,22 @@ void EventLoop::sleep_on_fds(size_t nfds, uint64_t timeout_ns) {
       break;
     }
   }
+  return SleepEnd::kInput;
 }
 
-void EventLoop::block(uint64_t now_ns) {
+EventLoop::SleepEnd EventLoop::block(uint64_t now_ns) {
   const uint64_t timeout_ns = sleep_timeout_ns(now_ns);
-  if (timeout_ns == 0 || has_ready()) return;
+  if (timeout_ns == 0 || has_ready()) return SleepEnd::kNotSlept;
   sleeping_.store(true, std::memory_order_seq_cst);
   // Dekker pairing with post(): sleeping_ is published before posts_pending_ is re-read.
   size_t nfds = 0;
+  SleepEnd end = SleepEnd::kNotSlept;
   if (posts_pending_.load(std::memory_order_seq_cst) == 0 && !stop_.load() && arm_pollers(&nfds)) {
-    sleep_on_fds(nfds, timeout_ns);
+    end = sleep_on_fds(nfds, timeout_ns);
     disarm_pollers();
   }
   sleeping_.store(false, std::memory_order_relaxed);
+  return end;
 }
 
 void EventLoop::run() {
@@ -381,13 +388,18 @@ void EventLoop::run() {
       clock_stride = now - last_clock_ns > clock_stride * kCheapPassNs ? 1 : kIdleClockPasses;
     }
     last_clock_ns = now;
-    if (idle_passes++ == 0) idle_since_ns = now;
-    if (now - idle_since_ns < options_.spin_ns) {
+    if (idle_passes++ == 0) {
+      idle_since_ns = now;
+      if (quiet_since_sleep_) ++stats_.spins_skipped;
+    }
+    if (!quiet_since_sleep_ && now - idle_since_ns < options_.spin_ns) {
       cpu_relax();
       continue;
     }
-    block(now);
-    idle_passes = 0;  // after a wake-up, spin again before the next sleep
+    // Not slept (a timer fell due, input pending): whatever held before still holds.
+    const SleepEnd end = block(now);
+    if (end != SleepEnd::kNotSlept) quiet_since_sleep_ = end == SleepEnd::kDeadline;
+    idle_passes = 0;  // after a wake-up, spin again before the next sleep (unless quiet)
   }
   stop_.store(false);  // a stop() before run() is not lost; the next run() starts afresh
 }

@@ -8,6 +8,9 @@
 // loop spins for spin_ns and then blocks in ppoll on its eventfd plus the wake fds of its pollers
 // (PollerWake: a transport's wait/liveness fds), timeout = next timer or poller deadline. Only
 // while some poller has no PollerWake (it cannot wake us) is one sleep capped at max_block_ns.
+// The spin is skipped after a sleep that ran to its deadline until input comes in (a post, a
+// poller that did work): an idle process woken only by its timers (heartbeats, ticks) then
+// pays one pass per tick instead of spin_ns of passes, while traffic keeps the spin.
 // post() from any thread rings the eventfd only when the loop announced it is asleep (one atomic
 // load on the fast path).
 //
@@ -61,6 +64,7 @@ struct LoopStats {
   uint64_t blocks = 0;         // times the loop went to sleep on the eventfd
   uint64_t eventfd_wakes = 0;  // post() calls that had to write the eventfd
   uint64_t fd_wakes = 0;       // sleeps ended by a poller's wake fd
+  uint64_t spins_skipped = 0;  // idle spins skipped: the last sleep ran out, no input since
 };
 
 using TimerFn = void (*)(void* ctx, uint64_t arg);
@@ -256,11 +260,12 @@ class EventLoop {
   bool run_timers(uint64_t now_ns);
   bool run_ready();
   bool run_pollers();
-  void block(uint64_t now_ns);
+  enum class SleepEnd { kNotSlept, kDeadline, kInput };
+  SleepEnd block(uint64_t now_ns);
   uint64_t sleep_timeout_ns(uint64_t now_ns);
   bool arm_pollers(size_t* nfds);
   void disarm_pollers();
-  void sleep_on_fds(size_t nfds, uint64_t timeout_ns);
+  SleepEnd sleep_on_fds(size_t nfds, uint64_t timeout_ns);
   void unlink_root(detail::Root::promise_type* p);
   void check_thread();
 
@@ -273,6 +278,11 @@ class EventLoop {
   LoopOptions options_;
   LoopStats stats_;
   uint64_t now_cache_ns_ = 0;  // iteration_now_ns()
+  // The last sleep ran to its deadline and no post or poller input has come in since: run()
+  // then blocks without its idle spin. A timer's work alone (a tick, a heartbeat sent) seldom
+  // brings an answer within spin_ns, and an idle process's timers would otherwise pay the whole
+  // spin (at 500 Hz with a system call per pass, ~5% of a core per loop) for nothing.
+  bool quiet_since_sleep_ = false;
   std::thread::id owner_;
 
   // Ready ring (power-of-two capacity).

@@ -450,8 +450,9 @@ TEST(EventLoop, IdleLoopWithTransportDoesNotSpin) {
 // A poller that makes a system call (a TCP socket's recv: 1-3 us) makes every pass of the idle
 // spin cost that much. The spin must still end after about spin_ns, not after the 16 passes it
 // counts between clock reads while passes are cheap (16 x 2 us instead of 5 us, on every
-// wake-up of an idle replication thread). Checked by the poller calls per sleep, which a loaded
-// machine only lowers (a preempted pass is longer).
+// wake-up of a replication thread). Checked by the poller calls per sleep, which a loaded
+// machine only lowers (a preempted pass is longer). The wake-ups are posts (input: the loop
+// spins after them; after a sleep that only ran out it would not spin at all).
 TEST(EventLoop, AnIdleSpinOverSlowPollersLastsAboutSpinNs) {
   RealEnv env;
   EventLoop loop(env, LoopOptions{.spin_ns = 5'000});
@@ -471,16 +472,79 @@ TEST(EventLoop, AnIdleSpinOverSlowPollersLastsAboutSpinNs) {
                       &slow)
                   .ok());
   constexpr int kWakeUps = 40;
-  ASSERT_TRUE(loop.spawn([](EventLoop* l) -> Task<void> {
-                    for (int i = 0; i < kWakeUps; ++i) (void)co_await l->sleep_for(500'000);
-                    l->stop();
-                  }(&loop))
-                  .ok());
-  loop.run();
+  std::atomic<int> posts_run{0};
+  std::thread t([&] { loop.run(); });
+  for (int i = 0; i < kWakeUps; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+    ASSERT_TRUE(
+        loop.post([](void* c) { static_cast<std::atomic<int>*>(c)->fetch_add(1); }, &posts_run)
+            .ok());
+  }
+  while (posts_run.load() < kWakeUps) std::this_thread::yield();
+  loop.stop();
+  t.join();
   ASSERT_GE(loop.stats().blocks, static_cast<uint64_t>(kWakeUps) / 2);
   // About 3 passes of spin and 2 of work per wake-up; 17 or more when the spin counted passes.
   EXPECT_LT(slow.calls, 10 * loop.stats().blocks)
       << slow.calls << " calls, " << loop.stats().blocks << " sleeps";
+}
+
+// An idle loop woken only by its timers (a replication tick, a watermark exchange every 2 ms)
+// goes back to sleep after one empty pass instead of spinning spin_ns first: with a 1 ms spin
+// and a 3 ms tick it would otherwise spin a third of the time (thousands of passes per tick).
+// Counted in passes, not time, so a slow machine does not make it flaky.
+TEST(EventLoop, AnIdleLoopWokenOnlyByTimersDoesNotSpin) {
+  RealEnv env;
+  EventLoop loop(env, LoopOptions{.spin_ns = 1'000'000});
+  constexpr int kTicks = 30;
+  // Counted from the first tick after a sleep that ran out: before it the loop spins after the
+  // spawn (work), and a preempted spin may outlast a tick or two.
+  uint64_t passes_at_mark = 0, skipped_at_mark = 0;
+  ASSERT_TRUE(loop.spawn([](EventLoop* l, uint64_t* passes, uint64_t* skipped) -> Task<void> {
+                    for (int i = 0; i < 100 && l->stats().spins_skipped == 0; ++i) {
+                      (void)co_await l->sleep_for(3'000'000);
+                    }
+                    *passes = l->stats().iterations;
+                    *skipped = l->stats().spins_skipped;
+                    for (int i = 0; i < kTicks; ++i) (void)co_await l->sleep_for(3'000'000);
+                    l->stop();
+                  }(&loop, &passes_at_mark, &skipped_at_mark))
+                  .ok());
+  loop.run();
+  const LoopStats& st = loop.stats();
+  ASSERT_GT(skipped_at_mark, 0u) << "no sleep ran out in 100 ticks";
+  EXPECT_GE(st.spins_skipped - skipped_at_mark, static_cast<uint64_t>(kTicks) - 1);
+  // Per tick: the timer's pass, one empty pass, the sleep (a 1 ms spin is ~10^4 passes).
+  EXPECT_LT(st.iterations - passes_at_mark, 10u * kTicks)
+      << st.iterations - passes_at_mark << " passes over " << kTicks << " ticks";
+}
+
+// Input brings the spin back: a post wakes a loop that had only timers to do, and the loop then
+// spins spin_ns before sleeping again (traffic must not pay a wake-up per message).
+TEST(EventLoop, InputAfterQuietSleepsRestoresTheSpin) {
+  RealEnv env;
+  EventLoop loop(env, LoopOptions{.spin_ns = 2'000'000});
+  std::atomic<uint64_t> passes_before_post{0};
+  ASSERT_TRUE(loop.spawn([](EventLoop* l, std::atomic<uint64_t>* mark) -> Task<void> {
+                    for (int i = 0; i < 5; ++i) (void)co_await l->sleep_for(5'000'000);
+                    mark->store(l->stats().iterations);
+                  }(&loop, &passes_before_post))
+                  .ok());
+  std::atomic<int> posts_run{0};
+  std::thread t([&] { loop.run(); });
+  while (passes_before_post.load() == 0) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // asleep, quiet
+  ASSERT_TRUE(
+      loop.post([](void* c) { static_cast<std::atomic<int>*>(c)->fetch_add(1); }, &posts_run).ok());
+  while (posts_run.load() < 1) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  loop.stop();
+  t.join();
+  const LoopStats& st = loop.stats();
+  EXPECT_GE(st.spins_skipped, 4u);  // the timer wake-ups
+  EXPECT_GE(st.eventfd_wakes, 1u);  // the post woke the sleeping loop (stop() may too)
+  // After the post the loop spun 2 ms: far more passes than the few of a quiet wake-up.
+  EXPECT_GT(st.iterations - passes_before_post.load(), 1'000u);
 }
 
 }  // namespace
