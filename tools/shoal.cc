@@ -841,8 +841,6 @@ int run_server_commands(const ServerCommands& c) {
     s = server::run_server(c.server_options);
   } else if (c.up->parsed()) {
     server::ClusterOptions co = c.cluster_options;
-    co.workload_given = c.up->count("--workload") > 0;
-    co.keys_given = c.up->count("--keys-per-partition") > 0;
     for (const CLI::Option* opt : c.up->get_options()) {
       if (opt->count() > 0) co.flags_given.insert(opt->get_name());
     }

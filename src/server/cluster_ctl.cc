@@ -292,11 +292,12 @@ Status plan_up(const ClusterOptions& o, const cluster::ClusterConfig& c, const s
         "`--fresh` to load afresh",
         flag, now, dir, flag, then));
   };
-  SHOAL_TRY(differs(o.workload_given, "--workload", o.workload, was.workload));
+  SHOAL_TRY(
+      differs(o.flags_given.count("--workload") != 0, "--workload", o.workload, was.workload));
   SHOAL_TRY(
       differs(o.workers != 0, "--workers", std::to_string(o.workers), std::to_string(was.workers)));
-  SHOAL_TRY(differs(o.keys_given, "--keys-per-partition", std::to_string(o.keys_per_partition),
-                    std::to_string(was.keys_per_partition)));
+  SHOAL_TRY(differs(o.flags_given.count("--keys-per-partition") != 0, "--keys-per-partition",
+                    std::to_string(o.keys_per_partition), std::to_string(was.keys_per_partition)));
   *rec = was;
   rec->epoch = was.epoch + 1;
   *restart = true;

@@ -67,11 +67,10 @@ struct ClusterOptions {
   // `up` over a run directory that an earlier `up` of a replicated cluster left (up.json and
   // replica directories): every replica restarts from its own disk and nothing is loaded,
   // unless `fresh` (the replica directories and ack journals are cleared, the load is afresh).
-  // A restart keeps the recorded workload, workers and keys; *_given says the flag was
-  // given, which must then agree with the record (InvalidArgument otherwise).
+  // A restart keeps the recorded workload, workers and keys; --workload or
+  // --keys-per-partition given (flags_given) must then agree with the record
+  // (InvalidArgument otherwise).
   bool fresh = false;
-  bool workload_given = false;
-  bool keys_given = false;
   // `up`: the flags given on its command line ("--fsync", ...). Restarting from disk, or the
   // replicas that died, keeps up.json's setting of every recorded flag not given again
   // (fsync, batching, lead bound, serve-reads, checkpoints, memory reserve, CPU placement,
