@@ -729,8 +729,9 @@ ServerCommands add_server_commands(CLI::App& app) {
   c.server->add_option("--data-dir", so.data_dir,
                        "This replica's WAL (default .shoal/<name>/shard-N-replica-0). A shard "
                        "of one replica keeps a WAL only when given one, and restarts from it");
-  c.server->add_option("--fsync", so.fsync,
-                       "WAL sync policy (replicated shards, or one replica with --data-dir)")
+  c.server
+      ->add_option("--fsync", so.fsync,
+                   "WAL sync policy (replicated shards, or one replica with --data-dir)")
       ->check(CLI::IsMember({"none", "batch", "always"}))
       ->capture_default_str();
   add_batch_options(c.server, so.batch_txns, so.batch_us,

@@ -620,9 +620,10 @@ Status cluster_up(const ClusterOptions& o) {
   print_up_report(*config, *procs, *placement, restart, rec,
                   static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e9, dir);
   if (config->replicas_per_shard == 1 && so.lone_replica_log) {
-    fmt::print("durability: each shard's replica logs to its WAL under {} (--fsync {}); `up` "
-               "restarts from it\n",
-               dir, so.fsync);
+    fmt::print(
+        "durability: each shard's replica logs to its WAL under {} (--fsync {}); `up` "
+        "restarts from it\n",
+        dir, so.fsync);
   } else if (config->replicas_per_shard == 1) {
     fmt::print(
         "durability: none, memory only (with one replica per shard, `up --fsync batch` or "
