@@ -208,10 +208,6 @@ Status ReplicationLeader::init(Takeover* takeover) {
     AppenderOptions ao = options_.appender;
     ao.shard = options_.shard;
     ao.stream = s;
-    // Synced inline, a second sealed entry could not be written before the first's sync
-    // returns: sealed early, it would only split what the next sync carries (1x1 durable
-    // SETs: 29 per entry instead of 16, -P 16 1.03-1.09x; docs/RESULTS.md).
-    if (sync_inline_) ao.idle_seal_inflight_max = 1;
     // Patches need the key's writes replayed in TID order: one stream's slot order is that.
     ao.log_patches = options_.streams == 1;
     // The store keeps the ring's entries (no copy), so the ring's entry slots cover what it
