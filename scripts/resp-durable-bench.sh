@@ -4,7 +4,9 @@
 # RESP_BENCH_MODE=durable (the default; docs/RESULTS.md, "Durable redis-benchmark"): Shoal
 # 1 shard x 3 replicas (`shoal cluster up --fsync always`, the config's batch_us 4000 and
 # `--batch-us 1000`) against Debian's redis-server with `--appendonly yes --appendfsync
-# always`. RESP_BENCH_MODE=memory (issue 15's comparison): Shoal 1 shard x 1 replica
+# always`. RESP_BENCH_MODE=durable1: the same with Shoal 1 shard x 1 replica (`cluster up
+# --fsync always`: one process, its WAL synced before each reply, as redis-server's AOF).
+# RESP_BENCH_MODE=memory (issue 15's comparison): Shoal 1 shard x 1 replica
 # (`cluster up`, no replication) against `redis-server --save "" --appendonly no`.
 # Scratch dirs outside the repo. Prints "## round R WHAT -P P load L" headers, redis-benchmark's
 # CSV and each run's server CPU ("## cpu_ms MS", /proc/<pid>/stat, every thread), then a
@@ -29,8 +31,10 @@ trap '"$shoal" cluster down --config "$dir/c.toml" --run-dir "$dir/run" > /dev/n
 case $mode in
   durable) replicas=3 what_default="shoal4000 redis shoal1000"
     up_flags=(--fsync always) redis_flags=(--appendonly yes --appendfsync always) ;;
+  durable1) replicas=1 what_default="shoal redis"
+    up_flags=(--fsync always) redis_flags=(--appendonly yes --appendfsync always) ;;
   memory) replicas=1 what_default="shoal redis" up_flags=() redis_flags=(--appendonly no) ;;
-  *) echo "RESP_BENCH_MODE: durable or memory" >&2; exit 2 ;;
+  *) echo "RESP_BENCH_MODE: durable, durable1 or memory" >&2; exit 2 ;;
 esac
 REPLICAS=$replicas "$root/scripts/one-shard-config.sh" "resp$mode" "$base" $(( base + 10 )) \
   > "$dir/c.toml"

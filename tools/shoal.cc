@@ -727,9 +727,11 @@ ServerCommands add_server_commands(CLI::App& app) {
                    "How long to keep dialing the other shards at start-up")
       ->capture_default_str();
   c.server->add_option("--data-dir", so.data_dir,
-                       "Replicated shards: this replica's WAL (default "
-                       ".shoal/<name>/shard-N-replica-0)");
-  c.server->add_option("--fsync", so.fsync, "Replicated shards: WAL sync policy")
+                       "This replica's WAL (default .shoal/<name>/shard-N-replica-0). A shard "
+                       "of one replica keeps a WAL only when given one, and restarts from it");
+  c.server
+      ->add_option("--fsync", so.fsync,
+                   "WAL sync policy (replicated shards, or one replica with --data-dir)")
       ->check(CLI::IsMember({"none", "batch", "always"}))
       ->capture_default_str();
   add_batch_options(c.server, so.batch_txns, so.batch_us,
@@ -796,7 +798,9 @@ ServerCommands add_server_commands(CLI::App& app) {
   c.up->add_option("--keys-per-partition", co.keys_per_partition, "Micro keys per config partition")
       ->check(number_in(uint64_t{1}, uint64_t{1'000'000'000}, false, "in [1, 1e9]"))
       ->capture_default_str();
-  c.up->add_option("--fsync", co.fsync, "Replicated shards: every replica's WAL sync policy")
+  c.up->add_option("--fsync", co.fsync,
+                   "Every replica's WAL sync policy. With one replica per shard, given: each "
+                   "leader keeps a WAL (memory only without it) and `up` restarts from it")
       ->check(CLI::IsMember({"none", "batch", "always"}))
       ->capture_default_str();
   add_batch_options(c.up, co.batch_txns, co.batch_us,

@@ -208,7 +208,10 @@ Follower::~Follower() {
 }
 
 Result<std::unique_ptr<Follower>> Follower::open(const FollowerOptions& options) {
-  if (options.replica == options.leader_replica || options.replica >= options.replicas ||
+  // A lone replica names itself: it is opened only to recover its store and lead (run()
+  // refuses it).
+  const bool lone = options.replicas == 1;
+  if ((options.replica == options.leader_replica && !lone) || options.replica >= options.replicas ||
       options.leader_replica >= options.replicas || options.replicas > kPaxosReplicasMax) {
     return Status::InvalidArgument(fmt::format("follower: replica {} of {} (leader {})",
                                                options.replica, options.replicas,
@@ -1077,6 +1080,9 @@ void Follower::check_leader_heard(uint64_t now_ns) {
 }
 
 Status Follower::run(const std::atomic<bool>* stop) {
+  if (options_.replicas == 1) {
+    return Status::InvalidArgument("follower: a lone replica has no leader to follow");
+  }
   stop_ = stop;
   leader_stopped_ = false;
   leader_unreachable_ = false;

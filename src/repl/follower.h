@@ -180,6 +180,8 @@ struct ReplicaIdentity {
 
 class Follower {
  public:
+  // Recovers the store from data_dir. options.leader_replica names another replica, except
+  // for a shard's only replica (replicas 1), which is opened only to hand_over() and lead.
   [[nodiscard]] static Result<std::unique_ptr<Follower>> open(const FollowerOptions& options);
   ~Follower();
   Follower(const Follower&) = delete;

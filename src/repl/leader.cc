@@ -67,7 +67,8 @@ struct ReplicationLeader::Stream {
   bool leading = false;
   // By replica: catching up (not waited for) until back within follower_lag_slots_max.
   std::array<bool, kPaxosReplicasMax> catching_up{};
-  uint64_t persisted = 0;  // the durable slot on_durable last noted
+  uint64_t persisted = 0;                           // the durable slot on_durable last noted
+  std::pair<Ballot, uint64_t> synced_inline{0, 0};  // sync_inline(): the last (ballot, slot)
   uint64_t chosen_bytes = 0, chosen_entries = 0;
   uint64_t catchup_errors_seen = 0;
   bool catchup_wal_noted = false;   // said once on stderr
@@ -135,7 +136,9 @@ Result<std::unique_ptr<ReplicationLeader>> ReplicationLeader::start(const Leader
     l->fabric_acceptor_ = std::thread([p = l.get()] { p->fabric_acceptor_main(); });
   }
   l->thread_ = std::thread([p = l.get()] { p->thread_main(); });
-  if (l->deferred_sync_) l->syncer_ = std::thread([p = l.get()] { p->syncer_main(); });
+  if (l->deferred_sync_ && !l->sync_inline_) {
+    l->syncer_ = std::thread([p = l.get()] { p->syncer_main(); });
+  }
   return l;
 }
 
@@ -194,6 +197,9 @@ Status ReplicationLeader::init(Takeover* takeover) {
     for (uint32_t r = 0; r < options_.replicas; ++r) lost_[r] = r != options_.replica;
   }
   options_.paxos.defer_self_ack = deferred_sync_;
+  // A lone replica has no followers to send to while its WAL syncs, so the syncer's thread
+  // would only add two wake-ups per entry (request, then durable): it syncs here instead.
+  sync_inline_ = deferred_sync_ && options_.replicas == 1;
   sync_.requested.assign(options_.streams, {0, 0});
   sync_.durable.assign(options_.streams, {0, 0});
   for (uint32_t s = 0; s < options_.streams; ++s) {
@@ -489,7 +495,9 @@ void ReplicationLeader::drain(Stream& s) {
     hurry_tick();
   }
   update_lead_hold(s);
-  if (deferred_sync_) {
+  if (sync_inline_) {
+    sync_inline(s);
+  } else if (deferred_sync_) {
     request_sync(s);
   } else {
     sync_logs();
@@ -700,6 +708,18 @@ void ReplicationLeader::syncer_main() {
       std::this_thread::yield();
     }
   }
+}
+
+void ReplicationLeader::sync_inline(Stream& s) {
+  const std::pair<Ballot, uint64_t> want{s.paxos->ballot(), s.paxos->next_slot() - 1};
+  if (s.synced_inline == want) return;
+  const uint64_t start_ns = RealEnv::instance().now_ns();
+  const Status st = s.log->sync_from_any_thread();
+  fsync_latency_.observe(RealEnv::instance().now_ns() - start_ns);
+  SHOAL_ASSERT(st.ok(), "replication: WAL sync failed: %s", st.to_string().c_str());
+  s.synced_inline = want;
+  s.persisted = want.second;
+  s.paxos->note_self_durable(want.first, want.second);  // our vote alone chooses
 }
 
 void ReplicationLeader::on_durable(void* self) {

@@ -433,6 +433,10 @@ class ReplicationLeader {
   void syncer_main();
   void request_sync(Stream& s);
   static void on_durable(void* self);
+  // A lone replica (replicas 1): the replication thread syncs its own WAL and counts its vote
+  // at once, with no syncer thread.
+  void sync_inline(Stream& s);
+  bool sync_inline_ = false;
   bool deferred_sync_ = false;
   SyncState sync_;
   std::thread syncer_;

@@ -90,7 +90,8 @@ struct Cluster {
   uint64_t one_way_ns = 0;     // WAN delay each way between the leader and each follower
   explicit Cluster(uint32_t streams, FsyncPolicy f = FsyncPolicy::kNone, uint32_t batch_txns = 16,
                    uint64_t retain_slots = 256, LinkKind link_kind = LinkKind::kTcp,
-                   uint64_t checkpoint_interval_ms = 0, uint64_t one_way_delay_ns = 0)
+                   uint64_t checkpoint_interval_ms = 0, uint64_t one_way_delay_ns = 0,
+                   uint32_t replicas = 3)
       : fsync(f),
         link(link_kind),
         checkpoint_ms(checkpoint_interval_ms),
@@ -99,7 +100,7 @@ struct Cluster {
     engine->create_table<1>("rows");
     LeaderOptions lo;
     lo.streams = streams;
-    lo.replicas = 3;
+    lo.replicas = replicas;
     lo.appender.limits.batch_txns_max = batch_txns;
     lo.appender.limits.batch_bytes_max = 64 * 1024;
     lo.appender.pool_buffers = 8;
@@ -107,14 +108,14 @@ struct Cluster {
     std::filesystem::create_directories(lo.wal_dir);
     lo.fsync = fsync;
     lo.paxos = paxos_options_for_rtt(2 * one_way_ns);
-    lo.receive_shapes.assign(3, net::LinkShape{one_way_ns, 0});
+    lo.receive_shapes.assign(replicas, net::LinkShape{one_way_ns, 0});
     lo.receive_shapes[0] = {};
     lo.retain_chosen_slots = retain_slots;
     lo.follower_lag_slots_max = retain_slots * 3 / 4;
     lo.schema = Schema::of(*engine, "");
     lo.link = link;
     lo.checkpoint_fetch_interval_ms = checkpoint_ms;
-    if (checkpoint_ms != 0) {
+    if (checkpoint_ms != 0 || replicas == 1) {
       lo.checkpoint_dir = lo.wal_dir;
       // What shard_server.cc writes: a former leader restarts over this directory.
       EXPECT_TRUE(prepare_replica_dir(lo.wal_dir).ok());
@@ -123,7 +124,7 @@ struct Cluster {
     auto l = ReplicationLeader::start(lo, *engine);
     EXPECT_TRUE(l.ok()) << l.status().to_string();
     leader = std::move(*l);
-    for (uint32_t r = 1; r < 3; ++r) {
+    for (uint32_t r = 1; r < replicas; ++r) {
       followers.push_back(std::make_unique<FollowerThread>(follower_options(r)));
       followers.back()->start();
     }
@@ -777,6 +778,63 @@ bool has_key(txn::Engine& engine, txn::Worker* w, uint64_t k) {
       },
       &args);
   return st.ok() && r.a == k && r.b == k * 3;
+}
+
+// A shard's only replica given a WAL (`cluster up --fsync` on one replica per shard): a stream
+// of one acceptor, synced on the replication thread (no syncer), whose own vote chooses each
+// entry only once synced. Every committed transaction is chosen and persisted, and the
+// directory alone rebuilds the same store: opened as a lone follower (itself its leader) and
+// handed over, then led in epoch 2 with the takeover, as `shoal server --recover-epoch` does.
+TEST(Replication, LoneReplicaSyncsBeforeItChoosesAndRebuildsItsStoreFromItsWal) {
+  Cluster c(/*streams=*/2, FsyncPolicy::kAlways, 16, 256, LinkKind::kTcp, 0, 0, /*replicas=*/1);
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  c.run(1500, 11);
+  const uint64_t final_tid = c.close();
+  for (int i = 0; i < 500 && c.leader->watermark() < final_tid; ++i) {  // bounded: 5 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(c.leader->watermark(), final_tid);
+  ReplicationPositions p = c.leader->positions();
+  for (int i = 0; i < 300 && (p.streams.size() != 2 || p.streams[1].persisted == 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the tick publishes them
+    p = c.leader->positions();
+  }
+  ASSERT_EQ(p.streams.size(), 2u);
+  for (const StreamPosition& s : p.streams) {
+    EXPECT_GT(s.chosen, 0u);
+    EXPECT_EQ(s.persisted, s.chosen);  // nothing chosen that its WAL had not synced
+  }
+  EXPECT_GT(c.leader->fsync_latency().count(), 0u);
+  const uint64_t digest = engine_digest(*c.engine);
+  FollowerOptions fo = c.follower_options(0);
+  c.leader->stop();
+  c.leader.reset();
+
+  fo.replicas = 1;
+  fo.leader_replica = 0;
+  auto lone = Follower::open(fo);
+  ASSERT_TRUE(lone.ok()) << lone.status().to_string();
+  std::atomic<bool> stop{false};
+  EXPECT_EQ((*lone)->run(&stop).code(), Code::kInvalidArgument);  // nobody to follow
+  std::unique_ptr<txn::Engine> engine;
+  auto takeover = (*lone)->hand_over(&engine);
+  ASSERT_TRUE(takeover.ok()) << takeover.status().to_string();
+  LeaderOptions lo;
+  lo.streams = 2;
+  lo.replicas = 1;
+  lo.appender.epoch = 2;
+  lo.fsync = FsyncPolicy::kAlways;
+  lo.paxos = paxos_options_for_rtt(0);
+  lo.paxos.epoch = 2;
+  lo.schema = Schema::of(*engine, "");
+  auto led = ReplicationLeader::start(lo, *engine, &*takeover);
+  ASSERT_TRUE(led.ok()) << led.status().to_string();
+  auto result = (*led)->wait_takeover(20'000);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  EXPECT_GE(result->final_tid, final_tid);
+  EXPECT_EQ(result->discarded_txns, 0u);
+  EXPECT_EQ(engine_digest(*engine), digest);
+  (*led)->stop();
 }
 
 // Design section 5: follower 1 (index 0), its run over, promoted in place as the leader of

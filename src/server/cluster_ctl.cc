@@ -270,9 +270,9 @@ Status plan_up(const ClusterOptions& o, const cluster::ClusterConfig& c, const s
   rec->keys_per_partition = o.keys_per_partition;
   *restart = false;
   auto recorded = read_up_record(dir);
-  if (o.fresh || c.replicas_per_shard == 1 || !any_replica_dir(dir, c)) {
-    // Nothing to recover (without replicas no process keeps a log): afresh, in epoch 1 (the
-    // replica directories go, and with them every log of a later epoch).
+  if (o.fresh || !any_replica_dir(dir, c)) {
+    // Nothing to recover (one replica per shard without --fsync keeps no log): afresh, in
+    // epoch 1 (the replica directories go, and with them every log of a later epoch).
     rec->epoch = 1;
     return Status::Ok();
   }
@@ -581,6 +581,9 @@ Status cluster_up(const ClusterOptions& o) {
   stop_run_dir_etcd(dir, o.stop_timeout_ms);
   SpawnOptions so = up_spawn_options(run, dir, rec);
   so.recover_epoch = restart ? rec.epoch : 0;
+  // One replica per shard logs when asked to (or did, and restarts from it).
+  so.lone_replica_log =
+      config->replicas_per_shard == 1 && (restart || o.flags_given.count("--fsync") != 0);
   // A restart's leaders read their whole WALs before they serve or dial each other (seconds
   // per minute of load: docs/RESULTS.md): wait for that, not for a load's 60 s. A process that
   // exits meanwhile still ends the wait at once.
@@ -616,6 +619,16 @@ Status cluster_up(const ClusterOptions& o) {
   }
   print_up_report(*config, *procs, *placement, restart, rec,
                   static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e9, dir);
+  if (config->replicas_per_shard == 1 && so.lone_replica_log) {
+    fmt::print(
+        "durability: each shard's replica logs to its WAL under {} (--fsync {}); `up` "
+        "restarts from it\n",
+        dir, so.fsync);
+  } else if (config->replicas_per_shard == 1) {
+    fmt::print(
+        "durability: none, memory only (with one replica per shard, `up --fsync batch` or "
+        "`--fsync always` keeps a WAL)\n");
+  }
   if (!config->etcd.empty() && config->replicas_per_shard >= 3) {
     fmt::print(
         "configuration manager: etcd at {} (named in the config; `down` leaves it running): a "

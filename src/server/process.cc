@@ -155,7 +155,7 @@ std::vector<std::string> server_args(const std::string& exe, const cluster::Clus
                              "--other-cpus", format_cpu_list(placement.other_cpus)});
   }
   if (r != 0) args.insert(args.end(), {"--replica", std::to_string(r)});
-  if (config.shards[s].replicas.size() > 1) {
+  if (config.shards[s].replicas.size() > 1 || options.lone_replica_log) {
     args.insert(args.end(),
                 {"--data-dir", cluster::replica_dir(data_dir, s, r), "--fsync", options.fsync});
     add_batch_args(options, &args);

@@ -45,6 +45,9 @@ struct SpawnOptions {
   // log_dir), its sync policy, and the followers' replay nice level.
   std::string data_dir;
   std::string fsync = "batch";
+  // One replica per shard: each server keeps a WAL there all the same (`cluster up --fsync`
+  // given, or a restart of a cluster that did), and so does what replicated shards do with it.
+  bool lone_replica_log = false;
   int replica_nice = 0;
   // Leaders' log batching (`shoal server --batch-txns/--batch-us`); 0: the config's.
   uint32_t batch_txns = 0;

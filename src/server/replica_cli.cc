@@ -175,11 +175,6 @@ Status recover_and_lead(const ReplicaOptions& options, uint64_t epoch) {
   auto config = load_config_of_shard(options);
   if (!config.ok()) return config.status();
   const cluster::Shard& shard = config->shards[options.shard];
-  if (shard.replicas.size() < 2) {
-    return Status::InvalidArgument(
-        fmt::format("--recover-epoch: shard {} has one replica, which keeps no WAL to recover from",
-                    options.shard));
-  }
   if (epoch < 2) {
     return Status::InvalidArgument(fmt::format(
         "--recover-epoch: {}: the first run is epoch 1, a restart comes after it", epoch));
@@ -201,7 +196,8 @@ Status recover_and_lead(const ReplicaOptions& options, uint64_t epoch) {
         "manager appointed another)",
         options.replica));
   }
-  // Any other replica: the follower is only opened (its disk recovered), never run.
+  // Any other replica (itself, when it is the shard's only one): the follower is only opened
+  // (its disk recovered), never run.
   auto fo = follower_options(options, *config,
                              (options.replica + 1) % static_cast<uint32_t>(shard.replicas.size()));
   if (!fo.ok()) return fo.status();

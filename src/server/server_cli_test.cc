@@ -234,6 +234,11 @@ class ServerCli : public ::testing::Test {
     std::ofstream(config_) << toml;
     return config_;
   }
+  // A TPC-C run on the cluster `up --ack-journal` started, and SIGKILL of its `processes`
+  // processes (no clean shutdown) once a terminal has journaled an acknowledged NewOrder
+  // (bounded: 60 s), not after a fixed time: what a restart must keep exists then, and the run
+  // goes on. The run then fails: its cluster died under it.
+  void kill_every_process_mid_tpcc_run(size_t processes);
   Outcome up(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {
         "cluster", "up", "--config", config_, "--run-dir", run_dir(), "--keys-per-partition",
@@ -975,6 +980,26 @@ std::vector<pid_t> run_dir_pids(const std::string& dir) {
   return out;
 }
 
+void ServerCli::kill_every_process_mid_tpcc_run(size_t processes) {
+  const std::string bench_log = path("bench.log");
+  const pid_t bench = start({"bench", "tpcc", "--cluster", config_, "--seconds", "4"}, bench_log);
+  auto acknowledged = [&] {
+    for (const auto& e : fs::directory_iterator(run_dir())) {
+      if (e.path().filename().string().starts_with("acks-") && fs::file_size(e) > 0) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 600 && !acknowledged(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::vector<pid_t> pids = run_dir_pids(run_dir());
+  ASSERT_EQ(pids.size(), processes);
+  for (pid_t p : pids) EXPECT_EQ(kill(p, SIGKILL), 0) << p;
+  const Outcome o = finish(bench, bench_log, 120);
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  ASSERT_TRUE(acknowledged()) << "no NewOrder was acknowledged before the kill";
+}
+
 // The newest WAL segment of stream `s` in a replica directory (stream-<s>.wal is segment 0;
 // a leader that truncated its WAL has deleted it).
 std::string newest_wal_segment(const std::string& dir, uint32_t s) {
@@ -1089,25 +1114,8 @@ TEST_F(ServerCli, EveryProcessKilledMidRunRestartsWithEveryAcknowledgedTransacti
   write_replicated_config(1, 3);
   Outcome o = up({"--workload", "tpcc", "--ack-journal"});
   ASSERT_EQ(o.exit_code, 0) << o.output;
-  const std::string bench_log = path("bench.log");
-  const pid_t bench = start({"bench", "tpcc", "--cluster", config_, "--seconds", "4"}, bench_log);
-  // Killed once a terminal has journaled an acknowledged NewOrder (bounded: 60 s), not after a
-  // fixed time: what the restart must keep exists then, and the run goes on.
-  auto acknowledged = [&] {
-    for (const auto& e : fs::directory_iterator(run_dir())) {
-      if (e.path().filename().string().starts_with("acks-") && fs::file_size(e) > 0) return true;
-    }
-    return false;
-  };
-  for (int i = 0; i < 600 && !acknowledged(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  const std::vector<pid_t> pids = run_dir_pids(run_dir());
-  ASSERT_EQ(pids.size(), 3u);
-  for (pid_t p : pids) EXPECT_EQ(kill(p, SIGKILL), 0) << p;
-  o = finish(bench, bench_log, 120);
-  EXPECT_NE(o.exit_code, 0) << o.output;  // its cluster died under it
-  ASSERT_TRUE(acknowledged()) << "no NewOrder was acknowledged before the kill";
+  kill_every_process_mid_tpcc_run(3);
+  if (HasFatalFailure()) return;
   o = up();
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("restarted from disk in epoch 2"), std::string::npos) << o.output;
@@ -1118,6 +1126,41 @@ TEST_F(ServerCli, EveryProcessKilledMidRunRestartsWithEveryAcknowledgedTransacti
   o = run({"cluster", "digest", "--config", config_}, 120);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_EQ(digests_of(o.output).size(), 3u) << o.output;
+}
+
+// One replica per shard: without --fsync `up` keeps nothing on disk and says so, and a second
+// `up` loads afresh. With --fsync always each server keeps a WAL (a Paxos stream of one
+// acceptor): kill -9 in the middle of a run, then `up`, restarts it from its disk with every
+// NewOrder a terminal was told committed, and the restart keeps the recorded --fsync.
+TEST_F(ServerCli, OneReplicaWithFsyncRestartsFromItsWalWithEveryAcknowledgedTransaction) {
+  write_config(1);
+  Outcome o = up({"--workload", "tpcc"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("durability: none, memory only"), std::string::npos) << o.output;
+  EXPECT_FALSE(fs::exists(run_dir() + "/shard-0-replica-0")) << "a WAL without --fsync";
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  o = up({"--workload", "tpcc", "--ack-journal", "--fsync", "always"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("loaded afresh (workload tpcc, epoch 1)"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("durability: each shard's replica logs to its WAL"), std::string::npos)
+      << o.output;
+  kill_every_process_mid_tpcc_run(1);
+  if (HasFatalFailure()) return;
+  o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("restarted from disk in epoch 2"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("as up.json recorded: --fsync always"), std::string::npos) << o.output;
+  EXPECT_NE(read_file(run_dir() + "/shard-0.log").find("recovered its store from"),
+            std::string::npos);
+  o = run({"cluster", "check", "--config", config_, "--run-dir", run_dir()}, 300);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("TPC-C conditions hold on all 1 shard\n"), std::string::npos) << o.output;
+  EXPECT_GT(acknowledged_checked_none_lost(o.output), 0) << o.output;
+  // It goes on in epoch 2, and commits there.
+  o = run({"bench", "tpcc", "--cluster", config_, "--seconds", "1", "--check"}, 180);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("consistency: ok"), std::string::npos) << o.output;
 }
 
 // `cluster up` of three replicas starts an etcd for them: kill -9 of a shard's leader leaves

@@ -79,8 +79,10 @@ struct ServerOptions {
   // Test only (workload micro, replicated): after the followers installed the load, change one
   // record here without logging it, so `shoal cluster digest` must report a difference.
   bool unsafe_plant_divergence = false;
-  // Replication (shards with replicas > 1 only). data_dir holds this replica's WAL; empty:
-  // .shoal/<cluster name>/shard-<N>-replica-0.
+  // Replication. data_dir holds this replica's WAL; empty: .shoal/<cluster name>/shard-<N>-
+  // replica-0. A shard of one replica logs only when given one: it is then a stream of one
+  // acceptor, each write durable per `fsync` before it is acknowledged, and it restarts from
+  // there (--recover-epoch). Without one it keeps nothing on disk.
   std::string data_dir;
   std::string fsync = "batch";  // none, batch or always
   // Log batching (cluster::ClusterConfig::batch_txns, batch_us): seal a stream's entry after

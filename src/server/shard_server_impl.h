@@ -457,9 +457,15 @@ class ShardServer {
   }
   const cluster::Replica& me() const { return config_.shards[options_.shard].replicas.at(me_); }
   [[nodiscard]] Status take_over();
-  bool replicated() const { return config_.shards[options_.shard].replicas.size() > 1; }
-  // Any shard with replicas: terminals then wait for the vectorized watermark.
+  // This shard logs: it has followers, or it is a lone replica given a data directory (a
+  // Paxos stream of one acceptor: its own WAL, synced per --fsync, decides alone).
+  bool replicated() const {
+    const size_t replicas = config_.shards[options_.shard].replicas.size();
+    return replicas > 1 || !options_.data_dir.empty();
+  }
+  // Any shard that logs: terminals then wait for the vectorized watermark.
   bool cluster_replicated() const {
+    if (replicated()) return true;
     for (const cluster::Shard& sh : config_.shards) {
       if (sh.replicas.size() > 1) return true;
     }
