@@ -93,6 +93,11 @@ Status ShardServer::start_replication(Promotion* promotion) {
   }
   snapshot_tid_ = boot->snapshot_tid;
   if (options_.unsafe_plant_divergence) SHOAL_TRY(plant_divergence());
+  if (lo.replicas == 1) {
+    fmt::print(stderr, "shoal server: shard {}: a lone replica, logging to {} (--fsync {})\n",
+               options_.shard, lo.wal_dir, options_.fsync);
+    return Status::Ok();
+  }
   fmt::print(stderr,
              "shoal server: shard {}: {} followers installed the load ({} records, {:.1f} s)\n",
              options_.shard, lo.replicas - 1, boot->records, static_cast<double>(boot->ns) / 1e9);
