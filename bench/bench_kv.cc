@@ -598,8 +598,12 @@ Status run(const KvBenchOptions& o) {
       o.zipfian ? fmt::format("zipfian {}", o.theta) : std::string("uniform"),
       o.speculative ? "speculative" : "durable");
   text += r.to_table();
+  const char* one_replica = !o.cluster_path.empty()
+                                ? " (one replica: durable as far as its servers log)"
+                            : o.local.lone_replica_log ? " (one replica: synced to its WAL)"
+                                                       : " (one replica, no WAL: memory only)";
   text += fmt::format("writes acknowledged durable: {} of {}{}\n", durable, writes,
-                      t.config.replicas_per_shard == 1 ? " (no replication: none can be)" : "");
+                      t.config.replicas_per_shard == 1 ? one_replica : "");
   if (r.failed != 0) text += "first failure: " + first_error + "\n";
   text += check.text;
   std::fputs(text.c_str(), stdout);

@@ -587,6 +587,7 @@ int run_kv_bench_command(const BenchCommands& c, BenchFlags& f) {
   }
   if (reserve_given_with_cluster(c, remote)) return kExitUsage;
   k.local.memory_reserve_mb = f.run.memory_reserve_mb;  // the local servers', not this client's
+  k.local.lone_replica_log = k.local.replicas == 1 && c.kv->count("--fsync") > 0;
   k.workload = static_cast<char>(std::toupper(static_cast<unsigned char>(f.kv_workload.at(0))));
   k.zipfian = f.kv_distribution == "zipfian";
   k.seconds = f.run.seconds;
@@ -988,6 +989,8 @@ int run_dist_bench(const BenchCommands& c, BenchFlags& f) {
   d.replicas = replicas;
   d.wan_rtt_ms = f.run.wan_rtt_ms;
   d.fsync = f.run.fsync;
+  const CLI::Option* fsync_flag = sub->get_option_no_throw("--fsync");
+  d.lone_replica_log = replicas == 1 && fsync_flag != nullptr && fsync_flag->count() > 0;
   d.replica_nice = f.run.replica_nice;
   d.replay_lag_ms = f.run.replay_lag_ms;
   d.cpu_placement = f.run.cpu_placement;

@@ -126,8 +126,11 @@ struct DistBenchOptions {
   uint32_t replicas = 1;
   double wan_rtt_ms = 0;
   std::string fsync = "batch";  // every replica's WAL
-  int replica_nice = 10;        // followers' replay threads (they share this machine)
-  int64_t replay_lag_ms = -1;   // local run: the config's ratekeeper bound (-1: its default)
+  // Local run, one replica per shard: each server keeps a WAL all the same (`--fsync` given),
+  // as `cluster up --fsync` does (SpawnOptions::lone_replica_log).
+  bool lone_replica_log = false;
+  int replica_nice = 10;       // followers' replay threads (they share this machine)
+  int64_t replay_lag_ms = -1;  // local run: the config's ratekeeper bound (-1: its default)
   // Local run: the config's log batching (0: its defaults, 400 txns / 4000 us), and the
   // leaders' lead bound (`shoal server --lead-ms-max`; -1: the server's default).
   uint32_t batch_txns = 0;
