@@ -381,6 +381,9 @@ TEST_F(ServerCli, ClusterUpStatusDownRoundTrip) {
   write_config();
   Outcome o = up();
   ASSERT_EQ(o.exit_code, 0) << o.output;
+  // One replica per shard without --fsync: nothing on disk, and `up` says so.
+  EXPECT_NE(o.output.find("durability: none, memory only"), std::string::npos) << o.output;
+  EXPECT_FALSE(fs::exists(run_dir() + "/shard-0-replica-0")) << "a WAL without --fsync";
   o = run({"cluster", "status", "--config", config_}, 30);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("shard 1"), std::string::npos) << o.output;
@@ -1128,19 +1131,13 @@ TEST_F(ServerCli, EveryProcessKilledMidRunRestartsWithEveryAcknowledgedTransacti
   EXPECT_EQ(digests_of(o.output).size(), 3u) << o.output;
 }
 
-// One replica per shard: without --fsync `up` keeps nothing on disk and says so, and a second
-// `up` loads afresh. With --fsync always each server keeps a WAL (a Paxos stream of one
-// acceptor): kill -9 in the middle of a run, then `up`, restarts it from its disk with every
-// NewOrder a terminal was told committed, and the restart keeps the recorded --fsync.
+// One replica per shard with --fsync always: each server keeps a WAL (a Paxos stream of one
+// acceptor; without --fsync nothing: ClusterUpStatusDownRoundTrip). kill -9 in the middle of
+// a run, then `up`, restarts it from its disk with every NewOrder a terminal was told
+// committed, and the restart keeps the recorded --fsync.
 TEST_F(ServerCli, OneReplicaWithFsyncRestartsFromItsWalWithEveryAcknowledgedTransaction) {
   write_config(1);
-  Outcome o = up({"--workload", "tpcc"});
-  ASSERT_EQ(o.exit_code, 0) << o.output;
-  EXPECT_NE(o.output.find("durability: none, memory only"), std::string::npos) << o.output;
-  EXPECT_FALSE(fs::exists(run_dir() + "/shard-0-replica-0")) << "a WAL without --fsync";
-  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
-  ASSERT_EQ(o.exit_code, 0) << o.output;
-  o = up({"--workload", "tpcc", "--ack-journal", "--fsync", "always"});
+  Outcome o = up({"--workload", "tpcc", "--ack-journal", "--fsync", "always"});
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("loaded afresh (workload tpcc, epoch 1)"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("durability: each shard's replica logs to its WAL"), std::string::npos)
