@@ -121,7 +121,7 @@ struct FollowerOptions {
   // connection and not said it is starting (LeaderOptions::announces_serving), or said since
   // that it serves. Until then connect_timeout_ms of silence ends it instead (a connection
   // completes once the leader listens, long before a restarting leader's replication thread
-  // talks; docs/REPLICATION.md, "Suspecting a leader"). This replica's own stalls do not
+  // talks; docs/REPLICATION.md, "Failure detection and fencing"). This replica's own stalls do not
   // count: a tick more than half the timeout late, or the poller paused by replay
   // backpressure, restart the clock. 0: only a closed connection ends the leader.
   uint64_t leader_timeout_ms = 0;

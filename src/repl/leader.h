@@ -164,7 +164,7 @@ struct LeaderOptions {
   // Must not block. nullptr: nobody is told.
   void (*on_chosen)(void* ctx, uint32_t stream) = nullptr;
   void* on_chosen_ctx = nullptr;
-  // Start-up (docs/REPLICATION.md, "Suspecting a leader"): true, the leader tells its
+  // Start-up (docs/REPLICATION.md, "Failure detection and fencing"): true, the leader tells its
   // followers it is starting (the schema message says so) until its caller calls
   // note_serving(); a follower suspects a starting leader only after its connect timeout of
   // silence, not its leader timeout. A shard server's start-up after it listens (a restart's
