@@ -618,6 +618,10 @@ void Follower::handle_control(std::span<const uint8_t> bytes) {
     return;
   }
   if (type == "schema") {
+    // A leader that announces its start-up says whether it is still starting; absent: serving.
+    if (Status st = json_optional_field(j, "starting", &leader_starting_); !st.ok()) {
+      note_malformed_control("schema: " + st.message());
+    }
     // Without a schema nothing can be replayed: a malformed one ends the run.
     auto fields = json_field<nlohmann::json>(j, "schema");
     auto streams = json_field<uint32_t>(j, "streams");
@@ -634,6 +638,8 @@ void Follower::handle_control(std::span<const uint8_t> bytes) {
       return;
     }
     successor_hint_.store(*replica, std::memory_order_release);
+  } else if (type == "serving") {  // its start-up is over: leader_timeout_ms applies
+    leader_starting_ = false;
   } else if (type == "ckpt_get") {
     serve_checkpoint_chunk(j);
   } else if (type == "bye") {  // the leader stops (not a crash): run() returns
@@ -1067,16 +1073,25 @@ void Follower::check_leader_heard(uint64_t now_ns) {
   const bool own_stall = now_ns - last_tick_ns_ > timeout_ns / 2 ||
                          replay_pending_.load(std::memory_order_acquire) >= kReplayQueueMax;
   last_tick_ns_ = now_ns;
+  const bool serving = leader_spoke_ && !leader_starting_;
+  if (serving != leader_serving_.load(std::memory_order_relaxed)) {
+    leader_serving_.store(serving, std::memory_order_release);
+  }
   if (timeout_ns == 0 || !bootstrap_installed_.load(std::memory_order_acquire)) return;
   if (own_stall) {
     last_heard_ns_ = now_ns;
     return;
   }
-  if (now_ns - last_heard_ns_ <= timeout_ns || !failed_.ok()) return;
+  // A leader not serving yet (silent since we connected, or starting) gets the connect
+  // timeout: its start-up may stall it longer than the leader timeout, and it serves nobody
+  // meanwhile. The leader timeout applies from the tick that sees it serve.
+  const uint64_t silence_max_ns = serving ? timeout_ns : options_.connect_timeout_ms * 1'000'000;
+  if (now_ns - last_heard_ns_ <= silence_max_ns || !failed_.ok()) return;
   leader_silent_ = true;
-  failed_ = Status::Unavailable(fmt::format("replica {}: nothing from leader {} for {} ms",
-                                            options_.replica, leader_replica_,
-                                            (now_ns - last_heard_ns_) / 1'000'000));
+  failed_ = Status::Unavailable(
+      fmt::format("replica {}: nothing from leader {} for {} ms{}", options_.replica,
+                  leader_replica_, (now_ns - last_heard_ns_) / 1'000'000,
+                  serving ? "" : (leader_spoke_ ? " (it was starting)" : " since we connected")));
 }
 
 Status Follower::run(const std::atomic<bool>* stop) {
@@ -1134,6 +1149,8 @@ Status Follower::run(const std::atomic<bool>* stop) {
   loop_ = std::make_unique<rt::EventLoop>(RealEnv::instance(), lo);
   last_checkpoint_ns_ = loop_->now_ns();  // the first checkpoint one interval from now
   last_heard_ns_ = last_tick_ns_ = loop_->now_ns();
+  leader_spoke_ = leader_starting_ = false;  // a new connection: not heard yet
+  leader_serving_.store(false, std::memory_order_release);
   rt::PollerWake wake;
   wake.prepare = [](void* ctx, int fds[rt::kMaxPollerFds]) {
     auto* f = static_cast<Follower*>(ctx);
@@ -1162,6 +1179,7 @@ Status Follower::run(const std::atomic<bool>* stop) {
           if (*n == 0) break;
           any = true;
           f->last_heard_ns_ = f->loop_->now_ns();
+          f->leader_spoke_ = true;
           f->holding_ = true;
           for (size_t i = 0; i < *n; ++i) {
             if (c[i].imm < kControlSession) f->ep_->count_receive(c[i].bytes.size());

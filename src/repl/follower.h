@@ -117,9 +117,13 @@ struct FollowerOptions {
   // this long while its connection stays open (a hung or partitioned leader; a dead one closes
   // it). The leader's streams send heartbeats every PaxosOptions::heartbeat_ns, so this must
   // be several of those plus a round trip. Armed once the bootstrap is installed (a leader
-  // busy bootstrapping is slow, not dead). This replica's own stalls do not count: a tick
-  // more than half the timeout late, or the poller paused by replay backpressure, restart
-  // the clock. 0: only a closed connection ends the leader.
+  // busy bootstrapping is slow, not dead) and the leader serves: it has spoken on this
+  // connection and not said it is starting (LeaderOptions::announces_serving), or said since
+  // that it serves. Until then connect_timeout_ms of silence ends it instead (a connection
+  // completes once the leader listens, long before a restarting leader's replication thread
+  // talks; docs/REPLICATION.md, "Failure detection and fencing"). This replica's own stalls do not
+  // count: a tick more than half the timeout late, or the poller paused by replay
+  // backpressure, restart the clock. 0: only a closed connection ends the leader.
   uint64_t leader_timeout_ms = 0;
   // Epoch fences the configuration manager published for this shard (ReplayApplier::
   // learn_fence), given to the applier before it replays anything, the WAL included: the
@@ -197,6 +201,9 @@ class Follower {
   // The last run() failed to connect to the leader within connect_timeout_ms (its error says
   // how): it may be dead, or gone while we dialed.
   bool leader_unreachable() const { return leader_unreachable_; }
+  // The leader of the current (or last) run() serves: it spoke and is not starting, so its
+  // silence counts against leader_timeout_ms (FollowerOptions). Any thread.
+  bool leader_serving() const { return leader_serving_.load(std::memory_order_acquire); }
   // The replica the leader last named its successor (the follower whose replay it paces
   // itself by, LeaderOptions::follower_replay_lag_ms_max), kNoReplica if none yet. Network
   // (any thread).
@@ -294,6 +301,10 @@ class Follower {
   // Failure detection (leader_timeout_ms), network thread.
   uint64_t last_heard_ns_ = 0, last_tick_ns_ = 0;
   bool leader_silent_ = false;
+  // This connection: the leader spoke (network thread), and it has not said it is starting
+  // (or said since that it serves): leader_timeout_ms applies (check_leader_heard).
+  bool leader_spoke_ = false, leader_starting_ = false;
+  std::atomic<bool> leader_serving_{false};
   bool leader_unreachable_ = false;
   std::atomic<uint32_t> successor_hint_{kNoReplica};
   bool malformed_control_said_ = false;  // network thread

@@ -391,6 +391,7 @@ void ReplicationLeader::tick() {
   }
   leading_.store(leading, std::memory_order_release);
   if (takeover_applier_) check_takeover();
+  say_serving();
   maybe_fetch_checkpoint(loop_->now_ns());
   nlohmann::json request;
   {
@@ -767,6 +768,15 @@ void ReplicationLeader::on_chosen(Stream& s, uint64_t slot, std::span<const std:
   if (options_.on_chosen != nullptr) options_.on_chosen(options_.on_chosen_ctx, s.id);
 }
 
+void ReplicationLeader::say_serving() {
+  if (serving_said_ || !serving_noted_.load(std::memory_order_acquire)) return;
+  serving_said_ = true;
+  if (!options_.announces_serving) return;  // its followers took it as serving from the start
+  for (uint32_t r = 0; r < peers_.size(); ++r) {
+    if (peers_[r] && !peers_[r]->dead) send_control(r, {{"type", "serving"}});
+  }
+}
+
 void ReplicationLeader::check_takeover() {
   for (uint32_t i = 0; i < streams_.size(); ++i) {
     const PaxosStream& p = *streams_[i]->paxos;
@@ -921,7 +931,8 @@ void ReplicationLeader::accept_connections() {
         send_control(replica, {{"type", "schema"},
                                {"schema", options_.schema.to_json()},
                                {"streams", options_.streams},
-                               {"leader", options_.replica}});
+                               {"leader", options_.replica},
+                               {"starting", options_.announces_serving && !serving_said_}});
         // Electing: the newcomer has not promised yet; ask it now rather than a retransmit
         // period later.
         if (takeover_applier_) {

@@ -164,6 +164,14 @@ struct LeaderOptions {
   // Must not block. nullptr: nobody is told.
   void (*on_chosen)(void* ctx, uint32_t stream) = nullptr;
   void* on_chosen_ctx = nullptr;
+  // Start-up (docs/REPLICATION.md, "Failure detection and fencing"): true, the leader tells its
+  // followers it is starting (the schema message says so) until its caller calls
+  // note_serving(); a follower suspects a starting leader only after its connect timeout of
+  // silence, not its leader timeout. A shard server's start-up after it listens (a restart's
+  // or a takeover's streams, fences, purges, workers) runs beside the replication thread and,
+  // on a loaded machine, stalled it past a 100 ms leader timeout: a live leader was deposed
+  // as it started. False: serving from the first message (the bench's in-process leader).
+  bool announces_serving = false;
 };
 
 struct LeaderStats {
@@ -238,6 +246,10 @@ class ReplicationLeader {
   // kLogFlagEpochStart, floor_tid and final_tid), raises its engine's epoch above floor_tid
   // (txn::Engine::start_leading) and starts its workers.
   [[nodiscard]] Result<TakeoverResult> wait_takeover(uint64_t timeout_ms);
+  // The start-up is over (LeaderOptions::announces_serving): every follower is told, within a
+  // tick, that it may suspect this leader by its leader timeout from now on; followers that
+  // connect later are told so in their schema message. Any thread; idempotent.
+  void note_serving() { serving_noted_.store(true, std::memory_order_release); }
   ~ReplicationLeader();  // stop()
   ReplicationLeader(const ReplicationLeader&) = delete;
   ReplicationLeader& operator=(const ReplicationLeader&) = delete;
@@ -417,8 +429,11 @@ class ReplicationLeader {
   std::optional<TakeoverTracker> takeover_tracker_;  // while takeover_applier_ is set
   uint64_t takeover_start_ns_ = 0;
   std::atomic<bool> takeover_done_{false};
-  TakeoverResult takeover_result_;  // written before takeover_done_ is published
-  uint64_t last_request_ns_ = 0;    // replication thread
+  std::atomic<bool> serving_noted_{false};  // note_serving() called
+  bool serving_said_ = false;               // replication thread: followers told (tick)
+  void say_serving();                       // replication thread
+  TakeoverResult takeover_result_;          // written before takeover_done_ is published
+  uint64_t last_request_ns_ = 0;            // replication thread
   uint64_t last_debug_ns_ = 0;
 
   // Group commit of our own acceptances off the replication thread (fsync batch/always):

@@ -1035,5 +1035,166 @@ TEST(Replication, LeaderTruncatesItsWalBehindFetchedCheckpointsAndAFormerLeaderR
   EXPECT_TRUE((*torn)->wal_head_missing());
 }
 
+// Suspecting a leader (docs/REPLICATION.md): a follower's directory after a bootstrap and some
+// transactions, its leader and the other follower stopped; the follower is not open.
+struct StoppedFollowerDir {
+  Cluster c{/*streams=*/1};
+  StoppedFollowerDir() {
+    EXPECT_TRUE(c.leader->wait_leading(10'000).ok());
+    auto boot = bootstrap_followers(*c.leader, *c.engine, 60'000);
+    EXPECT_TRUE(boot.ok()) << boot.status().to_string();
+    c.run(100, 21);
+    const uint64_t tid = c.close();
+    EXPECT_TRUE(c.leader->collect_reports(tid, false, false, 20'000).ok());
+    for (auto& f : c.followers) f->stop();
+    c.leader->stop();
+  }
+  // Replica 1 restarting from its directory towards `leader_port`, which suspects a serving
+  // leader after 50 ms of silence.
+  FollowerOptions restarted(uint16_t leader_port, uint64_t connect_timeout_ms) const {
+    FollowerOptions fo = c.follower_options(1);
+    fo.leader_port = leader_port;
+    fo.leader_timeout_ms = 50;
+    fo.connect_timeout_ms = connect_timeout_ms;
+    return fo;
+  }
+};
+
+// A follower's run on its own thread: when it returned, and whether it found its leader
+// silent.
+struct TimedRun {
+  std::unique_ptr<Follower> follower;
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> ended_ns{0};
+  bool silent = false;
+  std::thread thread;
+  explicit TimedRun(const FollowerOptions& fo) {
+    auto f = Follower::open(fo);
+    EXPECT_TRUE(f.ok()) << f.status().to_string();
+    if (!f.ok()) return;
+    follower = std::move(*f);
+    thread = std::thread([this] {
+      EXPECT_TRUE(follower->run().ok());
+      silent = follower->leader_silent();
+      ended_ns = RealEnv::instance().now_ns();
+      done = true;
+    });
+  }
+  ~TimedRun() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+void send_text(net::TcpEndpoint& ep, const std::string& text) {
+  ASSERT_TRUE(
+      ep.send(kControlSession, {reinterpret_cast<const uint8_t*>(text.data()), text.size()}).ok());
+  ASSERT_TRUE(ep.flush().ok());
+}
+
+// Reads (and drops) what the follower sent, for about `ms`: its hello, heartbeats, reports.
+void drain_for(net::TcpEndpoint& ep, uint64_t ms) {
+  const uint64_t until = RealEnv::instance().now_ns() + ms * 1'000'000;
+  while (RealEnv::instance().now_ns() < until) {  // bounded by `ms`
+    net::Completion c[16];
+    auto n = ep.poll(c, 16);
+    if (!n.ok()) return;
+    ep.release();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// The restart of a cluster from disk under load: a follower restarted from its WAL (its
+// bootstrap installed, so its leader timeout armed) connects as soon as its restarting leader
+// listens, while that leader still sets up its streams and takes over; a follower that started
+// its 100 ms clock at the connection found a live leader silent and had it deposed (2 of 3
+// restarts on a loaded 2-core machine). Now silence counts against the leader timeout only
+// once the leader spoke and serves: here a leader that accepts 10 leader timeouts late, then
+// says it is starting and is silent 10 leader timeouts more, is not suspected; once it says
+// it serves, its silence is suspected within the leader timeout as before.
+TEST(Replication, RestartedFollowerSuspectsItsLeaderOnlyOnceItServes) {
+  StoppedFollowerDir d;
+  auto listener = net::TcpListener::listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+  TimedRun run(d.restarted(listener->port(), 60'000));
+  ASSERT_NE(run.follower, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // listening, not talking
+  EXPECT_FALSE(run.done) << "suspected a leader that had not spoken yet";
+  auto leader = listener->accept(10'000);
+  ASSERT_TRUE(leader.ok()) << leader.status().to_string();
+  send_text(*leader, nlohmann::json{{"type", "schema"},
+                                    {"schema", Schema::of(*d.c.engine, "").to_json()},
+                                    {"streams", 1},
+                                    {"leader", 0},
+                                    {"starting", true}}
+                         .dump());
+  drain_for(*leader, 500);  // starting, and silent
+  EXPECT_FALSE(run.done) << "suspected a starting leader";
+  EXPECT_FALSE(run.follower->leader_serving());
+  const uint64_t serving_ns = RealEnv::instance().now_ns();
+  send_text(*leader, R"({"type": "serving"})");
+  drain_for(*leader, 2'000);  // silent from now on (returns early once the follower hangs up)
+  for (int i = 0; i < 200 && !run.done; ++i) {  // bounded: its run() ends after it hangs up
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(run.done) << "a serving leader silent for 2 s was not suspected";
+  EXPECT_TRUE(run.silent);
+  EXPECT_TRUE(run.follower->leader_serving());
+  const uint64_t took_ms = (run.ended_ns - serving_ns) / 1'000'000;
+  EXPECT_GE(took_ms, 50u);
+  EXPECT_LT(took_ms, 1'000u) << "the leader timeout is 50 ms";
+}
+
+// A leader that never speaks (its connection accepted by the kernel, nothing more) is given
+// up on after the connect timeout, as one that never listens: bounded, and not by the much
+// shorter leader timeout.
+TEST(Replication, RestartedFollowerGivesUpOnALeaderThatNeverSpeaksAfterItsConnectTimeout) {
+  StoppedFollowerDir d;
+  auto listener = net::TcpListener::listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+  const uint64_t start_ns = RealEnv::instance().now_ns();
+  TimedRun run(d.restarted(listener->port(), /*connect_timeout_ms=*/400));
+  ASSERT_NE(run.follower, nullptr);
+  for (int i = 0; i < 1000 && !run.done; ++i) {  // bounded: 10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(run.done);
+  EXPECT_TRUE(run.silent);
+  EXPECT_FALSE(run.follower->leader_serving());
+  EXPECT_GE((run.ended_ns - start_ns) / 1'000'000, 400u) << "suspected before the connect timeout";
+}
+
+// The real leader's side: with announces_serving its schema message says it is starting, and
+// note_serving() reaches the followers connected before it.
+TEST(Replication, LeaderAnnouncesWhenItServes) {
+  TempDir dir;
+  txn::Engine engine;
+  engine.create_table<1>("rows");
+  LeaderOptions lo;
+  lo.replicas = 2;
+  lo.paxos = paxos_options_for_rtt(0);
+  lo.schema = Schema::of(engine, "");
+  lo.announces_serving = true;
+  auto leader = ReplicationLeader::start(lo, engine);
+  ASSERT_TRUE(leader.ok()) << leader.status().to_string();
+  FollowerOptions fo;
+  fo.replicas = 2;
+  fo.leader_port = (*leader)->port();
+  fo.data_dir = dir.path() + "/r1";
+  fo.paxos.max_message_bytes = replication_message_bytes(fo.paxos, BatchLimits{}.batch_bytes_max);
+  fo.quiet = true;
+  FollowerThread f(fo);
+  f.start();
+  ASSERT_TRUE((*leader)->wait_leading(10'000).ok());  // the follower heard the leader
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(f.follower().leader_serving()) << "the schema said it is starting";
+  (*leader)->note_serving();
+  for (int i = 0; i < 1000 && !f.follower().leader_serving(); ++i) {  // bounded: 10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(f.follower().leader_serving());
+  f.stop();
+  (*leader)->stop();
+}
+
 }  // namespace replication_test
 }  // namespace shoal::repl

@@ -45,6 +45,10 @@ Status ShardServer::start_replication(Promotion* promotion) {
   lo.checkpoint_dir = options_.data_dir;
   lo.on_chosen = &ShardServer::entries_chosen;
   lo.on_chosen_ctx = this;
+  // Followers suspect us by their leader timeout only once we serve (note_serving() below
+  // the ready line): the start-up after listening stalled the replication thread past a
+  // 100 ms timeout on a loaded machine, and a restarting leader was deposed as it started.
+  lo.announces_serving = true;
   if (promotion == nullptr) {  // a promoted follower's WAL comes with its takeover
     lo.wal_dir = options_.data_dir.empty()
                      ? cluster::replica_dir(".shoal/" + config_.name, options_.shard, 0)

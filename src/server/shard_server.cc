@@ -427,6 +427,7 @@ Status ShardServer::serve() {
   SHOAL_TRY(start_resp());
   SHOAL_TRY(start_client_port());
   SHOAL_TRY(start_deposition_watch());
+  if (replication_) replication_->note_serving();  // its followers' leader timeout applies now
   fmt::print(stderr,
              "shoal server: shard {} replica {} ready on {}:{} (epoch {}, {} worker{}, keys [{}, "
              "{}))\n",
