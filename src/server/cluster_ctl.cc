@@ -528,6 +528,13 @@ Status cluster_up(const ClusterOptions& o) {
     return Status::InvalidArgument(
         "--serve-reads: the config's shards have no followers (cluster.replicas is 1)");
   }
+  if (o.checkpoint_interval_ms > 0 && config->replicas_per_shard == 1) {
+    // Followers write the checkpoints a leader truncates its WAL behind: a lone replica's
+    // --fsync WAL would grow all the same, and a flag that does nothing is refused.
+    return Status::InvalidArgument(
+        "--checkpoint-interval-ms: the config's shards have no followers (cluster.replicas is "
+        "1), and only followers write checkpoints; a lone replica's WAL is not checkpointed");
+  }
   const std::string dir = run_dir_of(o, *config);
   std::vector<ReplicaId> down;  // replicas with no live process
   std::string running;          // the first live one, for messages

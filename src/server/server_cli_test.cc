@@ -1131,6 +1131,22 @@ TEST_F(ServerCli, EveryProcessKilledMidRunRestartsWithEveryAcknowledgedTransacti
   EXPECT_EQ(digests_of(o.output).size(), 3u) << o.output;
 }
 
+// One replica per shard: the flags that need followers are refused before anything starts.
+TEST_F(ServerCli, OneReplicaClusterRefusesWhatNeedsFollowers) {
+  write_config(1);
+  Outcome o = up({"--workload", "tpcc", "--serve-reads", "1"});
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--serve-reads: the config's shards have no followers"),
+            std::string::npos)
+      << o.output;
+  o = up({"--fsync", "always", "--checkpoint-interval-ms", "1000"});
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--checkpoint-interval-ms: the config's shards have no followers"),
+            std::string::npos)
+      << o.output;
+  EXPECT_FALSE(fs::exists(run_dir() + "/shard-0.pid")) << "nothing started";
+}
+
 // One replica per shard with --fsync always: each server keeps a WAL (a Paxos stream of one
 // acceptor; without --fsync nothing: ClusterUpStatusDownRoundTrip). kill -9 in the middle of
 // a run, then `up`, restarts it from its disk with every NewOrder a terminal was told
