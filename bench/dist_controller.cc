@@ -177,7 +177,7 @@ Status start_local(const DistBenchOptions& o, LocalCluster* lc) {
   so.unsafe_skip_read_validation = o.unsafe_skip_read_validation;
   so.tpcc_read_only_hint = o.tpcc_read_only_hint;
   so.fsync = o.fsync;
-  so.lone_replica_log = o.replicas == 1 && o.lone_replica_log;
+  so.lone_replica_log = o.lone_replica_log;
   so.replica_nice = o.replica_nice;
   so.lead_ms_max = o.lead_ms_max;
   so.serve_reads = o.follower_reads;

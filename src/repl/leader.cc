@@ -693,11 +693,7 @@ void ReplicationLeader::syncer_main() {
       want = sync_.requested;
     }
     for (uint32_t s = 0; s < options_.streams; ++s) {
-      if (want[s] == done[s]) continue;
-      const uint64_t start_ns = RealEnv::instance().now_ns();
-      const Status st = streams_[s]->log->sync_from_any_thread();
-      fsync_latency_.observe(RealEnv::instance().now_ns() - start_ns);
-      SHOAL_ASSERT(st.ok(), "replication: WAL sync failed: %s", st.to_string().c_str());
+      if (want[s] != done[s]) sync_own_log(*streams_[s]);
     }
     done = want;
     {
@@ -711,13 +707,17 @@ void ReplicationLeader::syncer_main() {
   }
 }
 
-void ReplicationLeader::sync_inline(Stream& s) {
-  const std::pair<Ballot, uint64_t> want{s.paxos->ballot(), s.paxos->next_slot() - 1};
-  if (s.synced_inline == want) return;
+void ReplicationLeader::sync_own_log(Stream& s) {
   const uint64_t start_ns = RealEnv::instance().now_ns();
   const Status st = s.log->sync_from_any_thread();
   fsync_latency_.observe(RealEnv::instance().now_ns() - start_ns);
   SHOAL_ASSERT(st.ok(), "replication: WAL sync failed: %s", st.to_string().c_str());
+}
+
+void ReplicationLeader::sync_inline(Stream& s) {
+  const std::pair<Ballot, uint64_t> want{s.paxos->ballot(), s.paxos->next_slot() - 1};
+  if (s.synced_inline == want) return;
+  sync_own_log(s);
   s.synced_inline = want;
   s.persisted = want.second;
   s.paxos->note_self_durable(want.first, want.second);  // our vote alone chooses

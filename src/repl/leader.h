@@ -451,6 +451,9 @@ class ReplicationLeader {
   // A lone replica (replicas 1): the replication thread syncs its own WAL and counts its vote
   // at once, with no syncer thread.
   void sync_inline(Stream& s);
+  // Our own acceptances in s's WAL made durable (the syncer's or sync_inline's; fatal if the
+  // sync fails), its latency observed. Either thread, never both for one leader.
+  void sync_own_log(Stream& s);
   bool sync_inline_ = false;
   bool deferred_sync_ = false;
   SyncState sync_;

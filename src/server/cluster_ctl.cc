@@ -626,7 +626,7 @@ Status cluster_up(const ClusterOptions& o) {
   }
   print_up_report(*config, *procs, *placement, restart, rec,
                   static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e9, dir);
-  if (config->replicas_per_shard == 1 && so.lone_replica_log) {
+  if (so.lone_replica_log) {
     fmt::print(
         "durability: each shard's replica logs to its WAL under {} (--fsync {}); `up` "
         "restarts from it\n",
