@@ -180,11 +180,14 @@ class ServerCli : public ::testing::Test {
     return o;
   }
   // `cluster digest`, again while a restarted follower has not dialed its leader yet (it is
-  // reported lost until then; bounded: 60 s).
-  Outcome digest_once_dialed() {
+  // reported lost until then; bounded: 60 s). With the run directory: the leaders its etcd
+  // names (not replica 0) are asked.
+  Outcome digest_once_dialed(bool leaders_from_run_dir = false) {
     Outcome o;
+    std::vector<std::string> args = {"cluster", "digest", "--config", config_};
+    if (leaders_from_run_dir) args.insert(args.end(), {"--run-dir", run_dir()});
     for (int i = 0; i < 120; ++i) {
-      o = run({"cluster", "digest", "--config", config_}, 120);
+      o = run(args, 120);
       if (o.exit_code != 1 || o.output.find("LOST") == std::string::npos) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
@@ -1399,10 +1402,35 @@ TEST_F(ServerCli, RestartNamingALaggingReplicaLeadsWithTheOneThatReachesFurthest
         << i << " of " << after;
   }
   // Replica 2 follows and catches up: every replica's digest is its leader's.
-  o = digest_once_dialed();
+  o = digest_once_dialed(/*leaders_from_run_dir=*/true);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
+  const std::map<std::string, std::string> digests = digests_of(o.output);
+  EXPECT_EQ(digests.size(), 3u) << o.output;
+
+  // The leader etcd names lost its directory: another replica leads the restart, and the lost
+  // one is rebuilt as a follower from its WAL (not refused, as before).
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  fs::rename(run_dir() + fmt::format("/shard-0-replica-{}", leader), path("lost-directory"));
+  o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const uint32_t next = leader == 0 ? 1 : 0;  // all level now: the lowest id that can lead
+  EXPECT_NE(o.output.find(fmt::format(
+                "shard 0: replica {} (named by etcd) cannot lead: its directory holds no log; "
+                "restarting with replica {} as the leader",
+                leader, next)),
+            std::string::npos)
+      << o.output;
+  EXPECT_NE(o.output.find("restarted from disk in epoch 4"), std::string::npos) << o.output;
+  EXPECT_EQ(resp_command(resp_ports_[0][next], {"GET", fmt::format("after-{}", after - 1)}),
+            "$1\r\nw\r\n");
+  o = digest_once_dialed(/*leaders_from_run_dir=*/true);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_EQ(digests_of(o.output).size(), 3u) << o.output;
+  for (const auto& [replica, digest] : digests_of(o.output)) {
+    EXPECT_EQ(digest, digests.begin()->second) << replica << ": " << o.output;
+  }
 }
 
 // `[cluster] etcd` names a configuration manager that runs already: `up` starts none and
