@@ -881,9 +881,9 @@ Result<size_t> read_at(int fd, std::byte* dst, size_t n, uint64_t offset, const 
 // Copies of slots above a chosen hint C may lie before the hint's own offset (accepted, not
 // yet chosen, when it was written), but not before a hint of index C - this: an acceptor
 // accepts no slot beyond its chosen index + its acceptance window (PaxosOptions::
-// accept_window_slots, 256), and its chosen index at any append before a hint of index i was
-// below i. Twice the window, for margin.
-constexpr uint64_t kReachScanBackSlots = 2 * 256;
+// accept_window_slots), and its chosen index at any append before a hint of index i was
+// below i. Twice the default window, for margin.
+const uint64_t kReachScanBackSlots = 2 * uint64_t{PaxosOptions{}.accept_window_slots};
 
 struct JournalTail {
   bool hint_found = false;
