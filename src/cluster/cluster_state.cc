@@ -213,20 +213,28 @@ Result<EpochChange> ClusterStateStore::begin_epoch_change(uint64_t expected_epoc
   return EpochChange{true, std::move(state)};
 }
 
-Result<EpochChange> ClusterStateStore::restart_in_epoch(uint64_t expected_epoch,
-                                                        uint64_t new_epoch) {
+Result<EpochChange> ClusterStateStore::restart_in_epoch(uint64_t expected_epoch, uint64_t new_epoch,
+                                                        const std::vector<uint32_t>& leaders) {
   SHOAL_ASSERT(new_epoch > expected_epoch, "restart_in_epoch: epoch %lu after %lu",
                static_cast<unsigned long>(new_epoch), static_cast<unsigned long>(expected_epoch));
   auto loaded = load_state();
   if (!loaded.ok()) return loaded.status();
   ClusterState& state = *loaded;
   if (state.epoch != expected_epoch) return EpochChange{false, std::move(state)};
+  if (!leaders.empty() && leaders.size() != state.shards.size()) {
+    return Status::InvalidArgument(fmt::format("restart_in_epoch: {} leaders for {} shards",
+                                               leaders.size(), state.shards.size()));
+  }
   std::vector<TxnCompare> compares{{epoch_key(), state.epoch_revision}};
   std::vector<TxnPut> puts{{epoch_key(), encode_epoch(new_epoch), 0}};
   for (uint32_t s = 0; s < state.shards.size(); ++s) {
     ShardState& next = state.shards[s];
     compares.push_back({shard_key(s), next.mod_revision});
     next.since_epoch = new_epoch;
+    if (!leaders.empty()) {
+      next.leader_replica = leaders[s];
+      SHOAL_TRY(check_shard(next, s));
+    }
     puts.push_back({shard_key(s), encode_shard(next), 0});
   }
   auto r = manager_.txn(compares, puts);
@@ -409,6 +417,63 @@ Result<std::optional<uint32_t>> ClusterStateStore::alive_replica(uint32_t shard)
   uint32_t replica = 0;
   SHOAL_TRY(read_u32(key, **j, "replica", &replica));
   return std::optional<uint32_t>(replica);
+}
+
+RestartLeaderPick pick_restart_leader(
+    const std::vector<std::optional<std::vector<uint64_t>>>& reach, uint32_t named,
+    uint64_t keep_lag_slots) {
+  RestartLeaderPick pick;
+  pick.leader = named;
+  pick.named_can_lead = named < reach.size() && reach[named].has_value();
+  // The furthest chosen index on each stream, over the replicas that can lead.
+  std::vector<uint64_t> best;
+  for (const auto& r : reach) {  // bounded by replicas x streams
+    if (!r) continue;
+    if (best.size() < r->size()) best.resize(r->size(), 0);
+    for (size_t s = 0; s < r->size(); ++s) best[s] = std::max(best[s], (*r)[s]);
+  }
+  // The most r trails the furthest by on any stream, and the first stream where it does.
+  const auto lag_of = [&](const std::vector<uint64_t>& r, uint32_t* stream) {
+    uint64_t lag = 0;
+    uint32_t where = 0;
+    for (size_t s = 0; s < best.size(); ++s) {  // bounded by the streams
+      const uint64_t behind = best[s] - (s < r.size() ? r[s] : 0);
+      if (behind > lag) {
+        lag = behind;
+        where = static_cast<uint32_t>(s);
+      }
+    }
+    if (stream != nullptr) *stream = where;
+    return lag;
+  };
+  std::optional<uint64_t> least;  // the least lag of a replica that can lead
+  for (uint32_t r = 0; r < reach.size(); ++r) {
+    if (!reach[r]) continue;
+    const uint64_t lag = lag_of(*reach[r], nullptr);
+    if (!least || lag < *least) {
+      least = lag;
+      pick.leader = r;  // the lowest id of least lag
+    }
+  }
+  if (!least) {  // nobody can lead
+    pick.leader = named;
+    return pick;
+  }
+  if (pick.named_can_lead) {
+    pick.named_lag = lag_of(*reach[named], &pick.stream);
+    if (pick.named_lag <= keep_lag_slots || pick.named_lag == *least) pick.leader = named;
+    pick.ahead = pick.leader;
+    const uint64_t top = pick.stream < best.size() ? best[pick.stream] : 0;
+    const auto at = [&](uint32_t r) {
+      return reach[r] && pick.stream < reach[r]->size() ? (*reach[r])[pick.stream] : 0;
+    };
+    for (uint32_t r = 0; r < reach.size() && at(pick.ahead) != top; ++r) {
+      if (at(r) == top) pick.ahead = r;
+    }
+  } else {
+    pick.ahead = pick.leader;
+  }
+  return pick;
 }
 
 }  // namespace shoal::cluster

@@ -87,11 +87,16 @@ class ClusterStateStore {
                                                        uint32_t new_leader);
 
   // A whole cluster restarting from disk (`cluster up` over its run directory, every process
-  // down): moves the cluster from expected_epoch to new_epoch with every shard's leader kept
-  // and its since_epoch set to new_epoch (each leader takes over again in it), if the stored
-  // epoch is still expected_epoch. Lost (won = false) if another change came first.
+  // down): moves the cluster from expected_epoch to new_epoch with every shard's since_epoch
+  // set to new_epoch (each leader takes over again in it) and its leader kept or, when
+  // `leaders` is given (one per shard), set to leaders[s] (`cluster up` restarts a shard with
+  // the replica whose log reaches furthest: pick_restart_leader), in one txn conditioned on the
+  // epoch key and every shard key, if the stored epoch is still expected_epoch. Lost (won =
+  // false) if another change came first. InvalidArgument when `leaders` is not empty and does
+  // not name one member of each shard (nothing written).
   // REQUIRES: new_epoch > expected_epoch.
-  [[nodiscard]] Result<EpochChange> restart_in_epoch(uint64_t expected_epoch, uint64_t new_epoch);
+  [[nodiscard]] Result<EpochChange> restart_in_epoch(uint64_t expected_epoch, uint64_t new_epoch,
+                                                     const std::vector<uint32_t>& leaders = {});
 
   // Records shard's final watermark for `epoch` unless one is recorded; returns the stored
   // one (ours, or the earlier publisher's).
@@ -160,5 +165,25 @@ class ClusterStateStore {
   ConfigManager& manager_;
   const std::string prefix_;
 };
+
+// The replica a shard restarting from disk should restart as its leader. reach[r]: how far
+// replica r's log reaches on each stream (its chosen index per stream, read from its directory:
+// repl::read_acceptor_reach), nullopt when r cannot lead (its directory holds no log). A
+// replica's lag is the most it trails the furthest replica on any stream; a candidate lagging
+// beyond the chosen slots the other acceptors retain cannot complete phase 1 (promises do not
+// page from the WAL), while any replica that completes it is a safe leader. Rule: keep `named`
+// (etcd's) while it can lead and lags by at most keep_lag_slots; else the replica of least
+// lag, `named` if it is one of them, else the lowest id. With no replica able to lead, `named`
+// (the caller refuses to restart). Pure: no I/O.
+struct RestartLeaderPick {
+  uint32_t leader = 0;
+  bool named_can_lead = true;
+  uint64_t named_lag = 0;  // the slots `named` trails by on `stream` (when it can lead)
+  uint32_t stream = 0;     // where it trails most
+  uint32_t ahead = 0;      // a replica furthest on that stream (`leader` when it is one)
+};
+[[nodiscard]] RestartLeaderPick pick_restart_leader(
+    const std::vector<std::optional<std::vector<uint64_t>>>& reach, uint32_t named,
+    uint64_t keep_lag_slots);
 
 }  // namespace shoal::cluster

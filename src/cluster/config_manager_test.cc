@@ -565,6 +565,40 @@ TYPED_TEST(ConfigManagerConformance, ARestartKeepsTheLeadersInANewEpoch) {
   EXPECT_EQ(next->state.epoch, 6u);
 }
 
+// A restart from disk may name other leaders (`cluster up`: the replica whose log reaches
+// furthest), in the same compare-and-swap; leaders that are not members, or not one per
+// shard, are refused and nothing is written.
+TYPED_TEST(ConfigManagerConformance, ARestartMayNameOtherLeadersInTheSameSwap) {
+  const std::string name = "l" + this->prefix_.substr(1, this->prefix_.size() - 2);
+  ClusterStateStore store(this->cm(), name);
+  ASSERT_TRUE(store.initialize(two_shards()).ok());
+  for (const std::vector<uint32_t>& bad :
+       {std::vector<uint32_t>{1}, std::vector<uint32_t>{1, 2, 0}, std::vector<uint32_t>{1, 7}}) {
+    auto refused = store.restart_in_epoch(1, 2, bad);
+    ASSERT_FALSE(refused.ok()) << bad.size();
+    EXPECT_EQ(refused.status().code(), Code::kInvalidArgument) << refused.status().to_string();
+  }
+  auto unchanged = store.load_state();
+  ASSERT_TRUE(unchanged.ok()) << unchanged.status().to_string();
+  EXPECT_EQ(unchanged->epoch, 1u);
+  EXPECT_EQ(unchanged->shards[1].leader_replica, 0u);
+  auto stale = store.restart_in_epoch(3, 4, {2, 1});
+  ASSERT_TRUE(stale.ok()) << stale.status().to_string();
+  EXPECT_FALSE(stale->won);
+  auto restarted = store.restart_in_epoch(1, 4, {2, 1});
+  ASSERT_TRUE(restarted.ok()) << restarted.status().to_string();
+  ASSERT_TRUE(restarted->won);
+  EXPECT_EQ(restarted->state.shards[0].leader_replica, 2u);
+  auto state = store.load_state();
+  ASSERT_TRUE(state.ok()) << state.status().to_string();
+  EXPECT_EQ(state->epoch, 4u);
+  EXPECT_EQ(state->shards[0].leader_replica, 2u);
+  EXPECT_EQ(state->shards[1].leader_replica, 1u);
+  EXPECT_EQ(state->shards[0].since_epoch, 4u);
+  EXPECT_EQ(state->shards[1].since_epoch, 4u);
+  EXPECT_EQ(state->shards[0].members, (std::vector<uint32_t>{0, 1, 2}));
+}
+
 TYPED_TEST(ConfigManagerConformance, ClusterStateRoundTripsAndPublishesOnce) {
   const std::string name = "c" + this->prefix_.substr(1, this->prefix_.size() - 2);
   ClusterStateStore store(this->cm(), name);
@@ -730,6 +764,50 @@ TYPED_TEST(ConfigManagerConformance, MalformedValuesAreCorruptionNamingTheKey) {
 }
 
 // ---- Helpers and etcd's failure cases.
+
+// The leader a shard restarts with: etcd's unless it cannot lead or trails by more than the
+// slots kept, then the replica of least lag over every stream (etcd's on a tie, else the
+// lowest id); the report names the stream and a replica ahead.
+TEST(RestartLeaderPick, KeepsTheNamedLeaderUnlessItLagsOrHoldsNoLog) {
+  using Reach = std::vector<std::optional<std::vector<uint64_t>>>;
+  // Replica 2 missed 2,800 slots of stream 0 (it was down): not kept; 0 and 1 are level on
+  // stream 0, replica 1 is a slot short on stream 1, so replica 0 leads.
+  RestartLeaderPick p = pick_restart_leader(Reach{{{5000, 900}}, {{5000, 899}}, {{2200, 900}}},
+                                            /*named=*/2, /*keep_lag_slots=*/64);
+  EXPECT_EQ(p.leader, 0u);
+  EXPECT_TRUE(p.named_can_lead);
+  EXPECT_EQ(p.named_lag, 2800u);
+  EXPECT_EQ(p.stream, 0u);
+  EXPECT_EQ(p.ahead, 0u);
+  // Within the slots kept: etcd's leader stays, though another is ahead.
+  p = pick_restart_leader(Reach{{{5000, 900}}, {{5064, 900}}, {{5030, 901}}}, 0, 64);
+  EXPECT_EQ(p.leader, 0u);
+  EXPECT_EQ(p.named_lag, 64u);
+  p = pick_restart_leader(Reach{{{5000, 900}}, {{5065, 800}}, {{5030, 901}}}, 0, 64);
+  EXPECT_EQ(p.leader, 2u);  // lag 35 (stream 0), against replica 1's 101 (stream 1)
+  EXPECT_EQ(p.named_lag, 65u);
+  EXPECT_EQ(p.ahead, 1u);  // furthest on stream 0, where replica 0 trails most
+  p = pick_restart_leader(Reach{{{5000, 900}}, {{5065, 900}}, {{5030, 901}}}, 0, 0);
+  EXPECT_EQ(p.leader, 1u);  // lag 1 against replica 2's 35
+  EXPECT_EQ(p.named_lag, 65u);
+  EXPECT_EQ(p.ahead, 1u);
+  // A tie on the least lag keeps etcd's leader, else the lowest id.
+  p = pick_restart_leader(Reach{{{10, 500}}, {{500, 10}}, {{500, 10}}}, 2, 0);
+  EXPECT_EQ(p.leader, 2u);
+  p = pick_restart_leader(Reach{{{10, 10}}, {{500, 500}}, {{500, 500}}}, 0, 0);
+  EXPECT_EQ(p.leader, 1u);
+  // A replica whose directory holds no log never leads; the named one is replaced by the
+  // furthest that can.
+  p = pick_restart_leader(Reach{{{300}}, std::nullopt, {{400}}}, 1, 64);
+  EXPECT_EQ(p.leader, 2u);
+  EXPECT_FALSE(p.named_can_lead);
+  p = pick_restart_leader(Reach{{{300}}, std::nullopt, {{400}}}, 2, 64);
+  EXPECT_EQ(p.leader, 2u);
+  // Nobody can lead: etcd's stays (the caller refuses to restart).
+  p = pick_restart_leader(Reach{std::nullopt, std::nullopt, std::nullopt}, 1, 64);
+  EXPECT_EQ(p.leader, 1u);
+  EXPECT_FALSE(p.named_can_lead);
+}
 
 TEST(ConfigManagerHelpers, Base64RoundTripsAndRejectsGarbage) {
   for (const std::string& s :

@@ -38,6 +38,29 @@ void encode(std::byte* r, uint32_t kind, uint64_t value, Ballot ballot, uint64_t
   store_u64(r + 40, XXH3_64bits(r, 40));
 }
 
+// Whether the 48 bytes at r are a whole record (its magic and its own checksum): a torn or
+// flipped one is not.
+bool whole_record(const std::byte* r) {
+  return load_u32(r) == kJournalMagic && load_u64(r + 40) == XXH3_64bits(r, 40);
+}
+
+// A journal opens with format(kJournalFormat); one of format 1 has no format record.
+Status check_format_record(const std::byte* r, const std::string& path) {
+  if (load_u32(r + 4) != kFormat) {
+    return Status::NotSupported(fmt::format(
+        "acceptor journal {}: format 1 (a record per accepted entry), this binary reads format "
+        "{}; move the directory away and start the replica on an empty one (a follower "
+        "bootstraps from its leader)",
+        path, kJournalFormat));
+  }
+  if (load_u64(r + 8) != kJournalFormat) {
+    return Status::NotSupported(fmt::format(
+        "acceptor journal {}: format record {} at offset 0, this binary reads format {} only", path,
+        load_u64(r + 8), kJournalFormat));
+  }
+  return Status::Ok();
+}
+
 Status io_error(const std::string& what, const std::string& path) {
   return Status::IOError(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
 }
@@ -81,6 +104,13 @@ Result<SegmentFiles> list_segments(const std::string& dir, uint32_t stream) {
   return out;
 }
 
+// <dir>/stream-<s>.<suffix> (segment 0) or <dir>/stream-<s>.<n>.<suffix>.
+std::string segment_path(const std::string& dir, uint32_t stream, uint64_t segment,
+                         const char* suffix) {
+  return segment == 0 ? fmt::format("{}/stream-{}.{}", dir, stream, suffix)
+                      : fmt::format("{}/stream-{}.{}.{}", dir, stream, segment, suffix);
+}
+
 WalOptions acceptor_wal_options(FsyncPolicy policy) {
   WalOptions wo;
   // kAlways syncs every group of entries, however small: its syncs should carry data only.
@@ -103,13 +133,11 @@ WalOptions acceptor_wal_options(FsyncPolicy policy) {
 }  // namespace
 
 std::string AcceptorLog::wal_path(uint64_t segment) const {
-  return segment == 0 ? fmt::format("{}/stream-{}.wal", dir_, stream_)
-                      : fmt::format("{}/stream-{}.{}.wal", dir_, stream_, segment);
+  return segment_path(dir_, stream_, segment, "wal");
 }
 
 std::string AcceptorLog::journal_path(uint64_t segment) const {
-  return segment == 0 ? fmt::format("{}/stream-{}.acc", dir_, stream_)
-                      : fmt::format("{}/stream-{}.{}.acc", dir_, stream_, segment);
+  return segment_path(dir_, stream_, segment, "acc");
 }
 
 Status AcceptorLog::open_segment(uint64_t number) {
@@ -197,18 +225,12 @@ struct AcceptorLog::JournalFile {
 
 // Decodes one record at `pos` of the journal into jf; false when the record is torn.
 Result<bool> AcceptorLog::decode_record(const std::byte* r, uint64_t pos, JournalFile* jf) {
-  if (load_u32(r) != kJournalMagic || load_u64(r + 40) != XXH3_64bits(r, 40)) return false;
+  if (!whole_record(r)) return false;
   const uint32_t kind = load_u32(r + 4);
   const uint64_t value = load_u64(r + 8);
   const uint64_t wal_offset = load_u64(r + 24);
-  if (pos == 0 && kind != kFormat) {
-    return Status::NotSupported(fmt::format(
-        "acceptor journal {}: format 1 (a record per accepted entry), this binary reads format "
-        "{}; move the directory away and start the replica on an empty one (a follower "
-        "bootstraps from its leader)",
-        jf->path, kJournalFormat));
-  }
-  if (kind == kFormat && (pos != 0 || value != kJournalFormat)) {
+  if (pos == 0) SHOAL_TRY(check_format_record(r, jf->path));
+  if (kind == kFormat && pos != 0) {
     return Status::NotSupported(fmt::format(
         "acceptor journal {}: format record {} at offset {}, this binary reads format {} only",
         jf->path, value, pos, kJournalFormat));
@@ -820,6 +842,221 @@ Status AcceptorLog::read(uint64_t from_slot, uint64_t to_slot, uint32_t max_entr
     cursor_offset_ = at->offset + size;
   }
   return Status::Ok();
+}
+
+// ---- the reach of a directory, read-only (read_acceptor_reach) --------------------------------
+
+namespace {
+
+struct ReadOnlyFile {
+  int fd = -1;
+  uint64_t size = 0;
+  ~ReadOnlyFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+Status open_read_only(const std::string& path, ReadOnlyFile* f) {
+  f->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f->fd < 0) return io_error("cannot open", path);
+  struct stat st {};
+  if (::fstat(f->fd, &st) != 0) return io_error("cannot stat", path);
+  f->size = static_cast<uint64_t>(st.st_size);
+  return Status::Ok();
+}
+
+// Up to n bytes at offset: fewer only at the file's end.
+Result<size_t> read_at(int fd, std::byte* dst, size_t n, uint64_t offset, const std::string& path) {
+  size_t have = 0;
+  while (have < n) {  // bounded: each pass reads at least a byte, or ends
+    const ssize_t r = ::pread(fd, dst + have, n - have, static_cast<off_t>(offset + have));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return io_error("cannot read", path);
+    if (r == 0) break;
+    have += static_cast<size_t>(r);
+  }
+  return have;
+}
+
+// Copies of slots above a chosen hint C may lie before the hint's own offset (accepted, not
+// yet chosen, when it was written), but not before a hint of index C - this: an acceptor
+// accepts no slot beyond its chosen index + its acceptance window (PaxosOptions::
+// accept_window_slots), and its chosen index at any append before a hint of index i was
+// below i. Twice the default window, for margin.
+const uint64_t kReachScanBackSlots = 2 * uint64_t{PaxosOptions{}.accept_window_slots};
+
+struct JournalTail {
+  bool hint_found = false;
+  uint64_t chosen = 0;      // the hint's index
+  uint64_t wal_offset = 0;  // and the WAL offset it names
+  // Where the WAL's copies of slots above `chosen` begin (the offset of a hint at least
+  // kReachScanBackSlots below it, or 0 at the journal's start); not exact when the journal's
+  // bytes read ended first (then the oldest hint's offset seen).
+  uint64_t scan_from = 0;
+  bool scan_from_exact = true;
+  uint64_t torn_bytes = 0;  // at the end: what recovery would cut
+};
+
+// The last chosen hint of one journal whose WAL offset lies within wal_bytes (hints never
+// decrease in journal order, so the last one is the highest), the torn tail after it, and
+// where the copies above it begin; read backwards from the end over at most
+// kReachJournalBytesMax. Hints are the common record (one per chosen slot), so this normally
+// reads one chunk. A record torn in the middle of a journal (corruption, not a crash) is
+// skipped here, while recovery would cut there.
+Status read_journal_tail(const std::string& path, uint64_t wal_bytes, JournalTail* out) {
+  ReadOnlyFile f;
+  SHOAL_TRY(open_read_only(path, &f));
+  const uint64_t records = f.size / kRecordBytes;
+  out->torn_bytes = f.size - records * kRecordBytes;
+  if (records == 0) return Status::Ok();
+  alignas(8) std::byte first[kRecordBytes];
+  auto got = read_at(f.fd, first, kRecordBytes, 0, path);
+  if (!got.ok()) return got.status();
+  if (*got < kRecordBytes || !whole_record(first)) {  // recovery would cut all of it
+    out->torn_bytes = f.size;
+    return Status::Ok();
+  }
+  SHOAL_TRY(check_format_record(first, path));
+  constexpr uint64_t kChunkRecords = 1024;
+  std::vector<std::byte> chunk(kChunkRecords * kRecordBytes);
+  const uint64_t span = kReachJournalBytesMax / kRecordBytes;
+  const uint64_t lowest = records > span ? records - span : 0;
+  bool at_tail = true;  // no whole record yet, reading back from the end
+  bool done = false;    // the hint and where its copies begin are found
+  uint64_t end = records;
+  // Bounded by kReachJournalBytesMax: records [lo, end) per pass, end decreasing.
+  while (end > lowest && !done) {
+    const uint64_t lo = std::max(lowest, end > kChunkRecords ? end - kChunkRecords : 0);
+    const size_t bytes = static_cast<size_t>((end - lo) * kRecordBytes);
+    got = read_at(f.fd, chunk.data(), bytes, lo * kRecordBytes, path);
+    if (!got.ok()) return got.status();
+    if (*got < bytes) break;  // cut meanwhile by a recovering replica: what was read stands
+    for (uint64_t i = end - lo; i-- > 0 && !done;) {
+      const std::byte* r = chunk.data() + i * kRecordBytes;
+      if (!whole_record(r)) {
+        if (at_tail) out->torn_bytes += kRecordBytes;
+        continue;
+      }
+      at_tail = false;
+      if (load_u32(r + 4) != kChosen) continue;
+      const uint64_t index = load_u64(r + 8), wal_offset = load_u64(r + 24);
+      if (!out->hint_found) {
+        if (wal_offset > wal_bytes) continue;  // names WAL bytes that are gone: not trusted
+        out->hint_found = true;
+        out->chosen = index;
+        out->wal_offset = out->scan_from = wal_offset;
+      } else {
+        out->scan_from = wal_offset;
+        done = index + kReachScanBackSlots <= out->chosen;
+      }
+    }
+    end = lo;
+  }
+  if (!done && end > 0) {
+    out->scan_from_exact = false;  // the bound (or a cut) ended the read first
+  } else if (!done) {
+    out->scan_from = 0;  // the journal's start: every copy of the segment
+  }
+  return Status::Ok();
+}
+
+// A closed segment's highest slot: its journal's last record, sealed(highest slot), written
+// and synced when the segment was closed (AcceptorLog::rotate). 0 when it is not there.
+Result<uint64_t> sealed_max_slot(const std::string& path) {
+  ReadOnlyFile f;
+  SHOAL_TRY(open_read_only(path, &f));
+  if (f.size < kRecordBytes) return uint64_t{0};
+  alignas(8) std::byte r[kRecordBytes];
+  const uint64_t last = (f.size / kRecordBytes - 1) * kRecordBytes;
+  auto got = read_at(f.fd, r, kRecordBytes, last, path);
+  if (!got.ok()) return got.status();
+  if (*got < kRecordBytes || !whole_record(r) || load_u32(r + 4) != kSealed) return uint64_t{0};
+  return load_u64(r + 8);
+}
+
+// The highest slot of the WAL's entries from `offset` (an entry boundary) on, each parsed whole
+// (its checksum included), up to the first that is not an entry (the preallocated zeros of
+// the log's end, or a torn tail) or until max_bytes were read (*exact false then).
+Status scan_wal_slots(const std::string& path, uint64_t offset, uint64_t max_bytes,
+                      uint64_t* highest, bool* exact) {
+  ReadOnlyFile f;
+  SHOAL_TRY(open_read_only(path, &f));
+  std::vector<uint64_t> buf(kLogHeaderBytes / 8);  // 8-aligned for LogEntryView
+  uint64_t scanned = 0;
+  // Bounded by max_bytes: every pass reads one entry of at least kLogHeaderBytes.
+  while (offset + kLogHeaderBytes <= f.size) {
+    auto* bytes = reinterpret_cast<std::byte*>(buf.data());
+    auto got = read_at(f.fd, bytes, kLogHeaderBytes, offset, path);
+    if (!got.ok()) return got.status();
+    if (*got < kLogHeaderBytes) break;
+    auto size = LogEntryView::peek_entry_bytes({bytes, kLogHeaderBytes}, offset);
+    if (!size.ok() || offset + *size > f.size) break;
+    if (scanned + *size > max_bytes) {
+      *exact = false;
+      break;
+    }
+    if (buf.size() * 8 < *size) buf.resize((*size + 7) / 8);
+    bytes = reinterpret_cast<std::byte*>(buf.data());
+    got = read_at(f.fd, bytes, *size, offset, path);
+    if (!got.ok()) return got.status();
+    if (*got < *size) break;
+    auto entry = LogEntryView::parse({bytes, *size}, offset);
+    if (!entry.ok()) break;
+    *highest = std::max(*highest, entry->id().sequence);
+    offset += *size;
+    scanned += *size;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<AcceptorReach> read_acceptor_reach(const std::string& dir, uint32_t stream,
+                                          uint64_t scan_bytes_max) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::NotFound(fmt::format("{}: no replica directory", dir));
+  }
+  auto segments = list_segments(dir, stream);
+  if (!segments.ok()) return segments.status();
+  const std::vector<uint64_t>& wals = segments->wals;
+  AcceptorReach out;
+  out.segments = wals.size();
+  if (wals.empty()) return out;
+  std::vector<uint64_t> wal_bytes(wals.size(), 0);
+  for (size_t i = 0; i < wals.size(); ++i) {  // bounded by the segments
+    if (::stat(segment_path(dir, stream, wals[i], "wal").c_str(), &st) == 0) {
+      wal_bytes[i] = static_cast<uint64_t>(st.st_size);
+    }
+    out.wal_bytes += wal_bytes[i];
+  }
+  const size_t active = wals.size() - 1;
+  // The chosen hint: the newest journal that holds one (a new segment's journal repeats it
+  // at offset 0, so normally the active one's).
+  uint64_t scan_from = 0;                   // where the active WAL's copies above the hint begin
+  for (size_t i = wals.size(); i-- > 0;) {  // bounded by the segments
+    const std::string journal = segment_path(dir, stream, wals[i], "acc");
+    if (::stat(journal.c_str(), &st) != 0) continue;  // the active one before its first record
+    JournalTail tail;
+    SHOAL_TRY(read_journal_tail(journal, wal_bytes[i], &tail));
+    if (i == active) out.journal_bytes_torn = tail.torn_bytes;
+    if (tail.hint_found) {
+      out.chosen = tail.chosen;
+      if (i == active) {
+        scan_from = tail.scan_from;
+        out.highest_exact = tail.scan_from_exact;
+      }
+      break;
+    }
+  }
+  out.highest_slot = out.chosen;
+  for (size_t i = 0; i < active; ++i) {  // bounded by the segments
+    auto sealed = sealed_max_slot(segment_path(dir, stream, wals[i], "acc"));
+    if (sealed.ok()) out.highest_slot = std::max(out.highest_slot, *sealed);
+  }
+  SHOAL_TRY(scan_wal_slots(segment_path(dir, stream, wals[active], "wal"), scan_from,
+                           scan_bytes_max, &out.highest_slot, &out.highest_exact));
+  return out;
 }
 
 }  // namespace shoal::repl

@@ -108,6 +108,42 @@ struct AcceptorRecovery {
   uint64_t wal_bytes = 0;
 };
 
+// How far one stream's acceptor log in a replica directory reaches, read without writing
+// anything (read_acceptor_reach): what `cluster up` compares between the replicas of a shard
+// before it picks the one to restart as its leader (docs/REPLICATION.md, "Restarting a whole
+// cluster from disk"). A candidate whose chosen index lags the other acceptors' by more than
+// the chosen slots they retain cannot complete phase 1 (promises do not page from the WAL).
+struct AcceptorReach {
+  // The highest chosen hint of the newest journal that holds one, among the hints whose WAL
+  // offset the segment's WAL file reaches: the chosen index recovery would restore (unless an
+  // OS crash lost WAL bytes below a hint it kept, which only a full WAL scan would see). A
+  // checkpoint's cut never exceeds it: every rotation (after a checkpoint, on followers and
+  // leaders alike) writes the chosen hint into the new journal, synced. 0: none.
+  uint64_t chosen = 0;
+  // The highest slot of a copy held (>= chosen): the closed segments' sealed records and the
+  // active WAL's entries from where copies above the chosen hint can begin (the offset of a
+  // hint twice the acceptance window below it). Copies above `chosen` may never be chosen.
+  uint64_t highest_slot = 0;
+  // False when the scan stopped at its byte bound (or the journal's bytes read ended before that
+  // earlier hint): highest_slot is then a lower bound.
+  bool highest_exact = true;
+  uint64_t segments = 0;            // WAL segments on disk
+  uint64_t wal_bytes = 0;           // their file sizes (preallocated zeros included)
+  uint64_t journal_bytes_torn = 0;  // the active journal's tail recovery would cut
+};
+
+// Reads the reach of <dir>/stream-<stream>: the journals' last records (backwards from each
+// end, at most kReachJournalBytesMax per journal, newest segment first; a closed segment's
+// sealed record) and the active WAL's last entries (from a hint some 512 slots below the
+// chosen one: at most scan_bytes_max, each entry checked whole). Opens every file read-only
+// and takes no lock, so it may run beside the replica (a snapshot of a moving log, then). NotFound
+// when dir does not exist; a directory without this stream's files reaches nothing (all zeros).
+// NotSupported for a journal of another format (the replica would refuse it too), naming the file.
+inline constexpr uint64_t kReachJournalBytesMax = uint64_t{1} << 20;
+inline constexpr uint64_t kReachScanBytesMax = uint64_t{16} << 20;
+[[nodiscard]] Result<AcceptorReach> read_acceptor_reach(
+    const std::string& dir, uint32_t stream, uint64_t scan_bytes_max = kReachScanBytesMax);
+
 class AcceptorLog final : public ChosenSlotSource {
  public:
   // Opens (creating) the newest segment of <dir>/stream-<stream>: segment 0 is

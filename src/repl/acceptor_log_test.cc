@@ -605,5 +605,158 @@ TEST_F(AcceptorLogTest, ReadsSpanRetainedSegmentsAndForgetDeletedOnes) {
   EXPECT_EQ(read_all(201, 390, 64, 1 << 20), 3);
 }
 
+// Every file of the directory with its bytes: what a read-only summary must leave as it was.
+std::map<std::string, std::string> directory_bytes(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    out[e.path().filename().string()] =
+        std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return out;
+}
+
+// read_acceptor_reach: the chosen hint and the highest slot of a directory an AcceptorLog
+// wrote, read beside the open log and after it closed, without a byte of the directory
+// changing; the scan after the hint stops at its bound; a stream with no files reaches nothing.
+TEST_F(AcceptorLogTest, ReachIsTheChosenHintAndTheHighestCopyReadWithoutWriting) {
+  for (const FsyncPolicy p : {FsyncPolicy::kNone, FsyncPolicy::kAlways}) {  // kAlways: zeros ahead
+    SCOPED_TRACE(static_cast<int>(p));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    fsync_ = p;
+    open();
+    ASSERT_TRUE(store_->promise(7).ok());
+    // As a follower logs: each slot accepted, chosen (a hint) ten slots later.
+    for (uint64_t slot = 1; slot <= 1000; ++slot) {
+      accept(slot, slot, 7);
+      if (slot > 10) choose(slot - 10);
+    }
+    ASSERT_TRUE(log_->sync().ok());
+    const auto before = directory_bytes(dir_);
+    auto reach = read_acceptor_reach(dir_, 0);
+    ASSERT_TRUE(reach.ok()) << reach.status().to_string();
+    EXPECT_EQ(reach->chosen, 990u);
+    EXPECT_EQ(reach->highest_slot, 1000u);  // copies before the last hint's offset included
+    EXPECT_TRUE(reach->highest_exact);
+    EXPECT_EQ(reach->segments, 1u);
+    EXPECT_GE(reach->wal_bytes, 1000 * expected_[1].size());
+    EXPECT_EQ(reach->journal_bytes_torn, 0u);
+    EXPECT_EQ(directory_bytes(dir_), before);
+    // Bounded: three entries from where the copies above the hint can begin, then it stops
+    // (highest_slot is then a lower bound: here the chosen index).
+    reach = read_acceptor_reach(dir_, 0, 3 * expected_[1].size());
+    ASSERT_TRUE(reach.ok()) << reach.status().to_string();
+    EXPECT_EQ(reach->chosen, 990u);
+    EXPECT_EQ(reach->highest_slot, 990u);
+    EXPECT_FALSE(reach->highest_exact);
+    log_.reset();
+    reach = read_acceptor_reach(dir_, 0);
+    ASSERT_TRUE(reach.ok()) << reach.status().to_string();
+    EXPECT_EQ(reach->chosen, 990u);
+    EXPECT_EQ(reach->highest_slot, 1000u);
+    EXPECT_EQ(directory_bytes(dir_), before);
+    // Recovery agrees on the chosen index.
+    EXPECT_EQ(open().chosen_index, 990u);
+    auto other = read_acceptor_reach(dir_, 1);  // no stream-1 files
+    ASSERT_TRUE(other.ok()) << other.status().to_string();
+    EXPECT_EQ(other->chosen, 0u);
+    EXPECT_EQ(other->highest_slot, 0u);
+    EXPECT_EQ(other->segments, 0u);
+  }
+}
+
+// Across rotations and truncation (the WAL's head deleted behind a checkpoint): the new
+// journal repeats the chosen hint, and the sealed record names a closed segment's highest slot.
+TEST_F(AcceptorLogTest, ReachSpansSegmentsAndATruncatedHead) {
+  open();
+  ASSERT_TRUE(store_->promise(7).ok());
+  accept(1, 100, 7);
+  choose(90);
+  ASSERT_TRUE(log_->rotate().ok());
+  accept(101, 200, 7);
+  choose(180);
+  ASSERT_TRUE(log_->rotate().ok());  // segment 2 holds only the promise and hint 180
+  auto reach = read_acceptor_reach(dir_, 0);
+  ASSERT_TRUE(reach.ok()) << reach.status().to_string();
+  EXPECT_EQ(reach->chosen, 180u);
+  EXPECT_EQ(reach->highest_slot, 200u);  // segment 1's sealed record
+  EXPECT_EQ(reach->segments, 3u);
+  accept(201, 220, 7);
+  ASSERT_TRUE(log_->drop_covered_segments(150).ok());
+  reach = read_acceptor_reach(dir_, 0);
+  ASSERT_TRUE(reach.ok()) << reach.status().to_string();
+  EXPECT_EQ(reach->chosen, 180u);
+  EXPECT_EQ(reach->highest_slot, 220u);
+  EXPECT_EQ(reach->segments, 2u);
+  choose(215);
+  reach = read_acceptor_reach(dir_, 0);
+  ASSERT_TRUE(reach.ok()) << reach.status().to_string();
+  EXPECT_EQ(reach->chosen, 215u);
+  EXPECT_EQ(reach->highest_slot, 220u);
+  EXPECT_EQ(open(/*covered=*/150).chosen_index, 215u);
+}
+
+// A torn journal tail is counted, not cut (recovery cuts it later and finds the same chosen
+// index); a hint naming WAL bytes that are gone is not trusted, as recovery does not; a
+// missing directory is NotFound and a journal of another format NotSupported.
+TEST_F(AcceptorLogTest, ReachOfATornJournalALostWalTailAMissingDirectoryAndAnOldFormat) {
+  open();
+  accept(1, 50, make_ballot(1, 0));
+  choose(40);
+  log_.reset();
+  {
+    std::ofstream acc(dir_ + "/stream-0.acc", std::ios::binary | std::ios::app);
+    acc << std::string(kRecord + 10, '\xab');  // a whole record's worth of garbage, and a torn one
+  }
+  const uint64_t journal = file_bytes("stream-0.acc");
+  auto reach = read_acceptor_reach(dir_, 0);
+  ASSERT_TRUE(reach.ok()) << reach.status().to_string();
+  EXPECT_EQ(reach->chosen, 40u);
+  EXPECT_EQ(reach->highest_slot, 50u);
+  EXPECT_EQ(reach->journal_bytes_torn, kRecord + 10);
+  EXPECT_EQ(file_bytes("stream-0.acc"), journal);  // not cut
+  EXPECT_EQ(open().chosen_index, 40u);
+  EXPECT_EQ(file_bytes("stream-0.acc"), journal - kRecord - 10);  // recovery cut it
+
+  // As ChosenHintBeyondTheWalEndIsNotTrusted: slot 3's second copy lost, its hint kept.
+  std::filesystem::remove_all(dir_);
+  std::filesystem::create_directories(dir_);
+  expected_.clear();
+  open();
+  accept(1, 3, make_ballot(1, 0));
+  choose(2);
+  accept(3, 3, make_ballot(2, 0), /*variant=*/1);
+  choose(3);
+  crash_keeping("stream-0.wal", 3 * expected_[1].size());
+  reach = read_acceptor_reach(dir_, 0);
+  ASSERT_TRUE(reach.ok()) << reach.status().to_string();
+  EXPECT_EQ(reach->chosen, 2u);
+  EXPECT_EQ(reach->highest_slot, 3u);
+  EXPECT_EQ(open().chosen_index, 2u);
+
+  log_.reset();
+  auto missing = read_acceptor_reach(dir_ + "/none", 0);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_NE(missing.status().message().find(dir_ + "/none: no replica directory"),
+            std::string::npos)
+      << missing.status().message();
+
+  alignas(8) std::byte r[kRecord] = {};  // format 1: a promise record first
+  store_u32(r, 0x4a414853);
+  store_u32(r + 4, 1);
+  store_u64(r + 40, XXH3_64bits(r, 40));
+  const int fd = ::open((dir_ + "/stream-0.acc").c_str(), O_WRONLY | O_TRUNC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, r, kRecord), static_cast<ssize_t>(kRecord));
+  ::close(fd);
+  auto old = read_acceptor_reach(dir_, 0);
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.status().code(), Code::kNotSupported);
+  EXPECT_NE(old.status().message().find("stream-0.acc: format 1"), std::string::npos)
+      << old.status().message();
+}
+
 }  // namespace
 }  // namespace shoal::repl

@@ -23,6 +23,7 @@
 #include "src/cluster/config.h"
 #include "src/cluster/etcd_config_manager.h"
 #include "src/net/tcp_transport.h"
+#include "src/repl/acceptor_log.h"
 #include "src/server/cluster_config.h"
 #include "src/server/control.h"
 #include "src/server/dist_micro.h"
@@ -37,6 +38,11 @@ namespace {
 
 constexpr uint64_t kPingTimeoutMs = 1000;
 constexpr uint64_t kRestartReadyTimeoutMs = 600'000;
+// A restart keeps the leader etcd names while its log trails the furthest replica's by at most
+// this many chosen slots on every stream: a quarter of the 256 each acceptor retains
+// (FollowerOptions::retain_chosen_slots), so its phase 1 completes, and a few slots of
+// unsynced chosen hints never move the leadership.
+constexpr uint64_t kRestartKeepLeaderLagSlots = 64;
 
 std::string run_dir_of(const ClusterOptions& o, const cluster::ClusterConfig& c) {
   return o.run_dir.empty() ? fmt::format(".shoal/{}", c.name) : o.run_dir;
@@ -304,6 +310,13 @@ Status plan_up(const ClusterOptions& o, const cluster::ClusterConfig& c, const s
   return Status::Ok();
 }
 
+// Whether a replica directory holds a log a leader can rebuild its store from (a follower and
+// a leader both write the schema into theirs).
+bool holds_log(const std::string& replica_dir) {
+  std::error_code ec;
+  return fs::exists(replica_dir + "/schema.json", ec);
+}
+
 // A restart needs each shard's leader (`leaders[s]`, replica 0 when empty) to hold a log: it
 // rebuilds its store from it alone.
 Status check_leader_dirs(const cluster::ClusterConfig& c, const std::string& dir,
@@ -311,7 +324,7 @@ Status check_leader_dirs(const cluster::ClusterConfig& c, const std::string& dir
   for (uint32_t s = 0; s < c.shards.size(); ++s) {
     const uint32_t r = s < leaders.size() ? leaders[s] : 0;
     const std::string leader = cluster::replica_dir(dir, s, r);
-    if (!fs::exists(leader + "/schema.json")) {
+    if (!holds_log(leader)) {
       return Status::NotFound(fmt::format(
           "shard {}'s leader directory {} (replica {}) holds no log: the cluster cannot restart "
           "from disk (`cluster up --fresh` loads afresh)",
@@ -321,12 +334,56 @@ Status check_leader_dirs(const cluster::ClusterConfig& c, const std::string& dir
   return Status::Ok();
 }
 
+// The replica shard s restarts as its leader: `named` (etcd's) unless its directory holds no
+// log or trails another replica's by more than kRestartKeepLeaderLagSlots chosen slots on some
+// stream, then the replica whose log reaches furthest (cluster::pick_restart_leader over each
+// directory's reach, read without writing anything: repl::read_acceptor_reach). A leader that
+// lags beyond the chosen slots the other acceptors retain cannot complete its phase 1, and the
+// restart would fail every time (docs/REPLICATION.md, "Restarting a whole cluster from
+// disk"). Says so on stdout when it is not `named`.
+uint32_t restart_leader_from_disk(const cluster::ClusterConfig& c, const std::string& dir,
+                                  uint32_t s, uint32_t named, uint32_t streams) {
+  const size_t replicas = c.shards[s].replicas.size();
+  std::vector<std::optional<std::vector<uint64_t>>> reach(replicas);
+  std::vector<std::string> why_not(replicas, "its directory holds no log");
+  for (uint32_t r = 0; r < replicas; ++r) {  // bounded by replicas x streams
+    const std::string rd = cluster::replica_dir(dir, s, r);
+    if (!holds_log(rd)) continue;
+    std::vector<uint64_t> chosen;
+    for (uint32_t st = 0; st < streams; ++st) {
+      auto got = repl::read_acceptor_reach(rd, st);
+      if (!got.ok()) {
+        why_not[r] = got.status().to_string();
+        break;
+      }
+      chosen.push_back(got->chosen);
+    }
+    if (chosen.size() == streams) reach[r] = std::move(chosen);
+  }
+  const cluster::RestartLeaderPick pick =
+      cluster::pick_restart_leader(reach, named, kRestartKeepLeaderLagSlots);
+  if (pick.leader == named) return named;
+  if (!pick.named_can_lead) {
+    fmt::print(
+        "shard {}: replica {} (named by etcd) cannot lead: {}; restarting with replica {} "
+        "as the leader\n",
+        s, named, why_not[named], pick.leader);
+  } else {
+    fmt::print(
+        "shard {}: replica {} (named by etcd) lags replica {} by {} slots on stream {}; "
+        "restarting with replica {} as the leader\n",
+        s, named, pick.ahead, pick.named_lag, pick.stream, pick.leader);
+  }
+  return pick.leader;
+}
+
 // A replicated cluster's configuration manager (three replicas or more; with two no follower
 // stands), started by `up` in the run directory. Afresh: a new one in epoch 1, every shard led
 // by replica 0. A restart: the one the cluster ran with, over its data (the epoch and the
 // leaders its failovers appointed), moved to the restart's epoch, one above both up.json's
 // and etcd's, so every leader takes over in an epoch no log has seen (*rec's epoch is raised
-// to it); a cluster that ran without one gets a new one. Sets so->etcd and so->leaders.
+// to it), with each shard's leader kept unless its log lags (restart_leader_from_disk); a
+// cluster that ran without one gets a new one. Sets so->etcd and so->leaders.
 Result<std::unique_ptr<cluster::EtcdProcess>> start_up_etcd(const cluster::ClusterConfig& config,
                                                             const std::string& dir, bool restart,
                                                             UpRecord* rec, SpawnOptions* so) {
@@ -363,23 +420,27 @@ Result<std::unique_ptr<cluster::EtcdProcess>> start_up_etcd(const cluster::Clust
                     "(`cluster up --fresh` starts over)",
                     where, state->shards.size(), config.name, config.shards.size()));
   }
+  std::vector<uint32_t> leaders;
+  for (uint32_t s = 0; s < config.shards.size(); ++s) {
+    const uint32_t named = state->shards[s].leader_replica;
+    if (named >= config.shards[s].replicas.size()) {
+      return Status::InvalidArgument(
+          fmt::format("{} names replica {} as shard {}'s leader; the config has {} replicas", where,
+                      named, s, config.shards[s].replicas.size()));
+    }
+    leaders.push_back(restart_leader_from_disk(config, dir, s, named, rec->workers));
+  }
   rec->epoch = std::max(rec->epoch, state->epoch + 1);
-  auto moved = store.restart_in_epoch(state->epoch, rec->epoch);
+  // The leaders are recorded with the epoch in one compare-and-swap: a leader `up` starts is
+  // the one etcd names in that epoch (`--recover-epoch` checks it), and `status`, `digest` and
+  // a later restart read them there.
+  auto moved = store.restart_in_epoch(state->epoch, rec->epoch, leaders);
   if (!moved.ok()) return moved.status();
   if (!moved->won) {  // nothing else runs in this directory (checked): someone else's etcd?
     return Status::Aborted(fmt::format("{} moved to epoch {} while `up` restarted the cluster",
                                        where, moved->state.epoch));
   }
-  so->leaders.clear();
-  for (uint32_t s = 0; s < config.shards.size(); ++s) {
-    const uint32_t r = moved->state.shards[s].leader_replica;
-    if (r >= config.shards[s].replicas.size()) {
-      return Status::InvalidArgument(
-          fmt::format("{} names replica {} as shard {}'s leader; the config has {} replicas", where,
-                      r, s, config.shards[s].replicas.size()));
-    }
-    so->leaders.push_back(r);
-  }
+  so->leaders = std::move(leaders);  // what the swap wrote
   return etcd;
 }
 

@@ -36,10 +36,13 @@
 #include <nlohmann/json.hpp>
 
 #include "src/base/cpu_placement.h"
+#include "src/cluster/cluster_state.h"
+#include "src/cluster/etcd_config_manager.h"
 #include "src/cluster/etcd_process.h"
 #include "src/cluster/http_client.h"
 #include "src/ops/metrics_parse.h"
 #include "src/ops/promtool.h"
+#include "src/repl/acceptor_log.h"
 #include "src/server/control.h"
 #include "src/server/live_latency.h"
 #include "src/server/testing/processes.h"
@@ -177,11 +180,14 @@ class ServerCli : public ::testing::Test {
     return o;
   }
   // `cluster digest`, again while a restarted follower has not dialed its leader yet (it is
-  // reported lost until then; bounded: 60 s).
-  Outcome digest_once_dialed() {
+  // reported lost until then; bounded: 60 s). With the run directory: the leaders its etcd
+  // names (not replica 0) are asked.
+  Outcome digest_once_dialed(bool leaders_from_run_dir = false) {
     Outcome o;
+    std::vector<std::string> args = {"cluster", "digest", "--config", config_};
+    if (leaders_from_run_dir) args.insert(args.end(), {"--run-dir", run_dir()});
     for (int i = 0; i < 120; ++i) {
-      o = run({"cluster", "digest", "--config", config_}, 120);
+      o = run(args, 120);
       if (o.exit_code != 1 || o.output.find("LOST") == std::string::npos) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
@@ -209,7 +215,8 @@ class ServerCli : public ::testing::Test {
   // binds later: a leader's replication port, port + 1, is bound after its load). `up` of
   // three replicas gives them an etcd: 1 s of silence before a follower suspects its leader
   // (a loaded test machine can silence a live one for 100 ms, the default).
-  std::string write_replicated_config(uint32_t shards, uint32_t replicas) {
+  // With resp_ports, each replica also serves the Redis protocol (resp_ports_[s][r]).
+  std::string write_replicated_config(uint32_t shards, uint32_t replicas, bool resp_ports = false) {
     std::string toml = fmt::format(
         "[cluster]\nname = \"repltest\"\ntransport = \"tcp\"\nworkers = 1\nreplicas = {}\n"
         "leader_timeout_ms = 1000\n",
@@ -221,6 +228,9 @@ class ServerCli : public ::testing::Test {
     }
     uint16_t port = free_low_ports(2 * shards * replicas);
     EXPECT_NE(port, 0) << "no free ports below the ephemeral range";
+    uint16_t resp = resp_ports ? free_low_ports(shards * replicas) : 0;
+    EXPECT_TRUE(!resp_ports || resp != 0) << "no free ports below the ephemeral range";
+    resp_ports_.assign(shards, std::vector<uint16_t>(replicas, 0));
     for (uint32_t s = 0; s < shards; ++s) {
       toml += fmt::format("\n[[shard]]\nid = {}\npartition_lo = {}\npartition_hi = {}\n", s, s + 1,
                           s + 2);
@@ -228,6 +238,10 @@ class ServerCli : public ::testing::Test {
         toml += fmt::format(
             "[[shard.replica]]\nregion = \"r{}\"\nhost = \"127.0.0.1\"\nport = {}\n", r, port);
         port = static_cast<uint16_t>(port + 2);
+        if (resp_ports) {
+          toml += fmt::format("resp_port = {}\n", resp);
+          resp_ports_[s][r] = resp++;
+        }
       }
     }
     config_ = path("cluster.toml");
@@ -249,6 +263,7 @@ class ServerCli : public ::testing::Test {
 
   fs::path dir_;
   std::string config_;
+  std::vector<std::vector<uint16_t>> resp_ports_;  // [shard][replica], 0: none
   int runs_ = 0;
 };
 
@@ -1263,6 +1278,159 @@ TEST_F(ServerCli, StandingClusterReplacesAKilledLeader) {
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("stopped 3 processes and its etcd"), std::string::npos) << o.output;
   config_.clear();  // stopped above
+}
+
+// One Redis command to 127.0.0.1:port over a connection of its own: the reply's bytes (a
+// status, error or integer line, or a bulk string whole), "" when nothing answers in 10 s.
+std::string resp_command(uint16_t port, const std::vector<std::string>& args) {
+  const int fd = test_processes::dial(port);
+  if (fd < 0) return "";
+  std::string request = fmt::format("*{}\r\n", args.size());
+  for (const std::string& a : args) request += fmt::format("${}\r\n{}\r\n", a.size(), a);
+  std::string reply;
+  if (::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    // Bounded: each read waits at most 10 s (dial's timeout) and the reply is one line or one
+    // bulk string.
+    for (;;) {
+      const size_t eol = reply.find("\r\n");
+      if (eol != std::string::npos) {
+        if (reply[0] != '$') break;
+        const long bulk = std::stol(reply.substr(1, eol - 1));
+        if (bulk < 0 || reply.size() >= eol + 2 + static_cast<size_t>(bulk) + 2) break;
+      }
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      reply.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return reply;
+}
+
+// A restart from disk whose etcd names a replica that lags the others by more chosen slots
+// than they retain (docs/RESULTS.md: a failed restart left such a follower named; its phase 1
+// could never complete and every later `up` failed after about 145 s). Replica 2 of a 1 x 3
+// cluster is SIGKILLed after some SETs and misses over 512 chosen slots (twice the 256
+// retained; idle streams seal floors) and some more SETs; `down`; etcd is made to name it, as
+// that failed restart did. `up` restarts the shard with the replica whose log reaches furthest,
+// records it in etcd and says why; every acknowledged SET reads back there, and the lagging
+// replica catches up as its follower (every replica's digest equal).
+TEST_F(ServerCli, RestartNamingALaggingReplicaLeadsWithTheOneThatReachesFurthest) {
+  write_replicated_config(1, 3, /*resp_ports=*/true);
+  Outcome o = up({"--workload", "micro"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  constexpr int kKeys = 20;
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_EQ(resp_command(resp_ports_[0][0], {"SET", fmt::format("before-{}", i), "v"}),
+              "+OK\r\n");
+  }
+  const std::string lagging = run_dir() + "/shard-0-replica-2";
+  ASSERT_EQ(kill(read_pid(lagging + ".pid"), SIGKILL), 0);
+  ASSERT_TRUE(still_running({read_pid(lagging + ".pid")}, 10).empty());
+  auto behind = repl::read_acceptor_reach(lagging, 0);
+  ASSERT_TRUE(behind.ok()) << behind.status().to_string();
+  // SETs (a slot each: the next waits for the last one's reply) until replica 0 chose 512
+  // slots more on stream 0 than replica 2 holds (bounded: 20,000 SETs; about 2 s here).
+  int after = 0;
+  for (uint64_t ahead = 0; ahead < behind->chosen + 512 && after < 20'000; ++after) {
+    ASSERT_EQ(resp_command(resp_ports_[0][0], {"SET", fmt::format("after-{}", after), "w"}),
+              "+OK\r\n");
+    if (after % 64 == 0) {
+      auto r0 = repl::read_acceptor_reach(run_dir() + "/shard-0-replica-0", 0);
+      ASSERT_TRUE(r0.ok()) << r0.status().to_string();
+      ahead = r0->chosen;
+    }
+  }
+  ASSERT_LT(after, 20'000);
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  {  // etcd names replica 2 in a new epoch, as the failed restart that appointed it left it
+    cluster::EtcdProcessOptions eo;
+    eo.data_dir = run_dir() + "/etcd";
+    eo.name = "repltest";
+    eo.log_path = path("etcd-by-test.log");
+    eo.heartbeat_ms = 10;  // elected within 100 ms, not a second
+    eo.election_ms = 100;
+    auto etcd = cluster::EtcdProcess::start(eo);
+    ASSERT_TRUE(etcd.ok()) << etcd.status().to_string();
+    cluster::EtcdOptions mo;
+    mo.endpoints = {(*etcd)->endpoint()};
+    auto manager = cluster::EtcdConfigManager::create(mo);
+    ASSERT_TRUE(manager.ok()) << manager.status().to_string();
+    cluster::ClusterStateStore store(**manager, "repltest");
+    auto state = store.load_state();
+    ASSERT_TRUE(state.ok()) << state.status().to_string();
+    auto named = store.begin_epoch_change(state->epoch, 0, 2);
+    ASSERT_TRUE(named.ok() && named->won) << named.status().to_string();
+    ASSERT_TRUE((*etcd)->stop().ok());
+  }
+  const auto started = Clock::now();
+  o = up();
+  const double up_s = std::chrono::duration<double>(Clock::now() - started).count();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(o.output, m,
+                                std::regex(R"(shard 0: replica 2 \(named by etcd\) lags replica )"
+                                           R"([01] by (\d+) slots on stream 0; restarting with )"
+                                           R"(replica ([01]) as the leader)")))
+      << o.output;
+  EXPECT_GE(std::stoull(m[1].str()), 512u) << o.output;
+  const uint32_t leader = static_cast<uint32_t>(std::stoul(m[2].str()));
+  EXPECT_NE(o.output.find("restarted from disk in epoch 3"), std::string::npos) << o.output;
+  if (leader == 0) {  // the shard line is replica 0's
+    EXPECT_EQ(o.output.find("(a follower)"), std::string::npos) << o.output;
+  } else {
+    EXPECT_NE(o.output.find(fmt::format("replica {} (r{})", leader, leader)), std::string::npos)
+        << o.output;
+    EXPECT_NE(o.output.find("(the leader)"), std::string::npos) << o.output;
+  }
+  EXPECT_LT(up_s, 60.0) << o.output;
+  o = run({"cluster", "status", "--config", config_, "--run-dir", run_dir()}, 30);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find(fmt::format("epoch 3; leaders: shard 0 replica {}", leader)),
+            std::string::npos)
+      << o.output;
+  for (int i = 0; i < kKeys; ++i) {  // every acknowledged SET, through the new leader
+    EXPECT_EQ(resp_command(resp_ports_[0][leader], {"GET", fmt::format("before-{}", i)}),
+              "$1\r\nv\r\n")
+        << i;
+  }
+  for (int i = 0; i < after; ++i) {
+    ASSERT_EQ(resp_command(resp_ports_[0][leader], {"GET", fmt::format("after-{}", i)}),
+              "$1\r\nw\r\n")
+        << i << " of " << after;
+  }
+  // Replica 2 follows and catches up: every replica's digest is its leader's.
+  o = digest_once_dialed(/*leaders_from_run_dir=*/true);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
+  const std::map<std::string, std::string> digests = digests_of(o.output);
+  EXPECT_EQ(digests.size(), 3u) << o.output;
+
+  // The leader etcd names lost its directory: another replica leads the restart, and the lost
+  // one is rebuilt as a follower from its WAL (not refused, as before).
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  fs::rename(run_dir() + fmt::format("/shard-0-replica-{}", leader), path("lost-directory"));
+  o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const uint32_t next = leader == 0 ? 1 : 0;  // all level now: the lowest id that can lead
+  EXPECT_NE(o.output.find(fmt::format(
+                "shard 0: replica {} (named by etcd) cannot lead: its directory holds no log; "
+                "restarting with replica {} as the leader",
+                leader, next)),
+            std::string::npos)
+      << o.output;
+  EXPECT_NE(o.output.find("restarted from disk in epoch 4"), std::string::npos) << o.output;
+  EXPECT_EQ(resp_command(resp_ports_[0][next], {"GET", fmt::format("after-{}", after - 1)}),
+            "$1\r\nw\r\n");
+  o = digest_once_dialed(/*leaders_from_run_dir=*/true);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(digests_of(o.output).size(), 3u) << o.output;
+  for (const auto& [replica, digest] : digests_of(o.output)) {
+    EXPECT_EQ(digest, digests.begin()->second) << replica << ": " << o.output;
+  }
 }
 
 // `[cluster] etcd` names a configuration manager that runs already: `up` starts none and
