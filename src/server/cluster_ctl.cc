@@ -334,9 +334,9 @@ Status check_leader_dirs(const cluster::ClusterConfig& c, const std::string& dir
   return Status::Ok();
 }
 
-// The replica shard s restarts as its leader: `named` (etcd's) unless its directory holds no
-// log or trails another replica's by more than kRestartKeepLeaderLagSlots chosen slots on some
-// stream, then the replica whose log reaches furthest (cluster::pick_restart_leader over each
+// The replica shard s restarts as its leader: `named` (etcd's) unless its log trails another
+// replica's by more than kRestartKeepLeaderLagSlots chosen slots on some stream, then the
+// replica whose log reaches furthest (cluster::pick_restart_leader over each
 // directory's reach, read without writing anything: repl::read_acceptor_reach). A leader that
 // lags beyond the chosen slots the other acceptors retain cannot complete its phase 1, and the
 // restart would fail every time (docs/REPLICATION.md, "Restarting a whole cluster from
@@ -345,35 +345,28 @@ uint32_t restart_leader_from_disk(const cluster::ClusterConfig& c, const std::st
                                   uint32_t s, uint32_t named, uint32_t streams) {
   const size_t replicas = c.shards[s].replicas.size();
   std::vector<std::optional<std::vector<uint64_t>>> reach(replicas);
-  std::vector<std::string> why_not(replicas, "its directory holds no log");
   for (uint32_t r = 0; r < replicas; ++r) {  // bounded by replicas x streams
     const std::string rd = cluster::replica_dir(dir, s, r);
     if (!holds_log(rd)) continue;
     std::vector<uint64_t> chosen;
     for (uint32_t st = 0; st < streams; ++st) {
       auto got = repl::read_acceptor_reach(rd, st);
-      if (!got.ok()) {
-        why_not[r] = got.status().to_string();
-        break;
-      }
+      if (!got.ok()) break;  // not a candidate (an unreadable or older journal)
       chosen.push_back(got->chosen);
     }
     if (chosen.size() == streams) reach[r] = std::move(chosen);
   }
   const cluster::RestartLeaderPick pick =
       cluster::pick_restart_leader(reach, named, kRestartKeepLeaderLagSlots);
-  if (pick.leader == named) return named;
-  if (!pick.named_can_lead) {
-    fmt::print(
-        "shard {}: replica {} (named by etcd) cannot lead: {}; restarting with replica {} "
-        "as the leader\n",
-        s, named, why_not[named], pick.leader);
-  } else {
-    fmt::print(
-        "shard {}: replica {} (named by etcd) lags replica {} by {} slots on stream {}; "
-        "restarting with replica {} as the leader\n",
-        s, named, pick.ahead, pick.named_lag, pick.stream, pick.leader);
-  }
+  // A named leader whose directory lost its log is not replaced here: it would come back as an
+  // acceptor that forgot what it accepted, and the new leader's phase 1 could count its empty
+  // promise instead of the survivor's acceptance of the last chosen entries (check_leader_dirs
+  // refuses; OPERATIONS.md "Restarting a cluster" says what to do).
+  if (pick.leader == named || !pick.named_can_lead) return named;
+  fmt::print(
+      "shard {}: replica {} (named by etcd) lags replica {} by {} slots on stream {}; "
+      "restarting with replica {} as the leader\n",
+      s, named, pick.ahead, pick.named_lag, pick.stream, pick.leader);
   return pick.leader;
 }
 

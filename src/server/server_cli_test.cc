@@ -1408,29 +1408,19 @@ TEST_F(ServerCli, RestartNamingALaggingReplicaLeadsWithTheOneThatReachesFurthest
   const std::map<std::string, std::string> digests = digests_of(o.output);
   EXPECT_EQ(digests.size(), 3u) << o.output;
 
-  // The leader etcd names lost its directory: another replica leads the restart, and the lost
-  // one is rebuilt as a follower from its WAL (not refused, as before).
+  // The leader etcd names lost its directory: refused, not replaced. It would rejoin as an
+  // acceptor that forgot what it accepted, and the new leader's phase 1 could count its empty
+  // promise instead of a survivor's acceptance of the last chosen entries.
   o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   fs::rename(run_dir() + fmt::format("/shard-0-replica-{}", leader), path("lost-directory"));
   o = up();
-  ASSERT_EQ(o.exit_code, 0) << o.output;
-  const uint32_t next = leader == 0 ? 1 : 0;  // all level now: the lowest id that can lead
-  EXPECT_NE(o.output.find(fmt::format(
-                "shard 0: replica {} (named by etcd) cannot lead: its directory holds no log; "
-                "restarting with replica {} as the leader",
-                leader, next)),
-            std::string::npos)
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(
+      o.output.find(fmt::format("(replica {}) holds no log: the cluster cannot restart", leader)),
+      std::string::npos)
       << o.output;
-  EXPECT_NE(o.output.find("restarted from disk in epoch 4"), std::string::npos) << o.output;
-  EXPECT_EQ(resp_command(resp_ports_[0][next], {"GET", fmt::format("after-{}", after - 1)}),
-            "$1\r\nw\r\n");
-  o = digest_once_dialed(/*leaders_from_run_dir=*/true);
-  EXPECT_EQ(o.exit_code, 0) << o.output;
-  EXPECT_EQ(digests_of(o.output).size(), 3u) << o.output;
-  for (const auto& [replica, digest] : digests_of(o.output)) {
-    EXPECT_EQ(digest, digests.begin()->second) << replica << ": " << o.output;
-  }
+  EXPECT_EQ(o.output.find("restarting with replica"), std::string::npos) << o.output;
 }
 
 // `[cluster] etcd` names a configuration manager that runs already: `up` starts none and
