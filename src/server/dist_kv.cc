@@ -175,7 +175,9 @@ rt::Task<Status> DistKvTxn::get(std::string_view key, std::string* value, uint64
   if (mode_ == Mode::kLocal) {
     ++local_reads_;
     Status s = o_.local->get(*o_.table, key, value, version);
-    return rt::Task<Status>::ready(s.is_not_found() ? std::move(s) : note(std::move(s)));
+    if (s.ok() || s.is_not_found()) [[likely]]
+      return rt::Task<Status>::ready(std::move(s));
+    return rt::Task<Status>::ready(note(std::move(s)));
   }
   return get_remote(shard, key, value, version);
 }
