@@ -98,6 +98,13 @@ class DistKvTxn final : public resp::KvTxn {
   // Commits on the worker's Txn; with `vector`, sets it to what the acknowledgement waits on
   // (nullptr: no acknowledgement, nothing to compute).
   Result<resp::CommitInfo> commit_local(txn::DepVec* vector);
+  // A local transaction of one get and nothing else (no write, no scan): see commit_local.
+  bool one_read() const { return !local_wrote_ && local_reads_ <= 1; }
+  // Ends the worker's Txn after its commit or abort.
+  void end_local() {
+    o_.local->end();
+    if ((++local_runs_ & 63) == 0) ebr::quiesce();  // as txn::Worker::run does
+  }
   void close() {
     if (result_.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(result_);
     if (args_.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(args_);
@@ -113,6 +120,7 @@ class DistKvTxn final : public resp::KvTxn {
   bool open_ = false;
   bool force_dist_ = false;   // the last attempt reached a second shard: 2PC from the start
   bool local_wrote_ = false;  // kLocal: a put or del
+  uint32_t local_reads_ = 0;  // kLocal: gets (a scan counts as two: it reads a range)
   bool conflicted_ = false;   // the open attempt met a conflict
   uint32_t conflicts_ = 0;    // in a row (backoff)
   uint64_t local_runs_ = 0;
@@ -131,6 +139,7 @@ Status DistKvTxn::enter(uint32_t shard) {
       o_.local->begin();
       mode_ = Mode::kLocal;
       local_wrote_ = false;
+      local_reads_ = 0;
     }
     return Status::Ok();
   }
@@ -164,8 +173,11 @@ rt::Task<Status> DistKvTxn::get(std::string_view key, std::string* value, uint64
   const uint32_t shard = shard_of(key);
   if (Status s = enter(shard); !s.ok()) return rt::Task<Status>::ready(std::move(s));
   if (mode_ == Mode::kLocal) {
+    ++local_reads_;
     Status s = o_.local->get(*o_.table, key, value, version);
-    return rt::Task<Status>::ready(s.is_not_found() ? std::move(s) : note(std::move(s)));
+    if (s.ok() || s.is_not_found()) [[likely]]
+      return rt::Task<Status>::ready(std::move(s));
+    return rt::Task<Status>::ready(note(std::move(s)));
   }
   return get_remote(shard, key, value, version);
 }
@@ -245,6 +257,7 @@ Status DistKvTxn::scan_local(const KvScanArgs& a, size_t limit, std::vector<resp
   if (a.has_end) scan.end = a.end;
   scan.limit = limit;
   scan.value_prefix_bytes = a.value_prefix_bytes;
+  local_reads_ += 2;
   return note(o_.local->scan(*o_.table, scan, [&](const txn::BytesEntry& e) {
     out->push_back({std::string(e.key), std::string(e.value)});
     return true;
@@ -310,11 +323,17 @@ rt::Task<Status> DistKvTxn::scan(const resp::ScanRange& range, size_t limit,
 
 Result<resp::CommitInfo> DistKvTxn::commit_local(txn::DepVec* vector) {
   txn::Txn& t = *o_.local;
-  Status s = t.commit();
+  // A transaction of one get and nothing else (a GET, EXISTS or STRLEN of one key) commits
+  // at its read: Txn::get returned a version it copied unlocked and stable, or a miss the
+  // leaf showed, so that read is the transaction's serialization point (kv_backend.h: a
+  // one-read transaction is trivially serializable). No lock, no validation, no TID: what
+  // Txn::commit adds for it is a fresh TID the acknowledgement below ignores anyway. The
+  // vector is still the read's (t.deps() and max_seen_version() come from Txn::get).
+  Status s = one_read() ? Status::Ok() : t.commit();
   if (s.ok() && local_wrote_ && o_.commit_hook != nullptr) {
     Status logged = o_.commit_hook(o_.commit_hook_ctx, t);
     if (!logged.ok()) {  // installed, not logged: never acknowledged (txn::CommitHook)
-      t.end();
+      end_local();
       return logged;
     }
   }
@@ -336,8 +355,7 @@ Result<resp::CommitInfo> DistKvTxn::commit_local(txn::DepVec* vector) {
     vector->raise(o_.own_shard,
                   std::max(t.max_seen_version(), local_wrote_ ? t.last_commit_tid() : 0));
   }
-  t.end();
-  if ((++local_runs_ & 63) == 0) ebr::quiesce();  // as txn::Worker::run does
+  end_local();
   if (!s.ok()) return note(std::move(s));
   return resp::CommitInfo{};
 }
@@ -348,6 +366,13 @@ rt::Task<Result<resp::CommitInfo>> DistKvTxn::commit() {
   SHOAL_ASSERT(open_, "%s", "commit without begin");
   if (mode_ == Mode::kDist) return commit_dist();
   const bool local = mode_ == Mode::kLocal;
+  if (local && one_read() && o_.acks == nullptr && !conflicted_) {
+    // A GET replying at its commit: nothing to validate (commit_local), no vector, no token.
+    end_local();
+    close();
+    settled(true);
+    return rt::Task<Result<resp::CommitInfo>>::ready(resp::CommitInfo{});
+  }
   Result<resp::CommitInfo> done = resp::CommitInfo{};
   if (local) {
     local_vector_.clear();

@@ -3,7 +3,10 @@
 // resumption of one task per raise (the worker's loop resumes one ready task per iteration),
 // and vectors naming other shards wait for those shards' entries too; shutdown frees them.
 // DistKvBackend's local fast path answers get, put, del and commit with ready tasks (no
-// coroutine frame), and a conflict still goes through the backoff before the retry.
+// coroutine frame), and a conflict still goes through the backoff before the retry. A
+// transaction of one get commits at its read (no validation) and replies as one validated at
+// its commit would; with acknowledgements its token still covers the version it read; a GET
+// through a Redis session (no coroutine frame) answers as the same GET inside MULTI/EXEC.
 #include "src/server/dist_kv.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +16,9 @@
 
 #include "src/cluster/config.h"
 #include "src/dist/coordinator.h"
+#include "src/resp/connection.h"
+#include "src/resp/testing/test_client.h"
+#include "src/resp/value_format.h"
 #include "src/txn/engine.h"
 
 namespace shoal::server {
@@ -223,6 +229,134 @@ TEST(DistKvBackend, ALocalConflictBacksOffBeforeTheRetry) {
   for (int i = 0; i < 100 && loop.live_tasks() > 0; ++i) loop.run_once();
   EXPECT_EQ(loop.live_tasks(), 0u);
   EXPECT_TRUE(got.status().is_aborted()) << got.status().to_string();
+}
+
+// Another worker's committed write of key.
+void write_elsewhere(LocalKv& kv, std::string_view key, std::string_view value) {
+  txn::Txn& other = kv.engine.make_worker()->txn();
+  other.begin();
+  ASSERT_TRUE(other.put(*kv.table, key, value).ok());
+  ASSERT_TRUE(other.commit().ok());
+  other.end();
+}
+
+// A transaction of one get commits at its read: a write committed between the read and the
+// commit does not abort it (the read is its serialization point), while a transaction of two
+// reads, or of a read and a write, is still validated at its commit and aborts.
+TEST(DistKvBackend, OneGetCommitsAtItsRead) {
+  LocalKv kv;
+  write_elsewhere(kv, "a", "a1");
+  write_elsewhere(kv, "b", "b1");
+  auto t = kv.backend->open();
+  std::string value;
+  uint64_t version = 0;
+
+  t->begin();
+  ASSERT_TRUE(t->get("a", &value, &version).take().ok());
+  write_elsewhere(kv, "a", "a2");
+  ASSERT_TRUE(t->commit().take().ok());
+  EXPECT_EQ(value, "a1");
+
+  t->begin();  // a missing key: its leaf guards nothing after the read
+  EXPECT_TRUE(t->get("z", &value, &version).take().is_not_found());
+  EXPECT_EQ(version, 0u);
+  write_elsewhere(kv, "z", "z1");
+  ASSERT_TRUE(t->commit().take().ok());
+
+  t->begin();  // two reads: validated
+  ASSERT_TRUE(t->get("a", &value, &version).take().ok());
+  ASSERT_TRUE(t->get("b", &value, &version).take().ok());
+  write_elsewhere(kv, "a", "a3");
+  EXPECT_TRUE(resp::testing::now(t->commit()).status().is_aborted());
+
+  t->begin();  // a read and a write: validated
+  ASSERT_TRUE(t->get("a", &value, &version).take().ok());
+  ASSERT_TRUE(t->put("b", "b2").take().ok());
+  write_elsewhere(kv, "a", "a4");
+  EXPECT_TRUE(resp::testing::now(t->commit()).status().is_aborted());
+
+  t->begin();  // the aborted write left nothing
+  ASSERT_TRUE(t->get("b", &value, &version).take().ok());
+  EXPECT_EQ(value, "b1");
+  ASSERT_TRUE(t->commit().take().ok());
+}
+
+// With acknowledgements, a one-get transaction's token covers the version it read (our shard
+// at that version's TID): its reply waits until the watermark passes it, as any read's.
+TEST(DistKvBackend, OneGetWaitsForTheVersionItRead) {
+  LocalKv kv;
+  rt::EventLoop loop(RealEnv::instance(), one_task_per_iteration());
+  dist::VectorWatermark vw(loop, 1, 16);
+  KvAcks acks(loop, vw, 16, /*own_shard=*/0);
+  DistKvOptions o = kv.backend->options();
+  o.acks = &acks;
+  DistKvBackend backend(o);
+  auto t = backend.open();
+  std::string value;
+  uint64_t version = 0;
+
+  t->begin();  // a miss reads no version: nothing to wait for
+  EXPECT_TRUE(t->get("k", &value, &version).take().is_not_found());
+  auto missed = t->commit().take();
+  ASSERT_TRUE(missed.ok());
+  EXPECT_EQ(missed->durable_token, 0u);
+
+  write_elsewhere(kv, "k", "v1");
+  t->begin();
+  ASSERT_TRUE(t->get("k", &value, &version).take().ok());
+  ASSERT_NE(version, 0u);
+  auto read = t->commit().take();
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  ASSERT_NE(read->durable_token, 0u);
+  EXPECT_FALSE(acks.is_durable(read->durable_token));
+  ASSERT_TRUE(vw.raise(0, version - 1).ok());
+  drain(loop);
+  EXPECT_FALSE(acks.is_durable(read->durable_token));
+  ASSERT_TRUE(vw.raise(0, version).ok());
+  drain(loop);
+  EXPECT_TRUE(acks.is_durable(read->durable_token));
+}
+
+// What a client reads through the Redis session: GET outside MULTI (one get, committed at its
+// read, no coroutine frame) against the same GET inside MULTI/EXEC (its own transaction
+// path): an existing key, one overwritten by another worker, a missing key, an expired key,
+// and a value that is not a string's encoding (the layer's WRONGTYPE case: an error reply).
+TEST(DistKvBackend, SessionGetAnswersAsInsideExec) {
+  LocalKv kv;
+  resp::testing::ManualEnv env;
+  resp::Connection conn(*kv.backend, env);
+  auto run = [&](const std::vector<std::string_view>& cmd) {
+    conn.feed(resp::testing::encode_command(cmd));
+    std::string out(conn.sendable());
+    conn.consume_output(out.size());
+    return out;
+  };
+  auto via_exec = [&](std::string_view key) {  // EXEC's reply: "*1\r\n" and GET's, or an error
+    EXPECT_EQ(run({"MULTI"}), "+OK\r\n");
+    EXPECT_EQ(run({"GET", key}), "+QUEUED\r\n");
+    return run({"EXEC"});
+  };
+  std::string stored;
+  resp::encode_string("plain", 0, &stored);
+  write_elsewhere(kv, "plain", stored);
+  EXPECT_EQ(run({"GET", "plain"}), "$5\r\nplain\r\n");
+  EXPECT_EQ(via_exec("plain"), "*1\r\n$5\r\nplain\r\n");
+  resp::encode_string("again", 0, &stored);
+  write_elsewhere(kv, "plain", stored);
+  EXPECT_EQ(run({"GET", "plain"}), "$5\r\nagain\r\n");
+  EXPECT_EQ(via_exec("plain"), "*1\r\n$5\r\nagain\r\n");
+  EXPECT_EQ(run({"GET", "missing"}), "$-1\r\n");
+  EXPECT_EQ(via_exec("missing"), "*1\r\n$-1\r\n");
+  EXPECT_EQ(run({"SET", "brief", "x", "PX", "100"}), "+OK\r\n");
+  EXPECT_EQ(run({"GET", "brief"}), "$1\r\nx\r\n");
+  env.advance_ms(101);
+  EXPECT_EQ(run({"GET", "brief"}), "$-1\r\n");
+  EXPECT_EQ(via_exec("brief"), "*1\r\n$-1\r\n");
+  write_elsewhere(kv, "odd", "not an encoded string");
+  const std::string odd = run({"GET", "odd"});
+  EXPECT_TRUE(odd.starts_with("-ERR ")) << odd;
+  EXPECT_EQ(via_exec("odd"), odd);  // the failed handler fails the whole EXEC, as the GET
+  EXPECT_EQ(run({"GET", "plain"}), "$5\r\nagain\r\n");  // the session goes on
 }
 
 }  // namespace dist_kv_test

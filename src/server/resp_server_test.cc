@@ -165,6 +165,39 @@ TEST_F(RespServer, RedisCliAcrossShards) {
   EXPECT_EQ(cli(0, "DBSIZE"), "(integer) 2\n");
 }
 
+// GET outside MULTI (on the local shard: one get committed at its read, no coroutine frame)
+// answers as GET inside MULTI/EXEC, through either server, for a key of each shard: present,
+// overwritten through the other server, missing, and expired.
+TEST_F(RespServer, GetAnswersAsInsideExecOnEitherShard) {
+  if (access(kRedisCli, X_OK) != 0) GTEST_SKIP() << kRedisCli << " not installed (redis-cli)";
+  auto via_exec = [&](int server, const std::string& key) {
+    return cli(server, "", "printf 'MULTI\\nGET " + key + "\\nEXEC\\n'");
+  };
+  EXPECT_EQ(cli(0, "SET apple a1"), "OK\n");  // shard 0
+  EXPECT_EQ(cli(0, "SET zebra z1"), "OK\n");  // shard 1
+  EXPECT_EQ(cli(0, "SET brief b PX 100"), "OK\n");
+  EXPECT_EQ(cli(1, "SET yak y PX 100"), "OK\n");
+  for (int server = 0; server < 2; ++server) {
+    EXPECT_EQ(cli(server, "GET apple"), "\"a1\"\n");
+    EXPECT_EQ(cli(server, "GET zebra"), "\"z1\"\n");
+    EXPECT_EQ(via_exec(server, "apple"), "OK\nQUEUED\n1) \"a1\"\n");
+    EXPECT_EQ(via_exec(server, "zebra"), "OK\nQUEUED\n1) \"z1\"\n");
+  }
+  EXPECT_EQ(cli(1, "SET apple a2"), "OK\n");
+  EXPECT_EQ(cli(0, "SET zebra z2"), "OK\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // brief and yak expire
+  for (int server = 0; server < 2; ++server) {
+    EXPECT_EQ(cli(server, "GET apple"), "\"a2\"\n");
+    EXPECT_EQ(cli(server, "GET zebra"), "\"z2\"\n");
+    EXPECT_EQ(via_exec(server, "apple"), "OK\nQUEUED\n1) \"a2\"\n");
+    EXPECT_EQ(via_exec(server, "zebra"), "OK\nQUEUED\n1) \"z2\"\n");
+    for (const char* gone : {"brief", "yak", "nokey", "zzz"}) {
+      EXPECT_EQ(cli(server, std::string("GET ") + gone), "(nil)\n") << gone;
+      EXPECT_EQ(via_exec(server, gone), "OK\nQUEUED\n1) (nil)\n") << gone;
+    }
+  }
+}
+
 // requirepass through the config (resp_password_file): redis-cli without the password is told
 // NOAUTH for every command, with a wrong one WRONGPASS, with the right one (-a) it works,
 // on both servers and across shards.

@@ -213,6 +213,11 @@ Status ShardServer::make_worker(uint32_t index, uint64_t deadline_ns) {
   // on rows other transactions wait for all that time. Measured (docs/OPERATIONS.md):
   // TPC-C on 2 shards 118K/s with 256, 184K/s with 1.
   lo.ready_batch = 1;
+  // A worker with no peers (one shard, no replication: no 2PC and no replication traffic on
+  // this loop) has nothing to spin for: its inputs are client sockets, whose epoll fd wakes the
+  // loop. The spin only burned what the clients left idle: about 15% of the server's CPU
+  // under pipelined GETs (docs/RESULTS.md, "Pipelined GETs per server core, again").
+  if (config_.shards.size() == 1 && !cluster_replicated()) lo.spin_ns = 0;
   // Room of their own for the load's clients and acknowledgements and the ports' (RESP: a
   // task per client with a request in flight, and one per pending acknowledgement), so that
   // other shards' requests always find some (worker_tasks.h).
