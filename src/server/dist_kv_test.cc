@@ -281,21 +281,30 @@ TEST(DistKvBackend, OneGetCommitsAtItsRead) {
   ASSERT_TRUE(t->commit().take().ok());
 }
 
+// A one-shard backend whose commits wait for acknowledgements: tokens a test frees by
+// raising the shard's watermark by hand.
+struct AckedKv {
+  LocalKv kv;
+  rt::EventLoop loop{RealEnv::instance(), one_task_per_iteration()};
+  dist::VectorWatermark vw{loop, 1, 16};
+  KvAcks acks{loop, vw, 16, /*own_shard=*/0};
+  DistKvBackend backend{with_acks(kv.backend->options(), &acks)};
+  static DistKvOptions with_acks(DistKvOptions o, KvAcks* acks) {
+    o.acks = acks;
+    return o;
+  }
+};
+
 // With acknowledgements, a one-get transaction's token covers the version it read (our shard
 // at that version's TID): its reply waits until the watermark passes it, as any read's.
 TEST(DistKvBackend, OneGetWaitsForTheVersionItRead) {
-  LocalKv kv;
-  rt::EventLoop loop(RealEnv::instance(), one_task_per_iteration());
-  dist::VectorWatermark vw(loop, 1, 16);
-  KvAcks acks(loop, vw, 16, /*own_shard=*/0);
-  DistKvOptions o = kv.backend->options();
-  o.acks = &acks;
-  DistKvBackend backend(o);
+  AckedKv a;
+  auto& [kv, loop, vw, acks, backend] = a;
   auto t = backend.open();
   std::string value;
   uint64_t version = 0;
 
-  t->begin();  // a miss reads no version: nothing to wait for
+  t->begin();  // a miss of a key never removed: nothing to wait for
   EXPECT_TRUE(t->get("k", &value, &version).take().is_not_found());
   auto missed = t->commit().take();
   ASSERT_TRUE(missed.ok());
@@ -315,6 +324,55 @@ TEST(DistKvBackend, OneGetWaitsForTheVersionItRead) {
   ASSERT_TRUE(vw.raise(0, version).ok());
   drain(loop);
   EXPECT_TRUE(acks.is_durable(read->durable_token));
+}
+
+void remove_elsewhere(LocalKv& kv, std::string_view key, uint64_t* tid) {
+  txn::Txn& other = kv.engine.make_worker()->txn();
+  other.begin();
+  ASSERT_TRUE(other.remove(*kv.table, key).ok());
+  ASSERT_TRUE(other.commit().ok());
+  *tid = other.last_commit_tid();
+  other.end();
+}
+
+// A key that a remove unlinked leaves no version behind, so a miss (a GET, or a SCAN that no
+// longer meets the key) waits on the table's newest remove instead: its reply must not report
+// the key gone while a crash could still lose the remove.
+TEST(DistKvBackend, AMissWaitsForTheRemoveThatMadeIt) {
+  AckedKv a;
+  auto& [kv, loop, vw, acks, backend] = a;
+  auto t = backend.open();
+  std::string value;
+  uint64_t version = 0;
+  write_elsewhere(kv, "k", "v1");
+  uint64_t removed = 0;
+  remove_elsewhere(kv, "k", &removed);
+  ASSERT_NE(removed, 0u);
+
+  t->begin();
+  EXPECT_TRUE(t->get("k", &value, &version).take().is_not_found());
+  auto missed = t->commit().take();
+  ASSERT_TRUE(missed.ok()) << missed.status().to_string();
+  ASSERT_NE(missed->durable_token, 0u);
+
+  t->begin();
+  std::vector<resp::KeyValue> found;
+  auto scan = t->scan(resp::ScanRange{"a", true, "z"}, 10, 0, &found);
+  ASSERT_TRUE(scan.start_inline());  // one local shard: it never suspends
+  ASSERT_TRUE(scan.take().ok());
+  EXPECT_TRUE(found.empty());
+  auto scanned = t->commit().take();
+  ASSERT_TRUE(scanned.ok()) << scanned.status().to_string();
+  ASSERT_NE(scanned->durable_token, 0u);
+
+  ASSERT_TRUE(vw.raise(0, removed - 1).ok());
+  drain(loop);
+  EXPECT_FALSE(acks.is_durable(missed->durable_token));
+  EXPECT_FALSE(acks.is_durable(scanned->durable_token));
+  ASSERT_TRUE(vw.raise(0, removed).ok());
+  drain(loop);
+  EXPECT_TRUE(acks.is_durable(missed->durable_token));
+  EXPECT_TRUE(acks.is_durable(scanned->durable_token));
 }
 
 // What a client reads through the Redis session: GET outside MULTI (one get, committed at its

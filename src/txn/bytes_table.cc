@@ -224,6 +224,12 @@ void cache_bytes_record(TxnBuffers& b, const BytesTable& table, std::string_view
 }
 }  // namespace
 
+void Txn::note_removes_seen(const TableBase& table) {
+  TxnBuffers& b = *bufs_;
+  b.max_seen_version =
+      std::max(b.max_seen_version, table.removed_tid_max_.load(std::memory_order_acquire));
+}
+
 Record* Txn::lookup_bytes(BytesTable& table, std::string_view key) {
   BytesTree::NodeRef leaf{};
   void* found = nullptr;
@@ -231,6 +237,7 @@ Record* Txn::lookup_bytes(BytesTable& table, std::string_view key) {
     return static_cast<Record*>(found);
   }
   record_node(leaf.leaf, leaf.version, &BytesTree::leaf_version);
+  note_removes_seen(table);
   return nullptr;
 }
 
@@ -433,6 +440,7 @@ Status Txn::scan_bytes(BytesTable& table, const BytesScan& scan, BytesVisit visi
   };
   // The tree's bound is inclusive; the key equal to an exclusive end is skipped above.
   table.index_.scan(scan.start, scan.end, on_entry, on_leaf);
+  if (recorded) note_removes_seen(table);  // after the scan: it saw their unlinks
   return status;
 }
 
