@@ -17,6 +17,8 @@ std::unique_ptr<txn::Engine> fresh_engine(const CompactionInput& in, Status* cre
   txn::EngineOptions eo;
   eo.epoch_ticker = false;  // replay installs the log's TIDs; it never makes its own
   eo.shard_id = in.shard;
+  // The live engine runs beside it: its versions stay EBR's to free (engine.h).
+  eo.drain_reclamation_on_destroy = false;
   auto engine = std::make_unique<txn::Engine>(eo);
   *created = in.schema.create_tables(*engine);
   return engine;

@@ -879,10 +879,16 @@ TEST(Replication, LoneReplicaCompactsItsWalIntoCheckpointsAndRestartsFromThem) {
       segments_max = std::max(segments_max, n);
     }
   };
-  for (uint32_t round = 0; round < 12; ++round) {  // each round outlasts an interval or so
+  // After each round of writes a compaction registers (one that began during the next round's
+  // writes covers this round's), so the older checkpoint held at the end covers all but the
+  // last two rounds: however slow the machine makes a rebuild (its thread runs at nice 10).
+  for (uint32_t round = 0; round < 8; ++round) {
     c.run(250, 40 + round);
-    note_segments();
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    const uint64_t until = c.leader->stats().checkpoints_compacted + 1;
+    for (int i = 0; i < 3000 && c.leader->stats().checkpoints_compacted < until; ++i) {
+      note_segments();  // bounded: 30 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     note_segments();
   }
   const uint64_t final_tid = c.close();
@@ -890,12 +896,8 @@ TEST(Replication, LoneReplicaCompactsItsWalIntoCheckpointsAndRestartsFromThem) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_GE(c.leader->watermark(), final_tid);
-  LeaderStats st = c.leader->stats();
-  for (int i = 0; i < 300 && st.checkpoints_compacted < 4; ++i) {  // bounded: 3 s
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    st = c.leader->stats();
-  }
-  EXPECT_GE(st.checkpoints_compacted, 4u);
+  const LeaderStats st = c.leader->stats();
+  EXPECT_GE(st.checkpoints_compacted, 8u);
   EXPECT_EQ(st.compactions_failed, 0u);
   EXPECT_EQ(st.checkpoints_fetched, 0u);
   EXPECT_GT(st.wal_bytes_deleted, 0u);
@@ -913,7 +915,8 @@ TEST(Replication, LoneReplicaCompactsItsWalIntoCheckpointsAndRestartsFromThem) {
   // The restart (`--recover-epoch`): the newest checkpoint, then the WAL after it.
   std::unique_ptr<Follower> lone = reopen_lone_replica(c);
   ASSERT_NE(lone, nullptr);
-  EXPECT_EQ(lone->checkpoints().loaded_seq, kept->back());
+  // The newest (one that was being written when the leader stopped is as good).
+  EXPECT_GE(lone->checkpoints().loaded_seq, kept->back());
   uint64_t slots = 0;
   for (const StreamPosition& s : positions.streams) slots += s.chosen;
   EXPECT_LT(lone->recovered_slots(), slots / 2) << "only the WAL after the checkpoint";
