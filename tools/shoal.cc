@@ -347,7 +347,8 @@ void add_memory_reserve_option(CLI::App* app, uint64_t& mb, const std::string& w
 void add_checkpoint_option(CLI::App* app, uint64_t& interval_ms) {
   app->add_option("--checkpoint-interval-ms", interval_ms,
                   "Followers write a checkpoint of their replayed store this often and delete "
-                  "the WAL it covers (0: never)")
+                  "the WAL it covers (`cluster up --fsync P` on one replica per shard: each "
+                  "replica compacts its WAL so; 0: never)")
       ->check(number_in(uint64_t{0}, uint64_t{86'400'000}, false, "in [0, 86400000]"))
       ->capture_default_str();
 }
@@ -741,8 +742,9 @@ ServerCommands add_server_commands(CLI::App& app) {
   c.server
       ->add_option("--checkpoint-interval-ms", so.checkpoint_interval_ms,
                    "Replicated shards: fetch a follower's newest checkpoint at most this often "
-                   "and delete this leader's WAL segments every replica can do without (0: "
-                   "never; `cluster up --checkpoint-interval-ms` passes it)")
+                   "and delete this leader's WAL segments every replica can do without; one "
+                   "replica with --data-dir: compact its WAL into a checkpoint of its own this "
+                   "often (0: never; `cluster up --checkpoint-interval-ms` passes it)")
       ->check(number_in(uint64_t{0}, uint64_t{86'400'000}, false, "in [0, 86400000]"))
       ->capture_default_str();
   c.server

@@ -427,7 +427,7 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store, uint64_
   RecoveryScan scan;
   for (Segment& seg : closed_)
     SHOAL_TRY(recover_segment(seg.number, &seg, covered, &copies, &scan));
-  SHOAL_TRY(recover_segment(active_, nullptr, covered, &copies, &scan));
+  if (wal_ != nullptr) SHOAL_TRY(recover_segment(active_, nullptr, covered, &copies, &scan));
   out.promised = scan.promised;
   out.superseded = copies.superseded;
   out.wal_bytes = scan.wal_bytes + closed_bytes_;
@@ -451,6 +451,23 @@ Result<AcceptorRecovery> AcceptorLog::recover(PaxosAcceptorStore& store, uint64_
   chosen_noted_ = out.chosen_index;
   seal_groups(chosen_noted_);
   return out;
+}
+
+Result<AcceptorRecovery> AcceptorLog::recover_closed(const std::string& dir, uint32_t stream,
+                                                     uint64_t through, PaxosAcceptorStore& store,
+                                                     uint64_t covered) {
+  // kNone: nothing opened here preallocates or syncs.
+  AcceptorLog log(dir, stream, FsyncPolicy::kNone, /*accept_sync_elsewhere=*/false);
+  auto segments = list_segments(dir, stream);
+  if (!segments.ok()) return segments.status();
+  for (const uint64_t n : segments->wals) {  // bounded by the directory's segments
+    if (n > through) break;
+    Segment seg;
+    seg.number = n;
+    log.closed_.push_back(seg);
+  }
+  log.active_ = through + 1;  // never opened (wal_ stays null): recover() skips it
+  return log.recover(store, covered);
 }
 
 Status AcceptorLog::rotate() {

@@ -166,6 +166,15 @@ class AcceptorLog final : public ChosenSlotSource {
   // holds their effect) are neither read into memory nor put in the store: it starts after them
   // (PaxosAcceptorStore::start_after). REQUIRES: once, before hooks() and any append.
   [[nodiscard]] Result<AcceptorRecovery> recover(PaxosAcceptorStore& store, uint64_t covered = 0);
+  // recover() of the closed segments numbered <= `through` alone, read-only: a lone leader's
+  // compaction (leader.h) rebuilds its store from them on another thread while the live log
+  // appends to a newer segment. No segment is opened for appending; intact (closed, synced)
+  // files are not written. REQUIRES: those segments were closed by rotate() and are not
+  // deleted during the call.
+  [[nodiscard]] static Result<AcceptorRecovery> recover_closed(const std::string& dir,
+                                                               uint32_t stream, uint64_t through,
+                                                               PaxosAcceptorStore& store,
+                                                               uint64_t covered);
 
   // WAL truncation (a follower, after a durable checkpoint): closes the active segment (both
   // files synced, the journal sealed with its highest slot) and starts segment n + 1, whose
@@ -179,6 +188,7 @@ class AcceptorLog final : public ChosenSlotSource {
   // Returns the bytes deleted.
   [[nodiscard]] Result<uint64_t> drop_covered_segments(uint64_t covered);
   size_t segments() const { return closed_.size() + 1; }
+  uint64_t active_segment() const { return active_; }  // the closed ones are numbered below it
   // The oldest live segment's number: above 0 once truncation deleted the log's head (its
   // slots then come only from a checkpoint, or another replica's WAL).
   uint64_t first_segment() const { return closed_.empty() ? active_ : closed_.front().number; }

@@ -28,6 +28,15 @@
 // segment and deletes the closed ones at or below leader_wal_truncation_cut(): below both the
 // older of its two kept checkpoints and every other replica's reported need.
 //
+// A lone replica (replicas 1, with a WAL) has no follower to fetch from: every interval its
+// replication thread closes each stream's WAL segment (AcceptorLog::rotate) and a thread at
+// compaction_nice rebuilds the store at those segments' chosen prefix from the directory alone
+// (compact_replica_dir, compaction.h: the newest checkpoint plus the closed segments, replayed
+// as a restart replays them; never the live engine) and publishes it as the next checkpoint,
+// which the replication thread then registers as it registers a fetched one (the two newest
+// held, the segments the older covers deleted). docs/REPLICATION.md "A lone replica's
+// checkpoints".
+//
 // Threads: start()/wait_leading()/collect_reports()/stop() from one controlling thread;
 // appender(s) on worker s; watermark() anywhere. Everything else runs on the replication
 // thread.
@@ -158,6 +167,9 @@ struct LeaderOptions {
   std::string checkpoint_dir;
   // A fetch that received nothing for this long is abandoned (the follower is stuck or gone).
   uint64_t checkpoint_fetch_timeout_ms = 10'000;
+  // A lone replica (replicas 1) compacts instead, every checkpoint_fetch_interval_ms (see
+  // above), on a thread at this nice level: the workers need the cores more.
+  int compaction_nice = 10;
   // Called on the replication thread each time an entry of `stream` is chosen, after the
   // shard watermark took it in: what waits on the watermark or on the stream's entries
   // settling (durable replies, the worker's group commit) is woken instead of polling.
@@ -190,6 +202,8 @@ struct LeaderStats {
   uint64_t checkpoints_fetched = 0;  // published in checkpoint_dir
   uint64_t checkpoint_bytes_fetched = 0;
   uint64_t checkpoint_fetches_failed = 0;  // refused or abandoned (each said on stderr)
+  uint64_t checkpoints_compacted = 0;      // a lone replica's own, published and registered
+  uint64_t compactions_failed = 0;         // ... that failed (each said on stderr)
   uint64_t wal_bytes_deleted = 0;          // by the leader's own truncation
   // Retained chosen slots the stores let go of early because an appender ran short of log
   // ring space (appender.h, Backpressure); caught up from the WAL if a follower needs them.
@@ -363,7 +377,14 @@ class ReplicationLeader {
   void on_checkpoint_chunk(uint32_t from, std::span<const uint8_t> bytes);
   void abandon_fetch(const std::string& why, bool failure);
   void finish_fetched_checkpoint();
-  void truncate_wal();
+  // rotate: every stream starts a new segment first (a compaction rotated when it began).
+  void truncate_wal(bool rotate);
+  // A lone replica: every checkpoint_fetch_interval_ms, closes each stream's segment and
+  // starts the rebuild of its checkpoint on publish_thread_ (leader_truncation.cc).
+  void maybe_compact(uint64_t now_ns);
+  // What the last compaction saw (an idle shard is not copied again every interval).
+  uint64_t compacted_txns_ = 0, compacted_wal_bytes_ = 0;
+  static constexpr uint64_t kIdleCompactionWalBytes = uint64_t{64} << 20;
   struct HeldCheckpoint {
     uint64_t seq = 0;
     std::vector<uint64_t> covered;
@@ -380,6 +401,8 @@ class ReplicationLeader {
     Status status;
     HeldCheckpoint held;
     uint64_t bytes = 0;
+    bool compacted = false;  // a lone replica's own (maybe_compact), not a fetched one
+    std::string said;        // compacted: the line said on stderr once registered
   };
   std::vector<std::optional<CheckpointNote>> follower_checkpoints_;  // by replica; kept on drop
   std::vector<HeldCheckpoint> held_checkpoints_;  // oldest first, at most kHeldCheckpoints
@@ -387,7 +410,8 @@ class ReplicationLeader {
   std::optional<Fetch> fetch_;
   uint64_t next_checkpoint_seq_ = 1;
   uint64_t last_fetch_end_ns_ = 0;
-  std::thread publish_thread_;  // verifies and publishes a fetched file off the loop
+  // Verifies and publishes a fetched file off the loop, or (a lone replica) compacts.
+  std::thread publish_thread_;
   std::mutex publish_mu_;
   std::optional<Published> published_;  // guarded by publish_mu_
   bool publishing_ = false;             // replication thread: publish_thread_ runs

@@ -2,8 +2,10 @@
 // a follower's checkpoint fetched in chunks, verified and published in the leader's directory,
 // then every stream's log rotated and the segments no replica needs deleted. Everything here
 // runs on the replication thread, except the body of publish_thread_ (verify and fsync a
-// fetched file off the loop), which hands its result back under publish_mu_.
+// fetched file off the loop, or a lone replica's compaction: compaction.h), which hands its
+// result back under publish_mu_.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "src/repl/checkpoint.h"
+#include "src/repl/compaction.h"
 #include "src/repl/leader.h"
 
 namespace shoal::repl {
@@ -66,6 +69,10 @@ void ReplicationLeader::note_follower_checkpoint(uint32_t from, const nlohmann::
 void ReplicationLeader::maybe_fetch_checkpoint(uint64_t now_ns) {
   if (options_.checkpoint_fetch_interval_ms == 0 || options_.checkpoint_dir.empty()) return;
   finish_fetched_checkpoint();
+  if (options_.replicas == 1) {  // nobody to fetch from: its own, from its directory
+    maybe_compact(now_ns);
+    return;
+  }
   if (fetch_) {
     if (now_ns - fetch_->last_ns > options_.checkpoint_fetch_timeout_ms * 1'000'000) {
       abandon_fetch(fmt::format("nothing received for {} ms", options_.checkpoint_fetch_timeout_ms),
@@ -220,12 +227,14 @@ void ReplicationLeader::finish_fetched_checkpoint() {
   publishing_ = false;
   last_fetch_end_ns_ = loop_->now_ns();
   if (!p->status.ok()) {
-    std::fprintf(stderr, "replication: fetched checkpoint refused: %s\n",
+    std::fprintf(stderr, "replication: %s: %s\n",
+                 p->compacted ? "compaction failed" : "fetched checkpoint refused",
                  p->status.to_string().c_str());
     std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.checkpoint_fetches_failed;
+    ++(p->compacted ? stats_.compactions_failed : stats_.checkpoint_fetches_failed);
     return;
   }
+  if (!p->said.empty()) std::fprintf(stderr, "%s\n", p->said.c_str());
   held_checkpoints_.push_back(std::move(p->held));
   if (held_checkpoints_.size() > kHeldCheckpoints)
     held_checkpoints_.erase(held_checkpoints_.begin());
@@ -240,13 +249,81 @@ void ReplicationLeader::finish_fetched_checkpoint() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.checkpoints_fetched;
-    stats_.checkpoint_bytes_fetched += p->bytes;
+    if (p->compacted) {
+      ++stats_.checkpoints_compacted;
+    } else {
+      ++stats_.checkpoints_fetched;
+      stats_.checkpoint_bytes_fetched += p->bytes;
+    }
   }
-  truncate_wal();
+  truncate_wal(/*rotate=*/!p->compacted);
 }
 
-void ReplicationLeader::truncate_wal() {
+void ReplicationLeader::maybe_compact(uint64_t now_ns) {
+  // Not while a takeover installs its slots (a restart's: they are not all chosen yet), nor
+  // while the last compaction runs or waits to be registered (finish_fetched_checkpoint).
+  if (publishing_ || takeover_applier_) return;
+  if (last_fetch_end_ns_ != 0 &&
+      now_ns < last_fetch_end_ns_ + options_.checkpoint_fetch_interval_ms * 1'000'000) {
+    return;
+  }
+  uint64_t wal_bytes = 0;
+  for (const auto& s : streams_) {
+    if (s->log == nullptr) return;  // no WAL: nothing to compact (nor to restart from)
+    wal_bytes += s->log->wal_bytes();
+  }
+  // As a follower's checkpoints: an idle shard still logs floor entries, so without a
+  // transaction since the last one another full copy waits until those add up.
+  if (chosen_txns_ == compacted_txns_ &&
+      wal_bytes < compacted_wal_bytes_ + kIdleCompactionWalBytes) {
+    last_fetch_end_ns_ = now_ns;  // look again one interval from now
+    return;
+  }
+  compacted_txns_ = chosen_txns_;
+  // The cut: every stream's active segment closes here (synced, sealed); the rebuild reads
+  // the closed segments only, which nothing writes any more, while the log goes on in the next.
+  CompactionInput in;
+  in.dir = options_.checkpoint_dir;
+  in.schema = options_.schema;
+  in.shard = options_.shard;
+  in.streams = options_.streams;
+  in.seq = next_checkpoint_seq_++;
+  in.stop = &stop_;
+  for (auto& s : streams_) {
+    const Status rotated = s->log->rotate();
+    SHOAL_ASSERT(rotated.ok(), "replication: WAL rotation failed: %s", rotated.to_string().c_str());
+    in.through_segment.push_back(s->log->active_segment() - 1);
+  }
+  compacted_wal_bytes_ = 0;
+  for (const auto& s : streams_) compacted_wal_bytes_ += s->log->wal_bytes();
+  if (publish_thread_.joinable()) publish_thread_.join();  // finished: publishing_ is false
+  publishing_ = true;
+  const int nice = options_.compaction_nice;
+  publish_thread_ = std::thread([this, nice, in = std::move(in)] {
+    if (nice != 0) (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice);
+    const uint64_t start_ns = RealEnv::instance().now_ns();
+    auto r = compact_replica_dir(in);
+    Published p;
+    p.compacted = true;
+    if (!r.ok()) {
+      p.status = r.status();
+    } else {
+      p.held = HeldCheckpoint{in.seq, r->covered};
+      p.bytes = r->bytes;
+      p.said = fmt::format(
+          "replication: compacted the WAL into {} (TID {}: {} rows, {} bytes), from {} and {} "
+          "slots in {:.0f} ms",
+          checkpoint_path(in.dir, in.seq), r->applied_tid, r->rows, r->bytes,
+          r->base_seq == 0 ? std::string("the WAL alone")
+                           : fmt::format("checkpoint {}", r->base_seq),
+          r->slots, static_cast<double>(RealEnv::instance().now_ns() - start_ns) / 1e6);
+    }
+    std::lock_guard<std::mutex> lock(publish_mu_);
+    published_ = std::move(p);
+  });
+}
+
+void ReplicationLeader::truncate_wal(bool rotate) {
   std::vector<std::vector<uint64_t>> own;
   for (const HeldCheckpoint& h : held_checkpoints_) own.push_back(h.covered);
   std::vector<std::optional<std::vector<uint64_t>>> kept(options_.replicas);
@@ -261,8 +338,11 @@ void ReplicationLeader::truncate_wal() {
     if (log == nullptr) continue;
     // A new segment per fetched checkpoint, so a later cut can delete this one whole. The
     // closed segment keeps serving catch-up until it is deleted.
-    const Status rotated = log->rotate();
-    SHOAL_ASSERT(rotated.ok(), "replication: WAL rotation failed: %s", rotated.to_string().c_str());
+    if (rotate) {
+      const Status rotated = log->rotate();
+      SHOAL_ASSERT(rotated.ok(), "replication: WAL rotation failed: %s",
+                   rotated.to_string().c_str());
+    }
     if (cut[s] == 0) continue;
     auto dropped = log->drop_covered_segments(cut[s]);
     if (!dropped.ok()) {  // the files stay: more disk, nothing lost

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "src/base/temp_dir.h"
@@ -780,6 +781,45 @@ bool has_key(txn::Engine& engine, txn::Worker* w, uint64_t k) {
   return st.ok() && r.a == k && r.b == k * 3;
 }
 
+// Stops the lone leader of `c` and opens its directory as `shoal server --recover-epoch` does:
+// a follower of one replica, itself its leader. Null after a failed expectation.
+std::unique_ptr<Follower> reopen_lone_replica(Cluster& c) {
+  FollowerOptions fo = c.follower_options(0);
+  c.leader->stop();
+  c.leader.reset();
+  fo.replicas = 1;
+  fo.leader_replica = 0;
+  auto lone = Follower::open(fo);
+  EXPECT_TRUE(lone.ok()) << lone.status().to_string();
+  return lone.ok() ? std::move(*lone) : nullptr;
+}
+
+// What `shoal server --recover-epoch` does over a lone replica's directory: `lone`, opened
+// over it, handed over and led in epoch 2 with the takeover. Its store must hold every
+// transaction up to final_tid, discard none, and have `digest`.
+void lead_recovered_lone_replica(Follower& lone, uint32_t streams, uint64_t final_tid,
+                                 uint64_t digest) {
+  std::unique_ptr<txn::Engine> engine;
+  auto takeover = lone.hand_over(&engine);
+  ASSERT_TRUE(takeover.ok()) << takeover.status().to_string();
+  LeaderOptions lo;
+  lo.streams = streams;
+  lo.replicas = 1;
+  lo.appender.epoch = 2;
+  lo.fsync = FsyncPolicy::kAlways;
+  lo.paxos = paxos_options_for_rtt(0);
+  lo.paxos.epoch = 2;
+  lo.schema = Schema::of(*engine, "");
+  auto led = ReplicationLeader::start(lo, *engine, &*takeover);
+  ASSERT_TRUE(led.ok()) << led.status().to_string();
+  auto result = (*led)->wait_takeover(20'000);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  EXPECT_GE(result->final_tid, final_tid);
+  EXPECT_EQ(result->discarded_txns, 0u);
+  EXPECT_EQ(engine_digest(*engine), digest);
+  (*led)->stop();
+}
+
 // A shard's only replica given a WAL (`cluster up --fsync` on one replica per shard): a stream
 // of one acceptor, synced on the replication thread (no syncer), whose own vote chooses each
 // entry only once synced. Every committed transaction is chosen and persisted, and the
@@ -806,35 +846,82 @@ TEST(Replication, LoneReplicaSyncsBeforeItChoosesAndRebuildsItsStoreFromItsWal) 
   }
   EXPECT_GT(c.leader->fsync_latency().count(), 0u);
   const uint64_t digest = engine_digest(*c.engine);
-  FollowerOptions fo = c.follower_options(0);
-  c.leader->stop();
-  c.leader.reset();
-
-  fo.replicas = 1;
-  fo.leader_replica = 0;
-  auto lone = Follower::open(fo);
-  ASSERT_TRUE(lone.ok()) << lone.status().to_string();
+  std::unique_ptr<Follower> lone = reopen_lone_replica(c);
+  ASSERT_NE(lone, nullptr);
   std::atomic<bool> stop{false};
-  EXPECT_EQ((*lone)->run(&stop).code(), Code::kInvalidArgument);  // nobody to follow
-  std::unique_ptr<txn::Engine> engine;
-  auto takeover = (*lone)->hand_over(&engine);
-  ASSERT_TRUE(takeover.ok()) << takeover.status().to_string();
-  LeaderOptions lo;
-  lo.streams = 2;
-  lo.replicas = 1;
-  lo.appender.epoch = 2;
-  lo.fsync = FsyncPolicy::kAlways;
-  lo.paxos = paxos_options_for_rtt(0);
-  lo.paxos.epoch = 2;
-  lo.schema = Schema::of(*engine, "");
-  auto led = ReplicationLeader::start(lo, *engine, &*takeover);
-  ASSERT_TRUE(led.ok()) << led.status().to_string();
-  auto result = (*led)->wait_takeover(20'000);
-  ASSERT_TRUE(result.ok()) << result.status().to_string();
-  EXPECT_GE(result->final_tid, final_tid);
-  EXPECT_EQ(result->discarded_txns, 0u);
-  EXPECT_EQ(engine_digest(*engine), digest);
-  (*led)->stop();
+  EXPECT_EQ(lone->run(&stop).code(), Code::kInvalidArgument);  // nobody to follow
+  lead_recovered_lone_replica(*lone, /*streams=*/2, final_tid, digest);
+}
+
+// A lone replica with a checkpoint interval (`--checkpoint-interval-ms` on one replica per
+// shard): no follower writes checkpoints for it, so every interval its replication thread
+// closes each stream's WAL segment and a background thread rebuilds the store at that cut from
+// the directory alone (the newest checkpoint plus the closed segments), publishes it as a
+// checkpoint and the leader deletes the segments the older of its two newest covers. A stream
+// never holds more than four segments (one closed per compaction, those behind the older held
+// checkpoint deleted at each registration, whatever the machine's load makes a rebuild take),
+// most of what was logged is deleted, and a restart loads the newest checkpoint, reads only
+// the WAL after it and rebuilds the live engine's store exactly (two streams: the cut is per
+// stream, with records held above the shard watermark).
+TEST(Replication, LoneReplicaCompactsItsWalIntoCheckpointsAndRestartsFromThem) {
+  Cluster c(/*streams=*/2, FsyncPolicy::kAlways, 16, 256, LinkKind::kTcp,
+            /*checkpoint_interval_ms=*/50, 0, /*replicas=*/1);
+  ASSERT_TRUE(c.leader->wait_leading(10'000).ok());
+  const std::string dir = c.dir.path() + "/r0";
+  size_t segments_max = 0;  // of one stream, live at once
+  const auto note_segments = [&] {
+    for (uint32_t s = 0; s < 2; ++s) {
+      size_t n = 0;
+      for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        const std::string name = e.path().filename().string();
+        n += name.starts_with(fmt::format("stream-{}.", s)) && name.ends_with(".wal");
+      }
+      segments_max = std::max(segments_max, n);
+    }
+  };
+  // After each round of writes a compaction registers (one that began during the next round's
+  // writes covers this round's), so the older checkpoint held at the end covers all but the
+  // last two rounds: however slow the machine makes a rebuild (its thread runs at nice 10).
+  for (uint32_t round = 0; round < 8; ++round) {
+    c.run(250, 40 + round);
+    const uint64_t until = c.leader->stats().checkpoints_compacted + 1;
+    for (int i = 0; i < 3000 && c.leader->stats().checkpoints_compacted < until; ++i) {
+      note_segments();  // bounded: 30 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    note_segments();
+  }
+  const uint64_t final_tid = c.close();
+  for (int i = 0; i < 500 && c.leader->watermark() < final_tid; ++i) {  // bounded: 5 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(c.leader->watermark(), final_tid);
+  const LeaderStats st = c.leader->stats();
+  EXPECT_GE(st.checkpoints_compacted, 8u);
+  EXPECT_EQ(st.compactions_failed, 0u);
+  EXPECT_EQ(st.checkpoints_fetched, 0u);
+  EXPECT_GT(st.wal_bytes_deleted, 0u);
+  uint64_t logged = 0;
+  for (const StreamPosition& s : c.leader->positions().streams) logged += s.chosen_bytes;
+  EXPECT_GT(st.wal_bytes_deleted, logged / 4) << "logged " << logged;
+  EXPECT_LE(segments_max, 4u);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/stream-0.wal")) << "segment 0 deleted";
+  auto kept = list_checkpoints(dir);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_GE(kept->size(), 2u);
+  EXPECT_LE(kept->size(), 3u);  // two held (and one being published)
+  const uint64_t digest = engine_digest(*c.engine);
+  const ReplicationPositions positions = c.leader->positions();
+  // The restart (`--recover-epoch`): the newest checkpoint, then the WAL after it.
+  std::unique_ptr<Follower> lone = reopen_lone_replica(c);
+  ASSERT_NE(lone, nullptr);
+  // The newest (one that was being written when the leader stopped is as good).
+  EXPECT_GE(lone->checkpoints().loaded_seq, kept->back());
+  uint64_t slots = 0;
+  for (const StreamPosition& s : positions.streams) slots += s.chosen;
+  EXPECT_LT(lone->recovered_slots(), slots / 2) << "only the WAL after the checkpoint";
+  EXPECT_FALSE(lone->wal_head_missing());
+  lead_recovered_lone_replica(*lone, /*streams=*/2, final_tid, digest);
 }
 
 // Design section 5: follower 1 (index 0), its run over, promoted in place as the leader of

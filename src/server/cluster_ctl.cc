@@ -582,13 +582,6 @@ Status cluster_up(const ClusterOptions& o) {
     return Status::InvalidArgument(
         "--serve-reads: the config's shards have no followers (cluster.replicas is 1)");
   }
-  if (o.checkpoint_interval_ms > 0 && config->replicas_per_shard == 1) {
-    // Followers write the checkpoints a leader truncates its WAL behind: a lone replica's
-    // --fsync WAL would grow all the same, and a flag that does nothing is refused.
-    return Status::InvalidArgument(
-        "--checkpoint-interval-ms: the config's shards have no followers (cluster.replicas is "
-        "1), and only followers write checkpoints; a lone replica's WAL is not checkpointed");
-  }
   const std::string dir = run_dir_of(o, *config);
   std::vector<ReplicaId> down;  // replicas with no live process
   std::string running;          // the first live one, for messages
@@ -623,6 +616,14 @@ Status cluster_up(const ClusterOptions& o) {
     auto kept = restart_options(o, dir, rec);
     if (!kept.ok()) return kept.status();
     run = std::move(*kept);
+  }
+  if (run.checkpoint_interval_ms > 0 && config->replicas_per_shard == 1 && !restart &&
+      o.flags_given.count("--fsync") == 0) {
+    // A lone replica compacts the WAL it keeps only with --fsync (a restart has one): without
+    // it the flag would do nothing, and is refused.
+    return Status::InvalidArgument(
+        "--checkpoint-interval-ms: the config's shards have one replica, which keeps a WAL to "
+        "checkpoint only with --fsync batch|always");
   }
   rec.settings = up_settings(run);
   if (!run.tpcc_read_only_hint && rec.workload != "tpcc") {

@@ -35,6 +35,10 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#if defined(SHOAL_HAVE_HIREDIS)
+#include <hiredis/hiredis.h>
+#endif
+
 #include "src/base/cpu_placement.h"
 #include "src/cluster/cluster_state.h"
 #include "src/cluster/etcd_config_manager.h"
@@ -1154,12 +1158,126 @@ TEST_F(ServerCli, OneReplicaClusterRefusesWhatNeedsFollowers) {
   EXPECT_NE(o.output.find("--serve-reads: the config's shards have no followers"),
             std::string::npos)
       << o.output;
-  o = up({"--fsync", "always", "--checkpoint-interval-ms", "1000"});
+  // A lone replica checkpoints its WAL (OneReplicaCompactsItsWal... below), which it keeps
+  // only with --fsync.
+  o = up({"--checkpoint-interval-ms", "1000"});
   EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find("--checkpoint-interval-ms: the config's shards have no followers"),
+  EXPECT_NE(o.output.find("--checkpoint-interval-ms: the config's shards have one replica, which "
+                          "keeps a WAL to checkpoint only with --fsync"),
             std::string::npos)
       << o.output;
   EXPECT_FALSE(fs::exists(run_dir() + "/shard-0.pid")) << "nothing started";
+  // The same for a server started by hand without a WAL.
+  o = run({"server", "--config", config_, "--shard", "0", "--checkpoint-interval-ms", "1000"}, 30);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("keeps a WAL to checkpoint only with --data-dir"), std::string::npos)
+      << o.output;
+}
+
+// One replica per shard with --fsync always and --checkpoint-interval-ms 200: no follower
+// writes checkpoints for it, so the server compacts its own WAL (every interval its segment
+// closes and a background thread rebuilds the store from the directory into a checkpoint) and
+// deletes the segments behind them. While SETs go through its Redis port, its directory never
+// holds more than a few segments and the WAL there stays a fraction of what it logged. kill -9,
+// then `up`: it restarts from its newest checkpoint and the WAL after it, and every SET that
+// was answered OK is there with its last value.
+TEST_F(ServerCli, OneReplicaCompactsItsWalAndRestartsFromItsCheckpoint) {
+#if !defined(SHOAL_HAVE_HIREDIS)
+  GTEST_SKIP() << "hiredis not found at build time (apt-get install libhiredis-dev)";
+#else
+  const uint16_t port = free_low_ports(3);  // the server, its replication port, its Redis port
+  ASSERT_NE(port, 0);
+  config_ = path("cluster.toml");
+  std::ofstream(config_) << fmt::format(
+      "[cluster]\nname = \"clitest\"\ntransport = \"tcp\"\nworkers = 1\nreplicas = 1\n\n"
+      "[[region]]\nname = \"r0\"\n\n[[shard]]\nid = 0\npartition_lo = 1\npartition_hi = 2\n"
+      "[[shard.replica]]\nregion = \"r0\"\nhost = \"127.0.0.1\"\nport = {}\nresp_port = {}\n",
+      port, port + 2);
+  Outcome o = up({"--fsync", "always", "--checkpoint-interval-ms", "200"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string dir = run_dir() + "/shard-0-replica-0";
+  const auto compactions = [&] {
+    const std::string log = read_file(run_dir() + "/shard-0.log");
+    size_t n = 0;
+    for (size_t at = log.find("compacted the WAL into"); at != std::string::npos;
+         at = log.find("compacted the WAL into", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  redisContext* c = redisConnect("127.0.0.1", port + 2);
+  ASSERT_TRUE(c != nullptr && c->err == 0) << (c ? c->errstr : "no context");
+  // SETs of 1,000 keys, over and over (each key's last acknowledged value kept), 32 to a
+  // pipeline; every WAL segment seen (its largest size), the most bytes and files live at once.
+  constexpr uint32_t kKeys = 1000, kPipeline = 32;
+  std::vector<int64_t> acked(kKeys, -1);
+  std::map<std::string, uint64_t> seen;
+  uint64_t live_bytes_max = 0;
+  size_t live_files_max = 0;
+  int64_t sets = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (compactions() < 8 && std::chrono::steady_clock::now() < deadline) {  // bounded
+    for (uint32_t i = 0; i < 20; ++i) {
+      for (uint32_t k = 0; k < kPipeline; ++k) {
+        const int64_t n = sets + k;
+        redisAppendCommand(c, "SET key%d %lld-%s", static_cast<int>(n % kKeys),
+                           static_cast<long long>(n), std::string(100, 'v').c_str());
+      }
+      for (uint32_t k = 0; k < kPipeline; ++k) {
+        redisReply* r = nullptr;
+        ASSERT_EQ(redisGetReply(c, reinterpret_cast<void**>(&r)), REDIS_OK) << c->errstr;
+        ASSERT_EQ(r->type, REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        acked[(sets + k) % kKeys] = sets + k;
+      }
+      sets += kPipeline;
+    }
+    uint64_t live = 0;
+    size_t files = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!name.ends_with(".wal")) continue;
+      const uint64_t bytes = fs::file_size(e.path(), ec);
+      if (ec) continue;  // deleted meanwhile
+      seen[name] = std::max(seen[name], bytes);
+      live += bytes;
+      ++files;
+    }
+    live_bytes_max = std::max(live_bytes_max, live);
+    live_files_max = std::max(live_files_max, files);
+  }
+  redisFree(c);
+  ASSERT_GE(compactions(), 8u) << read_file(run_dir() + "/shard-0.log");
+  EXPECT_FALSE(fs::exists(dir + "/stream-0.wal")) << "segment 0 deleted";
+  uint64_t logged = 0;
+  for (const auto& [name, bytes] : seen) logged += bytes;
+  EXPECT_GE(seen.size(), 6u);
+  EXPECT_LE(live_files_max, 4u) << "segments live at once";
+  EXPECT_LT(live_bytes_max, logged * 3 / 4) << "logged at least " << logged;
+  const std::vector<pid_t> pids = run_dir_pids(run_dir());
+  ASSERT_EQ(pids.size(), 1u);
+  EXPECT_EQ(kill(pids[0], SIGKILL), 0);
+
+  o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("restarted from disk in epoch 2"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("--checkpoint-interval-ms 200"), std::string::npos) << o.output;
+  const std::string log = read_file(run_dir() + "/shard-0.log");
+  EXPECT_NE(log.find("replica 0: loaded " + dir + "/checkpoint-"), std::string::npos) << log;
+  c = redisConnect("127.0.0.1", port + 2);
+  ASSERT_TRUE(c != nullptr && c->err == 0) << (c ? c->errstr : "no context");
+  uint32_t lost = 0;
+  for (uint32_t k = 0; k < kKeys; ++k) {
+    auto* r = static_cast<redisReply*>(redisCommand(c, "GET key%d", static_cast<int>(k)));
+    ASSERT_TRUE(r != nullptr) << c->errstr;
+    const std::string want = fmt::format("{}-{}", acked[k], std::string(100, 'v'));
+    if (r->type != REDIS_REPLY_STRING || std::string(r->str, r->len) != want) ++lost;
+    freeReplyObject(r);
+  }
+  redisFree(c);
+  EXPECT_EQ(lost, 0u) << "of " << kKeys << " keys, after " << sets << " acknowledged SETs";
+#endif
 }
 
 // One replica per shard with --fsync always: each server keeps a WAL (a Paxos stream of one

@@ -62,6 +62,13 @@ Status ShardServer::init(const ServerOptions& options, Promotion* promotion) {
         fmt::format("shards: {} shards, at most {} supported", config_.shards.size(), kShardsMax));
   }
   if (options_.workers == 0) options_.workers = config_.workers_per_shard;
+  if (options_.checkpoint_interval_ms > 0 && !replicated()) {
+    // A lone replica compacts its WAL into checkpoints (leader.h); with no WAL the flag would
+    // do nothing.
+    return Status::InvalidArgument(
+        "--checkpoint-interval-ms: a shard of one replica keeps a WAL to checkpoint only with "
+        "--data-dir");
+  }
   if (!config_.resp_password_file.empty()) {
     auto pw = cluster::read_password_file(config_.resp_password_file, "cluster.resp_password_file");
     if (!pw.ok()) return pw.status();

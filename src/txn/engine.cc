@@ -445,7 +445,7 @@ Engine::~Engine() {
   if (ticker_.joinable()) ticker_.join();
   workers_.clear();
   tables_.clear();
-  ebr::drain_all_for_tests();
+  if (options_.drain_reclamation_on_destroy) ebr::drain_all_for_tests();
 }
 
 BytesTable* Engine::create_bytes_table(const std::string& name) {

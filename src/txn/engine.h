@@ -326,6 +326,12 @@ struct EngineOptions {
   bool track_dependencies = true;
   // Test-only: skip read validation (so the serializability checker can be shown to catch it).
   bool unsafe_skip_read_validation = false;
+  // The destructor frees everything EBR holds, every thread's, ignoring epochs
+  // (ebr::drain_all_for_tests): right for a process's only engine at its end, and what tests
+  // count on. False for an engine destroyed while another one runs in the process (a lone
+  // replica's compaction rebuild, src/repl/compaction.h): draining would free versions the
+  // other engine's readers may still hold; what this one retired is freed by epochs instead.
+  bool drain_reclamation_on_destroy = true;
 };
 
 // A stored procedure: reads `args`, may write `result`; returns Ok to commit, UserAbort to roll
