@@ -1946,6 +1946,8 @@ TEST_F(ServerCli, EveryReplicaServesMetricsThatPromtoolAccepts) {
         "shoal_repl_wal_bytes", "shoal_connections", "shoal_process_resident_bytes"}) {
     EXPECT_NE(leader.find(std::string(name)), std::string::npos) << name << "\n" << leader;
   }
+  EXPECT_NE(leader.find("shoal_checkpoints_total{outcome=\"compacted\"}"), std::string::npos)
+      << leader;
   EXPECT_GT(sample_sum(leader, "shoal_txn_committed_total"),
             sample_sum(before, "shoal_txn_committed_total") + 100)
       << leader;

@@ -298,6 +298,15 @@ void render_leader(const ServerMetricsView& v, ops::MetricsText* m) {
   m->sample("shoal_repl_ratekeeper_waits_total", {{"lag", "replay"}}, st.replay_lag_waits);
   m->counter("shoal_repl_catchup_entries_total", "Chosen entries sent to followers catching up.",
              st.catchup_entries);
+  // A leader's checkpoints: fetched from a follower, or (a lone replica) compacted from its own
+  // WAL; either lets it delete WAL behind them.
+  m->family("shoal_checkpoints_total", "counter",
+            "Checkpoints this leader took (fetched from a follower, or compacted from its own "
+            "WAL), by outcome.");
+  m->sample("shoal_checkpoints_total", {{"outcome", "fetched"}}, st.checkpoints_fetched);
+  m->sample("shoal_checkpoints_total", {{"outcome", "compacted"}}, st.checkpoints_compacted);
+  m->sample("shoal_checkpoints_total", {{"outcome", "failed"}},
+            st.checkpoint_fetches_failed + st.compactions_failed);
   const repl::ReplicationPositions p = l.positions();
   render_positions(p, v.replica, m);
   render_followers(p, v.replica, m);
