@@ -81,6 +81,7 @@ bool VectorWatermark::park(CoveredAwaiter* w) {
   ++waiting_;
   ++stats_.parked;
   push(shard, ts, w);
+  if (waiting_ == 1 && on_first_park_ != nullptr) on_first_park_(on_first_park_ctx_);
   return true;
 }
 

@@ -127,6 +127,13 @@ class VectorWatermark {
   }
 
   size_t waiting() const { return waiting_; }
+  // fn(ctx) runs (on the owning loop, inside the suspending wait) whenever a wait parks while
+  // none did: what lets a periodic helper sleep while nobody waits (WatermarkExchange). nullptr
+  // clears it. REQUIRES: ctx outlives the hook (clear it first).
+  void set_on_first_park(void (*fn)(void*), void* ctx) {
+    on_first_park_ = fn;
+    on_first_park_ctx_ = ctx;
+  }
   // What the waits wait for, for a log line: per shard with parked waiters, how many, the
   // lowest TID they need, the entry known here and whether it is held (hold()), e.g.
   // "shard 0: 4096 waits for 0x1c700008000, known 0x1c700007fff (held)". Empty when none wait.
@@ -159,6 +166,8 @@ class VectorWatermark {
   std::vector<LostRange> lost_;             // fence(): at most kLostRangesMax
   std::vector<bool> held_;                  // per shard: hold() until fence()
   size_t waiting_ = 0;
+  void (*on_first_park_)(void*) = nullptr;
+  void* on_first_park_ctx_ = nullptr;
   VectorWatermarkStats stats_;
 };
 

@@ -97,24 +97,55 @@ TEST(WatermarkExchange, NotificationsCoalesceIntoOnePendingPost) {
   EXPECT_EQ(vw.get(0), 1001u);
 }
 
-TEST(WatermarkExchange, TheTickStillRaisesOwnEntryWithoutNotifications) {
-  rt::EventLoop loop(RealEnv::instance());
-  VectorWatermark vw(loop, 1, 4);
+// One shard, a source at 7, a 1 ms tick, started.
+struct TickingExchange {
+  static WatermarkExchangeOptions options(const std::atomic<uint64_t>* source) {
+    WatermarkExchangeOptions o;
+    o.period_ns = 1'000'000;  // 1 ms
+    o.source = source;
+    return o;
+  }
+  TickingExchange() { x.start(); }
+  ~TickingExchange() { x.stop(); }
+  rt::EventLoop loop{RealEnv::instance()};
+  VectorWatermark vw{loop, 1, 4};
   std::atomic<uint64_t> source{7};
-  WatermarkExchangeOptions o;
-  o.period_ns = 1'000'000;  // 1 ms
-  o.source = &source;
-  WatermarkExchange x(loop, vw, o);
-  x.start();
+  WatermarkExchange x{loop, vw, options(&source)};
+};
+
+TEST(WatermarkExchange, TheTickStillRaisesOwnEntryWithoutNotifications) {
+  TickingExchange t;
   std::atomic<bool> done{false};
   txn::DepVec v;
   v.raise(0, 7);
-  ASSERT_TRUE(loop.spawn(wait_for(vw, &v, &done)).ok());
-  run_until(loop, done, 10000);
+  ASSERT_TRUE(t.loop.spawn(wait_for(t.vw, &v, &done)).ok());
+  run_until(t.loop, done, 10000);
   EXPECT_TRUE(done.load());
-  EXPECT_GE(x.stats().ticks, 1u);
-  EXPECT_EQ(x.stats().notified_raises, 0u);
-  x.stop();
+  EXPECT_GE(t.x.stats().ticks, 1u);
+  EXPECT_EQ(t.x.stats().notified_raises, 0u);
+}
+
+TEST(WatermarkExchange, AnIdleExchangeStopsTickingUntilAWaitParks) {
+  TickingExchange t;
+  std::atomic<bool> never{false};
+  for (int i = 0; i < 10'000 && t.x.stats().ticks == 0; ++i) run_until(t.loop, never, 1);
+  ASSERT_EQ(t.x.stats().ticks, 1u);  // the tick start() armed
+  run_until(t.loop, never, 30);      // about 30 periods with nobody waiting
+  EXPECT_EQ(t.x.stats().ticks, 1u) << "an exchange nobody waits on kept ticking";
+  EXPECT_EQ(t.vw.get(0), 7u);
+
+  // The source rises without a notification (a refused post): the first wait to park re-arms
+  // the tick, which reads it.
+  t.source.store(9, std::memory_order_release);
+  std::atomic<bool> done{false};
+  txn::DepVec v;
+  v.raise(0, 9);
+  ASSERT_TRUE(t.loop.spawn(wait_for(t.vw, &v, &done)).ok());
+  run_until(t.loop, done, 10000);
+  EXPECT_TRUE(done.load());
+  EXPECT_EQ(t.x.stats().ticks, 2u);
+  run_until(t.loop, never, 20);  // and sleeps again once nobody waits
+  EXPECT_EQ(t.x.stats().ticks, 2u);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace shoal::txn {
 
@@ -428,10 +429,9 @@ size_t Engine::start_leading(uint64_t at_least_epoch, const EngineOptions* leade
 
 void Engine::start_ticker() {
   ticker_ = std::thread([this] {
-    const uint64_t slice_ns = std::min<uint64_t>(options_.epoch_interval_ns, 5'000'000);
     uint64_t next_ns = env_->now_ns() + options_.epoch_interval_ns;
     while (!stop_.load(std::memory_order_acquire)) {
-      env_->sleep_ns(slice_ns);
+      ticker_sleep_until(next_ns);
       if (env_->now_ns() >= next_ns) {
         epoch_.fetch_add(1, std::memory_order_acq_rel);
         next_ns += options_.epoch_interval_ns;
@@ -440,8 +440,26 @@ void Engine::start_ticker() {
   });
 }
 
+void Engine::ticker_sleep_until(uint64_t deadline_ns) {
+  const uint64_t now_ns = env_->now_ns();
+  if (now_ns >= deadline_ns) return;
+  if (env_ != &RealEnv::instance()) {  // another clock: slices, each checking stop_
+    env_->sleep_ns(std::min<uint64_t>(deadline_ns - now_ns, 5'000'000));
+    return;
+  }
+  // One wake-up per epoch, not one per 5 ms slice (200 a second on every idle leader); the
+  // destructor's notify ends the wait at once.
+  std::unique_lock<std::mutex> lock(ticker_mu_);
+  ticker_cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now_ns),
+                      [this] { return stop_.load(std::memory_order_acquire); });
+}
+
 Engine::~Engine() {
-  stop_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(ticker_mu_);  // orders the store before the ticker's check
+    stop_.store(true, std::memory_order_release);
+  }
+  ticker_cv_.notify_all();
   if (ticker_.joinable()) ticker_.join();
   workers_.clear();
   tables_.clear();

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -635,7 +636,11 @@ class Engine {
   std::atomic<uint64_t> version_horizon_{0};
   std::atomic<bool> stop_{false};
   std::thread ticker_;
+  std::mutex ticker_mu_;  // with ticker_cv_: the destructor wakes the ticker
+  std::condition_variable ticker_cv_;
   void start_ticker();
+  // The ticker sleeps until `deadline_ns` (env_ time) or until stop_.
+  void ticker_sleep_until(uint64_t deadline_ns);
   std::vector<std::unique_ptr<TableBase>> tables_;
   std::mutex workers_mu_;
   std::vector<std::unique_ptr<Worker>> workers_;
