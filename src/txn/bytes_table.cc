@@ -224,12 +224,6 @@ void cache_bytes_record(TxnBuffers& b, const BytesTable& table, std::string_view
 }
 }  // namespace
 
-void Txn::note_removes_seen(const TableBase& table) {
-  TxnBuffers& b = *bufs_;
-  b.max_seen_version =
-      std::max(b.max_seen_version, table.removed_tid_max_.load(std::memory_order_acquire));
-}
-
 Record* Txn::lookup_bytes(BytesTable& table, std::string_view key) {
   BytesTree::NodeRef leaf{};
   void* found = nullptr;

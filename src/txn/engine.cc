@@ -30,6 +30,12 @@ uint64_t Txn::max_seen_version() const {
   return bufs_->max_seen_version;
 }
 
+void Txn::note_removes_seen(const TableBase& table) {
+  TxnBuffers& b = *bufs_;
+  b.max_seen_version =
+      std::max(b.max_seen_version, table.removed_tid_max_.load(std::memory_order_acquire));
+}
+
 void Txn::begin() {
   TxnBuffers& b = *bufs_;
   b.reads.clear();

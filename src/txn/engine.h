@@ -520,8 +520,9 @@ class Txn {
   // A key found missing (or a range scanned) may owe its absence to a remove that unlinked the
   // key and took its TID along (TableBase::removed_tid_max_). What the transaction saw then
   // depends on that remove: max_seen_version rises to the table's newest one, so that an
-  // acknowledgement that waits on it (a GET's reply) never reports as gone a key whose remove
-  // a crash could still lose. Conservative: any newer remove of the table counts.
+  // acknowledgement that waits on it (a GET's reply, a TPC-C Delivery that found no new order)
+  // never reports as gone a key whose remove a crash could still lose. Byte-key and fixed-key
+  // tables alike. Conservative: any newer remove of the table counts.
   void note_removes_seen(const TableBase& table);
   // Copies rec's value into *value (resized) and records the read; returns the word.
   uint64_t observe_bytes(Record* rec, std::string* value);

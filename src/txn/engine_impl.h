@@ -402,6 +402,7 @@ Status Txn::get(Table<K>& table, const Key<K>& key, void* out, uint32_t size_byt
     if (table.read_only()) return read_unrecorded(rec, out, size_bytes, size_out);
     if (rec == nullptr) {
       record_node(leaf.leaf, leaf.version, &BTree<K>::leaf_version);
+      note_removes_seen(table);
       return Status::NotFound();
     }
     if (!b.writes.empty()) {
@@ -467,7 +468,10 @@ template <size_t K>
 Record* Txn::lookup_for_write(Table<K>& table, const Key<K>& key) {
   typename BTree<K>::NodeRef leaf;
   auto* rec = static_cast<Record*>(table.index_.get(key, &leaf));
-  if (rec == nullptr) record_node(leaf.leaf, leaf.version, &BTree<K>::leaf_version);
+  if (rec == nullptr) {
+    record_node(leaf.leaf, leaf.version, &BTree<K>::leaf_version);
+    note_removes_seen(table);
+  }
   return rec;
 }
 
@@ -591,6 +595,7 @@ Status Txn::scan_impl(Table<K>& table, const Key<K>& from, const Key<K>& to, siz
   } else {
     table.index_.scan(from, to, on_entry, on_leaf);
   }
+  if (recorded) note_removes_seen(table);  // after the scan: it saw their unlinks
   return status;
 }
 

@@ -58,6 +58,46 @@ TEST_F(EngineTest, InsertGetPutRemove) {
   EXPECT_EQ(t.record_count(), 1u);
 }
 
+// A removed key leaves the index with its TID, so a transaction that finds it missing (or scans
+// over where it was) read no version of the remove: it must still depend on it, or its answer
+// ("gone") could be acknowledged before the remove is durable (Txn::note_removes_seen).
+TEST_F(EngineTest, AMissOrAScanDependsOnTheRemoveThatMadeIt) {
+  Worker* remover = engine_->make_worker();
+  Worker* reader = engine_->make_worker();
+  Table<1>& t = *table_;
+  for (uint64_t k = 1; k <= 3; ++k) ASSERT_TRUE(t.load(key1(k), Account{1, {}}).ok());
+  ASSERT_TRUE(run_fn(remover, [&](Txn& txn) { return txn.remove(t, key1(2)); }).ok());
+  const uint64_t removed_at = remover->txn().last_commit_tid();
+  ASSERT_GT(removed_at, 0u);
+
+  uint64_t seen_by_get = 0, seen_by_scan = 0, seen_by_hit = 0;
+  Account a{};
+  ASSERT_TRUE(run_fn(reader, [&](Txn& txn) -> Status {
+                EXPECT_TRUE(txn.get(t, key1(2), &a).is_not_found());
+                seen_by_get = txn.max_seen_version();
+                return Status::Ok();
+              }).ok());
+  ASSERT_TRUE(run_fn(reader, [&](Txn& txn) -> Status {
+                size_t n = 0;
+                SHOAL_TRY(
+                    txn.scan(t, key1(1), key1(3), 10, [&](const Key1&, const void*, uint32_t) {
+                      ++n;
+                      return true;
+                    }));
+                EXPECT_EQ(n, 2u);
+                seen_by_scan = txn.max_seen_version();
+                return Status::Ok();
+              }).ok());
+  ASSERT_TRUE(run_fn(reader, [&](Txn& txn) -> Status {
+                SHOAL_TRY(txn.get(t, key1(1), &a));  // a hit reads its own version only
+                seen_by_hit = txn.max_seen_version();
+                return Status::Ok();
+              }).ok());
+  EXPECT_GE(seen_by_get, removed_at);
+  EXPECT_GE(seen_by_scan, removed_at);
+  EXPECT_LT(seen_by_hit, removed_at);
+}
+
 TEST_F(EngineTest, ReadsOwnWritesAndScansThem) {
   Worker* w = engine_->make_worker();
   Table<1>& t = *table_;
