@@ -12,41 +12,10 @@
 # redis-cli; WORKDIR is deleted first)
 set -u
 BASE=$1; NEW=$2; W=$3
+scripts="$(cd "$(dirname "$0")" && pwd)"
 rm -rf "$W"; mkdir -p "$W"; cd "$W"
 P=$((20000 + RANDOM % 5000))
-cat > c.toml <<T
-[cluster]
-name = "pick"
-transport = "tcp"
-workers = 1
-replicas = 3
-leader_timeout_ms = 1000
-[[region]]
-name = "r0"
-[[region]]
-name = "r1"
-[[region]]
-name = "r2"
-[[shard]]
-id = 0
-partition_lo = 1
-partition_hi = 2
-[[shard.replica]]
-region = "r0"
-host = "127.0.0.1"
-port = $P
-resp_port = $((P+10))
-[[shard.replica]]
-region = "r1"
-host = "127.0.0.1"
-port = $((P+2))
-resp_port = $((P+11))
-[[shard.replica]]
-region = "r2"
-host = "127.0.0.1"
-port = $((P+4))
-resp_port = $((P+12))
-T
+RESP_EVERY=1 "$scripts/one-shard-config.sh" pick "$P" $((P + 10)) > c.toml
 echo "+ shoal cluster up --config c.toml --run-dir run --workload micro --keys-per-partition 20000"
 $NEW cluster up --config c.toml --run-dir run --workload micro --keys-per-partition 20000 | grep -E "loaded|cluster '"
 for i in $(seq 1 20); do redis-cli -p $((P+10)) SET before-$i v$i >/dev/null; done
