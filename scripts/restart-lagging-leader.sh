@@ -11,7 +11,7 @@
 # usage: scripts/restart-lagging-leader.sh BASE_SHOAL NEW_SHOAL WORKDIR  (needs etcd, etcdctl,
 # redis-cli; WORKDIR is deleted first)
 set -u
-BASE=$1; NEW=$2; W=$3
+BASE=$(realpath "$1"); NEW=$(realpath "$2"); W=$3  # absolute: the script works in W
 scripts="$(cd "$(dirname "$0")" && pwd)"
 rm -rf "$W"; mkdir -p "$W"; cd "$W"
 P=$((20000 + RANDOM % 5000))
