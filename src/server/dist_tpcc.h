@@ -73,7 +73,12 @@ struct TpccShardContext {
   dist::Coordinator* coordinator = nullptr;
   txn::Worker* local = nullptr;  // the worker's Txn for single-shard transactions
   rt::EventLoop* loop = nullptr;
-  uint32_t local_retries_max = 1000;
+  // A single-shard transaction retries its conflicts for this long before it gives up
+  // ("retries exhausted"). The lock in its way may be a cross-shard transaction's, which holds
+  // it across 2PC round trips: up to a participant's lease (2 s) on a starved machine. The
+  // count bound of 1,000 it had gave up after about 1.3 s of backoff, before such a lock was
+  // released (ServerCli.FollowerReadsOnEveryShard failed so under load).
+  uint64_t local_retry_ns_max = 6'000'000'000;
   uint64_t local_runs = 0;
   // Called after each local commit, as txn::Worker::run calls its hook (a replicated shard:
   // its stream's StreamAppender::commit_hook). nullptr: none.
