@@ -23,6 +23,10 @@ constexpr uint8_t kMsgVersion = 1;
 constexpr size_t kMsgHeaderBytes = 48;
 constexpr size_t kEntryHeaderBytes = 24;
 constexpr uint32_t kFlagComplete = 1;  // paxos_promise: every held slot >= from_slot included
+// paxos_accepted and paxos_heartbeat: from a rejoining acceptor (PaxosAcceptorStore::
+// rejoining): no vote (an accepted carries no slots either, only its chosen index), and it
+// stands for nothing, so the others do not wait for it to stand (lowest_live).
+constexpr uint32_t kFlagNonVoting = 2;
 constexpr uint32_t kEntryChosen = 1;
 
 enum MsgType : uint8_t {
@@ -47,7 +51,9 @@ struct PaxosStream::Msg {
   uint32_t from = 0;
   Ballot ballot = 0;
   uint64_t chosen_index = 0;  // the sender's
-  uint64_t arg = 0;           // prepare/promise: from_slot; reject: the rejected ballot
+  // prepare/promise: from_slot; reject: the rejected ballot; accept: the leader's log tail
+  // (its highest proposed slot) when it built the message.
+  uint64_t arg = 0;
   uint32_t flags = 0;
   uint32_t entry_count = 0;
   std::span<const std::byte> entries;  // validated: entry_count well-formed entries
@@ -226,6 +232,13 @@ Status PaxosAcceptorStore::learn_bytes(uint64_t slot, std::span<const std::byte>
   return Status::Ok();
 }
 
+Status PaxosAcceptorStore::finish_rejoin() {
+  if (!rejoining_) return Status::Ok();
+  if (hooks_.on_rejoined) SHOAL_TRY(hooks_.on_rejoined());
+  rejoining_ = false;
+  return Status::Ok();
+}
+
 uint64_t PaxosAcceptorStore::advance() {
   // Bounded by the slots held.
   while (const PaxosSlot* s = find(chosen_index_ + 1)) {
@@ -383,7 +396,7 @@ Result<uint64_t> PaxosStream::propose_bytes(std::span<const std::byte> entry, En
   const uint64_t now = env_.now_ns();
   inflight_[slot - inflight_base_].first_sent_ns = now;
   inflight_[slot - inflight_base_].last_sent_ns = now;
-  begin(kPaxosAccept, ballot_, 0);
+  begin(kPaxosAccept, ballot_, next_slot_ - 1);
   add_entry(slot, ballot_, false, store_.find(slot)->value.span());
   for (uint32_t p = 0; p < options_.replica_count; ++p) {
     // A follower catching up would refuse a slot beyond its window: spare the bandwidth.
@@ -420,6 +433,7 @@ void PaxosStream::tick() {
 void PaxosStream::send_heartbeat(uint64_t now) {
   next_heartbeat_ns_ = now + options_.heartbeat_ns;
   begin(kPaxosHeartbeat, store_.promised(), 0);
+  if (store_.rejoining()) store_u32(out_.data() + 44, kFlagNonVoting);
   for (uint32_t p = 0; p < options_.replica_count; ++p) {
     if (p != options_.replica_id) send_to(p);
   }
@@ -458,7 +472,7 @@ bool PaxosStream::peer_alive(uint32_t peer, uint64_t now_ns) const {
 
 bool PaxosStream::lowest_live(uint64_t now_ns) const {
   for (uint32_t p = 0; p < options_.replica_id; ++p) {
-    if (peer_alive(p, now_ns)) return false;
+    if (peer_alive(p, now_ns) && !peer_rejoining_[p]) return false;
   }
   return true;
 }
@@ -509,7 +523,7 @@ void PaxosStream::send_due_accepts(uint64_t now, bool heartbeat) {
 // Sends `peer` the unacknowledged slots whose (re)transmission is due, batched; with nothing
 // due and `heartbeat`, an empty accept that carries the commit index.
 void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
-  begin(kPaxosAccept, ballot_, 0);
+  begin(kPaxosAccept, ballot_, next_slot_ - 1);
   bool sent_any = false;
   const uint64_t timeout = accept_timeout_ns();
   for (size_t i = 0; i < inflight_.size(); ++i) {
@@ -524,7 +538,7 @@ void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
     if (!add_entry(slot, ballot_, false, s->value.span())) {
       send_to(peer);
       sent_any = true;
-      begin(kPaxosAccept, ballot_, 0);
+      begin(kPaxosAccept, ballot_, next_slot_ - 1);
       if (!add_entry(slot, ballot_, false, s->value.span())) continue;
     }
     ++stats_.retransmits;
@@ -617,6 +631,10 @@ uint64_t PaxosStream::send_learn(uint32_t peer, uint64_t from) {
 // ---- elections and phase 1 -------------------------------------------------------------------
 
 void PaxosStream::start_election() {
+  if (store_.rejoining()) {  // its own promise must not count: it may have forgotten one
+    ++stats_.rejoin_elections_refused;
+    return;
+  }
   const uint64_t round = std::max(max_round_seen_, ballot_round(store_.promised())) + 1;
   const Ballot b = make_ballot(round, options_.replica_id);
   if (!store_.promise(b).ok()) return;  // could not persist: try again next timeout
@@ -647,6 +665,12 @@ void PaxosStream::send_prepares(bool only_missing) {
 }
 
 void PaxosStream::handle_prepare(const Msg& m) {
+  if (store_.rejoining()) {
+    // An empty promise from an acceptor that forgot what it accepted could complete a phase
+    // 1 that misses a chosen value: no answer, and no state change either.
+    ++stats_.rejoin_prepares_ignored;
+    return;
+  }
   if (m.ballot < store_.promised()) {
     begin(kPaxosReject, store_.promised(), m.ballot);
     ++stats_.rejects_sent;
@@ -864,8 +888,37 @@ void PaxosStream::handle_accept(const Msg& m) {
   });
   apply_commit(m.ballot, m.chosen_index);
   begin(kPaxosAccepted, m.ballot, 0);
+  if (store_.rejoining()) {
+    // Stored (and made durable like any acceptance), but no vote: only the chosen index goes
+    // back, which paces the leader's catch-up. The first accept of a ballot fixes the tail
+    // this acceptor must see chosen past before it votes (maybe_finish_rejoin).
+    if (m.ballot != rejoin_ballot_) {
+      rejoin_ballot_ = m.ballot;
+      rejoin_tail_ = m.arg;
+      rejoin_commit_ = 0;
+      ++stats_.rejoin_attached;
+    }
+    rejoin_commit_ = std::max(rejoin_commit_, m.chosen_index);
+    store_u32(out_.data() + 44, kFlagNonVoting);
+    send_to(m.from);
+    maybe_finish_rejoin();
+    return;
+  }
   for (uint64_t slot : acked) add_entry(slot, m.ballot, false, {});
   send_to(m.from);
+}
+
+// Why this is enough (docs/REPLICATION.md, "A replica that lost its directory rejoins without
+// a vote"): slot tail + 1 was proposed by the attached leader in its ballot after it sent the
+// tail, and chosen by a majority that excludes us, each of which accepted that ballot after
+// we lost our state; our store then holds every value chosen up to there, and our promise is
+// that ballot or higher.
+void PaxosStream::maybe_finish_rejoin() {
+  if (!store_.rejoining() || rejoin_ballot_ == 0) return;
+  const uint64_t need = rejoin_tail_ + 1;
+  if (rejoin_commit_ < need || store_.chosen_index() < need) return;
+  if (!store_.finish_rejoin().ok()) return;  // not durable yet: asked again next time
+  ++stats_.rejoined;
 }
 
 // Slots up to the leader's chosen index that we hold accepted in the leader's ballot hold
@@ -884,6 +937,10 @@ void PaxosStream::apply_commit(Ballot b, uint64_t commit_index) {
 void PaxosStream::handle_accepted(const Msg& m) {
   if (role_ != PaxosRole::kLeader || m.ballot != ballot_) return;
   peer_chosen_[m.from] = m.chosen_index;
+  if ((m.flags & kFlagNonVoting) != 0) {
+    ++stats_.nonvoting_replies;
+    return;
+  }
   m.for_each([&](const Msg::Entry& e) { count_ack(e.slot, m.from); });
   deliver_chosen();
 }
@@ -936,14 +993,17 @@ void PaxosStream::handle_learn(const Msg& m) {
     stored = true;
   });
   deliver_chosen();
+  maybe_finish_rejoin();
   // Acknowledge with our new chosen index at once: the leader paces catch-up by it.
   if (stored && role_ != PaxosRole::kLeader) {
     begin(kPaxosHeartbeat, store_.promised(), 0);
+    if (store_.rejoining()) store_u32(out_.data() + 44, kFlagNonVoting);
     send_to(m.from);
   }
 }
 
 void PaxosStream::handle_heartbeat(const Msg& m) {
+  peer_rejoining_[m.from] = (m.flags & kFlagNonVoting) != 0;
   if (role_ == PaxosRole::kLeader) {
     peer_chosen_[m.from] = m.chosen_index;
     if (m.ballot > ballot_) {
