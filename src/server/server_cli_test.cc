@@ -1589,6 +1589,18 @@ TEST_F(ServerCli, RestartOverALostFollowerDirectoryRejoinsWithoutAVote) {
   EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
   EXPECT_EQ(digests_of(o.output).size(), 3u) << o.output;
   EXPECT_EQ(resp_command(resp_ports_[0][0], {"GET", "after"}), "$1\r\nw\r\n");
+
+  // A leader directory that still carries a rejoin mark (it stopped before it caught up) has
+  // no vote: a restart led by it is refused before any replica starts.
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  std::ofstream(run_dir() + "/shard-0-replica-0/stream-0.rejoin") << "lost\n";
+  o = up();
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("(replica 0) lost its log and had not caught up when it stopped"),
+            std::string::npos)
+      << o.output;
+  EXPECT_FALSE(fs::exists(run_dir() + "/shard-0.pid"));
 }
 
 // `[cluster] etcd` names a configuration manager that runs already: `up` starts none and
