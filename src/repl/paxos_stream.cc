@@ -27,6 +27,9 @@ constexpr uint32_t kFlagComplete = 1;  // paxos_promise: every held slot >= from
 // rejoining): no vote (an accepted carries no slots either, only its chosen index), and it
 // stands for nothing, so the others do not wait for it to stand (lowest_live).
 constexpr uint32_t kFlagNonVoting = 2;
+// paxos_accept to a rejoining acceptor: every other replica has accepted in this ballot since
+// the receiver first answered it non-voting (so since it lost its state).
+constexpr uint32_t kFlagOthersCurrent = 4;
 constexpr uint32_t kEntryChosen = 1;
 
 enum MsgType : uint8_t {
@@ -400,7 +403,9 @@ Result<uint64_t> PaxosStream::propose_bytes(std::span<const std::byte> entry, En
   add_entry(slot, ballot_, false, store_.find(slot)->value.span());
   for (uint32_t p = 0; p < options_.replica_count; ++p) {
     // A follower catching up would refuse a slot beyond its window: spare the bandwidth.
-    if (p != options_.replica_id && in_peer_window(p, slot)) send_to(p);
+    if (p == options_.replica_id || !in_peer_window(p, slot)) continue;
+    store_u32(out_.data() + 44, others_current(p) ? kFlagOthersCurrent : 0);
+    send_to(p);
   }
   deliver_chosen();  // a single replica chooses at once
   return slot;
@@ -522,8 +527,18 @@ void PaxosStream::send_due_accepts(uint64_t now, bool heartbeat) {
 
 // Sends `peer` the unacknowledged slots whose (re)transmission is due, batched; with nothing
 // due and `heartbeat`, an empty accept that carries the commit index.
-void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
+bool PaxosStream::others_current(uint32_t peer) const {
+  const uint32_t all = (options_.replica_count >= 32 ? ~0u : (1u << options_.replica_count) - 1);
+  return rejoin_heard_[peer] != 0 && (rejoin_heard_[peer] | (1u << peer)) == all;
+}
+
+void PaxosStream::begin_accept(uint32_t peer) {
   begin(kPaxosAccept, ballot_, next_slot_ - 1);
+  if (others_current(peer)) store_u32(out_.data() + 44, kFlagOthersCurrent);
+}
+
+void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
+  begin_accept(peer);
   bool sent_any = false;
   const uint64_t timeout = accept_timeout_ns();
   for (size_t i = 0; i < inflight_.size(); ++i) {
@@ -538,7 +553,7 @@ void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
     if (!add_entry(slot, ballot_, false, s->value.span())) {
       send_to(peer);
       sent_any = true;
-      begin(kPaxosAccept, ballot_, next_slot_ - 1);
+      begin_accept(peer);
       if (!add_entry(slot, ballot_, false, s->value.span())) continue;
     }
     ++stats_.retransmits;
@@ -756,6 +771,7 @@ void PaxosStream::finish_phase1() {
   next_slot_ = top + 1;
   inflight_.resize(top - chosen);
   peer_chosen_.fill(chosen);  // optimistic until the first replies say otherwise
+  rejoin_heard_.fill(0);
   catchup_.fill(CatchUp{});
   learn_mark_ = learn_mark_prev_ = chosen;
   for (uint64_t slot = chosen + 1; slot <= top; ++slot) repropose(slot);
@@ -891,14 +907,14 @@ void PaxosStream::handle_accept(const Msg& m) {
   if (store_.rejoining()) {
     // Stored (and made durable like any acceptance), but no vote: only the chosen index goes
     // back, which paces the leader's catch-up. The first accept of a ballot fixes the tail
-    // this acceptor must see chosen past before it votes (maybe_finish_rejoin).
+    // this acceptor must hold before it votes (maybe_finish_rejoin).
     if (m.ballot != rejoin_ballot_) {
       rejoin_ballot_ = m.ballot;
       rejoin_tail_ = m.arg;
-      rejoin_commit_ = 0;
+      rejoin_others_current_ = false;
       ++stats_.rejoin_attached;
     }
-    rejoin_commit_ = std::max(rejoin_commit_, m.chosen_index);
+    rejoin_others_current_ = rejoin_others_current_ || (m.flags & kFlagOthersCurrent) != 0;
     store_u32(out_.data() + 44, kFlagNonVoting);
     send_to(m.from);
     maybe_finish_rejoin();
@@ -909,14 +925,18 @@ void PaxosStream::handle_accept(const Msg& m) {
 }
 
 // Why this is enough (docs/REPLICATION.md, "A replica that lost its directory rejoins without
-// a vote"): slot tail + 1 was proposed by the attached leader in its ballot after it sent the
-// tail, and chosen by a majority that excludes us, each of which accepted that ballot after
-// we lost our state; our store then holds every value chosen up to there, and our promise is
-// that ballot or higher.
+// a vote"): every other replica accepted the attached leader's ballot b after we lost our
+// state, so no ballot above b can have been promised by any of them before (nor by us, since
+// a candidate promises its own ballot first); we hold every slot up to the leader's tail
+// chosen or accepted in b, which covers everything chosen below b; our promise is b or higher.
 void PaxosStream::maybe_finish_rejoin() {
-  if (!store_.rejoining() || rejoin_ballot_ == 0) return;
-  const uint64_t need = rejoin_tail_ + 1;
-  if (rejoin_commit_ < need || store_.chosen_index() < need) return;
+  if (!store_.rejoining() || rejoin_ballot_ == 0 || !rejoin_others_current_) return;
+  // Bounded by the acceptance window.
+  if (rejoin_tail_ > store_.chosen_index() + options_.accept_window_slots) return;
+  for (uint64_t slot = store_.chosen_index() + 1; slot <= rejoin_tail_; ++slot) {
+    const PaxosSlot* s = store_.find(slot);
+    if (s == nullptr || s->value.empty() || (!s->chosen && s->accepted != rejoin_ballot_)) return;
+  }
   if (!store_.finish_rejoin().ok()) return;  // not durable yet: asked again next time
   ++stats_.rejoined;
 }
@@ -939,7 +959,20 @@ void PaxosStream::handle_accepted(const Msg& m) {
   peer_chosen_[m.from] = m.chosen_index;
   if ((m.flags & kFlagNonVoting) != 0) {
     ++stats_.nonvoting_replies;
+    // From now on, which replicas accept in our ballot (ourselves: we lead in it), counted by
+    // their acceptances of slots proposed from now on: a reply that left before the
+    // rejoiner lost its state cannot acknowledge one.
+    if (rejoin_heard_[m.from] == 0) {
+      rejoin_heard_[m.from] = 1u << options_.replica_id;
+      rejoin_from_slot_[m.from] = next_slot_;
+    }
     return;
+  }
+  rejoin_heard_[m.from] = 0;  // it votes
+  uint64_t newest = 0;
+  m.for_each([&](const Msg::Entry& e) { newest = std::max(newest, e.slot); });
+  for (uint32_t p = 0; p < options_.replica_count; ++p) {
+    if (rejoin_heard_[p] != 0 && newest >= rejoin_from_slot_[p]) rejoin_heard_[p] |= 1u << m.from;
   }
   m.for_each([&](const Msg::Entry& e) { count_ack(e.slot, m.from); });
   deliver_chosen();

@@ -53,10 +53,11 @@
 // where the WAL (src/repl/wal.h) will append the same bytes before an acknowledgement leaves.
 // An acceptor that forgets its promise or accepted values after a crash breaks safety; one
 // whose owner knows it lost them (a lost directory) starts rejoining: it answers no prepare,
-// stands for nothing, and its acceptances count for nothing, until the leader it follows chose
-// a slot past the tail that leader had when it was first heard (every paxos_accept carries
-// the leader's tail) and it holds every slot up to there chosen (docs/REPLICATION.md, "A
-// replica that lost its directory rejoins without a vote").
+// stands for nothing, and its acceptances count for nothing, until the leader it follows says
+// every other replica accepted in its ballot since (every paxos_accept carries the leader's
+// tail, and to a rejoiner whether the others are current) and it holds every slot up to that
+// leader's tail when first heard (docs/REPLICATION.md, "A replica that lost its directory
+// rejoins without a vote").
 //
 // Threads: one stream per worker thread; no method is thread-safe. The transport's send()
 // and the chosen callback must not call back into the stream.
@@ -244,8 +245,8 @@ class PaxosAcceptorStore {
   // A rejoining acceptor lost its durable state (a replica restarted over a lost directory)
   // and so may have forgotten promises and acceptances: it answers no prepare, starts no
   // election, and its acceptances are not counted, until its stream has caught up from a
-  // leader that chose a slot without it (PaxosStream; docs/REPLICATION.md, "A replica that
-  // lost its directory rejoins without a vote"). Set by the owner from its durable mark
+  // leader that every other replica follows (PaxosStream; docs/REPLICATION.md, "A replica
+  // that lost its directory rejoins without a vote"). Set by the owner from its durable mark
   // before the stream is built; cleared by the stream once on_rejoined succeeded.
   bool rejoining() const { return rejoining_; }
   void set_rejoining(bool rejoining) { rejoining_ = rejoining; }
@@ -461,9 +462,14 @@ class PaxosStream {
   }
   void count_ack(uint64_t slot, uint32_t replica);
   void apply_commit(Ballot b, uint64_t commit_index);
-  // A rejoining acceptor: votes again once the leader it attached to chose a slot above the
-  // tail it had then and this store holds every slot up to there chosen.
+  // A rejoining acceptor: votes again once the leader it attached to says every other replica
+  // accepted in its ballot since (kFlagOthersCurrent) and this store holds every slot up to
+  // that leader's tail chosen or accepted in its ballot.
   void maybe_finish_rejoin();
+  // Leader: whether every replica but `peer` (rejoining) accepted in our ballot since peer
+  // first answered non-voting; begin() of an accept to `peer` that says so.
+  bool others_current(uint32_t peer) const;
+  void begin_accept(uint32_t peer);
   void deliver_chosen();
   bool lowest_live(uint64_t now_ns) const;
   bool peer_alive(uint32_t peer, uint64_t now_ns) const;
@@ -519,10 +525,16 @@ class PaxosStream {
   std::vector<uint64_t> acked_;  // handle_accept's reply list, reused
 
   // Rejoining acceptor: the leader it follows (its ballot; 0: none yet), that leader's log
-  // tail when it first heard it in that ballot, and the highest commit index it sent since.
+  // tail when it first heard it in that ballot, and whether that leader said since that every
+  // other replica accepted in its ballot after this one first answered it.
   Ballot rejoin_ballot_ = 0;
   uint64_t rejoin_tail_ = 0;
-  uint64_t rejoin_commit_ = 0;
+  bool rejoin_others_current_ = false;
+  // Leader: per rejoining peer, the replicas (a bit each, ours included) heard accepting in our
+  // ballot a slot proposed since its first non-voting answer (from rejoin_from_slot_ on); 0:
+  // not rejoining, or not heard yet.
+  std::array<uint32_t, kPaxosReplicasMax> rejoin_heard_{};
+  std::array<uint64_t, kPaxosReplicasMax> rejoin_from_slot_{};
 
   // Candidate (phase 1).
   uint64_t phase1_from_slot_ = 0;

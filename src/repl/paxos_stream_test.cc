@@ -903,8 +903,9 @@ TEST(PaxosStream, AnAcceptorThatLostItsStateAndVotesLosesAChosenValue) {
 
 // With the mark, 1 answers no prepare and stands for nothing: 2 cannot complete phase 1 with
 // it, the shard waits for a replica that holds x (0 restarts), whose phase 1 with 2 keeps x.
-// 1 then catches up from 0 without a vote and votes once 0 chose past the tail it had when 1
-// attached: then 0 and 1 choose without 2.
+// 1 then catches up from 0 without a vote and votes once 2 accepted in 0's ballot after 1
+// first answered and 1 holds 0's log up to the tail it had then: then 0 and 1 choose
+// without 2.
 TEST(PaxosStream, AnAcceptorThatLostItsStateRejoinsWithoutAVoteUntilCaughtUp) {
   Cluster c;
   int rejoined = 0;
@@ -922,7 +923,6 @@ TEST(PaxosStream, AnAcceptorThatLostItsStateRejoinsWithoutAVoteUntilCaughtUp) {
   c.restart(0);  // its store holds x chosen
   c.run_ms(300);
   ASSERT_EQ(c.leader(), 0);
-  EXPECT_TRUE(c.stores[1]->rejoining());  // nothing chosen past 0's tail yet
   ASSERT_TRUE(c.propose(0, 200).ok());
   c.run_ms(50);
   EXPECT_FALSE(c.stores[1]->rejoining());
@@ -944,7 +944,9 @@ TEST(PaxosStream, AnAcceptorThatLostItsStateRejoinsWithoutAVoteUntilCaughtUp) {
 
 // A rejoining acceptor stores what the leader sends (durably, like any acceptance) but its
 // acceptances choose nothing: with the third replica down, the leader and it choose nothing
-// until that replica is back.
+// until that replica is back (it must accept in the leader's ballot before the rejoiner
+// votes). With two replicas the leader is the only other one: the rejoiner votes once it
+// holds the leader's log.
 TEST(PaxosStream, ARejoiningAcceptorsAcceptancesChooseNothing) {
   Cluster c;
   c.run_ms(100);
@@ -973,6 +975,18 @@ TEST(PaxosStream, ARejoiningAcceptorsAcceptancesChooseNothing) {
   EXPECT_EQ(rejoined, 1);
   EXPECT_EQ(c.logs[1].size(), c.logs[leader].size());
   c.expect_prefix_consistent();
+
+  Cluster two(2);
+  two.run_ms(100);
+  ASSERT_EQ(two.leader(), 0);
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(two.propose(0, i + 1).ok());
+  two.run_ms(10);
+  two.lose_state(1, /*rejoining=*/true);
+  ASSERT_TRUE(two.propose(0, 4).ok());
+  two.run_ms(50);
+  EXPECT_FALSE(two.stores[1]->rejoining());
+  EXPECT_EQ(two.streams[0]->chosen_index(), 4u);
+  EXPECT_EQ(two.logs[1].size(), 4u);
 }
 
 // The same for a value re-proposed after an election: a new leader that found x (accepted by
