@@ -8,6 +8,12 @@
 // chosen (liveness), the three chosen logs are identical, and every chosen slot still sits on a
 // majority. Determinism: the same seed gives the same trace hash.
 // A failure prints the seed; SHOAL_SIM_SEED=<seed> reruns that seed alone.
+//
+// Lost disks (PaxosSim.SafeAndLiveWhenDisksAreLost): some restarts come back over an empty
+// store, one replica at a time (the next only once the last one caught up), marked rejoining
+// (docs/REPLICATION.md, "A replica that lost its directory rejoins without a vote"); the same
+// checks hold. Unmarked (the planted `forget` mode, what a follower restarted over an empty
+// directory did before; PAXOS_SIM_DISKS=forget), some seeds deliver two values for a slot.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -59,9 +65,17 @@ class SimPaxosTransport final : public repl::PaxosTransport {
   std::vector<std::byte> joined_;  // reused
 };
 
+// What a restart may do to the replica's acceptor state.
+enum class Disks : uint8_t {
+  kKept,    // durable: every restart keeps its store
+  kRejoin,  // some restarts lose it and come back rejoining
+  kForget,  // planted: some restarts lose it and vote at once
+};
+
 struct Node {
   uint32_t id = 0;
   bool up = true;
+  bool lost = false;  // restarted over an empty store, not caught up yet
   std::unique_ptr<rt::EventLoop> loop;
   PaxosAcceptorStore store;  // durable: survives crash/restart (models the WAL)
   SimPaxosTransport transport;
@@ -81,6 +95,7 @@ struct RunResult {
   std::string error;  // first safety violation, empty if none
   uint64_t trace_hash = 0;
   uint64_t slots = 0, proposals = 0, crashes = 0, elections = 0, noops = 0;
+  uint64_t disks_lost = 0;
   std::string hint;
 };
 
@@ -93,8 +108,8 @@ uint64_t entry_tid(std::span<const std::byte> e) {
 
 class PaxosSim {
  public:
-  PaxosSim(uint64_t seed, uint32_t entries)
-      : env_(seed), net_(env_, kReplicas, faults()), chaos_(seed ^ 0x9a705) {
+  PaxosSim(uint64_t seed, uint32_t entries, Disks disks = Disks::kKept)
+      : env_(seed), net_(env_, kReplicas, faults()), chaos_(seed ^ 0x9a705), disks_(disks) {
     for (uint32_t i = 0; i < kReplicas; ++i) {
       nodes_[i].id = i;
       nodes_[i].loop = std::make_unique<rt::EventLoop>(env_);
@@ -143,6 +158,7 @@ class PaxosSim {
     }
     out.slots = nodes_[0].log.size();
     out.crashes = crashes_;
+    out.disks_lost = disks_lost_;
     for (auto& c : client_) out.proposals += c.proposals;
     for (auto& n : nodes_) {
       out.elections += n.stream->stats().elections;
@@ -186,10 +202,29 @@ class PaxosSim {
     for (auto& ep : n.transport.eps) ep = SimEndpoint();
   }
 
-  void restart(Node& n) {
+  // Whether a replica lost its disk and has not caught up: with kRejoin while its store is
+  // marked; with kForget until it delivered what was chosen when it lost it.
+  bool recovering(const Node& n) const {
+    if (!n.lost) return false;
+    if (disks_ == Disks::kRejoin) return n.store.rejoining();
+    return n.log.size() <= lost_at_chosen_;
+  }
+
+  void restart(Node& n, bool lose_disk = false) {
     env_.trace(2002, n.id);
     net_.restart(n.id);
     n.up = true;
+    if (lose_disk) {  // one at a time: two lost of three lose chosen values whatever the rule
+      env_.trace(2005, n.id);
+      ++disks_lost_;
+      n.store = PaxosAcceptorStore();
+      n.store.set_rejoining(disks_ == Disks::kRejoin);
+      n.log.clear();  // it delivers from slot 1 again (on_chosen checks every value)
+      n.lost = true;
+      lost_at_chosen_ = 0;
+      for (const auto& other : nodes_)
+        lost_at_chosen_ = std::max(lost_at_chosen_, other.log.size());
+    }
     for (uint32_t p = 0; p < kReplicas; ++p) {
       if (p != n.id && nodes_[p].up) connect(std::min(n.id, p), std::max(n.id, p));
     }
@@ -229,7 +264,11 @@ class PaxosSim {
       return;
     }
     env_.trace(2003, slot, entry_tid(e));
-    if (holders(slot, e) < kReplicas / 2 + 1) {
+    // A replica that lost its disk since the slot was chosen (it cannot vote until it holds
+    // it again) may leave it on fewer than a majority of stores: one at a time.
+    uint32_t lost = 0;
+    for (const auto& other : nodes_) lost += recovering(other) ? 1 : 0;
+    if (holders(slot, e) + lost < kReplicas / 2 + 1) {
       fail(fmt::format("slot {} chosen but held by fewer than a majority", slot));
     }
     const uint64_t tid = entry_tid(e);
@@ -311,7 +350,13 @@ class PaxosSim {
       for (auto& n : s->nodes_) down += n.up ? 0 : 1;
       if (s->nodes_[a].up && down < 2) s->crash(s->nodes_[a]);
     } else if (dice <= 10) {
-      if (!s->nodes_[a].up) s->restart(s->nodes_[a]);
+      bool other_recovering = false;
+      for (auto& n : s->nodes_) {
+        if (n.lost && !s->recovering(n)) n.lost = false;
+        other_recovering = other_recovering || s->recovering(n);
+      }
+      const bool lose = s->disks_ != Disks::kKept && !other_recovering && r.uniform(0, 2) == 0;
+      if (!s->nodes_[a].up) s->restart(s->nodes_[a], lose);
     }
     s->env_.after(r.uniform(5, 40) * kMs, &PaxosSim::chaos_tick, self);
   }
@@ -353,6 +398,9 @@ class PaxosSim {
   uint64_t chaos_until_ns_ = 0;
   uint64_t release_spacing_ns_ = 0;
   uint64_t crashes_ = 0;
+  Disks disks_;
+  uint64_t disks_lost_ = 0;
+  size_t lost_at_chosen_ = 0;
 };
 
 uint64_t seed_count() {
@@ -360,10 +408,10 @@ uint64_t seed_count() {
   return scale != nullptr && std::string(scale) == "small" ? 20 : 1000;
 }
 
-RunResult run_seed(uint64_t seed) {
+RunResult run_seed(uint64_t seed, Disks disks = Disks::kKept) {
   // An always-on assert (e.g. the acceptor store's "two different values chosen") aborts.
   const AbortSeedHint hint("paxos sim", seed);
-  PaxosSim sim(seed, kEntriesPerSeed);
+  PaxosSim sim(seed, kEntriesPerSeed, disks);
   return sim.run(1'500 * kMs);
 }
 
@@ -390,6 +438,30 @@ TEST(PaxosSim, SafeAndLiveUnderFaultsOverManySeeds) {
       count, secs, slots, proposals, kEntriesPerSeed, crashes, elections, noops);
   EXPECT_GT(crashes, count / 2);  // the chaos did crash replicas
   EXPECT_GT(elections, count);    // and leaders changed
+}
+
+// A third of the restarts lose the replica's disk (one replica at a time): marked rejoining,
+// every check holds on every seed.
+TEST(PaxosSim, SafeAndLiveWhenDisksAreLost) {
+  const uint64_t only = SimEnv::seed_from_env(0);
+  const uint64_t first = only != 0 ? only : 9000;
+  const uint64_t count = only != 0 ? 1 : seed_count() / 2;
+  uint64_t lost = 0;
+  // PAXOS_SIM_DISKS=forget: the planted mode (fails, or aborts on the store's "two different
+  // values chosen" assert, naming the seed).
+  const char* mode = std::getenv("PAXOS_SIM_DISKS");
+  const Disks disks =
+      mode != nullptr && std::string(mode) == "forget" ? Disks::kForget : Disks::kRejoin;
+  for (uint64_t seed = first; seed < first + count; ++seed) {
+    const RunResult r = run_seed(seed, disks);
+    ASSERT_TRUE(r.error.empty()) << r.error << "; " << r.hint;
+    ASSERT_TRUE(r.finished) << r.hint;
+    lost += r.disks_lost;
+  }
+  std::printf("paxos sim: %lu seeds, %lu disks lost, rejoined without a vote\n", count, lost);
+  if (only == 0) {
+    EXPECT_GT(lost, count / 2);  // one seed alone may lose none
+  }
 }
 
 TEST(PaxosSim, SameSeedSameTrace) {

@@ -183,8 +183,51 @@ Result<std::unique_ptr<AcceptorLog>> AcceptorLog::open(const std::string& dir, u
     seg.number = wals[i];
     log->closed_.push_back(seg);  // the rest is filled by recover()
   }
+  struct stat mark {};
+  log->rejoining_ = ::stat(rejoin_mark_path(dir, stream).c_str(), &mark) == 0;
   SHOAL_TRY(log->open_segment(newest));
   return log;
+}
+
+std::string AcceptorLog::rejoin_mark_path(const std::string& dir, uint32_t stream) {
+  return fmt::format("{}/stream-{}.rejoin", dir, stream);
+}
+
+Result<bool> AcceptorLog::holds_stream_log(const std::string& dir, uint32_t stream) {
+  auto segments = list_segments(dir, stream);
+  if (!segments.ok()) return segments.status();
+  // A journal without any WAL holds no acceptance: the WAL was lost (its promises alone
+  // would make a voter that forgot what it accepted).
+  return !segments->wals.empty();
+}
+
+Status AcceptorLog::mark_rejoining(const std::string& dir, uint32_t stream) {
+  const std::string path = rejoin_mark_path(dir, stream);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error("cannot create", tmp);
+  const std::string text = fmt::format(
+      "stream {} of this replica lost its acceptor log in a cluster with history: it answers no "
+      "prepare and its acceptances count for nothing until it has caught up from a leader; "
+      "then this file is deleted (docs/REPLICATION.md)\n",
+      stream);
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                       ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written) return io_error("cannot write", tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return io_error("cannot rename", tmp);
+  return sync_dir(dir);
+}
+
+Status AcceptorLog::finish_rejoin() {
+  if (!rejoining_) return Status::Ok();
+  SHOAL_TRY(wal_->sync());  // every copy the vote will stand on, before the mark goes
+  dirty_ = false;
+  const std::string path = rejoin_mark_path(dir_, stream_);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return io_error("cannot delete", path);
+  SHOAL_TRY(sync_dir(dir_));
+  rejoining_ = false;
+  return Status::Ok();
 }
 
 AcceptorLog::~AcceptorLog() {
@@ -584,6 +627,7 @@ PersistHooks AcceptorLog::hooks() {
   h.on_learn = [this](uint64_t slot, std::span<const std::byte> entry) {
     return persist_learn(slot, entry);
   };
+  h.on_rejoined = [this] { return finish_rejoin(); };
   return h;
 }
 
@@ -1039,6 +1083,7 @@ Result<AcceptorReach> read_acceptor_reach(const std::string& dir, uint32_t strea
   const std::vector<uint64_t>& wals = segments->wals;
   AcceptorReach out;
   out.segments = wals.size();
+  out.rejoining = ::stat(AcceptorLog::rejoin_mark_path(dir, stream).c_str(), &st) == 0;
   if (wals.empty()) return out;
   std::vector<uint64_t> wal_bytes(wals.size(), 0);
   for (size_t i = 0; i < wals.size(); ++i) {  // bounded by the segments

@@ -130,6 +130,9 @@ struct AcceptorReach {
   uint64_t segments = 0;            // WAL segments on disk
   uint64_t wal_bytes = 0;           // their file sizes (preallocated zeros included)
   uint64_t journal_bytes_torn = 0;  // the active journal's tail recovery would cut
+  // The stream carries a rejoin mark (AcceptorLog::mark_rejoining): the replica lost its
+  // directory and has not caught up yet, so it must not lead (it cannot vote).
+  bool rejoining = false;
 };
 
 // Reads the reach of <dir>/stream-<stream>: the journals' last records (backwards from each
@@ -146,6 +149,19 @@ inline constexpr uint64_t kReachScanBytesMax = uint64_t{16} << 20;
 
 class AcceptorLog final : public ChosenSlotSource {
  public:
+  // A rejoin mark (docs/REPLICATION.md, "A replica that lost its directory rejoins without a
+  // vote"): <dir>/stream-<stream>.rejoin says that this stream's acceptor lost its state in a
+  // cluster with history, so its store must start rejoining (PaxosAcceptorStore::rejoining:
+  // no promise, no vote) until it caught up. Written (synced, directory included) before the
+  // stream's first log file, so a directory with a log and no mark is a voter's; open() reads
+  // it (rejoining()) and the on_rejoined hook deletes it once the WAL is synced. Its content
+  // does not matter: its presence is the mark (a damaged one still marks).
+  [[nodiscard]] static Status mark_rejoining(const std::string& dir, uint32_t stream);
+  static std::string rejoin_mark_path(const std::string& dir, uint32_t stream);
+  // Whether <dir> holds this stream's log: a WAL of some segment (a journal alone is a log
+  // whose WAL was lost).
+  [[nodiscard]] static Result<bool> holds_stream_log(const std::string& dir, uint32_t stream);
+
   // Opens (creating) the newest segment of <dir>/stream-<stream>: segment 0 is
   // stream-<stream>.{wal,acc}, segment n >= 1 stream-<stream>.<n>.{wal,acc} (rotate()).
   // REQUIRES: dir exists.
@@ -198,8 +214,10 @@ class AcceptorLog final : public ChosenSlotSource {
     return closed_.empty() ? 0 : closed_.front().max_slot;
   }
 
-  // The PersistHooks to install on the store (they capture this object).
+  // The PersistHooks to install on the store (they capture this object). on_rejoined syncs
+  // the WAL (whatever the fsync policy: the vote rests on it) and deletes the rejoin mark.
   PersistHooks hooks();
+  bool rejoining() const { return rejoining_; }  // the mark was there at open()
   // Records that slots <= index are chosen (no sync: a hint). Call after delivery.
   void note_chosen(uint64_t index);
   // Group commit (FsyncPolicy::kBatch and kAlways alike): hooks append without syncing and
@@ -323,6 +341,8 @@ class AcceptorLog final : public ChosenSlotSource {
   uint64_t journal_end_ = 0;
   uint64_t chosen_noted_ = 0;
   bool dirty_ = false;
+  bool rejoining_ = false;
+  [[nodiscard]] Status finish_rejoin();
 
   std::deque<SlotCopy> recent_;  // slots [recent_base_, ...): not yet in a sealed group
   uint64_t recent_base_ = 1;     // 1 + kIndexGroupSlots * (group_base_ + groups_.size())

@@ -758,5 +758,44 @@ TEST_F(AcceptorLogTest, ReachOfATornJournalALostWalTailAMissingDirectoryAndAnOld
       << old.status().message();
 }
 
+// The rejoin mark (a stream whose directory was lost): written before any log file, read at
+// open (the store starts rejoining), reported by the reach, kept across a crash during the
+// catch-up, and deleted by on_rejoined once the WAL is synced; its content does not matter.
+TEST_F(AcceptorLogTest, RejoinMarkIsKeptUntilTheStreamRejoinsThenDeleted) {
+  auto held = AcceptorLog::holds_stream_log(dir_, 0);
+  ASSERT_TRUE(held.ok());
+  EXPECT_FALSE(*held);
+  ASSERT_TRUE(AcceptorLog::mark_rejoining(dir_, 0).ok());
+  const std::string mark = AcceptorLog::rejoin_mark_path(dir_, 0);
+  ASSERT_TRUE(std::filesystem::exists(mark));
+  open();
+  EXPECT_TRUE(log_->rejoining());
+  store_->set_rejoining(log_->rejoining());
+  EXPECT_TRUE(*AcceptorLog::holds_stream_log(dir_, 0));
+  const Bytes e1 = make_entry(1);
+  ASSERT_TRUE(store_->promise(make_ballot(2, 0)).ok());
+  ASSERT_TRUE(store_->accept(1, make_ballot(2, 0), e1).ok());
+  auto reach = read_acceptor_reach(dir_, 0);
+  ASSERT_TRUE(reach.ok());
+  EXPECT_TRUE(reach->rejoining);
+
+  std::ofstream(mark, std::ios::trunc) << "garbage";  // damaged: still a mark
+  open();                                             // a crash during the catch-up
+  EXPECT_TRUE(log_->rejoining());
+  store_->set_rejoining(log_->rejoining());
+  ASSERT_NE(store_->find(1), nullptr);
+  ASSERT_TRUE(store_->finish_rejoin().ok());
+  EXPECT_FALSE(store_->rejoining());
+  EXPECT_FALSE(log_->rejoining());
+  EXPECT_FALSE(std::filesystem::exists(mark));
+  EXPECT_FALSE(read_acceptor_reach(dir_, 0)->rejoining);
+  open();
+  EXPECT_FALSE(log_->rejoining());
+  EXPECT_TRUE(store_->find(1)->value.same_bytes(e1));
+  log_.reset();
+  std::filesystem::remove(dir_ + "/stream-0.wal");  // its journal alone is no log
+  EXPECT_FALSE(*AcceptorLog::holds_stream_log(dir_, 0));
+}
+
 }  // namespace
 }  // namespace shoal::repl

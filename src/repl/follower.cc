@@ -123,6 +123,23 @@ Status write_replica_schema(const std::string& dir, const Schema& schema, uint32
   return Status::Ok();
 }
 
+namespace {
+std::string dir_rejoin_mark(const std::string& dir) {
+  return dir + "/rejoin";
+}
+}  // namespace
+
+Status mark_replica_dir_rejoining(const std::string& dir) {
+  SHOAL_TRY(make_dir(dir));
+  const std::string path = dir_rejoin_mark(dir);
+  std::ofstream out(path, std::ios::trunc);
+  out << "this replica's directory lost its state in a cluster with history: the streams "
+         "whose log is absent rejoin without a vote (docs/REPLICATION.md)\n";
+  out.close();
+  if (!out) return Status::IOError("cannot write " + path);
+  return sync_dir(dir);
+}
+
 Status prepare_replica_dir(const std::string& dir) {
   SHOAL_TRY(make_dir(dir));
   return check_dir_layout(dir);
@@ -273,12 +290,27 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
     for (const StreamCut& sc : cut->streams) kept_covered_.push_back(sc.next_slot - 1);
   }
   for (const EpochFence& f : options_.fences) applier_->learn_fence(f);  // before the WAL
+  std::error_code ec;
+  const bool dir_marked = std::filesystem::exists(dir_rejoin_mark(options_.data_dir), ec);
   for (uint32_t s = 0; s < streams; ++s) {
     auto st = std::make_unique<Stream>(options_.retain_chosen_slots);
     st->id = s;
+    // A stream without a log where the schema survived (a restart), or in a directory marked
+    // as lost, lost its acceptor state: marked rejoining before its first file exists.
+    auto held = AcceptorLog::holds_stream_log(options_.data_dir, s);
+    if (!held.ok()) return held.status();
+    if (!*held && (!persist || dir_marked)) {
+      SHOAL_TRY(AcceptorLog::mark_rejoining(options_.data_dir, s));
+      std::fprintf(stderr,
+                   "replica %u: %s holds no log of stream %u (%s): it rejoins without a vote "
+                   "until it has caught up from its leader\n",
+                   options_.replica, options_.data_dir.c_str(), s,
+                   dir_marked ? "its directory was lost" : "lost files: its schema.json survived");
+    }
     auto log = AcceptorLog::open(options_.data_dir, s, options_.fsync);
     if (!log.ok()) return log.status();
     st->log = std::move(*log);
+    st->store.set_rejoining(st->log->rejoining());
     // Slots a checkpoint covers stay on disk (until truncation) but not in memory.
     auto rec = st->log->recover(st->store, cut ? cut->streams[s].next_slot - 1 : 0);
     if (!rec.ok()) return rec.status();
@@ -305,6 +337,12 @@ Status Follower::set_schema(const Schema& schema, uint32_t streams, bool persist
                                               });
     st->store.trim();
     streams_.push_back(std::move(st));
+  }
+  if (dir_marked) {  // every stream carries its own mark now
+    if (std::remove(dir_rejoin_mark(options_.data_dir).c_str()) != 0 && errno != ENOENT) {
+      return Status::IOError("cannot delete " + dir_rejoin_mark(options_.data_dir));
+    }
+    SHOAL_TRY(sync_dir(options_.data_dir));
   }
   publish_replay();
   if (wal_head_missing()) {
@@ -391,6 +429,12 @@ bool Follower::wal_head_missing() const {
     if (s->log->first_segment() > 0) return true;
   }
   return false;
+}
+
+uint32_t Follower::rejoining_streams() const {
+  uint32_t n = 0;
+  for (const auto& s : streams_) n += s->store.rejoining() ? 1 : 0;
+  return n;
 }
 
 CheckpointCounters Follower::checkpoints() const {

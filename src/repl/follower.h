@@ -182,6 +182,15 @@ struct ReplicaIdentity {
 [[nodiscard]] Status write_replica_schema(const std::string& dir, const Schema& schema,
                                           uint32_t streams);
 
+// A replica directory that lost its state in a cluster with history (`cluster up` restarting
+// a follower whose directory holds no log): <dir>/rejoin, synced, the directory created if
+// absent. The follower that opens the directory marks every stream whose log is absent
+// rejoining (AcceptorLog::mark_rejoining: no promise, no vote until caught up) and then
+// deletes it. A directory whose schema.json survived needs none: a stream log missing there
+// is marked all the same. docs/REPLICATION.md, "A replica that lost its directory rejoins
+// without a vote".
+[[nodiscard]] Status mark_replica_dir_rejoining(const std::string& dir);
+
 class Follower {
  public:
   // Recovers the store from data_dir. options.leader_replica names another replica, except
@@ -230,6 +239,9 @@ class Follower {
   // Records (transactions) installed so far, published with applied_tid (any thread).
   uint64_t replayed_txns() const { return replay_txns_.load(std::memory_order_acquire); }
   uint64_t recovered_slots() const { return recovered_slots_; }
+  // Streams whose acceptor is still rejoining (lost its state; no vote yet). Between runs,
+  // or on the network thread: a follower with any cannot lead, so it does not stand.
+  uint32_t rejoining_streams() const;
   // open() loaded no checkpoint while a stream's WAL lost its head to truncation: the store
   // lacks the slots before it, which only another replica can give (a follower learns them
   // from its leader's WAL if that still holds them; a leader restarting alone cannot).

@@ -23,6 +23,13 @@ constexpr uint8_t kMsgVersion = 1;
 constexpr size_t kMsgHeaderBytes = 48;
 constexpr size_t kEntryHeaderBytes = 24;
 constexpr uint32_t kFlagComplete = 1;  // paxos_promise: every held slot >= from_slot included
+// paxos_accepted and paxos_heartbeat: from a rejoining acceptor (PaxosAcceptorStore::
+// rejoining): no vote (an accepted carries no slots either, only its chosen index), and it
+// stands for nothing, so the others do not wait for it to stand (lowest_live).
+constexpr uint32_t kFlagNonVoting = 2;
+// paxos_accept to a rejoining acceptor: every other replica has accepted in this ballot since
+// the receiver first answered it non-voting (so since it lost its state).
+constexpr uint32_t kFlagOthersCurrent = 4;
 constexpr uint32_t kEntryChosen = 1;
 
 enum MsgType : uint8_t {
@@ -47,7 +54,9 @@ struct PaxosStream::Msg {
   uint32_t from = 0;
   Ballot ballot = 0;
   uint64_t chosen_index = 0;  // the sender's
-  uint64_t arg = 0;           // prepare/promise: from_slot; reject: the rejected ballot
+  // prepare/promise: from_slot; reject: the rejected ballot; accept: the leader's log tail
+  // (its highest proposed slot) when it built the message.
+  uint64_t arg = 0;
   uint32_t flags = 0;
   uint32_t entry_count = 0;
   std::span<const std::byte> entries;  // validated: entry_count well-formed entries
@@ -226,6 +235,13 @@ Status PaxosAcceptorStore::learn_bytes(uint64_t slot, std::span<const std::byte>
   return Status::Ok();
 }
 
+Status PaxosAcceptorStore::finish_rejoin() {
+  if (!rejoining_) return Status::Ok();
+  if (hooks_.on_rejoined) SHOAL_TRY(hooks_.on_rejoined());
+  rejoining_ = false;
+  return Status::Ok();
+}
+
 uint64_t PaxosAcceptorStore::advance() {
   // Bounded by the slots held.
   while (const PaxosSlot* s = find(chosen_index_ + 1)) {
@@ -383,11 +399,13 @@ Result<uint64_t> PaxosStream::propose_bytes(std::span<const std::byte> entry, En
   const uint64_t now = env_.now_ns();
   inflight_[slot - inflight_base_].first_sent_ns = now;
   inflight_[slot - inflight_base_].last_sent_ns = now;
-  begin(kPaxosAccept, ballot_, 0);
+  begin(kPaxosAccept, ballot_, next_slot_ - 1);
   add_entry(slot, ballot_, false, store_.find(slot)->value.span());
   for (uint32_t p = 0; p < options_.replica_count; ++p) {
     // A follower catching up would refuse a slot beyond its window: spare the bandwidth.
-    if (p != options_.replica_id && in_peer_window(p, slot)) send_to(p);
+    if (p == options_.replica_id || !in_peer_window(p, slot)) continue;
+    store_u32(out_.data() + 44, others_current(p) ? kFlagOthersCurrent : 0);
+    send_to(p);
   }
   deliver_chosen();  // a single replica chooses at once
   return slot;
@@ -420,6 +438,7 @@ void PaxosStream::tick() {
 void PaxosStream::send_heartbeat(uint64_t now) {
   next_heartbeat_ns_ = now + options_.heartbeat_ns;
   begin(kPaxosHeartbeat, store_.promised(), 0);
+  if (store_.rejoining()) store_u32(out_.data() + 44, kFlagNonVoting);
   for (uint32_t p = 0; p < options_.replica_count; ++p) {
     if (p != options_.replica_id) send_to(p);
   }
@@ -458,7 +477,7 @@ bool PaxosStream::peer_alive(uint32_t peer, uint64_t now_ns) const {
 
 bool PaxosStream::lowest_live(uint64_t now_ns) const {
   for (uint32_t p = 0; p < options_.replica_id; ++p) {
-    if (peer_alive(p, now_ns)) return false;
+    if (peer_alive(p, now_ns) && !peer_rejoining_[p]) return false;
   }
   return true;
 }
@@ -508,8 +527,18 @@ void PaxosStream::send_due_accepts(uint64_t now, bool heartbeat) {
 
 // Sends `peer` the unacknowledged slots whose (re)transmission is due, batched; with nothing
 // due and `heartbeat`, an empty accept that carries the commit index.
+bool PaxosStream::others_current(uint32_t peer) const {
+  const uint32_t all = (options_.replica_count >= 32 ? ~0u : (1u << options_.replica_count) - 1);
+  return rejoin_heard_[peer] != 0 && (rejoin_heard_[peer] | (1u << peer)) == all;
+}
+
+void PaxosStream::begin_accept(uint32_t peer) {
+  begin(kPaxosAccept, ballot_, next_slot_ - 1);
+  if (others_current(peer)) store_u32(out_.data() + 44, kFlagOthersCurrent);
+}
+
 void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
-  begin(kPaxosAccept, ballot_, 0);
+  begin_accept(peer);
   bool sent_any = false;
   const uint64_t timeout = accept_timeout_ns();
   for (size_t i = 0; i < inflight_.size(); ++i) {
@@ -524,7 +553,7 @@ void PaxosStream::send_accepts(uint32_t peer, uint64_t now, bool heartbeat) {
     if (!add_entry(slot, ballot_, false, s->value.span())) {
       send_to(peer);
       sent_any = true;
-      begin(kPaxosAccept, ballot_, 0);
+      begin_accept(peer);
       if (!add_entry(slot, ballot_, false, s->value.span())) continue;
     }
     ++stats_.retransmits;
@@ -617,6 +646,10 @@ uint64_t PaxosStream::send_learn(uint32_t peer, uint64_t from) {
 // ---- elections and phase 1 -------------------------------------------------------------------
 
 void PaxosStream::start_election() {
+  if (store_.rejoining()) {  // its own promise must not count: it may have forgotten one
+    ++stats_.rejoin_elections_refused;
+    return;
+  }
   const uint64_t round = std::max(max_round_seen_, ballot_round(store_.promised())) + 1;
   const Ballot b = make_ballot(round, options_.replica_id);
   if (!store_.promise(b).ok()) return;  // could not persist: try again next timeout
@@ -647,6 +680,12 @@ void PaxosStream::send_prepares(bool only_missing) {
 }
 
 void PaxosStream::handle_prepare(const Msg& m) {
+  if (store_.rejoining()) {
+    // An empty promise from an acceptor that forgot what it accepted could complete a phase
+    // 1 that misses a chosen value: no answer, and no state change either.
+    ++stats_.rejoin_prepares_ignored;
+    return;
+  }
   if (m.ballot < store_.promised()) {
     begin(kPaxosReject, store_.promised(), m.ballot);
     ++stats_.rejects_sent;
@@ -732,6 +771,7 @@ void PaxosStream::finish_phase1() {
   next_slot_ = top + 1;
   inflight_.resize(top - chosen);
   peer_chosen_.fill(chosen);  // optimistic until the first replies say otherwise
+  rejoin_heard_.fill(0);
   catchup_.fill(CatchUp{});
   learn_mark_ = learn_mark_prev_ = chosen;
   for (uint64_t slot = chosen + 1; slot <= top; ++slot) repropose(slot);
@@ -864,8 +904,41 @@ void PaxosStream::handle_accept(const Msg& m) {
   });
   apply_commit(m.ballot, m.chosen_index);
   begin(kPaxosAccepted, m.ballot, 0);
+  if (store_.rejoining()) {
+    // Stored (and made durable like any acceptance), but no vote: only the chosen index goes
+    // back, which paces the leader's catch-up. The first accept of a ballot fixes the tail
+    // this acceptor must hold before it votes (maybe_finish_rejoin).
+    if (m.ballot != rejoin_ballot_) {
+      rejoin_ballot_ = m.ballot;
+      rejoin_tail_ = m.arg;
+      rejoin_others_current_ = false;
+      ++stats_.rejoin_attached;
+    }
+    rejoin_others_current_ = rejoin_others_current_ || (m.flags & kFlagOthersCurrent) != 0;
+    store_u32(out_.data() + 44, kFlagNonVoting);
+    send_to(m.from);
+    maybe_finish_rejoin();
+    return;
+  }
   for (uint64_t slot : acked) add_entry(slot, m.ballot, false, {});
   send_to(m.from);
+}
+
+// Why this is enough (docs/REPLICATION.md, "A replica that lost its directory rejoins without
+// a vote"): every other replica accepted the attached leader's ballot b after we lost our
+// state, so no ballot above b can have been promised by any of them before (nor by us, since
+// a candidate promises its own ballot first); we hold every slot up to the leader's tail
+// chosen or accepted in b, which covers everything chosen below b; our promise is b or higher.
+void PaxosStream::maybe_finish_rejoin() {
+  if (!store_.rejoining() || rejoin_ballot_ == 0 || !rejoin_others_current_) return;
+  // Bounded by the acceptance window.
+  if (rejoin_tail_ > store_.chosen_index() + options_.accept_window_slots) return;
+  for (uint64_t slot = store_.chosen_index() + 1; slot <= rejoin_tail_; ++slot) {
+    const PaxosSlot* s = store_.find(slot);
+    if (s == nullptr || s->value.empty() || (!s->chosen && s->accepted != rejoin_ballot_)) return;
+  }
+  if (!store_.finish_rejoin().ok()) return;  // not durable yet: asked again next time
+  ++stats_.rejoined;
 }
 
 // Slots up to the leader's chosen index that we hold accepted in the leader's ballot hold
@@ -884,6 +957,23 @@ void PaxosStream::apply_commit(Ballot b, uint64_t commit_index) {
 void PaxosStream::handle_accepted(const Msg& m) {
   if (role_ != PaxosRole::kLeader || m.ballot != ballot_) return;
   peer_chosen_[m.from] = m.chosen_index;
+  if ((m.flags & kFlagNonVoting) != 0) {
+    ++stats_.nonvoting_replies;
+    // From now on, which replicas accept in our ballot (ourselves: we lead in it), counted by
+    // their acceptances of slots proposed from now on: a reply that left before the
+    // rejoiner lost its state cannot acknowledge one.
+    if (rejoin_heard_[m.from] == 0) {
+      rejoin_heard_[m.from] = 1u << options_.replica_id;
+      rejoin_from_slot_[m.from] = next_slot_;
+    }
+    return;
+  }
+  rejoin_heard_[m.from] = 0;  // it votes
+  uint64_t newest = 0;
+  m.for_each([&](const Msg::Entry& e) { newest = std::max(newest, e.slot); });
+  for (uint32_t p = 0; p < options_.replica_count; ++p) {
+    if (rejoin_heard_[p] != 0 && newest >= rejoin_from_slot_[p]) rejoin_heard_[p] |= 1u << m.from;
+  }
   m.for_each([&](const Msg::Entry& e) { count_ack(e.slot, m.from); });
   deliver_chosen();
 }
@@ -936,14 +1026,17 @@ void PaxosStream::handle_learn(const Msg& m) {
     stored = true;
   });
   deliver_chosen();
+  maybe_finish_rejoin();
   // Acknowledge with our new chosen index at once: the leader paces catch-up by it.
   if (stored && role_ != PaxosRole::kLeader) {
     begin(kPaxosHeartbeat, store_.promised(), 0);
+    if (store_.rejoining()) store_u32(out_.data() + 44, kFlagNonVoting);
     send_to(m.from);
   }
 }
 
 void PaxosStream::handle_heartbeat(const Msg& m) {
+  peer_rejoining_[m.from] = (m.flags & kFlagNonVoting) != 0;
   if (role_ == PaxosRole::kLeader) {
     peer_chosen_[m.from] = m.chosen_index;
     if (m.ballot > ballot_) {

@@ -51,7 +51,13 @@
 // slots). In this version it lives in memory and outlives a PaxosStream (the simulator
 // "restarts" a replica by building a new stream over the same store). Its PersistHooks are
 // where the WAL (src/repl/wal.h) will append the same bytes before an acknowledgement leaves.
-// An acceptor that forgets its promise or accepted values after a crash breaks safety.
+// An acceptor that forgets its promise or accepted values after a crash breaks safety; one
+// whose owner knows it lost them (a lost directory) starts rejoining: it answers no prepare,
+// stands for nothing, and its acceptances count for nothing, until the leader it follows says
+// every other replica accepted in its ballot since (every paxos_accept carries the leader's
+// tail, and to a rejoiner whether the others are current) and it holds every slot up to that
+// leader's tail when first heard (docs/REPLICATION.md, "A replica that lost its directory
+// rejoins without a vote").
 //
 // Threads: one stream per worker thread; no method is thread-safe. The transport's send()
 // and the chosen callback must not call back into the stream.
@@ -209,6 +215,10 @@ struct PersistHooks {
   // A chosen value stored by catch-up (paxos_learn, or a promise reporting it chosen) over
   // what the slot held (nothing, or other bytes): a WAL appends the bytes and notes them chosen.
   std::function<Status(uint64_t slot, std::span<const std::byte> entry)> on_learn;
+  // A rejoining acceptor (PaxosAcceptorStore::rejoining) has caught up and votes from now
+  // on: make everything it stored durable, then forget the durable "non-voting" mark. Not
+  // ok: it stays non-voting (asked again at the next chance).
+  std::function<Status()> on_rejoined;
 };
 
 // An acceptor's own copy of entry bytes (received, or moved out of a ring that needs its
@@ -232,6 +242,17 @@ class PaxosAcceptorStore {
   void set_hooks(PersistHooks hooks) { hooks_ = std::move(hooks); }
 
   Ballot promised() const { return promised_; }
+  // A rejoining acceptor lost its durable state (a replica restarted over a lost directory)
+  // and so may have forgotten promises and acceptances: it answers no prepare, starts no
+  // election, and its acceptances are not counted, until its stream has caught up from a
+  // leader that every other replica follows (PaxosStream; docs/REPLICATION.md, "A replica
+  // that lost its directory rejoins without a vote"). Set by the owner from its durable mark
+  // before the stream is built; cleared by the stream once on_rejoined succeeded.
+  bool rejoining() const { return rejoining_; }
+  void set_rejoining(bool rejoining) { rejoining_ = rejoining; }
+  // The stream's catch-up is done: on_rejoined, then votes. False (still rejoining) when
+  // the hook failed.
+  [[nodiscard]] Status finish_rejoin();
   // Every slot <= chosen_index() is chosen and held (or was trimmed after delivery).
   uint64_t chosen_index() const { return chosen_index_; }
   uint64_t first_slot() const { return base_; }
@@ -284,6 +305,7 @@ class PaxosAcceptorStore {
   uint64_t retain_;
   PersistHooks hooks_;
   Ballot promised_ = 0;
+  bool rejoining_ = false;
   uint64_t chosen_index_ = 0;
   uint64_t base_ = 1;
   std::deque<PaxosSlot> slots_;  // slots_[i] is slot base_ + i
@@ -300,6 +322,11 @@ struct PaxosStats {
   uint64_t learn_failed = 0;            // learned entries the store could not persist
   uint64_t entries_kept = 0;            // received entries stored where they arrived (keeper)
   uint64_t majority_lost = 0;  // leader: no majority heard for an election timeout, still led
+  // A rejoining acceptor: prepares left unanswered, elections not started, leaders it
+  // attached to (their ballot and tail), and 1 once it votes again.
+  uint64_t rejoin_prepares_ignored = 0, rejoin_elections_refused = 0, rejoin_attached = 0;
+  uint64_t rejoined = 0;
+  uint64_t nonvoting_replies = 0;  // leader: accepted replies of a rejoining acceptor (no vote)
 };
 
 enum class PaxosRole : uint8_t { kFollower, kCandidate, kLeader };
@@ -435,6 +462,14 @@ class PaxosStream {
   }
   void count_ack(uint64_t slot, uint32_t replica);
   void apply_commit(Ballot b, uint64_t commit_index);
+  // A rejoining acceptor: votes again once the leader it attached to says every other replica
+  // accepted in its ballot since (kFlagOthersCurrent) and this store holds every slot up to
+  // that leader's tail chosen or accepted in its ballot.
+  void maybe_finish_rejoin();
+  // Leader: whether every replica but `peer` (rejoining) accepted in our ballot since peer
+  // first answered non-voting; begin() of an accept to `peer` that says so.
+  bool others_current(uint32_t peer) const;
+  void begin_accept(uint32_t peer);
   void deliver_chosen();
   bool lowest_live(uint64_t now_ns) const;
   bool peer_alive(uint32_t peer, uint64_t now_ns) const;
@@ -471,6 +506,8 @@ class PaxosStream {
   uint64_t next_heartbeat_ns_ = 0;
   std::array<uint64_t, kPaxosReplicasMax> peer_heard_ns_{};
   std::array<uint64_t, kPaxosReplicasMax> peer_chosen_{};
+  // Whose last heartbeat said it is rejoining: it will not stand, so lowest_live skips it.
+  std::array<bool, kPaxosReplicasMax> peer_rejoining_{};
   // Leader: per follower, the last slots of its unacknowledged learn messages (a ring).
   struct CatchUp {
     std::array<uint64_t, kCatchupInflightMax> last_slot{};
@@ -486,6 +523,18 @@ class PaxosStream {
   uint64_t learn_mark_prev_ = 0;  // ... and at the one before (catch-up sends below it)
   uint64_t learn_mark_ns_ = 0;
   std::vector<uint64_t> acked_;  // handle_accept's reply list, reused
+
+  // Rejoining acceptor: the leader it follows (its ballot; 0: none yet), that leader's log
+  // tail when it first heard it in that ballot, and whether that leader said since that every
+  // other replica accepted in its ballot after this one first answered it.
+  Ballot rejoin_ballot_ = 0;
+  uint64_t rejoin_tail_ = 0;
+  bool rejoin_others_current_ = false;
+  // Leader: per rejoining peer, the replicas (a bit each, ours included) heard accepting in our
+  // ballot a slot proposed since its first non-voting answer (from rejoin_from_slot_ on); 0:
+  // not rejoining, or not heard yet.
+  std::array<uint32_t, kPaxosReplicasMax> rejoin_heard_{};
+  std::array<uint64_t, kPaxosReplicasMax> rejoin_from_slot_{};
 
   // Candidate (phase 1).
   uint64_t phase1_from_slot_ = 0;

@@ -114,7 +114,7 @@ class PacketKeeper final : public EntryKeeper {
 struct Cluster {
   explicit Cluster(uint32_t n = 3, PaxosOptions base = {}, uint64_t retain = uint64_t{1} << 16,
                    bool gather = false)
-      : options(base) {
+      : options(base), retain(retain) {
     options.replica_count = n;
     for (uint32_t i = 0; i < n; ++i) {
       transports.push_back(std::make_unique<QueueTransport>(&queue, i, gather));
@@ -134,6 +134,24 @@ struct Cluster {
         });
   }
   void crash(uint32_t i) { streams[i].reset(); }
+  // Replica i restarts over an empty store: its directory was lost. `rejoining`: it knows
+  // (the durable mark a replica restarted over a lost directory gets), and *rejoined counts
+  // its on_rejoined calls.
+  void lose_state(uint32_t i, bool rejoining, int* rejoined = nullptr) {
+    crash(i);
+    stores[i] = std::make_unique<PaxosAcceptorStore>(retain);
+    stores[i]->set_rejoining(rejoining);
+    if (rejoined != nullptr) {
+      PersistHooks h;
+      h.on_rejoined = [rejoined] {
+        ++*rejoined;
+        return Status::Ok();
+      };
+      stores[i]->set_hooks(std::move(h));
+    }
+    logs[i].clear();
+    restart(i);
+  }
   // Delivers queued packets (and what they cause) in order; packets to crashed replicas are
   // lost. Bounded.
   void deliver() {
@@ -194,6 +212,7 @@ struct Cluster {
   }
 
   PaxosOptions options;
+  uint64_t retain;
   FakeEnv env;
   Queue queue;
   std::vector<std::unique_ptr<QueueTransport>> transports;
@@ -846,6 +865,128 @@ TEST(PaxosStream, ALeaderOnlyTheConfigurationReplacesLeadsThroughASilence) {
   const auto [stepped_leads, stepped_chosen] = lead_through_silence(true);
   EXPECT_FALSE(stepped_leads);  // the old behaviour, which its default keeps
   EXPECT_EQ(stepped_chosen, 1u);
+}
+
+// The hazard of a replica that lost its directory (docs/REPLICATION.md, "A replica that lost
+// its directory rejoins without a vote"): slot 4 = x is chosen by {0, 1} while 2 lags; 1
+// restarts over an empty store and 0 dies. Returns x and leaves 1 and 2 running.
+Bytes lose_a_chosen_slots_majority(Cluster& c, bool rejoining, int* rejoined) {
+  c.run_ms(100);
+  EXPECT_EQ(c.leader(), 0);
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_TRUE(c.propose(0, i + 1).ok());
+  c.run_ms(10);
+  uint64_t tid = 100;
+  c.choose_without(2, 4, &tid);
+  EXPECT_EQ(c.streams[0]->chosen_index(), 4u);
+  EXPECT_EQ(c.streams[2]->chosen_index(), 3u);
+  EXPECT_EQ(c.stores[2]->find(4), nullptr);  // 2 never saw x
+  const Bytes x = c.logs[0][3];
+  c.queue.drop = nullptr;
+  c.crash(0);
+  c.lose_state(1, rejoining, rejoined);
+  return x;
+}
+
+// Without the mark, the empty replica's promise completes phase 1 with the lagging one and
+// the chosen x is replaced: what the rejoin rule closes.
+TEST(PaxosStream, AnAcceptorThatLostItsStateAndVotesLosesAChosenValue) {
+  Cluster c;
+  const Bytes x = lose_a_chosen_slots_majority(c, /*rejoining=*/false, nullptr);
+  c.run_ms(300);  // 1, the lowest live replica, stands; 2 promises
+  ASSERT_EQ(c.leader(), 1);
+  ASSERT_TRUE(c.propose(1, 555).ok());
+  c.run_ms(20);
+  ASSERT_GE(c.logs[1].size(), 4u);
+  EXPECT_NE(c.logs[1][3], x) << "slot 4 kept x: the hazard did not reproduce";
+  EXPECT_EQ(c.logs[1][3], c.logs[2][3]);  // chosen again, with another value
+}
+
+// With the mark, 1 answers no prepare and stands for nothing: 2 cannot complete phase 1 with
+// it, the shard waits for a replica that holds x (0 restarts), whose phase 1 with 2 keeps x.
+// 1 then catches up from 0 without a vote and votes once 2 accepted in 0's ballot after 1
+// first answered and 1 holds 0's log up to the tail it had then: then 0 and 1 choose
+// without 2.
+TEST(PaxosStream, AnAcceptorThatLostItsStateRejoinsWithoutAVoteUntilCaughtUp) {
+  Cluster c;
+  int rejoined = 0;
+  const Bytes x = lose_a_chosen_slots_majority(c, /*rejoining=*/true, &rejoined);
+  c.run_ms(300);
+  EXPECT_EQ(c.leader(), -1);
+  EXPECT_GT(c.streams[1]->stats().rejoin_elections_refused, 0u);
+  c.streams[2]->campaign();  // 2 stands: 0 is dead and 1 must stay silent
+  c.run_ms(300);
+  EXPECT_EQ(c.leader(), -1) << "a phase 1 completed with the empty replica's promise";
+  EXPECT_GT(c.streams[1]->stats().rejoin_prepares_ignored, 0u);
+  EXPECT_EQ(c.stores[1]->promised(), 0u);  // an ignored prepare changes nothing
+  EXPECT_TRUE(c.stores[1]->rejoining());
+
+  c.restart(0);  // its store holds x chosen
+  c.run_ms(300);
+  ASSERT_EQ(c.leader(), 0);
+  ASSERT_TRUE(c.propose(0, 200).ok());
+  c.run_ms(50);
+  EXPECT_FALSE(c.stores[1]->rejoining());
+  EXPECT_EQ(rejoined, 1);
+  EXPECT_EQ(c.streams[1]->stats().rejoined, 1u);
+  EXPECT_GT(c.streams[0]->stats().nonvoting_replies, 0u);
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_EQ(c.logs[r].size(), 5u) << "replica " << r;
+    EXPECT_EQ(c.logs[r][3], x) << "replica " << r;
+  }
+  c.expect_prefix_consistent();
+
+  c.crash(2);  // 1 votes now: {0, 1} choose
+  ASSERT_TRUE(c.propose(0, 201).ok());
+  c.run_ms(20);
+  EXPECT_EQ(c.streams[0]->chosen_index(), 6u);
+  EXPECT_EQ(c.logs[1].size(), 6u);
+}
+
+// A rejoining acceptor stores what the leader sends (durably, like any acceptance) but its
+// acceptances choose nothing: with the third replica down, the leader and it choose nothing
+// until that replica is back (it must accept in the leader's ballot before the rejoiner
+// votes). With two replicas the leader is the only other one: the rejoiner votes once it
+// holds the leader's log.
+TEST(PaxosStream, ARejoiningAcceptorsAcceptancesChooseNothing) {
+  Cluster c;
+  c.run_ms(100);
+  ASSERT_EQ(c.leader(), 0);
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(c.propose(0, i + 1).ok());
+  c.run_ms(10);
+  c.crash(2);
+  int rejoined = 0;
+  c.lose_state(1, /*rejoining=*/true, &rejoined);
+  ASSERT_TRUE(c.propose(0, 4).ok());
+  c.run_ms(30);
+  EXPECT_EQ(c.streams[0]->chosen_index(), 3u) << "a rejoining acceptor's acceptance counted";
+  ASSERT_NE(c.stores[1]->find(4), nullptr);
+  EXPECT_FALSE(c.stores[1]->find(4)->value.empty());  // stored all the same
+  EXPECT_EQ(c.stores[1]->chosen_index(), 3u);         // caught up to the chosen index...
+  EXPECT_TRUE(c.stores[1]->rejoining());              // ... but nothing chosen past its tail
+  c.restart(2);
+  c.run_ms(300);
+  const int leader = c.leader();
+  ASSERT_GE(leader, 0);
+  ASSERT_NE(leader, 1);
+  for (uint64_t i = 0; i < 2; ++i)
+    ASSERT_TRUE(c.propose(static_cast<uint32_t>(leader), 10 + i).ok());
+  c.run_ms(50);
+  EXPECT_FALSE(c.stores[1]->rejoining());
+  EXPECT_EQ(rejoined, 1);
+  EXPECT_EQ(c.logs[1].size(), c.logs[leader].size());
+  c.expect_prefix_consistent();
+
+  Cluster two(2);
+  two.run_ms(100);
+  ASSERT_EQ(two.leader(), 0);
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(two.propose(0, i + 1).ok());
+  two.run_ms(10);
+  two.lose_state(1, /*rejoining=*/true);
+  ASSERT_TRUE(two.propose(0, 4).ok());
+  two.run_ms(50);
+  EXPECT_FALSE(two.stores[1]->rejoining());
+  EXPECT_EQ(two.streams[0]->chosen_index(), 4u);
+  EXPECT_EQ(two.logs[1].size(), 4u);
 }
 
 // The same for a value re-proposed after an election: a new leader that found x (accepted by

@@ -24,6 +24,7 @@
 #include "src/cluster/etcd_config_manager.h"
 #include "src/net/tcp_transport.h"
 #include "src/repl/acceptor_log.h"
+#include "src/repl/follower.h"
 #include "src/server/cluster_config.h"
 #include "src/server/control.h"
 #include "src/server/dist_micro.h"
@@ -317,8 +318,20 @@ bool holds_log(const std::string& replica_dir) {
   return fs::exists(replica_dir + "/schema.json", ec);
 }
 
+// Whether a replica directory carries a rejoin mark on some stream (repl::AcceptorLog::
+// mark_rejoining): it lost its state and has not caught up, so it has no vote.
+bool holds_rejoin_mark(const std::string& replica_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(replica_dir, ec)) {  // bounded by its files
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("stream-") && name.ends_with(".rejoin")) return true;
+  }
+  return false;
+}
+
 // A restart needs each shard's leader (`leaders[s]`, replica 0 when empty) to hold a log: it
-// rebuilds its store from it alone.
+// rebuilds its store from it alone. One still rejoining after a lost directory cannot vote,
+// so its phase 1 could not complete either.
 Status check_leader_dirs(const cluster::ClusterConfig& c, const std::string& dir,
                          const std::vector<uint32_t>& leaders) {
   for (uint32_t s = 0; s < c.shards.size(); ++s) {
@@ -330,7 +343,30 @@ Status check_leader_dirs(const cluster::ClusterConfig& c, const std::string& dir
           "from disk (`cluster up --fresh` loads afresh)",
           s, leader, r));
     }
+    if (holds_rejoin_mark(leader)) {
+      return Status::InvalidArgument(fmt::format(
+          "shard {}'s leader directory {} (replica {}) lost its log and had not caught up when "
+          "it stopped (a stream-S.rejoin mark): it has no vote and cannot lead; the cluster "
+          "cannot restart from disk with it as the leader",
+          s, leader, r));
+    }
   }
+  return Status::Ok();
+}
+
+// Followers restarting in a cluster with history over a directory that holds no log (lost,
+// or replaced by an empty disk) rejoin without a vote until they have caught up
+// (repl::mark_replica_dir_rejoining; docs/REPLICATION.md, "A replica that lost its directory
+// rejoins without a vote"): otherwise their empty promises could complete a new leader's
+// phase 1 without the chosen entries they had accepted.
+Status mark_lost_follower_dir(const std::string& dir, uint32_t shard, uint32_t replica) {
+  const std::string rd = cluster::replica_dir(dir, shard, replica);
+  if (holds_log(rd)) return Status::Ok();
+  SHOAL_TRY(repl::mark_replica_dir_rejoining(rd));
+  fmt::print(
+      "shard {} replica {}: {} holds no log (lost?): it restarts as a follower without a vote "
+      "until it has caught up from its leader\n",
+      shard, replica, rd);
   return Status::Ok();
 }
 
@@ -351,7 +387,8 @@ uint32_t restart_leader_from_disk(const cluster::ClusterConfig& c, const std::st
     std::vector<uint64_t> chosen;
     for (uint32_t st = 0; st < streams; ++st) {
       auto got = repl::read_acceptor_reach(rd, st);
-      if (!got.ok()) break;  // not a candidate (an unreadable or older journal)
+      // Not a candidate: an unreadable or older journal, or a stream with no vote yet.
+      if (!got.ok() || got->rejoining) break;
       chosen.push_back(got->chosen);
     }
     if (chosen.size() == streams) reach[r] = std::move(chosen);
@@ -536,6 +573,7 @@ Status rejoin_replicas(const ClusterOptions& o, const cluster::ClusterConfig& co
   auto placement = plan_host_placement(config, so);
   if (!placement.ok()) return placement.status();
   for (const ReplicaId& d : down) {
+    SHOAL_TRY(mark_lost_follower_dir(dir, d.shard, d.replica));
     auto p = spawn_follower(config, so, *placement, d.shard, d.replica);
     if (!p.ok()) return p.status();
     std::ofstream(pid_path(dir, d.shard, d.replica)) << p->pid << "\n";
@@ -665,7 +703,15 @@ Status cluster_up(const ClusterOptions& o) {
     so.recover_epoch = restart ? rec.epoch : 0;
     SHOAL_TRY(write_up_record(dir, rec));  // the epoch etcd moved to
   }
-  if (restart) SHOAL_TRY(check_leader_dirs(*config, dir, so.leaders));
+  if (restart) {
+    SHOAL_TRY(check_leader_dirs(*config, dir, so.leaders));
+    for (uint32_t s = 0; s < config->shards.size(); ++s) {
+      const uint32_t leader = s < so.leaders.size() ? so.leaders[s] : 0;
+      for (uint32_t r = 0; r < config->shards[s].replicas.size(); ++r) {
+        if (r != leader) SHOAL_TRY(mark_lost_follower_dir(dir, s, r));
+      }
+    }
+  }
   const uint64_t start_ns = RealEnv::instance().now_ns();
   auto procs = spawn_servers(*config, so, *placement);
   if (!procs.ok()) return procs.status();

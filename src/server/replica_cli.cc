@@ -224,6 +224,14 @@ Status recover_and_lead(const ReplicaOptions& options, uint64_t epoch) {
         "slot the leader deleted), or start it as a follower; not started",
         fo->data_dir, options.shard));
   }
+  if (const uint32_t n = (*follower)->rejoining_streams(); n > 0) {
+    // An acceptor that lost its state cannot vote, so its phase 1 could never complete.
+    return Status::InvalidArgument(fmt::format(
+        "--recover-epoch: {}: {} stream{} lost {} acceptor log (a stream-S.rejoin mark: the "
+        "directory was lost and not yet caught up), so this replica cannot lead; restart the "
+        "shard with a replica whose log is whole as its leader; not started",
+        fo->data_dir, n, n == 1 ? "" : "s", n == 1 ? "its" : "their"));
+  }
   const uint64_t applied = (*follower)->applied_tid();
   const uint64_t recovered = (*follower)->recovered_slots();
   Promotion p;
@@ -426,6 +434,26 @@ void wait_for_successor(const ReplicaOptions& options, const cluster::ClusterCon
   }
 }
 
+// A rejoining replica does not stand: it waits (up to its connect timeout) for etcd to name a
+// leader other than `failed`, and learns the fences published since.
+Result<uint32_t> wait_for_other_leader(const ReplicaOptions& options,
+                                       const cluster::ClusterConfig& config, uint32_t failed) {
+  auto manager = open_manager(options);
+  if (!manager.ok()) return manager.status();
+  cluster::ClusterStateStore store(**manager, config.name);
+  const uint64_t deadline_ns =
+      RealEnv::instance().now_ns() + options.connect_timeout_ms * 1'000'000;
+  while (RealEnv::instance().now_ns() < deadline_ns) {  // bounded by the connect timeout
+    Result<uint32_t> leader = leader_in(store, options, config);
+    if (leader.ok() && *leader != failed) return *leader;
+    RealEnv::instance().sleep_ns(kSuccessorPollMs * 1'000'000);
+  }
+  return Status::Unavailable(fmt::format(
+      "replica {}: shard {}'s leader (replica {}) failed while this replica was still rejoining "
+      "without a vote, and no other replica was named within {} ms",
+      options.replica, options.shard, failed, options.connect_timeout_ms));
+}
+
 // GET /metrics for this follower (ServerOptions::metrics_port, else the config's); null when
 // neither names a port. REQUIRES: the result is destroyed before `follower`.
 Result<std::unique_ptr<ops::MetricsHttp>> start_follower_metrics(const ReplicaOptions& options,
@@ -490,6 +518,25 @@ Status follow_and_take_over(const ReplicaOptions& options, const cluster::Cluste
       std::fprintf(stderr, "replica %u: replica %u is the designated successor: %lu ms for it\n",
                    options.replica, successor, kSuccessorGraceMs);
       wait_for_successor(options, config, leader);
+    }
+    if (follower->rejoining_streams() > 0) {
+      // It cannot vote yet (it lost its directory: docs/REPLICATION.md), so it cannot lead:
+      // another replica stands; it follows whoever etcd names next.
+      std::fprintf(stderr,
+                   "replica %u: still rejoining after a lost directory (%u streams without a "
+                   "vote): not standing; waiting for etcd to name another leader\n",
+                   options.replica, follower->rejoining_streams());
+      auto named = wait_for_other_leader(options, config, leader);
+      if (!named.ok()) return named.status();
+      auto epoch = current_epoch(options, config);
+      if (!epoch.ok()) return epoch.status();
+      auto fences = published_fences(options, config, *epoch);  // before it replays theirs
+      if (!fences.ok()) return fences.status();
+      follower->learn_fences(*fences);
+      leader = *named;
+      const cluster::Replica& r = shard.replicas[leader];
+      follower->set_leader(leader, r.host, cluster::replication_port(r));
+      continue;
     }
     uint64_t epoch = 0;
     std::vector<uint32_t> leaders;

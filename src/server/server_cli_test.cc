@@ -1541,6 +1541,68 @@ TEST_F(ServerCli, RestartNamingALaggingReplicaLeadsWithTheOneThatReachesFurthest
   EXPECT_EQ(o.output.find("restarting with replica"), std::string::npos) << o.output;
 }
 
+// A follower's directory is lost before a restart (docs/REPLICATION.md, "A replica that lost
+// its directory rejoins without a vote"): `up` says so and restarts it without a vote; the
+// shard serves with the other two, the rejoiner catches up and its marks go, every
+// acknowledged SET reads back and every replica's digest is its leader's.
+TEST_F(ServerCli, RestartOverALostFollowerDirectoryRejoinsWithoutAVote) {
+  write_replicated_config(1, 3, /*resp_ports=*/true);
+  Outcome o = up({"--workload", "micro"});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  constexpr int kKeys = 20;
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_EQ(resp_command(resp_ports_[0][0], {"SET", fmt::format("k-{}", i), "v"}), "+OK\r\n");
+  }
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string lost = run_dir() + "/shard-0-replica-1";
+  fs::rename(lost, path("lost-follower-directory"));
+  o = up();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("shard 0 replica 1: " + lost +
+                          " holds no log (lost?): it restarts as a follower without a vote"),
+            std::string::npos)
+      << o.output;
+  for (int i = 0; i < kKeys; ++i) {  // served by the leader and replica 2
+    EXPECT_EQ(resp_command(resp_ports_[0][0], {"GET", fmt::format("k-{}", i)}), "$1\r\nv\r\n") << i;
+  }
+  ASSERT_EQ(resp_command(resp_ports_[0][0], {"SET", "after", "w"}), "+OK\r\n");
+  // Its streams vote again once caught up: their marks go (idle streams seal floors, so the
+  // leader chooses past the tail each had when the rejoiner attached). Bounded: 30 s.
+  const auto marks = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(lost, ec)) {
+      n += e.path().filename().string().ends_with(".rejoin") ? 1 : 0;
+    }
+    return n;
+  };
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (marks() > 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(marks(), 0);
+  EXPECT_TRUE(fs::exists(lost + "/schema.json"));
+  EXPECT_FALSE(fs::exists(lost + "/rejoin"));
+  o = digest_once_dialed(/*leaders_from_run_dir=*/true);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("identical: every replica"), std::string::npos) << o.output;
+  EXPECT_EQ(digests_of(o.output).size(), 3u) << o.output;
+  EXPECT_EQ(resp_command(resp_ports_[0][0], {"GET", "after"}), "$1\r\nw\r\n");
+
+  // A leader directory that still carries a rejoin mark (it stopped before it caught up) has
+  // no vote: a restart led by it is refused before any replica starts.
+  o = run({"cluster", "down", "--config", config_, "--run-dir", run_dir()}, 60);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  std::ofstream(run_dir() + "/shard-0-replica-0/stream-0.rejoin") << "lost\n";
+  o = up();
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("(replica 0) lost its log and had not caught up when it stopped"),
+            std::string::npos)
+      << o.output;
+  EXPECT_FALSE(fs::exists(run_dir() + "/shard-0.pid"));
+}
+
 // `[cluster] etcd` names a configuration manager that runs already: `up` starts none and
 // initializes the cluster's state there, a failover goes through it, `down` leaves it running,
 // a restart moves its epoch on, and `up --fresh` starts the cluster's state over (epoch 1).
