@@ -357,7 +357,8 @@ TEST(DistKvBackend, AMissWaitsForTheRemoveThatMadeIt) {
 
   t->begin();
   std::vector<resp::KeyValue> found;
-  auto scan = t->scan(resp::ScanRange{"a", true, "z"}, 10, 0, &found);
+  const resp::ScanRange range{"a", true, "z"};  // the coroutine holds it by reference
+  auto scan = t->scan(range, 10, 0, &found);
   ASSERT_TRUE(scan.start_inline());  // one local shard: it never suspends
   ASSERT_TRUE(scan.take().ok());
   EXPECT_TRUE(found.empty());
