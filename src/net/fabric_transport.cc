@@ -1,6 +1,7 @@
 #include "src/net/fabric_transport.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
 #include <rdma/fabric.h>
@@ -79,8 +80,53 @@ struct Mailbox {
 static_assert(sizeof(Mailbox) <= kFabricMailboxBytes);
 constexpr size_t kRingOffset = kFabricMailboxBytes + sizeof(RingControl);
 
+// libfabric, opened on first use. Linked at build time, it made every process that links the
+// net module (every `shoal` command, every server, most test binaries) pay about 0.22 s before
+// main: the PSM provider libfabric links pulls in libinfinipath, whose constructor calibrates
+// the CPU clock with ~470 sleeps of 125 us. Only the functions libfabric exports are looked up;
+// the rest of its API is inline, through the ops tables of the objects these return.
+struct FabricLib {
+  decltype(&fi_getinfo) getinfo = nullptr;
+  decltype(&fi_freeinfo) freeinfo = nullptr;
+  decltype(&fi_dupinfo) dupinfo = nullptr;
+  decltype(&fi_fabric) fabric = nullptr;
+  decltype(&fi_strerror) strerror = nullptr;
+  std::string error;  // why it could not be opened (empty once it is)
+};
+
+const FabricLib& fabric_lib() {
+  static const FabricLib* lib = [] {
+    auto* l = new FabricLib();  // lives until exit, like the providers it loads
+    // RTLD_GLOBAL: providers libfabric loads itself resolve its symbols against it.
+    void* h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (h == nullptr) {
+      const char* why = dlerror();
+      l->error = why != nullptr ? why : "dlopen failed";
+      return l;
+    }
+    l->getinfo = reinterpret_cast<decltype(&fi_getinfo)>(dlsym(h, "fi_getinfo"));
+    l->freeinfo = reinterpret_cast<decltype(&fi_freeinfo)>(dlsym(h, "fi_freeinfo"));
+    l->dupinfo = reinterpret_cast<decltype(&fi_dupinfo)>(dlsym(h, "fi_dupinfo"));
+    l->fabric = reinterpret_cast<decltype(&fi_fabric)>(dlsym(h, "fi_fabric"));
+    l->strerror = reinterpret_cast<decltype(&fi_strerror)>(dlsym(h, "fi_strerror"));
+    if (!l->getinfo || !l->freeinfo || !l->dupinfo || !l->fabric || !l->strerror) {
+      l->error =
+          "libfabric.so.1 lacks fi_getinfo, fi_freeinfo, fi_dupinfo, fi_fabric or fi_strerror";
+      *l = FabricLib{.error = l->error};
+    }
+    return l;
+  }();
+  return *lib;
+}
+
+std::string fabric_strerror(int err) {
+  const FabricLib& lib = fabric_lib();
+  return lib.strerror != nullptr ? lib.strerror(err) : fmt::format("error {}", err);
+}
+
 Status fi_status(const char* what, ssize_t rc) {
-  return Status::IOError(fmt::format("fabric: {}: {}", what, fi_strerror(static_cast<int>(-rc))));
+  return Status::IOError(
+      fmt::format("fabric: {}: {}", what, fabric_strerror(static_cast<int>(-rc))));
 }
 
 uint32_t cq_data(Kind kind, uint64_t value) {
@@ -149,7 +195,11 @@ Result<fi_info*> provider_info(const std::string& provider) {
   // ~400 ms in fi_enable on this VM (page faults). We post no receives (everything is RMA), so
   // 16 do; the environment's own setting wins (overwrite = 0). Read at provider load.
   setenv("FI_OFI_RXM_MSG_RX_SIZE", "16", 0);
-  fi_info* hints = fi_allocinfo();
+  const FabricLib& lib = fabric_lib();
+  if (!lib.error.empty()) {
+    return Status::NotSupported(fmt::format("fabric: cannot open libfabric: {}", lib.error));
+  }
+  fi_info* hints = lib.dupinfo(nullptr);  // fi_allocinfo()
   if (hints == nullptr) return Status::IOError("fabric: fi_allocinfo failed");
   const bool shm = provider == "shm";  // names, not IP addresses
   hints->ep_attr->type = FI_EP_RDM;
@@ -175,18 +225,18 @@ Result<fi_info*> provider_info(const std::string& provider) {
   if (!shm) hints->addr_format = FI_SOCKADDR_IN;
   fi_info* info = nullptr;
   // Loopback only: the endpoint binds to 127.0.0.1 (FI_SOURCE).
-  const int rc = fi_getinfo(FI_VERSION(1, 17), shm ? nullptr : "127.0.0.1", nullptr,
-                            shm ? 0 : FI_SOURCE, hints, &info);
-  fi_freeinfo(hints);
+  const int rc = lib.getinfo(FI_VERSION(1, 17), shm ? nullptr : "127.0.0.1", nullptr,
+                             shm ? 0 : FI_SOURCE, hints, &info);
+  lib.freeinfo(hints);
   if (rc != 0 || info == nullptr) {
     return Status::NotSupported(
         fmt::format("fabric: provider '{}' with FI_EP_RDM+FI_RMA on "
                     "127.0.0.1: fi_getinfo: {}",
-                    provider, fi_strerror(-rc)));
+                    provider, fabric_strerror(-rc)));
   }
   if (info->domain_attr->cq_data_size < 4 || info->tx_attr->inject_size < sizeof(uint64_t) ||
       (info->tx_attr->msg_order & FI_ORDER_RMA_WAW) == 0) {
-    fi_freeinfo(info);
+    lib.freeinfo(info);
     return Status::NotSupported(fmt::format(
         "fabric: provider '{}' lacks 4 B of remote CQ data, 8 B inject or RMA WAW order",
         provider));
@@ -439,7 +489,9 @@ Status FabricEndpoint::State::open_fabric() {
   info = *got;
   SHOAL_TRY(check_ring_bytes(options.ring_bytes, "our"));
   const uint64_t mr_mode = info->domain_attr->mr_mode;
-  if (int rc = fi_fabric(info->fabric_attr, &fabric, nullptr)) return fi_status("fi_fabric", rc);
+  if (int rc = fabric_lib().fabric(info->fabric_attr, &fabric, nullptr)) {
+    return fi_status("fi_fabric", rc);
+  }
   if (int rc = fi_domain(fabric, info, &domain, nullptr)) return fi_status("fi_domain", rc);
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_TABLE;
@@ -670,7 +722,7 @@ Status FabricEndpoint::State::cq_error() {
   if ((err.flags & FI_REMOTE_WRITE) == 0 && tx_inflight > 0) --tx_inflight;
   char buf[128] = {};
   const char* detail = fi_cq_strerror(cq, err.prov_errno, err.err_data, buf, sizeof(buf));
-  std::string what = fmt::format("fabric: completion error: {} ({})", fi_strerror(err.err),
+  std::string what = fmt::format("fabric: completion error: {} ({})", fabric_strerror(err.err),
                                  detail != nullptr ? detail : "");
   // FI_ECANCELED: the provider cancelled what it still had queued because the connection
   // broke (tcp;ofi_rxm when the peer closes or dies): the peer is gone, as for a reset.
