@@ -970,11 +970,13 @@ void PaxosStream::handle_accepted(const Msg& m) {
   }
   rejoin_heard_[m.from] = 0;  // it votes
   uint64_t newest = 0;
-  m.for_each([&](const Msg::Entry& e) { newest = std::max(newest, e.slot); });
+  m.for_each([&](const Msg::Entry& e) {
+    newest = std::max(newest, e.slot);
+    count_ack(e.slot, m.from);
+  });
   for (uint32_t p = 0; p < options_.replica_count; ++p) {
     if (rejoin_heard_[p] != 0 && newest >= rejoin_from_slot_[p]) rejoin_heard_[p] |= 1u << m.from;
   }
-  m.for_each([&](const Msg::Entry& e) { count_ack(e.slot, m.from); });
   deliver_chosen();
 }
 
