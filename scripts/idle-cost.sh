@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# What an idle cluster costs: starts the main job's layout (2 shards x 3 replicas over tcp, a
-# 5 ms WAN to two regions, leader_timeout_ms 1000, micro load), lets it settle 3 s, then counts
-# over SECONDS the CPU ticks (/proc/PID/stat) and voluntary context switches (wake-ups) of
+# What an idle cluster costs: starts the main job's cluster (scripts/main-job-config.sh, micro
+# load), lets it settle 3 s, then counts over SECONDS the CPU ticks (/proc/PID/stat) and voluntary context switches (wake-ups) of
 # every process, etcd included, and the run directory's growth (floors idle streams log);
 # prints one line, stops the cluster and removes its scratch directory.
 # Usage: scripts/idle-cost.sh [SHOAL_BINARY (build/release/shoal)] [SECONDS (10)]
@@ -10,21 +9,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 shoal="${1:-$root/build/release/shoal}"
 seconds="${2:-10}"
 dir="$(mktemp -d)"
-base=$(( 23000 + RANDOM % 400 * 8 ))
+base=$(( 23000 + RANDOM % 200 * 32 ))  # the config takes base .. base + 31
 trap '"$shoal" cluster down --config "$dir/c.toml" --run-dir "$dir/run" > /dev/null 2>&1 || true; rm -rf "$dir"' EXIT
-{
-  printf '[cluster]\nname = "idle"\ntransport = "tcp"\nworkers = 1\nreplicas = 3\n'
-  printf 'kv_split_keys = ["n"]\nleader_timeout_ms = 1000\n'
-  for r in 0 1 2; do printf '\n[[region]]\nname = "r%d"\n' "$r"; done
-  for r in 1 2; do printf '\n[[wan]]\nfrom = "r0"\nto = "r%d"\none_way_ms = 5.0\n' "$r"; done
-  for s in 0 1; do
-    printf '\n[[shard]]\nid = %d\npartition_lo = %d\npartition_hi = %d\n' "$s" $((s + 1)) $((s + 2))
-    for r in 0 1 2; do
-      printf '[[shard.replica]]\nregion = "r%d"\nhost = "127.0.0.1"\nport = %d\n' \
-        "$r" $((base + 8 * s + 2 * r))
-    done
-  done
-} > "$dir/c.toml"
+"$root/scripts/main-job-config.sh" "$base" > "$dir/c.toml"
 timeout 120 "$shoal" cluster up --config "$dir/c.toml" --run-dir "$dir/run" --fresh \
   --keys-per-partition 1000 > "$dir/up.log" 2>&1 || { cat "$dir/up.log" >&2; exit 1; }
 sleep 3

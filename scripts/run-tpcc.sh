@@ -27,31 +27,7 @@ fi
 rm -rf "$run_dir"
 mkdir -p "$run_dir"
 
-# Replica r of shard s listens on base + 8s + 2r (a leader's followers dial its port + 1),
-# serves /metrics on base + 16 + 3s + r, and a leader the Redis protocol on base + 28 + s and
-# the client library's protocol (docs/CLIENT.md) on base + 30 + s.
-{
-  printf '[cluster]\nname = "local"\ntransport = "tcp"\nworkers = 1\nreplicas = 3\n'
-  printf 'kv_split_keys = ["n"]\n'
-  # `cluster up` gives the cluster an etcd (a dead leader is replaced, OPERATIONS.md "A
-  # standing cluster"); 1 s of silence before a follower suspects its leader, as the bench's
-  # local clusters use: six processes on two loaded cores can leave a leader silent for more
-  # than the 100 ms default without it being dead.
-  printf 'leader_timeout_ms = 1000\n'
-  for r in 0 1 2; do printf '\n[[region]]\nname = "r%d"\n' "$r"; done
-  for r in 1 2; do printf '\n[[wan]]\nfrom = "r0"\nto = "r%d"\none_way_ms = 5.0\n' "$r"; done
-  for s in 0 1; do
-    printf '\n[[shard]]\nid = %d\npartition_lo = %d\npartition_hi = %d\n' "$s" $((s + 1)) $((s + 2))
-    for r in 0 1 2; do
-      printf '[[shard.replica]]\nregion = "r%d"\nhost = "127.0.0.1"\nport = %d\n' \
-        "$r" $((base + 8 * s + 2 * r))
-      printf 'metrics_port = %d\n' $((base + 16 + 3 * s + r))
-      if [ "$r" -eq 0 ]; then
-        printf 'resp_port = %d\nclient_port = %d\n' $((base + 28 + s)) $((base + 30 + s))
-      fi
-    done
-  done
-} > "$config"
+"$root/scripts/main-job-config.sh" "$base" > "$config"
 
 echo "run-tpcc: starting 2 shards x 3 replicas (config $config, logs in $run_dir)" >&2
 "$shoal" cluster up --config "$config" --run-dir "$run_dir" --workload tpcc
