@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What an idle cluster costs: starts the main job's cluster (scripts/main-job-config.sh, micro
-# load), lets it settle 3 s, then counts over SECONDS the CPU ticks (/proc/PID/stat) and voluntary context switches (wake-ups) of
-# every process, etcd included, and the run directory's growth (floors idle streams log);
+# load), lets it settle 3 s, then counts over SECONDS the CPU ticks (/proc/PID/stat) and
+# voluntary context switches (wake-ups) of every process, etcd included, and the run directory's growth (floors idle streams log);
 # prints one line, stops the cluster and removes its scratch directory.
 # Usage: scripts/idle-cost.sh [SHOAL_BINARY (build/release/shoal)] [SECONDS (10)]
 set -euo pipefail
